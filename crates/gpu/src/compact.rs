@@ -1,0 +1,152 @@
+//! Order-preserving stream compaction (CUB's `DeviceSelect`).
+//!
+//! The selected items appear in the output in input order, so the result is the same on
+//! every run. (The PET seed's energy filter appends each block's survivors with an
+//! `atomicAdd` on a global counter: block order, and so output order, changes from run to
+//! run.) It is a single pass with the same decoupled look-back as the device scan: each
+//! block counts its selected items, scans the counts across the block, learns the number
+//! selected by all earlier tiles by look-back, and writes its survivors at their final
+//! positions. The last tile writes the total.
+//!
+//! # Worked example
+//! input `[5, 2, 8, 1, 9]`, select `3 <= x < 9`: output `[5, 8]`, `num_selected = 2`.
+
+/// Kernel: keep `x` with `lo <= x < hi`.
+pub const KERNEL_SELECT_RANGE_U32: &str = "compact_select_range_u32";
+/// Kernel: keep `x[i]` where `flags[i] != 0`.
+pub const KERNEL_SELECT_FLAGGED_U32: &str = "compact_select_flagged_u32";
+
+/// Threads per block of the compaction kernels.
+pub const SELECT_THREADS: u32 = 256;
+/// Items per thread of the compaction kernels.
+pub const SELECT_ITEMS: u32 = 16;
+/// Items per tile (block).
+pub const SELECT_TILE: u64 = (SELECT_THREADS * SELECT_ITEMS) as u64;
+
+/// Shared-memory bytes of the compaction kernels (the device scan's layout, `u32` counts).
+pub const fn select_smem_bytes() -> usize {
+    crate::scan::device_scan_smem_bytes(4)
+}
+
+/// Number of tiles (blocks) for `n` items.
+pub const fn select_tiles(n: u64) -> u64 {
+    n.div_ceil(SELECT_TILE)
+}
+
+/// The range predicate of [`KERNEL_SELECT_RANGE_U32`], shared with the CPU oracle.
+#[inline(always)]
+pub fn in_range(x: u32, lo: u32, hi: u32) -> bool {
+    lo <= x && x < hi
+}
+
+/// Device code.
+#[cfg(target_arch = "nvptx64")]
+pub mod device {
+    use super::*;
+    use crate::intrinsics as i;
+    use crate::scan::device::{next_tile, tile_exclusive_prefix, tile_smem, BlockScan, BlockedLoad, TileStatus};
+
+    /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
+    /// their final, order-preserving positions. Called by every thread of the block.
+    ///
+    /// # Safety
+    /// Launch contract of [`compact_select_range_u32`].
+    #[inline(always)]
+    pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
+        input: *const u32,
+        n: u64,
+        output: *mut u32,
+        num_selected: *mut u32,
+        status: TileStatus<u32>,
+        tile_counter: *mut u32,
+        pred: F,
+    ) {
+        let (scan_storage, prefix_slot, tile_slot) = tile_smem::<u32>();
+        // SAFETY: launch contract.
+        let tile = unsafe { next_tile(tile_slot, tile_counter) };
+        let start = tile as u64 * SELECT_TILE + i::thread_idx_x() as u64 * N as u64;
+        let mut items = [0u32; N];
+        // SAFETY: launch contract.
+        unsafe { u32::load_blocked(input, start, n, &mut items) };
+        let mut keep = 0u32; // bit k: item k selected
+        for (k, x) in items.iter().enumerate() {
+            let idx = start + k as u64;
+            if idx < n && pred(idx, *x) {
+                keep |= 1 << k;
+            }
+        }
+        let count = keep.count_ones();
+        // SAFETY: storage is ours.
+        let bs = unsafe { BlockScan::new(scan_storage) };
+        let (thread_prefix, tile_total) = bs.exclusive_sum(count);
+        // SAFETY: status holds one entry per tile.
+        let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
+        let mut pos = tile_prefix.wrapping_add(thread_prefix);
+        for (k, x) in items.iter().enumerate() {
+            if keep & (1 << k) != 0 {
+                // SAFETY: pos < number selected <= n, output valid for n.
+                unsafe { output.add(pos as usize).write(*x) };
+                pos += 1;
+            }
+        }
+        if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
+            // SAFETY: one u32.
+            unsafe { num_selected.write(tile_prefix.wrapping_add(tile_total)) };
+        }
+    }
+
+    /// Keeps `input[i]` with `lo <= input[i] < hi`, in input order.
+    ///
+    /// # Safety
+    /// `blockDim.x == SELECT_THREADS`, `gridDim.x == select_tiles(n) >= 1`,
+    /// `select_smem_bytes()` bytes of shared memory; `n < 2^32`; `input` valid for `n`,
+    /// 16-byte aligned; `output` valid for `n`, not overlapping `input`; `flags`,
+    /// `aggregates`, `inclusive` valid for `gridDim.x` entries, `flags` zeroed;
+    /// `tile_counter` a zeroed `u32`; `num_selected` one `u32`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn compact_select_range_u32(
+        input: *const u32,
+        n: u64,
+        lo: u32,
+        hi: u32,
+        output: *mut u32,
+        num_selected: *mut u32,
+        flags: *mut u32,
+        aggregates: *mut u32,
+        inclusive: *mut u32,
+        tile_counter: *mut u32,
+    ) {
+        let status = TileStatus { flags, aggregates, inclusive };
+        // SAFETY: forwarded launch contract.
+        unsafe {
+            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, tile_counter, |_, x| {
+                in_range(x, lo, hi)
+            })
+        }
+    }
+
+    /// Keeps `input[i]` where `selection[i] != 0`, in input order.
+    ///
+    /// # Safety
+    /// As [`compact_select_range_u32`], and `selection` valid for `n` bytes.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(
+        input: *const u32,
+        selection: *const u8,
+        n: u64,
+        output: *mut u32,
+        num_selected: *mut u32,
+        flags: *mut u32,
+        aggregates: *mut u32,
+        inclusive: *mut u32,
+        tile_counter: *mut u32,
+    ) {
+        let status = TileStatus { flags, aggregates, inclusive };
+        // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
+        unsafe {
+            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, tile_counter, |idx, _| {
+                selection.add(idx as usize).read() != 0
+            })
+        }
+    }
+}

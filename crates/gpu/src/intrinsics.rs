@@ -1,0 +1,547 @@
+//! Device intrinsics: the one place where detkit touches PTX directly.
+//!
+//! Each function names the CUDA C++ intrinsic it stands for. All of them are thin
+//! `asm!` wrappers (or `core::arch::nvptx` calls) and compile to a single PTX
+//! instruction or a short fixed sequence. Kernels and device functions call these,
+//! never `asm!` themselves.
+//!
+//! Warp-synchronous functions (`shfl_*`, `ballot`, `match_any`, ...) take the full-warp
+//! mask `FULL_MASK`: detkit kernels are launched with block sizes that are multiples of
+//! 32 and keep whole warps converged around these calls.
+#![allow(clippy::missing_safety_doc)]
+
+use core::arch::{asm, global_asm, nvptx};
+
+/// All 32 lanes.
+pub const FULL_MASK: u32 = 0xffff_ffff;
+
+// ---------------------------------------------------------------------------------------
+// Thread, block and grid indices
+// ---------------------------------------------------------------------------------------
+
+/// `threadIdx.x`
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reads a special register; no preconditions.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+/// `blockIdx.x`
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+/// `blockDim.x`
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+/// `gridDim.x`
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}
+/// `threadIdx.x % 32` (`%laneid`)
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {r}, %laneid;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+/// `threadIdx.x / 32`: warp index within the block (1-D blocks).
+#[inline(always)]
+pub fn warp_id() -> u32 {
+    thread_idx_x() / 32
+}
+/// Number of warps in the block (1-D blocks whose size is a multiple of 32).
+#[inline(always)]
+pub fn warps_per_block() -> u32 {
+    block_dim_x() / 32
+}
+/// Global thread index `blockIdx.x * blockDim.x + threadIdx.x`, 64-bit.
+#[inline(always)]
+pub fn global_thread_idx() -> u64 {
+    block_idx_x() as u64 * block_dim_x() as u64 + thread_idx_x() as u64
+}
+/// Total threads of the grid `gridDim.x * blockDim.x`, 64-bit.
+#[inline(always)]
+pub fn grid_threads() -> u64 {
+    grid_dim_x() as u64 * block_dim_x() as u64
+}
+/// `%lanemask_lt`: bits of the lanes below this one.
+#[inline(always)]
+pub fn lanemask_lt() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { asm!("mov.u32 {r}, %lanemask_lt;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+
+// ---------------------------------------------------------------------------------------
+// Barriers and votes
+// ---------------------------------------------------------------------------------------
+
+/// `__syncthreads()`
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: every thread of the block must reach this barrier: callers keep it in
+    // block-uniform control flow.
+    unsafe { nvptx::_syncthreads() }
+}
+/// `__syncthreads_or(p)`: barrier, then true when `p` is true in any thread (`bar.red.or`).
+#[inline(always)]
+pub fn sync_threads_or(p: bool) -> bool {
+    let r: u32;
+    // SAFETY: block-wide barrier; callers keep it in block-uniform control flow.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; bar.red.or.pred q, 0, p; selp.u32 {r}, 1, 0, q; }}",
+            x = in(reg32) p as u32, r = out(reg32) r, options(nostack)
+        )
+    };
+    r != 0
+}
+/// `__syncthreads_and(p)` (`bar.red.and`).
+#[inline(always)]
+pub fn sync_threads_and(p: bool) -> bool {
+    let r: u32;
+    // SAFETY: block-wide barrier; callers keep it in block-uniform control flow.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p, q; setp.ne.u32 p, {x}, 0; bar.red.and.pred q, 0, p; selp.u32 {r}, 1, 0, q; }}",
+            x = in(reg32) p as u32, r = out(reg32) r, options(nostack)
+        )
+    };
+    r != 0
+}
+/// `__syncthreads_count(p)` (`bar.red.popc`).
+#[inline(always)]
+pub fn sync_threads_count(p: bool) -> u32 {
+    let r: u32;
+    // SAFETY: block-wide barrier; callers keep it in block-uniform control flow.
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {x}, 0; bar.red.popc.u32 {r}, 0, p; }}",
+            x = in(reg32) p as u32, r = out(reg32) r, options(nostack)
+        )
+    };
+    r
+}
+/// `__syncwarp()`
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: all lanes of the warp reach it (full mask).
+    unsafe { asm!("bar.warp.sync -1;", options(nostack)) };
+}
+/// `__ballot_sync(FULL_MASK, p)`
+#[inline(always)]
+pub fn ballot(p: bool) -> u32 {
+    let r: u32;
+    // SAFETY: warp-synchronous; all lanes converged (module contract).
+    unsafe {
+        asm!(
+            "{{ .reg .pred p; setp.ne.u32 p, {x}, 0; vote.sync.ballot.b32 {r}, p, -1; }}",
+            x = in(reg32) p as u32, r = out(reg32) r, options(nostack)
+        )
+    };
+    r
+}
+/// `__any_sync(FULL_MASK, p)`
+#[inline(always)]
+pub fn any(p: bool) -> bool {
+    ballot(p) != 0
+}
+/// `__all_sync(FULL_MASK, p)`
+#[inline(always)]
+pub fn all(p: bool) -> bool {
+    ballot(p) == FULL_MASK
+}
+/// `__activemask()`
+#[inline(always)]
+pub fn activemask() -> u32 {
+    let r: u32;
+    // SAFETY: reads the active-lane mask; no preconditions.
+    unsafe { asm!("activemask.b32 {r};", r = out(reg32) r, options(nostack)) };
+    r
+}
+/// `__match_any_sync(FULL_MASK, v)`: lanes holding the same value as this one.
+#[inline(always)]
+pub fn match_any(v: u32) -> u32 {
+    let r: u32;
+    // SAFETY: warp-synchronous; all lanes converged (module contract).
+    unsafe {
+        asm!("match.any.sync.b32 {r}, {v}, -1;", v = in(reg32) v, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `__popc(x)`
+#[inline(always)]
+pub fn popc(x: u32) -> u32 {
+    x.count_ones()
+}
+/// `__ffs(x) - 1`: index of the lowest set bit (`x != 0`).
+#[inline(always)]
+pub fn lowest_bit(x: u32) -> u32 {
+    x.trailing_zeros()
+}
+
+// ---------------------------------------------------------------------------------------
+// Warp shuffles
+// ---------------------------------------------------------------------------------------
+
+/// `__shfl_up_sync(FULL_MASK, v, delta)`
+#[inline(always)]
+pub fn shfl_up(v: u32, delta: u32) -> u32 {
+    let r: u32;
+    // SAFETY: warp-synchronous; all lanes converged (module contract).
+    unsafe {
+        asm!("shfl.sync.up.b32 {r}, {v}, {d}, 0, -1;", v = in(reg32) v, d = in(reg32) delta, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `__shfl_down_sync(FULL_MASK, v, delta)`
+#[inline(always)]
+pub fn shfl_down(v: u32, delta: u32) -> u32 {
+    let r: u32;
+    // SAFETY: warp-synchronous; all lanes converged (module contract).
+    unsafe {
+        asm!("shfl.sync.down.b32 {r}, {v}, {d}, 31, -1;", v = in(reg32) v, d = in(reg32) delta, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `__shfl_xor_sync(FULL_MASK, v, mask)`
+#[inline(always)]
+pub fn shfl_xor(v: u32, lane_mask: u32) -> u32 {
+    let r: u32;
+    // SAFETY: warp-synchronous; all lanes converged (module contract).
+    unsafe {
+        asm!("shfl.sync.bfly.b32 {r}, {v}, {d}, 31, -1;", v = in(reg32) v, d = in(reg32) lane_mask, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `__shfl_sync(FULL_MASK, v, src_lane)`
+#[inline(always)]
+pub fn shfl_idx(v: u32, src_lane: u32) -> u32 {
+    let r: u32;
+    // SAFETY: warp-synchronous; all lanes converged (module contract).
+    unsafe {
+        asm!("shfl.sync.idx.b32 {r}, {v}, {d}, 31, -1;", v = in(reg32) v, d = in(reg32) src_lane, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory fences and ordered accesses
+// ---------------------------------------------------------------------------------------
+
+/// `__threadfence_block()`
+#[inline(always)]
+pub fn threadfence_block() {
+    // SAFETY: a fence has no preconditions.
+    unsafe { asm!("membar.cta;", options(nostack)) };
+}
+/// `__threadfence()`
+#[inline(always)]
+pub fn threadfence() {
+    // SAFETY: a fence has no preconditions.
+    unsafe { asm!("membar.gl;", options(nostack)) };
+}
+/// `__threadfence_system()`
+#[inline(always)]
+pub fn threadfence_system() {
+    // SAFETY: a fence has no preconditions.
+    unsafe { asm!("membar.sys;", options(nostack)) };
+}
+
+/// `cuda::atomic_ref<u32, thread_scope_device>::load(memory_order_acquire)` (`ld.acquire.gpu`).
+///
+/// # Safety
+/// `p` points to a valid, 4-byte aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe { asm!("ld.acquire.gpu.u32 {r}, [{p}];", p = in(reg64) p, r = out(reg32) r, options(nostack)) };
+    r
+}
+/// `atomic_ref<u32>::store(v, memory_order_release)` at device scope (`st.release.gpu`).
+///
+/// # Safety
+/// `p` points to a valid, 4-byte aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe { asm!("st.release.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
+/// Relaxed device-scope load (`ld.relaxed.gpu.u32`), coherent at L2.
+///
+/// # Safety
+/// `p` points to a valid, aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn load_relaxed_u32(p: *const u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe { asm!("ld.relaxed.gpu.u32 {r}, [{p}];", p = in(reg64) p, r = out(reg32) r, options(nostack)) };
+    r
+}
+/// Relaxed device-scope store (`st.relaxed.gpu.u32`).
+///
+/// # Safety
+/// `p` points to a valid, aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe { asm!("st.relaxed.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+}
+/// Relaxed device-scope load of a `u64` (`ld.relaxed.gpu.u64`).
+///
+/// # Safety
+/// `p` points to a valid, 8-byte aligned `u64` in global memory.
+#[inline(always)]
+pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {
+    let r: u64;
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe { asm!("ld.relaxed.gpu.u64 {r}, [{p}];", p = in(reg64) p, r = out(reg64) r, options(nostack)) };
+    r
+}
+/// Relaxed device-scope store of a `u64` (`st.relaxed.gpu.u64`).
+///
+/// # Safety
+/// `p` points to a valid, 8-byte aligned `u64` in global memory.
+#[inline(always)]
+pub unsafe fn store_relaxed_u64(p: *mut u64, v: u64) {
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe { asm!("st.relaxed.gpu.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+}
+
+/// `__ldg` of four consecutive `u32` (`ld.global.nc.v4.u32`): one 16-byte read-only load.
+///
+/// # Safety
+/// `p` is 16-byte aligned, points to 4 valid `u32` of global memory that no thread writes
+/// during the kernel.
+#[inline(always)]
+pub unsafe fn ldg_v4_u32(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+            p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
+/// Two consecutive `u64` through the read-only path (`ld.global.nc.v2.u64`).
+///
+/// # Safety
+/// As [`ldg_v4_u32`], for two 8-byte words at a 16-byte aligned `p`.
+#[inline(always)]
+pub unsafe fn ldg_v2_u64(p: *const u64) -> [u64; 2] {
+    let (a, b): (u64, u64);
+    // SAFETY: caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.v2.u64 {{{a}, {b}}}, [g]; }}",
+            p = in(reg64) p, a = out(reg64) a, b = out(reg64) b,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b]
+}
+/// 16-byte store of four `u32` (`st.global.v4.u32`).
+///
+/// # Safety
+/// `p` is 16-byte aligned and points to 4 writable `u32` of global memory.
+#[inline(always)]
+pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.v4.u32 [g], {{{a}, {b}, {c}, {d}}}; }}",
+            p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack)
+        )
+    };
+}
+/// 16-byte store of two `u64` (`st.global.v2.u64`).
+///
+/// # Safety
+/// `p` is 16-byte aligned and points to 2 writable `u64` of global memory.
+#[inline(always)]
+pub unsafe fn st_v2_u64(p: *mut u64, v: [u64; 2]) {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.v2.u64 [g], {{{a}, {b}}}; }}",
+            p = in(reg64) p, a = in(reg64) v[0], b = in(reg64) v[1],
+            options(nostack)
+        )
+    };
+}
+
+// ---------------------------------------------------------------------------------------
+// Atomics (generic addressing: valid for global and shared memory)
+// ---------------------------------------------------------------------------------------
+
+macro_rules! atomic_fn {
+    ($(#[$doc:meta])* $name:ident, $ty:ty, $reg:ident, $op:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `p` is a valid, naturally aligned address in global or shared memory.
+        #[inline(always)]
+        pub unsafe fn $name(p: *mut $ty, v: $ty) -> $ty {
+            let r: $ty;
+            // SAFETY: caller guarantees `p` is valid and aligned.
+            unsafe {
+                asm!(concat!($op, " {r}, [{p}], {v};"), p = in(reg64) p, v = in($reg) v, r = out($reg) r, options(nostack))
+            };
+            r
+        }
+    };
+}
+
+atomic_fn!(/// `atomicAdd(unsigned*, v)`
+    atomic_add_u32, u32, reg32, "atom.add.u32");
+atomic_fn!(/// `atomicAdd(int*, v)`
+    atomic_add_i32, i32, reg32, "atom.add.s32");
+atomic_fn!(/// `atomicAdd(unsigned long long*, v)`
+    atomic_add_u64, u64, reg64, "atom.add.u64");
+atomic_fn!(/// `atomicMin(unsigned*, v)`
+    atomic_min_u32, u32, reg32, "atom.min.u32");
+atomic_fn!(/// `atomicMin(int*, v)`
+    atomic_min_i32, i32, reg32, "atom.min.s32");
+atomic_fn!(/// `atomicMin(unsigned long long*, v)`
+    atomic_min_u64, u64, reg64, "atom.min.u64");
+atomic_fn!(/// `atomicMax(unsigned*, v)`
+    atomic_max_u32, u32, reg32, "atom.max.u32");
+atomic_fn!(/// `atomicMax(int*, v)`
+    atomic_max_i32, i32, reg32, "atom.max.s32");
+atomic_fn!(/// `atomicMax(unsigned long long*, v)`
+    atomic_max_u64, u64, reg64, "atom.max.u64");
+atomic_fn!(/// `atomicExch(unsigned*, v)`
+    atomic_exch_u32, u32, reg32, "atom.exch.b32");
+atomic_fn!(/// `atomicExch(unsigned long long*, v)`
+    atomic_exch_u64, u64, reg64, "atom.exch.b64");
+atomic_fn!(/// `atomicOr(unsigned*, v)`
+    atomic_or_u32, u32, reg32, "atom.or.b32");
+atomic_fn!(/// `atomicAnd(unsigned*, v)`
+    atomic_and_u32, u32, reg32, "atom.and.b32");
+atomic_fn!(/// `atomicInc(unsigned*, limit)`: `old >= limit ? 0 : old + 1`
+    atomic_inc_u32, u32, reg32, "atom.inc.u32");
+
+/// `atomicAdd(float*, v)`
+///
+/// # Safety
+/// `p` is a valid, aligned `f32` address in global or shared memory.
+#[inline(always)]
+pub unsafe fn atomic_add_f32(p: *mut f32, v: f32) -> f32 {
+    let r: f32;
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe {
+        asm!("atom.add.f32 {r}, [{p}], {v};", p = in(reg64) p, v = in(reg32) v, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+
+/// `atomicCAS(unsigned*, compare, val)`
+///
+/// # Safety
+/// `p` is a valid, aligned `u32` address in global or shared memory.
+#[inline(always)]
+pub unsafe fn atomic_cas_u32(p: *mut u32, compare: u32, val: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe {
+        asm!("atom.cas.b32 {r}, [{p}], {c}, {v};", p = in(reg64) p, c = in(reg32) compare, v = in(reg32) val, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `atomicCAS(unsigned long long*, compare, val)`
+///
+/// # Safety
+/// `p` is a valid, aligned `u64` address in global or shared memory.
+#[inline(always)]
+pub unsafe fn atomic_cas_u64(p: *mut u64, compare: u64, val: u64) -> u64 {
+    let r: u64;
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe {
+        asm!("atom.cas.b64 {r}, [{p}], {c}, {v};", p = in(reg64) p, c = in(reg64) compare, v = in(reg64) val, r = out(reg64) r, options(nostack))
+    };
+    r
+}
+
+/// `atomicAdd` on shared memory whose result is unused (`red.shared.add.u32`), addressed
+/// by a 32-bit shared-window address from [`shared_base`].
+///
+/// # Safety
+/// `saddr` is a 4-byte aligned address inside this block's shared memory allocation.
+#[inline(always)]
+pub unsafe fn red_shared_add_u32(saddr: u32, v: u32) {
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe { asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) saddr, v = in(reg32) v, options(nostack)) };
+}
+/// `atomicAdd` on shared memory returning the old value (`atom.shared.add.u32`).
+///
+/// # Safety
+/// As [`red_shared_add_u32`].
+#[inline(always)]
+pub unsafe fn atom_shared_add_u32(saddr: u32, v: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("atom.shared.add.u32 {r}, [{a}], {v};", a = in(reg32) saddr, v = in(reg32) v, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `atomicAdd` on global memory whose result is unused (`red.global.add.u32`).
+///
+/// # Safety
+/// `p` is a valid, aligned `u32` in global memory.
+#[inline(always)]
+pub unsafe fn red_global_add_u32(p: *mut u32, v: u32) {
+    // SAFETY: caller guarantees `p` is valid and aligned.
+    unsafe {
+        asm!("{{ .reg .u64 g; cvta.to.global.u64 g, {p}; red.global.add.u32 [g], {v}; }}", p = in(reg64) p, v = in(reg32) v, options(nostack))
+    };
+}
+
+// ---------------------------------------------------------------------------------------
+// Shared memory
+// ---------------------------------------------------------------------------------------
+
+// The block's dynamic shared memory (`extern __shared__ char smem[]`). Every kernel carves
+// its `TempStorage` out of it; the launcher passes the byte size that the family's
+// `const fn ..._smem_bytes` computes.
+global_asm!(".extern .shared .align 16 .b8 detkit_dynamic_smem[];");
+
+/// 32-bit shared-window address of the block's dynamic shared memory (for `*.shared.*`).
+#[inline(always)]
+pub fn shared_base() -> u32 {
+    let r: u32;
+    // SAFETY: takes the address of the module's dynamic shared-memory symbol.
+    unsafe { asm!("mov.u32 {r}, detkit_dynamic_smem;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    r
+}
+/// Generic pointer to the block's dynamic shared memory (`extern __shared__` array),
+/// usable with ordinary loads and stores.
+#[inline(always)]
+pub fn dynamic_shared_ptr() -> *mut u8 {
+    let r: u64;
+    // SAFETY: converts the shared symbol's address to a generic address.
+    unsafe {
+        asm!("{{ .reg .u64 s; mov.u64 s, detkit_dynamic_smem; cvta.shared.u64 {r}, s; }}", r = out(reg64) r, options(pure, nomem, nostack))
+    };
+    r as *mut u8
+}
+
+/// `nanosleep(ns)`: back off while spinning on another block's flag.
+#[inline(always)]
+pub fn nanosleep(ns: u32) {
+    // SAFETY: no preconditions.
+    unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nostack)) };
+}

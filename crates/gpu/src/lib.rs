@@ -1,0 +1,61 @@
+//! detkit GPU kernels and the types the host shares with them.
+//!
+//! This crate compiles for two targets:
+//! - `nvptx64-nvidia-cuda`: the kernels (`extern "ptx-kernel"` entry points), built to PTX
+//!   by `cargo xtask build-ptx` and embedded in the `detkit` host crate;
+//! - the host: the shared `#[repr(C)]` types, constants (block sizes, temporary-storage
+//!   sizes), kernel names and pure per-element helpers, so the host never re-declares them.
+//!
+//! Layout follows CUB's scopes: [`intrinsics`] (thread level, nvptx only), warp and block
+//! collectives in [`scan`], and one module per algorithm family ([`scan`], [`compact`],
+//! [`histogram`], [`bucket`]), each mirrored by a module of the same name in the host crate.
+#![no_std]
+#![cfg_attr(
+    target_arch = "nvptx64",
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(target_arch = "nvptx64")]
+pub mod intrinsics;
+
+pub mod bucket;
+pub mod compact;
+pub mod histogram;
+pub mod scan;
+
+/// Threads per warp on every NVIDIA GPU detkit supports.
+pub const WARP_SIZE: u32 = 32;
+
+/// Every kernel entry point of the PTX module. The host loads all of them at start-up,
+/// and `cargo xtask build-ptx` checks that each is an `.entry` of the PTX.
+pub const ALL_KERNELS: &[&str] = &[
+    scan::KERNEL_BLOCK_SCAN_U32,
+    scan::KERNEL_DEVICE_SCAN_U32,
+    scan::KERNEL_DEVICE_SCAN_U64,
+    compact::KERNEL_SELECT_RANGE_U32,
+    compact::KERNEL_SELECT_FLAGGED_U32,
+    histogram::KERNEL_HISTOGRAM_SHARED,
+    histogram::KERNEL_HISTOGRAM_GLOBAL,
+    bucket::KERNEL_BUCKET_FILL,
+    bucket::KERNEL_BUCKET_COUNT_STABLE,
+    bucket::KERNEL_BUCKET_STABLE_OFFSETS,
+    bucket::KERNEL_BUCKET_FILL_STABLE,
+    bucket::KERNEL_BUCKET_BLOCK_FILL,
+];
+
+/// `ceil(a / b)` for launch-size arithmetic, shared by host and device.
+#[inline(always)]
+pub const fn div_ceil_u64(a: u64, b: u64) -> u64 {
+    a.div_ceil(b)
+}
+
+#[cfg(target_arch = "nvptx64")]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    // Kernels are written so that no panic path survives optimisation (no slice
+    // indexing with bounds checks on hot paths, no unwrap). Should one remain, trap:
+    // the host sees a launch failure rather than silent corruption.
+    // SAFETY: `trap` has no preconditions; it aborts the kernel.
+    unsafe { core::arch::nvptx::trap() }
+}
