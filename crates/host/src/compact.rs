@@ -1,0 +1,121 @@
+//! Order-preserving stream compaction: launchers and the backend-neutral API.
+//! See `detkit_gpu::compact`.
+
+use cudarc::driver::PushKernelArg;
+use detkit_gpu::compact as k;
+
+use crate::cuda::{cfg, DeviceBuffer, GpuContext};
+use crate::error::{invalid, Result};
+use crate::{cpu, Backend};
+
+/// What to keep.
+pub enum Selection<'a> {
+    /// `lo <= x < hi`.
+    Range {
+        /// Inclusive lower bound.
+        lo: u32,
+        /// Exclusive upper bound.
+        hi: u32,
+    },
+    /// `flags[i] != 0`, one flag byte per item, already on the device.
+    Flagged(&'a DeviceBuffer<u8>),
+}
+
+fn check_len(n: usize) -> Result<()> {
+    if n as u64 > u32::MAX as u64 {
+        return Err(invalid("compaction input", format!("{n} items; at most 2^32 - 1 are supported")));
+    }
+    Ok(())
+}
+
+impl GpuContext {
+    /// Writes the selected items of `input[..n]`, in input order, to the front of `output`,
+    /// and their number to `num_selected[0]`. Items of `output` past that number are left
+    /// as they were.
+    pub fn select_u32(
+        &self,
+        input: &DeviceBuffer<u32>,
+        n: usize,
+        selection: Selection<'_>,
+        output: &mut DeviceBuffer<u32>,
+        num_selected: &mut DeviceBuffer<u32>,
+    ) -> Result<()> {
+        check_len(n)?;
+        if input.len() < n || output.len() < n || num_selected.is_empty() {
+            return Err(invalid("compaction buffers", format!("n = {n}, input {}, output {}, count {}", input.len(), output.len(), num_selected.len())));
+        }
+        if n == 0 {
+            return self.memset_zero(num_selected);
+        }
+        let tiles = k::select_tiles(n as u64);
+        let mut lb = self.take_lookback::<u32>(tiles)?;
+        let n64 = n as u64;
+        let (name, r) = match selection {
+            Selection::Range { lo, hi } => {
+                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_SELECT_RANGE_U32)?);
+                b.arg(input).arg(&n64).arg(&lo).arg(&hi).arg(&mut *output).arg(&mut *num_selected);
+                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc).arg(&mut lb.counter);
+                // SAFETY: SELECT_THREADS threads, one block per tile, `select_smem_bytes`;
+                // n < 2^32 and buffer lengths checked; cudarc buffers are 256-byte aligned and
+                // distinct; look-back state zeroed with at least `tiles` entries.
+                (k::KERNEL_SELECT_RANGE_U32, unsafe { b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes())) })
+            }
+            Selection::Flagged(flags) => {
+                if flags.len() < n {
+                    self.put_lookback(lb);
+                    return Err(invalid("selection flags", format!("{} flags for {n} items", flags.len())));
+                }
+                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_SELECT_FLAGGED_U32)?);
+                b.arg(input).arg(flags).arg(&n64).arg(&mut *output).arg(&mut *num_selected);
+                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc).arg(&mut lb.counter);
+                // SAFETY: as for the range kernel, and `flags` holds n bytes (checked).
+                (k::KERNEL_SELECT_FLAGGED_U32, unsafe { b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes())) })
+            }
+        };
+        self.put_lookback(lb);
+        self.check_launch(name, r)
+    }
+
+    fn select_host(&self, data: &[u32], selection: Selection<'_>) -> Result<Vec<u32>> {
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        let d_in = self.upload(data)?;
+        let mut d_out = self.zeros::<u32>(data.len())?;
+        let mut d_n = self.zeros::<u32>(1)?;
+        self.select_u32(&d_in, data.len(), selection, &mut d_out, &mut d_n)?;
+        let count = self.download(&d_n)?[0] as usize;
+        let mut out = self.download(&d_out)?;
+        out.truncate(count);
+        Ok(out)
+    }
+}
+
+impl Backend {
+    /// The items `x` of `data` with `lo <= x < hi`, in input order.
+    pub fn select_in_range_u32(&self, data: &[u32], lo: u32, hi: u32) -> Result<Vec<u32>> {
+        check_len(data.len())?;
+        match self.gpu() {
+            None => Ok(cpu::compact::select(data, |_, x| detkit_gpu::compact::in_range(x, lo, hi))),
+            Some(gpu) => gpu.select_host(data, Selection::Range { lo, hi }),
+        }
+    }
+
+    /// The items `data[i]` with `flags[i] != 0`, in input order.
+    pub fn select_flagged_u32(&self, data: &[u32], flags: &[u8]) -> Result<Vec<u32>> {
+        check_len(data.len())?;
+        if flags.len() != data.len() {
+            return Err(invalid("selection flags", format!("{} flags for {} items", flags.len(), data.len())));
+        }
+        match self.gpu() {
+            None => Ok(cpu::compact::select(data, |i, _| flags[i] != 0)),
+            Some(gpu) => {
+                if data.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let d_flags = gpu.upload(flags)?;
+                gpu.select_host(data, Selection::Flagged(&d_flags))
+            }
+        }
+    }
+}

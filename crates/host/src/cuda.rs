@@ -1,0 +1,181 @@
+//! The CUDA context: one device, one stream, the PTX module loaded once.
+//!
+//! `cudarc` loads `libcuda` at run time (`dynamic-loading`): nothing of CUDA is needed to
+//! build detkit. [`GpuContext::new`] checks that the library is present before touching
+//! cudarc (which panics when it is missing) and reports a typed error instead.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
+    ValidAsZeroBits,
+};
+use cudarc::nvrtc::Ptx;
+
+use crate::error::{DriverContext, Error, Result};
+
+/// A buffer in device memory (cudarc's `CudaSlice`; allocations are 256-byte aligned).
+pub type DeviceBuffer<T> = CudaSlice<T>;
+
+/// Whether a CUDA driver library can be loaded on this machine.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to open the shared library; no cudarc state is touched.
+    unsafe { sys::is_culib_present() }
+}
+
+/// A CUDA device with its stream and the detkit kernels.
+pub struct GpuContext {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    kernels: HashMap<&'static str, CudaFunction>,
+    name: String,
+    sm_count: u32,
+    pub(crate) temp: Mutex<crate::scan::ScanTemp>,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext").field("device", &self.name).finish()
+    }
+}
+
+impl GpuContext {
+    /// Opens device `ordinal`, creates a stream and loads every kernel of the embedded PTX
+    /// (a missing kernel fails here, not mid-run).
+    pub fn new(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(Error::NoCuda("no CUDA driver library (libcuda.so) found".into()));
+        }
+        let count = CudaContext::device_count().ctx("counting CUDA devices")?;
+        if count <= 0 {
+            return Err(Error::NoCuda("the CUDA driver reports no device".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(Error::NoCuda(format!(
+                "device {ordinal} requested, {count} present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).ctx("creating the CUDA context")?;
+        let stream = ctx.new_stream().ctx("creating the stream")?;
+        let module = ctx
+            .load_module(Ptx::from_src(crate::ptx::PTX))
+            .ctx("loading the detkit PTX module")?;
+        let mut kernels = HashMap::new();
+        for &name in detkit_gpu::ALL_KERNELS {
+            let f = module
+                .load_function(name)
+                .map_err(|_| Error::MissingKernel(name.to_string()))?;
+            kernels.insert(name, f);
+        }
+        let name = ctx.name().ctx("reading the device name")?;
+        let sm_count = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .ctx("reading the multiprocessor count")? as u32;
+        Ok(Self {
+            ctx,
+            stream,
+            kernels,
+            name,
+            sm_count,
+            temp: Mutex::new(Default::default()),
+        })
+    }
+
+    /// The device's name, as the driver reports it.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> u32 {
+        self.sm_count
+    }
+
+    /// The stream every detkit launch uses.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    /// The cudarc context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// A kernel by name (all are loaded at construction).
+    pub(crate) fn kernel(&self, name: &'static str) -> Result<&CudaFunction> {
+        self.kernels
+            .get(name)
+            .ok_or_else(|| Error::MissingKernel(name.to_string()))
+    }
+
+    /// Copies `data` to a new device buffer.
+    pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        self.stream.clone_htod(data).ctx("copying to the device")
+    }
+
+    /// Copies a device buffer back to the host (synchronises the stream).
+    pub fn download<T: DeviceRepr>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        self.stream.clone_dtoh(buf).ctx("copying from the device")
+    }
+
+    /// A zeroed device buffer of `n` elements.
+    pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DeviceBuffer<T>> {
+        self.stream
+            .alloc_zeros(n)
+            .ctx("allocating device memory")
+    }
+
+    /// A device buffer of `n` copies of `poison`: tests fill outputs with it so that an
+    /// element the kernel failed to write shows up.
+    pub fn poisoned<T: DeviceRepr + Copy>(&self, n: usize, poison: T) -> Result<DeviceBuffer<T>> {
+        self.upload(&vec![poison; n])
+    }
+
+    /// Zeroes a device buffer.
+    pub fn memset_zero<T: DeviceRepr + ValidAsZeroBits>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
+        self.stream.memset_zeros(buf).ctx("zeroing device memory")
+    }
+
+    /// Waits for all work on the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().ctx("synchronising the stream")
+    }
+
+    /// After a launch: in debug builds, synchronise and name the kernel on failure
+    /// (traccc checks after every launch); in release builds only the launch error is checked.
+    pub(crate) fn check_launch(&self, kernel: &'static str, r: std::result::Result<Option<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>, cudarc::driver::DriverError>) -> Result<()> {
+        r.ctx(format!("launching `{kernel}`"))?;
+        if cfg!(debug_assertions) {
+            self.stream
+                .synchronize()
+                .ctx(format!("running `{kernel}`"))?;
+        }
+        Ok(())
+    }
+
+    /// Raises a kernel's dynamic shared-memory limit when a launch needs more than 48 KiB.
+    pub(crate) fn allow_smem(&self, kernel: &'static str, bytes: usize) -> Result<()> {
+        if bytes > 48 * 1024 {
+            self.kernel(kernel)?
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    bytes as i32,
+                )
+                .ctx(format!("raising the shared-memory limit of `{kernel}`"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A 1-D launch configuration.
+pub(crate) fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: smem as u32,
+    }
+}
+
+/// Largest grid of 1-D blocks detkit launches (`gridDim.x` limit).
+pub(crate) const MAX_GRID: u64 = (1 << 31) - 1;

@@ -1,0 +1,66 @@
+//! The typed error of every detkit operation.
+
+use cudarc::driver::DriverError;
+
+/// Everything that can go wrong in detkit, by cause.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CUDA driver refused a call; `context` names what detkit was doing
+    /// (the kernel name for launches).
+    #[error("CUDA driver error while {context}: {source}")]
+    Driver {
+        /// What detkit was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// CUDA was asked for but is not usable here (no driver library, no device).
+    #[error("CUDA is not available: {0}")]
+    NoCuda(String),
+    /// The embedded PTX lacks a kernel detkit needs (a stale or foreign PTX).
+    #[error("kernel `{0}` is missing from the PTX module")]
+    MissingKernel(String),
+    /// The caller's input breaks a documented precondition.
+    #[error("invalid input `{what}`: {detail}")]
+    InvalidInput {
+        /// The argument or data at fault.
+        what: &'static str,
+        /// What is wrong with it, naming the first offending element where there is one.
+        detail: String,
+    },
+    /// A fixed capacity would be exceeded.
+    #[error("capacity exceeded for {what}: needed {needed}, capacity {capacity}")]
+    CapacityExceeded {
+        /// The buffer or limit.
+        what: &'static str,
+        /// What the input needs.
+        needed: u64,
+        /// What is available.
+        capacity: u64,
+    },
+}
+
+/// `Result` with detkit's [`Error`].
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Attaches a context string to driver errors.
+pub(crate) trait DriverContext<T> {
+    fn ctx(self, context: impl Into<String>) -> Result<T>;
+}
+
+impl<T> DriverContext<T> for std::result::Result<T, DriverError> {
+    fn ctx(self, context: impl Into<String>) -> Result<T> {
+        self.map_err(|source| Error::Driver {
+            context: context.into(),
+            source,
+        })
+    }
+}
+
+pub(crate) fn invalid(what: &'static str, detail: impl Into<String>) -> Error {
+    Error::InvalidInput {
+        what,
+        detail: detail.into(),
+    }
+}

@@ -1,0 +1,217 @@
+//! Prefix sums: launchers of the `detkit-gpu` scan kernels and the backend-neutral API.
+//! See `detkit_gpu::scan` for the algorithm (single-pass, decoupled look-back).
+
+use cudarc::driver::{DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use detkit_gpu::scan::{self as k, ScanKind};
+
+use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
+use crate::error::{invalid, DriverContext, Result};
+use crate::{cpu, Backend};
+
+/// Reusable look-back state: tile flags, aggregates, inclusive prefixes, tile counter.
+/// Grown on demand and kept between calls so that timed runs allocate nothing.
+#[derive(Default)]
+pub struct ScanTemp {
+    pub(crate) flags: Option<DeviceBuffer<u32>>,
+    pub(crate) agg32: Option<DeviceBuffer<u32>>,
+    pub(crate) inc32: Option<DeviceBuffer<u32>>,
+    pub(crate) agg64: Option<DeviceBuffer<u64>>,
+    pub(crate) inc64: Option<DeviceBuffer<u64>>,
+    pub(crate) counter: Option<DeviceBuffer<u32>>,
+}
+
+fn grow<T: DeviceRepr + ValidAsZeroBits>(gpu: &GpuContext, slot: &mut Option<DeviceBuffer<T>>, n: usize) -> Result<()> {
+    if slot.as_ref().is_none_or(|b| b.len() < n) {
+        *slot = Some(gpu.zeros(n.max(1))?);
+    }
+    Ok(())
+}
+
+/// A value type the device scan supports (`u32`, `u64`).
+pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + cpu::scan::Summable {
+    /// Kernel name.
+    const KERNEL: &'static str;
+    /// Bytes per value.
+    const BYTES: usize;
+    #[doc(hidden)]
+    fn slots(t: &mut ScanTemp) -> (&mut Option<DeviceBuffer<Self>>, &mut Option<DeviceBuffer<Self>>);
+}
+impl DeviceScanValue for u32 {
+    const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U32;
+    const BYTES: usize = 4;
+    fn slots(t: &mut ScanTemp) -> (&mut Option<DeviceBuffer<u32>>, &mut Option<DeviceBuffer<u32>>) {
+        (&mut t.agg32, &mut t.inc32)
+    }
+}
+impl DeviceScanValue for u64 {
+    const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U64;
+    const BYTES: usize = 8;
+    fn slots(t: &mut ScanTemp) -> (&mut Option<DeviceBuffer<u64>>, &mut Option<DeviceBuffer<u64>>) {
+        (&mut t.agg64, &mut t.inc64)
+    }
+}
+
+/// The look-back state of one single-pass launch, taken from the context's pool.
+pub(crate) struct Lookback<T: DeviceScanValue> {
+    pub flags: DeviceBuffer<u32>,
+    pub agg: DeviceBuffer<T>,
+    pub inc: DeviceBuffer<T>,
+    pub counter: DeviceBuffer<u32>,
+}
+
+impl GpuContext {
+    /// Takes look-back state for `tiles` tiles from the pool (allocating if it is too small)
+    /// and zeroes the flags and the tile counter on the stream.
+    pub(crate) fn take_lookback<T: DeviceScanValue>(&self, tiles: u64) -> Result<Lookback<T>> {
+        if tiles > MAX_GRID {
+            return Err(crate::Error::CapacityExceeded { what: "single-pass tiles", needed: tiles, capacity: MAX_GRID });
+        }
+        let tiles = tiles as usize;
+        let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
+        grow(self, &mut pool.flags, tiles)?;
+        grow(self, &mut pool.counter, 1)?;
+        let (a, i) = T::slots(&mut pool);
+        grow(self, a, tiles)?;
+        grow(self, i, tiles)?;
+        let (agg, inc) = (a.take().expect("grown"), i.take().expect("grown"));
+        let mut lb = Lookback {
+            flags: pool.flags.take().expect("grown"),
+            agg,
+            inc,
+            counter: pool.counter.take().expect("grown"),
+        };
+        drop(pool);
+        let mut fl = lb.flags.slice_mut(0..tiles);
+        self.stream().memset_zeros(&mut fl).ctx("zeroing look-back flags")?;
+        self.memset_zero(&mut lb.counter)?;
+        Ok(lb)
+    }
+
+    /// Returns look-back state to the pool.
+    pub(crate) fn put_lookback<T: DeviceScanValue>(&self, lb: Lookback<T>) {
+        let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
+        pool.flags = Some(lb.flags);
+        pool.counter = Some(lb.counter);
+        let (a, i) = T::slots(&mut pool);
+        *a = Some(lb.agg);
+        *i = Some(lb.inc);
+    }
+
+    /// Device-wide scan of the first `n` elements of `input` into `output`.
+    pub fn scan_device<T: DeviceScanValue>(
+        &self,
+        input: &DeviceBuffer<T>,
+        output: &mut DeviceBuffer<T>,
+        n: usize,
+        kind: ScanKind,
+    ) -> Result<()> {
+        if input.len() < n || output.len() < n {
+            return Err(invalid(
+                "scan buffers",
+                format!("n = {n} but input holds {} and output {}", input.len(), output.len()),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let tiles = k::device_scan_tiles(n as u64, T::BYTES);
+        let mut lb = self.take_lookback::<T>(tiles)?;
+        let f = self.kernel(T::KERNEL)?;
+        let (n64, kind32) = (n as u64, kind as u32);
+        let mut b = self.stream().launch_builder(f);
+        b.arg(input).arg(&mut *output).arg(&n64).arg(&kind32);
+        b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc).arg(&mut lb.counter);
+        // SAFETY: launch contract of `scan_device_u32/u64`: DEVICE_SCAN_THREADS threads,
+        // one block per tile, `device_scan_smem_bytes` of shared memory; input and output hold
+        // n elements (checked), are distinct allocations (borrows) and 256-byte aligned
+        // (cudarc allocations); flags and counter were zeroed on this stream and the status
+        // arrays hold at least `tiles` entries.
+        let r = unsafe { b.launch(cfg(tiles, k::DEVICE_SCAN_THREADS, k::device_scan_smem_bytes(T::BYTES))) };
+        self.put_lookback(lb);
+        self.check_launch(T::KERNEL, r)
+    }
+
+    /// Block scan (test primitive): each run of `block` elements scanned on its own; returns
+    /// the scan and the per-block totals.
+    pub fn block_scan_u32(
+        &self,
+        input: &DeviceBuffer<u32>,
+        output: &mut DeviceBuffer<u32>,
+        totals: &mut DeviceBuffer<u32>,
+        n: usize,
+        block: u32,
+        kind: ScanKind,
+    ) -> Result<()> {
+        check_block_size(block)?;
+        let blocks = (n as u64).div_ceil(block as u64);
+        if input.len() < n || output.len() < n || (totals.len() as u64) < blocks {
+            return Err(invalid("block scan buffers", "shorter than n or than the number of blocks"));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let f = self.kernel(k::KERNEL_BLOCK_SCAN_U32)?;
+        let (n64, kind32) = (n as u64, kind as u32);
+        let mut b = self.stream().launch_builder(f);
+        b.arg(input).arg(&mut *output).arg(&mut *totals).arg(&n64).arg(&kind32);
+        // SAFETY: `block` is a multiple of 32 up to 1024 (checked); buffers hold n elements
+        // and one total per block (checked); shared memory sized by `block_scan_smem_bytes`.
+        let r = unsafe { b.launch(cfg(blocks, block, k::block_scan_smem_bytes(4))) };
+        self.check_launch(k::KERNEL_BLOCK_SCAN_U32, r)
+    }
+}
+
+/// Block sizes of block-level collectives: a multiple of 32, from 32 to 1024.
+pub(crate) fn check_block_size(block: u32) -> Result<()> {
+    if block == 0 || block % 32 != 0 || block > k::MAX_BLOCK_THREADS {
+        return Err(invalid("block size", format!("{block} is not a multiple of 32 in 32..=1024")));
+    }
+    Ok(())
+}
+
+impl Backend {
+    /// Inclusive or exclusive sum of `u32` values (wrapping).
+    pub fn scan_u32(&self, input: &[u32], kind: ScanKind) -> Result<Vec<u32>> {
+        self.scan(input, kind)
+    }
+
+    /// Inclusive or exclusive sum of `u64` values (wrapping).
+    pub fn scan_u64(&self, input: &[u64], kind: ScanKind) -> Result<Vec<u64>> {
+        self.scan(input, kind)
+    }
+
+    fn scan<T: DeviceScanValue>(&self, input: &[T], kind: ScanKind) -> Result<Vec<T>> {
+        match self.gpu() {
+            None => Ok(cpu::scan::scan(input, kind)),
+            Some(gpu) => {
+                if input.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let d_in = gpu.upload(input)?;
+                let mut d_out = gpu.zeros::<T>(input.len())?;
+                gpu.scan_device(&d_in, &mut d_out, input.len(), kind)?;
+                gpu.download(&d_out)
+            }
+        }
+    }
+
+    /// Block scan: each run of `block` consecutive elements scanned on its own (`block` a
+    /// multiple of 32 up to 1024). Returns the scan and each block's total.
+    pub fn block_scan_u32(&self, input: &[u32], block: u32, kind: ScanKind) -> Result<(Vec<u32>, Vec<u32>)> {
+        check_block_size(block)?;
+        match self.gpu() {
+            None => Ok(cpu::scan::block_scan(input, block as usize, kind)),
+            Some(gpu) => {
+                if input.is_empty() {
+                    return Ok((Vec::new(), Vec::new()));
+                }
+                let blocks = input.len().div_ceil(block as usize);
+                let d_in = gpu.upload(input)?;
+                let mut d_out = gpu.zeros::<u32>(input.len())?;
+                let mut d_tot = gpu.zeros::<u32>(blocks)?;
+                gpu.block_scan_u32(&d_in, &mut d_out, &mut d_tot, input.len(), block, kind)?;
+                Ok((gpu.download(&d_out)?, gpu.download(&d_tot)?))
+            }
+        }
+    }
+}
