@@ -10,6 +10,10 @@ use crate::error::{invalid, DriverContext, Error, Result};
 use crate::histogram::HistogramStrategy;
 use crate::{cpu, Backend, ScanKind};
 
+/// Value the bucket outputs are filled with before the kernels run; an element still holding
+/// it afterwards was never written (tests look for it).
+pub const POISON: u32 = 0xDEAD_BEEF;
+
 /// Order of the items inside a bin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BucketOrder {
@@ -91,9 +95,11 @@ impl GpuContext {
         nbins: u32,
         order: BucketOrder,
     ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
-        let mut offsets = self.zeros::<u32>(nbins as usize + 1)?;
-        let mut content = self.zeros::<u32>(n.max(1))?;
+        // Poisoned: every element must be written by the kernels.
+        let mut offsets = self.poisoned::<u32>(nbins as usize + 1, POISON)?;
+        let mut content = self.poisoned::<u32>(n.max(1), POISON)?;
         if n == 0 {
+            self.memset_zero(&mut offsets)?;
             return Ok((offsets, content));
         }
         let n64 = n as u64;
@@ -186,8 +192,8 @@ impl GpuContext {
         if smem > MAX_BLOCK_SMEM {
             return Err(Error::CapacityExceeded { what: "block bucket shared memory (bytes)", needed: smem as u64, capacity: MAX_BLOCK_SMEM as u64 });
         }
-        let mut offsets = self.zeros::<u32>((nsegs * (nbins as usize + 1)).max(1))?;
-        let mut content = self.zeros::<u32>(n.max(1))?;
+        let mut offsets = self.poisoned::<u32>((nsegs * (nbins as usize + 1)).max(1), POISON)?;
+        let mut content = self.poisoned::<u32>(n.max(1), POISON)?;
         let mut counters = self.zeros::<u32>(2)?;
         if nsegs == 0 {
             return Ok((offsets, content, 0));

@@ -1,1 +1,159 @@
-fn main(){}
+//! detkit-bench: device-resident timings of the primitives, to put beside CUB's
+//! (`bench/cub_baseline.cu`, same inputs, same CSV format; `bench/compare.py` joins them).
+//!
+//! Each primitive and size: generate the input (the formula of `detkit::data`), run once and
+//! check the result against the CPU oracle (no time is printed for a wrong result), warm up,
+//! then time `reps` runs with CUDA events and report the median.
+//!
+//! Usage: `detkit-bench [--sizes 20,22,24,26,28] [--reps 30] [--csv FILE]`
+
+use anyhow::{bail, Context, Result};
+use cudarc::driver::sys::CUevent_flags;
+use detkit::compact::Selection;
+use detkit::histogram::HistogramStrategy;
+use detkit::{cpu, data, Backend, BucketOrder, GpuContext, ScanKind};
+use std::io::Write;
+
+struct Row {
+    primitive: String,
+    n: usize,
+    ms: f64,
+    bytes: f64,
+}
+
+fn median_ms(g: &GpuContext, reps: usize, mut f: impl FnMut() -> detkit::Result<()>) -> Result<f64> {
+    for _ in 0..5 {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let a = g.stream().record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        f()?;
+        let b = g.stream().record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        b.synchronize()?;
+        times.push(a.elapsed_ms(&b)? as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[reps / 2])
+}
+
+fn check<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<()> {
+    if let Err(msg) = detkit_tests::exact(what, got, want) {
+        bail!("CHECK FAILED {msg}");
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut sizes = vec![20u32, 22, 24, 26, 28];
+    let mut reps = 30usize;
+    let mut csv = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--sizes" => sizes = args.next().context("--sizes needs a list")?.split(',').map(|s| s.parse()).collect::<Result<_, _>>()?,
+            "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
+            "--csv" => csv = Some(args.next().context("--csv needs a file")?),
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    let backend = Backend::cuda(0).context("detkit-bench needs a CUDA device")?;
+    let g = backend.gpu().expect("cuda");
+    println!("# device: {}", g.device_name());
+    let mut rows: Vec<Row> = Vec::new();
+    for &log in &sizes {
+        let n = 1usize << log;
+        eprintln!("2^{log}: generating inputs");
+        // copy: our own device-to-device ceiling
+        {
+            let src = g.upload(&data::scan_values(n))?;
+            let mut dst = g.zeros::<u32>(n)?;
+            let ms = median_ms(g, reps, || {
+                g.stream().memcpy_dtod(&src, &mut dst).map_err(|source| detkit::Error::Driver { context: "copy".into(), source })
+            })?;
+            rows.push(Row { primitive: "copy".into(), n, ms, bytes: 8.0 * n as f64 });
+        }
+        // scan u32
+        {
+            let input = data::scan_values(n);
+            let d_in = g.upload(&input)?;
+            let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
+            g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
+            check("scan_u32", &g.download(&d_out)?, &cpu::scan::scan(&input, ScanKind::Exclusive))?;
+            let ms = median_ms(g, reps, || g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive))?;
+            rows.push(Row { primitive: "scan_u32".into(), n, ms, bytes: 8.0 * n as f64 });
+        }
+        // scan u64
+        if log <= 27 {
+            let input: Vec<u64> = data::scan_values(n).into_iter().map(u64::from).collect();
+            let d_in = g.upload(&input)?;
+            let mut d_out = g.poisoned(n, u64::MAX)?;
+            g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
+            check("scan_u64", &g.download(&d_out)?, &cpu::scan::scan(&input, ScanKind::Exclusive))?;
+            let ms = median_ms(g, reps, || g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive))?;
+            rows.push(Row { primitive: "scan_u64".into(), n, ms, bytes: 16.0 * n as f64 });
+        }
+        // histograms, 256 bins
+        for (name, keys) in [("uniform", data::uniform_keys(n)), ("skewed", data::skewed_keys(n))] {
+            let want = cpu::histogram::histogram(&keys, 256);
+            let d = g.upload(&keys)?;
+            for (suffix, aggregate) in [("", true), ("_noagg", false)] {
+                let mut out = g.histogram_outputs(256)?;
+                g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)?;
+                check(&format!("histogram_{name}{suffix}"), &g.download_histogram(&out)?.counts, &want.counts)?;
+                let ms = median_ms(g, reps, || {
+                    g.memset_zero(&mut out.counts)?;
+                    g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)
+                })?;
+                rows.push(Row { primitive: format!("histogram_{name}{suffix}"), n, ms, bytes: 4.0 * n as f64 });
+            }
+        }
+        // select, 50%
+        {
+            let input = data::select_values(n);
+            let want = cpu::compact::select(&input, |_, x| x < 1 << 31);
+            let d_in = g.upload(&input)?;
+            let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
+            let mut d_n = g.zeros::<u32>(1)?;
+            let sel = || Selection::Range { lo: 0, hi: 1 << 31 };
+            g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)?;
+            let count = g.download(&d_n)?[0] as usize;
+            check("select_50", &g.download(&d_out)?[..count], &want)?;
+            let ms = median_ms(g, reps, || g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n))?;
+            rows.push(Row { primitive: "select_50".into(), n, ms, bytes: 4.0 * (n + count) as f64 });
+        }
+        // bucket container, 1024 bins (no CUB equivalent; for the record)
+        if log <= 26 {
+            let keys = data::random_below(17, n, 1024);
+            let d = g.upload(&keys)?;
+            let want = cpu::bucket::bucket(&keys, 1024);
+            for (name, order) in [("bucket_stable", BucketOrder::Stable), ("bucket_unordered", BucketOrder::Unordered)] {
+                let (o, _c) = g.bucket_device(&d, n, 1024, order)?;
+                check(name, &g.download(&o)?, &want.offsets)?;
+                let ms = median_ms(g, reps.min(10), || g.bucket_device(&d, n, 1024, order).map(|_| ()))?;
+                rows.push(Row { primitive: name.into(), n, ms, bytes: 8.0 * n as f64 });
+            }
+        }
+    }
+    println!("{:<26} {:>6} {:>12} {:>10} {:>10}", "primitive", "n", "median ms", "GB/s", "G items/s");
+    for r in &rows {
+        println!(
+            "{:<26} 2^{:<4} {:>12.4} {:>10.1} {:>10.2}",
+            r.primitive,
+            r.n.trailing_zeros(),
+            r.ms,
+            r.bytes / r.ms / 1e6,
+            r.n as f64 / r.ms / 1e6
+        );
+    }
+    if let Some(path) = csv {
+        let mut f = std::fs::File::create(&path).with_context(|| format!("creating {path}"))?;
+        writeln!(f, "impl,primitive,n,median_ms,gbps,gitems")?;
+        writeln!(f, "# device: {}", g.device_name())?;
+        for r in &rows {
+            let imp = if r.primitive == "copy" { "copy" } else { "detkit" };
+            writeln!(f, "{imp},{},{},{:.6},{:.3},{:.4}", r.primitive, r.n, r.ms, r.bytes / r.ms / 1e6, r.n as f64 / r.ms / 1e6)?;
+        }
+    }
+    Ok(())
+}
