@@ -302,7 +302,7 @@ fn test_block_bucket(c: &Ctx) -> R {
         let n = *segments.last().unwrap() as usize;
         let keys = c.rand(12, n, nbins);
         let want = cpu::bucket::block_bucket(&keys, &segments, nbins);
-        for capacity in [None, Some(64), Some(0)] {
+        for capacity in [None, Some(16), Some(0)] {
             let forced = capacity.is_some();
             let got = c.backend.block_bucket(&keys, &segments, nbins, BucketOrder::Stable, capacity).map_err(e)?;
             let what = format!("block_bucket {label} capacity={capacity:?}");

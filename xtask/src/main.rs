@@ -1,1 +1,987 @@
-fn main(){}
+//! detkit's build tasks, in matklad's `cargo xtask` style: one binary, subcommands parsed
+//! by hand, no dependencies beyond `anyhow` (and `detkit-gpu` for the kernel list).
+//!
+//! Run `cargo xtask help` for the list of tasks.
+
+use std::collections::BTreeSet;
+use std::env;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, ensure, Context, Result};
+
+const USAGE: &str = "\
+usage: cargo xtask <task> [options]
+
+tasks:
+  build-ptx [--arch sm_70|sm_80|sm_90] [--check] [--require-ptxas]
+      Build the kernels (crates/gpu) to PTX in target/ptx-<arch>/, check that its
+      `.entry` kernels are exactly detkit_gpu::ALL_KERNELS and that no kernel can
+      reach a panic, and print ptxas' per-kernel resource report (also written to
+      target/ptx-<arch>/resources.txt).
+      For sm_70 (the default, the arch the host embeds) the PTX is copied to
+      crates/host/ptx/detkit.ptx; with --check nothing is written and the task fails
+      if the committed file is stale.
+      ptxas is $PTXAS, else `ptxas` on PATH, else the one `.ci/install-ptxas` puts in
+      .tools/ptxas-venv/; without one the resource report is skipped (an error with
+      --require-ptxas).
+
+  gpu-bundle [DIR]
+      Refresh the embedded PTX, build the CLI, the benchmark and the GPU tests in
+      release mode, and gather them with the CUB baseline and a run.sh into DIR
+      (default: gpu-bundle/), a folder to run on a GPU host that has no Rust:
+      `./run.sh` runs the GPU tests, the benchmarks against CUB, the tests under
+      compute-sanitizer and the demo (env: OUT_DIR, CUDA_ARCH, SKIP_BENCH,
+      SKIP_SANITIZER).
+
+  help
+      Print this text.
+";
+
+fn main() {
+    if let Err(e) = try_main() {
+        eprintln!("error: {e:?}");
+        std::process::exit(1);
+    }
+}
+
+fn try_main() -> Result<()> {
+    let mut args = env::args().skip(1);
+    let task = args.next();
+    let rest: Vec<String> = args.collect();
+    match task.as_deref() {
+        None | Some("help" | "-h" | "--help") => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        Some("build-ptx") => {
+            let opts = PtxOptions::parse(&rest)?;
+            build_ptx(&opts).map(|_| ())
+        }
+        Some("gpu-bundle") => {
+            let dir = match rest.as_slice() {
+                [] => project_root().join("gpu-bundle"),
+                [d] if !d.starts_with('-') => absolute(Path::new(d))?,
+                _ => bail!("usage: cargo xtask gpu-bundle [DIR]"),
+            };
+            gpu_bundle(&dir)
+        }
+        Some(other) => bail!("unknown task `{other}`\n\n{USAGE}"),
+    }
+}
+
+/// The workspace root: xtask lives one level below it.
+fn project_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent directory")
+        .to_path_buf()
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    Ok(if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        env::current_dir()?.join(p)
+    })
+}
+
+/// The cargo that runs us (so the pinned toolchain is used), else `cargo`.
+fn cargo() -> Command {
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(project_root());
+    cmd
+}
+
+/// Runs `cmd`, inheriting stdio; fails on a non-zero exit.
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("failed to start {cmd:?}"))?;
+    ensure!(status.success(), "{cmd:?} failed: {status}");
+    Ok(())
+}
+
+/// `path` relative to the project root, for messages.
+fn rel(path: &Path) -> String {
+    let root = project_root();
+    path.strip_prefix(&root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+// ---------------------------------------------------------------------------------------
+// build-ptx
+// ---------------------------------------------------------------------------------------
+
+/// The architectures `build-ptx` accepts.
+const PTX_ARCHES: &[&str] = &["sm_70", "sm_80", "sm_90"];
+
+/// The architecture of the PTX the host crate embeds (`detkit::ptx::PTX_ARCH`).
+const EMBEDDED_ARCH: &str = "sm_70";
+
+/// The committed PTX, relative to the project root.
+const EMBEDDED_PTX: &str = "crates/host/ptx/detkit.ptx";
+
+/// The one place the PTX build is spelled out: the command that compiles `detkit-gpu`
+/// for `arch` into its own target directory (`target/ptx-<arch>`), so that it never
+/// contends with the host build for the target-dir lock nor changes its flags.
+/// Returns the command and the path of the PTX it produces.
+fn ptx_build_command(arch: &str) -> (Command, PathBuf) {
+    let target_dir = ptx_target_dir(arch);
+    let mut cmd = cargo();
+    cmd.args([
+        "rustc",
+        "-p",
+        "detkit-gpu",
+        "--release",
+        "--target",
+        "nvptx64-nvidia-cuda",
+        "-Zbuild-std=core",
+        "--crate-type",
+        "cdylib",
+        "--target-dir",
+    ])
+    .arg(&target_dir)
+    .args([
+        "--",
+        "-C",
+        &format!("target-cpu={arch}"),
+        "-C",
+        "target-feature=+ptx70",
+        "-C",
+        "llvm-args=-unroll-threshold=1000",
+    ])
+    // Debug info in PTX is noise (and `debug = 1` in the release profile is for the host).
+    .env("CARGO_PROFILE_RELEASE_DEBUG", "0");
+    let ptx = target_dir.join("nvptx64-nvidia-cuda/release/detkit_gpu.ptx");
+    (cmd, ptx)
+}
+
+fn ptx_target_dir(arch: &str) -> PathBuf {
+    project_root().join("target").join(format!("ptx-{arch}"))
+}
+
+struct PtxOptions {
+    arch: String,
+    check: bool,
+    require_ptxas: bool,
+}
+
+impl PtxOptions {
+    fn parse(args: &[String]) -> Result<Self> {
+        let mut opts = PtxOptions {
+            arch: EMBEDDED_ARCH.to_string(),
+            check: false,
+            require_ptxas: false,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            match a.as_str() {
+                "--check" => opts.check = true,
+                "--require-ptxas" => opts.require_ptxas = true,
+                "--arch" => {
+                    opts.arch = it
+                        .next()
+                        .context("--arch needs a value (sm_70, sm_80 or sm_90)")?
+                        .clone()
+                }
+                _ => match a.strip_prefix("--arch=") {
+                    Some(v) => opts.arch = v.to_string(),
+                    None => bail!(
+                        "unknown build-ptx argument `{a}`\n\
+                         usage: cargo xtask build-ptx [--arch sm_70|sm_80|sm_90] [--check] [--require-ptxas]"
+                    ),
+                },
+            }
+        }
+        ensure!(
+            PTX_ARCHES.contains(&opts.arch.as_str()),
+            "unsupported --arch `{}`: expected one of {}",
+            opts.arch,
+            PTX_ARCHES.join(", ")
+        );
+        Ok(opts)
+    }
+}
+
+/// Builds and checks the PTX for `opts.arch`; returns the path of the built PTX.
+fn build_ptx(opts: &PtxOptions) -> Result<PathBuf> {
+    let arch = opts.arch.as_str();
+    let (mut cmd, ptx_path) = ptx_build_command(arch);
+    eprintln!("building PTX for {arch} in {}", rel(&ptx_target_dir(arch)));
+    run(&mut cmd).context(
+        "building the PTX failed (it needs the pinned nightly with rust-src; \
+         see rust-toolchain.toml)",
+    )?;
+    let ptx = fs::read_to_string(&ptx_path)
+        .with_context(|| format!("cargo succeeded but {} is missing", ptx_path.display()))?;
+    println!(
+        "built {} ({} lines, {} bytes)",
+        rel(&ptx_path),
+        ptx.lines().count(),
+        ptx.len()
+    );
+
+    check_entries(&ptx)?;
+    check_panics_and_locals(&ptx)?;
+    resource_report(opts, &ptx_path)?;
+    sync_embedded(opts, &ptx)?;
+    Ok(ptx_path)
+}
+
+/// Checks that the PTX's `.entry` kernels are exactly `detkit_gpu::ALL_KERNELS`.
+fn check_entries(ptx: &str) -> Result<()> {
+    let entries = ptx_entries(ptx);
+    println!("{} kernels (.entry):", entries.len());
+    for e in &entries {
+        println!("  {e}");
+    }
+    let expected: BTreeSet<&str> = detkit_gpu::ALL_KERNELS.iter().copied().collect();
+    let found: BTreeSet<&str> = entries.iter().map(String::as_str).collect();
+    let missing: Vec<&str> = expected.difference(&found).copied().collect();
+    let extra: Vec<&str> = found.difference(&expected).copied().collect();
+    let mut problems = String::new();
+    if !missing.is_empty() {
+        let _ = writeln!(
+            problems,
+            "kernels in detkit_gpu::ALL_KERNELS but not in the PTX: {}",
+            missing.join(", ")
+        );
+    }
+    if !extra.is_empty() {
+        let _ = writeln!(
+            problems,
+            "kernels in the PTX but not in detkit_gpu::ALL_KERNELS: {}",
+            extra.join(", ")
+        );
+    }
+    ensure!(problems.is_empty(), "{}", problems.trim_end());
+    println!("entries match detkit_gpu::ALL_KERNELS");
+    Ok(())
+}
+
+/// The names of the `.entry NAME(` lines of a PTX module, in file order.
+fn ptx_entries(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|line| {
+            let line = strip_comment(line);
+            let (_, after) = line.split_once(".entry ")?;
+            let name = after.split('(').next()?.trim();
+            (!name.is_empty()).then(|| name.to_string())
+        })
+        .collect()
+}
+
+fn strip_comment(line: &str) -> &str {
+    line.split_once("//").map_or(line, |(code, _)| code)
+}
+
+/// Fails on any `call` to a panic function (a panic path that survived optimisation);
+/// warns on local memory (`.local`: a stack frame, usually from spilled arrays).
+fn check_panics_and_locals(ptx: &str) -> Result<()> {
+    let callees = ptx_callees(ptx);
+    let panics: BTreeSet<&str> = callees
+        .iter()
+        .map(String::as_str)
+        .filter(|c| c.contains("panic") || c.contains("begin_unwind"))
+        .collect();
+    ensure!(
+        panics.is_empty(),
+        "the PTX calls panic functions (a kernel has a reachable panic path: an index \
+         bounds check, unwrap or overflow check that did not optimise away):\n  {}",
+        panics.into_iter().collect::<Vec<_>>().join("\n  ")
+    );
+    if !callees.is_empty() {
+        let unique: BTreeSet<&str> = callees.iter().map(String::as_str).collect();
+        println!(
+            "note: the PTX has {} call(s) to: {}",
+            callees.len(),
+            unique.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let locals: Vec<(usize, &str)> = ptx
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| strip_comment(l).contains(".local"))
+        .collect();
+    if !locals.is_empty() {
+        println!(
+            "warning: the PTX uses local memory ({} line(s) with `.local`), e.g.:",
+            locals.len()
+        );
+        for (i, l) in locals.iter().take(5) {
+            println!("  line {}: {}", i + 1, l.trim());
+        }
+    }
+    Ok(())
+}
+
+/// The callee of every `call` instruction, e.g. `call.uni (retval0), foo, (param0);`,
+/// possibly split over several lines.
+fn ptx_callees(ptx: &str) -> Vec<String> {
+    let code: String = ptx
+        .lines()
+        .map(strip_comment)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.');
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(pos) = rest.find("call") {
+        let before_ok = rest[..pos]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || c == ';' || c == '{' || c == '}');
+        let after = &rest[pos + 4..];
+        rest = after;
+        // `call` or `call.uni` followed by whitespace; not `callseq`, not part of a name.
+        let op_end = after
+            .find(|c: char| c.is_whitespace())
+            .unwrap_or(after.len());
+        let suffix = &after[..op_end];
+        if !before_ok || !(suffix.is_empty() || suffix.starts_with('.')) {
+            continue;
+        }
+        let mut s = after[op_end..].trim_start();
+        // Optional return-value list: `(retval0, ...),`.
+        if let Some(inner) = s.strip_prefix('(') {
+            let Some(close) = inner.find(')') else { break };
+            s = inner[close + 1..].trim_start();
+            s = s.strip_prefix(',').unwrap_or(s).trim_start();
+        }
+        let name: String = s.chars().take_while(|&c| is_ident(c)).collect();
+        if !name.is_empty() {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Copies the built PTX over the committed one (sm_70), or with `--check` fails if the
+/// committed one differs.
+fn sync_embedded(opts: &PtxOptions, ptx: &str) -> Result<()> {
+    if opts.arch != EMBEDDED_ARCH {
+        println!(
+            "{} embeds {EMBEDDED_ARCH} PTX; left unchanged for --arch {}",
+            EMBEDDED_PTX, opts.arch
+        );
+        return Ok(());
+    }
+    let committed_path = project_root().join(EMBEDDED_PTX);
+    let committed = match fs::read(&committed_path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {EMBEDDED_PTX}")),
+    };
+    let up_to_date = committed.as_deref() == Some(ptx.as_bytes());
+    if opts.check {
+        ensure!(
+            up_to_date,
+            "{EMBEDDED_PTX} is stale: run `cargo xtask build-ptx` (it {} the PTX the \
+             current crates/gpu sources produce)",
+            if committed.is_some() {
+                "differs from"
+            } else {
+                "is missing; expected"
+            }
+        );
+        println!("{EMBEDDED_PTX} is up to date");
+    } else if up_to_date {
+        println!("{EMBEDDED_PTX} unchanged");
+    } else {
+        if let Some(dir) = committed_path.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        fs::write(&committed_path, ptx).with_context(|| format!("writing {EMBEDDED_PTX}"))?;
+        println!("{EMBEDDED_PTX} UPDATED (commit it)");
+    }
+    Ok(())
+}
+
+// --- ptxas resource report ---------------------------------------------------------------
+
+/// ptxas: `$PTXAS`, else `ptxas` on PATH, else `.tools/ptxas-venv/lib/python3*/
+/// site-packages/nvidia/cuda_nvcc/bin/ptxas` (what `.ci/install-ptxas` installs).
+fn find_ptxas() -> Result<Option<PathBuf>> {
+    if let Some(p) = env::var_os("PTXAS").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        ensure!(
+            p.is_file() || p.components().count() == 1,
+            "PTXAS={} does not exist",
+            p.display()
+        );
+        return Ok(Some(p));
+    }
+    let exe = format!("ptxas{}", env::consts::EXE_SUFFIX);
+    if let Some(path) = env::var_os("PATH") {
+        if let Some(p) = env::split_paths(&path)
+            .map(|d| d.join(&exe))
+            .find(|p| p.is_file())
+        {
+            return Ok(Some(p));
+        }
+    }
+    let lib = project_root().join(".tools/ptxas-venv/lib");
+    let mut pythons: Vec<PathBuf> = fs::read_dir(&lib)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    pythons.sort();
+    Ok(pythons
+        .iter()
+        .rev()
+        .map(|d| d.join("site-packages/nvidia/cuda_nvcc/bin").join(&exe))
+        .find(|p| p.is_file()))
+}
+
+#[derive(Default, Clone)]
+struct KernelResources {
+    registers: Option<u64>,
+    smem: u64,
+    stack: Option<u64>,
+    spill_stores: Option<u64>,
+    spill_loads: Option<u64>,
+}
+
+fn resource_report(opts: &PtxOptions, ptx_path: &Path) -> Result<()> {
+    let arch = opts.arch.as_str();
+    let report_path = ptx_target_dir(arch).join("resources.txt");
+    let Some(ptxas) = find_ptxas()? else {
+        let msg = "ptxas not found: set PTXAS or run `.ci/install-ptxas`; \
+                   skipping the resource report";
+        ensure!(!opts.require_ptxas, "{msg} (--require-ptxas was given)");
+        println!("note: {msg}");
+        fs::write(&report_path, format!("{msg}\n"))?;
+        return Ok(());
+    };
+    let cubin = ptx_target_dir(arch).join("detkit_gpu.cubin");
+    let mut cmd = Command::new(&ptxas);
+    cmd.arg(format!("-arch={arch}"))
+        .arg("-v")
+        .arg(ptx_path)
+        .arg("-o")
+        .arg(&cubin);
+    let out = cmd
+        .output()
+        .with_context(|| format!("failed to run ptxas ({})", ptxas.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success(),
+        "ptxas rejected the PTX ({}):\n{}{}",
+        out.status,
+        stderr,
+        stdout
+    );
+    let version = Command::new(&ptxas)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .rfind(|l| l.contains("release"))
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "version unknown".to_string());
+
+    let kernels = parse_ptxas_verbose(&format!("{stdout}\n{stderr}"));
+    let mut order: Vec<&str> = detkit_gpu::ALL_KERNELS
+        .iter()
+        .copied()
+        .filter(|k| kernels.iter().any(|(n, _)| n == k))
+        .collect();
+    for (n, _) in &kernels {
+        if !order.contains(&n.as_str()) {
+            order.push(n);
+        }
+    }
+
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "ptxas resource report for {arch} ({}; {})",
+        ptxas.display(),
+        version
+    );
+    let width = order.iter().map(|k| k.len()).max().unwrap_or(6).max(6);
+    let _ = writeln!(
+        report,
+        "{:<width$}  {:>9}  {:>10}  {:>11}  {:>12}  {:>11}",
+        "kernel", "registers", "smem bytes", "stack bytes", "spill stores", "spill loads"
+    );
+    let opt = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |v| v.to_string());
+    for k in &order {
+        let r = &kernels.iter().find(|(n, _)| n == k).expect("listed").1;
+        let _ = writeln!(
+            report,
+            "{:<width$}  {:>9}  {:>10}  {:>11}  {:>12}  {:>11}",
+            k,
+            opt(r.registers),
+            r.smem,
+            opt(r.stack),
+            opt(r.spill_stores),
+            opt(r.spill_loads)
+        );
+    }
+    let _ = writeln!(
+        report,
+        "(smem is static shared memory only; the dynamic shared memory each kernel is \
+         launched with is set by the host and is not in this report)"
+    );
+    let spilling: Vec<&str> = order
+        .iter()
+        .copied()
+        .filter(|k| {
+            let r = &kernels.iter().find(|(n, _)| n == k).expect("listed").1;
+            r.spill_stores.unwrap_or(0) + r.spill_loads.unwrap_or(0) + r.stack.unwrap_or(0) > 0
+        })
+        .collect();
+    if !spilling.is_empty() {
+        let _ = writeln!(
+            report,
+            "warning: stack frame or register spills in: {}",
+            spilling.join(", ")
+        );
+    }
+    let unreported: Vec<&str> = detkit_gpu::ALL_KERNELS
+        .iter()
+        .copied()
+        .filter(|k| !order.contains(k))
+        .collect();
+    if !unreported.is_empty() {
+        let _ = writeln!(
+            report,
+            "warning: ptxas reported nothing for: {}",
+            unreported.join(", ")
+        );
+    }
+    print!("{report}");
+    fs::write(&report_path, &report)
+        .with_context(|| format!("writing {}", report_path.display()))?;
+    println!("(written to {})", rel(&report_path));
+    Ok(())
+}
+
+/// Parses `ptxas -v` output into per-entry resources, in the order ptxas reports them.
+fn parse_ptxas_verbose(text: &str) -> Vec<(String, KernelResources)> {
+    let mut kernels: Vec<(String, KernelResources)> = Vec::new();
+    // The entry the following lines describe; `None` inside a non-entry function.
+    let mut current: Option<usize> = None;
+    let quoted = |s: &str| -> Option<String> {
+        let start = s.find('\'')? + 1;
+        let end = start + s[start..].find('\'')?;
+        Some(s[start..end].to_string())
+    };
+    for line in text.lines() {
+        let body = line
+            .split_once("info    :")
+            .or_else(|| line.split_once("info :"))
+            .map_or(line, |(_, b)| b)
+            .trim();
+        if let Some(rest) = body.strip_prefix("Compiling entry function") {
+            if let Some(name) = quoted(rest) {
+                current = Some(entry_index(&mut kernels, &name));
+            }
+        } else if body.starts_with("Compiling function") {
+            current = None;
+        } else if let Some(name) = body.strip_prefix("Function properties for ") {
+            let name = name.trim();
+            current = kernels.iter().position(|(n, _)| n == name);
+        } else if let Some(i) = current {
+            let r = &mut kernels[i].1;
+            for part in body.split(',') {
+                let part = part.trim();
+                let part = part
+                    .strip_prefix("Used ")
+                    .or_else(|| part.strip_prefix("used "))
+                    .unwrap_or(part);
+                let mut words = part.split_whitespace();
+                let Some(Ok(num)) = words.next().map(str::parse::<u64>) else {
+                    continue;
+                };
+                match (words.next(), words.next(), words.next()) {
+                    (Some("registers"), ..) => r.registers = Some(num),
+                    (Some("bytes"), Some("stack"), _) => r.stack = Some(num),
+                    (Some("bytes"), Some("spill"), Some("stores")) => r.spill_stores = Some(num),
+                    (Some("bytes"), Some("spill"), Some("loads")) => r.spill_loads = Some(num),
+                    (Some("bytes"), Some("smem"), _) => r.smem += num,
+                    _ => {}
+                }
+            }
+        }
+    }
+    kernels
+}
+
+fn entry_index(kernels: &mut Vec<(String, KernelResources)>, name: &str) -> usize {
+    if let Some(i) = kernels.iter().position(|(n, _)| n == name) {
+        return i;
+    }
+    kernels.push((name.to_string(), KernelResources::default()));
+    kernels.len() - 1
+}
+
+// ---------------------------------------------------------------------------------------
+// gpu-bundle
+// ---------------------------------------------------------------------------------------
+
+fn gpu_bundle(dir: &Path) -> Result<()> {
+    // 1. Refresh the embedded PTX so the binaries carry the current kernels.
+    let ptx = build_ptx(&PtxOptions {
+        arch: EMBEDDED_ARCH.to_string(),
+        check: false,
+        require_ptxas: false,
+    })?;
+
+    // 2. Release binaries: the CLI, the benchmark and the GPU test executable.
+    eprintln!("building release binaries");
+    let bins = cargo_executables(&[
+        "build",
+        "--release",
+        "-p",
+        "detkit-cli",
+        "-p",
+        "detkit-tests",
+        "--bins",
+    ])?;
+    let tests = cargo_executables(&[
+        "test",
+        "--release",
+        "-p",
+        "detkit-tests",
+        "--test",
+        "gpu",
+        "--no-run",
+    ])?;
+    let find = |list: &[(String, PathBuf)], name: &str| -> Result<PathBuf> {
+        list.iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p.clone())
+            .with_context(|| format!("cargo reported no executable for target `{name}`"))
+    };
+    let detkit = find(&bins, "detkit")?;
+    let bench = find(&bins, "detkit-bench")?;
+    let gpu_tests = find(&tests, "gpu")?;
+
+    // 3. Assemble the folder.
+    prepare_bundle_dir(dir)?;
+    let root = project_root();
+    for sub in ["bin", "bench", "ptx"] {
+        fs::create_dir_all(dir.join(sub))?;
+    }
+    let copies: [(&Path, PathBuf); 6] = [
+        (&detkit, dir.join("bin/detkit")),
+        (&bench, dir.join("bin/detkit-bench")),
+        (&gpu_tests, dir.join("bin/gpu-tests")),
+        (
+            &root.join("bench/cub_baseline.cu"),
+            dir.join("bench/cub_baseline.cu"),
+        ),
+        (&root.join("bench/compare.py"), dir.join("bench/compare.py")),
+        (&ptx, dir.join("ptx/detkit.ptx")),
+    ];
+    for (from, to) in &copies {
+        fs::copy(from, to)
+            .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    }
+    for exe in ["bin/detkit", "bin/detkit-bench", "bin/gpu-tests"] {
+        set_mode(&dir.join(exe), 0o755)?;
+    }
+    let run_sh = dir.join("run.sh");
+    fs::write(&run_sh, RUN_SH)?;
+    set_mode(&run_sh, 0o755)?;
+    fs::write(dir.join("BUNDLE_INFO"), bundle_info())?;
+
+    println!("bundle ready: {}", dir.display());
+    for (_, to) in &copies {
+        println!("  {}", to.strip_prefix(dir).unwrap_or(to).display());
+    }
+    println!("  run.sh\n  BUNDLE_INFO");
+    println!(
+        "total size: {:.1} MiB; on the GPU host run `./run.sh` \
+         (env: OUT_DIR, CUDA_ARCH, SKIP_BENCH=1, SKIP_SANITIZER=1)",
+        dir_size(dir)? as f64 / (1024.0 * 1024.0)
+    );
+    Ok(())
+}
+
+/// Runs a cargo build with `--message-format=json` (human diagnostics still go to the
+/// terminal) and returns (target name, executable) for every executable it reports.
+fn cargo_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
+    let mut cmd = cargo();
+    cmd.args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let out = cmd
+        .output()
+        .with_context(|| format!("failed to start {cmd:?}"))?;
+    ensure!(out.status.success(), "{cmd:?} failed: {}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut exes = Vec::new();
+    for line in text.lines() {
+        if !line.contains(r#""reason":"compiler-artifact""#) {
+            continue;
+        }
+        let Some(exe) = json_string_field(line, "executable") else {
+            continue; // `"executable":null`: a library
+        };
+        let Some(target) = line.find(r#""target":{"#).map(|i| &line[i..]) else {
+            continue;
+        };
+        let Some(name) = json_string_field(target, "name") else {
+            continue;
+        };
+        exes.push((name, PathBuf::from(exe)));
+    }
+    Ok(exes)
+}
+
+/// The first `"key":"value"` string field in `json` (no real JSON parsing: enough for
+/// cargo's one-line messages), with the JSON string escapes decoded.
+fn json_string_field(json: &str, key: &str) -> Option<String> {
+    let pat = format!("\"{key}\":\"");
+    let start = json.find(&pat)? + pat.len();
+    let mut out = String::new();
+    let mut chars = json[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(out),
+            '\\' => match chars.next()? {
+                'n' => out.push('\n'),
+                't' => out.push('\t'),
+                'r' => out.push('\r'),
+                'b' => out.push('\u{8}'),
+                'f' => out.push('\u{c}'),
+                'u' => {
+                    let hex: String = chars.by_ref().take(4).collect();
+                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
+                }
+                other => out.push(other), // `\\`, `\"`, `\/`
+            },
+            c => out.push(c),
+        }
+    }
+    None
+}
+
+/// Empties `dir` if it is a previous bundle; refuses to touch any other non-empty folder.
+fn prepare_bundle_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        let empty = fs::read_dir(dir)?.next().is_none();
+        ensure!(
+            empty || dir.join("run.sh").is_file(),
+            "{} exists and does not look like a gpu bundle (no run.sh); refusing to \
+             overwrite it",
+            dir.display()
+        );
+        fs::remove_dir_all(dir).with_context(|| format!("removing old {}", dir.display()))?;
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+#[cfg(unix)]
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode))
+        .with_context(|| format!("chmod {mode:o} {}", path.display()))
+}
+
+#[cfg(not(unix))]
+fn set_mode(_path: &Path, _mode: u32) -> Result<()> {
+    Ok(())
+}
+
+fn dir_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
+
+/// What the bundle was built from, for the run log.
+fn bundle_info() -> String {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(project_root())
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_string());
+    let dirty = git(&["status", "--porcelain"]).map_or("unknown".to_string(), |s| {
+        if s.is_empty() {
+            "clean".to_string()
+        } else {
+            format!("{} changed file(s)", s.lines().count())
+        }
+    });
+    let built = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!(
+        "detkit gpu bundle\ncommit: {commit} (working tree: {dirty})\n\
+         built: unix time {built}\nptx: {EMBEDDED_ARCH} (ptx/detkit.ptx)\n"
+    )
+}
+
+/// The bundle's entry point, run on the GPU host (bash, CUDA driver, nvcc,
+/// compute-sanitizer and python3; no Rust).
+const RUN_SH: &str = r#"#!/usr/bin/env bash
+# detkit GPU bundle (generated by `cargo xtask gpu-bundle`).
+#
+# Runs the GPU tests, the benchmarks against CUB, the GPU tests under compute-sanitizer
+# and the CLI demo; prints a PASS/FAIL summary and exits non-zero if any step failed.
+# Environment:
+#   OUT_DIR=DIR        where logs and results go (default: ./out)
+#   CUDA_ARCH=sm_XX    arch for the CUB baseline build (default: sm_90)
+#   SKIP_BENCH=1       skip the benchmarks
+#   SKIP_SANITIZER=1   skip the compute-sanitizer runs
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
+HERE="$(pwd)"
+OUT="${OUT_DIR:-$HERE/out}"
+mkdir -p "$OUT" || exit 1
+OUT="$(cd "$OUT" && pwd)"
+CUDA_ARCH="${CUDA_ARCH:-sm_90}"
+
+# The CUDA tools are often installed off PATH.
+for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
+  [ -d "$d" ] && PATH="$PATH:$d"
+done
+export PATH
+chmod +x bin/* 2>/dev/null || true
+
+STEPS=()
+RESULTS=()
+record() { # record NAME STATUS
+  STEPS+=("$1")
+  if [ "$2" -eq 0 ]; then RESULTS+=("PASS"); else RESULTS+=("FAIL (exit $2)"); fi
+}
+skip() { # skip NAME WHY
+  STEPS+=("$1")
+  RESULTS+=("SKIP ($2)")
+}
+banner() { printf '\n==== %s ====\n' "$*"; }
+
+main() {
+  banner "detkit gpu bundle"
+  date
+  cat BUNDLE_INFO 2>/dev/null
+  echo "out: $OUT"
+  nvidia-smi -L || echo "nvidia-smi -L failed"
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+
+  banner "GPU tests: bin/gpu-tests"
+  bin/gpu-tests 2>&1 | tee "$OUT/gpu-tests.log"
+  record "gpu tests" "${PIPESTATUS[0]}"
+
+  banner "CUB baseline: nvcc -arch=$CUDA_ARCH"
+  local have_cub=0
+  if command -v nvcc >/dev/null; then
+    nvcc -O3 -std=c++17 -arch="$CUDA_ARCH" -o bench/cub_baseline bench/cub_baseline.cu 2>&1 \
+      | tee "$OUT/nvcc.log"
+    local st="${PIPESTATUS[0]}"
+    record "nvcc cub_baseline" "$st"
+    [ "$st" -eq 0 ] && have_cub=1
+  else
+    echo "nvcc not found (looked on PATH and in /usr/local/cuda/bin)"
+    record "nvcc cub_baseline" 127
+  fi
+
+  if [ "${SKIP_BENCH:-0}" = "1" ]; then
+    banner "benchmarks: skipped (SKIP_BENCH=1)"
+    skip "bench detkit" "SKIP_BENCH=1"
+    skip "bench cub" "SKIP_BENCH=1"
+    skip "compare" "SKIP_BENCH=1"
+  else
+    banner "benchmark: bin/detkit-bench"
+    rm -f "$OUT/detkit.csv" "$OUT/cub.csv"
+    bin/detkit-bench --csv "$OUT/detkit.csv" 2>&1 | tee "$OUT/detkit-bench.log"
+    local st_detkit="${PIPESTATUS[0]}"
+    record "bench detkit" "$st_detkit"
+
+    banner "benchmark: bench/cub_baseline"
+    local st_cub=1
+    if [ "$have_cub" -eq 1 ]; then
+      bench/cub_baseline 2> >(tee "$OUT/cub-baseline.stderr.log" >&2) | tee "$OUT/cub.csv"
+      st_cub="${PIPESTATUS[0]}"
+      record "bench cub" "$st_cub"
+    else
+      skip "bench cub" "nvcc failed"
+    fi
+
+    banner "compare: bench/compare.py"
+    if [ "$st_detkit" -eq 0 ] && [ "$st_cub" -eq 0 ]; then
+      python3 bench/compare.py "$OUT/detkit.csv" "$OUT/cub.csv" --out "$OUT/compare.md" 2>&1 \
+        | tee "$OUT/compare.log"
+      record "compare" "${PIPESTATUS[0]}"
+    else
+      echo "skipped: a benchmark failed"
+      skip "compare" "a benchmark failed"
+    fi
+  fi
+
+  if [ "${SKIP_SANITIZER:-0}" = "1" ]; then
+    banner "compute-sanitizer: skipped (SKIP_SANITIZER=1)"
+    for tool in memcheck racecheck synccheck; do skip "sanitizer $tool" "SKIP_SANITIZER=1"; done
+  elif ! command -v compute-sanitizer >/dev/null; then
+    banner "compute-sanitizer: not found"
+    for tool in memcheck racecheck synccheck; do record "sanitizer $tool" 127; done
+  else
+    for tool in memcheck racecheck synccheck; do
+      local log="$OUT/sanitizer-$tool.log"
+      banner "compute-sanitizer --tool $tool (log: $log)"
+      compute-sanitizer --tool "$tool" --error-exitcode 1 bin/gpu-tests --quick > "$log" 2>&1
+      local st=$?
+      grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
+      if [ "$st" -ne 0 ]; then
+        echo "--- last 40 lines of $log ---"
+        tail -n 40 "$log"
+      fi
+      record "sanitizer $tool" "$st"
+    done
+  fi
+
+  banner "demo: bin/detkit demo"
+  bin/detkit demo 2>&1 | tee "$OUT/demo.log"
+  record "detkit demo" "${PIPESTATUS[0]}"
+
+  banner "summary"
+  local failed=0 i
+  {
+    for i in "${!STEPS[@]}"; do
+      printf '  %-20s %s\n' "${STEPS[$i]}" "${RESULTS[$i]}"
+      case "${RESULTS[$i]}" in FAIL*) failed=1 ;; esac
+    done
+    if [ "$failed" -ne 0 ]; then echo "RESULT: FAIL"; else echo "RESULT: PASS"; fi
+  } > "$OUT/summary.txt"
+  cat "$OUT/summary.txt"
+  date
+  return "$failed"
+}
+
+main 2>&1 | tee "$OUT/run.log"
+exit "${PIPESTATUS[0]}"
+"#;

@@ -44,7 +44,7 @@ pub fn in_range(x: u32, lo: u32, hi: u32) -> bool {
 pub mod device {
     use super::*;
     use crate::intrinsics as i;
-    use crate::scan::device::{next_tile, tile_exclusive_prefix, tile_smem, BlockScan, BlockedLoad, TileStatus};
+    use crate::scan::device::{next_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive, BlockScan, StripedTile, TileStatus};
 
     /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
     /// their final, order-preserving positions. Called by every thread of the block.
@@ -64,30 +64,33 @@ pub mod device {
         let (scan_storage, prefix_slot, tile_slot) = tile_smem::<u32>();
         // SAFETY: launch contract.
         let tile = unsafe { next_tile(tile_slot, tile_counter) };
-        let start = tile as u64 * SELECT_TILE + i::thread_idx_x() as u64 * N as u64;
+        let warp_start = tile as u64 * SELECT_TILE + i::warp_id() as u64 * 32 * N as u64;
         let mut items = [0u32; N];
         // SAFETY: launch contract.
-        unsafe { u32::load_blocked(input, start, n, &mut items) };
-        let mut keep = 0u32; // bit k: item k selected
-        for (k, x) in items.iter().enumerate() {
-            let idx = start + k as u64;
-            if idx < n && pred(idx, *x) {
-                keep |= 1 << k;
-            }
+        unsafe { u32::load_striped(input, warp_start, n, &mut items) };
+        let mut keep = [0u32; N];
+        let mut k = 0;
+        while k < N {
+            let idx = striped_index(warp_start, 4, k);
+            keep[k] = (idx < n && pred(idx, items[k])) as u32;
+            k += 1;
         }
-        let count = keep.count_ones();
+        // Positions among the warp's selected items, then among the tile's.
+        let mut pos = keep;
+        let warp_total = warp_striped_exclusive(&mut pos);
         // SAFETY: storage is ours.
         let bs = unsafe { BlockScan::new(scan_storage) };
-        let (thread_prefix, tile_total) = bs.exclusive_sum(count);
+        let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
         // SAFETY: status holds one entry per tile.
         let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
-        let mut pos = tile_prefix.wrapping_add(thread_prefix);
-        for (k, x) in items.iter().enumerate() {
-            if keep & (1 << k) != 0 {
-                // SAFETY: pos < number selected <= n, output valid for n.
-                unsafe { output.add(pos as usize).write(*x) };
-                pos += 1;
+        let base = tile_prefix.wrapping_add(warp_prefix);
+        let mut k = 0;
+        while k < N {
+            if keep[k] != 0 {
+                // SAFETY: the position is below the number selected <= n; output valid for n.
+                unsafe { output.add((base + pos[k]) as usize).write(items[k]) };
             }
+            k += 1;
         }
         if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
             // SAFETY: one u32.

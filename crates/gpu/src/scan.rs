@@ -449,99 +449,155 @@ pub mod device {
         }
     }
 
-    /// Loads this thread's `N` consecutive items of `input` starting at `start`
-    /// (blocked arrangement); 16-byte loads when the whole run is in bounds, otherwise
-    /// element loads with zero for out-of-range positions. Returns the number in range.
-    pub trait BlockedLoad: Sized + Copy + Default {
+    /// Tile loads and stores in the **warp-striped vector** arrangement: a warp owns `32 * N`
+    /// consecutive items; in round `j` lane `l` holds the `VEC` items (one 16-byte vector)
+    /// starting at `j * 32 * VEC + l * VEC` of the warp's run. Every load and store instruction
+    /// of a warp then covers 512 contiguous bytes (fully coalesced), and each thread's items of
+    /// one round are consecutive, so scans need one warp scan per round.
+    pub trait StripedTile: ScanValue {
+        /// Items per 16-byte vector.
+        const VEC: usize;
+        /// Loads item `k` of this lane (`k = j * VEC + v`), zero past `n`.
+        ///
         /// # Safety
-        /// `input` valid for `n` elements, 16-byte aligned.
-        unsafe fn load_blocked<const N: usize>(input: *const Self, start: u64, n: u64, out: &mut [Self; N]);
+        /// `input` valid for `n` elements, 16-byte aligned; `warp_start` a multiple of `32 * VEC`.
+        unsafe fn load_striped<const N: usize>(input: *const Self, warp_start: u64, n: u64, out: &mut [Self; N]);
+        /// Stores the items at the same positions (only those below `n`).
+        ///
         /// # Safety
         /// `output` valid for `n` elements, 16-byte aligned.
-        unsafe fn store_blocked<const N: usize>(output: *mut Self, start: u64, n: u64, v: &[Self; N]);
+        unsafe fn store_striped<const N: usize>(output: *mut Self, warp_start: u64, n: u64, v: &[Self; N]);
     }
 
-    impl BlockedLoad for u32 {
+    /// Global index of item `k` of this lane in the striped arrangement.
+    #[inline(always)]
+    pub fn striped_index(warp_start: u64, vec: usize, k: usize) -> u64 {
+        let (j, v) = (k / vec, k % vec);
+        warp_start + (j * 32 * vec) as u64 + (i::lane_id() as usize * vec + v) as u64
+    }
+
+    impl StripedTile for u32 {
+        const VEC: usize = 4;
         #[inline(always)]
-        unsafe fn load_blocked<const N: usize>(input: *const u32, start: u64, n: u64, out: &mut [u32; N]) {
-            if start + N as u64 <= n {
-                let mut k = 0;
-                while k < N {
-                    // SAFETY: start + k + 3 < n, and start, k multiples of 4 → 16-byte aligned.
-                    let v = unsafe { i::ldg_v4_u32(input.add((start + k as u64) as usize)) };
-                    out[k] = v[0];
-                    out[k + 1] = v[1];
-                    out[k + 2] = v[2];
-                    out[k + 3] = v[3];
-                    k += 4;
+        unsafe fn load_striped<const N: usize>(input: *const u32, warp_start: u64, n: u64, out: &mut [u32; N]) {
+            let mut j = 0;
+            while j < N {
+                let first = striped_index(warp_start, 4, j);
+                if first + 4 <= n {
+                    // SAFETY: in bounds; first is a multiple of 4 → 16-byte aligned.
+                    let v = unsafe { i::ldg_v4_u32(input.add(first as usize)) };
+                    out[j] = v[0];
+                    out[j + 1] = v[1];
+                    out[j + 2] = v[2];
+                    out[j + 3] = v[3];
+                } else {
+                    let mut v = 0;
+                    while v < 4 {
+                        // SAFETY: first + v < n checked.
+                        out[j + v] = if first + (v as u64) < n { unsafe { input.add(first as usize + v).read() } } else { 0 };
+                        v += 1;
+                    }
                 }
-            } else {
-                for (k, o) in out.iter_mut().enumerate() {
-                    let idx = start + k as u64;
-                    // SAFETY: idx < n.
-                    *o = if idx < n { unsafe { input.add(idx as usize).read() } } else { 0 };
-                }
+                j += 4;
             }
         }
         #[inline(always)]
-        unsafe fn store_blocked<const N: usize>(output: *mut u32, start: u64, n: u64, v: &[u32; N]) {
-            if start + N as u64 <= n {
-                let mut k = 0;
-                while k < N {
-                    // SAFETY: in bounds and 16-byte aligned, as for loads.
-                    unsafe { i::st_v4_u32(output.add((start + k as u64) as usize), [v[k], v[k + 1], v[k + 2], v[k + 3]]) };
-                    k += 4;
-                }
-            } else {
-                for (k, x) in v.iter().enumerate() {
-                    let idx = start + k as u64;
-                    if idx < n {
-                        // SAFETY: idx < n.
-                        unsafe { output.add(idx as usize).write(*x) };
+        unsafe fn store_striped<const N: usize>(output: *mut u32, warp_start: u64, n: u64, x: &[u32; N]) {
+            let mut j = 0;
+            while j < N {
+                let first = striped_index(warp_start, 4, j);
+                if first + 4 <= n {
+                    // SAFETY: in bounds and aligned.
+                    unsafe { i::st_v4_u32(output.add(first as usize), [x[j], x[j + 1], x[j + 2], x[j + 3]]) };
+                } else {
+                    let mut v = 0;
+                    while v < 4 {
+                        if first + (v as u64) < n {
+                            // SAFETY: in bounds.
+                            unsafe { output.add(first as usize + v).write(x[j + v]) };
+                        }
+                        v += 1;
                     }
                 }
+                j += 4;
             }
         }
     }
 
-    impl BlockedLoad for u64 {
+    impl StripedTile for u64 {
+        const VEC: usize = 2;
         #[inline(always)]
-        unsafe fn load_blocked<const N: usize>(input: *const u64, start: u64, n: u64, out: &mut [u64; N]) {
-            if start + N as u64 <= n {
-                let mut k = 0;
-                while k < N {
-                    // SAFETY: in bounds; start, k even → 16-byte aligned.
-                    let v = unsafe { i::ldg_v2_u64(input.add((start + k as u64) as usize)) };
-                    out[k] = v[0];
-                    out[k + 1] = v[1];
-                    k += 2;
+        unsafe fn load_striped<const N: usize>(input: *const u64, warp_start: u64, n: u64, out: &mut [u64; N]) {
+            let mut j = 0;
+            while j < N {
+                let first = striped_index(warp_start, 2, j);
+                if first + 2 <= n {
+                    // SAFETY: in bounds; first even → 16-byte aligned.
+                    let v = unsafe { i::ldg_v2_u64(input.add(first as usize)) };
+                    out[j] = v[0];
+                    out[j + 1] = v[1];
+                } else {
+                    // SAFETY: first < n checked.
+                    out[j] = if first < n { unsafe { input.add(first as usize).read() } } else { 0 };
+                    out[j + 1] = 0;
                 }
-            } else {
-                for (k, o) in out.iter_mut().enumerate() {
-                    let idx = start + k as u64;
-                    // SAFETY: idx < n.
-                    *o = if idx < n { unsafe { input.add(idx as usize).read() } } else { 0 };
-                }
+                j += 2;
             }
         }
         #[inline(always)]
-        unsafe fn store_blocked<const N: usize>(output: *mut u64, start: u64, n: u64, v: &[u64; N]) {
-            if start + N as u64 <= n {
-                let mut k = 0;
-                while k < N {
-                    // SAFETY: in bounds and 16-byte aligned.
-                    unsafe { i::st_v2_u64(output.add((start + k as u64) as usize), [v[k], v[k + 1]]) };
-                    k += 2;
+        unsafe fn store_striped<const N: usize>(output: *mut u64, warp_start: u64, n: u64, x: &[u64; N]) {
+            let mut j = 0;
+            while j < N {
+                let first = striped_index(warp_start, 2, j);
+                if first + 2 <= n {
+                    // SAFETY: in bounds and aligned.
+                    unsafe { i::st_v2_u64(output.add(first as usize), [x[j], x[j + 1]]) };
+                } else if first < n {
+                    // SAFETY: in bounds.
+                    unsafe { output.add(first as usize).write(x[j]) };
                 }
-            } else {
-                for (k, x) in v.iter().enumerate() {
-                    let idx = start + k as u64;
-                    if idx < n {
-                        // SAFETY: idx < n.
-                        unsafe { output.add(idx as usize).write(*x) };
-                    }
-                }
+                j += 2;
             }
+        }
+    }
+
+    /// Exclusive scan of a warp's striped items: `x[k]` becomes the sum of the warp's items
+    /// before it (in data order). Returns the warp total (all lanes).
+    #[inline(always)]
+    pub fn warp_striped_exclusive<T: StripedTile, const N: usize>(x: &mut [T; N]) -> T {
+        let mut carry = T::default();
+        let mut j = 0;
+        while j < N {
+            let mut s = T::default();
+            let mut v = 0;
+            while v < T::VEC {
+                s = s.wadd(x[j + v]);
+                v += 1;
+            }
+            let incl = warp_inclusive_sum(s);
+            let e = incl.shfl_up(1);
+            let mut run = carry.wadd(if i::lane_id() == 0 { T::default() } else { e });
+            let mut v = 0;
+            while v < T::VEC {
+                let item = x[j + v];
+                x[j + v] = run;
+                run = run.wadd(item);
+                v += 1;
+            }
+            carry = carry.wadd(incl.shfl_idx(31));
+            j += T::VEC;
+        }
+        carry
+    }
+
+    impl<T: ScanValue> BlockScan<T> {
+        /// Exclusive scan over the warps of the block: given each warp's total (the same in
+        /// all its lanes), returns `(sum of the totals of earlier warps, block total)`.
+        #[inline(always)]
+        pub fn exclusive_sum_warps(&self, warp_total: T) -> (T, T) {
+            let x = if i::lane_id() == 31 { warp_total } else { T::default() };
+            let (e, t) = self.exclusive_sum(x);
+            (e.shfl_idx(0), t)
         }
     }
 
@@ -550,7 +606,7 @@ pub mod device {
     /// # Safety
     /// See [`scan_device_u32`].
     #[inline(always)]
-    pub unsafe fn device_scan<T: ScanValue + BlockedLoad, const N: usize>(
+    pub unsafe fn device_scan<T: StripedTile, const N: usize>(
         input: *const T,
         output: *mut T,
         n: u64,
@@ -562,28 +618,29 @@ pub mod device {
         // SAFETY: launch contract: zeroed counter, smem sized by `device_scan_smem_bytes`.
         let tile = unsafe { next_tile(tile_slot, tile_counter) };
         let tile_items = DEVICE_SCAN_THREADS as u64 * N as u64;
-        let start = tile as u64 * tile_items + i::thread_idx_x() as u64 * N as u64;
+        let warp_start = tile as u64 * tile_items + i::warp_id() as u64 * 32 * N as u64;
         let mut items = [T::default(); N];
         // SAFETY: launch contract (input valid for n, aligned).
-        unsafe { T::load_blocked(input, start, n, &mut items) };
-        let mut thread_sum = T::default();
-        for x in items.iter() {
-            thread_sum = thread_sum.wadd(*x);
-        }
+        unsafe { T::load_striped(input, warp_start, n, &mut items) };
+        let inputs = items;
+        let warp_total = warp_striped_exclusive(&mut items);
         // SAFETY: storage is ours; barrier below separates uses.
         let bs = unsafe { BlockScan::new(scan_storage) };
-        let (thread_prefix, tile_total) = bs.exclusive_sum(thread_sum);
+        let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
         // SAFETY: status arrays hold one entry per tile; prefix_slot is ours.
         let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
-        let mut running = tile_prefix.wadd(thread_prefix);
-        for x in items.iter_mut() {
-            let v = *x;
-            let incl = running.wadd(v);
-            *x = if kind == ScanKind::Inclusive as u32 { incl } else { running };
-            running = incl;
+        let base = tile_prefix.wadd(warp_prefix);
+        let inclusive = kind == ScanKind::Inclusive as u32;
+        let mut k = 0;
+        while k < N {
+            items[k] = base.wadd(items[k]);
+            if inclusive {
+                items[k] = items[k].wadd(inputs[k]);
+            }
+            k += 1;
         }
         // SAFETY: launch contract (output valid for n, aligned).
-        unsafe { T::store_blocked(output, start, n, &items) };
+        unsafe { T::store_striped(output, warp_start, n, &items) };
     }
 
     /// Device-wide inclusive (`kind = 1`) or exclusive (`kind = 0`) sum of `n` `u32`.

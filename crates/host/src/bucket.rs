@@ -96,8 +96,8 @@ impl GpuContext {
         order: BucketOrder,
     ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
         // Poisoned: every element must be written by the kernels.
-        let mut offsets = self.poisoned::<u32>(nbins as usize + 1, POISON)?;
-        let mut content = self.poisoned::<u32>(n.max(1), POISON)?;
+        let mut offsets = self.filled_u32(nbins as usize + 1, POISON)?;
+        let mut content = self.filled_u32(n.max(1), POISON)?;
         if n == 0 {
             self.memset_zero(&mut offsets)?;
             return Ok((offsets, content));
@@ -107,7 +107,7 @@ impl GpuContext {
             BucketOrder::Unordered => {
                 // count (histogram) → finalize (exclusive scan of nbins + 1 counts) → fill
                 let mut h = self.histogram_outputs(nbins + 1)?;
-                self.histogram_device(keys, n, nbins, HistogramStrategy::Auto, true, &mut h)?;
+                self.histogram_device(keys, n, nbins, HistogramStrategy::Auto, false, &mut h)?;
                 self.check_keys_on_device(&h.out_of_range, keys, nbins)?;
                 self.scan_device(&h.counts, &mut offsets, nbins as usize + 1, ScanKind::Exclusive)?;
                 let mut cursor = self.zeros::<u32>(nbins as usize + 1)?;
@@ -192,8 +192,8 @@ impl GpuContext {
         if smem > MAX_BLOCK_SMEM {
             return Err(Error::CapacityExceeded { what: "block bucket shared memory (bytes)", needed: smem as u64, capacity: MAX_BLOCK_SMEM as u64 });
         }
-        let mut offsets = self.poisoned::<u32>((nsegs * (nbins as usize + 1)).max(1), POISON)?;
-        let mut content = self.poisoned::<u32>(n.max(1), POISON)?;
+        let mut offsets = self.filled_u32((nsegs * (nbins as usize + 1)).max(1), POISON)?;
+        let mut content = self.filled_u32(n.max(1), POISON)?;
         let mut counters = self.zeros::<u32>(2)?;
         if nsegs == 0 {
             return Ok((offsets, content, 0));

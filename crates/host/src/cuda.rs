@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
+    sys, CudaContext, DevicePtrMut, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
     ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
@@ -130,6 +130,20 @@ impl GpuContext {
     /// element the kernel failed to write shows up.
     pub fn poisoned<T: DeviceRepr + Copy>(&self, n: usize, poison: T) -> Result<DeviceBuffer<T>> {
         self.upload(&vec![poison; n])
+    }
+
+    /// A device buffer of `n` words all equal to `value`, filled on the device
+    /// (`cuMemsetD32Async`): no host copy.
+    pub fn filled_u32(&self, n: usize, value: u32) -> Result<DeviceBuffer<u32>> {
+        // SAFETY: every element is written by the memset below before anyone reads it.
+        let mut buf = unsafe { self.stream.alloc::<u32>(n) }.ctx("allocating device memory")?;
+        let (ptr, _record) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: `ptr` addresses `n` words of this allocation; the memset runs on our stream.
+        unsafe { sys::cuMemsetD32Async(ptr, value, n, self.stream.cu_stream()) }
+            .result()
+            .ctx("filling device memory")?;
+        drop(_record);
+        Ok(buf)
     }
 
     /// Zeroes a device buffer.
