@@ -43,7 +43,11 @@ tasks:
 
 fn main() {
     if let Err(e) = try_main() {
-        eprintln!("error: {e:?}");
+        // The cause chain, without the backtrace `{:?}` adds under RUST_BACKTRACE.
+        eprintln!("error: {e}");
+        for cause in e.chain().skip(1) {
+            eprintln!("  caused by: {cause}");
+        }
         std::process::exit(1);
     }
 }
@@ -128,12 +132,23 @@ const EMBEDDED_ARCH: &str = "sm_70";
 /// The committed PTX, relative to the project root.
 const EMBEDDED_PTX: &str = "crates/host/ptx/detkit.ptx";
 
+/// The PTX ISA version each architecture is built with: 7.0 where it suffices (sm_70,
+/// sm_80), else the minimum the architecture needs (sm_90: 7.8).
+fn ptx_isa_feature(arch: &str) -> &'static str {
+    match arch {
+        "sm_90" => "+ptx78",
+        _ => "+ptx70",
+    }
+}
+
 /// The one place the PTX build is spelled out: the command that compiles `detkit-gpu`
 /// for `arch` into its own target directory (`target/ptx-<arch>`), so that it never
 /// contends with the host build for the target-dir lock nor changes its flags.
 /// Returns the command and the path of the PTX it produces.
 fn ptx_build_command(arch: &str) -> (Command, PathBuf) {
     let target_dir = ptx_target_dir(arch);
+    let target_cpu = format!("target-cpu={arch}");
+    let target_feature = format!("target-feature={}", ptx_isa_feature(arch));
     let mut cmd = cargo();
     cmd.args([
         "rustc",
@@ -151,12 +166,21 @@ fn ptx_build_command(arch: &str) -> (Command, PathBuf) {
     .args([
         "--",
         "-C",
-        &format!("target-cpu={arch}"),
+        &target_cpu,
         "-C",
-        "target-feature=+ptx70",
+        &target_feature,
         "-C",
         "llvm-args=-unroll-threshold=1000",
     ])
+    // `core` and `compiler_builtins` (built by -Zbuild-std) need the same target-cpu and
+    // PTX version, or rustc refuses to link them ("mixing `-Ctarget-cpu` will cause an ABI
+    // mismatch") for any arch but the target's default (sm_70). The flags after `--` above
+    // only reach detkit-gpu. This replaces any RUSTFLAGS for this build only.
+    .env(
+        "CARGO_ENCODED_RUSTFLAGS",
+        format!("-C{target_cpu}\x1f-C{target_feature}"),
+    )
+    .env_remove("RUSTFLAGS")
     // Debug info in PTX is noise (and `debug = 1` in the release profile is for the host).
     .env("CARGO_PROFILE_RELEASE_DEBUG", "0");
     let ptx = target_dir.join("nvptx64-nvidia-cuda/release/detkit_gpu.ptx");
@@ -285,23 +309,27 @@ fn strip_comment(line: &str) -> &str {
 /// Fails on any `call` to a panic function (a panic path that survived optimisation);
 /// warns on local memory (`.local`: a stack frame, usually from spilled arrays).
 fn check_panics_and_locals(ptx: &str) -> Result<()> {
-    let callees = ptx_callees(ptx);
-    let panics: BTreeSet<&str> = callees
+    let calls = ptx_calls(ptx);
+    let is_panic = |f: &str| f.contains("panic") || f.contains("begin_unwind");
+    let panics: BTreeSet<String> = calls
         .iter()
-        .map(String::as_str)
-        .filter(|c| c.contains("panic") || c.contains("begin_unwind"))
+        .filter(|(_, callee)| is_panic(callee))
+        .map(|(caller, callee)| format!("{caller} calls {callee}"))
         .collect();
     ensure!(
         panics.is_empty(),
         "the PTX calls panic functions (a kernel has a reachable panic path: an index \
-         bounds check, unwrap or overflow check that did not optimise away):\n  {}",
+         bounds check, unwrap, division or overflow check that did not optimise away):\n  {}",
         panics.into_iter().collect::<Vec<_>>().join("\n  ")
     );
-    if !callees.is_empty() {
-        let unique: BTreeSet<&str> = callees.iter().map(String::as_str).collect();
+    if !calls.is_empty() {
+        let unique: BTreeSet<String> = calls
+            .iter()
+            .map(|(caller, callee)| format!("{caller} -> {callee}"))
+            .collect();
         println!(
-            "note: the PTX has {} call(s) to: {}",
-            callees.len(),
+            "note: the PTX has {} call(s): {}",
+            calls.len(),
             unique.into_iter().collect::<Vec<_>>().join(", ")
         );
     }
@@ -322,45 +350,60 @@ fn check_panics_and_locals(ptx: &str) -> Result<()> {
     Ok(())
 }
 
-/// The callee of every `call` instruction, e.g. `call.uni (retval0), foo, (param0);`,
-/// possibly split over several lines.
-fn ptx_callees(ptx: &str) -> Vec<String> {
+/// Every `call` instruction of the PTX as (calling function, callee). Handles
+/// `call.uni (retval0), foo, (param0);` and the same split over several lines.
+fn ptx_calls(ptx: &str) -> Vec<(String, String)> {
     let code: String = ptx
         .lines()
         .map(strip_comment)
         .collect::<Vec<_>>()
         .join("\n");
-    let is_ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.');
     let mut out = Vec::new();
-    let mut rest = code.as_str();
-    while let Some(pos) = rest.find("call") {
-        let before_ok = rest[..pos]
-            .chars()
-            .next_back()
-            .is_none_or(|c| c.is_whitespace() || c == ';' || c == '{' || c == '}');
-        let after = &rest[pos + 4..];
-        rest = after;
-        // `call` or `call.uni` followed by whitespace; not `callseq`, not part of a name.
-        let op_end = after
-            .find(|c: char| c.is_whitespace())
-            .unwrap_or(after.len());
-        let suffix = &after[..op_end];
-        if !before_ok || !(suffix.is_empty() || suffix.starts_with('.')) {
-            continue;
+    let mut caller = String::from("?");
+    let mut pos = 0;
+    // Walk the whitespace-separated words; a function header (`.entry`/`.func`) sets the
+    // caller for the calls that follow it (forward declarations hold no calls).
+    while pos < code.len() {
+        let rest = &code[pos..];
+        let word_start = rest
+            .find(|c: char| !c.is_whitespace())
+            .unwrap_or(rest.len());
+        let rest = &rest[word_start..];
+        let word_len =
+            match rest.find(|c: char| c.is_whitespace() || matches!(c, '(' | ';' | '{' | '}')) {
+                Some(0) => rest.chars().next().map_or(0, char::len_utf8),
+                Some(n) => n,
+                None => rest.len(),
+            };
+        let word = &rest[..word_len];
+        let after = &rest[word.len()..];
+        if word == ".entry" || word == ".func" {
+            if let Some(name) = symbol_after(after) {
+                caller = name;
+            }
+        } else if word == "call" || word.starts_with("call.") {
+            if let Some(callee) = symbol_after(after) {
+                out.push((caller.clone(), callee));
+            }
         }
-        let mut s = after[op_end..].trim_start();
-        // Optional return-value list: `(retval0, ...),`.
-        if let Some(inner) = s.strip_prefix('(') {
-            let Some(close) = inner.find(')') else { break };
-            s = inner[close + 1..].trim_start();
-            s = s.strip_prefix(',').unwrap_or(s).trim_start();
-        }
-        let name: String = s.chars().take_while(|&c| is_ident(c)).collect();
-        if !name.is_empty() {
-            out.push(name);
-        }
+        pos += word_start + word.len();
     }
     out
+}
+
+/// The symbol at the start of `s`, after whitespace and an optional return-value list
+/// `(...)` and its comma: `(retval0), foo, (...)` and ` foo(` both give `foo`.
+fn symbol_after(s: &str) -> Option<String> {
+    let mut s = s.trim_start();
+    if let Some(inner) = s.strip_prefix('(') {
+        s = inner[inner.find(')')? + 1..].trim_start();
+        s = s.strip_prefix(',').unwrap_or(s).trim_start();
+    }
+    let name: String = s
+        .chars()
+        .take_while(|&c| c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '.'))
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 /// Copies the built PTX over the committed one (sm_70), or with `--check` fails if the
@@ -457,9 +500,13 @@ fn resource_report(opts: &PtxOptions, ptx_path: &Path) -> Result<()> {
     let arch = opts.arch.as_str();
     let report_path = ptx_target_dir(arch).join("resources.txt");
     let Some(ptxas) = find_ptxas()? else {
+        ensure!(
+            !opts.require_ptxas,
+            "ptxas not found (and --require-ptxas was given): set PTXAS or run \
+             `.ci/install-ptxas`"
+        );
         let msg = "ptxas not found: set PTXAS or run `.ci/install-ptxas`; \
                    skipping the resource report";
-        ensure!(!opts.require_ptxas, "{msg} (--require-ptxas was given)");
         println!("note: {msg}");
         fs::write(&report_path, format!("{msg}\n"))?;
         return Ok(());
@@ -883,6 +930,17 @@ skip() { # skip NAME WHY
   STEPS+=("$1")
   RESULTS+=("SKIP ($2)")
 }
+# record_gpu NAME STATUS LOG: like record, but a run that did not use the GPU (the test
+# binary "skips" without a usable CUDA driver; the CLI falls back to its CPU backend)
+# fails: this bundle exists to exercise the GPU.
+record_gpu() {
+  if [ "$2" -eq 0 ] && grep -qE '^skipped: no CUDA|^backend: cpu' "$3"; then
+    STEPS+=("$1")
+    RESULTS+=("FAIL (no GPU used: see $(basename "$3"))")
+  else
+    record "$1" "$2"
+  fi
+}
 banner() { printf '\n==== %s ====\n' "$*"; }
 
 main() {
@@ -895,7 +953,7 @@ main() {
 
   banner "GPU tests: bin/gpu-tests"
   bin/gpu-tests 2>&1 | tee "$OUT/gpu-tests.log"
-  record "gpu tests" "${PIPESTATUS[0]}"
+  record_gpu "gpu tests" "${PIPESTATUS[0]}" "$OUT/gpu-tests.log"
 
   banner "CUB baseline: nvcc -arch=$CUDA_ARCH"
   local have_cub=0
@@ -927,6 +985,7 @@ main() {
     if [ "$have_cub" -eq 1 ]; then
       bench/cub_baseline 2> >(tee "$OUT/cub-baseline.stderr.log" >&2) | tee "$OUT/cub.csv"
       st_cub="${PIPESTATUS[0]}"
+      if [ "$st_cub" -eq 0 ] && grep -q 'CHECK FAILED' "$OUT/cub.csv"; then st_cub=1; fi
       record "bench cub" "$st_cub"
     else
       skip "bench cub" "nvcc failed"
@@ -960,19 +1019,19 @@ main() {
         echo "--- last 40 lines of $log ---"
         tail -n 40 "$log"
       fi
-      record "sanitizer $tool" "$st"
+      record_gpu "sanitizer $tool" "$st" "$log"
     done
   fi
 
   banner "demo: bin/detkit demo"
   bin/detkit demo 2>&1 | tee "$OUT/demo.log"
-  record "detkit demo" "${PIPESTATUS[0]}"
+  record_gpu "detkit demo" "${PIPESTATUS[0]}" "$OUT/demo.log"
 
   banner "summary"
   local failed=0 i
   {
     for i in "${!STEPS[@]}"; do
-      printf '  %-20s %s\n' "${STEPS[$i]}" "${RESULTS[$i]}"
+        printf '  %-20s %s\n' "${STEPS[$i]}" "${RESULTS[$i]}"
       case "${RESULTS[$i]}" in FAIL*) failed=1 ;; esac
     done
     if [ "$failed" -ne 0 ]; then echo "RESULT: FAIL"; else echo "RESULT: PASS"; fi
@@ -985,3 +1044,88 @@ main() {
 main 2>&1 | tee "$OUT/run.log"
 exit "${PIPESTATUS[0]}"
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_and_calls() {
+        let ptx = "\
+.func (.param .b32 func_retval0) helper(.param .b32 x)
+.visible .entry k1(
+\t.param .u64 k1_param_0
+)
+{
+\tcall.uni (retval0), helper, (param0); // a call
+\t{ // callseq 0, 0
+\tcall.uni
+\t_ZN4core9panicking5panic17h01E,
+\t(
+\tparam0
+\t);
+}
+.visible .entry k2(.param .u64 p)
+{
+\tret;
+}
+";
+        assert_eq!(ptx_entries(ptx), ["k1", "k2"]);
+        let calls = ptx_calls(ptx);
+        assert_eq!(
+            calls,
+            [
+                ("k1".to_string(), "helper".to_string()),
+                (
+                    "k1".to_string(),
+                    "_ZN4core9panicking5panic17h01E".to_string()
+                ),
+            ]
+        );
+        assert!(check_panics_and_locals(ptx).is_err());
+        assert!(check_panics_and_locals("call.uni helper, (param0);").is_ok());
+    }
+
+    #[test]
+    fn ptxas_report() {
+        let text = "\
+ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function 'scan_device_u32' for 'sm_70'
+ptxas info    : Function properties for scan_device_u32
+    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 44 registers, used 1 barriers, 1024 bytes smem, 416 bytes cmem[0], 8 bytes cmem[2]
+ptxas info    : Compile time = 23.433 ms
+ptxas info    : Function properties for some_device_fn
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Compiling entry function 'k2' for 'sm_90'
+ptxas info    : Function properties for k2
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 10 registers
+";
+        let k = parse_ptxas_verbose(text);
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[0].0, "scan_device_u32");
+        let r = &k[0].1;
+        assert_eq!(
+            (r.registers, r.smem, r.stack, r.spill_stores, r.spill_loads),
+            (Some(44), 1024, Some(8), Some(4), Some(12))
+        );
+        assert_eq!(k[1].0, "k2");
+        assert_eq!((k[1].1.registers, k[1].1.stack), (Some(10), Some(0)));
+    }
+
+    #[test]
+    fn cargo_json() {
+        let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#detkit-tests@0.1.0","target":{"kind":["test"],"crate_types":["bin"],"name":"gpu","src_path":"/w/tests/gpu/main.rs"},"executable":"/w/target/release/deps/gpu-0a\\b\"c","fresh":true}"#;
+        assert_eq!(
+            json_string_field(line, "executable").as_deref(),
+            Some(r#"/w/target/release/deps/gpu-0a\b"c"#)
+        );
+        let target = &line[line.find(r#""target":{"#).unwrap()..];
+        assert_eq!(json_string_field(target, "name").as_deref(), Some("gpu"));
+        assert_eq!(
+            json_string_field(r#"{"executable":null}"#, "executable"),
+            None
+        );
+    }
+}

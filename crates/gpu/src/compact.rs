@@ -44,7 +44,7 @@ pub fn in_range(x: u32, lo: u32, hi: u32) -> bool {
 pub mod device {
     use super::*;
     use crate::intrinsics as i;
-    use crate::scan::device::{next_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive, BlockScan, StripedTile, TileStatus};
+    use crate::scan::device::{current_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive, BlockScan, StripedTile, TileStatus};
 
     /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
     /// their final, order-preserving positions. Called by every thread of the block.
@@ -58,12 +58,10 @@ pub mod device {
         output: *mut u32,
         num_selected: *mut u32,
         status: TileStatus<u32>,
-        tile_counter: *mut u32,
         pred: F,
     ) {
-        let (scan_storage, prefix_slot, tile_slot) = tile_smem::<u32>();
-        // SAFETY: launch contract.
-        let tile = unsafe { next_tile(tile_slot, tile_counter) };
+        let (scan_storage, prefix_slot) = tile_smem::<u32>();
+        let tile = current_tile();
         let warp_start = tile as u64 * SELECT_TILE + i::warp_id() as u64 * 32 * N as u64;
         let mut items = [0u32; N];
         // SAFETY: launch contract.
@@ -103,9 +101,9 @@ pub mod device {
     /// # Safety
     /// `blockDim.x == SELECT_THREADS`, `gridDim.x == select_tiles(n) >= 1`,
     /// `select_smem_bytes()` bytes of shared memory; `n < 2^32`; `input` valid for `n`,
-    /// 16-byte aligned; `output` valid for `n`, not overlapping `input`; `flags`,
-    /// `aggregates`, `inclusive` valid for `gridDim.x` entries, `flags` zeroed;
-    /// `tile_counter` a zeroed `u32`; `num_selected` one `u32`.
+    /// 16-byte aligned; `output` valid for `n`, not overlapping `input`; `flags` valid for
+    /// `2 * gridDim.x` zeroed words, `aggregates`, `inclusive` for `gridDim.x`;
+    /// `num_selected` one `u32`.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn compact_select_range_u32(
         input: *const u32,
@@ -117,12 +115,11 @@ pub mod device {
         flags: *mut u32,
         aggregates: *mut u32,
         inclusive: *mut u32,
-        tile_counter: *mut u32,
     ) {
         let status = TileStatus { flags, aggregates, inclusive };
         // SAFETY: forwarded launch contract.
         unsafe {
-            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, tile_counter, |_, x| {
+            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, |_, x| {
                 in_range(x, lo, hi)
             })
         }
@@ -142,12 +139,11 @@ pub mod device {
         flags: *mut u32,
         aggregates: *mut u32,
         inclusive: *mut u32,
-        tile_counter: *mut u32,
     ) {
         let status = TileStatus { flags, aggregates, inclusive };
         // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
         unsafe {
-            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, tile_counter, |idx, _| {
+            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, |idx, _| {
                 selection.add(idx as usize).read() != 0
             })
         }

@@ -10,10 +10,9 @@
 //!   (`nwarps` words, no tile of `2 * blockDim` as the seed's `intraBlockScan` uses, and no
 //!   bank conflicts: one word per warp); warp 0 scans the warp totals; every thread adds its
 //!   warp's prefix. Two barriers.
-//! - Device scan, single pass with decoupled look-back (Merrill & Garland 2016): each block
-//!   takes the next tile index from an atomic counter (so tiles are processed in the order
-//!   blocks start, which guarantees forward progress), loads `ITEMS` values per thread with
-//!   16-byte loads, scans the tile, publishes its aggregate (flag `A`), looks back over the
+//! - Device scan, single pass with decoupled look-back (Merrill & Garland 2016): block `b`
+//!   scans tile `b` (blocks start in index order, as CUB relies on), loads `ITEMS` values per
+//!   thread with coalesced 16-byte loads, scans the tile, publishes its aggregate (flag `A`), looks back over the
 //!   predecessors' published values with one warp, 32 at a time, until it meets an inclusive
 //!   prefix (flag `P`), publishes its own inclusive prefix and writes its output. Input is read
 //!   once and output written once: `2n` words of traffic, the copy's.
@@ -22,12 +21,15 @@
 //! input `[3, 1, 4, 1, 5]`: exclusive sum `[0, 3, 4, 8, 9]`, inclusive sum `[3, 4, 8, 9, 14]`.
 //!
 //! # Tile status protocol
-//! Per tile `t`: `flags[t]` (0 = not ready, 1 = aggregate, 2 = inclusive prefix),
+//! For 4-byte values (CUB's choice) flag and value share one 64-bit word per tile, written and
+//! read with single 64-bit relaxed device-scope accesses: no fence on the critical path.
+//! For 8-byte values:
+//! per tile `t`: `flags[t]` (0 = not ready, 1 = aggregate, 2 = inclusive prefix),
 //! `aggregates[t]`, `inclusive[t]`. A value is written (relaxed, device scope) before its flag
 //! is released (`st.release.gpu`); a reader acquires the flag (`ld.acquire.gpu`) before it
 //! reads the value (relaxed, device scope), so it sees the value that the flag announces.
 //! Aggregate and inclusive values have separate slots, so a reader that saw flag 1 never reads
-//! an inclusive value by mistake. The host zeroes `flags` and the tile counter before a launch.
+//! an inclusive value by mistake. The host zeroes `flags` (2 words per tile) before a launch.
 
 /// Kernel: block-wide scan of each block's `blockDim` elements (test and building block).
 pub const KERNEL_BLOCK_SCAN_U32: &str = "scan_block_u32";
@@ -60,9 +62,9 @@ pub const fn block_scan_smem_bytes(value_bytes: usize) -> usize {
 }
 
 /// Shared-memory bytes of the device scan kernel over values of `value_bytes` bytes.
-/// Block-scan storage, the tile's exclusive prefix and the tile index, padded to 16 bytes.
+/// Block-scan storage and the tile's exclusive prefix, padded to 16 bytes.
 pub const fn device_scan_smem_bytes(value_bytes: usize) -> usize {
-    let b = block_scan_smem_bytes(value_bytes) + value_bytes + 8;
+    let b = block_scan_smem_bytes(value_bytes) + value_bytes;
     b.div_ceil(16) * 16
 }
 
@@ -99,6 +101,12 @@ pub mod device {
 
     /// A value that can be summed and moved across lanes: `u32` and `u64`.
     pub trait ScanValue: Copy + Default {
+        /// Whether the look-back packs flag and value into one 64-bit status word.
+        const PACKED: bool;
+        /// The value's bits when it is packable (4 bytes).
+        fn packable(self) -> Option<u32>;
+        /// The value from packed bits.
+        fn from_packed(bits: u32) -> Self;
         /// Wrapping addition.
         fn wadd(self, o: Self) -> Self;
         /// `__shfl_up_sync`.
@@ -120,6 +128,15 @@ pub mod device {
     }
 
     impl ScanValue for u32 {
+        const PACKED: bool = true;
+        #[inline(always)]
+        fn packable(self) -> Option<u32> {
+            Some(self)
+        }
+        #[inline(always)]
+        fn from_packed(bits: u32) -> Self {
+            bits
+        }
         #[inline(always)]
         fn wadd(self, o: Self) -> Self {
             self.wrapping_add(o)
@@ -149,6 +166,15 @@ pub mod device {
     }
 
     impl ScanValue for u64 {
+        const PACKED: bool = false;
+        #[inline(always)]
+        fn packable(self) -> Option<u32> {
+            None
+        }
+        #[inline(always)]
+        fn from_packed(bits: u32) -> Self {
+            bits as u64
+        }
         #[inline(always)]
         fn wadd(self, o: Self) -> Self {
             self.wrapping_add(o)
@@ -310,6 +336,13 @@ pub mod device {
         /// `tile` is inside the arrays.
         #[inline(always)]
         pub unsafe fn publish(&self, tile: u32, flag: u32, v: T) {
+            if let Some(bits) = v.packable() {
+                // 4-byte values: flag and value in one 64-bit word, one single-copy-atomic
+                // store, no fence (CUB does the same).
+                // SAFETY: `flags` holds 2 words per tile, 8-byte aligned (cudarc allocation).
+                unsafe { i::store_relaxed_u64((self.flags as *mut u64).add(tile as usize), (flag as u64) << 32 | bits as u64) };
+                return;
+            }
             let slot = if flag == STATUS_PREFIX {
                 self.inclusive
             } else {
@@ -342,12 +375,17 @@ pub mod device {
             loop {
                 let p = end - lane as i64;
                 let mut flag;
+                let mut packed = 0u64;
                 loop {
-                    flag = if p >= 0 {
+                    flag = if p < 0 {
+                        STATUS_PREFIX
+                    } else if T::PACKED {
+                        // SAFETY: 0 <= p < tile; 2 words per tile.
+                        packed = unsafe { i::load_relaxed_u64((self.flags as *const u64).add(p as usize)) };
+                        (packed >> 32) as u32
+                    } else {
                         // SAFETY: 0 <= p < tile.
                         unsafe { i::load_acquire_u32(self.flags.add(p as usize)) }
-                    } else {
-                        STATUS_PREFIX
                     };
                     if !i::any(flag == STATUS_INVALID) {
                         break;
@@ -356,6 +394,8 @@ pub mod device {
                 }
                 let value = if p < 0 {
                     T::default()
+                } else if T::PACKED {
+                    T::from_packed(packed as u32)
                 } else if flag == STATUS_PREFIX {
                     // SAFETY: flag acquired; 0 <= p < tile.
                     unsafe { T::load_relaxed(self.inclusive.add(p as usize)) }
@@ -381,22 +421,12 @@ pub mod device {
         }
     }
 
-    /// Shared state of one tile of a single-pass, look-back kernel: the dynamic tile index
-    /// and the tile's exclusive prefix, broadcast through shared memory.
-    ///
-    /// Returns the tile index, obtained by thread 0 from `tile_counter` (all threads).
-    ///
-    /// # Safety
-    /// `slot` points to a shared `u32`; `tile_counter` to a global `u32` zeroed before launch.
+    /// The tile a block works on: `blockIdx.x`, as CUB's single-pass scan does. Blocks of a
+    /// 1-D grid are dispatched in increasing index order, so every tile a block waits for in
+    /// its look-back has already been started by a resident block and will publish.
     #[inline(always)]
-    pub unsafe fn next_tile(slot: *mut u32, tile_counter: *mut u32) -> u32 {
-        if i::thread_idx_x() == 0 {
-            // SAFETY: caller contract.
-            unsafe { slot.write(i::atomic_add_u32(tile_counter, 1)) };
-        }
-        i::sync_threads();
-        // SAFETY: written before the barrier.
-        unsafe { slot.read() }
+    pub fn current_tile() -> u32 {
+        i::block_idx_x()
     }
 
     /// The tile-prefix step of a single-pass kernel: given this tile's total (known to all
@@ -434,19 +464,13 @@ pub mod device {
     }
 
     /// Shared-memory layout of the device scan and compaction kernels:
-    /// `[BlockScan storage: 33 T][tile prefix: T][tile index: u32]`.
+    /// `[BlockScan storage: 33 T][tile prefix: T]`.
     #[inline(always)]
-    pub fn tile_smem<T>() -> (*mut T, *mut T, *mut u32) {
+    pub fn tile_smem<T>() -> (*mut T, *mut T) {
         let base = i::dynamic_shared_ptr();
         let sz = core::mem::size_of::<T>();
         // SAFETY: offsets inside `device_scan_smem_bytes(size_of::<T>())`.
-        unsafe {
-            (
-                base as *mut T,
-                base.add(33 * sz) as *mut T,
-                base.add(34 * sz) as *mut u32,
-            )
-        }
+        unsafe { (base as *mut T, base.add(33 * sz) as *mut T) }
     }
 
     /// Tile loads and stores in the **warp-striped vector** arrangement: a warp owns `32 * N`
@@ -612,11 +636,9 @@ pub mod device {
         n: u64,
         kind: u32,
         status: TileStatus<T>,
-        tile_counter: *mut u32,
     ) {
-        let (scan_storage, prefix_slot, tile_slot) = tile_smem::<T>();
-        // SAFETY: launch contract: zeroed counter, smem sized by `device_scan_smem_bytes`.
-        let tile = unsafe { next_tile(tile_slot, tile_counter) };
+        let (scan_storage, prefix_slot) = tile_smem::<T>();
+        let tile = current_tile();
         let tile_items = DEVICE_SCAN_THREADS as u64 * N as u64;
         let warp_start = tile as u64 * tile_items + i::warp_id() as u64 * 32 * N as u64;
         let mut items = [T::default(); N];
@@ -649,8 +671,8 @@ pub mod device {
     /// Launch contract: `blockDim.x == DEVICE_SCAN_THREADS`, `gridDim.x ==
     /// device_scan_tiles(n, 4)`, `device_scan_smem_bytes(4)` bytes of dynamic shared memory;
     /// `input` and `output` valid for `n` elements, 16-byte aligned, not overlapping;
-    /// `flags`, `aggregates`, `inclusive` valid for `gridDim.x` entries with `flags` zeroed;
-    /// `tile_counter` a zeroed `u32`.
+    /// `flags` valid for `2 * gridDim.x` zeroed words, `aggregates`, `inclusive` for `gridDim.x`
+    /// entries.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn scan_device_u32(
         input: *const u32,
@@ -660,11 +682,10 @@ pub mod device {
         flags: *mut u32,
         aggregates: *mut u32,
         inclusive: *mut u32,
-        tile_counter: *mut u32,
     ) {
         let status = TileStatus { flags, aggregates, inclusive };
         // SAFETY: forwarded launch contract.
-        unsafe { device_scan::<u32, { DEVICE_SCAN_ITEMS_U32 as usize }>(input, output, n, kind, status, tile_counter) }
+        unsafe { device_scan::<u32, { DEVICE_SCAN_ITEMS_U32 as usize }>(input, output, n, kind, status) }
     }
 
     /// Device-wide sum of `n` `u64`; as [`scan_device_u32`] with 8-byte values.
@@ -681,11 +702,10 @@ pub mod device {
         flags: *mut u32,
         aggregates: *mut u64,
         inclusive: *mut u64,
-        tile_counter: *mut u32,
     ) {
         let status = TileStatus { flags, aggregates, inclusive };
         // SAFETY: forwarded launch contract.
-        unsafe { device_scan::<u64, { DEVICE_SCAN_ITEMS_U64 as usize }>(input, output, n, kind, status, tile_counter) }
+        unsafe { device_scan::<u64, { DEVICE_SCAN_ITEMS_U64 as usize }>(input, output, n, kind, status) }
     }
 
     /// Block scan test kernel: each block scans its own `blockDim.x` consecutive elements

@@ -54,7 +54,7 @@ impl GpuContext {
             Selection::Range { lo, hi } => {
                 let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_SELECT_RANGE_U32)?);
                 b.arg(input).arg(&n64).arg(&lo).arg(&hi).arg(&mut *output).arg(&mut *num_selected);
-                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc).arg(&mut lb.counter);
+                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
                 // SAFETY: SELECT_THREADS threads, one block per tile, `select_smem_bytes`;
                 // n < 2^32 and buffer lengths checked; cudarc buffers are 256-byte aligned and
                 // distinct; look-back state zeroed with at least `tiles` entries.
@@ -67,7 +67,7 @@ impl GpuContext {
                 }
                 let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_SELECT_FLAGGED_U32)?);
                 b.arg(input).arg(flags).arg(&n64).arg(&mut *output).arg(&mut *num_selected);
-                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc).arg(&mut lb.counter);
+                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
                 // SAFETY: as for the range kernel, and `flags` holds n bytes (checked).
                 (k::KERNEL_SELECT_FLAGGED_U32, unsafe { b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes())) })
             }

@@ -8,7 +8,7 @@ use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Result};
 use crate::{cpu, Backend};
 
-/// Reusable look-back state: tile flags, aggregates, inclusive prefixes, tile counter.
+/// Reusable look-back state: tile status words (2 per tile), aggregates, inclusive prefixes.
 /// Grown on demand and kept between calls so that timed runs allocate nothing.
 #[derive(Default)]
 pub struct ScanTemp {
@@ -17,8 +17,7 @@ pub struct ScanTemp {
     pub(crate) inc32: Option<DeviceBuffer<u32>>,
     pub(crate) agg64: Option<DeviceBuffer<u64>>,
     pub(crate) inc64: Option<DeviceBuffer<u64>>,
-    pub(crate) counter: Option<DeviceBuffer<u32>>,
-}
+    }
 
 fn grow<T: DeviceRepr + ValidAsZeroBits>(gpu: &GpuContext, slot: &mut Option<DeviceBuffer<T>>, n: usize) -> Result<()> {
     if slot.as_ref().is_none_or(|b| b.len() < n) {
@@ -56,34 +55,31 @@ pub(crate) struct Lookback<T: DeviceScanValue> {
     pub flags: DeviceBuffer<u32>,
     pub agg: DeviceBuffer<T>,
     pub inc: DeviceBuffer<T>,
-    pub counter: DeviceBuffer<u32>,
 }
 
 impl GpuContext {
     /// Takes look-back state for `tiles` tiles from the pool (allocating if it is too small)
-    /// and zeroes the flags and the tile counter on the stream.
+    /// and zeroes the status words on the stream.
     pub(crate) fn take_lookback<T: DeviceScanValue>(&self, tiles: u64) -> Result<Lookback<T>> {
         if tiles > MAX_GRID {
             return Err(crate::Error::CapacityExceeded { what: "single-pass tiles", needed: tiles, capacity: MAX_GRID });
         }
         let tiles = tiles as usize;
         let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
-        grow(self, &mut pool.flags, tiles)?;
-        grow(self, &mut pool.counter, 1)?;
+        grow(self, &mut pool.flags, 2 * tiles)?;
         let (a, i) = T::slots(&mut pool);
         grow(self, a, tiles)?;
         grow(self, i, tiles)?;
         let (agg, inc) = (a.take().expect("grown"), i.take().expect("grown"));
-        let mut lb = Lookback {
+        let lb = Lookback {
             flags: pool.flags.take().expect("grown"),
             agg,
             inc,
-            counter: pool.counter.take().expect("grown"),
         };
         drop(pool);
-        let mut fl = lb.flags.slice_mut(0..tiles);
+        let mut lb = lb;
+        let mut fl = lb.flags.slice_mut(0..2 * tiles);
         self.stream().memset_zeros(&mut fl).ctx("zeroing look-back flags")?;
-        self.memset_zero(&mut lb.counter)?;
         Ok(lb)
     }
 
@@ -91,7 +87,6 @@ impl GpuContext {
     pub(crate) fn put_lookback<T: DeviceScanValue>(&self, lb: Lookback<T>) {
         let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
         pool.flags = Some(lb.flags);
-        pool.counter = Some(lb.counter);
         let (a, i) = T::slots(&mut pool);
         *a = Some(lb.agg);
         *i = Some(lb.inc);
@@ -120,12 +115,12 @@ impl GpuContext {
         let (n64, kind32) = (n as u64, kind as u32);
         let mut b = self.stream().launch_builder(f);
         b.arg(input).arg(&mut *output).arg(&n64).arg(&kind32);
-        b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc).arg(&mut lb.counter);
+        b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
         // SAFETY: launch contract of `scan_device_u32/u64`: DEVICE_SCAN_THREADS threads,
         // one block per tile, `device_scan_smem_bytes` of shared memory; input and output hold
         // n elements (checked), are distinct allocations (borrows) and 256-byte aligned
-        // (cudarc allocations); flags and counter were zeroed on this stream and the status
-        // arrays hold at least `tiles` entries.
+        // (cudarc allocations); the status words (2 per tile) were zeroed on this stream and
+        // the arrays hold at least `tiles` entries.
         let r = unsafe { b.launch(cfg(tiles, k::DEVICE_SCAN_THREADS, k::device_scan_smem_bytes(T::BYTES))) };
         self.put_lookback(lb);
         self.check_launch(T::KERNEL, r)
