@@ -1031,7 +1031,7 @@ main() {
   local failed=0 i
   {
     for i in "${!STEPS[@]}"; do
-        printf '  %-20s %s\n' "${STEPS[$i]}" "${RESULTS[$i]}"
+      printf '  %-20s %s\n' "${STEPS[$i]}" "${RESULTS[$i]}"
       case "${RESULTS[$i]}" in FAIL*) failed=1 ;; esac
     done
     if [ "$failed" -ne 0 ]; then echo "RESULT: FAIL"; else echo "RESULT: PASS"; fi

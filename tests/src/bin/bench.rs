@@ -97,7 +97,7 @@ fn main() -> Result<()> {
         for (name, keys) in [("uniform", data::uniform_keys(n)), ("skewed", data::skewed_keys(n))] {
             let want = cpu::histogram::histogram(&keys, 256);
             let d = g.upload(&keys)?;
-            for (suffix, aggregate) in [("", true), ("_noagg", false)] {
+            for (suffix, aggregate) in [("", false), ("_warpagg", true)] {
                 let mut out = g.histogram_outputs(256)?;
                 g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)?;
                 check(&format!("histogram_{name}{suffix}"), &g.download_histogram(&out)?.counts, &want.counts)?;

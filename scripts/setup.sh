@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for detkit: the pinned nightly (from rust-toolchain.toml, with the
+# components the kernels need) and `ptxas` from PyPI in a private venv (.tools/ptxas-venv),
+# without touching the system Python. Idempotent. Needs rustup and python3; no CUDA.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+channel=$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)
+if ! rustup run "$channel" rustc --version >/dev/null 2>&1 \
+   || ! rustup component list --toolchain "$channel" --installed 2>/dev/null | grep -q '^llvm-bitcode-linker'; then
+  echo "== installing Rust $channel"
+  rustup toolchain install "$channel" --profile minimal \
+    -c rust-src -c llvm-tools -c llvm-bitcode-linker -c rustfmt -c clippy
+fi
+if [[ "${DETKIT_SKIP_PTXAS:-0}" != 1 ]] && ! ls .tools/ptxas-venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas >/dev/null 2>&1; then
+  echo "== installing ptxas (PyPI nvidia-cuda-nvcc-cu12) into .tools/ptxas-venv"
+  python3 -m venv .tools/ptxas-venv
+  .tools/ptxas-venv/bin/python -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvcc-cu12>=12.4,<13'
+fi
+echo "== setup done"
