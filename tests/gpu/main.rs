@@ -16,6 +16,7 @@ use detkit_gpu::{bucket as kb, compact as kc, histogram as kh, scan as ks};
 use detkit_tests::{ensure, exact, sizes};
 
 type R = Result<(), String>;
+type Test = (&'static str, fn(&Ctx) -> R);
 
 fn e(err: Error) -> String {
     err.to_string()
@@ -23,12 +24,15 @@ fn e(err: Error) -> String {
 
 /// A fresh seed per run (time-based), printed so a failure can be replayed with `SEED=`.
 fn seed() -> u64 {
-    std::env::var("SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1)
-    })
+    std::env::var("SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        })
 }
 
 struct Ctx {
@@ -72,7 +76,11 @@ fn test_scan_u32(c: &Ctx) -> R {
             if n >= 1 << 26 && label != "random" {
                 continue;
             }
-            let d_in = if n == 0 { g.zeros(1).map_err(e)? } else { g.upload(&input).map_err(e)? };
+            let d_in = if n == 0 {
+                g.zeros(1).map_err(e)?
+            } else {
+                g.upload(&input).map_err(e)?
+            };
             for kind in [ScanKind::Exclusive, ScanKind::Inclusive] {
                 // One extra poisoned element past n: must stay untouched.
                 let mut d_out = g.poisoned(n + 1, POISON).map_err(e)?;
@@ -93,13 +101,23 @@ fn test_scan_u64(c: &Ctx) -> R {
     for n in sizes(ks::DEVICE_SCAN_THREADS as usize, tile, c.quick) {
         let r = c.rand_u32(3, n);
         let inputs: Vec<(&str, Vec<u64>)> = vec![
-            ("random", r.iter().enumerate().map(|(i, &x)| (x as u64) << 20 ^ i as u64).collect()),
+            (
+                "random",
+                r.iter()
+                    .enumerate()
+                    .map(|(i, &x)| (x as u64) << 20 ^ i as u64)
+                    .collect(),
+            ),
             ("all-max", vec![u64::MAX; n.min(1 << 20)]),
             ("big", vec![1u64 << 40; n.min(1 << 20)]),
         ];
         for (label, input) in inputs {
             let m = input.len();
-            let d_in = if m == 0 { g.zeros(1).map_err(e)? } else { g.upload(&input).map_err(e)? };
+            let d_in = if m == 0 {
+                g.zeros(1).map_err(e)?
+            } else {
+                g.upload(&input).map_err(e)?
+            };
             for kind in [ScanKind::Exclusive, ScanKind::Inclusive] {
                 let mut d_out = g.poisoned(m + 1, u64::MAX - 7).map_err(e)?;
                 g.scan_device(&d_in, &mut d_out, m, kind).map_err(e)?;
@@ -121,21 +139,38 @@ fn test_block_scan(c: &Ctx) -> R {
             let input = c.rand_u32(4 + block as u64, n);
             for kind in [ScanKind::Exclusive, ScanKind::Inclusive] {
                 let blocks = n.div_ceil(b);
-                let d_in = if n == 0 { g.zeros(1).map_err(e)? } else { g.upload(&input).map_err(e)? };
+                let d_in = if n == 0 {
+                    g.zeros(1).map_err(e)?
+                } else {
+                    g.upload(&input).map_err(e)?
+                };
                 let mut d_out = g.poisoned(n.max(1), POISON).map_err(e)?;
                 let mut d_tot = g.poisoned(blocks.max(1), POISON).map_err(e)?;
-                g.block_scan_u32(&d_in, &mut d_out, &mut d_tot, n, block, kind).map_err(e)?;
+                g.block_scan_u32(&d_in, &mut d_out, &mut d_tot, n, block, kind)
+                    .map_err(e)?;
                 let (want, want_tot) = cpu::scan::block_scan(&input, b, kind);
                 let got = g.download(&d_out).map_err(e)?;
                 let tot = g.download(&d_tot).map_err(e)?;
-                exact(&format!("block_scan {kind:?} block={block} n={n}"), &got[..n], &want)?;
-                exact(&format!("block_scan totals block={block} n={n}"), &tot[..blocks], &want_tot)?;
+                exact(
+                    &format!("block_scan {kind:?} block={block} n={n}"),
+                    &got[..n],
+                    &want,
+                )?;
+                exact(
+                    &format!("block_scan totals block={block} n={n}"),
+                    &tot[..blocks],
+                    &want_tot,
+                )?;
             }
         }
     }
     for bad in [0u32, 16, 48 + 1, 1056] {
         ensure(
-            matches!(c.backend.block_scan_u32(&[1, 2, 3], bad, ScanKind::Exclusive), Err(Error::InvalidInput { .. })),
+            matches!(
+                c.backend
+                    .block_scan_u32(&[1, 2, 3], bad, ScanKind::Exclusive),
+                Err(Error::InvalidInput { .. })
+            ),
             || format!("block size {bad} accepted"),
         )?;
     }
@@ -148,7 +183,11 @@ fn test_block_scan(c: &Ctx) -> R {
 
 fn test_select(c: &Ctx) -> R {
     let g = c.gpu();
-    for n in sizes(kc::SELECT_THREADS as usize, kc::SELECT_TILE as usize, c.quick) {
+    for n in sizes(
+        kc::SELECT_THREADS as usize,
+        kc::SELECT_TILE as usize,
+        c.quick,
+    ) {
         let input = c.rand_u32(5, n);
         let cases: Vec<(&str, u32, u32)> = vec![
             ("half", 0, 1 << 31),
@@ -156,21 +195,36 @@ fn test_select(c: &Ctx) -> R {
             ("all", 0, u32::MAX),
             ("narrow", 1 << 30, (1 << 30) + (1 << 24)),
         ];
-        let d_in = if n == 0 { g.zeros(1).map_err(e)? } else { g.upload(&input).map_err(e)? };
+        let d_in = if n == 0 {
+            g.zeros(1).map_err(e)?
+        } else {
+            g.upload(&input).map_err(e)?
+        };
         for (label, lo, hi) in cases {
             let mut d_out = g.poisoned(n.max(1), POISON).map_err(e)?;
             let mut d_n = g.poisoned(1, POISON).map_err(e)?;
-            g.select_u32(&d_in, n, Selection::Range { lo, hi }, &mut d_out, &mut d_n).map_err(e)?;
+            g.select_u32(&d_in, n, Selection::Range { lo, hi }, &mut d_out, &mut d_n)
+                .map_err(e)?;
             let count = g.download(&d_n).map_err(e)?[0] as usize;
             let want = cpu::compact::select(&input, |_, x| kc::in_range(x, lo, hi));
-            ensure(count == want.len(), || format!("select {label} n={n}: count {count} want {}", want.len()))?;
+            ensure(count == want.len(), || {
+                format!("select {label} n={n}: count {count} want {}", want.len())
+            })?;
             let got = g.download(&d_out).map_err(e)?;
             exact(&format!("select {label} n={n}"), &got[..count], &want)?;
-            ensure(got[count..n].iter().all(|&x| x == POISON), || format!("select {label} n={n}: wrote past the selected count"))?;
+            ensure(got[count..n].iter().all(|&x| x == POISON), || {
+                format!("select {label} n={n}: wrote past the selected count")
+            })?;
         }
         // Flagged, with a random and an alternating pattern.
         for (label, flags) in [
-            ("random-flags", c.rand(6, n, 2).iter().map(|&x| x as u8).collect::<Vec<u8>>()),
+            (
+                "random-flags",
+                c.rand(6, n, 2)
+                    .iter()
+                    .map(|&x| x as u8)
+                    .collect::<Vec<u8>>(),
+            ),
             ("alternating", (0..n).map(|i| (i % 2) as u8 * 255).collect()),
         ] {
             let got = c.backend.select_flagged_u32(&input, &flags).map_err(e)?;
@@ -179,7 +233,10 @@ fn test_select(c: &Ctx) -> R {
         }
     }
     ensure(
-        matches!(c.backend.select_flagged_u32(&[1, 2], &[1]), Err(Error::InvalidInput { .. })),
+        matches!(
+            c.backend.select_flagged_u32(&[1, 2], &[1]),
+            Err(Error::InvalidInput { .. })
+        ),
         || "flag length mismatch accepted".into(),
     )
 }
@@ -191,15 +248,27 @@ fn test_select(c: &Ctx) -> R {
 fn test_histogram(c: &Ctx) -> R {
     let g = c.gpu();
     let big = 1usize << 26;
-    for n in sizes(kh::HISTOGRAM_THREADS as usize, kh::HISTOGRAM_THREADS as usize * 4, c.quick) {
+    for n in sizes(
+        kh::HISTOGRAM_THREADS as usize,
+        kh::HISTOGRAM_THREADS as usize * 4,
+        c.quick,
+    ) {
         for nbins in [1u32, 7, 256, 1000, kh::HISTOGRAM_SHARED_MAX_BINS, 100_000] {
             if n == big && nbins != 256 {
                 continue;
             }
             let mut inputs: Vec<(&str, Vec<u32>)> = vec![
-                ("uniform+out-of-range", c.rand(7 + nbins as u64, n, nbins + nbins / 8 + 1)),
+                (
+                    "uniform+out-of-range",
+                    c.rand(7 + nbins as u64, n, nbins + nbins / 8 + 1),
+                ),
                 ("one-bin", vec![nbins / 2; n]),
-                ("edges", (0..n).map(|i| [0, nbins - 1, nbins, u32::MAX][i % 4]).collect()),
+                (
+                    "edges",
+                    (0..n)
+                        .map(|i| [0, nbins - 1, nbins, u32::MAX][i % 4])
+                        .collect(),
+                ),
             ];
             if nbins == 256 {
                 inputs.push(("skewed", data::skewed_keys(n)));
@@ -214,25 +283,52 @@ fn test_histogram(c: &Ctx) -> R {
                 } else {
                     &[HistogramStrategy::Global]
                 };
-                let d = if n == 0 { g.zeros(1).map_err(e)? } else { g.upload(keys).map_err(e)? };
+                let d = if n == 0 {
+                    g.zeros(1).map_err(e)?
+                } else {
+                    g.upload(keys).map_err(e)?
+                };
                 for &s in strategies {
                     for aggregate in [true, false] {
                         let mut out = g.histogram_outputs(nbins).map_err(e)?;
-                        g.histogram_device(&d, n, nbins, s, aggregate, &mut out).map_err(e)?;
+                        g.histogram_device(&d, n, nbins, s, aggregate, &mut out)
+                            .map_err(e)?;
                         let got = g.download_histogram(&out).map_err(e)?;
-                        let what = format!("histogram {label} nbins={nbins} n={n} {s:?} aggregate={aggregate}");
+                        let what = format!(
+                            "histogram {label} nbins={nbins} n={n} {s:?} aggregate={aggregate}"
+                        );
                         exact(&what, &got.counts, &want.counts)?;
-                        ensure(got.out_of_range == want.out_of_range && got.first_out_of_range == want.first_out_of_range, || {
-                            format!("{what}: out of range {:?}/{:?} want {:?}/{:?}", got.out_of_range, got.first_out_of_range, want.out_of_range, want.first_out_of_range)
-                        })?;
+                        ensure(
+                            got.out_of_range == want.out_of_range
+                                && got.first_out_of_range == want.first_out_of_range,
+                            || {
+                                format!(
+                                    "{what}: out of range {:?}/{:?} want {:?}/{:?}",
+                                    got.out_of_range,
+                                    got.first_out_of_range,
+                                    want.out_of_range,
+                                    want.first_out_of_range
+                                )
+                            },
+                        )?;
                     }
                 }
             }
         }
     }
-    ensure(matches!(c.backend.histogram(&[1], 0), Err(Error::InvalidInput { .. })), || "nbins = 0 accepted".into())?;
     ensure(
-        matches!(c.backend.histogram_with(&[1], 1 << 20, HistogramStrategy::Shared), Err(Error::CapacityExceeded { .. })),
+        matches!(
+            c.backend.histogram(&[1], 0),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "nbins = 0 accepted".into(),
+    )?;
+    ensure(
+        matches!(
+            c.backend
+                .histogram_with(&[1], 1 << 20, HistogramStrategy::Shared),
+            Err(Error::CapacityExceeded { .. })
+        ),
         || "shared histogram over capacity accepted".into(),
     )
 }
@@ -244,7 +340,10 @@ fn test_histogram(c: &Ctx) -> R {
 /// Unordered fill: offsets equal, each bin holds the same set of items.
 fn same_bins(what: &str, got: &detkit::Buckets, want: &detkit::Buckets) -> R {
     exact(&format!("{what} offsets"), &got.offsets, &want.offsets)?;
-    ensure(!got.content.contains(&POISON) || want.content.contains(&POISON), || format!("{what}: unwritten content"))?;
+    ensure(
+        !got.content.contains(&POISON) || want.content.contains(&POISON),
+        || format!("{what}: unwritten content"),
+    )?;
     for b in 0..want.offsets.len() - 1 {
         let mut g = got.bin(b).to_vec();
         g.sort_unstable();
@@ -262,7 +361,12 @@ fn test_bucket(c: &Ctx) -> R {
             let inputs: Vec<(&str, Vec<u32>)> = vec![
                 ("uniform", c.rand(9 + nbins as u64, n, nbins)),
                 ("one-bin", vec![nbins - 1; n]),
-                ("edges", (0..n).map(|i| if i % 3 == 0 { 0 } else { nbins - 1 }).collect()),
+                (
+                    "edges",
+                    (0..n)
+                        .map(|i| if i % 3 == 0 { 0 } else { nbins - 1 })
+                        .collect(),
+                ),
             ];
             for (label, keys) in &inputs {
                 if n == 1 << 26 && *label != "uniform" {
@@ -270,10 +374,24 @@ fn test_bucket(c: &Ctx) -> R {
                 }
                 let want = cpu::bucket::bucket(keys, nbins);
                 let what = format!("bucket {label} nbins={nbins} n={n}");
-                let stable = c.backend.bucket(keys, nbins, BucketOrder::Stable).map_err(e)?;
-                exact(&format!("{what} stable offsets"), &stable.offsets, &want.offsets)?;
-                exact(&format!("{what} stable content"), &stable.content, &want.content)?;
-                let unordered = c.backend.bucket(keys, nbins, BucketOrder::Unordered).map_err(e)?;
+                let stable = c
+                    .backend
+                    .bucket(keys, nbins, BucketOrder::Stable)
+                    .map_err(e)?;
+                exact(
+                    &format!("{what} stable offsets"),
+                    &stable.offsets,
+                    &want.offsets,
+                )?;
+                exact(
+                    &format!("{what} stable content"),
+                    &stable.content,
+                    &want.content,
+                )?;
+                let unordered = c
+                    .backend
+                    .bucket(keys, nbins, BucketOrder::Unordered)
+                    .map_err(e)?;
                 same_bins(&format!("{what} unordered"), &unordered, &want)?;
             }
         }
@@ -284,7 +402,11 @@ fn test_bucket(c: &Ctx) -> R {
     for order in [BucketOrder::Stable, BucketOrder::Unordered] {
         match c.backend.bucket(&keys, 64, order) {
             Err(Error::InvalidInput { detail, .. }) if detail.contains("index 1234") => {}
-            other => return Err(format!("bucket with key 64 >= nbins at 1234 ({order:?}): {other:?}")),
+            other => {
+                return Err(format!(
+                    "bucket with key 64 >= nbins at 1234 ({order:?}): {other:?}"
+                ))
+            }
         }
     }
     Ok(())
@@ -292,7 +414,11 @@ fn test_bucket(c: &Ctx) -> R {
 
 fn test_block_bucket(c: &Ctx) -> R {
     // Module-like segments: sizes from 0 to a few thousand, 416 bins (a CMS column count).
-    for (label, nsegs, max_seg, nbins) in [("modules", 300usize, 3000u32, 416u32), ("tiny", 40, 40, 3), ("one-bin", 50, 2000, 1)] {
+    for (label, nsegs, max_seg, nbins) in [
+        ("modules", 300usize, 3000u32, 416u32),
+        ("tiny", 40, 40, 3),
+        ("one-bin", 50, 2000, 1),
+    ] {
         let sizes = c.rand(11, nsegs, max_seg);
         let mut segments = vec![0u32];
         for s in &sizes {
@@ -304,37 +430,71 @@ fn test_block_bucket(c: &Ctx) -> R {
         let want = cpu::bucket::block_bucket(&keys, &segments, nbins);
         for capacity in [None, Some(16), Some(0)] {
             let forced = capacity.is_some();
-            let got = c.backend.block_bucket(&keys, &segments, nbins, BucketOrder::Stable, capacity).map_err(e)?;
+            let got = c
+                .backend
+                .block_bucket(&keys, &segments, nbins, BucketOrder::Stable, capacity)
+                .map_err(e)?;
             let what = format!("block_bucket {label} capacity={capacity:?}");
             exact(&format!("{what} offsets"), &got.offsets, &want.offsets)?;
             exact(&format!("{what} content"), &got.content, &want.content)?;
             let cap = capacity.unwrap_or(detkit::bucket::default_block_capacity(nbins));
             let expect_fb = sizes.iter().filter(|&&s| s > cap).count() as u32;
-            ensure(got.fallbacks == expect_fb, || format!("{what}: {} fallbacks, expected {expect_fb}", got.fallbacks))?;
-            ensure(!forced || expect_fb > 0, || format!("{what}: capacity did not force the fallback"))?;
-            let un = c.backend.block_bucket(&keys, &segments, nbins, BucketOrder::Unordered, capacity).map_err(e)?;
-            exact(&format!("{what} unordered offsets"), &un.offsets, &want.offsets)?;
+            ensure(got.fallbacks == expect_fb, || {
+                format!("{what}: {} fallbacks, expected {expect_fb}", got.fallbacks)
+            })?;
+            ensure(!forced || expect_fb > 0, || {
+                format!("{what}: capacity did not force the fallback")
+            })?;
+            let un = c
+                .backend
+                .block_bucket(&keys, &segments, nbins, BucketOrder::Unordered, capacity)
+                .map_err(e)?;
+            exact(
+                &format!("{what} unordered offsets"),
+                &un.offsets,
+                &want.offsets,
+            )?;
             for s in 0..nsegs {
                 for b in 0..nbins as usize {
                     let mut gb = un.bin(&segments, s, b).to_vec();
                     gb.sort_unstable();
-                    exact(&format!("{what} unordered seg {s} bin {b}"), &gb, want.bin(&segments, s, b))?;
+                    exact(
+                        &format!("{what} unordered seg {s} bin {b}"),
+                        &gb,
+                        want.bin(&segments, s, b),
+                    )?;
                 }
             }
         }
     }
     // One segment with every item in one bin, larger than the default capacity.
     let keys = vec![7u32; 20_000];
-    let got = c.backend.block_bucket(&keys, &[0, 20_000], 416, BucketOrder::Stable, None).map_err(e)?;
-    exact("block_bucket all-in-one-bin", &got.content, &(0..20_000).collect::<Vec<u32>>())?;
-    ensure(got.fallbacks == 1, || "block_bucket big segment: fallback not reported".into())?;
+    let got = c
+        .backend
+        .block_bucket(&keys, &[0, 20_000], 416, BucketOrder::Stable, None)
+        .map_err(e)?;
+    exact(
+        "block_bucket all-in-one-bin",
+        &got.content,
+        &(0..20_000).collect::<Vec<u32>>(),
+    )?;
+    ensure(got.fallbacks == 1, || {
+        "block_bucket big segment: fallback not reported".into()
+    })?;
     // Errors: bad key, bad segments.
-    match c.backend.block_bucket(&[1, 2, 500, 3], &[0, 2, 4], 416, BucketOrder::Stable, None) {
+    match c
+        .backend
+        .block_bucket(&[1, 2, 500, 3], &[0, 2, 4], 416, BucketOrder::Stable, None)
+    {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("index 2") => {}
         other => return Err(format!("block_bucket bad key: {other:?}")),
     }
     ensure(
-        matches!(c.backend.block_bucket(&[1, 2], &[0, 2, 1], 4, BucketOrder::Stable, None), Err(Error::InvalidInput { .. })),
+        matches!(
+            c.backend
+                .block_bucket(&[1, 2], &[0, 2, 1], 4, BucketOrder::Stable, None),
+            Err(Error::InvalidInput { .. })
+        ),
         || "decreasing segments accepted".into(),
     )
 }
@@ -358,9 +518,19 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let c = Ctx { backend, quick, seed: seed() };
-    println!("{}; seed {} (replay with SEED={}){}", c.backend.description(), c.seed, c.seed, if quick { "; quick" } else { "" });
-    let tests: &[(&str, fn(&Ctx) -> R)] = &[
+    let c = Ctx {
+        backend,
+        quick,
+        seed: seed(),
+    };
+    println!(
+        "{}; seed {} (replay with SEED={}){}",
+        c.backend.description(),
+        c.seed,
+        c.seed,
+        if quick { "; quick" } else { "" }
+    );
+    let tests: &[Test] = &[
         ("scan_u32", test_scan_u32),
         ("scan_u64", test_scan_u64),
         ("block_scan", test_block_scan),

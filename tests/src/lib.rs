@@ -6,7 +6,11 @@ use std::fmt::Debug;
 /// first few of them (every mismatch is counted, not just the first).
 pub fn exact<T: PartialEq + Debug>(what: &str, got: &[T], want: &[T]) -> Result<(), String> {
     if got.len() != want.len() {
-        return Err(format!("{what}: length {} != expected {}", got.len(), want.len()));
+        return Err(format!(
+            "{what}: length {} != expected {}",
+            got.len(),
+            want.len()
+        ));
     }
     let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
     if bad.is_empty() {
@@ -17,7 +21,12 @@ pub fn exact<T: PartialEq + Debug>(what: &str, got: &[T], want: &[T]) -> Result<
         .take(8)
         .map(|&i| format!("[{i}] got {:?} want {:?}", got[i], want[i]))
         .collect();
-    Err(format!("{what}: {} of {} elements differ: {}", bad.len(), got.len(), shown.join(", ")))
+    Err(format!(
+        "{what}: {} of {} elements differ: {}",
+        bad.len(),
+        got.len(),
+        shown.join(", ")
+    ))
 }
 
 /// Checks a condition, with a message.
@@ -32,7 +41,21 @@ pub fn ensure(cond: bool, msg: impl FnOnce() -> String) -> Result<(), String> {
 /// The sizes every primitive is tested at: 0, 1, warp size ± 1, block size ± 1, tile size ± 1,
 /// 2^20 + 7 and (unless `quick`) 2^26.
 pub fn sizes(block: usize, tile: usize, quick: bool) -> Vec<usize> {
-    let mut v = vec![0, 1, 31, 32, 33, block - 1, block, block + 1, tile - 1, tile, tile + 1, 3 * tile + 5, (1 << 20) + 7];
+    let mut v = vec![
+        0,
+        1,
+        31,
+        32,
+        33,
+        block - 1,
+        block,
+        block + 1,
+        tile - 1,
+        tile,
+        tile + 1,
+        3 * tile + 5,
+        (1 << 20) + 7,
+    ];
     if !quick {
         v.push(1 << 26);
     }

@@ -46,44 +46,85 @@ fn demo(backend: &Backend, n: usize) -> Result<bool> {
     progress("exclusive scan u32");
     let v = data::scan_values(n);
     let (got, secs) = timed(|| backend.scan_u32(&v, ScanKind::Exclusive))?;
-    lines.push(Line { primitive: "scan u32 (exclusive)", ok: got == cpu::scan::scan(&v, ScanKind::Exclusive), secs, items: n });
+    lines.push(Line {
+        primitive: "scan u32 (exclusive)",
+        ok: got == cpu::scan::scan(&v, ScanKind::Exclusive),
+        secs,
+        items: n,
+    });
 
     progress("inclusive scan u64");
     let v64: Vec<u64> = v.iter().map(|&x| (x as u64) << 30).collect();
     let (got, secs) = timed(|| backend.scan_u64(&v64, ScanKind::Inclusive))?;
-    lines.push(Line { primitive: "scan u64 (inclusive)", ok: got == cpu::scan::scan(&v64, ScanKind::Inclusive), secs, items: n });
+    lines.push(Line {
+        primitive: "scan u64 (inclusive)",
+        ok: got == cpu::scan::scan(&v64, ScanKind::Inclusive),
+        secs,
+        items: n,
+    });
 
     progress("block scan");
     let (got, secs) = timed(|| backend.block_scan_u32(&v, 256, ScanKind::Exclusive))?;
-    lines.push(Line { primitive: "block scan (256 threads)", ok: got == cpu::scan::block_scan(&v, 256, ScanKind::Exclusive), secs, items: n });
+    lines.push(Line {
+        primitive: "block scan (256 threads)",
+        ok: got == cpu::scan::block_scan(&v, 256, ScanKind::Exclusive),
+        secs,
+        items: n,
+    });
 
     progress("compaction");
     let s = data::select_values(n);
     let (got, secs) = timed(|| backend.select_in_range_u32(&s, 0, 1 << 31))?;
-    lines.push(Line { primitive: "select (50%, in order)", ok: got == cpu::compact::select(&s, |_, x| x < 1 << 31), secs, items: n });
+    lines.push(Line {
+        primitive: "select (50%, in order)",
+        ok: got == cpu::compact::select(&s, |_, x| x < 1 << 31),
+        secs,
+        items: n,
+    });
 
     progress("histogram");
     let k = data::skewed_keys(n);
     let (got, secs) = timed(|| backend.histogram(&k, 256))?;
-    lines.push(Line { primitive: "histogram (256 bins, skewed)", ok: got == cpu::histogram::histogram(&k, 256), secs, items: n });
+    lines.push(Line {
+        primitive: "histogram (256 bins, skewed)",
+        ok: got == cpu::histogram::histogram(&k, 256),
+        secs,
+        items: n,
+    });
 
     progress("bucket container");
     let keys = data::random_below(5, n, 4096);
     let (got, secs) = timed(|| backend.bucket(&keys, 4096, BucketOrder::Stable))?;
-    lines.push(Line { primitive: "bucket (4096 bins, stable)", ok: got == cpu::bucket::bucket(&keys, 4096), secs, items: n });
+    lines.push(Line {
+        primitive: "bucket (4096 bins, stable)",
+        ok: got == cpu::bucket::bucket(&keys, 4096),
+        secs,
+        items: n,
+    });
 
     progress("block bucket container");
     let mut segments = vec![0u32];
     while (*segments.last().expect("non-empty") as usize) < n {
-        let next = (*segments.last().expect("non-empty") as usize + 1 + (segments.len() * 7919) % 3000).min(n);
+        let next =
+            (*segments.last().expect("non-empty") as usize + 1 + (segments.len() * 7919) % 3000)
+                .min(n);
         segments.push(next as u32);
     }
     let cols = data::random_below(6, n, 416);
-    let (got, secs) = timed(|| backend.block_bucket(&cols, &segments, 416, BucketOrder::Stable, None))?;
+    let (got, secs) =
+        timed(|| backend.block_bucket(&cols, &segments, 416, BucketOrder::Stable, None))?;
     let want = cpu::bucket::block_bucket(&cols, &segments, 416);
-    lines.push(Line { primitive: "block bucket (416 bins)", ok: got.offsets == want.offsets && got.content == want.content, secs, items: n });
+    lines.push(Line {
+        primitive: "block bucket (416 bins)",
+        ok: got.offsets == want.offsets && got.content == want.content,
+        secs,
+        items: n,
+    });
 
-    println!("{:<30} {:>10} {:>8} {:>7} {:>14}", "primitive", "size", "backend", "check", "M items/s");
+    println!(
+        "{:<30} {:>10} {:>8} {:>7} {:>14}",
+        "primitive", "size", "backend", "check", "M items/s"
+    );
     let mut all = true;
     for l in &lines {
         all &= l.ok;
@@ -96,7 +137,9 @@ fn demo(backend: &Backend, n: usize) -> Result<bool> {
             l.items as f64 / l.secs / 1e6
         );
     }
-    println!("(throughput includes host-device copies; see `detkit-bench` for device-resident timings)");
+    println!(
+        "(throughput includes host-device copies; see `detkit-bench` for device-resident timings)"
+    );
     Ok(all)
 }
 
@@ -111,7 +154,13 @@ fn main() -> Result<()> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--backend" => backend = it.next().context("--backend needs a value")?.clone(),
-            "--size" => size = it.next().context("--size needs a value")?.parse().context("--size")?,
+            "--size" => {
+                size = it
+                    .next()
+                    .context("--size needs a value")?
+                    .parse()
+                    .context("--size")?
+            }
             other => bail!("unknown argument `{other}`\n{USAGE}"),
         }
     }

@@ -87,7 +87,13 @@ pub mod device {
     /// `keys` valid for `n < 2^32` elements, 16-byte aligned, every key `< nbins` (the count
     /// pass checked it); `cursor` a copy of `offsets[..nbins]`; `content` valid for `n`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_fill(keys: *const u32, n: u64, nbins: u32, cursor: *mut u32, content: *mut u32) {
+    pub unsafe extern "ptx-kernel" fn bucket_fill(
+        keys: *const u32,
+        n: u64,
+        nbins: u32,
+        cursor: *mut u32,
+        content: *mut u32,
+    ) {
         // SAFETY: launch contract.
         unsafe {
             for_each_key_warp_uniform(keys, n, |key, valid, idx| {
@@ -101,7 +107,9 @@ pub mod device {
                 };
                 let base = i::shfl_idx(base, leader);
                 if ok {
-                    content.add((base + i::popc(m & i::lanemask_lt())) as usize).write(idx as u32);
+                    content
+                        .add((base + i::popc(m & i::lanemask_lt())) as usize)
+                        .write(idx as u32);
                 }
             })
         }
@@ -110,7 +118,14 @@ pub mod device {
     /// Walks warp-tile `tile` (items `tile * per .. min((tile + 1) * per, n)`) 32 items at a
     /// time in index order; `f(key, valid, in_range, index, match_mask)` is called by all lanes.
     #[inline(always)]
-    unsafe fn walk_tile<F: FnMut(u32, bool, bool, u64, u32)>(keys: *const u32, n: u64, nbins: u32, tile: u64, per: u64, mut f: F) {
+    unsafe fn walk_tile<F: FnMut(u32, bool, bool, u64, u32)>(
+        keys: *const u32,
+        n: u64,
+        nbins: u32,
+        tile: u64,
+        per: u64,
+        mut f: F,
+    ) {
         let start = tile * per;
         let end = if start + per < n { start + per } else { n };
         let mut c = start;
@@ -118,7 +133,11 @@ pub mod device {
             let idx = c + i::lane_id() as u64;
             let valid = idx < end;
             // SAFETY: idx < end <= n.
-            let key = if valid { unsafe { keys.add(idx as usize).read() } } else { u32::MAX };
+            let key = if valid {
+                unsafe { keys.add(idx as usize).read() }
+            } else {
+                u32::MAX
+            };
             let ok = valid && key < nbins;
             let m = i::match_any(if ok { key } else { u32::MAX });
             f(key, valid, ok, idx, m);
@@ -154,16 +173,23 @@ pub mod device {
         // SAFETY: launch contract; each (key, tile) cell is written only by this warp, and
         // `sync_warp` between rounds orders the lanes' accesses.
         unsafe {
-            walk_tile(keys, n, nbins, tile, per as u64, |key, valid, ok, idx, m| {
-                if ok && i::lanemask_lt() & m == 0 {
-                    let cell = matrix.add(key as usize * tiles as usize + tile as usize);
-                    cell.write(cell.read() + i::popc(m));
-                }
-                if valid && !ok {
-                    bad += 1;
-                    first = first.max(encode_first_index(idx as u32));
-                }
-            })
+            walk_tile(
+                keys,
+                n,
+                nbins,
+                tile,
+                per as u64,
+                |key, valid, ok, idx, m| {
+                    if ok && i::lanemask_lt() & m == 0 {
+                        let cell = matrix.add(key as usize * tiles as usize + tile as usize);
+                        cell.write(cell.read() + i::popc(m));
+                    }
+                    if valid && !ok {
+                        bad += 1;
+                        first = first.max(encode_first_index(idx as u32));
+                    }
+                },
+            )
         };
         if bad > 0 {
             // SAFETY: launch contract.
@@ -179,11 +205,21 @@ pub mod device {
     /// # Safety
     /// `scanned` valid for `nbins * tiles`, `offsets` for `nbins + 1` words.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_stable_offsets(scanned: *const u32, tiles: u32, nbins: u32, total: u32, offsets: *mut u32) {
+    pub unsafe extern "ptx-kernel" fn bucket_stable_offsets(
+        scanned: *const u32,
+        tiles: u32,
+        nbins: u32,
+        total: u32,
+        offsets: *mut u32,
+    ) {
         let b = i::global_thread_idx();
         if b < nbins as u64 {
             // SAFETY: b < nbins.
-            unsafe { offsets.add(b as usize).write(scanned.add(b as usize * tiles as usize).read()) };
+            unsafe {
+                offsets
+                    .add(b as usize)
+                    .write(scanned.add(b as usize * tiles as usize).read())
+            };
         } else if b == nbins as u64 {
             // SAFETY: slot nbins.
             unsafe { offsets.add(b as usize).write(total) };
@@ -212,19 +248,32 @@ pub mod device {
         }
         // SAFETY: launch contract; cells are private to this warp (see the count kernel).
         unsafe {
-            walk_tile(keys, n, nbins, tile, per as u64, |key, _valid, ok, idx, m| {
-                let leader = i::lowest_bit(m);
-                let is_leader = i::lane_id() == leader;
-                let cell = matrix.add(if ok { key as usize * tiles as usize + tile as usize } else { 0 });
-                let base = if ok && is_leader { cell.read() } else { 0 };
-                let base = i::shfl_idx(base, leader);
-                if ok {
-                    content.add((base + i::popc(m & i::lanemask_lt())) as usize).write(idx as u32);
-                    if is_leader {
-                        cell.write(base + i::popc(m));
+            walk_tile(
+                keys,
+                n,
+                nbins,
+                tile,
+                per as u64,
+                |key, _valid, ok, idx, m| {
+                    let leader = i::lowest_bit(m);
+                    let is_leader = i::lane_id() == leader;
+                    let cell = matrix.add(if ok {
+                        key as usize * tiles as usize + tile as usize
+                    } else {
+                        0
+                    });
+                    let base = if ok && is_leader { cell.read() } else { 0 };
+                    let base = i::shfl_idx(base, leader);
+                    if ok {
+                        content
+                            .add((base + i::popc(m & i::lanemask_lt())) as usize)
+                            .write(idx as u32);
+                        if is_leader {
+                            cell.write(base + i::popc(m));
+                        }
                     }
-                }
-            })
+                },
+            )
         };
     }
 
@@ -276,7 +325,12 @@ pub mod device {
         let mut seg = i::block_idx_x();
         while seg < nsegs {
             // SAFETY: seg < nsegs.
-            let (start, end) = unsafe { (seg_offsets.add(seg as usize).read(), seg_offsets.add(seg as usize + 1).read()) };
+            let (start, end) = unsafe {
+                (
+                    seg_offsets.add(seg as usize).read(),
+                    seg_offsets.add(seg as usize + 1).read(),
+                )
+            };
             let size = end - start;
             let in_smem = size <= capacity;
             let content = if in_smem {
@@ -318,7 +372,11 @@ pub mod device {
             while c <= nbins {
                 let j = c + tid;
                 // SAFETY: j <= nbins.
-                let x = if j <= nbins { unsafe { offsets.add(j as usize).read() } } else { 0 };
+                let x = if j <= nbins {
+                    unsafe { offsets.add(j as usize).read() }
+                } else {
+                    0
+                };
                 let (e, tot) = bs.exclusive_sum(x);
                 if j <= nbins {
                     // SAFETY: j <= nbins.
@@ -359,7 +417,11 @@ pub mod device {
                     let j = cb + tid;
                     let valid = j < size;
                     // SAFETY: start + j < end.
-                    let key = if valid { unsafe { keys.add((start + j) as usize).read() } } else { u32::MAX };
+                    let key = if valid {
+                        unsafe { keys.add((start + j) as usize).read() }
+                    } else {
+                        u32::MAX
+                    };
                     let ok = valid && key < nbins;
                     let m = i::match_any(if ok { key } else { u32::MAX });
                     let leader = i::lowest_bit(m);
@@ -378,7 +440,11 @@ pub mod device {
                             let base = i::shfl_idx(base, leader);
                             if ok {
                                 // SAFETY: position < size <= content room.
-                                unsafe { content.add((base + i::popc(m & i::lanemask_lt())) as usize).write(start + j) };
+                                unsafe {
+                                    content
+                                        .add((base + i::popc(m & i::lanemask_lt())) as usize)
+                                        .write(start + j)
+                                };
                             }
                         }
                         i::sync_threads();
@@ -391,14 +457,22 @@ pub mod device {
             let mut j = tid;
             while j <= nbins {
                 // SAFETY: j <= nbins; output row of segment seg.
-                unsafe { out_offsets.add(seg as usize * (nbins as usize + 1) + j as usize).write(offsets.add(j as usize).read()) };
+                unsafe {
+                    out_offsets
+                        .add(seg as usize * (nbins as usize + 1) + j as usize)
+                        .write(offsets.add(j as usize).read())
+                };
                 j += bd;
             }
             if in_smem {
                 let mut j = tid;
                 while j < size {
                     // SAFETY: j < size <= capacity.
-                    unsafe { out_content.add((start + j) as usize).write(smem_content.add(j as usize).read()) };
+                    unsafe {
+                        out_content
+                            .add((start + j) as usize)
+                            .write(smem_content.add(j as usize).read())
+                    };
                     j += bd;
                 }
             }

@@ -44,7 +44,10 @@ pub fn in_range(x: u32, lo: u32, hi: u32) -> bool {
 pub mod device {
     use super::*;
     use crate::intrinsics as i;
-    use crate::scan::device::{current_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive, BlockScan, StripedTile, TileStatus};
+    use crate::scan::device::{
+        current_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive,
+        BlockScan, StripedTile, TileStatus,
+    };
 
     /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
     /// their final, order-preserving positions. Called by every thread of the block.
@@ -116,12 +119,21 @@ pub mod device {
         aggregates: *mut u32,
         inclusive: *mut u32,
     ) {
-        let status = TileStatus { flags, aggregates, inclusive };
+        let status = TileStatus {
+            flags,
+            aggregates,
+            inclusive,
+        };
         // SAFETY: forwarded launch contract.
         unsafe {
-            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, |_, x| {
-                in_range(x, lo, hi)
-            })
+            select_tile::<{ SELECT_ITEMS as usize }, _>(
+                input,
+                n,
+                output,
+                num_selected,
+                status,
+                |_, x| in_range(x, lo, hi),
+            )
         }
     }
 
@@ -140,12 +152,21 @@ pub mod device {
         aggregates: *mut u32,
         inclusive: *mut u32,
     ) {
-        let status = TileStatus { flags, aggregates, inclusive };
+        let status = TileStatus {
+            flags,
+            aggregates,
+            inclusive,
+        };
         // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
         unsafe {
-            select_tile::<{ SELECT_ITEMS as usize }, _>(input, n, output, num_selected, status, |idx, _| {
-                selection.add(idx as usize).read() != 0
-            })
+            select_tile::<{ SELECT_ITEMS as usize }, _>(
+                input,
+                n,
+                output,
+                num_selected,
+                status,
+                |idx, _| selection.add(idx as usize).read() != 0,
+            )
         }
     }
 }

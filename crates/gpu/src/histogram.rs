@@ -79,7 +79,11 @@ pub mod device {
     /// # Safety
     /// `keys` valid for `n` elements and 16-byte aligned; all lanes of the warp call this.
     #[inline(always)]
-    pub unsafe fn for_each_key_warp_uniform<F: FnMut(u32, bool, u64)>(keys: *const u32, n: u64, mut f: F) {
+    pub unsafe fn for_each_key_warp_uniform<F: FnMut(u32, bool, u64)>(
+        keys: *const u32,
+        n: u64,
+        mut f: F,
+    ) {
         let lane = i::lane_id() as u64;
         let warp = i::global_thread_idx() / 32;
         let nwarps = i::grid_threads() / 32;
@@ -105,7 +109,11 @@ pub mod device {
             let idx = n4 * 4 + lane;
             let valid = idx < n;
             // SAFETY: idx < n.
-            let k = if valid { unsafe { keys.add(idx as usize).read() } } else { 0 };
+            let k = if valid {
+                unsafe { keys.add(idx as usize).read() }
+            } else {
+                0
+            };
             f(k, valid, idx);
         }
     }
@@ -138,7 +146,13 @@ pub mod device {
     /// Counts one key with warp aggregation; returns whether it was out of range.
     /// `add(bin, count)` is called by one lane per distinct in-range key of the warp.
     #[inline(always)]
-    fn count_key<A: Fn(u32, u32)>(key: u32, valid: bool, nbins: u32, aggregate: bool, add: &A) -> bool {
+    fn count_key<A: Fn(u32, u32)>(
+        key: u32,
+        valid: bool,
+        nbins: u32,
+        aggregate: bool,
+        add: &A,
+    ) -> bool {
         let in_range = valid && key < nbins;
         if aggregate {
             let m = i::match_any(if in_range { key } else { u32::MAX });

@@ -264,7 +264,9 @@ pub fn threadfence_system() {
 pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
     let r: u32;
     // SAFETY: caller guarantees `p` is valid and aligned.
-    unsafe { asm!("ld.acquire.gpu.u32 {r}, [{p}];", p = in(reg64) p, r = out(reg32) r, options(nostack)) };
+    unsafe {
+        asm!("ld.acquire.gpu.u32 {r}, [{p}];", p = in(reg64) p, r = out(reg32) r, options(nostack))
+    };
     r
 }
 /// `atomic_ref<u32>::store(v, memory_order_release)` at device scope (`st.release.gpu`).
@@ -274,7 +276,9 @@ pub unsafe fn load_acquire_u32(p: *const u32) -> u32 {
 #[inline(always)]
 pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
     // SAFETY: caller guarantees `p` is valid and aligned.
-    unsafe { asm!("st.release.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("st.release.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack))
+    };
 }
 /// Relaxed device-scope load (`ld.relaxed.gpu.u32`), coherent at L2.
 ///
@@ -284,7 +288,9 @@ pub unsafe fn store_release_u32(p: *mut u32, v: u32) {
 pub unsafe fn load_relaxed_u32(p: *const u32) -> u32 {
     let r: u32;
     // SAFETY: caller guarantees `p` is valid and aligned.
-    unsafe { asm!("ld.relaxed.gpu.u32 {r}, [{p}];", p = in(reg64) p, r = out(reg32) r, options(nostack)) };
+    unsafe {
+        asm!("ld.relaxed.gpu.u32 {r}, [{p}];", p = in(reg64) p, r = out(reg32) r, options(nostack))
+    };
     r
 }
 /// Relaxed device-scope store (`st.relaxed.gpu.u32`).
@@ -294,7 +300,9 @@ pub unsafe fn load_relaxed_u32(p: *const u32) -> u32 {
 #[inline(always)]
 pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
     // SAFETY: caller guarantees `p` is valid and aligned.
-    unsafe { asm!("st.relaxed.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("st.relaxed.gpu.u32 [{p}], {v};", p = in(reg64) p, v = in(reg32) v, options(nostack))
+    };
 }
 /// Relaxed device-scope load of a `u64` (`ld.relaxed.gpu.u64`).
 ///
@@ -304,7 +312,9 @@ pub unsafe fn store_relaxed_u32(p: *mut u32, v: u32) {
 pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {
     let r: u64;
     // SAFETY: caller guarantees `p` is valid and aligned.
-    unsafe { asm!("ld.relaxed.gpu.u64 {r}, [{p}];", p = in(reg64) p, r = out(reg64) r, options(nostack)) };
+    unsafe {
+        asm!("ld.relaxed.gpu.u64 {r}, [{p}];", p = in(reg64) p, r = out(reg64) r, options(nostack))
+    };
     r
 }
 /// Relaxed device-scope store of a `u64` (`st.relaxed.gpu.u64`).
@@ -314,7 +324,9 @@ pub unsafe fn load_relaxed_u64(p: *const u64) -> u64 {
 #[inline(always)]
 pub unsafe fn store_relaxed_u64(p: *mut u64, v: u64) {
     // SAFETY: caller guarantees `p` is valid and aligned.
-    unsafe { asm!("st.relaxed.gpu.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack)) };
+    unsafe {
+        asm!("st.relaxed.gpu.u64 [{p}], {v};", p = in(reg64) p, v = in(reg64) v, options(nostack))
+    };
 }
 
 /// `__ldg` of four consecutive `u32` (`ld.global.nc.v4.u32`): one 16-byte read-only load.
@@ -405,34 +417,104 @@ macro_rules! atomic_fn {
     };
 }
 
-atomic_fn!(/// `atomicAdd(unsigned*, v)`
-    atomic_add_u32, u32, reg32, "atom.add.u32");
-atomic_fn!(/// `atomicAdd(int*, v)`
-    atomic_add_i32, i32, reg32, "atom.add.s32");
-atomic_fn!(/// `atomicAdd(unsigned long long*, v)`
-    atomic_add_u64, u64, reg64, "atom.add.u64");
-atomic_fn!(/// `atomicMin(unsigned*, v)`
-    atomic_min_u32, u32, reg32, "atom.min.u32");
-atomic_fn!(/// `atomicMin(int*, v)`
-    atomic_min_i32, i32, reg32, "atom.min.s32");
-atomic_fn!(/// `atomicMin(unsigned long long*, v)`
-    atomic_min_u64, u64, reg64, "atom.min.u64");
-atomic_fn!(/// `atomicMax(unsigned*, v)`
-    atomic_max_u32, u32, reg32, "atom.max.u32");
-atomic_fn!(/// `atomicMax(int*, v)`
-    atomic_max_i32, i32, reg32, "atom.max.s32");
-atomic_fn!(/// `atomicMax(unsigned long long*, v)`
-    atomic_max_u64, u64, reg64, "atom.max.u64");
-atomic_fn!(/// `atomicExch(unsigned*, v)`
-    atomic_exch_u32, u32, reg32, "atom.exch.b32");
-atomic_fn!(/// `atomicExch(unsigned long long*, v)`
-    atomic_exch_u64, u64, reg64, "atom.exch.b64");
-atomic_fn!(/// `atomicOr(unsigned*, v)`
-    atomic_or_u32, u32, reg32, "atom.or.b32");
-atomic_fn!(/// `atomicAnd(unsigned*, v)`
-    atomic_and_u32, u32, reg32, "atom.and.b32");
-atomic_fn!(/// `atomicInc(unsigned*, limit)`: `old >= limit ? 0 : old + 1`
-    atomic_inc_u32, u32, reg32, "atom.inc.u32");
+atomic_fn!(
+    /// `atomicAdd(unsigned*, v)`
+    atomic_add_u32,
+    u32,
+    reg32,
+    "atom.add.u32"
+);
+atomic_fn!(
+    /// `atomicAdd(int*, v)`
+    atomic_add_i32,
+    i32,
+    reg32,
+    "atom.add.s32"
+);
+atomic_fn!(
+    /// `atomicAdd(unsigned long long*, v)`
+    atomic_add_u64,
+    u64,
+    reg64,
+    "atom.add.u64"
+);
+atomic_fn!(
+    /// `atomicMin(unsigned*, v)`
+    atomic_min_u32,
+    u32,
+    reg32,
+    "atom.min.u32"
+);
+atomic_fn!(
+    /// `atomicMin(int*, v)`
+    atomic_min_i32,
+    i32,
+    reg32,
+    "atom.min.s32"
+);
+atomic_fn!(
+    /// `atomicMin(unsigned long long*, v)`
+    atomic_min_u64,
+    u64,
+    reg64,
+    "atom.min.u64"
+);
+atomic_fn!(
+    /// `atomicMax(unsigned*, v)`
+    atomic_max_u32,
+    u32,
+    reg32,
+    "atom.max.u32"
+);
+atomic_fn!(
+    /// `atomicMax(int*, v)`
+    atomic_max_i32,
+    i32,
+    reg32,
+    "atom.max.s32"
+);
+atomic_fn!(
+    /// `atomicMax(unsigned long long*, v)`
+    atomic_max_u64,
+    u64,
+    reg64,
+    "atom.max.u64"
+);
+atomic_fn!(
+    /// `atomicExch(unsigned*, v)`
+    atomic_exch_u32,
+    u32,
+    reg32,
+    "atom.exch.b32"
+);
+atomic_fn!(
+    /// `atomicExch(unsigned long long*, v)`
+    atomic_exch_u64,
+    u64,
+    reg64,
+    "atom.exch.b64"
+);
+atomic_fn!(
+    /// `atomicOr(unsigned*, v)`
+    atomic_or_u32,
+    u32,
+    reg32,
+    "atom.or.b32"
+);
+atomic_fn!(
+    /// `atomicAnd(unsigned*, v)`
+    atomic_and_u32,
+    u32,
+    reg32,
+    "atom.and.b32"
+);
+atomic_fn!(
+    /// `atomicInc(unsigned*, limit)`: `old >= limit ? 0 : old + 1`
+    atomic_inc_u32,
+    u32,
+    reg32,
+    "atom.inc.u32"
+);
 
 /// `atomicAdd(float*, v)`
 ///
@@ -483,7 +565,9 @@ pub unsafe fn atomic_cas_u64(p: *mut u64, compare: u64, val: u64) -> u64 {
 #[inline(always)]
 pub unsafe fn red_shared_add_u32(saddr: u32, v: u32) {
     // SAFETY: caller guarantees the address is inside the block's shared memory.
-    unsafe { asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) saddr, v = in(reg32) v, options(nostack)) };
+    unsafe {
+        asm!("red.shared.add.u32 [{a}], {v};", a = in(reg32) saddr, v = in(reg32) v, options(nostack))
+    };
 }
 /// `atomicAdd` on shared memory returning the old value (`atom.shared.add.u32`).
 ///
@@ -524,7 +608,9 @@ global_asm!(".extern .shared .align 16 .b8 detkit_dynamic_smem[];");
 pub fn shared_base() -> u32 {
     let r: u32;
     // SAFETY: takes the address of the module's dynamic shared-memory symbol.
-    unsafe { asm!("mov.u32 {r}, detkit_dynamic_smem;", r = out(reg32) r, options(pure, nomem, nostack)) };
+    unsafe {
+        asm!("mov.u32 {r}, detkit_dynamic_smem;", r = out(reg32) r, options(pure, nomem, nostack))
+    };
     r
 }
 /// Generic pointer to the block's dynamic shared memory (`extern __shared__` array),

@@ -340,7 +340,12 @@ pub mod device {
                 // 4-byte values: flag and value in one 64-bit word, one single-copy-atomic
                 // store, no fence (CUB does the same).
                 // SAFETY: `flags` holds 2 words per tile, 8-byte aligned (cudarc allocation).
-                unsafe { i::store_relaxed_u64((self.flags as *mut u64).add(tile as usize), (flag as u64) << 32 | bits as u64) };
+                unsafe {
+                    i::store_relaxed_u64(
+                        (self.flags as *mut u64).add(tile as usize),
+                        (flag as u64) << 32 | bits as u64,
+                    )
+                };
                 return;
             }
             let slot = if flag == STATUS_PREFIX {
@@ -381,7 +386,9 @@ pub mod device {
                         STATUS_PREFIX
                     } else if T::PACKED {
                         // SAFETY: 0 <= p < tile; 2 words per tile.
-                        packed = unsafe { i::load_relaxed_u64((self.flags as *const u64).add(p as usize)) };
+                        packed = unsafe {
+                            i::load_relaxed_u64((self.flags as *const u64).add(p as usize))
+                        };
                         (packed >> 32) as u32
                     } else {
                         // SAFETY: 0 <= p < tile.
@@ -485,12 +492,22 @@ pub mod device {
         ///
         /// # Safety
         /// `input` valid for `n` elements, 16-byte aligned; `warp_start` a multiple of `32 * VEC`.
-        unsafe fn load_striped<const N: usize>(input: *const Self, warp_start: u64, n: u64, out: &mut [Self; N]);
+        unsafe fn load_striped<const N: usize>(
+            input: *const Self,
+            warp_start: u64,
+            n: u64,
+            out: &mut [Self; N],
+        );
         /// Stores the items at the same positions (only those below `n`).
         ///
         /// # Safety
         /// `output` valid for `n` elements, 16-byte aligned.
-        unsafe fn store_striped<const N: usize>(output: *mut Self, warp_start: u64, n: u64, v: &[Self; N]);
+        unsafe fn store_striped<const N: usize>(
+            output: *mut Self,
+            warp_start: u64,
+            n: u64,
+            v: &[Self; N],
+        );
     }
 
     /// Global index of item `k` of this lane in the striped arrangement.
@@ -503,7 +520,12 @@ pub mod device {
     impl StripedTile for u32 {
         const VEC: usize = 4;
         #[inline(always)]
-        unsafe fn load_striped<const N: usize>(input: *const u32, warp_start: u64, n: u64, out: &mut [u32; N]) {
+        unsafe fn load_striped<const N: usize>(
+            input: *const u32,
+            warp_start: u64,
+            n: u64,
+            out: &mut [u32; N],
+        ) {
             let mut j = 0;
             while j < N {
                 let first = striped_index(warp_start, 4, j);
@@ -518,7 +540,11 @@ pub mod device {
                     let mut v = 0;
                     while v < 4 {
                         // SAFETY: first + v < n checked.
-                        out[j + v] = if first + (v as u64) < n { unsafe { input.add(first as usize + v).read() } } else { 0 };
+                        out[j + v] = if first + (v as u64) < n {
+                            unsafe { input.add(first as usize + v).read() }
+                        } else {
+                            0
+                        };
                         v += 1;
                     }
                 }
@@ -526,13 +552,23 @@ pub mod device {
             }
         }
         #[inline(always)]
-        unsafe fn store_striped<const N: usize>(output: *mut u32, warp_start: u64, n: u64, x: &[u32; N]) {
+        unsafe fn store_striped<const N: usize>(
+            output: *mut u32,
+            warp_start: u64,
+            n: u64,
+            x: &[u32; N],
+        ) {
             let mut j = 0;
             while j < N {
                 let first = striped_index(warp_start, 4, j);
                 if first + 4 <= n {
                     // SAFETY: in bounds and aligned.
-                    unsafe { i::st_v4_u32(output.add(first as usize), [x[j], x[j + 1], x[j + 2], x[j + 3]]) };
+                    unsafe {
+                        i::st_v4_u32(
+                            output.add(first as usize),
+                            [x[j], x[j + 1], x[j + 2], x[j + 3]],
+                        )
+                    };
                 } else {
                     let mut v = 0;
                     while v < 4 {
@@ -551,7 +587,12 @@ pub mod device {
     impl StripedTile for u64 {
         const VEC: usize = 2;
         #[inline(always)]
-        unsafe fn load_striped<const N: usize>(input: *const u64, warp_start: u64, n: u64, out: &mut [u64; N]) {
+        unsafe fn load_striped<const N: usize>(
+            input: *const u64,
+            warp_start: u64,
+            n: u64,
+            out: &mut [u64; N],
+        ) {
             let mut j = 0;
             while j < N {
                 let first = striped_index(warp_start, 2, j);
@@ -562,14 +603,23 @@ pub mod device {
                     out[j + 1] = v[1];
                 } else {
                     // SAFETY: first < n checked.
-                    out[j] = if first < n { unsafe { input.add(first as usize).read() } } else { 0 };
+                    out[j] = if first < n {
+                        unsafe { input.add(first as usize).read() }
+                    } else {
+                        0
+                    };
                     out[j + 1] = 0;
                 }
                 j += 2;
             }
         }
         #[inline(always)]
-        unsafe fn store_striped<const N: usize>(output: *mut u64, warp_start: u64, n: u64, x: &[u64; N]) {
+        unsafe fn store_striped<const N: usize>(
+            output: *mut u64,
+            warp_start: u64,
+            n: u64,
+            x: &[u64; N],
+        ) {
             let mut j = 0;
             while j < N {
                 let first = striped_index(warp_start, 2, j);
@@ -619,7 +669,11 @@ pub mod device {
         /// all its lanes), returns `(sum of the totals of earlier warps, block total)`.
         #[inline(always)]
         pub fn exclusive_sum_warps(&self, warp_total: T) -> (T, T) {
-            let x = if i::lane_id() == 31 { warp_total } else { T::default() };
+            let x = if i::lane_id() == 31 {
+                warp_total
+            } else {
+                T::default()
+            };
             let (e, t) = self.exclusive_sum(x);
             (e.shfl_idx(0), t)
         }
@@ -683,9 +737,15 @@ pub mod device {
         aggregates: *mut u32,
         inclusive: *mut u32,
     ) {
-        let status = TileStatus { flags, aggregates, inclusive };
+        let status = TileStatus {
+            flags,
+            aggregates,
+            inclusive,
+        };
         // SAFETY: forwarded launch contract.
-        unsafe { device_scan::<u32, { DEVICE_SCAN_ITEMS_U32 as usize }>(input, output, n, kind, status) }
+        unsafe {
+            device_scan::<u32, { DEVICE_SCAN_ITEMS_U32 as usize }>(input, output, n, kind, status)
+        }
     }
 
     /// Device-wide sum of `n` `u64`; as [`scan_device_u32`] with 8-byte values.
@@ -703,9 +763,15 @@ pub mod device {
         aggregates: *mut u64,
         inclusive: *mut u64,
     ) {
-        let status = TileStatus { flags, aggregates, inclusive };
+        let status = TileStatus {
+            flags,
+            aggregates,
+            inclusive,
+        };
         // SAFETY: forwarded launch contract.
-        unsafe { device_scan::<u64, { DEVICE_SCAN_ITEMS_U64 as usize }>(input, output, n, kind, status) }
+        unsafe {
+            device_scan::<u64, { DEVICE_SCAN_ITEMS_U64 as usize }>(input, output, n, kind, status)
+        }
     }
 
     /// Block scan test kernel: each block scans its own `blockDim.x` consecutive elements
@@ -724,11 +790,19 @@ pub mod device {
     ) {
         let idx = i::global_thread_idx();
         // SAFETY: idx < n checked.
-        let x = if idx < n { unsafe { input.add(idx as usize).read() } } else { 0 };
+        let x = if idx < n {
+            unsafe { input.add(idx as usize).read() }
+        } else {
+            0
+        };
         // SAFETY: the dynamic shared memory holds the block-scan storage.
         let bs = unsafe { BlockScan::<u32>::new(i::dynamic_shared_ptr() as *mut u32) };
         let (e, total) = bs.exclusive_sum(x);
-        let v = if kind == ScanKind::Inclusive as u32 { e.wrapping_add(x) } else { e };
+        let v = if kind == ScanKind::Inclusive as u32 {
+            e.wrapping_add(x)
+        } else {
+            e
+        };
         if idx < n {
             // SAFETY: idx < n.
             unsafe { output.add(idx as usize).write(v) };

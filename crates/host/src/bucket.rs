@@ -66,21 +66,39 @@ fn check_keys(keys: &[u32], nbins: u32) -> Result<()> {
         return Err(invalid("nbins", "must be at least 1"));
     }
     if keys.len() as u64 > u32::MAX as u64 {
-        return Err(invalid("bucket keys", format!("{} keys; at most 2^32 - 1 are supported", keys.len())));
+        return Err(invalid(
+            "bucket keys",
+            format!("{} keys; at most 2^32 - 1 are supported", keys.len()),
+        ));
     }
     Ok(())
 }
 
 fn out_of_range(first: usize, key: u32, nbins: u32) -> Error {
-    invalid("bucket keys", format!("key {key} at index {first} is not below nbins = {nbins}"))
+    invalid(
+        "bucket keys",
+        format!("key {key} at index {first} is not below nbins = {nbins}"),
+    )
 }
 
 fn check_segments(segments: &[u32], n: usize) -> Result<()> {
-    if segments.is_empty() || segments[0] != 0 || *segments.last().expect("non-empty") as usize != n {
-        return Err(invalid("segments", format!("must start at 0 and end at the number of keys ({n})")));
+    if segments.is_empty() || segments[0] != 0 || *segments.last().expect("non-empty") as usize != n
+    {
+        return Err(invalid(
+            "segments",
+            format!("must start at 0 and end at the number of keys ({n})"),
+        ));
     }
     if let Some(s) = segments.windows(2).position(|w| w[1] < w[0]) {
-        return Err(invalid("segments", format!("offset {} at index {} is below the previous one {}", segments[s + 1], s + 1, segments[s])));
+        return Err(invalid(
+            "segments",
+            format!(
+                "offset {} at index {} is below the previous one {}",
+                segments[s + 1],
+                s + 1,
+                segments[s]
+            ),
+        ));
     }
     Ok(())
 }
@@ -109,12 +127,27 @@ impl GpuContext {
                 let mut h = self.histogram_outputs(nbins + 1)?;
                 self.histogram_device(keys, n, nbins, HistogramStrategy::Auto, false, &mut h)?;
                 self.check_keys_on_device(&h.out_of_range, keys, nbins)?;
-                self.scan_device(&h.counts, &mut offsets, nbins as usize + 1, ScanKind::Exclusive)?;
+                self.scan_device(
+                    &h.counts,
+                    &mut offsets,
+                    nbins as usize + 1,
+                    ScanKind::Exclusive,
+                )?;
                 let mut cursor = self.zeros::<u32>(nbins as usize + 1)?;
-                self.stream().memcpy_dtod(&offsets, &mut cursor).ctx("copying bucket offsets")?;
-                let blocks = n64.div_ceil(k::BUCKET_THREADS as u64 * 4).clamp(1, self.sm_count() as u64 * 8);
-                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BUCKET_FILL)?);
-                b.arg(keys).arg(&n64).arg(&nbins).arg(&mut cursor).arg(&mut content);
+                self.stream()
+                    .memcpy_dtod(&offsets, &mut cursor)
+                    .ctx("copying bucket offsets")?;
+                let blocks = n64
+                    .div_ceil(k::BUCKET_THREADS as u64 * 4)
+                    .clamp(1, self.sm_count() as u64 * 8);
+                let mut b = self
+                    .stream()
+                    .launch_builder(self.kernel(k::KERNEL_BUCKET_FILL)?);
+                b.arg(keys)
+                    .arg(&n64)
+                    .arg(&nbins)
+                    .arg(&mut cursor)
+                    .arg(&mut content);
                 // SAFETY: keys hold n < 2^32 aligned elements, all < nbins (checked above);
                 // cursor is a copy of the offsets; content holds n elements.
                 let r = unsafe { b.launch(cfg(blocks, k::BUCKET_THREADS, 0)) };
@@ -124,7 +157,11 @@ impl GpuContext {
                 let (tiles, per) = k::bucket_stable_tiling(n64, nbins);
                 let cells = tiles as u64 * nbins as u64;
                 if cells > k::BUCKET_STABLE_MATRIX_MAX {
-                    return Err(Error::CapacityExceeded { what: "stable bucket (bin, tile) matrix", needed: cells, capacity: k::BUCKET_STABLE_MATRIX_MAX });
+                    return Err(Error::CapacityExceeded {
+                        what: "stable bucket (bin, tile) matrix",
+                        needed: cells,
+                        capacity: k::BUCKET_STABLE_MATRIX_MAX,
+                    });
                 }
                 let mut matrix = self.zeros::<u32>(cells as usize)?;
                 let mut scanned = self.zeros::<u32>(cells as usize)?;
@@ -134,8 +171,17 @@ impl GpuContext {
                 {
                     let (c, f) = oor.split_at_mut(1);
                     let (mut c, mut f) = (c, f);
-                    let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BUCKET_COUNT_STABLE)?);
-                    b.arg(keys).arg(&n64).arg(&nbins).arg(&tiles).arg(&per).arg(&mut matrix).arg(&mut c).arg(&mut f);
+                    let mut b = self
+                        .stream()
+                        .launch_builder(self.kernel(k::KERNEL_BUCKET_COUNT_STABLE)?);
+                    b.arg(keys)
+                        .arg(&n64)
+                        .arg(&nbins)
+                        .arg(&tiles)
+                        .arg(&per)
+                        .arg(&mut matrix)
+                        .arg(&mut c)
+                        .arg(&mut f);
                     // SAFETY: (tiles, per) from `bucket_stable_tiling`; one warp per tile;
                     // matrix holds nbins * tiles zeroed words; counters zeroed.
                     let r = unsafe { b.launch(cfg(blocks, k::BUCKET_THREADS, 0)) };
@@ -144,13 +190,27 @@ impl GpuContext {
                 self.check_keys_on_device(&oor, keys, nbins)?;
                 self.scan_device(&matrix, &mut scanned, cells as usize, ScanKind::Exclusive)?;
                 let total = n as u32;
-                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BUCKET_STABLE_OFFSETS)?);
-                b.arg(&scanned).arg(&tiles).arg(&nbins).arg(&total).arg(&mut offsets);
+                let mut b = self
+                    .stream()
+                    .launch_builder(self.kernel(k::KERNEL_BUCKET_STABLE_OFFSETS)?);
+                b.arg(&scanned)
+                    .arg(&tiles)
+                    .arg(&nbins)
+                    .arg(&total)
+                    .arg(&mut offsets);
                 // SAFETY: scanned holds nbins * tiles words, offsets nbins + 1.
                 let r = unsafe { b.launch(cfg((nbins as u64 + 1).div_ceil(256), 256, 0)) };
                 self.check_launch(k::KERNEL_BUCKET_STABLE_OFFSETS, r)?;
-                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BUCKET_FILL_STABLE)?);
-                b.arg(keys).arg(&n64).arg(&nbins).arg(&tiles).arg(&per).arg(&mut scanned).arg(&mut content);
+                let mut b = self
+                    .stream()
+                    .launch_builder(self.kernel(k::KERNEL_BUCKET_FILL_STABLE)?);
+                b.arg(keys)
+                    .arg(&n64)
+                    .arg(&nbins)
+                    .arg(&tiles)
+                    .arg(&per)
+                    .arg(&mut scanned)
+                    .arg(&mut content);
                 // SAFETY: as for the count; scanned holds the exclusive scan of the counts;
                 // all keys < nbins (checked); content holds n elements.
                 let r = unsafe { b.launch(cfg(blocks, k::BUCKET_THREADS, 0)) };
@@ -162,11 +222,19 @@ impl GpuContext {
 
     /// Turns the `[count, encoded first index]` pair of a counting pass into a typed error
     /// naming the first key `>= nbins`.
-    fn check_keys_on_device(&self, oor: &DeviceBuffer<u32>, keys: &DeviceBuffer<u32>, nbins: u32) -> Result<()> {
+    fn check_keys_on_device(
+        &self,
+        oor: &DeviceBuffer<u32>,
+        keys: &DeviceBuffer<u32>,
+        nbins: u32,
+    ) -> Result<()> {
         let v = self.download(oor)?;
         if let Some(first) = decode_first_index(v[1]).filter(|_| v[0] > 0) {
             let first = first as usize;
-            let key = self.stream().clone_dtoh(&keys.slice(first..first + 1)).ctx("reading the offending key")?;
+            let key = self
+                .stream()
+                .clone_dtoh(&keys.slice(first..first + 1))
+                .ctx("reading the offending key")?;
             return Err(out_of_range(first, key[0], nbins));
         }
         Ok(())
@@ -176,6 +244,7 @@ impl GpuContext {
     /// start at 0, end at `n` and not decrease). Segments of more than `capacity` items
     /// (default: what fits in 48 KiB of shared memory) are built by the global-memory
     /// fallback, counted in [`BlockBuckets::fallbacks`].
+    #[allow(clippy::too_many_arguments)]
     pub fn block_bucket_device(
         &self,
         keys: &DeviceBuffer<u32>,
@@ -190,7 +259,11 @@ impl GpuContext {
         let n = keys.len();
         let smem = k::block_bucket_smem_bytes(nbins, capacity);
         if smem > MAX_BLOCK_SMEM {
-            return Err(Error::CapacityExceeded { what: "block bucket shared memory (bytes)", needed: smem as u64, capacity: MAX_BLOCK_SMEM as u64 });
+            return Err(Error::CapacityExceeded {
+                what: "block bucket shared memory (bytes)",
+                needed: smem as u64,
+                capacity: MAX_BLOCK_SMEM as u64,
+            });
         }
         let mut offsets = self.filled_u32((nsegs * (nbins as usize + 1)).max(1), POISON)?;
         let mut content = self.filled_u32(n.max(1), POISON)?;
@@ -204,9 +277,19 @@ impl GpuContext {
         {
             let (fb, first) = counters.split_at_mut(1);
             let (mut fb, mut first) = (fb, first);
-            let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BUCKET_BLOCK_FILL)?);
-            b.arg(keys).arg(segments).arg(&nsegs32).arg(&nbins).arg(&capacity).arg(&stable);
-            b.arg(&mut offsets).arg(&mut content).arg(&mut fb).arg(&mut first);
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_BUCKET_BLOCK_FILL)?);
+            b.arg(keys)
+                .arg(segments)
+                .arg(&nsegs32)
+                .arg(&nbins)
+                .arg(&capacity)
+                .arg(&stable);
+            b.arg(&mut offsets)
+                .arg(&mut content)
+                .arg(&mut fb)
+                .arg(&mut first);
             // SAFETY: `threads` a multiple of 32 up to 1024 (checked); shared memory is
             // `block_bucket_smem_bytes(nbins, capacity)` (limit raised above 48 KiB); segments
             // validated by the caller (start 0, end n, non-decreasing); buffers sized here.
@@ -216,7 +299,10 @@ impl GpuContext {
         let c = self.download(&counters)?;
         if let Some(first) = decode_first_index(c[1]) {
             let first = first as usize;
-            let key = self.stream().clone_dtoh(&keys.slice(first..first + 1)).ctx("reading the offending key")?;
+            let key = self
+                .stream()
+                .clone_dtoh(&keys.slice(first..first + 1))
+                .ctx("reading the offending key")?;
             return Err(out_of_range(first, key[0], nbins));
         }
         Ok((offsets, content, c[0]))
@@ -230,11 +316,7 @@ pub const MAX_BLOCK_SMEM: usize = 96 * 1024;
 pub const fn default_block_capacity(nbins: u32) -> u32 {
     let words = (48 * 1024 / 4) as u32;
     let h = k::block_bucket_header_words(nbins);
-    if h >= words {
-        0
-    } else {
-        words - h
-    }
+    words.saturating_sub(h)
 }
 
 impl Backend {
@@ -255,7 +337,10 @@ impl Backend {
                 }
                 let d = gpu.upload(keys)?;
                 let (o, c) = gpu.bucket_device(&d, keys.len(), nbins, order)?;
-                Ok(Buckets { offsets: gpu.download(&o)?, content: gpu.download(&c)?[..keys.len()].to_vec() })
+                Ok(Buckets {
+                    offsets: gpu.download(&o)?,
+                    content: gpu.download(&c)?[..keys.len()].to_vec(),
+                })
             }
         }
     }
@@ -281,7 +366,10 @@ impl Backend {
                     return Err(out_of_range(first, keys[first], nbins));
                 }
                 let mut r = cpu::bucket::block_bucket(keys, segments, nbins);
-                r.fallbacks = segments.windows(2).filter(|w| w[1] - w[0] > capacity).count() as u32;
+                r.fallbacks = segments
+                    .windows(2)
+                    .filter(|w| w[1] - w[0] > capacity)
+                    .count() as u32;
                 Ok(r)
             }
             Some(gpu) => {
@@ -291,12 +379,18 @@ impl Backend {
                 let d_keys = gpu.upload(keys)?;
                 let d_seg = gpu.upload(segments)?;
                 let nsegs = segments.len() - 1;
-                let (o, c, fallbacks) = gpu.block_bucket_device(&d_keys, &d_seg, nsegs, nbins, order, 256, capacity)?;
+                let (o, c, fallbacks) =
+                    gpu.block_bucket_device(&d_keys, &d_seg, nsegs, nbins, order, 256, capacity)?;
                 let mut offsets = gpu.download(&o)?;
                 offsets.truncate(nsegs * (nbins as usize + 1));
                 let mut content = gpu.download(&c)?;
                 content.truncate(keys.len());
-                Ok(BlockBuckets { nbins, offsets, content, fallbacks })
+                Ok(BlockBuckets {
+                    nbins,
+                    offsets,
+                    content,
+                    fallbacks,
+                })
             }
         }
     }

@@ -23,7 +23,10 @@ pub enum Selection<'a> {
 
 fn check_len(n: usize) -> Result<()> {
     if n as u64 > u32::MAX as u64 {
-        return Err(invalid("compaction input", format!("{n} items; at most 2^32 - 1 are supported")));
+        return Err(invalid(
+            "compaction input",
+            format!("{n} items; at most 2^32 - 1 are supported"),
+        ));
     }
     Ok(())
 }
@@ -42,7 +45,15 @@ impl GpuContext {
     ) -> Result<()> {
         check_len(n)?;
         if input.len() < n || output.len() < n || num_selected.is_empty() {
-            return Err(invalid("compaction buffers", format!("n = {n}, input {}, output {}, count {}", input.len(), output.len(), num_selected.len())));
+            return Err(invalid(
+                "compaction buffers",
+                format!(
+                    "n = {n}, input {}, output {}, count {}",
+                    input.len(),
+                    output.len(),
+                    num_selected.len()
+                ),
+            ));
         }
         if n == 0 {
             return self.memset_zero(num_selected);
@@ -52,24 +63,44 @@ impl GpuContext {
         let n64 = n as u64;
         let (name, r) = match selection {
             Selection::Range { lo, hi } => {
-                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_SELECT_RANGE_U32)?);
-                b.arg(input).arg(&n64).arg(&lo).arg(&hi).arg(&mut *output).arg(&mut *num_selected);
+                let mut b = self
+                    .stream()
+                    .launch_builder(self.kernel(k::KERNEL_SELECT_RANGE_U32)?);
+                b.arg(input)
+                    .arg(&n64)
+                    .arg(&lo)
+                    .arg(&hi)
+                    .arg(&mut *output)
+                    .arg(&mut *num_selected);
                 b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
                 // SAFETY: SELECT_THREADS threads, one block per tile, `select_smem_bytes`;
                 // n < 2^32 and buffer lengths checked; cudarc buffers are 256-byte aligned and
                 // distinct; look-back state zeroed with at least `tiles` entries.
-                (k::KERNEL_SELECT_RANGE_U32, unsafe { b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes())) })
+                (k::KERNEL_SELECT_RANGE_U32, unsafe {
+                    b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()))
+                })
             }
             Selection::Flagged(flags) => {
                 if flags.len() < n {
                     self.put_lookback(lb);
-                    return Err(invalid("selection flags", format!("{} flags for {n} items", flags.len())));
+                    return Err(invalid(
+                        "selection flags",
+                        format!("{} flags for {n} items", flags.len()),
+                    ));
                 }
-                let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_SELECT_FLAGGED_U32)?);
-                b.arg(input).arg(flags).arg(&n64).arg(&mut *output).arg(&mut *num_selected);
+                let mut b = self
+                    .stream()
+                    .launch_builder(self.kernel(k::KERNEL_SELECT_FLAGGED_U32)?);
+                b.arg(input)
+                    .arg(flags)
+                    .arg(&n64)
+                    .arg(&mut *output)
+                    .arg(&mut *num_selected);
                 b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
                 // SAFETY: as for the range kernel, and `flags` holds n bytes (checked).
-                (k::KERNEL_SELECT_FLAGGED_U32, unsafe { b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes())) })
+                (k::KERNEL_SELECT_FLAGGED_U32, unsafe {
+                    b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()))
+                })
             }
         };
         self.put_lookback(lb);
@@ -96,7 +127,9 @@ impl Backend {
     pub fn select_in_range_u32(&self, data: &[u32], lo: u32, hi: u32) -> Result<Vec<u32>> {
         check_len(data.len())?;
         match self.gpu() {
-            None => Ok(cpu::compact::select(data, |_, x| detkit_gpu::compact::in_range(x, lo, hi))),
+            None => Ok(cpu::compact::select(data, |_, x| {
+                detkit_gpu::compact::in_range(x, lo, hi)
+            })),
             Some(gpu) => gpu.select_host(data, Selection::Range { lo, hi }),
         }
     }
@@ -105,7 +138,10 @@ impl Backend {
     pub fn select_flagged_u32(&self, data: &[u32], flags: &[u8]) -> Result<Vec<u32>> {
         check_len(data.len())?;
         if flags.len() != data.len() {
-            return Err(invalid("selection flags", format!("{} flags for {} items", flags.len(), data.len())));
+            return Err(invalid(
+                "selection flags",
+                format!("{} flags for {} items", flags.len(), data.len()),
+            ));
         }
         match self.gpu() {
             None => Ok(cpu::compact::select(data, |i, _| flags[i] != 0)),

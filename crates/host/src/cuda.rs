@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    sys, CudaContext, DevicePtrMut, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig,
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, LaunchConfig,
     ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
@@ -36,7 +36,9 @@ pub struct GpuContext {
 
 impl std::fmt::Debug for GpuContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GpuContext").field("device", &self.name).finish()
+        f.debug_struct("GpuContext")
+            .field("device", &self.name)
+            .finish()
     }
 }
 
@@ -45,7 +47,9 @@ impl GpuContext {
     /// (a missing kernel fails here, not mid-run).
     pub fn new(ordinal: usize) -> Result<Self> {
         if !driver_present() {
-            return Err(Error::NoCuda("no CUDA driver library (libcuda.so) found".into()));
+            return Err(Error::NoCuda(
+                "no CUDA driver library (libcuda.so) found".into(),
+            ));
         }
         let count = CudaContext::device_count().ctx("counting CUDA devices")?;
         if count <= 0 {
@@ -121,9 +125,7 @@ impl GpuContext {
 
     /// A zeroed device buffer of `n` elements.
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DeviceBuffer<T>> {
-        self.stream
-            .alloc_zeros(n)
-            .ctx("allocating device memory")
+        self.stream.alloc_zeros(n).ctx("allocating device memory")
     }
 
     /// A device buffer of `n` copies of `poison`: tests fill outputs with it so that an
@@ -147,7 +149,10 @@ impl GpuContext {
     }
 
     /// Zeroes a device buffer.
-    pub fn memset_zero<T: DeviceRepr + ValidAsZeroBits>(&self, buf: &mut DeviceBuffer<T>) -> Result<()> {
+    pub fn memset_zero<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+    ) -> Result<()> {
         self.stream.memset_zeros(buf).ctx("zeroing device memory")
     }
 
@@ -158,7 +163,14 @@ impl GpuContext {
 
     /// After a launch: in debug builds, synchronise and name the kernel on failure
     /// (traccc checks after every launch); in release builds only the launch error is checked.
-    pub(crate) fn check_launch(&self, kernel: &'static str, r: std::result::Result<Option<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>, cudarc::driver::DriverError>) -> Result<()> {
+    pub(crate) fn check_launch(
+        &self,
+        kernel: &'static str,
+        r: std::result::Result<
+            Option<(cudarc::driver::CudaEvent, cudarc::driver::CudaEvent)>,
+            cudarc::driver::DriverError,
+        >,
+    ) -> Result<()> {
         r.ctx(format!("launching `{kernel}`"))?;
         if cfg!(debug_assertions) {
             self.stream

@@ -47,6 +47,6 @@ pub fn select_values(n: usize) -> Vec<u32> {
 /// Uniform random `u32` below `bound` from a seed (tests and the demo).
 pub fn random_below(seed: u64, n: usize, bound: u32) -> Vec<u32> {
     stream(seed, n)
-        .map(|r| ((r >> 32) * bound as u64 >> 32) as u32)
+        .map(|r| (((r >> 32) * bound as u64) >> 32) as u32)
         .collect()
 }

@@ -42,7 +42,10 @@ fn check(n: usize, nbins: u32) -> Result<()> {
         return Err(invalid("nbins", "must be at least 1"));
     }
     if n as u64 > u32::MAX as u64 {
-        return Err(invalid("histogram keys", format!("{n} keys; at most 2^32 - 1 are supported")));
+        return Err(invalid(
+            "histogram keys",
+            format!("{n} keys; at most 2^32 - 1 are supported"),
+        ));
     }
     Ok(())
 }
@@ -81,7 +84,11 @@ impl GpuContext {
             HistogramStrategy::Auto => nbins <= k::HISTOGRAM_SHARED_MAX_BINS,
             HistogramStrategy::Shared => {
                 if nbins > k::HISTOGRAM_SHARED_MAX_BINS {
-                    return Err(crate::Error::CapacityExceeded { what: "shared-memory histogram bins", needed: nbins as u64, capacity: k::HISTOGRAM_SHARED_MAX_BINS as u64 });
+                    return Err(crate::Error::CapacityExceeded {
+                        what: "shared-memory histogram bins",
+                        needed: nbins as u64,
+                        capacity: k::HISTOGRAM_SHARED_MAX_BINS as u64,
+                    });
                 }
                 true
             }
@@ -89,24 +96,51 @@ impl GpuContext {
         };
         // Enough blocks to fill the device a few times over; each walks the keys grid-stride.
         let per_block = k::HISTOGRAM_THREADS as u64 * 16;
-        let blocks = (n as u64).div_ceil(per_block).clamp(1, self.sm_count() as u64 * 8);
+        let blocks = (n as u64)
+            .div_ceil(per_block)
+            .clamp(1, self.sm_count() as u64 * 8);
         let n64 = n as u64;
         let agg = aggregate as u32;
         let (oor, first) = out.out_of_range.split_at_mut(1);
         let (mut oor, mut first) = (oor, first);
         let (name, r) = if shared {
             let copies = k::histogram_copies(nbins);
-            let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_HISTOGRAM_SHARED)?);
-            b.arg(keys).arg(&n64).arg(&nbins).arg(&copies).arg(&agg).arg(&mut out.counts).arg(&mut oor).arg(&mut first);
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_HISTOGRAM_SHARED)?);
+            b.arg(keys)
+                .arg(&n64)
+                .arg(&nbins)
+                .arg(&copies)
+                .arg(&agg)
+                .arg(&mut out.counts)
+                .arg(&mut oor)
+                .arg(&mut first);
             // SAFETY: HISTOGRAM_THREADS threads, `histogram_smem_bytes(nbins)` (<= 48 KiB) of
             // shared memory with `copies = histogram_copies(nbins)`; n < 2^32 and buffer
             // lengths checked; keys 256-byte aligned (cudarc allocation).
-            (k::KERNEL_HISTOGRAM_SHARED, unsafe { b.launch(cfg(blocks, k::HISTOGRAM_THREADS, k::histogram_smem_bytes(nbins))) })
+            (k::KERNEL_HISTOGRAM_SHARED, unsafe {
+                b.launch(cfg(
+                    blocks,
+                    k::HISTOGRAM_THREADS,
+                    k::histogram_smem_bytes(nbins),
+                ))
+            })
         } else {
-            let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_HISTOGRAM_GLOBAL)?);
-            b.arg(keys).arg(&n64).arg(&nbins).arg(&agg).arg(&mut out.counts).arg(&mut oor).arg(&mut first);
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_HISTOGRAM_GLOBAL)?);
+            b.arg(keys)
+                .arg(&n64)
+                .arg(&nbins)
+                .arg(&agg)
+                .arg(&mut out.counts)
+                .arg(&mut oor)
+                .arg(&mut first);
             // SAFETY: as above, without shared memory.
-            (k::KERNEL_HISTOGRAM_GLOBAL, unsafe { b.launch(cfg(blocks, k::HISTOGRAM_THREADS, 0)) })
+            (k::KERNEL_HISTOGRAM_GLOBAL, unsafe {
+                b.launch(cfg(blocks, k::HISTOGRAM_THREADS, 0))
+            })
         };
         self.check_launch(name, r)
     }
@@ -129,7 +163,12 @@ impl Backend {
     }
 
     /// As [`Backend::histogram`], choosing the GPU strategy.
-    pub fn histogram_with(&self, keys: &[u32], nbins: u32, strategy: HistogramStrategy) -> Result<Histogram> {
+    pub fn histogram_with(
+        &self,
+        keys: &[u32],
+        nbins: u32,
+        strategy: HistogramStrategy,
+    ) -> Result<Histogram> {
         check(keys.len(), nbins)?;
         match self.gpu() {
             None => Ok(cpu::histogram::histogram(keys, nbins)),

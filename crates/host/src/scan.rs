@@ -17,9 +17,13 @@ pub struct ScanTemp {
     pub(crate) inc32: Option<DeviceBuffer<u32>>,
     pub(crate) agg64: Option<DeviceBuffer<u64>>,
     pub(crate) inc64: Option<DeviceBuffer<u64>>,
-    }
+}
 
-fn grow<T: DeviceRepr + ValidAsZeroBits>(gpu: &GpuContext, slot: &mut Option<DeviceBuffer<T>>, n: usize) -> Result<()> {
+fn grow<T: DeviceRepr + ValidAsZeroBits>(
+    gpu: &GpuContext,
+    slot: &mut Option<DeviceBuffer<T>>,
+    n: usize,
+) -> Result<()> {
     if slot.as_ref().is_none_or(|b| b.len() < n) {
         *slot = Some(gpu.zeros(n.max(1))?);
     }
@@ -33,19 +37,34 @@ pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + cpu::scan::Summable {
     /// Bytes per value.
     const BYTES: usize;
     #[doc(hidden)]
-    fn slots(t: &mut ScanTemp) -> (&mut Option<DeviceBuffer<Self>>, &mut Option<DeviceBuffer<Self>>);
+    fn slots(
+        t: &mut ScanTemp,
+    ) -> (
+        &mut Option<DeviceBuffer<Self>>,
+        &mut Option<DeviceBuffer<Self>>,
+    );
 }
 impl DeviceScanValue for u32 {
     const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U32;
     const BYTES: usize = 4;
-    fn slots(t: &mut ScanTemp) -> (&mut Option<DeviceBuffer<u32>>, &mut Option<DeviceBuffer<u32>>) {
+    fn slots(
+        t: &mut ScanTemp,
+    ) -> (
+        &mut Option<DeviceBuffer<u32>>,
+        &mut Option<DeviceBuffer<u32>>,
+    ) {
         (&mut t.agg32, &mut t.inc32)
     }
 }
 impl DeviceScanValue for u64 {
     const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U64;
     const BYTES: usize = 8;
-    fn slots(t: &mut ScanTemp) -> (&mut Option<DeviceBuffer<u64>>, &mut Option<DeviceBuffer<u64>>) {
+    fn slots(
+        t: &mut ScanTemp,
+    ) -> (
+        &mut Option<DeviceBuffer<u64>>,
+        &mut Option<DeviceBuffer<u64>>,
+    ) {
         (&mut t.agg64, &mut t.inc64)
     }
 }
@@ -62,7 +81,11 @@ impl GpuContext {
     /// and zeroes the status words on the stream.
     pub(crate) fn take_lookback<T: DeviceScanValue>(&self, tiles: u64) -> Result<Lookback<T>> {
         if tiles > MAX_GRID {
-            return Err(crate::Error::CapacityExceeded { what: "single-pass tiles", needed: tiles, capacity: MAX_GRID });
+            return Err(crate::Error::CapacityExceeded {
+                what: "single-pass tiles",
+                needed: tiles,
+                capacity: MAX_GRID,
+            });
         }
         let tiles = tiles as usize;
         let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
@@ -79,7 +102,9 @@ impl GpuContext {
         drop(pool);
         let mut lb = lb;
         let mut fl = lb.flags.slice_mut(0..2 * tiles);
-        self.stream().memset_zeros(&mut fl).ctx("zeroing look-back flags")?;
+        self.stream()
+            .memset_zeros(&mut fl)
+            .ctx("zeroing look-back flags")?;
         Ok(lb)
     }
 
@@ -103,7 +128,11 @@ impl GpuContext {
         if input.len() < n || output.len() < n {
             return Err(invalid(
                 "scan buffers",
-                format!("n = {n} but input holds {} and output {}", input.len(), output.len()),
+                format!(
+                    "n = {n} but input holds {} and output {}",
+                    input.len(),
+                    output.len()
+                ),
             ));
         }
         if n == 0 {
@@ -121,7 +150,13 @@ impl GpuContext {
         // n elements (checked), are distinct allocations (borrows) and 256-byte aligned
         // (cudarc allocations); the status words (2 per tile) were zeroed on this stream and
         // the arrays hold at least `tiles` entries.
-        let r = unsafe { b.launch(cfg(tiles, k::DEVICE_SCAN_THREADS, k::device_scan_smem_bytes(T::BYTES))) };
+        let r = unsafe {
+            b.launch(cfg(
+                tiles,
+                k::DEVICE_SCAN_THREADS,
+                k::device_scan_smem_bytes(T::BYTES),
+            ))
+        };
         self.put_lookback(lb);
         self.check_launch(T::KERNEL, r)
     }
@@ -140,7 +175,10 @@ impl GpuContext {
         check_block_size(block)?;
         let blocks = (n as u64).div_ceil(block as u64);
         if input.len() < n || output.len() < n || (totals.len() as u64) < blocks {
-            return Err(invalid("block scan buffers", "shorter than n or than the number of blocks"));
+            return Err(invalid(
+                "block scan buffers",
+                "shorter than n or than the number of blocks",
+            ));
         }
         if n == 0 {
             return Ok(());
@@ -148,7 +186,11 @@ impl GpuContext {
         let f = self.kernel(k::KERNEL_BLOCK_SCAN_U32)?;
         let (n64, kind32) = (n as u64, kind as u32);
         let mut b = self.stream().launch_builder(f);
-        b.arg(input).arg(&mut *output).arg(&mut *totals).arg(&n64).arg(&kind32);
+        b.arg(input)
+            .arg(&mut *output)
+            .arg(&mut *totals)
+            .arg(&n64)
+            .arg(&kind32);
         // SAFETY: `block` is a multiple of 32 up to 1024 (checked); buffers hold n elements
         // and one total per block (checked); shared memory sized by `block_scan_smem_bytes`.
         let r = unsafe { b.launch(cfg(blocks, block, k::block_scan_smem_bytes(4))) };
@@ -158,8 +200,11 @@ impl GpuContext {
 
 /// Block sizes of block-level collectives: a multiple of 32, from 32 to 1024.
 pub(crate) fn check_block_size(block: u32) -> Result<()> {
-    if block == 0 || block % 32 != 0 || block > k::MAX_BLOCK_THREADS {
-        return Err(invalid("block size", format!("{block} is not a multiple of 32 in 32..=1024")));
+    if block == 0 || !block.is_multiple_of(32) || block > k::MAX_BLOCK_THREADS {
+        return Err(invalid(
+            "block size",
+            format!("{block} is not a multiple of 32 in 32..=1024"),
+        ));
     }
     Ok(())
 }
@@ -192,7 +237,12 @@ impl Backend {
 
     /// Block scan: each run of `block` consecutive elements scanned on its own (`block` a
     /// multiple of 32 up to 1024). Returns the scan and each block's total.
-    pub fn block_scan_u32(&self, input: &[u32], block: u32, kind: ScanKind) -> Result<(Vec<u32>, Vec<u32>)> {
+    pub fn block_scan_u32(
+        &self,
+        input: &[u32],
+        block: u32,
+        kind: ScanKind,
+    ) -> Result<(Vec<u32>, Vec<u32>)> {
         check_block_size(block)?;
         match self.gpu() {
             None => Ok(cpu::scan::block_scan(input, block as usize, kind)),

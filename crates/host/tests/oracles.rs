@@ -118,28 +118,54 @@ proptest! {
 #[test]
 fn histogram_copies_fit_shared_memory() {
     for nbins in [1, 7, 256, 1000, 3000, kh::HISTOGRAM_SHARED_MAX_BINS] {
-        assert!(kh::histogram_smem_bytes(nbins) <= kh::HISTOGRAM_SMEM_LIMIT, "{nbins}");
+        assert!(
+            kh::histogram_smem_bytes(nbins) <= kh::HISTOGRAM_SMEM_LIMIT,
+            "{nbins}"
+        );
         assert!(kh::histogram_copies(nbins) >= 1);
     }
 }
 
 #[test]
 fn worked_examples_of_the_module_docs() {
-    assert_eq!(cpu::scan::scan(&[3u32, 1, 4, 1, 5], ScanKind::Exclusive), [0, 3, 4, 8, 9]);
-    assert_eq!(cpu::scan::scan(&[3u32, 1, 4, 1, 5], ScanKind::Inclusive), [3, 4, 8, 9, 14]);
+    assert_eq!(
+        cpu::scan::scan(&[3u32, 1, 4, 1, 5], ScanKind::Exclusive),
+        [0, 3, 4, 8, 9]
+    );
+    assert_eq!(
+        cpu::scan::scan(&[3u32, 1, 4, 1, 5], ScanKind::Inclusive),
+        [3, 4, 8, 9, 14]
+    );
     let b = cpu::bucket::bucket(&[2, 0, 2, 1, 0], 3);
     assert_eq!(b.offsets, [0, 2, 3, 5]);
     assert_eq!(b.content, [1, 4, 3, 0, 2]);
     let h = cpu::histogram::histogram(&[0, 3, 3, 7, 1], 4);
-    assert_eq!((h.counts, h.out_of_range, h.first_out_of_range), (vec![1, 1, 0, 2], 1, Some(3)));
+    assert_eq!(
+        (h.counts, h.out_of_range, h.first_out_of_range),
+        (vec![1, 1, 0, 2], 1, Some(3))
+    );
 }
 
 #[test]
 fn cpu_backend_rejects_bad_input_with_typed_errors() {
     let cpu = detkit::Backend::cpu();
-    assert!(matches!(cpu.bucket(&[0, 5, 1], 3, detkit::BucketOrder::Stable), Err(detkit::Error::InvalidInput { detail, .. }) if detail.contains("index 1")));
-    assert!(matches!(cpu.block_bucket(&[0, 1], &[0, 1], 3, detkit::BucketOrder::Stable, None), Err(detkit::Error::InvalidInput { .. })));
-    assert!(matches!(cpu.histogram(&[0], 0), Err(detkit::Error::InvalidInput { .. })));
-    assert!(matches!(cpu.select_flagged_u32(&[1, 2], &[1]), Err(detkit::Error::InvalidInput { .. })));
-    assert!(matches!(cpu.block_scan_u32(&[1], 33, ScanKind::Exclusive), Err(detkit::Error::InvalidInput { .. })));
+    assert!(
+        matches!(cpu.bucket(&[0, 5, 1], 3, detkit::BucketOrder::Stable), Err(detkit::Error::InvalidInput { detail, .. }) if detail.contains("index 1"))
+    );
+    assert!(matches!(
+        cpu.block_bucket(&[0, 1], &[0, 1], 3, detkit::BucketOrder::Stable, None),
+        Err(detkit::Error::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        cpu.histogram(&[0], 0),
+        Err(detkit::Error::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        cpu.select_flagged_u32(&[1, 2], &[1]),
+        Err(detkit::Error::InvalidInput { .. })
+    ));
+    assert!(matches!(
+        cpu.block_scan_u32(&[1], 33, ScanKind::Exclusive),
+        Err(detkit::Error::InvalidInput { .. })
+    ));
 }

@@ -21,15 +21,23 @@ struct Row {
     bytes: f64,
 }
 
-fn median_ms(g: &GpuContext, reps: usize, mut f: impl FnMut() -> detkit::Result<()>) -> Result<f64> {
+fn median_ms(
+    g: &GpuContext,
+    reps: usize,
+    mut f: impl FnMut() -> detkit::Result<()>,
+) -> Result<f64> {
     for _ in 0..5 {
         f()?;
     }
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
-        let a = g.stream().record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let a = g
+            .stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         f()?;
-        let b = g.stream().record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let b = g
+            .stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
         b.synchronize()?;
         times.push(a.elapsed_ms(&b)? as f64);
     }
@@ -51,7 +59,14 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--sizes" => sizes = args.next().context("--sizes needs a list")?.split(',').map(|s| s.parse()).collect::<Result<_, _>>()?,
+            "--sizes" => {
+                sizes = args
+                    .next()
+                    .context("--sizes needs a list")?
+                    .split(',')
+                    .map(|s| s.parse())
+                    .collect::<Result<_, _>>()?
+            }
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             other => bail!("unknown argument {other}"),
@@ -69,9 +84,19 @@ fn main() -> Result<()> {
             let src = g.upload(&data::scan_values(n))?;
             let mut dst = g.zeros::<u32>(n)?;
             let ms = median_ms(g, reps, || {
-                g.stream().memcpy_dtod(&src, &mut dst).map_err(|source| detkit::Error::Driver { context: "copy".into(), source })
+                g.stream()
+                    .memcpy_dtod(&src, &mut dst)
+                    .map_err(|source| detkit::Error::Driver {
+                        context: "copy".into(),
+                        source,
+                    })
             })?;
-            rows.push(Row { primitive: "copy".into(), n, ms, bytes: 8.0 * n as f64 });
+            rows.push(Row {
+                primitive: "copy".into(),
+                n,
+                ms,
+                bytes: 8.0 * n as f64,
+            });
         }
         // scan u32
         {
@@ -79,9 +104,20 @@ fn main() -> Result<()> {
             let d_in = g.upload(&input)?;
             let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
             g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
-            check("scan_u32", &g.download(&d_out)?, &cpu::scan::scan(&input, ScanKind::Exclusive))?;
-            let ms = median_ms(g, reps, || g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive))?;
-            rows.push(Row { primitive: "scan_u32".into(), n, ms, bytes: 8.0 * n as f64 });
+            check(
+                "scan_u32",
+                &g.download(&d_out)?,
+                &cpu::scan::scan(&input, ScanKind::Exclusive),
+            )?;
+            let ms = median_ms(g, reps, || {
+                g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
+            })?;
+            rows.push(Row {
+                primitive: "scan_u32".into(),
+                n,
+                ms,
+                bytes: 8.0 * n as f64,
+            });
         }
         // scan u64
         if log <= 27 {
@@ -89,23 +125,46 @@ fn main() -> Result<()> {
             let d_in = g.upload(&input)?;
             let mut d_out = g.poisoned(n, u64::MAX)?;
             g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
-            check("scan_u64", &g.download(&d_out)?, &cpu::scan::scan(&input, ScanKind::Exclusive))?;
-            let ms = median_ms(g, reps, || g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive))?;
-            rows.push(Row { primitive: "scan_u64".into(), n, ms, bytes: 16.0 * n as f64 });
+            check(
+                "scan_u64",
+                &g.download(&d_out)?,
+                &cpu::scan::scan(&input, ScanKind::Exclusive),
+            )?;
+            let ms = median_ms(g, reps, || {
+                g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
+            })?;
+            rows.push(Row {
+                primitive: "scan_u64".into(),
+                n,
+                ms,
+                bytes: 16.0 * n as f64,
+            });
         }
         // histograms, 256 bins
-        for (name, keys) in [("uniform", data::uniform_keys(n)), ("skewed", data::skewed_keys(n))] {
+        for (name, keys) in [
+            ("uniform", data::uniform_keys(n)),
+            ("skewed", data::skewed_keys(n)),
+        ] {
             let want = cpu::histogram::histogram(&keys, 256);
             let d = g.upload(&keys)?;
             for (suffix, aggregate) in [("", false), ("_warpagg", true)] {
                 let mut out = g.histogram_outputs(256)?;
                 g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)?;
-                check(&format!("histogram_{name}{suffix}"), &g.download_histogram(&out)?.counts, &want.counts)?;
+                check(
+                    &format!("histogram_{name}{suffix}"),
+                    &g.download_histogram(&out)?.counts,
+                    &want.counts,
+                )?;
                 let ms = median_ms(g, reps, || {
                     g.memset_zero(&mut out.counts)?;
                     g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)
                 })?;
-                rows.push(Row { primitive: format!("histogram_{name}{suffix}"), n, ms, bytes: 4.0 * n as f64 });
+                rows.push(Row {
+                    primitive: format!("histogram_{name}{suffix}"),
+                    n,
+                    ms,
+                    bytes: 4.0 * n as f64,
+                });
             }
         }
         // select, 50%
@@ -119,23 +178,43 @@ fn main() -> Result<()> {
             g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)?;
             let count = g.download(&d_n)?[0] as usize;
             check("select_50", &g.download(&d_out)?[..count], &want)?;
-            let ms = median_ms(g, reps, || g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n))?;
-            rows.push(Row { primitive: "select_50".into(), n, ms, bytes: 4.0 * (n + count) as f64 });
+            let ms = median_ms(g, reps, || {
+                g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)
+            })?;
+            rows.push(Row {
+                primitive: "select_50".into(),
+                n,
+                ms,
+                bytes: 4.0 * (n + count) as f64,
+            });
         }
         // bucket container, 1024 bins (no CUB equivalent; for the record)
         if log <= 26 {
             let keys = data::random_below(17, n, 1024);
             let d = g.upload(&keys)?;
             let want = cpu::bucket::bucket(&keys, 1024);
-            for (name, order) in [("bucket_stable", BucketOrder::Stable), ("bucket_unordered", BucketOrder::Unordered)] {
+            for (name, order) in [
+                ("bucket_stable", BucketOrder::Stable),
+                ("bucket_unordered", BucketOrder::Unordered),
+            ] {
                 let (o, _c) = g.bucket_device(&d, n, 1024, order)?;
                 check(name, &g.download(&o)?, &want.offsets)?;
-                let ms = median_ms(g, reps.min(10), || g.bucket_device(&d, n, 1024, order).map(|_| ()))?;
-                rows.push(Row { primitive: name.into(), n, ms, bytes: 8.0 * n as f64 });
+                let ms = median_ms(g, reps.min(10), || {
+                    g.bucket_device(&d, n, 1024, order).map(|_| ())
+                })?;
+                rows.push(Row {
+                    primitive: name.into(),
+                    n,
+                    ms,
+                    bytes: 8.0 * n as f64,
+                });
             }
         }
     }
-    println!("{:<26} {:>6} {:>12} {:>10} {:>10}", "primitive", "n", "median ms", "GB/s", "G items/s");
+    println!(
+        "{:<26} {:>6} {:>12} {:>10} {:>10}",
+        "primitive", "n", "median ms", "GB/s", "G items/s"
+    );
     for r in &rows {
         println!(
             "{:<26} 2^{:<4} {:>12.4} {:>10.1} {:>10.2}",
@@ -151,8 +230,20 @@ fn main() -> Result<()> {
         writeln!(f, "impl,primitive,n,median_ms,gbps,gitems")?;
         writeln!(f, "# device: {}", g.device_name())?;
         for r in &rows {
-            let imp = if r.primitive == "copy" { "copy" } else { "detkit" };
-            writeln!(f, "{imp},{},{},{:.6},{:.3},{:.4}", r.primitive, r.n, r.ms, r.bytes / r.ms / 1e6, r.n as f64 / r.ms / 1e6)?;
+            let imp = if r.primitive == "copy" {
+                "copy"
+            } else {
+                "detkit"
+            };
+            writeln!(
+                f,
+                "{imp},{},{},{:.6},{:.3},{:.4}",
+                r.primitive,
+                r.n,
+                r.ms,
+                r.bytes / r.ms / 1e6,
+                r.n as f64 / r.ms / 1e6
+            )?;
         }
     }
     Ok(())
