@@ -123,3 +123,8 @@ impl Backend {
         self.gpu.as_ref()
     }
 }
+
+/// The README's embedding example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
