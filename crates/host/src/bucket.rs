@@ -229,15 +229,26 @@ impl GpuContext {
         nbins: u32,
     ) -> Result<()> {
         let v = self.download(oor)?;
-        if let Some(first) = decode_first_index(v[1]).filter(|_| v[0] > 0) {
-            let first = first as usize;
-            let key = self
-                .stream()
-                .clone_dtoh(&keys.slice(first..first + 1))
-                .ctx("reading the offending key")?;
-            return Err(out_of_range(first, key[0], nbins));
-        }
-        Ok(())
+        self.reject_bad_key(decode_first_index(v[1]).filter(|_| v[0] > 0), keys, nbins)
+    }
+
+    /// When a kernel recorded an out-of-range key at index `first`, reads that key back and
+    /// returns the typed error naming it.
+    fn reject_bad_key(
+        &self,
+        first: Option<u32>,
+        keys: &DeviceBuffer<u32>,
+        nbins: u32,
+    ) -> Result<()> {
+        let Some(first) = first else {
+            return Ok(());
+        };
+        let first = first as usize;
+        let key = self
+            .stream()
+            .clone_dtoh(&keys.slice(first..first + 1))
+            .ctx("reading the offending key")?;
+        Err(out_of_range(first, key[0], nbins))
     }
 
     /// Block-level containers, one per segment `segments[s]..segments[s + 1]` (which must
@@ -297,14 +308,7 @@ impl GpuContext {
             self.check_launch(k::KERNEL_BUCKET_BLOCK_FILL, r)?;
         }
         let c = self.download(&counters)?;
-        if let Some(first) = decode_first_index(c[1]) {
-            let first = first as usize;
-            let key = self
-                .stream()
-                .clone_dtoh(&keys.slice(first..first + 1))
-                .ctx("reading the offending key")?;
-            return Err(out_of_range(first, key[0], nbins));
-        }
+        self.reject_bad_key(decode_first_index(c[1]), keys, nbins)?;
         Ok((offsets, content, c[0]))
     }
 }
