@@ -8,6 +8,11 @@
 
 use std::time::Instant;
 
+// One module per algorithm family added after the Foundation; each exports `TESTS`.
+mod clustering;
+mod pet;
+mod seeding;
+
 use detkit::bucket::POISON;
 use detkit::compact::Selection;
 use detkit::histogram::HistogramStrategy;
@@ -15,10 +20,10 @@ use detkit::{cpu, data, Backend, BucketOrder, Error, GpuContext, ScanKind};
 use detkit_gpu::{bucket as kb, compact as kc, histogram as kh, scan as ks};
 use detkit_tests::{ensure, exact, sizes};
 
-type R = Result<(), String>;
-type Test = (&'static str, fn(&Ctx) -> R);
+pub(crate) type R = Result<(), String>;
+pub(crate) type Test = (&'static str, fn(&Ctx) -> R);
 
-fn e(err: Error) -> String {
+pub(crate) fn e(err: Error) -> String {
     err.to_string()
 }
 
@@ -35,20 +40,22 @@ fn seed() -> u64 {
         })
 }
 
-struct Ctx {
-    backend: Backend,
-    quick: bool,
-    seed: u64,
+pub(crate) struct Ctx {
+    pub backend: Backend,
+    /// Skip the largest sizes (sanitizer runs).
+    pub quick: bool,
+    /// This run's seed; derive every input from it.
+    pub seed: u64,
 }
 
 impl Ctx {
-    fn gpu(&self) -> &GpuContext {
+    pub fn gpu(&self) -> &GpuContext {
         self.backend.gpu().expect("cuda backend")
     }
-    fn rand(&self, salt: u64, n: usize, bound: u32) -> Vec<u32> {
+    pub fn rand(&self, salt: u64, n: usize, bound: u32) -> Vec<u32> {
         data::random_below(self.seed.wrapping_mul(31).wrapping_add(salt), n, bound)
     }
-    fn rand_u32(&self, salt: u64, n: usize) -> Vec<u32> {
+    pub fn rand_u32(&self, salt: u64, n: usize) -> Vec<u32> {
         (0..n as u64)
             .map(|i| data::splitmix64(self.seed ^ (salt << 40) ^ i) as u32)
             .collect()
@@ -530,7 +537,7 @@ fn main() {
         c.seed,
         if quick { "; quick" } else { "" }
     );
-    let tests: &[Test] = &[
+    let foundation: &[Test] = &[
         ("scan_u32", test_scan_u32),
         ("scan_u64", test_scan_u64),
         ("block_scan", test_block_scan),
@@ -539,6 +546,11 @@ fn main() {
         ("bucket", test_bucket),
         ("block_bucket", test_block_bucket),
     ];
+    let tests = foundation
+        .iter()
+        .chain(clustering::TESTS)
+        .chain(pet::TESTS)
+        .chain(seeding::TESTS);
     let mut failed = 0;
     let mut ran = 0;
     for (name, f) in tests {

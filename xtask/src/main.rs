@@ -745,6 +745,14 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
     for exe in ["bin/detkit", "bin/detkit-bench", "bin/gpu-tests"] {
         set_mode(&dir.join(exe), 0o755)?;
     }
+    // Per-family benchmarks: every `bench-*` binary of detkit-tests; run.sh runs each.
+    for (name, path) in bins.iter().filter(|(n, _)| n.starts_with("bench-")) {
+        let to = dir.join("bin").join(name);
+        fs::copy(path, &to)
+            .with_context(|| format!("copying {} to {}", path.display(), to.display()))?;
+        set_mode(&to, 0o755)?;
+        println!("  bin/{name}");
+    }
     let run_sh = dir.join("run.sh");
     fs::write(&run_sh, RUN_SH)?;
     set_mode(&run_sh, 0o755)?;
@@ -905,6 +913,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   CUDA_ARCH=sm_XX    arch for the CUB baseline build (default: sm_90)
 #   SKIP_BENCH=1       skip the benchmarks
 #   SKIP_SANITIZER=1   skip the compute-sanitizer runs
+#   SKIP_CUB=1         skip the primitive benchmark and its CUB baseline (family benches still run)
+#   GPU_TEST_FILTER=S  run only the GPU tests whose name contains S (also under the sanitizer)
+#   BENCH_FILTER=S     run only the bin/bench-* benchmarks whose name contains S
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 HERE="$(pwd)"
@@ -951,13 +962,15 @@ main() {
   nvidia-smi -L || echo "nvidia-smi -L failed"
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
-  banner "GPU tests: bin/gpu-tests"
-  bin/gpu-tests 2>&1 | tee "$OUT/gpu-tests.log"
+  banner "GPU tests: bin/gpu-tests ${GPU_TEST_FILTER:-}"
+  bin/gpu-tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu-tests.log"
   record_gpu "gpu tests" "${PIPESTATUS[0]}" "$OUT/gpu-tests.log"
 
   banner "CUB baseline: nvcc -arch=$CUDA_ARCH"
   local have_cub=0
-  if command -v nvcc >/dev/null; then
+  if [ "${SKIP_BENCH:-0}" = "1" ] || [ "${SKIP_CUB:-0}" = "1" ]; then
+    skip "nvcc cub_baseline" "SKIP_BENCH or SKIP_CUB"
+  elif command -v nvcc >/dev/null; then
     nvcc -O3 -std=c++17 -arch="$CUDA_ARCH" -o bench/cub_baseline bench/cub_baseline.cu 2>&1 \
       | tee "$OUT/nvcc.log"
     local st="${PIPESTATUS[0]}"
@@ -968,11 +981,11 @@ main() {
     record "nvcc cub_baseline" 127
   fi
 
-  if [ "${SKIP_BENCH:-0}" = "1" ]; then
-    banner "benchmarks: skipped (SKIP_BENCH=1)"
-    skip "bench detkit" "SKIP_BENCH=1"
-    skip "bench cub" "SKIP_BENCH=1"
-    skip "compare" "SKIP_BENCH=1"
+  if [ "${SKIP_BENCH:-0}" = "1" ] || [ "${SKIP_CUB:-0}" = "1" ]; then
+    banner "primitive benchmarks: skipped (SKIP_BENCH or SKIP_CUB)"
+    skip "bench detkit" "SKIP_BENCH or SKIP_CUB"
+    skip "bench cub" "SKIP_BENCH or SKIP_CUB"
+    skip "compare" "SKIP_BENCH or SKIP_CUB"
   else
     banner "benchmark: bin/detkit-bench"
     rm -f "$OUT/detkit.csv" "$OUT/cub.csv"
@@ -1002,6 +1015,19 @@ main() {
     fi
   fi
 
+  if [ "${SKIP_BENCH:-0}" != "1" ]; then
+    local b
+    for b in bin/bench-*; do
+      [ -x "$b" ] || continue
+      local name
+      name="$(basename "$b")"
+      if [ -n "${BENCH_FILTER:-}" ] && [[ "$name" != *"$BENCH_FILTER"* ]]; then continue; fi
+      banner "benchmark: $b"
+      "$b" --csv "$OUT/$name.csv" 2>&1 | tee "$OUT/$name.log"
+      record "$name" "${PIPESTATUS[0]}"
+    done
+  fi
+
   if [ "${SKIP_SANITIZER:-0}" = "1" ]; then
     banner "compute-sanitizer: skipped (SKIP_SANITIZER=1)"
     for tool in memcheck racecheck synccheck; do skip "sanitizer $tool" "SKIP_SANITIZER=1"; done
@@ -1012,7 +1038,7 @@ main() {
     for tool in memcheck racecheck synccheck; do
       local log="$OUT/sanitizer-$tool.log"
       banner "compute-sanitizer --tool $tool (log: $log)"
-      compute-sanitizer --tool "$tool" --error-exitcode 1 bin/gpu-tests --quick > "$log" 2>&1
+      compute-sanitizer --tool "$tool" --error-exitcode 1 bin/gpu-tests --quick ${GPU_TEST_FILTER:-} > "$log" 2>&1
       local st=$?
       grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
       if [ "$st" -ne 0 ]; then

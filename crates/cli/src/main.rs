@@ -2,16 +2,24 @@
 //!
 //! `detkit demo [--backend auto|cpu|cuda] [--size N]` runs every primitive on generated
 //! data, checks each result against its CPU oracle and prints a table: primitive, size,
-//! backend, check, throughput.
+//! backend, check, throughput. Each algorithm family adds its subcommand and its demo line
+//! in a module of its own ([`cluster`], [`pet`], [`seed`]).
+
+mod cluster;
+mod pet;
+mod seed;
 
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use detkit::{cpu, data, Backend, BucketOrder, ScanKind};
 
-const USAGE: &str = "usage: detkit demo [--backend auto|cpu|cuda] [--size N]";
+const USAGE: &str = "usage: detkit demo [--backend auto|cpu|cuda] [--size N]
+       detkit cluster ...   (detkit cluster --help)
+       detkit pet ...       (detkit pet --help)
+       detkit seed ...      (detkit seed --help)";
 
-fn backend_from(name: &str) -> Result<Backend> {
+pub(crate) fn backend_from(name: &str) -> Result<Backend> {
     Ok(match name {
         "auto" => Backend::auto(),
         "cpu" => Backend::cpu(),
@@ -20,14 +28,15 @@ fn backend_from(name: &str) -> Result<Backend> {
     })
 }
 
-struct Line {
-    primitive: &'static str,
-    ok: bool,
-    secs: f64,
-    items: usize,
+/// One row of the demo table.
+pub(crate) struct Line {
+    pub primitive: &'static str,
+    pub ok: bool,
+    pub secs: f64,
+    pub items: usize,
 }
 
-fn timed<T>(f: impl FnOnce() -> detkit::Result<T>) -> Result<(T, f64)> {
+pub(crate) fn timed<T>(f: impl FnOnce() -> detkit::Result<T>) -> Result<(T, f64)> {
     let t = Instant::now();
     let r = f()?;
     Ok((r, t.elapsed().as_secs_f64()))
@@ -36,7 +45,7 @@ fn timed<T>(f: impl FnOnce() -> detkit::Result<T>) -> Result<(T, f64)> {
 fn demo(backend: &Backend, n: usize) -> Result<bool> {
     println!("{}", backend.description());
     let mut lines = Vec::new();
-    let steps = 7;
+    let steps = 10;
     let mut step = 0;
     let mut progress = |name: &str| {
         step += 1;
@@ -121,6 +130,13 @@ fn demo(backend: &Backend, n: usize) -> Result<bool> {
         items: n,
     });
 
+    progress("cms pixel clustering");
+    lines.extend(cluster::demo(backend)?);
+    progress("pet chain");
+    lines.extend(pet::demo(backend)?);
+    progress("track seeding");
+    lines.extend(seed::demo(backend)?);
+
     println!(
         "{:<30} {:>10} {:>8} {:>7} {:>14}",
         "primitive", "size", "backend", "check", "M items/s"
@@ -148,6 +164,12 @@ fn main() -> Result<()> {
     let Some(cmd) = args.first() else {
         bail!("{USAGE}");
     };
+    match cmd.as_str() {
+        "cluster" => return cluster::main(&args[1..]),
+        "pet" => return pet::main(&args[1..]),
+        "seed" => return seed::main(&args[1..]),
+        _ => {}
+    }
     let mut backend = "auto".to_string();
     let mut size = 1usize << 22;
     let mut it = args[1..].iter();
