@@ -20,6 +20,7 @@
 pub mod intrinsics;
 
 pub mod bucket;
+pub mod clustering;
 pub mod compact;
 pub mod histogram;
 pub mod scan;
@@ -42,6 +43,10 @@ pub const ALL_KERNELS: &[&str] = &[
     bucket::KERNEL_BUCKET_STABLE_OFFSETS,
     bucket::KERNEL_BUCKET_FILL_STABLE,
     bucket::KERNEL_BUCKET_BLOCK_FILL,
+    clustering::KERNEL_COUNT_MODULES,
+    clustering::KERNEL_FIND_CLUS,
+    clustering::KERNEL_FIND_CLUS_FALLBACK,
+    clustering::KERNEL_CHARGE_CUT,
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.

@@ -29,6 +29,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bucket;
+pub mod clustering;
 pub mod compact;
 pub mod cpu;
 pub mod cuda;

@@ -2,6 +2,7 @@
 //! obviously right. The CPU backend runs them; GPU tests compare against them exactly.
 
 pub mod bucket;
+pub mod clustering;
 pub mod compact;
 pub mod histogram;
 pub mod scan;

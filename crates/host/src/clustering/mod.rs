@@ -1,0 +1,901 @@
+//! CMS pixel clustering: launchers, input validation, geometries and the [`Backend`] entry
+//! point. The kernels and their rules are documented in `detkit_gpu::clustering`; the CPU
+//! oracle is [`crate::cpu::clustering`]; the event generator is [`gen`].
+//!
+//! ```
+//! use detkit::clustering::{Digis, Geometry};
+//! use detkit::Backend;
+//!
+//! // Module 7: pixels (5,5) (9,9) (6,6) (5,5) (10,10) (2,2); the two (5,5) are duplicates.
+//! let digis = Digis {
+//!     module: vec![7; 6],
+//!     x: vec![5, 9, 6, 5, 10, 2],
+//!     y: vec![5, 9, 6, 5, 10, 2],
+//!     adc: vec![3000; 6],
+//! };
+//! let c = Backend::auto().cluster(&digis, &Geometry::phase1(), None).unwrap();
+//! assert_eq!(c.clus, [-1, 0, 1, -1, 0, 2]);
+//! assert_eq!(c.clus_in_module[7], 3);
+//! ```
+
+pub mod gen;
+
+use std::io::{Read, Write};
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use detkit_gpu::clustering::{self as k, INVALID_MODULE, MAX_MODULE_SIDE, NO_MODULE_START};
+use detkit_gpu::histogram::decode_first_index;
+
+use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
+use crate::error::{invalid, Error, Result};
+use crate::{cpu, Backend};
+
+/// A pixel detector geometry: module count and size, launch size, charge-cut defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Name for messages (`phase1`, `phase2`, `custom`).
+    pub name: String,
+    /// Number of module ids (`0 .. modules`).
+    pub modules: u32,
+    /// Rows per module (`x` range).
+    pub rows: u32,
+    /// Columns per module (`y` range).
+    pub cols: u32,
+    /// Threads per block of `find_clus`.
+    pub threads: u32,
+    /// Modules of the first barrel layer (`layerStart[1]`), which have their own threshold.
+    pub layer1_modules: u32,
+    /// The CMS default charge cut of this geometry.
+    pub default_cut: ChargeCut,
+}
+
+impl Geometry {
+    /// CMS Phase-1: 1856 modules of 160 × 416 pixels, 256 threads; BPix layer 1 is modules
+    /// 0..96; thresholds 2000 e⁻ (layer 1) and 4000 e⁻ (CMSSW
+    /// `SiPixelClusterThresholds` Phase-1 defaults).
+    pub fn phase1() -> Self {
+        Self {
+            name: "phase1".into(),
+            modules: 1856,
+            rows: 160,
+            cols: 416,
+            threads: 256,
+            layer1_modules: 96,
+            default_cut: ChargeCut {
+                layer1: 2000,
+                other: 4000,
+            },
+        }
+    }
+
+    /// CMS Phase-2 inner tracker: 3892 modules (CMSSW 13, geometry D88), 384 threads.
+    /// Modules are taken as quad modules of 2 × 2 CROC chips of 336 rows × 432 columns:
+    /// 672 × 864 pixels (CMSSW stores no Phase-2 module size; its 1000 column bins fit 864).
+    /// Layer 1 is modules 0..108; both thresholds 4000 e⁻ (CMSSW Phase-2 defaults).
+    pub fn phase2() -> Self {
+        Self {
+            name: "phase2".into(),
+            modules: 3892,
+            rows: 672,
+            cols: 864,
+            threads: 384,
+            layer1_modules: 108,
+            default_cut: ChargeCut {
+                layer1: 4000,
+                other: 4000,
+            },
+        }
+    }
+
+    /// A custom geometry (checked by [`Geometry::check`]).
+    pub fn custom(
+        modules: u32,
+        rows: u32,
+        cols: u32,
+        threads: u32,
+        cut: ChargeCut,
+    ) -> Result<Self> {
+        let g = Self {
+            name: "custom".into(),
+            modules,
+            rows,
+            cols,
+            threads,
+            layer1_modules: 0,
+            default_cut: cut,
+        };
+        g.check()?;
+        Ok(g)
+    }
+
+    /// By name: `phase1` or `phase2`.
+    pub fn by_name(name: &str) -> Result<Self> {
+        match name {
+            "phase1" => Ok(Self::phase1()),
+            "phase2" => Ok(Self::phase2()),
+            other => Err(invalid(
+                "geometry",
+                format!("unknown geometry `{other}` (phase1 or phase2)"),
+            )),
+        }
+    }
+
+    /// Checks the limits: 1 to 65534 modules, sides 1 to 32768, threads a multiple of 32 up
+    /// to 1024.
+    pub fn check(&self) -> Result<()> {
+        if self.modules == 0 || self.modules > INVALID_MODULE as u32 {
+            return Err(invalid(
+                "geometry",
+                format!("{} modules (1 to {INVALID_MODULE})", self.modules),
+            ));
+        }
+        if !(1..=MAX_MODULE_SIDE).contains(&self.rows)
+            || !(1..=MAX_MODULE_SIDE).contains(&self.cols)
+        {
+            return Err(invalid(
+                "geometry",
+                format!(
+                    "module of {} × {} pixels (each side 1 to {MAX_MODULE_SIDE})",
+                    self.rows, self.cols
+                ),
+            ));
+        }
+        crate::scan::check_block_size(self.threads)
+    }
+}
+
+/// Charge thresholds (electrons, the unit of `adc`): clusters with `Σ adc < threshold` are
+/// removed. A zero threshold keeps everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChargeCut {
+    /// Threshold of the first barrel layer's modules.
+    pub layer1: u32,
+    /// Threshold of every other module.
+    pub other: u32,
+}
+
+impl ChargeCut {
+    /// The same threshold everywhere (`--charge-cut ADC`).
+    pub fn uniform(threshold: u32) -> Self {
+        Self {
+            layer1: threshold,
+            other: threshold,
+        }
+    }
+
+    /// The threshold of module `m`.
+    pub fn threshold(&self, geometry: &Geometry, m: u16) -> u32 {
+        if (m as u32) < geometry.layer1_modules {
+            self.layer1
+        } else {
+            self.other
+        }
+    }
+}
+
+/// Digis in structure-of-arrays form, in event order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Digis {
+    /// Module id, or [`INVALID_MODULE`].
+    pub module: Vec<u16>,
+    /// Row.
+    pub x: Vec<u16>,
+    /// Column.
+    pub y: Vec<u16>,
+    /// Charge (electrons after calibration).
+    pub adc: Vec<u16>,
+}
+
+impl Digis {
+    /// Number of digis (of `module`; [`validate`] checks the other arrays agree).
+    pub fn len(&self) -> usize {
+        self.module.len()
+    }
+
+    /// Whether there is no digi.
+    pub fn is_empty(&self) -> bool {
+        self.module.is_empty()
+    }
+
+    /// Appends one digi.
+    pub fn push(&mut self, module: u16, x: u16, y: u16, adc: u16) {
+        self.module.push(module);
+        self.x.push(x);
+        self.y.push(y);
+        self.adc.push(adc);
+    }
+
+    /// Appends all digis of `other`.
+    pub fn extend(&mut self, other: &Digis) {
+        self.module.extend_from_slice(&other.module);
+        self.x.extend_from_slice(&other.x);
+        self.y.extend_from_slice(&other.y);
+        self.adc.extend_from_slice(&other.adc);
+    }
+}
+
+/// Clustering results.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Clusters {
+    /// Per digi: cluster index within its module, or -1.
+    pub clus: Vec<i32>,
+    /// Per event and module id (`e * modules + m`): number of clusters.
+    pub clus_in_module: Vec<u32>,
+    /// Per event and module id: first digi index, or `u32::MAX` for an absent module.
+    pub module_first: Vec<u32>,
+    /// Module ids per event (the geometry's).
+    pub modules: usize,
+    /// Modules clustered by the fallback path (over the fast path's capacity); 0 on the CPU.
+    pub fallback_modules: u32,
+}
+
+impl Clusters {
+    /// Total number of clusters.
+    pub fn total(&self) -> u64 {
+        self.clus_in_module.iter().map(|&c| c as u64).sum()
+    }
+
+    /// Whether the results equal `other`'s, ignoring the fallback count.
+    pub fn same_clusters(&self, other: &Clusters) -> bool {
+        self.clus == other.clus
+            && self.clus_in_module == other.clus_in_module
+            && self.module_first == other.module_first
+    }
+}
+
+/// Checks the preconditions of clustering, naming the first offending digi:
+/// equal array lengths; fewer than 2^31 digis; event offsets from 0 to `n`, non-decreasing;
+/// module ids below the geometry's count (or [`INVALID_MODULE`]); coordinates inside the
+/// module; the digis of one module consecutive within an event.
+pub fn validate(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Result<()> {
+    geometry.check()?;
+    let n = digis.len();
+    if digis.x.len() != n || digis.y.len() != n || digis.adc.len() != n {
+        return Err(invalid(
+            "digis",
+            format!(
+                "arrays of different lengths: module {}, x {}, y {}, adc {}",
+                n,
+                digis.x.len(),
+                digis.y.len(),
+                digis.adc.len()
+            ),
+        ));
+    }
+    if n >= 1 << 31 {
+        return Err(Error::CapacityExceeded {
+            what: "digis per launch",
+            needed: n as u64,
+            capacity: (1 << 31) - 1,
+        });
+    }
+    if event_offsets.len() < 2
+        || event_offsets[0] != 0
+        || *event_offsets.last().unwrap_or(&0) as usize != n
+    {
+        return Err(invalid(
+            "event_offsets",
+            format!("must start at 0 and end at the digi count {n}, with at least one event"),
+        ));
+    }
+    if let Some(e) = event_offsets.windows(2).position(|w| w[0] > w[1]) {
+        return Err(invalid(
+            "event_offsets",
+            format!(
+                "decreasing at event {e}: {} > {}",
+                event_offsets[e],
+                event_offsets[e + 1]
+            ),
+        ));
+    }
+    // seen[m] = 1 + last event in which module m's run ended (0 = never).
+    let mut seen = vec![0u32; geometry.modules as usize];
+    for e in 0..event_offsets.len() - 1 {
+        let mut current: Option<(u16, usize)> = None;
+        for d in event_offsets[e] as usize..event_offsets[e + 1] as usize {
+            let m = digis.module[d];
+            if m == INVALID_MODULE {
+                continue;
+            }
+            if m as u32 >= geometry.modules {
+                return Err(invalid(
+                    "digis",
+                    format!(
+                        "digi {d}: module id {m} out of range ({} modules in {}; {INVALID_MODULE} marks an invalid digi)",
+                        geometry.modules, geometry.name
+                    ),
+                ));
+            }
+            let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
+            if x >= geometry.rows || y >= geometry.cols {
+                return Err(invalid(
+                    "digis",
+                    format!(
+                        "digi {d}: pixel (x {x}, y {y}) outside the {} × {} module {m}",
+                        geometry.rows, geometry.cols
+                    ),
+                ));
+            }
+            match current {
+                Some((cm, _)) if cm == m => {}
+                _ => {
+                    if seen[m as usize] == e as u32 + 1 {
+                        return Err(invalid(
+                            "digis",
+                            format!(
+                                "digi {d}: the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {})",
+                                current.map_or(d, |(_, start)| start)
+                            ),
+                        ));
+                    }
+                    seen[m as usize] = e as u32 + 1;
+                    current = Some((m, d));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Device-resident digis of one or more events.
+pub struct DeviceDigis {
+    /// Module ids.
+    pub module: DeviceBuffer<u16>,
+    /// Rows.
+    pub x: DeviceBuffer<u16>,
+    /// Columns.
+    pub y: DeviceBuffer<u16>,
+    /// Charges.
+    pub adc: DeviceBuffer<u16>,
+    /// Event offsets (`nevents + 1`).
+    pub event_offsets: DeviceBuffer<u32>,
+    n: usize,
+    nevents: usize,
+}
+
+impl DeviceDigis {
+    /// Copies validated digis to the device.
+    pub fn upload(gpu: &GpuContext, digis: &Digis, event_offsets: &[u32]) -> Result<Self> {
+        let pad = |v: &[u16]| -> Result<DeviceBuffer<u16>> {
+            if v.is_empty() {
+                gpu.zeros(1)
+            } else {
+                gpu.upload(v)
+            }
+        };
+        Ok(Self {
+            module: pad(&digis.module)?,
+            x: pad(&digis.x)?,
+            y: pad(&digis.y)?,
+            adc: pad(&digis.adc)?,
+            event_offsets: gpu.upload(event_offsets)?,
+            n: digis.len(),
+            nevents: event_offsets.len() - 1,
+        })
+    }
+
+    /// Number of digis.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether there is no digi.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Number of events.
+    pub fn events(&self) -> usize {
+        self.nevents
+    }
+}
+
+/// Device workspace and outputs of the clustering chain for up to `max_digis` digis and
+/// `max_events` events per launch. Steps can be launched one by one (for timing) or with
+/// [`Clusterer::run`]; nothing synchronises until [`Clusterer::results`].
+pub struct Clusterer<'g> {
+    gpu: &'g GpuContext,
+    geometry: Geometry,
+    capacity: u32,
+    find_grid: u32,
+    smem: usize,
+    max_digis: usize,
+    max_events: usize,
+    /// Output: cluster index per digi.
+    pub clus: DeviceBuffer<i32>,
+    /// Output: clusters per event and module id.
+    pub clus_in_module: DeviceBuffer<u32>,
+    /// Output: first digi per event and module id.
+    pub module_first: DeviceBuffer<u32>,
+    module_start: DeviceBuffer<u32>,
+    slot_end: DeviceBuffer<u32>,
+    fallback: DeviceBuffer<u32>,
+    scratch: DeviceBuffer<u64>,
+    status: Option<DeviceBuffer<u32>>,
+    grid: DeviceBuffer<u32>,
+    bad: DeviceBuffer<u32>,
+}
+
+/// Default fast-path capacity (digis per module in shared memory).
+pub const DEFAULT_CAPACITY: u32 = 1024;
+
+impl<'g> Clusterer<'g> {
+    /// Allocates everything for `geometry` with the default fast-path capacity.
+    pub fn new(
+        gpu: &'g GpuContext,
+        geometry: &Geometry,
+        max_digis: usize,
+        max_events: usize,
+    ) -> Result<Self> {
+        Self::with_capacity(gpu, geometry, max_digis, max_events, DEFAULT_CAPACITY)
+    }
+
+    /// As [`Clusterer::new`] with a chosen fast-path capacity (modules with more digis take
+    /// the fallback kernel; tests use tiny capacities to force it).
+    pub fn with_capacity(
+        gpu: &'g GpuContext,
+        geometry: &Geometry,
+        max_digis: usize,
+        max_events: usize,
+        capacity: u32,
+    ) -> Result<Self> {
+        geometry.check()?;
+        if max_digis >= 1 << 31 {
+            return Err(Error::CapacityExceeded {
+                what: "digis per launch",
+                needed: max_digis as u64,
+                capacity: (1 << 31) - 1,
+            });
+        }
+        let (rows, cols) = (geometry.rows, geometry.cols);
+        let words = k::status_words(rows, cols);
+        let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
+        let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
+        if smem > crate::bucket::MAX_BLOCK_SMEM {
+            return Err(Error::CapacityExceeded {
+                what: "find_clus shared memory (bytes)",
+                needed: smem as u64,
+                capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+            });
+        }
+        gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
+        let per_sm = gpu
+            .kernel(k::KERNEL_FIND_CLUS)?
+            .occupancy_max_active_blocks_per_multiprocessor(geometry.threads, smem, None)
+            .map_err(|source| Error::Driver {
+                context: "querying the occupancy of find_clus".into(),
+                source,
+            })?
+            .max(1);
+        let find_grid = per_sm * gpu.sm_count();
+        let n = max_digis.max(1);
+        let slots = max_events.max(1) * geometry.modules as usize;
+        let status = if status_in_smem {
+            None
+        } else {
+            Some(gpu.zeros::<u32>(find_grid as usize * words as usize)?)
+        };
+        Ok(Self {
+            gpu,
+            geometry: geometry.clone(),
+            capacity,
+            find_grid,
+            smem,
+            max_digis,
+            max_events,
+            clus: gpu.zeros(n)?,
+            clus_in_module: gpu.zeros(slots)?,
+            module_first: gpu.filled_u32(slots, NO_MODULE_START)?,
+            module_start: gpu.zeros(n + 1)?,
+            slot_end: gpu.zeros(n)?,
+            fallback: gpu.zeros(n + 1)?,
+            scratch: gpu.zeros(n)?,
+            status,
+            grid: gpu.filled_u32(
+                k::FALLBACK_BLOCKS as usize * (rows * cols) as usize,
+                k::GRID_EMPTY,
+            )?,
+            bad: gpu.zeros(1)?,
+        })
+    }
+
+    /// The geometry.
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+
+    fn check_fits(&self, d: &DeviceDigis) -> Result<()> {
+        if d.n > self.max_digis || d.nevents > self.max_events {
+            return Err(Error::CapacityExceeded {
+                what: "clusterer workspace (digis, events)",
+                needed: d.n.max(d.nevents) as u64,
+                capacity: self.max_digis.min(self.max_events) as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// Resets the counters and outputs and launches `count_modules`.
+    pub fn count_modules(&mut self, d: &DeviceDigis) -> Result<()> {
+        self.check_fits(d)?;
+        let g = self.gpu;
+        let s = g.stream();
+        let z = |r: std::result::Result<(), cudarc::driver::DriverError>| {
+            r.map_err(|source| Error::Driver {
+                context: "resetting clustering counters".into(),
+                source,
+            })
+        };
+        z(s.memset_zeros(&mut self.module_start.slice_mut(0..1)))?;
+        z(s.memset_zeros(&mut self.fallback.slice_mut(0..1)))?;
+        z(s.memset_zeros(&mut self.bad))?;
+        let slots = d.nevents * self.geometry.modules as usize;
+        z(s.memset_zeros(&mut self.clus_in_module.slice_mut(0..slots)))?;
+        fill_u32(g, &mut self.module_first, slots, NO_MODULE_START)?;
+        if d.n == 0 {
+            return Ok(());
+        }
+        let (n32, ne, nm, rows, cols) = (
+            d.n as u32,
+            d.nevents as u32,
+            self.geometry.modules,
+            self.geometry.rows,
+            self.geometry.cols,
+        );
+        let blocks = (d.n as u64)
+            .div_ceil(k::COUNT_MODULES_THREADS as u64)
+            .min(MAX_GRID);
+        let mut b = s.launch_builder(g.kernel(k::KERNEL_COUNT_MODULES)?);
+        b.arg(&d.module)
+            .arg(&d.x)
+            .arg(&d.y)
+            .arg(&n32)
+            .arg(&d.event_offsets)
+            .arg(&ne)
+            .arg(&nm)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&mut self.clus)
+            .arg(&mut self.module_start)
+            .arg(&mut self.bad);
+        // SAFETY: arrays sized for max_digis >= n (checked); module_start zeroed above;
+        // event offsets validated by the caller (uploaded by DeviceDigis::upload).
+        let r = unsafe { b.launch(cfg(blocks, k::COUNT_MODULES_THREADS, 0)) };
+        g.check_launch(k::KERNEL_COUNT_MODULES, r)
+    }
+
+    /// Launches `find_clus` and its fallback (which exits at once when no module needs it).
+    pub fn find_clus(&mut self, d: &DeviceDigis) -> Result<()> {
+        if d.n == 0 {
+            return Ok(());
+        }
+        let g = self.gpu;
+        let s = g.stream();
+        let geo = &self.geometry;
+        let (ne, nm, rows, cols, cap) = (
+            d.nevents as u32,
+            geo.modules,
+            geo.rows,
+            geo.cols,
+            self.capacity,
+        );
+        let status_ptr = self.status.as_ref();
+        {
+            let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS)?);
+            b.arg(&d.module)
+                .arg(&d.x)
+                .arg(&d.y)
+                .arg(&d.event_offsets)
+                .arg(&ne)
+                .arg(&nm)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&self.module_start)
+                .arg(&mut self.slot_end)
+                .arg(&mut self.clus)
+                .arg(&mut self.clus_in_module)
+                .arg(&mut self.module_first)
+                .arg(&cap);
+            let null = 0u64;
+            match status_ptr {
+                Some(st) => b.arg(st),
+                None => b.arg(&null),
+            };
+            b.arg(&mut self.fallback);
+            // SAFETY: launched after count_modules; shared memory `find_clus_smem_bytes` for
+            // this geometry and capacity (limit raised at construction); the status slab has
+            // `find_grid` zeroed slabs (kernels leave them zeroed); threads checked.
+            let r = unsafe { b.launch(cfg(self.find_grid as u64, geo.threads, self.smem)) };
+            g.check_launch(k::KERNEL_FIND_CLUS, r)?;
+        }
+        let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_FALLBACK)?);
+        b.arg(&d.module)
+            .arg(&d.x)
+            .arg(&d.y)
+            .arg(&d.event_offsets)
+            .arg(&ne)
+            .arg(&nm)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&self.module_start)
+            .arg(&self.slot_end)
+            .arg(&mut self.clus)
+            .arg(&mut self.clus_in_module)
+            .arg(&mut self.module_first)
+            .arg(&self.fallback)
+            .arg(&mut self.grid);
+        // SAFETY: launched after find_clus; FALLBACK_BLOCKS grids of rows*cols cells, all
+        // GRID_EMPTY (the kernel cleans up); shared memory for the block scan.
+        let r = unsafe {
+            b.launch(cfg(
+                k::FALLBACK_BLOCKS as u64,
+                k::FALLBACK_THREADS,
+                k::scan_only_smem_bytes(),
+            ))
+        };
+        g.check_launch(k::KERNEL_FIND_CLUS_FALLBACK, r)
+    }
+
+    /// Launches the charge cut (`cut` thresholds; zero keeps everything).
+    pub fn charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
+        if d.n == 0 {
+            return Ok(());
+        }
+        let g = self.gpu;
+        let geo = &self.geometry;
+        let (ne, nm, l1) = (d.nevents as u32, geo.modules, geo.layer1_modules);
+        let grid = (d.n as u64).min(g.sm_count() as u64 * 8);
+        let mut b = g.stream().launch_builder(g.kernel(k::KERNEL_CHARGE_CUT)?);
+        b.arg(&d.module)
+            .arg(&d.adc)
+            .arg(&d.event_offsets)
+            .arg(&ne)
+            .arg(&nm)
+            .arg(&l1)
+            .arg(&cut.layer1)
+            .arg(&cut.other)
+            .arg(&self.module_start)
+            .arg(&self.slot_end)
+            .arg(&mut self.clus)
+            .arg(&mut self.clus_in_module)
+            .arg(&mut self.scratch);
+        // SAFETY: launched after find_clus; scratch holds n u64; shared memory for the scan.
+        let r = unsafe { b.launch(cfg(grid, k::FALLBACK_THREADS, k::scan_only_smem_bytes())) };
+        g.check_launch(k::KERNEL_CHARGE_CUT, r)
+    }
+
+    /// The whole chain: count_modules, find_clus (+ fallback), charge cut unless `None`.
+    pub fn run(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
+        self.count_modules(d)?;
+        self.find_clus(d)?;
+        if let Some(cut) = cut {
+            self.charge_cut(d, cut)?;
+        }
+        Ok(())
+    }
+
+    /// Synchronises and returns the fallback count, or the typed error of a digi the
+    /// kernels found out of range (callers that skipped [`validate`]).
+    pub fn status(&self) -> Result<u32> {
+        let bad = self.gpu.download(&self.bad)?[0];
+        if let Some(first) = decode_first_index(bad) {
+            return Err(invalid(
+                "digis",
+                format!(
+                    "digi {first}: module id or pixel out of range for {}",
+                    self.geometry.name
+                ),
+            ));
+        }
+        let fb: Vec<u32> = self
+            .gpu
+            .stream()
+            .clone_dtoh(&self.fallback.slice(0..1))
+            .map_err(|source| Error::Driver {
+                context: "reading the fallback count".into(),
+                source,
+            })?;
+        Ok(fb[0])
+    }
+
+    /// Fills the per-digi outputs with a poison value (tests: an element the kernels fail to
+    /// write shows up).
+    pub fn poison_outputs(&mut self) -> Result<()> {
+        let n = self.clus.len();
+        let g = self.gpu;
+        let s = g.stream();
+        s.memcpy_htod(&vec![0x5a5a_5a5a_i32; n], &mut self.clus)
+            .map_err(|source| Error::Driver {
+                context: "poisoning outputs".into(),
+                source,
+            })?;
+        fill_u32(g, &mut self.slot_end, n, 0xdead_beef)
+    }
+
+    /// Downloads the results of the last [`Clusterer::run`] on `d`.
+    pub fn results(&self, d: &DeviceDigis) -> Result<Clusters> {
+        let fallback_modules = self.status()?;
+        let slots = d.nevents * self.geometry.modules as usize;
+        let s = self.gpu.stream();
+        fn dl<T>(r: std::result::Result<Vec<T>, cudarc::driver::DriverError>) -> Result<Vec<T>> {
+            r.map_err(|source| Error::Driver {
+                context: "copying clusters from the device".into(),
+                source,
+            })
+        }
+        Ok(Clusters {
+            clus: dl(s.clone_dtoh(&self.clus.slice(0..d.n)))?,
+            clus_in_module: dl(s.clone_dtoh(&self.clus_in_module.slice(0..slots)))?,
+            module_first: dl(s.clone_dtoh(&self.module_first.slice(0..slots)))?,
+            modules: self.geometry.modules as usize,
+            fallback_modules,
+        })
+    }
+}
+
+/// Fills the first `n` words of `buf` with `value` on the device.
+fn fill_u32(gpu: &GpuContext, buf: &mut CudaSlice<u32>, n: usize, value: u32) -> Result<()> {
+    use cudarc::driver::{sys, DevicePtrMut};
+    if n == 0 {
+        return Ok(());
+    }
+    let s = gpu.stream();
+    let (ptr, _record) = buf.device_ptr_mut(s);
+    // SAFETY: `ptr` addresses at least `n` words of this allocation (callers size it);
+    // the memset runs on our stream.
+    unsafe { sys::cuMemsetD32Async(ptr, value, n, s.cu_stream()) }
+        .result()
+        .map_err(|source| Error::Driver {
+            context: "filling device memory".into(),
+            source,
+        })
+}
+
+impl Backend {
+    /// Clusters one event's digis (`None`: no charge cut; `Some(geometry.default_cut)`:
+    /// the CMS defaults). Input is validated first.
+    pub fn cluster(
+        &self,
+        digis: &Digis,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<Clusters> {
+        self.cluster_events(digis, &[0, digis.len() as u32], geometry, cut)
+    }
+
+    /// Clusters several events at once (`event_offsets[e] .. event_offsets[e + 1]`).
+    pub fn cluster_events(
+        &self,
+        digis: &Digis,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<Clusters> {
+        validate(digis, event_offsets, geometry)?;
+        match self.gpu() {
+            None => Ok(cpu::clustering::cluster(
+                digis,
+                event_offsets,
+                geometry,
+                cut,
+            )),
+            Some(gpu) => {
+                let d = DeviceDigis::upload(gpu, digis, event_offsets)?;
+                let mut c = Clusterer::new(gpu, geometry, digis.len(), event_offsets.len() - 1)?;
+                c.run(&d, cut)?;
+                c.results(&d)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+// ---------------------------------------------------------------------------------------
+
+/// Magic of the binary digi format.
+pub const BINARY_MAGIC: &[u8; 8] = b"DKDIGI01";
+
+/// Reads digis from CSV with header `module,x,y,adc` (one digi a row).
+pub fn read_csv(mut r: impl Read) -> Result<Digis> {
+    let mut text = String::new();
+    r.read_to_string(&mut text)
+        .map_err(|e| invalid("input", format!("reading: {e}")))?;
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("").trim();
+    if header.replace(' ', "") != "module,x,y,adc" {
+        return Err(invalid(
+            "input",
+            format!("CSV header must be `module,x,y,adc`, found `{header}`"),
+        ));
+    }
+    let mut d = Digis::default();
+    for (row, line) in lines.enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        let parse = |k: usize, name: &str| -> Result<u16> {
+            f.get(k)
+                .ok_or_else(|| invalid("input", format!("data row {row}: missing `{name}`")))?
+                .parse::<u16>()
+                .map_err(|e| invalid("input", format!("data row {row}: `{name}`: {e}")))
+        };
+        if f.len() != 4 {
+            return Err(invalid(
+                "input",
+                format!("data row {row}: {} fields, expected 4", f.len()),
+            ));
+        }
+        d.push(
+            parse(0, "module")?,
+            parse(1, "x")?,
+            parse(2, "y")?,
+            parse(3, "adc")?,
+        );
+    }
+    Ok(d)
+}
+
+/// Writes digis and their cluster indices as CSV with header `module,x,y,adc,cluster`.
+pub fn write_csv(mut w: impl Write, digis: &Digis, clus: &[i32]) -> std::io::Result<()> {
+    let mut out = String::with_capacity(digis.len() * 24 + 32);
+    out.push_str("module,x,y,adc,cluster\n");
+    for i in 0..digis.len() {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{}",
+            digis.module[i], digis.x[i], digis.y[i], digis.adc[i], clus[i]
+        );
+    }
+    w.write_all(out.as_bytes())
+}
+
+/// Reads the binary format: magic `DKDIGI01`, `u32` little-endian digi count `n`, then the
+/// arrays `module`, `x`, `y`, `adc`, each `n` little-endian `u16`.
+pub fn read_binary(mut r: impl Read) -> Result<Digis> {
+    let io = |e: std::io::Error| invalid("input", format!("reading binary digis: {e}"));
+    let mut head = [0u8; 12];
+    r.read_exact(&mut head).map_err(io)?;
+    if &head[..8] != BINARY_MAGIC {
+        return Err(invalid(
+            "input",
+            "not a detkit binary digi file (magic DKDIGI01)",
+        ));
+    }
+    let n = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+    let mut arr = || -> Result<Vec<u16>> {
+        let mut b = vec![0u8; 2 * n];
+        r.read_exact(&mut b).map_err(io)?;
+        Ok(b.chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect())
+    };
+    Ok(Digis {
+        module: arr()?,
+        x: arr()?,
+        y: arr()?,
+        adc: arr()?,
+    })
+}
+
+/// Writes [`read_binary`]'s format.
+pub fn write_binary(mut w: impl Write, digis: &Digis) -> std::io::Result<()> {
+    w.write_all(BINARY_MAGIC)?;
+    w.write_all(&(digis.len() as u32).to_le_bytes())?;
+    for a in [&digis.module, &digis.x, &digis.y, &digis.adc] {
+        let bytes: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.write_all(&bytes)?;
+    }
+    Ok(())
+}
+
+/// Binary cluster output: magic `DKCLUS01`, `u32` count, then `n` little-endian `i32`.
+pub fn write_binary_clusters(mut w: impl Write, clus: &[i32]) -> std::io::Result<()> {
+    w.write_all(b"DKCLUS01")?;
+    w.write_all(&(clus.len() as u32).to_le_bytes())?;
+    let bytes: Vec<u8> = clus.iter().flat_map(|v| v.to_le_bytes()).collect();
+    w.write_all(&bytes)
+}
