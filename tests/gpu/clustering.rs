@@ -1,6 +1,292 @@
-//! GPU tests of the clustering family against its CPU oracle.
+//! GPU tests of CMS pixel clustering against the CPU oracle: generated events (single and
+//! batched, with and without the charge cut), adversarial modules at the default and at
+//! tiny capacities (forcing the fallback kernel), awkward module sizes, Phase-2, and the
+//! device-side guard against unvalidated input. Per-digi outputs are poisoned first.
 
-use crate::Test;
+use detkit::clustering::gen::{self, Adversarial, EventConfig};
+use detkit::clustering::{
+    self as cl, ChargeCut, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
+};
+use detkit::{cpu, Error};
+use detkit_gpu::clustering::INVALID_MODULE;
+use detkit_tests::{ensure, exact};
+
+use crate::{e, Ctx, Test, R};
 
 /// The clustering tests, run by `main` after the Foundation tests.
-pub(crate) const TESTS: &[Test] = &[];
+pub(crate) const TESTS: &[Test] = &[
+    ("clustering_events", test_events),
+    ("clustering_adversarial", test_adversarial),
+    ("clustering_sizes", test_sizes),
+    ("clustering_phase2", test_phase2),
+    ("clustering_bad_input", test_bad_input),
+];
+
+/// Runs the GPU chain on `d` and compares every output with the oracle; returns the
+/// number of modules that took the fallback path.
+fn check(
+    c: &Ctx,
+    what: &str,
+    d: &Digis,
+    offsets: &[u32],
+    g: &Geometry,
+    cut: Option<ChargeCut>,
+    capacity: u32,
+) -> Result<u32, String> {
+    cl::validate(d, offsets, g).map_err(|err| format!("{what}: generator: {err}"))?;
+    let gpu = c.gpu();
+    let dd = DeviceDigis::upload(gpu, d, offsets).map_err(e)?;
+    let mut run =
+        Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, capacity).map_err(e)?;
+    run.poison_outputs().map_err(e)?;
+    run.run(&dd, cut).map_err(e)?;
+    let got = run.results(&dd).map_err(e)?;
+    let want = cpu::clustering::cluster(d, offsets, g, cut);
+    compare(what, &got, &want)?;
+    Ok(got.fallback_modules)
+}
+
+fn compare(what: &str, got: &Clusters, want: &Clusters) -> R {
+    exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
+    exact(
+        &format!("{what}: clus_in_module"),
+        &got.clus_in_module,
+        &want.clus_in_module,
+    )?;
+    exact(
+        &format!("{what}: module_first"),
+        &got.module_first,
+        &want.module_first,
+    )
+}
+
+fn single(d: &Digis) -> Vec<u32> {
+    vec![0, d.len() as u32]
+}
+
+fn test_events(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let nev = if c.quick { 2 } else { 6 };
+    let mut batch = Digis::default();
+    let mut offsets = vec![0u32];
+    for k in 0..nev {
+        let d = gen::run3_event(c.seed ^ (k as u64) << 20);
+        for cut in [None, Some(g.default_cut)] {
+            let fb = check(
+                c,
+                &format!("run3 event {k} cut {cut:?}"),
+                &d,
+                &single(&d),
+                &g,
+                cut,
+                cl::DEFAULT_CAPACITY,
+            )?;
+            ensure(fb == 0, || {
+                format!("run3 event {k}: {fb} modules took the fallback")
+            })?;
+        }
+        batch.extend(&d);
+        offsets.push(batch.len() as u32);
+    }
+    // Several events per launch, an empty event among them.
+    offsets.insert(2, offsets[1]);
+    check(
+        c,
+        "run3 batch",
+        &batch,
+        &offsets,
+        &g,
+        Some(g.default_cut),
+        cl::DEFAULT_CAPACITY,
+    )?;
+    // Dense events: the fallback path runs.
+    let dense = gen::dense_event(c.seed ^ 0xd3);
+    let fb = check(
+        c,
+        "dense event",
+        &dense,
+        &single(&dense),
+        &g,
+        Some(g.default_cut),
+        cl::DEFAULT_CAPACITY,
+    )?;
+    ensure(fb > 0, || "dense event: the fallback never ran".into())?;
+    // Everything through the fallback.
+    let d = gen::run3_event(c.seed ^ 0xfb);
+    let fb = check(
+        c,
+        "run3 event, capacity 8",
+        &d,
+        &single(&d),
+        &g,
+        Some(g.default_cut),
+        8,
+    )?;
+    ensure(fb > 100, || {
+        format!("capacity 8: only {fb} fallback modules")
+    })?;
+    println!("  clustering: {nev} run3 events ({} digis), dense event {} digis ({fb} fallback modules at capacity 8)", batch.len(), dense.len());
+    Ok(())
+}
+
+fn test_adversarial(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let mut kinds = vec![
+        Adversarial::One,
+        Adversarial::Lattice,
+        Adversarial::Checkerboard,
+        Adversarial::AllDuplicated,
+        Adversarial::SmallSnake(12),
+        Adversarial::SmallSnake(3),
+        Adversarial::Snake,
+        Adversarial::Full,
+    ];
+    if !c.quick {
+        kinds.push(Adversarial::FullDuplicated);
+    }
+    for kind in kinds {
+        // The adversarial module between two ordinary ones, plus invalid digis around it.
+        let mut d = Digis::default();
+        d.push(3, 10, 10, 5000);
+        d.push(3, 11, 11, 5000);
+        d.push(INVALID_MODULE, 0, 0, 0);
+        d.extend(&gen::adversarial(kind, &g, 4, c.seed));
+        d.push(INVALID_MODULE, 0, 0, 0);
+        d.push(95, 0, 0, 2500);
+        for cap in [cl::DEFAULT_CAPACITY, 32] {
+            for cut in [None, Some(g.default_cut)] {
+                check(
+                    c,
+                    &format!("{kind:?} capacity {cap} cut {cut:?}"),
+                    &d,
+                    &single(&d),
+                    &g,
+                    cut,
+                    cap,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn test_sizes(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let cap = 300;
+    let mut rng = gen::Rng::new(c.seed ^ 0x5123);
+    for n in [
+        0usize,
+        1,
+        2,
+        31,
+        32,
+        33,
+        255,
+        256,
+        257,
+        cap - 1,
+        cap,
+        cap + 1,
+        2000,
+    ] {
+        // One module of n digis in a 24 × 24 corner: dense enough to connect and to repeat.
+        let mut d = Digis::default();
+        for _ in 0..n {
+            d.push(
+                17,
+                rng.below(24) as u16,
+                rng.below(24) as u16,
+                1000 + rng.below(4000) as u16,
+            );
+        }
+        for t in [32, 64, 256, 1024] {
+            let mut gt = g.clone();
+            gt.threads = t;
+            check(
+                c,
+                &format!("{n} digis, {t} threads, capacity {cap}"),
+                &d,
+                &single(&d),
+                &gt,
+                Some(g.default_cut),
+                cap as u32,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn test_phase2(c: &Ctx) -> R {
+    let g = Geometry::phase2();
+    let cfg = EventConfig {
+        clusters: 30_000.0,
+        ..EventConfig::run3()
+    };
+    let d = gen::event(&g, &cfg, c.seed ^ 0x9902);
+    check(
+        c,
+        "phase2 event",
+        &d,
+        &single(&d),
+        &g,
+        Some(g.default_cut),
+        cl::DEFAULT_CAPACITY,
+    )?;
+    let kinds: &[Adversarial] = if c.quick {
+        &[Adversarial::Lattice]
+    } else {
+        &[Adversarial::Full, Adversarial::Snake]
+    };
+    for &kind in kinds {
+        let d = gen::adversarial(kind, &g, 3891, c.seed);
+        check(
+            c,
+            &format!("phase2 {kind:?}"),
+            &d,
+            &single(&d),
+            &g,
+            None,
+            cl::DEFAULT_CAPACITY,
+        )?;
+    }
+    Ok(())
+}
+
+fn test_bad_input(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let gpu = c.gpu();
+    // Unvalidated digis straight to the device: the kernels must not touch memory out of
+    // bounds and must name the first bad digi.
+    let mut d = Digis::default();
+    d.push(3, 1, 1, 100);
+    d.push(5, 1, 60_000, 100);
+    d.push(6, 60_000, 1, 100);
+    d.push(40_000, 1, 1, 100);
+    let dd = DeviceDigis::upload(gpu, &d, &single(&d)).map_err(e)?;
+    let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
+    run.run(&dd, Some(g.default_cut)).map_err(e)?;
+    match run.results(&dd) {
+        Err(Error::InvalidInput { detail, .. }) if detail.contains("digi 1") => {}
+        other => return Err(format!("unvalidated bad digis: {other:?}")),
+    }
+    // The backend validates first.
+    let mut split = Digis::default();
+    split.push(3, 1, 1, 100);
+    split.push(4, 1, 1, 100);
+    split.push(3, 2, 2, 100);
+    ensure(
+        matches!(
+            c.backend.cluster(&split, &g, None),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "non-consecutive module accepted".into(),
+    )?;
+    // Workspace too small.
+    let big = gen::run3_event(1);
+    let dbig = DeviceDigis::upload(gpu, &big, &single(&big)).map_err(e)?;
+    let mut small = Clusterer::new(gpu, &g, 10, 1).map_err(e)?;
+    ensure(
+        matches!(small.run(&dbig, None), Err(Error::CapacityExceeded { .. })),
+        || "oversized input accepted by a small workspace".into(),
+    )
+}

@@ -46,6 +46,7 @@ pub const ALL_KERNELS: &[&str] = &[
     clustering::KERNEL_COUNT_MODULES,
     clustering::KERNEL_FIND_CLUS,
     clustering::KERNEL_FIND_CLUS_FALLBACK,
+    clustering::KERNEL_FIND_CLUS_SEED,
     clustering::KERNEL_CHARGE_CUT,
 ];
 

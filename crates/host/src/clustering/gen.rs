@@ -49,7 +49,7 @@ impl Rng {
     }
     /// Uniform integer in [0, n).
     pub fn below(&mut self, n: u32) -> u32 {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as u32
+        (((self.next_u64() >> 32) * n as u64) >> 32) as u32
     }
     /// Poisson-distributed count (Knuth for small means, normal approximation above 30).
     pub fn poisson(&mut self, mean: f64) -> u32 {

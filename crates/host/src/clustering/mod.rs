@@ -608,6 +608,14 @@ impl<'g> Clusterer<'g> {
             let r = unsafe { b.launch(cfg(self.find_grid as u64, geo.threads, self.smem)) };
             g.check_launch(k::KERNEL_FIND_CLUS, r)?;
         }
+        self.launch_fallback(d)
+    }
+
+    fn launch_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
+        let g = self.gpu;
+        let s = g.stream();
+        let geo = &self.geometry;
+        let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
         let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_FALLBACK)?);
         b.arg(&d.module)
             .arg(&d.x)
@@ -634,6 +642,56 @@ impl<'g> Clusterer<'g> {
             ))
         };
         g.check_launch(k::KERNEL_FIND_CLUS_FALLBACK, r)
+    }
+
+    /// The benchmark's baseline in place of [`Clusterer::find_clus`]: the seed's `findClus`
+    /// (see `detkit_gpu::clustering::clustering_find_clus_seed`), one block per module slot
+    /// as the seed launches it, then the same fallback kernel for the modules it cannot hold.
+    /// Cluster numbers within a module follow `atomicInc` order (not deterministic); the
+    /// partition into clusters is the oracle's. Phase-1-sized geometries only (its status
+    /// words live in shared memory, as in CMSSW).
+    pub fn find_clus_seed(&mut self, d: &DeviceDigis) -> Result<()> {
+        if d.n == 0 {
+            return Ok(());
+        }
+        let g = self.gpu;
+        let s = g.stream();
+        let geo = &self.geometry;
+        let smem = k::find_clus_seed_smem_bytes(geo.rows, geo.cols);
+        if k::status_words(geo.rows, geo.cols) > k::STATUS_SMEM_MAX_WORDS
+            || smem > crate::bucket::MAX_BLOCK_SMEM
+        {
+            return Err(Error::CapacityExceeded {
+                what: "seed find_clus shared memory (bytes)",
+                needed: smem as u64,
+                capacity: (k::STATUS_SMEM_MAX_WORDS * 4) as u64,
+            });
+        }
+        g.allow_smem(k::KERNEL_FIND_CLUS_SEED, smem)?;
+        let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
+        let blocks = (d.nevents as u64 * nm as u64).min(d.n as u64).min(MAX_GRID);
+        {
+            let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SEED)?);
+            b.arg(&d.module)
+                .arg(&d.x)
+                .arg(&d.y)
+                .arg(&d.event_offsets)
+                .arg(&ne)
+                .arg(&nm)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&self.module_start)
+                .arg(&mut self.slot_end)
+                .arg(&mut self.clus)
+                .arg(&mut self.clus_in_module)
+                .arg(&mut self.module_first)
+                .arg(&mut self.fallback);
+            // SAFETY: launched after count_modules; shared memory `find_clus_seed_smem_bytes`
+            // (limit raised above); threads checked with the geometry.
+            let r = unsafe { b.launch(cfg(blocks, geo.threads, smem)) };
+            g.check_launch(k::KERNEL_FIND_CLUS_SEED, r)?;
+        }
+        self.launch_fallback(d)
     }
 
     /// Launches the charge cut (`cut` thresholds; zero keeps everything).
@@ -869,8 +927,10 @@ pub fn read_binary(mut r: impl Read) -> Result<Digis> {
     let mut arr = || -> Result<Vec<u16>> {
         let mut b = vec![0u8; 2 * n];
         r.read_exact(&mut b).map_err(io)?;
-        Ok(b.chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        Ok(b.as_chunks::<2>()
+            .0
+            .iter()
+            .map(|c| u16::from_le_bytes(*c))
             .collect())
     };
     Ok(Digis {

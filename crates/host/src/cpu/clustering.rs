@@ -34,8 +34,7 @@ pub fn find_clusters(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) 
         let (s, t) = (event_offsets[e] as usize, event_offsets[e + 1] as usize);
         // Runs of valid digis of one module id.
         let mut runs: Vec<(u16, Vec<usize>)> = Vec::new();
-        for d in s..t {
-            let m = digis.module[d];
+        for (d, &m) in digis.module.iter().enumerate().take(t).skip(s) {
             if m == INVALID_MODULE {
                 continue;
             }
