@@ -11,7 +11,7 @@
 //! with a Landau-like tail) is shared among its pixels, each at least 1,000 e⁻. On top:
 //! single-pixel noise (~10% of the digis, 1,000–2,500 e⁻, mostly removed by the charge cut),
 //! 0.5% duplicated digis (same pixel read twice) and 0.5% invalid digis interleaved.
-//! The result is about 80,000–90,000 digis per event. Digis of a module are shuffled (raw-data
+//! The result is about 110,000 digis per event (~18,000 clusters after the CMS charge cut). Digis of a module are shuffled (raw-data
 //! order is not geometric order); modules come in increasing id order.
 //!
 //! # The dense (heavy-ion-like) event
