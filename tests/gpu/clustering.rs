@@ -31,18 +31,41 @@ fn check(
     offsets: &[u32],
     g: &Geometry,
     cut: Option<ChargeCut>,
-    capacity: u32,
+    (small, capacity): (u32, u32),
 ) -> Result<u32, String> {
     cl::validate(d, offsets, g).map_err(|err| format!("{what}: generator: {err}"))?;
     let gpu = c.gpu();
     let dd = DeviceDigis::upload(gpu, d, offsets).map_err(e)?;
     let mut run =
-        Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, capacity).map_err(e)?;
+        Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, small, capacity).map_err(e)?;
     run.poison_outputs().map_err(e)?;
     run.run(&dd, cut).map_err(e)?;
     let got = run.results(&dd).map_err(e)?;
     let want = cpu::clustering::cluster(d, offsets, g, cut);
     compare(what, &got, &want)?;
+    let (mut medium, mut fallback) = (0, 0);
+    for (m, &first) in got.module_first.iter().enumerate() {
+        if first == u32::MAX {
+            continue;
+        }
+        let e = m / g.modules as usize;
+        let end = (first as usize + 1..offsets[e + 1] as usize)
+            .find(|&i| d.module[i] != INVALID_MODULE && d.module[i] != d.module[first as usize])
+            .unwrap_or(offsets[e + 1] as usize);
+        let size = (end - first as usize) as u32;
+        medium += (size > small) as u32;
+        fallback += (size > capacity) as u32;
+    }
+    ensure(
+        (got.medium_modules, got.fallback_modules) == (medium, fallback),
+        || {
+            format!(
+                "{what}: modules by path (medium, fallback) = {:?}, expected {:?}",
+                (got.medium_modules, got.fallback_modules),
+                (medium, fallback)
+            )
+        },
+    )?;
     Ok(got.fallback_modules)
 }
 
@@ -59,6 +82,8 @@ fn compare(what: &str, got: &Clusters, want: &Clusters) -> R {
         &want.module_first,
     )
 }
+
+const DEFAULT: (u32, u32) = (detkit_gpu::clustering::SMALL_CAPACITY, cl::DEFAULT_CAPACITY);
 
 fn single(d: &Digis) -> Vec<u32> {
     vec![0, d.len() as u32]
@@ -79,7 +104,7 @@ fn test_events(c: &Ctx) -> R {
                 &single(&d),
                 &g,
                 cut,
-                cl::DEFAULT_CAPACITY,
+                DEFAULT,
             )?;
             ensure(fb == 0, || {
                 format!("run3 event {k}: {fb} modules took the fallback")
@@ -97,35 +122,48 @@ fn test_events(c: &Ctx) -> R {
         &offsets,
         &g,
         Some(g.default_cut),
-        cl::DEFAULT_CAPACITY,
+        DEFAULT,
     )?;
-    // Dense events: the fallback path runs.
+    // Dense events: large modules (check() verifies which path each module took).
     let dense = gen::dense_event(c.seed ^ 0xd3);
-    let fb = check(
+    let dense_fb = check(
         c,
         "dense event",
         &dense,
         &single(&dense),
         &g,
         Some(g.default_cut),
-        cl::DEFAULT_CAPACITY,
+        DEFAULT,
     )?;
-    ensure(fb > 0, || "dense event: the fallback never ran".into())?;
-    // Everything through the fallback.
+    // Everything through the fallback; everything through the shared-memory kernel.
     let d = gen::run3_event(c.seed ^ 0xfb);
+    let cut = Some(g.default_cut);
     let fb = check(
         c,
-        "run3 event, capacity 8",
+        "run3 event, capacities 8/8",
         &d,
         &single(&d),
         &g,
-        Some(g.default_cut),
-        8,
+        cut,
+        (8, 8),
     )?;
     ensure(fb > 100, || {
-        format!("capacity 8: only {fb} fallback modules")
+        format!("capacities 8/8: only {fb} fallback modules")
     })?;
-    println!("  clustering: {nev} run3 events ({} digis), dense event {} digis ({fb} fallback modules at capacity 8)", batch.len(), dense.len());
+    check(
+        c,
+        "run3 event, capacities 8/6000",
+        &d,
+        &single(&d),
+        &g,
+        cut,
+        (8, 6000),
+    )?;
+    println!(
+        "  clustering: {nev} run3 events ({} digis), dense event {} digis ({dense_fb} fallback modules), {fb} fallback modules at capacities 8/8",
+        batch.len(),
+        dense.len()
+    );
     Ok(())
 }
 
@@ -153,11 +191,11 @@ fn test_adversarial(c: &Ctx) -> R {
         d.extend(&gen::adversarial(kind, &g, 4, c.seed));
         d.push(INVALID_MODULE, 0, 0, 0);
         d.push(95, 0, 0, 2500);
-        for cap in [cl::DEFAULT_CAPACITY, 32] {
+        for cap in [DEFAULT, (32, 300), (8, 8)] {
             for cut in [None, Some(g.default_cut)] {
                 check(
                     c,
-                    &format!("{kind:?} capacity {cap} cut {cut:?}"),
+                    &format!("{kind:?} capacities {cap:?} cut {cut:?}"),
                     &d,
                     &single(&d),
                     &g,
@@ -172,10 +210,10 @@ fn test_adversarial(c: &Ctx) -> R {
 
 fn test_sizes(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let cap = 300;
+    let cap = 300u32;
     let mut rng = gen::Rng::new(c.seed ^ 0x5123);
     for n in [
-        0usize,
+        0,
         1,
         2,
         31,
@@ -192,25 +230,16 @@ fn test_sizes(c: &Ctx) -> R {
         // One module of n digis in a 24 × 24 corner: dense enough to connect and to repeat.
         let mut d = Digis::default();
         for _ in 0..n {
-            d.push(
-                17,
-                rng.below(24) as u16,
-                rng.below(24) as u16,
-                1000 + rng.below(4000) as u16,
-            );
+            let (x, y) = (rng.below(24) as u16, rng.below(24) as u16);
+            d.push(17, x, y, 1000 + rng.below(4000) as u16);
         }
         for t in [32, 64, 256, 1024] {
             let mut gt = g.clone();
             gt.threads = t;
-            check(
-                c,
-                &format!("{n} digis, {t} threads, capacity {cap}"),
-                &d,
-                &single(&d),
-                &gt,
-                Some(g.default_cut),
-                cap as u32,
-            )?;
+            for caps in [(cap, 6000), (32, cap), (32, 32)] {
+                let what = format!("{n} digis, {t} threads, capacities {caps:?}");
+                check(c, &what, &d, &single(&d), &gt, Some(g.default_cut), caps)?;
+            }
         }
     }
     Ok(())
@@ -223,14 +252,18 @@ fn test_phase2(c: &Ctx) -> R {
         ..EventConfig::run3()
     };
     let d = gen::event(&g, &cfg, c.seed ^ 0x9902);
+    let cut = Some(g.default_cut);
+    check(c, "phase2 event", &d, &single(&d), &g, cut, DEFAULT)?;
+    // Every module through the shared-memory kernel, whose Phase-2 status words live in a
+    // global slab.
     check(
         c,
-        "phase2 event",
+        "phase2 event, capacities 8/6000",
         &d,
         &single(&d),
         &g,
-        Some(g.default_cut),
-        cl::DEFAULT_CAPACITY,
+        cut,
+        (8, 6000),
     )?;
     let kinds: &[Adversarial] = if c.quick {
         &[Adversarial::Lattice]
@@ -246,7 +279,7 @@ fn test_phase2(c: &Ctx) -> R {
             &single(&d),
             &g,
             None,
-            cl::DEFAULT_CAPACITY,
+            DEFAULT,
         )?;
     }
     Ok(())

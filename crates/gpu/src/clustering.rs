@@ -56,7 +56,9 @@ pub const MAX_MODULE_SIDE: u32 = 1 << 15;
 
 /// Kernel: module starts and `clus` initialisation.
 pub const KERNEL_COUNT_MODULES: &str = "clustering_count_modules";
-/// Kernel: per-module clustering in shared memory.
+/// Kernel: clustering of small modules by pairwise comparisons in shared memory.
+pub const KERNEL_FIND_CLUS_SMALL: &str = "clustering_find_clus_small";
+/// Kernel: per-module clustering in shared memory (status words, column buckets).
 pub const KERNEL_FIND_CLUS: &str = "clustering_find_clus";
 /// Kernel: per-module clustering of modules over the fast path's capacity.
 pub const KERNEL_FIND_CLUS_FALLBACK: &str = "clustering_find_clus_fallback";
@@ -148,6 +150,19 @@ pub const fn find_clus_words_before_status(cols: u32, capacity: u32) -> u32 {
     4 + 36 + (cols + 1).div_ceil(4) * 4 + 3 * capacity
 }
 
+/// Default capacity of [`KERNEL_FIND_CLUS_SMALL`] (digis per module).
+pub const SMALL_CAPACITY: u32 = 256;
+/// Default threads per block of [`KERNEL_FIND_CLUS_SMALL`].
+pub const SMALL_THREADS: u32 = 128;
+/// Default capacity of [`KERNEL_FIND_CLUS`] (CMSSW's `maxPixInModule`).
+pub const MEDIUM_CAPACITY: u32 = 6000;
+
+/// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`]: header (4), scan storage (36), then
+/// `xy`, `parent` and `number` (`capacity` each).
+pub const fn find_clus_small_smem_bytes(capacity: u32) -> usize {
+    (40 + 3 * capacity) as usize * 4
+}
+
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(
     rows: u32,
@@ -225,6 +240,22 @@ mod kernels {
                 unsafe { write_volatile(parent.add(a as usize), ppa) };
             }
             a = ppa;
+        }
+    }
+
+    /// Union-find root without writing (safe to run while other threads write roots).
+    ///
+    /// # Safety
+    /// As [`find`].
+    #[inline(always)]
+    unsafe fn find_root(parent: *mut u32, mut a: u32) -> u32 {
+        loop {
+            // SAFETY: a is a valid index (contract).
+            let pa = unsafe { read_volatile(parent.add(a as usize)) };
+            if pa == a {
+                return a;
+            }
+            a = pa;
         }
     }
 
@@ -339,8 +370,217 @@ mod kernels {
         }
     }
 
-    /// Per-module clustering in shared memory (see the module docs). Modules of more than
-    /// `capacity` digis go to `fallback[1..]` (`fallback[0]` counts them).
+    /// Clustering of small modules (up to `capacity` digis, a few hundred) with pairwise
+    /// comparisons in shared memory: no status words and no column buckets, so a block needs
+    /// about 3 KiB and many modules are in flight per SM. Every copy of a repeated pixel is
+    /// removed (the same rule as the status words), then every pair of remaining digis that
+    /// touch is joined by the same union-find, roots numbered by a scan in digi order: the
+    /// output equals [`clustering_find_clus`]'s. Also finds each module's end (`msize`, the
+    /// seed's `atomicMin`) and stores it in `slot_end`. Larger modules go to `larger[1..]`
+    /// (`larger[0]` counts them) for [`clustering_find_clus`].
+    ///
+    /// Barriers: after the per-module reset, after the module-end search, after loading,
+    /// after marking duplicates, after the unions, between numbering chunks, and at the end of
+    /// a module.
+    ///
+    /// # Safety
+    /// Launched after `clustering_count_modules`; `module`, `x`, `y`, `clus` valid for `n`;
+    /// `slot_end` for `n` words; `clus_in_module`, `module_first` for `nevents * nmodules`;
+    /// `larger` for `n + 1` words with `larger[0] == 0`; dynamic shared memory
+    /// [`find_clus_small_smem_bytes`]`(capacity)`; `blockDim.x` a multiple of 32.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(
+        module: *const u16,
+        x: *const u16,
+        y: *const u16,
+        event_offsets: *const u32,
+        nevents: u32,
+        nmodules: u32,
+        rows: u32,
+        cols: u32,
+        module_start: *const u32,
+        slot_end: *mut u32,
+        clus: *mut i32,
+        clus_in_module: *mut u32,
+        module_first: *mut u32,
+        capacity: u32,
+        larger: *mut u32,
+    ) {
+        let tid = i::thread_idx_x();
+        let bd = i::block_dim_x();
+        let smem = i::dynamic_shared_ptr() as *mut u32;
+        // SAFETY: areas inside the launch's dynamic shared memory.
+        let (msize_s, xy, parent, number) = unsafe {
+            let xy = smem.add(40);
+            (
+                smem,
+                xy,
+                xy.add(capacity as usize),
+                xy.add(2 * capacity as usize),
+            )
+        };
+        // SAFETY: scan storage after the header.
+        let bs = unsafe { BlockScan::<u32>::new(smem.add(4)) };
+        const MASK: u32 = !DUPLICATE_BIT;
+        // SAFETY: written by count_modules.
+        let nslots = unsafe { module_start.read() };
+        let mut k = i::block_idx_x();
+        while k < nslots {
+            // SAFETY: k < nslots <= n; first < n.
+            let (first, mid) = unsafe {
+                let first = module_start.add(1 + k as usize).read();
+                (first, module.add(first as usize).read())
+            };
+            // SAFETY: offsets cover first.
+            let (ev, _, ev_end) = unsafe { event_bounds(event_offsets, nevents, first) };
+            if tid == 0 {
+                // SAFETY: header word.
+                unsafe { msize_s.write(ev_end) };
+            }
+            i::sync_threads();
+            let mut d = first + tid;
+            while d < ev_end {
+                // SAFETY: d < n.
+                let id = unsafe { module.add(d as usize).read() };
+                if id != INVALID_MODULE && id != mid {
+                    // SAFETY: header word.
+                    unsafe { i::atomic_min_u32(msize_s, d) };
+                    break;
+                }
+                d += bd;
+            }
+            i::sync_threads();
+            // SAFETY: header word, final after the barrier.
+            let msize = unsafe { msize_s.read() };
+            let size = msize - first;
+            if tid == 0 {
+                // SAFETY: k < n.
+                unsafe { slot_end.add(k as usize).write(msize) };
+            }
+            if size > capacity {
+                if tid == 0 {
+                    // SAFETY: at most n slots are listed.
+                    unsafe {
+                        let c = i::atomic_add_u32(larger, 1);
+                        larger.add(1 + c as usize).write(k);
+                    }
+                }
+                i::sync_threads();
+                k += i::grid_dim_x();
+                continue;
+            }
+            let mut j = tid;
+            while j < size {
+                let d = (first + j) as usize;
+                // SAFETY: d < msize <= n; j < size <= capacity.
+                unsafe {
+                    let id = module.add(d).read();
+                    let xv = x.add(d).read() as u32;
+                    let yv = y.add(d).read() as u32;
+                    let v = if id == mid && xv < rows && yv < cols {
+                        pack_xy(xv, yv)
+                    } else {
+                        INVALID_XY
+                    };
+                    xy.add(j as usize).write(v);
+                    parent.add(j as usize).write(j);
+                }
+                j += bd;
+            }
+            i::sync_threads();
+            // Every copy of a repeated pixel is marked (comparisons ignore the mark).
+            let mut j = tid;
+            while j < size {
+                // SAFETY: indices < size <= capacity.
+                unsafe {
+                    let v = xy.add(j as usize).read();
+                    if v != INVALID_XY {
+                        let mut q = 0;
+                        while q < size {
+                            if q != j && read_volatile(xy.add(q as usize)) & MASK == v {
+                                break;
+                            }
+                            q += 1;
+                        }
+                        if q < size {
+                            write_volatile(xy.add(j as usize), v | DUPLICATE_BIT);
+                        }
+                    }
+                }
+                j += bd;
+            }
+            i::sync_threads();
+            // Join every touching pair of kept digis.
+            let mut j = tid;
+            while j < size {
+                // SAFETY: indices < size <= capacity.
+                unsafe {
+                    let v = xy.add(j as usize).read();
+                    if v & DUPLICATE_BIT == 0 {
+                        let (xv, yv) = (v & 0xffff, v >> 16);
+                        let mut q = j + 1;
+                        while q < size {
+                            let w = xy.add(q as usize).read();
+                            if w & DUPLICATE_BIT == 0 && touching(xv, yv, w & 0xffff, w >> 16) {
+                                union(parent, j, q);
+                            }
+                            q += 1;
+                        }
+                    }
+                }
+                j += bd;
+            }
+            i::sync_threads();
+            let mut base = 0u32;
+            let mut c = 0u32;
+            while c < size {
+                let j = c + tid;
+                // SAFETY: j < size.
+                let root = j < size
+                    && unsafe {
+                        xy.add(j as usize).read() & DUPLICATE_BIT == 0
+                            && read_volatile(parent.add(j as usize)) == j
+                    };
+                let (e, tot) = bs.exclusive_sum(root as u32);
+                if root {
+                    // SAFETY: j < size.
+                    unsafe { number.add(j as usize).write(base + e) };
+                }
+                base += tot;
+                i::sync_threads();
+                c += bd;
+            }
+            let mut j = tid;
+            while j < size {
+                // SAFETY: j < size; first + j < n.
+                unsafe {
+                    let v = xy.add(j as usize).read();
+                    let cl = if v & DUPLICATE_BIT == 0 {
+                        number.add(find_root(parent, j) as usize).read() as i32
+                    } else {
+                        NOT_CLUSTERED
+                    };
+                    clus.add((first + j) as usize).write(cl);
+                }
+                j += bd;
+            }
+            if tid == 0 {
+                let slot = (ev * nmodules + mid as u32) as usize;
+                // SAFETY: ev < nevents and mid < nmodules.
+                unsafe {
+                    clus_in_module.add(slot).write(base);
+                    module_first.add(slot).write(first);
+                }
+            }
+            i::sync_threads();
+            k += i::grid_dim_x();
+        }
+    }
+
+    /// Per-module clustering in shared memory with status words and a column bucket container
+    /// (see the module docs), for the module slots of `slots` (those the small-module kernel
+    /// passed on). Modules of more than `capacity` digis go to `fallback[1..]`
+    /// (`fallback[0]` counts them).
     ///
     /// Barriers: after the per-module reset (offsets zero, `msize` set), after the module-end
     /// search, after loading and promoting (all promotions before any status read), after the
@@ -350,7 +590,9 @@ mod kernels {
     ///
     /// # Safety
     /// Launched after `clustering_count_modules` on the same arrays; `module`, `x`, `y`,
-    /// `clus` valid for `n`; `module_start` as written by it; `slot_end` for `n` words;
+    /// `clus` valid for `n`; `module_start` as written by it; `slot_end` for `n` words, set
+    /// for the listed slots; `slots` a slot list (`slots[0]` = count) from
+    /// `clustering_find_clus_small`;
     /// `clus_in_module` and `module_first` for `nevents * nmodules`; `fallback` for `n + 1`
     /// words with `fallback[0] == 0`; `rows`, `cols` ≤ [`MAX_MODULE_SIDE`]; dynamic shared
     /// memory `find_clus_smem_bytes(rows, cols, capacity, status_global.is_null())`;
@@ -373,6 +615,7 @@ mod kernels {
         module_first: *mut u32,
         capacity: u32,
         status_global: *mut u32,
+        slots: *const u32,
         fallback: *mut u32,
     ) {
         let tid = i::thread_idx_x();
@@ -382,11 +625,10 @@ mod kernels {
         let off_word = 4 + 36;
         let before_status = find_clus_words_before_status(cols, capacity);
         // SAFETY: all pointers below stay inside the launch's dynamic shared memory.
-        let (msize_s, off, xy, parent, content) = unsafe {
+        let (off, xy, parent, content) = unsafe {
             let off = smem.add(off_word as usize);
             let xy = smem.add((off_word + (cols + 1).div_ceil(4) * 4) as usize);
             (
-                smem,
                 off,
                 xy,
                 xy.add(capacity as usize),
@@ -411,48 +653,31 @@ mod kernels {
             // SAFETY: one zeroed slab per block (launch contract).
             unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
         };
-        // SAFETY: written by count_modules.
-        let nslots = unsafe { module_start.read() };
-        let mut k = i::block_idx_x();
-        while k < nslots {
-            // SAFETY: k < nslots <= n; first < n.
-            let (first, mid) = unsafe {
+        i::sync_threads();
+        // SAFETY: the slot list written by the small-module kernel.
+        let nslots = unsafe { slots.read() };
+        let mut idx = i::block_idx_x();
+        while idx < nslots {
+            // SAFETY: idx < nslots; listed slots are valid; first < n.
+            let (k, first, msize, mid) = unsafe {
+                let k = slots.add(1 + idx as usize).read();
                 let first = module_start.add(1 + k as usize).read();
-                (first, module.add(first as usize).read())
+                (
+                    k,
+                    first,
+                    slot_end.add(k as usize).read(),
+                    module.add(first as usize).read(),
+                )
             };
             // SAFETY: offsets cover first.
-            let (ev, _, ev_end) = unsafe { event_bounds(event_offsets, nevents, first) };
-            if tid == 0 {
-                // SAFETY: header word.
-                unsafe { msize_s.write(ev_end) };
-            }
+            let (ev, _, _) = unsafe { event_bounds(event_offsets, nevents, first) };
             let mut b = tid;
             while b <= cols {
                 // SAFETY: b <= cols.
                 unsafe { off.add(b as usize).write(0) };
                 b += bd;
             }
-            i::sync_threads();
-            // Module end: the first valid digi of another module, else the event's end.
-            let mut d = first + tid;
-            while d < ev_end {
-                // SAFETY: d < n.
-                let id = unsafe { module.add(d as usize).read() };
-                if id != INVALID_MODULE && id != mid {
-                    // SAFETY: header word.
-                    unsafe { i::atomic_min_u32(msize_s, d) };
-                    break;
-                }
-                d += bd;
-            }
-            i::sync_threads();
-            // SAFETY: header word, final after the barrier.
-            let msize = unsafe { msize_s.read() };
             let size = msize - first;
-            if tid == 0 {
-                // SAFETY: k < n.
-                unsafe { slot_end.add(k as usize).write(msize) };
-            }
             if size > capacity {
                 if tid == 0 {
                     // SAFETY: at most n slots are listed.
@@ -461,8 +686,7 @@ mod kernels {
                         fallback.add(1 + c as usize).write(k);
                     }
                 }
-                i::sync_threads();
-                k += i::grid_dim_x();
+                idx += i::grid_dim_x();
                 continue;
             }
             // Load the module and promote every valid pixel's status.
@@ -613,7 +837,7 @@ mod kernels {
                 }
             }
             i::sync_threads();
-            k += i::grid_dim_x();
+            idx += i::grid_dim_x();
         }
     }
 
@@ -1079,13 +1303,15 @@ mod kernels {
                 d += bd;
             }
             i::sync_threads();
-            // 4. Compress: every valid digi points at its root.
+            // 4. Compress: every valid digi points at its root. `find_root` does not write
+            // (path halving here could store a non-root over a root written by another
+            // thread), so the only stores are roots.
             let mut d = first + tid;
             while d < msize {
                 // SAFETY: d < n.
                 unsafe {
                     if read_volatile(parent.add(d as usize)) != u32::MAX {
-                        let r = find(parent, d);
+                        let r = find_root(parent, d);
                         write_volatile(parent.add(d as usize), r);
                     }
                 }

@@ -129,10 +129,10 @@ fn main() -> Result<()> {
     );
 
     let mut out = String::from(
-        "case,events,digis,fallback_modules,ours_count_us,ours_find_us,ours_cut_us,ours_chain_us_per_event,ours_events_per_s,seed_find_us,seed_chain_us_per_event,seed_events_per_s,speedup_vs_seed\n",
+        "case,events,digis,medium_modules,fallback_modules,ours_count_us,ours_find_us,ours_cut_us,ours_chain_us_per_event,ours_events_per_s,seed_find_us,seed_chain_us_per_event,seed_events_per_s,speedup_vs_seed\n",
     );
     println!(
-        "{:<6} {:>6} {:>10} {:>4} | {:>9} {:>9} {:>9} {:>11} {:>11} | {:>9} {:>11} {:>11} | {:>7}",
+        "{:<6} {:>6} {:>10} {:>9} | {:>9} {:>9} {:>9} {:>11} {:>11} | {:>9} {:>11} {:>11} | {:>7}",
         "case",
         "events",
         "digis",
@@ -192,12 +192,13 @@ fn main() -> Result<()> {
             let [_, sf, _, st] = time_chain(g, reps, &mut c, &d, true)?;
             let per = |ms: f64| ms * 1e3 / b as f64;
             println!(
-                "{:<6} {:>6} {:>10} {:>4} | {:>9.2} {:>9.2} {:>9.2} {:>11.2} {:>11.0} | {:>9.2} {:>11.2} {:>11.0} | {:>6.2}x",
-                name, b, batch.len(), ours.fallback_modules, per(tc), per(tf), per(tq), per(tt), b as f64 / tt * 1e3, per(sf), per(st), b as f64 / st * 1e3, st / tt
+                "{:<6} {:>6} {:>10} {:>9} | {:>9.2} {:>9.2} {:>9.2} {:>11.2} {:>11.0} | {:>9.2} {:>11.2} {:>11.0} | {:>6.2}x",
+                name, b, batch.len(), format!("{}/{}", ours.medium_modules, ours.fallback_modules), per(tc), per(tf), per(tq), per(tt), b as f64 / tt * 1e3, per(sf), per(st), b as f64 / st * 1e3, st / tt
             );
             out.push_str(&format!(
-                "{name},{b},{},{},{:.3},{:.3},{:.3},{:.3},{:.0},{:.3},{:.3},{:.0},{:.3}\n",
+                "{name},{b},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.0},{:.3},{:.3},{:.0},{:.3}\n",
                 batch.len(),
+                ours.medium_modules,
                 ours.fallback_modules,
                 per(tc),
                 per(tf),
@@ -211,6 +212,27 @@ fn main() -> Result<()> {
             ));
         }
     }
+    // Tuning: block size of the small-module kernel, 128 Run-3 events per launch.
+    let mut batch = Digis::default();
+    let mut offsets = vec![0u32];
+    for k in 0..128 {
+        batch.extend(&run3[k % run3.len()]);
+        offsets.push(batch.len() as u32);
+    }
+    let d = DeviceDigis::upload(g, &batch, &offsets)?;
+    let want = cpu::clustering::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
+    print!("small-module kernel block size (run3 x128), chain µs/event:");
+    for t in [32u32, 64, 128, 256] {
+        let mut c = Clusterer::new(g, &geo, batch.len(), 128)?;
+        c.set_small_threads(t)?;
+        c.run(&d, Some(geo.default_cut))?;
+        if c.results(&d)?.clus != want.clus {
+            bail!("CHECK FAILED small threads {t}");
+        }
+        let [_, _, _, tt] = time_chain(g, reps, &mut c, &d, false)?;
+        print!("  {t}: {:.2}", tt * 1e3 / 128.0);
+    }
+    println!();
     if let Some(path) = csv {
         std::fs::File::create(&path)?.write_all(out.as_bytes())?;
     }

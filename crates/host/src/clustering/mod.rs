@@ -225,7 +225,11 @@ pub struct Clusters {
     pub module_first: Vec<u32>,
     /// Module ids per event (the geometry's).
     pub modules: usize,
-    /// Modules clustered by the fallback path (over the fast path's capacity); 0 on the CPU.
+    /// Modules over the small-module kernel's capacity (clustered by the shared-memory
+    /// kernel or the fallback); 0 on the CPU.
+    pub medium_modules: u32,
+    /// Modules over the shared-memory kernel's capacity, clustered by the global-memory
+    /// fallback; 0 on the CPU.
     pub fallback_modules: u32,
 }
 
@@ -396,9 +400,13 @@ impl DeviceDigis {
 pub struct Clusterer<'g> {
     gpu: &'g GpuContext,
     geometry: Geometry,
+    small_capacity: u32,
+    small_threads: u32,
+    small_grid: u32,
     capacity: u32,
     find_grid: u32,
     smem: usize,
+    fallback_grid: u32,
     max_digis: usize,
     max_events: usize,
     /// Output: cluster index per digi.
@@ -409,6 +417,7 @@ pub struct Clusterer<'g> {
     pub module_first: DeviceBuffer<u32>,
     module_start: DeviceBuffer<u32>,
     slot_end: DeviceBuffer<u32>,
+    larger: DeviceBuffer<u32>,
     fallback: DeviceBuffer<u32>,
     scratch: DeviceBuffer<u64>,
     status: Option<DeviceBuffer<u32>>,
@@ -416,27 +425,38 @@ pub struct Clusterer<'g> {
     bad: DeviceBuffer<u32>,
 }
 
-/// Default fast-path capacity (digis per module in shared memory).
-pub const DEFAULT_CAPACITY: u32 = 1024;
+/// Default capacities: modules up to [`detkit_gpu::clustering::SMALL_CAPACITY`] digis take
+/// the pairwise small-module kernel, up to [`DEFAULT_CAPACITY`] the shared-memory kernel with
+/// status words and column buckets, larger ones the global-memory fallback.
+pub const DEFAULT_CAPACITY: u32 = k::MEDIUM_CAPACITY;
 
 impl<'g> Clusterer<'g> {
-    /// Allocates everything for `geometry` with the default fast-path capacity.
+    /// Allocates everything for `geometry` with the default capacities.
     pub fn new(
         gpu: &'g GpuContext,
         geometry: &Geometry,
         max_digis: usize,
         max_events: usize,
     ) -> Result<Self> {
-        Self::with_capacity(gpu, geometry, max_digis, max_events, DEFAULT_CAPACITY)
+        Self::with_capacity(
+            gpu,
+            geometry,
+            max_digis,
+            max_events,
+            k::SMALL_CAPACITY,
+            DEFAULT_CAPACITY,
+        )
     }
 
-    /// As [`Clusterer::new`] with a chosen fast-path capacity (modules with more digis take
-    /// the fallback kernel; tests use tiny capacities to force it).
+    /// As [`Clusterer::new`] with chosen capacities: modules of up to `small_capacity` digis
+    /// take the small-module kernel, up to `capacity` the shared-memory kernel, larger ones
+    /// the fallback kernel (tests use tiny capacities to force each path).
     pub fn with_capacity(
         gpu: &'g GpuContext,
         geometry: &Geometry,
         max_digis: usize,
         max_events: usize,
+        small_capacity: u32,
         capacity: u32,
     ) -> Result<Self> {
         geometry.check()?;
@@ -451,23 +471,26 @@ impl<'g> Clusterer<'g> {
         let words = k::status_words(rows, cols);
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
-        if smem > crate::bucket::MAX_BLOCK_SMEM {
-            return Err(Error::CapacityExceeded {
-                what: "find_clus shared memory (bytes)",
-                needed: smem as u64,
-                capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
-            });
+        let small_smem = k::find_clus_small_smem_bytes(small_capacity);
+        for (what, bytes) in [
+            ("find_clus shared memory (bytes)", smem),
+            ("find_clus_small shared memory (bytes)", small_smem),
+        ] {
+            if bytes > crate::bucket::MAX_BLOCK_SMEM {
+                return Err(Error::CapacityExceeded {
+                    what,
+                    needed: bytes as u64,
+                    capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+                });
+            }
         }
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
-        let per_sm = gpu
-            .kernel(k::KERNEL_FIND_CLUS)?
-            .occupancy_max_active_blocks_per_multiprocessor(geometry.threads, smem, None)
-            .map_err(|source| Error::Driver {
-                context: "querying the occupancy of find_clus".into(),
-                source,
-            })?
-            .max(1);
-        let find_grid = per_sm * gpu.sm_count();
+        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
+        let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
+        let small_grid =
+            resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, k::SMALL_THREADS, small_smem)?;
+        let cells = (rows * cols) as usize;
+        let fallback_grid = (2 * gpu.sm_count()).min(((256 << 20) / (4 * cells)).max(1) as u32);
         let n = max_digis.max(1);
         let slots = max_events.max(1) * geometry.modules as usize;
         let status = if status_in_smem {
@@ -478,9 +501,13 @@ impl<'g> Clusterer<'g> {
         Ok(Self {
             gpu,
             geometry: geometry.clone(),
+            small_capacity,
+            small_threads: k::SMALL_THREADS,
+            small_grid,
             capacity,
             find_grid,
             smem,
+            fallback_grid,
             max_digis,
             max_events,
             clus: gpu.zeros(n)?,
@@ -488,15 +515,22 @@ impl<'g> Clusterer<'g> {
             module_first: gpu.filled_u32(slots, NO_MODULE_START)?,
             module_start: gpu.zeros(n + 1)?,
             slot_end: gpu.zeros(n)?,
+            larger: gpu.zeros(n + 1)?,
             fallback: gpu.zeros(n + 1)?,
             scratch: gpu.zeros(n)?,
             status,
-            grid: gpu.filled_u32(
-                k::FALLBACK_BLOCKS as usize * (rows * cols) as usize,
-                k::GRID_EMPTY,
-            )?,
+            grid: gpu.filled_u32(fallback_grid as usize * cells, k::GRID_EMPTY)?,
             bad: gpu.zeros(1)?,
         })
+    }
+
+    /// Sets the block size of the small-module kernel (a multiple of 32 up to 1024).
+    pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
+        crate::scan::check_block_size(threads)?;
+        let smem = k::find_clus_small_smem_bytes(self.small_capacity);
+        self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?;
+        self.small_threads = threads;
+        Ok(())
     }
 
     /// The geometry.
@@ -527,6 +561,7 @@ impl<'g> Clusterer<'g> {
             })
         };
         z(s.memset_zeros(&mut self.module_start.slice_mut(0..1)))?;
+        z(s.memset_zeros(&mut self.larger.slice_mut(0..1)))?;
         z(s.memset_zeros(&mut self.fallback.slice_mut(0..1)))?;
         z(s.memset_zeros(&mut self.bad))?;
         let slots = d.nevents * self.geometry.modules as usize;
@@ -579,6 +614,30 @@ impl<'g> Clusterer<'g> {
             geo.cols,
             self.capacity,
         );
+        let (small_cap, small_threads) = (self.small_capacity, self.small_threads);
+        {
+            let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SMALL)?);
+            b.arg(&d.module)
+                .arg(&d.x)
+                .arg(&d.y)
+                .arg(&d.event_offsets)
+                .arg(&ne)
+                .arg(&nm)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&self.module_start)
+                .arg(&mut self.slot_end)
+                .arg(&mut self.clus)
+                .arg(&mut self.clus_in_module)
+                .arg(&mut self.module_first)
+                .arg(&small_cap)
+                .arg(&mut self.larger);
+            let smem = k::find_clus_small_smem_bytes(small_cap);
+            // SAFETY: launched after count_modules; shared memory for this capacity (limit
+            // raised at construction); `larger` zeroed by count_modules; threads checked.
+            let r = unsafe { b.launch(cfg(self.small_grid as u64, small_threads, smem)) };
+            g.check_launch(k::KERNEL_FIND_CLUS_SMALL, r)?;
+        }
         let status_ptr = self.status.as_ref();
         {
             let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS)?);
@@ -601,7 +660,7 @@ impl<'g> Clusterer<'g> {
                 Some(st) => b.arg(st),
                 None => b.arg(&null),
             };
-            b.arg(&mut self.fallback);
+            b.arg(&self.larger).arg(&mut self.fallback);
             // SAFETY: launched after count_modules; shared memory `find_clus_smem_bytes` for
             // this geometry and capacity (limit raised at construction); the status slab has
             // `find_grid` zeroed slabs (kernels leave them zeroed); threads checked.
@@ -632,11 +691,11 @@ impl<'g> Clusterer<'g> {
             .arg(&mut self.module_first)
             .arg(&self.fallback)
             .arg(&mut self.grid);
-        // SAFETY: launched after find_clus; FALLBACK_BLOCKS grids of rows*cols cells, all
+        // SAFETY: launched after find_clus; fallback_grid grids of rows*cols cells, all
         // GRID_EMPTY (the kernel cleans up); shared memory for the block scan.
         let r = unsafe {
             b.launch(cfg(
-                k::FALLBACK_BLOCKS as u64,
+                self.fallback_grid as u64,
                 k::FALLBACK_THREADS,
                 k::scan_only_smem_bytes(),
             ))
@@ -732,9 +791,10 @@ impl<'g> Clusterer<'g> {
         Ok(())
     }
 
-    /// Synchronises and returns the fallback count, or the typed error of a digi the
-    /// kernels found out of range (callers that skipped [`validate`]).
-    pub fn status(&self) -> Result<u32> {
+    /// Synchronises and returns how many modules took the shared-memory kernel and the
+    /// fallback kernel, or the typed error of a digi the kernels found out of range (callers
+    /// that skipped [`validate`]).
+    pub fn status(&self) -> Result<(u32, u32)> {
         let bad = self.gpu.download(&self.bad)?[0];
         if let Some(first) = decode_first_index(bad) {
             return Err(invalid(
@@ -745,15 +805,18 @@ impl<'g> Clusterer<'g> {
                 ),
             ));
         }
-        let fb: Vec<u32> = self
-            .gpu
-            .stream()
-            .clone_dtoh(&self.fallback.slice(0..1))
-            .map_err(|source| Error::Driver {
-                context: "reading the fallback count".into(),
-                source,
-            })?;
-        Ok(fb[0])
+        let read = |b: &DeviceBuffer<u32>| -> Result<u32> {
+            let v: Vec<u32> = self
+                .gpu
+                .stream()
+                .clone_dtoh(&b.slice(0..1))
+                .map_err(|source| Error::Driver {
+                    context: "reading the module counts".into(),
+                    source,
+                })?;
+            Ok(v[0])
+        };
+        Ok((read(&self.larger)?, read(&self.fallback)?))
     }
 
     /// Fills the per-digi outputs with a poison value (tests: an element the kernels fail to
@@ -772,7 +835,7 @@ impl<'g> Clusterer<'g> {
 
     /// Downloads the results of the last [`Clusterer::run`] on `d`.
     pub fn results(&self, d: &DeviceDigis) -> Result<Clusters> {
-        let fallback_modules = self.status()?;
+        let (medium_modules, fallback_modules) = self.status()?;
         let slots = d.nevents * self.geometry.modules as usize;
         let s = self.gpu.stream();
         fn dl<T>(r: std::result::Result<Vec<T>, cudarc::driver::DriverError>) -> Result<Vec<T>> {
@@ -786,9 +849,24 @@ impl<'g> Clusterer<'g> {
             clus_in_module: dl(s.clone_dtoh(&self.clus_in_module.slice(0..slots)))?,
             module_first: dl(s.clone_dtoh(&self.module_first.slice(0..slots)))?,
             modules: self.geometry.modules as usize,
+            medium_modules,
             fallback_modules,
         })
     }
+}
+
+/// Blocks of `kernel` that fit on the device at once (occupancy × SMs): the grid of a
+/// persistent, grid-stride launch.
+fn resident_grid(gpu: &GpuContext, kernel: &'static str, threads: u32, smem: usize) -> Result<u32> {
+    let per_sm = gpu
+        .kernel(kernel)?
+        .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
+        .map_err(|source| Error::Driver {
+            context: format!("querying the occupancy of {kernel}"),
+            source,
+        })?
+        .max(1);
+    Ok(per_sm * gpu.sm_count())
 }
 
 /// Fills the first `n` words of `buf` with `value` on the device.

@@ -28,6 +28,7 @@ pub fn find_clusters(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) 
         clus_in_module: vec![0; nevents * nm],
         module_first: vec![NO_MODULE_START; nevents * nm],
         modules: nm,
+        medium_modules: 0,
         fallback_modules: 0,
     };
     for e in 0..nevents {
