@@ -19,6 +19,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("clustering_adversarial", test_adversarial),
     ("clustering_sizes", test_sizes),
     ("clustering_phase2", test_phase2),
+    ("clustering_cut_paths", test_cut_paths),
     ("clustering_bad_input", test_bad_input),
 ];
 
@@ -281,6 +282,38 @@ fn test_phase2(c: &Ctx) -> R {
             None,
             DEFAULT,
         )?;
+    }
+    Ok(())
+}
+
+/// The standalone charge-cut kernel over every module: after an uncut clustering, and
+/// after a clustering that already cut the small modules (a second cut changes nothing).
+/// Also the seed-faithful kernel's partition.
+fn test_cut_paths(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let d = gen::run3_event(c.seed ^ 0xc07);
+    let offs = single(&d);
+    let gpu = c.gpu();
+    let dd = DeviceDigis::upload(gpu, &d, &offs).map_err(e)?;
+    let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
+    for cut in [
+        ChargeCut::uniform(3000),
+        g.default_cut,
+        ChargeCut::uniform(0),
+    ] {
+        let want = cpu::clustering::cluster(&d, &offs, &g, Some(cut));
+        for pre_cut in [None, Some(cut)] {
+            run.poison_outputs().map_err(e)?;
+            run.count_modules(&dd).map_err(e)?;
+            run.find_clus(&dd, pre_cut).map_err(e)?;
+            run.charge_cut(&dd, cut).map_err(e)?;
+            let got = run.results(&dd).map_err(e)?;
+            compare(
+                &format!("cut {cut:?} after find_clus({pre_cut:?})"),
+                &got,
+                &want,
+            )?;
+        }
     }
     Ok(())
 }

@@ -158,9 +158,9 @@ pub const SMALL_THREADS: u32 = 128;
 pub const MEDIUM_CAPACITY: u32 = 6000;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`]: header (4), scan storage (36), then
-/// `xy`, `parent` and `number` (`capacity` each).
+/// `xy`, `parent`, `number` and `cl` (`capacity` u32 each) and `charge` (`capacity` u64).
 pub const fn find_clus_small_smem_bytes(capacity: u32) -> usize {
-    (40 + 3 * capacity) as usize * 4
+    (40 + (4 * capacity).div_ceil(2) * 2 + 2 * capacity) as usize * 4
 }
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
@@ -375,9 +375,12 @@ mod kernels {
     /// about 3 KiB and many modules are in flight per SM. Every copy of a repeated pixel is
     /// removed (the same rule as the status words), then every pair of remaining digis that
     /// touch is joined by the same union-find, roots numbered by a scan in digi order: the
-    /// output equals [`clustering_find_clus`]'s. Also finds each module's end (`msize`, the
-    /// seed's `atomicMin`) and stores it in `slot_end`. Larger modules go to `larger[1..]`
-    /// (`larger[0]` counts them) for [`clustering_find_clus`].
+    /// output equals [`clustering_find_clus`]'s. With a non-zero threshold the charge cut is
+    /// applied here too (the same rule as [`clustering_cluster_charge_cut`]: charges summed in
+    /// shared memory, survivors renumbered in order), which saves a pass over the small
+    /// modules. Also finds each module's end (`msize`, the seed's `atomicMin`) and stores it
+    /// in `slot_end`. Larger modules go to `larger[1..]` (`larger[0]` counts them) for
+    /// [`clustering_find_clus`].
     ///
     /// Barriers: after the per-module reset, after the module-end search, after loading,
     /// after marking duplicates, after the unions, between numbering chunks, and at the end of
@@ -386,7 +389,7 @@ mod kernels {
     /// # Safety
     /// Launched after `clustering_count_modules`; `module`, `x`, `y`, `clus` valid for `n`;
     /// `slot_end` for `n` words; `clus_in_module`, `module_first` for `nevents * nmodules`;
-    /// `larger` for `n + 1` words with `larger[0] == 0`; dynamic shared memory
+    /// `adc` valid for `n`; `larger` for `n + 1` words with `larger[0] == 0`; dynamic shared memory
     /// [`find_clus_small_smem_bytes`]`(capacity)`; `blockDim.x` a multiple of 32.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(
@@ -404,19 +407,26 @@ mod kernels {
         clus_in_module: *mut u32,
         module_first: *mut u32,
         capacity: u32,
+        adc: *const u16,
+        layer1_modules: u32,
+        threshold_layer1: u32,
+        threshold_other: u32,
         larger: *mut u32,
     ) {
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;
         // SAFETY: areas inside the launch's dynamic shared memory.
-        let (msize_s, xy, parent, number) = unsafe {
+        let (msize_s, xy, parent, number, cl, charge) = unsafe {
             let xy = smem.add(40);
+            let cap = capacity as usize;
             (
                 smem,
                 xy,
-                xy.add(capacity as usize),
-                xy.add(2 * capacity as usize),
+                xy.add(cap),
+                xy.add(2 * cap),
+                xy.add(3 * cap),
+                xy.add((4 * cap).div_ceil(2) * 2) as *mut u64,
             )
         };
         // SAFETY: scan storage after the header.
@@ -484,6 +494,7 @@ mod kernels {
                     };
                     xy.add(j as usize).write(v);
                     parent.add(j as usize).write(j);
+                    charge.add(j as usize).write(0);
                 }
                 j += bd;
             }
@@ -550,17 +561,74 @@ mod kernels {
                 i::sync_threads();
                 c += bd;
             }
+            let threshold = if (mid as u32) < layer1_modules {
+                threshold_layer1
+            } else {
+                threshold_other
+            };
+            let cut = threshold > 0 && base > 0;
+            // Cluster of each digi; with a cut, the cluster charges.
             let mut j = tid;
             while j < size {
-                // SAFETY: j < size; first + j < n.
+                // SAFETY: j < size; first + j < n; cluster numbers < base <= size.
                 unsafe {
                     let v = xy.add(j as usize).read();
-                    let cl = if v & DUPLICATE_BIT == 0 {
-                        number.add(find_root(parent, j) as usize).read() as i32
+                    let c = if v & DUPLICATE_BIT == 0 {
+                        let c = number.add(find_root(parent, j) as usize).read();
+                        if cut {
+                            i::atomic_add_u64(
+                                charge.add(c as usize),
+                                adc.add((first + j) as usize).read() as u64,
+                            );
+                        }
+                        c
                     } else {
-                        NOT_CLUSTERED
+                        u32::MAX
                     };
-                    clus.add((first + j) as usize).write(cl);
+                    cl.add(j as usize).write(c);
+                }
+                j += bd;
+            }
+            if cut {
+                i::sync_threads();
+                // Survivors renumbered in order; charge[c] becomes the new number or MAX.
+                let mut kept = 0u32;
+                let mut c0 = 0u32;
+                while c0 < base {
+                    let c = c0 + tid;
+                    // SAFETY: c < base <= capacity.
+                    let keep =
+                        c < base && unsafe { charge.add(c as usize).read() } >= threshold as u64;
+                    let (e, tot) = bs.exclusive_sum(keep as u32);
+                    if c < base {
+                        let v = if keep { (kept + e) as u64 } else { u64::MAX };
+                        // SAFETY: c < base.
+                        unsafe { charge.add(c as usize).write(v) };
+                    }
+                    kept += tot;
+                    i::sync_threads();
+                    c0 += bd;
+                }
+                base = kept;
+            }
+            let mut j = tid;
+            while j < size {
+                // SAFETY: j < size; first + j < n; cluster numbers < size.
+                unsafe {
+                    let c = cl.add(j as usize).read();
+                    let out = if c == u32::MAX {
+                        NOT_CLUSTERED
+                    } else if cut {
+                        let v = charge.add(c as usize).read();
+                        if v == u64::MAX {
+                            NOT_CLUSTERED
+                        } else {
+                            v as i32
+                        }
+                    } else {
+                        c as i32
+                    };
+                    clus.add((first + j) as usize).write(out);
                 }
                 j += bd;
             }
@@ -1385,7 +1453,8 @@ mod kernels {
     ///
     /// # Safety
     /// Launched after the clustering kernels on the same arrays; `adc` valid for `n`;
-    /// `scratch` for `n` u64; dynamic shared memory [`scan_only_smem_bytes`];
+    /// `scratch` for `n` u64; `slots` null (every module slot) or a slot list (`slots[0]` =
+    /// count); dynamic shared memory [`scan_only_smem_bytes`];
     /// `blockDim.x` a multiple of 32.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_cluster_charge_cut(
@@ -1402,22 +1471,34 @@ mod kernels {
         clus: *mut i32,
         clus_in_module: *mut u32,
         scratch: *mut u64,
+        slots: *const u32,
     ) {
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;
         // SAFETY: scan storage in the dynamic shared memory.
         let bs = unsafe { BlockScan::<u32>::new(smem) };
-        // SAFETY: written by count_modules.
-        let nslots = unsafe { module_start.read() };
-        let mut k = i::block_idx_x();
-        while k < nslots {
-            // SAFETY: k < nslots; slot bounds written by find_clus.
+        // SAFETY: a slot list, or all slots (count written by count_modules).
+        let nslots = unsafe {
+            if slots.is_null() {
+                module_start.read()
+            } else {
+                slots.read()
+            }
+        };
+        let mut idx = i::block_idx_x();
+        while idx < nslots {
+            // SAFETY: idx < nslots; slot bounds written by the clustering kernels.
             let (first, msize, mid) = unsafe {
-                let first = module_start.add(1 + k as usize).read();
+                let k = if slots.is_null() {
+                    idx
+                } else {
+                    slots.add(1 + idx as usize).read()
+                } as usize;
+                let first = module_start.add(1 + k).read();
                 (
                     first,
-                    slot_end.add(k as usize).read(),
+                    slot_end.add(k).read(),
                     module.add(first as usize).read() as u32,
                 )
             };
@@ -1432,7 +1513,7 @@ mod kernels {
                 threshold_other
             };
             if nclus == 0 || threshold == 0 {
-                k += i::grid_dim_x();
+                idx += i::grid_dim_x();
                 continue;
             }
             let charge = |c: u32| {
@@ -1498,7 +1579,7 @@ mod kernels {
                 }
             }
             i::sync_threads();
-            k += i::grid_dim_x();
+            idx += i::grid_dim_x();
         }
     }
 }

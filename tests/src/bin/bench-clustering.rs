@@ -18,7 +18,8 @@ use cudarc::driver::sys::CUevent_flags;
 use detkit::clustering::{gen, Clusterer, Clusters, DeviceDigis, Digis, Geometry};
 use detkit::{cpu, Backend, GpuContext};
 
-/// Medians (ms) of: count_modules, find_clus (+ fallback), charge cut, whole chain.
+/// Medians (ms) of: count_modules, find_clus (ours: small modules cut inline; the seed's:
+/// no cut), the charge cut (ours: larger modules only; the seed's: every module), whole chain.
 fn time_chain(
     g: &GpuContext,
     reps: usize,
@@ -39,11 +40,15 @@ fn time_chain(
         if seed {
             c.find_clus_seed(d)?;
         } else {
-            c.find_clus(d)?;
+            c.find_clus(d, cut)?;
         }
         let e2 = ev()?;
         if let Some(cut) = cut {
-            c.charge_cut(d, cut)?;
+            if seed {
+                c.charge_cut(d, cut)?;
+            } else {
+                c.charge_cut_larger(d, cut)?;
+            }
         }
         let e3 = ev()?;
         e3.synchronize()?;

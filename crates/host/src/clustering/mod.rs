@@ -599,8 +599,11 @@ impl<'g> Clusterer<'g> {
         g.check_launch(k::KERNEL_COUNT_MODULES, r)
     }
 
-    /// Launches `find_clus` and its fallback (which exits at once when no module needs it).
-    pub fn find_clus(&mut self, d: &DeviceDigis) -> Result<()> {
+    /// Launches the clustering kernels: `find_clus_small` over every module (applying `cut`
+    /// to the modules it clusters), `find_clus` over the larger ones, and the fallback over
+    /// the largest (each exits at once when its list is empty). The cut of the larger modules
+    /// is [`Clusterer::charge_cut_larger`].
+    pub fn find_clus(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         if d.n == 0 {
             return Ok(());
         }
@@ -615,6 +618,8 @@ impl<'g> Clusterer<'g> {
             self.capacity,
         );
         let (small_cap, small_threads) = (self.small_capacity, self.small_threads);
+        let cut = cut.unwrap_or(ChargeCut::uniform(0));
+        let l1 = geo.layer1_modules;
         {
             let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SMALL)?);
             b.arg(&d.module)
@@ -631,6 +636,10 @@ impl<'g> Clusterer<'g> {
                 .arg(&mut self.clus_in_module)
                 .arg(&mut self.module_first)
                 .arg(&small_cap)
+                .arg(&d.adc)
+                .arg(&l1)
+                .arg(&cut.layer1)
+                .arg(&cut.other)
                 .arg(&mut self.larger);
             let smem = k::find_clus_small_smem_bytes(small_cap);
             // SAFETY: launched after count_modules; shared memory for this capacity (limit
@@ -753,8 +762,20 @@ impl<'g> Clusterer<'g> {
         self.launch_fallback(d)
     }
 
-    /// Launches the charge cut (`cut` thresholds; zero keeps everything).
+    /// Launches the charge cut over every module (`cut` thresholds; zero keeps everything).
+    /// Applying a cut twice changes nothing, so this is also correct after a
+    /// [`Clusterer::find_clus`] that applied it to the small modules.
     pub fn charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
+        self.launch_charge_cut(d, cut, false)
+    }
+
+    /// Launches the charge cut over the modules that [`Clusterer::find_clus`] did not cut
+    /// itself (those over the small-module capacity).
+    pub fn charge_cut_larger(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
+        self.launch_charge_cut(d, cut, true)
+    }
+
+    fn launch_charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut, larger: bool) -> Result<()> {
         if d.n == 0 {
             return Ok(());
         }
@@ -776,17 +797,25 @@ impl<'g> Clusterer<'g> {
             .arg(&mut self.clus)
             .arg(&mut self.clus_in_module)
             .arg(&mut self.scratch);
-        // SAFETY: launched after find_clus; scratch holds n u64; shared memory for the scan.
+        let null = 0u64;
+        if larger {
+            b.arg(&self.larger);
+        } else {
+            b.arg(&null);
+        }
+        // SAFETY: launched after find_clus; scratch holds n u64; the slot list is null or
+        // written by find_clus_small; shared memory for the scan.
         let r = unsafe { b.launch(cfg(grid, k::FALLBACK_THREADS, k::scan_only_smem_bytes())) };
         g.check_launch(k::KERNEL_CHARGE_CUT, r)
     }
 
-    /// The whole chain: count_modules, find_clus (+ fallback), charge cut unless `None`.
+    /// The whole chain: count_modules, find_clus (small modules cut inline), the charge cut of
+    /// the larger modules unless `cut` is `None`.
     pub fn run(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         self.count_modules(d)?;
-        self.find_clus(d)?;
+        self.find_clus(d, cut)?;
         if let Some(cut) = cut {
-            self.charge_cut(d, cut)?;
+            self.charge_cut_larger(d, cut)?;
         }
         Ok(())
     }
