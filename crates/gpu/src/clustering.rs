@@ -157,10 +157,34 @@ pub const SMALL_THREADS: u32 = 128;
 /// Default capacity of [`KERNEL_FIND_CLUS`] (CMSSW's `maxPixInModule`).
 pub const MEDIUM_CAPACITY: u32 = 6000;
 
+/// Empty slot (key or value) of the small-module kernel's pixel table.
+pub const TABLE_EMPTY: u32 = u32::MAX;
+/// Value of a table slot whose pixel was inserted twice or more.
+pub const TABLE_DUPLICATE: u32 = u32::MAX - 1;
+
+/// Slots of the small-module kernel's pixel table: a power of two at least twice the
+/// capacity (load factor ≤ 1/2), at least 32.
+pub const fn small_table_size(capacity: u32) -> u32 {
+    let t = (2 * capacity).next_power_of_two();
+    if t < 32 {
+        32
+    } else {
+        t
+    }
+}
+
+/// Table slot where the search for packed pixel `v` starts.
+#[inline(always)]
+pub const fn table_hash(v: u32, mask: u32) -> u32 {
+    (v.wrapping_mul(0x9e37_79b1) >> 15) & mask
+}
+
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`]: header (4), scan storage (36), then
-/// `xy`, `parent`, `number` and `cl` (`capacity` u32 each) and `charge` (`capacity` u64).
+/// `xy`, `parent`, `number` and `cl` (`capacity` u32 each), `charge` (`capacity` u64), and
+/// the pixel table (keys and values, [`small_table_size`] u32 each).
 pub const fn find_clus_small_smem_bytes(capacity: u32) -> usize {
-    (40 + (4 * capacity).div_ceil(2) * 2 + 2 * capacity) as usize * 4
+    (40 + (4 * capacity).div_ceil(2) * 2 + 2 * capacity + 2 * small_table_size(capacity)) as usize
+        * 4
 }
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
@@ -417,16 +441,22 @@ mod kernels {
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;
         // SAFETY: areas inside the launch's dynamic shared memory.
-        let (msize_s, xy, parent, number, cl, charge) = unsafe {
+        let tsize = small_table_size(capacity);
+        let tmask = tsize - 1;
+        let (msize_s, xy, parent, number, cl, charge, keys, vals) = unsafe {
             let xy = smem.add(40);
             let cap = capacity as usize;
+            let charge = xy.add((4 * cap).div_ceil(2) * 2) as *mut u64;
+            let keys = charge.add(cap) as *mut u32;
             (
                 smem,
                 xy,
                 xy.add(cap),
                 xy.add(2 * cap),
                 xy.add(3 * cap),
-                xy.add((4 * cap).div_ceil(2) * 2) as *mut u64,
+                charge,
+                keys,
+                keys.add(tsize as usize),
             )
         };
         // SAFETY: scan storage after the header.
@@ -446,6 +476,15 @@ mod kernels {
             if tid == 0 {
                 // SAFETY: header word.
                 unsafe { msize_s.write(ev_end) };
+            }
+            let mut t = tid;
+            while t < tsize {
+                // SAFETY: t < tsize.
+                unsafe {
+                    keys.add(t as usize).write(TABLE_EMPTY);
+                    vals.add(t as usize).write(TABLE_EMPTY);
+                }
+                t += bd;
             }
             i::sync_threads();
             let mut d = first + tid;
@@ -495,47 +534,63 @@ mod kernels {
                     xy.add(j as usize).write(v);
                     parent.add(j as usize).write(j);
                     charge.add(j as usize).write(0);
-                }
-                j += bd;
-            }
-            i::sync_threads();
-            // Every copy of a repeated pixel is marked (comparisons ignore the mark).
-            let mut j = tid;
-            while j < size {
-                // SAFETY: indices < size <= capacity.
-                unsafe {
-                    let v = xy.add(j as usize).read();
                     if v != INVALID_XY {
-                        let mut q = 0;
-                        while q < size {
-                            if q != j && read_volatile(xy.add(q as usize)) & MASK == v {
+                        // Insert the pixel; a second copy turns its value into DUPLICATE.
+                        let mut h = table_hash(v, tmask);
+                        loop {
+                            let old = i::atomic_cas_u32(keys.add(h as usize), TABLE_EMPTY, v);
+                            if old == TABLE_EMPTY || old == v {
                                 break;
                             }
-                            q += 1;
+                            h = (h + 1) & tmask;
                         }
-                        if q < size {
-                            write_volatile(xy.add(j as usize), v | DUPLICATE_BIT);
+                        if i::atomic_cas_u32(vals.add(h as usize), TABLE_EMPTY, j) != TABLE_EMPTY {
+                            write_volatile(vals.add(h as usize), TABLE_DUPLICATE);
                         }
                     }
                 }
                 j += bd;
             }
             i::sync_threads();
-            // Join every touching pair of kept digis.
+            // Every copy of a repeated pixel leaves; the others join their forward neighbours
+            // (x+1,y), (x-1,y+1), (x,y+1), (x+1,y+1), found in the table.
+            let lookup = |v: u32| -> u32 {
+                let mut h = table_hash(v, tmask);
+                loop {
+                    // SAFETY: h < tsize; the table is final after the barrier.
+                    let key = unsafe { read_volatile(keys.add(h as usize)) };
+                    if key == v {
+                        // SAFETY: as above.
+                        return unsafe { read_volatile(vals.add(h as usize)) };
+                    }
+                    if key == TABLE_EMPTY {
+                        return TABLE_EMPTY;
+                    }
+                    h = (h + 1) & tmask;
+                }
+            };
             let mut j = tid;
             while j < size {
-                // SAFETY: indices < size <= capacity.
+                // SAFETY: j < size <= capacity; table values are module-local indices.
                 unsafe {
                     let v = xy.add(j as usize).read();
-                    if v & DUPLICATE_BIT == 0 {
-                        let (xv, yv) = (v & 0xffff, v >> 16);
-                        let mut q = j + 1;
-                        while q < size {
-                            let w = xy.add(q as usize).read();
-                            if w & DUPLICATE_BIT == 0 && touching(xv, yv, w & 0xffff, w >> 16) {
-                                union(parent, j, q);
-                            }
-                            q += 1;
+                    if v != INVALID_XY {
+                        if lookup(v) == TABLE_DUPLICATE {
+                            xy.add(j as usize).write(v | DUPLICATE_BIT);
+                        } else {
+                            let (xv, yv) = (v & 0xffff, v >> 16);
+                            let mut join = |nx: u32, ny: u32| {
+                                if nx < rows && ny < cols {
+                                    let m = lookup(pack_xy(nx, ny));
+                                    if m < TABLE_DUPLICATE {
+                                        union(parent, j, m);
+                                    }
+                                }
+                            };
+                            join(xv + 1, yv);
+                            join(xv.wrapping_sub(1), yv + 1);
+                            join(xv, yv + 1);
+                            join(xv + 1, yv + 1);
                         }
                     }
                 }

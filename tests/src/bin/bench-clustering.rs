@@ -226,18 +226,65 @@ fn main() -> Result<()> {
     }
     let d = DeviceDigis::upload(g, &batch, &offsets)?;
     let want = cpu::clustering::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
-    print!("small-module kernel block size (run3 x128), chain µs/event:");
-    for t in [32u32, 64, 128, 256] {
-        let mut c = Clusterer::new(g, &geo, batch.len(), 128)?;
+    println!("tuning (run3 x128), µs/event: small-module kernel, shared-memory kernel, fallback, larger-module cut, chain");
+    let cut = geo.default_cut;
+    for (cap, t) in [
+        (64u32, 128u32),
+        (256, 64),
+        (256, 128),
+        (256, 256),
+        (512, 128),
+        (1024, 256),
+    ] {
+        let mut c = Clusterer::with_capacity(
+            g,
+            &geo,
+            batch.len(),
+            128,
+            cap,
+            detkit::clustering::DEFAULT_CAPACITY,
+        )?;
         c.set_small_threads(t)?;
-        c.run(&d, Some(geo.default_cut))?;
-        if c.results(&d)?.clus != want.clus {
-            bail!("CHECK FAILED small threads {t}");
+        c.run(&d, Some(cut))?;
+        let r = c.results(&d)?;
+        if r.clus != want.clus {
+            bail!("CHECK FAILED small capacity {cap} threads {t}");
         }
-        let [_, _, _, tt] = time_chain(g, reps, &mut c, &d, false)?;
-        print!("  {t}: {:.2}", tt * 1e3 / 128.0);
+        let ev = || {
+            g.stream()
+                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+        };
+        let mut t5: [Vec<f64>; 5] = Default::default();
+        for rep in 0..reps + 3 {
+            c.count_modules(&d)?;
+            let e0 = ev()?;
+            c.find_clus_small(&d, Some(cut))?;
+            let e1 = ev()?;
+            c.find_clus_shared(&d)?;
+            let e2 = ev()?;
+            c.find_clus_fallback(&d)?;
+            let e3 = ev()?;
+            c.charge_cut_larger(&d, cut)?;
+            let e4 = ev()?;
+            e4.synchronize()?;
+            if rep >= 3 {
+                for (k, (a, b)) in [(&e0, &e1), (&e1, &e2), (&e2, &e3), (&e3, &e4), (&e0, &e4)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    t5[k].push(a.elapsed_ms(b)? as f64 * 1e3 / 128.0);
+                }
+            }
+        }
+        let med = t5.map(|mut v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        });
+        println!(
+            "  small capacity {cap:>4}, {t:>3} threads ({:>5} larger modules): {:>7.2} {:>7.2} {:>7.2} {:>7.2} | {:>7.2}",
+            r.medium_modules, med[0], med[1], med[2], med[3], med[4]
+        );
     }
-    println!();
     if let Some(path) = csv {
         std::fs::File::create(&path)?.write_all(out.as_bytes())?;
     }

@@ -604,19 +604,20 @@ impl<'g> Clusterer<'g> {
     /// the largest (each exits at once when its list is empty). The cut of the larger modules
     /// is [`Clusterer::charge_cut_larger`].
     pub fn find_clus(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
+        self.find_clus_small(d, cut)?;
+        self.find_clus_shared(d)?;
+        self.find_clus_fallback(d)
+    }
+
+    /// Step 1 of [`Clusterer::find_clus`]: the small-module kernel over every module.
+    pub fn find_clus_small(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         if d.n == 0 {
             return Ok(());
         }
         let g = self.gpu;
         let s = g.stream();
         let geo = &self.geometry;
-        let (ne, nm, rows, cols, cap) = (
-            d.nevents as u32,
-            geo.modules,
-            geo.rows,
-            geo.cols,
-            self.capacity,
-        );
+        let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
         let (small_cap, small_threads) = (self.small_capacity, self.small_threads);
         let cut = cut.unwrap_or(ChargeCut::uniform(0));
         let l1 = geo.layer1_modules;
@@ -647,6 +648,25 @@ impl<'g> Clusterer<'g> {
             let r = unsafe { b.launch(cfg(self.small_grid as u64, small_threads, smem)) };
             g.check_launch(k::KERNEL_FIND_CLUS_SMALL, r)?;
         }
+        Ok(())
+    }
+
+    /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
+    /// `find_clus_small` passed on (exits at once when there are none).
+    pub fn find_clus_shared(&mut self, d: &DeviceDigis) -> Result<()> {
+        if d.n == 0 {
+            return Ok(());
+        }
+        let g = self.gpu;
+        let s = g.stream();
+        let geo = &self.geometry;
+        let (ne, nm, rows, cols, cap) = (
+            d.nevents as u32,
+            geo.modules,
+            geo.rows,
+            geo.cols,
+            self.capacity,
+        );
         let status_ptr = self.status.as_ref();
         {
             let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS)?);
@@ -675,6 +695,15 @@ impl<'g> Clusterer<'g> {
             // `find_grid` zeroed slabs (kernels leave them zeroed); threads checked.
             let r = unsafe { b.launch(cfg(self.find_grid as u64, geo.threads, self.smem)) };
             g.check_launch(k::KERNEL_FIND_CLUS, r)?;
+        }
+        Ok(())
+    }
+
+    /// Step 3 of [`Clusterer::find_clus`]: the global-memory fallback over the modules that
+    /// `find_clus_shared` passed on (exits at once when there are none).
+    pub fn find_clus_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
+        if d.n == 0 {
+            return Ok(());
         }
         self.launch_fallback(d)
     }
