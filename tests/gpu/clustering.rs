@@ -242,7 +242,13 @@ fn test_sizes(c: &Ctx) -> R {
             let (x, y) = (rng.below(24) as u16, rng.below(24) as u16);
             d.push(17, x, y, 1000 + rng.below(4000) as u16);
         }
-        for t in [32, 64, 256, 1024] {
+        // 1024-thread blocks are left out of the sanitizer runs (racecheck is killed there).
+        let threads: &[u32] = if c.quick {
+            &[32, 256]
+        } else {
+            &[32, 64, 256, 1024]
+        };
+        for &t in threads {
             let mut gt = g.clone();
             gt.threads = t;
             for caps in [(cap, 6000), (32, cap), (32, 32)] {

@@ -151,9 +151,9 @@ pub const fn find_clus_words_before_status(cols: u32, capacity: u32) -> u32 {
 }
 
 /// Default capacity of [`KERNEL_FIND_CLUS_SMALL`] (digis per module).
-pub const SMALL_CAPACITY: u32 = 256;
+pub const SMALL_CAPACITY: u32 = 1024;
 /// Default threads per block of [`KERNEL_FIND_CLUS_SMALL`].
-pub const SMALL_THREADS: u32 = 128;
+pub const SMALL_THREADS: u32 = 256;
 /// Default capacity of [`KERNEL_FIND_CLUS`] (CMSSW's `maxPixInModule`).
 pub const MEDIUM_CAPACITY: u32 = 6000;
 
@@ -179,13 +179,23 @@ pub const fn table_hash(v: u32, mask: u32) -> u32 {
     (v.wrapping_mul(0x9e37_79b1) >> 15) & mask
 }
 
-/// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`]: header (4), scan storage (36), then
-/// `xy`, `parent`, `number` and `cl` (`capacity` u32 each), `charge` (`capacity` u64), and
-/// the pixel table (keys and values, [`small_table_size`] u32 each).
-pub const fn find_clus_small_smem_bytes(capacity: u32) -> usize {
-    (40 + (4 * capacity).div_ceil(2) * 2 + 2 * capacity + 2 * small_table_size(capacity)) as usize
-        * 4
+/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), `xy`, `parent`, `number`
+/// and `cl` (`capacity` u32 each), `charge` (`capacity` u64), and the pixel table (keys and
+/// values, [`small_table_size`] u32 each). Even, so every group's `charge` is 8-aligned.
+pub const fn small_group_words(capacity: u32) -> u32 {
+    4 + 4 * capacity + 2 * capacity + 2 * small_table_size(capacity)
 }
+
+/// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`] with `groups` groups per block: the
+/// block-scan storage (36 words) and the groups' areas.
+pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
+    (36 + groups * small_group_words(capacity)) as usize * 4
+}
+
+/// Default capacity of the warp-group pass of [`KERNEL_FIND_CLUS_SMALL`].
+pub const WARP_CAPACITY: u32 = 128;
+/// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
+pub const WARP_PASS_THREADS: u32 = 128;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(
@@ -230,7 +240,7 @@ pub fn event_of(nevents: u32, offset: impl Fn(u32) -> u32, i: u32) -> (u32, u32,
 mod kernels {
     use super::*;
     use crate::intrinsics as i;
-    use crate::scan::device::BlockScan;
+    use crate::scan::device::{warp_inclusive_sum, BlockScan};
     use core::ptr::{read_volatile, write_volatile};
 
     /// [`event_of`] over a device pointer.
@@ -355,6 +365,7 @@ mod kernels {
         cols: u32,
         clus: *mut i32,
         module_start: *mut u32,
+        slot_info: *mut u32,
         bad: *mut u32,
     ) {
         let mut idx = i::global_thread_idx();
@@ -372,7 +383,7 @@ mod kernels {
                     {
                         i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
                     } else {
-                        let (_, start, _) = event_bounds(event_offsets, nevents, k);
+                        let (ev, start, _) = event_bounds(event_offsets, nevents, k);
                         let mut j = k;
                         let mut prev = INVALID_MODULE;
                         while j > start {
@@ -386,6 +397,7 @@ mod kernels {
                         if prev != m {
                             let slot = i::atomic_add_u32(module_start, 1);
                             module_start.add(1 + slot as usize).write(k);
+                            slot_info.add(slot as usize).write(m as u32 | (ev << 16));
                         }
                     }
                 }
@@ -394,62 +406,95 @@ mod kernels {
         }
     }
 
-    /// Clustering of small modules (up to `capacity` digis, a few hundred) with pairwise
-    /// comparisons in shared memory: no status words and no column buckets, so a block needs
-    /// about 3 KiB and many modules are in flight per SM. Every copy of a repeated pixel is
-    /// removed (the same rule as the status words), then every pair of remaining digis that
-    /// touch is joined by the same union-find, roots numbered by a scan in digi order: the
-    /// output equals [`clustering_find_clus`]'s. With a non-zero threshold the charge cut is
-    /// applied here too (the same rule as [`clustering_cluster_charge_cut`]: charges summed in
-    /// shared memory, survivors renumbered in order), which saves a pass over the small
-    /// modules. Also finds each module's end (`msize`, the seed's `atomicMin`) and stores it
-    /// in `slot_end`. Larger modules go to `larger[1..]` (`larger[0]` counts them) for
-    /// [`clustering_find_clus`].
+    /// Clustering of small modules with a hash table of the module's pixels in shared memory
+    /// (open addressing, CAS insert): no status words and no column buckets, so a module needs
+    /// a few KiB and the work is O(digis). A pixel inserted twice is marked duplicated and
+    /// every copy of it removed (the rule of the status words); each remaining digi joins the
+    /// digis at its forward neighbour pixels (x+1,y), (x-1,y+1), (x,y+1), (x+1,y+1) by the
+    /// same union-find, and roots are numbered by a scan in digi order: the output equals
+    /// [`clustering_find_clus`]'s. With a non-zero threshold the charge cut is applied here too
+    /// (the rule of [`clustering_cluster_charge_cut`]: charges summed in shared memory,
+    /// survivors renumbered in order), which saves a pass over these modules.
     ///
-    /// Barriers: after the per-module reset, after the module-end search, after loading,
-    /// after marking duplicates, after the unions, between numbering chunks, and at the end of
-    /// a module.
+    /// Work is done by *groups*: with `warp_groups != 0` each warp is a group and clusters its
+    /// own modules (warp barriers and warp scans only, so the warps of a block never wait for
+    /// each other and many modules are in flight per SM); otherwise the whole block is one
+    /// group. Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
+    /// are every module slot. A module of more than `capacity` digis is appended to
+    /// `larger[1..]` (`larger[0]` counts them). When `slots` is null the kernel also finds each
+    /// module's end (`msize`, the seed's `atomicMin`) and stores it in `slot_end`.
+    ///
+    /// Barriers (group-wide): after the per-module reset (table empty), after the module-end
+    /// search, after loading and inserting (table final), after the unions, between numbering
+    /// chunks, around the charge cut, and at the end of a module.
     ///
     /// # Safety
-    /// Launched after `clustering_count_modules`; `module`, `x`, `y`, `clus` valid for `n`;
-    /// `slot_end` for `n` words; `clus_in_module`, `module_first` for `nevents * nmodules`;
-    /// `adc` valid for `n`; `larger` for `n + 1` words with `larger[0] == 0`; dynamic shared memory
-    /// [`find_clus_small_smem_bytes`]`(capacity)`; `blockDim.x` a multiple of 32.
+    /// Launched after `clustering_count_modules`; `module`, `x`, `y`, `adc`, `clus` valid for
+    /// `n`; `slot_end` for `n` words (set for listed slots when `slots` is not null);
+    /// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` for `n + 1` words
+    /// with `larger[0] == 0`; dynamic shared memory
+    /// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
+    /// of 32.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(
         module: *const u16,
         x: *const u16,
         y: *const u16,
+        adc: *const u16,
         event_offsets: *const u32,
-        nevents: u32,
         nmodules: u32,
         rows: u32,
         cols: u32,
         module_start: *const u32,
+        slot_info: *const u32,
         slot_end: *mut u32,
         clus: *mut i32,
         clus_in_module: *mut u32,
         module_first: *mut u32,
         capacity: u32,
-        adc: *const u16,
+        warp_groups: u32,
         layer1_modules: u32,
         threshold_layer1: u32,
         threshold_other: u32,
+        slots: *const u32,
         larger: *mut u32,
     ) {
-        let tid = i::thread_idx_x();
-        let bd = i::block_dim_x();
+        let warp_mode = warp_groups != 0;
+        let (gsize, group, ngroups, lt) = if warp_mode {
+            (32, i::warp_id(), i::warps_per_block(), i::lane_id())
+        } else {
+            (i::block_dim_x(), 0, 1, i::thread_idx_x())
+        };
+        let gsync = || {
+            if warp_mode {
+                i::sync_warp()
+            } else {
+                i::sync_threads()
+            }
+        };
         let smem = i::dynamic_shared_ptr() as *mut u32;
-        // SAFETY: areas inside the launch's dynamic shared memory.
+        // SAFETY: 36 words of block-scan storage at the start (block mode only).
+        let bs = unsafe { BlockScan::<u32>::new(smem) };
+        // Exclusive sum over the group, with the group total.
+        let gscan = |v: u32| -> (u32, u32) {
+            if warp_mode {
+                let incl = warp_inclusive_sum(v);
+                (incl - v, i::shfl_idx(incl, 31))
+            } else {
+                bs.exclusive_sum(v)
+            }
+        };
         let tsize = small_table_size(capacity);
         let tmask = tsize - 1;
-        let (msize_s, xy, parent, number, cl, charge, keys, vals) = unsafe {
-            let xy = smem.add(40);
-            let cap = capacity as usize;
-            let charge = xy.add((4 * cap).div_ceil(2) * 2) as *mut u64;
+        let cap = capacity as usize;
+        // SAFETY: this group's area inside the launch's dynamic shared memory.
+        let (hdr, xy, parent, number, cl, charge, keys, vals) = unsafe {
+            let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
+            let xy = g.add(4);
+            let charge = xy.add(4 * cap) as *mut u64;
             let keys = charge.add(cap) as *mut u32;
             (
-                smem,
+                g,
                 xy,
                 xy.add(cap),
                 xy.add(2 * cap),
@@ -459,73 +504,98 @@ mod kernels {
                 keys.add(tsize as usize),
             )
         };
-        // SAFETY: scan storage after the header.
-        let bs = unsafe { BlockScan::<u32>::new(smem.add(4)) };
-        const MASK: u32 = !DUPLICATE_BIT;
-        // SAFETY: written by count_modules.
-        let nslots = unsafe { module_start.read() };
-        let mut k = i::block_idx_x();
-        while k < nslots {
-            // SAFETY: k < nslots <= n; first < n.
-            let (first, mid) = unsafe {
-                let first = module_start.add(1 + k as usize).read();
-                (first, module.add(first as usize).read())
-            };
-            // SAFETY: offsets cover first.
-            let (ev, _, ev_end) = unsafe { event_bounds(event_offsets, nevents, first) };
-            if tid == 0 {
-                // SAFETY: header word.
-                unsafe { msize_s.write(ev_end) };
+        let all = slots.is_null();
+        // SAFETY: the slot count, written by count_modules or by the previous kernel.
+        let nslots = unsafe {
+            if all {
+                module_start.read()
+            } else {
+                slots.read()
             }
-            let mut t = tid;
+        };
+        let mut idx = i::block_idx_x() * ngroups + group;
+        let step = i::grid_dim_x() * ngroups;
+        while idx < nslots {
+            // SAFETY: idx < nslots; slot k < n; first < n; ev < nevents.
+            let (k, first, mid, ev, ev_end) = unsafe {
+                let k = if all {
+                    idx
+                } else {
+                    slots.add(1 + idx as usize).read()
+                } as usize;
+                let first = module_start.add(1 + k).read();
+                let info = slot_info.add(k).read();
+                let ev = info >> 16;
+                (
+                    k,
+                    first,
+                    (info & 0xffff) as u16,
+                    ev,
+                    event_offsets.add(ev as usize + 1).read(),
+                )
+            };
+            if all && lt == 0 {
+                // SAFETY: header word.
+                unsafe { hdr.write(ev_end) };
+            }
+            let mut t = lt;
             while t < tsize {
                 // SAFETY: t < tsize.
                 unsafe {
                     keys.add(t as usize).write(TABLE_EMPTY);
                     vals.add(t as usize).write(TABLE_EMPTY);
                 }
-                t += bd;
+                t += gsize;
             }
-            i::sync_threads();
-            let mut d = first + tid;
-            while d < ev_end {
-                // SAFETY: d < n.
-                let id = unsafe { module.add(d as usize).read() };
-                if id != INVALID_MODULE && id != mid {
-                    // SAFETY: header word.
-                    unsafe { i::atomic_min_u32(msize_s, d) };
-                    break;
+            gsync();
+            let msize = if all {
+                let mut d = first + lt;
+                while d < ev_end {
+                    // SAFETY: d < n.
+                    let id = unsafe { module.add(d as usize).read() };
+                    if id != INVALID_MODULE && id != mid {
+                        // SAFETY: header word.
+                        unsafe { i::atomic_min_u32(hdr, d) };
+                        break;
+                    }
+                    d += gsize;
                 }
-                d += bd;
-            }
-            i::sync_threads();
-            // SAFETY: header word, final after the barrier.
-            let msize = unsafe { msize_s.read() };
+                gsync();
+                // SAFETY: header word, final after the barrier.
+                let m = unsafe { read_volatile(hdr) };
+                if lt == 0 {
+                    // SAFETY: k < n.
+                    unsafe { slot_end.add(k).write(m) };
+                }
+                m
+            } else {
+                // SAFETY: set by the kernel that listed this slot.
+                unsafe { slot_end.add(k).read() }
+            };
             let size = msize - first;
-            if tid == 0 {
-                // SAFETY: k < n.
-                unsafe { slot_end.add(k as usize).write(msize) };
-            }
             if size > capacity {
-                if tid == 0 {
+                if lt == 0 {
                     // SAFETY: at most n slots are listed.
                     unsafe {
                         let c = i::atomic_add_u32(larger, 1);
-                        larger.add(1 + c as usize).write(k);
+                        larger.add(1 + c as usize).write(k as u32);
                     }
                 }
-                i::sync_threads();
-                k += i::grid_dim_x();
+                gsync();
+                idx += step;
                 continue;
             }
-            let mut j = tid;
+            // Load, and insert every valid pixel; `cl` holds the charge until it holds the
+            // cluster.
+            let mut j = lt;
             while j < size {
                 let d = (first + j) as usize;
-                // SAFETY: d < msize <= n; j < size <= capacity.
+                // SAFETY: d < msize <= n; j < size <= capacity; table slots < tsize.
                 unsafe {
                     let id = module.add(d).read();
                     let xv = x.add(d).read() as u32;
                     let yv = y.add(d).read() as u32;
+                    let q = adc.add(d).read() as u32;
                     let v = if id == mid && xv < rows && yv < cols {
                         pack_xy(xv, yv)
                     } else {
@@ -534,8 +604,8 @@ mod kernels {
                     xy.add(j as usize).write(v);
                     parent.add(j as usize).write(j);
                     charge.add(j as usize).write(0);
+                    cl.add(j as usize).write(q);
                     if v != INVALID_XY {
-                        // Insert the pixel; a second copy turns its value into DUPLICATE.
                         let mut h = table_hash(v, tmask);
                         loop {
                             let old = i::atomic_cas_u32(keys.add(h as usize), TABLE_EMPTY, v);
@@ -549,11 +619,9 @@ mod kernels {
                         }
                     }
                 }
-                j += bd;
+                j += gsize;
             }
-            i::sync_threads();
-            // Every copy of a repeated pixel leaves; the others join their forward neighbours
-            // (x+1,y), (x-1,y+1), (x,y+1), (x+1,y+1), found in the table.
+            gsync();
             let lookup = |v: u32| -> u32 {
                 let mut h = table_hash(v, tmask);
                 loop {
@@ -569,7 +637,7 @@ mod kernels {
                     h = (h + 1) & tmask;
                 }
             };
-            let mut j = tid;
+            let mut j = lt;
             while j < size {
                 // SAFETY: j < size <= capacity; table values are module-local indices.
                 unsafe {
@@ -579,7 +647,7 @@ mod kernels {
                             xy.add(j as usize).write(v | DUPLICATE_BIT);
                         } else {
                             let (xv, yv) = (v & 0xffff, v >> 16);
-                            let mut join = |nx: u32, ny: u32| {
+                            let join = |nx: u32, ny: u32| {
                                 if nx < rows && ny < cols {
                                     let m = lookup(pack_xy(nx, ny));
                                     if m < TABLE_DUPLICATE {
@@ -594,47 +662,46 @@ mod kernels {
                         }
                     }
                 }
-                j += bd;
+                j += gsize;
             }
-            i::sync_threads();
-            let mut base = 0u32;
+            gsync();
+            // Number the roots in digi order.
+            let mut nclus = 0u32;
             let mut c = 0u32;
             while c < size {
-                let j = c + tid;
+                let j = c + lt;
                 // SAFETY: j < size.
                 let root = j < size
                     && unsafe {
                         xy.add(j as usize).read() & DUPLICATE_BIT == 0
                             && read_volatile(parent.add(j as usize)) == j
                     };
-                let (e, tot) = bs.exclusive_sum(root as u32);
+                let (e, tot) = gscan(root as u32);
                 if root {
                     // SAFETY: j < size.
-                    unsafe { number.add(j as usize).write(base + e) };
+                    unsafe { number.add(j as usize).write(nclus + e) };
                 }
-                base += tot;
-                i::sync_threads();
-                c += bd;
+                nclus += tot;
+                gsync();
+                c += gsize;
             }
             let threshold = if (mid as u32) < layer1_modules {
                 threshold_layer1
             } else {
                 threshold_other
             };
-            let cut = threshold > 0 && base > 0;
+            let cut = threshold > 0 && nclus > 0;
             // Cluster of each digi; with a cut, the cluster charges.
-            let mut j = tid;
+            let mut j = lt;
             while j < size {
-                // SAFETY: j < size; first + j < n; cluster numbers < base <= size.
+                // SAFETY: j < size; cluster numbers < nclus <= size.
                 unsafe {
                     let v = xy.add(j as usize).read();
                     let c = if v & DUPLICATE_BIT == 0 {
                         let c = number.add(find_root(parent, j) as usize).read();
                         if cut {
-                            i::atomic_add_u64(
-                                charge.add(c as usize),
-                                adc.add((first + j) as usize).read() as u64,
-                            );
+                            let q = cl.add(j as usize).read();
+                            i::atomic_add_u64(charge.add(c as usize), q as u64);
                         }
                         c
                     } else {
@@ -642,31 +709,31 @@ mod kernels {
                     };
                     cl.add(j as usize).write(c);
                 }
-                j += bd;
+                j += gsize;
             }
             if cut {
-                i::sync_threads();
+                gsync();
                 // Survivors renumbered in order; charge[c] becomes the new number or MAX.
                 let mut kept = 0u32;
                 let mut c0 = 0u32;
-                while c0 < base {
-                    let c = c0 + tid;
-                    // SAFETY: c < base <= capacity.
+                while c0 < nclus {
+                    let c = c0 + lt;
+                    // SAFETY: c < nclus <= capacity.
                     let keep =
-                        c < base && unsafe { charge.add(c as usize).read() } >= threshold as u64;
-                    let (e, tot) = bs.exclusive_sum(keep as u32);
-                    if c < base {
+                        c < nclus && unsafe { charge.add(c as usize).read() } >= threshold as u64;
+                    let (e, tot) = gscan(keep as u32);
+                    if c < nclus {
                         let v = if keep { (kept + e) as u64 } else { u64::MAX };
-                        // SAFETY: c < base.
+                        // SAFETY: c < nclus.
                         unsafe { charge.add(c as usize).write(v) };
                     }
                     kept += tot;
-                    i::sync_threads();
-                    c0 += bd;
+                    gsync();
+                    c0 += gsize;
                 }
-                base = kept;
+                nclus = kept;
             }
-            let mut j = tid;
+            let mut j = lt;
             while j < size {
                 // SAFETY: j < size; first + j < n; cluster numbers < size.
                 unsafe {
@@ -685,18 +752,18 @@ mod kernels {
                     };
                     clus.add((first + j) as usize).write(out);
                 }
-                j += bd;
+                j += gsize;
             }
-            if tid == 0 {
+            if lt == 0 {
                 let slot = (ev * nmodules + mid as u32) as usize;
                 // SAFETY: ev < nevents and mid < nmodules.
                 unsafe {
-                    clus_in_module.add(slot).write(base);
+                    clus_in_module.add(slot).write(nclus);
                     module_first.add(slot).write(first);
                 }
             }
-            i::sync_threads();
-            k += i::grid_dim_x();
+            gsync();
+            idx += step;
         }
     }
 

@@ -400,6 +400,8 @@ impl DeviceDigis {
 pub struct Clusterer<'g> {
     gpu: &'g GpuContext,
     geometry: Geometry,
+    warp_capacity: u32,
+    warp_grid: u32,
     small_capacity: u32,
     small_threads: u32,
     small_grid: u32,
@@ -416,7 +418,9 @@ pub struct Clusterer<'g> {
     /// Output: first digi per event and module id.
     pub module_first: DeviceBuffer<u32>,
     module_start: DeviceBuffer<u32>,
+    slot_info: DeviceBuffer<u32>,
     slot_end: DeviceBuffer<u32>,
+    larger_warp: DeviceBuffer<u32>,
     larger: DeviceBuffer<u32>,
     fallback: DeviceBuffer<u32>,
     scratch: DeviceBuffer<u64>,
@@ -424,6 +428,9 @@ pub struct Clusterer<'g> {
     grid: DeviceBuffer<u32>,
     bad: DeviceBuffer<u32>,
 }
+
+/// Most events in one launch (the slot records keep the event in 16 bits).
+pub const MAX_EVENTS_PER_LAUNCH: usize = 1 << 16;
 
 /// Default capacities: modules up to [`detkit_gpu::clustering::SMALL_CAPACITY`] digis take
 /// the pairwise small-module kernel, up to [`DEFAULT_CAPACITY`] the shared-memory kernel with
@@ -471,10 +478,15 @@ impl<'g> Clusterer<'g> {
         let words = k::status_words(rows, cols);
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
-        let small_smem = k::find_clus_small_smem_bytes(small_capacity);
+        let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
+        let warp_capacity = small_capacity.min(k::WARP_CAPACITY);
+        let warp_smem = k::find_clus_small_smem_bytes(warp_capacity, k::WARP_PASS_THREADS / 32);
         for (what, bytes) in [
             ("find_clus shared memory (bytes)", smem),
-            ("find_clus_small shared memory (bytes)", small_smem),
+            (
+                "find_clus_small shared memory (bytes)",
+                small_smem.max(warp_smem),
+            ),
         ] {
             if bytes > crate::bucket::MAX_BLOCK_SMEM {
                 return Err(Error::CapacityExceeded {
@@ -485,10 +497,16 @@ impl<'g> Clusterer<'g> {
             }
         }
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
-        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
+        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem.max(warp_smem))?;
         let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
         let small_grid =
             resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, k::SMALL_THREADS, small_smem)?;
+        let warp_grid = resident_grid(
+            gpu,
+            k::KERNEL_FIND_CLUS_SMALL,
+            k::WARP_PASS_THREADS,
+            warp_smem,
+        )?;
         let cells = (rows * cols) as usize;
         let fallback_grid = (2 * gpu.sm_count()).min(((256 << 20) / (4 * cells)).max(1) as u32);
         let n = max_digis.max(1);
@@ -501,6 +519,8 @@ impl<'g> Clusterer<'g> {
         Ok(Self {
             gpu,
             geometry: geometry.clone(),
+            warp_capacity,
+            warp_grid,
             small_capacity,
             small_threads: k::SMALL_THREADS,
             small_grid,
@@ -514,7 +534,9 @@ impl<'g> Clusterer<'g> {
             clus_in_module: gpu.zeros(slots)?,
             module_first: gpu.filled_u32(slots, NO_MODULE_START)?,
             module_start: gpu.zeros(n + 1)?,
+            slot_info: gpu.zeros(n)?,
             slot_end: gpu.zeros(n)?,
+            larger_warp: gpu.zeros(n + 1)?,
             larger: gpu.zeros(n + 1)?,
             fallback: gpu.zeros(n + 1)?,
             scratch: gpu.zeros(n)?,
@@ -527,7 +549,7 @@ impl<'g> Clusterer<'g> {
     /// Sets the block size of the small-module kernel (a multiple of 32 up to 1024).
     pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
-        let smem = k::find_clus_small_smem_bytes(self.small_capacity);
+        let smem = k::find_clus_small_smem_bytes(self.small_capacity, 1);
         self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?;
         self.small_threads = threads;
         Ok(())
@@ -539,6 +561,13 @@ impl<'g> Clusterer<'g> {
     }
 
     fn check_fits(&self, d: &DeviceDigis) -> Result<()> {
+        if d.nevents > MAX_EVENTS_PER_LAUNCH {
+            return Err(Error::CapacityExceeded {
+                what: "events per launch",
+                needed: d.nevents as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
         if d.n > self.max_digis || d.nevents > self.max_events {
             return Err(Error::CapacityExceeded {
                 what: "clusterer workspace (digis, events)",
@@ -561,6 +590,7 @@ impl<'g> Clusterer<'g> {
             })
         };
         z(s.memset_zeros(&mut self.module_start.slice_mut(0..1)))?;
+        z(s.memset_zeros(&mut self.larger_warp.slice_mut(0..1)))?;
         z(s.memset_zeros(&mut self.larger.slice_mut(0..1)))?;
         z(s.memset_zeros(&mut self.fallback.slice_mut(0..1)))?;
         z(s.memset_zeros(&mut self.bad))?;
@@ -592,6 +622,7 @@ impl<'g> Clusterer<'g> {
             .arg(&cols)
             .arg(&mut self.clus)
             .arg(&mut self.module_start)
+            .arg(&mut self.slot_info)
             .arg(&mut self.bad);
         // SAFETY: arrays sized for max_digis >= n (checked); module_start zeroed above;
         // event offsets validated by the caller (uploaded by DeviceDigis::upload).
@@ -614,41 +645,61 @@ impl<'g> Clusterer<'g> {
         if d.n == 0 {
             return Ok(());
         }
+        let cut = cut.unwrap_or(ChargeCut::uniform(0));
+        // Pass 1: one warp per module, every module slot; larger ones to `larger_warp`.
+        self.launch_small(d, cut, true)?;
+        // Pass 2: one block per module, the modules pass 1 listed; larger ones to `larger`.
+        self.launch_small(d, cut, false)
+    }
+
+    fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, warp: bool) -> Result<()> {
         let g = self.gpu;
         let s = g.stream();
         let geo = &self.geometry;
-        let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
-        let (small_cap, small_threads) = (self.small_capacity, self.small_threads);
-        let cut = cut.unwrap_or(ChargeCut::uniform(0));
-        let l1 = geo.layer1_modules;
-        {
-            let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SMALL)?);
-            b.arg(&d.module)
-                .arg(&d.x)
-                .arg(&d.y)
-                .arg(&d.event_offsets)
-                .arg(&ne)
-                .arg(&nm)
-                .arg(&rows)
-                .arg(&cols)
-                .arg(&self.module_start)
-                .arg(&mut self.slot_end)
-                .arg(&mut self.clus)
-                .arg(&mut self.clus_in_module)
-                .arg(&mut self.module_first)
-                .arg(&small_cap)
-                .arg(&d.adc)
-                .arg(&l1)
-                .arg(&cut.layer1)
-                .arg(&cut.other)
-                .arg(&mut self.larger);
-            let smem = k::find_clus_small_smem_bytes(small_cap);
-            // SAFETY: launched after count_modules; shared memory for this capacity (limit
-            // raised at construction); `larger` zeroed by count_modules; threads checked.
-            let r = unsafe { b.launch(cfg(self.small_grid as u64, small_threads, smem)) };
-            g.check_launch(k::KERNEL_FIND_CLUS_SMALL, r)?;
+        let (nm, rows, cols, l1) = (geo.modules, geo.rows, geo.cols, geo.layer1_modules);
+        let (cap, threads, grid, groups) = if warp {
+            (
+                self.warp_capacity,
+                k::WARP_PASS_THREADS,
+                self.warp_grid,
+                k::WARP_PASS_THREADS / 32,
+            )
+        } else {
+            (self.small_capacity, self.small_threads, self.small_grid, 1)
+        };
+        let warp_groups = warp as u32;
+        let null = 0u64;
+        let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SMALL)?);
+        b.arg(&d.module)
+            .arg(&d.x)
+            .arg(&d.y)
+            .arg(&d.adc)
+            .arg(&d.event_offsets)
+            .arg(&nm)
+            .arg(&rows)
+            .arg(&cols)
+            .arg(&self.module_start)
+            .arg(&self.slot_info)
+            .arg(&mut self.slot_end)
+            .arg(&mut self.clus)
+            .arg(&mut self.clus_in_module)
+            .arg(&mut self.module_first)
+            .arg(&cap)
+            .arg(&warp_groups)
+            .arg(&l1)
+            .arg(&cut.layer1)
+            .arg(&cut.other);
+        if warp {
+            b.arg(&null).arg(&mut self.larger_warp);
+        } else {
+            b.arg(&self.larger_warp).arg(&mut self.larger);
         }
-        Ok(())
+        let smem = k::find_clus_small_smem_bytes(cap, groups);
+        // SAFETY: launched after count_modules (pass 2 after pass 1, whose list and slot
+        // ends it reads); shared memory for this capacity and group count (limit raised at
+        // construction); the output lists zeroed by count_modules; threads checked.
+        let r = unsafe { b.launch(cfg(grid as u64, threads, smem)) };
+        g.check_launch(k::KERNEL_FIND_CLUS_SMALL, r)
     }
 
     /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
