@@ -229,12 +229,11 @@ fn main() -> Result<()> {
     println!("tuning (run3 x128), µs/event: small-module kernel, shared-memory kernel, fallback, larger-module cut, chain");
     let cut = geo.default_cut;
     for (cap, t) in [
-        (64u32, 128u32),
-        (256, 64),
-        (256, 128),
-        (256, 256),
-        (512, 128),
+        (128u32, 256u32),
+        (512, 256),
+        (1024, 128),
         (1024, 256),
+        (1024, 512),
     ] {
         let mut c = Clusterer::with_capacity(
             g,
