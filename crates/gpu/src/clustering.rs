@@ -173,18 +173,23 @@ pub const fn small_table_size(capacity: u32) -> u32 {
     }
 }
 
-/// Table slot where the search for packed pixel `v` starts.
+/// Table slot where the search for packed pixel `v` starts in a table of `2^(32 - shift)`
+/// slots: the high bits of a Fibonacci (multiplicative) hash.
 #[inline(always)]
-pub const fn table_hash(v: u32, mask: u32) -> u32 {
-    (v.wrapping_mul(0x9e37_79b1) >> 15) & mask
+pub const fn table_hash(v: u32, shift: u32) -> u32 {
+    v.wrapping_mul(0x9e37_79b1) >> shift
 }
 
-/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), `xy`, `parent`, `number`
-/// and `cl` (`capacity` u32 each), `charge` (`capacity` u64), and the pixel table (keys and
-/// values, [`small_table_size`] u32 each). Even, so every group's `charge` is 8-aligned.
+/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), `xy`, `parent`, `number`,
+/// `cl` and `charge` (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis
+/// of at most 65535 e⁻ sums below 2^32), and the pixel table (keys and values,
+/// [`small_table_size`] u32 each).
 pub const fn small_group_words(capacity: u32) -> u32 {
-    4 + 4 * capacity + 2 * capacity + 2 * small_table_size(capacity)
+    4 + 5 * capacity + 2 * small_table_size(capacity)
 }
+
+/// Largest capacity of [`KERNEL_FIND_CLUS_SMALL`] (32-bit charge sums cannot overflow).
+pub const MAX_SMALL_CAPACITY: u32 = 65536;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`] with `groups` groups per block: the
 /// block-scan storage (36 words) and the groups' areas.
@@ -486,13 +491,14 @@ mod kernels {
         };
         let tsize = small_table_size(capacity);
         let tmask = tsize - 1;
+        let tshift = tsize.leading_zeros() + 1;
         let cap = capacity as usize;
         // SAFETY: this group's area inside the launch's dynamic shared memory.
         let (hdr, xy, parent, number, cl, charge, keys, vals) = unsafe {
             let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
             let xy = g.add(4);
-            let charge = xy.add(4 * cap) as *mut u64;
-            let keys = charge.add(cap) as *mut u32;
+            let charge = xy.add(4 * cap);
+            let keys = charge.add(cap);
             (
                 g,
                 xy,
@@ -606,7 +612,7 @@ mod kernels {
                     charge.add(j as usize).write(0);
                     cl.add(j as usize).write(q);
                     if v != INVALID_XY {
-                        let mut h = table_hash(v, tmask);
+                        let mut h = table_hash(v, tshift);
                         loop {
                             let old = i::atomic_cas_u32(keys.add(h as usize), TABLE_EMPTY, v);
                             if old == TABLE_EMPTY || old == v {
@@ -623,7 +629,7 @@ mod kernels {
             }
             gsync();
             let lookup = |v: u32| -> u32 {
-                let mut h = table_hash(v, tmask);
+                let mut h = table_hash(v, tshift);
                 loop {
                     // SAFETY: h < tsize; the table is final after the barrier.
                     let key = unsafe { read_volatile(keys.add(h as usize)) };
@@ -701,7 +707,7 @@ mod kernels {
                         let c = number.add(find_root(parent, j) as usize).read();
                         if cut {
                             let q = cl.add(j as usize).read();
-                            i::atomic_add_u64(charge.add(c as usize), q as u64);
+                            i::atomic_add_u32(charge.add(c as usize), q);
                         }
                         c
                     } else {
@@ -719,11 +725,10 @@ mod kernels {
                 while c0 < nclus {
                     let c = c0 + lt;
                     // SAFETY: c < nclus <= capacity.
-                    let keep =
-                        c < nclus && unsafe { charge.add(c as usize).read() } >= threshold as u64;
+                    let keep = c < nclus && unsafe { charge.add(c as usize).read() } >= threshold;
                     let (e, tot) = gscan(keep as u32);
                     if c < nclus {
-                        let v = if keep { (kept + e) as u64 } else { u64::MAX };
+                        let v = if keep { kept + e } else { u32::MAX };
                         // SAFETY: c < nclus.
                         unsafe { charge.add(c as usize).write(v) };
                     }
@@ -742,7 +747,7 @@ mod kernels {
                         NOT_CLUSTERED
                     } else if cut {
                         let v = charge.add(c as usize).read();
-                        if v == u64::MAX {
+                        if v == u32::MAX {
                             NOT_CLUSTERED
                         } else {
                             v as i32

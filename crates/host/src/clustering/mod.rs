@@ -474,6 +474,15 @@ impl<'g> Clusterer<'g> {
                 capacity: (1 << 31) - 1,
             });
         }
+        if small_capacity == 0 || small_capacity > k::MAX_SMALL_CAPACITY || capacity == 0 {
+            return Err(invalid(
+                "capacity",
+                format!(
+                    "small-module capacity {small_capacity} (1 to {}) and shared-memory capacity {capacity} (at least 1)",
+                    k::MAX_SMALL_CAPACITY
+                ),
+            ));
+        }
         let (rows, cols) = (geometry.rows, geometry.cols);
         let words = k::status_words(rows, cols);
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
