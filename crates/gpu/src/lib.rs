@@ -22,6 +22,7 @@ pub mod intrinsics;
 pub mod bucket;
 pub mod compact;
 pub mod histogram;
+pub mod pet;
 pub mod scan;
 
 /// Threads per warp on every NVIDIA GPU detkit supports.
@@ -42,6 +43,13 @@ pub const ALL_KERNELS: &[&str] = &[
     bucket::KERNEL_BUCKET_STABLE_OFFSETS,
     bucket::KERNEL_BUCKET_FILL_STABLE,
     bucket::KERNEL_BUCKET_BLOCK_FILL,
+    pet::KERNEL_CONVERT,
+    pet::KERNEL_SORT_BLOCK,
+    pet::KERNEL_SORT_PASS,
+    pet::KERNEL_COINCIDE_NEXT,
+    pet::KERNEL_COINCIDE_WALK,
+    pet::KERNEL_COINCIDE_COUNT,
+    pet::KERNEL_COINCIDE_FILL,
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.

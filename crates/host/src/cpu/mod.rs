@@ -4,4 +4,5 @@
 pub mod bucket;
 pub mod compact;
 pub mod histogram;
+pub mod pet;
 pub mod scan;
