@@ -238,15 +238,17 @@ impl Scanner {
             std::fs::read(&pos_path).map_err(|e| io_err("position table", &pos_path, e))?;
         let e_path = dir.join(&t.energy_table);
         let bytes = std::fs::read(&e_path).map_err(|e| io_err("energy table", &e_path, e))?;
-        if bytes.len() % 4 != 0 {
+        if !bytes.len().is_multiple_of(4) {
             return Err(invalid(
                 "energy table",
                 format!("{} bytes, not a whole number of f32", bytes.len()),
             ));
         }
         let energy = bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .as_chunks::<4>()
+            .0
+            .iter()
+            .map(|c| f32::from_le_bytes(*c))
             .collect();
         Self::new(params, t.time_window, position, energy)
     }
@@ -303,7 +305,7 @@ pub fn is_binary(path: &Path) -> bool {
 
 /// Frames from raw bytes (16 per frame).
 pub fn frames_from_bytes(bytes: &[u8]) -> Result<Vec<DataFrameV2>> {
-    if bytes.len() % 16 != 0 {
+    if !bytes.len().is_multiple_of(16) {
         return Err(invalid(
             "frame file",
             format!(
@@ -372,7 +374,7 @@ pub fn read_singles_csv(r: impl BufRead) -> Result<Vec<Single>> {
 pub fn read_singles(path: &Path) -> Result<Vec<Single>> {
     if is_binary(path) {
         let bytes = std::fs::read(path).map_err(|e| io_err("singles file", path, e))?;
-        if bytes.len() % 16 != 0 {
+        if !bytes.len().is_multiple_of(16) {
             return Err(invalid(
                 "singles file",
                 format!(
@@ -449,7 +451,7 @@ impl PairsWriter {
 pub fn read_pairs(path: &Path) -> Result<Vec<Coincidence>> {
     if is_binary(path) {
         let bytes = std::fs::read(path).map_err(|e| io_err("pairs file", path, e))?;
-        if bytes.len() % 32 != 0 {
+        if !bytes.len().is_multiple_of(32) {
             return Err(invalid("pairs file", "not a whole number of 32-byte pairs"));
         }
         return Ok(pod_vec(&bytes));
@@ -598,8 +600,9 @@ impl GpuContext {
         self.check_launch(k::KERNEL_CONVERT, r)
     }
 
-    /// One merge pass from `src[off..off+n]` to `dst[off..off+n]`: runs of `width` (if > 0)
-    /// or the explicit boundaries `runs` (relative to `off`).
+    /// One merge pass from `src[off..off+n]` to `dst[off..off+n]`: runs of `width` (if > 0;
+    /// `runs` unused) or the explicit boundaries `runs` (relative to `off`).
+    #[allow(clippy::too_many_arguments)]
     fn pet_merge_pass(
         &self,
         src: &SinglesBuffer,
@@ -607,20 +610,12 @@ impl GpuContext {
         off: usize,
         n: usize,
         width: u64,
-        runs: Option<&CudaSlice<u32>>,
+        runs: &CudaSlice<u32>,
         nruns: u64,
     ) -> Result<()> {
         let tiles = (n as u64).div_ceil(k::SORT_TILE as u64);
         let srcv = src.slice(2 * off..2 * (off + n));
         let mut dstv = dst.slice_mut(2 * off..2 * (off + n));
-        let dummy;
-        let runs = match runs {
-            Some(r) => r,
-            None => {
-                dummy = self.zeros::<u32>(1)?;
-                &dummy
-            }
-        };
         let n64 = n as u64;
         let mut b = self
             .stream()
@@ -671,11 +666,12 @@ impl GpuContext {
         }
         let mut in_b = true;
         let mut width = k::SORT_TILE as u64;
+        let unused = self.zeros::<u32>(1)?;
         while width < n as u64 {
             if in_b {
-                self.pet_merge_pass(b, a, off, n, width, None, 0)?;
+                self.pet_merge_pass(b, a, off, n, width, &unused, 0)?;
             } else {
-                self.pet_merge_pass(a, b, off, n, width, None, 0)?;
+                self.pet_merge_pass(a, b, off, n, width, &unused, 0)?;
             }
             in_b = !in_b;
             width *= 2;
@@ -705,9 +701,9 @@ impl GpuContext {
             let nruns = (bounds.len() - 1) as u64;
             let d = self.upload(&bounds)?;
             if in_b {
-                self.pet_merge_pass(b, a, off, n, 0, Some(&d), nruns)?;
+                self.pet_merge_pass(b, a, off, n, 0, &d, nruns)?;
             } else {
-                self.pet_merge_pass(a, b, off, n, 0, Some(&d), nruns)?;
+                self.pet_merge_pass(a, b, off, n, 0, &d, nruns)?;
             }
             in_b = !in_b;
             let mut next: Vec<u32> = bounds.iter().step_by(2).copied().collect();
@@ -1123,7 +1119,7 @@ fn read_chunk(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
             Err(e) => return Err(invalid("frame stream", e.to_string())),
         }
     }
-    if got % 16 != 0 {
+    if !got.is_multiple_of(16) {
         return Err(invalid(
             "frame stream",
             "ends inside a frame (length not a multiple of 16 bytes)",

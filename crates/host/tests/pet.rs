@@ -72,7 +72,7 @@ fn convert_energy_table_end_is_clamped_and_counted() {
     let get = |f: &DataFrameV2| {
         convert_frame(f, &p, |k| s.position[k as usize], |k| s.energy[k as usize])
     };
-    let base = ((0 * 2) * 16 + 12) * 1000; // BDM 0, DU 0, pixel (0, 0): origin 0, local 12
+    let base = 12 * 1000; // BDM 0, DU 0 (table offset 0), pixel (0, 0): origin 0, local 12
     let (a, st) = get(&raw_frame(0, 0, 0, 0, 1, 9999));
     assert_eq!(st & CONVERT_CLAMPED, 0);
     assert_eq!(a.energy, 9999.0 * s.energy[base + 999]);

@@ -264,7 +264,7 @@ pub fn coincide_until(
     let mut open = 0;
     while open < n {
         let t0 = singles[open].time;
-        if !(watermark - t0 > reach) {
+        if !detkit_gpu::pet::window_complete(t0, watermark, reach) {
             return Ok((out, open));
         }
         let mut members = vec![singles[open]];

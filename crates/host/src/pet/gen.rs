@@ -32,7 +32,7 @@ impl Rng {
     }
     /// Uniform below `n` (`n > 0`).
     pub fn below(&mut self, n: u32) -> u32 {
-        ((self.next_u64() >> 32) * n as u64 >> 32) as u32
+        (((self.next_u64() >> 32) * n as u64) >> 32) as u32
     }
     /// Standard normal (Box–Muller).
     pub fn normal(&mut self) -> f64 {
