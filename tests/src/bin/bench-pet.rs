@@ -6,7 +6,7 @@
 //! Device-resident rows are timed with CUDA events (median of `--reps`, after warm-up); the
 //! streamed chain from host memory with `Instant` around the whole call (median of 3).
 //!
-//! Usage: `bench-pet [--sizes 20,22,24,26] [--reps 20] [--csv FILE]`
+//! Usage: `bench-pet [--sizes 20,22,24] [--reps 20] [--csv FILE]`
 
 use std::io::Write;
 use std::time::Instant;
@@ -137,7 +137,7 @@ fn run_cub(
 }
 
 fn main() -> Result<()> {
-    let mut sizes = vec![20u32, 22, 24, 26];
+    let mut sizes = vec![20u32, 22, 24];
     let mut reps = 20usize;
     let mut csv = None;
     let mut args = std::env::args().skip(1);
