@@ -274,7 +274,7 @@ pub const STAT_WORDS: usize = 8;
 /// Threads per block of the conversion.
 pub const CONVERT_THREADS: u32 = 256;
 /// Frames per thread of the conversion.
-pub const CONVERT_ITEMS: u32 = 8;
+pub const CONVERT_ITEMS: u32 = 8; // `unroll8!` in the kernel matches
 /// Frames per tile (block).
 pub const CONVERT_TILE: u64 = (CONVERT_THREADS * CONVERT_ITEMS) as u64;
 
@@ -599,6 +599,44 @@ pub const CO_WORDS: usize = 8;
 /// Threads per block of the coincidence kernels.
 pub const COINCIDE_THREADS: u32 = 256;
 
+/// Runs `$body` with `$j` = 0, 1, ..., 7 as literal constants (a loop LLVM would not unroll
+/// keeps its arrays in local memory).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! unroll8 {
+    ($j:ident, $body:block) => {{
+        let $j: usize = 0;
+        $body
+    }
+    {
+        let $j: usize = 1;
+        $body
+    }
+    {
+        let $j: usize = 2;
+        $body
+    }
+    {
+        let $j: usize = 3;
+        $body
+    }
+    {
+        let $j: usize = 4;
+        $body
+    }
+    {
+        let $j: usize = 5;
+        $body
+    }
+    {
+        let $j: usize = 6;
+        $body
+    }
+    {
+        let $j: usize = 7;
+        $body
+    }};
+}
+
 /// Device code.
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
@@ -640,6 +678,7 @@ pub mod device {
         inclusive: *mut u32,
     ) {
         const N: usize = CONVERT_ITEMS as usize;
+        const _: () = assert!(N == 8, "unroll8! covers 8 items");
         let status = TileStatus {
             flags,
             aggregates,
@@ -655,8 +694,8 @@ pub mod device {
         let mut masks = [0u32; N];
         let mut warp_total = 0u32;
         let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
-        let mut j = 0;
-        while j < N {
+        // Unrolled by hand (constant indices keep `singles` and `masks` in registers).
+        unroll8!(j, {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
             let mut keep = false;
             if idx < n {
@@ -685,8 +724,7 @@ pub mod device {
             }
             masks[j] = i::ballot(keep);
             warp_total += i::popc(masks[j]);
-            j += 1;
-        }
+        });
         // Statistics: one atomic per warp and counter.
         let r = crate::scan::device::warp_reduce_sum(rejected);
         let c = crate::scan::device::warp_reduce_sum(clamped);
@@ -712,8 +750,7 @@ pub mod device {
         let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
         let mut base = tile_prefix.wrapping_add(warp_prefix);
         let below = i::lanemask_lt();
-        let mut j = 0;
-        while j < N {
+        unroll8!(j, {
             let m = masks[j];
             if m & (1 << lane) != 0 {
                 let pos = base + i::popc(m & below);
@@ -721,8 +758,7 @@ pub mod device {
                 unsafe { out.add(pos as usize).write(singles[j]) };
             }
             base += i::popc(m);
-            j += 1;
-        }
+        });
         if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
             // SAFETY: stats holds STAT_WORDS words.
             unsafe {

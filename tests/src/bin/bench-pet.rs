@@ -18,6 +18,41 @@ use detkit::pet::{gen, StreamConfig};
 use detkit::{Backend, GpuContext};
 use detkit_gpu::pet::{self as kp, Single};
 
+fn print_row(r: &Row) {
+    let (bname, bms) = r.baseline.clone().unwrap_or_default();
+    println!(
+        "{:<34} {:>10} {:>10.3} {:>9.1} {:>11.1} {:>9}  {}",
+        r.what,
+        r.n,
+        r.ms,
+        r.bytes / r.ms / 1e6,
+        r.n as f64 / r.ms / 1e3,
+        if bms > 0.0 {
+            format!("{:.2}", bms / r.ms)
+        } else {
+            "-".into()
+        },
+        if bms > 0.0 {
+            format!("{bname} {bms:.3} ms")
+        } else {
+            String::new()
+        }
+    );
+    let _ = std::io::stdout().flush();
+}
+
+fn header() {
+    println!(
+        "{:<34} {:>10} {:>10} {:>9} {:>11} {:>9}  baseline",
+        "what", "n", "ms", "GB/s", "M items/s", "x base"
+    );
+}
+
+fn push(rows: &mut Vec<Row>, r: Row) {
+    print_row(&r);
+    rows.push(r);
+}
+
 struct Row {
     what: String,
     n: usize,
@@ -176,6 +211,7 @@ fn main() -> Result<()> {
     let tmp = std::env::temp_dir().join(format!("bench-pet-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     let mut rows: Vec<Row> = Vec::new();
+    header();
     let mut key_files = Vec::new();
     for &log in &sizes {
         let n = 1usize << log;
@@ -203,13 +239,16 @@ fn main() -> Result<()> {
                     source,
                 })
         })?;
-        rows.push(Row {
-            what: "copy (d2d, 16 B/item)".into(),
-            n,
-            ms: copy_ms,
-            bytes: 32.0 * n as f64,
-            baseline: None,
-        });
+        push(
+            &mut rows,
+            Row {
+                what: "copy (d2d, 16 B/item)".into(),
+                n,
+                ms: copy_ms,
+                bytes: 32.0 * n as f64,
+                baseline: None,
+            },
+        );
         // conversion
         let (want_s, want_st) =
             oracle::convert(frames, &scanner.params, &scanner.position, &scanner.energy);
@@ -222,13 +261,16 @@ fn main() -> Result<()> {
         let ms = median_ms(g, reps, || {
             g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)
         })?;
-        rows.push(Row {
-            what: "convert".into(),
-            n,
-            ms,
-            bytes: 16.0 * (n + want_st.accepted as usize) as f64,
-            baseline: Some(("copy".into(), copy_ms * (n + acc) as f64 / (2 * n) as f64)),
-        });
+        push(
+            &mut rows,
+            Row {
+                what: "convert".into(),
+                n,
+                ms,
+                bytes: 16.0 * (n + want_st.accepted as usize) as f64,
+                baseline: Some(("copy".into(), copy_ms * (n + acc) as f64 / (2 * n) as f64)),
+            },
+        );
         // sorts: realistic (converted, per-BDM streams, no energy cut) and random
         let mut all = scanner.clone();
         all.params.energy_lo = f32::MIN;
@@ -267,13 +309,16 @@ fn main() -> Result<()> {
                     })?;
                 g.pet_sort_device(&mut a, &mut b, 0, n).map(|_| ())
             })? - copy_ms;
-            rows.push(Row {
-                what: format!("merge sort, {label}"),
-                n,
-                ms,
-                bytes: 32.0 * n as f64,
-                baseline: Some(("CPU stable sort".into(), cpu_ms)),
-            });
+            push(
+                &mut rows,
+                Row {
+                    what: format!("merge sort, {label}"),
+                    n,
+                    ms,
+                    bytes: 32.0 * n as f64,
+                    baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                },
+            );
             if label == "presorted-streams" {
                 g.stream().memcpy_dtod(&host, &mut a)?;
                 let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)?;
@@ -292,13 +337,16 @@ fn main() -> Result<()> {
                     g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)
                         .map(|_| ())
                 })? - copy_ms;
-                rows.push(Row {
-                    what: format!("merge of {} BDM runs", runs.len() - 1),
-                    n,
-                    ms,
-                    bytes: 32.0 * n as f64,
-                    baseline: Some(("CPU stable sort".into(), cpu_ms)),
-                });
+                push(
+                    &mut rows,
+                    Row {
+                        what: format!("merge of {} BDM runs", runs.len() - 1),
+                        n,
+                        ms,
+                        bytes: 32.0 * n as f64,
+                        baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                    },
+                );
             }
             key_files.push((label.to_string(), n, key_file(&tmp, label, n, v)?));
         }
@@ -314,17 +362,34 @@ fn main() -> Result<()> {
             g.pet_coincide_device(&ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
                 .map(|_| ())
         })?;
-        rows.push(Row {
-            what: "coincide (killAll)".into(),
-            n: sorted.len(),
-            ms,
-            bytes: 16.0 * sorted.len() as f64,
-            baseline: Some(("CPU oracle".into(), cpu_ms)),
-        });
+        push(
+            &mut rows,
+            Row {
+                what: "coincide (killAll)".into(),
+                n: sorted.len(),
+                ms,
+                bytes: 16.0 * sorted.len() as f64,
+                baseline: Some(("CPU oracle".into(), cpu_ms)),
+            },
+        );
         // whole chain from host memory, streamed (Instant), vs the pinned H2D copy of the frames
         if log <= 24 {
+            // Readout slices of 100 us (each slice BDM by BDM), as a DAQ delivers them.
+            let sliced = gen::acquisition(
+                &scanner,
+                &gen::AcquisitionConfig {
+                    seed: 6,
+                    singles: n,
+                    singles_rate: 2e7,
+                    slice: 100_000_000,
+                    ..Default::default()
+                },
+            );
+            let frames = &sliced.frames[..n];
             let bytes = gen::frame_bytes(frames);
-            let want_chain = oracle::coincide(&sorted, &c)?;
+            let (s_sl, _) =
+                oracle::convert(frames, &scanner.params, &scanner.position, &scanner.energy);
+            let want_chain = oracle::coincide(&oracle::sort(&s_sl)?, &c)?;
             let sc = StreamConfig {
                 chunk_frames: (n / 8).max(1 << 16),
                 pending_capacity: 1 << 22,
@@ -361,16 +426,19 @@ fn main() -> Result<()> {
                         source,
                     })
             })?;
-            rows.push(Row {
-                what: format!(
-                    "chain streamed, chunks of 2^{}",
-                    sc.chunk_frames.trailing_zeros()
-                ),
-                n,
-                ms: t[1],
-                bytes: 16.0 * n as f64,
-                baseline: Some(("pinned H2D copy".into(), h2d)),
-            });
+            push(
+                &mut rows,
+                Row {
+                    what: format!(
+                        "chain streamed, chunks of 2^{}",
+                        sc.chunk_frames.trailing_zeros()
+                    ),
+                    n,
+                    ms: t[1],
+                    bytes: 16.0 * n as f64,
+                    baseline: Some(("pinned H2D copy".into(), h2d)),
+                },
+            );
         }
     }
     // CUB on the same sort keys.
@@ -381,13 +449,16 @@ fn main() -> Result<()> {
                 let name = f.to_string_lossy().to_string();
                 for (algo, file, ms) in &cub {
                     if *file == name {
-                        rows.push(Row {
-                            what: format!("CUB {algo} sort, {label}"),
-                            n: *n,
-                            ms: *ms,
-                            bytes: 32.0 * *n as f64,
-                            baseline: None,
-                        });
+                        push(
+                            &mut rows,
+                            Row {
+                                what: format!("CUB {algo} sort, {label}"),
+                                n: *n,
+                                ms: *ms,
+                                bytes: 32.0 * *n as f64,
+                                baseline: None,
+                            },
+                        );
                     }
                 }
             }
@@ -395,30 +466,10 @@ fn main() -> Result<()> {
         Err(why) => println!("CUB baseline: skipped ({why})"),
     }
     std::fs::remove_dir_all(&tmp).ok();
-    println!(
-        "{:<34} {:>10} {:>10} {:>9} {:>11} {:>9}  baseline",
-        "what", "n", "ms", "GB/s", "M items/s", "x base"
-    );
+    println!("\nsummary");
+    header();
     for r in &rows {
-        let (bname, bms) = r.baseline.clone().unwrap_or_default();
-        println!(
-            "{:<34} {:>10} {:>10.3} {:>9.1} {:>11.1} {:>9}  {}",
-            r.what,
-            r.n,
-            r.ms,
-            r.bytes / r.ms / 1e6,
-            r.n as f64 / r.ms / 1e3,
-            if bms > 0.0 {
-                format!("{:.2}", bms / r.ms)
-            } else {
-                "-".into()
-            },
-            if bms > 0.0 {
-                format!("{bname} {bms:.3} ms")
-            } else {
-                String::new()
-            }
-        );
+        print_row(r);
     }
     if let Some(path) = csv {
         let mut f = std::fs::File::create(&path)?;
