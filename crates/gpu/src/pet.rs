@@ -336,6 +336,37 @@ pub fn rank_in<K: Copy + PartialOrd>(
     lo
 }
 
+/// [`rank_in`] found by galloping from the front (probes 0, 1, 3, 7, ... then a binary
+/// search in the last gap): `O(log answer)` reads, all near the start, instead of
+/// `O(log len)` reads spread over the whole range. Same result as `rank_in`.
+#[inline(always)]
+pub fn gallop_rank<K: Copy + PartialOrd>(
+    len: u32,
+    key: K,
+    strict: bool,
+    get: impl Fn(u32) -> K,
+) -> u32 {
+    let before = |k: K| if strict { k < key } else { k <= key };
+    let mut lo = 0u32;
+    let mut step = 1u64;
+    let hi;
+    loop {
+        let probe = lo as u64 + step - 1;
+        if probe >= len as u64 {
+            hi = len;
+            break;
+        }
+        if before(get(probe as u32)) {
+            lo = probe as u32 + 1;
+            step *= 2;
+        } else {
+            hi = probe as u32;
+            break;
+        }
+    }
+    lo + rank_in(hi - lo, key, strict, |q| get(lo + q))
+}
+
 /// Merge-path split: how many of the first `d` elements of the stable merge of `a`
 /// (length `la`) and `b` (length `lb`) come from `a` (elements of `a` first on ties).
 #[inline(always)]
@@ -1027,7 +1058,7 @@ pub mod device {
         }
         let rest = (n - idx - 1) as u32;
         // SAFETY: idx + 1 + q < n.
-        let e = rank_in(
+        let e = gallop_rank(
             rest,
             reach,
             false,
@@ -1037,7 +1068,7 @@ pub mod device {
         unsafe { next.add(idx as usize).write((idx + 1) as u32 + e) };
         if delayed != 0 {
             // SAFETY: as above.
-            let s = rank_in(
+            let s = gallop_rank(
                 rest,
                 delay,
                 true,

@@ -727,6 +727,21 @@ impl GpuContext {
         c: &CoincideConfig,
         watermark: f64,
     ) -> Result<(Vec<Coincidence>, usize)> {
+        let mut scratch = CoincideScratch::default();
+        self.pet_coincide_device_with(&mut scratch, s, off, n, c, watermark)
+    }
+
+    /// [`GpuContext::pet_coincide_device`] with reusable scratch buffers (grown on demand),
+    /// so that repeated calls (chunks of a stream, timed runs) allocate nothing.
+    pub fn pet_coincide_device_with(
+        &self,
+        scratch: &mut CoincideScratch,
+        s: &SinglesBuffer,
+        off: usize,
+        n: usize,
+        c: &CoincideConfig,
+        watermark: f64,
+    ) -> Result<(Vec<Coincidence>, usize)> {
         c.validate()?;
         check_u32_len("singles to pair", n)?;
         if s.len() < 2 * (off + n) {
@@ -745,15 +760,36 @@ impl GpuContext {
         let reach = c.reach();
         let delay = c.delay.unwrap_or(0.0);
         let policy = c.policy as u32;
-        let mut next = self.zeros::<u32>(n)?;
-        let mut lo = self.zeros::<u32>(if delayed != 0 { n } else { 1 })?;
-        let mut opener = self.zeros::<u8>(n)?;
-        let mut status = self.upload(&{
+        scratch.grow(self, n)?;
+        let CoincideScratch {
+            next,
+            lo,
+            opener,
+            counts,
+            offsets,
+            pairs,
+            status,
+        } = scratch;
+        let (next, lo, opener, counts, offsets, status) = (
+            next.as_mut().expect("grown"),
+            lo.as_mut().expect("grown"),
+            opener.as_mut().expect("grown"),
+            counts.as_mut().expect("grown"),
+            offsets.as_mut().expect("grown"),
+            status.as_mut().expect("grown"),
+        );
+        {
             let mut w = [0u32; k::CO_WORDS];
             w[k::CO_FIRST_UNSORTED] = u32::MAX;
             w[k::CO_RESUME] = u32::MAX;
-            w
-        })?;
+            self.stream()
+                .memcpy_htod(&w, status)
+                .ctx("initialising coincidence status")?;
+            let mut ov = opener.slice_mut(0..n);
+            self.stream()
+                .memset_zeros(&mut ov)
+                .ctx("zeroing opener flags")?;
+        }
         let launch_cfg = cfg(blocks, k::COINCIDE_THREADS, 0);
         {
             let mut b = self
@@ -764,15 +800,15 @@ impl GpuContext {
                 .arg(&reach)
                 .arg(&delay)
                 .arg(&delayed)
-                .arg(&mut next)
-                .arg(&mut lo)
-                .arg(&mut status);
+                .arg(&mut *next)
+                .arg(&mut *lo)
+                .arg(&mut *status);
             // SAFETY: one thread per single; next holds n words, lo n words when delayed,
             // status CO_WORDS words.
             let r = unsafe { b.launch(launch_cfg) };
             self.check_launch(k::KERNEL_COINCIDE_NEXT, r)?;
         }
-        let st = self.download(&status)?;
+        let st = self.download(status)?;
         let bad = st[k::CO_FIRST_UNSORTED];
         if bad != u32::MAX {
             let i = bad as usize;
@@ -801,13 +837,12 @@ impl GpuContext {
             b.arg(&sv)
                 .arg(&n64)
                 .arg(&window)
-                .arg(&next)
-                .arg(&mut opener);
+                .arg(&*next)
+                .arg(&mut *opener);
             // SAFETY: one thread per single; next computed above; opener n zeroed bytes.
             let r = unsafe { b.launch(launch_cfg) };
             self.check_launch(k::KERNEL_COINCIDE_WALK, r)?;
         }
-        let mut counts = self.zeros::<u32>(n)?;
         {
             let mut b = self
                 .stream()
@@ -818,16 +853,16 @@ impl GpuContext {
                 .arg(&watermark)
                 .arg(&delayed)
                 .arg(&policy)
-                .arg(&next)
-                .arg(&lo)
-                .arg(&opener)
-                .arg(&mut counts)
-                .arg(&mut status);
+                .arg(&*next)
+                .arg(&*lo)
+                .arg(&*opener)
+                .arg(&mut *counts)
+                .arg(&mut *status);
             // SAFETY: as above; counts n words.
             let r = unsafe { b.launch(launch_cfg) };
             self.check_launch(k::KERNEL_COINCIDE_COUNT, r)?;
         }
-        let st = self.download(&status)?;
+        let st = self.download(status)?;
         if st[k::CO_OVERSIZE] != 0 {
             return Err(Error::CapacityExceeded {
                 what: "singles in one coincidence window (policies other than killAll)",
@@ -851,9 +886,11 @@ impl GpuContext {
         if total == 0 {
             return Ok((Vec::new(), resume));
         }
-        let mut offsets = self.zeros::<u32>(n)?;
-        self.scan_device(&counts, &mut offsets, n, crate::ScanKind::Exclusive)?;
-        let mut pairs = self.zeros::<u64>(4 * total as usize)?;
+        self.scan_device(counts, offsets, n, crate::ScanKind::Exclusive)?;
+        if pairs.as_ref().is_none_or(|p| p.len() < 4 * total as usize) {
+            *pairs = Some(self.zeros::<u64>(4 * total as usize)?);
+        }
+        let pairs = pairs.as_mut().expect("allocated");
         {
             let mut b = self
                 .stream()
@@ -864,17 +901,17 @@ impl GpuContext {
                 .arg(&watermark)
                 .arg(&delayed)
                 .arg(&policy)
-                .arg(&next)
-                .arg(&lo)
-                .arg(&opener)
-                .arg(&offsets)
-                .arg(&mut pairs);
+                .arg(&*next)
+                .arg(&*lo)
+                .arg(&*opener)
+                .arg(&*offsets)
+                .arg(&mut *pairs);
             // SAFETY: as above; offsets is the exclusive scan of the counts written by the
             // count kernel with the same arguments, so every write is below `total`.
             let r = unsafe { b.launch(launch_cfg) };
             self.check_launch(k::KERNEL_COINCIDE_FILL, r)?;
         }
-        let words = self.download(&pairs)?;
+        let words = download_view(self, &pairs.slice(0..4 * total as usize))?;
         Ok((
             bytemuck::cast_slice::<u64, Coincidence>(&words).to_vec(),
             resume,
@@ -886,6 +923,39 @@ impl GpuContext {
             return self.zeros(2);
         }
         self.upload(bytemuck::cast_slice::<Single, u64>(singles))
+    }
+}
+
+/// Reusable device buffers of the coincidence kernels.
+#[derive(Default)]
+pub struct CoincideScratch {
+    next: Option<CudaSlice<u32>>,
+    lo: Option<CudaSlice<u32>>,
+    opener: Option<CudaSlice<u8>>,
+    counts: Option<CudaSlice<u32>>,
+    offsets: Option<CudaSlice<u32>>,
+    pairs: Option<CudaSlice<u64>>,
+    status: Option<CudaSlice<u32>>,
+}
+
+impl CoincideScratch {
+    fn grow(&mut self, g: &GpuContext, n: usize) -> Result<()> {
+        fn ensure<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+            g: &GpuContext,
+            slot: &mut Option<CudaSlice<T>>,
+            n: usize,
+        ) -> Result<()> {
+            if slot.as_ref().is_none_or(|b| b.len() < n) {
+                *slot = Some(g.zeros(n.max(1))?);
+            }
+            Ok(())
+        }
+        ensure(g, &mut self.next, n)?;
+        ensure(g, &mut self.lo, n)?;
+        ensure(g, &mut self.opener, n)?;
+        ensure(g, &mut self.counts, n)?;
+        ensure(g, &mut self.offsets, n)?;
+        ensure(g, &mut self.status, k::CO_WORDS)
     }
 }
 
@@ -1076,15 +1146,17 @@ impl Watermark {
             last: vec![None; bdms as usize],
         }
     }
-    /// Reads a chunk's frames (the first is frame `offset` of the stream); checks each BDM's
-    /// times never decrease.
-    fn update(&mut self, frames: &[DataFrameV2], offset: u64) -> Result<()> {
-        for (i, f) in frames.iter().enumerate() {
-            let b = f.bdm as usize;
+    /// Reads a chunk's frames (raw bytes; the first is frame `offset` of the stream); checks
+    /// each BDM's times never decrease.
+    fn update(&mut self, bytes: &[u8], offset: u64) -> Result<()> {
+        for (i, rec) in bytes.as_chunks::<16>().0.iter().enumerate() {
+            let b = rec[1] as usize;
             if b >= self.last.len() {
                 continue; // a bad address: counted by the conversion
             }
-            let t = k::frame_time(f);
+            let t = u64::from_be_bytes([
+                rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], rec[8], rec[9],
+            ]);
             if let Some(prev) = self.last[b] {
                 if t < prev {
                     return Err(invalid(
@@ -1159,8 +1231,8 @@ impl Backend {
                 let mut offset = 0u64;
                 loop {
                     let nf = read_chunk(input, &mut buf)?;
+                    wm.update(&buf[..16 * nf], offset)?;
                     let frames = frames_from_bytes(&buf[..16 * nf])?;
-                    wm.update(&frames, offset)?;
                     let last = nf < sc.chunk_frames;
                     let (singles, st) = oracle::convert(
                         &frames,
@@ -1255,44 +1327,44 @@ impl GpuContext {
         let mut d_stats = self.zeros::<u32>(k::STAT_WORDS)?;
         let mut np = 0usize;
         let mut offset = 0u64;
-        // Prefetch chunk 0.
+        // Chunk k sits in slot k % 2; its frame count, whether it is the last, and the
+        // watermark after it are computed when it is read (the host reads chunk k + 1 while
+        // the GPU works on chunk k).
         let mut counts = [0usize; 2];
         let mut lasts = [false; 2];
-        let mut host_frames: [Vec<DataFrameV2>; 2] = [Vec::new(), Vec::new()];
+        let mut marks = [f64::NEG_INFINITY; 2];
+        let mut read_offset = 0u64;
         let mut fill = |slot: usize,
                         pinned: &mut [cudarc::driver::PinnedHostSlice<u8>; 2],
                         dframes: &mut [CudaSlice<u8>; 2]|
-         -> Result<(usize, bool, Vec<DataFrameV2>)> {
+         -> Result<(usize, bool, f64)> {
             let buf = pinned[slot].as_mut_slice().ctx("mapping pinned memory")?;
             let nf = read_chunk(input, buf)?;
-            let frames = frames_from_bytes(&buf[..16 * nf])?;
+            wm.update(&buf[..16 * nf], read_offset)?;
+            read_offset += nf as u64;
             if nf > 0 {
                 // Asynchronous copy from pinned memory on the copy stream: overlaps the
                 // compute stream's kernels (the whole buffer; bytes past the chunk unused).
                 copy.memcpy_htod(&pinned[slot], &mut dframes[slot])
                     .ctx("copying frames to the device")?;
             }
-            Ok((nf, nf < sc.chunk_frames, frames))
+            let last = nf < sc.chunk_frames;
+            Ok((nf, last, if last { f64::INFINITY } else { wm.value() }))
         };
-        let (n0, l0, f0) = fill(0, &mut pinned, &mut dframes)?;
-        counts[0] = n0;
-        lasts[0] = l0;
-        host_frames[0] = f0;
+        (counts[0], lasts[0], marks[0]) = fill(0, &mut pinned, &mut dframes)?;
+        let mut scratch = CoincideScratch::default();
         let mut slot = 0;
         loop {
             let nf = counts[slot];
             let last = lasts[slot];
-            wm.update(&host_frames[slot], offset)?;
-            let w = if last { f64::INFINITY } else { wm.value() };
+            let w = marks[slot];
             // Convert into a[np..np + nf] (the compute stream waits for the copy: cudarc
             // orders uses of a buffer across streams with events).
             self.pet_convert_device(&dframes[slot], nf, &ds, &mut a, np, &mut d_stats)?;
             // Start the next chunk's read and copy while the kernels run.
             if !last {
-                let (n1, l1, f1) = fill(1 - slot, &mut pinned, &mut dframes)?;
-                counts[1 - slot] = n1;
-                lasts[1 - slot] = l1;
-                host_frames[1 - slot] = f1;
+                (counts[1 - slot], lasts[1 - slot], marks[1 - slot]) =
+                    fill(1 - slot, &mut pinned, &mut dframes)?;
             }
             let st = self.download(&d_stats)?;
             let cst = stats_from_words(&st, nf);
@@ -1318,7 +1390,8 @@ impl GpuContext {
             } else {
                 (&mut a, &mut b)
             };
-            let (pairs, resume) = self.pet_coincide_device(merged, 0, total, c, w)?;
+            let (pairs, resume) =
+                self.pet_coincide_device_with(&mut scratch, merged, 0, total, c, w)?;
             let rest = total - resume;
             if rest > sc.pending_capacity {
                 return Err(pending_overflow(rest, sc.pending_capacity));

@@ -5,8 +5,8 @@ use detkit::cpu::pet::{self as oracle, CoincideConfig};
 use detkit::pet::{self, gen, Scanner, StreamConfig};
 use detkit::{Backend, Error};
 use detkit_gpu::pet::{
-    convert_frame, merge_path, rank_in, run_bound, run_count, window_complete, window_pairs,
-    Coincidence, DataFrameV2, Policy, Single, CONVERT_ACCEPTED, CONVERT_BAD_ADDRESS,
+    convert_frame, gallop_rank, merge_path, rank_in, run_bound, run_count, window_complete,
+    window_pairs, Coincidence, DataFrameV2, Policy, Single, CONVERT_ACCEPTED, CONVERT_BAD_ADDRESS,
     CONVERT_CLAMPED, MAX_MULTIPLE,
 };
 use proptest::prelude::*;
@@ -302,6 +302,23 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn gallop_rank_equals_rank_in(mut v in prop::collection::vec(0u32..40, 0..300), key in 0u32..45, strict: bool) {
+        v.sort_unstable();
+        let len = v.len() as u32;
+        prop_assert_eq!(
+            gallop_rank(len, key, strict, |q| v[q as usize]),
+            rank_in(len, key, strict, |q| v[q as usize])
+        );
+        // rank_in against a plain count.
+        let count = v.iter().filter(|&&x| if strict { x < key } else { x <= key }).count() as u32;
+        prop_assert_eq!(rank_in(len, key, strict, |q| v[q as usize]), count);
+    }
+}
+
 #[test]
 fn sort_rejects_non_finite_times() {
     let v = [
@@ -465,7 +482,7 @@ fn emulate_coincide(s: &[Single], c: &CoincideConfig, watermark: f64) -> (Vec<Co
     let next: Vec<usize> = (0..n)
         .map(|i| {
             i + 1
-                + rank_in((n - i - 1) as u32, reach, false, |q| {
+                + gallop_rank((n - i - 1) as u32, reach, false, |q| {
                     s[i + 1 + q as usize].time - s[i].time
                 }) as usize
         })
@@ -473,7 +490,7 @@ fn emulate_coincide(s: &[Single], c: &CoincideConfig, watermark: f64) -> (Vec<Co
     let lo: Vec<usize> = (0..n)
         .map(|i| {
             i + 1
-                + rank_in((n - i - 1) as u32, c.delay.unwrap_or(0.0), true, |q| {
+                + gallop_rank((n - i - 1) as u32, c.delay.unwrap_or(0.0), true, |q| {
                     s[i + 1 + q as usize].time - s[i].time
                 }) as usize
         })

@@ -356,10 +356,18 @@ fn main() -> Result<()> {
         let want_p = oracle::coincide(&sorted, &c)?;
         let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
         let ds_sorted = g.upload(words(&sorted))?;
-        let (got_p, _) = g.pet_coincide_device(&ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
+        let mut scratch = detkit::pet::CoincideScratch::default();
+        let (got_p, _) = g.pet_coincide_device_with(
+            &mut scratch,
+            &ds_sorted,
+            0,
+            sorted.len(),
+            &c,
+            f64::INFINITY,
+        )?;
         check("coincide", &got_p, &want_p)?;
         let ms = median_ms(g, reps, || {
-            g.pet_coincide_device(&ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
+            g.pet_coincide_device_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
                 .map(|_| ())
         })?;
         push(
