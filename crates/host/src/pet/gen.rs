@@ -159,8 +159,9 @@ pub struct Acquisition {
     pub frames: Vec<DataFrameV2>,
     /// Truth: for each annihilation with both photons detected, the two frame indices.
     pub truth: Vec<(usize, usize)>,
-    /// Per BDM (ascending), `(first frame, frames)` of the whole acquisition when written
-    /// as one slice (`slice = u64::MAX`); empty otherwise.
+    /// With `slice = u64::MAX` (one readout slice): the run boundaries of the per-BDM
+    /// streams, `bdm_count + 1` frame indices from 0 to the frame count (BDM `b`'s frames are
+    /// `bdm_runs[b]..bdm_runs[b + 1]`); empty otherwise.
     pub bdm_runs: Vec<u32>,
 }
 
