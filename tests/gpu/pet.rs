@@ -1,6 +1,533 @@
-//! GPU tests of the pet family against its CPU oracle.
+//! GPU tests of the pet family against its CPU oracle: conversion, sort, merge of presorted
+//! runs, coincidences (every policy, delayed window, adversarial windows), the streamed chain.
 
-use crate::Test;
+use detkit::cpu::pet::{self as oracle, CoincideConfig};
+use detkit::pet::{gen, Scanner, StreamConfig};
+use detkit::Error;
+use detkit_gpu::pet::{self as kp, Coincidence, DataFrameV2, Policy, Single};
+use detkit_tests::{ensure, exact};
+
+use crate::{e, Ctx, Test, R};
 
 /// The pet tests, run by `main` after the Foundation tests.
-pub(crate) const TESTS: &[Test] = &[];
+pub(crate) const TESTS: &[Test] = &[
+    ("pet_convert", test_convert),
+    ("pet_sort", test_sort),
+    ("pet_sort_runs", test_sort_runs),
+    ("pet_coincide", test_coincide),
+    ("pet_coincide_adversarial", test_coincide_adversarial),
+    ("pet_stream", test_stream),
+];
+
+const POISON: u64 = 0xDEAD_BEEF_DEAD_BEEF;
+
+fn sizes(tile: usize, quick: bool) -> Vec<usize> {
+    let mut v = vec![
+        0,
+        1,
+        31,
+        32,
+        33,
+        255,
+        256,
+        257,
+        tile - 1,
+        tile,
+        tile + 1,
+        3 * tile + 5,
+        (1 << 20) + 7,
+    ];
+    if !quick {
+        v.push(1 << 24);
+    }
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn acquisition(c: &Ctx, s: &Scanner, n: usize, salt: u64) -> Vec<DataFrameV2> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut f = gen::acquisition(
+        s,
+        &gen::AcquisitionConfig {
+            seed: c.seed ^ salt,
+            singles: n,
+            slice: 1_000_000,
+            ..Default::default()
+        },
+    )
+    .frames;
+    f.truncate(n);
+    f
+}
+
+fn singles(words: &[u64]) -> Vec<Single> {
+    bytemuck::cast_slice::<u64, Single>(words).to_vec()
+}
+
+fn test_convert(c: &Ctx) -> R {
+    let g = c.gpu();
+    let s = gen::tiny_scanner(c.seed);
+    let ds = g.pet_scanner(&s).map_err(e)?;
+    for n in sizes(kp::CONVERT_TILE as usize, c.quick) {
+        let mut frames = acquisition(c, &s, n, 1);
+        // Adversarial frames: energies at and over the table end, bad addresses.
+        for (i, f) in frames.iter_mut().enumerate() {
+            match (i.wrapping_mul(2654435761) >> 7) % 97 {
+                0 => f.energy = 9999u16.to_be_bytes(),
+                1 => f.energy = 10_000u16.to_be_bytes(),
+                2 => f.energy = u16::MAX.to_be_bytes(),
+                3 => f.bdm = 200,
+                4 => f.head_du = 0xAF,
+                5 => f.x = 255,
+                _ => {}
+            }
+        }
+        let (want, want_st) = oracle::convert(&frames, &s.params, &s.position, &s.energy);
+        let bytes: &[u8] = bytemuck::cast_slice(&frames);
+        let d = if n == 0 {
+            g.zeros::<u8>(16).map_err(e)?
+        } else {
+            g.upload(bytes).map_err(e)?
+        };
+        let mut out = g.poisoned(2 * (n + 1), POISON).map_err(e)?;
+        let mut st = g.poisoned(kp::STAT_WORDS, 0xAAAA_AAAAu32).map_err(e)?;
+        g.pet_convert_device(&d, n, &ds, &mut out, 0, &mut st)
+            .map_err(e)?;
+        let words = g.download(&out).map_err(e)?;
+        let stw = g.download(&st).map_err(e)?;
+        let k = stw[kp::STAT_ACCEPTED] as usize;
+        ensure(k == want.len(), || {
+            format!("convert n={n}: accepted {k}, oracle {}", want.len())
+        })?;
+        exact(
+            &format!("convert n={n} singles"),
+            &singles(&words[..2 * k]),
+            &want,
+        )?;
+        ensure(words[2 * k..].iter().all(|&w| w == POISON), || {
+            format!("convert n={n}: wrote past the accepted singles")
+        })?;
+        let got_st = (
+            stw[kp::STAT_REJECTED_ENERGY] as u64,
+            stw[kp::STAT_CLAMPED] as u64,
+            stw[kp::STAT_BAD_ADDRESS] as u64,
+            (stw[kp::STAT_FIRST_BAD] != u32::MAX).then_some(stw[kp::STAT_FIRST_BAD] as u64),
+        );
+        let want_t = (
+            want_st.rejected_energy,
+            want_st.clamped,
+            want_st.bad_address,
+            want_st.first_bad_address,
+        );
+        ensure(got_st == want_t, || {
+            format!("convert n={n} stats {got_st:?}, oracle {want_t:?}")
+        })?;
+        // The backend API agrees too.
+        if n <= 5000 {
+            let (b, bst) = c.backend.pet_convert(&frames, &s).map_err(e)?;
+            exact(&format!("backend convert n={n}"), &b, &want)?;
+            ensure(bst == want_st, || format!("backend convert stats n={n}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn sort_inputs(c: &Ctx, n: usize) -> Vec<(&'static str, Vec<Single>)> {
+    let r = c.rand(20, n, 1 << 30);
+    let few = c.rand(21, n, 5);
+    vec![
+        (
+            "random",
+            r.iter()
+                .enumerate()
+                .map(|(i, &t)| Single {
+                    crystal: i as u32,
+                    energy: 1.0,
+                    time: t as f64,
+                })
+                .collect(),
+        ),
+        (
+            "five-times",
+            few.iter()
+                .enumerate()
+                .map(|(i, &t)| Single {
+                    crystal: i as u32,
+                    energy: 2.0,
+                    time: t as f64 * 0.5 - 1.0,
+                })
+                .collect(),
+        ),
+        (
+            "reversed",
+            (0..n)
+                .map(|i| Single {
+                    crystal: i as u32,
+                    energy: 3.0,
+                    time: (n - i) as f64,
+                })
+                .collect(),
+        ),
+        (
+            "equal",
+            (0..n)
+                .map(|i| Single {
+                    crystal: i as u32,
+                    energy: 4.0,
+                    time: 7.0,
+                })
+                .collect(),
+        ),
+    ]
+}
+
+fn test_sort(c: &Ctx) -> R {
+    let g = c.gpu();
+    for n in sizes(kp::SORT_TILE as usize, c.quick) {
+        for (label, v) in sort_inputs(c, n) {
+            if n >= 1 << 24 && label != "random" {
+                continue;
+            }
+            let want = oracle::sort(&v).map_err(e)?;
+            let words: &[u64] = bytemuck::cast_slice(&v);
+            let mut a = if n == 0 {
+                g.zeros::<u64>(2).map_err(e)?
+            } else {
+                g.upload(words).map_err(e)?
+            };
+            let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
+            let in_b = g.pet_sort_device(&mut a, &mut b, 0, n).map_err(e)?;
+            let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+            exact(
+                &format!("sort {label} n={n}"),
+                &singles(&got[..2 * n]),
+                &want,
+            )?;
+        }
+    }
+    let bad = vec![
+        Single {
+            crystal: 0,
+            energy: 0.0,
+            time: 1.0,
+        },
+        Single {
+            crystal: 1,
+            energy: 0.0,
+            time: f64::NAN,
+        },
+    ];
+    ensure(
+        matches!(c.backend.pet_sort(&bad), Err(Error::InvalidInput { .. })),
+        || "NaN time accepted by sort".into(),
+    )
+}
+
+fn test_sort_runs(c: &Ctx) -> R {
+    // Realistic: one readout slice, 256 per-BDM time-ordered streams, converted.
+    let s = gen::bench_scanner(c.seed);
+    for n in [
+        1000usize,
+        100_000,
+        if c.quick { 200_000 } else { 2_000_000 },
+    ] {
+        let acq = gen::acquisition(
+            &s,
+            &gen::AcquisitionConfig {
+                seed: c.seed,
+                singles: n,
+                slice: u64::MAX,
+                pileup: 0.0,
+                ..Default::default()
+            },
+        );
+        // Singles in frame order (no energy cut, so runs = BDM streams).
+        let mut p = s.clone();
+        p.params.energy_lo = f32::MIN;
+        p.params.energy_hi = f32::MAX;
+        let (v, _) = oracle::convert(&acq.frames, &p.params, &p.position, &p.energy);
+        let want = oracle::sort(&v).map_err(e)?;
+        let got = c.backend.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
+        exact(&format!("sort_runs bdm streams n={n}"), &got, &want)?;
+        let got = c.backend.pet_sort(&v).map_err(e)?;
+        exact(&format!("sort bdm streams n={n}"), &got, &want)?;
+    }
+    // Random run boundaries, including empty runs and ties across runs.
+    for (nruns, n) in [
+        (1usize, 5000usize),
+        (2, 3),
+        (3, 4097),
+        (77, 100_000),
+        (1000, 50_000),
+    ] {
+        let mut cuts: Vec<u32> = c.rand(22 + nruns as u64, nruns - 1, n as u32 + 1);
+        cuts.push(0);
+        cuts.push(n as u32);
+        cuts.sort_unstable();
+        let mut v: Vec<Single> = c
+            .rand(23, n, 50)
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Single {
+                crystal: i as u32,
+                energy: 0.0,
+                time: t as f64,
+            })
+            .collect();
+        for w in cuts.windows(2) {
+            v[w[0] as usize..w[1] as usize].sort_by(|a, b| a.time.total_cmp(&b.time));
+        }
+        let got = c.backend.pet_sort_runs(&v, &cuts).map_err(e)?;
+        exact(
+            &format!("sort_runs random {nruns} runs n={n}"),
+            &got,
+            &oracle::sort(&v).map_err(e)?,
+        )?;
+    }
+    let v = vec![
+        Single {
+            crystal: 0,
+            energy: 0.0,
+            time: 2.0,
+        },
+        Single {
+            crystal: 1,
+            energy: 0.0,
+            time: 1.0,
+        },
+    ];
+    ensure(
+        matches!(
+            c.backend.pet_sort_runs(&v, &[0, 2]),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "unsorted run accepted".into(),
+    )
+}
+
+fn configs() -> Vec<CoincideConfig> {
+    let mut v = Vec::new();
+    for policy in Policy::ALL {
+        for delay in [None, Some(20_000.0)] {
+            v.push(CoincideConfig {
+                window: 5000.0,
+                delay,
+                policy,
+            });
+        }
+    }
+    v
+}
+
+fn sorted_singles(c: &Ctx, n: usize, rate: f64) -> Vec<Single> {
+    let s = gen::tiny_scanner(c.seed);
+    let frames = if n == 0 {
+        vec![]
+    } else {
+        gen::acquisition(
+            &s,
+            &gen::AcquisitionConfig {
+                seed: c.seed ^ 9,
+                singles: n,
+                singles_rate: rate,
+                ..Default::default()
+            },
+        )
+        .frames
+    };
+    let (v, _) = oracle::convert(&frames, &s.params, &s.position, &s.energy);
+    oracle::sort(&v).expect("finite")
+}
+
+fn check_coincide(c: &Ctx, what: &str, v: &[Single], cfg: &CoincideConfig) -> R {
+    let want = oracle::coincide(v, cfg);
+    let got = c.backend.pet_coincide(v, cfg);
+    match (got, want) {
+        (Ok(g), Ok(w)) => exact(&format!("{what} {cfg:?}"), &g, &w),
+        (
+            Err(Error::CapacityExceeded { needed: a, .. }),
+            Err(Error::CapacityExceeded { needed: b, .. }),
+        ) => ensure(a == b, || {
+            format!("{what} {cfg:?}: capacity {a} vs oracle {b}")
+        }),
+        (g, w) => Err(format!("{what} {cfg:?}: gpu {g:?}, oracle {w:?}")),
+    }
+}
+
+fn test_coincide(c: &Ctx) -> R {
+    for n in sizes(kp::COINCIDE_THREADS as usize, c.quick) {
+        if n > 1 << 20 && c.quick {
+            continue;
+        }
+        for rate in [1e6, 5e7] {
+            let v = sorted_singles(c, n, rate);
+            for cfg in configs() {
+                if n >= 1 << 24 && cfg.policy != Policy::KillAll {
+                    continue;
+                }
+                check_coincide(c, &format!("coincide n={n} rate={rate}"), &v, &cfg)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn sgl(crystal: u32, energy: f32, time: f64) -> Single {
+    Single {
+        crystal,
+        energy,
+        time,
+    }
+}
+
+fn test_coincide_adversarial(c: &Ctx) -> R {
+    let w = 10.0;
+    let mut cases: Vec<(&str, Vec<Single>)> = vec![
+        ("empty", vec![]),
+        ("one", vec![sgl(1, 1.0, 0.0)]),
+        // Every single in one window.
+        (
+            "one-window",
+            (0..5000)
+                .map(|i| sgl(i % 7, i as f32, 0.001 * i as f64))
+                .collect(),
+        ),
+        // Exactly `window` apart: a chain of closed windows.
+        (
+            "boundary",
+            (0..4099).map(|i| sgl(i % 5, 1.0, w * i as f64)).collect(),
+        ),
+        (
+            "half-window",
+            (0..4099)
+                .map(|i| sgl(i % 3, 1.0, 0.5 * w * i as f64))
+                .collect(),
+        ),
+        (
+            "equal-times",
+            (0..3000)
+                .map(|i| sgl(i % 4, (i % 9) as f32, (i / 3) as f64 * 100.0))
+                .collect(),
+        ),
+        (
+            "same-crystal",
+            (0..3000)
+                .map(|i| sgl(7, 1.0, (i / 2) as f64 * 100.0 + (i % 2) as f64))
+                .collect(),
+        ),
+        (
+            "pairs-then-gap",
+            (0..10_000)
+                .map(|i| sgl(i % 2, 1.0, (i / 2) as f64 * 25.0 + (i % 2) as f64 * 3.0))
+                .collect(),
+        ),
+    ];
+    // Long dense chain (no gap > window): one segment walked by one thread.
+    cases.push((
+        "dense-chain",
+        (0..200_000)
+            .map(|i| sgl(i % 11, (i % 13) as f32, 0.4 * w * i as f64))
+            .collect(),
+    ));
+    for (label, v) in &cases {
+        let mut cfgs = configs();
+        for cfg in cfgs.iter_mut() {
+            cfg.window = w;
+            if cfg.delay.is_some() {
+                cfg.delay = Some(3.0 * w);
+            }
+        }
+        cfgs.push(CoincideConfig::prompt(0.0));
+        for cfg in &cfgs {
+            check_coincide(c, &format!("adversarial {label}"), v, cfg)?;
+        }
+    }
+    // Unsorted input: typed error naming the first single out of order.
+    let mut v = sorted_singles(c, 5000, 1e7);
+    v.swap(1234, 1235);
+    if v[1234].time != v[1235].time {
+        match c.backend.pet_coincide(&v, &CoincideConfig::prompt(w)) {
+            Err(Error::InvalidInput { detail, .. }) if detail.contains("single 1235") => {}
+            other => return Err(format!("unsorted coincide input: {other:?}")),
+        }
+    }
+    // The device path reports unsorted input itself (the backend checks on the host first).
+    let g = c.gpu();
+    let words: Vec<u64> =
+        bytemuck::cast_slice(&[sgl(0, 0.0, 5.0), sgl(1, 0.0, 6.0), sgl(2, 0.0, 1.0)]).to_vec();
+    let d = g.upload(&words).map_err(e)?;
+    match g.pet_coincide_device(&d, 0, 3, &CoincideConfig::prompt(w), f64::INFINITY) {
+        Err(Error::InvalidInput { detail, .. }) if detail.contains("single 2") => Ok(()),
+        other => Err(format!("device coincide, unsorted: {other:?}")),
+    }
+}
+
+fn test_stream(c: &Ctx) -> R {
+    let s = gen::tiny_scanner(c.seed);
+    for (n, chunks) in [
+        (
+            if c.quick { 500usize } else { 3000 },
+            vec![1usize, 2, 3, 7, 64],
+        ),
+        (200_000, vec![1000, 4096, 65_536, 1 << 22]),
+    ] {
+        let acq = gen::acquisition(
+            &s,
+            &gen::AcquisitionConfig {
+                seed: c.seed ^ 77,
+                singles: n,
+                singles_rate: 3e7,
+                slice: 100_000,
+                ..Default::default()
+            },
+        );
+        let bytes = gen::frame_bytes(&acq.frames);
+        for cfg in [
+            CoincideConfig::prompt(5000.0),
+            CoincideConfig {
+                window: 5000.0,
+                delay: Some(20_000.0),
+                policy: Policy::TakeAllGoods,
+            },
+            CoincideConfig {
+                window: 8000.0,
+                delay: None,
+                policy: Policy::TakeWinnerOfGoods,
+            },
+        ] {
+            let (v, want_st) = oracle::convert(&acq.frames, &s.params, &s.position, &s.energy);
+            let want = oracle::coincide(&oracle::sort(&v).map_err(e)?, &cfg).map_err(e)?;
+            for &chunk in &chunks {
+                let mut got: Vec<Coincidence> = Vec::new();
+                let st = c
+                    .backend
+                    .pet_run_stream(
+                        &mut &bytes[..],
+                        &s,
+                        &cfg,
+                        &StreamConfig {
+                            chunk_frames: chunk,
+                            pending_capacity: 1 << 16,
+                        },
+                        |p| {
+                            got.extend_from_slice(p);
+                            Ok(())
+                        },
+                        |_| {},
+                    )
+                    .map_err(e)?;
+                exact(&format!("stream n={n} chunk={chunk} {cfg:?}"), &got, &want)?;
+                ensure(st.convert == want_st, || {
+                    format!(
+                        "stream n={n} chunk={chunk}: stats {:?} vs {want_st:?}",
+                        st.convert
+                    )
+                })?;
+            }
+        }
+    }
+    Ok(())
+}

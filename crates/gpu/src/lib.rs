@@ -23,6 +23,7 @@ pub mod bucket;
 pub mod clustering;
 pub mod compact;
 pub mod histogram;
+pub mod pet;
 pub mod scan;
 
 /// Threads per warp on every NVIDIA GPU detkit supports.
@@ -49,6 +50,13 @@ pub const ALL_KERNELS: &[&str] = &[
     clustering::KERNEL_FIND_CLUS_FALLBACK,
     clustering::KERNEL_FIND_CLUS_SEED,
     clustering::KERNEL_CHARGE_CUT,
+    pet::KERNEL_CONVERT,
+    pet::KERNEL_SORT_BLOCK,
+    pet::KERNEL_SORT_PASS,
+    pet::KERNEL_COINCIDE_NEXT,
+    pet::KERNEL_COINCIDE_WALK,
+    pet::KERNEL_COINCIDE_COUNT,
+    pet::KERNEL_COINCIDE_FILL,
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.

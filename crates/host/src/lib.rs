@@ -36,6 +36,7 @@ pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod histogram;
+pub mod pet;
 pub mod ptx;
 pub mod scan;
 

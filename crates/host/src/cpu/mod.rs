@@ -5,4 +5,5 @@ pub mod bucket;
 pub mod clustering;
 pub mod compact;
 pub mod histogram;
+pub mod pet;
 pub mod scan;

@@ -1,0 +1,1268 @@
+//! PET acquisition chain: raw frames to singles, stable time sort, coincidence windows.
+//!
+//! Source: the small-animal PET seed (`shared/seeds/002`: `DataFrameV2`, `SinglesStruct`,
+//! `CoinPetPara`, `convertUdpToSinglesKernel`, `parallelMergeSort`, `SelectKernel`), with the
+//! window rule of issue 4 and GATE's multiple-coincidence policies (`reference/algorithms.md`
+//! section 3). `docs/pet.md` lists every difference from the seed.
+//!
+//! # Data
+//! - [`DataFrameV2`]: 16 packed bytes per raw frame (head/DU, BDM, 8 big-endian time bytes,
+//!   x, y, 2 big-endian energy bytes, 2 temperature bytes).
+//! - [`Single`]: `{u32 crystal, f32 energy, f64 time}`, 16 bytes, the seed's `SinglesStruct`.
+//! - [`Coincidence`]: two singles, the earlier first.
+//! - Position table: `u8` per `(bdm, du, x + y * position_size)`; energy-correction table:
+//!   `f32` per `(bdm, du, local crystal, floor(raw energy / 10))`, 1000 per crystal.
+//!
+//! # Kernels
+//! 1. [`KERNEL_CONVERT`]: one frame per item, [`convert_frame`] per item, then an
+//!    order-preserving compaction of the accepted singles (warp ballots for the ranks inside a
+//!    warp, the Foundation's `BlockScan` over warp totals, decoupled look-back across tiles),
+//!    so the output keeps input order (the seed's `atomicAdd` of block offsets does not).
+//! 2. [`KERNEL_SORT_BLOCK`] + [`KERNEL_SORT_PASS`]: stable merge sort by time. Tiles of
+//!    [`SORT_TILE`] = 1024 singles are sorted in shared memory by rank merging (each element
+//!    finds its rank in the partner run by binary search: lower bound from the left run, upper
+//!    bound from the right run, which makes the sort stable), then merge passes double the run
+//!    width. A pass splits the output into tiles of 1024 by merge-path search, so every block
+//!    does the same work whatever the data. No padding: the last, partial tile and the last,
+//!    short run are handled as they are. The same pass merges arbitrary presorted runs (for
+//!    example per-BDM streams), given their boundaries.
+//! 3. Coincidences: [`KERNEL_COINCIDE_NEXT`] (window ends by binary search, sortedness check),
+//!    [`KERNEL_COINCIDE_WALK`] (window openers: a single more than `window` after its
+//!    predecessor always opens a window, so the chain of windows restarts there; one thread
+//!    walks each such segment, as the seed's `SelectKernel` walks left to the last gap),
+//!    [`KERNEL_COINCIDE_COUNT`] (pairs per window, [`window_pairs`]), the Foundation's scan,
+//!    [`KERNEL_COINCIDE_FILL`] (writes the pairs at their offsets: time order of the first single).
+//!
+//! # Worked example (coincidences, window 10, policy killAll)
+//! singles (crystal, time): `(1, 0) (2, 4) (3, 20) (4, 25) (5, 26) (6, 40) (6, 45) (7, 60)`:
+//! windows `{0, 4}` → pair (1, 2); `{20, 25, 26}` → multiple, none; `{40, 45}` → same crystal,
+//! none; `{60}` → none. Output: one coincidence, crystals 1 and 2.
+
+use bytemuck::{Pod, Zeroable};
+
+/// Kernel: raw frames to accepted singles, in input order.
+pub const KERNEL_CONVERT: &str = "pet_convert_frames";
+/// Kernel: stable sort of each 1024-single tile in shared memory.
+pub const KERNEL_SORT_BLOCK: &str = "pet_merge_sort_block";
+/// Kernel: one merge pass over pairs of sorted runs.
+pub const KERNEL_SORT_PASS: &str = "pet_merge_sort_pass";
+/// Kernel: window ends, delayed window starts, sortedness check.
+pub const KERNEL_COINCIDE_NEXT: &str = "pet_coincide_next";
+/// Kernel: marks the window openers of the non-sliding chain.
+pub const KERNEL_COINCIDE_WALK: &str = "pet_coincide_walk";
+/// Kernel: pairs per window.
+pub const KERNEL_COINCIDE_COUNT: &str = "pet_coincide_count";
+/// Kernel: writes the pairs.
+pub const KERNEL_COINCIDE_FILL: &str = "pet_coincide_fill";
+
+/// One raw frame of the acquisition electronics (the seed's `DataFrameV2`), 16 bytes, packed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct DataFrameV2 {
+    /// Head nibble and DU index (low 4 bits).
+    pub head_du: u8,
+    /// BDM index.
+    pub bdm: u8,
+    /// Time counter, big-endian.
+    pub time: [u8; 8],
+    /// Position-map x.
+    pub x: u8,
+    /// Position-map y.
+    pub y: u8,
+    /// Raw energy, big-endian.
+    pub energy: [u8; 2],
+    /// Temperature, integer part.
+    pub temperature_int: i8,
+    /// Temperature fraction and tail.
+    pub temperature_tail: u8,
+}
+const _: () = assert!(core::mem::size_of::<DataFrameV2>() == 16);
+const _: () = assert!(core::mem::align_of::<DataFrameV2>() == 1);
+
+/// One single (the seed's `SinglesStruct`): global crystal index, corrected energy, time in
+/// the frame counter's unit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub struct Single {
+    /// Global crystal index.
+    pub crystal: u32,
+    /// Corrected energy (raw energy times the correction factor).
+    pub energy: f32,
+    /// Time (the frame counter as `f64`).
+    pub time: f64,
+}
+const _: () = assert!(core::mem::size_of::<Single>() == 16);
+const _: () = assert!(core::mem::align_of::<Single>() == 8);
+
+/// A coincidence: two singles, the earlier (in sorted order) first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub struct Coincidence {
+    /// The first single (window opener side).
+    pub a: Single,
+    /// The second single.
+    pub b: Single,
+}
+const _: () = assert!(core::mem::size_of::<Coincidence>() == 32);
+
+/// Scanner parameters used by the conversion (the seed's `CoinPetPara`).
+///
+/// BDMs: `channels * module_num_y` around the ring times `module_num_z` along the axis;
+/// DUs per BDM: `block_num_y * block_num_z`; crystals per DU: `crystal_num_y * crystal_num_z`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Pod, Zeroable)]
+pub struct ScannerParams {
+    /// `m_nChannelNum`.
+    pub channels: u32,
+    /// Modules around the ring per channel.
+    pub module_num_y: u32,
+    /// Modules along the axis.
+    pub module_num_z: u32,
+    /// Blocks (DUs) per module around the ring.
+    pub block_num_y: u32,
+    /// Blocks (DUs) per module along the axis.
+    pub block_num_z: u32,
+    /// Crystals per block around the ring.
+    pub crystal_num_y: u32,
+    /// Crystals per block along the axis.
+    pub crystal_num_z: u32,
+    /// Side of the position map (x and y below it).
+    pub position_size: u32,
+    /// Energy window, lower edge (inclusive), corrected energy.
+    pub energy_lo: f32,
+    /// Energy window, upper edge (inclusive).
+    pub energy_hi: f32,
+    /// Padding to 48 bytes.
+    pub _pad: [u32; 2],
+}
+const _: () = assert!(core::mem::size_of::<ScannerParams>() == 48);
+
+/// Energy-correction factors per crystal (indexed by `floor(raw energy / 10)`).
+pub const ENERGY_BINS: u32 = 1000;
+
+impl ScannerParams {
+    /// Number of BDMs.
+    pub const fn bdm_count(&self) -> u32 {
+        self.channels * self.module_num_y * self.module_num_z
+    }
+    /// DUs per BDM.
+    pub const fn du_count(&self) -> u32 {
+        self.block_num_y * self.block_num_z
+    }
+    /// Crystals per DU.
+    pub const fn crystals_per_du(&self) -> u32 {
+        self.crystal_num_y * self.crystal_num_z
+    }
+    /// Crystals in one ring.
+    pub const fn crystals_per_ring(&self) -> u32 {
+        self.channels * self.module_num_y * self.block_num_y * self.crystal_num_y
+    }
+    /// Number of rings.
+    pub const fn rings(&self) -> u32 {
+        self.module_num_z * self.block_num_z * self.crystal_num_z
+    }
+    /// Entries of the position table.
+    pub const fn position_entries(&self) -> u64 {
+        self.bdm_count() as u64
+            * self.du_count() as u64
+            * self.position_size as u64
+            * self.position_size as u64
+    }
+    /// Entries of the energy-correction table.
+    pub const fn energy_entries(&self) -> u64 {
+        self.bdm_count() as u64
+            * self.du_count() as u64
+            * self.crystals_per_du() as u64
+            * ENERGY_BINS as u64
+    }
+}
+
+/// Conversion outcome bits.
+pub const CONVERT_ACCEPTED: u32 = 1;
+/// The energy-table index was `>= 1000` and was clamped to 999.
+pub const CONVERT_CLAMPED: u32 = 2;
+/// BDM, DU, x or y outside the tables (or a table entry outside the DU): frame dropped.
+pub const CONVERT_BAD_ADDRESS: u32 = 4;
+
+/// The frame's time counter (big-endian `u64`).
+#[inline(always)]
+pub fn frame_time(f: &DataFrameV2) -> u64 {
+    u64::from_be_bytes(f.time)
+}
+
+/// The frame's raw energy (big-endian `u16`).
+#[inline(always)]
+pub fn frame_energy(f: &DataFrameV2) -> u32 {
+    (f.energy[0] as u32) << 8 | f.energy[1] as u32
+}
+
+/// Converts one frame; `position(i)` and `correction(i)` read the tables (indices are
+/// always inside them: the function checks every address first). Returns the single and
+/// the outcome bits.
+///
+/// Steps (seed `convertUdpToSinglesKernel`): time = counter as `f64`; origin crystal =
+/// position table at `(bdm, du, x + y * size)`; local crystal = `ox + (cy - 1 - oy) * cz`
+/// with `ox = origin % cz`, `oy = origin / cz`; crystal in ring and ring index; global index
+/// `in_ring + ring * crystals_per_ring`; energy = raw * factor with factor index
+/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`.
+#[inline(always)]
+pub fn convert_frame(
+    f: &DataFrameV2,
+    p: &ScannerParams,
+    position: impl Fn(u64) -> u8,
+    correction: impl Fn(u64) -> f32,
+) -> (Single, u32) {
+    let bdm = f.bdm as u32;
+    let du = (f.head_du & 0x0f) as u32;
+    let (x, y) = (f.x as u32, f.y as u32);
+    let ps = p.position_size;
+    let (cy, cz) = (p.crystal_num_y, p.crystal_num_z);
+    let ring_modules = p.channels * p.module_num_y;
+    // Zero divisors are rejected by the host's parameter check; testing them here as well
+    // keeps the kernel free of division-by-zero paths.
+    if cz == 0 || cy == 0 || p.block_num_z == 0 || ring_modules == 0 {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    }
+    if bdm >= p.bdm_count() || du >= p.du_count() || x >= ps || y >= ps {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    }
+    let du_index = bdm as u64 * p.du_count() as u64 + du as u64;
+    let origin = position(du_index * (ps as u64 * ps as u64) + (x + y * ps) as u64) as u32;
+    if origin >= cy * cz {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    }
+    let (ox, oy) = (origin % cz, origin / cz);
+    let local = ox + (cy - 1 - oy) * cz;
+    let in_ring = bdm % ring_modules * (p.block_num_y * cy) + du / p.block_num_z * cy + local / cz;
+    let ring = bdm / ring_modules * (p.block_num_z * cz) + du % p.block_num_z * cz + local % cz;
+    let crystal = in_ring + ring * p.crystals_per_ring();
+    let raw = frame_energy(f);
+    let mut status = 0;
+    let mut bin = raw / 10;
+    if bin >= ENERGY_BINS {
+        bin = ENERGY_BINS - 1;
+        status |= CONVERT_CLAMPED;
+    }
+    let factor = correction(
+        (du_index * p.crystals_per_du() as u64 + local as u64) * ENERGY_BINS as u64 + bin as u64,
+    );
+    let energy = raw as f32 * factor;
+    if p.energy_lo <= energy && energy <= p.energy_hi {
+        status |= CONVERT_ACCEPTED;
+    }
+    let single = Single {
+        crystal,
+        energy,
+        time: frame_time(f) as f64,
+    };
+    (single, status)
+}
+
+/// Conversion statistics words written by [`KERNEL_CONVERT`].
+pub const STAT_ACCEPTED: usize = 0;
+/// Frames outside the energy window.
+pub const STAT_REJECTED_ENERGY: usize = 1;
+/// Frames whose energy-table index was clamped.
+pub const STAT_CLAMPED: usize = 2;
+/// Frames with a bad address.
+pub const STAT_BAD_ADDRESS: usize = 3;
+/// Index of the first frame with a bad address (`u32::MAX` if none).
+pub const STAT_FIRST_BAD: usize = 4;
+/// Words of the statistics array.
+pub const STAT_WORDS: usize = 8;
+
+/// Threads per block of the conversion.
+pub const CONVERT_THREADS: u32 = 256;
+/// Frames per thread of the conversion.
+pub const CONVERT_ITEMS: u32 = 8; // `unroll8!` in the kernel matches
+/// Frames per tile (block).
+pub const CONVERT_TILE: u64 = (CONVERT_THREADS * CONVERT_ITEMS) as u64;
+
+/// Shared-memory bytes of the conversion (the Foundation's tile-scan layout, `u32`).
+pub const fn convert_smem_bytes() -> usize {
+    crate::scan::device_scan_smem_bytes(4)
+}
+
+// ---------------------------------------------------------------------------------------
+// Sort
+// ---------------------------------------------------------------------------------------
+
+/// Threads per block of the sort kernels.
+pub const SORT_THREADS: u32 = 256;
+/// Elements per tile of the sort kernels (the seed's 1024-element local sort).
+pub const SORT_TILE: u32 = 1024;
+/// Shared-memory bytes of the sort kernels: two tiles of singles plus 16 bytes of split
+/// indices.
+pub const fn sort_smem_bytes() -> usize {
+    2 * SORT_TILE as usize * 16 + 32
+}
+
+/// Something a stable merge sort orders by a key.
+pub trait SortKey: Copy {
+    /// The key type (compared with `<` and `<=`; never NaN).
+    type Key: Copy + PartialOrd;
+    /// The key.
+    fn key(&self) -> Self::Key;
+}
+
+impl SortKey for Single {
+    type Key = f64;
+    #[inline(always)]
+    fn key(&self) -> f64 {
+        self.time
+    }
+}
+
+/// Number of elements `x` of the sorted range `0..len` (read by `get`) with `x < key`
+/// (`strict`) or `x <= key` (not `strict`).
+#[inline(always)]
+pub fn rank_in<K: Copy + PartialOrd>(
+    len: u32,
+    key: K,
+    strict: bool,
+    get: impl Fn(u32) -> K,
+) -> u32 {
+    let (mut lo, mut hi) = (0u32, len);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let k = get(mid);
+        let before = if strict { k < key } else { k <= key };
+        if before {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// [`rank_in`] found by galloping from the front (probes 0, 1, 3, 7, ... then a binary
+/// search in the last gap): `O(log answer)` reads, all near the start, instead of
+/// `O(log len)` reads spread over the whole range. Same result as `rank_in`.
+#[inline(always)]
+pub fn gallop_rank<K: Copy + PartialOrd>(
+    len: u32,
+    key: K,
+    strict: bool,
+    get: impl Fn(u32) -> K,
+) -> u32 {
+    let before = |k: K| if strict { k < key } else { k <= key };
+    let mut lo = 0u32;
+    let mut step = 1u64;
+    let hi;
+    loop {
+        let probe = lo as u64 + step - 1;
+        if probe >= len as u64 {
+            hi = len;
+            break;
+        }
+        if before(get(probe as u32)) {
+            lo = probe as u32 + 1;
+            step *= 2;
+        } else {
+            hi = probe as u32;
+            break;
+        }
+    }
+    lo + rank_in(hi - lo, key, strict, |q| get(lo + q))
+}
+
+/// Merge-path split: how many of the first `d` elements of the stable merge of `a`
+/// (length `la`) and `b` (length `lb`) come from `a` (elements of `a` first on ties).
+#[inline(always)]
+pub fn merge_path<K: Copy + PartialOrd>(
+    d: u64,
+    la: u64,
+    lb: u64,
+    a: impl Fn(u64) -> K,
+    b: impl Fn(u64) -> K,
+) -> u64 {
+    let mut lo = d.saturating_sub(lb);
+    let mut hi = if d < la { d } else { la };
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if a(mid) <= b(d - 1 - mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// Boundary `k` of the runs of a merge pass: `min(k * width, n)` when `width > 0`, else
+/// `runs(k)` clamped to `n` (explicit boundaries, `k <= nruns`); `k > nruns` gives `n`.
+#[inline(always)]
+pub fn run_bound(k: u64, width: u64, nruns: u64, n: u64, runs: impl Fn(u64) -> u64) -> u64 {
+    if width > 0 {
+        let b = k.saturating_mul(width);
+        if b < n {
+            b
+        } else {
+            n
+        }
+    } else if k <= nruns {
+        let b = runs(k);
+        if b < n {
+            b
+        } else {
+            n
+        }
+    } else {
+        n
+    }
+}
+
+/// Number of runs of a pass: `ceil(n / width)` or `nruns`.
+#[inline(always)]
+pub fn run_count(width: u64, nruns: u64, n: u64) -> u64 {
+    if width > 0 {
+        n.div_ceil(width)
+    } else {
+        nruns
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Coincidences
+// ---------------------------------------------------------------------------------------
+
+/// Multiple-coincidence policy: what a window with more than two singles yields. A window of
+/// exactly two singles yields their pair when it is good (different crystals), whatever the
+/// policy, as in GATE 9; a window of one yields nothing.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Nothing (the seed's rule; GATE `killAll`).
+    KillAll = 0,
+    /// Every good pair (GATE `takeAllGoods`).
+    TakeAllGoods = 1,
+    /// The good pair with the largest energy sum (GATE `takeWinnerOfGoods`).
+    TakeWinnerOfGoods = 2,
+    /// The pair with the largest energy sum, if it is good (GATE `takeWinnerIfIsGood`).
+    TakeWinnerIfIsGood = 3,
+    /// The winner, if every pair is good (GATE `takeWinnerIfAllAreGoods`).
+    TakeWinnerIfAllAreGoods = 4,
+    /// The good pair, if there is exactly one (GATE `killAllIfMultipleGoods`).
+    KillAllIfMultipleGoods = 5,
+}
+
+impl Policy {
+    /// All policies.
+    pub const ALL: [Policy; 6] = [
+        Policy::KillAll,
+        Policy::TakeAllGoods,
+        Policy::TakeWinnerOfGoods,
+        Policy::TakeWinnerIfIsGood,
+        Policy::TakeWinnerIfAllAreGoods,
+        Policy::KillAllIfMultipleGoods,
+    ];
+    /// The GATE name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Policy::KillAll => "killAll",
+            Policy::TakeAllGoods => "takeAllGoods",
+            Policy::TakeWinnerOfGoods => "takeWinnerOfGoods",
+            Policy::TakeWinnerIfIsGood => "takeWinnerIfIsGood",
+            Policy::TakeWinnerIfAllAreGoods => "takeWinnerIfAllAreGoods",
+            Policy::KillAllIfMultipleGoods => "killAllIfMultipleGoods",
+        }
+    }
+    /// From the kernel argument (unknown values read as `KillAll`; the host validates).
+    #[inline(always)]
+    pub const fn from_u32(v: u32) -> Policy {
+        match v {
+            1 => Policy::TakeAllGoods,
+            2 => Policy::TakeWinnerOfGoods,
+            3 => Policy::TakeWinnerIfIsGood,
+            4 => Policy::TakeWinnerIfAllAreGoods,
+            5 => Policy::KillAllIfMultipleGoods,
+            _ => Policy::KillAll,
+        }
+    }
+}
+
+/// Largest window (singles, opener included) that a policy other than `KillAll` enumerates;
+/// a larger window is a typed error (`CapacityExceeded`), never a silent drop.
+pub const MAX_MULTIPLE: u32 = 256;
+
+/// Whether a pair is good: different crystals (the seed's rule).
+#[inline(always)]
+pub fn good_pair(a: &Single, b: &Single) -> bool {
+    a.crystal != b.crystal
+}
+
+/// The pairs a window yields, in order, passed to `emit(i, j)` (window-local indices,
+/// `i < j`); returns their number. The window holds `len` singles read by `get(k)`.
+/// Candidate pairs: every `i < j` (prompt window), or `(0, j)` (delayed window: pairs only
+/// with the opener, as GATE 9). Energy sums are `a.energy + b.energy` in `f32`; the winner
+/// is the first pair with the strictly largest sum. A caller must not pass
+/// `len > MAX_MULTIPLE` with a policy other than `KillAll` (it is checked before).
+#[inline(always)]
+pub fn window_pairs(
+    len: u32,
+    delayed: bool,
+    policy: Policy,
+    get: impl Fn(u32) -> Single,
+    mut emit: impl FnMut(u32, u32),
+) -> u32 {
+    if len < 2 {
+        return 0;
+    }
+    if len == 2 {
+        let (a, b) = (get(0), get(1));
+        if good_pair(&a, &b) {
+            emit(0, 1);
+            return 1;
+        }
+        return 0;
+    }
+    if let Policy::KillAll = policy {
+        return 0;
+    }
+    // Pass 1: number of candidates and goods, the best good and the best overall.
+    let mut candidates = 0u32;
+    let mut goods = 0u32;
+    let (mut best_good, mut best_good_sum) = ((0u32, 0u32), f32::NEG_INFINITY);
+    let (mut best, mut best_sum) = ((0u32, 0u32), f32::NEG_INFINITY);
+    let mut have_best = false;
+    let mut have_good = false;
+    let mut first_good = (0u32, 0u32);
+    let last_i = if delayed { 1 } else { len - 1 };
+    let mut i = 0;
+    while i < last_i {
+        let a = get(i);
+        let mut j = i + 1;
+        while j < len {
+            let b = get(j);
+            let sum = a.energy + b.energy;
+            candidates += 1;
+            if !have_best || sum > best_sum {
+                best = (i, j);
+                best_sum = sum;
+                have_best = true;
+            }
+            if good_pair(&a, &b) {
+                if goods == 0 {
+                    first_good = (i, j);
+                }
+                goods += 1;
+                if !have_good || sum > best_good_sum {
+                    best_good = (i, j);
+                    best_good_sum = sum;
+                    have_good = true;
+                }
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    if goods == 0 {
+        return 0;
+    }
+    match policy {
+        Policy::KillAll => 0,
+        Policy::TakeAllGoods => {
+            let mut i = 0;
+            while i < last_i {
+                let a = get(i);
+                let mut j = i + 1;
+                while j < len {
+                    if good_pair(&a, &get(j)) {
+                        emit(i, j);
+                    }
+                    j += 1;
+                }
+                i += 1;
+            }
+            goods
+        }
+        Policy::TakeWinnerOfGoods => {
+            emit(best_good.0, best_good.1);
+            1
+        }
+        Policy::TakeWinnerIfIsGood => {
+            if good_pair(&get(best.0), &get(best.1)) {
+                emit(best.0, best.1);
+                1
+            } else {
+                0
+            }
+        }
+        Policy::TakeWinnerIfAllAreGoods => {
+            if goods == candidates {
+                emit(best.0, best.1);
+                1
+            } else {
+                0
+            }
+        }
+        Policy::KillAllIfMultipleGoods => {
+            if goods == 1 {
+                emit(first_good.0, first_good.1);
+                1
+            } else {
+                0
+            }
+        }
+    }
+}
+
+/// Whether a window opened at time `t_open` is complete once every future single is known to
+/// come at or after `watermark`: `watermark - t_open > reach` (`reach` = window, or delay +
+/// window). `watermark = +inf` completes every window (the end of the stream).
+#[inline(always)]
+pub fn window_complete(t_open: f64, watermark: f64, reach: f64) -> bool {
+    watermark - t_open > reach
+}
+
+/// Coincidence status words: first unsorted or NaN index (`u32::MAX` if none).
+pub const CO_FIRST_UNSORTED: usize = 0;
+/// Index of the first incomplete window opener (`u32::MAX` if all complete).
+pub const CO_RESUME: usize = 1;
+/// Largest window over [`MAX_MULTIPLE`] met (0 if none).
+pub const CO_OVERSIZE: usize = 2;
+/// Low and high words of the total pair count (64-bit, to detect overflow of `u32`).
+pub const CO_TOTAL_LO: usize = 4;
+/// Words of the coincidence status array (the total is the `u64` at words 4..6).
+pub const CO_WORDS: usize = 8;
+
+/// Threads per block of the coincidence kernels.
+pub const COINCIDE_THREADS: u32 = 256;
+
+/// Runs `$body` with `$j` = 0, 1, ..., 7 as literal constants (a loop LLVM would not unroll
+/// keeps its arrays in local memory).
+#[cfg(target_arch = "nvptx64")]
+macro_rules! unroll8 {
+    ($j:ident, $body:block) => {{
+        let $j: usize = 0;
+        $body
+    }
+    {
+        let $j: usize = 1;
+        $body
+    }
+    {
+        let $j: usize = 2;
+        $body
+    }
+    {
+        let $j: usize = 3;
+        $body
+    }
+    {
+        let $j: usize = 4;
+        $body
+    }
+    {
+        let $j: usize = 5;
+        $body
+    }
+    {
+        let $j: usize = 6;
+        $body
+    }
+    {
+        let $j: usize = 7;
+        $body
+    }};
+}
+
+/// Device code.
+#[cfg(target_arch = "nvptx64")]
+pub mod device {
+    use super::*;
+    use crate::intrinsics as i;
+    use crate::scan::device::{tile_exclusive_prefix, tile_smem, BlockScan, TileStatus};
+
+    /// Reads frame `idx` with one 16-byte load.
+    ///
+    /// # Safety
+    /// `frames` valid for `idx + 1` frames, 16-byte aligned, read-only during the kernel.
+    #[inline(always)]
+    unsafe fn load_frame(frames: *const u32, idx: u64) -> DataFrameV2 {
+        // SAFETY: caller contract.
+        let w = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
+        bytemuck::cast(w)
+    }
+
+    /// Raw frames to accepted singles, in input order, plus statistics.
+    ///
+    /// # Safety
+    /// `blockDim.x == CONVERT_THREADS`, `gridDim.x == ceil(n / CONVERT_TILE) >= 1`,
+    /// `convert_smem_bytes()` of shared memory; `n < 2^32`; `frames` valid for `n` frames,
+    /// 16-byte aligned; `params` one `ScannerParams`; `position` and `correction` hold
+    /// `params.position_entries()` / `energy_entries()` entries; `out` valid for `n` singles;
+    /// `stats` `STAT_WORDS` words, zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as
+    /// in `compact_select_range_u32`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_convert_frames(
+        frames: *const u32,
+        n: u64,
+        params: *const ScannerParams,
+        position: *const u8,
+        correction: *const f32,
+        out: *mut Single,
+        stats: *mut u32,
+        flags: *mut u32,
+        aggregates: *mut u32,
+        inclusive: *mut u32,
+    ) {
+        const N: usize = CONVERT_ITEMS as usize;
+        const _: () = assert!(N == 8, "unroll8! covers 8 items");
+        let status = TileStatus {
+            flags,
+            aggregates,
+            inclusive,
+        };
+        // SAFETY: one ScannerParams.
+        let p = unsafe { params.read() };
+        let (scan_storage, prefix_slot) = tile_smem::<u32>();
+        let tile = i::block_idx_x();
+        let lane = i::lane_id();
+        let warp_start = tile as u64 * CONVERT_TILE + i::warp_id() as u64 * 32 * N as u64;
+        let mut singles = [Single::default(); N];
+        let mut masks = [0u32; N];
+        let mut warp_total = 0u32;
+        let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
+        // Unrolled by hand (constant indices keep `singles` and `masks` in registers).
+        unroll8!(j, {
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            let mut keep = false;
+            if idx < n {
+                // SAFETY: idx < n.
+                let f = unsafe { load_frame(frames, idx) };
+                let (s, st) = convert_frame(
+                    &f,
+                    &p,
+                    // SAFETY: convert_frame only asks for indices inside the tables.
+                    |k| unsafe { position.add(k as usize).read() },
+                    // SAFETY: as above.
+                    |k| unsafe { correction.add(k as usize).read() },
+                );
+                singles[j] = s;
+                keep = st & CONVERT_ACCEPTED != 0;
+                if st & CONVERT_BAD_ADDRESS != 0 {
+                    bad += 1;
+                    // SAFETY: stats holds STAT_WORDS words.
+                    unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
+                } else if !keep {
+                    rejected += 1;
+                }
+                if st & CONVERT_CLAMPED != 0 {
+                    clamped += 1;
+                }
+            }
+            masks[j] = i::ballot(keep);
+            warp_total += i::popc(masks[j]);
+        });
+        // Statistics: one atomic per warp and counter.
+        let r = crate::scan::device::warp_reduce_sum(rejected);
+        let c = crate::scan::device::warp_reduce_sum(clamped);
+        let b = crate::scan::device::warp_reduce_sum(bad);
+        if lane == 0 {
+            // SAFETY: stats holds STAT_WORDS words.
+            unsafe {
+                if r != 0 {
+                    i::atomic_add_u32(stats.add(STAT_REJECTED_ENERGY), r);
+                }
+                if c != 0 {
+                    i::atomic_add_u32(stats.add(STAT_CLAMPED), c);
+                }
+                if b != 0 {
+                    i::atomic_add_u32(stats.add(STAT_BAD_ADDRESS), b);
+                }
+            }
+        }
+        // SAFETY: the storage is ours.
+        let bs = unsafe { BlockScan::new(scan_storage) };
+        let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
+        // SAFETY: one look-back entry per tile.
+        let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
+        let mut base = tile_prefix.wrapping_add(warp_prefix);
+        let below = i::lanemask_lt();
+        unroll8!(j, {
+            let m = masks[j];
+            if m & (1 << lane) != 0 {
+                let pos = base + i::popc(m & below);
+                // SAFETY: pos < number accepted <= n.
+                unsafe { out.add(pos as usize).write(singles[j]) };
+            }
+            base += i::popc(m);
+        });
+        if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
+            // SAFETY: stats holds STAT_WORDS words.
+            unsafe {
+                stats
+                    .add(STAT_ACCEPTED)
+                    .write(tile_prefix.wrapping_add(tile_total))
+            };
+        }
+    }
+
+    /// Stable sort of each tile of `SORT_TILE` singles by time, in shared memory, by rank
+    /// merging: runs of 1, 2, 4, ... 512 are merged in place pairwise; each element's new
+    /// position is its position in its run plus its rank in the partner run (lower bound
+    /// from the left run, upper bound from the right run: stable). The last tile may be short.
+    ///
+    /// # Safety
+    /// `blockDim.x == SORT_THREADS`, `gridDim.x == ceil(n / SORT_TILE)`, `sort_smem_bytes()`
+    /// of shared memory; `input`, `output` valid for `n` singles, not overlapping.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_merge_sort_block(
+        input: *const Single,
+        output: *mut Single,
+        n: u64,
+    ) {
+        let base = i::block_idx_x() as u64 * SORT_TILE as u64;
+        let m = if n - base < SORT_TILE as u64 {
+            (n - base) as u32
+        } else {
+            SORT_TILE
+        };
+        let smem = i::dynamic_shared_ptr() as *mut Single;
+        let mut src = smem;
+        // SAFETY: two tiles of shared memory.
+        let mut dst = unsafe { smem.add(SORT_TILE as usize) };
+        let t = i::thread_idx_x();
+        let mut k = t;
+        while k < m {
+            // SAFETY: base + k < n; k < SORT_TILE.
+            unsafe {
+                src.add(k as usize)
+                    .write(input.add((base + k as u64) as usize).read())
+            };
+            k += SORT_THREADS;
+        }
+        i::sync_threads();
+        let mut width = 1u32;
+        while width < m {
+            let mut k = t;
+            while k < m {
+                // SAFETY: k < m <= SORT_TILE.
+                let x = unsafe { src.add(k as usize).read() };
+                let run = k / width;
+                let start = run * width;
+                let pair_start = (run & !1) * width;
+                let partner = start ^ width;
+                let (plen, left) = if run & 1 == 0 {
+                    let len = if partner >= m {
+                        0
+                    } else if m - partner < width {
+                        m - partner
+                    } else {
+                        width
+                    };
+                    (len, true)
+                } else {
+                    (width, false)
+                };
+                let key = x.time;
+                // SAFETY: partner + q < m for q < plen.
+                let r = rank_in(plen, key, left, |q| unsafe {
+                    src.add((partner + q) as usize).read().time
+                });
+                let pos = pair_start + (k - start) + r;
+                // SAFETY: pos < m (a permutation of the pair's range).
+                unsafe { dst.add(pos as usize).write(x) };
+                k += SORT_THREADS;
+            }
+            i::sync_threads();
+            core::mem::swap(&mut src, &mut dst);
+            width *= 2;
+        }
+        let mut k = t;
+        while k < m {
+            // SAFETY: k < m; base + k < n.
+            unsafe {
+                output
+                    .add((base + k as u64) as usize)
+                    .write(src.add(k as usize).read())
+            };
+            k += SORT_THREADS;
+        }
+    }
+
+    /// One merge pass: merges runs `2r` and `2r + 1` (boundaries from [`run_bound`]) of
+    /// `input` into `output`. Block `b` writes outputs `b * SORT_TILE ..`; for each pair of
+    /// runs its tile overlaps it finds the merge-path splits of its output range, loads the
+    /// two input pieces into shared memory, ranks each element in the other piece (stable) and
+    /// writes the merged piece with coalesced stores.
+    ///
+    /// # Safety
+    /// `blockDim.x == SORT_THREADS`, `gridDim.x == ceil(n / SORT_TILE)`, `sort_smem_bytes()`
+    /// of shared memory; `input`, `output` valid for `n`, not overlapping; with `width == 0`,
+    /// `runs` holds `nruns + 1` non-decreasing boundaries.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_merge_sort_pass(
+        input: *const Single,
+        output: *mut Single,
+        n: u64,
+        width: u64,
+        runs: *const u32,
+        nruns: u64,
+    ) {
+        let smem = i::dynamic_shared_ptr() as *mut Single;
+        // SAFETY: inside sort_smem_bytes.
+        let tile_out = unsafe { smem.add(SORT_TILE as usize) };
+        // SAFETY: the 32 bytes after the two tiles.
+        let splits = unsafe { smem.add(2 * SORT_TILE as usize) as *mut u64 };
+        let t = i::thread_idx_x();
+        let p0 = i::block_idx_x() as u64 * SORT_TILE as u64;
+        let p1 = if n - p0 < SORT_TILE as u64 {
+            n
+        } else {
+            p0 + SORT_TILE as u64
+        };
+        // SAFETY: with width == 0, k <= nruns (run_bound checks).
+        let bound = |k: u64| {
+            run_bound(
+                k,
+                width,
+                nruns,
+                n,
+                |q| unsafe { runs.add(q as usize).read() } as u64,
+            )
+        };
+        let nr = run_count(width, nruns, n);
+        let npairs = nr.div_ceil(2);
+        // First pair whose end is past p0: binary search over pair ends.
+        let (mut lo, mut hi) = (0u64, npairs);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if bound(2 * mid + 2) <= p0 {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let mut pair = lo;
+        while pair < npairs {
+            let a0 = bound(2 * pair);
+            if a0 >= p1 {
+                break;
+            }
+            let b0 = bound(2 * pair + 1);
+            let b1 = bound(2 * pair + 2);
+            let (la, lb) = (b0 - a0, b1 - b0);
+            let s0 = if p0 > a0 { p0 } else { a0 };
+            let s1 = if p1 < b1 { p1 } else { b1 };
+            let (d0, d1) = (s0 - a0, s1 - a0);
+            if t == 0 || t == 32 {
+                let d = if t == 0 { d0 } else { d1 };
+                // SAFETY: merge_path reads a[q], q < la, and b[q], q < lb.
+                let ia = merge_path(
+                    d,
+                    la,
+                    lb,
+                    |q| unsafe { input.add((a0 + q) as usize).read().time },
+                    |q| unsafe { input.add((b0 + q) as usize).read().time },
+                );
+                // SAFETY: two split slots.
+                unsafe { splits.add((t / 32) as usize).write(ia) };
+            }
+            i::sync_threads();
+            // SAFETY: written before the barrier.
+            let (i0, i1) = unsafe { (splits.read(), splits.add(1).read()) };
+            let (j0, j1) = (d0 - i0, d1 - i1);
+            let na = (i1 - i0) as u32;
+            let nb = (j1 - j0) as u32;
+            let total = na + nb;
+            let mut k = t;
+            while k < total {
+                let g = if k < na {
+                    a0 + i0 + k as u64
+                } else {
+                    b0 + j0 + (k - na) as u64
+                };
+                // SAFETY: g < n; k < total <= SORT_TILE.
+                unsafe { smem.add(k as usize).write(input.add(g as usize).read()) };
+                k += SORT_THREADS;
+            }
+            i::sync_threads();
+            let mut k = t;
+            while k < total {
+                // SAFETY: k < total.
+                let x = unsafe { smem.add(k as usize).read() };
+                let pos = if k < na {
+                    // SAFETY: na + q < total.
+                    k + rank_in(nb, x.time, true, |q| unsafe {
+                        smem.add((na + q) as usize).read().time
+                    })
+                } else {
+                    // SAFETY: q < na.
+                    (k - na)
+                        + rank_in(na, x.time, false, |q| unsafe {
+                            smem.add(q as usize).read().time
+                        })
+                };
+                // SAFETY: pos < total (a permutation).
+                unsafe { tile_out.add(pos as usize).write(x) };
+                k += SORT_THREADS;
+            }
+            i::sync_threads();
+            let mut k = t;
+            while k < total {
+                // SAFETY: s0 + k < s1 <= n.
+                unsafe {
+                    output
+                        .add((s0 + k as u64) as usize)
+                        .write(tile_out.add(k as usize).read())
+                };
+                k += SORT_THREADS;
+            }
+            i::sync_threads();
+            pair += 1;
+        }
+    }
+
+    /// Time of single `k`.
+    ///
+    /// # Safety
+    /// `k` inside the array.
+    #[inline(always)]
+    unsafe fn time_at(s: *const Single, k: u64) -> f64 {
+        // SAFETY: caller contract.
+        unsafe { (*s.add(k as usize)).time }
+    }
+
+    /// Per single `i`: `next[i]` = first `j > i` with `t_j - t_i > reach` (`n` if none);
+    /// with `delayed != 0`, `lo[i]` = first `j > i` with `t_j - t_i >= delay`. Records the
+    /// first index that breaks the order (`!(t_i >= t_{i-1})`, NaN included) in
+    /// `status[CO_FIRST_UNSORTED]` (atomic min).
+    ///
+    /// # Safety
+    /// `blockDim.x == COINCIDE_THREADS`, `gridDim.x == ceil(n / COINCIDE_THREADS)`;
+    /// `singles` valid for `n`, `next` and (if delayed) `lo` for `n` words; `status`
+    /// `CO_WORDS` words.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_coincide_next(
+        singles: *const Single,
+        n: u64,
+        reach: f64,
+        delay: f64,
+        delayed: u32,
+        next: *mut u32,
+        lo: *mut u32,
+        status: *mut u32,
+    ) {
+        let idx = i::global_thread_idx();
+        if idx >= n {
+            return;
+        }
+        // SAFETY: idx < n.
+        let t = unsafe { time_at(singles, idx) };
+        if t.is_nan() || (idx > 0 && !(t >= unsafe { time_at(singles, idx - 1) })) {
+            // SAFETY: status holds CO_WORDS words.
+            unsafe { i::atomic_min_u32(status.add(CO_FIRST_UNSORTED), idx as u32) };
+        }
+        let rest = (n - idx - 1) as u32;
+        // SAFETY: idx + 1 + q < n.
+        let e = gallop_rank(
+            rest,
+            reach,
+            false,
+            |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
+        );
+        // SAFETY: idx < n.
+        unsafe { next.add(idx as usize).write((idx + 1) as u32 + e) };
+        if delayed != 0 {
+            // SAFETY: as above.
+            let s = gallop_rank(
+                rest,
+                delay,
+                true,
+                |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
+            );
+            // SAFETY: idx < n.
+            unsafe { lo.add(idx as usize).write((idx + 1) as u32 + s) };
+        }
+    }
+
+    /// Marks the openers of the non-sliding window chain: single 0 and every single more than
+    /// `window` after its predecessor start a segment that no earlier window reaches; one
+    /// thread per segment start walks `o = next[o]` until the next segment start.
+    ///
+    /// # Safety
+    /// As [`pet_coincide_next`]; `next` computed by it; `opener` valid for `n` bytes, zeroed.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_coincide_walk(
+        singles: *const Single,
+        n: u64,
+        window: f64,
+        next: *const u32,
+        opener: *mut u8,
+    ) {
+        let idx = i::global_thread_idx();
+        if idx >= n {
+            return;
+        }
+        // SAFETY: idx < n and idx - 1 < n.
+        let starts =
+            idx == 0 || unsafe { time_at(singles, idx) - time_at(singles, idx - 1) } > window;
+        if !starts {
+            return;
+        }
+        let mut o = idx;
+        loop {
+            // SAFETY: o < n.
+            unsafe { opener.add(o as usize).write(1) };
+            // SAFETY: o < n.
+            let nx = unsafe { next.add(o as usize).read() } as u64;
+            if nx <= o || nx >= n {
+                break;
+            }
+            // SAFETY: nx < n, nx - 1 < n.
+            let gap = unsafe { time_at(singles, nx) - time_at(singles, nx - 1) };
+            if gap > window {
+                break;
+            }
+            o = nx;
+        }
+    }
+
+    /// The window of opener `o`: its length and its member accessor base. Prompt: singles
+    /// `o .. next[o]`; delayed: `o`, then `lo[o] .. next[o]`.
+    ///
+    /// # Safety
+    /// `o < n`; arrays as in [`pet_coincide_next`].
+    #[inline(always)]
+    unsafe fn window_of(o: u64, delayed: bool, next: *const u32, lo: *const u32) -> (u32, u64) {
+        // SAFETY: o < n.
+        let e = unsafe { next.add(o as usize).read() } as u64;
+        if delayed {
+            // SAFETY: o < n.
+            let s = unsafe { lo.add(o as usize).read() } as u64;
+            let members = if e > s { e - s } else { 0 };
+            (1 + members as u32, s)
+        } else {
+            ((e - o) as u32, o + 1)
+        }
+    }
+
+    /// Per single: when it opens a complete window (`window_complete`), the number of pairs
+    /// the window yields (`counts[i]`, else 0); the first incomplete opener goes to
+    /// `status[CO_RESUME]` (atomic min), an oversized window to `status[CO_OVERSIZE]`
+    /// (atomic max), and the total to the 64-bit word at `status[CO_TOTAL_LO]`.
+    ///
+    /// # Safety
+    /// As [`pet_coincide_walk`]; `opener` ignored when `delayed != 0` (every single opens);
+    /// `counts` valid for `n` words.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_coincide_count(
+        singles: *const Single,
+        n: u64,
+        reach: f64,
+        watermark: f64,
+        delayed: u32,
+        policy: u32,
+        next: *const u32,
+        lo: *const u32,
+        opener: *const u8,
+        counts: *mut u32,
+        status: *mut u32,
+    ) {
+        let idx = i::global_thread_idx();
+        let mut count = 0u32;
+        if idx < n {
+            // SAFETY: idx < n.
+            let opens = delayed != 0 || unsafe { opener.add(idx as usize).read() } != 0;
+            if opens {
+                // SAFETY: idx < n.
+                let t = unsafe { time_at(singles, idx) };
+                if !window_complete(t, watermark, reach) {
+                    // SAFETY: status words.
+                    unsafe { i::atomic_min_u32(status.add(CO_RESUME), idx as u32) };
+                } else {
+                    // SAFETY: idx < n.
+                    let (len, base) = unsafe { window_of(idx, delayed != 0, next, lo) };
+                    let pol = Policy::from_u32(policy);
+                    if len > MAX_MULTIPLE && pol != Policy::KillAll {
+                        // SAFETY: status words.
+                        unsafe { i::atomic_max_u32(status.add(CO_OVERSIZE), len) };
+                    } else {
+                        count = window_pairs(
+                            len,
+                            delayed != 0,
+                            pol,
+                            // SAFETY: members are idx or base + k - 1 < next[idx] <= n.
+                            |k| unsafe {
+                                singles
+                                    .add(if k == 0 { idx } else { base + k as u64 - 1 } as usize)
+                                    .read()
+                            },
+                            |_, _| {},
+                        );
+                    }
+                }
+            }
+            // SAFETY: idx < n.
+            unsafe { counts.add(idx as usize).write(count) };
+        }
+        let total = crate::scan::device::warp_reduce_sum(count as u64);
+        if i::lane_id() == 0 && total != 0 {
+            // SAFETY: the u64 at words CO_TOTAL_LO.. is 8-byte aligned (word 4).
+            unsafe { i::atomic_add_u64(status.add(CO_TOTAL_LO) as *mut u64, total) };
+        }
+    }
+
+    /// Writes the pairs of every complete window at `offsets[i]` (exclusive scan of counts).
+    ///
+    /// # Safety
+    /// As [`pet_coincide_count`]; `offsets` its scan; `pairs` valid for the total.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn pet_coincide_fill(
+        singles: *const Single,
+        n: u64,
+        reach: f64,
+        watermark: f64,
+        delayed: u32,
+        policy: u32,
+        next: *const u32,
+        lo: *const u32,
+        opener: *const u8,
+        offsets: *const u32,
+        pairs: *mut Coincidence,
+    ) {
+        let idx = i::global_thread_idx();
+        if idx >= n {
+            return;
+        }
+        // SAFETY: idx < n.
+        let opens = delayed != 0 || unsafe { opener.add(idx as usize).read() } != 0;
+        if !opens {
+            return;
+        }
+        // SAFETY: idx < n.
+        let t = unsafe { time_at(singles, idx) };
+        if !window_complete(t, watermark, reach) {
+            return;
+        }
+        // SAFETY: idx < n.
+        let (len, base) = unsafe { window_of(idx, delayed != 0, next, lo) };
+        let pol = Policy::from_u32(policy);
+        if len > MAX_MULTIPLE && pol != Policy::KillAll {
+            return;
+        }
+        let member = |k: u32| if k == 0 { idx } else { base + k as u64 - 1 };
+        // SAFETY: idx < n.
+        let mut at = unsafe { offsets.add(idx as usize).read() } as usize;
+        window_pairs(
+            len,
+            delayed != 0,
+            pol,
+            // SAFETY: members < n.
+            |k| unsafe { singles.add(member(k) as usize).read() },
+            |a, b| {
+                // SAFETY: members < n; `at` below the total (the scan of the same counts).
+                unsafe {
+                    pairs.add(at).write(Coincidence {
+                        a: singles.add(member(a) as usize).read(),
+                        b: singles.add(member(b) as usize).read(),
+                    })
+                };
+                at += 1;
+            },
+        );
+    }
+}

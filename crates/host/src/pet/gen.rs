@@ -1,0 +1,266 @@
+//! Seeded generator of PET acquisitions: a small-animal scanner (parameters, position and
+//! energy-correction tables), positron annihilations as two back-to-back 511 keV photons
+//! (timing jitter, photopeak or Compton energies, each photon detected or not), randoms from
+//! independent events overlapping in time, a few pile-up frames above the energy table's end,
+//! raw frames written as per-BDM time-ordered streams (each time slice: BDM 0's frames, then
+//! BDM 1's, ...), and the truth pairs.
+
+use detkit_gpu::pet::{
+    convert_frame, DataFrameV2, ScannerParams, CONVERT_BAD_ADDRESS, ENERGY_BINS,
+};
+
+use super::Scanner;
+use crate::data::splitmix64;
+
+/// A small deterministic random source (SplitMix64 steps).
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// From a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(splitmix64(seed ^ 0x5EED_0000_0000_0004))
+    }
+    /// Next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        splitmix64(self.0)
+    }
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform below `n` (`n > 0`).
+    pub fn below(&mut self, n: u32) -> u32 {
+        (((self.next_u64() >> 32) * n as u64) >> 32) as u32
+    }
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = self.unit().max(1e-300);
+        let v = self.unit();
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+}
+
+/// Scanner parameters with the generator's position-table convention.
+pub fn params(
+    channels: u32,
+    module_num_z: u32,
+    blocks: (u32, u32),
+    crystals: (u32, u32),
+    position_size: u32,
+) -> ScannerParams {
+    ScannerParams {
+        channels,
+        module_num_y: 1,
+        module_num_z,
+        block_num_y: blocks.0,
+        block_num_z: blocks.1,
+        crystal_num_y: crystals.0,
+        crystal_num_z: crystals.1,
+        position_size,
+        energy_lo: 3500.0,
+        energy_hi: 6500.0,
+        _pad: [0; 2],
+    }
+}
+
+/// Position-map origin crystal of pixel `(x, y)`: the map is cut into a `cz x cy` grid.
+fn origin_of(p: &ScannerParams, x: u32, y: u32) -> u8 {
+    let ps = p.position_size;
+    ((y * p.crystal_num_y / ps) * p.crystal_num_z + x * p.crystal_num_z / ps) as u8
+}
+
+/// A scanner with generated tables: the position map cut into the crystal grid; correction
+/// factors around 1 (±5% per crystal, a slight slope with energy). Energies are in units of
+/// 0.1 keV, so the default energy window `[3500, 6500]` is 350–650 keV.
+pub fn scanner(p: ScannerParams, time_window: f64, seed: u64) -> Scanner {
+    let mut rng = Rng::new(seed);
+    let ps = p.position_size;
+    let mut position = Vec::with_capacity(p.position_entries() as usize);
+    for _ in 0..p.bdm_count() * p.du_count() {
+        for y in 0..ps {
+            for x in 0..ps {
+                position.push(origin_of(&p, x, y));
+            }
+        }
+    }
+    let mut energy = Vec::with_capacity(p.energy_entries() as usize);
+    for _ in 0..p.bdm_count() * p.du_count() * p.crystals_per_du() {
+        let base = 0.95 + 0.1 * rng.unit() as f32;
+        for bin in 0..ENERGY_BINS {
+            energy.push(base * (1.0 + 2e-5 * bin as f32));
+        }
+    }
+    Scanner::new(p, time_window, position, energy).expect("generated scanner is valid")
+}
+
+/// A tiny scanner for tests: 8 BDMs (4 channels, 2 axial modules), 2 DUs, 4 x 4 crystals.
+pub fn tiny_scanner(seed: u64) -> Scanner {
+    scanner(params(4, 2, (1, 2), (4, 4), 16), 5000.0, seed)
+}
+
+/// A small-animal scanner: 192 BDMs (48 channels, 4 axial modules), 4 DUs of 6 x 6 crystals,
+/// position map 32 x 32 (27,648 crystals; 110 MB energy table).
+pub fn small_animal_scanner(seed: u64) -> Scanner {
+    scanner(params(48, 4, (2, 2), (6, 6), 32), 5000.0, seed)
+}
+
+/// A benchmark scanner: 256 BDMs (64 channels, 4 axial modules), 1 DU of 6 x 6 crystals
+/// (37 MB energy table): a few hundred per-BDM streams.
+pub fn bench_scanner(seed: u64) -> Scanner {
+    scanner(params(64, 4, (1, 1), (6, 6), 32), 5000.0, seed)
+}
+
+/// Acquisition settings.
+#[derive(Clone, Copy, Debug)]
+pub struct AcquisitionConfig {
+    /// Random seed.
+    pub seed: u64,
+    /// Singles rate, per second (1e6 to 5e7 typical).
+    pub singles_rate: f64,
+    /// Number of singles to generate (about).
+    pub singles: usize,
+    /// Seconds per counter tick (default 1 ps).
+    pub tick: f64,
+    /// Timing jitter (standard deviation, ticks).
+    pub jitter: f64,
+    /// Probability that a photon is detected.
+    pub detect: f64,
+    /// Probability that a detected photon scattered (Compton energy).
+    pub compton: f64,
+    /// Probability of a pile-up frame with a raw energy of 10,000 or more.
+    pub pileup: f64,
+    /// Length of a readout slice (ticks): frames are written slice by slice, each slice BDM
+    /// by BDM.
+    pub slice: u64,
+}
+
+impl Default for AcquisitionConfig {
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            singles_rate: 1e7,
+            singles: 100_000,
+            tick: 1e-12,
+            jitter: 200.0,
+            detect: 0.6,
+            compton: 0.3,
+            pileup: 0.005,
+            slice: 1_000_000_000,
+        }
+    }
+}
+
+/// A generated acquisition.
+#[derive(Clone, Debug, Default)]
+pub struct Acquisition {
+    /// Raw frames, per-BDM time-ordered streams, slice by slice.
+    pub frames: Vec<DataFrameV2>,
+    /// Truth: for each annihilation with both photons detected, the two frame indices.
+    pub truth: Vec<(usize, usize)>,
+    /// With `slice = u64::MAX` (one readout slice): the run boundaries of the per-BDM
+    /// streams, `bdm_count + 1` frame indices from 0 to the frame count (BDM `b`'s frames are
+    /// `bdm_runs[b]..bdm_runs[b + 1]`); empty otherwise.
+    pub bdm_runs: Vec<u32>,
+}
+
+fn frame(p: &ScannerParams, rng: &mut Rng, bdm: u32, time: u64, raw: u32) -> DataFrameV2 {
+    let du = rng.below(p.du_count());
+    let (cy, cz, ps) = (p.crystal_num_y, p.crystal_num_z, p.position_size);
+    let (oy, ox) = (rng.below(cy), rng.below(cz));
+    let xr = (ox * ps).div_ceil(cz)..((ox + 1) * ps).div_ceil(cz);
+    let yr = (oy * ps).div_ceil(cy)..((oy + 1) * ps).div_ceil(cy);
+    let x = xr.start + rng.below(xr.end - xr.start);
+    let y = yr.start + rng.below(yr.end - yr.start);
+    DataFrameV2 {
+        head_du: 0xA0 | du as u8,
+        bdm: bdm as u8,
+        time: time.to_be_bytes(),
+        x: x as u8,
+        y: y as u8,
+        energy: (raw.min(65535) as u16).to_be_bytes(),
+        temperature_int: 30,
+        temperature_tail: 0x55,
+    }
+}
+
+/// Generates an acquisition on `scanner`'s geometry.
+pub fn acquisition(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
+    let p = &scanner.params;
+    let mut rng = Rng::new(c.seed);
+    let ring = p.channels * p.module_num_y;
+    let events_per_tick = c.singles_rate / (2.0 * c.detect) * c.tick;
+    let mut t = 1000.0 + rng.unit() * 1000.0;
+    // (time, bdm, raw energy, event id or usize::MAX)
+    let mut hits: Vec<(u64, u32, u32, usize)> = Vec::with_capacity(c.singles + 2);
+    let mut event = 0usize;
+    let energy = |rng: &mut Rng| -> u32 {
+        if rng.unit() < c.pileup {
+            return 10_000 + rng.below(55_000);
+        }
+        let kev = if rng.unit() < c.compton {
+            50.0 + 290.0 * rng.unit()
+        } else {
+            511.0 + 511.0 * 0.12 / 2.355 * rng.normal()
+        };
+        (kev * 10.0).round().max(0.0) as u32
+    };
+    while hits.len() < c.singles {
+        t += -(1.0 - rng.unit()).ln() / events_per_tick;
+        let b1 = rng.below(p.bdm_count());
+        let (pos, ax) = (b1 % ring, b1 / ring);
+        let ax2 = (ax + rng.below(3) + p.module_num_z - 1) % p.module_num_z;
+        let b2 = (pos + ring / 2) % ring + ax2 * ring;
+        for b in [b1, b2] {
+            if rng.unit() < c.detect {
+                let tt = (t + c.jitter * rng.normal()).max(0.0) as u64;
+                let e = energy(&mut rng);
+                hits.push((tt, b, e, event));
+            }
+        }
+        event += 1;
+    }
+    hits.sort_by_key(|h| h.0);
+    // Slice by slice, BDM by BDM (stable: time order inside each BDM).
+    hits.sort_by_key(|h| (h.0 / c.slice.max(1), h.1));
+    let mut frames = Vec::with_capacity(hits.len());
+    let mut first_of_event: std::collections::HashMap<usize, usize> = Default::default();
+    let mut truth = Vec::new();
+    for (i, &(tt, b, e, ev)) in hits.iter().enumerate() {
+        frames.push(frame(p, &mut rng, b, tt, e));
+        if let Some(j) = first_of_event.insert(ev, i) {
+            truth.push((j.min(i), j.max(i)));
+        }
+    }
+    truth.sort_unstable();
+    let mut bdm_runs = Vec::new();
+    if c.slice == u64::MAX {
+        bdm_runs.push(0);
+        for b in 0..p.bdm_count() {
+            let end = hits.partition_point(|h| h.1 <= b);
+            bdm_runs.push(end as u32);
+        }
+    }
+    Acquisition {
+        frames,
+        truth,
+        bdm_runs,
+    }
+}
+
+/// Whether a frame converts without a bad address (generator self-check).
+pub fn frame_ok(scanner: &Scanner, f: &DataFrameV2) -> bool {
+    let (_, st) = convert_frame(
+        f,
+        &scanner.params,
+        |k| scanner.position[k as usize],
+        |k| scanner.energy[k as usize],
+    );
+    st & CONVERT_BAD_ADDRESS == 0
+}
+
+/// The bytes of frames (16 each), as written to a frame file.
+pub fn frame_bytes(frames: &[DataFrameV2]) -> &[u8] {
+    bytemuck::cast_slice(frames)
+}

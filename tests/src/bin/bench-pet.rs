@@ -1,0 +1,501 @@
+//! bench-pet: the PET chain on the GPU, checked against the oracles before any time is
+//! printed, with baselines in the same run: the device-to-device copy (bandwidth ceiling),
+//! the pinned host-to-device copy (ceiling of the streamed chain), CUB's radix and merge sort
+//! on the same keys (`bench/pet_cub.cu`, compiled with nvcc when present) and the CPU oracles.
+//!
+//! Device-resident rows are timed with CUDA events (median of `--reps`, after warm-up); the
+//! streamed chain from host memory with `Instant` around the whole call (median of 3).
+//!
+//! Usage: `bench-pet [--sizes 20,22,24] [--reps 20] [--csv FILE]`
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use cudarc::driver::sys::CUevent_flags;
+use detkit::cpu::pet::{self as oracle, CoincideConfig};
+use detkit::pet::{gen, StreamConfig};
+use detkit::{Backend, GpuContext};
+use detkit_gpu::pet::{self as kp, Single};
+
+fn print_row(r: &Row) {
+    let (bname, bms) = r.baseline.clone().unwrap_or_default();
+    println!(
+        "{:<34} {:>10} {:>10.3} {:>9.1} {:>11.1} {:>9}  {}",
+        r.what,
+        r.n,
+        r.ms,
+        r.bytes / r.ms / 1e6,
+        r.n as f64 / r.ms / 1e3,
+        if bms > 0.0 {
+            format!("{:.2}", bms / r.ms)
+        } else {
+            "-".into()
+        },
+        if bms > 0.0 {
+            format!("{bname} {bms:.3} ms")
+        } else {
+            String::new()
+        }
+    );
+    let _ = std::io::stdout().flush();
+}
+
+fn header() {
+    println!(
+        "{:<34} {:>10} {:>10} {:>9} {:>11} {:>9}  baseline",
+        "what", "n", "ms", "GB/s", "M items/s", "x base"
+    );
+}
+
+fn push(rows: &mut Vec<Row>, r: Row) {
+    print_row(&r);
+    rows.push(r);
+}
+
+struct Row {
+    what: String,
+    n: usize,
+    ms: f64,
+    bytes: f64,
+    baseline: Option<(String, f64)>,
+}
+
+fn median_ms(
+    g: &GpuContext,
+    reps: usize,
+    mut f: impl FnMut() -> detkit::Result<()>,
+) -> Result<f64> {
+    for _ in 0..3 {
+        f()?;
+    }
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let a = g
+            .stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        f()?;
+        let b = g
+            .stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        b.synchronize()?;
+        t.push(a.elapsed_ms(&b)? as f64);
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[reps / 2])
+}
+
+fn check<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<()> {
+    if let Err(m) = detkit_tests::exact(what, got, want) {
+        bail!("CHECK FAILED {m}");
+    }
+    Ok(())
+}
+
+fn words(s: &[Single]) -> &[u64] {
+    bytemuck::cast_slice(s)
+}
+
+fn singles(w: &[u64]) -> Vec<Single> {
+    bytemuck::cast_slice::<u64, Single>(w).to_vec()
+}
+
+/// Writes the sort keys (f64 bits of non-negative times) for the CUB baseline.
+fn key_file(
+    dir: &std::path::Path,
+    label: &str,
+    n: usize,
+    v: &[Single],
+) -> Result<std::path::PathBuf> {
+    let p = dir.join(format!("{label}-{n}.keys"));
+    let k: Vec<u64> = v.iter().map(|s| s.time.to_bits()).collect();
+    std::fs::write(&p, bytemuck::cast_slice::<u64, u8>(&k))?;
+    Ok(p)
+}
+
+/// Compiles and runs the CUB baseline; returns (algo, file, ms) rows, or why not.
+fn run_cub(
+    dir: &std::path::Path,
+    reps: usize,
+    files: &[std::path::PathBuf],
+) -> Result<Vec<(String, String, f64)>, String> {
+    let src = dir.join("pet_cub.cu");
+    std::fs::write(&src, include_str!("../../../bench/pet_cub.cu")).map_err(|e| e.to_string())?;
+    let exe = dir.join("pet_cub");
+    let arch = std::env::var("CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
+    let nvcc = ["nvcc", "/usr/local/cuda/bin/nvcc"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+        .ok_or("nvcc not found")?;
+    let out = std::process::Command::new(nvcc)
+        .args(["-O3", "-std=c++17", &format!("-arch={arch}"), "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "nvcc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let out = std::process::Command::new(&exe)
+        .arg(reps.to_string())
+        .args(files)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() || text.contains("CHECK FAILED") {
+        return Err(format!(
+            "pet_cub failed: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.len() == 5 && f[0] == "cub").then(|| {
+                (
+                    f[1].to_string(),
+                    f[2].to_string(),
+                    f[4].parse().unwrap_or(f64::NAN),
+                )
+            })
+        })
+        .collect())
+}
+
+fn main() -> Result<()> {
+    let mut sizes = vec![20u32, 22, 24];
+    let mut reps = 20usize;
+    let mut csv = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--sizes" => {
+                sizes = args
+                    .next()
+                    .context("--sizes needs a list")?
+                    .split(',')
+                    .map(|s| s.parse())
+                    .collect::<Result<_, _>>()?
+            }
+            "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
+            "--csv" => csv = Some(args.next().context("--csv needs a file")?),
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    if !detkit::driver_present() {
+        println!("skipped: no CUDA driver");
+        return Ok(());
+    }
+    let backend = match Backend::cuda(0) {
+        Ok(b) => b,
+        Err(detkit::Error::NoCuda(why)) => {
+            println!("skipped: no CUDA driver usable ({why})");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let g = backend.gpu().expect("cuda");
+    println!("# device: {}", g.device_name());
+    let scanner = gen::bench_scanner(11);
+    let ds = g.pet_scanner(&scanner)?;
+    let c = CoincideConfig::prompt(scanner.time_window);
+    let tmp = std::env::temp_dir().join(format!("bench-pet-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let mut rows: Vec<Row> = Vec::new();
+    header();
+    let mut key_files = Vec::new();
+    for &log in &sizes {
+        let n = 1usize << log;
+        eprintln!("2^{log}: generating");
+        // One readout slice: 256 per-BDM time-ordered streams, 20 M singles/s.
+        let acq = gen::acquisition(
+            &scanner,
+            &gen::AcquisitionConfig {
+                seed: 5,
+                singles: n,
+                singles_rate: 2e7,
+                slice: u64::MAX,
+                ..Default::default()
+            },
+        );
+        let frames = &acq.frames[..n];
+        // copy ceiling: 16 n bytes device to device
+        let src = g.zeros::<u64>(2 * n)?;
+        let mut dst = g.zeros::<u64>(2 * n)?;
+        let copy_ms = median_ms(g, reps, || {
+            g.stream()
+                .memcpy_dtod(&src, &mut dst)
+                .map_err(|source| detkit::Error::Driver {
+                    context: "copy".into(),
+                    source,
+                })
+        })?;
+        push(
+            &mut rows,
+            Row {
+                what: "copy (d2d, 16 B/item)".into(),
+                n,
+                ms: copy_ms,
+                bytes: 32.0 * n as f64,
+                baseline: None,
+            },
+        );
+        // conversion
+        let (want_s, want_st) =
+            oracle::convert(frames, &scanner.params, &scanner.position, &scanner.energy);
+        let d_frames = g.upload(bytemuck::cast_slice::<_, u8>(frames))?;
+        let mut out = g.zeros::<u64>(2 * n)?;
+        let mut st = g.zeros::<u32>(kp::STAT_WORDS)?;
+        g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)?;
+        let acc = g.download(&st)?[kp::STAT_ACCEPTED] as usize;
+        check("convert", &singles(&g.download(&out)?[..2 * acc]), &want_s)?;
+        let ms = median_ms(g, reps, || {
+            g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)
+        })?;
+        push(
+            &mut rows,
+            Row {
+                what: "convert".into(),
+                n,
+                ms,
+                bytes: 16.0 * (n + want_st.accepted as usize) as f64,
+                baseline: Some(("copy".into(), copy_ms * (n + acc) as f64 / (2 * n) as f64)),
+            },
+        );
+        // sorts: realistic (converted, per-BDM streams, no energy cut) and random
+        let mut all = scanner.clone();
+        all.params.energy_lo = f32::MIN;
+        all.params.energy_hi = f32::MAX;
+        let (streams, _) = oracle::convert(frames, &all.params, &all.position, &all.energy);
+        let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
+        let random: Vec<Single> = detkit::data::random_below(9, n, u32::MAX)
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| Single {
+                crystal: i as u32,
+                energy: 1.0,
+                time: t as f64,
+            })
+            .collect();
+        for (label, v) in [("presorted-streams", &streams), ("random", &random)] {
+            let t0 = Instant::now();
+            let want = oracle::sort(v)?;
+            let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let host = g.upload(words(v))?;
+            let mut a = g.zeros::<u64>(2 * n)?;
+            let mut b = g.zeros::<u64>(2 * n)?;
+            g.stream().memcpy_dtod(&host, &mut a)?;
+            let in_b = g.pet_sort_device(&mut a, &mut b, 0, n)?;
+            check(
+                &format!("sort {label}"),
+                &singles(&g.download(if in_b { &b } else { &a })?),
+                &want,
+            )?;
+            let ms = median_ms(g, reps, || {
+                g.stream()
+                    .memcpy_dtod(&host, &mut a)
+                    .map_err(|source| detkit::Error::Driver {
+                        context: "copy".into(),
+                        source,
+                    })?;
+                g.pet_sort_device(&mut a, &mut b, 0, n).map(|_| ())
+            })? - copy_ms;
+            push(
+                &mut rows,
+                Row {
+                    what: format!("merge sort, {label}"),
+                    n,
+                    ms,
+                    bytes: 32.0 * n as f64,
+                    baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                },
+            );
+            if label == "presorted-streams" {
+                g.stream().memcpy_dtod(&host, &mut a)?;
+                let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)?;
+                check(
+                    "merge runs",
+                    &singles(&g.download(if in_b { &b } else { &a })?),
+                    &want,
+                )?;
+                let ms = median_ms(g, reps, || {
+                    g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
+                        detkit::Error::Driver {
+                            context: "copy".into(),
+                            source,
+                        }
+                    })?;
+                    g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)
+                        .map(|_| ())
+                })? - copy_ms;
+                push(
+                    &mut rows,
+                    Row {
+                        what: format!("merge of {} BDM runs", runs.len() - 1),
+                        n,
+                        ms,
+                        bytes: 32.0 * n as f64,
+                        baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                    },
+                );
+            }
+            key_files.push((label.to_string(), n, key_file(&tmp, label, n, v)?));
+        }
+        // coincidences on the sorted realistic singles (energy window applied)
+        let sorted = oracle::sort(&want_s)?;
+        let t0 = Instant::now();
+        let want_p = oracle::coincide(&sorted, &c)?;
+        let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let ds_sorted = g.upload(words(&sorted))?;
+        let mut scratch = detkit::pet::CoincideScratch::default();
+        let (got_p, _) = g.pet_coincide_device_with(
+            &mut scratch,
+            &ds_sorted,
+            0,
+            sorted.len(),
+            &c,
+            f64::INFINITY,
+        )?;
+        check("coincide", &got_p, &want_p)?;
+        let ms = median_ms(g, reps, || {
+            g.pet_coincide_device_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
+                .map(|_| ())
+        })?;
+        push(
+            &mut rows,
+            Row {
+                what: "coincide (killAll)".into(),
+                n: sorted.len(),
+                ms,
+                bytes: 16.0 * sorted.len() as f64,
+                baseline: Some(("CPU oracle".into(), cpu_ms)),
+            },
+        );
+        // whole chain from host memory, streamed (Instant), vs the pinned H2D copy of the frames
+        if log <= 24 {
+            // Readout slices of 100 us (each slice BDM by BDM), as a DAQ delivers them.
+            let sliced = gen::acquisition(
+                &scanner,
+                &gen::AcquisitionConfig {
+                    seed: 6,
+                    singles: n,
+                    singles_rate: 2e7,
+                    slice: 100_000_000,
+                    ..Default::default()
+                },
+            );
+            let frames = &sliced.frames[..n];
+            let bytes = gen::frame_bytes(frames);
+            let (s_sl, _) =
+                oracle::convert(frames, &scanner.params, &scanner.position, &scanner.energy);
+            let want_chain = oracle::coincide(&oracle::sort(&s_sl)?, &c)?;
+            let sc = StreamConfig {
+                chunk_frames: (n / 8).max(1 << 16),
+                pending_capacity: 1 << 22,
+            };
+            let mut got = Vec::new();
+            backend.pet_run_stream(
+                &mut &bytes[..],
+                &scanner,
+                &c,
+                &sc,
+                |p| {
+                    got.extend_from_slice(p);
+                    Ok(())
+                },
+                |_| {},
+            )?;
+            check("streamed chain", &got, &want_chain)?;
+            let mut t = Vec::new();
+            for _ in 0..3 {
+                let t0 = Instant::now();
+                backend.pet_run_stream(&mut &bytes[..], &scanner, &c, &sc, |_| Ok(()), |_| {})?;
+                t.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+            t.sort_by(f64::total_cmp);
+            // SAFETY: written below before the copy reads it.
+            let mut pinned = unsafe { g.context().alloc_pinned_with_flags::<u8>(bytes.len(), 0) }?;
+            pinned.as_mut_slice()?.copy_from_slice(bytes);
+            let mut dev = g.zeros::<u8>(bytes.len())?;
+            let h2d = median_ms(g, reps.min(10), || {
+                g.stream()
+                    .memcpy_htod(&pinned, &mut dev)
+                    .map_err(|source| detkit::Error::Driver {
+                        context: "h2d".into(),
+                        source,
+                    })
+            })?;
+            push(
+                &mut rows,
+                Row {
+                    what: format!(
+                        "chain streamed, chunks of 2^{}",
+                        sc.chunk_frames.trailing_zeros()
+                    ),
+                    n,
+                    ms: t[1],
+                    bytes: 16.0 * n as f64,
+                    baseline: Some(("pinned H2D copy".into(), h2d)),
+                },
+            );
+        }
+    }
+    // CUB on the same sort keys.
+    let files: Vec<std::path::PathBuf> = key_files.iter().map(|k| k.2.clone()).collect();
+    match run_cub(&tmp, reps, &files) {
+        Ok(cub) => {
+            for (label, n, f) in &key_files {
+                let name = f.to_string_lossy().to_string();
+                for (algo, file, ms) in &cub {
+                    if *file == name {
+                        push(
+                            &mut rows,
+                            Row {
+                                what: format!("CUB {algo} sort, {label}"),
+                                n: *n,
+                                ms: *ms,
+                                bytes: 32.0 * *n as f64,
+                                baseline: None,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        Err(why) => println!("CUB baseline: skipped ({why})"),
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+    println!("\nsummary");
+    header();
+    for r in &rows {
+        print_row(r);
+    }
+    if let Some(path) = csv {
+        let mut f = std::fs::File::create(&path)?;
+        writeln!(f, "what,n,ms,gbps,mitems_per_s,baseline,baseline_ms")?;
+        for r in &rows {
+            let (bname, bms) = r.baseline.clone().unwrap_or_default();
+            writeln!(
+                f,
+                "{},{},{:.6},{:.3},{:.3},{},{:.6}",
+                r.what,
+                r.n,
+                r.ms,
+                r.bytes / r.ms / 1e6,
+                r.n as f64 / r.ms / 1e3,
+                bname,
+                bms
+            )?;
+        }
+    }
+    Ok(())
+}
