@@ -37,6 +37,7 @@ pub mod error;
 pub mod histogram;
 pub mod ptx;
 pub mod scan;
+pub mod seeding;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};
 pub use cuda::{driver_present, DeviceBuffer, GpuContext};

@@ -5,3 +5,4 @@ pub mod bucket;
 pub mod compact;
 pub mod histogram;
 pub mod scan;
+pub mod seeding;
