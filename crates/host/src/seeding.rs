@@ -27,6 +27,10 @@ use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::{cpu, Backend, BucketOrder, ScanKind};
 
+/// Every buffer a seeding kernel fully writes is filled with this before the launch, so an
+/// element left unwritten shows up as a mismatch against the oracle.
+pub const POISON: u32 = 0xDEAD_BEEF;
+
 /// One tesla in detray/traccc units, GeV/(e·mm).
 pub const TESLA: f64 = 0.000_299_792_458;
 
@@ -414,6 +418,11 @@ pub fn check_config(cfg: &SeedingConfig) -> Result<()> {
     Ok(())
 }
 
+/// Spacepoints as the `u32` words the device buffers hold.
+pub fn as_words(sps: &[SpacePoint]) -> &[u32] {
+    bytemuck::cast_slice(sps)
+}
+
 fn words<T>(n: usize) -> usize {
     (n * std::mem::size_of::<T>() / 4).max(1)
 }
@@ -544,7 +553,7 @@ impl GpuContext {
         // 1. binning: bin per spacepoint, stable bucket (nbins + 1 bins: the last holds the
         //    invalid ones), binned records in grid order.
         tm.start("bin_spacepoints")?;
-        let mut keys = self.zeros::<u32>(n)?;
+        let mut keys = self.filled_u32(n, POISON)?;
         {
             let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BIN)?);
             b.arg(&d_cfg).arg(sps).arg(&n64).arg(&mut keys);
@@ -564,7 +573,7 @@ impl GpuContext {
         }
         let nv = n_valid as u64;
         tm.start("bin_spacepoints")?;
-        let mut binned = self.zeros::<u32>(words::<k::BinnedSp>(n_valid))?;
+        let mut binned = self.filled_u32(words::<k::BinnedSp>(n_valid), POISON)?;
         {
             let mut b = self
                 .stream()
@@ -613,10 +622,10 @@ impl GpuContext {
         self.scan_device(&n_bot, &mut off_bot, n_valid + 1, ScanKind::Exclusive)?;
         self.scan_device(&n_top, &mut off_top, n_valid + 1, ScanKind::Exclusive)?;
         let (nmb, nmt) = (n_mb as usize, n_mt as usize);
-        let mut bot = self.zeros::<u32>(words::<k::Doublet>(nmb))?;
-        let mut lc_bot = self.zeros::<u32>(words::<k::LinCircle>(nmb))?;
-        let mut top = self.zeros::<u32>(words::<k::Doublet>(nmt))?;
-        let mut lc_top = self.zeros::<u32>(words::<k::LinCircle>(nmt))?;
+        let mut bot = self.filled_u32(words::<k::Doublet>(nmb), POISON)?;
+        let mut lc_bot = self.filled_u32(words::<k::LinCircle>(nmb), POISON)?;
+        let mut top = self.filled_u32(words::<k::Doublet>(nmt), POISON)?;
+        let mut lc_top = self.filled_u32(words::<k::LinCircle>(nmt), POISON)?;
         {
             let mut b = self
                 .stream()
@@ -672,7 +681,7 @@ impl GpuContext {
         let mut off_tri = self.zeros::<u32>(nmb + 1)?;
         self.scan_device(&t_cnt, &mut off_tri, nmb + 1, ScanKind::Exclusive)?;
         let ntri = n_tri as usize;
-        let mut tri = self.zeros::<u32>(words::<k::Triplet>(ntri))?;
+        let mut tri = self.filled_u32(words::<k::Triplet>(ntri), POISON)?;
         {
             let mut b = self
                 .stream()
@@ -696,7 +705,7 @@ impl GpuContext {
         // 4. weights.
         tm.start("update_weights")?;
         let ntri64 = ntri as u64;
-        let mut weights = self.zeros::<f32>(ntri)?;
+        let mut weights = self.filled_u32(ntri, POISON)?;
         {
             let mut b = self
                 .stream()
@@ -715,7 +724,7 @@ impl GpuContext {
         // 5. seed selection: per middle into fixed slots, scan, gather.
         tm.start("select_seeds")?;
         let cap = cfg.max_seeds_per_spm;
-        let mut slots = self.zeros::<u32>(words::<Seed>(n_valid * cap as usize))?;
+        let mut slots = self.filled_u32(words::<Seed>(n_valid * cap as usize), POISON)?;
         let mut s_cnt = self.zeros::<u32>(n_valid + 1)?;
         {
             let mut b = self
@@ -748,7 +757,7 @@ impl GpuContext {
             return empty(stats);
         }
         tm.start("select_seeds")?;
-        let mut seeds = self.zeros::<u32>(words::<Seed>(n_seeds))?;
+        let mut seeds = self.filled_u32(words::<Seed>(n_seeds), POISON)?;
         {
             let mut b = self
                 .stream()
@@ -769,7 +778,7 @@ impl GpuContext {
         // 6. parameters.
         tm.start("estimate_params")?;
         let ns64 = n_seeds as u64;
-        let mut params = self.zeros::<u32>(words::<BoundParams>(n_seeds))?;
+        let mut params = self.filled_u32(words::<BoundParams>(n_seeds), POISON)?;
         {
             let mut b = self
                 .stream()
