@@ -32,10 +32,23 @@ fn compare(c: &Ctx, label: &str, cfg: &SeedingConfig, sps: &[SpacePoint]) -> R {
     let (seeds, stats) = cpu::seeding::seeds(cfg, sps);
     let params = cpu::seeding::params(cfg, sps, &seeds);
     ensure(got.stats == stats, || {
-        format!("{label} n={}: stats {:?} want {:?}", sps.len(), got.stats, stats)
+        format!(
+            "{label} n={}: stats {:?} want {:?}",
+            sps.len(),
+            got.stats,
+            stats
+        )
     })?;
-    exact(&format!("{label} n={} seeds", sps.len()), &got.seeds, &seeds)?;
-    exact(&format!("{label} n={} params", sps.len()), &got.params, &params)
+    exact(
+        &format!("{label} n={} seeds", sps.len()),
+        &got.seeds,
+        &seeds,
+    )?;
+    exact(
+        &format!("{label} n={} params", sps.len()),
+        &got.params,
+        &params,
+    )
 }
 
 fn test_generated(c: &Ctx) -> R {
@@ -97,10 +110,16 @@ fn test_adversarial(c: &Ctx) -> R {
     compare(c, "empty", &cfg, &[])?;
     compare(c, "one", &cfg, &[sp(70.0, 0.0, 0.0)])?;
     // The worked example of the module docs: one seed.
-    let ex = [sp(34.0, 0.0, 10.0), sp(70.0, 0.0, 20.588), sp(116.0, 0.0, 34.118)];
+    let ex = [
+        sp(34.0, 0.0, 10.0),
+        sp(70.0, 0.0, 20.588),
+        sp(116.0, 0.0, 34.118),
+    ];
     compare(c, "worked example", &cfg, &ex)?;
     let got = c.backend.seed(&ex, &cfg).map_err(e)?;
-    ensure(got.seeds.len() == 1, || format!("worked example: {:?}", got.seeds))?;
+    ensure(got.seeds.len() == 1, || {
+        format!("worked example: {:?}", got.seeds)
+    })?;
     // All in one phi bin (bin width 2π/78 ≈ 0.08).
     let one_bin = tracks_in_window(c, 11, 600, 0.01, 0.05);
     compare(c, "one bin", &cfg, &one_bin)?;
@@ -232,9 +251,7 @@ fn test_device_stages(c: &Ctx) -> R {
     let g = c.gpu();
     let cfg = default_cfg();
     let ev = gen::generate(c.seed ^ 31, 50.0, true);
-    let d = g
-        .upload(bytemuck_words(&ev.spacepoints))
-        .map_err(e)?;
+    let d = g.upload(bytemuck_words(&ev.spacepoints)).map_err(e)?;
     let mut times = StageTimes::default();
     let out = g
         .seed_device(&cfg, &d, ev.spacepoints.len(), Some(&mut times))
@@ -242,7 +259,9 @@ fn test_device_stages(c: &Ctx) -> R {
     let (seeds, _) = g.download_seeds(&out).map_err(e)?;
     let (want, _) = cpu::seeding::seeds(&cfg, &ev.spacepoints);
     exact("device-resident seeds", &seeds, &want)?;
-    ensure(times.stages.len() >= 7, || format!("stage times: {times:?}"))?;
+    ensure(times.stages.len() >= 7, || {
+        format!("stage times: {times:?}")
+    })?;
     ensure(times.stages.iter().all(|(_, ms)| *ms >= 0.0), || {
         format!("stage times: {times:?}")
     })
@@ -270,13 +289,19 @@ fn test_errors(c: &Ctx) -> R {
     let mut cfg2 = cfg;
     cfg2.max_seeds_per_spm = 17;
     ensure(
-        matches!(c.backend.seed(&bad[..1], &cfg2), Err(Error::InvalidInput { .. })),
+        matches!(
+            c.backend.seed(&bad[..1], &cfg2),
+            Err(Error::InvalidInput { .. })
+        ),
         || "max_seeds_per_spm 17 accepted".into(),
     )?;
     let mut cfg3 = cfg;
     cfg3.n_phi = 0;
     ensure(
-        matches!(c.backend.seed(&bad[..1], &cfg3), Err(Error::InvalidInput { .. })),
+        matches!(
+            c.backend.seed(&bad[..1], &cfg3),
+            Err(Error::InvalidInput { .. })
+        ),
         || "empty phi axis accepted".into(),
     )
 }

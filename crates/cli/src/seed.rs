@@ -25,7 +25,10 @@ pub fn main(args: &[String]) -> Result<()> {
         (None, None, None, None, "auto".to_string());
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut val = || it.next().with_context(|| format!("{a} needs a value\n{USAGE}"));
+        let mut val = || {
+            it.next()
+                .with_context(|| format!("{a} needs a value\n{USAGE}"))
+        };
         match a.as_str() {
             "--input" => input = Some(val()?.clone()),
             "--output" => output = Some(val()?.clone()),
@@ -44,8 +47,7 @@ pub fn main(args: &[String]) -> Result<()> {
     };
     let settings = match &config {
         Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
             SeedingSettings::from_toml(&text).with_context(|| format!("in {path}"))?
         }
         None => SeedingSettings::default(),

@@ -44,7 +44,16 @@ pub const ALL_KERNELS: &[&str] = &[
     bucket::KERNEL_BUCKET_STABLE_OFFSETS,
     bucket::KERNEL_BUCKET_FILL_STABLE,
     bucket::KERNEL_BUCKET_BLOCK_FILL,
-    seeding::KERNEL_BIN, seeding::KERNEL_GATHER_SPACEPOINTS, seeding::KERNEL_COUNT_DOUBLETS, seeding::KERNEL_FIND_DOUBLETS, seeding::KERNEL_COUNT_TRIPLETS, seeding::KERNEL_FIND_TRIPLETS, seeding::KERNEL_UPDATE_WEIGHTS, seeding::KERNEL_SELECT_SEEDS, seeding::KERNEL_GATHER_SEEDS, seeding::KERNEL_ESTIMATE_PARAMS,
+    seeding::KERNEL_BIN,
+    seeding::KERNEL_GATHER_SPACEPOINTS,
+    seeding::KERNEL_COUNT_DOUBLETS,
+    seeding::KERNEL_FIND_DOUBLETS,
+    seeding::KERNEL_COUNT_TRIPLETS,
+    seeding::KERNEL_FIND_TRIPLETS,
+    seeding::KERNEL_UPDATE_WEIGHTS,
+    seeding::KERNEL_SELECT_SEEDS,
+    seeding::KERNEL_GATHER_SEEDS,
+    seeding::KERNEL_ESTIMATE_PARAMS,
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.

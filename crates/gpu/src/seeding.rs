@@ -337,9 +337,8 @@ fn atan_pos(t: f32) -> f32 {
         (0.0, t)
     };
     let z = x * x;
-    let p = (((8.053_744_5e-2 * z - 1.387_768_5e-1) * z + 1.997_771_1e-1) * z - 3.333_295e-1)
-        * z
-        * x;
+    let p =
+        (((8.053_744_5e-2 * z - 1.387_768_5e-1) * z + 1.997_771_1e-1) * z - 3.333_295e-1) * z * x;
     base + (p + x)
 }
 
@@ -579,10 +578,8 @@ pub fn transform_coordinates(m: &BinnedSp, o: &BinnedSp, bottom: bool) -> LinCir
 #[inline(always)]
 pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
     let i_sin_theta2 = 1.0 + lb.cot_theta * lb.cot_theta;
-    let scat = cfg.max_scattering_angle2
-        * i_sin_theta2
-        * cfg.sigma_scattering
-        * cfg.sigma_scattering;
+    let scat =
+        cfg.max_scattering_angle2 * i_sin_theta2 * cfg.sigma_scattering * cfg.sigma_scattering;
     (i_sin_theta2, scat)
 }
 
@@ -846,7 +843,13 @@ pub fn estimate_params(bfield: f32, b: [f32; 3], m: [f32; 3], t: [f32; 3]) -> Bo
     let s = sqrt(1.0 + a * a);
     let radius = -s / (2.0 * bb);
     let perp2 = sqrt(l2[0] * l2[0] + l2[1] * l2[1]);
-    let inv_tan_theta = l2[2] / (2.0 * radius * asin(perp2 / (2.0 * radius)));
+    // For exactly collinear points (B = 0, R infinite) traccc's formula gives 0·∞ = NaN;
+    // its limit, the straight line, is used instead (a deliberate difference).
+    let inv_tan_theta = if bb == 0.0 {
+        l2[2] / perp2
+    } else {
+        l2[2] / (2.0 * radius * asin(perp2 / (2.0 * radius)))
+    };
     // transDirection = (1, A, s·invTanTheta), normalised, rotated back to the global frame.
     let tz = s * inv_tan_theta;
     let norm = sqrt(1.0 + a * a + tz * tz);

@@ -228,7 +228,10 @@ impl SeedingSettings {
             return bad(format!("z_min {} >= z_max {}", self.z_min, self.z_max));
         }
         if self.phi_min >= self.phi_max {
-            return bad(format!("phi_min {} >= phi_max {}", self.phi_min, self.phi_max));
+            return bad(format!(
+                "phi_min {} >= phi_max {}",
+                self.phi_min, self.phi_max
+            ));
         }
         if self.r_max <= 0.0 || self.min_pt <= 0.0 || self.b_field_in_z < 0.0 {
             return bad("r_max and min_pt must be > 0, b_field_in_z >= 0".into());
@@ -298,11 +301,14 @@ impl SeedingSettings {
             } else {
                 (0.0, self.r_max)
             };
-            let d_d0 = ((self.impact_max / r_in).asin() - (self.impact_max / self.r_max).asin()).abs();
+            let d_d0 =
+                ((self.impact_max / r_in).asin() - (self.impact_max / self.r_max).asin()).abs();
             let delta_phi = (outer - inner + d_d0) / self.phi_bin_deflection_coverage as f64;
             let n = (2.0 * std::f64::consts::PI / delta_phi + 0.5).round();
             if !(1.0..=4096.0).contains(&n) {
-                return bad(format!("the phi axis would have {n} bins (1..=4096 supported)"));
+                return bad(format!(
+                    "the phi axis would have {n} bins (1..=4096 supported)"
+                ));
             }
             n as u32
         };
@@ -394,7 +400,10 @@ pub fn check_config(cfg: &SeedingConfig) -> Result<()> {
     if cfg.n_phi == 0 || cfg.n_z == 0 || cfg.n_phi > 4096 || cfg.n_z > 4096 {
         return Err(invalid(
             "seeding config",
-            format!("grid of {} x {} bins (each axis 1..=4096)", cfg.n_phi, cfg.n_z),
+            format!(
+                "grid of {} x {} bins (each axis 1..=4096)",
+                cfg.n_phi, cfg.n_z
+            ),
         ));
     }
     if cfg.max_seeds_per_spm == 0 || cfg.max_seeds_per_spm > k::MAX_SEEDS_PER_SPM_CAP {
@@ -492,7 +501,11 @@ impl<'a> Timer<'a> {
 
 impl GpuContext {
     fn launch_items(&self, n: u64) -> cudarc::driver::LaunchConfig {
-        launch_cfg(n.div_ceil(k::SEEDING_THREADS as u64).max(1), k::SEEDING_THREADS, 0)
+        launch_cfg(
+            n.div_ceil(k::SEEDING_THREADS as u64).max(1),
+            k::SEEDING_THREADS,
+            0,
+        )
     }
 
     /// The whole seeding chain on the device for `n` spacepoints in `sps` (`SpacePoint`
@@ -578,7 +591,11 @@ impl GpuContext {
             let mut b = self
                 .stream()
                 .launch_builder(self.kernel(k::KERNEL_GATHER_SPACEPOINTS)?);
-            b.arg(sps).arg(&keys).arg(&content).arg(&nv).arg(&mut binned);
+            b.arg(sps)
+                .arg(&keys)
+                .arg(&content)
+                .arg(&nv)
+                .arg(&mut binned);
             // SAFETY: content holds n_valid indices < n (stable bucket of n keys); binned
             // holds n_valid records.
             let r = unsafe { b.launch(self.launch_items(nv)) };
@@ -609,7 +626,10 @@ impl GpuContext {
         }
         tm.stop()?;
         let t = self.download(&totals)?;
-        let (n_mb, n_mt) = (to_u32("middle-bottom doublets", t[0])?, to_u32("middle-top doublets", t[1])?);
+        let (n_mb, n_mt) = (
+            to_u32("middle-bottom doublets", t[0])?,
+            to_u32("middle-top doublets", t[1])?,
+        );
         stats.mid_bot = n_mb as u64;
         stats.mid_top = n_mt as u64;
         if n_mb == 0 || n_mt == 0 {

@@ -71,7 +71,11 @@ fn main() -> Result<()> {
             bail!("CHECK FAILED mu={mu}: {m}");
         }
         if out.stats != stats {
-            bail!("CHECK FAILED mu={mu}: stats {:?} want {:?}", out.stats, stats);
+            bail!(
+                "CHECK FAILED mu={mu}: stats {:?} want {:?}",
+                out.stats,
+                stats
+            );
         }
         drop(out);
         for _ in 0..3 {
@@ -119,7 +123,10 @@ fn main() -> Result<()> {
         println!("{:<18} {sum:>10.4}", "sum of stages");
         println!("{:<18} {wall_ms:>10.4}", "wall (call)");
         println!("{:<18} {cpu_ms:>10.2}", "CPU backend");
-        println!("speed-up (CPU backend / GPU wall): {:.0}x", cpu_ms / wall_ms);
+        println!(
+            "speed-up (CPU backend / GPU wall): {:.0}x",
+            cpu_ms / wall_ms
+        );
         println!("physics: {phys}");
         rows.push(format!("seeding,{mu},{n},sum_of_stages,{sum:.5}"));
         rows.push(format!("seeding,{mu},{n},gpu_wall,{wall_ms:.5}"));
@@ -128,7 +135,10 @@ fn main() -> Result<()> {
             "seeding,{mu},{n},efficiency_pt1_barrel,{:.5}",
             phys.efficiency()
         ));
-        rows.push(format!("seeding,{mu},{n},fake_rate,{:.5}", phys.fake_rate()));
+        rows.push(format!(
+            "seeding,{mu},{n},fake_rate,{:.5}",
+            phys.fake_rate()
+        ));
         rows.push(format!(
             "seeding,{mu},{n},duplicate_rate,{:.5}",
             phys.duplicate_rate()

@@ -152,7 +152,12 @@ pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
         let rho = p.pt as f64 / (FIELD_T * TESLA); // helix radius, mm
         let cot = (p.eta as f64).sinh();
         let (q, phi0, vz) = (p.q as f64, p.phi as f64, p.vz as f64);
-        let add = |hits: &mut Vec<(SpacePoint, u32, f32)>, r: f64, alpha: f64, z: f64, barrel: bool, rng: &mut Rng| {
+        let add = |hits: &mut Vec<(SpacePoint, u32, f32)>,
+                   r: f64,
+                   alpha: f64,
+                   z: f64,
+                   barrel: bool,
+                   rng: &mut Rng| {
             // position angle phi0 - q·alpha (positive charges turn clockwise in +z field),
             // direction phi0 - 2q·alpha.
             let (r, z) = if barrel {
@@ -365,7 +370,9 @@ pub fn physics(event: &Event, seeds: &[Seed], params: &[BoundParams]) -> Physics
         if part.pt > 1.0 {
             rel.push((p.qop as f64 - qop) / qop);
         }
-        dphi.push(wrap(p.phi as f64 - event.truth_phi[s.bottom as usize] as f64));
+        dphi.push(wrap(
+            p.phi as f64 - event.truth_phi[s.bottom as usize] as f64,
+        ));
         dth.push(p.theta as f64 - theta);
     }
     for (i, p) in event.particles.iter().enumerate() {
