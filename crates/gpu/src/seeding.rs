@@ -541,7 +541,9 @@ pub fn doublet_compatible(cfg: &SeedingConfig, m: &BinnedSp, o: &BinnedSp, botto
     let lim = (cfg.min_helix_radius - cfg.impact_max) * (cfg.min_helix_radius - cfg.impact_max);
     // std::min(a, b) = (b < a) ? b : a
     let min = if r2 < r1 { r2 } else { r1 };
-    !(min <= lim)
+    // NaN (dx = 0 or dy = 0) compares false: the pair is not rejected, as in traccc.
+    let rejected = min <= lim;
+    !rejected
 }
 
 /// traccc's `transform_coordinates`: the doublet `(m, o)` in `m`'s conformal frame.

@@ -418,7 +418,7 @@ pub fn check_config(cfg: &SeedingConfig) -> Result<()> {
             format!("compat_seed_limit {} above 8", cfg.compat_seed_limit),
         ));
     }
-    if !(cfg.delta_r_min >= 0.0) {
+    if cfg.delta_r_min.is_nan() || cfg.delta_r_min < 0.0 {
         return Err(invalid(
             "seeding config",
             format!("delta_r_min {} must be >= 0", cfg.delta_r_min),
