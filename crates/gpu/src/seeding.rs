@@ -147,13 +147,22 @@ pub struct SeedingConfig {
     pub spb_min_radius: f32,
     /// Most seeds per middle spacepoint (`<= MAX_SEEDS_PER_SPM_CAP`).
     pub max_seeds_per_spm: u32,
+    /// Radius slices per grid bin (the search structure, not a cut): see [`r_slice`].
+    pub n_r: u32,
+    /// Width of a radius slice in whole mm.
+    pub r_slice_width: u32,
 }
-const _: () = assert!(core::mem::size_of::<SeedingConfig>() == 39 * 4);
+const _: () = assert!(core::mem::size_of::<SeedingConfig>() == 41 * 4);
 
 impl SeedingConfig {
     /// Number of grid bins `n_phi * n_z`.
     pub const fn nbins(&self) -> u32 {
         self.n_phi * self.n_z
+    }
+    /// Number of grid keys `nbins * n_r` (bin, radius slice); the key of an invalid
+    /// spacepoint.
+    pub const fn nkeys(&self) -> u32 {
+        self.nbins() * self.n_r
     }
 }
 
@@ -430,6 +439,58 @@ fn clamp_bin(v: i32, n: u32) -> u32 {
     } else {
         v as u32
     }
+}
+
+/// Radius slice of a radius: `min(trunc(r) / r_slice_width, n_r - 1)`. Inside a grid bin
+/// spacepoints are ordered by slice, so the candidates of a radial window are one
+/// contiguous range per bin.
+#[inline(always)]
+pub fn r_slice(cfg: &SeedingConfig, r: f32) -> u32 {
+    let w = if cfg.r_slice_width == 0 {
+        1
+    } else {
+        cfg.r_slice_width
+    };
+    let s = (r as u32) / w;
+    if s >= cfg.n_r {
+        cfg.n_r.saturating_sub(1)
+    } else {
+        s
+    }
+}
+
+/// Grid key `bin * n_r + r_slice(r)` of a spacepoint, or `cfg.nkeys()` when it is not
+/// valid (see [`bin_of`]). `r = sqrt(x² + y²)` as in [`binned`].
+#[inline(always)]
+pub fn grid_key(cfg: &SeedingConfig, x: f32, y: f32, z: f32) -> u32 {
+    let b = bin_of(cfg, x, y, z);
+    if b >= cfg.nbins() {
+        return cfg.nkeys();
+    }
+    b * cfg.n_r + r_slice(cfg, sqrt(x * x + y * y))
+}
+
+/// The radius slices `[first, end)` that hold every spacepoint whose radius `r` can satisfy
+/// `lo < r < hi` as the doublet cuts compute it (one slice of margin on each side, so f32
+/// rounding of `rM ± dR` cannot lose a candidate; the cuts themselves are applied exactly to
+/// every candidate of the range).
+#[inline(always)]
+pub fn slice_range(cfg: &SeedingConfig, lo: f32, hi: f32) -> (u32, u32) {
+    if hi.is_nan() || hi < 0.0 || cfg.n_r == 0 {
+        return (0, 0);
+    }
+    let first = r_slice(cfg, lo).saturating_sub(1);
+    let last = r_slice(cfg, hi) + 2;
+    (first, if last > cfg.n_r { cfg.n_r } else { last })
+}
+
+/// Radial windows `(lo, hi)` of bottoms and tops of a middle at radius `r`.
+#[inline(always)]
+pub fn radial_windows(cfg: &SeedingConfig, r: f32) -> [(f32, f32); 2] {
+    [
+        (r - cfg.delta_r_max, r - cfg.delta_r_min),
+        (r + cfg.delta_r_min, r + cfg.delta_r_max),
+    ]
 }
 
 /// The binned record of input spacepoint `index` in grid bin `bin`.
@@ -884,7 +945,7 @@ pub mod device {
         i::global_thread_idx()
     }
 
-    /// Grid bin (or `nbins` when invalid) of every spacepoint.
+    /// Grid key (or `nkeys` when invalid) of every spacepoint.
     ///
     /// # Safety
     /// `cfg` one config; `sps` valid for `n`; `keys` for `n`. `SEEDING_THREADS` threads,
@@ -904,16 +965,17 @@ pub mod device {
         unsafe {
             let c = &*cfg;
             let sp = &*sps.add(g as usize);
-            keys.add(g as usize).write(bin_of(c, sp.x, sp.y, sp.z));
+            keys.add(g as usize).write(grid_key(c, sp.x, sp.y, sp.z));
         }
     }
 
-    /// `binned[p] = binned(sps[content[p]], content[p], keys[content[p]])` for `p < n_valid`.
+    /// `binned[p] = binned(sps[i], i, keys[i] / n_r)` with `i = content[p]`, `p < n_valid`.
     ///
     /// # Safety
     /// `content` valid for `n_valid` indices `< len(sps) = len(keys)`; `binned` for `n_valid`.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(
+        cfg: *const SeedingConfig,
         sps: *const SpacePoint,
         keys: *const u32,
         content: *const u32,
@@ -928,32 +990,44 @@ pub mod device {
         unsafe {
             let idx = content.add(p as usize).read();
             let sp = &*sps.add(idx as usize);
-            let bin = keys.add(idx as usize).read();
+            let n_r = (*cfg).n_r;
+            let bin = keys.add(idx as usize).read() / if n_r == 0 { 1 } else { n_r };
             out.add(p as usize).write(binned(sp, idx, bin));
         }
     }
 
-    /// Calls `f(q, &sp)` for every spacepoint in the neighbour bins of `m`, in scan order.
+    /// Calls `f(q, &sp)` for every spacepoint of the neighbour bins of `m` whose radius
+    /// slice is in `slice_range(window)`, in scan order (bins, then slices, then index).
     ///
     /// # Safety
-    /// `grid` holds `nbins + 1` offsets into `sps`.
+    /// `grid` holds `nkeys + 1` offsets into `sps`.
     #[inline(always)]
-    unsafe fn for_each_neighbour(
+    unsafe fn for_each_candidate(
         c: &SeedingConfig,
         m: &BinnedSp,
+        window: (f32, f32),
         grid: *const u32,
         sps: *const BinnedSp,
         mut f: impl FnMut(u32, &BinnedSp),
     ) {
         let nb = neighbour_bins(c, m.bin);
+        let (s0, s1) = slice_range(c, window.0, window.1);
+        if s0 >= s1 {
+            return;
+        }
         let mut k = 0;
         while k < nb.len {
-            let b = nb.bins[(k % 9) as usize] as usize;
-            // SAFETY: b < nbins; grid holds nbins + 1 offsets, each <= len(sps).
-            let (lo, hi) = unsafe { (grid.add(b).read(), grid.add(b + 1).read()) };
+            let key = nb.bins[(k % 9) as usize] as usize * c.n_r as usize;
+            // SAFETY: key + s1 <= nkeys; grid holds nkeys + 1 offsets, each <= len(sps).
+            let (lo, hi) = unsafe {
+                (
+                    grid.add(key + s0 as usize).read(),
+                    grid.add(key + s1 as usize).read(),
+                )
+            };
             let mut q = lo;
             while q < hi {
-                // SAFETY: q < grid[nbins] = len(sps).
+                // SAFETY: q < grid[nkeys] = len(sps).
                 let o = unsafe { &*sps.add(q as usize) };
                 f(q, o);
                 q += 1;
@@ -966,7 +1040,7 @@ pub mod device {
     /// their sums into `totals[0..2]` (u64).
     ///
     /// # Safety
-    /// `grid` holds `nbins + 1` offsets with `grid[nbins] = n`; `sps` valid for `n`;
+    /// `grid` holds `nkeys + 1` offsets with `grid[nkeys] = n`; `sps` valid for `n`;
     /// `n_bot`, `n_top` for `n`; `totals` two zeroed u64.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn seeding_count_doublets(
@@ -987,10 +1061,15 @@ pub mod device {
             let c = &*cfg;
             let m = &*sps.add(p as usize);
             let (mut nb, mut nt) = (0u32, 0u32);
-            for_each_neighbour(c, m, grid, sps, |_, o| {
+            let [wb, wt] = radial_windows(c, m.r);
+            for_each_candidate(c, m, wb, grid, sps, |_, o| {
                 nb += doublet_compatible(c, m, o, true) as u32;
-                nt += doublet_compatible(c, m, o, false) as u32;
             });
+            if nb != 0 {
+                for_each_candidate(c, m, wt, grid, sps, |_, o| {
+                    nt += doublet_compatible(c, m, o, false) as u32;
+                });
+            }
             if nb == 0 || nt == 0 {
                 nb = 0;
                 nt = 0;
@@ -1037,7 +1116,8 @@ pub mod device {
             let mut ib = off_bot.add(p as usize).read() as usize;
             let mut it = off_top.add(p as usize).read() as usize;
             let pm = p as u32;
-            for_each_neighbour(c, m, grid, sps, |q, o| {
+            let [wb, wt] = radial_windows(c, m.r);
+            for_each_candidate(c, m, wb, grid, sps, |q, o| {
                 if doublet_compatible(c, m, o, true) {
                     bot.add(ib).write(Doublet {
                         middle: pm,
@@ -1046,6 +1126,8 @@ pub mod device {
                     lc_bot.add(ib).write(transform_coordinates(m, o, true));
                     ib += 1;
                 }
+            });
+            for_each_candidate(c, m, wt, grid, sps, |q, o| {
                 if doublet_compatible(c, m, o, false) {
                     top.add(it).write(Doublet {
                         middle: pm,

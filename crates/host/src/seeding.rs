@@ -31,6 +31,9 @@ use crate::{cpu, Backend, BucketOrder, ScanKind};
 /// element left unwritten shows up as a mismatch against the oracle.
 pub const POISON: u32 = 0xDEAD_BEEF;
 
+/// Largest number of grid keys (bin × radius slice).
+pub const MAX_GRID_KEYS: u32 = 1 << 22;
+
 /// One tesla in detray/traccc units, GeV/(e·mm).
 pub const TESLA: f64 = 0.000_299_792_458;
 
@@ -318,6 +321,14 @@ impl SeedingSettings {
             return bad(format!("the z axis would have {n_z} bins (at most 4096)"));
         }
         let r_limit = (self.r_max + self.beam_x.hypot(self.beam_y)).min(u32::MAX as f64) as u32;
+        // Radius slices of whole millimetres, at most 256 per bin (search structure only).
+        let r_slice_width = r_limit.div_ceil(256).max(1);
+        let n_r = r_limit.div_ceil(r_slice_width).max(1);
+        if n_phi as u64 * n_z as u64 * n_r as u64 > MAX_GRID_KEYS as u64 {
+            return bad(format!(
+                "grid of {n_phi} x {n_z} bins x {n_r} radius slices exceeds {MAX_GRID_KEYS} keys"
+            ));
+        }
         Ok(SeedingConfig {
             z_min: self.z_min as f32,
             z_max: self.z_max as f32,
@@ -358,6 +369,8 @@ impl SeedingSettings {
             seed_min_weight: self.seed_min_weight as f32,
             spb_min_radius: self.spb_min_radius as f32,
             max_seeds_per_spm: self.max_seeds_per_spm,
+            n_r,
+            r_slice_width,
         })
     }
 }
@@ -397,12 +410,17 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
 
 /// Checks a device configuration built by hand (`SeedingSettings::to_config` output passes).
 pub fn check_config(cfg: &SeedingConfig) -> Result<()> {
-    if cfg.n_phi == 0 || cfg.n_z == 0 || cfg.n_phi > 4096 || cfg.n_z > 4096 {
+    if cfg.n_phi == 0
+        || cfg.n_z == 0
+        || cfg.n_r == 0
+        || cfg.r_slice_width == 0
+        || cfg.n_phi as u64 * cfg.n_z as u64 * cfg.n_r as u64 > MAX_GRID_KEYS as u64
+    {
         return Err(invalid(
             "seeding config",
             format!(
-                "grid of {} x {} bins (each axis 1..=4096)",
-                cfg.n_phi, cfg.n_z
+                "grid of {} x {} bins x {} radius slices of {} mm (each >= 1, at most {MAX_GRID_KEYS} keys)",
+                cfg.n_phi, cfg.n_z, cfg.n_r, cfg.r_slice_width
             ),
         ));
     }
@@ -561,10 +579,10 @@ impl GpuContext {
         }
         let n64 = n as u64;
         let d_cfg = self.upload(bytemuck::cast_slice::<SeedingConfig, u32>(&[*cfg]))?;
-        let nbins = cfg.nbins();
+        let nkeys = cfg.nkeys();
 
-        // 1. binning: bin per spacepoint, stable bucket (nbins + 1 bins: the last holds the
-        //    invalid ones), binned records in grid order.
+        // 1. binning: grid key per spacepoint, stable bucket (nkeys + 1 bins: the last holds
+        //    the invalid ones), binned records in grid order.
         tm.start("bin_spacepoints")?;
         let mut keys = self.filled_u32(n, POISON)?;
         {
@@ -574,10 +592,12 @@ impl GpuContext {
             let r = unsafe { b.launch(self.launch_items(n64)) };
             self.check_launch(k::KERNEL_BIN, r)?;
         }
-        let (grid, content) = self.bucket_device(&keys, n, nbins + 1, BucketOrder::Stable)?;
+        let (grid, content) = self.bucket_device(&keys, n, nkeys + 1, BucketOrder::Stable)?;
         tm.stop()?;
-        let grid_host = self.download(&grid)?;
-        let n_valid = grid_host[nbins as usize] as usize;
+        let n_valid = self
+            .stream()
+            .clone_dtoh(&grid.slice(nkeys as usize..nkeys as usize + 1))
+            .ctx("copying the valid count")?[0] as usize;
         stats.valid = n_valid as u64;
         stats.invalid = (n - n_valid) as u64;
         if n_valid == 0 {
@@ -591,7 +611,8 @@ impl GpuContext {
             let mut b = self
                 .stream()
                 .launch_builder(self.kernel(k::KERNEL_GATHER_SPACEPOINTS)?);
-            b.arg(sps)
+            b.arg(&d_cfg)
+                .arg(sps)
                 .arg(&keys)
                 .arg(&content)
                 .arg(&nv)
@@ -619,7 +640,7 @@ impl GpuContext {
                 .arg(&mut n_bot)
                 .arg(&mut n_top)
                 .arg(&mut totals);
-            // SAFETY: grid holds nbins + 2 offsets, grid[nbins] = n_valid; binned n_valid
+            // SAFETY: grid holds nkeys + 2 offsets, grid[nkeys] = n_valid; binned n_valid
             // records; counts n_valid + 1; totals two zeroed u64.
             let r = unsafe { b.launch(self.launch_items(nv)) };
             self.check_launch(k::KERNEL_COUNT_DOUBLETS, r)?;

@@ -51,6 +51,7 @@ fn default_config_matches_traccc_setup_and_axes() {
     assert!(close(c.min_helix_radius as f64, 835.06, 1e-5));
     assert!(close(c.pt2_per_radius as f64, 20.2569, 1e-5));
     assert_eq!((c.n_phi, c.n_z, c.r_limit), (78, 1, 200));
+    assert_eq!((c.n_r, c.r_slice_width), (200, 1));
     // z bins: zBinSize = cotThetaMax * deltaRMax = 2 * 80 = 160 -> floor(4000 / 160) = 25.
     let c2 = SeedingSettings {
         cot_theta_max: 2.0,
@@ -173,6 +174,41 @@ fn binning_hand_worked() {
     assert_eq!(k::bin_of(&c, 70.0, 0.0, 2000.0), 39);
     assert_eq!(k::bin_of(&c, 200.0, 0.0, 0.0), 78);
     assert_eq!(k::bin_of(&c, 199.99, 0.0, 0.0), 39);
+}
+
+#[test]
+fn radius_slices_hand_worked() {
+    let c = cfg();
+    assert_eq!(k::r_slice(&c, 34.9), 34);
+    assert_eq!(k::r_slice(&c, 250.0), 199);
+    assert_eq!(k::r_slice(&c, -3.0), 0);
+    // Middle at r = 70: bottoms in (-10, 50) -> slices [0, 52); tops (90, 150) -> [89, 152).
+    let [wb, wt] = k::radial_windows(&c, 70.0);
+    assert_eq!(k::slice_range(&c, wb.0, wb.1), (0, 52));
+    assert_eq!(k::slice_range(&c, wt.0, wt.1), (89, 152));
+    assert_eq!(k::slice_range(&c, -30.0, -10.0), (0, 0));
+    assert_eq!(k::grid_key(&c, 70.0, 0.0, 0.0), 39 * 200 + 70);
+    assert_eq!(k::grid_key(&c, 70.0, 0.0, 3000.0), c.nkeys());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The slice range of a window holds every radius that passes the doublet dR cut.
+    #[test]
+    fn slice_range_is_a_superset(rm in 0f32..260.0, ro in 0f32..260.0) {
+        let c = cfg();
+        let [wb, wt] = k::radial_windows(&c, rm);
+        let (db, dt) = (rm - ro, ro - rm);
+        if db > c.delta_r_min && db < c.delta_r_max {
+            let (s0, s1) = k::slice_range(&c, wb.0, wb.1);
+            prop_assert!((s0..s1).contains(&k::r_slice(&c, ro)));
+        }
+        if dt > c.delta_r_min && dt < c.delta_r_max {
+            let (s0, s1) = k::slice_range(&c, wt.0, wt.1);
+            prop_assert!((s0..s1).contains(&k::r_slice(&c, ro)));
+        }
+    }
 }
 
 #[test]

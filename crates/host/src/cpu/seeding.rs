@@ -1,8 +1,9 @@
 //! CPU reference of the seeding family: a plain sequential brute force.
 //!
-//! Spacepoints go into a `Vec` per grid bin (ascending input index). For every middle
-//! spacepoint (bins in ascending order, then ascending index), every spacepoint of the
-//! neighbour bins is tried as a bottom and as a top; for every compatible bottom, every
+//! Spacepoints go into a `Vec` per grid key (bin × 1 mm radius slice, ascending input
+//! index). For every middle spacepoint (keys in ascending order, then ascending index), every
+//! spacepoint of the neighbour bins in the radius slices around `rM - dR` (bottoms) and
+//! `rM + dR` (tops) is tried with the doublet cuts; for every compatible bottom, every
 //! compatible top is tried as a triplet. The triplets of one middle–bottom pair get the
 //! compatible-seed weight update, the triplets of one middle go through the seed filter and
 //! are sorted best first (weight, then the larger input-index tuple), and the first
@@ -32,23 +33,24 @@ pub struct SeedingStats {
     pub seeds: u64,
 }
 
-/// The grid: for each bin, the input indices of its spacepoints in ascending order.
+/// The grid: for each key (bin × radius slice), the input indices of its spacepoints in
+/// ascending order.
 pub fn grid(cfg: &SeedingConfig, sps: &[SpacePoint]) -> Vec<Vec<u32>> {
-    let mut bins = vec![Vec::new(); cfg.nbins() as usize];
+    let mut keys = vec![Vec::new(); cfg.nkeys() as usize];
     for (i, sp) in sps.iter().enumerate() {
-        let b = k::bin_of(cfg, sp.x, sp.y, sp.z);
-        if b < cfg.nbins() {
-            bins[b as usize].push(i as u32);
+        let key = k::grid_key(cfg, sp.x, sp.y, sp.z);
+        if key < cfg.nkeys() {
+            keys[key as usize].push(i as u32);
         }
     }
-    bins
+    keys
 }
 
 /// Seeds of an event, in output order (middle spacepoints by grid bin, then by input
 /// index; each middle's seeds best first), and the stage counts.
 pub fn seeds(cfg: &SeedingConfig, sps: &[SpacePoint]) -> (Vec<Seed>, SeedingStats) {
-    let bins = grid(cfg, sps);
-    let valid: u64 = bins.iter().map(|b| b.len() as u64).sum();
+    let keys = grid(cfg, sps);
+    let valid: u64 = keys.iter().map(|b| b.len() as u64).sum();
     let mut st = SeedingStats {
         spacepoints: sps.len() as u64,
         valid,
@@ -57,23 +59,31 @@ pub fn seeds(cfg: &SeedingConfig, sps: &[SpacePoint]) -> (Vec<Seed>, SeedingStat
     };
     let rec = |i: u32, bin: u32| k::binned(&sps[i as usize], i, bin);
     let mut out = Vec::new();
-    for (bin, members) in bins.iter().enumerate() {
+    let n_r = cfg.n_r as usize;
+    for (key, members) in keys.iter().enumerate() {
+        let bin = (key / n_r) as u32;
         for &mi in members {
-            let m = rec(mi, bin as u32);
-            let mut bottoms: Vec<BinnedSp> = Vec::new();
-            let mut tops: Vec<BinnedSp> = Vec::new();
-            let nb = k::neighbour_bins(cfg, bin as u32);
-            for &ob in &nb.bins[..nb.len as usize] {
-                for &oi in &bins[ob as usize] {
-                    let o = rec(oi, ob);
-                    if k::doublet_compatible(cfg, &m, &o, true) {
-                        bottoms.push(o);
-                    }
-                    if k::doublet_compatible(cfg, &m, &o, false) {
-                        tops.push(o);
+            let m = rec(mi, bin);
+            let nb = k::neighbour_bins(cfg, bin);
+            // Every spacepoint of the neighbour bins in the radius slices of a window.
+            let candidates = |(lo, hi): (f32, f32), bottom: bool| -> Vec<BinnedSp> {
+                let (s0, s1) = k::slice_range(cfg, lo, hi);
+                let mut v = Vec::new();
+                for &ob in &nb.bins[..nb.len as usize] {
+                    for slice in s0..s1 {
+                        for &oi in &keys[ob as usize * n_r + slice as usize] {
+                            let o = rec(oi, ob);
+                            if k::doublet_compatible(cfg, &m, &o, bottom) {
+                                v.push(o);
+                            }
+                        }
                     }
                 }
-            }
+                v
+            };
+            let [wb, wt] = k::radial_windows(cfg, m.r);
+            let bottoms = candidates(wb, true);
+            let tops = candidates(wt, false);
             if bottoms.is_empty() || tops.is_empty() {
                 continue;
             }
