@@ -16,9 +16,11 @@
 //!
 //! # Data layout (all buffers are `#[repr(C)]` arrays of the types below)
 //! 1. input `SpacePoint[n]` (x, y, z in mm, variances);
-//! 2. [`KERNEL_BIN`] writes each spacepoint's grid bin (or `nbins` when invalid) and the
-//!    Foundation's stable device bucket groups them: `grid_offsets[nbins + 2]` and the
-//!    spacepoint indices in bin order, ascending input index inside a bin;
+//! 2. [`KERNEL_BIN`] writes each spacepoint's grid key (`bin * n_r + radius slice`, or
+//!    `nkeys` when invalid) and the Foundation's stable device bucket groups them:
+//!    `grid_offsets[nkeys + 2]` and the spacepoint indices in key order, ascending input index
+//!    inside a key. A middle's bottom (top) candidates in one neighbour bin are then one
+//!    contiguous range ([`slice_range`]);
 //! 3. [`KERNEL_GATHER_SPACEPOINTS`] writes `BinnedSp[n_valid]` in that order (the "binned
 //!    index" used below);
 //! 4. doublets: count per middle (binned index) → exclusive scan → fill `Doublet` and
@@ -29,10 +31,13 @@
 //!
 //! # Worked example (default configuration)
 //! Three spacepoints of a straight track from the origin, (34, 0, 10), (70, 0, 20.588),
-//! (116, 0, 34.118) mm: phi bin 39 of 78, z bin 0. The middle (70, 0) has one compatible
+//! (116, 0, 34.118) mm: phi bin 39 of 78, z bin 0, radius slices 34, 70, 116. The middle (70, 0) has one compatible
 //! bottom (dR = 36) and one top (dR = 46); the triplet has `A = B = 0`, curvature 0 and
 //! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
-//! one seed `(0, 1, 2, weight 200, z_vertex 0)` (see the host tests).
+//! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
+//!
+//! No barriers and no shared memory: every kernel is one thread per item; the only atomics
+//! are the u64 totals of the count kernels (order-independent sums).
 
 /// Kernel: grid bin of every spacepoint (`nbins` when it is not valid).
 pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
