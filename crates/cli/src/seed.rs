@@ -114,3 +114,73 @@ pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
         items: ev.spacepoints.len(),
     }])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_command_writes_the_documented_formats() {
+        let ev = gen::generate(3, 2.0, true);
+        let dir = std::env::temp_dir().join(format!("detkit-seed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (inp, out, par, cfgf) = (
+            dir.join("sp.csv"),
+            dir.join("seeds.csv"),
+            dir.join("params.csv"),
+            dir.join("seeding.toml"),
+        );
+        let mut csv = String::from("x,y,z,particle\n");
+        for (s, t) in ev.spacepoints.iter().zip(&ev.truth) {
+            csv.push_str(&format!("{},{},{},{t}\n", s.x, s.y, s.z));
+        }
+        std::fs::write(&inp, csv).unwrap();
+        std::fs::write(&cfgf, "max_seeds_per_spm = 2 # fewer\n").unwrap();
+        let args: Vec<String> = [
+            "--input",
+            inp.to_str().unwrap(),
+            "--output",
+            out.to_str().unwrap(),
+            "--params",
+            par.to_str().unwrap(),
+            "--config",
+            cfgf.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        main(&args).unwrap();
+        let seeds = std::fs::read_to_string(&out).unwrap();
+        let params = std::fs::read_to_string(&par).unwrap();
+        let mut lines = seeds.lines();
+        assert_eq!(lines.next(), Some("bottom,middle,top,weight,z_vertex"));
+        assert_eq!(params.lines().next(), Some("seed,loc0,loc1,phi,theta,qop"));
+        // The CSV round trip of f32 is exact (shortest representation), so the rows equal
+        // the library's result on the same numbers.
+        let sps = gen::read_csv(&std::fs::read_to_string(&inp).unwrap()).unwrap();
+        let cfg = SeedingSettings {
+            max_seeds_per_spm: 2,
+            ..Default::default()
+        }
+        .to_config()
+        .unwrap();
+        let want = Backend::cpu().seed(&sps, &cfg).unwrap();
+        assert!(!want.seeds.is_empty());
+        let rows: Vec<&str> = lines.collect();
+        assert_eq!(rows.len(), want.seeds.len());
+        for (row, s) in rows.iter().zip(&want.seeds) {
+            assert_eq!(
+                *row,
+                format!(
+                    "{},{},{},{},{}",
+                    s.bottom, s.middle, s.top, s.weight, s.z_vertex
+                )
+            );
+        }
+        assert_eq!(params.lines().count(), want.seeds.len() + 1);
+        assert!(main(&["--input".to_string()]).is_err());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
