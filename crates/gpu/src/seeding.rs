@@ -36,8 +36,9 @@
 //! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
 //! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
 //!
-//! No barriers and no shared memory: every kernel is one thread per item; the only atomics
-//! are the u64 totals of the count kernels (order-independent sums).
+//! No barriers and no shared memory: every kernel is one thread per item, except the two
+//! doublet kernels (one warp per middle; warp-synchronous `vote.ballot` only); the only
+//! atomics are the u64 totals of the count kernels (order-independent sums).
 
 /// Kernel: grid bin of every spacepoint (`nbins` when it is not valid).
 pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
@@ -939,7 +940,9 @@ pub fn estimate_params(bfield: f32, b: [f32; 3], m: [f32; 3], t: [f32; 3]) -> Bo
     }
 }
 
-/// Device code: thin entry points, one thread per item.
+/// Device code: thin entry points, one thread per item, except the doublet kernels (one
+/// warp per middle spacepoint: the lanes test 32 consecutive candidates at once and keep
+/// their scan order with a ballot and a prefix popcount).
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
@@ -1001,24 +1004,33 @@ pub mod device {
         }
     }
 
-    /// Calls `f(q, &sp)` for every spacepoint of the neighbour bins of `m` whose radius
-    /// slice is in `slice_range(window)`, in scan order (bins, then slices, then index).
+    /// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
+    /// lanes): every spacepoint of the neighbour bins whose radius slice is in
+    /// `slice_range(window)`, in scan order (bins, then slices, then index), 32 at a time.
+    /// For each candidate passing `pred`, `emit(rank, q, &sp)` runs on the lane holding it,
+    /// with `rank` its position among the passing candidates in scan order. Returns the
+    /// number that passed (the same on every lane).
     ///
     /// # Safety
-    /// `grid` holds `nkeys + 1` offsets into `sps`.
+    /// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds
+    /// `nkeys + 1` offsets into `sps`.
     #[inline(always)]
-    unsafe fn for_each_candidate(
+    unsafe fn warp_candidates(
         c: &SeedingConfig,
         m: &BinnedSp,
         window: (f32, f32),
         grid: *const u32,
         sps: *const BinnedSp,
-        mut f: impl FnMut(u32, &BinnedSp),
-    ) {
+        pred: impl Fn(&BinnedSp) -> bool,
+        mut emit: impl FnMut(u32, u32, &BinnedSp),
+    ) -> u32 {
+        let lane = i::lane_id();
+        let below = i::lanemask_lt();
         let nb = neighbour_bins(c, m.bin);
         let (s0, s1) = slice_range(c, window.0, window.1);
+        let mut total = 0u32;
         if s0 >= s1 {
-            return;
+            return 0;
         }
         let mut k = 0;
         while k < nb.len {
@@ -1030,23 +1042,36 @@ pub mod device {
                     grid.add(key + s1 as usize).read(),
                 )
             };
-            let mut q = lo;
-            while q < hi {
-                // SAFETY: q < grid[nkeys] = len(sps).
-                let o = unsafe { &*sps.add(q as usize) };
-                f(q, o);
-                q += 1;
+            let mut base = lo;
+            // Warp-uniform loop: every lane reaches every ballot.
+            while base < hi {
+                let q = base + lane;
+                let mut o = BinnedSp::default();
+                let mut ok = false;
+                if q < hi {
+                    // SAFETY: q < grid[nkeys] = len(sps).
+                    o = unsafe { sps.add(q as usize).read() };
+                    ok = pred(&o);
+                }
+                let mask = i::ballot(ok);
+                if ok {
+                    emit(total + i::popc(mask & below), q, &o);
+                }
+                total += i::popc(mask);
+                base += 32;
             }
             k += 1;
         }
+        total
     }
 
-    /// Per middle `p < n`: compatible bottoms and tops (both set to 0 when either is 0), and
-    /// their sums into `totals[0..2]` (u64).
+    /// Per middle `p < n` (one warp each): compatible bottoms and tops (both set to 0 when
+    /// either is 0), and their sums into `totals[0..2]` (u64).
     ///
     /// # Safety
     /// `grid` holds `nkeys + 1` offsets with `grid[nkeys] = n`; `sps` valid for `n`;
-    /// `n_bot`, `n_top` for `n`; `totals` two zeroed u64.
+    /// `n_bot`, `n_top` for `n`; `totals` two zeroed u64. `SEEDING_THREADS` threads per
+    /// block, `ceil(32 n / SEEDING_THREADS)` blocks.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn seeding_count_doublets(
         cfg: *const SeedingConfig,
@@ -1057,38 +1082,53 @@ pub mod device {
         n_top: *mut u32,
         totals: *mut u64,
     ) {
-        let p = index();
+        let p = index() / 32;
         if p >= n {
-            return;
+            return; // warp-uniform
         }
         // SAFETY: launch contract.
         unsafe {
             let c = &*cfg;
-            let m = &*sps.add(p as usize);
-            let (mut nb, mut nt) = (0u32, 0u32);
+            let m = sps.add(p as usize).read();
             let [wb, wt] = radial_windows(c, m.r);
-            for_each_candidate(c, m, wb, grid, sps, |_, o| {
-                nb += doublet_compatible(c, m, o, true) as u32;
-            });
+            let mut nb = warp_candidates(
+                c,
+                &m,
+                wb,
+                grid,
+                sps,
+                |o| doublet_compatible(c, &m, o, true),
+                |_, _, _| {},
+            );
+            let mut nt = 0;
             if nb != 0 {
-                for_each_candidate(c, m, wt, grid, sps, |_, o| {
-                    nt += doublet_compatible(c, m, o, false) as u32;
-                });
+                nt = warp_candidates(
+                    c,
+                    &m,
+                    wt,
+                    grid,
+                    sps,
+                    |o| doublet_compatible(c, &m, o, false),
+                    |_, _, _| {},
+                );
             }
             if nb == 0 || nt == 0 {
                 nb = 0;
                 nt = 0;
             }
-            n_bot.add(p as usize).write(nb);
-            n_top.add(p as usize).write(nt);
-            if nb != 0 {
-                i::atomic_add_u64(totals, nb as u64);
-                i::atomic_add_u64(totals.add(1), nt as u64);
+            if i::lane_id() == 0 {
+                n_bot.add(p as usize).write(nb);
+                n_top.add(p as usize).write(nt);
+                if nb != 0 {
+                    i::atomic_add_u64(totals, nb as u64);
+                    i::atomic_add_u64(totals.add(1), nt as u64);
+                }
             }
         }
     }
 
-    /// Per middle `p < n`: writes its doublets at `off_bot[p]..` and `off_top[p]..`.
+    /// Per middle `p < n` (one warp each): writes its doublets at `off_bot[p]..` and
+    /// `off_top[p]..`, in scan order.
     ///
     /// # Safety
     /// As [`seeding_count_doublets`]; `off_*` are the exclusive scans of its counts;
@@ -1107,41 +1147,54 @@ pub mod device {
         top: *mut Doublet,
         lc_top: *mut LinCircle,
     ) {
-        let p = index();
+        let p = index() / 32;
         if p >= n {
-            return;
+            return; // warp-uniform
         }
-        // SAFETY: launch contract; the fill visits exactly the candidates counted.
+        // SAFETY: launch contract; the fill visits exactly the candidates counted, so
+        // ranks stay below the counts.
         unsafe {
             if n_bot.add(p as usize).read() == 0 {
-                return;
+                return; // warp-uniform
             }
             let c = &*cfg;
-            let m = &*sps.add(p as usize);
-            let mut ib = off_bot.add(p as usize).read() as usize;
-            let mut it = off_top.add(p as usize).read() as usize;
+            let m = sps.add(p as usize).read();
+            let ib = off_bot.add(p as usize).read() as usize;
+            let it = off_top.add(p as usize).read() as usize;
             let pm = p as u32;
             let [wb, wt] = radial_windows(c, m.r);
-            for_each_candidate(c, m, wb, grid, sps, |q, o| {
-                if doublet_compatible(c, m, o, true) {
-                    bot.add(ib).write(Doublet {
+            warp_candidates(
+                c,
+                &m,
+                wb,
+                grid,
+                sps,
+                |o| doublet_compatible(c, &m, o, true),
+                |rank, q, o| {
+                    let at = ib + rank as usize;
+                    bot.add(at).write(Doublet {
                         middle: pm,
                         other: q,
                     });
-                    lc_bot.add(ib).write(transform_coordinates(m, o, true));
-                    ib += 1;
-                }
-            });
-            for_each_candidate(c, m, wt, grid, sps, |q, o| {
-                if doublet_compatible(c, m, o, false) {
-                    top.add(it).write(Doublet {
+                    lc_bot.add(at).write(transform_coordinates(&m, o, true));
+                },
+            );
+            warp_candidates(
+                c,
+                &m,
+                wt,
+                grid,
+                sps,
+                |o| doublet_compatible(c, &m, o, false),
+                |rank, q, o| {
+                    let at = it + rank as usize;
+                    top.add(at).write(Doublet {
                         middle: pm,
                         other: q,
                     });
-                    lc_top.add(it).write(transform_coordinates(m, o, false));
-                    it += 1;
-                }
-            });
+                    lc_top.add(at).write(transform_coordinates(&m, o, false));
+                },
+            );
         }
     }
 

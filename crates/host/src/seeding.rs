@@ -641,8 +641,8 @@ impl GpuContext {
                 .arg(&mut n_top)
                 .arg(&mut totals);
             // SAFETY: grid holds nkeys + 2 offsets, grid[nkeys] = n_valid; binned n_valid
-            // records; counts n_valid + 1; totals two zeroed u64.
-            let r = unsafe { b.launch(self.launch_items(nv)) };
+            // records; counts n_valid + 1; totals two zeroed u64; one warp per middle.
+            let r = unsafe { b.launch(self.launch_items(32 * nv)) };
             self.check_launch(k::KERNEL_COUNT_DOUBLETS, r)?;
         }
         tm.stop()?;
@@ -683,8 +683,8 @@ impl GpuContext {
                 .arg(&mut top)
                 .arg(&mut lc_top);
             // SAFETY: offsets are the exclusive scans of the counts the same predicate
-            // produced; the outputs hold the totals.
-            let r = unsafe { b.launch(self.launch_items(nv)) };
+            // produced; the outputs hold the totals; one warp per middle.
+            let r = unsafe { b.launch(self.launch_items(32 * nv)) };
             self.check_launch(k::KERNEL_FIND_DOUBLETS, r)?;
         }
         tm.stop()?;
