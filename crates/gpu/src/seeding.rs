@@ -862,7 +862,7 @@ impl BestN {
         }
         let mut pos = self.len;
         if self.len == self.cap {
-            // SAFETY-free: len >= 1 here, index < CAP.
+            // len >= 1 here; `% CAP` keeps every index provably in bounds (no panic path).
             if !seed_better(&c, &self.items[(self.len as usize - 1) % CAP]) {
                 return;
             }
