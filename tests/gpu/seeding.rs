@@ -1,6 +1,307 @@
-//! GPU tests of the seeding family against its CPU oracle.
+//! GPU tests of the seeding family against its CPU oracle: generated events of many sizes,
+//! adversarial events (empty, one spacepoint, all in one bin, exactly on cut boundaries,
+//! phi wrap-around at ±π, invalid spacepoints), configuration variants, and input errors.
+//! Seeds, parameters and stage counts must be identical (floats bit for bit). Every buffer
+//! the kernels fill is poisoned before the launch (`detkit::seeding::POISON`).
 
-use crate::Test;
+use detkit::cpu;
+use detkit::seeding::{gen, SeedingConfig, SeedingSettings, SpacePoint, StageTimes};
+use detkit::Error;
+use detkit_tests::{ensure, exact};
+
+use crate::{e, Ctx, Test, R};
 
 /// The seeding tests, run by `main` after the Foundation tests.
-pub(crate) const TESTS: &[Test] = &[];
+pub(crate) const TESTS: &[Test] = &[
+    ("seeding_generated_sizes", test_generated),
+    ("seeding_adversarial", test_adversarial),
+    ("seeding_config_variants", test_configs),
+    ("seeding_device_stages", test_device_stages),
+    ("seeding_errors", test_errors),
+];
+
+fn default_cfg() -> SeedingConfig {
+    SeedingSettings::default()
+        .to_config()
+        .expect("default config")
+}
+
+/// Runs the GPU backend and the oracle on `sps` and compares everything.
+fn compare(c: &Ctx, label: &str, cfg: &SeedingConfig, sps: &[SpacePoint]) -> R {
+    let got = c.backend.seed(sps, cfg).map_err(e)?;
+    let (seeds, stats) = cpu::seeding::seeds(cfg, sps);
+    let params = cpu::seeding::params(cfg, sps, &seeds);
+    ensure(got.stats == stats, || {
+        format!(
+            "{label} n={}: stats {:?} want {:?}",
+            sps.len(),
+            got.stats,
+            stats
+        )
+    })?;
+    exact(
+        &format!("{label} n={} seeds", sps.len()),
+        &got.seeds,
+        &seeds,
+    )?;
+    exact(
+        &format!("{label} n={} params", sps.len()),
+        &got.params,
+        &params,
+    )
+}
+
+fn test_generated(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let big = gen::generate(c.seed, 200.0, true);
+    for &n in SIZES {
+        let n = n.min(big.spacepoints.len());
+        compare(c, "mu=200 prefix", &cfg, &big.spacepoints[..n])?;
+    }
+    for mu in [1.0, 10.0, 50.0] {
+        let ev = gen::generate(c.seed ^ mu as u64, mu, true);
+        compare(c, &format!("mu={mu}"), &cfg, &ev.spacepoints)?;
+    }
+    if !c.quick {
+        compare(c, "mu=200", &cfg, &big.spacepoints)?;
+        let ev = gen::generate(c.seed.wrapping_add(1), 300.0, true);
+        compare(c, "mu=300", &cfg, &ev.spacepoints)?;
+    }
+    Ok(())
+}
+
+/// Prefix sizes: 0, 1, warp ± 1, block (`SEEDING_THREADS` = 128) ± 1, larger.
+const SIZES: &[usize] = &[0, 1, 2, 3, 31, 32, 33, 127, 128, 129, 1000, 5000];
+
+fn sp(x: f32, y: f32, z: f32) -> SpacePoint {
+    SpacePoint {
+        x,
+        y,
+        z,
+        var_z: 0.0,
+        var_r: 0.0,
+    }
+}
+
+/// Points of straight and curved tracks from the beam line, with random smearing, in a
+/// phi window `[phi0, phi0 + width]`.
+fn tracks_in_window(c: &Ctx, salt: u64, n_tracks: usize, phi0: f64, width: f64) -> Vec<SpacePoint> {
+    let mut rng = gen::Rng::new(c.seed ^ salt);
+    let mut out = Vec::new();
+    for _ in 0..n_tracks {
+        let phi = phi0 + width * rng.uniform();
+        let cot = 2.0 * rng.uniform() - 1.0;
+        let z0 = 100.0 * (rng.uniform() - 0.5);
+        let curv = 0.002 * (rng.uniform() - 0.5); // 1/mm, bends phi with r
+        for r in [34.0, 70.0, 116.0, 172.0] {
+            let p = phi + curv * r;
+            out.push(sp(
+                (r * p.cos()) as f32,
+                (r * p.sin()) as f32,
+                (z0 + cot * r + 0.05 * rng.normal()) as f32,
+            ));
+        }
+    }
+    out
+}
+
+fn test_adversarial(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    compare(c, "empty", &cfg, &[])?;
+    compare(c, "one", &cfg, &[sp(70.0, 0.0, 0.0)])?;
+    // The worked example of the module docs: one seed.
+    let ex = [
+        sp(34.0, 0.0, 10.0),
+        sp(70.0, 0.0, 20.588),
+        sp(116.0, 0.0, 34.118),
+    ];
+    compare(c, "worked example", &cfg, &ex)?;
+    let got = c.backend.seed(&ex, &cfg).map_err(e)?;
+    ensure(got.seeds.len() == 1, || {
+        format!("worked example: {:?}", got.seeds)
+    })?;
+    // All in one phi bin (bin width 2π/78 ≈ 0.08).
+    let one_bin = tracks_in_window(c, 11, 600, 0.01, 0.05);
+    compare(c, "one bin", &cfg, &one_bin)?;
+    // Phi wrap-around: tracks straddling ±π (bins 77 and 0).
+    let wrap = tracks_in_window(c, 12, 400, std::f64::consts::PI - 0.1, 0.2);
+    compare(c, "phi wrap", &cfg, &wrap)?;
+    // Exactly on the doublet cut boundaries: middle at (70, 0, 0); bottoms at dR = 20
+    // (rejected), just above, and z0 exactly at the collision-region edge; tops at dR = 80
+    // (rejected) and just below.
+    let mut edge = vec![sp(70.0, 0.0, 0.0)];
+    for (x, z) in [
+        (50.0, 0.0),
+        (49.99, 0.0),
+        (35.0, 125.0),
+        (35.0, 124.99),
+        (35.0, -125.0),
+        (150.0, 0.0),
+        (149.99, 0.0),
+        (149.99, 450.0),
+        (120.0, 449.99),
+    ] {
+        edge.push(sp(x, 0.0, z));
+        edge.push(sp(-x, 0.0, z));
+        edge.push(sp(0.0, x, -z));
+    }
+    edge.push(sp(-70.0, 0.0, 0.0));
+    edge.push(sp(0.0, 70.0, 0.0));
+    compare(c, "cut boundaries", &cfg, &edge)?;
+    // Invalid spacepoints are dropped and counted: |z| > 2000, r >= 200, phi exactly ±π.
+    let mut inval = one_bin.clone();
+    inval.extend([
+        sp(50.0, 0.0, 2000.5),
+        sp(199.9, 0.0, 0.0),
+        sp(200.0, 0.0, 0.0),
+        sp(-70.0, 0.0, 0.0),
+        sp(-70.0, -0.0, 10.0),
+        sp(0.0, 0.0, 0.0),
+    ]);
+    compare(c, "invalid", &cfg, &inval)?;
+    let got = c.backend.seed(&inval, &cfg).map_err(e)?;
+    ensure(got.stats.invalid == 2, || {
+        format!("invalid: {} dropped, want 2", got.stats.invalid)
+    })?;
+    // Random points in the whole volume (many fakes, many ties).
+    let mut rng = gen::Rng::new(c.seed ^ 13);
+    let noise: Vec<SpacePoint> = (0..3000)
+        .map(|_| {
+            let r = 30.0 + 170.0 * rng.uniform();
+            let p = 2.0 * std::f64::consts::PI * rng.uniform();
+            sp(
+                (r * p.cos()) as f32,
+                (r * p.sin()) as f32,
+                (600.0 * (rng.uniform() - 0.5)) as f32,
+            )
+        })
+        .collect();
+    compare(c, "random", &cfg, &noise)?;
+    // Duplicated spacepoints (equal weights, tie-break on indices).
+    let mut dup = tracks_in_window(c, 14, 50, -1.0, 0.5);
+    dup.extend(dup.clone());
+    compare(c, "duplicates", &cfg, &dup)
+}
+
+fn test_configs(c: &Ctx) -> R {
+    let ev = gen::generate(c.seed ^ 21, 30.0, true);
+    let variants: Vec<(&str, SeedingSettings)> = vec![
+        (
+            "max_seeds=1",
+            SeedingSettings {
+                max_seeds_per_spm: 1,
+                ..Default::default()
+            },
+        ),
+        (
+            "max_seeds=16",
+            SeedingSettings {
+                max_seeds_per_spm: 16,
+                ..Default::default()
+            },
+        ),
+        (
+            "compat_limit=0",
+            SeedingSettings {
+                compat_seed_limit: 0,
+                ..Default::default()
+            },
+        ),
+        (
+            "compat_limit=8",
+            SeedingSettings {
+                compat_seed_limit: 8,
+                delta_inv_helix_diameter: 0.001,
+                ..Default::default()
+            },
+        ),
+        (
+            "many z bins",
+            SeedingSettings {
+                cot_theta_max: 2.0,
+                ..Default::default()
+            },
+        ),
+        (
+            "no field",
+            SeedingSettings {
+                b_field_in_z: 0.0,
+                ..Default::default()
+            },
+        ),
+        (
+            "loose",
+            SeedingSettings {
+                delta_r_min: 0.0,
+                delta_r_max: 200.0,
+                impact_max: 50.0,
+                phi_bin_deflection_coverage: 3,
+                ..Default::default()
+            },
+        ),
+    ];
+    for (label, s) in variants {
+        let cfg = s.to_config().map_err(e)?;
+        compare(c, label, &cfg, &ev.spacepoints)?;
+    }
+    Ok(())
+}
+
+fn test_device_stages(c: &Ctx) -> R {
+    let g = c.gpu();
+    let cfg = default_cfg();
+    let ev = gen::generate(c.seed ^ 31, 50.0, true);
+    let d = g.upload(bytemuck_words(&ev.spacepoints)).map_err(e)?;
+    let mut times = StageTimes::default();
+    let out = g
+        .seed_device(&cfg, &d, ev.spacepoints.len(), Some(&mut times))
+        .map_err(e)?;
+    let (seeds, _) = g.download_seeds(&out).map_err(e)?;
+    let (want, _) = cpu::seeding::seeds(&cfg, &ev.spacepoints);
+    exact("device-resident seeds", &seeds, &want)?;
+    ensure(times.stages.len() >= 7, || {
+        format!("stage times: {times:?}")
+    })?;
+    ensure(times.stages.iter().all(|(_, ms)| *ms >= 0.0), || {
+        format!("stage times: {times:?}")
+    })
+}
+
+fn bytemuck_words(sps: &[SpacePoint]) -> &[u32] {
+    // SpacePoint is five f32 fields, `#[repr(C)]`, no padding (size assertion in detkit-gpu).
+    detkit::seeding::as_words(sps)
+}
+
+fn test_errors(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let mut bad = vec![sp(70.0, 0.0, 0.0); 5];
+    bad[3].z = f32::NAN;
+    match c.backend.seed(&bad, &cfg) {
+        Err(Error::InvalidInput { detail, .. }) if detail.contains("spacepoint 3") => {}
+        other => return Err(format!("NaN spacepoint: {other:?}")),
+    }
+    bad[3].z = 0.0;
+    bad[1].var_z = -1.0;
+    ensure(
+        matches!(c.backend.seed(&bad, &cfg), Err(Error::InvalidInput { .. })),
+        || "negative variance accepted".into(),
+    )?;
+    let mut cfg2 = cfg;
+    cfg2.max_seeds_per_spm = 17;
+    ensure(
+        matches!(
+            c.backend.seed(&bad[..1], &cfg2),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "max_seeds_per_spm 17 accepted".into(),
+    )?;
+    let mut cfg3 = cfg;
+    cfg3.n_phi = 0;
+    ensure(
+        matches!(
+            c.backend.seed(&bad[..1], &cfg3),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "empty phi axis accepted".into(),
+    )
+}

@@ -15,6 +15,7 @@
     feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
 )]
 #![deny(unsafe_op_in_unsafe_fn)]
+#![feature(core_float_math)] // seeding: IEEE `sqrt` in `no_std` (same bits on host and device)
 
 #[cfg(target_arch = "nvptx64")]
 pub mod intrinsics;
@@ -25,6 +26,7 @@ pub mod compact;
 pub mod histogram;
 pub mod pet;
 pub mod scan;
+pub mod seeding;
 
 /// Threads per warp on every NVIDIA GPU detkit supports.
 pub const WARP_SIZE: u32 = 32;
@@ -57,6 +59,16 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_COINCIDE_WALK,
     pet::KERNEL_COINCIDE_COUNT,
     pet::KERNEL_COINCIDE_FILL,
+    seeding::KERNEL_BIN,
+    seeding::KERNEL_GATHER_SPACEPOINTS,
+    seeding::KERNEL_COUNT_DOUBLETS,
+    seeding::KERNEL_FIND_DOUBLETS,
+    seeding::KERNEL_COUNT_TRIPLETS,
+    seeding::KERNEL_FIND_TRIPLETS,
+    seeding::KERNEL_UPDATE_WEIGHTS,
+    seeding::KERNEL_SELECT_SEEDS,
+    seeding::KERNEL_GATHER_SEEDS,
+    seeding::KERNEL_ESTIMATE_PARAMS,
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.

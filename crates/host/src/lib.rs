@@ -39,6 +39,7 @@ pub mod histogram;
 pub mod pet;
 pub mod ptx;
 pub mod scan;
+pub mod seeding;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};
 pub use cuda::{driver_present, DeviceBuffer, GpuContext};

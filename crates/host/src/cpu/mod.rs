@@ -7,3 +7,4 @@ pub mod compact;
 pub mod histogram;
 pub mod pet;
 pub mod scan;
+pub mod seeding;

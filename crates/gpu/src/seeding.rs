@@ -1,0 +1,1463 @@
+//! traccc-style triplet track seeding: spacepoint grid, doublets, triplets, weights, seed
+//! selection and track parameter estimation.
+//!
+//! Source: the traccc CUDA seeding description (`shared/seeds/003_*.txt`) and traccc's
+//! helpers (`doublet_finding_helper.hpp`, `triplet_finding_helper.hpp`,
+//! `seed_selecting_helper.hpp`, `update_triplet_weights.ipp`, `select_seeds.ipp`,
+//! `track_params_estimation_helper.hpp`); exact semantics in `docs/seeding.md`.
+//!
+//! Every per-candidate decision is a pure function of this module ([`bin_of`],
+//! [`doublet_compatible`], [`transform_coordinates`], [`triplet_compatible`],
+//! [`updated_weight`], [`seed_weight`], [`single_seed_cut`], [`cut_per_middle_sp`],
+//! [`seed_better`], [`estimate_params`]), shared by the kernels and the CPU oracle. The float
+//! operations happen in the same order on both sides and the PTX holds no fused
+//! multiply-add in them (`cargo xtask build-ptx` output is checked for `fma.rn.f32` by the
+//! host test `ptx_has_no_fma`), so the GPU and the CPU take bit-identical decisions.
+//!
+//! # Data layout (all buffers are `#[repr(C)]` arrays of the types below)
+//! 1. input `SpacePoint[n]` (x, y, z in mm, variances);
+//! 2. [`KERNEL_BIN`] writes each spacepoint's grid key (`bin * n_r + radius slice`, or
+//!    `nkeys` when invalid) and the Foundation's stable device bucket groups them:
+//!    `grid_offsets[nkeys + 2]` and the spacepoint indices in key order, ascending input index
+//!    inside a key. A middle's bottom (top) candidates in one neighbour bin are then one
+//!    contiguous range ([`slice_range`]);
+//! 3. [`KERNEL_GATHER_SPACEPOINTS`] writes `BinnedSp[n_valid]` in that order (the "binned
+//!    index" used below);
+//! 4. doublets: count per middle (binned index) → exclusive scan → fill `Doublet` and
+//!    `LinCircle` arrays (bottoms and tops apart), in neighbour-bin scan order;
+//! 5. triplets: count per middle–bottom doublet → scan → fill `Triplet`, in middle–top order;
+//! 6. weights: one `f32` per triplet; 7. seeds: per middle at most `max_seeds_per_spm` into
+//!    fixed slots, counts scanned, gathered into `Seed[n_seeds]`; 8. `BoundParams[n_seeds]`.
+//!
+//! # Worked example (default configuration)
+//! Three spacepoints of a straight track from the origin, (34, 0, 10), (70, 0, 20.588),
+//! (116, 0, 34.118) mm: phi bin 39 of 78, z bin 0, radius slices 34, 70, 116. The middle (70, 0) has one compatible
+//! bottom (dR = 36) and one top (dR = 46); the triplet has `A = B = 0`, curvature 0 and
+//! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
+//! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
+//!
+//! No barriers and no shared memory: every kernel is one thread per item, except the two
+//! doublet kernels (one warp per middle; warp-synchronous `vote.ballot` only); the only
+//! atomics are the u64 totals of the count kernels (order-independent sums).
+
+/// Kernel: grid bin of every spacepoint (`nbins` when it is not valid).
+pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
+/// Kernel: binned spacepoint records in grid order.
+pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
+/// Kernel: per middle spacepoint, the number of compatible bottoms and tops.
+pub const KERNEL_COUNT_DOUBLETS: &str = "seeding_count_doublets";
+/// Kernel: the middle–bottom and middle–top doublets at their scanned offsets.
+pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
+/// Kernel: per middle–bottom doublet, the number of compatible tops.
+pub const KERNEL_COUNT_TRIPLETS: &str = "seeding_count_triplets";
+/// Kernel: the triplets at their scanned offsets.
+pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
+/// Kernel: compatible-seed weight update.
+pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
+/// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
+pub const KERNEL_SELECT_SEEDS: &str = "seeding_select_seeds";
+/// Kernel: the selected seeds from the slots to their scanned offsets.
+pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
+/// Kernel: bound track parameters from each seed.
+pub const KERNEL_ESTIMATE_PARAMS: &str = "seeding_estimate_params";
+
+/// Threads per block of every seeding kernel (one thread per item).
+pub const SEEDING_THREADS: u32 = 128;
+/// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
+pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
+/// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).
+pub const COMPAT_SEED_LIMIT_CAP: u32 = 8;
+
+/// Everything the cuts read: traccc's `seedfinder_config`, `seedfilter_config` and grid
+/// axes, with the derived quantities of `seedfinder_config::setup()` already computed (the
+/// host crate builds it from `detkit::seeding::SeedingSettings`). Units: mm, GeV, and the
+/// field in GeV/(e·mm) (1 T = 0.000299792458).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingConfig {
+    /// z range of valid spacepoints and of the z axis.
+    pub z_min: f32,
+    /// Upper end of the z range.
+    pub z_max: f32,
+    /// Radius limit of valid spacepoints.
+    pub r_max: f32,
+    /// Valid spacepoints have `trunc(r_beam) < r_limit` (traccc's `size_t` comparison).
+    pub r_limit: u32,
+    /// Beam position x (validity only).
+    pub beam_x: f32,
+    /// Beam position y (validity only).
+    pub beam_y: f32,
+    /// Phi range of the phi axis.
+    pub phi_min: f32,
+    /// Upper end of the phi range.
+    pub phi_max: f32,
+    /// Number of phi bins (circular axis).
+    pub n_phi: u32,
+    /// Number of z bins (regular axis).
+    pub n_z: u32,
+    /// z0 window of doublets.
+    pub collision_min: f32,
+    /// Upper end of the z0 window.
+    pub collision_max: f32,
+    /// Largest |cot theta| of a doublet.
+    pub cot_theta_max: f32,
+    /// Doublet radial distance lower bound (exclusive).
+    pub delta_r_min: f32,
+    /// Doublet radial distance upper bound (exclusive).
+    pub delta_r_max: f32,
+    /// Largest |dz| of a doublet.
+    pub delta_z_max: f32,
+    /// Largest transverse impact parameter.
+    pub impact_max: f32,
+    /// Number of sigmas of the scattering cut.
+    pub sigma_scattering: f32,
+    /// pT above which the scattering angle stays fixed.
+    pub max_pt_scattering: f32,
+    /// Derived: Highland scattering term.
+    pub highland: f32,
+    /// Derived: `(highland / minPt)^2`.
+    pub max_scattering_angle2: f32,
+    /// Derived: pT per helix radius (= field).
+    pub pt_per_helix_radius: f32,
+    /// Derived: `(2 minPt / field)^2`.
+    pub min_helix_diameter2: f32,
+    /// Derived: `minPt / field`.
+    pub min_helix_radius: f32,
+    /// Derived: `(highland / field)^2` (traccc's, dimensionally odd, value).
+    pub pt2_per_radius: f32,
+    /// Field along z, GeV/(e·mm), for parameter estimation.
+    pub bfield: f32,
+    /// Filter: curvature window of compatible seeds.
+    pub delta_inv_helix_diameter: f32,
+    /// Filter: weight per mm of impact parameter (negative contribution).
+    pub impact_weight_factor: f32,
+    /// Filter: weight added per compatible seed.
+    pub compat_seed_weight: f32,
+    /// Filter: smallest top-radius separation of compatible seeds.
+    pub filter_delta_r_min: f32,
+    /// Filter: most compatible seeds counted.
+    pub compat_seed_limit: u32,
+    /// Filter: bottom radius above which a seed is "good".
+    pub good_spb_min_radius: f32,
+    /// Filter: weight added for a good bottom.
+    pub good_spb_weight_increase: f32,
+    /// Filter: top radius below which the top weight applies.
+    pub good_spt_max_radius: f32,
+    /// Filter: weight set (overriding) for a low top.
+    pub good_spt_weight_increase: f32,
+    /// Filter: smallest weight of a seed with a good bottom.
+    pub good_spb_min_weight: f32,
+    /// Filter: weight above which a second seed per middle is kept.
+    pub seed_min_weight: f32,
+    /// Filter: bottom radius above which a second seed per middle is kept.
+    pub spb_min_radius: f32,
+    /// Most seeds per middle spacepoint (`<= MAX_SEEDS_PER_SPM_CAP`).
+    pub max_seeds_per_spm: u32,
+    /// Radius slices per grid bin (the search structure, not a cut): see [`r_slice`].
+    pub n_r: u32,
+    /// Width of a radius slice in whole mm.
+    pub r_slice_width: u32,
+}
+const _: () = assert!(core::mem::size_of::<SeedingConfig>() == 41 * 4);
+
+impl SeedingConfig {
+    /// Number of grid bins `n_phi * n_z`.
+    pub const fn nbins(&self) -> u32 {
+        self.n_phi * self.n_z
+    }
+    /// Number of grid keys `nbins * n_r` (bin, radius slice); the key of an invalid
+    /// spacepoint.
+    pub const fn nkeys(&self) -> u32 {
+        self.nbins() * self.n_r
+    }
+}
+
+/// An input spacepoint (global frame, mm; variances in mm²).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SpacePoint {
+    /// x
+    pub x: f32,
+    /// y
+    pub y: f32,
+    /// z
+    pub z: f32,
+    /// Variance of z.
+    pub var_z: f32,
+    /// Variance of r.
+    pub var_r: f32,
+}
+const _: () = assert!(core::mem::size_of::<SpacePoint>() == 20);
+
+/// A valid spacepoint in grid order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BinnedSp {
+    /// x
+    pub x: f32,
+    /// y
+    pub y: f32,
+    /// z
+    pub z: f32,
+    /// `sqrt(x² + y²)`
+    pub r: f32,
+    /// Variance of z.
+    pub var_z: f32,
+    /// Variance of r.
+    pub var_r: f32,
+    /// Input index.
+    pub index: u32,
+    /// Grid bin.
+    pub bin: u32,
+}
+const _: () = assert!(core::mem::size_of::<BinnedSp>() == 32);
+
+/// A middle–bottom or middle–top doublet (binned indices).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Doublet {
+    /// The middle spacepoint.
+    pub middle: u32,
+    /// The bottom or top spacepoint.
+    pub other: u32,
+}
+const _: () = assert!(core::mem::size_of::<Doublet>() == 8);
+
+/// traccc's `lin_circle`: a doublet in the middle spacepoint's conformal frame.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct LinCircle {
+    /// cot theta, oriented bottom → top.
+    pub cot_theta: f32,
+    /// z at r = 0.
+    pub zo: f32,
+    /// Conformal u.
+    pub u: f32,
+    /// Conformal v.
+    pub v: f32,
+    /// Error term.
+    pub er: f32,
+    /// 1 / transverse distance.
+    pub i_delta_r: f32,
+}
+const _: () = assert!(core::mem::size_of::<LinCircle>() == 24);
+
+/// A triplet (binned indices), before the weight update.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Triplet {
+    /// Bottom (binned index).
+    pub bottom: u32,
+    /// Middle (binned index).
+    pub middle: u32,
+    /// Top (binned index).
+    pub top: u32,
+    /// The middle–bottom doublet it belongs to.
+    pub mb: u32,
+    /// Signed curvature `B / sqrt(S2)`.
+    pub curvature: f32,
+    /// `-impact * impact_weight_factor`.
+    pub weight: f32,
+    /// z at the beam line (`lb.zo`).
+    pub z_vertex: f32,
+    /// Radius of the top spacepoint.
+    pub r_top: f32,
+}
+const _: () = assert!(core::mem::size_of::<Triplet>() == 32);
+
+/// A seed: input indices of its three spacepoints, weight and z vertex. The output format.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct Seed {
+    /// Bottom spacepoint (input index).
+    pub bottom: u32,
+    /// Middle spacepoint (input index).
+    pub middle: u32,
+    /// Top spacepoint (input index).
+    pub top: u32,
+    /// Final weight.
+    pub weight: f32,
+    /// z of the vertex.
+    pub z_vertex: f32,
+}
+const _: () = assert!(core::mem::size_of::<Seed>() == 20);
+
+/// Seeds compare equal when indices match and the floats have the same bits (or both NaN).
+impl PartialEq for Seed {
+    fn eq(&self, o: &Self) -> bool {
+        self.bottom == o.bottom
+            && self.middle == o.middle
+            && self.top == o.top
+            && same_f32(self.weight, o.weight)
+            && same_f32(self.z_vertex, o.z_vertex)
+    }
+}
+
+/// Bit equality of floats, with every NaN equal to every NaN (NaN payloads differ between
+/// the GPU and the CPU).
+pub fn same_f32(a: f32, b: f32) -> bool {
+    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+}
+
+/// Bound track parameters at the bottom spacepoint, on the cylinder through it
+/// (`loc0 = r·phi_pos`, `loc1 = z`), as traccc's `seed_to_bound_param_vector` computes them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BoundParams {
+    /// `rB * atan2(yB, xB)` (mm).
+    pub loc0: f32,
+    /// `zB` (mm).
+    pub loc1: f32,
+    /// Direction phi.
+    pub phi: f32,
+    /// Direction theta.
+    pub theta: f32,
+    /// Charge over momentum (1/GeV).
+    pub qop: f32,
+}
+const _: () = assert!(core::mem::size_of::<BoundParams>() == 20);
+
+impl PartialEq for BoundParams {
+    fn eq(&self, o: &Self) -> bool {
+        same_f32(self.loc0, o.loc0)
+            && same_f32(self.loc1, o.loc1)
+            && same_f32(self.phi, o.phi)
+            && same_f32(self.theta, o.theta)
+            && same_f32(self.qop, o.qop)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Float helpers, written with basic operations only so that host and device agree bit
+// for bit (the device has no libm; `sqrt` is IEEE-exact on both).
+// ---------------------------------------------------------------------------------------
+
+/// IEEE square root (`sqrt.rn.f32` on the device, `sqrtss` on x86).
+#[inline(always)]
+pub fn sqrt(x: f32) -> f32 {
+    core::f32::math::sqrt(x)
+}
+
+/// π as f32.
+pub const PI: f32 = core::f32::consts::PI;
+
+/// `atan(t)` for `t >= 0` (Cephes `atanf` reduction and polynomial, about 1e-7 relative).
+#[inline(always)]
+fn atan_pos(t: f32) -> f32 {
+    let (base, x) = if t > 2.414_213_5 {
+        (core::f32::consts::FRAC_PI_2, -1.0 / t)
+    } else if t > 0.414_213_57 {
+        (core::f32::consts::FRAC_PI_4, (t - 1.0) / (t + 1.0))
+    } else {
+        (0.0, t)
+    };
+    let z = x * x;
+    let p =
+        (((8.053_744_5e-2 * z - 1.387_768_5e-1) * z + 1.997_771_1e-1) * z - 3.333_295e-1) * z * x;
+    base + (p + x)
+}
+
+/// `atan2(y, x)` in `[-π, π]`, same result on host and device (not libm's: within about
+/// 2e-7 rad of it). `atan2(0, 0) = 0`.
+#[inline(always)]
+pub fn atan2(y: f32, x: f32) -> f32 {
+    let ax = x.abs();
+    let ay = y.abs();
+    if ax == 0.0 && ay == 0.0 {
+        return if x.is_sign_negative() {
+            if y.is_sign_negative() {
+                -PI
+            } else {
+                PI
+            }
+        } else {
+            y
+        };
+    }
+    let mut a = if ay > ax {
+        core::f32::consts::FRAC_PI_2 - atan_pos(ax / ay)
+    } else {
+        atan_pos(ay / ax)
+    };
+    if x < 0.0 {
+        a = PI - a;
+    }
+    if y.is_sign_negative() {
+        -a
+    } else {
+        a
+    }
+}
+
+/// `asin(x)` for `|x| <= 1` via [`atan2`].
+#[inline(always)]
+pub fn asin(x: f32) -> f32 {
+    atan2(x, sqrt((1.0 - x) * (1.0 + x)))
+}
+
+// ---------------------------------------------------------------------------------------
+// Grid
+// ---------------------------------------------------------------------------------------
+
+/// traccc's axis `bin(v) = int((v - min) / (max - min) * n)` (truncation toward zero).
+#[inline(always)]
+pub fn axis_raw_bin(v: f32, min: f32, max: f32, n: u32) -> i32 {
+    ((v - min) / (max - min) * n as f32) as i32
+}
+
+/// Grid bin `phi_bin + n_phi * z_bin` of a spacepoint, or `cfg.nbins()` when it is not
+/// valid (`is_valid_sp`: `z_min <= z <= z_max`, `phi_min <= phi <= phi_max`,
+/// `trunc(r about the beam) < r_limit`). Phi wraps (circular axis), z clamps.
+#[inline(always)]
+pub fn bin_of(cfg: &SeedingConfig, x: f32, y: f32, z: f32) -> u32 {
+    let phi = atan2(y, x);
+    let bx = x - cfg.beam_x;
+    let by = y - cfg.beam_y;
+    let rb = sqrt(bx * bx + by * by);
+    let valid = z >= cfg.z_min
+        && z <= cfg.z_max
+        && phi >= cfg.phi_min
+        && phi <= cfg.phi_max
+        && (rb as u32) < cfg.r_limit;
+    if !valid {
+        return cfg.nbins();
+    }
+    let n_phi = cfg.n_phi as i32;
+    let mut pb = axis_raw_bin(phi, cfg.phi_min, cfg.phi_max, cfg.n_phi);
+    if pb < 0 {
+        pb += n_phi;
+    } else if pb >= n_phi {
+        pb -= n_phi;
+    }
+    // A value far outside would still be out after one wrap; clamp to stay in the grid.
+    let pb = clamp_bin(pb, cfg.n_phi);
+    let zb = clamp_bin(axis_raw_bin(z, cfg.z_min, cfg.z_max, cfg.n_z), cfg.n_z);
+    pb + cfg.n_phi * zb
+}
+
+/// `v` clamped to `[0, n - 1]` (0 when `n == 0`; the host rejects such a grid).
+#[inline(always)]
+fn clamp_bin(v: i32, n: u32) -> u32 {
+    if v <= 0 {
+        0
+    } else if v as u32 >= n {
+        n.saturating_sub(1)
+    } else {
+        v as u32
+    }
+}
+
+/// Radius slice of a radius: `min(trunc(r) / r_slice_width, n_r - 1)`. Inside a grid bin
+/// spacepoints are ordered by slice, so the candidates of a radial window are one
+/// contiguous range per bin.
+#[inline(always)]
+pub fn r_slice(cfg: &SeedingConfig, r: f32) -> u32 {
+    let w = if cfg.r_slice_width == 0 {
+        1
+    } else {
+        cfg.r_slice_width
+    };
+    let s = (r as u32) / w;
+    if s >= cfg.n_r {
+        cfg.n_r.saturating_sub(1)
+    } else {
+        s
+    }
+}
+
+/// Grid key `bin * n_r + r_slice(r)` of a spacepoint, or `cfg.nkeys()` when it is not
+/// valid (see [`bin_of`]). `r = sqrt(x² + y²)` as in [`binned`].
+#[inline(always)]
+pub fn grid_key(cfg: &SeedingConfig, x: f32, y: f32, z: f32) -> u32 {
+    let b = bin_of(cfg, x, y, z);
+    if b >= cfg.nbins() {
+        return cfg.nkeys();
+    }
+    b * cfg.n_r + r_slice(cfg, sqrt(x * x + y * y))
+}
+
+/// The radius slices `[first, end)` that hold every spacepoint whose radius `r` can satisfy
+/// `lo < r < hi` as the doublet cuts compute it (one slice of margin on each side, so f32
+/// rounding of `rM ± dR` cannot lose a candidate; the cuts themselves are applied exactly to
+/// every candidate of the range).
+#[inline(always)]
+pub fn slice_range(cfg: &SeedingConfig, lo: f32, hi: f32) -> (u32, u32) {
+    if hi.is_nan() || hi < 0.0 || cfg.n_r == 0 {
+        return (0, 0);
+    }
+    let first = r_slice(cfg, lo).saturating_sub(1);
+    let last = r_slice(cfg, hi) + 2;
+    (first, if last > cfg.n_r { cfg.n_r } else { last })
+}
+
+/// Radial windows `(lo, hi)` of bottoms and tops of a middle at radius `r`.
+#[inline(always)]
+pub fn radial_windows(cfg: &SeedingConfig, r: f32) -> [(f32, f32); 2] {
+    [
+        (r - cfg.delta_r_max, r - cfg.delta_r_min),
+        (r + cfg.delta_r_min, r + cfg.delta_r_max),
+    ]
+}
+
+/// The binned record of input spacepoint `index` in grid bin `bin`.
+#[inline(always)]
+pub fn binned(sp: &SpacePoint, index: u32, bin: u32) -> BinnedSp {
+    BinnedSp {
+        x: sp.x,
+        y: sp.y,
+        z: sp.z,
+        r: sqrt(sp.x * sp.x + sp.y * sp.y),
+        var_z: sp.var_z,
+        var_r: sp.var_r,
+        index,
+        bin,
+    }
+}
+
+/// Neighbour bins of a middle spacepoint's bin, in scan order: z bins `zb-1..=zb+1`
+/// (clamped), and for each, phi bins `pb-1, pb, pb+1` (wrapped). When `n_phi < 3` each phi
+/// bin is visited once (traccc would visit one twice). At most 9.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Neighbours {
+    /// The bins; the first `len` are valid.
+    pub bins: [u32; 9],
+    /// How many.
+    pub len: u32,
+}
+
+/// See [`Neighbours`].
+#[inline(always)]
+pub fn neighbour_bins(cfg: &SeedingConfig, bin: u32) -> Neighbours {
+    // An empty axis (rejected by the host) is treated as one bin, so no division by zero.
+    let n_phi = if cfg.n_phi == 0 { 1 } else { cfg.n_phi };
+    let n_z = if cfg.n_z == 0 { 1 } else { cfg.n_z };
+    let pb = bin % n_phi;
+    let zb = bin / n_phi;
+    let z_lo = if zb == 0 { 0 } else { zb - 1 };
+    let z_hi = if zb + 1 >= n_z { n_z - 1 } else { zb + 1 };
+    let mut out = Neighbours {
+        bins: [0; 9],
+        len: 0,
+    };
+    let mut z = z_lo;
+    while z <= z_hi {
+        if n_phi < 3 {
+            let mut p = 0;
+            while p < n_phi {
+                out.bins[(out.len % 9) as usize] = p + n_phi * z;
+                out.len += 1;
+                p += 1;
+            }
+        } else {
+            let mut k = 0;
+            while k < 3 {
+                let p = (pb + n_phi - 1 + k) % n_phi;
+                out.bins[(out.len % 9) as usize] = p + n_phi * z;
+                out.len += 1;
+                k += 1;
+            }
+        }
+        z += 1;
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------
+// Doublets
+// ---------------------------------------------------------------------------------------
+
+/// traccc's `doublet_finding_helper::isCompatible`: may `o` be the bottom (`bottom = true`)
+/// or the top of middle `m`? Radial distance in the open interval `(delta_r_min,
+/// delta_r_max)`, `|dz| < cot_theta_max·dR`, z0 in the open collision region,
+/// `|dz| < delta_z_max`, and the helix-circle cut (NaN from `dx = 0` or `dy = 0` passes it).
+#[inline(always)]
+pub fn doublet_compatible(cfg: &SeedingConfig, m: &BinnedSp, o: &BinnedSp, bottom: bool) -> bool {
+    let (delta_r, cot_theta) = if bottom {
+        (m.r - o.r, m.z - o.z)
+    } else {
+        (o.r - m.r, o.z - m.z)
+    };
+    let z_origin = m.z * delta_r - m.r * cot_theta;
+    if delta_r >= cfg.delta_r_max
+        || delta_r <= cfg.delta_r_min
+        || cot_theta.abs() >= cfg.cot_theta_max * delta_r
+        || z_origin <= cfg.collision_min * delta_r
+        || z_origin >= cfg.collision_max * delta_r
+        || cot_theta.abs() >= cfg.delta_z_max
+    {
+        return false;
+    }
+    let mid_x = 0.5 * (m.x + o.x);
+    let mid_y = 0.5 * (m.y + o.y);
+    let slope = (o.y - m.y) / (o.x - m.x);
+    let dx = o.x - m.x;
+    let dy = o.y - m.y;
+    let dxy2 = dx * dx + dy * dy;
+    let sagitta = sqrt(cfg.min_helix_radius * cfg.min_helix_radius - dxy2 / 4.0);
+    let denom = sqrt((slope * slope + 1.0) / (slope * slope));
+    let cos_a = 1.0 / denom;
+    let sin_a = -1.0 / (slope * denom);
+    let mdx = sagitta * cos_a;
+    let mdy = sagitta * sin_a;
+    let mp1x = mid_x + mdx;
+    let mp2x = mid_x - mdx;
+    let mp1y = mid_y + mdy;
+    let mp2y = mid_y - mdy;
+    let r1 = mp1x * mp1x + mp1y * mp1y;
+    let r2 = mp2x * mp2x + mp2y * mp2y;
+    let lim = (cfg.min_helix_radius - cfg.impact_max) * (cfg.min_helix_radius - cfg.impact_max);
+    // std::min(a, b) = (b < a) ? b : a
+    let min = if r2 < r1 { r2 } else { r1 };
+    // NaN (dx = 0 or dy = 0) compares false: the pair is not rejected, as in traccc.
+    let rejected = min <= lim;
+    !rejected
+}
+
+/// traccc's `transform_coordinates`: the doublet `(m, o)` in `m`'s conformal frame.
+#[inline(always)]
+pub fn transform_coordinates(m: &BinnedSp, o: &BinnedSp, bottom: bool) -> LinCircle {
+    let cos_phi = m.x / m.r;
+    let sin_phi = m.y / m.r;
+    let dx = o.x - m.x;
+    let dy = o.y - m.y;
+    let dz = o.z - m.z;
+    let x = dx * cos_phi + dy * sin_phi;
+    let y = dy * cos_phi - dx * sin_phi;
+    let i_delta_r2 = 1.0 / (dx * dx + dy * dy);
+    let i_delta_r = sqrt(i_delta_r2);
+    let mut cot_theta = dz * i_delta_r;
+    if bottom {
+        cot_theta = -cot_theta;
+    }
+    LinCircle {
+        cot_theta,
+        zo: m.z - m.r * cot_theta,
+        u: x * i_delta_r2,
+        v: y * i_delta_r2,
+        er: ((m.var_z + o.var_z) + (cot_theta * cot_theta) * (m.var_r + o.var_r)) * i_delta_r2,
+        i_delta_r,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Triplets
+// ---------------------------------------------------------------------------------------
+
+/// Per middle–bottom doublet: `(iSinTheta2, scatteringInRegion2)`.
+#[inline(always)]
+pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
+    let i_sin_theta2 = 1.0 + lb.cot_theta * lb.cot_theta;
+    let scat =
+        cfg.max_scattering_angle2 * i_sin_theta2 * cfg.sigma_scattering * cfg.sigma_scattering;
+    (i_sin_theta2, scat)
+}
+
+/// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
+/// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
+#[inline(always)]
+pub fn triplet_compatible(
+    cfg: &SeedingConfig,
+    m: &BinnedSp,
+    lb: &LinCircle,
+    lt: &LinCircle,
+    i_sin_theta2: f32,
+    scattering_in_region2: f32,
+) -> Option<(f32, f32)> {
+    let error2 = lt.er
+        + lb.er
+        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+    let mut delta_cot = lb.cot_theta - lt.cot_theta;
+    let delta_cot2 = delta_cot * delta_cot;
+    let mut d_cot_minus_err2 = 0.0;
+    if delta_cot2 - error2 > 0.0 {
+        delta_cot = delta_cot.abs();
+        let error = sqrt(error2);
+        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
+        if d_cot_minus_err2 > scattering_in_region2 {
+            return None;
+        }
+    }
+    let du = lt.u - lb.u;
+    if du == 0.0 {
+        return None;
+    }
+    let a = (lt.v - lb.v) / du;
+    let s2 = 1.0 + a * a;
+    let b = lb.v - a * lb.u;
+    let b2 = b * b;
+    if s2 < b2 * cfg.min_helix_diameter2 {
+        return None;
+    }
+    let i_helix_diameter2 = b2 / s2;
+    let mut pt2scatter = 4.0 * i_helix_diameter2 * cfg.pt2_per_radius;
+    let pt = cfg.pt_per_helix_radius * sqrt(s2 / b2) / 2.0;
+    if pt > cfg.max_pt_scattering {
+        let pt_scatter = cfg.highland / cfg.max_pt_scattering;
+        pt2scatter = pt_scatter * pt_scatter;
+    }
+    let p2scatter = pt2scatter * i_sin_theta2;
+    if delta_cot2 - error2 > 0.0
+        && d_cot_minus_err2 > p2scatter * cfg.sigma_scattering * cfg.sigma_scattering
+    {
+        return None;
+    }
+    let curvature = b / sqrt(s2);
+    let impact = ((a - b * m.r) * m.r).abs();
+    if impact > cfg.impact_max {
+        return None;
+    }
+    Some((curvature, impact))
+}
+
+/// The triplet's initial weight `-impact * impact_weight_factor`.
+#[inline(always)]
+pub fn impact_weight(cfg: &SeedingConfig, impact: f32) -> f32 {
+    -impact * cfg.impact_weight_factor
+}
+
+/// traccc's `update_triplet_weights` for triplet `this` of a group of `len` triplets that
+/// share its middle–bottom doublet; `get(k)` returns `(curvature, r_top)` of the group's
+/// `k`-th triplet. Walks the others in group order; returns the updated weight.
+#[inline(always)]
+pub fn updated_weight(
+    cfg: &SeedingConfig,
+    this: u32,
+    len: u32,
+    weight: f32,
+    get: impl Fn(u32) -> (f32, f32),
+) -> f32 {
+    let (curv, r_top) = get(this);
+    let lower = curv - cfg.delta_inv_helix_diameter;
+    let upper = curv + cfg.delta_inv_helix_diameter;
+    let mut radii = [0.0f32; COMPAT_SEED_LIMIT_CAP as usize];
+    let mut num = 0u32;
+    let mut w = weight;
+    if cfg.compat_seed_limit == 0 {
+        return w;
+    }
+    let mut k = 0;
+    while k < len {
+        if k != this {
+            let (oc, or) = get(k);
+            let keep = (r_top - or).abs() >= cfg.filter_delta_r_min && oc >= lower && oc <= upper;
+            if keep {
+                let mut new = true;
+                let mut s = 0;
+                while s < num {
+                    if (radii[(s % COMPAT_SEED_LIMIT_CAP) as usize] - or).abs()
+                        < cfg.filter_delta_r_min
+                    {
+                        new = false;
+                        break;
+                    }
+                    s += 1;
+                }
+                if new {
+                    radii[(num % COMPAT_SEED_LIMIT_CAP) as usize] = or;
+                    w += cfg.compat_seed_weight;
+                    num += 1;
+                }
+                if num >= cfg.compat_seed_limit {
+                    break;
+                }
+            }
+        }
+        k += 1;
+    }
+    w
+}
+
+// ---------------------------------------------------------------------------------------
+// Seed selection
+// ---------------------------------------------------------------------------------------
+
+/// traccc's `seed_weight`: `+good_spb_weight_increase` when `rB > good_spb_min_radius`,
+/// overridden by `+good_spt_weight_increase` when `rT < good_spt_max_radius`.
+#[inline(always)]
+pub fn seed_weight(cfg: &SeedingConfig, weight: f32, r_bottom: f32, r_top: f32) -> f32 {
+    let mut add = 0.0;
+    if r_bottom > cfg.good_spb_min_radius {
+        add = cfg.good_spb_weight_increase;
+    }
+    if r_top < cfg.good_spt_max_radius {
+        add = cfg.good_spt_weight_increase;
+    }
+    weight + add
+}
+
+/// traccc's `single_seed_cut`: keep unless `rB > good_spb_min_radius` and
+/// `weight < good_spb_min_weight`.
+#[inline(always)]
+pub fn single_seed_cut(cfg: &SeedingConfig, weight: f32, r_bottom: f32) -> bool {
+    !(r_bottom > cfg.good_spb_min_radius && weight < cfg.good_spb_min_weight)
+}
+
+/// traccc's `cut_per_middle_sp` (seeds after the best of a middle spacepoint).
+#[inline(always)]
+pub fn cut_per_middle_sp(cfg: &SeedingConfig, weight: f32, r_bottom: f32) -> bool {
+    weight > cfg.seed_min_weight || r_bottom > cfg.spb_min_radius
+}
+
+/// A seed candidate of one middle spacepoint during selection.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Candidate {
+    /// Weight after [`seed_weight`].
+    pub weight: f32,
+    /// Input indices (bottom, middle, top).
+    pub key: [u32; 3],
+    /// Bottom radius.
+    pub r_bottom: f32,
+    /// z vertex.
+    pub z_vertex: f32,
+}
+
+/// The order of seeds of one middle spacepoint (traccc's device comparator): higher weight
+/// first; equal weights by the larger `(bottom, middle, top)` input-index tuple.
+#[inline(always)]
+pub fn seed_better(a: &Candidate, b: &Candidate) -> bool {
+    if a.weight != b.weight {
+        return a.weight > b.weight;
+    }
+    let (x, y) = (a.key, b.key);
+    if x[0] != y[0] {
+        return x[0] > y[0];
+    }
+    if x[1] != y[1] {
+        return x[1] > y[1];
+    }
+    x[2] > y[2]
+}
+
+/// Best-N keeper of one middle spacepoint (fixed array, capacity `MAX_SEEDS_PER_SPM_CAP`).
+pub struct BestN {
+    /// Candidates, sorted best first; the first `len` are valid.
+    pub items: [Candidate; MAX_SEEDS_PER_SPM_CAP as usize],
+    /// How many.
+    pub len: u32,
+    /// Capacity in use (`<= MAX_SEEDS_PER_SPM_CAP`).
+    pub cap: u32,
+}
+
+impl BestN {
+    /// An empty keeper of `cap` candidates (clamped to the array).
+    #[inline(always)]
+    pub fn new(cap: u32) -> Self {
+        Self {
+            items: [Candidate::default(); MAX_SEEDS_PER_SPM_CAP as usize],
+            len: 0,
+            cap: if cap > MAX_SEEDS_PER_SPM_CAP {
+                MAX_SEEDS_PER_SPM_CAP
+            } else {
+                cap
+            },
+        }
+    }
+
+    /// Offers a candidate; kept sorted (insertion), the worst dropped when full.
+    #[inline(always)]
+    pub fn offer(&mut self, c: Candidate) {
+        const CAP: usize = MAX_SEEDS_PER_SPM_CAP as usize;
+        if self.cap == 0 {
+            return;
+        }
+        let mut pos = self.len;
+        if self.len == self.cap {
+            // len >= 1 here; `% CAP` keeps every index provably in bounds (no panic path).
+            if !seed_better(&c, &self.items[(self.len as usize - 1) % CAP]) {
+                return;
+            }
+            pos = self.len - 1;
+        } else {
+            self.len += 1;
+        }
+        while pos > 0 && seed_better(&c, &self.items[(pos as usize - 1) % CAP]) {
+            self.items[pos as usize % CAP] = self.items[(pos as usize - 1) % CAP];
+            pos -= 1;
+        }
+        self.items[pos as usize % CAP] = c;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Track parameters
+// ---------------------------------------------------------------------------------------
+
+/// traccc's `seed_to_bound_param_vector` with the field along +z (`bfield > 0`, GeV/(e·mm)),
+/// from the bottom, middle and top positions. The surface is the cylinder through the bottom
+/// spacepoint: `loc0 = rB·atan2(yB, xB)`, `loc1 = zB`.
+#[inline(always)]
+pub fn estimate_params(bfield: f32, b: [f32; 3], m: [f32; 3], t: [f32; 3]) -> BoundParams {
+    // Frame: origin at the bottom, z along the field, x along the transverse bottom→middle.
+    let rel = [m[0] - b[0], m[1] - b[1]];
+    let n = sqrt(rel[0] * rel[0] + rel[1] * rel[1]);
+    // new y = normalize(z × rel) = (-rel.y, rel.x) / n; new x = new y × z = (rel.x, rel.y) / n
+    let yx = -rel[1] / n;
+    let yy = rel[0] / n;
+    let xx = yy;
+    let xy = -yx;
+    let local = |p: [f32; 3]| {
+        let d = [p[0] - b[0], p[1] - b[1], p[2] - b[2]];
+        [d[0] * xx + d[1] * xy, d[0] * yx + d[1] * yy, d[2]]
+    };
+    let l1 = local(m);
+    let l2 = local(t);
+    let uv = |l: [f32; 3]| {
+        let den = l[0] * l[0] + l[1] * l[1];
+        (l[0] / den, l[1] / den)
+    };
+    let (u1, v1) = uv(l1);
+    let (u2, v2) = uv(l2);
+    let a = (v2 - v1) / (u2 - u1);
+    let bb = v2 - a * u2;
+    let s = sqrt(1.0 + a * a);
+    let radius = -s / (2.0 * bb);
+    let perp2 = sqrt(l2[0] * l2[0] + l2[1] * l2[1]);
+    // For exactly collinear points (B = 0, R infinite) traccc's formula gives 0·∞ = NaN;
+    // its limit, the straight line, is used instead (a deliberate difference).
+    let inv_tan_theta = if bb == 0.0 {
+        l2[2] / perp2
+    } else {
+        l2[2] / (2.0 * radius * asin(perp2 / (2.0 * radius)))
+    };
+    // transDirection = (1, A, s·invTanTheta), normalised, rotated back to the global frame.
+    let tz = s * inv_tan_theta;
+    let norm = sqrt(1.0 + a * a + tz * tz);
+    let (dx, dy, dz) = (1.0 / norm, a / norm, tz / norm);
+    let gx = dx * xx + dy * yx;
+    let gy = dx * xy + dy * yy;
+    let gz = dz;
+    let phi = atan2(gy, gx);
+    let theta = atan2(sqrt(gx * gx + gy * gy), gz);
+    let q_over_pt = 1.0 / (radius * bfield);
+    let qop = q_over_pt / sqrt(1.0 + inv_tan_theta * inv_tan_theta);
+    let rb = sqrt(b[0] * b[0] + b[1] * b[1]);
+    BoundParams {
+        loc0: rb * atan2(b[1], b[0]),
+        loc1: b[2],
+        phi,
+        theta,
+        qop,
+    }
+}
+
+/// Device code: thin entry points, one thread per item, except the doublet kernels (one
+/// warp per middle spacepoint: the lanes test 32 consecutive candidates at once and keep
+/// their scan order with a ballot and a prefix popcount).
+#[cfg(target_arch = "nvptx64")]
+pub mod device {
+    use super::*;
+    use crate::intrinsics as i;
+
+    #[inline(always)]
+    fn index() -> u64 {
+        i::global_thread_idx()
+    }
+
+    /// Grid key (or `nkeys` when invalid) of every spacepoint.
+    ///
+    /// # Safety
+    /// `cfg` one config; `sps` valid for `n`; `keys` for `n`. `SEEDING_THREADS` threads,
+    /// `ceil(n / SEEDING_THREADS)` blocks.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(
+        cfg: *const SeedingConfig,
+        sps: *const SpacePoint,
+        n: u64,
+        keys: *mut u32,
+    ) {
+        let g = index();
+        if g >= n {
+            return;
+        }
+        // SAFETY: launch contract: g < n.
+        unsafe {
+            let c = &*cfg;
+            let sp = &*sps.add(g as usize);
+            keys.add(g as usize).write(grid_key(c, sp.x, sp.y, sp.z));
+        }
+    }
+
+    /// `binned[p] = binned(sps[i], i, keys[i] / n_r)` with `i = content[p]`, `p < n_valid`.
+    ///
+    /// # Safety
+    /// `content` valid for `n_valid` indices `< len(sps) = len(keys)`; `binned` for `n_valid`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(
+        cfg: *const SeedingConfig,
+        sps: *const SpacePoint,
+        keys: *const u32,
+        content: *const u32,
+        n_valid: u64,
+        out: *mut BinnedSp,
+    ) {
+        let p = index();
+        if p >= n_valid {
+            return;
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let idx = content.add(p as usize).read();
+            let sp = &*sps.add(idx as usize);
+            let n_r = (*cfg).n_r;
+            let bin = keys.add(idx as usize).read() / if n_r == 0 { 1 } else { n_r };
+            out.add(p as usize).write(binned(sp, idx, bin));
+        }
+    }
+
+    /// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
+    /// lanes): every spacepoint of the neighbour bins whose radius slice is in
+    /// `slice_range(window)`, in scan order (bins, then slices, then index), 32 at a time.
+    /// For each candidate passing `pred`, `emit(rank, q, &sp)` runs on the lane holding it,
+    /// with `rank` its position among the passing candidates in scan order. Returns the
+    /// number that passed (the same on every lane).
+    ///
+    /// # Safety
+    /// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds
+    /// `nkeys + 1` offsets into `sps`.
+    #[inline(always)]
+    unsafe fn warp_candidates(
+        c: &SeedingConfig,
+        m: &BinnedSp,
+        window: (f32, f32),
+        grid: *const u32,
+        sps: *const BinnedSp,
+        pred: impl Fn(&BinnedSp) -> bool,
+        mut emit: impl FnMut(u32, u32, &BinnedSp),
+    ) -> u32 {
+        let lane = i::lane_id();
+        let below = i::lanemask_lt();
+        let nb = neighbour_bins(c, m.bin);
+        let (s0, s1) = slice_range(c, window.0, window.1);
+        let mut total = 0u32;
+        if s0 >= s1 {
+            return 0;
+        }
+        let mut k = 0;
+        while k < nb.len {
+            let key = nb.bins[(k % 9) as usize] as usize * c.n_r as usize;
+            // SAFETY: key + s1 <= nkeys; grid holds nkeys + 1 offsets, each <= len(sps).
+            let (lo, hi) = unsafe {
+                (
+                    grid.add(key + s0 as usize).read(),
+                    grid.add(key + s1 as usize).read(),
+                )
+            };
+            let mut base = lo;
+            // Warp-uniform loop: every lane reaches every ballot.
+            while base < hi {
+                let q = base + lane;
+                let mut o = BinnedSp::default();
+                let mut ok = false;
+                if q < hi {
+                    // SAFETY: q < grid[nkeys] = len(sps).
+                    o = unsafe { sps.add(q as usize).read() };
+                    ok = pred(&o);
+                }
+                let mask = i::ballot(ok);
+                if ok {
+                    emit(total + i::popc(mask & below), q, &o);
+                }
+                total += i::popc(mask);
+                base += 32;
+            }
+            k += 1;
+        }
+        total
+    }
+
+    /// Per middle `p < n` (one warp each): compatible bottoms and tops (both set to 0 when
+    /// either is 0), and their sums into `totals[0..2]` (u64).
+    ///
+    /// # Safety
+    /// `grid` holds `nkeys + 1` offsets with `grid[nkeys] = n`; `sps` valid for `n`;
+    /// `n_bot`, `n_top` for `n`; `totals` two zeroed u64. `SEEDING_THREADS` threads per
+    /// block, `ceil(32 n / SEEDING_THREADS)` blocks.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_count_doublets(
+        cfg: *const SeedingConfig,
+        grid: *const u32,
+        sps: *const BinnedSp,
+        n: u64,
+        n_bot: *mut u32,
+        n_top: *mut u32,
+        totals: *mut u64,
+    ) {
+        let p = index() / 32;
+        if p >= n {
+            return; // warp-uniform
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let c = &*cfg;
+            let m = sps.add(p as usize).read();
+            let [wb, wt] = radial_windows(c, m.r);
+            let mut nb = warp_candidates(
+                c,
+                &m,
+                wb,
+                grid,
+                sps,
+                |o| doublet_compatible(c, &m, o, true),
+                |_, _, _| {},
+            );
+            let mut nt = 0;
+            if nb != 0 {
+                nt = warp_candidates(
+                    c,
+                    &m,
+                    wt,
+                    grid,
+                    sps,
+                    |o| doublet_compatible(c, &m, o, false),
+                    |_, _, _| {},
+                );
+            }
+            if nb == 0 || nt == 0 {
+                nb = 0;
+                nt = 0;
+            }
+            if i::lane_id() == 0 {
+                n_bot.add(p as usize).write(nb);
+                n_top.add(p as usize).write(nt);
+                if nb != 0 {
+                    i::atomic_add_u64(totals, nb as u64);
+                    i::atomic_add_u64(totals.add(1), nt as u64);
+                }
+            }
+        }
+    }
+
+    /// Per middle `p < n` (one warp each): writes its doublets at `off_bot[p]..` and
+    /// `off_top[p]..`, in scan order.
+    ///
+    /// # Safety
+    /// As [`seeding_count_doublets`]; `off_*` are the exclusive scans of its counts;
+    /// `bot`, `lc_bot` hold the bottom total, `top`, `lc_top` the top total.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_find_doublets(
+        cfg: *const SeedingConfig,
+        grid: *const u32,
+        sps: *const BinnedSp,
+        n: u64,
+        n_bot: *const u32,
+        off_bot: *const u32,
+        off_top: *const u32,
+        bot: *mut Doublet,
+        lc_bot: *mut LinCircle,
+        top: *mut Doublet,
+        lc_top: *mut LinCircle,
+    ) {
+        let p = index() / 32;
+        if p >= n {
+            return; // warp-uniform
+        }
+        // SAFETY: launch contract; the fill visits exactly the candidates counted, so
+        // ranks stay below the counts.
+        unsafe {
+            if n_bot.add(p as usize).read() == 0 {
+                return; // warp-uniform
+            }
+            let c = &*cfg;
+            let m = sps.add(p as usize).read();
+            let ib = off_bot.add(p as usize).read() as usize;
+            let it = off_top.add(p as usize).read() as usize;
+            let pm = p as u32;
+            let [wb, wt] = radial_windows(c, m.r);
+            warp_candidates(
+                c,
+                &m,
+                wb,
+                grid,
+                sps,
+                |o| doublet_compatible(c, &m, o, true),
+                |rank, q, o| {
+                    let at = ib + rank as usize;
+                    bot.add(at).write(Doublet {
+                        middle: pm,
+                        other: q,
+                    });
+                    lc_bot.add(at).write(transform_coordinates(&m, o, true));
+                },
+            );
+            warp_candidates(
+                c,
+                &m,
+                wt,
+                grid,
+                sps,
+                |o| doublet_compatible(c, &m, o, false),
+                |rank, q, o| {
+                    let at = it + rank as usize;
+                    top.add(at).write(Doublet {
+                        middle: pm,
+                        other: q,
+                    });
+                    lc_top.add(at).write(transform_coordinates(&m, o, false));
+                },
+            );
+        }
+    }
+
+    /// Per middle–bottom doublet `d < n_mb`: the number of compatible tops; sum into
+    /// `total` (u64).
+    ///
+    /// # Safety
+    /// `bot`, `lc_bot` valid for `n_mb`; `off_top` holds `n + 1` offsets (exclusive scan
+    /// with total) into `lc_top`; `counts` for `n_mb`; `total` one zeroed u64.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_count_triplets(
+        cfg: *const SeedingConfig,
+        sps: *const BinnedSp,
+        bot: *const Doublet,
+        lc_bot: *const LinCircle,
+        n_mb: u64,
+        off_top: *const u32,
+        lc_top: *const LinCircle,
+        counts: *mut u32,
+        total: *mut u64,
+    ) {
+        let d = index();
+        if d >= n_mb {
+            return;
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let c = &*cfg;
+            let db = bot.add(d as usize).read();
+            let m = &*sps.add(db.middle as usize);
+            let lb = lc_bot.add(d as usize).read();
+            let (isin, scat) = bottom_scattering(c, &lb);
+            let lo = off_top.add(db.middle as usize).read();
+            let hi = off_top.add(db.middle as usize + 1).read();
+            let mut cnt = 0u32;
+            let mut t = lo;
+            while t < hi {
+                let lt = lc_top.add(t as usize).read();
+                cnt += triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() as u32;
+                t += 1;
+            }
+            counts.add(d as usize).write(cnt);
+            if cnt != 0 {
+                i::atomic_add_u64(total, cnt as u64);
+            }
+        }
+    }
+
+    /// Per middle–bottom doublet `d < n_mb`: its triplets at `off_tri[d]..`.
+    ///
+    /// # Safety
+    /// As [`seeding_count_triplets`]; `top` valid like `lc_top`; `off_tri` the exclusive
+    /// scan of its counts; `out` holds the triplet total.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_find_triplets(
+        cfg: *const SeedingConfig,
+        sps: *const BinnedSp,
+        bot: *const Doublet,
+        lc_bot: *const LinCircle,
+        n_mb: u64,
+        off_top: *const u32,
+        top: *const Doublet,
+        lc_top: *const LinCircle,
+        off_tri: *const u32,
+        out: *mut Triplet,
+    ) {
+        let d = index();
+        if d >= n_mb {
+            return;
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let c = &*cfg;
+            let db = bot.add(d as usize).read();
+            let m = &*sps.add(db.middle as usize);
+            let lb = lc_bot.add(d as usize).read();
+            let (isin, scat) = bottom_scattering(c, &lb);
+            let lo = off_top.add(db.middle as usize).read();
+            let hi = off_top.add(db.middle as usize + 1).read();
+            let mut w = off_tri.add(d as usize).read() as usize;
+            let mut t = lo;
+            while t < hi {
+                let lt = lc_top.add(t as usize).read();
+                if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat) {
+                    let dt = top.add(t as usize).read();
+                    out.add(w).write(Triplet {
+                        bottom: db.other,
+                        middle: db.middle,
+                        top: dt.other,
+                        mb: d as u32,
+                        curvature: curv,
+                        weight: impact_weight(c, impact),
+                        z_vertex: lb.zo,
+                        r_top: (*sps.add(dt.other as usize)).r,
+                    });
+                    w += 1;
+                }
+                t += 1;
+            }
+        }
+    }
+
+    /// Per triplet `k < n_tri`: the compatible-seed weight update into `weights[k]`.
+    ///
+    /// # Safety
+    /// `tri` valid for `n_tri`; `off_tri` holds `n_mb + 1` offsets; `weights` for `n_tri`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_update_weights(
+        cfg: *const SeedingConfig,
+        tri: *const Triplet,
+        n_tri: u64,
+        off_tri: *const u32,
+        weights: *mut f32,
+    ) {
+        let k = index();
+        if k >= n_tri {
+            return;
+        }
+        // SAFETY: launch contract: the group [off_tri[mb], off_tri[mb + 1]) contains k.
+        unsafe {
+            let c = &*cfg;
+            let t = tri.add(k as usize).read();
+            let lo = off_tri.add(t.mb as usize).read();
+            let hi = off_tri.add(t.mb as usize + 1).read();
+            let group = tri.add(lo as usize);
+            let w = updated_weight(c, k as u32 - lo, hi - lo, t.weight, |j| {
+                let o = &*group.add(j as usize);
+                (o.curvature, o.r_top)
+            });
+            weights.add(k as usize).write(w);
+        }
+    }
+
+    /// Per middle `p < n`: seed filter and best-N into `slots[p * cap ..]`, count into
+    /// `counts[p]` (`cap = max_seeds_per_spm`).
+    ///
+    /// # Safety
+    /// `sps` valid for `n`; `off_bot` holds `n + 1` offsets into `off_tri`, which holds
+    /// `n_mb + 1` offsets into `tri` and `weights`; `slots` for `n * cap`; `counts` for `n`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_select_seeds(
+        cfg: *const SeedingConfig,
+        sps: *const BinnedSp,
+        n: u64,
+        off_bot: *const u32,
+        off_tri: *const u32,
+        tri: *const Triplet,
+        weights: *const f32,
+        slots: *mut Seed,
+        counts: *mut u32,
+    ) {
+        let p = index();
+        if p >= n {
+            return;
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let c = &*cfg;
+            let lo = off_tri.add(off_bot.add(p as usize).read() as usize).read();
+            let hi = off_tri
+                .add(off_bot.add(p as usize + 1).read() as usize)
+                .read();
+            let mut best = BestN::new(c.max_seeds_per_spm);
+            let mut k = lo;
+            while k < hi {
+                let t = tri.add(k as usize).read();
+                let sb = &*sps.add(t.bottom as usize);
+                let w = seed_weight(c, weights.add(k as usize).read(), sb.r, t.r_top);
+                if single_seed_cut(c, w, sb.r) {
+                    best.offer(Candidate {
+                        weight: w,
+                        key: [
+                            sb.index,
+                            (*sps.add(t.middle as usize)).index,
+                            (*sps.add(t.top as usize)).index,
+                        ],
+                        r_bottom: sb.r,
+                        z_vertex: t.z_vertex,
+                    });
+                }
+                k += 1;
+            }
+            let cap = c.max_seeds_per_spm as usize;
+            let mut out = 0usize;
+            let mut j = 0u32;
+            while j < best.len {
+                let s = best.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize];
+                if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
+                    slots.add(p as usize * cap + out).write(Seed {
+                        bottom: s.key[0],
+                        middle: s.key[1],
+                        top: s.key[2],
+                        weight: s.weight,
+                        z_vertex: s.z_vertex,
+                    });
+                    out += 1;
+                }
+                j += 1;
+            }
+            counts.add(p as usize).write(out as u32);
+        }
+    }
+
+    /// Per middle `p < n`: copies its `counts[p]` seeds from the slots to `out[off[p]..]`.
+    ///
+    /// # Safety
+    /// `slots` for `n * cap`; `counts`, `off` for `n`; `out` for the seed total.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(
+        slots: *const Seed,
+        counts: *const u32,
+        off: *const u32,
+        n: u64,
+        cap: u32,
+        out: *mut Seed,
+    ) {
+        let p = index();
+        if p >= n {
+            return;
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let cnt = counts.add(p as usize).read() as usize;
+            let o = off.add(p as usize).read() as usize;
+            let mut j = 0;
+            while j < cnt {
+                out.add(o + j)
+                    .write(slots.add(p as usize * cap as usize + j).read());
+                j += 1;
+            }
+        }
+    }
+
+    /// Per seed `s < n_seeds`: its bound parameters from the input spacepoints.
+    ///
+    /// # Safety
+    /// `seeds` valid for `n_seeds` with indices into `sps`; `out` for `n_seeds`.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn seeding_estimate_params(
+        cfg: *const SeedingConfig,
+        sps: *const SpacePoint,
+        seeds: *const Seed,
+        n_seeds: u64,
+        out: *mut BoundParams,
+    ) {
+        let s = index();
+        if s >= n_seeds {
+            return;
+        }
+        // SAFETY: launch contract.
+        unsafe {
+            let c = &*cfg;
+            let sd = seeds.add(s as usize).read();
+            let pos = |k: u32| {
+                let p = &*sps.add(k as usize);
+                [p.x, p.y, p.z]
+            };
+            out.add(s as usize).write(estimate_params(
+                c.bfield,
+                pos(sd.bottom),
+                pos(sd.middle),
+                pos(sd.top),
+            ));
+        }
+    }
+}

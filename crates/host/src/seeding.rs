@@ -1,0 +1,892 @@
+//! traccc-style track seeding: configuration, launchers and the backend-neutral API.
+//! See `detkit_gpu::seeding` for the kernels and `docs/seeding.md` for the semantics.
+//!
+//! ```
+//! use detkit::seeding::{SeedingSettings, SpacePoint};
+//! use detkit::Backend;
+//!
+//! let cfg = SeedingSettings::default().to_config()?;
+//! let sp = |x: f32, z: f32| SpacePoint { x, y: 0.0, z, var_z: 0.0, var_r: 0.0 };
+//! let event = [sp(34.0, 10.0), sp(70.0, 20.588), sp(116.0, 34.118)];
+//! let out = Backend::cpu().seed(&event, &cfg)?;
+//! assert_eq!((out.seeds[0].bottom, out.seeds[0].middle, out.seeds[0].top), (0, 1, 2));
+//! # Ok::<(), detkit::Error>(())
+//! ```
+
+pub mod gen;
+
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaEvent, PushKernelArg};
+use detkit_gpu::seeding as k;
+pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
+
+use crate::cpu::seeding::SeedingStats;
+use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
+use crate::error::{invalid, DriverContext, Error, Result};
+use crate::{cpu, Backend, BucketOrder, ScanKind};
+
+/// Every buffer a seeding kernel fully writes is filled with this before the launch, so an
+/// element left unwritten shows up as a mismatch against the oracle.
+pub const POISON: u32 = 0xDEAD_BEEF;
+
+/// Largest number of grid keys (bin × radius slice).
+pub const MAX_GRID_KEYS: u32 = 1 << 22;
+
+/// One tesla in detray/traccc units, GeV/(e·mm).
+pub const TESLA: f64 = 0.000_299_792_458;
+
+/// User-facing seeding configuration with traccc's defaults (`seedfinder_config`,
+/// `seedfilter_config`, `spacepoint_grid_config`; mm, GeV, tesla). [`Self::to_config`]
+/// validates it and computes the derived values and the grid axes (traccc's `setup()` and
+/// `get_axes`) in double precision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedingSettings {
+    /// z range (mm).
+    pub z_min: f64,
+    /// z range (mm).
+    pub z_max: f64,
+    /// Largest radius (mm).
+    pub r_max: f64,
+    /// z0 window (mm).
+    pub collision_region_min: f64,
+    /// z0 window (mm).
+    pub collision_region_max: f64,
+    /// Phi range.
+    pub phi_min: f64,
+    /// Phi range.
+    pub phi_max: f64,
+    /// Smallest pT (GeV).
+    pub min_pt: f64,
+    /// Largest cot theta.
+    pub cot_theta_max: f64,
+    /// Doublet dR window (mm).
+    pub delta_r_min: f64,
+    /// Doublet dR window (mm).
+    pub delta_r_max: f64,
+    /// Largest doublet |dz| (mm).
+    pub delta_z_max: f64,
+    /// Largest impact parameter (mm).
+    pub impact_max: f64,
+    /// Sigmas of the scattering cut.
+    pub sigma_scattering: f64,
+    /// pT above which scattering is fixed (GeV).
+    pub max_pt_scattering: f64,
+    /// Solenoid field along z (T).
+    pub b_field_in_z: f64,
+    /// Beam position x (mm).
+    pub beam_x: f64,
+    /// Beam position y (mm).
+    pub beam_y: f64,
+    /// Radiation length per seed.
+    pub rad_length_per_seed: f64,
+    /// Phi bins per deflection.
+    pub phi_bin_deflection_coverage: u32,
+    /// Most seeds per middle spacepoint.
+    pub max_seeds_per_spm: u32,
+    /// Filter: curvature window (1/mm).
+    pub delta_inv_helix_diameter: f64,
+    /// Filter: impact weight factor.
+    pub impact_weight_factor: f64,
+    /// Filter: weight per compatible seed.
+    pub compat_seed_weight: f64,
+    /// Filter: top-radius separation (mm).
+    pub filter_delta_r_min: f64,
+    /// Filter: most compatible seeds.
+    pub compat_seed_limit: u32,
+    /// Filter: good-bottom radius (mm).
+    pub good_spb_min_radius: f64,
+    /// Filter: good-bottom weight.
+    pub good_spb_weight_increase: f64,
+    /// Filter: low-top radius (mm).
+    pub good_spt_max_radius: f64,
+    /// Filter: low-top weight.
+    pub good_spt_weight_increase: f64,
+    /// Filter: smallest weight with a good bottom.
+    pub good_spb_min_weight: f64,
+    /// Filter: weight of extra seeds per middle.
+    pub seed_min_weight: f64,
+    /// Filter: bottom radius of extra seeds per middle (mm).
+    pub spb_min_radius: f64,
+}
+
+impl Default for SeedingSettings {
+    fn default() -> Self {
+        Self {
+            z_min: -2000.0,
+            z_max: 2000.0,
+            r_max: 200.0,
+            collision_region_min: -250.0,
+            collision_region_max: 250.0,
+            phi_min: -std::f64::consts::PI,
+            phi_max: std::f64::consts::PI,
+            min_pt: 0.5,
+            cot_theta_max: 27.2845,
+            delta_r_min: 20.0,
+            delta_r_max: 80.0,
+            delta_z_max: 450.0,
+            impact_max: 10.0,
+            sigma_scattering: 3.0,
+            max_pt_scattering: 10.0,
+            b_field_in_z: 1.99724,
+            beam_x: 0.0,
+            beam_y: 0.0,
+            rad_length_per_seed: 0.05,
+            phi_bin_deflection_coverage: 1,
+            max_seeds_per_spm: 5,
+            delta_inv_helix_diameter: 0.00003,
+            impact_weight_factor: 1.0,
+            compat_seed_weight: 200.0,
+            filter_delta_r_min: 5.0,
+            compat_seed_limit: 2,
+            good_spb_min_radius: 150.0,
+            good_spb_weight_increase: 400.0,
+            good_spt_max_radius: 150.0,
+            good_spt_weight_increase: 200.0,
+            good_spb_min_weight: 380.0,
+            seed_min_weight: 200.0,
+            spb_min_radius: 43.0,
+        }
+    }
+}
+
+macro_rules! settings_keys {
+    ($m:ident) => {
+        $m!(
+            z_min, z_max, r_max, collision_region_min, collision_region_max, phi_min, phi_max,
+            min_pt, cot_theta_max, delta_r_min, delta_r_max, delta_z_max, impact_max,
+            sigma_scattering, max_pt_scattering, b_field_in_z, beam_x, beam_y,
+            rad_length_per_seed, delta_inv_helix_diameter, impact_weight_factor,
+            compat_seed_weight, filter_delta_r_min, good_spb_min_radius,
+            good_spb_weight_increase, good_spt_max_radius, good_spt_weight_increase,
+            good_spb_min_weight, seed_min_weight, spb_min_radius;
+            phi_bin_deflection_coverage, max_seeds_per_spm, compat_seed_limit
+        )
+    };
+}
+
+impl SeedingSettings {
+    /// The names `from_toml` accepts (the field names).
+    pub fn keys() -> Vec<&'static str> {
+        macro_rules! names {
+            ($($f:ident),*; $($u:ident),*) => { vec![$(stringify!($f),)* $(stringify!($u),)*] };
+        }
+        settings_keys!(names)
+    }
+
+    /// Reads a flat TOML file of `key = number` lines (comments `#`, `[section]` headers are
+    /// ignored) over the defaults. Unknown keys and malformed lines are errors naming the line.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let mut s = Self::default();
+        for (ln, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() || line.starts_with('[') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once('=') else {
+                return Err(invalid(
+                    "seeding config",
+                    format!("line {}: expected `key = value`: {raw}", ln + 1),
+                ));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let bad = |what: &str| {
+                invalid(
+                    "seeding config",
+                    format!("line {}: {what} for `{key}`: {value}", ln + 1),
+                )
+            };
+            macro_rules! set {
+                ($($f:ident),*; $($u:ident),*) => {
+                    match key {
+                        $(stringify!($f) => s.$f = value.parse::<f64>().map_err(|_| bad("not a number"))?,)*
+                        $(stringify!($u) => s.$u = value.parse::<u32>().map_err(|_| bad("not an unsigned integer"))?,)*
+                        _ => {
+                            return Err(invalid(
+                                "seeding config",
+                                format!("line {}: unknown key `{key}`", ln + 1),
+                            ))
+                        }
+                    }
+                };
+            }
+            settings_keys!(set);
+        }
+        Ok(s)
+    }
+
+    /// Validates the settings and computes the device configuration.
+    pub fn to_config(&self) -> Result<SeedingConfig> {
+        macro_rules! finite {
+            ($($f:ident),*; $($u:ident),*) => {
+                $(if !self.$f.is_finite() {
+                    return Err(invalid("seeding config", format!("`{}` is not finite: {}", stringify!($f), self.$f)));
+                })*
+            };
+        }
+        settings_keys!(finite);
+        let bad = |d: String| Err(invalid("seeding config", d));
+        if self.z_min >= self.z_max {
+            return bad(format!("z_min {} >= z_max {}", self.z_min, self.z_max));
+        }
+        if self.phi_min >= self.phi_max {
+            return bad(format!(
+                "phi_min {} >= phi_max {}",
+                self.phi_min, self.phi_max
+            ));
+        }
+        if self.r_max <= 0.0 || self.min_pt <= 0.0 || self.b_field_in_z < 0.0 {
+            return bad("r_max and min_pt must be > 0, b_field_in_z >= 0".into());
+        }
+        if self.delta_r_min < 0.0 || self.delta_r_max <= self.delta_r_min {
+            return bad(format!(
+                "need 0 <= delta_r_min < delta_r_max, got {} and {}",
+                self.delta_r_min, self.delta_r_max
+            ));
+        }
+        if self.cot_theta_max <= 0.0 || self.rad_length_per_seed <= 0.0 {
+            return bad("cot_theta_max and rad_length_per_seed must be > 0".into());
+        }
+        if self.max_seeds_per_spm == 0 || self.max_seeds_per_spm > k::MAX_SEEDS_PER_SPM_CAP {
+            return bad(format!(
+                "max_seeds_per_spm {} not in 1..={}",
+                self.max_seeds_per_spm,
+                k::MAX_SEEDS_PER_SPM_CAP
+            ));
+        }
+        if self.compat_seed_limit > k::COMPAT_SEED_LIMIT_CAP {
+            return bad(format!(
+                "compat_seed_limit {} above {}",
+                self.compat_seed_limit,
+                k::COMPAT_SEED_LIMIT_CAP
+            ));
+        }
+        if self.phi_bin_deflection_coverage == 0 {
+            return bad("phi_bin_deflection_coverage must be >= 1".into());
+        }
+        let bfield = self.b_field_in_z * TESLA;
+        // seedfinder_config::setup()
+        let highland = 13.6e-3
+            * self.rad_length_per_seed.sqrt()
+            * (1.0 + 0.038 * self.rad_length_per_seed.ln());
+        let max_scattering_angle2 = (highland / self.min_pt).powi(2);
+        let min_helix_diameter2 = if bfield > 0.0 {
+            (2.0 * self.min_pt / bfield).powi(2)
+        } else {
+            f64::INFINITY
+        };
+        let pt2_per_radius = if bfield > 0.0 {
+            (highland / bfield).powi(2)
+        } else {
+            f64::INFINITY
+        };
+        // get_axes
+        let n_phi = if bfield == 0.0 {
+            100
+        } else {
+            let r = self.min_pt / bfield;
+            if r < self.r_max / 2.0 {
+                return bad(format!(
+                    "min_pt {} GeV in {} T gives a helix radius {r:.1} mm below r_max / 2",
+                    self.min_pt, self.b_field_in_z
+                ));
+            }
+            let angle = |rr: f64| {
+                let x = rr * rr / (2.0 * r);
+                let y = (rr * rr - x * x).sqrt();
+                (x / y).atan()
+            };
+            let outer = angle(self.r_max);
+            let (inner, r_in) = if self.r_max > self.delta_r_max {
+                let r_in = self.r_max - self.delta_r_max;
+                (angle(r_in), r_in)
+            } else {
+                (0.0, self.r_max)
+            };
+            let d_d0 =
+                ((self.impact_max / r_in).asin() - (self.impact_max / self.r_max).asin()).abs();
+            let delta_phi = (outer - inner + d_d0) / self.phi_bin_deflection_coverage as f64;
+            let n = (2.0 * std::f64::consts::PI / delta_phi + 0.5).round();
+            if !(1.0..=4096.0).contains(&n) {
+                return bad(format!(
+                    "the phi axis would have {n} bins (1..=4096 supported)"
+                ));
+            }
+            n as u32
+        };
+        let z_bin_size = self.cot_theta_max * self.delta_r_max;
+        let n_z = ((self.z_max - self.z_min) / z_bin_size).floor().max(1.0);
+        if n_z > 4096.0 {
+            return bad(format!("the z axis would have {n_z} bins (at most 4096)"));
+        }
+        let r_limit = (self.r_max + self.beam_x.hypot(self.beam_y)).min(u32::MAX as f64) as u32;
+        // Radius slices of whole millimetres, at most 256 per bin (search structure only).
+        let r_slice_width = r_limit.div_ceil(256).max(1);
+        let n_r = r_limit.div_ceil(r_slice_width).max(1);
+        if n_phi as u64 * n_z as u64 * n_r as u64 > MAX_GRID_KEYS as u64 {
+            return bad(format!(
+                "grid of {n_phi} x {n_z} bins x {n_r} radius slices exceeds {MAX_GRID_KEYS} keys"
+            ));
+        }
+        Ok(SeedingConfig {
+            z_min: self.z_min as f32,
+            z_max: self.z_max as f32,
+            r_max: self.r_max as f32,
+            r_limit,
+            beam_x: self.beam_x as f32,
+            beam_y: self.beam_y as f32,
+            phi_min: self.phi_min as f32,
+            phi_max: self.phi_max as f32,
+            n_phi,
+            n_z: n_z as u32,
+            collision_min: self.collision_region_min as f32,
+            collision_max: self.collision_region_max as f32,
+            cot_theta_max: self.cot_theta_max as f32,
+            delta_r_min: self.delta_r_min as f32,
+            delta_r_max: self.delta_r_max as f32,
+            delta_z_max: self.delta_z_max as f32,
+            impact_max: self.impact_max as f32,
+            sigma_scattering: self.sigma_scattering as f32,
+            max_pt_scattering: self.max_pt_scattering as f32,
+            highland: highland as f32,
+            max_scattering_angle2: max_scattering_angle2 as f32,
+            pt_per_helix_radius: bfield as f32,
+            min_helix_diameter2: min_helix_diameter2 as f32,
+            min_helix_radius: (min_helix_diameter2.sqrt() / 2.0) as f32,
+            pt2_per_radius: pt2_per_radius as f32,
+            bfield: bfield as f32,
+            delta_inv_helix_diameter: self.delta_inv_helix_diameter as f32,
+            impact_weight_factor: self.impact_weight_factor as f32,
+            compat_seed_weight: self.compat_seed_weight as f32,
+            filter_delta_r_min: self.filter_delta_r_min as f32,
+            compat_seed_limit: self.compat_seed_limit,
+            good_spb_min_radius: self.good_spb_min_radius as f32,
+            good_spb_weight_increase: self.good_spb_weight_increase as f32,
+            good_spt_max_radius: self.good_spt_max_radius as f32,
+            good_spt_weight_increase: self.good_spt_weight_increase as f32,
+            good_spb_min_weight: self.good_spb_min_weight as f32,
+            seed_min_weight: self.seed_min_weight as f32,
+            spb_min_radius: self.spb_min_radius as f32,
+            max_seeds_per_spm: self.max_seeds_per_spm,
+            n_r,
+            r_slice_width,
+        })
+    }
+}
+
+/// Seeds, their parameters and the stage counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedingOutput {
+    /// Seeds in output order (middles by grid bin then input index, best first).
+    pub seeds: Vec<Seed>,
+    /// Bound parameters, one per seed.
+    pub params: Vec<BoundParams>,
+    /// Stage counts.
+    pub stats: SeedingStats,
+}
+
+/// Checks the event: finite coordinates and variances, fewer than 2^31 spacepoints.
+pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
+    if sps.len() as u64 >= 1 << 31 {
+        return Err(invalid(
+            "spacepoints",
+            format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
+        ));
+    }
+    if let Some((i, sp)) = sps.iter().enumerate().find(|(_, s)| {
+        !(s.x.is_finite() && s.y.is_finite() && s.z.is_finite())
+            || !(s.var_z.is_finite() && s.var_r.is_finite())
+            || s.var_z < 0.0
+            || s.var_r < 0.0
+    }) {
+        return Err(invalid(
+            "spacepoints",
+            format!("spacepoint {i} is not finite or has a negative variance: {sp:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a device configuration built by hand (`SeedingSettings::to_config` output passes).
+pub fn check_config(cfg: &SeedingConfig) -> Result<()> {
+    if cfg.n_phi == 0
+        || cfg.n_z == 0
+        || cfg.n_r == 0
+        || cfg.r_slice_width == 0
+        || cfg.n_phi as u64 * cfg.n_z as u64 * cfg.n_r as u64 > MAX_GRID_KEYS as u64
+    {
+        return Err(invalid(
+            "seeding config",
+            format!(
+                "grid of {} x {} bins x {} radius slices of {} mm (each >= 1, at most {MAX_GRID_KEYS} keys)",
+                cfg.n_phi, cfg.n_z, cfg.n_r, cfg.r_slice_width
+            ),
+        ));
+    }
+    if cfg.max_seeds_per_spm == 0 || cfg.max_seeds_per_spm > k::MAX_SEEDS_PER_SPM_CAP {
+        return Err(invalid(
+            "seeding config",
+            format!("max_seeds_per_spm {} not in 1..=16", cfg.max_seeds_per_spm),
+        ));
+    }
+    if cfg.compat_seed_limit > k::COMPAT_SEED_LIMIT_CAP {
+        return Err(invalid(
+            "seeding config",
+            format!("compat_seed_limit {} above 8", cfg.compat_seed_limit),
+        ));
+    }
+    if cfg.delta_r_min.is_nan() || cfg.delta_r_min < 0.0 {
+        return Err(invalid(
+            "seeding config",
+            format!("delta_r_min {} must be >= 0", cfg.delta_r_min),
+        ));
+    }
+    Ok(())
+}
+
+/// Spacepoints as the `u32` words the device buffers hold.
+pub fn as_words(sps: &[SpacePoint]) -> &[u32] {
+    bytemuck::cast_slice(sps)
+}
+
+fn words<T>(n: usize) -> usize {
+    (n * std::mem::size_of::<T>() / 4).max(1)
+}
+
+fn to_u32(what: &'static str, n: u64) -> Result<u32> {
+    if n >= u32::MAX as u64 {
+        return Err(Error::CapacityExceeded {
+            what,
+            needed: n,
+            capacity: u32::MAX as u64 - 1,
+        });
+    }
+    Ok(n as u32)
+}
+
+/// Seeds and parameters left on the device by [`GpuContext::seed_device`].
+pub struct DeviceSeeds {
+    /// `Seed[n]` as words.
+    pub seeds: DeviceBuffer<u32>,
+    /// `BoundParams[n]` as words.
+    pub params: DeviceBuffer<u32>,
+    /// Stage counts.
+    pub stats: SeedingStats,
+}
+
+/// Per-stage GPU times (ms, from CUDA events around each stage's launches; host
+/// synchronisations between stages are not included) and the host wall time of the call.
+#[derive(Clone, Debug, Default)]
+pub struct StageTimes {
+    /// `(stage, ms)` in pipeline order.
+    pub stages: Vec<(&'static str, f64)>,
+    /// Wall time of the whole call, ms, including the host round trips.
+    pub wall_ms: f64,
+}
+
+struct Timer<'a> {
+    gpu: &'a GpuContext,
+    on: bool,
+    marks: Vec<(&'static str, CudaEvent, CudaEvent)>,
+    open: Option<(&'static str, CudaEvent)>,
+}
+
+impl<'a> Timer<'a> {
+    fn start(&mut self, name: &'static str) -> Result<()> {
+        if self.on {
+            let e = self
+                .gpu
+                .stream()
+                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .ctx("recording an event")?;
+            self.open = Some((name, e));
+        }
+        Ok(())
+    }
+    fn stop(&mut self) -> Result<()> {
+        if let Some((name, a)) = self.open.take() {
+            let b = self
+                .gpu
+                .stream()
+                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .ctx("recording an event")?;
+            self.marks.push((name, a, b));
+        }
+        Ok(())
+    }
+}
+
+impl GpuContext {
+    fn launch_items(&self, n: u64) -> cudarc::driver::LaunchConfig {
+        launch_cfg(
+            n.div_ceil(k::SEEDING_THREADS as u64).max(1),
+            k::SEEDING_THREADS,
+            0,
+        )
+    }
+
+    /// The whole seeding chain on the device for `n` spacepoints in `sps` (`SpacePoint`
+    /// words). The caller validated the inputs (see [`check_spacepoints`], [`check_config`]).
+    /// With `times`, per-stage GPU times are recorded.
+    pub fn seed_device(
+        &self,
+        cfg: &SeedingConfig,
+        sps: &DeviceBuffer<u32>,
+        n: usize,
+        times: Option<&mut StageTimes>,
+    ) -> Result<DeviceSeeds> {
+        check_config(cfg)?;
+        if sps.len() < words::<SpacePoint>(n) || n as u64 >= 1 << 31 {
+            return Err(invalid(
+                "spacepoint buffer",
+                format!("{} words for {n} spacepoints", sps.len()),
+            ));
+        }
+        let wall = Instant::now();
+        let mut tm = Timer {
+            gpu: self,
+            on: times.is_some(),
+            marks: Vec::new(),
+            open: None,
+        };
+        let mut stats = SeedingStats {
+            spacepoints: n as u64,
+            ..Default::default()
+        };
+        let empty = |s: SeedingStats| -> Result<DeviceSeeds> {
+            Ok(DeviceSeeds {
+                seeds: self.zeros(1)?,
+                params: self.zeros(1)?,
+                stats: s,
+            })
+        };
+        let finish = |tm: Timer, times: Option<&mut StageTimes>| -> Result<()> {
+            if let Some(t) = times {
+                self.synchronize()?;
+                t.stages.clear();
+                for (name, a, b) in &tm.marks {
+                    t.stages
+                        .push((name, a.elapsed_ms(b).ctx("reading an event")? as f64));
+                }
+                t.wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+            }
+            Ok(())
+        };
+        if n == 0 {
+            finish(tm, times)?;
+            return empty(stats);
+        }
+        let n64 = n as u64;
+        let d_cfg = self.upload(bytemuck::cast_slice::<SeedingConfig, u32>(&[*cfg]))?;
+        let nkeys = cfg.nkeys();
+
+        // 1. binning: grid key per spacepoint, stable bucket (nkeys + 1 bins: the last holds
+        //    the invalid ones), binned records in grid order.
+        tm.start("bin_spacepoints")?;
+        let mut keys = self.filled_u32(n, POISON)?;
+        {
+            let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BIN)?);
+            b.arg(&d_cfg).arg(sps).arg(&n64).arg(&mut keys);
+            // SAFETY: config is one SeedingConfig; sps holds n SpacePoints (checked); keys n.
+            let r = unsafe { b.launch(self.launch_items(n64)) };
+            self.check_launch(k::KERNEL_BIN, r)?;
+        }
+        let (grid, content) = self.bucket_device(&keys, n, nkeys + 1, BucketOrder::Stable)?;
+        tm.stop()?;
+        let n_valid = self
+            .stream()
+            .clone_dtoh(&grid.slice(nkeys as usize..nkeys as usize + 1))
+            .ctx("copying the valid count")?[0] as usize;
+        stats.valid = n_valid as u64;
+        stats.invalid = (n - n_valid) as u64;
+        if n_valid == 0 {
+            finish(tm, times)?;
+            return empty(stats);
+        }
+        let nv = n_valid as u64;
+        tm.start("bin_spacepoints")?;
+        let mut binned = self.filled_u32(words::<k::BinnedSp>(n_valid), POISON)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_GATHER_SPACEPOINTS)?);
+            b.arg(&d_cfg)
+                .arg(sps)
+                .arg(&keys)
+                .arg(&content)
+                .arg(&nv)
+                .arg(&mut binned);
+            // SAFETY: content holds n_valid indices < n (stable bucket of n keys); binned
+            // holds n_valid records.
+            let r = unsafe { b.launch(self.launch_items(nv)) };
+            self.check_launch(k::KERNEL_GATHER_SPACEPOINTS, r)?;
+        }
+        tm.stop()?;
+
+        // 2. doublets: count → scan → allocate → fill.
+        tm.start("count_doublets")?;
+        let mut n_bot = self.zeros::<u32>(n_valid + 1)?;
+        let mut n_top = self.zeros::<u32>(n_valid + 1)?;
+        let mut totals = self.zeros::<u64>(2)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_COUNT_DOUBLETS)?);
+            b.arg(&d_cfg)
+                .arg(&grid)
+                .arg(&binned)
+                .arg(&nv)
+                .arg(&mut n_bot)
+                .arg(&mut n_top)
+                .arg(&mut totals);
+            // SAFETY: grid holds nkeys + 2 offsets, grid[nkeys] = n_valid; binned n_valid
+            // records; counts n_valid + 1; totals two zeroed u64; one warp per middle.
+            let r = unsafe { b.launch(self.launch_items(32 * nv)) };
+            self.check_launch(k::KERNEL_COUNT_DOUBLETS, r)?;
+        }
+        tm.stop()?;
+        let t = self.download(&totals)?;
+        let (n_mb, n_mt) = (
+            to_u32("middle-bottom doublets", t[0])?,
+            to_u32("middle-top doublets", t[1])?,
+        );
+        stats.mid_bot = n_mb as u64;
+        stats.mid_top = n_mt as u64;
+        if n_mb == 0 || n_mt == 0 {
+            finish(tm, times)?;
+            return empty(stats);
+        }
+        tm.start("find_doublets")?;
+        let mut off_bot = self.zeros::<u32>(n_valid + 1)?;
+        let mut off_top = self.zeros::<u32>(n_valid + 1)?;
+        self.scan_device(&n_bot, &mut off_bot, n_valid + 1, ScanKind::Exclusive)?;
+        self.scan_device(&n_top, &mut off_top, n_valid + 1, ScanKind::Exclusive)?;
+        let (nmb, nmt) = (n_mb as usize, n_mt as usize);
+        let mut bot = self.filled_u32(words::<k::Doublet>(nmb), POISON)?;
+        let mut lc_bot = self.filled_u32(words::<k::LinCircle>(nmb), POISON)?;
+        let mut top = self.filled_u32(words::<k::Doublet>(nmt), POISON)?;
+        let mut lc_top = self.filled_u32(words::<k::LinCircle>(nmt), POISON)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_FIND_DOUBLETS)?);
+            b.arg(&d_cfg)
+                .arg(&grid)
+                .arg(&binned)
+                .arg(&nv)
+                .arg(&n_bot)
+                .arg(&off_bot)
+                .arg(&off_top)
+                .arg(&mut bot)
+                .arg(&mut lc_bot)
+                .arg(&mut top)
+                .arg(&mut lc_top);
+            // SAFETY: offsets are the exclusive scans of the counts the same predicate
+            // produced; the outputs hold the totals; one warp per middle.
+            let r = unsafe { b.launch(self.launch_items(32 * nv)) };
+            self.check_launch(k::KERNEL_FIND_DOUBLETS, r)?;
+        }
+        tm.stop()?;
+
+        // 3. triplets: count → scan → allocate → fill.
+        tm.start("count_triplets")?;
+        let nmb64 = nmb as u64;
+        let mut t_cnt = self.zeros::<u32>(nmb + 1)?;
+        let mut t_total = self.zeros::<u64>(1)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_COUNT_TRIPLETS)?);
+            b.arg(&d_cfg)
+                .arg(&binned)
+                .arg(&bot)
+                .arg(&lc_bot)
+                .arg(&nmb64)
+                .arg(&off_top)
+                .arg(&lc_top)
+                .arg(&mut t_cnt)
+                .arg(&mut t_total);
+            // SAFETY: bot/lc_bot hold n_mb entries; off_top n_valid + 1 offsets into lc_top.
+            let r = unsafe { b.launch(self.launch_items(nmb64)) };
+            self.check_launch(k::KERNEL_COUNT_TRIPLETS, r)?;
+        }
+        tm.stop()?;
+        let n_tri = to_u32("triplets", self.download(&t_total)?[0])?;
+        stats.triplets = n_tri as u64;
+        if n_tri == 0 {
+            finish(tm, times)?;
+            return empty(stats);
+        }
+        tm.start("find_triplets")?;
+        let mut off_tri = self.zeros::<u32>(nmb + 1)?;
+        self.scan_device(&t_cnt, &mut off_tri, nmb + 1, ScanKind::Exclusive)?;
+        let ntri = n_tri as usize;
+        let mut tri = self.filled_u32(words::<k::Triplet>(ntri), POISON)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_FIND_TRIPLETS)?);
+            b.arg(&d_cfg)
+                .arg(&binned)
+                .arg(&bot)
+                .arg(&lc_bot)
+                .arg(&nmb64)
+                .arg(&off_top)
+                .arg(&top)
+                .arg(&lc_top)
+                .arg(&off_tri)
+                .arg(&mut tri);
+            // SAFETY: off_tri is the exclusive scan of the counts; tri holds the total.
+            let r = unsafe { b.launch(self.launch_items(nmb64)) };
+            self.check_launch(k::KERNEL_FIND_TRIPLETS, r)?;
+        }
+        tm.stop()?;
+
+        // 4. weights.
+        tm.start("update_weights")?;
+        let ntri64 = ntri as u64;
+        let mut weights = self.filled_u32(ntri, POISON)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_UPDATE_WEIGHTS)?);
+            b.arg(&d_cfg)
+                .arg(&tri)
+                .arg(&ntri64)
+                .arg(&off_tri)
+                .arg(&mut weights);
+            // SAFETY: tri holds n_tri triplets whose `mb` indexes off_tri (n_mb + 1 entries).
+            let r = unsafe { b.launch(self.launch_items(ntri64)) };
+            self.check_launch(k::KERNEL_UPDATE_WEIGHTS, r)?;
+        }
+        tm.stop()?;
+
+        // 5. seed selection: per middle into fixed slots, scan, gather.
+        tm.start("select_seeds")?;
+        let cap = cfg.max_seeds_per_spm;
+        let mut slots = self.filled_u32(words::<Seed>(n_valid * cap as usize), POISON)?;
+        let mut s_cnt = self.zeros::<u32>(n_valid + 1)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_SELECT_SEEDS)?);
+            b.arg(&d_cfg)
+                .arg(&binned)
+                .arg(&nv)
+                .arg(&off_bot)
+                .arg(&off_tri)
+                .arg(&tri)
+                .arg(&weights)
+                .arg(&mut slots)
+                .arg(&mut s_cnt);
+            // SAFETY: off_bot n_valid + 1 offsets into off_tri (n_mb + 1); slots hold
+            // n_valid * max_seeds_per_spm seeds (checked <= 16 per middle).
+            let r = unsafe { b.launch(self.launch_items(nv)) };
+            self.check_launch(k::KERNEL_SELECT_SEEDS, r)?;
+        }
+        let mut s_off = self.zeros::<u32>(n_valid + 1)?;
+        self.scan_device(&s_cnt, &mut s_off, n_valid + 1, ScanKind::Exclusive)?;
+        tm.stop()?;
+        let n_seeds = self
+            .stream()
+            .clone_dtoh(&s_off.slice(n_valid..n_valid + 1))
+            .ctx("copying the seed count")?[0] as usize;
+        stats.seeds = n_seeds as u64;
+        if n_seeds == 0 {
+            finish(tm, times)?;
+            return empty(stats);
+        }
+        tm.start("select_seeds")?;
+        let mut seeds = self.filled_u32(words::<Seed>(n_seeds), POISON)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_GATHER_SEEDS)?);
+            b.arg(&slots)
+                .arg(&s_cnt)
+                .arg(&s_off)
+                .arg(&nv)
+                .arg(&cap)
+                .arg(&mut seeds);
+            // SAFETY: counts <= cap per middle; s_off is their exclusive scan; seeds hold
+            // the total.
+            let r = unsafe { b.launch(self.launch_items(nv)) };
+            self.check_launch(k::KERNEL_GATHER_SEEDS, r)?;
+        }
+        tm.stop()?;
+
+        // 6. parameters.
+        tm.start("estimate_params")?;
+        let ns64 = n_seeds as u64;
+        let mut params = self.filled_u32(words::<BoundParams>(n_seeds), POISON)?;
+        {
+            let mut b = self
+                .stream()
+                .launch_builder(self.kernel(k::KERNEL_ESTIMATE_PARAMS)?);
+            b.arg(&d_cfg)
+                .arg(sps)
+                .arg(&seeds)
+                .arg(&ns64)
+                .arg(&mut params);
+            // SAFETY: seeds hold n_seeds seeds with input indices < n; params n_seeds.
+            let r = unsafe { b.launch(self.launch_items(ns64)) };
+            self.check_launch(k::KERNEL_ESTIMATE_PARAMS, r)?;
+        }
+        tm.stop()?;
+        finish(tm, times)?;
+        Ok(DeviceSeeds {
+            seeds,
+            params,
+            stats,
+        })
+    }
+
+    /// Downloads device seeds.
+    pub fn download_seeds(&self, d: &DeviceSeeds) -> Result<(Vec<Seed>, Vec<BoundParams>)> {
+        let n = d.stats.seeds as usize;
+        if n == 0 {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let s = self.download(&d.seeds)?;
+        let p = self.download(&d.params)?;
+        Ok((
+            bytemuck::cast_slice::<u32, Seed>(&s[..words::<Seed>(n)]).to_vec(),
+            bytemuck::cast_slice::<u32, BoundParams>(&p[..words::<BoundParams>(n)]).to_vec(),
+        ))
+    }
+}
+
+impl Backend {
+    /// Seeds of one event (input indices, output order documented in `docs/seeding.md`),
+    /// their bound parameters and the stage counts; identical on both backends.
+    pub fn seed(&self, sps: &[SpacePoint], cfg: &SeedingConfig) -> Result<SeedingOutput> {
+        check_spacepoints(sps)?;
+        check_config(cfg)?;
+        match self.gpu() {
+            None => {
+                let (seeds, stats) = cpu::seeding::seeds(cfg, sps);
+                let params = cpu::seeding::params(cfg, sps, &seeds);
+                Ok(SeedingOutput {
+                    seeds,
+                    params,
+                    stats,
+                })
+            }
+            Some(gpu) => {
+                let d_sps = if sps.is_empty() {
+                    gpu.zeros::<u32>(1)?
+                } else {
+                    gpu.upload(bytemuck::cast_slice::<SpacePoint, u32>(sps))?
+                };
+                let d = gpu.seed_device(cfg, &d_sps, sps.len(), None)?;
+                let (seeds, params) = gpu.download_seeds(&d)?;
+                Ok(SeedingOutput {
+                    seeds,
+                    params,
+                    stats: d.stats,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,435 @@
+//! Seeded event generator for seeding: an ODD-like pixel detector in a 2 T solenoid,
+//! pile-up vertices, charged helices with truth, smeared hits and noise; and the physics
+//! checks (efficiency, fake and duplicate rates, parameter residuals).
+//!
+//! Detector (approximately the Open Data Detector's pixel system; our own numbers, not read
+//! from the ODD geometry files): barrel layers at r = 34, 70, 116, 172 mm, |z| < 560 mm;
+//! seven endcap disks per side at |z| = 620, 720, 840, 980, 1120, 1320, 1520 mm covering
+//! 34 mm < r < 175 mm. Field 2 T along +z (uniform). Hits: the first crossing of each
+//! layer by the helix (no material, no multiple scattering, no energy loss), smeared by
+//! 15 µm (50 µm pixels / √12) in r·φ and in z (barrel) or r (disks).
+//!
+//! Physics: each pile-up interaction gives 36 charged particles on average (chosen so that ⟨μ⟩ = 200 matches the spacepoint count below; TrackML's
+//! ⟨μ⟩ = 200 events hold about 10,000 particles), η uniform in [-4, 4], φ uniform,
+//! pT ~ Γ(2, 0.25 GeV) (mean 0.5 GeV) with a 5% tail ∝ pT^-4 above 1 GeV; a ttbar-like hard
+//! scatter adds 150 particles with pT ~ 1 + Exp(mean 4 GeV). Vertices: z ~ N(0, 50 mm).
+//! Noise: 1% extra hits, uniform on the layers. At ⟨μ⟩ = 200 this gives about 40,000
+//! spacepoints; the TrackML pixel detector's ⟨μ⟩ = 200 ttbar events average 38,055 pixel
+//! spacepoints (380,554 in 10 events, traccc wiki "sequential example chain").
+
+use crate::data::splitmix64;
+use crate::seeding::{BoundParams, Seed, SpacePoint, TESLA};
+
+/// Barrel layer radii (mm).
+pub const BARREL_R: [f32; 4] = [34.0, 70.0, 116.0, 172.0];
+/// Barrel half length (mm).
+pub const BARREL_HALF_Z: f32 = 560.0;
+/// Disk positions |z| (mm).
+pub const DISK_Z: [f32; 7] = [620.0, 720.0, 840.0, 980.0, 1120.0, 1320.0, 1520.0];
+/// Disk radial coverage (mm).
+pub const DISK_R: (f32, f32) = (34.0, 175.0);
+/// Field (T).
+pub const FIELD_T: f64 = 2.0;
+/// Hit resolution (mm).
+pub const SIGMA: f64 = 0.015;
+/// Truth id of noise hits.
+pub const NOISE: u32 = u32::MAX;
+
+/// A generated charged particle.
+#[derive(Clone, Copy, Debug)]
+pub struct Particle {
+    /// Charge ±1.
+    pub q: f32,
+    /// Transverse momentum (GeV).
+    pub pt: f32,
+    /// Pseudorapidity.
+    pub eta: f32,
+    /// Initial direction phi.
+    pub phi: f32,
+    /// Vertex z (mm).
+    pub vz: f32,
+    /// Number of hits it left.
+    pub hits: u32,
+}
+
+/// An event with truth.
+#[derive(Clone, Debug, Default)]
+pub struct Event {
+    /// Spacepoints (shuffled).
+    pub spacepoints: Vec<SpacePoint>,
+    /// For each spacepoint, the particle that made it ([`NOISE`] for noise).
+    pub truth: Vec<u32>,
+    /// For each spacepoint, the true momentum direction phi there.
+    pub truth_phi: Vec<f32>,
+    /// Particles.
+    pub particles: Vec<Particle>,
+}
+
+/// SplitMix64 stream.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A stream from a seed.
+    pub fn new(seed: u64) -> Self {
+        Self(splitmix64(seed ^ 0x5EED_5EED))
+    }
+    /// Next 64 bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        splitmix64(self.0)
+    }
+    /// Uniform in (0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let (u, v) = (self.uniform(), self.uniform());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+    /// Poisson (Knuth for small means, normal approximation above 30).
+    pub fn poisson(&mut self, mean: f64) -> u32 {
+        if mean > 30.0 {
+            return (mean + mean.sqrt() * self.normal()).round().max(0.0) as u32;
+        }
+        let l = (-mean).exp();
+        let (mut k, mut p) = (0u32, 1.0);
+        loop {
+            p *= self.uniform();
+            if p <= l {
+                return k;
+            }
+            k += 1;
+        }
+    }
+}
+
+fn wrap(phi: f64) -> f64 {
+    let two_pi = 2.0 * std::f64::consts::PI;
+    let mut p = phi % two_pi;
+    if p > std::f64::consts::PI {
+        p -= two_pi;
+    } else if p < -std::f64::consts::PI {
+        p += two_pi;
+    }
+    p
+}
+
+/// Generates an event with `mu` pile-up interactions (and a ttbar-like hard scatter when
+/// `hard_scatter`), deterministically from `seed`.
+pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
+    let mut rng = Rng::new(seed);
+    let mut particles = Vec::new();
+    let n_vertices = rng.poisson(mu);
+    let mut vertices: Vec<(f64, u32, bool)> = (0..n_vertices)
+        .map(|_| (50.0 * rng.normal(), rng.poisson(36.0), false))
+        .collect();
+    if hard_scatter {
+        vertices.push((50.0 * rng.normal(), 150, true));
+    }
+    for (vz, n, hard) in vertices {
+        for _ in 0..n {
+            let pt = if hard {
+                1.0 - 4.0 * rng.uniform().ln()
+            } else if rng.uniform() < 0.05 {
+                rng.uniform().powf(-1.0 / 3.0)
+            } else {
+                -0.25 * (rng.uniform().ln() + rng.uniform().ln())
+            };
+            particles.push(Particle {
+                q: if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 },
+                pt: pt as f32,
+                eta: (8.0 * rng.uniform() - 4.0) as f32,
+                phi: wrap(2.0 * std::f64::consts::PI * rng.uniform()) as f32,
+                vz: vz as f32,
+                hits: 0,
+            });
+        }
+    }
+    let mut hits: Vec<(SpacePoint, u32, f32)> = Vec::new();
+    let var = (SIGMA * SIGMA) as f32;
+    for (pi, p) in particles.iter_mut().enumerate() {
+        let rho = p.pt as f64 / (FIELD_T * TESLA); // helix radius, mm
+        let cot = (p.eta as f64).sinh();
+        let (q, phi0, vz) = (p.q as f64, p.phi as f64, p.vz as f64);
+        let add = |hits: &mut Vec<(SpacePoint, u32, f32)>,
+                   r: f64,
+                   alpha: f64,
+                   z: f64,
+                   barrel: bool,
+                   rng: &mut Rng| {
+            // position angle phi0 - q·alpha (positive charges turn clockwise in +z field),
+            // direction phi0 - 2q·alpha.
+            let (r, z) = if barrel {
+                (r, z + SIGMA * rng.normal())
+            } else {
+                (r + SIGMA * rng.normal(), z)
+            };
+            let phi = phi0 - q * alpha + SIGMA * rng.normal() / r;
+            hits.push((
+                SpacePoint {
+                    x: (r * phi.cos()) as f32,
+                    y: (r * phi.sin()) as f32,
+                    z: z as f32,
+                    var_z: if barrel { var } else { 0.0 },
+                    var_r: if barrel { 0.0 } else { var },
+                },
+                pi as u32,
+                wrap(phi0 - 2.0 * q * alpha) as f32,
+            ));
+        };
+        let mut count = 0;
+        for &rl in &BARREL_R {
+            let rl = rl as f64;
+            if rl > 2.0 * rho {
+                break;
+            }
+            let alpha = (rl / (2.0 * rho)).asin();
+            let z = vz + 2.0 * rho * alpha * cot;
+            if z.abs() <= BARREL_HALF_Z as f64 {
+                add(&mut hits, rl, alpha, z, true, &mut rng);
+                count += 1;
+            }
+        }
+        if cot != 0.0 {
+            for &zd in &DISK_Z {
+                let zd = (zd as f64).copysign(cot);
+                let s = (zd - vz) / cot;
+                if s <= 0.0 {
+                    continue;
+                }
+                let alpha = s / (2.0 * rho);
+                if alpha > std::f64::consts::FRAC_PI_2 {
+                    break;
+                }
+                let r = 2.0 * rho * alpha.sin();
+                if r >= DISK_R.0 as f64 && r <= DISK_R.1 as f64 {
+                    add(&mut hits, r, alpha, zd, false, &mut rng);
+                    count += 1;
+                }
+            }
+        }
+        p.hits = count;
+    }
+    // Noise: 1% extra hits on random layers.
+    let n_noise = hits.len() / 100;
+    for _ in 0..n_noise {
+        let layer = (rng.next_u64() % 18) as usize;
+        let phi = wrap(2.0 * std::f64::consts::PI * rng.uniform());
+        let (r, z) = if layer < 4 {
+            (
+                BARREL_R[layer] as f64,
+                (2.0 * rng.uniform() - 1.0) * BARREL_HALF_Z as f64,
+            )
+        } else {
+            let d = (layer - 4) % 7;
+            let sign = if layer >= 11 { -1.0 } else { 1.0 };
+            (
+                DISK_R.0 as f64 + (DISK_R.1 - DISK_R.0) as f64 * rng.uniform(),
+                sign * DISK_Z[d] as f64,
+            )
+        };
+        hits.push((
+            SpacePoint {
+                x: (r * phi.cos()) as f32,
+                y: (r * phi.sin()) as f32,
+                z: z as f32,
+                var_z: var,
+                var_r: var,
+            },
+            NOISE,
+            0.0,
+        ));
+    }
+    // Shuffle (Fisher–Yates) so that input order carries no truth.
+    for i in (1..hits.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        hits.swap(i, j);
+    }
+    Event {
+        spacepoints: hits.iter().map(|h| h.0).collect(),
+        truth: hits.iter().map(|h| h.1).collect(),
+        truth_phi: hits.iter().map(|h| h.2).collect(),
+        particles,
+    }
+}
+
+/// Mean and RMS.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Residual {
+    /// Mean of estimated − true.
+    pub mean: f64,
+    /// RMS of estimated − true.
+    pub rms: f64,
+    /// Number of entries.
+    pub n: usize,
+}
+
+fn residual(v: &[f64]) -> Residual {
+    if v.is_empty() {
+        return Residual::default();
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let rms = (v.iter().map(|x| x * x).sum::<f64>() / n).sqrt();
+    Residual {
+        mean,
+        rms,
+        n: v.len(),
+    }
+}
+
+/// Truth-based physics figures of a seeding result.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Physics {
+    /// Particles with pT > 1 GeV, |η| < 1 and at least 3 hits.
+    pub selected: usize,
+    /// Of those, how many have at least one seed whose three spacepoints are all theirs.
+    pub found: usize,
+    /// Seeds.
+    pub seeds: usize,
+    /// Seeds whose spacepoints do not all come from one particle.
+    pub fakes: usize,
+    /// True seeds beyond the first of their particle.
+    pub duplicates: usize,
+    /// q/p residual (1/GeV) of true seeds.
+    pub qop: Residual,
+    /// Direction phi residual (rad) at the bottom spacepoint.
+    pub phi: Residual,
+    /// Theta residual (rad).
+    pub theta: Residual,
+    /// q/p residual relative to the true q/p, of true seeds with pT > 1 GeV.
+    pub qop_rel_pt1: Residual,
+}
+
+impl Physics {
+    /// Efficiency (found / selected).
+    pub fn efficiency(&self) -> f64 {
+        self.found as f64 / self.selected.max(1) as f64
+    }
+    /// Fake rate (fakes / seeds).
+    pub fn fake_rate(&self) -> f64 {
+        self.fakes as f64 / self.seeds.max(1) as f64
+    }
+    /// Duplicate rate (duplicates / true seeds).
+    pub fn duplicate_rate(&self) -> f64 {
+        self.duplicates as f64 / (self.seeds - self.fakes).max(1) as f64
+    }
+}
+
+impl std::fmt::Display for Physics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "efficiency (pT > 1 GeV, |eta| < 1) {:.2}% ({}/{}), fake rate {:.2}%, duplicate rate {:.2}%, \
+             residuals (mean/rms): q/p {:.2e}/{:.2e} 1/GeV, phi {:.2e}/{:.2e} rad, theta {:.2e}/{:.2e} rad, \
+             rel. q/p (pT > 1) {:.3}/{:.3}",
+            100.0 * self.efficiency(),
+            self.found,
+            self.selected,
+            100.0 * self.fake_rate(),
+            100.0 * self.duplicate_rate(),
+            self.qop.mean,
+            self.qop.rms,
+            self.phi.mean,
+            self.phi.rms,
+            self.theta.mean,
+            self.theta.rms,
+            self.qop_rel_pt1.mean,
+            self.qop_rel_pt1.rms
+        )
+    }
+}
+
+/// Physics figures of `seeds` (with `params`) on `event`.
+pub fn physics(event: &Event, seeds: &[Seed], params: &[BoundParams]) -> Physics {
+    let mut seeded = vec![0u32; event.particles.len()];
+    let mut ph = Physics {
+        seeds: seeds.len(),
+        ..Default::default()
+    };
+    let (mut dq, mut dphi, mut dth, mut rel) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (s, p) in seeds.iter().zip(params) {
+        let t = [
+            event.truth[s.bottom as usize],
+            event.truth[s.middle as usize],
+            event.truth[s.top as usize],
+        ];
+        if t[0] == NOISE || t[0] != t[1] || t[0] != t[2] {
+            ph.fakes += 1;
+            continue;
+        }
+        let part = &event.particles[t[0] as usize];
+        seeded[t[0] as usize] += 1;
+        if seeded[t[0] as usize] > 1 {
+            ph.duplicates += 1;
+        }
+        let theta = 2.0 * (-(part.eta as f64)).exp().atan();
+        let qop = part.q as f64 / (part.pt as f64 * (part.eta as f64).cosh());
+        dq.push(p.qop as f64 - qop);
+        if part.pt > 1.0 {
+            rel.push((p.qop as f64 - qop) / qop);
+        }
+        dphi.push(wrap(
+            p.phi as f64 - event.truth_phi[s.bottom as usize] as f64,
+        ));
+        dth.push(p.theta as f64 - theta);
+    }
+    for (i, p) in event.particles.iter().enumerate() {
+        if p.pt > 1.0 && p.eta.abs() < 1.0 && p.hits >= 3 {
+            ph.selected += 1;
+            if seeded[i] > 0 {
+                ph.found += 1;
+            }
+        }
+    }
+    ph.qop = residual(&dq);
+    ph.phi = residual(&dphi);
+    ph.theta = residual(&dth);
+    ph.qop_rel_pt1 = residual(&rel);
+    ph
+}
+
+/// Reads spacepoints from CSV text with a header starting `x,y,z` (extra columns
+/// ignored; variances 0). Errors name the line.
+pub fn read_csv(text: &str) -> crate::Result<Vec<SpacePoint>> {
+    let mut lines = text.lines();
+    let header = lines.next().unwrap_or("");
+    let cols: Vec<&str> = header.split(',').map(|c| c.trim()).collect();
+    if cols.len() < 3 || cols[0] != "x" || cols[1] != "y" || cols[2] != "z" {
+        return Err(crate::error::invalid(
+            "spacepoint CSV",
+            format!("the header must start with `x,y,z`, found `{header}`"),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, line) in lines.enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut f = line.split(',');
+        let mut v = [0f32; 3];
+        for (k, slot) in v.iter_mut().enumerate() {
+            let s = f.next().unwrap_or("").trim();
+            *slot = s.parse().map_err(|_| {
+                crate::error::invalid(
+                    "spacepoint CSV",
+                    format!(
+                        "line {} (data row {}): column {} is not a number: `{s}`",
+                        i + 2,
+                        out.len(),
+                        ["x", "y", "z"][k]
+                    ),
+                )
+            })?;
+        }
+        out.push(SpacePoint {
+            x: v[0],
+            y: v[1],
+            z: v[2],
+            var_z: 0.0,
+            var_r: 0.0,
+        });
+    }
+    Ok(out)
+}
