@@ -39,20 +39,10 @@ fn check(
     let dd = DeviceDigis::upload(gpu, d, offsets).map_err(e)?;
     let mut run =
         Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, small, capacity).map_err(e)?;
-    let want = cpu::clustering::cluster(d, offsets, g, cut);
-    // The register-only path for modules of up to 32 digis, then the table path for them.
-    run.set_tiny_path(false);
-    run.poison_outputs().map_err(e)?;
-    run.run(&dd, cut).map_err(e)?;
-    compare(
-        &format!("{what} (table path)"),
-        &run.results(&dd).map_err(e)?,
-        &want,
-    )?;
-    run.set_tiny_path(true);
     run.poison_outputs().map_err(e)?;
     run.run(&dd, cut).map_err(e)?;
     let got = run.results(&dd).map_err(e)?;
+    let want = cpu::clustering::cluster(d, offsets, g, cut);
     compare(what, &got, &want)?;
     let (mut medium, mut fallback) = (0, 0);
     for (m, &first) in got.module_first.iter().enumerate() {

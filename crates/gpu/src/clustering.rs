@@ -411,123 +411,6 @@ mod kernels {
         }
     }
 
-    /// Clusters a module of at most 32 digis with one warp and no shared memory: lane `l`
-    /// holds digi `first + l`; duplicates and the 8-neighbour adjacency are found by 32
-    /// shuffles, components by min-label propagation with pointer jumping (labels are lane
-    /// indices, so the final label is the component's smallest digi), roots numbered by a
-    /// ballot prefix count, the charge cut by a shuffle reduction. Returns the number of
-    /// clusters kept. The same rules, and so the same output, as the table path.
-    ///
-    /// # Safety
-    /// Called by all 32 lanes of a warp together; `first + size <= n` for every array;
-    /// `size <= 32`.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn cluster_tiny(
-        module: *const u16,
-        x: *const u16,
-        y: *const u16,
-        adc: *const u16,
-        first: u32,
-        size: u32,
-        mid: u16,
-        rows: u32,
-        cols: u32,
-        threshold: u32,
-        clus: *mut i32,
-    ) -> u32 {
-        let lane = i::lane_id();
-        let live = lane < size;
-        let (v, q) = if live {
-            let d = (first + lane) as usize;
-            // SAFETY: d < first + size <= n.
-            unsafe {
-                let id = module.add(d).read();
-                let xv = x.add(d).read() as u32;
-                let yv = y.add(d).read() as u32;
-                let q = adc.add(d).read() as u32;
-                let v = if id == mid && xv < rows && yv < cols {
-                    pack_xy(xv, yv)
-                } else {
-                    INVALID_XY
-                };
-                (v, q)
-            }
-        } else {
-            (INVALID_XY, 0)
-        };
-        let mut dup = false;
-        let mut adj = 0u32;
-        let mut s = 0;
-        while s < 32 {
-            let vs = i::shfl_idx(v, s);
-            if s != lane && v != INVALID_XY && vs != INVALID_XY {
-                if vs == v {
-                    dup = true;
-                } else if touching(v & 0xffff, v >> 16, vs & 0xffff, vs >> 16) {
-                    adj |= 1 << s;
-                }
-            }
-            s += 1;
-        }
-        let kept = v != INVALID_XY && !dup;
-        let keptmask = i::ballot(kept);
-        let adj = if kept { adj & keptmask } else { 0 };
-        let mut label = lane;
-        loop {
-            let mut m = label;
-            let mut s = 0;
-            while s < 32 {
-                let ls = i::shfl_idx(label, s);
-                if adj & (1 << s) != 0 && ls < m {
-                    m = ls;
-                }
-                s += 1;
-            }
-            let jumped = i::shfl_idx(m, m);
-            let m = if jumped < m { jumped } else { m };
-            let changed = m != label;
-            label = m;
-            if !i::any(changed) {
-                break;
-            }
-        }
-        let root = kept && label == lane;
-        let roots = i::ballot(root);
-        let number = i::popc(roots & i::lanemask_lt());
-        let mine = i::shfl_idx(number, label);
-        let mut nclus = i::popc(roots);
-        let mut out = if kept { mine as i32 } else { NOT_CLUSTERED };
-        if threshold > 0 && nclus > 0 {
-            let mut sum = 0u32;
-            let mut s = 0;
-            while s < 32 {
-                let ls = i::shfl_idx(label, s);
-                let qs = i::shfl_idx(q, s);
-                if (keptmask >> s) & 1 != 0 && ls == lane {
-                    sum += qs;
-                }
-                s += 1;
-            }
-            let keep = root && sum >= threshold;
-            let keeps = i::ballot(keep);
-            let renumber = i::popc(keeps & i::lanemask_lt());
-            let root_keeps = i::shfl_idx(keep as u32, label);
-            let root_number = i::shfl_idx(renumber, label);
-            out = if kept && root_keeps != 0 {
-                root_number as i32
-            } else {
-                NOT_CLUSTERED
-            };
-            nclus = i::popc(keeps);
-        }
-        if live {
-            // SAFETY: first + lane < n.
-            unsafe { clus.add((first + lane) as usize).write(out) };
-        }
-        nclus
-    }
-
     /// Clustering of small modules with a hash table of the module's pixels in shared memory
     /// (open addressing, CAS insert): no status words and no column buckets, so a module needs
     /// a few KiB and the work is O(digis). A pixel inserted twice is marked duplicated and
@@ -541,8 +424,7 @@ mod kernels {
     /// Work is done by *groups*: with `warp_groups != 0` each warp is a group and clusters its
     /// own modules (warp barriers and warp scans only, so the warps of a block never wait for
     /// each other and many modules are in flight per SM); otherwise the whole block is one
-    /// group. With `warp_groups == 2`, modules of at most 32 digis take `cluster_tiny`
-    /// (registers and shuffles only). Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
+    /// group. Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
     /// are every module slot. A module of more than `capacity` digis is appended to
     /// `larger[1..]` (`larger[0]` counts them). When `slots` is null the kernel also finds each
     /// module's end (`msize`, the seed's `atomicMin`) and stores it in `slot_end`.
@@ -662,6 +544,15 @@ mod kernels {
                 // SAFETY: header word.
                 unsafe { hdr.write(ev_end) };
             }
+            let mut t = lt;
+            while t < tsize {
+                // SAFETY: t < tsize.
+                unsafe {
+                    keys.add(t as usize).write(TABLE_EMPTY);
+                    vals.add(t as usize).write(TABLE_EMPTY);
+                }
+                t += gsize;
+            }
             gsync();
             let msize = if all {
                 let mut d = first + lt;
@@ -700,40 +591,6 @@ mod kernels {
                 idx += step;
                 continue;
             }
-            let threshold = if (mid as u32) < layer1_modules {
-                threshold_layer1
-            } else {
-                threshold_other
-            };
-            if warp_groups == 2 && size <= 32 {
-                // SAFETY: the whole warp is here; first + size <= n.
-                let nclus = unsafe {
-                    cluster_tiny(
-                        module, x, y, adc, first, size, mid, rows, cols, threshold, clus,
-                    )
-                };
-                if lt == 0 {
-                    let slot = (ev * nmodules + mid as u32) as usize;
-                    // SAFETY: ev < nevents and mid < nmodules.
-                    unsafe {
-                        clus_in_module.add(slot).write(nclus);
-                        module_first.add(slot).write(first);
-                    }
-                }
-                gsync();
-                idx += step;
-                continue;
-            }
-            let mut t = lt;
-            while t < tsize {
-                // SAFETY: t < tsize.
-                unsafe {
-                    keys.add(t as usize).write(TABLE_EMPTY);
-                    vals.add(t as usize).write(TABLE_EMPTY);
-                }
-                t += gsize;
-            }
-            gsync();
             // Load, and insert every valid pixel; `cl` holds the charge until it holds the
             // cluster.
             let mut j = lt;
@@ -834,6 +691,11 @@ mod kernels {
                 gsync();
                 c += gsize;
             }
+            let threshold = if (mid as u32) < layer1_modules {
+                threshold_layer1
+            } else {
+                threshold_other
+            };
             let cut = threshold > 0 && nclus > 0;
             // Cluster of each digi; with a cut, the cluster charges.
             let mut j = lt;

@@ -228,13 +228,12 @@ fn main() -> Result<()> {
     let want = cpu::clustering::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
     println!("tuning (run3 x128), µs/event: small-module kernel, shared-memory kernel, fallback, larger-module cut, chain");
     let cut = geo.default_cut;
-    for (cap, t, tiny) in [
-        (128u32, 256u32, true),
-        (512, 256, true),
-        (1024, 128, true),
-        (1024, 256, false),
-        (1024, 256, true),
-        (1024, 512, true),
+    for (cap, t) in [
+        (128u32, 256u32),
+        (512, 256),
+        (1024, 128),
+        (1024, 256),
+        (1024, 512),
     ] {
         let mut c = Clusterer::with_capacity(
             g,
@@ -245,7 +244,6 @@ fn main() -> Result<()> {
             detkit::clustering::DEFAULT_CAPACITY,
         )?;
         c.set_small_threads(t)?;
-        c.set_tiny_path(tiny);
         c.run(&d, Some(cut))?;
         let r = c.results(&d)?;
         if r.clus != want.clus {
@@ -282,7 +280,7 @@ fn main() -> Result<()> {
             v[v.len() / 2]
         });
         println!(
-            "  small capacity {cap:>4}, {t:>3} threads, tiny path {tiny:>5} ({:>5} larger modules): {:>7.2} {:>7.2} {:>7.2} {:>7.2} | {:>7.2}",
+            "  small capacity {cap:>4}, {t:>3} threads ({:>5} larger modules): {:>7.2} {:>7.2} {:>7.2} {:>7.2} | {:>7.2}",
             r.medium_modules, med[0], med[1], med[2], med[3], med[4]
         );
     }

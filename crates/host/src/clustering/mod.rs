@@ -402,7 +402,6 @@ pub struct Clusterer<'g> {
     geometry: Geometry,
     warp_capacity: u32,
     warp_grid: u32,
-    tiny_path: bool,
     small_capacity: u32,
     small_threads: u32,
     small_grid: u32,
@@ -531,7 +530,6 @@ impl<'g> Clusterer<'g> {
             geometry: geometry.clone(),
             warp_capacity,
             warp_grid,
-            tiny_path: true,
             small_capacity,
             small_threads: k::SMALL_THREADS,
             small_grid,
@@ -555,12 +553,6 @@ impl<'g> Clusterer<'g> {
             grid: gpu.filled_u32(fallback_grid as usize * cells, k::GRID_EMPTY)?,
             bad: gpu.zeros(1)?,
         })
-    }
-
-    /// Whether modules of at most 32 digis take the register-only warp path (default) or the
-    /// shared-memory table path; both give the same output (tests run both).
-    pub fn set_tiny_path(&mut self, on: bool) {
-        self.tiny_path = on;
     }
 
     /// Sets the block size of the small-module kernel (a multiple of 32 up to 1024).
@@ -684,7 +676,7 @@ impl<'g> Clusterer<'g> {
         } else {
             (self.small_capacity, self.small_threads, self.small_grid, 1)
         };
-        let warp_groups = if warp { 1 + self.tiny_path as u32 } else { 0 };
+        let warp_groups = warp as u32;
         let null = 0u64;
         let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SMALL)?);
         b.arg(&d.module)
