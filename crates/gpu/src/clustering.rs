@@ -274,9 +274,11 @@ mod kernels {
             // SAFETY: pa is an ancestor, a valid index.
             let ppa = unsafe { read_volatile(parent.add(pa as usize)) };
             if ppa != pa {
-                // SAFETY: a is no longer a root, so no CAS can succeed on it; storing an
-                // ancestor keeps the forest valid.
-                unsafe { write_volatile(parent.add(a as usize), ppa) };
+                // Path halving by CAS (an atomic, so concurrent readers see either pointer,
+                // both valid ancestors; compute-sanitizer's racecheck does not flag it).
+                // SAFETY: a is no longer a root, so the hooking CAS can never succeed on it;
+                // storing an ancestor keeps the forest valid.
+                unsafe { i::atomic_cas_u32(parent.add(a as usize), pa, ppa) };
             }
             a = ppa;
         }
@@ -621,7 +623,7 @@ mod kernels {
                             h = (h + 1) & tmask;
                         }
                         if i::atomic_cas_u32(vals.add(h as usize), TABLE_EMPTY, j) != TABLE_EMPTY {
-                            write_volatile(vals.add(h as usize), TABLE_DUPLICATE);
+                            i::atomic_exch_u32(vals.add(h as usize), TABLE_DUPLICATE);
                         }
                     }
                 }
