@@ -12,10 +12,14 @@
 #![no_std]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch)
+    feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, core_float_math)
 )]
 #![deny(unsafe_op_in_unsafe_fn)]
-#![feature(core_float_math)] // seeding: IEEE `sqrt` in `no_std` (same bits on host and device)
+
+// On the host, `std` provides `f32::sqrt` (IEEE, the same bits as the device's `sqrt.rn.f32`),
+// so that the host side of this crate builds without nightly features.
+#[cfg(not(target_arch = "nvptx64"))]
+extern crate std;
 
 #[cfg(target_arch = "nvptx64")]
 pub mod intrinsics;

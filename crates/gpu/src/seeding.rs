@@ -335,7 +335,10 @@ impl PartialEq for BoundParams {
 /// IEEE square root (`sqrt.rn.f32` on the device, `sqrtss` on x86).
 #[inline(always)]
 pub fn sqrt(x: f32) -> f32 {
-    core::f32::math::sqrt(x)
+    #[cfg(target_arch = "nvptx64")]
+    return core::f32::math::sqrt(x);
+    #[cfg(not(target_arch = "nvptx64"))]
+    return std::primitive::f32::sqrt(x);
 }
 
 /// π as f32.
