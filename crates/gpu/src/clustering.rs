@@ -19,7 +19,11 @@
 //!    and appends them to the slot list `module_start[1..]` (`module_start[0]` = count), as the
 //!    seed does with `atomicInc`. Digis with a module id or coordinates out of range are
 //!    reported through `bad` (the smallest such index) and treated as invalid.
-//! 2. [`KERNEL_FIND_CLUS`], one block per module slot (grid-stride over slots): module end
+//! 2. [`KERNEL_FIND_CLUS_SMALL`], twice: one warp per module (up to 128 digis), then one block
+//!    per module (up to 1024 digis): module end, duplicates and neighbours through a pixel hash
+//!    table in shared memory, union-find, numbering, and the charge cut in place. Larger
+//!    modules are listed for the next kernel. (`docs/clustering.md` has the whole chain.)
+//! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride): module end
 //!    (`msize`, `atomicMin`), duplicate detection with 2-bit status words (CMSSW "Alternative 2":
 //!    every copy of a pixel that occurs twice or more is invalidated), a bucket container by
 //!    column in shared memory (count, block scan, fill), then 8-connected labelling by
@@ -30,11 +34,11 @@
 //!    by a block-wide exclusive scan in digi order: **cluster `c` of a module is the one whose
 //!    smallest digi index is the `c`-th smallest**, identical run to run and to the CPU oracle.
 //!    A module with more than `capacity` digis is appended to the fallback list instead.
-//! 3. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list: the same
+//! 4. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list: the same
 //!    result for a module of any size (up to every pixel of the module, duplicates on top),
 //!    with a dense per-block pixel grid in global memory for duplicate detection and
 //!    neighbour lookup, and union-find on `clus` itself.
-//! 4. [`KERNEL_CHARGE_CUT`], one block per module slot: per-cluster charge (64-bit sums),
+//! 5. [`KERNEL_CHARGE_CUT`], one block per module slot: per-cluster charge (64-bit sums),
 //!    clusters with charge `< threshold` removed (CMSSW 13/14 keep `charge >= cut`), survivors
 //!    renumbered consecutively in their previous order (block scan). No cap on the number of
 //!    clusters per module (CMSSW drops clusters beyond 1024).
