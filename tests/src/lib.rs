@@ -63,3 +63,42 @@ pub fn sizes(block: usize, tile: usize, quick: bool) -> Vec<usize> {
     v.dedup();
     v
 }
+
+/// Median of `reps` timings in milliseconds of `f` (CUDA events around it on the context's
+/// stream), after `warmup` untimed runs. The benchmarks' one timing loop.
+pub fn median_ms(
+    g: &detkit::GpuContext,
+    warmup: usize,
+    reps: usize,
+    mut f: impl FnMut() -> detkit::Result<()>,
+) -> anyhow::Result<f64> {
+    use cudarc::driver::sys::CUevent_flags;
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let a = g
+            .stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        f()?;
+        let b = g
+            .stream()
+            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        b.synchronize()?;
+        t.push(a.elapsed_ms(&b)? as f64);
+    }
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+/// [`exact`] as a benchmark check: a mismatch is an error starting `CHECK FAILED`, so no
+/// time is printed for a wrong result (the GPU bundle greps for that marker).
+pub fn check<T: PartialEq + Debug>(what: &str, got: &[T], want: &[T]) -> anyhow::Result<()> {
+    exact(what, got, want).map_err(|m| anyhow::anyhow!("CHECK FAILED {m}"))
+}
+
+/// Parses a comma-separated list (`--sizes 20,22,24`).
+pub fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, T::Err> {
+    s.split(',').map(|x| x.trim().parse()).collect()
+}

@@ -100,12 +100,7 @@ fn main() -> Result<()> {
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             "--batches" => {
-                batches = args
-                    .next()
-                    .context("--batches needs a list")?
-                    .split(',')
-                    .map(|s| s.parse())
-                    .collect::<Result<_, _>>()?
+                batches = detkit_tests::parse_list(&args.next().context("--batches needs a list")?)?
             }
             other => bail!("unknown argument `{other}`"),
         }

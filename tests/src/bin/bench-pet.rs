@@ -12,11 +12,11 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use cudarc::driver::sys::CUevent_flags;
 use detkit::cpu::pet::{self as oracle, CoincideConfig};
 use detkit::pet::{gen, StreamConfig};
-use detkit::{Backend, GpuContext};
+use detkit::Backend;
 use detkit_gpu::pet::{self as kp, Single};
+use detkit_tests::{check, median_ms, parse_list};
 
 fn print_row(r: &Row) {
     let (bname, bms) = r.baseline.clone().unwrap_or_default();
@@ -59,37 +59,6 @@ struct Row {
     ms: f64,
     bytes: f64,
     baseline: Option<(String, f64)>,
-}
-
-fn median_ms(
-    g: &GpuContext,
-    reps: usize,
-    mut f: impl FnMut() -> detkit::Result<()>,
-) -> Result<f64> {
-    for _ in 0..3 {
-        f()?;
-    }
-    let mut t = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let a = g
-            .stream()
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        f()?;
-        let b = g
-            .stream()
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        b.synchronize()?;
-        t.push(a.elapsed_ms(&b)? as f64);
-    }
-    t.sort_by(f64::total_cmp);
-    Ok(t[reps / 2])
-}
-
-fn check<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<()> {
-    if let Err(m) = detkit_tests::exact(what, got, want) {
-        bail!("CHECK FAILED {m}");
-    }
-    Ok(())
 }
 
 fn words(s: &[Single]) -> &[u64] {
@@ -178,14 +147,7 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--sizes" => {
-                sizes = args
-                    .next()
-                    .context("--sizes needs a list")?
-                    .split(',')
-                    .map(|s| s.parse())
-                    .collect::<Result<_, _>>()?
-            }
+            "--sizes" => sizes = parse_list(&args.next().context("--sizes needs a list")?)?,
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             other => bail!("unknown argument {other}"),
@@ -231,7 +193,7 @@ fn main() -> Result<()> {
         // copy ceiling: 16 n bytes device to device
         let src = g.zeros::<u64>(2 * n)?;
         let mut dst = g.zeros::<u64>(2 * n)?;
-        let copy_ms = median_ms(g, reps, || {
+        let copy_ms = median_ms(g, 3, reps, || {
             g.stream()
                 .memcpy_dtod(&src, &mut dst)
                 .map_err(|source| detkit::Error::Driver {
@@ -258,7 +220,7 @@ fn main() -> Result<()> {
         g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)?;
         let acc = g.download(&st)?[kp::STAT_ACCEPTED] as usize;
         check("convert", &singles(&g.download(&out)?[..2 * acc]), &want_s)?;
-        let ms = median_ms(g, reps, || {
+        let ms = median_ms(g, 3, reps, || {
             g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)
         })?;
         push(
@@ -300,7 +262,7 @@ fn main() -> Result<()> {
                 &singles(&g.download(if in_b { &b } else { &a })?),
                 &want,
             )?;
-            let ms = median_ms(g, reps, || {
+            let ms = median_ms(g, 3, reps, || {
                 g.stream()
                     .memcpy_dtod(&host, &mut a)
                     .map_err(|source| detkit::Error::Driver {
@@ -327,7 +289,7 @@ fn main() -> Result<()> {
                     &singles(&g.download(if in_b { &b } else { &a })?),
                     &want,
                 )?;
-                let ms = median_ms(g, reps, || {
+                let ms = median_ms(g, 3, reps, || {
                     g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
                         detkit::Error::Driver {
                             context: "copy".into(),
@@ -366,7 +328,7 @@ fn main() -> Result<()> {
             f64::INFINITY,
         )?;
         check("coincide", &got_p, &want_p)?;
-        let ms = median_ms(g, reps, || {
+        let ms = median_ms(g, 3, reps, || {
             g.pet_coincide_device_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
                 .map(|_| ())
         })?;
@@ -426,7 +388,7 @@ fn main() -> Result<()> {
             let mut pinned = unsafe { g.context().alloc_pinned_with_flags::<u8>(bytes.len(), 0) }?;
             pinned.as_mut_slice()?.copy_from_slice(bytes);
             let mut dev = g.zeros::<u8>(bytes.len())?;
-            let h2d = median_ms(g, reps.min(10), || {
+            let h2d = median_ms(g, 3, reps.min(10), || {
                 g.stream()
                     .memcpy_htod(&pinned, &mut dev)
                     .map_err(|source| detkit::Error::Driver {

@@ -31,14 +31,7 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--mu" => {
-                mus = args
-                    .next()
-                    .context("--mu needs a list")?
-                    .split(',')
-                    .map(|s| s.parse())
-                    .collect::<Result<_, _>>()?
-            }
+            "--mu" => mus = detkit_tests::parse_list(&args.next().context("--mu needs a list")?)?,
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             other => bail!("unknown argument {other}"),

@@ -8,10 +8,10 @@
 //! Usage: `detkit-bench [--sizes 20,22,24,26,28] [--reps 30] [--csv FILE]`
 
 use anyhow::{bail, Context, Result};
-use cudarc::driver::sys::CUevent_flags;
 use detkit::compact::Selection;
 use detkit::histogram::HistogramStrategy;
-use detkit::{cpu, data, Backend, BucketOrder, GpuContext, ScanKind};
+use detkit::{cpu, data, Backend, BucketOrder, ScanKind};
+use detkit_tests::{check, median_ms, parse_list};
 use std::io::Write;
 
 struct Row {
@@ -21,37 +21,6 @@ struct Row {
     bytes: f64,
 }
 
-fn median_ms(
-    g: &GpuContext,
-    reps: usize,
-    mut f: impl FnMut() -> detkit::Result<()>,
-) -> Result<f64> {
-    for _ in 0..5 {
-        f()?;
-    }
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let a = g
-            .stream()
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        f()?;
-        let b = g
-            .stream()
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-        b.synchronize()?;
-        times.push(a.elapsed_ms(&b)? as f64);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[reps / 2])
-}
-
-fn check<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Result<()> {
-    if let Err(msg) = detkit_tests::exact(what, got, want) {
-        bail!("CHECK FAILED {msg}");
-    }
-    Ok(())
-}
-
 fn main() -> Result<()> {
     let mut sizes = vec![20u32, 22, 24, 26, 28];
     let mut reps = 30usize;
@@ -59,18 +28,15 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--sizes" => {
-                sizes = args
-                    .next()
-                    .context("--sizes needs a list")?
-                    .split(',')
-                    .map(|s| s.parse())
-                    .collect::<Result<_, _>>()?
-            }
+            "--sizes" => sizes = parse_list(&args.next().context("--sizes needs a list")?)?,
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             other => bail!("unknown argument {other}"),
         }
+    }
+    if !detkit::driver_present() {
+        println!("skipped: no CUDA driver (libcuda not found); nothing timed");
+        return Ok(());
     }
     let backend = Backend::cuda(0).context("detkit-bench needs a CUDA device")?;
     let g = backend.gpu().expect("cuda");
@@ -83,7 +49,7 @@ fn main() -> Result<()> {
         {
             let src = g.upload(&data::scan_values(n))?;
             let mut dst = g.zeros::<u32>(n)?;
-            let ms = median_ms(g, reps, || {
+            let ms = median_ms(g, 5, reps, || {
                 g.stream()
                     .memcpy_dtod(&src, &mut dst)
                     .map_err(|source| detkit::Error::Driver {
@@ -109,7 +75,7 @@ fn main() -> Result<()> {
                 &g.download(&d_out)?,
                 &cpu::scan::scan(&input, ScanKind::Exclusive),
             )?;
-            let ms = median_ms(g, reps, || {
+            let ms = median_ms(g, 5, reps, || {
                 g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
             })?;
             rows.push(Row {
@@ -130,7 +96,7 @@ fn main() -> Result<()> {
                 &g.download(&d_out)?,
                 &cpu::scan::scan(&input, ScanKind::Exclusive),
             )?;
-            let ms = median_ms(g, reps, || {
+            let ms = median_ms(g, 5, reps, || {
                 g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
             })?;
             rows.push(Row {
@@ -155,7 +121,7 @@ fn main() -> Result<()> {
                     &g.download_histogram(&out)?.counts,
                     &want.counts,
                 )?;
-                let ms = median_ms(g, reps, || {
+                let ms = median_ms(g, 5, reps, || {
                     g.memset_zero(&mut out.counts)?;
                     g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)
                 })?;
@@ -178,7 +144,7 @@ fn main() -> Result<()> {
             g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)?;
             let count = g.download(&d_n)?[0] as usize;
             check("select_50", &g.download(&d_out)?[..count], &want)?;
-            let ms = median_ms(g, reps, || {
+            let ms = median_ms(g, 5, reps, || {
                 g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)
             })?;
             rows.push(Row {
@@ -199,7 +165,7 @@ fn main() -> Result<()> {
             ] {
                 let (o, _c) = g.bucket_device(&d, n, 1024, order)?;
                 check(name, &g.download(&o)?, &want.offsets)?;
-                let ms = median_ms(g, reps.min(10), || {
+                let ms = median_ms(g, 5, reps.min(10), || {
                     g.bucket_device(&d, n, 1024, order).map(|_| ())
                 })?;
                 rows.push(Row {
