@@ -88,8 +88,7 @@ pub fn median_ms(
         b.synchronize()?;
         t.push(a.elapsed_ms(&b)? as f64);
     }
-    t.sort_by(f64::total_cmp);
-    Ok(t[t.len() / 2])
+    Ok(median(t))
 }
 
 /// [`exact`] as a benchmark check: a mismatch is an error starting `CHECK FAILED`, so no
@@ -101,4 +100,10 @@ pub fn check<T: PartialEq + Debug>(what: &str, got: &[T], want: &[T]) -> anyhow:
 /// Parses a comma-separated list (`--sizes 20,22,24`).
 pub fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>, T::Err> {
     s.split(',').map(|x| x.trim().parse()).collect()
+}
+
+/// Median of timings (the upper middle for an even count); `v` must not be empty.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }

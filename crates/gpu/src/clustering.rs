@@ -76,8 +76,10 @@ pub const KERNEL_CHARGE_CUT: &str = "clustering_cluster_charge_cut";
 pub const COUNT_MODULES_THREADS: u32 = 256;
 /// Threads per block of the fallback and charge-cut kernels.
 pub const FALLBACK_THREADS: u32 = 256;
-/// Blocks of the fallback kernel (each owns one pixel grid in global memory).
-pub const FALLBACK_BLOCKS: u32 = 32;
+/// Blocks of the fallback kernel per SM (each block owns one pixel grid in global memory)...
+pub const FALLBACK_BLOCKS_PER_SM: u32 = 2;
+/// ...as long as all the grids together stay within this many bytes.
+pub const FALLBACK_GRID_BYTES: usize = 256 << 20;
 
 /// 2-bit pixel states of the duplicate detection.
 pub const STATUS_EMPTY: u32 = 0;

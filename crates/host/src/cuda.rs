@@ -139,13 +139,28 @@ impl GpuContext {
     pub fn filled_u32(&self, n: usize, value: u32) -> Result<DeviceBuffer<u32>> {
         // SAFETY: every element is written by the memset below before anyone reads it.
         let mut buf = unsafe { self.stream.alloc::<u32>(n) }.ctx("allocating device memory")?;
+        self.fill_u32(&mut buf, n, value)?;
+        Ok(buf)
+    }
+
+    /// Sets the first `n` words of `buf` to `value` on the device (`cuMemsetD32Async` on
+    /// the stream; no host copy).
+    pub fn fill_u32(&self, buf: &mut DeviceBuffer<u32>, n: usize, value: u32) -> Result<()> {
+        if n > buf.len() {
+            return Err(crate::error::invalid(
+                "fill_u32",
+                format!("{n} words requested in a buffer of {}", buf.len()),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
-        // SAFETY: `ptr` addresses `n` words of this allocation; the memset runs on our stream.
+        // SAFETY: `ptr` addresses at least `n` words of this allocation (checked above); the
+        // memset runs on our stream.
         unsafe { sys::cuMemsetD32Async(ptr, value, n, self.stream.cu_stream()) }
             .result()
-            .ctx("filling device memory")?;
-        drop(_record);
-        Ok(buf)
+            .ctx("filling device memory")
     }
 
     /// Zeroes a device buffer.

@@ -59,10 +59,7 @@ fn time_chain(
             t[3].push(e0.elapsed_ms(&e3)? as f64);
         }
     }
-    Ok(t.map(|mut v| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    }))
+    Ok(t.map(detkit_tests::median))
 }
 
 /// Same clusters up to a renumbering within each module (for the seed's atomicInc order).
@@ -270,10 +267,7 @@ fn main() -> Result<()> {
                 }
             }
         }
-        let med = t5.map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        });
+        let med = t5.map(detkit_tests::median);
         println!(
             "  small capacity {cap:>4}, {t:>3} threads ({:>5} larger modules): {:>7.2} {:>7.2} {:>7.2} {:>7.2} | {:>7.2}",
             r.medium_modules, med[0], med[1], med[2], med[3], med[4]

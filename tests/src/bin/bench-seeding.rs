@@ -18,11 +18,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use detkit::seeding::{as_words, gen, SeedingSettings, StageTimes};
 use detkit::{cpu, driver_present, Backend};
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+use detkit_tests::median;
 
 fn main() -> Result<()> {
     let mut mus = vec![50.0f64, 100.0, 150.0, 200.0, 300.0];

@@ -22,12 +22,12 @@ pub mod gen;
 
 use std::io::{Read, Write};
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::PushKernelArg;
 use detkit_gpu::clustering::{self as k, INVALID_MODULE, MAX_MODULE_SIDE, NO_MODULE_START};
 use detkit_gpu::histogram::decode_first_index;
 
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
-use crate::error::{invalid, Error, Result};
+use crate::error::{invalid, DriverContext, Error, Result};
 use crate::{cpu, Backend};
 
 /// A pixel detector geometry: module count and size, launch size, charge-cut defaults.
@@ -517,7 +517,8 @@ impl<'g> Clusterer<'g> {
             warp_smem,
         )?;
         let cells = (rows * cols) as usize;
-        let fallback_grid = (2 * gpu.sm_count()).min(((256 << 20) / (4 * cells)).max(1) as u32);
+        let fallback_grid = (k::FALLBACK_BLOCKS_PER_SM * gpu.sm_count())
+            .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32);
         let n = max_digis.max(1);
         let slots = max_events.max(1) * geometry.modules as usize;
         let status = if status_in_smem {
@@ -577,12 +578,17 @@ impl<'g> Clusterer<'g> {
                 capacity: MAX_EVENTS_PER_LAUNCH as u64,
             });
         }
-        if d.n > self.max_digis || d.nevents > self.max_events {
-            return Err(Error::CapacityExceeded {
-                what: "clusterer workspace (digis, events)",
-                needed: d.n.max(d.nevents) as u64,
-                capacity: self.max_digis.min(self.max_events) as u64,
-            });
+        for (what, needed, capacity) in [
+            ("clusterer workspace: digis", d.n, self.max_digis),
+            ("clusterer workspace: events", d.nevents, self.max_events),
+        ] {
+            if needed > capacity {
+                return Err(Error::CapacityExceeded {
+                    what,
+                    needed: needed as u64,
+                    capacity: capacity as u64,
+                });
+            }
         }
         Ok(())
     }
@@ -592,20 +598,19 @@ impl<'g> Clusterer<'g> {
         self.check_fits(d)?;
         let g = self.gpu;
         let s = g.stream();
-        let z = |r: std::result::Result<(), cudarc::driver::DriverError>| {
-            r.map_err(|source| Error::Driver {
-                context: "resetting clustering counters".into(),
-                source,
-            })
-        };
-        z(s.memset_zeros(&mut self.module_start.slice_mut(0..1)))?;
-        z(s.memset_zeros(&mut self.larger_warp.slice_mut(0..1)))?;
-        z(s.memset_zeros(&mut self.larger.slice_mut(0..1)))?;
-        z(s.memset_zeros(&mut self.fallback.slice_mut(0..1)))?;
-        z(s.memset_zeros(&mut self.bad))?;
+        let what = "resetting clustering counters";
+        s.memset_zeros(&mut self.module_start.slice_mut(0..1))
+            .ctx(what)?;
+        s.memset_zeros(&mut self.larger_warp.slice_mut(0..1))
+            .ctx(what)?;
+        s.memset_zeros(&mut self.larger.slice_mut(0..1)).ctx(what)?;
+        s.memset_zeros(&mut self.fallback.slice_mut(0..1))
+            .ctx(what)?;
+        s.memset_zeros(&mut self.bad).ctx(what)?;
         let slots = d.nevents * self.geometry.modules as usize;
-        z(s.memset_zeros(&mut self.clus_in_module.slice_mut(0..slots)))?;
-        fill_u32(g, &mut self.module_first, slots, NO_MODULE_START)?;
+        s.memset_zeros(&mut self.clus_in_module.slice_mut(0..slots))
+            .ctx(what)?;
+        g.fill_u32(&mut self.module_first, slots, NO_MODULE_START)?;
         if d.n == 0 {
             return Ok(());
         }
@@ -928,10 +933,7 @@ impl<'g> Clusterer<'g> {
                 .gpu
                 .stream()
                 .clone_dtoh(&b.slice(0..1))
-                .map_err(|source| Error::Driver {
-                    context: "reading the module counts".into(),
-                    source,
-                })?;
+                .ctx("reading the module counts")?;
             Ok(v[0])
         };
         Ok((read(&self.larger)?, read(&self.fallback)?))
@@ -944,11 +946,8 @@ impl<'g> Clusterer<'g> {
         let g = self.gpu;
         let s = g.stream();
         s.memcpy_htod(&vec![0x5a5a_5a5a_i32; n], &mut self.clus)
-            .map_err(|source| Error::Driver {
-                context: "poisoning outputs".into(),
-                source,
-            })?;
-        fill_u32(g, &mut self.slot_end, n, 0xdead_beef)
+            .ctx("poisoning outputs")?;
+        g.fill_u32(&mut self.slot_end, n, 0xdead_beef)
     }
 
     /// Downloads the results of the last [`Clusterer::run`] on `d`.
@@ -956,16 +955,13 @@ impl<'g> Clusterer<'g> {
         let (medium_modules, fallback_modules) = self.status()?;
         let slots = d.nevents * self.geometry.modules as usize;
         let s = self.gpu.stream();
-        fn dl<T>(r: std::result::Result<Vec<T>, cudarc::driver::DriverError>) -> Result<Vec<T>> {
-            r.map_err(|source| Error::Driver {
-                context: "copying clusters from the device".into(),
-                source,
-            })
-        }
+        let what = "copying clusters from the device";
         Ok(Clusters {
-            clus: dl(s.clone_dtoh(&self.clus.slice(0..d.n)))?,
-            clus_in_module: dl(s.clone_dtoh(&self.clus_in_module.slice(0..slots)))?,
-            module_first: dl(s.clone_dtoh(&self.module_first.slice(0..slots)))?,
+            clus: s.clone_dtoh(&self.clus.slice(0..d.n)).ctx(what)?,
+            clus_in_module: s
+                .clone_dtoh(&self.clus_in_module.slice(0..slots))
+                .ctx(what)?,
+            module_first: s.clone_dtoh(&self.module_first.slice(0..slots)).ctx(what)?,
             modules: self.geometry.modules as usize,
             medium_modules,
             fallback_modules,
@@ -979,30 +975,9 @@ fn resident_grid(gpu: &GpuContext, kernel: &'static str, threads: u32, smem: usi
     let per_sm = gpu
         .kernel(kernel)?
         .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
-        .map_err(|source| Error::Driver {
-            context: format!("querying the occupancy of {kernel}"),
-            source,
-        })?
+        .ctx(format!("querying the occupancy of {kernel}"))?
         .max(1);
     Ok(per_sm * gpu.sm_count())
-}
-
-/// Fills the first `n` words of `buf` with `value` on the device.
-fn fill_u32(gpu: &GpuContext, buf: &mut CudaSlice<u32>, n: usize, value: u32) -> Result<()> {
-    use cudarc::driver::{sys, DevicePtrMut};
-    if n == 0 {
-        return Ok(());
-    }
-    let s = gpu.stream();
-    let (ptr, _record) = buf.device_ptr_mut(s);
-    // SAFETY: `ptr` addresses at least `n` words of this allocation (callers size it);
-    // the memset runs on our stream.
-    unsafe { sys::cuMemsetD32Async(ptr, value, n, s.cu_stream()) }
-        .result()
-        .map_err(|source| Error::Driver {
-            context: "filling device memory".into(),
-            source,
-        })
 }
 
 impl Backend {
