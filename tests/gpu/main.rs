@@ -278,13 +278,13 @@ fn test_histogram(c: &Ctx) -> R {
                 ),
             ];
             if nbins == 256 {
-                inputs.push(("skewed", data::skewed_keys(n)));
+                inputs.push(("skewed", detkit::histogram::gen::skewed_keys(n)));
             }
             for (label, keys) in &inputs {
                 if n == big && *label != "skewed" && *label != "uniform+out-of-range" {
                     continue;
                 }
-                let want = cpu::histogram::histogram(keys, nbins);
+                let want = detkit::histogram::cpu::histogram(keys, nbins);
                 let strategies: &[HistogramStrategy] = if nbins <= kh::HISTOGRAM_SHARED_MAX_BINS {
                     &[HistogramStrategy::Shared, HistogramStrategy::Global]
                 } else {

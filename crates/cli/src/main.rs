@@ -92,11 +92,11 @@ fn demo(backend: &Backend, n: usize) -> Result<bool> {
     });
 
     progress("histogram");
-    let k = data::skewed_keys(n);
+    let k = detkit::histogram::gen::skewed_keys(n);
     let (got, secs) = timed(|| backend.histogram(&k, 256))?;
     lines.push(Line {
         primitive: "histogram (256 bins, skewed)",
-        ok: got == cpu::histogram::histogram(&k, 256),
+        ok: got == detkit::histogram::cpu::histogram(&k, 256),
         secs,
         items: n,
     });

@@ -76,8 +76,8 @@ pub const fn block_bucket_smem_bytes(nbins: u32, capacity: u32) -> usize {
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
-    use crate::histogram::device::for_each_key_warp_uniform;
     use crate::histogram::encode_first_index;
+    use crate::histogram::fill::for_each_key_warp_uniform;
     use crate::intrinsics as i;
     use crate::scan::device::BlockScan;
 

@@ -28,12 +28,15 @@ pub mod bucket;
 pub mod clustering;
 pub mod compact;
 pub mod histogram;
+pub mod params;
 pub mod pet;
 pub mod scan;
 pub mod seeding;
 
 /// Threads per warp on every NVIDIA GPU detkit supports.
 pub const WARP_SIZE: u32 = 32;
+
+pub use params::{DevPtr, KernelParams};
 
 /// Every kernel entry point of the PTX module. The host loads all of them at start-up,
 /// and `cargo xtask build-ptx` checks that each is an `.entry` of the PTX.

@@ -1,17 +1,20 @@
-//! The CUDA context: one device, one stream, the PTX module loaded once.
+//! The CUDA context: one device, one stream, the PTX module loaded once, and the one typed
+//! launch helper every family's launchers use. This module depends on no family.
 //!
 //! `cudarc` loads `libcuda` at run time (`dynamic-loading`): nothing of CUDA is needed to
 //! build detkit. [`GpuContext::new`] checks that the library is present before touching
 //! cudarc (which panics when it is missing) and reports a typed error instead.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, DeviceRepr, LaunchConfig,
-    ValidAsZeroBits,
+    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
+use detkit_gpu::{DevPtr, KernelParams};
 
 use crate::error::{DriverContext, Error, Result};
 
@@ -31,8 +34,17 @@ pub struct GpuContext {
     kernels: HashMap<&'static str, CudaFunction>,
     name: String,
     sm_count: u32,
-    pub(crate) temp: Mutex<crate::scan::ScanTemp>,
+    scratch: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
 }
+
+/// A kernel parameter struct as the driver's one kernel argument: its bytes, by value.
+#[repr(transparent)]
+struct ParamBytes<P>(P);
+
+// SAFETY: `P: Pod` is plain bytes with the layout the kernel declares (the same `#[repr(C)]`
+// definition from `detkit-gpu` on both sides), so passing a pointer to it as the argument
+// is what `cuLaunchKernel` expects for a by-value struct parameter.
+unsafe impl<P: KernelParams> DeviceRepr for ParamBytes<P> {}
 
 impl std::fmt::Debug for GpuContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -61,6 +73,10 @@ impl GpuContext {
             )));
         }
         let ctx = CudaContext::new(ordinal).ctx("creating the CUDA context")?;
+        // SAFETY: every operation of a `GpuContext` (copies, memsets, launches) runs on its
+        // one stream, in issue order, so cudarc's cross-stream events are not needed; kernel
+        // parameters carry raw device addresses (`DevPtr`), which cudarc could not track.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().ctx("creating the stream")?;
         let module = ctx
             .load_module(Ptx::from_src(crate::ptx::PTX))
@@ -82,7 +98,7 @@ impl GpuContext {
             kernels,
             name,
             sm_count,
-            temp: Mutex::new(Default::default()),
+            scratch: Mutex::new(HashMap::new()),
         })
     }
 
@@ -195,6 +211,68 @@ impl GpuContext {
         Ok(())
     }
 
+    /// Launches `kernel` with its one parameter struct: the only way detkit launches.
+    ///
+    /// Refuses a struct that `kernel` does not take ([`KernelParams::KERNELS`]), raises the
+    /// kernel's dynamic shared-memory limit when `cfg` asks for more than 48 KiB, and in
+    /// debug builds synchronises and names the kernel on failure.
+    ///
+    /// # Safety
+    /// `params` satisfies `kernel`'s launch contract (its `# Safety` section in `detkit-gpu`):
+    /// every `DevPtr` addresses a live allocation of this context of the length the kernel
+    /// reads or writes, with no aliasing the kernel forbids, and `cfg` has the block size and
+    /// shared memory the kernel requires.
+    pub(crate) unsafe fn launch<P: KernelParams>(
+        &self,
+        kernel: &'static str,
+        cfg: LaunchConfig,
+        params: &P,
+    ) -> Result<()> {
+        if !P::KERNELS.contains(&kernel) {
+            return Err(crate::error::invalid(
+                "kernel parameters",
+                format!("`{kernel}` does not take `{}`", std::any::type_name::<P>()),
+            ));
+        }
+        self.allow_smem(kernel, cfg.shared_mem_bytes as usize)?;
+        let arg = ParamBytes(*params);
+        let mut b = self.stream.launch_builder(self.kernel(kernel)?);
+        b.arg(&arg);
+        // SAFETY: the caller guarantees the launch contract (see `# Safety`); the argument is
+        // the kernel's one struct parameter (checked above against `P::KERNELS`).
+        let r = unsafe { b.launch(cfg) };
+        self.check_launch(kernel, r)
+    }
+
+    /// The device address of a buffer (or view), for a kernel parameter struct.
+    pub fn ptr<T, B: DevicePtr<T>>(&self, buf: &B) -> DevPtr<T> {
+        let (p, _sync) = buf.device_ptr(&self.stream);
+        DevPtr::from_addr(p)
+    }
+
+    /// The device address of a buffer (or view) the kernel writes.
+    pub fn ptr_mut<T, B: DevicePtrMut<T>>(&self, buf: &mut B) -> DevPtr<T> {
+        let (p, _sync) = buf.device_ptr_mut(&self.stream);
+        DevPtr::from_addr(p)
+    }
+
+    /// Runs `f` on this context's scratch state of type `S` (created by `S::default()` on
+    /// first use, kept between calls): temporary device buffers a family reuses, such as the
+    /// scan's tile flags. The context knows nothing of the families that use it.
+    pub(crate) fn with_scratch<S: Default + Send + 'static, R>(
+        &self,
+        f: impl FnOnce(&mut S) -> R,
+    ) -> R {
+        let mut map = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = map
+            .entry(TypeId::of::<S>())
+            .or_insert_with(|| Box::new(S::default()));
+        let s = slot
+            .downcast_mut::<S>()
+            .expect("scratch slot keyed by its own TypeId");
+        f(s)
+    }
+
     /// Raises a kernel's dynamic shared-memory limit when a launch needs more than 48 KiB.
     pub(crate) fn allow_smem(&self, kernel: &'static str, bytes: usize) -> Result<()> {
         if bytes > 48 * 1024 {
@@ -210,7 +288,7 @@ impl GpuContext {
 }
 
 /// A 1-D launch configuration.
-pub(crate) fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
+pub fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
         block_dim: (threads, 1, 1),
@@ -219,4 +297,4 @@ pub(crate) fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
 }
 
 /// Largest grid of 1-D blocks detkit launches (`gridDim.x` limit).
-pub(crate) const MAX_GRID: u64 = (1 << 31) - 1;
+pub const MAX_GRID: u64 = (1 << 31) - 1;

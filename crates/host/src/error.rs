@@ -29,6 +29,28 @@ pub enum Error {
         /// What is wrong with it, naming the first offending element where there is one.
         detail: String,
     },
+    /// A file is malformed: `FILE:LINE` (1-based line in the file) and, where one is at
+    /// fault, the column's name.
+    #[error("{file}:{line}: {}{detail}", column.as_ref().map(|c| format!("column `{c}`: ")).unwrap_or_default())]
+    Format {
+        /// The file (as the caller named it).
+        file: String,
+        /// 1-based line number in the file (0: the file as a whole, e.g. unreadable).
+        line: u64,
+        /// The column at fault, by its header name.
+        column: Option<String>,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A file could not be read or written.
+    #[error("{file}: {source}")]
+    Io {
+        /// The file.
+        file: String,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A fixed capacity would be exceeded.
     #[error("capacity exceeded for {what}: needed {needed}, capacity {capacity}")]
     CapacityExceeded {

@@ -32,12 +32,14 @@ pub mod bucket;
 pub mod clustering;
 pub mod compact;
 pub mod cpu;
+pub mod csvio;
 pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod histogram;
 pub mod pet;
 pub mod ptx;
+pub mod rng;
 pub mod scan;
 pub mod seeding;
 

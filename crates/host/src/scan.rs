@@ -88,19 +88,18 @@ impl GpuContext {
             });
         }
         let tiles = tiles as usize;
-        let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
-        grow(self, &mut pool.flags, 2 * tiles)?;
-        let (a, i) = T::slots(&mut pool);
-        grow(self, a, tiles)?;
-        grow(self, i, tiles)?;
-        let (agg, inc) = (a.take().expect("grown"), i.take().expect("grown"));
-        let lb = Lookback {
-            flags: pool.flags.take().expect("grown"),
-            agg,
-            inc,
-        };
-        drop(pool);
-        let mut lb = lb;
+        let mut lb = self.with_scratch(|pool: &mut ScanTemp| -> Result<Lookback<T>> {
+            grow(self, &mut pool.flags, 2 * tiles)?;
+            let (a, i) = T::slots(pool);
+            grow(self, a, tiles)?;
+            grow(self, i, tiles)?;
+            let (agg, inc) = (a.take().expect("grown"), i.take().expect("grown"));
+            Ok(Lookback {
+                flags: pool.flags.take().expect("grown"),
+                agg,
+                inc,
+            })
+        })?;
         let mut fl = lb.flags.slice_mut(0..2 * tiles);
         self.stream()
             .memset_zeros(&mut fl)
@@ -110,11 +109,12 @@ impl GpuContext {
 
     /// Returns look-back state to the pool.
     pub(crate) fn put_lookback<T: DeviceScanValue>(&self, lb: Lookback<T>) {
-        let mut pool = self.temp.lock().unwrap_or_else(|p| p.into_inner());
-        pool.flags = Some(lb.flags);
-        let (a, i) = T::slots(&mut pool);
-        *a = Some(lb.agg);
-        *i = Some(lb.inc);
+        self.with_scratch(|pool: &mut ScanTemp| {
+            pool.flags = Some(lb.flags);
+            let (a, i) = T::slots(pool);
+            *a = Some(lb.agg);
+            *i = Some(lb.inc);
+        })
     }
 
     /// Device-wide scan of the first `n` elements of `input` into `output`.

@@ -55,7 +55,7 @@ proptest! {
 
     #[test]
     fn histogram_counts_every_key_once(keys in prop::collection::vec(0u32..80, 0..500), nbins in 1u32..70) {
-        let h = cpu::histogram::histogram(&keys, nbins);
+        let h = detkit::histogram::cpu::histogram(&keys, nbins);
         prop_assert_eq!(h.counts.iter().map(|&c| c as usize).sum::<usize>() + h.out_of_range as usize, keys.len());
         for b in 0..nbins {
             prop_assert_eq!(h.counts[b as usize] as usize, keys.iter().filter(|&&k| k == b).count());
@@ -139,7 +139,7 @@ fn worked_examples_of_the_module_docs() {
     let b = cpu::bucket::bucket(&[2, 0, 2, 1, 0], 3);
     assert_eq!(b.offsets, [0, 2, 3, 5]);
     assert_eq!(b.content, [1, 4, 3, 0, 2]);
-    let h = cpu::histogram::histogram(&[0, 3, 3, 7, 1], 4);
+    let h = detkit::histogram::cpu::histogram(&[0, 3, 3, 7, 1], 4);
     assert_eq!(
         (h.counts, h.out_of_range, h.first_out_of_range),
         (vec![1, 1, 0, 2], 1, Some(3))

@@ -108,10 +108,10 @@ fn main() -> Result<()> {
         }
         // histograms, 256 bins
         for (name, keys) in [
-            ("uniform", data::uniform_keys(n)),
-            ("skewed", data::skewed_keys(n)),
+            ("uniform", detkit::histogram::gen::uniform_keys(n)),
+            ("skewed", detkit::histogram::gen::skewed_keys(n)),
         ] {
-            let want = cpu::histogram::histogram(&keys, 256);
+            let want = detkit::histogram::cpu::histogram(&keys, 256);
             let d = g.upload(&keys)?;
             for (suffix, aggregate) in [("", false), ("_warpagg", true)] {
                 let mut out = g.histogram_outputs(256)?;

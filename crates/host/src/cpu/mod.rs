@@ -4,7 +4,6 @@
 pub mod bucket;
 pub mod clustering;
 pub mod compact;
-pub mod histogram;
 pub mod pet;
 pub mod scan;
 pub mod seeding;

@@ -1,6 +1,6 @@
 //! Oracle: histogram of keys, one bin per key value below `nbins`.
 
-use crate::histogram::Histogram;
+use super::Histogram;
 
 /// Counts `keys[i]` in bin `keys[i]` when it is `< nbins`; counts the others as out of range.
 pub fn histogram(keys: &[u32], nbins: u32) -> Histogram {
