@@ -784,51 +784,34 @@ fn cargo_executables(args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
         .with_context(|| format!("failed to start {cmd:?}"))?;
     ensure!(out.status.success(), "{cmd:?} failed: {}", out.status);
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut exes = Vec::new();
-    for line in text.lines() {
-        if !line.contains(r#""reason":"compiler-artifact""#) {
-            continue;
-        }
-        let Some(exe) = json_string_field(line, "executable") else {
-            continue; // `"executable":null`: a library
-        };
-        let Some(target) = line.find(r#""target":{"#).map(|i| &line[i..]) else {
-            continue;
-        };
-        let Some(name) = json_string_field(target, "name") else {
-            continue;
-        };
-        exes.push((name, PathBuf::from(exe)));
-    }
-    Ok(exes)
+    text.lines()
+        .filter_map(|line| executable_of(line).transpose())
+        .collect()
 }
 
-/// The first `"key":"value"` string field in `json` (no real JSON parsing: enough for
-/// cargo's one-line messages), with the JSON string escapes decoded.
-fn json_string_field(json: &str, key: &str) -> Option<String> {
-    let pat = format!("\"{key}\":\"");
-    let start = json.find(&pat)? + pat.len();
-    let mut out = String::new();
-    let mut chars = json[start..].chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return Some(out),
-            '\\' => match chars.next()? {
-                'n' => out.push('\n'),
-                't' => out.push('\t'),
-                'r' => out.push('\r'),
-                'b' => out.push('\u{8}'),
-                'f' => out.push('\u{c}'),
-                'u' => {
-                    let hex: String = chars.by_ref().take(4).collect();
-                    out.push(char::from_u32(u32::from_str_radix(&hex, 16).ok()?)?);
-                }
-                other => out.push(other), // `\\`, `\"`, `\/`
-            },
-            c => out.push(c),
-        }
+/// One line of cargo's JSON messages: `Some((target name, executable))` for a
+/// `compiler-artifact` with an executable, `None` for anything else (libraries have
+/// `"executable": null`).
+fn executable_of(line: &str) -> Result<Option<(String, PathBuf)>> {
+    #[derive(serde::Deserialize)]
+    struct Target {
+        name: String,
     }
-    None
+    #[derive(serde::Deserialize)]
+    struct Message {
+        reason: String,
+        target: Option<Target>,
+        executable: Option<PathBuf>,
+    }
+    if !line.starts_with('{') {
+        return Ok(None);
+    }
+    let m: Message = serde_json::from_str(line)
+        .with_context(|| format!("cargo printed a message that is not JSON: {line}"))?;
+    Ok(match (m.reason.as_str(), m.target, m.executable) {
+        ("compiler-artifact", Some(t), Some(exe)) => Some((t.name, exe)),
+        _ => None,
+    })
 }
 
 /// Empties `dir` if it is a previous bundle; refuses to touch any other non-empty folder.
@@ -1144,14 +1127,16 @@ ptxas info    : Used 10 registers
     fn cargo_json() {
         let line = r#"{"reason":"compiler-artifact","package_id":"path+file:///w/tests#detkit-tests@0.1.0","target":{"kind":["test"],"crate_types":["bin"],"name":"gpu","src_path":"/w/tests/gpu/main.rs"},"executable":"/w/target/release/deps/gpu-0a\\b\"c","fresh":true}"#;
         assert_eq!(
-            json_string_field(line, "executable").as_deref(),
-            Some(r#"/w/target/release/deps/gpu-0a\b"c"#)
+            executable_of(line).unwrap(),
+            Some((
+                "gpu".to_string(),
+                PathBuf::from(r#"/w/target/release/deps/gpu-0a\b"c"#)
+            ))
         );
-        let target = &line[line.find(r#""target":{"#).unwrap()..];
-        assert_eq!(json_string_field(target, "name").as_deref(), Some("gpu"));
-        assert_eq!(
-            json_string_field(r#"{"executable":null}"#, "executable"),
-            None
-        );
+        let lib = r#"{"reason":"compiler-artifact","target":{"name":"detkit"},"executable":null}"#;
+        assert_eq!(executable_of(lib).unwrap(), None);
+        let done = r#"{"reason":"build-finished","success":true}"#;
+        assert_eq!(executable_of(done).unwrap(), None);
+        assert!(executable_of("{not json").is_err());
     }
 }
