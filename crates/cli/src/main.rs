@@ -6,6 +6,8 @@
 //! in a module of its own ([`cluster`], [`pet`], [`seed`]).
 
 mod cluster;
+#[allow(dead_code)] // wired up by the CLI rewrite (issue 10)
+mod output;
 mod pet;
 mod seed;
 
