@@ -1,151 +1,212 @@
-//! `detkit cluster`: CMS pixel clustering (issue 3).
+//! `detkit cluster`: CMS pixel clustering.
 //!
 //! ```text
-//! detkit cluster --geometry phase1|phase2 --input digis.csv --output clusters.csv
-//!                [--backend auto|cpu|cuda] [--charge-cut ADC]
-//! detkit cluster generate --geometry phase1|phase2 [--dense] [--seed S] --output digis.csv
+//! detkit cluster [--geometry phase1|phase2] --input digis.csv --output clusters.csv
+//!                [--backend auto|cpu|cuda] [--charge-cut ELECTRONS]
+//! detkit cluster generate [--geometry phase1|phase2] [--dense] [--seed S] --output digis.csv
 //! ```
 //! Input: CSV with header `module,x,y,adc`, or the binary format (`DKDIGI01`, detected by
 //! its magic). Output: CSV with header `module,x,y,adc,cluster` (same rows, same order), or
 //! binary cluster indices (`DKCLUS01`) when the output name ends in `.bin`.
-//! `--charge-cut ADC` applies one threshold to every module; without it the geometry's CMS
-//! defaults apply (Phase-1: 2000 e⁻ on layer 1, 4000 elsewhere); `--charge-cut 0` keeps
-//! every cluster.
 
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Read};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
 use detkit::clustering::{self as cl, gen, ChargeCut, Geometry};
-use detkit::{cpu, Backend};
+use detkit::Backend;
 
-use crate::Line;
+use crate::demo::{timed, Row};
+use crate::output::{check_outputs, AtomicFile};
+use crate::ui::Ui;
+use crate::BackendChoice;
 
-const USAGE: &str = "usage: detkit cluster --geometry phase1|phase2 --input digis.csv --output clusters.csv [--backend auto|cpu|cuda] [--charge-cut ADC]
-       detkit cluster generate --geometry phase1|phase2 [--dense] [--seed S] --output digis.csv";
+/// `detkit cluster`: cluster a file of digis, or `generate` one.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct ClusterCmd {
+    #[command(subcommand)]
+    sub: Option<ClusterSub>,
+    #[command(flatten)]
+    run: ClusterArgs,
+}
 
-/// Runs `detkit cluster ARGS`.
-pub fn main(args: &[String]) -> Result<()> {
-    if args.first().map(String::as_str) == Some("generate") {
-        return generate(&args[1..]);
-    }
-    let (mut geometry, mut input, mut output, mut backend, mut cut) =
-        (None, None, None, "auto".to_string(), None);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .with_context(|| format!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--geometry" => geometry = Some(val()?.clone()),
-            "--input" => input = Some(val()?.clone()),
-            "--output" => output = Some(val()?.clone()),
-            "--backend" => backend = val()?.clone(),
-            "--charge-cut" => {
-                cut = Some(
-                    val()?
-                        .parse::<u32>()
-                        .context("--charge-cut takes an integer charge")?,
-                )
-            }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => bail!("unknown argument `{other}`\n{USAGE}"),
+#[derive(Subcommand, Debug)]
+pub(crate) enum ClusterSub {
+    /// Write a generated event (Run-3-like pile-up, or dense heavy-ion-like with --dense).
+    Generate(GenerateArgs),
+}
+
+/// The pixel detector.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum GeometryName {
+    /// CMS Phase-1 (Run 3): 1856 modules of 160 x 416 pixels; charge cut 2000 e- on layer 1,
+    /// 4000 e- elsewhere.
+    Phase1,
+    /// CMS Phase-2 (HL-LHC) inner tracker.
+    Phase2,
+}
+
+impl GeometryName {
+    fn geometry(self) -> Geometry {
+        match self {
+            GeometryName::Phase1 => Geometry::phase1(),
+            GeometryName::Phase2 => Geometry::phase2(),
         }
     }
-    let geometry = Geometry::by_name(&geometry.context(USAGE)?)?;
-    let (input, output) = (input.context(USAGE)?, output.context(USAGE)?);
-    let backend = crate::backend_from(&backend)?;
-    eprintln!("{}", backend.description());
+}
 
-    let mut bytes = Vec::new();
-    BufReader::new(File::open(&input).with_context(|| format!("opening {input}"))?)
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("reading {input}"))?;
-    let digis = if bytes.starts_with(cl::BINARY_MAGIC) {
-        cl::read_binary(&bytes[..])?
-    } else {
-        cl::read_csv(&bytes[..])?
-    };
-    let cut = cut.map_or(geometry.default_cut, ChargeCut::uniform);
-    let t = Instant::now();
-    let clusters = backend
-        .cluster(&digis, &geometry, Some(cut))
-        .with_context(|| format!("clustering {input}"))?;
-    let secs = t.elapsed().as_secs_f64();
-    let w = BufWriter::new(File::create(&output).with_context(|| format!("creating {output}"))?);
-    if output.ends_with(".bin") {
-        cl::write_binary_clusters(w, &clusters.clus)?;
-    } else {
-        cl::write_csv(w, &digis, &clusters.clus)?;
+#[derive(Args, Debug)]
+pub(crate) struct ClusterArgs {
+    /// The pixel detector the module numbers refer to.
+    #[arg(long, value_enum, default_value_t = GeometryName::Phase1)]
+    geometry: GeometryName,
+    /// Digis: CSV with header `module,x,y,adc` (module 65534 = invalid digi; one module's
+    /// digis consecutive), or binary `DKDIGI01` (detected by its magic).
+    #[arg(long, required = true, value_name = "FILE")]
+    input: Option<PathBuf>,
+    /// Clusters: CSV `module,x,y,adc,cluster` (the input rows in input order; cluster = index
+    /// within the module, -1 = invalid, duplicate or cut), or binary `DKCLUS01` i32 indices if
+    /// the name ends in `.bin`.
+    #[arg(long, required = true, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Which implementation runs the kernels.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+    /// Minimum cluster charge for every module, in electrons (the unit of the `adc` column);
+    /// default: the geometry's CMS cut (Phase-1: 2000 on layer 1, 4000 elsewhere); 0 keeps
+    /// every cluster.
+    #[arg(long, value_name = "ELECTRONS")]
+    charge_cut: Option<u32>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GenerateArgs {
+    /// The pixel detector to generate for.
+    #[arg(long, value_enum, default_value_t = GeometryName::Phase1)]
+    geometry: GeometryName,
+    /// A dense, heavy-ion-like event (about 1.7 M digis) instead of Run-3-like pile-up.
+    #[arg(long)]
+    dense: bool,
+    /// Random seed: the same seed gives the same event.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Digis file: CSV `module,x,y,adc`, or binary `DKDIGI01` if the name ends in `.bin`.
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+}
+
+fn is_bin(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "bin")
+}
+
+/// Runs `detkit cluster ...`.
+pub fn run(ui: &Ui, c: ClusterCmd) -> Result<()> {
+    match c.sub {
+        Some(ClusterSub::Generate(g)) => generate(ui, g),
+        None => cluster(ui, c.run),
     }
-    eprintln!(
-        "{} digis, {} modules, {} clusters (charge cut {} / {} e-), {} modules over the fast path's capacity; {:.1} ms",
-        digis.len(),
-        clusters.module_first.iter().filter(|&&f| f != u32::MAX).count(),
-        clusters.total(),
-        cut.layer1,
-        cut.other,
-        clusters.fallback_modules,
-        secs * 1e3
+}
+
+fn read_digis(path: &Path) -> Result<cl::Digis> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let name = path.display().to_string();
+    Ok(if bytes.starts_with(cl::BINARY_MAGIC) {
+        cl::read_binary(&bytes[..]).with_context(|| name.clone())?
+    } else {
+        cl::read_csv(&bytes[..]).with_context(|| name.clone())?
+    })
+}
+
+fn cluster(ui: &Ui, a: ClusterArgs) -> Result<()> {
+    let (input, output) = (
+        a.input.expect("required by clap"),
+        a.output.expect("required by clap"),
     );
+    check_outputs(&[&output], &[&input])?;
+    let geometry = a.geometry.geometry();
+    let backend = a.backend.open(ui)?;
+    let start = Instant::now();
+    let digis = read_digis(&input)?;
+    let cut = a
+        .charge_cut
+        .map_or(geometry.default_cut, ChargeCut::uniform);
+    let spin = ui.spinner(&format!("clustering {} digis", digis.len()));
+    let clus = if digis.is_empty() {
+        Vec::new()
+    } else {
+        let clusters = backend
+            .cluster(&digis, &geometry, Some(cut))
+            .with_context(|| format!("clustering `{}`", input.display()))?;
+        ui.verbose(format!(
+            "{} modules, {} clusters (charge cut {} / {} e-), {} modules over the fast path's capacity",
+            clusters.module_first.iter().filter(|&&f| f != u32::MAX).count(),
+            clusters.total(),
+            cut.layer1,
+            cut.other,
+            clusters.fallback_modules,
+        ));
+        clusters.clus
+    };
+    drop(spin);
+    let mut f = AtomicFile::create(&output)?;
+    if is_bin(&output) {
+        cl::write_binary_clusters(&mut f, &clus)?;
+    } else {
+        cl::write_csv(&mut f, &digis, &clus)?;
+    }
+    f.commit()?;
+    ui.summary("cluster", digis.len() as u64, "digis", start);
     Ok(())
 }
 
-fn generate(args: &[String]) -> Result<()> {
-    let (mut geometry, mut output, mut dense, mut seed) = ("phase1".to_string(), None, false, 1u64);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--geometry" => geometry = it.next().context("--geometry needs a value")?.clone(),
-            "--output" => output = Some(it.next().context("--output needs a value")?.clone()),
-            "--seed" => seed = it.next().context("--seed needs a value")?.parse()?,
-            "--dense" => dense = true,
-            other => bail!("unknown argument `{other}`\n{USAGE}"),
-        }
-    }
-    let geometry = Geometry::by_name(&geometry)?;
-    let output = output.context(USAGE)?;
-    let config = if dense {
+fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
+    check_outputs(&[&a.output], &[])?;
+    let start = Instant::now();
+    let geometry = a.geometry.geometry();
+    let config = if a.dense {
         gen::EventConfig::dense()
     } else {
         gen::EventConfig::run3()
     };
-    let digis = gen::event(&geometry, &config, seed);
-    let w = BufWriter::new(File::create(&output).with_context(|| format!("creating {output}"))?);
-    if output.ends_with(".bin") {
-        cl::write_binary(w, &digis)?;
+    let digis = gen::event(&geometry, &config, a.seed);
+    let mut f = AtomicFile::create(&a.output)?;
+    if is_bin(&a.output) {
+        cl::write_binary(&mut f, &digis)?;
     } else {
-        let mut w = w;
-        use std::io::Write;
-        writeln!(w, "module,x,y,adc")?;
+        writeln!(f, "module,x,y,adc")?;
         for i in 0..digis.len() {
             writeln!(
-                w,
+                f,
                 "{},{},{},{}",
                 digis.module[i], digis.x[i], digis.y[i], digis.adc[i]
             )?;
         }
     }
-    eprintln!("{} digis written to {output}", digis.len());
+    f.commit()?;
+    ui.summary(
+        &format!("cluster generate: {}", a.output.display()),
+        digis.len() as u64,
+        "digis",
+        start,
+    );
     Ok(())
 }
 
-/// The demo line: a Run-3-like Phase-1 event with the CMS charge cut, checked against the
+/// The demo row: a Run-3-like Phase-1 event with the CMS charge cut, checked against the
 /// oracle.
-pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
+pub fn demo(backend: &Backend) -> Result<Vec<Row>> {
     let g = Geometry::phase1();
     let d = gen::run3_event(2026);
-    let (got, secs) = crate::timed(|| backend.cluster(&d, &g, Some(g.default_cut)))?;
-    let want = cpu::clustering::cluster(&d, &[0, d.len() as u32], &g, Some(g.default_cut));
-    Ok(vec![Line {
-        primitive: "pixel clustering (run3 event)",
+    let (got, secs) = timed(|| backend.cluster(&d, &g, Some(g.default_cut)))?;
+    let want = detkit::cpu::clustering::cluster(&d, &[0, d.len() as u32], &g, Some(g.default_cut));
+    Ok(vec![Row {
+        name: "pixel clustering (run3 event)",
+        items: d.len(),
+        unit: "digis",
         ok: got.same_clusters(&want),
         secs,
-        items: d.len(),
     }])
 }

@@ -9,7 +9,6 @@
 //!   without [`AtomicFile::commit`] removes it, so a failed run leaves nothing behind and an
 //!   existing file of that name is untouched until the rename.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -160,11 +159,6 @@ impl OutputSet {
         }
         Ok(())
     }
-}
-
-/// Opens an input for reading, naming it in the error.
-pub fn open_input(path: &Path) -> Result<File> {
-    File::open(path).with_context(|| format!("cannot open input `{}`", path.display()))
 }
 
 #[cfg(test)]

@@ -1,140 +1,269 @@
-//! `detkit pet`: the PET acquisition chain (issue 4).
+//! `detkit pet`: the PET acquisition chain.
 //!
 //! ```text
+//! detkit pet generate --dir DIR [--singles N] [--rate PER_S] [--seed S] [--scanner NAME]
 //! detkit pet convert  --scanner scanner.toml --input frames.bin --output singles.csv
 //! detkit pet sort     --input singles.csv --output sorted.csv
-//! detkit pet coincide --input sorted.csv --window T [--delay D] [--policy NAME] --output pairs.csv
+//! detkit pet coincide --input sorted.csv --window TICKS [--delay TICKS] [--policy NAME] --output pairs.csv
 //! detkit pet run      --scanner scanner.toml --input frames.bin --output pairs.csv
-//! detkit pet generate --dir DIR [--singles N] [--rate R] [--seed S] [--scanner tiny|small-animal|bench]
 //! ```
-//! Every command takes `--backend auto|cpu|cuda`. Singles and pairs files ending in `.bin` are
-//! raw little-endian records (16 and 32 bytes), others CSV.
+//! Every command takes `--backend auto|cpu|cuda`. Singles and pairs files ending in `.bin`
+//! are raw little-endian records (16 and 32 bytes), others CSV.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
 use detkit::cpu::pet::{self as oracle, CoincideConfig};
-use detkit::pet::{self, gen, PairsWriter, Scanner, StreamConfig};
+use detkit::pet::{self, gen, Scanner, StreamConfig};
 use detkit::Backend;
-use detkit_gpu::pet::Policy;
+use detkit_gpu::pet::{Coincidence, Policy, Single};
 
-use crate::{backend_from, timed, Line};
+use crate::demo::{timed, Row};
+use crate::output::{check_outputs, AtomicFile};
+use crate::ui::Ui;
+use crate::BackendChoice;
 
-const USAGE: &str = "usage:
-  detkit pet convert  --scanner scanner.toml --input frames.bin --output singles.csv
-  detkit pet sort     --input singles.csv --output sorted.csv
-  detkit pet coincide --input sorted.csv --window T [--delay D] [--policy NAME] --output pairs.csv
-  detkit pet run      --scanner scanner.toml --input frames.bin --output pairs.csv
-                      [--window T] [--delay D] [--policy NAME] [--chunk FRAMES] [--pending SINGLES]
-  detkit pet generate --dir DIR [--singles N] [--rate PER_S] [--seed S]
-                      [--scanner tiny|small-animal|bench] [--slice TICKS]
-options: --backend auto|cpu|cuda (default auto); files ending in .bin are binary records.
-policies: killAll (default), takeAllGoods, takeWinnerOfGoods, takeWinnerIfIsGood,
-          takeWinnerIfAllAreGoods, killAllIfMultipleGoods";
-
-struct Args {
-    pairs: Vec<(String, String)>,
+/// `detkit pet` subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum PetCmd {
+    /// Write a generated acquisition: DIR/scanner.toml, its tables, and DIR/frames.bin.
+    Generate(GenerateArgs),
+    /// Raw frames -> singles (energy window applied, table lookups).
+    Convert(ConvertArgs),
+    /// Singles -> singles sorted by time (stable: equal times keep input order).
+    Sort(SortArgs),
+    /// Time-sorted singles -> coincidence pairs.
+    Coincide(CoincideArgs),
+    /// The whole chain streamed from a frames file: frames -> pairs, chunk by chunk.
+    Run(RunArgs),
 }
 
-impl Args {
-    fn parse(args: &[String]) -> Result<Self> {
-        let mut pairs = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let Some(name) = a.strip_prefix("--") else {
-                bail!("unexpected argument `{a}`\n{USAGE}");
-            };
-            let v = it
-                .next()
-                .with_context(|| format!("--{name} needs a value\n{USAGE}"))?;
-            pairs.push((name.to_string(), v.clone()));
-        }
-        Ok(Self { pairs })
+/// Which generated scanner.
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub(crate) enum ScannerName {
+    /// A few crystals (tests).
+    Tiny,
+    /// A small-animal scanner.
+    SmallAnimal,
+    /// The benchmark scanner: a few hundred per-BDM streams, 37 MB energy table.
+    Bench,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BackendArg {
+    /// Which implementation runs the kernels.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GenerateArgs {
+    /// Output directory (created; an existing directory gets the files added, replacing
+    /// ones of the same name).
+    #[arg(long, value_name = "DIR")]
+    dir: PathBuf,
+    /// About how many singles to generate (at least 1).
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 32) - 1))]
+    singles: u64,
+    /// Singles rate of the acquisition, per second (finite, > 0; 1e6 to 5e7 is typical).
+    #[arg(long, default_value_t = 1e7, value_name = "PER_S", value_parser = positive_f64)]
+    rate: f64,
+    /// Random seed: the same seed gives the same acquisition.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Which scanner to generate.
+    #[arg(long, value_enum, default_value_t = ScannerName::SmallAnimal)]
+    scanner: ScannerName,
+    /// Readout slice length in frame-counter ticks (1 tick = 1 ps): frames are written slice
+    /// by slice, each slice BDM by BDM (at least 1).
+    #[arg(long, default_value_t = 1_000_000_000, value_name = "TICKS", value_parser = clap::value_parser!(u64).range(1..))]
+    slice: u64,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ConvertArgs {
+    /// Scanner description (TOML naming the position and energy tables).
+    #[arg(long, value_name = "FILE")]
+    scanner: PathBuf,
+    /// Raw frames: 16-byte `DataFrameV2` records.
+    #[arg(long, value_name = "FILE")]
+    input: PathBuf,
+    /// Singles: CSV `crystal,energy,time`, or raw 16-byte records if the name ends in `.bin`.
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+    #[command(flatten)]
+    backend: BackendArg,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SortArgs {
+    /// Singles: CSV `crystal,energy,time` (energy in keV, finite; time in ticks), or raw
+    /// 16-byte records (`.bin`).
+    #[arg(long, value_name = "FILE")]
+    input: PathBuf,
+    /// Time-sorted singles, in the format its name says (`.bin` or CSV).
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+    #[command(flatten)]
+    backend: BackendArg,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct WindowArgs {
+    /// Coincidence window in frame-counter ticks (1 tick = 1 ps with the generated
+    /// scanners): a later single pairs when `t - t_open <= WINDOW`.
+    #[arg(long, value_name = "TICKS", value_parser = nonneg_f64)]
+    window: Option<f64>,
+    /// Delayed window: open it DELAY ticks after each single (random-coincidence estimate);
+    /// default: the prompt window.
+    #[arg(long, value_name = "TICKS", value_parser = nonneg_f64)]
+    delay: Option<f64>,
+    /// What to do with a window of more than two singles.
+    #[arg(long, default_value = "killAll", value_parser = parse_policy, value_name = "NAME",
+          help = format!("What to do with a window of more than two singles: {}", Policy::ALL.map(|p| p.name()).join(", ")))]
+    policy: Policy,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct CoincideArgs {
+    /// Time-sorted singles (CSV or `.bin`).
+    #[arg(long, value_name = "FILE")]
+    input: PathBuf,
+    /// Pairs: CSV `crystal_a,energy_a,time_a,crystal_b,energy_b,time_b`, or raw 32-byte
+    /// records if the name ends in `.bin`.
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+    #[command(flatten)]
+    window: WindowArgs,
+    #[command(flatten)]
+    backend: BackendArg,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    /// Scanner description (TOML); its `time_window` is the default window.
+    #[arg(long, value_name = "FILE")]
+    scanner: PathBuf,
+    /// Raw frames: 16-byte `DataFrameV2` records.
+    #[arg(long, value_name = "FILE")]
+    input: PathBuf,
+    /// Pairs (CSV or `.bin`).
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+    #[command(flatten)]
+    window: WindowArgs,
+    /// Frames per chunk (at least 1).
+    #[arg(long, default_value_t = 1 << 22, value_name = "FRAMES", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    chunk: u64,
+    /// Capacity for singles carried between chunks (windows straddling a chunk edge).
+    #[arg(long, default_value_t = 1 << 22, value_name = "SINGLES", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
+    pending: u64,
+    #[command(flatten)]
+    backend: BackendArg,
+}
+
+fn positive_f64(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("{s} is not a finite number > 0"));
     }
-    fn get(&self, name: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
+    Ok(v)
+}
+
+fn nonneg_f64(s: &str) -> std::result::Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("{s} is not a finite number >= 0"));
     }
-    fn path(&self, name: &str) -> Result<PathBuf> {
-        self.get(name)
-            .map(PathBuf::from)
-            .with_context(|| format!("--{name} is required\n{USAGE}"))
-    }
-    fn num<T: std::str::FromStr>(&self, name: &str) -> Result<Option<T>>
-    where
-        T::Err: std::fmt::Display,
-    {
-        self.get(name)
-            .map(|v| {
-                v.parse::<T>()
-                    .map_err(|e| anyhow::anyhow!("--{name} {v}: {e}"))
-            })
-            .transpose()
-    }
-    fn only(&self, allowed: &[&str]) -> Result<()> {
-        for (n, _) in &self.pairs {
-            if n != "backend" && !allowed.contains(&n.as_str()) {
-                bail!("unknown option --{n}\n{USAGE}");
-            }
-        }
-        Ok(())
-    }
-    fn backend(&self) -> Result<Backend> {
-        let b = backend_from(self.get("backend").unwrap_or("auto"))?;
-        eprintln!("{}", b.description());
-        Ok(b)
-    }
-    fn coincide_config(&self, default_window: Option<f64>) -> Result<CoincideConfig> {
-        let window = match (self.num::<f64>("window")?, default_window) {
-            (Some(w), _) | (None, Some(w)) => w,
-            (None, None) => bail!("--window is required\n{USAGE}"),
-        };
-        let policy = match self.get("policy") {
-            Some(p) => pet::policy_from_name(p)?,
-            None => Policy::KillAll,
+    Ok(v)
+}
+
+fn parse_policy(s: &str) -> std::result::Result<Policy, String> {
+    pet::policy_from_name(s).map_err(|e| e.to_string())
+}
+
+impl WindowArgs {
+    fn config(&self, default_window: Option<f64>) -> Result<CoincideConfig> {
+        let Some(window) = self.window.or(default_window) else {
+            bail!("--window TICKS is required");
         };
         let c = CoincideConfig {
             window,
-            delay: self.num("delay")?,
-            policy,
+            delay: self.delay,
+            policy: self.policy,
         };
         c.validate()?;
         Ok(c)
     }
 }
 
-fn read_frames(path: &Path) -> Result<Vec<detkit_gpu::pet::DataFrameV2>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(pet::frames_from_bytes(&bytes)?)
+fn is_bin(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "bin")
 }
 
-/// Runs `detkit pet ARGS`.
-pub fn main(args: &[String]) -> Result<()> {
-    let Some(cmd) = args.first() else {
-        bail!("{USAGE}");
-    };
-    if matches!(cmd.as_str(), "help" | "--help" | "-h") {
-        println!("{USAGE}");
-        return Ok(());
+fn write_singles(path: &Path, singles: &[Single]) -> Result<()> {
+    let mut f = AtomicFile::create(path)?;
+    if is_bin(path) {
+        f.write_all(bytemuck::cast_slice(singles))?;
+    } else {
+        pet::write_singles_csv(f.writer(), singles)?;
     }
-    let a = Args::parse(&args[1..])?;
-    match cmd.as_str() {
-        "convert" => {
-            a.only(&["scanner", "input", "output"])?;
-            let scanner = Scanner::from_toml_file(&a.path("scanner")?)?;
-            let (input, output) = (a.path("input")?, a.path("output")?);
-            let b = a.backend()?;
-            let frames = read_frames(&input)?;
+    f.commit()
+}
+
+/// Pairs into an atomic file, header first for CSV.
+struct PairsOut {
+    f: AtomicFile,
+    binary: bool,
+    count: u64,
+}
+
+impl PairsOut {
+    fn create(path: &Path) -> Result<Self> {
+        let mut f = AtomicFile::create(path)?;
+        let binary = is_bin(path);
+        if !binary {
+            writeln!(f, "{}", pet::PAIRS_HEADER)?;
+        }
+        Ok(Self {
+            f,
+            binary,
+            count: 0,
+        })
+    }
+    fn write(&mut self, pairs: &[Coincidence]) -> std::io::Result<()> {
+        self.count += pairs.len() as u64;
+        if self.binary {
+            self.f.write_all(bytemuck::cast_slice(pairs))
+        } else {
+            pet::write_pairs_csv(self.f.writer(), pairs)
+        }
+    }
+}
+
+fn read_frames(path: &Path) -> Result<Vec<detkit_gpu::pet::DataFrameV2>> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    pet::frames_from_bytes(&bytes).with_context(|| path.display().to_string())
+}
+
+/// Runs `detkit pet ...`.
+pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
+    match c {
+        PetCmd::Generate(a) => generate(ui, a),
+        PetCmd::Convert(a) => {
+            check_outputs(&[&a.output], &[&a.input, &a.scanner])?;
+            let scanner = Scanner::from_toml_file(&a.scanner)?;
+            let b = a.backend.backend.open(ui)?;
+            let start = Instant::now();
+            let frames = read_frames(&a.input)?;
             let (singles, st) = b.pet_convert(&frames, &scanner)?;
-            pet::write_singles(&output, &singles)?;
-            eprintln!(
-                "{} frames: {} singles accepted, {} outside the energy window, {} with the \
-                 energy-table index clamped to 999, {} with a bad address{}",
-                st.frames,
+            write_singles(&a.output, &singles)?;
+            ui.info(format!(
+                "{} singles accepted, {} outside the energy window, {} with the energy-table \
+                 index clamped to 999, {} with a bad address{}",
                 st.accepted,
                 st.rejected_energy,
                 st.clamped,
@@ -142,130 +271,161 @@ pub fn main(args: &[String]) -> Result<()> {
                 st.first_bad_address
                     .map(|i| format!(" (first: frame {i})"))
                     .unwrap_or_default()
-            );
+            ));
+            ui.summary("pet convert", st.frames, "frames", start);
             Ok(())
         }
-        "sort" => {
-            a.only(&["input", "output"])?;
-            let (input, output) = (a.path("input")?, a.path("output")?);
-            let b = a.backend()?;
-            let singles = pet::read_singles(&input)?;
+        PetCmd::Sort(a) => {
+            check_outputs(&[&a.output], &[&a.input])?;
+            let b = a.backend.backend.open(ui)?;
+            let start = Instant::now();
+            let singles = pet::read_singles(&a.input)?;
             let sorted = b.pet_sort(&singles)?;
-            pet::write_singles(&output, &sorted)?;
-            eprintln!("{} singles sorted", sorted.len());
+            write_singles(&a.output, &sorted)?;
+            ui.summary("pet sort", sorted.len() as u64, "singles", start);
             Ok(())
         }
-        "coincide" => {
-            a.only(&["input", "output", "window", "delay", "policy"])?;
-            let (input, output) = (a.path("input")?, a.path("output")?);
-            let c = a.coincide_config(None)?;
-            let b = a.backend()?;
-            let singles = pet::read_singles(&input)?;
+        PetCmd::Coincide(a) => {
+            check_outputs(&[&a.output], &[&a.input])?;
+            let c = a.window.config(None)?;
+            let b = a.backend.backend.open(ui)?;
+            let start = Instant::now();
+            let singles = pet::read_singles(&a.input)?;
             let pairs = b.pet_coincide(&singles, &c)?;
-            let mut w = PairsWriter::create(&output)?;
-            w.write(&pairs)?;
-            let n = w.finish()?;
-            eprintln!(
-                "{} singles: {n} coincidences ({})",
-                singles.len(),
+            let mut out = PairsOut::create(&a.output)?;
+            out.write(&pairs)?;
+            out.f.commit()?;
+            ui.info(format!(
+                "{} coincidences ({})",
+                pairs.len(),
                 c.policy.name()
-            );
+            ));
+            ui.summary("pet coincide", singles.len() as u64, "singles", start);
             Ok(())
         }
-        "run" => {
-            a.only(&[
-                "scanner", "input", "output", "window", "delay", "policy", "chunk", "pending",
-            ])?;
-            let scanner = Scanner::from_toml_file(&a.path("scanner")?)?;
-            let (input, output) = (a.path("input")?, a.path("output")?);
-            let c = a.coincide_config(Some(scanner.time_window))?;
-            let sc = StreamConfig {
-                chunk_frames: a.num("chunk")?.unwrap_or(1 << 22),
-                pending_capacity: a.num("pending")?.unwrap_or(1 << 22),
-            };
-            let b = a.backend()?;
-            let f = std::fs::File::open(&input)
-                .with_context(|| format!("opening {}", input.display()))?;
-            let total_frames = f.metadata().map(|m| m.len() / 16).unwrap_or(0).max(1);
-            let mut r = std::io::BufReader::with_capacity(1 << 20, f);
-            let mut w = PairsWriter::create(&output)?;
-            let t = std::time::Instant::now();
-            let st = b.pet_run_stream(
-                &mut r,
-                &scanner,
-                &c,
-                &sc,
-                |p| w.write(p),
-                |s| {
-                    let frac = s.convert.frames as f64 / total_frames as f64;
-                    let bar = (frac * 30.0).round().min(30.0) as usize;
-                    eprint!(
-                        "\r[{}{}] {:5.1}%  {} frames  {} pairs  {:.1} M frames/s ",
-                        "#".repeat(bar),
-                        ".".repeat(30 - bar),
-                        100.0 * frac.min(1.0),
-                        s.convert.frames,
-                        s.pairs,
-                        s.convert.frames as f64 / t.elapsed().as_secs_f64() / 1e6
-                    );
-                    std::io::stderr().flush().ok();
-                },
-            )?;
-            eprintln!();
-            w.finish()?;
-            eprintln!(
-                "{} chunks, {} frames, {} singles, {} coincidences; {} frames outside the \
-                 energy window, {} clamped energy-table indices, {} bad addresses; at most {} \
-                 singles carried between chunks",
-                st.chunks,
-                st.convert.frames,
-                st.convert.accepted,
-                st.pairs,
-                st.convert.rejected_energy,
-                st.convert.clamped,
-                st.convert.bad_address,
-                st.max_pending
-            );
-            Ok(())
-        }
-        "generate" => {
-            a.only(&["dir", "singles", "rate", "seed", "scanner", "slice"])?;
-            let dir = a.path("dir")?;
-            std::fs::create_dir_all(&dir)?;
-            let seed = a.num("seed")?.unwrap_or(1u64);
-            let scanner = match a.get("scanner").unwrap_or("small-animal") {
-                "tiny" => gen::tiny_scanner(seed),
-                "small-animal" => gen::small_animal_scanner(seed),
-                "bench" => gen::bench_scanner(seed),
-                other => bail!("unknown scanner `{other}` (tiny, small-animal, bench)"),
-            };
-            let toml = scanner.write_files(&dir, "scanner")?;
-            let cfg = gen::AcquisitionConfig {
-                seed,
-                singles: a.num("singles")?.unwrap_or(1_000_000),
-                singles_rate: a.num("rate")?.unwrap_or(1e7),
-                slice: a.num("slice")?.unwrap_or(1_000_000_000),
-                ..Default::default()
-            };
-            let acq = gen::acquisition(&scanner, &cfg);
-            let frames = dir.join("frames.bin");
-            std::fs::write(&frames, gen::frame_bytes(&acq.frames))?;
-            eprintln!(
-                "wrote {} ({} frames, {} truth pairs) and {}",
-                frames.display(),
-                acq.frames.len(),
-                acq.truth.len(),
-                toml.display()
-            );
-            Ok(())
-        }
-        other => bail!("unknown pet command `{other}`\n{USAGE}"),
+        PetCmd::Run(a) => run_stream(ui, a),
     }
 }
 
-/// The demo lines of this family: conversion, sort, coincidences and the streamed chain on a
+fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
+    check_outputs(&[&a.output], &[&a.input, &a.scanner])?;
+    let scanner = Scanner::from_toml_file(&a.scanner)?;
+    let c = a.window.config(Some(scanner.time_window))?;
+    let sc = StreamConfig {
+        chunk_frames: a.chunk as usize,
+        pending_capacity: a.pending as usize,
+    };
+    let b = a.backend.backend.open(ui)?;
+    let f = std::fs::File::open(&a.input)
+        .with_context(|| format!("cannot open `{}`", a.input.display()))?;
+    let bytes = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+    let mut out = PairsOut::create(&a.output)?;
+    let bar = ui.bar(bytes / 16, "frames");
+    let start = Instant::now();
+    let st = b
+        .pet_run_stream(
+            &mut r,
+            &scanner,
+            &c,
+            &sc,
+            |p| {
+                out.write(p).map_err(|e| detkit::Error::Io {
+                    file: a.output.display().to_string(),
+                    source: e,
+                })
+            },
+            |s| {
+                bar.set_position(s.convert.frames);
+                bar.set_message(format!("{} pairs", s.pairs));
+            },
+        )
+        .with_context(|| a.input.display().to_string())?;
+    drop(bar);
+    let count = out.count;
+    out.f.commit()?;
+    let secs = start.elapsed().as_secs_f64();
+    ui.info(format!(
+        "{} chunks, {} singles, {count} coincidences; {} frames outside the energy window, {} \
+         clamped energy-table indices, {} bad addresses; at most {} singles carried between \
+         chunks; {:.2} GB/s of frames",
+        st.chunks,
+        st.convert.accepted,
+        st.convert.rejected_energy,
+        st.convert.clamped,
+        st.convert.bad_address,
+        st.max_pending,
+        st.convert.frames as f64 * 16.0 / secs / 1e9,
+    ));
+    ui.summary("pet run", st.convert.frames, "frames", start);
+    Ok(())
+}
+
+fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
+    let start = Instant::now();
+    if a.dir.exists() && !a.dir.is_dir() {
+        bail!("--dir `{}` exists and is not a directory", a.dir.display());
+    }
+    let parent = match a.dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "--dir `{}`: directory `{}` does not exist",
+            a.dir.display(),
+            parent.display()
+        );
+    }
+    // Everything is written into a temporary directory beside the target and moved into
+    // place at the end, so a failure leaves nothing behind.
+    let tmp = tempfile::Builder::new()
+        .prefix(".detkit-pet-generate.")
+        .tempdir_in(&parent)
+        .with_context(|| format!("cannot create a directory in `{}`", parent.display()))?;
+    let scanner = match a.scanner {
+        ScannerName::Tiny => gen::tiny_scanner(a.seed),
+        ScannerName::SmallAnimal => gen::small_animal_scanner(a.seed),
+        ScannerName::Bench => gen::bench_scanner(a.seed),
+    };
+    scanner.write_files(tmp.path(), "scanner")?;
+    let cfg = gen::AcquisitionConfig {
+        seed: a.seed,
+        singles: a.singles as usize,
+        singles_rate: a.rate,
+        slice: a.slice,
+        ..Default::default()
+    };
+    let acq = gen::acquisition(&scanner, &cfg);
+    std::fs::write(tmp.path().join("frames.bin"), gen::frame_bytes(&acq.frames))
+        .context("writing frames.bin")?;
+    if a.dir.exists() {
+        for e in std::fs::read_dir(tmp.path())? {
+            let e = e?;
+            let to = a.dir.join(e.file_name());
+            std::fs::rename(e.path(), &to)
+                .with_context(|| format!("cannot create `{}`", to.display()))?;
+        }
+    } else {
+        let tmp = tmp.keep();
+        if let Err(e) = std::fs::rename(&tmp, &a.dir) {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e).with_context(|| format!("cannot create `{}`", a.dir.display()));
+        }
+    }
+    ui.info(format!(
+        "wrote {}/scanner.toml, its tables and {}/frames.bin ({} truth pairs)",
+        a.dir.display(),
+        a.dir.display(),
+        acq.truth.len()
+    ));
+    ui.summary("pet generate", acq.frames.len() as u64, "frames", start);
+    Ok(())
+}
+
+/// The demo rows of this family: conversion, sort, coincidences and the streamed chain on a
 /// generated acquisition, each checked against the oracle.
-pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
+pub fn demo(backend: &Backend) -> Result<Vec<Row>> {
     let scanner = gen::bench_scanner(3);
     let acq = gen::acquisition(
         &scanner,
@@ -277,7 +437,7 @@ pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
         },
     );
     let n = acq.frames.len();
-    let mut lines = Vec::new();
+    let mut rows = Vec::new();
     let (want_s, want_st) = oracle::convert(
         &acq.frames,
         &scanner.params,
@@ -285,28 +445,31 @@ pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
         &scanner.energy,
     );
     let ((singles, st), secs) = timed(|| backend.pet_convert(&acq.frames, &scanner))?;
-    lines.push(Line {
-        primitive: "pet convert frames",
+    rows.push(Row {
+        name: "pet convert frames",
+        items: n,
+        unit: "frames",
         ok: singles == want_s && st == want_st,
         secs,
-        items: n,
     });
     let want_sorted = oracle::sort(&want_s)?;
     let (sorted, secs) = timed(|| backend.pet_sort(&singles))?;
-    lines.push(Line {
-        primitive: "pet merge sort (time)",
+    rows.push(Row {
+        name: "pet sort (time)",
+        items: singles.len(),
+        unit: "singles",
         ok: sorted == want_sorted,
         secs,
-        items: singles.len(),
     });
     let c = CoincideConfig::prompt(scanner.time_window);
     let want_pairs = oracle::coincide(&want_sorted, &c)?;
     let (pairs, secs) = timed(|| backend.pet_coincide(&sorted, &c))?;
-    lines.push(Line {
-        primitive: "pet coincide (killAll)",
+    rows.push(Row {
+        name: "pet coincide (killAll)",
+        items: sorted.len(),
+        unit: "singles",
         ok: pairs == want_pairs,
         secs,
-        items: sorted.len(),
     });
     let bytes = gen::frame_bytes(&acq.frames);
     let mut streamed = Vec::new();
@@ -326,11 +489,12 @@ pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
             |_| {},
         )
     })?;
-    lines.push(Line {
-        primitive: "pet chain (streamed)",
+    rows.push(Row {
+        name: "pet chain (streamed)",
+        items: n,
+        unit: "frames",
         ok: streamed == want_pairs,
         secs,
-        items: n,
     });
-    Ok(lines)
+    Ok(rows)
 }

@@ -1,186 +1,231 @@
-//! `detkit seed`: traccc-style track seeding (issue 5).
+//! `detkit seed`: traccc-style track seeding.
 //!
-//! `detkit seed --input spacepoints.csv --output seeds.csv [--config seeding.toml]
-//! [--params params.csv] [--backend auto|cpu|cuda]`
-//! - input: CSV with a header starting `x,y,z` (mm, global frame), extra columns ignored;
+//! ```text
+//! detkit seed --input spacepoints.csv --output seeds.csv [--params params.csv]
+//!             [--config seeding.toml] [--backend auto|cpu|cuda]
+//! detkit seed generate [--mu N] [--seed S] --output spacepoints.csv [--truth truth.csv]
+//! ```
+//! - input: CSV with columns `x,y,z` (mm, global frame) in any order, extra columns ignored;
 //! - output: `bottom,middle,top,weight,z_vertex`, indices are 0-based input data rows;
 //! - `--params`: `seed,loc0,loc1,phi,theta,qop` per seed (see README / docs/seeding.md);
-//! - `--config`: flat TOML `key = value` over traccc's defaults (keys: the fields of
+//! - `--config`: TOML `key = value` over traccc's defaults (keys: the fields of
 //!   `detkit::seeding::SeedingSettings`).
 
-use std::fmt::Write as _;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
 use detkit::seeding::{gen, SeedingSettings};
-use detkit::{cpu, Backend};
+use detkit::Backend;
 
-use crate::{backend_from, timed, Line};
+use crate::demo::{timed, Row};
+use crate::output::{check_outputs, OutputSet};
+use crate::ui::Ui;
+use crate::BackendChoice;
 
-const USAGE: &str = "usage: detkit seed --input spacepoints.csv --output seeds.csv \
-[--config seeding.toml] [--params params.csv] [--backend auto|cpu|cuda]";
+/// `detkit seed`: seed a file of spacepoints, or `generate` one.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct SeedCmd {
+    #[command(subcommand)]
+    sub: Option<SeedSub>,
+    #[command(flatten)]
+    run: SeedArgs,
+}
 
-/// Runs `detkit seed ARGS`.
-pub fn main(args: &[String]) -> Result<()> {
-    let (mut input, mut output, mut config, mut params, mut backend) =
-        (None, None, None, None, "auto".to_string());
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut val = || {
-            it.next()
-                .with_context(|| format!("{a} needs a value\n{USAGE}"))
-        };
-        match a.as_str() {
-            "--input" => input = Some(val()?.clone()),
-            "--output" => output = Some(val()?.clone()),
-            "--config" => config = Some(val()?.clone()),
-            "--params" => params = Some(val()?.clone()),
-            "--backend" => backend = val()?.clone(),
-            "--help" | "-h" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => bail!("unknown argument `{other}`\n{USAGE}"),
-        }
+#[derive(Subcommand, Debug)]
+pub(crate) enum SeedSub {
+    /// Write a generated event: pile-up vertices plus a hard scatter, helical tracks through
+    /// a barrel pixel detector, hits smeared by the pixel resolution.
+    Generate(GenerateArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SeedArgs {
+    /// Spacepoints: CSV with columns `x,y,z` (mm, global frame), extra columns ignored.
+    #[arg(long, required = true, value_name = "FILE")]
+    input: Option<PathBuf>,
+    /// Seeds: CSV `bottom,middle,top,weight,z_vertex` (indices: 0-based data rows of the
+    /// input; z_vertex in mm).
+    #[arg(long, required = true, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// Also write track parameters per seed: CSV `seed,loc0,loc1,phi,theta,qop` (mm, mm,
+    /// rad, rad, e/GeV) at the bottom spacepoint.
+    #[arg(long, value_name = "FILE")]
+    params: Option<PathBuf>,
+    /// Seeding settings: TOML `key = number` lines over traccc's defaults (e.g. `min_pt =
+    /// 0.9`, GeV); an unknown key is an error.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Which implementation runs the kernels.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct GenerateArgs {
+    /// Mean number of pile-up collisions ⟨μ⟩ (e.g. 200 for the HL-LHC); a Poisson number of
+    /// vertices is drawn.
+    #[arg(long, default_value_t = 200.0, value_parser = parse_mu)]
+    mu: f64,
+    /// Random seed: the same seed gives the same event.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Spacepoints: CSV `x,y,z,var_r,var_z` (mm, mm²).
+    #[arg(long, value_name = "FILE")]
+    output: PathBuf,
+    /// Truth: CSV `spacepoint,particle` (0-based data row of the output; particle id, or
+    /// 4294967295 for noise).
+    #[arg(long, value_name = "FILE")]
+    truth: Option<PathBuf>,
+}
+
+fn parse_mu(s: &str) -> std::result::Result<f64, String> {
+    let mu: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(mu.is_finite() && (0.0..=10_000.0).contains(&mu)) {
+        return Err(format!("{mu} is not a pile-up between 0 and 10000"));
     }
-    let (Some(input), Some(output)) = (input, output) else {
-        bail!("--input and --output are required\n{USAGE}");
-    };
-    let settings = match &config {
+    Ok(mu)
+}
+
+/// Runs `detkit seed ...`.
+pub fn run(ui: &Ui, c: SeedCmd) -> Result<()> {
+    match c.sub {
+        Some(SeedSub::Generate(g)) => generate(ui, g),
+        None => seed(ui, c.run),
+    }
+}
+
+fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
+    let (input, output) = (
+        a.input.expect("required by clap"),
+        a.output.expect("required by clap"),
+    );
+    let mut outs = vec![output.as_path()];
+    outs.extend(a.params.as_deref());
+    let mut ins = vec![input.as_path()];
+    ins.extend(a.config.as_deref());
+    check_outputs(&outs, &ins)?;
+    let settings = match &a.config {
         Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-            SeedingSettings::from_toml(&text).with_context(|| format!("in {path}"))?
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read `{}`", path.display()))?;
+            SeedingSettings::from_toml(&text).with_context(|| path.display().to_string())?
         }
         None => SeedingSettings::default(),
     };
     let cfg = settings.to_config()?;
-    let text = std::fs::read_to_string(&input).with_context(|| format!("reading {input}"))?;
-    let sps = gen::read_csv(&text).with_context(|| format!("in {input}"))?;
-    let b = backend_from(&backend)?;
-    eprintln!("{}", b.description());
-    let (out, secs) = timed(|| b.seed(&sps, &cfg))?;
-    let mut csv = String::from("bottom,middle,top,weight,z_vertex\n");
-    for s in &out.seeds {
+    let backend = a.backend.open(ui)?;
+    let start = Instant::now();
+    let text = std::fs::read_to_string(&input)
+        .with_context(|| format!("cannot read `{}`", input.display()))?;
+    let sps = gen::read_csv(&text).with_context(|| input.display().to_string())?;
+    let spin = ui.spinner(&format!("seeding {} spacepoints", sps.len()));
+    // Zero spacepoints (a header-only file) give zero seeds.
+    let out = if sps.is_empty() {
+        None
+    } else {
+        Some(backend.seed(&sps, &cfg)?)
+    };
+    drop(spin);
+    let mut files = OutputSet::default();
+    let seeds_file = files.add(&output)?;
+    let w = files.get(seeds_file);
+    writeln!(w, "bottom,middle,top,weight,z_vertex")?;
+    let (seeds, params) = out
+        .as_ref()
+        .map_or((&[][..], &[][..]), |o| (&o.seeds[..], &o.params[..]));
+    for s in seeds {
         writeln!(
-            csv,
+            w,
             "{},{},{},{},{}",
             s.bottom, s.middle, s.top, s.weight, s.z_vertex
         )?;
     }
-    std::fs::write(&output, csv).with_context(|| format!("writing {output}"))?;
-    if let Some(path) = params {
-        let mut csv = String::from("seed,loc0,loc1,phi,theta,qop\n");
-        for (i, p) in out.params.iter().enumerate() {
+    if let Some(path) = &a.params {
+        let i = files.add(path)?;
+        let w = files.get(i);
+        writeln!(w, "seed,loc0,loc1,phi,theta,qop")?;
+        for (i, p) in params.iter().enumerate() {
             writeln!(
-                csv,
+                w,
                 "{i},{},{},{},{},{}",
                 p.loc0, p.loc1, p.phi, p.theta, p.qop
             )?;
         }
-        std::fs::write(&path, csv).with_context(|| format!("writing {path}"))?;
     }
-    eprintln!(
-        "{} spacepoints ({} invalid, dropped), {} middle-bottom and {} middle-top doublets, \
-         {} triplets, {} seeds in {:.1} ms",
-        out.stats.spacepoints,
-        out.stats.invalid,
-        out.stats.mid_bot,
-        out.stats.mid_top,
-        out.stats.triplets,
-        out.stats.seeds,
-        secs * 1e3
+    files.commit()?;
+    if let Some(out) = &out {
+        ui.verbose(format!(
+            "{} spacepoints ({} invalid, dropped), {} middle-bottom and {} middle-top doublets, \
+         {} triplets, {} seeds",
+            out.stats.spacepoints,
+            out.stats.invalid,
+            out.stats.mid_bot,
+            out.stats.mid_top,
+            out.stats.triplets,
+            out.stats.seeds,
+        ));
+    }
+    ui.summary(
+        &format!("seed: {} seeds", seeds.len()),
+        sps.len() as u64,
+        "spacepoints",
+        start,
     );
     Ok(())
 }
 
-/// The demo line of this family: a generated ⟨μ⟩ = 200 event, checked against the oracle,
-/// with the physics figures printed.
-pub fn demo(backend: &Backend) -> Result<Vec<Line>> {
+fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
+    let mut outs = vec![a.output.as_path()];
+    outs.extend(a.truth.as_deref());
+    check_outputs(&outs, &[])?;
+    let start = Instant::now();
+    let ev = gen::generate(a.seed, a.mu, true);
+    let mut files = OutputSet::default();
+    let i = files.add(&a.output)?;
+    let w = files.get(i);
+    writeln!(w, "x,y,z,var_r,var_z")?;
+    for s in &ev.spacepoints {
+        writeln!(w, "{},{},{},{},{}", s.x, s.y, s.z, s.var_r, s.var_z)?;
+    }
+    if let Some(path) = &a.truth {
+        let i = files.add(path)?;
+        let w = files.get(i);
+        writeln!(w, "spacepoint,particle")?;
+        for (i, t) in ev.truth.iter().enumerate() {
+            writeln!(w, "{i},{t}")?;
+        }
+    }
+    files.commit()?;
+    ui.summary(
+        &format!(
+            "seed generate: {} ({} particles)",
+            a.output.display(),
+            ev.particles.len()
+        ),
+        ev.spacepoints.len() as u64,
+        "spacepoints",
+        start,
+    );
+    Ok(())
+}
+
+/// The demo row: a generated ⟨μ⟩ = 200 event, checked against the oracle.
+pub fn demo(backend: &Backend) -> Result<Vec<Row>> {
     let cfg = SeedingSettings::default().to_config()?;
     let ev = gen::generate(2026, 200.0, true);
     let (out, secs) = timed(|| backend.seed(&ev.spacepoints, &cfg))?;
-    let (want, stats) = cpu::seeding::seeds(&cfg, &ev.spacepoints);
-    let want_params = cpu::seeding::params(&cfg, &ev.spacepoints, &want);
+    let (want, stats) = detkit::cpu::seeding::seeds(&cfg, &ev.spacepoints);
+    let want_params = detkit::cpu::seeding::params(&cfg, &ev.spacepoints, &want);
     let ok = out.seeds == want && out.params == want_params && out.stats == stats;
-    eprintln!(
-        "seeding: {} spacepoints, {} seeds; {}",
-        ev.spacepoints.len(),
-        out.seeds.len(),
-        gen::physics(&ev, &out.seeds, &out.params)
-    );
-    Ok(vec![Line {
-        primitive: "seeding (mu=200 event)",
+    Ok(vec![Row {
+        name: "seeding (mu=200 event)",
+        items: ev.spacepoints.len(),
+        unit: "spacepoints",
         ok,
         secs,
-        items: ev.spacepoints.len(),
     }])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seed_command_writes_the_documented_formats() {
-        let ev = gen::generate(3, 2.0, true);
-        let dir = std::env::temp_dir().join(format!("detkit-seed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (inp, out, par, cfgf) = (
-            dir.join("sp.csv"),
-            dir.join("seeds.csv"),
-            dir.join("params.csv"),
-            dir.join("seeding.toml"),
-        );
-        let mut csv = String::from("x,y,z,particle\n");
-        for (s, t) in ev.spacepoints.iter().zip(&ev.truth) {
-            csv.push_str(&format!("{},{},{},{t}\n", s.x, s.y, s.z));
-        }
-        std::fs::write(&inp, csv).unwrap();
-        std::fs::write(&cfgf, "max_seeds_per_spm = 2 # fewer\n").unwrap();
-        let args: Vec<String> = [
-            "--input",
-            inp.to_str().unwrap(),
-            "--output",
-            out.to_str().unwrap(),
-            "--params",
-            par.to_str().unwrap(),
-            "--config",
-            cfgf.to_str().unwrap(),
-            "--backend",
-            "cpu",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        main(&args).unwrap();
-        let seeds = std::fs::read_to_string(&out).unwrap();
-        let params = std::fs::read_to_string(&par).unwrap();
-        let mut lines = seeds.lines();
-        assert_eq!(lines.next(), Some("bottom,middle,top,weight,z_vertex"));
-        assert_eq!(params.lines().next(), Some("seed,loc0,loc1,phi,theta,qop"));
-        // The CSV round trip of f32 is exact (shortest representation), so the rows equal
-        // the library's result on the same numbers.
-        let sps = gen::read_csv(&std::fs::read_to_string(&inp).unwrap()).unwrap();
-        let cfg = SeedingSettings {
-            max_seeds_per_spm: 2,
-            ..Default::default()
-        }
-        .to_config()
-        .unwrap();
-        let want = Backend::cpu().seed(&sps, &cfg).unwrap();
-        assert!(!want.seeds.is_empty());
-        let rows: Vec<&str> = lines.collect();
-        assert_eq!(rows.len(), want.seeds.len());
-        for (row, s) in rows.iter().zip(&want.seeds) {
-            assert_eq!(
-                *row,
-                format!(
-                    "{},{},{},{},{}",
-                    s.bottom, s.middle, s.top, s.weight, s.z_vertex
-                )
-            );
-        }
-        assert_eq!(params.lines().count(), want.seeds.len() + 1);
-        assert!(main(&["--input".to_string()]).is_err());
-        std::fs::remove_dir_all(&dir).ok();
-    }
 }

@@ -1,0 +1,228 @@
+//! `detkit demo`: every kernel on generated data, each result checked against its CPU oracle,
+//! in a table with a throughput for every row.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use detkit::{cpu, data, Backend, BucketOrder, ScanKind};
+
+use crate::ui::{rate, Ui};
+use crate::BackendChoice;
+
+/// Largest `--size`: 2^28 items (the primitives' inputs and outputs then take about 6 GiB).
+pub const MAX_SIZE: u64 = 1 << 28;
+
+/// Arguments of `detkit demo`.
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// Which implementation runs the kernels.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    backend: BackendChoice,
+    /// Items per primitive (1 to 2^28 = 268435456); the chain rows use fixed generated events.
+    #[arg(long, default_value_t = 1 << 22, value_parser = clap::value_parser!(u64).range(1..=MAX_SIZE))]
+    size: u64,
+}
+
+/// One row of the demo table.
+pub struct Row {
+    /// What ran.
+    pub name: &'static str,
+    /// Items processed.
+    pub items: usize,
+    /// The unit of `items`.
+    pub unit: &'static str,
+    /// Equal to the oracle.
+    pub ok: bool,
+    /// Wall time of the backend call, host-device copies included.
+    pub secs: f64,
+}
+
+/// Times one backend call.
+pub fn timed<T>(f: impl FnOnce() -> detkit::Result<T>) -> Result<(T, f64)> {
+    let t = Instant::now();
+    let r = f()?;
+    Ok((r, t.elapsed().as_secs_f64()))
+}
+
+/// The rows, in table order, and how many there are (the progress counts to it).
+const ROWS: usize = 13;
+
+fn primitives(
+    backend: &Backend,
+    n: usize,
+    rows: &mut Vec<Row>,
+    tick: &mut dyn FnMut(&Row),
+) -> Result<()> {
+    let mut push = |rows: &mut Vec<Row>, r: Row| {
+        tick(&r);
+        rows.push(r);
+    };
+    let v = data::scan_values(n);
+    let (got, secs) = timed(|| backend.scan_u32(&v, ScanKind::Exclusive))?;
+    let ok = got == cpu::scan::scan(&v, ScanKind::Exclusive);
+    push(
+        rows,
+        Row {
+            name: "scan u32 (exclusive)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    let v64: Vec<u64> = v.iter().map(|&x| (x as u64) << 30).collect();
+    let (got, secs) = timed(|| backend.scan_u64(&v64, ScanKind::Inclusive))?;
+    let ok = got == cpu::scan::scan(&v64, ScanKind::Inclusive);
+    push(
+        rows,
+        Row {
+            name: "scan u64 (inclusive)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    let (got, secs) = timed(|| backend.block_scan_u32(&v, 256, ScanKind::Exclusive))?;
+    let ok = got == cpu::scan::block_scan(&v, 256, ScanKind::Exclusive);
+    push(
+        rows,
+        Row {
+            name: "block scan (256 threads)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    let s = data::select_values(n);
+    let (got, secs) = timed(|| backend.select_in_range_u32(&s, 0, 1 << 31))?;
+    let ok = got == cpu::compact::select(&s, |_, x| x < 1 << 31);
+    push(
+        rows,
+        Row {
+            name: "select (50%, in order)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    let k = detkit::histogram::gen::skewed_keys(n);
+    let (got, secs) = timed(|| backend.histogram(&k, 256))?;
+    let ok = got == detkit::histogram::cpu::histogram(&k, 256);
+    push(
+        rows,
+        Row {
+            name: "histogram (256 bins, skewed)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    let keys = data::random_below(5, n, 4096);
+    let (got, secs) = timed(|| backend.bucket(&keys, 4096, BucketOrder::Stable))?;
+    let ok = got == cpu::bucket::bucket(&keys, 4096);
+    push(
+        rows,
+        Row {
+            name: "bucket (4096 bins, stable)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    // Segments of 1 to 3000 items, as modules of a pixel detector.
+    let mut segments = vec![0u32];
+    while (*segments.last().expect("non-empty") as usize) < n {
+        let last = *segments.last().expect("non-empty") as usize;
+        segments.push((last + 1 + (segments.len() * 7919) % 3000).min(n) as u32);
+    }
+    let cols = data::random_below(6, n, 416);
+    let (got, secs) =
+        timed(|| backend.block_bucket(&cols, &segments, 416, BucketOrder::Stable, None))?;
+    let want = cpu::bucket::block_bucket(&cols, &segments, 416);
+    let ok = got.offsets == want.offsets && got.content == want.content;
+    push(
+        rows,
+        Row {
+            name: "block bucket (416 bins)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+    Ok(())
+}
+
+/// Runs `detkit demo`.
+pub fn run(ui: &Ui, a: DemoArgs) -> Result<()> {
+    let backend = a.backend.open(ui)?;
+    let n = a.size as usize;
+    let start = Instant::now();
+    println!("{}", backend.description());
+    let mut rows: Vec<Row> = Vec::with_capacity(ROWS);
+    let mut done = 0;
+    let mut tick = |r: &Row| {
+        done += 1;
+        ui.info(format!(
+            "[{done:>2}/{ROWS}] {:<30} {}",
+            r.name,
+            if r.ok { "ok" } else { "MISMATCH" }
+        ));
+    };
+    primitives(&backend, n, &mut rows, &mut tick)?;
+    for r in crate::cluster::demo(&backend)?
+        .into_iter()
+        .chain(crate::pet::demo(&backend)?)
+        .chain(crate::seed::demo(&backend)?)
+    {
+        tick(&r);
+        rows.push(r);
+    }
+    debug_assert_eq!(rows.len(), ROWS);
+
+    println!(
+        "{:<30} {:>10} {:<12} {:>8} {:>7} {:>10} {:>22}",
+        "kernel", "items", "unit", "backend", "check", "time", "throughput"
+    );
+    let mut all = true;
+    for r in &rows {
+        all &= r.ok;
+        println!(
+            "{:<30} {:>10} {:<12} {:>8} {:>7} {:>10} {:>22}",
+            r.name,
+            r.items,
+            r.unit,
+            backend.kind().to_string(),
+            if r.ok { "ok" } else { "MISMATCH" },
+            crate::ui::human_secs(r.secs),
+            rate(r.items as f64, r.secs, r.unit)
+        );
+    }
+    println!(
+        "legend: items = input size; check = result equal to the CPU oracle (bit for bit); \
+         time = wall time of one backend call, including host-device copies and, on CUDA, \
+         allocation; throughput = items / time. Device-resident timings: `detkit-bench`."
+    );
+    ui.summary(
+        "demo",
+        rows.iter().map(|r| r.items as u64).sum(),
+        "items",
+        start,
+    );
+    if !all {
+        bail!("a kernel disagreed with its CPU oracle (see MISMATCH above)");
+    }
+    Ok(())
+}
