@@ -29,6 +29,8 @@
 //! keys `[2, 0, 2, 1, 0]`, `nbins = 3`: counts `[2, 1, 2]`, offsets `[0, 2, 3, 5]`;
 //! stable content `[1, 4, 3, 0, 2]` (bin 0: items 1, 4; bin 1: item 3; bin 2: items 0, 2).
 
+use crate::params::DevPtr;
+
 /// Kernel: device-wide fill (non-deterministic order inside a bin).
 pub const KERNEL_BUCKET_FILL: &str = "bucket_fill";
 /// Kernel: device-wide stable count into the (bin, tile) matrix.
@@ -73,6 +75,80 @@ pub const fn block_bucket_smem_bytes(nbins: u32, capacity: u32) -> usize {
 }
 
 /// Device code.
+/// Parameters of the `bucket_fill` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BucketFillParams {
+    pub keys: DevPtr<u32>,
+    pub n: u64,
+    pub cursor: DevPtr<u32>,
+    pub content: DevPtr<u32>,
+    pub nbins: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(BucketFillParams, 40, ["bucket_fill"]);
+
+/// Parameters of the `bucket_count_stable` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BucketCountStableParams {
+    pub keys: DevPtr<u32>,
+    pub n: u64,
+    pub matrix: DevPtr<u32>,
+    pub out_of_range: DevPtr<u32>,
+    pub first_out_of_range: DevPtr<u32>,
+    pub nbins: u32,
+    pub tiles: u32,
+    pub per: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(BucketCountStableParams, 56, ["bucket_count_stable"]);
+
+/// Parameters of the `bucket_stable_offsets` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BucketStableOffsetsParams {
+    pub scanned: DevPtr<u32>,
+    pub offsets: DevPtr<u32>,
+    pub tiles: u32,
+    pub nbins: u32,
+    pub total: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(BucketStableOffsetsParams, 32, ["bucket_stable_offsets"]);
+
+/// Parameters of the `bucket_fill_stable` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BucketFillStableParams {
+    pub keys: DevPtr<u32>,
+    pub n: u64,
+    pub matrix: DevPtr<u32>,
+    pub content: DevPtr<u32>,
+    pub nbins: u32,
+    pub tiles: u32,
+    pub per: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(BucketFillStableParams, 48, ["bucket_fill_stable"]);
+
+/// Parameters of the `bucket_block_fill` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct BucketBlockFillParams {
+    pub keys: DevPtr<u32>,
+    pub seg_offsets: DevPtr<u32>,
+    pub out_offsets: DevPtr<u32>,
+    pub out_content: DevPtr<u32>,
+    pub fallbacks: DevPtr<u32>,
+    pub first_out_of_range: DevPtr<u32>,
+    pub nsegs: u32,
+    pub nbins: u32,
+    pub capacity: u32,
+    pub stable: u32,
+}
+crate::kernel_params!(BucketBlockFillParams, 64, ["bucket_block_fill"]);
+
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
@@ -87,13 +163,14 @@ pub mod device {
     /// `keys` valid for `n < 2^32` elements, 16-byte aligned, every key `< nbins` (the count
     /// pass checked it); `cursor` a copy of `offsets[..nbins]`; `content` valid for `n`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_fill(
-        keys: *const u32,
-        n: u64,
-        nbins: u32,
-        cursor: *mut u32,
-        content: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn bucket_fill(p: BucketFillParams) {
+        let (keys, n, nbins, cursor, content) = (
+            p.keys.ptr(),
+            p.n,
+            p.nbins,
+            p.cursor.ptr_mut(),
+            p.content.ptr_mut(),
+        );
         // SAFETY: launch contract.
         unsafe {
             for_each_key_warp_uniform(keys, n, |key, valid, idx| {
@@ -154,16 +231,17 @@ pub mod device {
     /// `gridDim.x * BUCKET_THREADS / 32 >= tiles`; `keys` valid for `n < 2^32`; `matrix` valid
     /// for `nbins * tiles` zeroed words; `out_of_range`, `first_out_of_range` zeroed words.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_count_stable(
-        keys: *const u32,
-        n: u64,
-        nbins: u32,
-        tiles: u32,
-        per: u32,
-        matrix: *mut u32,
-        out_of_range: *mut u32,
-        first_out_of_range: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn bucket_count_stable(p: BucketCountStableParams) {
+        let (keys, n, nbins, tiles, per, matrix, out_of_range, first_out_of_range) = (
+            p.keys.ptr(),
+            p.n,
+            p.nbins,
+            p.tiles,
+            p.per,
+            p.matrix.ptr_mut(),
+            p.out_of_range.ptr_mut(),
+            p.first_out_of_range.ptr_mut(),
+        );
         let tile = i::global_thread_idx() / 32;
         if tile >= tiles as u64 {
             return;
@@ -205,13 +283,14 @@ pub mod device {
     /// # Safety
     /// `scanned` valid for `nbins * tiles`, `offsets` for `nbins + 1` words.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_stable_offsets(
-        scanned: *const u32,
-        tiles: u32,
-        nbins: u32,
-        total: u32,
-        offsets: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn bucket_stable_offsets(p: BucketStableOffsetsParams) {
+        let (scanned, tiles, nbins, total, offsets) = (
+            p.scanned.ptr(),
+            p.tiles,
+            p.nbins,
+            p.total,
+            p.offsets.ptr_mut(),
+        );
         let b = i::global_thread_idx();
         if b < nbins as u64 {
             // SAFETY: b < nbins.
@@ -233,15 +312,16 @@ pub mod device {
     /// As [`bucket_count_stable`]; `matrix` holds the exclusive scan of the counts; every
     /// key `< nbins`; `content` valid for `n`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_fill_stable(
-        keys: *const u32,
-        n: u64,
-        nbins: u32,
-        tiles: u32,
-        per: u32,
-        matrix: *mut u32,
-        content: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn bucket_fill_stable(p: BucketFillStableParams) {
+        let (keys, n, nbins, tiles, per, matrix, content) = (
+            p.keys.ptr(),
+            p.n,
+            p.nbins,
+            p.tiles,
+            p.per,
+            p.matrix.ptr_mut(),
+            p.content.ptr_mut(),
+        );
         let tile = i::global_thread_idx() / 32;
         if tile >= tiles as u64 {
             return;
@@ -296,18 +376,30 @@ pub mod device {
     /// last is `<= n`; `keys`, `out_content` valid for `n`; `out_offsets` valid for
     /// `nsegs * (nbins + 1)`; `fallbacks`, `first_out_of_range` valid zero-initialised words.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn bucket_block_fill(
-        keys: *const u32,
-        seg_offsets: *const u32,
-        nsegs: u32,
-        nbins: u32,
-        capacity: u32,
-        stable: u32,
-        out_offsets: *mut u32,
-        out_content: *mut u32,
-        fallbacks: *mut u32,
-        first_out_of_range: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn bucket_block_fill(p: BucketBlockFillParams) {
+        let (
+            keys,
+            seg_offsets,
+            nsegs,
+            nbins,
+            capacity,
+            stable,
+            out_offsets,
+            out_content,
+            fallbacks,
+            first_out_of_range,
+        ) = (
+            p.keys.ptr(),
+            p.seg_offsets.ptr(),
+            p.nsegs,
+            p.nbins,
+            p.capacity,
+            p.stable,
+            p.out_offsets.ptr_mut(),
+            p.out_content.ptr_mut(),
+            p.fallbacks.ptr_mut(),
+            p.first_out_of_range.ptr_mut(),
+        );
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;

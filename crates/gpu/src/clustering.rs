@@ -49,6 +49,8 @@
 //! touch diagonally, digi 5 is alone. Clusters by smallest digi index: {1,4} → 0, {2} → 1,
 //! {5} → 2. `clus = [-1, 0, 1, -1, 0, 2]`, `clus_in_module[7] = 3`, `module_first[7] = 0`.
 
+use crate::params::DevPtr;
+
 /// Module id of an invalid digi (CMSSW `invalidModuleId`, u16 max − 1).
 pub const INVALID_MODULE: u16 = 65534;
 /// Cluster index of a digi in no cluster (invalid, duplicated pixel, or charge-cut).
@@ -247,6 +249,165 @@ pub fn event_of(nevents: u32, offset: impl Fn(u32) -> u32, i: u32) -> (u32, u32,
     (lo, offset(lo), offset(lo + 1))
 }
 
+/// Parameters of the `clustering_count_modules` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringCountModulesParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_info: DevPtr<u32>,
+    pub bad: DevPtr<u32>,
+    pub n: u32,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(
+    ClusteringCountModulesParams,
+    88,
+    ["clustering_count_modules"]
+);
+
+/// Parameters of the `clustering_find_clus_small` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusSmallParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub adc: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_info: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub slots: DevPtr<u32>,
+    pub larger: DevPtr<u32>,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub capacity: u32,
+    pub warp_groups: u32,
+    pub layer1_modules: u32,
+    pub threshold_layer1: u32,
+    pub threshold_other: u32,
+}
+crate::kernel_params!(
+    ClusteringFindClusSmallParams,
+    136,
+    ["clustering_find_clus_small"]
+);
+
+/// Parameters of the `clustering_find_clus` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub status_global: DevPtr<u32>,
+    pub slots: DevPtr<u32>,
+    pub fallback: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub capacity: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(ClusteringFindClusParams, 120, ["clustering_find_clus"]);
+
+/// Parameters of the `clustering_find_clus_seed` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusSeedParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub fallback: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+}
+crate::kernel_params!(
+    ClusteringFindClusSeedParams,
+    96,
+    ["clustering_find_clus_seed"]
+);
+
+/// Parameters of the `clustering_find_clus_fallback` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusFallbackParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub fallback: DevPtr<u32>,
+    pub grid: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+}
+crate::kernel_params!(
+    ClusteringFindClusFallbackParams,
+    104,
+    ["clustering_find_clus_fallback"]
+);
+
+/// Parameters of the `clustering_cluster_charge_cut` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringClusterChargeCutParams {
+    pub module: DevPtr<u16>,
+    pub adc: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub scratch: DevPtr<u64>,
+    pub slots: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub layer1_modules: u32,
+    pub threshold_layer1: u32,
+    pub threshold_other: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(
+    ClusteringClusterChargeCutParams,
+    96,
+    ["clustering_cluster_charge_cut"]
+);
+
 #[cfg(target_arch = "nvptx64")]
 mod kernels {
     use super::*;
@@ -366,21 +527,36 @@ mod kernels {
     /// `module_start[0] == 0`; `event_offsets` for `nevents + 1` non-decreasing entries from 0
     /// to `n`; `bad` a valid word.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn clustering_count_modules(
-        module: *const u16,
-        x: *const u16,
-        y: *const u16,
-        n: u32,
-        event_offsets: *const u32,
-        nevents: u32,
-        nmodules: u32,
-        rows: u32,
-        cols: u32,
-        clus: *mut i32,
-        module_start: *mut u32,
-        slot_info: *mut u32,
-        bad: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountModulesParams) {
+        let (
+            module,
+            x,
+            y,
+            n,
+            event_offsets,
+            nevents,
+            nmodules,
+            rows,
+            cols,
+            clus,
+            module_start,
+            slot_info,
+            bad,
+        ) = (
+            p.module.ptr(),
+            p.x.ptr(),
+            p.y.ptr(),
+            p.n,
+            p.event_offsets.ptr(),
+            p.nevents,
+            p.nmodules,
+            p.rows,
+            p.cols,
+            p.clus.ptr_mut(),
+            p.module_start.ptr_mut(),
+            p.slot_info.ptr_mut(),
+            p.bad.ptr_mut(),
+        );
         let mut idx = i::global_thread_idx();
         let stride = i::grid_threads();
         while idx < n as u64 {
@@ -449,29 +625,52 @@ mod kernels {
     /// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
     /// of 32.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(
-        module: *const u16,
-        x: *const u16,
-        y: *const u16,
-        adc: *const u16,
-        event_offsets: *const u32,
-        nmodules: u32,
-        rows: u32,
-        cols: u32,
-        module_start: *const u32,
-        slot_info: *const u32,
-        slot_end: *mut u32,
-        clus: *mut i32,
-        clus_in_module: *mut u32,
-        module_first: *mut u32,
-        capacity: u32,
-        warp_groups: u32,
-        layer1_modules: u32,
-        threshold_layer1: u32,
-        threshold_other: u32,
-        slots: *const u32,
-        larger: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindClusSmallParams) {
+        let (
+            module,
+            x,
+            y,
+            adc,
+            event_offsets,
+            nmodules,
+            rows,
+            cols,
+            module_start,
+            slot_info,
+            slot_end,
+            clus,
+            clus_in_module,
+            module_first,
+            capacity,
+            warp_groups,
+            layer1_modules,
+            threshold_layer1,
+            threshold_other,
+            slots,
+            larger,
+        ) = (
+            p.module.ptr(),
+            p.x.ptr(),
+            p.y.ptr(),
+            p.adc.ptr(),
+            p.event_offsets.ptr(),
+            p.nmodules,
+            p.rows,
+            p.cols,
+            p.module_start.ptr(),
+            p.slot_info.ptr(),
+            p.slot_end.ptr_mut(),
+            p.clus.ptr_mut(),
+            p.clus_in_module.ptr_mut(),
+            p.module_first.ptr_mut(),
+            p.capacity,
+            p.warp_groups,
+            p.layer1_modules,
+            p.threshold_layer1,
+            p.threshold_other,
+            p.slots.ptr(),
+            p.larger.ptr_mut(),
+        );
         let warp_mode = warp_groups != 0;
         let (gsize, group, ngroups, lt) = if warp_mode {
             (32, i::warp_id(), i::warps_per_block(), i::lane_id())
@@ -802,25 +1001,44 @@ mod kernels {
     /// `status_global` null or valid for `gridDim.x * status_words(rows, cols)` zeroed words;
     /// `blockDim.x` a multiple of 32 up to 1024.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn clustering_find_clus(
-        module: *const u16,
-        x: *const u16,
-        y: *const u16,
-        event_offsets: *const u32,
-        nevents: u32,
-        nmodules: u32,
-        rows: u32,
-        cols: u32,
-        module_start: *const u32,
-        slot_end: *mut u32,
-        clus: *mut i32,
-        clus_in_module: *mut u32,
-        module_first: *mut u32,
-        capacity: u32,
-        status_global: *mut u32,
-        slots: *const u32,
-        fallback: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusParams) {
+        let (
+            module,
+            x,
+            y,
+            event_offsets,
+            nevents,
+            nmodules,
+            rows,
+            cols,
+            module_start,
+            slot_end,
+            clus,
+            clus_in_module,
+            module_first,
+            capacity,
+            status_global,
+            slots,
+            fallback,
+        ) = (
+            p.module.ptr(),
+            p.x.ptr(),
+            p.y.ptr(),
+            p.event_offsets.ptr(),
+            p.nevents,
+            p.nmodules,
+            p.rows,
+            p.cols,
+            p.module_start.ptr(),
+            p.slot_end.ptr_mut(),
+            p.clus.ptr_mut(),
+            p.clus_in_module.ptr_mut(),
+            p.module_first.ptr_mut(),
+            p.capacity,
+            p.status_global.ptr_mut(),
+            p.slots.ptr(),
+            p.fallback.ptr_mut(),
+        );
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;
@@ -1061,22 +1279,38 @@ mod kernels {
     /// As [`clustering_find_clus`], with dynamic shared memory
     /// [`find_clus_seed_smem_bytes`] and `blockDim.x * SEED_MAX_ITER >= 1`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(
-        module: *const u16,
-        x: *const u16,
-        y: *const u16,
-        event_offsets: *const u32,
-        nevents: u32,
-        nmodules: u32,
-        rows: u32,
-        cols: u32,
-        module_start: *const u32,
-        slot_end: *mut u32,
-        clus: *mut i32,
-        clus_in_module: *mut u32,
-        module_first: *mut u32,
-        fallback: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(p: ClusteringFindClusSeedParams) {
+        let (
+            module,
+            x,
+            y,
+            event_offsets,
+            nevents,
+            nmodules,
+            rows,
+            cols,
+            module_start,
+            slot_end,
+            clus,
+            clus_in_module,
+            module_first,
+            fallback,
+        ) = (
+            p.module.ptr(),
+            p.x.ptr(),
+            p.y.ptr(),
+            p.event_offsets.ptr(),
+            p.nevents,
+            p.nmodules,
+            p.rows,
+            p.cols,
+            p.module_start.ptr(),
+            p.slot_end.ptr_mut(),
+            p.clus.ptr_mut(),
+            p.clus_in_module.ptr_mut(),
+            p.module_first.ptr_mut(),
+            p.fallback.ptr_mut(),
+        );
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;
@@ -1390,22 +1624,41 @@ mod kernels {
     /// [`scan_only_smem_bytes`]; `blockDim.x` a multiple of 32.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
-        module: *const u16,
-        x: *const u16,
-        y: *const u16,
-        event_offsets: *const u32,
-        nevents: u32,
-        nmodules: u32,
-        rows: u32,
-        cols: u32,
-        module_start: *const u32,
-        slot_end: *const u32,
-        clus: *mut i32,
-        clus_in_module: *mut u32,
-        module_first: *mut u32,
-        fallback: *const u32,
-        grid: *mut u32,
+        p: ClusteringFindClusFallbackParams,
     ) {
+        let (
+            module,
+            x,
+            y,
+            event_offsets,
+            nevents,
+            nmodules,
+            rows,
+            cols,
+            module_start,
+            slot_end,
+            clus,
+            clus_in_module,
+            module_first,
+            fallback,
+            grid,
+        ) = (
+            p.module.ptr(),
+            p.x.ptr(),
+            p.y.ptr(),
+            p.event_offsets.ptr(),
+            p.nevents,
+            p.nmodules,
+            p.rows,
+            p.cols,
+            p.module_start.ptr(),
+            p.slot_end.ptr(),
+            p.clus.ptr_mut(),
+            p.clus_in_module.ptr_mut(),
+            p.module_first.ptr_mut(),
+            p.fallback.ptr(),
+            p.grid.ptr_mut(),
+        );
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;
@@ -1593,21 +1846,39 @@ mod kernels {
     /// `blockDim.x` a multiple of 32.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_cluster_charge_cut(
-        module: *const u16,
-        adc: *const u16,
-        event_offsets: *const u32,
-        nevents: u32,
-        nmodules: u32,
-        layer1_modules: u32,
-        threshold_layer1: u32,
-        threshold_other: u32,
-        module_start: *const u32,
-        slot_end: *const u32,
-        clus: *mut i32,
-        clus_in_module: *mut u32,
-        scratch: *mut u64,
-        slots: *const u32,
+        p: ClusteringClusterChargeCutParams,
     ) {
+        let (
+            module,
+            adc,
+            event_offsets,
+            nevents,
+            nmodules,
+            layer1_modules,
+            threshold_layer1,
+            threshold_other,
+            module_start,
+            slot_end,
+            clus,
+            clus_in_module,
+            scratch,
+            slots,
+        ) = (
+            p.module.ptr(),
+            p.adc.ptr(),
+            p.event_offsets.ptr(),
+            p.nevents,
+            p.nmodules,
+            p.layer1_modules,
+            p.threshold_layer1,
+            p.threshold_other,
+            p.module_start.ptr(),
+            p.slot_end.ptr(),
+            p.clus.ptr_mut(),
+            p.clus_in_module.ptr_mut(),
+            p.scratch.ptr_mut(),
+            p.slots.ptr(),
+        );
         let tid = i::thread_idx_x();
         let bd = i::block_dim_x();
         let smem = i::dynamic_shared_ptr() as *mut u32;

@@ -11,6 +11,8 @@
 //! # Worked example
 //! input `[5, 2, 8, 1, 9]`, select `3 <= x < 9`: output `[5, 8]`, `num_selected = 2`.
 
+use crate::params::DevPtr;
+
 /// Kernel: keep `x` with `lo <= x < hi`.
 pub const KERNEL_SELECT_RANGE_U32: &str = "compact_select_range_u32";
 /// Kernel: keep `x[i]` where `flags[i] != 0`.
@@ -40,6 +42,45 @@ pub fn in_range(x: u32, lo: u32, hi: u32) -> bool {
 }
 
 /// Device code.
+/// Parameters of the `compact_select_range_u32` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct CompactSelectRangeU32Params {
+    pub input: DevPtr<u32>,
+    pub n: u64,
+    pub output: DevPtr<u32>,
+    pub num_selected: DevPtr<u32>,
+    pub flags: DevPtr<u32>,
+    pub aggregates: DevPtr<u32>,
+    pub inclusive: DevPtr<u32>,
+    pub lo: u32,
+    pub hi: u32,
+}
+crate::kernel_params!(
+    CompactSelectRangeU32Params,
+    64,
+    ["compact_select_range_u32"]
+);
+
+/// Parameters of the `compact_select_flagged_u32` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct CompactSelectFlaggedU32Params {
+    pub input: DevPtr<u32>,
+    pub selection: DevPtr<u8>,
+    pub n: u64,
+    pub output: DevPtr<u32>,
+    pub num_selected: DevPtr<u32>,
+    pub flags: DevPtr<u32>,
+    pub aggregates: DevPtr<u32>,
+    pub inclusive: DevPtr<u32>,
+}
+crate::kernel_params!(
+    CompactSelectFlaggedU32Params,
+    64,
+    ["compact_select_flagged_u32"]
+);
+
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
@@ -108,17 +149,18 @@ pub mod device {
     /// `2 * gridDim.x` zeroed words, `aggregates`, `inclusive` for `gridDim.x`;
     /// `num_selected` one `u32`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn compact_select_range_u32(
-        input: *const u32,
-        n: u64,
-        lo: u32,
-        hi: u32,
-        output: *mut u32,
-        num_selected: *mut u32,
-        flags: *mut u32,
-        aggregates: *mut u32,
-        inclusive: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRangeU32Params) {
+        let (input, n, lo, hi, output, num_selected, flags, aggregates, inclusive) = (
+            p.input.ptr(),
+            p.n,
+            p.lo,
+            p.hi,
+            p.output.ptr_mut(),
+            p.num_selected.ptr_mut(),
+            p.flags.ptr_mut(),
+            p.aggregates.ptr_mut(),
+            p.inclusive.ptr_mut(),
+        );
         let status = TileStatus {
             flags,
             aggregates,
@@ -142,16 +184,17 @@ pub mod device {
     /// # Safety
     /// As [`compact_select_range_u32`], and `selection` valid for `n` bytes.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(
-        input: *const u32,
-        selection: *const u8,
-        n: u64,
-        output: *mut u32,
-        num_selected: *mut u32,
-        flags: *mut u32,
-        aggregates: *mut u32,
-        inclusive: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(p: CompactSelectFlaggedU32Params) {
+        let (input, selection, n, output, num_selected, flags, aggregates, inclusive) = (
+            p.input.ptr(),
+            p.selection.ptr(),
+            p.n,
+            p.output.ptr_mut(),
+            p.num_selected.ptr_mut(),
+            p.flags.ptr_mut(),
+            p.aggregates.ptr_mut(),
+            p.inclusive.ptr_mut(),
+        );
         let status = TileStatus {
             flags,
             aggregates,

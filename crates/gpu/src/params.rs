@@ -62,6 +62,12 @@ impl<T> DevPtr<T> {
         Self::from_addr(self.addr + n * core::mem::size_of::<T>() as u64)
     }
 
+    /// The same address as a pointer to `U` (for a buffer allocated with another element
+    /// type of the same layout, e.g. `u64` words holding 16-byte records).
+    pub const fn cast<U>(self) -> DevPtr<U> {
+        DevPtr::from_addr(self.addr)
+    }
+
     /// The address as a read-only pointer.
     #[inline(always)]
     pub fn ptr(self) -> *const T {

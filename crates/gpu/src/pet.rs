@@ -38,6 +38,8 @@
 //! windows `{0, 4}` → pair (1, 2); `{20, 25, 26}` → multiple, none; `{40, 45}` → same crystal,
 //! none; `{60}` → none. Output: one coincidence, crystals 1 and 2.
 
+use crate::params::DevPtr;
+
 use bytemuck::{Pod, Zeroable};
 
 /// Kernel: raw frames to accepted singles, in input order.
@@ -669,6 +671,110 @@ macro_rules! unroll8 {
 }
 
 /// Device code.
+/// Parameters of the `pet_convert_frames` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetConvertFramesParams {
+    pub frames: DevPtr<u32>,
+    pub n: u64,
+    pub params: DevPtr<ScannerParams>,
+    pub position: DevPtr<u8>,
+    pub correction: DevPtr<f32>,
+    pub out: DevPtr<Single>,
+    pub stats: DevPtr<u32>,
+    pub flags: DevPtr<u32>,
+    pub aggregates: DevPtr<u32>,
+    pub inclusive: DevPtr<u32>,
+}
+crate::kernel_params!(PetConvertFramesParams, 80, ["pet_convert_frames"]);
+
+/// Parameters of the `pet_merge_sort_block` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetMergeSortBlockParams {
+    pub input: DevPtr<Single>,
+    pub output: DevPtr<Single>,
+    pub n: u64,
+}
+crate::kernel_params!(PetMergeSortBlockParams, 24, ["pet_merge_sort_block"]);
+
+/// Parameters of the `pet_merge_sort_pass` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetMergeSortPassParams {
+    pub input: DevPtr<Single>,
+    pub output: DevPtr<Single>,
+    pub n: u64,
+    pub width: u64,
+    pub runs: DevPtr<u32>,
+    pub nruns: u64,
+}
+crate::kernel_params!(PetMergeSortPassParams, 48, ["pet_merge_sort_pass"]);
+
+/// Parameters of the `pet_coincide_next` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetCoincideNextParams {
+    pub singles: DevPtr<Single>,
+    pub n: u64,
+    pub reach: f64,
+    pub delay: f64,
+    pub next: DevPtr<u32>,
+    pub lo: DevPtr<u32>,
+    pub status: DevPtr<u32>,
+    pub delayed: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(PetCoincideNextParams, 64, ["pet_coincide_next"]);
+
+/// Parameters of the `pet_coincide_walk` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetCoincideWalkParams {
+    pub singles: DevPtr<Single>,
+    pub n: u64,
+    pub window: f64,
+    pub next: DevPtr<u32>,
+    pub opener: DevPtr<u8>,
+}
+crate::kernel_params!(PetCoincideWalkParams, 40, ["pet_coincide_walk"]);
+
+/// Parameters of the `pet_coincide_count` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetCoincideCountParams {
+    pub singles: DevPtr<Single>,
+    pub n: u64,
+    pub reach: f64,
+    pub watermark: f64,
+    pub next: DevPtr<u32>,
+    pub lo: DevPtr<u32>,
+    pub opener: DevPtr<u8>,
+    pub counts: DevPtr<u32>,
+    pub status: DevPtr<u32>,
+    pub delayed: u32,
+    pub policy: u32,
+}
+crate::kernel_params!(PetCoincideCountParams, 80, ["pet_coincide_count"]);
+
+/// Parameters of the `pet_coincide_fill` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetCoincideFillParams {
+    pub singles: DevPtr<Single>,
+    pub n: u64,
+    pub reach: f64,
+    pub watermark: f64,
+    pub next: DevPtr<u32>,
+    pub lo: DevPtr<u32>,
+    pub opener: DevPtr<u8>,
+    pub offsets: DevPtr<u32>,
+    pub pairs: DevPtr<Coincidence>,
+    pub delayed: u32,
+    pub policy: u32,
+}
+crate::kernel_params!(PetCoincideFillParams, 80, ["pet_coincide_fill"]);
+
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
@@ -696,18 +802,19 @@ pub mod device {
     /// `stats` `STAT_WORDS` words, zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as
     /// in `compact_select_range_u32`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_convert_frames(
-        frames: *const u32,
-        n: u64,
-        params: *const ScannerParams,
-        position: *const u8,
-        correction: *const f32,
-        out: *mut Single,
-        stats: *mut u32,
-        flags: *mut u32,
-        aggregates: *mut u32,
-        inclusive: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) {
+        let (frames, n, params, position, correction, out, stats, flags, aggregates, inclusive) = (
+            p.frames.ptr(),
+            p.n,
+            p.params.ptr(),
+            p.position.ptr(),
+            p.correction.ptr(),
+            p.out.ptr_mut(),
+            p.stats.ptr_mut(),
+            p.flags.ptr_mut(),
+            p.aggregates.ptr_mut(),
+            p.inclusive.ptr_mut(),
+        );
         const N: usize = CONVERT_ITEMS as usize;
         const _: () = assert!(N == 8, "unroll8! covers 8 items");
         let status = TileStatus {
@@ -809,11 +916,8 @@ pub mod device {
     /// `blockDim.x == SORT_THREADS`, `gridDim.x == ceil(n / SORT_TILE)`, `sort_smem_bytes()`
     /// of shared memory; `input`, `output` valid for `n` singles, not overlapping.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_merge_sort_block(
-        input: *const Single,
-        output: *mut Single,
-        n: u64,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_merge_sort_block(p: PetMergeSortBlockParams) {
+        let (input, output, n) = (p.input.ptr(), p.output.ptr_mut(), p.n);
         let base = i::block_idx_x() as u64 * SORT_TILE as u64;
         let m = if n - base < SORT_TILE as u64 {
             (n - base) as u32
@@ -894,14 +998,15 @@ pub mod device {
     /// of shared memory; `input`, `output` valid for `n`, not overlapping; with `width == 0`,
     /// `runs` holds `nruns + 1` non-decreasing boundaries.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_merge_sort_pass(
-        input: *const Single,
-        output: *mut Single,
-        n: u64,
-        width: u64,
-        runs: *const u32,
-        nruns: u64,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_merge_sort_pass(p: PetMergeSortPassParams) {
+        let (input, output, n, width, runs, nruns) = (
+            p.input.ptr(),
+            p.output.ptr_mut(),
+            p.n,
+            p.width,
+            p.runs.ptr(),
+            p.nruns,
+        );
         let smem = i::dynamic_shared_ptr() as *mut Single;
         // SAFETY: inside sort_smem_bytes.
         let tile_out = unsafe { smem.add(SORT_TILE as usize) };
@@ -1036,16 +1141,17 @@ pub mod device {
     /// `singles` valid for `n`, `next` and (if delayed) `lo` for `n` words; `status`
     /// `CO_WORDS` words.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_coincide_next(
-        singles: *const Single,
-        n: u64,
-        reach: f64,
-        delay: f64,
-        delayed: u32,
-        next: *mut u32,
-        lo: *mut u32,
-        status: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_coincide_next(p: PetCoincideNextParams) {
+        let (singles, n, reach, delay, delayed, next, lo, status) = (
+            p.singles.ptr(),
+            p.n,
+            p.reach,
+            p.delay,
+            p.delayed,
+            p.next.ptr_mut(),
+            p.lo.ptr_mut(),
+            p.status.ptr_mut(),
+        );
         let idx = i::global_thread_idx();
         if idx >= n {
             return;
@@ -1086,13 +1192,14 @@ pub mod device {
     /// # Safety
     /// As [`pet_coincide_next`]; `next` computed by it; `opener` valid for `n` bytes, zeroed.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_coincide_walk(
-        singles: *const Single,
-        n: u64,
-        window: f64,
-        next: *const u32,
-        opener: *mut u8,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_coincide_walk(p: PetCoincideWalkParams) {
+        let (singles, n, window, next, opener) = (
+            p.singles.ptr(),
+            p.n,
+            p.window,
+            p.next.ptr(),
+            p.opener.ptr_mut(),
+        );
         let idx = i::global_thread_idx();
         if idx >= n {
             return;
@@ -1149,19 +1256,20 @@ pub mod device {
     /// As [`pet_coincide_walk`]; `opener` ignored when `delayed != 0` (every single opens);
     /// `counts` valid for `n` words.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_coincide_count(
-        singles: *const Single,
-        n: u64,
-        reach: f64,
-        watermark: f64,
-        delayed: u32,
-        policy: u32,
-        next: *const u32,
-        lo: *const u32,
-        opener: *const u8,
-        counts: *mut u32,
-        status: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_coincide_count(p: PetCoincideCountParams) {
+        let (singles, n, reach, watermark, delayed, policy, next, lo, opener, counts, status) = (
+            p.singles.ptr(),
+            p.n,
+            p.reach,
+            p.watermark,
+            p.delayed,
+            p.policy,
+            p.next.ptr(),
+            p.lo.ptr(),
+            p.opener.ptr(),
+            p.counts.ptr_mut(),
+            p.status.ptr_mut(),
+        );
         let idx = i::global_thread_idx();
         let mut count = 0u32;
         if idx < n {
@@ -1211,19 +1319,20 @@ pub mod device {
     /// # Safety
     /// As [`pet_coincide_count`]; `offsets` its scan; `pairs` valid for the total.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn pet_coincide_fill(
-        singles: *const Single,
-        n: u64,
-        reach: f64,
-        watermark: f64,
-        delayed: u32,
-        policy: u32,
-        next: *const u32,
-        lo: *const u32,
-        opener: *const u8,
-        offsets: *const u32,
-        pairs: *mut Coincidence,
-    ) {
+    pub unsafe extern "ptx-kernel" fn pet_coincide_fill(p: PetCoincideFillParams) {
+        let (singles, n, reach, watermark, delayed, policy, next, lo, opener, offsets, pairs) = (
+            p.singles.ptr(),
+            p.n,
+            p.reach,
+            p.watermark,
+            p.delayed,
+            p.policy,
+            p.next.ptr(),
+            p.lo.ptr(),
+            p.opener.ptr(),
+            p.offsets.ptr(),
+            p.pairs.ptr_mut(),
+        );
         let idx = i::global_thread_idx();
         if idx >= n {
             return;

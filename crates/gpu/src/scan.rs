@@ -31,6 +31,8 @@
 //! Aggregate and inclusive values have separate slots, so a reader that saw flag 1 never reads
 //! an inclusive value by mistake. The host zeroes `flags` (2 words per tile) before a launch.
 
+use crate::params::DevPtr;
+
 /// Kernel: block-wide scan of each block's `blockDim` elements (test and building block).
 pub const KERNEL_BLOCK_SCAN_U32: &str = "scan_block_u32";
 /// Kernel: device-wide inclusive/exclusive sum of `u32`.
@@ -94,6 +96,49 @@ pub enum ScanKind {
 }
 
 /// Device code: warp and block collectives and the device scan kernels.
+/// Parameters of the `scan_device_u32` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ScanDeviceU32Params {
+    pub input: DevPtr<u32>,
+    pub output: DevPtr<u32>,
+    pub n: u64,
+    pub flags: DevPtr<u32>,
+    pub aggregates: DevPtr<u32>,
+    pub inclusive: DevPtr<u32>,
+    pub kind: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(ScanDeviceU32Params, 56, ["scan_device_u32"]);
+
+/// Parameters of the `scan_device_u64` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ScanDeviceU64Params {
+    pub input: DevPtr<u64>,
+    pub output: DevPtr<u64>,
+    pub n: u64,
+    pub flags: DevPtr<u32>,
+    pub aggregates: DevPtr<u64>,
+    pub inclusive: DevPtr<u64>,
+    pub kind: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(ScanDeviceU64Params, 56, ["scan_device_u64"]);
+
+/// Parameters of the `scan_block_u32` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ScanBlockU32Params {
+    pub input: DevPtr<u32>,
+    pub output: DevPtr<u32>,
+    pub totals: DevPtr<u32>,
+    pub n: u64,
+    pub kind: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(ScanBlockU32Params, 40, ["scan_block_u32"]);
+
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
@@ -728,15 +773,16 @@ pub mod device {
     /// `flags` valid for `2 * gridDim.x` zeroed words, `aggregates`, `inclusive` for `gridDim.x`
     /// entries.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn scan_device_u32(
-        input: *const u32,
-        output: *mut u32,
-        n: u64,
-        kind: u32,
-        flags: *mut u32,
-        aggregates: *mut u32,
-        inclusive: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn scan_device_u32(p: ScanDeviceU32Params) {
+        let (input, output, n, kind, flags, aggregates, inclusive) = (
+            p.input.ptr(),
+            p.output.ptr_mut(),
+            p.n,
+            p.kind,
+            p.flags.ptr_mut(),
+            p.aggregates.ptr_mut(),
+            p.inclusive.ptr_mut(),
+        );
         let status = TileStatus {
             flags,
             aggregates,
@@ -754,15 +800,16 @@ pub mod device {
     /// As [`scan_device_u32`], with `device_scan_tiles(n, 8)` blocks and
     /// `device_scan_smem_bytes(8)` bytes of shared memory.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn scan_device_u64(
-        input: *const u64,
-        output: *mut u64,
-        n: u64,
-        kind: u32,
-        flags: *mut u32,
-        aggregates: *mut u64,
-        inclusive: *mut u64,
-    ) {
+    pub unsafe extern "ptx-kernel" fn scan_device_u64(p: ScanDeviceU64Params) {
+        let (input, output, n, kind, flags, aggregates, inclusive) = (
+            p.input.ptr(),
+            p.output.ptr_mut(),
+            p.n,
+            p.kind,
+            p.flags.ptr_mut(),
+            p.aggregates.ptr_mut(),
+            p.inclusive.ptr_mut(),
+        );
         let status = TileStatus {
             flags,
             aggregates,
@@ -781,13 +828,14 @@ pub mod device {
     /// `blockDim.x` a multiple of 32, at most 1024; `block_scan_smem_bytes(4)` bytes of shared
     /// memory; `input`/`output` valid for `n`, `totals` for `gridDim.x` elements.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn scan_block_u32(
-        input: *const u32,
-        output: *mut u32,
-        totals: *mut u32,
-        n: u64,
-        kind: u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn scan_block_u32(p: ScanBlockU32Params) {
+        let (input, output, totals, n, kind) = (
+            p.input.ptr(),
+            p.output.ptr_mut(),
+            p.totals.ptr_mut(),
+            p.n,
+            p.kind,
+        );
         let idx = i::global_thread_idx();
         // SAFETY: idx < n checked.
         let x = if idx < n {

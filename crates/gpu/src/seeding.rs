@@ -40,6 +40,8 @@
 //! doublet kernels (one warp per middle; warp-synchronous `vote.ballot` only); the only
 //! atomics are the u64 totals of the count kernels (order-independent sums).
 
+use crate::params::DevPtr;
+
 /// Kernel: grid bin of every spacepoint (`nbins` when it is not valid).
 pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
 /// Kernel: binned spacepoint records in grid order.
@@ -946,6 +948,153 @@ pub fn estimate_params(bfield: f32, b: [f32; 3], m: [f32; 3], t: [f32; 3]) -> Bo
 /// Device code: thin entry points, one thread per item, except the doublet kernels (one
 /// warp per middle spacepoint: the lanes test 32 consecutive candidates at once and keep
 /// their scan order with a ballot and a prefix popcount).
+/// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingBinSpacepointsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<SpacePoint>,
+    pub n: u64,
+    pub keys: DevPtr<u32>,
+}
+crate::kernel_params!(SeedingBinSpacepointsParams, 32, ["seeding_bin_spacepoints"]);
+
+/// Parameters of the `seeding_gather_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingGatherSpacepointsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<SpacePoint>,
+    pub keys: DevPtr<u32>,
+    pub content: DevPtr<u32>,
+    pub n_valid: u64,
+    pub out: DevPtr<BinnedSp>,
+}
+crate::kernel_params!(
+    SeedingGatherSpacepointsParams,
+    48,
+    ["seeding_gather_spacepoints"]
+);
+
+/// Parameters of the `seeding_count_doublets` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingCountDoubletsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub grid: DevPtr<u32>,
+    pub sps: DevPtr<BinnedSp>,
+    pub n: u64,
+    pub n_bot: DevPtr<u32>,
+    pub n_top: DevPtr<u32>,
+    pub totals: DevPtr<u64>,
+}
+crate::kernel_params!(SeedingCountDoubletsParams, 56, ["seeding_count_doublets"]);
+
+/// Parameters of the `seeding_find_doublets` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingFindDoubletsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub grid: DevPtr<u32>,
+    pub sps: DevPtr<BinnedSp>,
+    pub n: u64,
+    pub n_bot: DevPtr<u32>,
+    pub off_bot: DevPtr<u32>,
+    pub off_top: DevPtr<u32>,
+    pub bot: DevPtr<Doublet>,
+    pub lc_bot: DevPtr<LinCircle>,
+    pub top: DevPtr<Doublet>,
+    pub lc_top: DevPtr<LinCircle>,
+}
+crate::kernel_params!(SeedingFindDoubletsParams, 88, ["seeding_find_doublets"]);
+
+/// Parameters of the `seeding_count_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingCountTripletsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<BinnedSp>,
+    pub bot: DevPtr<Doublet>,
+    pub lc_bot: DevPtr<LinCircle>,
+    pub n_mb: u64,
+    pub off_top: DevPtr<u32>,
+    pub lc_top: DevPtr<LinCircle>,
+    pub counts: DevPtr<u32>,
+    pub total: DevPtr<u64>,
+}
+crate::kernel_params!(SeedingCountTripletsParams, 72, ["seeding_count_triplets"]);
+
+/// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingFindTripletsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<BinnedSp>,
+    pub bot: DevPtr<Doublet>,
+    pub lc_bot: DevPtr<LinCircle>,
+    pub n_mb: u64,
+    pub off_top: DevPtr<u32>,
+    pub top: DevPtr<Doublet>,
+    pub lc_top: DevPtr<LinCircle>,
+    pub off_tri: DevPtr<u32>,
+    pub out: DevPtr<Triplet>,
+}
+crate::kernel_params!(SeedingFindTripletsParams, 80, ["seeding_find_triplets"]);
+
+/// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingUpdateWeightsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub tri: DevPtr<Triplet>,
+    pub n_tri: u64,
+    pub off_tri: DevPtr<u32>,
+    pub weights: DevPtr<f32>,
+}
+crate::kernel_params!(SeedingUpdateWeightsParams, 40, ["seeding_update_weights"]);
+
+/// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingSelectSeedsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<BinnedSp>,
+    pub n: u64,
+    pub off_bot: DevPtr<u32>,
+    pub off_tri: DevPtr<u32>,
+    pub tri: DevPtr<Triplet>,
+    pub weights: DevPtr<f32>,
+    pub slots: DevPtr<Seed>,
+    pub counts: DevPtr<u32>,
+}
+crate::kernel_params!(SeedingSelectSeedsParams, 72, ["seeding_select_seeds"]);
+
+/// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingGatherSeedsParams {
+    pub slots: DevPtr<Seed>,
+    pub counts: DevPtr<u32>,
+    pub off: DevPtr<u32>,
+    pub n: u64,
+    pub out: DevPtr<Seed>,
+    pub cap: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(SeedingGatherSeedsParams, 48, ["seeding_gather_seeds"]);
+
+/// Parameters of the `seeding_estimate_params` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingEstimateParamsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<SpacePoint>,
+    pub seeds: DevPtr<Seed>,
+    pub n_seeds: u64,
+    pub out: DevPtr<BoundParams>,
+}
+crate::kernel_params!(SeedingEstimateParamsParams, 40, ["seeding_estimate_params"]);
+
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     use super::*;
@@ -962,12 +1111,8 @@ pub mod device {
     /// `cfg` one config; `sps` valid for `n`; `keys` for `n`. `SEEDING_THREADS` threads,
     /// `ceil(n / SEEDING_THREADS)` blocks.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(
-        cfg: *const SeedingConfig,
-        sps: *const SpacePoint,
-        n: u64,
-        keys: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(p: SeedingBinSpacepointsParams) {
+        let (cfg, sps, n, keys) = (p.cfg.ptr(), p.sps.ptr(), p.n, p.keys.ptr_mut());
         let g = index();
         if g >= n {
             return;
@@ -986,13 +1131,16 @@ pub mod device {
     /// `content` valid for `n_valid` indices `< len(sps) = len(keys)`; `binned` for `n_valid`.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(
-        cfg: *const SeedingConfig,
-        sps: *const SpacePoint,
-        keys: *const u32,
-        content: *const u32,
-        n_valid: u64,
-        out: *mut BinnedSp,
+        p: SeedingGatherSpacepointsParams,
     ) {
+        let (cfg, sps, keys, content, n_valid, out) = (
+            p.cfg.ptr(),
+            p.sps.ptr(),
+            p.keys.ptr(),
+            p.content.ptr(),
+            p.n_valid,
+            p.out.ptr_mut(),
+        );
         let p = index();
         if p >= n_valid {
             return;
@@ -1076,15 +1224,16 @@ pub mod device {
     /// `n_bot`, `n_top` for `n`; `totals` two zeroed u64. `SEEDING_THREADS` threads per
     /// block, `ceil(32 n / SEEDING_THREADS)` blocks.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_count_doublets(
-        cfg: *const SeedingConfig,
-        grid: *const u32,
-        sps: *const BinnedSp,
-        n: u64,
-        n_bot: *mut u32,
-        n_top: *mut u32,
-        totals: *mut u64,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_count_doublets(p: SeedingCountDoubletsParams) {
+        let (cfg, grid, sps, n, n_bot, n_top, totals) = (
+            p.cfg.ptr(),
+            p.grid.ptr(),
+            p.sps.ptr(),
+            p.n,
+            p.n_bot.ptr_mut(),
+            p.n_top.ptr_mut(),
+            p.totals.ptr_mut(),
+        );
         let p = index() / 32;
         if p >= n {
             return; // warp-uniform
@@ -1137,19 +1286,20 @@ pub mod device {
     /// As [`seeding_count_doublets`]; `off_*` are the exclusive scans of its counts;
     /// `bot`, `lc_bot` hold the bottom total, `top`, `lc_top` the top total.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_find_doublets(
-        cfg: *const SeedingConfig,
-        grid: *const u32,
-        sps: *const BinnedSp,
-        n: u64,
-        n_bot: *const u32,
-        off_bot: *const u32,
-        off_top: *const u32,
-        bot: *mut Doublet,
-        lc_bot: *mut LinCircle,
-        top: *mut Doublet,
-        lc_top: *mut LinCircle,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsParams) {
+        let (cfg, grid, sps, n, n_bot, off_bot, off_top, bot, lc_bot, top, lc_top) = (
+            p.cfg.ptr(),
+            p.grid.ptr(),
+            p.sps.ptr(),
+            p.n,
+            p.n_bot.ptr(),
+            p.off_bot.ptr(),
+            p.off_top.ptr(),
+            p.bot.ptr_mut(),
+            p.lc_bot.ptr_mut(),
+            p.top.ptr_mut(),
+            p.lc_top.ptr_mut(),
+        );
         let p = index() / 32;
         if p >= n {
             return; // warp-uniform
@@ -1208,17 +1358,18 @@ pub mod device {
     /// `bot`, `lc_bot` valid for `n_mb`; `off_top` holds `n + 1` offsets (exclusive scan
     /// with total) into `lc_top`; `counts` for `n_mb`; `total` one zeroed u64.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_count_triplets(
-        cfg: *const SeedingConfig,
-        sps: *const BinnedSp,
-        bot: *const Doublet,
-        lc_bot: *const LinCircle,
-        n_mb: u64,
-        off_top: *const u32,
-        lc_top: *const LinCircle,
-        counts: *mut u32,
-        total: *mut u64,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_count_triplets(p: SeedingCountTripletsParams) {
+        let (cfg, sps, bot, lc_bot, n_mb, off_top, lc_top, counts, total) = (
+            p.cfg.ptr(),
+            p.sps.ptr(),
+            p.bot.ptr(),
+            p.lc_bot.ptr(),
+            p.n_mb,
+            p.off_top.ptr(),
+            p.lc_top.ptr(),
+            p.counts.ptr_mut(),
+            p.total.ptr_mut(),
+        );
         let d = index();
         if d >= n_mb {
             return;
@@ -1252,18 +1403,19 @@ pub mod device {
     /// As [`seeding_count_triplets`]; `top` valid like `lc_top`; `off_tri` the exclusive
     /// scan of its counts; `out` holds the triplet total.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_find_triplets(
-        cfg: *const SeedingConfig,
-        sps: *const BinnedSp,
-        bot: *const Doublet,
-        lc_bot: *const LinCircle,
-        n_mb: u64,
-        off_top: *const u32,
-        top: *const Doublet,
-        lc_top: *const LinCircle,
-        off_tri: *const u32,
-        out: *mut Triplet,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingFindTripletsParams) {
+        let (cfg, sps, bot, lc_bot, n_mb, off_top, top, lc_top, off_tri, out) = (
+            p.cfg.ptr(),
+            p.sps.ptr(),
+            p.bot.ptr(),
+            p.lc_bot.ptr(),
+            p.n_mb,
+            p.off_top.ptr(),
+            p.top.ptr(),
+            p.lc_top.ptr(),
+            p.off_tri.ptr(),
+            p.out.ptr_mut(),
+        );
         let d = index();
         if d >= n_mb {
             return;
@@ -1305,13 +1457,14 @@ pub mod device {
     /// # Safety
     /// `tri` valid for `n_tri`; `off_tri` holds `n_mb + 1` offsets; `weights` for `n_tri`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_update_weights(
-        cfg: *const SeedingConfig,
-        tri: *const Triplet,
-        n_tri: u64,
-        off_tri: *const u32,
-        weights: *mut f32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_update_weights(p: SeedingUpdateWeightsParams) {
+        let (cfg, tri, n_tri, off_tri, weights) = (
+            p.cfg.ptr(),
+            p.tri.ptr(),
+            p.n_tri,
+            p.off_tri.ptr(),
+            p.weights.ptr_mut(),
+        );
         let k = index();
         if k >= n_tri {
             return;
@@ -1338,17 +1491,18 @@ pub mod device {
     /// `sps` valid for `n`; `off_bot` holds `n + 1` offsets into `off_tri`, which holds
     /// `n_mb + 1` offsets into `tri` and `weights`; `slots` for `n * cap`; `counts` for `n`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_select_seeds(
-        cfg: *const SeedingConfig,
-        sps: *const BinnedSp,
-        n: u64,
-        off_bot: *const u32,
-        off_tri: *const u32,
-        tri: *const Triplet,
-        weights: *const f32,
-        slots: *mut Seed,
-        counts: *mut u32,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
+        let (cfg, sps, n, off_bot, off_tri, tri, weights, slots, counts) = (
+            p.cfg.ptr(),
+            p.sps.ptr(),
+            p.n,
+            p.off_bot.ptr(),
+            p.off_tri.ptr(),
+            p.tri.ptr(),
+            p.weights.ptr(),
+            p.slots.ptr_mut(),
+            p.counts.ptr_mut(),
+        );
         let p = index();
         if p >= n {
             return;
@@ -1406,14 +1560,15 @@ pub mod device {
     /// # Safety
     /// `slots` for `n * cap`; `counts`, `off` for `n`; `out` for the seed total.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(
-        slots: *const Seed,
-        counts: *const u32,
-        off: *const u32,
-        n: u64,
-        cap: u32,
-        out: *mut Seed,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsParams) {
+        let (slots, counts, off, n, cap, out) = (
+            p.slots.ptr(),
+            p.counts.ptr(),
+            p.off.ptr(),
+            p.n,
+            p.cap,
+            p.out.ptr_mut(),
+        );
         let p = index();
         if p >= n {
             return;
@@ -1436,13 +1591,14 @@ pub mod device {
     /// # Safety
     /// `seeds` valid for `n_seeds` with indices into `sps`; `out` for `n_seeds`.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn seeding_estimate_params(
-        cfg: *const SeedingConfig,
-        sps: *const SpacePoint,
-        seeds: *const Seed,
-        n_seeds: u64,
-        out: *mut BoundParams,
-    ) {
+    pub unsafe extern "ptx-kernel" fn seeding_estimate_params(p: SeedingEstimateParamsParams) {
+        let (cfg, sps, seeds, n_seeds, out) = (
+            p.cfg.ptr(),
+            p.sps.ptr(),
+            p.seeds.ptr(),
+            p.n_seeds,
+            p.out.ptr_mut(),
+        );
         let s = index();
         if s >= n_seeds {
             return;

@@ -1,7 +1,6 @@
 //! Bucket container (CMS `HistoContainer` / `OneToManyAssoc` style): launchers and the
 //! backend-neutral API. See `detkit_gpu::bucket` for the algorithm and the order rules.
 
-use cudarc::driver::PushKernelArg;
 use detkit_gpu::bucket as k;
 use detkit_gpu::histogram::decode_first_index;
 
@@ -140,18 +139,24 @@ impl GpuContext {
                 let blocks = n64
                     .div_ceil(k::BUCKET_THREADS as u64 * 4)
                     .clamp(1, self.sm_count() as u64 * 8);
-                let mut b = self
-                    .stream()
-                    .launch_builder(self.kernel(k::KERNEL_BUCKET_FILL)?);
-                b.arg(keys)
-                    .arg(&n64)
-                    .arg(&nbins)
-                    .arg(&mut cursor)
-                    .arg(&mut content);
+                let params = k::BucketFillParams {
+                    keys: self.ptr(keys),
+                    n: n64,
+                    nbins,
+                    cursor: self.ptr_mut(&mut cursor),
+                    content: self.ptr_mut(&mut content),
+                    ..bytemuck::Zeroable::zeroed()
+                };
                 // SAFETY: keys hold n < 2^32 aligned elements, all < nbins (checked above);
                 // cursor is a copy of the offsets; content holds n elements.
-                let r = unsafe { b.launch(cfg(blocks, k::BUCKET_THREADS, 0)) };
-                self.check_launch(k::KERNEL_BUCKET_FILL, r)?;
+                let r = unsafe {
+                    self.launch(
+                        k::KERNEL_BUCKET_FILL,
+                        cfg(blocks, k::BUCKET_THREADS, 0),
+                        &params,
+                    )
+                };
+                r?;
             }
             BucketOrder::Stable => {
                 let (tiles, per) = k::bucket_stable_tiling(n64, nbins);
@@ -171,50 +176,68 @@ impl GpuContext {
                 {
                     let (c, f) = oor.split_at_mut(1);
                     let (mut c, mut f) = (c, f);
-                    let mut b = self
-                        .stream()
-                        .launch_builder(self.kernel(k::KERNEL_BUCKET_COUNT_STABLE)?);
-                    b.arg(keys)
-                        .arg(&n64)
-                        .arg(&nbins)
-                        .arg(&tiles)
-                        .arg(&per)
-                        .arg(&mut matrix)
-                        .arg(&mut c)
-                        .arg(&mut f);
+                    let params = k::BucketCountStableParams {
+                        keys: self.ptr(keys),
+                        n: n64,
+                        nbins,
+                        tiles,
+                        per,
+                        matrix: self.ptr_mut(&mut matrix),
+                        out_of_range: self.ptr_mut(&mut c),
+                        first_out_of_range: self.ptr_mut(&mut f),
+                        ..bytemuck::Zeroable::zeroed()
+                    };
                     // SAFETY: (tiles, per) from `bucket_stable_tiling`; one warp per tile;
                     // matrix holds nbins * tiles zeroed words; counters zeroed.
-                    let r = unsafe { b.launch(cfg(blocks, k::BUCKET_THREADS, 0)) };
-                    self.check_launch(k::KERNEL_BUCKET_COUNT_STABLE, r)?;
+                    let r = unsafe {
+                        self.launch(
+                            k::KERNEL_BUCKET_COUNT_STABLE,
+                            cfg(blocks, k::BUCKET_THREADS, 0),
+                            &params,
+                        )
+                    };
+                    r?;
                 }
                 self.check_keys_on_device(&oor, keys, nbins)?;
                 self.scan_device(&matrix, &mut scanned, cells as usize, ScanKind::Exclusive)?;
                 let total = n as u32;
-                let mut b = self
-                    .stream()
-                    .launch_builder(self.kernel(k::KERNEL_BUCKET_STABLE_OFFSETS)?);
-                b.arg(&scanned)
-                    .arg(&tiles)
-                    .arg(&nbins)
-                    .arg(&total)
-                    .arg(&mut offsets);
+                let params = k::BucketStableOffsetsParams {
+                    scanned: self.ptr(&scanned),
+                    tiles,
+                    nbins,
+                    total,
+                    offsets: self.ptr_mut(&mut offsets),
+                    ..bytemuck::Zeroable::zeroed()
+                };
                 // SAFETY: scanned holds nbins * tiles words, offsets nbins + 1.
-                let r = unsafe { b.launch(cfg((nbins as u64 + 1).div_ceil(256), 256, 0)) };
-                self.check_launch(k::KERNEL_BUCKET_STABLE_OFFSETS, r)?;
-                let mut b = self
-                    .stream()
-                    .launch_builder(self.kernel(k::KERNEL_BUCKET_FILL_STABLE)?);
-                b.arg(keys)
-                    .arg(&n64)
-                    .arg(&nbins)
-                    .arg(&tiles)
-                    .arg(&per)
-                    .arg(&mut scanned)
-                    .arg(&mut content);
+                let r = unsafe {
+                    self.launch(
+                        k::KERNEL_BUCKET_STABLE_OFFSETS,
+                        cfg((nbins as u64 + 1).div_ceil(256), 256, 0),
+                        &params,
+                    )
+                };
+                r?;
+                let params = k::BucketFillStableParams {
+                    keys: self.ptr(keys),
+                    n: n64,
+                    nbins,
+                    tiles,
+                    per,
+                    matrix: self.ptr_mut(&mut scanned),
+                    content: self.ptr_mut(&mut content),
+                    ..bytemuck::Zeroable::zeroed()
+                };
                 // SAFETY: as for the count; scanned holds the exclusive scan of the counts;
                 // all keys < nbins (checked); content holds n elements.
-                let r = unsafe { b.launch(cfg(blocks, k::BUCKET_THREADS, 0)) };
-                self.check_launch(k::KERNEL_BUCKET_FILL_STABLE, r)?;
+                let r = unsafe {
+                    self.launch(
+                        k::KERNEL_BUCKET_FILL_STABLE,
+                        cfg(blocks, k::BUCKET_THREADS, 0),
+                        &params,
+                    )
+                };
+                r?;
             }
         }
         Ok((offsets, content))
@@ -288,24 +311,29 @@ impl GpuContext {
         {
             let (fb, first) = counters.split_at_mut(1);
             let (mut fb, mut first) = (fb, first);
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_BUCKET_BLOCK_FILL)?);
-            b.arg(keys)
-                .arg(segments)
-                .arg(&nsegs32)
-                .arg(&nbins)
-                .arg(&capacity)
-                .arg(&stable);
-            b.arg(&mut offsets)
-                .arg(&mut content)
-                .arg(&mut fb)
-                .arg(&mut first);
+            let params = k::BucketBlockFillParams {
+                keys: self.ptr(keys),
+                seg_offsets: self.ptr(segments),
+                nsegs: nsegs32,
+                nbins,
+                capacity,
+                stable,
+                out_offsets: self.ptr_mut(&mut offsets),
+                out_content: self.ptr_mut(&mut content),
+                fallbacks: self.ptr_mut(&mut fb),
+                first_out_of_range: self.ptr_mut(&mut first),
+            };
             // SAFETY: `threads` a multiple of 32 up to 1024 (checked); shared memory is
             // `block_bucket_smem_bytes(nbins, capacity)` (limit raised above 48 KiB); segments
             // validated by the caller (start 0, end n, non-decreasing); buffers sized here.
-            let r = unsafe { b.launch(cfg(blocks, threads, smem)) };
-            self.check_launch(k::KERNEL_BUCKET_BLOCK_FILL, r)?;
+            let r = unsafe {
+                self.launch(
+                    k::KERNEL_BUCKET_BLOCK_FILL,
+                    cfg(blocks, threads, smem),
+                    &params,
+                )
+            };
+            r?;
         }
         let c = self.download(&counters)?;
         self.reject_bad_key(decode_first_index(c[1]), keys, nbins)?;

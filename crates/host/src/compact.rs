@@ -1,7 +1,6 @@
 //! Order-preserving stream compaction: launchers and the backend-neutral API.
 //! See `detkit_gpu::compact`.
 
-use cudarc::driver::PushKernelArg;
 use detkit_gpu::compact as k;
 
 use crate::cuda::{cfg, DeviceBuffer, GpuContext};
@@ -61,24 +60,29 @@ impl GpuContext {
         let tiles = k::select_tiles(n as u64);
         let mut lb = self.take_lookback::<u32>(tiles)?;
         let n64 = n as u64;
-        let (name, r) = match selection {
+        let r = match selection {
             Selection::Range { lo, hi } => {
-                let mut b = self
-                    .stream()
-                    .launch_builder(self.kernel(k::KERNEL_SELECT_RANGE_U32)?);
-                b.arg(input)
-                    .arg(&n64)
-                    .arg(&lo)
-                    .arg(&hi)
-                    .arg(&mut *output)
-                    .arg(&mut *num_selected);
-                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
+                let params = k::CompactSelectRangeU32Params {
+                    input: self.ptr(input),
+                    n: n64,
+                    lo,
+                    hi,
+                    output: self.ptr_mut(&mut *output),
+                    num_selected: self.ptr_mut(&mut *num_selected),
+                    flags: self.ptr_mut(&mut lb.flags),
+                    aggregates: self.ptr_mut(&mut lb.agg),
+                    inclusive: self.ptr_mut(&mut lb.inc),
+                };
                 // SAFETY: SELECT_THREADS threads, one block per tile, `select_smem_bytes`;
                 // n < 2^32 and buffer lengths checked; cudarc buffers are 256-byte aligned and
                 // distinct; look-back state zeroed with at least `tiles` entries.
-                (k::KERNEL_SELECT_RANGE_U32, unsafe {
-                    b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()))
-                })
+                unsafe {
+                    self.launch(
+                        k::KERNEL_SELECT_RANGE_U32,
+                        cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()),
+                        &params,
+                    )
+                }
             }
             Selection::Flagged(flags) => {
                 if flags.len() < n {
@@ -88,23 +92,28 @@ impl GpuContext {
                         format!("{} flags for {n} items", flags.len()),
                     ));
                 }
-                let mut b = self
-                    .stream()
-                    .launch_builder(self.kernel(k::KERNEL_SELECT_FLAGGED_U32)?);
-                b.arg(input)
-                    .arg(flags)
-                    .arg(&n64)
-                    .arg(&mut *output)
-                    .arg(&mut *num_selected);
-                b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
+                let params = k::CompactSelectFlaggedU32Params {
+                    input: self.ptr(input),
+                    selection: self.ptr(flags),
+                    n: n64,
+                    output: self.ptr_mut(&mut *output),
+                    num_selected: self.ptr_mut(&mut *num_selected),
+                    flags: self.ptr_mut(&mut lb.flags),
+                    aggregates: self.ptr_mut(&mut lb.agg),
+                    inclusive: self.ptr_mut(&mut lb.inc),
+                };
                 // SAFETY: as for the range kernel, and `flags` holds n bytes (checked).
-                (k::KERNEL_SELECT_FLAGGED_U32, unsafe {
-                    b.launch(cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()))
-                })
+                unsafe {
+                    self.launch(
+                        k::KERNEL_SELECT_FLAGGED_U32,
+                        cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()),
+                        &params,
+                    )
+                }
             }
         };
         self.put_lookback(lb);
-        self.check_launch(name, r)
+        r
     }
 
     fn select_host(&self, data: &[u32], selection: Selection<'_>) -> Result<Vec<u32>> {

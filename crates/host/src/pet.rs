@@ -7,7 +7,7 @@ pub mod gen;
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::CudaSlice;
 use detkit_gpu::pet::{self as k, Coincidence, DataFrameV2, Policy, ScannerParams, Single};
 
 use crate::cpu::pet::{self as oracle, CoincideConfig, ConvertStats};
@@ -580,24 +580,31 @@ impl GpuContext {
         let mut lb = self.take_lookback::<u32>(tiles)?;
         let n64 = n as u64;
         let mut outv = out.slice_mut(2 * out_offset..);
-        let mut b = self
-            .stream()
-            .launch_builder(self.kernel(k::KERNEL_CONVERT)?);
-        b.arg(frames)
-            .arg(&n64)
-            .arg(&scanner.params)
-            .arg(&scanner.position)
-            .arg(&scanner.energy)
-            .arg(&mut outv)
-            .arg(&mut *stats);
-        b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
+        let params = k::PetConvertFramesParams {
+            frames: self.ptr(frames).cast(),
+            n: n64,
+            params: self.ptr(&scanner.params).cast(),
+            position: self.ptr(&scanner.position),
+            correction: self.ptr(&scanner.energy),
+            out: self.ptr_mut(&mut outv).cast(),
+            stats: self.ptr_mut(&mut *stats),
+            flags: self.ptr_mut(&mut lb.flags),
+            aggregates: self.ptr_mut(&mut lb.agg),
+            inclusive: self.ptr_mut(&mut lb.inc),
+        };
         // SAFETY: CONVERT_THREADS threads, one block per tile, `convert_smem_bytes`; n < 2^32;
         // frames hold 16 n bytes (256-byte aligned cudarc allocation); the tables were
         // uploaded from a validated `Scanner` (sizes match its parameters); `out` holds n
         // singles past the offset (checked); stats initialised above; look-back zeroed.
-        let r = unsafe { b.launch(cfg(tiles, k::CONVERT_THREADS, k::convert_smem_bytes())) };
+        let r = unsafe {
+            self.launch(
+                k::KERNEL_CONVERT,
+                cfg(tiles, k::CONVERT_THREADS, k::convert_smem_bytes()),
+                &params,
+            )
+        };
         self.put_lookback(lb);
-        self.check_launch(k::KERNEL_CONVERT, r)
+        r
     }
 
     /// One merge pass from `src[off..off+n]` to `dst[off..off+n]`: runs of `width` (if > 0;
@@ -617,20 +624,24 @@ impl GpuContext {
         let srcv = src.slice(2 * off..2 * (off + n));
         let mut dstv = dst.slice_mut(2 * off..2 * (off + n));
         let n64 = n as u64;
-        let mut b = self
-            .stream()
-            .launch_builder(self.kernel(k::KERNEL_SORT_PASS)?);
-        b.arg(&srcv)
-            .arg(&mut dstv)
-            .arg(&n64)
-            .arg(&width)
-            .arg(runs)
-            .arg(&nruns);
+        let params = k::PetMergeSortPassParams {
+            input: self.ptr(&srcv).cast(),
+            output: self.ptr_mut(&mut dstv).cast(),
+            n: n64,
+            width,
+            runs: self.ptr(runs),
+            nruns,
+        };
         // SAFETY: SORT_THREADS threads, one block per output tile, `sort_smem_bytes`; source
         // and destination are distinct buffers holding n singles; with width == 0, `runs`
         // holds nruns + 1 boundaries (the caller built them).
-        let r = unsafe { b.launch(cfg(tiles, k::SORT_THREADS, k::sort_smem_bytes())) };
-        self.check_launch(k::KERNEL_SORT_PASS, r)
+        unsafe {
+            self.launch(
+                k::KERNEL_SORT_PASS,
+                cfg(tiles, k::SORT_THREADS, k::sort_smem_bytes()),
+                &params,
+            )
+        }
     }
 
     /// Stable sort by time of the singles `a[off..off+n]`, with `b[off..off+n]` as scratch.
@@ -655,14 +666,21 @@ impl GpuContext {
             let av = a.slice(2 * off..2 * (off + n));
             let mut bv = b.slice_mut(2 * off..2 * (off + n));
             let n64 = n as u64;
-            let mut lb = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_SORT_BLOCK)?);
-            lb.arg(&av).arg(&mut bv).arg(&n64);
+            let params = k::PetMergeSortBlockParams {
+                input: self.ptr(&av).cast(),
+                output: self.ptr_mut(&mut bv).cast(),
+                n: n64,
+            };
             // SAFETY: SORT_THREADS threads, one block per tile, `sort_smem_bytes`; a and b
             // are distinct and hold n singles past `off`.
-            let r = unsafe { lb.launch(cfg(tiles, k::SORT_THREADS, k::sort_smem_bytes())) };
-            self.check_launch(k::KERNEL_SORT_BLOCK, r)?;
+            let r = unsafe {
+                self.launch(
+                    k::KERNEL_SORT_BLOCK,
+                    cfg(tiles, k::SORT_THREADS, k::sort_smem_bytes()),
+                    &params,
+                )
+            };
+            r?;
         }
         let mut in_b = true;
         let mut width = k::SORT_TILE as u64;
@@ -792,21 +810,21 @@ impl GpuContext {
         }
         let launch_cfg = cfg(blocks, k::COINCIDE_THREADS, 0);
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_COINCIDE_NEXT)?);
-            b.arg(&sv)
-                .arg(&n64)
-                .arg(&reach)
-                .arg(&delay)
-                .arg(&delayed)
-                .arg(&mut *next)
-                .arg(&mut *lo)
-                .arg(&mut *status);
+            let params = k::PetCoincideNextParams {
+                singles: self.ptr(&sv).cast(),
+                n: n64,
+                reach,
+                delay,
+                delayed,
+                next: self.ptr_mut(&mut *next),
+                lo: self.ptr_mut(&mut *lo),
+                status: self.ptr_mut(&mut *status),
+                ..bytemuck::Zeroable::zeroed()
+            };
             // SAFETY: one thread per single; next holds n words, lo n words when delayed,
             // status CO_WORDS words.
-            let r = unsafe { b.launch(launch_cfg) };
-            self.check_launch(k::KERNEL_COINCIDE_NEXT, r)?;
+            let r = unsafe { self.launch(k::KERNEL_COINCIDE_NEXT, launch_cfg, &params) };
+            r?;
         }
         let st = self.download(status)?;
         let bad = st[k::CO_FIRST_UNSORTED];
@@ -831,36 +849,34 @@ impl GpuContext {
         }
         if delayed == 0 {
             let window = c.window;
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_COINCIDE_WALK)?);
-            b.arg(&sv)
-                .arg(&n64)
-                .arg(&window)
-                .arg(&*next)
-                .arg(&mut *opener);
+            let params = k::PetCoincideWalkParams {
+                singles: self.ptr(&sv).cast(),
+                n: n64,
+                window,
+                next: self.ptr(&*next),
+                opener: self.ptr_mut(&mut *opener),
+            };
             // SAFETY: one thread per single; next computed above; opener n zeroed bytes.
-            let r = unsafe { b.launch(launch_cfg) };
-            self.check_launch(k::KERNEL_COINCIDE_WALK, r)?;
+            let r = unsafe { self.launch(k::KERNEL_COINCIDE_WALK, launch_cfg, &params) };
+            r?;
         }
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_COINCIDE_COUNT)?);
-            b.arg(&sv)
-                .arg(&n64)
-                .arg(&reach)
-                .arg(&watermark)
-                .arg(&delayed)
-                .arg(&policy)
-                .arg(&*next)
-                .arg(&*lo)
-                .arg(&*opener)
-                .arg(&mut *counts)
-                .arg(&mut *status);
+            let params = k::PetCoincideCountParams {
+                singles: self.ptr(&sv).cast(),
+                n: n64,
+                reach,
+                watermark,
+                delayed,
+                policy,
+                next: self.ptr(&*next),
+                lo: self.ptr(&*lo),
+                opener: self.ptr(&*opener),
+                counts: self.ptr_mut(&mut *counts),
+                status: self.ptr_mut(&mut *status),
+            };
             // SAFETY: as above; counts n words.
-            let r = unsafe { b.launch(launch_cfg) };
-            self.check_launch(k::KERNEL_COINCIDE_COUNT, r)?;
+            let r = unsafe { self.launch(k::KERNEL_COINCIDE_COUNT, launch_cfg, &params) };
+            r?;
         }
         let st = self.download(status)?;
         if st[k::CO_OVERSIZE] != 0 {
@@ -892,24 +908,23 @@ impl GpuContext {
         }
         let pairs = pairs.as_mut().expect("allocated");
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_COINCIDE_FILL)?);
-            b.arg(&sv)
-                .arg(&n64)
-                .arg(&reach)
-                .arg(&watermark)
-                .arg(&delayed)
-                .arg(&policy)
-                .arg(&*next)
-                .arg(&*lo)
-                .arg(&*opener)
-                .arg(&*offsets)
-                .arg(&mut *pairs);
+            let params = k::PetCoincideFillParams {
+                singles: self.ptr(&sv).cast(),
+                n: n64,
+                reach,
+                watermark,
+                delayed,
+                policy,
+                next: self.ptr(&*next),
+                lo: self.ptr(&*lo),
+                opener: self.ptr(&*opener),
+                offsets: self.ptr(&*offsets),
+                pairs: self.ptr_mut(&mut *pairs).cast(),
+            };
             // SAFETY: as above; offsets is the exclusive scan of the counts written by the
             // count kernel with the same arguments, so every write is below `total`.
-            let r = unsafe { b.launch(launch_cfg) };
-            self.check_launch(k::KERNEL_COINCIDE_FILL, r)?;
+            let r = unsafe { self.launch(k::KERNEL_COINCIDE_FILL, launch_cfg, &params) };
+            r?;
         }
         let words = download_view(self, &pairs.slice(0..4 * total as usize))?;
         Ok((

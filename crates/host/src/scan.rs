@@ -1,8 +1,9 @@
 //! Prefix sums: launchers of the `detkit-gpu` scan kernels and the backend-neutral API.
 //! See `detkit_gpu::scan` for the algorithm (single-pass, decoupled look-back).
 
-use cudarc::driver::{DeviceRepr, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 use detkit_gpu::scan::{self as k, ScanKind};
+use detkit_gpu::DevPtr;
 
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Result};
@@ -36,6 +37,20 @@ pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + cpu::scan::Summable {
     const KERNEL: &'static str;
     /// Bytes per value.
     const BYTES: usize;
+    /// The kernel's parameter struct.
+    type Params: detkit_gpu::KernelParams;
+    /// The parameters of one device scan.
+    #[doc(hidden)]
+    #[allow(clippy::too_many_arguments)]
+    fn params(
+        input: DevPtr<Self>,
+        output: DevPtr<Self>,
+        n: u64,
+        kind: u32,
+        flags: DevPtr<u32>,
+        aggregates: DevPtr<Self>,
+        inclusive: DevPtr<Self>,
+    ) -> Self::Params;
     #[doc(hidden)]
     fn slots(
         t: &mut ScanTemp,
@@ -46,6 +61,27 @@ pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + cpu::scan::Summable {
 }
 impl DeviceScanValue for u32 {
     const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U32;
+    type Params = k::ScanDeviceU32Params;
+    fn params(
+        input: DevPtr<u32>,
+        output: DevPtr<u32>,
+        n: u64,
+        kind: u32,
+        flags: DevPtr<u32>,
+        aggregates: DevPtr<u32>,
+        inclusive: DevPtr<u32>,
+    ) -> k::ScanDeviceU32Params {
+        k::ScanDeviceU32Params {
+            input,
+            output,
+            n,
+            flags,
+            aggregates,
+            inclusive,
+            kind,
+            _pad0: 0,
+        }
+    }
     const BYTES: usize = 4;
     fn slots(
         t: &mut ScanTemp,
@@ -58,6 +94,27 @@ impl DeviceScanValue for u32 {
 }
 impl DeviceScanValue for u64 {
     const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U64;
+    type Params = k::ScanDeviceU64Params;
+    fn params(
+        input: DevPtr<u64>,
+        output: DevPtr<u64>,
+        n: u64,
+        kind: u32,
+        flags: DevPtr<u32>,
+        aggregates: DevPtr<u64>,
+        inclusive: DevPtr<u64>,
+    ) -> k::ScanDeviceU64Params {
+        k::ScanDeviceU64Params {
+            input,
+            output,
+            n,
+            flags,
+            aggregates,
+            inclusive,
+            kind,
+            _pad0: 0,
+        }
+    }
     const BYTES: usize = 8;
     fn slots(
         t: &mut ScanTemp,
@@ -140,25 +197,33 @@ impl GpuContext {
         }
         let tiles = k::device_scan_tiles(n as u64, T::BYTES);
         let mut lb = self.take_lookback::<T>(tiles)?;
-        let f = self.kernel(T::KERNEL)?;
-        let (n64, kind32) = (n as u64, kind as u32);
-        let mut b = self.stream().launch_builder(f);
-        b.arg(input).arg(&mut *output).arg(&n64).arg(&kind32);
-        b.arg(&mut lb.flags).arg(&mut lb.agg).arg(&mut lb.inc);
+        let params = T::params(
+            self.ptr(input),
+            self.ptr_mut(&mut *output),
+            n as u64,
+            kind as u32,
+            self.ptr_mut(&mut lb.flags),
+            self.ptr_mut(&mut lb.agg),
+            self.ptr_mut(&mut lb.inc),
+        );
         // SAFETY: launch contract of `scan_device_u32/u64`: DEVICE_SCAN_THREADS threads,
         // one block per tile, `device_scan_smem_bytes` of shared memory; input and output hold
         // n elements (checked), are distinct allocations (borrows) and 256-byte aligned
         // (cudarc allocations); the status words (2 per tile) were zeroed on this stream and
         // the arrays hold at least `tiles` entries.
         let r = unsafe {
-            b.launch(cfg(
-                tiles,
-                k::DEVICE_SCAN_THREADS,
-                k::device_scan_smem_bytes(T::BYTES),
-            ))
+            self.launch(
+                T::KERNEL,
+                cfg(
+                    tiles,
+                    k::DEVICE_SCAN_THREADS,
+                    k::device_scan_smem_bytes(T::BYTES),
+                ),
+                &params,
+            )
         };
         self.put_lookback(lb);
-        self.check_launch(T::KERNEL, r)
+        r
     }
 
     /// Block scan (test primitive): each run of `block` elements scanned on its own; returns
@@ -183,18 +248,23 @@ impl GpuContext {
         if n == 0 {
             return Ok(());
         }
-        let f = self.kernel(k::KERNEL_BLOCK_SCAN_U32)?;
-        let (n64, kind32) = (n as u64, kind as u32);
-        let mut b = self.stream().launch_builder(f);
-        b.arg(input)
-            .arg(&mut *output)
-            .arg(&mut *totals)
-            .arg(&n64)
-            .arg(&kind32);
+        let params = k::ScanBlockU32Params {
+            input: self.ptr(input),
+            output: self.ptr_mut(&mut *output),
+            totals: self.ptr_mut(&mut *totals),
+            n: n as u64,
+            kind: kind as u32,
+            _pad0: 0,
+        };
         // SAFETY: `block` is a multiple of 32 up to 1024 (checked); buffers hold n elements
         // and one total per block (checked); shared memory sized by `block_scan_smem_bytes`.
-        let r = unsafe { b.launch(cfg(blocks, block, k::block_scan_smem_bytes(4))) };
-        self.check_launch(k::KERNEL_BLOCK_SCAN_U32, r)
+        unsafe {
+            self.launch(
+                k::KERNEL_BLOCK_SCAN_U32,
+                cfg(blocks, block, k::block_scan_smem_bytes(4)),
+                &params,
+            )
+        }
     }
 }
 

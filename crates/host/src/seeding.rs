@@ -18,7 +18,7 @@ pub mod gen;
 use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, PushKernelArg};
+use cudarc::driver::CudaEvent;
 use detkit_gpu::seeding as k;
 pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
 
@@ -586,11 +586,15 @@ impl GpuContext {
         tm.start("bin_spacepoints")?;
         let mut keys = self.filled_u32(n, POISON)?;
         {
-            let mut b = self.stream().launch_builder(self.kernel(k::KERNEL_BIN)?);
-            b.arg(&d_cfg).arg(sps).arg(&n64).arg(&mut keys);
+            let params = k::SeedingBinSpacepointsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                sps: self.ptr(sps).cast(),
+                n: n64,
+                keys: self.ptr_mut(&mut keys),
+            };
             // SAFETY: config is one SeedingConfig; sps holds n SpacePoints (checked); keys n.
-            let r = unsafe { b.launch(self.launch_items(n64)) };
-            self.check_launch(k::KERNEL_BIN, r)?;
+            let r = unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params) };
+            r?;
         }
         let (grid, content) = self.bucket_device(&keys, n, nkeys + 1, BucketOrder::Stable)?;
         tm.stop()?;
@@ -608,19 +612,20 @@ impl GpuContext {
         tm.start("bin_spacepoints")?;
         let mut binned = self.filled_u32(words::<k::BinnedSp>(n_valid), POISON)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_GATHER_SPACEPOINTS)?);
-            b.arg(&d_cfg)
-                .arg(sps)
-                .arg(&keys)
-                .arg(&content)
-                .arg(&nv)
-                .arg(&mut binned);
+            let params = k::SeedingGatherSpacepointsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                sps: self.ptr(sps).cast(),
+                keys: self.ptr(&keys),
+                content: self.ptr(&content),
+                n_valid: nv,
+                out: self.ptr_mut(&mut binned).cast(),
+            };
             // SAFETY: content holds n_valid indices < n (stable bucket of n keys); binned
             // holds n_valid records.
-            let r = unsafe { b.launch(self.launch_items(nv)) };
-            self.check_launch(k::KERNEL_GATHER_SPACEPOINTS, r)?;
+            let r = unsafe {
+                self.launch(k::KERNEL_GATHER_SPACEPOINTS, self.launch_items(nv), &params)
+            };
+            r?;
         }
         tm.stop()?;
 
@@ -630,20 +635,25 @@ impl GpuContext {
         let mut n_top = self.zeros::<u32>(n_valid + 1)?;
         let mut totals = self.zeros::<u64>(2)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_COUNT_DOUBLETS)?);
-            b.arg(&d_cfg)
-                .arg(&grid)
-                .arg(&binned)
-                .arg(&nv)
-                .arg(&mut n_bot)
-                .arg(&mut n_top)
-                .arg(&mut totals);
+            let params = k::SeedingCountDoubletsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                grid: self.ptr(&grid),
+                sps: self.ptr(&binned).cast(),
+                n: nv,
+                n_bot: self.ptr_mut(&mut n_bot),
+                n_top: self.ptr_mut(&mut n_top),
+                totals: self.ptr_mut(&mut totals),
+            };
             // SAFETY: grid holds nkeys + 2 offsets, grid[nkeys] = n_valid; binned n_valid
             // records; counts n_valid + 1; totals two zeroed u64; one warp per middle.
-            let r = unsafe { b.launch(self.launch_items(32 * nv)) };
-            self.check_launch(k::KERNEL_COUNT_DOUBLETS, r)?;
+            let r = unsafe {
+                self.launch(
+                    k::KERNEL_COUNT_DOUBLETS,
+                    self.launch_items(32 * nv),
+                    &params,
+                )
+            };
+            r?;
         }
         tm.stop()?;
         let t = self.download(&totals)?;
@@ -668,24 +678,25 @@ impl GpuContext {
         let mut top = self.filled_u32(words::<k::Doublet>(nmt), POISON)?;
         let mut lc_top = self.filled_u32(words::<k::LinCircle>(nmt), POISON)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_FIND_DOUBLETS)?);
-            b.arg(&d_cfg)
-                .arg(&grid)
-                .arg(&binned)
-                .arg(&nv)
-                .arg(&n_bot)
-                .arg(&off_bot)
-                .arg(&off_top)
-                .arg(&mut bot)
-                .arg(&mut lc_bot)
-                .arg(&mut top)
-                .arg(&mut lc_top);
+            let params = k::SeedingFindDoubletsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                grid: self.ptr(&grid),
+                sps: self.ptr(&binned).cast(),
+                n: nv,
+                n_bot: self.ptr(&n_bot),
+                off_bot: self.ptr(&off_bot),
+                off_top: self.ptr(&off_top),
+                bot: self.ptr_mut(&mut bot).cast(),
+                lc_bot: self.ptr_mut(&mut lc_bot).cast(),
+                top: self.ptr_mut(&mut top).cast(),
+                lc_top: self.ptr_mut(&mut lc_top).cast(),
+            };
             // SAFETY: offsets are the exclusive scans of the counts the same predicate
             // produced; the outputs hold the totals; one warp per middle.
-            let r = unsafe { b.launch(self.launch_items(32 * nv)) };
-            self.check_launch(k::KERNEL_FIND_DOUBLETS, r)?;
+            let r = unsafe {
+                self.launch(k::KERNEL_FIND_DOUBLETS, self.launch_items(32 * nv), &params)
+            };
+            r?;
         }
         tm.stop()?;
 
@@ -695,21 +706,21 @@ impl GpuContext {
         let mut t_cnt = self.zeros::<u32>(nmb + 1)?;
         let mut t_total = self.zeros::<u64>(1)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_COUNT_TRIPLETS)?);
-            b.arg(&d_cfg)
-                .arg(&binned)
-                .arg(&bot)
-                .arg(&lc_bot)
-                .arg(&nmb64)
-                .arg(&off_top)
-                .arg(&lc_top)
-                .arg(&mut t_cnt)
-                .arg(&mut t_total);
+            let params = k::SeedingCountTripletsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                sps: self.ptr(&binned).cast(),
+                bot: self.ptr(&bot).cast(),
+                lc_bot: self.ptr(&lc_bot).cast(),
+                n_mb: nmb64,
+                off_top: self.ptr(&off_top),
+                lc_top: self.ptr(&lc_top).cast(),
+                counts: self.ptr_mut(&mut t_cnt),
+                total: self.ptr_mut(&mut t_total),
+            };
             // SAFETY: bot/lc_bot hold n_mb entries; off_top n_valid + 1 offsets into lc_top.
-            let r = unsafe { b.launch(self.launch_items(nmb64)) };
-            self.check_launch(k::KERNEL_COUNT_TRIPLETS, r)?;
+            let r =
+                unsafe { self.launch(k::KERNEL_COUNT_TRIPLETS, self.launch_items(nmb64), &params) };
+            r?;
         }
         tm.stop()?;
         let n_tri = to_u32("triplets", self.download(&t_total)?[0])?;
@@ -724,22 +735,22 @@ impl GpuContext {
         let ntri = n_tri as usize;
         let mut tri = self.filled_u32(words::<k::Triplet>(ntri), POISON)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_FIND_TRIPLETS)?);
-            b.arg(&d_cfg)
-                .arg(&binned)
-                .arg(&bot)
-                .arg(&lc_bot)
-                .arg(&nmb64)
-                .arg(&off_top)
-                .arg(&top)
-                .arg(&lc_top)
-                .arg(&off_tri)
-                .arg(&mut tri);
+            let params = k::SeedingFindTripletsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                sps: self.ptr(&binned).cast(),
+                bot: self.ptr(&bot).cast(),
+                lc_bot: self.ptr(&lc_bot).cast(),
+                n_mb: nmb64,
+                off_top: self.ptr(&off_top),
+                top: self.ptr(&top).cast(),
+                lc_top: self.ptr(&lc_top).cast(),
+                off_tri: self.ptr(&off_tri),
+                out: self.ptr_mut(&mut tri).cast(),
+            };
             // SAFETY: off_tri is the exclusive scan of the counts; tri holds the total.
-            let r = unsafe { b.launch(self.launch_items(nmb64)) };
-            self.check_launch(k::KERNEL_FIND_TRIPLETS, r)?;
+            let r =
+                unsafe { self.launch(k::KERNEL_FIND_TRIPLETS, self.launch_items(nmb64), &params) };
+            r?;
         }
         tm.stop()?;
 
@@ -748,17 +759,18 @@ impl GpuContext {
         let ntri64 = ntri as u64;
         let mut weights = self.filled_u32(ntri, POISON)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_UPDATE_WEIGHTS)?);
-            b.arg(&d_cfg)
-                .arg(&tri)
-                .arg(&ntri64)
-                .arg(&off_tri)
-                .arg(&mut weights);
+            let params = k::SeedingUpdateWeightsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                tri: self.ptr(&tri).cast(),
+                n_tri: ntri64,
+                off_tri: self.ptr(&off_tri),
+                weights: self.ptr_mut(&mut weights).cast(),
+            };
             // SAFETY: tri holds n_tri triplets whose `mb` indexes off_tri (n_mb + 1 entries).
-            let r = unsafe { b.launch(self.launch_items(ntri64)) };
-            self.check_launch(k::KERNEL_UPDATE_WEIGHTS, r)?;
+            let r = unsafe {
+                self.launch(k::KERNEL_UPDATE_WEIGHTS, self.launch_items(ntri64), &params)
+            };
+            r?;
         }
         tm.stop()?;
 
@@ -768,22 +780,21 @@ impl GpuContext {
         let mut slots = self.filled_u32(words::<Seed>(n_valid * cap as usize), POISON)?;
         let mut s_cnt = self.zeros::<u32>(n_valid + 1)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_SELECT_SEEDS)?);
-            b.arg(&d_cfg)
-                .arg(&binned)
-                .arg(&nv)
-                .arg(&off_bot)
-                .arg(&off_tri)
-                .arg(&tri)
-                .arg(&weights)
-                .arg(&mut slots)
-                .arg(&mut s_cnt);
+            let params = k::SeedingSelectSeedsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                sps: self.ptr(&binned).cast(),
+                n: nv,
+                off_bot: self.ptr(&off_bot),
+                off_tri: self.ptr(&off_tri),
+                tri: self.ptr(&tri).cast(),
+                weights: self.ptr(&weights).cast(),
+                slots: self.ptr_mut(&mut slots).cast(),
+                counts: self.ptr_mut(&mut s_cnt),
+            };
             // SAFETY: off_bot n_valid + 1 offsets into off_tri (n_mb + 1); slots hold
             // n_valid * max_seeds_per_spm seeds (checked <= 16 per middle).
-            let r = unsafe { b.launch(self.launch_items(nv)) };
-            self.check_launch(k::KERNEL_SELECT_SEEDS, r)?;
+            let r = unsafe { self.launch(k::KERNEL_SELECT_SEEDS, self.launch_items(nv), &params) };
+            r?;
         }
         let mut s_off = self.zeros::<u32>(n_valid + 1)?;
         self.scan_device(&s_cnt, &mut s_off, n_valid + 1, ScanKind::Exclusive)?;
@@ -800,19 +811,19 @@ impl GpuContext {
         tm.start("select_seeds")?;
         let mut seeds = self.filled_u32(words::<Seed>(n_seeds), POISON)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_GATHER_SEEDS)?);
-            b.arg(&slots)
-                .arg(&s_cnt)
-                .arg(&s_off)
-                .arg(&nv)
-                .arg(&cap)
-                .arg(&mut seeds);
+            let params = k::SeedingGatherSeedsParams {
+                slots: self.ptr(&slots).cast(),
+                counts: self.ptr(&s_cnt),
+                off: self.ptr(&s_off),
+                n: nv,
+                cap,
+                out: self.ptr_mut(&mut seeds).cast(),
+                ..bytemuck::Zeroable::zeroed()
+            };
             // SAFETY: counts <= cap per middle; s_off is their exclusive scan; seeds hold
             // the total.
-            let r = unsafe { b.launch(self.launch_items(nv)) };
-            self.check_launch(k::KERNEL_GATHER_SEEDS, r)?;
+            let r = unsafe { self.launch(k::KERNEL_GATHER_SEEDS, self.launch_items(nv), &params) };
+            r?;
         }
         tm.stop()?;
 
@@ -821,17 +832,17 @@ impl GpuContext {
         let ns64 = n_seeds as u64;
         let mut params = self.filled_u32(words::<BoundParams>(n_seeds), POISON)?;
         {
-            let mut b = self
-                .stream()
-                .launch_builder(self.kernel(k::KERNEL_ESTIMATE_PARAMS)?);
-            b.arg(&d_cfg)
-                .arg(sps)
-                .arg(&seeds)
-                .arg(&ns64)
-                .arg(&mut params);
+            let params = k::SeedingEstimateParamsParams {
+                cfg: self.ptr(&d_cfg).cast(),
+                sps: self.ptr(sps).cast(),
+                seeds: self.ptr(&seeds).cast(),
+                n_seeds: ns64,
+                out: self.ptr_mut(&mut params).cast(),
+            };
             // SAFETY: seeds hold n_seeds seeds with input indices < n; params n_seeds.
-            let r = unsafe { b.launch(self.launch_items(ns64)) };
-            self.check_launch(k::KERNEL_ESTIMATE_PARAMS, r)?;
+            let r =
+                unsafe { self.launch(k::KERNEL_ESTIMATE_PARAMS, self.launch_items(ns64), &params) };
+            r?;
         }
         tm.stop()?;
         finish(tm, times)?;

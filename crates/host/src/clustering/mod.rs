@@ -22,9 +22,9 @@ pub mod gen;
 
 use std::io::{Read, Write};
 
-use cudarc::driver::PushKernelArg;
 use detkit_gpu::clustering::{self as k, INVALID_MODULE, MAX_MODULE_SIDE, NO_MODULE_START};
 use detkit_gpu::histogram::decode_first_index;
+use detkit_gpu::DevPtr;
 
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
@@ -624,24 +624,31 @@ impl<'g> Clusterer<'g> {
         let blocks = (d.n as u64)
             .div_ceil(k::COUNT_MODULES_THREADS as u64)
             .min(MAX_GRID);
-        let mut b = s.launch_builder(g.kernel(k::KERNEL_COUNT_MODULES)?);
-        b.arg(&d.module)
-            .arg(&d.x)
-            .arg(&d.y)
-            .arg(&n32)
-            .arg(&d.event_offsets)
-            .arg(&ne)
-            .arg(&nm)
-            .arg(&rows)
-            .arg(&cols)
-            .arg(&mut self.clus)
-            .arg(&mut self.module_start)
-            .arg(&mut self.slot_info)
-            .arg(&mut self.bad);
+        let params = k::ClusteringCountModulesParams {
+            module: g.ptr(&d.module),
+            x: g.ptr(&d.x),
+            y: g.ptr(&d.y),
+            n: n32,
+            event_offsets: g.ptr(&d.event_offsets),
+            nevents: ne,
+            nmodules: nm,
+            rows,
+            cols,
+            clus: g.ptr_mut(&mut self.clus),
+            module_start: g.ptr_mut(&mut self.module_start),
+            slot_info: g.ptr_mut(&mut self.slot_info),
+            bad: g.ptr_mut(&mut self.bad),
+            ..bytemuck::Zeroable::zeroed()
+        };
         // SAFETY: arrays sized for max_digis >= n (checked); module_start zeroed above;
         // event offsets validated by the caller (uploaded by DeviceDigis::upload).
-        let r = unsafe { b.launch(cfg(blocks, k::COUNT_MODULES_THREADS, 0)) };
-        g.check_launch(k::KERNEL_COUNT_MODULES, r)
+        unsafe {
+            g.launch(
+                k::KERNEL_COUNT_MODULES,
+                cfg(blocks, k::COUNT_MODULES_THREADS, 0),
+                &params,
+            )
+        }
     }
 
     /// Launches the clustering kernels: `find_clus_small` over every module (applying `cut`
@@ -668,7 +675,6 @@ impl<'g> Clusterer<'g> {
 
     fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, warp: bool) -> Result<()> {
         let g = self.gpu;
-        let s = g.stream();
         let geo = &self.geometry;
         let (nm, rows, cols, l1) = (geo.modules, geo.rows, geo.cols, geo.layer1_modules);
         let (cap, threads, grid, groups) = if warp {
@@ -682,38 +688,47 @@ impl<'g> Clusterer<'g> {
             (self.small_capacity, self.small_threads, self.small_grid, 1)
         };
         let warp_groups = warp as u32;
-        let null = 0u64;
-        let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SMALL)?);
-        b.arg(&d.module)
-            .arg(&d.x)
-            .arg(&d.y)
-            .arg(&d.adc)
-            .arg(&d.event_offsets)
-            .arg(&nm)
-            .arg(&rows)
-            .arg(&cols)
-            .arg(&self.module_start)
-            .arg(&self.slot_info)
-            .arg(&mut self.slot_end)
-            .arg(&mut self.clus)
-            .arg(&mut self.clus_in_module)
-            .arg(&mut self.module_first)
-            .arg(&cap)
-            .arg(&warp_groups)
-            .arg(&l1)
-            .arg(&cut.layer1)
-            .arg(&cut.other);
-        if warp {
-            b.arg(&null).arg(&mut self.larger_warp);
+        // Pass 1 (warp groups) reads no list and writes the larger modules' list; pass 2
+        // reads that list and writes the list for the shared-memory kernel.
+        let (slots, larger) = if warp {
+            (DevPtr::NULL, g.ptr_mut(&mut self.larger_warp))
         } else {
-            b.arg(&self.larger_warp).arg(&mut self.larger);
-        }
+            (g.ptr(&self.larger_warp), g.ptr_mut(&mut self.larger))
+        };
+        let params = k::ClusteringFindClusSmallParams {
+            module: g.ptr(&d.module),
+            x: g.ptr(&d.x),
+            y: g.ptr(&d.y),
+            adc: g.ptr(&d.adc),
+            event_offsets: g.ptr(&d.event_offsets),
+            nmodules: nm,
+            rows,
+            cols,
+            module_start: g.ptr(&self.module_start),
+            slot_info: g.ptr(&self.slot_info),
+            slot_end: g.ptr_mut(&mut self.slot_end),
+            clus: g.ptr_mut(&mut self.clus),
+            clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+            module_first: g.ptr_mut(&mut self.module_first),
+            capacity: cap,
+            warp_groups,
+            layer1_modules: l1,
+            threshold_layer1: cut.layer1,
+            threshold_other: cut.other,
+            slots,
+            larger,
+        };
         let smem = k::find_clus_small_smem_bytes(cap, groups);
         // SAFETY: launched after count_modules (pass 2 after pass 1, whose list and slot
         // ends it reads); shared memory for this capacity and group count (limit raised at
         // construction); the output lists zeroed by count_modules; threads checked.
-        let r = unsafe { b.launch(cfg(grid as u64, threads, smem)) };
-        g.check_launch(k::KERNEL_FIND_CLUS_SMALL, r)
+        unsafe {
+            g.launch(
+                k::KERNEL_FIND_CLUS_SMALL,
+                cfg(grid as u64, threads, smem),
+                &params,
+            )
+        }
     }
 
     /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
@@ -723,7 +738,6 @@ impl<'g> Clusterer<'g> {
             return Ok(());
         }
         let g = self.gpu;
-        let s = g.stream();
         let geo = &self.geometry;
         let (ne, nm, rows, cols, cap) = (
             d.nevents as u32,
@@ -734,32 +748,37 @@ impl<'g> Clusterer<'g> {
         );
         let status_ptr = self.status.as_ref();
         {
-            let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS)?);
-            b.arg(&d.module)
-                .arg(&d.x)
-                .arg(&d.y)
-                .arg(&d.event_offsets)
-                .arg(&ne)
-                .arg(&nm)
-                .arg(&rows)
-                .arg(&cols)
-                .arg(&self.module_start)
-                .arg(&mut self.slot_end)
-                .arg(&mut self.clus)
-                .arg(&mut self.clus_in_module)
-                .arg(&mut self.module_first)
-                .arg(&cap);
-            let null = 0u64;
-            match status_ptr {
-                Some(st) => b.arg(st),
-                None => b.arg(&null),
+            let params = k::ClusteringFindClusParams {
+                module: g.ptr(&d.module),
+                x: g.ptr(&d.x),
+                y: g.ptr(&d.y),
+                event_offsets: g.ptr(&d.event_offsets),
+                nevents: ne,
+                nmodules: nm,
+                rows,
+                cols,
+                module_start: g.ptr(&self.module_start),
+                slot_end: g.ptr_mut(&mut self.slot_end),
+                clus: g.ptr_mut(&mut self.clus),
+                clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+                module_first: g.ptr_mut(&mut self.module_first),
+                capacity: cap,
+                // The kernel's status slab (its block-wide counters), or none.
+                status_global: status_ptr.map_or(DevPtr::NULL, |st| g.ptr(st)),
+                slots: g.ptr(&self.larger),
+                fallback: g.ptr_mut(&mut self.fallback),
+                _pad0: 0,
             };
-            b.arg(&self.larger).arg(&mut self.fallback);
             // SAFETY: launched after count_modules; shared memory `find_clus_smem_bytes` for
             // this geometry and capacity (limit raised at construction); the status slab has
             // `find_grid` zeroed slabs (kernels leave them zeroed); threads checked.
-            let r = unsafe { b.launch(cfg(self.find_grid as u64, geo.threads, self.smem)) };
-            g.check_launch(k::KERNEL_FIND_CLUS, r)?;
+            unsafe {
+                g.launch(
+                    k::KERNEL_FIND_CLUS,
+                    cfg(self.find_grid as u64, geo.threads, self.smem),
+                    &params,
+                )
+            }?;
         }
         Ok(())
     }
@@ -775,35 +794,38 @@ impl<'g> Clusterer<'g> {
 
     fn launch_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
         let g = self.gpu;
-        let s = g.stream();
         let geo = &self.geometry;
         let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
-        let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_FALLBACK)?);
-        b.arg(&d.module)
-            .arg(&d.x)
-            .arg(&d.y)
-            .arg(&d.event_offsets)
-            .arg(&ne)
-            .arg(&nm)
-            .arg(&rows)
-            .arg(&cols)
-            .arg(&self.module_start)
-            .arg(&self.slot_end)
-            .arg(&mut self.clus)
-            .arg(&mut self.clus_in_module)
-            .arg(&mut self.module_first)
-            .arg(&self.fallback)
-            .arg(&mut self.grid);
+        let params = k::ClusteringFindClusFallbackParams {
+            module: g.ptr(&d.module),
+            x: g.ptr(&d.x),
+            y: g.ptr(&d.y),
+            event_offsets: g.ptr(&d.event_offsets),
+            nevents: ne,
+            nmodules: nm,
+            rows,
+            cols,
+            module_start: g.ptr(&self.module_start),
+            slot_end: g.ptr(&self.slot_end),
+            clus: g.ptr_mut(&mut self.clus),
+            clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+            module_first: g.ptr_mut(&mut self.module_first),
+            fallback: g.ptr(&self.fallback),
+            grid: g.ptr_mut(&mut self.grid),
+        };
         // SAFETY: launched after find_clus; fallback_grid grids of rows*cols cells, all
         // GRID_EMPTY (the kernel cleans up); shared memory for the block scan.
-        let r = unsafe {
-            b.launch(cfg(
-                self.fallback_grid as u64,
-                k::FALLBACK_THREADS,
-                k::scan_only_smem_bytes(),
-            ))
-        };
-        g.check_launch(k::KERNEL_FIND_CLUS_FALLBACK, r)
+        unsafe {
+            g.launch(
+                k::KERNEL_FIND_CLUS_FALLBACK,
+                cfg(
+                    self.fallback_grid as u64,
+                    k::FALLBACK_THREADS,
+                    k::scan_only_smem_bytes(),
+                ),
+                &params,
+            )
+        }
     }
 
     /// The benchmark's baseline in place of [`Clusterer::find_clus`]: the seed's `findClus`
@@ -817,7 +839,6 @@ impl<'g> Clusterer<'g> {
             return Ok(());
         }
         let g = self.gpu;
-        let s = g.stream();
         let geo = &self.geometry;
         let smem = k::find_clus_seed_smem_bytes(geo.rows, geo.cols);
         if k::status_words(geo.rows, geo.cols) > k::STATUS_SMEM_MAX_WORDS
@@ -833,25 +854,32 @@ impl<'g> Clusterer<'g> {
         let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
         let blocks = (d.nevents as u64 * nm as u64).min(d.n as u64).min(MAX_GRID);
         {
-            let mut b = s.launch_builder(g.kernel(k::KERNEL_FIND_CLUS_SEED)?);
-            b.arg(&d.module)
-                .arg(&d.x)
-                .arg(&d.y)
-                .arg(&d.event_offsets)
-                .arg(&ne)
-                .arg(&nm)
-                .arg(&rows)
-                .arg(&cols)
-                .arg(&self.module_start)
-                .arg(&mut self.slot_end)
-                .arg(&mut self.clus)
-                .arg(&mut self.clus_in_module)
-                .arg(&mut self.module_first)
-                .arg(&mut self.fallback);
+            let params = k::ClusteringFindClusSeedParams {
+                module: g.ptr(&d.module),
+                x: g.ptr(&d.x),
+                y: g.ptr(&d.y),
+                event_offsets: g.ptr(&d.event_offsets),
+                nevents: ne,
+                nmodules: nm,
+                rows,
+                cols,
+                module_start: g.ptr(&self.module_start),
+                slot_end: g.ptr_mut(&mut self.slot_end),
+                clus: g.ptr_mut(&mut self.clus),
+                clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+                module_first: g.ptr_mut(&mut self.module_first),
+                fallback: g.ptr_mut(&mut self.fallback),
+            };
             // SAFETY: launched after count_modules; shared memory `find_clus_seed_smem_bytes`
             // (limit raised above); threads checked with the geometry.
-            let r = unsafe { b.launch(cfg(blocks, geo.threads, smem)) };
-            g.check_launch(k::KERNEL_FIND_CLUS_SEED, r)?;
+            let r = unsafe {
+                g.launch(
+                    k::KERNEL_FIND_CLUS_SEED,
+                    cfg(blocks, geo.threads, smem),
+                    &params,
+                )
+            };
+            r?;
         }
         self.launch_fallback(d)
     }
@@ -877,30 +905,37 @@ impl<'g> Clusterer<'g> {
         let geo = &self.geometry;
         let (ne, nm, l1) = (d.nevents as u32, geo.modules, geo.layer1_modules);
         let grid = (d.n as u64).min(g.sm_count() as u64 * 8);
-        let mut b = g.stream().launch_builder(g.kernel(k::KERNEL_CHARGE_CUT)?);
-        b.arg(&d.module)
-            .arg(&d.adc)
-            .arg(&d.event_offsets)
-            .arg(&ne)
-            .arg(&nm)
-            .arg(&l1)
-            .arg(&cut.layer1)
-            .arg(&cut.other)
-            .arg(&self.module_start)
-            .arg(&self.slot_end)
-            .arg(&mut self.clus)
-            .arg(&mut self.clus_in_module)
-            .arg(&mut self.scratch);
-        let null = 0u64;
-        if larger {
-            b.arg(&self.larger);
-        } else {
-            b.arg(&null);
-        }
+        let params = k::ClusteringClusterChargeCutParams {
+            module: g.ptr(&d.module),
+            adc: g.ptr(&d.adc),
+            event_offsets: g.ptr(&d.event_offsets),
+            nevents: ne,
+            nmodules: nm,
+            layer1_modules: l1,
+            threshold_layer1: cut.layer1,
+            threshold_other: cut.other,
+            module_start: g.ptr(&self.module_start),
+            slot_end: g.ptr(&self.slot_end),
+            clus: g.ptr_mut(&mut self.clus),
+            clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+            scratch: g.ptr_mut(&mut self.scratch),
+            // The list of larger modules, or none (every module).
+            slots: if larger {
+                g.ptr(&self.larger)
+            } else {
+                DevPtr::NULL
+            },
+            _pad0: 0,
+        };
         // SAFETY: launched after find_clus; scratch holds n u64; the slot list is null or
         // written by find_clus_small; shared memory for the scan.
-        let r = unsafe { b.launch(cfg(grid, k::FALLBACK_THREADS, k::scan_only_smem_bytes())) };
-        g.check_launch(k::KERNEL_CHARGE_CUT, r)
+        unsafe {
+            g.launch(
+                k::KERNEL_CHARGE_CUT,
+                cfg(grid, k::FALLBACK_THREADS, k::scan_only_smem_bytes()),
+                &params,
+            )
+        }
     }
 
     /// The whole chain: count_modules, find_clus (small modules cut inline), the charge cut of
