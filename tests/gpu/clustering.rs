@@ -42,7 +42,7 @@ fn check(
     run.poison_outputs().map_err(e)?;
     run.run(&dd, cut).map_err(e)?;
     let got = run.results(&dd).map_err(e)?;
-    let want = cpu::clustering::cluster(d, offsets, g, cut);
+    let want = detkit::clustering::cpu::cluster(d, offsets, g, cut);
     compare(what, &got, &want)?;
     let (mut medium, mut fallback) = (0, 0);
     for (m, &first) in got.module_first.iter().enumerate() {
@@ -315,7 +315,7 @@ fn test_cut_paths(c: &Ctx) -> R {
         g.default_cut,
         ChargeCut::uniform(0),
     ] {
-        let want = cpu::clustering::cluster(&d, &offs, &g, Some(cut));
+        let want = detkit::clustering::cpu::cluster(&d, &offs, &g, Some(cut));
         for pre_cut in [None, Some(cut)] {
             run.poison_outputs().map_err(e)?;
             run.count_modules(&dd).map_err(e)?;

@@ -1,7 +1,7 @@
 //! GPU tests of the pet family against its CPU oracle: conversion, sort, merge of presorted
 //! runs, coincidences (every policy, delayed window, adversarial windows), the streamed chain.
 
-use detkit::cpu::pet::{self as oracle, CoincideConfig};
+use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{gen, Scanner, StreamConfig};
 use detkit::Error;
 use detkit_gpu::pet::{self as kp, Coincidence, DataFrameV2, Policy, Single};

@@ -29,8 +29,8 @@ fn default_cfg() -> SeedingConfig {
 /// Runs the GPU backend and the oracle on `sps` and compares everything.
 fn compare(c: &Ctx, label: &str, cfg: &SeedingConfig, sps: &[SpacePoint]) -> R {
     let got = c.backend.seed(sps, cfg).map_err(e)?;
-    let (seeds, stats) = cpu::seeding::seeds(cfg, sps);
-    let params = cpu::seeding::params(cfg, sps, &seeds);
+    let (seeds, stats) = detkit::seeding::cpu::seeds(cfg, sps);
+    let params = detkit::seeding::cpu::params(cfg, sps, &seeds);
     ensure(got.stats == stats, || {
         format!(
             "{label} n={}: stats {:?} want {:?}",
@@ -257,7 +257,7 @@ fn test_device_stages(c: &Ctx) -> R {
         .seed_device(&cfg, &d, ev.spacepoints.len(), Some(&mut times))
         .map_err(e)?;
     let (seeds, _) = g.download_seeds(&out).map_err(e)?;
-    let (want, _) = cpu::seeding::seeds(&cfg, &ev.spacepoints);
+    let (want, _) = detkit::seeding::cpu::seeds(&cfg, &ev.spacepoints);
     exact("device-resident seeds", &seeds, &want)?;
     ensure(times.stages.len() >= 7, || {
         format!("stage times: {times:?}")

@@ -201,7 +201,7 @@ pub fn demo(backend: &Backend) -> Result<Vec<Row>> {
     let g = Geometry::phase1();
     let d = gen::run3_event(2026);
     let (got, secs) = timed(|| backend.cluster(&d, &g, Some(g.default_cut)))?;
-    let want = detkit::cpu::clustering::cluster(&d, &[0, d.len() as u32], &g, Some(g.default_cut));
+    let want = detkit::clustering::cpu::cluster(&d, &[0, d.len() as u32], &g, Some(g.default_cut));
     Ok(vec![Row {
         name: "pixel clustering (run3 event)",
         items: d.len(),

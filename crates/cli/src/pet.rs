@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
-use detkit::cpu::pet::{self as oracle, CoincideConfig};
+use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{self, gen, Scanner, StreamConfig};
 use detkit::Backend;
 use detkit_gpu::pet::{Coincidence, Policy, Single};

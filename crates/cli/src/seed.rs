@@ -119,9 +119,10 @@ fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
     let cfg = settings.to_config()?;
     let backend = a.backend.open(ui)?;
     let start = Instant::now();
-    let text = std::fs::read_to_string(&input)
-        .with_context(|| format!("cannot read `{}`", input.display()))?;
-    let sps = gen::read_csv(&text).with_context(|| input.display().to_string())?;
+    let file = std::fs::File::open(&input)
+        .with_context(|| format!("cannot open `{}`", input.display()))?;
+    let sps =
+        detkit::seeding::read_csv(std::io::BufReader::new(file), &input.display().to_string())?;
     let spin = ui.spinner(&format!("seeding {} spacepoints", sps.len()));
     // Zero spacepoints (a header-only file) give zero seeds.
     let out = if sps.is_empty() {
@@ -218,8 +219,8 @@ pub fn demo(backend: &Backend) -> Result<Vec<Row>> {
     let cfg = SeedingSettings::default().to_config()?;
     let ev = gen::generate(2026, 200.0, true);
     let (out, secs) = timed(|| backend.seed(&ev.spacepoints, &cfg))?;
-    let (want, stats) = detkit::cpu::seeding::seeds(&cfg, &ev.spacepoints);
-    let want_params = detkit::cpu::seeding::params(&cfg, &ev.spacepoints, &want);
+    let (want, stats) = detkit::seeding::cpu::seeds(&cfg, &ev.spacepoints);
+    let want_params = detkit::seeding::cpu::params(&cfg, &ev.spacepoints, &want);
     let ok = out.seeds == want && out.params == want_params && out.stats == stats;
     Ok(vec![Row {
         name: "seeding (mu=200 event)",

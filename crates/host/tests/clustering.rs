@@ -111,7 +111,7 @@ proptest! {
     fn oracle_matches_brute_force(d in digis_strategy()) {
         let g = small();
         cl::validate(&d, &[0, d.len() as u32], &g).unwrap();
-        let got = cpu::clustering::find_clusters(&d, &[0, d.len() as u32], &g);
+        let got = detkit::clustering::cpu::find_clusters(&d, &[0, d.len() as u32], &g);
         let (clus, per_module) = brute_force(&d, &g);
         prop_assert_eq!(&got.clus, &clus);
         prop_assert_eq!(&got.clus_in_module, &per_module);
@@ -125,8 +125,8 @@ proptest! {
     fn charge_cut_keeps_heavy_clusters_in_order(d in digis_strategy(), thr in 0u32..8000) {
         let g = small();
         let offs = [0, d.len() as u32];
-        let before = cpu::clustering::find_clusters(&d, &offs, &g);
-        let after = cpu::clustering::cluster(&d, &offs, &g, Some(ChargeCut::uniform(thr)));
+        let before = detkit::clustering::cpu::find_clusters(&d, &offs, &g);
+        let after = detkit::clustering::cpu::cluster(&d, &offs, &g, Some(ChargeCut::uniform(thr)));
         for m in 0..4u16 {
             let n = before.clus_in_module[m as usize] as usize;
             let mut q = vec![0u64; n];
@@ -254,7 +254,7 @@ fn generated_events_are_valid_and_sized() {
     let d = gen::run3_event(11);
     cl::validate(&d, &[0, d.len() as u32], &g).unwrap();
     assert!((60_000..130_000).contains(&d.len()), "{} digis", d.len());
-    let c = cpu::clustering::cluster(&d, &[0, d.len() as u32], &g, Some(g.default_cut));
+    let c = detkit::clustering::cpu::cluster(&d, &[0, d.len() as u32], &g, Some(g.default_cut));
     assert!(
         (12_000..24_000).contains(&c.total()),
         "{} clusters",
@@ -278,7 +278,7 @@ fn adversarial_modules() {
     let g = Geometry::phase1();
     let run = |k| {
         let d = gen::adversarial(k, &g, 5, 1);
-        cpu::clustering::find_clusters(&d, &[0, d.len() as u32], &g)
+        detkit::clustering::cpu::find_clusters(&d, &[0, d.len() as u32], &g)
     };
     assert_eq!(run(Adversarial::Full).clus_in_module[5], 1);
     assert_eq!(run(Adversarial::Lattice).clus_in_module[5], 80 * 208);

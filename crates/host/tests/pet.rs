@@ -1,7 +1,7 @@
 //! PET chain: oracles against independent facts, the kernels' pure functions against the
 //! oracles (a CPU emulation of each kernel's algorithm), formats, and input validation.
 
-use detkit::cpu::pet::{self as oracle, CoincideConfig};
+use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{self, gen, Scanner, StreamConfig};
 use detkit::{Backend, Error};
 use detkit_gpu::pet::{

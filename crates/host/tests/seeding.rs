@@ -609,7 +609,7 @@ proptest! {
     #[test]
     fn oracle_equals_grid_free_brute_force(sps in small_event()) {
         let c = SeedingSettings { compat_seed_limit: 0, ..Default::default() }.to_config().unwrap();
-        let (seeds, stats) = cpu::seeding::seeds(&c, &sps);
+        let (seeds, stats) = detkit::seeding::cpu::seeds(&c, &sps);
         let mut got: Vec<(u32, u32, u32, u32)> =
             seeds.iter().map(|s| (s.bottom, s.middle, s.top, s.weight.to_bits())).collect();
         got.sort_unstable();
@@ -620,7 +620,7 @@ proptest! {
     #[test]
     fn oracle_invariants(sps in small_event()) {
         let c = cfg();
-        let (seeds, stats) = cpu::seeding::seeds(&c, &sps);
+        let (seeds, stats) = detkit::seeding::cpu::seeds(&c, &sps);
         prop_assert!(stats.seeds <= stats.triplets.min(c.max_seeds_per_spm as u64 * stats.valid));
         let mut per_middle = std::collections::HashMap::<u32, Vec<f32>>::new();
         for s in &seeds {
@@ -682,21 +682,26 @@ fn input_errors_name_the_element() {
 
 #[test]
 fn csv_reader() {
-    let sps = gen::read_csv("x,y,z,extra\n1,2,3,9\n\n4.5,-6,7e1,x\n").unwrap();
+    let read = |t: &str| detkit::seeding::read_csv(t.as_bytes(), "sp.csv");
+    let sps = read("x,y,z,extra\n1,2,3,9\n\n4.5,-6,7e1,x\n").unwrap();
     assert_eq!(sps, vec![sp(1.0, 2.0, 3.0), sp(4.5, -6.0, 70.0)]);
-    assert!(matches!(
-        gen::read_csv("y,x,z\n1,2,3\n"),
-        Err(Error::InvalidInput { .. })
-    ));
-    match gen::read_csv("x,y,z\n1,2,3\n1,b,3\n") {
-        Err(Error::InvalidInput { detail, .. }) => {
-            assert!(
-                detail.contains("line 3") && detail.contains("column y"),
-                "{detail}"
+    // Columns by name, in any order.
+    assert_eq!(read("y,x,z\n1,2,3\n").unwrap(), vec![sp(2.0, 1.0, 3.0)]);
+    match read("x,y,z\n1,2,3\n1,b,3\n") {
+        Err(Error::Format {
+            file, line, column, ..
+        }) => {
+            assert_eq!(
+                (file.as_str(), line, column.as_deref()),
+                ("sp.csv", 3, Some("y"))
             )
         }
         other => panic!("{other:?}"),
     }
+    assert!(matches!(
+        read("x,y\n1,2\n"),
+        Err(Error::Format { line: 1, .. })
+    ));
 }
 
 #[test]

@@ -118,7 +118,8 @@ fn main() -> Result<()> {
 
     let t = Instant::now();
     let one = &run3[0];
-    let _ = cpu::clustering::cluster(one, &[0, one.len() as u32], &geo, Some(geo.default_cut));
+    let _ =
+        detkit::clustering::cpu::cluster(one, &[0, one.len() as u32], &geo, Some(geo.default_cut));
     let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
     println!(
         "cpu oracle, one run3 event ({} digis): {cpu_ms:.1} ms",
@@ -160,7 +161,8 @@ fn main() -> Result<()> {
                 batch.extend(&pool[k % pool.len()]);
                 offsets.push(batch.len() as u32);
             }
-            let want = cpu::clustering::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
+            let want =
+                detkit::clustering::cpu::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
             let d = DeviceDigis::upload(g, &batch, &offsets)?;
             let mut c = Clusterer::new(g, &geo, batch.len(), b)?;
             c.run(&d, Some(geo.default_cut))?;
@@ -217,7 +219,7 @@ fn main() -> Result<()> {
         offsets.push(batch.len() as u32);
     }
     let d = DeviceDigis::upload(g, &batch, &offsets)?;
-    let want = cpu::clustering::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
+    let want = detkit::clustering::cpu::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
     println!("tuning (run3 x128), µs/event: small-module kernel, shared-memory kernel, fallback, larger-module cut, chain");
     let cut = geo.default_cut;
     for (cap, t) in [

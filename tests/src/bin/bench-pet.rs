@@ -12,7 +12,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use detkit::cpu::pet::{self as oracle, CoincideConfig};
+use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{gen, StreamConfig};
 use detkit::Backend;
 use detkit_gpu::pet::{self as kp, Single};

@@ -47,8 +47,8 @@ fn main() -> Result<()> {
         let sps = &ev.spacepoints;
         let n = sps.len();
         let t = Instant::now();
-        let (want, stats) = cpu::seeding::seeds(&cfg, sps);
-        let want_params = cpu::seeding::params(&cfg, sps, &want);
+        let (want, stats) = detkit::seeding::cpu::seeds(&cfg, sps);
+        let want_params = detkit::seeding::cpu::params(&cfg, sps, &want);
         let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
         let d_sps = g.upload(as_words(sps))?;
         let out = g.seed_device(&cfg, &d_sps, n, None)?;

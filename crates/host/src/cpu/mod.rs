@@ -2,8 +2,5 @@
 //! obviously right. The CPU backend runs them; GPU tests compare against them exactly.
 
 pub mod bucket;
-pub mod clustering;
 pub mod compact;
-pub mod pet;
 pub mod scan;
-pub mod seeding;

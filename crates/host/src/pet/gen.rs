@@ -66,7 +66,7 @@ pub fn params(
 }
 
 /// Position-map origin crystal of pixel `(x, y)`: the map is cut into a `cz x cy` grid.
-fn origin_of(p: &ScannerParams, x: u32, y: u32) -> u8 {
+pub(crate) fn origin_of(p: &ScannerParams, x: u32, y: u32) -> u8 {
     let ps = p.position_size;
     ((y * p.crystal_num_y / ps) * p.crystal_num_z + x * p.crystal_num_z / ps) as u8
 }
@@ -165,7 +165,13 @@ pub struct Acquisition {
     pub bdm_runs: Vec<u32>,
 }
 
-fn frame(p: &ScannerParams, rng: &mut Rng, bdm: u32, time: u64, raw: u32) -> DataFrameV2 {
+pub(crate) fn frame(
+    p: &ScannerParams,
+    rng: &mut Rng,
+    bdm: u32,
+    time: u64,
+    raw: u32,
+) -> DataFrameV2 {
     let du = rng.below(p.du_count());
     let (cy, cz, ps) = (p.crystal_num_y, p.crystal_num_z, p.position_size);
     let (oy, ox) = (rng.below(cy), rng.below(cz));

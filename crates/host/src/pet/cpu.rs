@@ -165,7 +165,11 @@ pub fn check_sorted(singles: &[Single]) -> Result<()> {
 
 /// The pairs of one window (members in time order), by the policy; candidate pairs all
 /// `i < j` (prompt) or `(0, j)` (delayed).
-fn policy_pairs(members: &[Single], delayed: bool, policy: Policy) -> Result<Vec<(usize, usize)>> {
+pub(crate) fn policy_pairs(
+    members: &[Single],
+    delayed: bool,
+    policy: Policy,
+) -> Result<Vec<(usize, usize)>> {
     let n = members.len();
     if n < 2 {
         return Ok(vec![]);

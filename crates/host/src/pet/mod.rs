@@ -1,0 +1,449 @@
+//! PET acquisition chain: raw `DataFrameV2` frames → singles → stable time sort →
+//! coincidence pairs, whole or streamed chunk by chunk. Kernels: `detkit_gpu::pet`;
+//! launchers: [`cuda`]; oracle (also the CPU backend): [`cpu`]; file formats and the scanner
+//! description's files: [`io`]; generated scanners and acquisitions: [`gen`]. Formats are
+//! described in `docs/pet.md`.
+//!
+//! ```
+//! use detkit::pet::{cpu::CoincideConfig, Single};
+//! // Two singles 3 ticks apart pair inside a 5-tick window; the third is alone.
+//! let s = |crystal, time| Single { crystal, energy: 511.0, time };
+//! let singles = [s(1, 100.0), s(2, 103.0), s(3, 200.0)];
+//! let pairs = detkit::Backend::cpu()
+//!     .pet_coincide(&singles, &CoincideConfig::prompt(5.0))
+//!     .unwrap();
+//! assert_eq!(pairs.len(), 1);
+//! assert_eq!((pairs[0].a.crystal, pairs[0].b.crystal), (1, 2));
+//! ```
+
+pub mod cpu;
+pub mod cuda;
+pub mod gen;
+pub mod io;
+
+use std::io::Read;
+use std::path::Path;
+
+pub use cuda::{CoincideScratch, DeviceScanner, SinglesBuffer};
+pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
+pub use io::*;
+
+use detkit_gpu::pet as k;
+
+use self::cpu::{self as oracle, CoincideConfig, ConvertStats};
+use self::cuda::{check_u32_len, download_view, pod_vec, singles_of, stats_from_words};
+use self::io::read_chunk;
+use crate::error::{invalid, Error, Result};
+use crate::Backend;
+// ---------------------------------------------------------------------------------------
+// Scanner description
+// ---------------------------------------------------------------------------------------
+
+/// A scanner: parameters, position table and energy-correction table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scanner {
+    /// The conversion parameters.
+    pub params: ScannerParams,
+    /// Default coincidence window for `detkit pet run` (frame counter units).
+    pub time_window: f64,
+    /// Position table: `u8` origin crystal per `(bdm, du, x + y * position_size)`.
+    pub position: Vec<u8>,
+    /// Energy-correction factors per `(bdm, du, local crystal, raw energy / 10)`.
+    pub energy: Vec<f32>,
+}
+
+/// The TOML scanner file (the seed's `CoinPetPara`).
+#[derive(Clone, Debug, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScannerToml {
+    /// `m_nChannelNum`.
+    pub channels: u32,
+    /// Modules per channel around the ring (default 1).
+    pub module_num_y: Option<u32>,
+    /// Modules along the axis (default 1).
+    pub module_num_z: Option<u32>,
+    /// Blocks (DUs) per module around the ring.
+    pub block_num_y: u32,
+    /// Blocks (DUs) per module along the axis.
+    pub block_num_z: u32,
+    /// Crystals per block around the ring.
+    pub crystal_num_y: u32,
+    /// Crystals per block along the axis.
+    pub crystal_num_z: u32,
+    /// DUs per BDM; if given, must equal `block_num_y * block_num_z`.
+    pub du_num: Option<u32>,
+    /// The seed's square crystal count; if given, must equal both crystal counts.
+    pub crystal_size: Option<u32>,
+    /// Position-map side.
+    pub position_size: u32,
+    /// Energy window `[lo, hi]`, inclusive, corrected energy units.
+    pub energy_window: [f32; 2],
+    /// Coincidence window, frame counter units.
+    pub time_window: f64,
+    /// Position table file (relative to the TOML file).
+    pub position_table: String,
+    /// Energy-correction table file (relative to the TOML file).
+    pub energy_table: String,
+    /// Ignored (the seed leaves the X counts unused).
+    pub module_num_x: Option<u32>,
+    /// Ignored.
+    pub block_num_x: Option<u32>,
+    /// Ignored.
+    pub crystal_num_x: Option<u32>,
+}
+
+pub(crate) fn io_err(what: &'static str, path: &Path, e: impl std::fmt::Display) -> Error {
+    invalid(what, format!("{}: {e}", path.display()))
+}
+
+/// Checks scanner parameters: every count at least 1, indices representable (BDM byte,
+/// 4-bit DU, 8-bit position), crystal numbers within `u32`, a finite energy window.
+pub fn validate_params(p: &ScannerParams) -> Result<()> {
+    let counts = [
+        ("channels", p.channels),
+        ("module_num_y", p.module_num_y),
+        ("module_num_z", p.module_num_z),
+        ("block_num_y", p.block_num_y),
+        ("block_num_z", p.block_num_z),
+        ("crystal_num_y", p.crystal_num_y),
+        ("crystal_num_z", p.crystal_num_z),
+        ("position_size", p.position_size),
+    ];
+    for (name, v) in counts {
+        if v == 0 {
+            return Err(invalid("scanner parameters", format!("{name} is 0")));
+        }
+    }
+    let bdms = p.channels as u64 * p.module_num_y as u64 * p.module_num_z as u64;
+    if bdms > 256 {
+        return Err(invalid(
+            "scanner parameters",
+            format!("{bdms} BDMs; a frame's BDM byte addresses at most 256"),
+        ));
+    }
+    let dus = p.block_num_y as u64 * p.block_num_z as u64;
+    if dus > 16 {
+        return Err(invalid(
+            "scanner parameters",
+            format!("{dus} DUs per BDM; a frame's 4-bit DU field addresses at most 16"),
+        ));
+    }
+    if p.position_size > 256 {
+        return Err(invalid(
+            "scanner parameters",
+            format!(
+                "position_size {} > 256 (x and y are bytes)",
+                p.position_size
+            ),
+        ));
+    }
+    let cpd = p.crystal_num_y as u64 * p.crystal_num_z as u64;
+    if cpd > 256 {
+        return Err(invalid(
+            "scanner parameters",
+            format!("{cpd} crystals per DU; the position table holds bytes (at most 256)"),
+        ));
+    }
+    let total = bdms * dus * cpd;
+    if total > u32::MAX as u64 {
+        return Err(invalid("scanner parameters", format!("{total} crystals")));
+    }
+    let [lo, hi] = [p.energy_lo, p.energy_hi];
+    if !(lo.is_finite() && hi.is_finite() && lo <= hi) {
+        return Err(invalid(
+            "scanner parameters",
+            format!("energy window [{lo}, {hi}] must be finite with lo <= hi"),
+        ));
+    }
+    Ok(())
+}
+
+// Backend API
+// ---------------------------------------------------------------------------------------
+
+impl Backend {
+    /// Converts raw frames into accepted singles (input order) with statistics.
+    pub fn pet_convert(
+        &self,
+        frames: &[DataFrameV2],
+        scanner: &Scanner,
+    ) -> Result<(Vec<Single>, ConvertStats)> {
+        check_u32_len("frames", frames.len())?;
+        match self.gpu() {
+            None => Ok(oracle::convert(
+                frames,
+                &scanner.params,
+                &scanner.position,
+                &scanner.energy,
+            )),
+            Some(g) => {
+                let n = frames.len();
+                let ds = g.pet_scanner(scanner)?;
+                let bytes: &[u8] = bytemuck::cast_slice(frames);
+                let d_frames = if n == 0 {
+                    g.zeros::<u8>(16)?
+                } else {
+                    g.upload(bytes)?
+                };
+                let mut out = g.zeros::<u64>(2 * n.max(1))?;
+                let mut stats = g.zeros::<u32>(k::STAT_WORDS)?;
+                g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut stats)?;
+                let st = g.download(&stats)?;
+                let accepted = st[k::STAT_ACCEPTED] as usize;
+                let words = download_view(g, &out.slice(0..2 * accepted))?;
+                Ok((singles_of(&words), stats_from_words(&st, n)))
+            }
+        }
+    }
+
+    /// Stable sort by time (ties keep input order). Non-finite times are a typed error.
+    pub fn pet_sort(&self, singles: &[Single]) -> Result<Vec<Single>> {
+        crate::pet::cpu::check_times(singles, "singles to sort")?;
+        check_u32_len("singles to sort", singles.len())?;
+        match self.gpu() {
+            None => oracle::sort(singles),
+            Some(g) => {
+                let n = singles.len();
+                let mut a = g.upload_singles(singles)?;
+                let mut b = g.zeros::<u64>(a.len())?;
+                let in_b = g.pet_sort_device(&mut a, &mut b, 0, n)?;
+                let words = download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
+                Ok(singles_of(&words))
+            }
+        }
+    }
+
+    /// Merge of presorted runs: `singles[starts[r]..starts[r + 1]]` each sorted by time. The
+    /// result equals the stable sort. Unsorted runs, bad boundaries, non-finite times: typed
+    /// errors.
+    pub fn pet_sort_runs(&self, singles: &[Single], starts: &[u32]) -> Result<Vec<Single>> {
+        check_u32_len("singles to merge", singles.len())?;
+        check_run_starts(starts, singles.len())?;
+        check_runs_sorted(singles, starts)?;
+        match self.gpu() {
+            None => oracle::sort(singles),
+            Some(g) => {
+                let n = singles.len();
+                let mut a = g.upload_singles(singles)?;
+                let mut b = g.zeros::<u64>(a.len())?;
+                let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, starts)?;
+                let words = download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
+                Ok(singles_of(&words))
+            }
+        }
+    }
+
+    /// Coincidences of singles sorted by time (the window rule of issue 4, see
+    /// [`crate::pet::cpu::coincide`]). Unsorted input is a typed error naming the first single out of
+    /// order.
+    pub fn pet_coincide(&self, singles: &[Single], c: &CoincideConfig) -> Result<Vec<Coincidence>> {
+        c.validate()?;
+        crate::pet::cpu::check_sorted(singles)?;
+        match self.gpu() {
+            None => oracle::coincide(singles, c),
+            Some(g) => {
+                let s = g.upload_singles(singles)?;
+                Ok(
+                    g.pet_coincide_device(&s, 0, singles.len(), c, f64::INFINITY)?
+                        .0,
+                )
+            }
+        }
+    }
+}
+
+// Streamed chain
+// ---------------------------------------------------------------------------------------
+
+/// Settings of the streamed chain.
+#[derive(Clone, Copy, Debug)]
+pub struct StreamConfig {
+    /// Frames per chunk.
+    pub chunk_frames: usize,
+    /// Capacity of the pending buffer (singles kept between chunks, waiting for the slowest
+    /// BDM); exceeding it is `CapacityExceeded`.
+    pub pending_capacity: usize,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            chunk_frames: 1 << 22,
+            pending_capacity: 1 << 22,
+        }
+    }
+}
+
+/// Totals of a streamed run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// Conversion statistics over the whole stream.
+    pub convert: ConvertStats,
+    /// Chunks processed.
+    pub chunks: u64,
+    /// Pairs emitted.
+    pub pairs: u64,
+    /// Largest number of singles carried from one chunk to the next.
+    pub max_pending: u64,
+}
+
+/// The watermark tracker: every BDM stream is time-ordered, so once every BDM has reported,
+/// no later single comes before the smallest of their latest times.
+pub(crate) struct Watermark {
+    last: Vec<Option<u64>>,
+}
+
+impl Watermark {
+    fn new(bdms: u32) -> Self {
+        Self {
+            last: vec![None; bdms as usize],
+        }
+    }
+    /// Reads a chunk's frames (raw bytes; the first is frame `offset` of the stream); checks
+    /// each BDM's times never decrease.
+    fn update(&mut self, bytes: &[u8], offset: u64) -> Result<()> {
+        for (i, rec) in bytes.as_chunks::<16>().0.iter().enumerate() {
+            let b = rec[1] as usize;
+            if b >= self.last.len() {
+                continue; // a bad address: counted by the conversion
+            }
+            let t = u64::from_be_bytes([
+                rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], rec[8], rec[9],
+            ]);
+            if let Some(prev) = self.last[b] {
+                if t < prev {
+                    return Err(invalid(
+                        "frame stream",
+                        format!(
+                            "frame {} of BDM {b} has time {t}, before the BDM's previous frame \
+                             (time {prev}); each BDM's stream must be in time order",
+                            offset + i as u64
+                        ),
+                    ));
+                }
+            }
+            self.last[b] = Some(t);
+        }
+        Ok(())
+    }
+    fn value(&self) -> f64 {
+        self.last
+            .iter()
+            .map(|t| t.map_or(f64::NEG_INFINITY, |t| t as f64))
+            .fold(f64::INFINITY, f64::min)
+    }
+}
+
+impl Backend {
+    /// The whole chain over a frame stream, chunk by chunk, with bounded memory: convert,
+    /// sort, merge with the singles pending from earlier chunks, pair every window that no
+    /// later frame can reach (the watermark: the smallest latest time over all BDMs), carry
+    /// the rest. `sink` receives the pairs in time order; the result equals
+    /// convert → sort → coincide over the whole stream. On CUDA, the next chunk's
+    /// host-to-device copy (pinned memory, a second stream) overlaps the current chunk's
+    /// kernels.
+    pub fn pet_run_stream(
+        &self,
+        input: &mut impl Read,
+        scanner: &Scanner,
+        c: &CoincideConfig,
+        sc: &StreamConfig,
+        mut sink: impl FnMut(&[Coincidence]) -> Result<()>,
+        mut progress: impl FnMut(&StreamStats),
+    ) -> Result<StreamStats> {
+        c.validate()?;
+        if sc.chunk_frames == 0 {
+            return Err(invalid("chunk size", "0 frames"));
+        }
+        check_u32_len("chunk", sc.chunk_frames + sc.pending_capacity)?;
+        let mut stats = StreamStats::default();
+        let mut wm = Watermark::new(scanner.params.bdm_count());
+        match self.gpu() {
+            None => {
+                let mut pending: Vec<Single> = Vec::new();
+                let mut buf = vec![0u8; 16 * sc.chunk_frames];
+                let mut offset = 0u64;
+                loop {
+                    let nf = read_chunk(input, &mut buf)?;
+                    wm.update(&buf[..16 * nf], offset)?;
+                    let frames = frames_from_bytes(&buf[..16 * nf])?;
+                    let last = nf < sc.chunk_frames;
+                    let (singles, st) = oracle::convert(
+                        &frames,
+                        &scanner.params,
+                        &scanner.position,
+                        &scanner.energy,
+                    );
+                    stats.convert.add(&st, offset);
+                    offset += nf as u64;
+                    let sorted = oracle::sort(&singles)?;
+                    let merged = oracle::merge(&pending, &sorted);
+                    let w = if last { f64::INFINITY } else { wm.value() };
+                    let (pairs, resume) = oracle::coincide_until(&merged, c, w)?;
+                    pending = merged[resume..].to_vec();
+                    if pending.len() > sc.pending_capacity {
+                        return Err(pending_overflow(pending.len(), sc.pending_capacity));
+                    }
+                    stats.max_pending = stats.max_pending.max(pending.len() as u64);
+                    stats.pairs += pairs.len() as u64;
+                    stats.chunks += 1;
+                    sink(&pairs)?;
+                    progress(&stats);
+                    if last {
+                        return Ok(stats);
+                    }
+                }
+            }
+            Some(g) => g.pet_run_stream_gpu(
+                input,
+                scanner,
+                c,
+                sc,
+                &mut wm,
+                &mut stats,
+                &mut sink,
+                &mut progress,
+            ),
+        }
+    }
+}
+
+pub(crate) fn pending_overflow(needed: usize, capacity: usize) -> Error {
+    Error::CapacityExceeded {
+        what: "pending singles between chunks (a BDM that stops reporting holds the watermark)",
+        needed: needed as u64,
+        capacity: capacity as u64,
+    }
+}
+
+/// Checks run boundaries: start at 0, non-decreasing, end at `n`.
+pub fn check_run_starts(starts: &[u32], n: usize) -> Result<()> {
+    if starts.first() != Some(&0) || starts.last().map(|&x| x as usize) != Some(n) {
+        return Err(invalid(
+            "run boundaries",
+            format!("must start with 0 and end with {n}"),
+        ));
+    }
+    if let Some(i) = (1..starts.len()).find(|&i| starts[i] < starts[i - 1]) {
+        return Err(invalid(
+            "run boundaries",
+            format!("boundary {i} ({}) is below boundary {}", starts[i], i - 1),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that each run is sorted by time (and every time finite).
+pub fn check_runs_sorted(singles: &[Single], starts: &[u32]) -> Result<()> {
+    crate::pet::cpu::check_times(singles, "singles to merge")?;
+    for r in 0..starts.len() - 1 {
+        let (a, b) = (starts[r] as usize, starts[r + 1] as usize);
+        if let Some(i) = (a + 1..b).find(|&i| singles[i].time < singles[i - 1].time) {
+            return Err(invalid(
+                "singles to merge",
+                format!("run {r} is not sorted by time at single {i}"),
+            ));
+        }
+    }
+    Ok(())
+}
