@@ -7,7 +7,7 @@ use detkit::clustering::gen::{self, Adversarial, EventConfig};
 use detkit::clustering::{
     self as cl, ChargeCut, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
 };
-use detkit::{cpu, Error};
+use detkit::Error;
 use detkit_gpu::clustering::INVALID_MODULE;
 use detkit_tests::{ensure, exact};
 

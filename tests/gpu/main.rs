@@ -16,7 +16,7 @@ mod seeding;
 use detkit::bucket::POISON;
 use detkit::compact::Selection;
 use detkit::histogram::HistogramStrategy;
-use detkit::{cpu, data, Backend, BucketOrder, Error, GpuContext, ScanKind};
+use detkit::{Backend, BucketOrder, Error, GpuContext, ScanKind};
 use detkit_gpu::{bucket as kb, compact as kc, histogram as kh, scan as ks};
 use detkit_tests::{ensure, exact, sizes};
 
@@ -53,11 +53,11 @@ impl Ctx {
         self.backend.gpu().expect("cuda backend")
     }
     pub fn rand(&self, salt: u64, n: usize, bound: u32) -> Vec<u32> {
-        data::random_below(self.seed.wrapping_mul(31).wrapping_add(salt), n, bound)
+        detkit::rng::random_below(self.seed.wrapping_mul(31).wrapping_add(salt), n, bound)
     }
     pub fn rand_u32(&self, salt: u64, n: usize) -> Vec<u32> {
         (0..n as u64)
-            .map(|i| data::splitmix64(self.seed ^ (salt << 40) ^ i) as u32)
+            .map(|i| detkit::rng::splitmix64(self.seed ^ (salt << 40) ^ i) as u32)
             .collect()
     }
 }
@@ -93,7 +93,7 @@ fn test_scan_u32(c: &Ctx) -> R {
                 let mut d_out = g.poisoned(n + 1, POISON).map_err(e)?;
                 g.scan_device(&d_in, &mut d_out, n, kind).map_err(e)?;
                 let got = g.download(&d_out).map_err(e)?;
-                let mut want = cpu::scan::scan(&input, kind);
+                let mut want = detkit::scan::cpu::scan(&input, kind);
                 want.push(POISON);
                 exact(&format!("scan_u32 {kind:?} {label} n={n}"), &got, &want)?;
             }
@@ -129,7 +129,7 @@ fn test_scan_u64(c: &Ctx) -> R {
                 let mut d_out = g.poisoned(m + 1, u64::MAX - 7).map_err(e)?;
                 g.scan_device(&d_in, &mut d_out, m, kind).map_err(e)?;
                 let got = g.download(&d_out).map_err(e)?;
-                let mut want = cpu::scan::scan(&input, kind);
+                let mut want = detkit::scan::cpu::scan(&input, kind);
                 want.push(u64::MAX - 7);
                 exact(&format!("scan_u64 {kind:?} {label} n={m}"), &got, &want)?;
             }
@@ -155,7 +155,7 @@ fn test_block_scan(c: &Ctx) -> R {
                 let mut d_tot = g.poisoned(blocks.max(1), POISON).map_err(e)?;
                 g.block_scan_u32(&d_in, &mut d_out, &mut d_tot, n, block, kind)
                     .map_err(e)?;
-                let (want, want_tot) = cpu::scan::block_scan(&input, b, kind);
+                let (want, want_tot) = detkit::scan::cpu::block_scan(&input, b, kind);
                 let got = g.download(&d_out).map_err(e)?;
                 let tot = g.download(&d_tot).map_err(e)?;
                 exact(
@@ -213,7 +213,7 @@ fn test_select(c: &Ctx) -> R {
             g.select_u32(&d_in, n, Selection::Range { lo, hi }, &mut d_out, &mut d_n)
                 .map_err(e)?;
             let count = g.download(&d_n).map_err(e)?[0] as usize;
-            let want = cpu::compact::select(&input, |_, x| kc::in_range(x, lo, hi));
+            let want = detkit::compact::cpu::select(&input, |_, x| kc::in_range(x, lo, hi));
             ensure(count == want.len(), || {
                 format!("select {label} n={n}: count {count} want {}", want.len())
             })?;
@@ -235,7 +235,7 @@ fn test_select(c: &Ctx) -> R {
             ("alternating", (0..n).map(|i| (i % 2) as u8 * 255).collect()),
         ] {
             let got = c.backend.select_flagged_u32(&input, &flags).map_err(e)?;
-            let want = cpu::compact::select(&input, |i, _| flags[i] != 0);
+            let want = detkit::compact::cpu::select(&input, |i, _| flags[i] != 0);
             exact(&format!("select {label} n={n}"), &got, &want)?;
         }
     }
@@ -379,7 +379,7 @@ fn test_bucket(c: &Ctx) -> R {
                 if n == 1 << 26 && *label != "uniform" {
                     continue;
                 }
-                let want = cpu::bucket::bucket(keys, nbins);
+                let want = detkit::bucket::cpu::bucket(keys, nbins);
                 let what = format!("bucket {label} nbins={nbins} n={n}");
                 let stable = c
                     .backend
@@ -434,7 +434,7 @@ fn test_block_bucket(c: &Ctx) -> R {
         // Make some adversarial segments: empty, single, huge.
         let n = *segments.last().unwrap() as usize;
         let keys = c.rand(12, n, nbins);
-        let want = cpu::bucket::block_bucket(&keys, &segments, nbins);
+        let want = detkit::bucket::cpu::block_bucket(&keys, &segments, nbins);
         for capacity in [None, Some(16), Some(0)] {
             let forced = capacity.is_some();
             let got = c

@@ -4,7 +4,6 @@
 //! Seeds, parameters and stage counts must be identical (floats bit for bit). Every buffer
 //! the kernels fill is poisoned before the launch (`detkit::seeding::POISON`).
 
-use detkit::cpu;
 use detkit::seeding::{gen, SeedingConfig, SeedingSettings, SpacePoint, StageTimes};
 use detkit::Error;
 use detkit_tests::{ensure, exact};

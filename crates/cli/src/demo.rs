@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use detkit::{cpu, data, Backend, BucketOrder, ScanKind};
+use detkit::{Backend, BucketOrder, ScanKind};
 
 use crate::ui::{rate, Ui};
 use crate::BackendChoice;
@@ -58,9 +58,9 @@ fn primitives(
         tick(&r);
         rows.push(r);
     };
-    let v = data::scan_values(n);
+    let v = detkit::scan::gen::scan_values(n);
     let (got, secs) = timed(|| backend.scan_u32(&v, ScanKind::Exclusive))?;
-    let ok = got == cpu::scan::scan(&v, ScanKind::Exclusive);
+    let ok = got == detkit::scan::cpu::scan(&v, ScanKind::Exclusive);
     push(
         rows,
         Row {
@@ -74,7 +74,7 @@ fn primitives(
 
     let v64: Vec<u64> = v.iter().map(|&x| (x as u64) << 30).collect();
     let (got, secs) = timed(|| backend.scan_u64(&v64, ScanKind::Inclusive))?;
-    let ok = got == cpu::scan::scan(&v64, ScanKind::Inclusive);
+    let ok = got == detkit::scan::cpu::scan(&v64, ScanKind::Inclusive);
     push(
         rows,
         Row {
@@ -87,7 +87,7 @@ fn primitives(
     );
 
     let (got, secs) = timed(|| backend.block_scan_u32(&v, 256, ScanKind::Exclusive))?;
-    let ok = got == cpu::scan::block_scan(&v, 256, ScanKind::Exclusive);
+    let ok = got == detkit::scan::cpu::block_scan(&v, 256, ScanKind::Exclusive);
     push(
         rows,
         Row {
@@ -99,9 +99,9 @@ fn primitives(
         },
     );
 
-    let s = data::select_values(n);
+    let s = detkit::compact::gen::select_values(n);
     let (got, secs) = timed(|| backend.select_in_range_u32(&s, 0, 1 << 31))?;
-    let ok = got == cpu::compact::select(&s, |_, x| x < 1 << 31);
+    let ok = got == detkit::compact::cpu::select(&s, |_, x| x < 1 << 31);
     push(
         rows,
         Row {
@@ -127,9 +127,9 @@ fn primitives(
         },
     );
 
-    let keys = data::random_below(5, n, 4096);
+    let keys = detkit::rng::random_below(5, n, 4096);
     let (got, secs) = timed(|| backend.bucket(&keys, 4096, BucketOrder::Stable))?;
-    let ok = got == cpu::bucket::bucket(&keys, 4096);
+    let ok = got == detkit::bucket::cpu::bucket(&keys, 4096);
     push(
         rows,
         Row {
@@ -147,10 +147,10 @@ fn primitives(
         let last = *segments.last().expect("non-empty") as usize;
         segments.push((last + 1 + (segments.len() * 7919) % 3000).min(n) as u32);
     }
-    let cols = data::random_below(6, n, 416);
+    let cols = detkit::rng::random_below(6, n, 416);
     let (got, secs) =
         timed(|| backend.block_bucket(&cols, &segments, 416, BucketOrder::Stable, None))?;
-    let want = cpu::bucket::block_bucket(&cols, &segments, 416);
+    let want = detkit::bucket::cpu::block_bucket(&cols, &segments, 416);
     let ok = got.offsets == want.offsets && got.content == want.content;
     push(
         rows,

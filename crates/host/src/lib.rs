@@ -24,17 +24,20 @@
 //! Device-resident work (buffers that stay on the GPU between kernels) goes through
 //! [`GpuContext`], available as [`Backend::gpu`].
 //!
-//! Every family lives in one module here (`scan`, `compact`, `histogram`, `bucket`), mirrored
-//! by the module of the same name in `detkit-gpu` and its oracle in [`cpu`].
+//! Every algorithm family is one folder with the same five names: `<family>/mod.rs` (public
+//! types, validation, the [`Backend`] methods), `cuda.rs` (launchers on [`GpuContext`]),
+//! `cpu.rs` (the oracle, also the CPU backend), `io.rs` (file formats), `gen.rs`
+//! (generators); a family has the ones that apply. The families: [`scan`], [`compact`],
+//! [`histogram`], [`bucket`], [`clustering`], [`pet`], [`seeding`]. Each is mirrored by the
+//! module of the same name in `detkit-gpu`. [`cuda`] (the context and the launch helper),
+//! [`rng`], [`csvio`] and [`error`] are shared and depend on no family.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod bucket;
 pub mod clustering;
 pub mod compact;
-pub mod cpu;
 pub mod csvio;
 pub mod cuda;
-pub mod data;
 pub mod error;
 pub mod histogram;
 pub mod pet;
@@ -45,9 +48,9 @@ pub mod seeding;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};
 pub use cuda::{driver_present, DeviceBuffer, GpuContext};
-pub use detkit_gpu::scan::ScanKind;
 pub use error::{Error, Result};
 pub use histogram::Histogram;
+pub use scan::ScanKind;
 
 /// Which implementation runs the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use detkit::clustering::gen::{self, Adversarial};
 use detkit::clustering::{self as cl, ChargeCut, Digis, Geometry};
-use detkit::{cpu, Backend, Error};
+use detkit::{Backend, Error};
 use detkit_gpu::clustering::{INVALID_MODULE, NO_MODULE_START};
 use proptest::prelude::*;
 

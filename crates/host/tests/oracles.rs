@@ -1,7 +1,6 @@
 //! Property tests of the CPU oracles against independent facts: brute force, invariants.
 //! (The GPU kernels are tested against these oracles by the `gpu` test of `detkit-tests`.)
 
-use detkit::cpu;
 use detkit::ScanKind;
 use detkit_gpu::{bucket as kb, histogram as kh};
 use proptest::prelude::*;
@@ -9,8 +8,8 @@ use proptest::prelude::*;
 proptest! {
     #[test]
     fn scan_matches_brute_force(v in prop::collection::vec(any::<u32>(), 0..300)) {
-        let ex = cpu::scan::scan(&v, ScanKind::Exclusive);
-        let inc = cpu::scan::scan(&v, ScanKind::Inclusive);
+        let ex = detkit::scan::cpu::scan(&v, ScanKind::Exclusive);
+        let inc = detkit::scan::cpu::scan(&v, ScanKind::Inclusive);
         for i in 0..v.len() {
             let brute = v[..i].iter().fold(0u32, |a, &b| a.wrapping_add(b));
             prop_assert_eq!(ex[i], brute);
@@ -20,7 +19,7 @@ proptest! {
 
     #[test]
     fn scan_u64_matches_brute_force(v in prop::collection::vec(any::<u64>(), 0..200)) {
-        let ex = cpu::scan::scan(&v, ScanKind::Exclusive);
+        let ex = detkit::scan::cpu::scan(&v, ScanKind::Exclusive);
         for i in 0..v.len() {
             prop_assert_eq!(ex[i], v[..i].iter().fold(0u64, |a, &b| a.wrapping_add(b)));
         }
@@ -28,7 +27,7 @@ proptest! {
 
     #[test]
     fn block_scan_is_scan_per_block(v in prop::collection::vec(0u32..1000, 0..500), block in 1usize..70) {
-        let (out, totals) = cpu::scan::block_scan(&v, block, ScanKind::Exclusive);
+        let (out, totals) = detkit::scan::cpu::block_scan(&v, block, ScanKind::Exclusive);
         prop_assert_eq!(totals.len(), v.len().div_ceil(block));
         for (b, chunk) in v.chunks(block).enumerate() {
             let mut acc = 0u32;
@@ -43,7 +42,7 @@ proptest! {
     #[test]
     fn select_keeps_order_and_exactly_the_matches(v in prop::collection::vec(any::<u32>(), 0..400), lo in any::<u32>(), width in any::<u32>()) {
         let hi = lo.saturating_add(width);
-        let out = cpu::compact::select(&v, |_, x| detkit_gpu::compact::in_range(x, lo, hi));
+        let out = detkit::compact::cpu::select(&v, |_, x| detkit_gpu::compact::in_range(x, lo, hi));
         prop_assert_eq!(out.len(), v.iter().filter(|&&x| lo <= x && x < hi).count());
         // `out` is a subsequence of `v`: walk both.
         let mut it = v.iter();
@@ -66,7 +65,7 @@ proptest! {
     #[test]
     fn bucket_groups_stably(keys in prop::collection::vec(0u32..50, 0..500)) {
         let nbins = 50;
-        let b = cpu::bucket::bucket(&keys, nbins);
+        let b = detkit::bucket::cpu::bucket(&keys, nbins);
         prop_assert_eq!(b.offsets[0], 0);
         prop_assert_eq!(b.offsets[nbins as usize] as usize, keys.len());
         let mut seen = vec![false; keys.len()];
@@ -88,10 +87,10 @@ proptest! {
         segments.push(0);
         segments.push(keys.len() as u32);
         segments.sort_unstable();
-        let r = cpu::bucket::block_bucket(&keys, &segments, 9);
+        let r = detkit::bucket::cpu::block_bucket(&keys, &segments, 9);
         for s in 0..segments.len() - 1 {
             let (a, z) = (segments[s] as usize, segments[s + 1] as usize);
-            let local = cpu::bucket::bucket(&keys[a..z], 9);
+            let local = detkit::bucket::cpu::bucket(&keys[a..z], 9);
             for b in 0..9 {
                 let want: Vec<u32> = local.bin(b).iter().map(|&i| i + a as u32).collect();
                 prop_assert_eq!(r.bin(&segments, s, b), &want[..]);
@@ -129,14 +128,14 @@ fn histogram_copies_fit_shared_memory() {
 #[test]
 fn worked_examples_of_the_module_docs() {
     assert_eq!(
-        cpu::scan::scan(&[3u32, 1, 4, 1, 5], ScanKind::Exclusive),
+        detkit::scan::cpu::scan(&[3u32, 1, 4, 1, 5], ScanKind::Exclusive),
         [0, 3, 4, 8, 9]
     );
     assert_eq!(
-        cpu::scan::scan(&[3u32, 1, 4, 1, 5], ScanKind::Inclusive),
+        detkit::scan::cpu::scan(&[3u32, 1, 4, 1, 5], ScanKind::Inclusive),
         [3, 4, 8, 9, 14]
     );
-    let b = cpu::bucket::bucket(&[2, 0, 2, 1, 0], 3);
+    let b = detkit::bucket::cpu::bucket(&[2, 0, 2, 1, 0], 3);
     assert_eq!(b.offsets, [0, 2, 3, 5]);
     assert_eq!(b.content, [1, 4, 3, 0, 2]);
     let h = detkit::histogram::cpu::histogram(&[0, 3, 3, 7, 1], 4);

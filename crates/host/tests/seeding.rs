@@ -2,7 +2,6 @@
 //! traccc's derived values, the oracle against an independent brute force and invariants,
 //! parameter estimation against exact helices, and input validation.
 
-use detkit::cpu;
 use detkit::seeding::{gen, SeedingConfig, SeedingSettings, SpacePoint};
 use detkit::{Backend, Error};
 use detkit_gpu::seeding::{self as k, BinnedSp, Candidate};

@@ -16,7 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use detkit::clustering::{gen, Clusterer, Clusters, DeviceDigis, Digis, Geometry};
-use detkit::{cpu, Backend, GpuContext};
+use detkit::{Backend, GpuContext};
 
 /// Medians (ms) of: count_modules, find_clus (ours: small modules cut inline; the seed's:
 /// no cut), the charge cut (ours: larger modules only; the seed's: every module), whole chain.

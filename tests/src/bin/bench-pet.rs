@@ -239,7 +239,7 @@ fn main() -> Result<()> {
         all.params.energy_hi = f32::MAX;
         let (streams, _) = oracle::convert(frames, &all.params, &all.position, &all.energy);
         let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
-        let random: Vec<Single> = detkit::data::random_below(9, n, u32::MAX)
+        let random: Vec<Single> = detkit::rng::random_below(9, n, u32::MAX)
             .iter()
             .enumerate()
             .map(|(i, &t)| Single {

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use detkit::seeding::{as_words, gen, SeedingSettings, StageTimes};
-use detkit::{cpu, driver_present, Backend};
+use detkit::{driver_present, Backend};
 use detkit_tests::median;
 
 fn main() -> Result<()> {

@@ -10,7 +10,7 @@
 use anyhow::{bail, Context, Result};
 use detkit::compact::Selection;
 use detkit::histogram::HistogramStrategy;
-use detkit::{cpu, data, Backend, BucketOrder, ScanKind};
+use detkit::{Backend, BucketOrder, ScanKind};
 use detkit_tests::{check, median_ms, parse_list};
 use std::io::Write;
 
@@ -47,7 +47,7 @@ fn main() -> Result<()> {
         eprintln!("2^{log}: generating inputs");
         // copy: our own device-to-device ceiling
         {
-            let src = g.upload(&data::scan_values(n))?;
+            let src = g.upload(&detkit::scan::gen::scan_values(n))?;
             let mut dst = g.zeros::<u32>(n)?;
             let ms = median_ms(g, 5, reps, || {
                 g.stream()
@@ -66,14 +66,14 @@ fn main() -> Result<()> {
         }
         // scan u32
         {
-            let input = data::scan_values(n);
+            let input = detkit::scan::gen::scan_values(n);
             let d_in = g.upload(&input)?;
             let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
             g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
             check(
                 "scan_u32",
                 &g.download(&d_out)?,
-                &cpu::scan::scan(&input, ScanKind::Exclusive),
+                &detkit::scan::cpu::scan(&input, ScanKind::Exclusive),
             )?;
             let ms = median_ms(g, 5, reps, || {
                 g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
@@ -87,14 +87,17 @@ fn main() -> Result<()> {
         }
         // scan u64
         if log <= 27 {
-            let input: Vec<u64> = data::scan_values(n).into_iter().map(u64::from).collect();
+            let input: Vec<u64> = detkit::scan::gen::scan_values(n)
+                .into_iter()
+                .map(u64::from)
+                .collect();
             let d_in = g.upload(&input)?;
             let mut d_out = g.poisoned(n, u64::MAX)?;
             g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
             check(
                 "scan_u64",
                 &g.download(&d_out)?,
-                &cpu::scan::scan(&input, ScanKind::Exclusive),
+                &detkit::scan::cpu::scan(&input, ScanKind::Exclusive),
             )?;
             let ms = median_ms(g, 5, reps, || {
                 g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
@@ -135,8 +138,8 @@ fn main() -> Result<()> {
         }
         // select, 50%
         {
-            let input = data::select_values(n);
-            let want = cpu::compact::select(&input, |_, x| x < 1 << 31);
+            let input = detkit::compact::gen::select_values(n);
+            let want = detkit::compact::cpu::select(&input, |_, x| x < 1 << 31);
             let d_in = g.upload(&input)?;
             let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
             let mut d_n = g.zeros::<u32>(1)?;
@@ -156,9 +159,9 @@ fn main() -> Result<()> {
         }
         // bucket container, 1024 bins (no CUB equivalent; for the record)
         if log <= 26 {
-            let keys = data::random_below(17, n, 1024);
+            let keys = detkit::rng::random_below(17, n, 1024);
             let d = g.upload(&keys)?;
-            let want = cpu::bucket::bucket(&keys, 1024);
+            let want = detkit::bucket::cpu::bucket(&keys, 1024);
             for (name, order) in [
                 ("bucket_stable", BucketOrder::Stable),
                 ("bucket_unordered", BucketOrder::Unordered),

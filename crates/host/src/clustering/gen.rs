@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use detkit_gpu::clustering::INVALID_MODULE;
 
 use super::{Digis, Geometry};
-use crate::data::splitmix64;
+use crate::rng::splitmix64;
 
 /// Phase-1 `layerStart`.
 pub const PHASE1_LAYER_START: [u32; 11] =

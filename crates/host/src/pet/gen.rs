@@ -10,7 +10,7 @@ use detkit_gpu::pet::{
 };
 
 use super::Scanner;
-use crate::data::splitmix64;
+use crate::rng::splitmix64;
 
 /// A small deterministic random source (SplitMix64 steps).
 #[derive(Clone, Debug)]

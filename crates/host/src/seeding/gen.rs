@@ -17,7 +17,7 @@
 //! spacepoints; the TrackML pixel detector's ⟨μ⟩ = 200 ttbar events average 38,055 pixel
 //! spacepoints (380,554 in 10 events, traccc wiki "sequential example chain").
 
-use crate::data::splitmix64;
+use crate::rng::splitmix64;
 use crate::seeding::{BoundParams, Seed, SpacePoint, TESLA};
 
 /// Barrel layer radii (mm).

@@ -1,11 +1,10 @@
-//! Order-preserving stream compaction: launchers and the backend-neutral API.
-//! See `detkit_gpu::compact`.
+//! Compaction launchers on [`GpuContext`].
 
 use detkit_gpu::compact as k;
 
+use super::check_len;
 use crate::cuda::{cfg, DeviceBuffer, GpuContext};
 use crate::error::{invalid, Result};
-use crate::{cpu, Backend};
 
 /// What to keep.
 pub enum Selection<'a> {
@@ -18,16 +17,6 @@ pub enum Selection<'a> {
     },
     /// `flags[i] != 0`, one flag byte per item, already on the device.
     Flagged(&'a DeviceBuffer<u8>),
-}
-
-fn check_len(n: usize) -> Result<()> {
-    if n as u64 > u32::MAX as u64 {
-        return Err(invalid(
-            "compaction input",
-            format!("{n} items; at most 2^32 - 1 are supported"),
-        ));
-    }
-    Ok(())
 }
 
 impl GpuContext {
@@ -116,7 +105,7 @@ impl GpuContext {
         r
     }
 
-    fn select_host(&self, data: &[u32], selection: Selection<'_>) -> Result<Vec<u32>> {
+    pub(crate) fn select_host(&self, data: &[u32], selection: Selection<'_>) -> Result<Vec<u32>> {
         if data.is_empty() {
             return Ok(Vec::new());
         }
@@ -128,39 +117,5 @@ impl GpuContext {
         let mut out = self.download(&d_out)?;
         out.truncate(count);
         Ok(out)
-    }
-}
-
-impl Backend {
-    /// The items `x` of `data` with `lo <= x < hi`, in input order.
-    pub fn select_in_range_u32(&self, data: &[u32], lo: u32, hi: u32) -> Result<Vec<u32>> {
-        check_len(data.len())?;
-        match self.gpu() {
-            None => Ok(cpu::compact::select(data, |_, x| {
-                detkit_gpu::compact::in_range(x, lo, hi)
-            })),
-            Some(gpu) => gpu.select_host(data, Selection::Range { lo, hi }),
-        }
-    }
-
-    /// The items `data[i]` with `flags[i] != 0`, in input order.
-    pub fn select_flagged_u32(&self, data: &[u32], flags: &[u8]) -> Result<Vec<u32>> {
-        check_len(data.len())?;
-        if flags.len() != data.len() {
-            return Err(invalid(
-                "selection flags",
-                format!("{} flags for {} items", flags.len(), data.len()),
-            ));
-        }
-        match self.gpu() {
-            None => Ok(cpu::compact::select(data, |i, _| flags[i] != 0)),
-            Some(gpu) => {
-                if data.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let d_flags = gpu.upload(flags)?;
-                gpu.select_host(data, Selection::Flagged(&d_flags))
-            }
-        }
     }
 }

@@ -1,13 +1,12 @@
-//! Prefix sums: launchers of the `detkit-gpu` scan kernels and the backend-neutral API.
-//! See `detkit_gpu::scan` for the algorithm (single-pass, decoupled look-back).
+//! Scan launchers on [`GpuContext`] and the look-back state they reuse.
 
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 use detkit_gpu::scan::{self as k, ScanKind};
 use detkit_gpu::DevPtr;
 
+use super::check_block_size;
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Result};
-use crate::{cpu, Backend};
 
 /// Reusable look-back state: tile status words (2 per tile), aggregates, inclusive prefixes.
 /// Grown on demand and kept between calls so that timed runs allocate nothing.
@@ -32,7 +31,7 @@ fn grow<T: DeviceRepr + ValidAsZeroBits>(
 }
 
 /// A value type the device scan supports (`u32`, `u64`).
-pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + cpu::scan::Summable {
+pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + crate::scan::cpu::Summable {
     /// Kernel name.
     const KERNEL: &'static str;
     /// Bytes per value.
@@ -264,69 +263,6 @@ impl GpuContext {
                 cfg(blocks, block, k::block_scan_smem_bytes(4)),
                 &params,
             )
-        }
-    }
-}
-
-/// Block sizes of block-level collectives: a multiple of 32, from 32 to 1024.
-pub(crate) fn check_block_size(block: u32) -> Result<()> {
-    if block == 0 || !block.is_multiple_of(32) || block > k::MAX_BLOCK_THREADS {
-        return Err(invalid(
-            "block size",
-            format!("{block} is not a multiple of 32 in 32..=1024"),
-        ));
-    }
-    Ok(())
-}
-
-impl Backend {
-    /// Inclusive or exclusive sum of `u32` values (wrapping).
-    pub fn scan_u32(&self, input: &[u32], kind: ScanKind) -> Result<Vec<u32>> {
-        self.scan(input, kind)
-    }
-
-    /// Inclusive or exclusive sum of `u64` values (wrapping).
-    pub fn scan_u64(&self, input: &[u64], kind: ScanKind) -> Result<Vec<u64>> {
-        self.scan(input, kind)
-    }
-
-    fn scan<T: DeviceScanValue>(&self, input: &[T], kind: ScanKind) -> Result<Vec<T>> {
-        match self.gpu() {
-            None => Ok(cpu::scan::scan(input, kind)),
-            Some(gpu) => {
-                if input.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let d_in = gpu.upload(input)?;
-                let mut d_out = gpu.zeros::<T>(input.len())?;
-                gpu.scan_device(&d_in, &mut d_out, input.len(), kind)?;
-                gpu.download(&d_out)
-            }
-        }
-    }
-
-    /// Block scan: each run of `block` consecutive elements scanned on its own (`block` a
-    /// multiple of 32 up to 1024). Returns the scan and each block's total.
-    pub fn block_scan_u32(
-        &self,
-        input: &[u32],
-        block: u32,
-        kind: ScanKind,
-    ) -> Result<(Vec<u32>, Vec<u32>)> {
-        check_block_size(block)?;
-        match self.gpu() {
-            None => Ok(cpu::scan::block_scan(input, block as usize, kind)),
-            Some(gpu) => {
-                if input.is_empty() {
-                    return Ok((Vec::new(), Vec::new()));
-                }
-                let blocks = input.len().div_ceil(block as usize);
-                let d_in = gpu.upload(input)?;
-                let mut d_out = gpu.zeros::<u32>(input.len())?;
-                let mut d_tot = gpu.zeros::<u32>(blocks)?;
-                gpu.block_scan_u32(&d_in, &mut d_out, &mut d_tot, input.len(), block, kind)?;
-                Ok((gpu.download(&d_out)?, gpu.download(&d_tot)?))
-            }
         }
     }
 }
