@@ -116,7 +116,7 @@ fn read_digis(path: &Path) -> Result<cl::Digis> {
     Ok(if bytes.starts_with(cl::BINARY_MAGIC) {
         cl::read_binary(&bytes[..]).with_context(|| name.clone())?
     } else {
-        cl::read_csv(&bytes[..]).with_context(|| name.clone())?
+        cl::read_csv(&bytes[..], &name)?
     })
 }
 

@@ -242,9 +242,9 @@ fn files_round_trip() {
         .lines()
         .map(|l| l.rsplit_once(',').unwrap().0.to_string() + "\n")
         .collect();
-    assert_eq!(cl::read_csv(input.as_bytes()).unwrap(), d);
-    assert!(cl::read_csv("module,x,y\n1,2,3\n".as_bytes()).is_err());
-    assert!(cl::read_csv("module,x,y,adc\n1,2,3,70000\n".as_bytes()).is_err());
+    assert_eq!(cl::read_csv(input.as_bytes(), "d.csv").unwrap(), d);
+    assert!(cl::read_csv("module,x,y\n1,2,3\n".as_bytes(), "d.csv").is_err());
+    assert!(cl::read_csv("module,x,y,adc\n1,2,3,70000\n".as_bytes(), "d.csv").is_err());
     assert!(cl::read_binary(&b"NOTDIGIS\0\0\0\0"[..]).is_err());
 }
 

@@ -747,10 +747,10 @@ fn csv_round_trip_is_exact() {
     let mut buf = Vec::new();
     pet::write_singles_csv(&mut buf, &v).unwrap();
     assert!(buf.starts_with(b"crystal,energy,time\n"));
-    let back = pet::read_singles_csv(&buf[..]).unwrap();
+    let back = pet::read_singles_csv(&buf[..], "s.csv").unwrap();
     assert_eq!(back, v);
-    assert!(pet::read_singles_csv(&b"crystal,energy,time\n1,2\n"[..]).is_err());
-    assert!(pet::read_singles_csv(&b"a,b,c\n"[..]).is_err());
+    assert!(pet::read_singles_csv(&b"crystal,energy,time\n1,2\n"[..], "s.csv").is_err());
+    assert!(pet::read_singles_csv(&b"a,b,c\n"[..], "s.csv").is_err());
     let mut pairs = Vec::new();
     pet::write_pairs_csv(&mut pairs, &[Coincidence { a: v[0], b: v[1] }]).unwrap();
     assert_eq!(

@@ -4,50 +4,29 @@
 use std::io::{Read, Write};
 
 use super::Digis;
+use crate::csvio::for_each_record;
 use crate::error::{invalid, Result};
 
 /// Magic of the binary digi format.
 pub const BINARY_MAGIC: &[u8; 8] = b"DKDIGI01";
 
-/// Reads digis from CSV with header `module,x,y,adc` (one digi a row).
-pub fn read_csv(mut r: impl Read) -> Result<Digis> {
-    let mut text = String::new();
-    r.read_to_string(&mut text)
-        .map_err(|e| invalid("input", format!("reading: {e}")))?;
-    let mut lines = text.lines();
-    let header = lines.next().unwrap_or("").trim();
-    if header.replace(' ', "") != "module,x,y,adc" {
-        return Err(invalid(
-            "input",
-            format!("CSV header must be `module,x,y,adc`, found `{header}`"),
-        ));
-    }
+#[derive(serde::Deserialize)]
+struct Row {
+    module: u16,
+    x: u16,
+    y: u16,
+    adc: u16,
+}
+
+/// Reads digis from CSV with the columns `module,x,y,adc` (one digi a row, found by name;
+/// other columns ignored); `file` names the input in errors, which are `FILE:LINE` with the
+/// column (see [`crate::csvio`]). A header with no rows is zero digis.
+pub fn read_csv(input: impl Read, file: &str) -> Result<Digis> {
     let mut d = Digis::default();
-    for (row, line) in lines.enumerate() {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
-        let parse = |k: usize, name: &str| -> Result<u16> {
-            f.get(k)
-                .ok_or_else(|| invalid("input", format!("data row {row}: missing `{name}`")))?
-                .parse::<u16>()
-                .map_err(|e| invalid("input", format!("data row {row}: `{name}`: {e}")))
-        };
-        if f.len() != 4 {
-            return Err(invalid(
-                "input",
-                format!("data row {row}: {} fields, expected 4", f.len()),
-            ));
-        }
-        d.push(
-            parse(0, "module")?,
-            parse(1, "x")?,
-            parse(2, "y")?,
-            parse(3, "adc")?,
-        );
-    }
+    for_each_record(input, file, &["module", "x", "y", "adc"], |_, r: Row| {
+        d.push(r.module, r.x, r.y, r.adc);
+        Ok(())
+    })?;
     Ok(d)
 }
 

@@ -1,12 +1,13 @@
 //! PET file formats: the scanner description (TOML + tables), frames, singles and pairs
 //! (CSV, or raw little-endian records for `.bin`).
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 
 use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
 
 use super::*;
+use crate::csvio::{for_each_record, format_error};
 use crate::error::{invalid, Result};
 
 impl Scanner {
@@ -209,36 +210,68 @@ pub fn write_pairs_csv(w: &mut impl Write, pairs: &[Coincidence]) -> std::io::Re
     Ok(())
 }
 
-/// Reads singles CSV (header `crystal,energy,time`); errors name the line.
-pub fn read_singles_csv(r: impl BufRead) -> Result<Vec<Single>> {
+#[derive(serde::Deserialize)]
+struct SingleRow {
+    crystal: u32,
+    energy: f32,
+    time: f64,
+}
+
+/// Reads singles from CSV with the columns `crystal,energy,time` (found by name; `file` names
+/// the input in errors, which are `FILE:LINE` with the column). Energies and times must be
+/// finite.
+pub fn read_singles_csv(r: impl Read, file: &str) -> Result<Vec<Single>> {
     let mut out = Vec::new();
-    for (ln, line) in r.lines().enumerate() {
-        let line = line.map_err(|e| invalid("singles CSV", e.to_string()))?;
-        let line = line.trim();
-        if ln == 0 {
-            if line != SINGLES_HEADER {
-                return Err(invalid(
-                    "singles CSV",
-                    format!("line 1 is `{line}`, expected the header `{SINGLES_HEADER}`"),
+    for_each_record(
+        r,
+        file,
+        &["crystal", "energy", "time"],
+        |line, s: SingleRow| {
+            if !s.energy.is_finite() {
+                return Err(format_error(
+                    file,
+                    line,
+                    Some("energy"),
+                    format!("{} is not a finite energy", s.energy),
                 ));
             }
-            continue;
-        }
-        if line.is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = line.split(',').collect();
-        let bad = || invalid("singles CSV", format!("line {}: `{line}`", ln + 1));
-        if f.len() != 3 {
-            return Err(bad());
-        }
-        out.push(Single {
-            crystal: f[0].trim().parse().map_err(|_| bad())?,
-            energy: f[1].trim().parse().map_err(|_| bad())?,
-            time: f[2].trim().parse().map_err(|_| bad())?,
-        });
-    }
+            if !s.time.is_finite() {
+                return Err(format_error(
+                    file,
+                    line,
+                    Some("time"),
+                    format!("{} is not a finite time", s.time),
+                ));
+            }
+            out.push(Single {
+                crystal: s.crystal,
+                energy: s.energy,
+                time: s.time,
+            });
+            Ok(())
+        },
+    )?;
     Ok(out)
+}
+
+/// Checks that binary singles have finite energies and times, naming the first bad record.
+fn check_finite(singles: &[Single], path: &Path) -> Result<()> {
+    match singles
+        .iter()
+        .position(|s| !(s.energy.is_finite() && s.time.is_finite()))
+    {
+        None => Ok(()),
+        Some(i) => Err(invalid(
+            "singles file",
+            format!(
+                "{}: record {i} (byte {}): energy {} / time {} not finite",
+                path.display(),
+                16 * i,
+                singles[i].energy,
+                singles[i].time
+            ),
+        )),
+    }
 }
 
 /// Reads singles from a file: `.bin` = raw 16-byte little-endian `Single` records, else CSV.
@@ -254,10 +287,12 @@ pub fn read_singles(path: &Path) -> Result<Vec<Single>> {
                 ),
             ));
         }
-        Ok(pod_vec(&bytes))
+        let singles: Vec<Single> = pod_vec(&bytes);
+        check_finite(&singles, path)?;
+        Ok(singles)
     } else {
         let f = std::fs::File::open(path).map_err(|e| io_err("singles file", path, e))?;
-        read_singles_csv(std::io::BufReader::new(f))
+        read_singles_csv(std::io::BufReader::new(f), &path.display().to_string())
     }
 }
 
@@ -327,30 +362,31 @@ pub fn read_pairs(path: &Path) -> Result<Vec<Coincidence>> {
         }
         return Ok(pod_vec(&bytes));
     }
-    let f = std::fs::File::open(path).map_err(|e| io_err("pairs file", path, e))?;
-    let mut out = Vec::new();
-    for (ln, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.map_err(|e| io_err("pairs file", path, e))?;
-        if ln == 0 {
-            if line.trim() != PAIRS_HEADER {
-                return Err(invalid("pairs file", format!("line 1 is `{line}`")));
-            }
-            continue;
-        }
-        let f: Vec<&str> = line.trim().split(',').collect();
-        let bad = || invalid("pairs file", format!("line {}: `{line}`", ln + 1));
-        if f.len() != 6 {
-            return Err(bad());
-        }
-        let s = |o: usize| -> Result<Single> {
-            Ok(Single {
-                crystal: f[o].parse().map_err(|_| bad())?,
-                energy: f[o + 1].parse().map_err(|_| bad())?,
-                time: f[o + 2].parse().map_err(|_| bad())?,
-            })
-        };
-        out.push(Coincidence { a: s(0)?, b: s(3)? });
+    #[derive(serde::Deserialize)]
+    struct Row {
+        crystal_a: u32,
+        energy_a: f32,
+        time_a: f64,
+        crystal_b: u32,
+        energy_b: f32,
+        time_b: f64,
     }
+    let f = std::fs::File::open(path).map_err(|e| io_err("pairs file", path, e))?;
+    let file = path.display().to_string();
+    let cols: Vec<&str> = PAIRS_HEADER.split(',').collect();
+    let mut out = Vec::new();
+    for_each_record(std::io::BufReader::new(f), &file, &cols, |_, r: Row| {
+        let s = |crystal, energy, time| Single {
+            crystal,
+            energy,
+            time,
+        };
+        out.push(Coincidence {
+            a: s(r.crystal_a, r.energy_a, r.time_a),
+            b: s(r.crystal_b, r.energy_b, r.time_b),
+        });
+        Ok(())
+    })?;
     Ok(out)
 }
 
