@@ -801,6 +801,7 @@ pub mod device {
     /// `params.position_entries()` / `energy_entries()` entries; `out` valid for `n` singles;
     /// `stats` `STAT_WORDS` words, zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as
     /// in `compact_select_range_u32`.
+    #[allow(unused_assignments)] // see `base` below
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) {
         let (frames, n, params, position, correction, out, stats, flags, aggregates, inclusive) = (
@@ -886,6 +887,9 @@ pub mod device {
         let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
         // SAFETY: one look-back entry per tile.
         let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
+        // The unrolled loop below advances `base` after each of the 8 masks; the advance after
+        // the last one is never read (hence `unused_assignments` allowed on this kernel), which
+        // keeps the 8 copies alike.
         let mut base = tile_prefix.wrapping_add(warp_prefix);
         let below = i::lanemask_lt();
         unroll8!(j, {
