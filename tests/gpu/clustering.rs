@@ -7,6 +7,7 @@ use detkit::clustering::gen::{self, Adversarial, EventConfig};
 use detkit::clustering::{
     self as cl, ChargeCut, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
 };
+use detkit::rng::Draw as _;
 use detkit::Error;
 use detkit_gpu::clustering::INVALID_MODULE;
 use detkit_tests::{ensure, exact};
@@ -220,7 +221,7 @@ fn test_adversarial(c: &Ctx) -> R {
 fn test_sizes(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let cap = 300u32;
-    let mut rng = gen::Rng::new(c.seed ^ 0x5123);
+    let mut rng = detkit::rng::rng(c.seed ^ 0x5123);
     for n in [
         0,
         1,

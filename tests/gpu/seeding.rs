@@ -4,6 +4,7 @@
 //! Seeds, parameters and stage counts must be identical (floats bit for bit). Every buffer
 //! the kernels fill is poisoned before the launch (`detkit::seeding::POISON`).
 
+use detkit::rng::Draw as _;
 use detkit::seeding::{gen, SeedingConfig, SeedingSettings, SpacePoint, StageTimes};
 use detkit::Error;
 use detkit_tests::{ensure, exact};
@@ -85,7 +86,7 @@ fn sp(x: f32, y: f32, z: f32) -> SpacePoint {
 /// Points of straight and curved tracks from the beam line, with random smearing, in a
 /// phi window `[phi0, phi0 + width]`.
 fn tracks_in_window(c: &Ctx, salt: u64, n_tracks: usize, phi0: f64, width: f64) -> Vec<SpacePoint> {
-    let mut rng = gen::Rng::new(c.seed ^ salt);
+    let mut rng = detkit::rng::rng(c.seed ^ salt);
     let mut out = Vec::new();
     for _ in 0..n_tracks {
         let phi = phi0 + width * rng.uniform();
@@ -163,7 +164,7 @@ fn test_adversarial(c: &Ctx) -> R {
         format!("invalid: {} dropped, want 2", got.stats.invalid)
     })?;
     // Random points in the whole volume (many fakes, many ties).
-    let mut rng = gen::Rng::new(c.seed ^ 13);
+    let mut rng = detkit::rng::rng(c.seed ^ 13);
     let noise: Vec<SpacePoint> = (0..3000)
         .map(|_| {
             let r = 30.0 + 170.0 * rng.uniform();

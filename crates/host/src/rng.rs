@@ -11,6 +11,7 @@
 //!   benchmark time the same data without copying it.
 
 use rand::SeedableRng;
+use rand_distr::{Distribution, Poisson, StandardNormal};
 
 /// The seeded generator of every detkit generator.
 pub type Rng = rand_xoshiro::Xoshiro256PlusPlus;
@@ -18,6 +19,40 @@ pub type Rng = rand_xoshiro::Xoshiro256PlusPlus;
 /// A generator for `seed` (the same stream for the same seed, on every platform).
 pub fn rng(seed: u64) -> Rng {
     Rng::seed_from_u64(seed)
+}
+
+impl Draw for Rng {}
+
+/// The draws the detector generators make, on top of `rand`'s (`rand_distr` for the normal
+/// and Poisson distributions).
+pub trait Draw: rand::Rng + Sized {
+    /// A new generator from `seed` (see [`rng`]).
+    fn new(seed: u64) -> Rng {
+        rng(seed)
+    }
+    /// Uniform in `[0, 1)`.
+    fn uniform(&mut self) -> f64 {
+        self.random::<f64>()
+    }
+    /// Uniform in `[0, 1)` (the PET generator's name for it).
+    fn unit(&mut self) -> f64 {
+        self.uniform()
+    }
+    /// Uniform integer in `[0, n)`; `n > 0`.
+    fn below(&mut self, n: u32) -> u32 {
+        self.random_range(0..n.max(1))
+    }
+    /// Standard normal.
+    fn normal(&mut self) -> f64 {
+        self.sample(StandardNormal)
+    }
+    /// Poisson-distributed count of mean `mean` (0 for a mean <= 0).
+    fn poisson(&mut self, mean: f64) -> u32 {
+        match Poisson::new(mean) {
+            Ok(p) => p.sample(self) as u32,
+            Err(_) => 0,
+        }
+    }
 }
 
 /// SplitMix64 finaliser (Steele, Lea, Flood 2014).
@@ -80,6 +115,25 @@ mod tests {
         }
         // Reference value of SplitMix64 from seed 0 (first output of the published generator).
         assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
+    }
+
+    #[test]
+    fn draws_have_their_distributions() {
+        let mut r = rng(3);
+        let n = 20_000;
+        let u: Vec<f64> = (0..n).map(|_| r.uniform()).collect();
+        assert!(u.iter().all(|&x| (0.0..1.0).contains(&x)));
+        let mean = u.iter().sum::<f64>() / n as f64;
+        assert!((mean - 0.5).abs() < 0.01, "{mean}");
+        let z: Vec<f64> = (0..n).map(|_| r.normal()).collect();
+        let m = z.iter().sum::<f64>() / n as f64;
+        let v = z.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n as f64;
+        assert!(m.abs() < 0.03 && (v - 1.0).abs() < 0.05, "{m} {v}");
+        let p: Vec<u32> = (0..n).map(|_| r.poisson(4.0)).collect();
+        let pm = p.iter().map(|&x| x as f64).sum::<f64>() / n as f64;
+        assert!((pm - 4.0).abs() < 0.1, "{pm}");
+        assert_eq!(r.poisson(0.0), 0);
+        assert!((0..1000).all(|_| r.below(7) < 7));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! traccc's derived values, the oracle against an independent brute force and invariants,
 //! parameter estimation against exact helices, and input validation.
 
+use detkit::rng::Draw as _;
 use detkit::seeding::{gen, SeedingConfig, SeedingSettings, SpacePoint};
 use detkit::{Backend, Error};
 use detkit_gpu::seeding::{self as k, BinnedSp, Candidate};
@@ -568,7 +569,7 @@ fn small_event() -> impl Strategy<Value = Vec<SpacePoint>> {
     // Tracks from near the beam line plus noise, in a narrow phi range so that there are
     // many combinations, including across the ±π seam.
     (any::<u64>(), 1usize..25, 0usize..40, prop::bool::ANY).prop_map(|(seed, nt, nn, seam)| {
-        let mut rng = gen::Rng::new(seed);
+        let mut rng = detkit::rng::rng(seed);
         let phi0 = if seam {
             std::f64::consts::PI - 0.1
         } else {

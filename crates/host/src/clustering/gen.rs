@@ -23,55 +23,14 @@ use std::collections::HashSet;
 use detkit_gpu::clustering::INVALID_MODULE;
 
 use super::{Digis, Geometry};
-use crate::rng::splitmix64;
 
 /// Phase-1 `layerStart`.
 pub const PHASE1_LAYER_START: [u32; 11] =
     [0, 96, 320, 672, 1184, 1296, 1408, 1520, 1632, 1744, 1856];
 
-/// A small seeded random number generator (splitmix64).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(splitmix64(seed ^ 0x5eed_c1a5))
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        splitmix64(self.0)
-    }
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform integer in [0, n).
-    pub fn below(&mut self, n: u32) -> u32 {
-        (((self.next_u64() >> 32) * n as u64) >> 32) as u32
-    }
-    /// Poisson-distributed count (Knuth for small means, normal approximation above 30).
-    pub fn poisson(&mut self, mean: f64) -> u32 {
-        if mean <= 0.0 {
-            return 0;
-        }
-        if mean > 30.0 {
-            let (u1, u2) = (self.uniform().max(1e-12), self.uniform());
-            let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-            return (mean + z * mean.sqrt()).round().max(0.0) as u32;
-        }
-        let l = (-mean).exp();
-        let (mut k, mut p) = (0, 1.0);
-        loop {
-            p *= self.uniform();
-            if p <= l {
-                return k;
-            }
-            k += 1;
-        }
-    }
-}
+/// The generator: `crate::rng`'s seeded `Xoshiro256PlusPlus` with the draws of
+/// [`Draw`] (one generator for every family).
+pub use crate::rng::{Draw, Rng};
 
 /// Event settings.
 #[derive(Clone, Copy, Debug)]
@@ -132,7 +91,7 @@ fn density(geometry: &Geometry, m: u32) -> f64 {
 
 /// One generated event.
 pub fn event(geometry: &Geometry, config: &EventConfig, seed: u64) -> Digis {
-    let mut rng = Rng::new(seed);
+    let mut rng = <Rng as Draw>::new(seed);
     let total: f64 = (0..geometry.modules).map(|m| density(geometry, m)).sum();
     let barrel_end = if geometry.modules == 1856 {
         1184
@@ -253,7 +212,7 @@ pub enum Adversarial {
 /// Digis of module `m` for an adversarial case, in a shuffled order unless the case fixes it.
 pub fn adversarial(kind: Adversarial, geometry: &Geometry, m: u16, seed: u64) -> Digis {
     let (rows, cols) = (geometry.rows as u16, geometry.cols as u16);
-    let mut rng = Rng::new(seed);
+    let mut rng = <Rng as Draw>::new(seed);
     let mut d = Digis::default();
     let mut pixels: Vec<(u16, u16)> = Vec::new();
     let snake = |ncols: u16, out: &mut Vec<(u16, u16)>| {

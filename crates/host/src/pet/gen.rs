@@ -10,37 +10,10 @@ use detkit_gpu::pet::{
 };
 
 use super::Scanner;
-use crate::rng::splitmix64;
 
-/// A small deterministic random source (SplitMix64 steps).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// From a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(splitmix64(seed ^ 0x5EED_0000_0000_0004))
-    }
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        splitmix64(self.0)
-    }
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Uniform below `n` (`n > 0`).
-    pub fn below(&mut self, n: u32) -> u32 {
-        (((self.next_u64() >> 32) * n as u64) >> 32) as u32
-    }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u = self.unit().max(1e-300);
-        let v = self.unit();
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    }
-}
+/// The generator: `crate::rng`'s seeded `Xoshiro256PlusPlus` with the draws of
+/// [`Draw`] (one generator for every family).
+pub use crate::rng::{Draw, Rng};
 
 /// Scanner parameters with the generator's position-table convention.
 pub fn params(
@@ -75,7 +48,7 @@ pub(crate) fn origin_of(p: &ScannerParams, x: u32, y: u32) -> u8 {
 /// factors around 1 (±5% per crystal, a slight slope with energy). Energies are in units of
 /// 0.1 keV, so the default energy window `[3500, 6500]` is 350–650 keV.
 pub fn scanner(p: ScannerParams, time_window: f64, seed: u64) -> Scanner {
-    let mut rng = Rng::new(seed);
+    let mut rng = <Rng as Draw>::new(seed);
     let ps = p.position_size;
     let mut position = Vec::with_capacity(p.position_entries() as usize);
     for _ in 0..p.bdm_count() * p.du_count() {
@@ -194,7 +167,7 @@ pub(crate) fn frame(
 /// Generates an acquisition on `scanner`'s geometry.
 pub fn acquisition(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
     let p = &scanner.params;
-    let mut rng = Rng::new(c.seed);
+    let mut rng = <Rng as Draw>::new(c.seed);
     let ring = p.channels * p.module_num_y;
     let events_per_tick = c.singles_rate / (2.0 * c.detect) * c.tick;
     let mut t = 1000.0 + rng.unit() * 1000.0;

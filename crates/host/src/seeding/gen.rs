@@ -17,7 +17,6 @@
 //! spacepoints; the TrackML pixel detector's ⟨μ⟩ = 200 ttbar events average 38,055 pixel
 //! spacepoints (380,554 in 10 events, traccc wiki "sequential example chain").
 
-use crate::rng::splitmix64;
 use crate::seeding::{BoundParams, Seed, SpacePoint, TESLA};
 
 /// Barrel layer radii (mm).
@@ -65,44 +64,10 @@ pub struct Event {
     pub particles: Vec<Particle>,
 }
 
-/// SplitMix64 stream.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A stream from a seed.
-    pub fn new(seed: u64) -> Self {
-        Self(splitmix64(seed ^ 0x5EED_5EED))
-    }
-    /// Next 64 bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        splitmix64(self.0)
-    }
-    /// Uniform in (0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let (u, v) = (self.uniform(), self.uniform());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    }
-    /// Poisson (Knuth for small means, normal approximation above 30).
-    pub fn poisson(&mut self, mean: f64) -> u32 {
-        if mean > 30.0 {
-            return (mean + mean.sqrt() * self.normal()).round().max(0.0) as u32;
-        }
-        let l = (-mean).exp();
-        let (mut k, mut p) = (0u32, 1.0);
-        loop {
-            p *= self.uniform();
-            if p <= l {
-                return k;
-            }
-            k += 1;
-        }
-    }
-}
+/// The generator: `crate::rng`'s seeded `Xoshiro256PlusPlus` with the draws of
+/// [`Draw`] (one generator for every family).
+pub use crate::rng::{Draw, Rng};
+use rand::RngCore as _;
 
 fn wrap(phi: f64) -> f64 {
     let two_pi = 2.0 * std::f64::consts::PI;
@@ -118,7 +83,7 @@ fn wrap(phi: f64) -> f64 {
 /// Generates an event with `mu` pile-up interactions (and a ttbar-like hard scatter when
 /// `hard_scatter`), deterministically from `seed`.
 pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
-    let mut rng = Rng::new(seed);
+    let mut rng = <Rng as Draw>::new(seed);
     let mut particles = Vec::new();
     let n_vertices = rng.poisson(mu);
     let mut vertices: Vec<(f64, u32, bool)> = (0..n_vertices)
