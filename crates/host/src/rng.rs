@@ -26,10 +26,6 @@ impl Draw for Rng {}
 /// The draws the detector generators make, on top of `rand`'s (`rand_distr` for the normal
 /// and Poisson distributions).
 pub trait Draw: rand::Rng + Sized {
-    /// A new generator from `seed` (see [`rng`]).
-    fn new(seed: u64) -> Rng {
-        rng(seed)
-    }
     /// Uniform in `[0, 1)`.
     fn uniform(&mut self) -> f64 {
         self.random::<f64>()

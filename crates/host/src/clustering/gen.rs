@@ -91,7 +91,7 @@ fn density(geometry: &Geometry, m: u32) -> f64 {
 
 /// One generated event.
 pub fn event(geometry: &Geometry, config: &EventConfig, seed: u64) -> Digis {
-    let mut rng = <Rng as Draw>::new(seed);
+    let mut rng = crate::rng::rng(seed);
     let total: f64 = (0..geometry.modules).map(|m| density(geometry, m)).sum();
     let barrel_end = if geometry.modules == 1856 {
         1184
@@ -212,7 +212,7 @@ pub enum Adversarial {
 /// Digis of module `m` for an adversarial case, in a shuffled order unless the case fixes it.
 pub fn adversarial(kind: Adversarial, geometry: &Geometry, m: u16, seed: u64) -> Digis {
     let (rows, cols) = (geometry.rows as u16, geometry.cols as u16);
-    let mut rng = <Rng as Draw>::new(seed);
+    let mut rng = crate::rng::rng(seed);
     let mut d = Digis::default();
     let mut pixels: Vec<(u16, u16)> = Vec::new();
     let snake = |ncols: u16, out: &mut Vec<(u16, u16)>| {

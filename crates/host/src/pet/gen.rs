@@ -48,7 +48,7 @@ pub(crate) fn origin_of(p: &ScannerParams, x: u32, y: u32) -> u8 {
 /// factors around 1 (±5% per crystal, a slight slope with energy). Energies are in units of
 /// 0.1 keV, so the default energy window `[3500, 6500]` is 350–650 keV.
 pub fn scanner(p: ScannerParams, time_window: f64, seed: u64) -> Scanner {
-    let mut rng = <Rng as Draw>::new(seed);
+    let mut rng = crate::rng::rng(seed);
     let ps = p.position_size;
     let mut position = Vec::with_capacity(p.position_entries() as usize);
     for _ in 0..p.bdm_count() * p.du_count() {
@@ -167,7 +167,7 @@ pub(crate) fn frame(
 /// Generates an acquisition on `scanner`'s geometry.
 pub fn acquisition(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
     let p = &scanner.params;
-    let mut rng = <Rng as Draw>::new(c.seed);
+    let mut rng = crate::rng::rng(c.seed);
     let ring = p.channels * p.module_num_y;
     let events_per_tick = c.singles_rate / (2.0 * c.detect) * c.tick;
     let mut t = 1000.0 + rng.unit() * 1000.0;

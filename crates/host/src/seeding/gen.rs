@@ -83,7 +83,7 @@ fn wrap(phi: f64) -> f64 {
 /// Generates an event with `mu` pile-up interactions (and a ttbar-like hard scatter when
 /// `hard_scatter`), deterministically from `seed`.
 pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
-    let mut rng = <Rng as Draw>::new(seed);
+    let mut rng = crate::rng::rng(seed);
     let mut particles = Vec::new();
     let n_vertices = rng.poisson(mu);
     let mut vertices: Vec<(f64, u32, bool)> = (0..n_vertices)
