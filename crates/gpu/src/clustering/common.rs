@@ -1,0 +1,109 @@
+//! Device helpers shared by the stages: event bounds, union-find, pixel status.
+
+#[allow(unused_imports)]
+use super::kernels::*;
+use super::*;
+use crate::intrinsics as i;
+use core::ptr::read_volatile;
+
+/// [`event_of`] over a device pointer.
+///
+/// # Safety
+/// `offsets` valid for `nevents + 1` entries and `offsets[0] <= i < offsets[nevents]`.
+#[inline(always)]
+pub(crate) unsafe fn event_bounds(offsets: *const u32, nevents: u32, i: u32) -> (u32, u32, u32) {
+    // SAFETY: every e passed is <= nevents (forwarded contract).
+    event_of(nevents, |e| unsafe { offsets.add(e as usize).read() }, i)
+}
+
+/// Union-find root with path halving. Parents only ever point to smaller indices.
+///
+/// # Safety
+/// `parent` valid for every index reachable from `a`; concurrent writers only store
+/// ancestors or hook roots by CAS.
+#[inline(always)]
+pub(crate) unsafe fn find(parent: *mut u32, mut a: u32) -> u32 {
+    loop {
+        // SAFETY: a is a valid index (contract).
+        let pa = unsafe { read_volatile(parent.add(a as usize)) };
+        if pa == a {
+            return a;
+        }
+        // SAFETY: pa is an ancestor, a valid index.
+        let ppa = unsafe { read_volatile(parent.add(pa as usize)) };
+        if ppa != pa {
+            // Path halving by CAS (an atomic, so concurrent readers see either pointer,
+            // both valid ancestors; compute-sanitizer's racecheck does not flag it).
+            // SAFETY: a is no longer a root, so the hooking CAS can never succeed on it;
+            // storing an ancestor keeps the forest valid.
+            unsafe { i::atomic_cas_u32(parent.add(a as usize), pa, ppa) };
+        }
+        a = ppa;
+    }
+}
+
+/// Union-find root without writing (safe to run while other threads write roots).
+///
+/// # Safety
+/// As [`find`].
+#[inline(always)]
+pub(crate) unsafe fn find_root(parent: *mut u32, mut a: u32) -> u32 {
+    loop {
+        // SAFETY: a is a valid index (contract).
+        let pa = unsafe { read_volatile(parent.add(a as usize)) };
+        if pa == a {
+            return a;
+        }
+        a = pa;
+    }
+}
+
+/// Joins the trees of `a` and `b`, hooking the larger root under the smaller.
+///
+/// # Safety
+/// As [`find`].
+#[inline(always)]
+pub(crate) unsafe fn union(parent: *mut u32, a: u32, b: u32) {
+    // SAFETY: forwarded contract.
+    unsafe {
+        let mut a = find(parent, a);
+        let mut b = find(parent, b);
+        while a != b {
+            if a > b {
+                core::mem::swap(&mut a, &mut b);
+            }
+            let old = i::atomic_cas_u32(parent.add(b as usize), b, a);
+            if old == b {
+                return;
+            }
+            b = find(parent, old);
+            a = find(parent, a);
+        }
+    }
+}
+
+/// Marks pixel `(x, y)` seen once more (the seed's `promote`, a CAS loop).
+///
+/// # Safety
+/// `status` valid for `status_words(rows, cols)` words, `x < rows`, `y < cols`.
+#[inline(always)]
+pub(crate) unsafe fn promote_pixel(status: *mut u32, rows: u32, x: u32, y: u32) {
+    let (w, sh) = status_position(rows, x, y);
+    // SAFETY: w < status_words (contract).
+    let p = unsafe { status.add(w as usize) };
+    // SAFETY: p valid.
+    let mut old = unsafe { read_volatile(p) };
+    loop {
+        let st = (old >> sh) & 3;
+        if st == STATUS_DUPLICATE {
+            return;
+        }
+        let new = (old & !(3 << sh)) | (promote(st) << sh);
+        // SAFETY: p valid and aligned.
+        let seen = unsafe { i::atomic_cas_u32(p, old, new) };
+        if seen == old {
+            return;
+        }
+        old = seen;
+    }
+}

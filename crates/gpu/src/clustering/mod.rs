@@ -1,0 +1,436 @@
+//! CMS pixel clustering: `countModules`, `findClus` and the cluster charge cut
+//! (CMSSW `gpuClustering.h` / `gpuClusterChargeCut.h`; seeds 004, 000 and 001).
+//!
+//! # Data
+//! Digis in structure-of-arrays form: `module` (u16, [`INVALID_MODULE`] for invalid digis),
+//! `x` (row), `y` (column), `adc` (charge in electrons after calibration), all `u16`. The digis
+//! of one module are consecutive (possibly interleaved with invalid digis). Several events may
+//! be clustered in one launch: `event_offsets[e] .. event_offsets[e + 1]` are event `e`'s digis,
+//! and an event boundary always ends a module.
+//!
+//! Outputs: `clus[i]` = the digi's cluster index within its module (0-based, consecutive), or
+//! [`NOT_CLUSTERED`] (-1) for invalid digis, duplicated pixels and digis of clusters removed by
+//! the charge cut; `clus_in_module[e * modules + m]` = number of clusters of module `m` in event
+//! `e`; `module_first[e * modules + m]` = the module's first digi index, or [`NO_MODULE_START`].
+//!
+//! # Kernels
+//! 1. [`KERNEL_COUNT_MODULES`], one thread per digi: initialises `clus`, finds module starts
+//!    (the first valid digi whose previous valid digi in the event belongs to another module)
+//!    and appends them to the slot list `module_start[1..]` (`module_start[0]` = count), as the
+//!    seed does with `atomicInc`. Digis with a module id or coordinates out of range are
+//!    reported through `bad` (the smallest such index) and treated as invalid.
+//! 2. [`KERNEL_FIND_CLUS_SMALL`], twice: one warp per module (up to 128 digis), then one block
+//!    per module (up to 1024 digis): module end, duplicates and neighbours through a pixel hash
+//!    table in shared memory, union-find, numbering, and the charge cut in place. Larger
+//!    modules are listed for the next kernel. (`docs/clustering.md` has the whole chain.)
+//! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride): module end
+//!    (`msize`, `atomicMin`), duplicate detection with 2-bit status words (CMSSW "Alternative 2":
+//!    every copy of a pixel that occurs twice or more is invalidated), a bucket container by
+//!    column in shared memory (count, block scan, fill), then 8-connected labelling by
+//!    lock-free union-find with path halving in shared memory, the neighbours of a pixel
+//!    being found, as in the seed, among the later entries of its column and the whole next
+//!    column. Hooking always puts the larger root under the smaller, so the final root of every
+//!    cluster is its smallest digi index whatever the thread interleaving. Roots are numbered
+//!    by a block-wide exclusive scan in digi order: **cluster `c` of a module is the one whose
+//!    smallest digi index is the `c`-th smallest**, identical run to run and to the CPU oracle.
+//!    A module with more than `capacity` digis is appended to the fallback list instead.
+//! 4. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list: the same
+//!    result for a module of any size (up to every pixel of the module, duplicates on top),
+//!    with a dense per-block pixel grid in global memory for duplicate detection and
+//!    neighbour lookup, and union-find on `clus` itself.
+//! 5. [`KERNEL_CHARGE_CUT`], one block per module slot: per-cluster charge (64-bit sums),
+//!    clusters with charge `< threshold` removed (CMSSW 13/14 keep `charge >= cut`), survivors
+//!    renumbered consecutively in their previous order (block scan). No cap on the number of
+//!    clusters per module (CMSSW drops clusters beyond 1024).
+//!
+//! # Example
+//! One module (id 7), digis `(x, y)`: `0:(5,5) 1:(9,9) 2:(6,6) 3:(5,5) 4:(10,10) 5:(2,2)`.
+//! Digis 0 and 3 are the same pixel: both are invalidated. Digi 2 is then alone, digis 1 and 4
+//! touch diagonally, digi 5 is alone. Clusters by smallest digi index: {1,4} → 0, {2} → 1,
+//! {5} → 2. `clus = [-1, 0, 1, -1, 0, 2]`, `clus_in_module[7] = 3`, `module_first[7] = 0`.
+
+use crate::params::DevPtr;
+
+/// Module id of an invalid digi (CMSSW `invalidModuleId`, u16 max − 1).
+pub const INVALID_MODULE: u16 = 65534;
+/// Cluster index of a digi in no cluster (invalid, duplicated pixel, or charge-cut).
+pub const NOT_CLUSTERED: i32 = -1;
+/// `module_first` of a module with no digi.
+pub const NO_MODULE_START: u32 = u32::MAX;
+/// Largest module side (rows or columns) supported: packed coordinates keep bit 31 free.
+pub const MAX_MODULE_SIDE: u32 = 1 << 15;
+
+/// Kernel: module starts and `clus` initialisation.
+pub const KERNEL_COUNT_MODULES: &str = "clustering_count_modules";
+/// Kernel: clustering of small modules by pairwise comparisons in shared memory.
+pub const KERNEL_FIND_CLUS_SMALL: &str = "clustering_find_clus_small";
+/// Kernel: per-module clustering in shared memory (status words, column buckets).
+pub const KERNEL_FIND_CLUS: &str = "clustering_find_clus";
+/// Kernel: per-module clustering of modules over the fast path's capacity.
+pub const KERNEL_FIND_CLUS_FALLBACK: &str = "clustering_find_clus_fallback";
+/// Kernel: the seed's `findClus` (nearest-neighbour arrays, iterative `atomicMin` and pointer
+/// jumping ending with `__syncthreads_or`, `atomicInc` numbering), the benchmark's baseline.
+pub const KERNEL_FIND_CLUS_SEED: &str = "clustering_find_clus_seed";
+/// Kernel: cluster charge cut and renumbering.
+pub const KERNEL_CHARGE_CUT: &str = "clustering_cluster_charge_cut";
+
+/// Threads per block of `count_modules`.
+pub const COUNT_MODULES_THREADS: u32 = 256;
+/// Threads per block of the fallback and charge-cut kernels.
+pub const FALLBACK_THREADS: u32 = 256;
+/// Blocks of the fallback kernel per SM (each block owns one pixel grid in global memory)...
+pub const FALLBACK_BLOCKS_PER_SM: u32 = 2;
+/// ...as long as all the grids together stay within this many bytes.
+pub const FALLBACK_GRID_BYTES: usize = 256 << 20;
+
+/// 2-bit pixel states of the duplicate detection.
+pub const STATUS_EMPTY: u32 = 0;
+/// Seen once.
+pub const STATUS_FOUND: u32 = 1;
+/// Seen twice or more.
+pub const STATUS_DUPLICATE: u32 = 3;
+/// Status words kept in shared memory up to this many (Phase-1: 4160); beyond, each block
+/// uses a slab of global memory.
+pub const STATUS_SMEM_MAX_WORDS: u32 = 8192;
+
+/// Packed coordinates of an invalid digi in the fast path.
+pub const INVALID_XY: u32 = u32::MAX;
+/// Flag bit of a duplicated pixel in packed coordinates.
+pub const DUPLICATE_BIT: u32 = 1 << 31;
+/// Empty cell of the fallback pixel grid.
+pub const GRID_EMPTY: u32 = u32::MAX;
+/// Cell of the fallback pixel grid holding two or more digis.
+pub const GRID_DUPLICATE: u32 = u32::MAX - 1;
+
+/// Number of 2-bit status words for a module of `rows × cols` pixels.
+pub const fn status_words(rows: u32, cols: u32) -> u32 {
+    (rows * cols).div_ceil(16)
+}
+
+/// Word and bit shift of pixel `(x, y)` in the status words (CMSSW: `(rows*y + x)/16` and
+/// `(x % 16)*2`, identical when `rows` is a multiple of 16).
+#[inline(always)]
+pub const fn status_position(rows: u32, x: u32, y: u32) -> (u32, u32) {
+    let p = rows * y + x;
+    (p / 16, (p % 16) * 2)
+}
+
+/// The next 2-bit state of a pixel seen once more: Empty → Found → Duplicate → Duplicate.
+#[inline(always)]
+pub const fn promote(state: u32) -> u32 {
+    if state == STATUS_EMPTY {
+        STATUS_FOUND
+    } else {
+        STATUS_DUPLICATE
+    }
+}
+
+/// `x | y << 16`.
+#[inline(always)]
+pub const fn pack_xy(x: u32, y: u32) -> u32 {
+    x | (y << 16)
+}
+
+/// Whether two pixels are 8-connected neighbours (or the same pixel).
+#[inline(always)]
+pub const fn touching(x0: u32, y0: u32, x1: u32, y1: u32) -> bool {
+    x0.abs_diff(x1) <= 1 && y0.abs_diff(y1) <= 1
+}
+
+/// The seed's `maxPixInModule` (CMSSW 13+): histogram capacity of the seed kernel.
+pub const SEED_MAX_PIX_IN_MODULE: u32 = 6000;
+/// The seed's `maxiter`: strided iterations per thread covered by the `nn` arrays.
+pub const SEED_MAX_ITER: u32 = 16;
+/// The seed's `maxNeighbours` per pixel.
+pub const SEED_MAX_NEIGHBOURS: u32 = 10;
+
+/// Shared-memory bytes of [`KERNEL_FIND_CLUS_SEED`] (status words always in shared memory).
+pub const fn find_clus_seed_smem_bytes(rows: u32, cols: u32) -> usize {
+    (4 + 36 + (cols + 1).div_ceil(4) * 4 + SEED_MAX_PIX_IN_MODULE + status_words(rows, cols))
+        as usize
+        * 4
+}
+
+/// Words of the fast path's shared memory ahead of the status words: header (4), block-scan
+/// storage (36), column offsets (`cols + 1`, padded to 4), then `xy`, `parent` and `content`
+/// (`capacity` each).
+pub const fn find_clus_words_before_status(cols: u32, capacity: u32) -> u32 {
+    4 + 36 + (cols + 1).div_ceil(4) * 4 + 3 * capacity
+}
+
+/// Default capacity of [`KERNEL_FIND_CLUS_SMALL`] (digis per module).
+pub const SMALL_CAPACITY: u32 = 1024;
+/// Default threads per block of [`KERNEL_FIND_CLUS_SMALL`].
+pub const SMALL_THREADS: u32 = 256;
+/// Default capacity of [`KERNEL_FIND_CLUS`] (CMSSW's `maxPixInModule`).
+pub const MEDIUM_CAPACITY: u32 = 6000;
+
+/// Empty slot (key or value) of the small-module kernel's pixel table.
+pub const TABLE_EMPTY: u32 = u32::MAX;
+/// Value of a table slot whose pixel was inserted twice or more.
+pub const TABLE_DUPLICATE: u32 = u32::MAX - 1;
+
+/// Slots of the small-module kernel's pixel table: a power of two at least twice the
+/// capacity (load factor ≤ 1/2), at least 32.
+pub const fn small_table_size(capacity: u32) -> u32 {
+    let t = (2 * capacity).next_power_of_two();
+    if t < 32 {
+        32
+    } else {
+        t
+    }
+}
+
+/// Table slot where the search for packed pixel `v` starts in a table of `2^(32 - shift)`
+/// slots: the high bits of a Fibonacci (multiplicative) hash.
+#[inline(always)]
+pub const fn table_hash(v: u32, shift: u32) -> u32 {
+    v.wrapping_mul(0x9e37_79b1) >> shift
+}
+
+/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), `xy`, `parent`, `number`,
+/// `cl` and `charge` (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis
+/// of at most 65535 e⁻ sums below 2^32), and the pixel table (keys and values,
+/// [`small_table_size`] u32 each).
+pub const fn small_group_words(capacity: u32) -> u32 {
+    4 + 5 * capacity + 2 * small_table_size(capacity)
+}
+
+/// Largest capacity of [`KERNEL_FIND_CLUS_SMALL`] (32-bit charge sums cannot overflow).
+pub const MAX_SMALL_CAPACITY: u32 = 65536;
+
+/// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`] with `groups` groups per block: the
+/// block-scan storage (36 words) and the groups' areas.
+pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
+    (36 + groups * small_group_words(capacity)) as usize * 4
+}
+
+/// Default capacity of the warp-group pass of [`KERNEL_FIND_CLUS_SMALL`].
+pub const WARP_CAPACITY: u32 = 128;
+/// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
+pub const WARP_PASS_THREADS: u32 = 128;
+
+/// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
+pub const fn find_clus_smem_bytes(
+    rows: u32,
+    cols: u32,
+    capacity: u32,
+    status_in_smem: bool,
+) -> usize {
+    let w = find_clus_words_before_status(cols, capacity)
+        + if status_in_smem {
+            status_words(rows, cols)
+        } else {
+            0
+        };
+    w as usize * 4
+}
+
+/// Shared-memory bytes of the fallback and charge-cut kernels (block-scan storage).
+pub const fn scan_only_smem_bytes() -> usize {
+    // 33 u64 words of BlockScan<u64> storage plus the module-end word, padded.
+    36 * 8
+}
+
+/// Event of digi `i`: the largest `e < nevents` with `offset(e) <= i`, returned with the
+/// event's bounds `(e, offset(e), offset(e + 1))`. Requires `offset(0) <= i < offset(nevents)`
+/// and non-decreasing offsets.
+#[inline(always)]
+pub fn event_of(nevents: u32, offset: impl Fn(u32) -> u32, i: u32) -> (u32, u32, u32) {
+    let (mut lo, mut hi) = (0u32, nevents);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if offset(mid) <= i {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    (lo, offset(lo), offset(lo + 1))
+}
+
+/// Parameters of the `clustering_count_modules` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringCountModulesParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_info: DevPtr<u32>,
+    pub bad: DevPtr<u32>,
+    pub n: u32,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(
+    ClusteringCountModulesParams,
+    88,
+    ["clustering_count_modules"]
+);
+
+/// Parameters of the `clustering_find_clus_small` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusSmallParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub adc: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_info: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub slots: DevPtr<u32>,
+    pub larger: DevPtr<u32>,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub capacity: u32,
+    pub warp_groups: u32,
+    pub layer1_modules: u32,
+    pub threshold_layer1: u32,
+    pub threshold_other: u32,
+}
+crate::kernel_params!(
+    ClusteringFindClusSmallParams,
+    136,
+    ["clustering_find_clus_small"]
+);
+
+/// Parameters of the `clustering_find_clus` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub status_global: DevPtr<u32>,
+    pub slots: DevPtr<u32>,
+    pub fallback: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+    pub capacity: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(ClusteringFindClusParams, 120, ["clustering_find_clus"]);
+
+/// Parameters of the `clustering_find_clus_seed` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusSeedParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub fallback: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+}
+crate::kernel_params!(
+    ClusteringFindClusSeedParams,
+    96,
+    ["clustering_find_clus_seed"]
+);
+
+/// Parameters of the `clustering_find_clus_fallback` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringFindClusFallbackParams {
+    pub module: DevPtr<u16>,
+    pub x: DevPtr<u16>,
+    pub y: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub module_first: DevPtr<u32>,
+    pub fallback: DevPtr<u32>,
+    pub grid: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub rows: u32,
+    pub cols: u32,
+}
+crate::kernel_params!(
+    ClusteringFindClusFallbackParams,
+    104,
+    ["clustering_find_clus_fallback"]
+);
+
+/// Parameters of the `clustering_cluster_charge_cut` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringClusterChargeCutParams {
+    pub module: DevPtr<u16>,
+    pub adc: DevPtr<u16>,
+    pub event_offsets: DevPtr<u32>,
+    pub module_start: DevPtr<u32>,
+    pub slot_end: DevPtr<u32>,
+    pub clus: DevPtr<i32>,
+    pub clus_in_module: DevPtr<u32>,
+    pub scratch: DevPtr<u64>,
+    pub slots: DevPtr<u32>,
+    pub nevents: u32,
+    pub nmodules: u32,
+    pub layer1_modules: u32,
+    pub threshold_layer1: u32,
+    pub threshold_other: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(
+    ClusteringClusterChargeCutParams,
+    96,
+    ["clustering_cluster_charge_cut"]
+);
+
+#[cfg(target_arch = "nvptx64")]
+pub mod baseline;
+#[cfg(target_arch = "nvptx64")]
+pub mod common;
+#[cfg(target_arch = "nvptx64")]
+pub mod count;
+#[cfg(target_arch = "nvptx64")]
+pub mod cut;
+#[cfg(target_arch = "nvptx64")]
+pub mod fallback;
+#[cfg(target_arch = "nvptx64")]
+pub mod shared;
+#[cfg(target_arch = "nvptx64")]
+pub mod small;
+
+/// Device code: every item of the stage files above, under one path.
+#[cfg(target_arch = "nvptx64")]
+pub mod kernels {
+    pub use super::baseline::*;
+    pub(crate) use super::common::*;
+    pub use super::count::*;
+    pub use super::cut::*;
+    pub use super::fallback::*;
+    pub use super::shared::*;
+    pub use super::small::*;
+}

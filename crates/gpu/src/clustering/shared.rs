@@ -1,0 +1,291 @@
+//! Stage 3: the shared-memory `find_clus` kernel for the modules the small pass passed on.
+
+#[allow(unused_imports)]
+use super::kernels::*;
+use super::*;
+use crate::intrinsics as i;
+use crate::scan::device::BlockScan;
+use core::ptr::{read_volatile, write_volatile};
+
+/// Per-module clustering in shared memory with status words and a column bucket container
+/// (see the module docs), for the module slots of `slots` (those the small-module kernel
+/// passed on). Modules of more than `capacity` digis go to `fallback[1..]`
+/// (`fallback[0]` counts them).
+///
+/// Barriers: after the per-module reset (offsets zero, `msize` set), after the module-end
+/// search, after loading and promoting (all promotions before any status read), after the
+/// duplicate check and column count, inside and between the scan chunks, after the fill
+/// (bucket complete before the neighbour search), after the union phase (forest final),
+/// between numbering chunks, and at the end of a module (shared memory reused).
+///
+/// # Safety
+/// Launched after `clustering_count_modules` on the same arrays; `module`, `x`, `y`,
+/// `clus` valid for `n`; `module_start` as written by it; `slot_end` for `n` words, set
+/// for the listed slots; `slots` a slot list (`slots[0]` = count) from
+/// `clustering_find_clus_small`;
+/// `clus_in_module` and `module_first` for `nevents * nmodules`; `fallback` for `n + 1`
+/// words with `fallback[0] == 0`; `rows`, `cols` ≤ [`MAX_MODULE_SIDE`]; dynamic shared
+/// memory `find_clus_smem_bytes(rows, cols, capacity, status_global.is_null())`;
+/// `status_global` null or valid for `gridDim.x * status_words(rows, cols)` zeroed words;
+/// `blockDim.x` a multiple of 32 up to 1024.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusParams) {
+    let (
+        module,
+        x,
+        y,
+        event_offsets,
+        nevents,
+        nmodules,
+        rows,
+        cols,
+        module_start,
+        slot_end,
+        clus,
+        clus_in_module,
+        module_first,
+        capacity,
+        status_global,
+        slots,
+        fallback,
+    ) = (
+        p.module.ptr(),
+        p.x.ptr(),
+        p.y.ptr(),
+        p.event_offsets.ptr(),
+        p.nevents,
+        p.nmodules,
+        p.rows,
+        p.cols,
+        p.module_start.ptr(),
+        p.slot_end.ptr_mut(),
+        p.clus.ptr_mut(),
+        p.clus_in_module.ptr_mut(),
+        p.module_first.ptr_mut(),
+        p.capacity,
+        p.status_global.ptr_mut(),
+        p.slots.ptr(),
+        p.fallback.ptr_mut(),
+    );
+    let tid = i::thread_idx_x();
+    let bd = i::block_dim_x();
+    let smem = i::dynamic_shared_ptr() as *mut u32;
+    let sbase = i::shared_base();
+    let off_word = 4 + 36;
+    let before_status = find_clus_words_before_status(cols, capacity);
+    // SAFETY: all pointers below stay inside the launch's dynamic shared memory.
+    let (off, xy, parent, content) = unsafe {
+        let off = smem.add(off_word as usize);
+        let xy = smem.add((off_word + (cols + 1).div_ceil(4) * 4) as usize);
+        (
+            off,
+            xy,
+            xy.add(capacity as usize),
+            xy.add(2 * capacity as usize),
+        )
+    };
+    let off_saddr = sbase + off_word * 4;
+    // SAFETY: 36 words of scan storage after the header.
+    let bs = unsafe { BlockScan::<u32>::new(smem.add(4)) };
+    let nwords = status_words(rows, cols);
+    let status = if status_global.is_null() {
+        // SAFETY: the status words follow the other areas (launch contract).
+        let s = unsafe { smem.add(before_status as usize) };
+        let mut w = tid;
+        while w < nwords {
+            // SAFETY: w < nwords.
+            unsafe { s.add(w as usize).write(STATUS_EMPTY) };
+            w += bd;
+        }
+        s
+    } else {
+        // SAFETY: one zeroed slab per block (launch contract).
+        unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
+    };
+    i::sync_threads();
+    // SAFETY: the slot list written by the small-module kernel.
+    let nslots = unsafe { slots.read() };
+    let mut idx = i::block_idx_x();
+    while idx < nslots {
+        // SAFETY: idx < nslots; listed slots are valid; first < n.
+        let (k, first, msize, mid) = unsafe {
+            let k = slots.add(1 + idx as usize).read();
+            let first = module_start.add(1 + k as usize).read();
+            (
+                k,
+                first,
+                slot_end.add(k as usize).read(),
+                module.add(first as usize).read(),
+            )
+        };
+        // SAFETY: offsets cover first.
+        let (ev, _, _) = unsafe { event_bounds(event_offsets, nevents, first) };
+        let mut b = tid;
+        while b <= cols {
+            // SAFETY: b <= cols.
+            unsafe { off.add(b as usize).write(0) };
+            b += bd;
+        }
+        let size = msize - first;
+        if size > capacity {
+            if tid == 0 {
+                // SAFETY: at most n slots are listed.
+                unsafe {
+                    let c = i::atomic_add_u32(fallback, 1);
+                    fallback.add(1 + c as usize).write(k);
+                }
+            }
+            idx += i::grid_dim_x();
+            continue;
+        }
+        // Load the module and promote every valid pixel's status.
+        let mut j = tid;
+        while j < size {
+            let d = (first + j) as usize;
+            // SAFETY: d < msize <= n; j < size <= capacity.
+            unsafe {
+                let id = module.add(d).read();
+                let xv = x.add(d).read() as u32;
+                let yv = y.add(d).read() as u32;
+                let v = if id == mid && xv < rows && yv < cols {
+                    promote_pixel(status, rows, xv, yv);
+                    pack_xy(xv, yv)
+                } else {
+                    INVALID_XY
+                };
+                xy.add(j as usize).write(v);
+                parent.add(j as usize).write(j);
+            }
+            j += bd;
+        }
+        i::sync_threads();
+        // Duplicates (every copy) leave; the others are counted by column.
+        let mut j = tid;
+        while j < size {
+            // SAFETY: j < size <= capacity; the status word index is in range.
+            unsafe {
+                let v = xy.add(j as usize).read();
+                if v != INVALID_XY {
+                    let (xv, yv) = (v & 0xffff, v >> 16);
+                    let (w, sh) = status_position(rows, xv, yv);
+                    let st = (read_volatile(status.add(w as usize)) >> sh) & 3;
+                    if st == STATUS_DUPLICATE {
+                        xy.add(j as usize).write(v | DUPLICATE_BIT);
+                    } else {
+                        i::red_shared_add_u32(off_saddr + yv * 4, 1);
+                    }
+                }
+            }
+            j += bd;
+        }
+        i::sync_threads();
+        // Inclusive scan of the column counts: off[b] = end of column b.
+        let mut carry = 0u32;
+        let mut c = 0u32;
+        while c <= cols {
+            let b = c + tid;
+            // SAFETY: b <= cols.
+            let v = if b <= cols {
+                unsafe { off.add(b as usize).read() }
+            } else {
+                0
+            };
+            let (e, tot) = bs.exclusive_sum(v);
+            if b <= cols {
+                // SAFETY: b <= cols.
+                unsafe { off.add(b as usize).write(carry + e + v) };
+            }
+            carry += tot;
+            i::sync_threads();
+            c += bd;
+        }
+        let total = carry;
+        // Fill the buckets (off[b] becomes the start of column b) and clear the status.
+        let mut j = tid;
+        while j < size {
+            // SAFETY: j < size; positions stay below total <= size <= capacity.
+            unsafe {
+                let v = xy.add(j as usize).read();
+                if v != INVALID_XY {
+                    let (xv, yv) = (v & 0xffff, (v >> 16) & 0x7fff);
+                    let (w, _) = status_position(rows, xv, yv);
+                    write_volatile(status.add(w as usize), STATUS_EMPTY);
+                    if v & DUPLICATE_BIT == 0 {
+                        let pos = i::atom_shared_add_u32(off_saddr + yv * 4, u32::MAX) - 1;
+                        content.add(pos as usize).write(j);
+                    }
+                }
+            }
+            j += bd;
+        }
+        i::sync_threads();
+        // Union every pixel with its later neighbours in its column and the next one.
+        let mut p = tid;
+        while p < total {
+            // SAFETY: p < total; bucket entries are module-local indices < size.
+            unsafe {
+                let jj = content.add(p as usize).read();
+                let v = xy.add(jj as usize).read();
+                let (xv, yv) = (v & 0xffff, v >> 16);
+                let end = off.add((yv + 2).min(cols) as usize).read();
+                let mut q = p + 1;
+                while q < end {
+                    let m = content.add(q as usize).read();
+                    let xm = xy.add(m as usize).read() & 0xffff;
+                    if xm.abs_diff(xv) <= 1 {
+                        union(parent, jj, m);
+                    }
+                    q += 1;
+                }
+            }
+            p += bd;
+        }
+        i::sync_threads();
+        // Number the roots in digi order; numbers go to content[root].
+        let mut base = 0u32;
+        let mut c = 0u32;
+        while c < size {
+            let j = c + tid;
+            // SAFETY: j < size.
+            let root = j < size
+                && unsafe {
+                    xy.add(j as usize).read() & DUPLICATE_BIT == 0
+                        && read_volatile(parent.add(j as usize)) == j
+                };
+            let (e, tot) = bs.exclusive_sum(root as u32);
+            if root {
+                // SAFETY: j < size.
+                unsafe { content.add(j as usize).write(base + e) };
+            }
+            base += tot;
+            i::sync_threads();
+            c += bd;
+        }
+        // Write the cluster index of every digi of the module.
+        let mut j = tid;
+        while j < size {
+            // SAFETY: j < size; first + j < n.
+            unsafe {
+                let v = xy.add(j as usize).read();
+                let cl = if v & DUPLICATE_BIT == 0 {
+                    let r = find(parent, j);
+                    content.add(r as usize).read() as i32
+                } else {
+                    NOT_CLUSTERED
+                };
+                clus.add((first + j) as usize).write(cl);
+            }
+            j += bd;
+        }
+        if tid == 0 {
+            let slot = (ev * nmodules + mid as u32) as usize;
+            // SAFETY: ev < nevents and mid < nmodules.
+            unsafe {
+                clus_in_module.add(slot).write(base);
+                module_first.add(slot).write(first);
+            }
+        }
+        i::sync_threads();
+        idx += i::grid_dim_x();
+    }
+}

@@ -1,0 +1,392 @@
+//! Stage 2: the small-module pass (warp groups or blocks per module, hash table in shared memory).
+
+#[allow(unused_imports)]
+use super::kernels::*;
+use super::*;
+use crate::intrinsics as i;
+use crate::scan::device::{warp_inclusive_sum, BlockScan};
+use core::ptr::read_volatile;
+
+/// Clustering of small modules with a hash table of the module's pixels in shared memory
+/// (open addressing, CAS insert): no status words and no column buckets, so a module needs
+/// a few KiB and the work is O(digis). A pixel inserted twice is marked duplicated and
+/// every copy of it removed (the rule of the status words); each remaining digi joins the
+/// digis at its forward neighbour pixels (x+1,y), (x-1,y+1), (x,y+1), (x+1,y+1) by the
+/// same union-find, and roots are numbered by a scan in digi order: the output equals
+/// [`clustering_find_clus`]'s. With a non-zero threshold the charge cut is applied here too
+/// (the rule of [`clustering_cluster_charge_cut`]: charges summed in shared memory,
+/// survivors renumbered in order), which saves a pass over these modules.
+///
+/// Work is done by *groups*: with `warp_groups != 0` each warp is a group and clusters its
+/// own modules (warp barriers and warp scans only, so the warps of a block never wait for
+/// each other and many modules are in flight per SM); otherwise the whole block is one
+/// group. Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
+/// are every module slot. A module of more than `capacity` digis is appended to
+/// `larger[1..]` (`larger[0]` counts them). When `slots` is null the kernel also finds each
+/// module's end (`msize`, the seed's `atomicMin`) and stores it in `slot_end`.
+///
+/// Barriers (group-wide): after the per-module reset (table empty), after the module-end
+/// search, after loading and inserting (table final), after the unions, between numbering
+/// chunks, around the charge cut, and at the end of a module.
+///
+/// # Safety
+/// Launched after `clustering_count_modules`; `module`, `x`, `y`, `adc`, `clus` valid for
+/// `n`; `slot_end` for `n` words (set for listed slots when `slots` is not null);
+/// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` for `n + 1` words
+/// with `larger[0] == 0`; dynamic shared memory
+/// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
+/// of 32.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindClusSmallParams) {
+    let (
+        module,
+        x,
+        y,
+        adc,
+        event_offsets,
+        nmodules,
+        rows,
+        cols,
+        module_start,
+        slot_info,
+        slot_end,
+        clus,
+        clus_in_module,
+        module_first,
+        capacity,
+        warp_groups,
+        layer1_modules,
+        threshold_layer1,
+        threshold_other,
+        slots,
+        larger,
+    ) = (
+        p.module.ptr(),
+        p.x.ptr(),
+        p.y.ptr(),
+        p.adc.ptr(),
+        p.event_offsets.ptr(),
+        p.nmodules,
+        p.rows,
+        p.cols,
+        p.module_start.ptr(),
+        p.slot_info.ptr(),
+        p.slot_end.ptr_mut(),
+        p.clus.ptr_mut(),
+        p.clus_in_module.ptr_mut(),
+        p.module_first.ptr_mut(),
+        p.capacity,
+        p.warp_groups,
+        p.layer1_modules,
+        p.threshold_layer1,
+        p.threshold_other,
+        p.slots.ptr(),
+        p.larger.ptr_mut(),
+    );
+    let warp_mode = warp_groups != 0;
+    let (gsize, group, ngroups, lt) = if warp_mode {
+        (32, i::warp_id(), i::warps_per_block(), i::lane_id())
+    } else {
+        (i::block_dim_x(), 0, 1, i::thread_idx_x())
+    };
+    let gsync = || {
+        if warp_mode {
+            i::sync_warp()
+        } else {
+            i::sync_threads()
+        }
+    };
+    let smem = i::dynamic_shared_ptr() as *mut u32;
+    // SAFETY: 36 words of block-scan storage at the start (block mode only).
+    let bs = unsafe { BlockScan::<u32>::new(smem) };
+    // Exclusive sum over the group, with the group total.
+    let gscan = |v: u32| -> (u32, u32) {
+        if warp_mode {
+            let incl = warp_inclusive_sum(v);
+            (incl - v, i::shfl_idx(incl, 31))
+        } else {
+            bs.exclusive_sum(v)
+        }
+    };
+    let tsize = small_table_size(capacity);
+    let tmask = tsize - 1;
+    let tshift = tsize.leading_zeros() + 1;
+    let cap = capacity as usize;
+    // SAFETY: this group's area inside the launch's dynamic shared memory.
+    let (hdr, xy, parent, number, cl, charge, keys, vals) = unsafe {
+        let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
+        let xy = g.add(4);
+        let charge = xy.add(4 * cap);
+        let keys = charge.add(cap);
+        (
+            g,
+            xy,
+            xy.add(cap),
+            xy.add(2 * cap),
+            xy.add(3 * cap),
+            charge,
+            keys,
+            keys.add(tsize as usize),
+        )
+    };
+    let all = slots.is_null();
+    // SAFETY: the slot count, written by count_modules or by the previous kernel.
+    let nslots = unsafe {
+        if all {
+            module_start.read()
+        } else {
+            slots.read()
+        }
+    };
+    let mut idx = i::block_idx_x() * ngroups + group;
+    let step = i::grid_dim_x() * ngroups;
+    while idx < nslots {
+        // SAFETY: idx < nslots; slot k < n; first < n; ev < nevents.
+        let (k, first, mid, ev, ev_end) = unsafe {
+            let k = if all {
+                idx
+            } else {
+                slots.add(1 + idx as usize).read()
+            } as usize;
+            let first = module_start.add(1 + k).read();
+            let info = slot_info.add(k).read();
+            let ev = info >> 16;
+            (
+                k,
+                first,
+                (info & 0xffff) as u16,
+                ev,
+                event_offsets.add(ev as usize + 1).read(),
+            )
+        };
+        if all && lt == 0 {
+            // SAFETY: header word.
+            unsafe { hdr.write(ev_end) };
+        }
+        let mut t = lt;
+        while t < tsize {
+            // SAFETY: t < tsize.
+            unsafe {
+                keys.add(t as usize).write(TABLE_EMPTY);
+                vals.add(t as usize).write(TABLE_EMPTY);
+            }
+            t += gsize;
+        }
+        gsync();
+        let msize = if all {
+            let mut d = first + lt;
+            while d < ev_end {
+                // SAFETY: d < n.
+                let id = unsafe { module.add(d as usize).read() };
+                if id != INVALID_MODULE && id != mid {
+                    // SAFETY: header word.
+                    unsafe { i::atomic_min_u32(hdr, d) };
+                    break;
+                }
+                d += gsize;
+            }
+            gsync();
+            // SAFETY: header word, final after the barrier.
+            let m = unsafe { read_volatile(hdr) };
+            if lt == 0 {
+                // SAFETY: k < n.
+                unsafe { slot_end.add(k).write(m) };
+            }
+            m
+        } else {
+            // SAFETY: set by the kernel that listed this slot.
+            unsafe { slot_end.add(k).read() }
+        };
+        let size = msize - first;
+        if size > capacity {
+            if lt == 0 {
+                // SAFETY: at most n slots are listed.
+                unsafe {
+                    let c = i::atomic_add_u32(larger, 1);
+                    larger.add(1 + c as usize).write(k as u32);
+                }
+            }
+            gsync();
+            idx += step;
+            continue;
+        }
+        // Load, and insert every valid pixel; `cl` holds the charge until it holds the
+        // cluster.
+        let mut j = lt;
+        while j < size {
+            let d = (first + j) as usize;
+            // SAFETY: d < msize <= n; j < size <= capacity; table slots < tsize.
+            unsafe {
+                let id = module.add(d).read();
+                let xv = x.add(d).read() as u32;
+                let yv = y.add(d).read() as u32;
+                let q = adc.add(d).read() as u32;
+                let v = if id == mid && xv < rows && yv < cols {
+                    pack_xy(xv, yv)
+                } else {
+                    INVALID_XY
+                };
+                xy.add(j as usize).write(v);
+                parent.add(j as usize).write(j);
+                charge.add(j as usize).write(0);
+                cl.add(j as usize).write(q);
+                if v != INVALID_XY {
+                    let mut h = table_hash(v, tshift);
+                    loop {
+                        let old = i::atomic_cas_u32(keys.add(h as usize), TABLE_EMPTY, v);
+                        if old == TABLE_EMPTY || old == v {
+                            break;
+                        }
+                        h = (h + 1) & tmask;
+                    }
+                    if i::atomic_cas_u32(vals.add(h as usize), TABLE_EMPTY, j) != TABLE_EMPTY {
+                        i::atomic_exch_u32(vals.add(h as usize), TABLE_DUPLICATE);
+                    }
+                }
+            }
+            j += gsize;
+        }
+        gsync();
+        let lookup = |v: u32| -> u32 {
+            let mut h = table_hash(v, tshift);
+            loop {
+                // SAFETY: h < tsize; the table is final after the barrier.
+                let key = unsafe { read_volatile(keys.add(h as usize)) };
+                if key == v {
+                    // SAFETY: as above.
+                    return unsafe { read_volatile(vals.add(h as usize)) };
+                }
+                if key == TABLE_EMPTY {
+                    return TABLE_EMPTY;
+                }
+                h = (h + 1) & tmask;
+            }
+        };
+        let mut j = lt;
+        while j < size {
+            // SAFETY: j < size <= capacity; table values are module-local indices.
+            unsafe {
+                let v = xy.add(j as usize).read();
+                if v != INVALID_XY {
+                    if lookup(v) == TABLE_DUPLICATE {
+                        xy.add(j as usize).write(v | DUPLICATE_BIT);
+                    } else {
+                        let (xv, yv) = (v & 0xffff, v >> 16);
+                        let join = |nx: u32, ny: u32| {
+                            if nx < rows && ny < cols {
+                                let m = lookup(pack_xy(nx, ny));
+                                if m < TABLE_DUPLICATE {
+                                    union(parent, j, m);
+                                }
+                            }
+                        };
+                        join(xv + 1, yv);
+                        join(xv.wrapping_sub(1), yv + 1);
+                        join(xv, yv + 1);
+                        join(xv + 1, yv + 1);
+                    }
+                }
+            }
+            j += gsize;
+        }
+        gsync();
+        // Number the roots in digi order.
+        let mut nclus = 0u32;
+        let mut c = 0u32;
+        while c < size {
+            let j = c + lt;
+            // SAFETY: j < size.
+            let root = j < size
+                && unsafe {
+                    xy.add(j as usize).read() & DUPLICATE_BIT == 0
+                        && read_volatile(parent.add(j as usize)) == j
+                };
+            let (e, tot) = gscan(root as u32);
+            if root {
+                // SAFETY: j < size.
+                unsafe { number.add(j as usize).write(nclus + e) };
+            }
+            nclus += tot;
+            gsync();
+            c += gsize;
+        }
+        let threshold = if (mid as u32) < layer1_modules {
+            threshold_layer1
+        } else {
+            threshold_other
+        };
+        let cut = threshold > 0 && nclus > 0;
+        // Cluster of each digi; with a cut, the cluster charges.
+        let mut j = lt;
+        while j < size {
+            // SAFETY: j < size; cluster numbers < nclus <= size.
+            unsafe {
+                let v = xy.add(j as usize).read();
+                let c = if v & DUPLICATE_BIT == 0 {
+                    let c = number.add(find_root(parent, j) as usize).read();
+                    if cut {
+                        let q = cl.add(j as usize).read();
+                        i::atomic_add_u32(charge.add(c as usize), q);
+                    }
+                    c
+                } else {
+                    u32::MAX
+                };
+                cl.add(j as usize).write(c);
+            }
+            j += gsize;
+        }
+        if cut {
+            gsync();
+            // Survivors renumbered in order; charge[c] becomes the new number or MAX.
+            let mut kept = 0u32;
+            let mut c0 = 0u32;
+            while c0 < nclus {
+                let c = c0 + lt;
+                // SAFETY: c < nclus <= capacity.
+                let keep = c < nclus && unsafe { charge.add(c as usize).read() } >= threshold;
+                let (e, tot) = gscan(keep as u32);
+                if c < nclus {
+                    let v = if keep { kept + e } else { u32::MAX };
+                    // SAFETY: c < nclus.
+                    unsafe { charge.add(c as usize).write(v) };
+                }
+                kept += tot;
+                gsync();
+                c0 += gsize;
+            }
+            nclus = kept;
+        }
+        let mut j = lt;
+        while j < size {
+            // SAFETY: j < size; first + j < n; cluster numbers < size.
+            unsafe {
+                let c = cl.add(j as usize).read();
+                let out = if c == u32::MAX {
+                    NOT_CLUSTERED
+                } else if cut {
+                    let v = charge.add(c as usize).read();
+                    if v == u32::MAX {
+                        NOT_CLUSTERED
+                    } else {
+                        v as i32
+                    }
+                } else {
+                    c as i32
+                };
+                clus.add((first + j) as usize).write(out);
+            }
+            j += gsize;
+        }
+        if lt == 0 {
+            let slot = (ev * nmodules + mid as u32) as usize;
+            // SAFETY: ev < nevents and mid < nmodules.
+            unsafe {
+                clus_in_module.add(slot).write(nclus);
+                module_first.add(slot).write(first);
+            }
+        }
+        gsync();
+        idx += step;
+    }
+}

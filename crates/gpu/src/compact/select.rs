@@ -1,0 +1,133 @@
+//! Order-preserving selection: the tile routine and the two select kernels.
+
+#[allow(unused_imports)]
+use super::device::*;
+use super::*;
+use crate::intrinsics as i;
+use crate::scan::device::{
+    current_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive,
+    BlockScan, StripedTile, TileStatus,
+};
+
+/// Selects the items of one tile for which `pred(index, value)` holds and writes them at
+/// their final, order-preserving positions. Called by every thread of the block.
+///
+/// # Safety
+/// Launch contract of [`compact_select_range_u32`].
+#[inline(always)]
+pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
+    input: *const u32,
+    n: u64,
+    output: *mut u32,
+    num_selected: *mut u32,
+    status: TileStatus<u32>,
+    pred: F,
+) {
+    let (scan_storage, prefix_slot) = tile_smem::<u32>();
+    let tile = current_tile();
+    let warp_start = tile as u64 * SELECT_TILE + i::warp_id() as u64 * 32 * N as u64;
+    let mut items = [0u32; N];
+    // SAFETY: launch contract.
+    unsafe { u32::load_striped(input, warp_start, n, &mut items) };
+    let mut keep = [0u32; N];
+    let mut k = 0;
+    while k < N {
+        let idx = striped_index(warp_start, 4, k);
+        keep[k] = (idx < n && pred(idx, items[k])) as u32;
+        k += 1;
+    }
+    // Positions among the warp's selected items, then among the tile's.
+    let mut pos = keep;
+    let warp_total = warp_striped_exclusive(&mut pos);
+    // SAFETY: storage is ours.
+    let bs = unsafe { BlockScan::new(scan_storage) };
+    let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
+    // SAFETY: status holds one entry per tile.
+    let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
+    let base = tile_prefix.wrapping_add(warp_prefix);
+    let mut k = 0;
+    while k < N {
+        if keep[k] != 0 {
+            // SAFETY: the position is below the number selected <= n; output valid for n.
+            unsafe { output.add((base + pos[k]) as usize).write(items[k]) };
+        }
+        k += 1;
+    }
+    if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
+        // SAFETY: one u32.
+        unsafe { num_selected.write(tile_prefix.wrapping_add(tile_total)) };
+    }
+}
+
+/// Keeps `input[i]` with `lo <= input[i] < hi`, in input order.
+///
+/// # Safety
+/// `blockDim.x == SELECT_THREADS`, `gridDim.x == select_tiles(n) >= 1`,
+/// `select_smem_bytes()` bytes of shared memory; `n < 2^32`; `input` valid for `n`,
+/// 16-byte aligned; `output` valid for `n`, not overlapping `input`; `flags` valid for
+/// `2 * gridDim.x` zeroed words, `aggregates`, `inclusive` for `gridDim.x`;
+/// `num_selected` one `u32`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRangeU32Params) {
+    let (input, n, lo, hi, output, num_selected, flags, aggregates, inclusive) = (
+        p.input.ptr(),
+        p.n,
+        p.lo,
+        p.hi,
+        p.output.ptr_mut(),
+        p.num_selected.ptr_mut(),
+        p.flags.ptr_mut(),
+        p.aggregates.ptr_mut(),
+        p.inclusive.ptr_mut(),
+    );
+    let status = TileStatus {
+        flags,
+        aggregates,
+        inclusive,
+    };
+    // SAFETY: forwarded launch contract.
+    unsafe {
+        select_tile::<{ SELECT_ITEMS as usize }, _>(
+            input,
+            n,
+            output,
+            num_selected,
+            status,
+            |_, x| in_range(x, lo, hi),
+        )
+    }
+}
+
+/// Keeps `input[i]` where `selection[i] != 0`, in input order.
+///
+/// # Safety
+/// As [`compact_select_range_u32`], and `selection` valid for `n` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(p: CompactSelectFlaggedU32Params) {
+    let (input, selection, n, output, num_selected, flags, aggregates, inclusive) = (
+        p.input.ptr(),
+        p.selection.ptr(),
+        p.n,
+        p.output.ptr_mut(),
+        p.num_selected.ptr_mut(),
+        p.flags.ptr_mut(),
+        p.aggregates.ptr_mut(),
+        p.inclusive.ptr_mut(),
+    );
+    let status = TileStatus {
+        flags,
+        aggregates,
+        inclusive,
+    };
+    // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
+    unsafe {
+        select_tile::<{ SELECT_ITEMS as usize }, _>(
+            input,
+            n,
+            output,
+            num_selected,
+            status,
+            |idx, _| selection.add(idx as usize).read() != 0,
+        )
+    }
+}

@@ -1,0 +1,137 @@
+//! Frames to singles: table lookups, energy window, order-preserving compaction.
+
+#[allow(unused_imports)]
+use super::device::*;
+use super::*;
+use crate::intrinsics as i;
+use crate::scan::device::{tile_exclusive_prefix, tile_smem, BlockScan, TileStatus};
+
+/// Reads frame `idx` with one 16-byte load.
+///
+/// # Safety
+/// `frames` valid for `idx + 1` frames, 16-byte aligned, read-only during the kernel.
+#[inline(always)]
+pub(crate) unsafe fn load_frame(frames: *const u32, idx: u64) -> DataFrameV2 {
+    // SAFETY: caller contract.
+    let w = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
+    bytemuck::cast(w)
+}
+
+/// Raw frames to accepted singles, in input order, plus statistics.
+///
+/// # Safety
+/// `blockDim.x == CONVERT_THREADS`, `gridDim.x == ceil(n / CONVERT_TILE) >= 1`,
+/// `convert_smem_bytes()` of shared memory; `n < 2^32`; `frames` valid for `n` frames,
+/// 16-byte aligned; `params` one `ScannerParams`; `position` and `correction` hold
+/// `params.position_entries()` / `energy_entries()` entries; `out` valid for `n` singles;
+/// `stats` `STAT_WORDS` words, zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as
+/// in `compact_select_range_u32`.
+#[allow(unused_assignments)] // see `base` below
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) {
+    let (frames, n, params, position, correction, out, stats, flags, aggregates, inclusive) = (
+        p.frames.ptr(),
+        p.n,
+        p.params.ptr(),
+        p.position.ptr(),
+        p.correction.ptr(),
+        p.out.ptr_mut(),
+        p.stats.ptr_mut(),
+        p.flags.ptr_mut(),
+        p.aggregates.ptr_mut(),
+        p.inclusive.ptr_mut(),
+    );
+    const N: usize = CONVERT_ITEMS as usize;
+    const _: () = assert!(N == 8, "unroll8! covers 8 items");
+    let status = TileStatus {
+        flags,
+        aggregates,
+        inclusive,
+    };
+    // SAFETY: one ScannerParams.
+    let p = unsafe { params.read() };
+    let (scan_storage, prefix_slot) = tile_smem::<u32>();
+    let tile = i::block_idx_x();
+    let lane = i::lane_id();
+    let warp_start = tile as u64 * CONVERT_TILE + i::warp_id() as u64 * 32 * N as u64;
+    let mut singles = [Single::default(); N];
+    let mut masks = [0u32; N];
+    let mut warp_total = 0u32;
+    let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
+    // Unrolled by hand (constant indices keep `singles` and `masks` in registers).
+    unroll8!(j, {
+        let idx = warp_start + (j as u64) * 32 + lane as u64;
+        let mut keep = false;
+        if idx < n {
+            // SAFETY: idx < n.
+            let f = unsafe { load_frame(frames, idx) };
+            let (s, st) = convert_frame(
+                &f,
+                &p,
+                // SAFETY: convert_frame only asks for indices inside the tables.
+                |k| unsafe { position.add(k as usize).read() },
+                // SAFETY: as above.
+                |k| unsafe { correction.add(k as usize).read() },
+            );
+            singles[j] = s;
+            keep = st & CONVERT_ACCEPTED != 0;
+            if st & CONVERT_BAD_ADDRESS != 0 {
+                bad += 1;
+                // SAFETY: stats holds STAT_WORDS words.
+                unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
+            } else if !keep {
+                rejected += 1;
+            }
+            if st & CONVERT_CLAMPED != 0 {
+                clamped += 1;
+            }
+        }
+        masks[j] = i::ballot(keep);
+        warp_total += i::popc(masks[j]);
+    });
+    // Statistics: one atomic per warp and counter.
+    let r = crate::scan::device::warp_reduce_sum(rejected);
+    let c = crate::scan::device::warp_reduce_sum(clamped);
+    let b = crate::scan::device::warp_reduce_sum(bad);
+    if lane == 0 {
+        // SAFETY: stats holds STAT_WORDS words.
+        unsafe {
+            if r != 0 {
+                i::atomic_add_u32(stats.add(STAT_REJECTED_ENERGY), r);
+            }
+            if c != 0 {
+                i::atomic_add_u32(stats.add(STAT_CLAMPED), c);
+            }
+            if b != 0 {
+                i::atomic_add_u32(stats.add(STAT_BAD_ADDRESS), b);
+            }
+        }
+    }
+    // SAFETY: the storage is ours.
+    let bs = unsafe { BlockScan::new(scan_storage) };
+    let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
+    // SAFETY: one look-back entry per tile.
+    let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
+    // The unrolled loop below advances `base` after each of the 8 masks; the advance after
+    // the last one is never read (hence `unused_assignments` allowed on this kernel), which
+    // keeps the 8 copies alike.
+    let mut base = tile_prefix.wrapping_add(warp_prefix);
+    let below = i::lanemask_lt();
+    unroll8!(j, {
+        let m = masks[j];
+        if m & (1 << lane) != 0 {
+            let pos = base + i::popc(m & below);
+            // SAFETY: pos < number accepted <= n.
+            unsafe { out.add(pos as usize).write(singles[j]) };
+        }
+        base += i::popc(m);
+    });
+    if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
+        // SAFETY: stats holds STAT_WORDS words.
+        unsafe {
+            stats
+                .add(STAT_ACCEPTED)
+                .write(tile_prefix.wrapping_add(tile_total))
+        };
+    }
+}
