@@ -358,7 +358,11 @@ fn test_bad_input(c: &Ctx) -> R {
     ensure(
         matches!(
             c.backend.cluster(&split, &g, None),
-            Err(Error::InvalidInput { .. })
+            Err(Error::InvalidItem {
+                what: "digi",
+                index: 2,
+                ..
+            })
         ),
         || "non-consecutive module accepted".into(),
     )?;

@@ -110,13 +110,18 @@ pub fn run(ui: &Ui, c: ClusterCmd) -> Result<()> {
     }
 }
 
-fn read_digis(path: &Path) -> Result<cl::Digis> {
+/// The digis and, for CSV, the file line of each.
+fn read_digis(path: &Path) -> Result<(cl::Digis, Option<Vec<u64>>)> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     let name = path.display().to_string();
     Ok(if bytes.starts_with(cl::BINARY_MAGIC) {
-        cl::read_binary(&bytes[..]).with_context(|| name.clone())?
+        (
+            cl::read_binary(&bytes[..]).with_context(|| name.clone())?,
+            None,
+        )
     } else {
-        cl::read_csv(&bytes[..], &name)?
+        let (d, lines) = cl::read_csv_with_lines(&bytes[..], &name)?;
+        (d, Some(lines))
     })
 }
 
@@ -129,7 +134,7 @@ fn cluster(ui: &Ui, a: ClusterArgs) -> Result<()> {
     let geometry = a.geometry.geometry();
     let backend = a.backend.open(ui)?;
     let start = Instant::now();
-    let digis = read_digis(&input)?;
+    let (digis, lines) = read_digis(&input)?;
     let cut = a
         .charge_cut
         .map_or(geometry.default_cut, ChargeCut::uniform);
@@ -139,7 +144,7 @@ fn cluster(ui: &Ui, a: ClusterArgs) -> Result<()> {
     } else {
         let clusters = backend
             .cluster(&digis, &geometry, Some(cut))
-            .with_context(|| format!("clustering `{}`", input.display()))?;
+            .map_err(|e| crate::locate(e, &input, lines.as_deref()))?;
         ui.verbose(format!(
             "{} modules, {} clusters (charge cut {} / {} e-), {} modules over the fast path's capacity",
             clusters.module_first.iter().filter(|&&f| f != u32::MAX).count(),

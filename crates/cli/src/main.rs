@@ -84,6 +84,27 @@ impl BackendChoice {
     }
 }
 
+/// Places an error that names an input element by index (`detkit::Error::InvalidItem`) at
+/// its `FILE:LINE`, using the line of every element from the reader (`None`: a binary input,
+/// where the element index is the position).
+pub fn locate(e: detkit::Error, file: &std::path::Path, lines: Option<&[u64]>) -> anyhow::Error {
+    match e {
+        detkit::Error::InvalidItem {
+            what,
+            index,
+            column,
+            detail,
+        } => match lines.and_then(|l| l.get(index)) {
+            Some(line) => anyhow::anyhow!("{}:{line}: column `{column}`: {detail}", file.display()),
+            None => anyhow::anyhow!(
+                "{}: {what} {index} (0-based): column `{column}`: {detail}",
+                file.display()
+            ),
+        },
+        other => anyhow::Error::new(other),
+    }
+}
+
 fn run(cli: Cli) -> Result<()> {
     let ui = ui::Ui::new(cli.quiet, cli.verbose);
     match cli.command {

@@ -121,14 +121,20 @@ fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
     let start = Instant::now();
     let file = std::fs::File::open(&input)
         .with_context(|| format!("cannot open `{}`", input.display()))?;
-    let sps =
-        detkit::seeding::read_csv(std::io::BufReader::new(file), &input.display().to_string())?;
+    let (sps, lines) = detkit::seeding::read_csv_with_lines(
+        std::io::BufReader::new(file),
+        &input.display().to_string(),
+    )?;
     let spin = ui.spinner(&format!("seeding {} spacepoints", sps.len()));
     // Zero spacepoints (a header-only file) give zero seeds.
     let out = if sps.is_empty() {
         None
     } else {
-        Some(backend.seed(&sps, &cfg)?)
+        Some(
+            backend
+                .seed(&sps, &cfg)
+                .map_err(|e| crate::locate(e, &input, Some(&lines)))?,
+        )
     };
     drop(spin);
     let mut files = OutputSet::default();

@@ -497,6 +497,48 @@ fn reader_errors_name_file_line_and_column() {
 }
 
 #[test]
+fn semantic_errors_name_file_line_and_column_too() {
+    let d = Dir::new();
+    let out = d.path("out.csv");
+    // Module 3's digis are not consecutive: the digi on line 5 (a blank line counts).
+    let digis = d.write(
+        "digis.csv",
+        "module,x,y,adc\n3,1,1,5000\n4,1,1,5000\n\n3,2,2,5000\n",
+    );
+    detkit()
+        .args([
+            "cluster",
+            "--backend",
+            "cpu",
+            "--input",
+            s(&digis),
+            "--output",
+            s(&out),
+        ])
+        .assert()
+        .code(1)
+        .stderr(
+            contains(format!("{}:5: column `module`", s(&digis))).and(contains("not consecutive")),
+        );
+    // A pixel outside the module.
+    let digis = d.write("big.csv", "module,x,y,adc\n3,1,1,5000\n3,500,1,5000\n");
+    detkit()
+        .args([
+            "cluster",
+            "--backend",
+            "cpu",
+            "--input",
+            s(&digis),
+            "--output",
+            s(&out),
+        ])
+        .assert()
+        .code(1)
+        .stderr(contains(format!("{}:3: column `x`", s(&digis))));
+    assert!(!out.exists());
+}
+
+#[test]
 fn a_byte_order_mark_is_accepted() {
     let d = Dir::new();
     let digis = d.write("bom.csv", &format!("\u{feff}{DIGIS}"));

@@ -51,6 +51,19 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// One element of the caller's input breaks a documented precondition: `index` is its
+    /// position in the input (0-based; the CLI turns it into `FILE:LINE`), `column` the field.
+    #[error("{what} {index}: {detail} (column `{column}`)")]
+    InvalidItem {
+        /// What the elements are (`digi`, `spacepoint`).
+        what: &'static str,
+        /// 0-based index of the element.
+        index: usize,
+        /// The field at fault.
+        column: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A fixed capacity would be exceeded.
     #[error("capacity exceeded for {what}: needed {needed}, capacity {capacity}")]
     CapacityExceeded {

@@ -171,10 +171,11 @@ fn seed_example() {
 
 fn expect_invalid(r: detkit::Result<detkit::clustering::Clusters>, needle: &str) {
     match r {
-        Err(Error::InvalidInput { detail, .. }) => {
-            assert!(detail.contains(needle), "`{detail}` lacks `{needle}`")
+        Err(e @ (Error::InvalidInput { .. } | Error::InvalidItem { .. })) => {
+            let text = e.to_string();
+            assert!(text.contains(needle), "`{text}` lacks `{needle}`")
         }
-        other => panic!("expected InvalidInput containing `{needle}`, got {other:?}"),
+        other => panic!("expected an input error containing `{needle}`, got {other:?}"),
     }
 }
 

@@ -669,7 +669,12 @@ fn input_errors_name_the_element() {
     let mut ev = vec![sp(50.0, 0.0, 0.0); 4];
     ev[2].y = f32::INFINITY;
     match Backend::cpu().seed(&ev, &c) {
-        Err(Error::InvalidInput { detail, .. }) => assert!(detail.contains("spacepoint 2")),
+        Err(Error::InvalidItem {
+            what: "spacepoint",
+            index: 2,
+            column: "y",
+            ..
+        }) => {}
         other => panic!("{other:?}"),
     }
     let mut c2 = c;

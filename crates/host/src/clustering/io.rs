@@ -22,12 +22,20 @@ struct Row {
 /// other columns ignored); `file` names the input in errors, which are `FILE:LINE` with the
 /// column (see [`crate::csvio`]). A header with no rows is zero digis.
 pub fn read_csv(input: impl Read, file: &str) -> Result<Digis> {
+    Ok(read_csv_with_lines(input, file)?.0)
+}
+
+/// As [`read_csv`], with the 1-based file line of every digi (to place the errors that name a
+/// digi by its index, [`crate::Error::InvalidItem`], in the file).
+pub fn read_csv_with_lines(input: impl Read, file: &str) -> Result<(Digis, Vec<u64>)> {
     let mut d = Digis::default();
-    for_each_record(input, file, &["module", "x", "y", "adc"], |_, r: Row| {
+    let mut lines = Vec::new();
+    for_each_record(input, file, &["module", "x", "y", "adc"], |line, r: Row| {
         d.push(r.module, r.x, r.y, r.adc);
+        lines.push(line);
         Ok(())
     })?;
-    Ok(d)
+    Ok((d, lines))
 }
 
 /// Writes digis and their cluster indices as CSV with header `module,x,y,adc,cluster`.

@@ -25,7 +25,10 @@ pub mod gen;
 pub mod io;
 
 pub use cuda::{Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH};
-pub use io::{read_binary, read_csv, write_binary, write_binary_clusters, write_csv, BINARY_MAGIC};
+pub use io::{
+    read_binary, read_csv, read_csv_with_lines, write_binary, write_binary_clusters, write_csv,
+    BINARY_MAGIC,
+};
 
 use detkit_gpu::clustering::{INVALID_MODULE, MAX_MODULE_SIDE};
 
@@ -304,35 +307,41 @@ pub fn validate(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Re
                 continue;
             }
             if m as u32 >= geometry.modules {
-                return Err(invalid(
-                    "digis",
-                    format!(
-                        "digi {d}: module id {m} out of range ({} modules in {}; {INVALID_MODULE} marks an invalid digi)",
+                return Err(Error::InvalidItem {
+                    what: "digi",
+                    index: d,
+                    column: "module",
+                    detail: format!(
+                        "module id {m} out of range ({} modules in {}; {INVALID_MODULE} marks an invalid digi)",
                         geometry.modules, geometry.name
                     ),
-                ));
+                });
             }
             let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
             if x >= geometry.rows || y >= geometry.cols {
-                return Err(invalid(
-                    "digis",
-                    format!(
-                        "digi {d}: pixel (x {x}, y {y}) outside the {} × {} module {m}",
+                return Err(Error::InvalidItem {
+                    what: "digi",
+                    index: d,
+                    column: if x >= geometry.rows { "x" } else { "y" },
+                    detail: format!(
+                        "pixel (x {x}, y {y}) outside the {} × {} module {m}",
                         geometry.rows, geometry.cols
                     ),
-                ));
+                });
             }
             match current {
                 Some((cm, _)) if cm == m => {}
                 _ => {
                     if seen[m as usize] == e as u32 + 1 {
-                        return Err(invalid(
-                            "digis",
-                            format!(
-                                "digi {d}: the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {})",
+                        return Err(Error::InvalidItem {
+                            what: "digi",
+                            index: d,
+                            column: "module",
+                            detail: format!(
+                                "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {})",
                                 current.map_or(d, |(_, start)| start)
                             ),
-                        ));
+                        });
                     }
                     seen[m as usize] = e as u32 + 1;
                     current = Some((m, d));

@@ -23,8 +23,16 @@ struct Row {
 /// variances finite and non-negative; without variance columns the variances are 0 (the
 /// triplet cut then allows no measurement error: see the README).
 pub fn read_csv(input: impl Read, file: &str) -> Result<Vec<SpacePoint>> {
+    Ok(read_csv_with_lines(input, file)?.0)
+}
+
+/// As [`read_csv`], with the 1-based file line of every spacepoint (to place the errors that
+/// name a spacepoint by its index, [`crate::Error::InvalidItem`], in the file).
+pub fn read_csv_with_lines(input: impl Read, file: &str) -> Result<(Vec<SpacePoint>, Vec<u64>)> {
     let mut out = Vec::new();
+    let mut lines = Vec::new();
     for_each_record(input, file, &["x", "y", "z"], |line, r: Row| {
+        lines.push(line);
         for (name, v) in [("x", r.x), ("y", r.y), ("z", r.z)] {
             if !v.is_finite() {
                 return Err(format_error(
@@ -55,7 +63,7 @@ pub fn read_csv(input: impl Read, file: &str) -> Result<Vec<SpacePoint>> {
         });
         Ok(())
     })?;
-    Ok(out)
+    Ok((out, lines))
 }
 
 #[cfg(test)]

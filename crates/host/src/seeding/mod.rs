@@ -23,7 +23,7 @@ pub mod io;
 pub use cpu::SeedingStats;
 pub use cuda::{DeviceSeeds, StageTimes};
 pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
-pub use io::read_csv;
+pub use io::{read_csv, read_csv_with_lines};
 
 use detkit_gpu::seeding as k;
 
@@ -397,16 +397,28 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
             format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
         ));
     }
-    if let Some((i, sp)) = sps.iter().enumerate().find(|(_, s)| {
-        !(s.x.is_finite() && s.y.is_finite() && s.z.is_finite())
-            || !(s.var_z.is_finite() && s.var_r.is_finite())
-            || s.var_z < 0.0
-            || s.var_r < 0.0
-    }) {
-        return Err(invalid(
-            "spacepoints",
-            format!("spacepoint {i} is not finite or has a negative variance: {sp:?}"),
-        ));
+    for (i, s) in sps.iter().enumerate() {
+        let fields = [
+            ("x", s.x, false),
+            ("y", s.y, false),
+            ("z", s.z, false),
+            ("var_r", s.var_r, true),
+            ("var_z", s.var_z, true),
+        ];
+        for (column, v, variance) in fields {
+            if !v.is_finite() || (variance && v < 0.0) {
+                return Err(Error::InvalidItem {
+                    what: "spacepoint",
+                    index: i,
+                    column,
+                    detail: if variance {
+                        format!("{v} is not a variance (finite, >= 0)")
+                    } else {
+                        format!("{v} is not a finite coordinate")
+                    },
+                });
+            }
+        }
     }
     Ok(())
 }
