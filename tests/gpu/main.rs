@@ -28,6 +28,36 @@ pub(crate) fn e(err: Error) -> String {
 }
 
 /// A fresh seed per run (time-based), printed so a failure can be replayed with `SEED=`.
+/// Every field of a parameter struct of mixed types reaches the kernel: random values, each
+/// written back by the probe kernel and compared with the host's expectation.
+fn test_params_layout(c: &Ctx) -> Result<(), String> {
+    use detkit_gpu::params::{params_probe_words, ParamsProbeParams};
+    use detkit_gpu::DevPtr;
+    let gpu = c.gpu();
+    for round in 0..8u64 {
+        let r = detkit::rng::random_below(c.seed ^ (0x9a5a + round), 8, u32::MAX);
+        let p = ParamsProbeParams {
+            out: DevPtr::NULL,
+            wide: (r[0] as u64) << 32 | r[1] as u64,
+            other: DevPtr::from_addr((r[2] as u64) << 32 | r[3] as u64),
+            count: r[4],
+            signed: r[5] as i32,
+            real: f32::from_bits(r[6] & 0x7f7f_ffff),
+            short: r[7] as u16,
+            byte: (r[7] >> 16) as u8,
+            _pad: 0,
+        };
+        let got = gpu.params_probe(p).map_err(e)?;
+        let want = params_probe_words(&p);
+        if got != want {
+            return Err(format!(
+                "round {round}: probe wrote {got:x?}, expected {want:x?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn seed() -> u64 {
     std::env::var("SEED")
         .ok()
@@ -538,6 +568,7 @@ fn main() {
         if quick { "; quick" } else { "" }
     );
     let foundation: &[Test] = &[
+        ("params_layout", test_params_layout),
         ("scan_u32", test_scan_u32),
         ("scan_u64", test_scan_u64),
         ("block_scan", test_block_scan),

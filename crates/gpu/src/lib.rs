@@ -41,6 +41,7 @@ pub use params::{DevPtr, KernelParams};
 /// Every kernel entry point of the PTX module. The host loads all of them at start-up,
 /// and `cargo xtask build-ptx` checks that each is an `.entry` of the PTX.
 pub const ALL_KERNELS: &[&str] = &[
+    params::KERNEL_PARAMS_PROBE,
     scan::KERNEL_BLOCK_SCAN_U32,
     scan::KERNEL_DEVICE_SCAN_U32,
     scan::KERNEL_DEVICE_SCAN_U64,

@@ -97,3 +97,73 @@ macro_rules! kernel_params {
         }
     };
 }
+
+/// Kernel: writes every field of its [`ParamsProbeParams`] back to memory, so that a GPU test
+/// can check that host and device agree on the layout of a parameter struct of mixed field
+/// types (pointers, `u64`, `u32`, `i32`, `f32`, `u16`, `u8`).
+pub const KERNEL_PARAMS_PROBE: &str = "params_probe";
+
+/// Parameters of [`KERNEL_PARAMS_PROBE`]: one field of every kind a detkit kernel takes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ParamsProbeParams {
+    /// Where the fields go: [`PARAMS_PROBE_WORDS`] words.
+    pub out: DevPtr<u32>,
+    /// A 64-bit integer (written as two words, low first).
+    pub wide: u64,
+    /// A second pointer (written as two words, low first).
+    pub other: DevPtr<u8>,
+    /// A 32-bit integer.
+    pub count: u32,
+    /// A signed integer.
+    pub signed: i32,
+    /// A float (written as its bits).
+    pub real: f32,
+    /// A 16-bit integer.
+    pub short: u16,
+    /// A byte.
+    pub byte: u8,
+    /// Padding (zero).
+    pub _pad: u8,
+}
+kernel_params!(ParamsProbeParams, 40, [KERNEL_PARAMS_PROBE]);
+
+/// Words [`KERNEL_PARAMS_PROBE`] writes.
+pub const PARAMS_PROBE_WORDS: usize = 9;
+
+/// The words [`KERNEL_PARAMS_PROBE`] writes for `p` (the host-side expectation).
+pub const fn params_probe_words(p: &ParamsProbeParams) -> [u32; PARAMS_PROBE_WORDS] {
+    [
+        p.wide as u32,
+        (p.wide >> 32) as u32,
+        p.other.addr() as u32,
+        (p.other.addr() >> 32) as u32,
+        p.count,
+        p.signed as u32,
+        p.real.to_bits(),
+        p.short as u32,
+        p.byte as u32,
+    ]
+}
+
+/// Device code of the probe.
+#[cfg(target_arch = "nvptx64")]
+pub mod probe {
+    use super::*;
+
+    /// Writes [`params_probe_words`] of `p` to `p.out`.
+    ///
+    /// # Safety
+    /// One thread; `p.out` valid for [`PARAMS_PROBE_WORDS`] words.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "ptx-kernel" fn params_probe(p: ParamsProbeParams) {
+        let w = params_probe_words(&p);
+        let out = p.out.ptr_mut();
+        let mut k = 0;
+        while k < PARAMS_PROBE_WORDS {
+            // SAFETY: launch contract: `out` holds PARAMS_PROBE_WORDS words.
+            unsafe { out.add(k).write(w[k]) };
+            k += 1;
+        }
+    }
+}

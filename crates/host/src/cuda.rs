@@ -244,6 +244,22 @@ impl GpuContext {
         self.check_launch(kernel, r)
     }
 
+    /// Runs the parameter-layout probe: the words `detkit_gpu::params::params_probe` writes
+    /// for `p` (with `p.out` replaced by a buffer of this context). A test of the host-device
+    /// agreement on parameter structs: compare with `detkit_gpu::params::params_probe_words`.
+    pub fn params_probe(&self, p: detkit_gpu::params::ParamsProbeParams) -> Result<Vec<u32>> {
+        use detkit_gpu::params as pp;
+        let mut out = self.poisoned(pp::PARAMS_PROBE_WORDS, 0xDEAD_BEEFu32)?;
+        let params = pp::ParamsProbeParams {
+            out: self.ptr_mut(&mut out),
+            ..p
+        };
+        // SAFETY: one thread; `out` holds PARAMS_PROBE_WORDS words; `other` is never
+        // dereferenced (the kernel writes its address only).
+        unsafe { self.launch(pp::KERNEL_PARAMS_PROBE, cfg(1, 1, 0), &params)? };
+        self.download(&out)
+    }
+
     /// The device address of a buffer (or view), for a kernel parameter struct.
     pub fn ptr<T, B: DevicePtr<T>>(&self, buf: &B) -> DevPtr<T> {
         let (p, _sync) = buf.device_ptr(&self.stream);
