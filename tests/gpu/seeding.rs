@@ -277,7 +277,12 @@ fn test_errors(c: &Ctx) -> R {
     let mut bad = vec![sp(70.0, 0.0, 0.0); 5];
     bad[3].z = f32::NAN;
     match c.backend.seed(&bad, &cfg) {
-        Err(Error::InvalidInput { detail, .. }) if detail.contains("spacepoint 3") => {}
+        Err(Error::InvalidItem {
+            what: "spacepoint",
+            index: 3,
+            column: "z",
+            ..
+        }) => {}
         other => return Err(format!("NaN spacepoint: {other:?}")),
     }
     bad[3].z = 0.0;
