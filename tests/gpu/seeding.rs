@@ -288,7 +288,14 @@ fn test_errors(c: &Ctx) -> R {
     bad[3].z = 0.0;
     bad[1].var_z = -1.0;
     ensure(
-        matches!(c.backend.seed(&bad, &cfg), Err(Error::InvalidInput { .. })),
+        matches!(
+            c.backend.seed(&bad, &cfg),
+            Err(Error::InvalidItem {
+                index: 1,
+                column: "var_z",
+                ..
+            })
+        ),
         || "negative variance accepted".into(),
     )?;
     let mut cfg2 = cfg;
