@@ -329,44 +329,6 @@ pub unsafe fn store_relaxed_u64(p: *mut u64, v: u64) {
     };
 }
 
-/// A `u16` from global memory with `ld.global` (coherent): for pointers that reach a kernel as
-/// `DevPtr` fields of its parameter struct, where the compiler cannot prove the global space
-/// and would emit a generic load.
-///
-/// # Safety
-/// `p` points to a valid `u16` of global memory.
-#[inline(always)]
-pub unsafe fn ld_global_u16(p: *const u16) -> u16 {
-    let v: u16;
-    // SAFETY: caller guarantees `p` is valid global memory.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.u16 {v}, [g]; }}",
-            p = in(reg64) p, v = out(reg16) v,
-            options(readonly, nostack)
-        )
-    };
-    v
-}
-
-/// A `u32` from global memory with `ld.global` (coherent); see [`ld_global_u16`].
-///
-/// # Safety
-/// `p` points to a valid, aligned `u32` of global memory.
-#[inline(always)]
-pub unsafe fn ld_global_u32(p: *const u32) -> u32 {
-    let v: u32;
-    // SAFETY: caller guarantees `p` is valid global memory.
-    unsafe {
-        asm!(
-            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.u32 {v}, [g]; }}",
-            p = in(reg64) p, v = out(reg32) v,
-            options(readonly, nostack)
-        )
-    };
-    v
-}
-
 /// `__ldg` of four consecutive `u32` (`ld.global.nc.v4.u32`): one 16-byte read-only load.
 ///
 /// # Safety

@@ -148,15 +148,15 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
             } else {
                 slots.add(1 + idx as usize).read()
             } as usize;
-            let first = i::ld_global_u32(module_start.add(1 + k));
-            let info = i::ld_global_u32(slot_info.add(k));
+            let first = module_start.add(1 + k).read();
+            let info = slot_info.add(k).read();
             let ev = info >> 16;
             (
                 k,
                 first,
                 (info & 0xffff) as u16,
                 ev,
-                i::ld_global_u32(event_offsets.add(ev as usize + 1)),
+                event_offsets.add(ev as usize + 1).read(),
             )
         };
         if all && lt == 0 {
@@ -177,7 +177,7 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
             let mut d = first + lt;
             while d < ev_end {
                 // SAFETY: d < n.
-                let id = unsafe { i::ld_global_u16(module.add(d as usize)) };
+                let id = unsafe { module.add(d as usize).read() };
                 if id != INVALID_MODULE && id != mid {
                     // SAFETY: header word.
                     unsafe { i::atomic_min_u32(hdr, d) };
@@ -217,10 +217,10 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
             let d = (first + j) as usize;
             // SAFETY: d < msize <= n; j < size <= capacity; table slots < tsize.
             unsafe {
-                let id = i::ld_global_u16(module.add(d));
-                let xv = i::ld_global_u16(x.add(d)) as u32;
-                let yv = i::ld_global_u16(y.add(d)) as u32;
-                let q = i::ld_global_u16(adc.add(d)) as u32;
+                let id = module.add(d).read();
+                let xv = x.add(d).read() as u32;
+                let yv = y.add(d).read() as u32;
+                let q = adc.add(d).read() as u32;
                 let v = if id == mid && xv < rows && yv < cols {
                     pack_xy(xv, yv)
                 } else {
