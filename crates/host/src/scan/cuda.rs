@@ -58,72 +58,57 @@ pub trait DeviceScanValue: DeviceRepr + ValidAsZeroBits + crate::scan::cpu::Summ
         &mut Option<DeviceBuffer<Self>>,
     );
 }
-impl DeviceScanValue for u32 {
-    const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U32;
-    type Params = k::ScanDeviceU32Params;
-    fn params(
-        input: DevPtr<u32>,
-        output: DevPtr<u32>,
-        n: u64,
-        kind: u32,
-        flags: DevPtr<u32>,
-        aggregates: DevPtr<u32>,
-        inclusive: DevPtr<u32>,
-    ) -> k::ScanDeviceU32Params {
-        k::ScanDeviceU32Params {
-            input,
-            output,
-            n,
-            flags,
-            aggregates,
-            inclusive,
-            kind,
-            _pad0: 0,
+/// `DeviceScanValue` for one value type: its kernel, parameter struct, size and scratch slots.
+macro_rules! device_scan_value {
+    ($t:ty, $kernel:ident, $params:ident, $bytes:expr, $agg:ident, $inc:ident) => {
+        impl DeviceScanValue for $t {
+            const KERNEL: &'static str = k::$kernel;
+            type Params = k::$params;
+            fn params(
+                input: DevPtr<$t>,
+                output: DevPtr<$t>,
+                n: u64,
+                kind: u32,
+                flags: DevPtr<u32>,
+                aggregates: DevPtr<$t>,
+                inclusive: DevPtr<$t>,
+            ) -> k::$params {
+                k::$params {
+                    input,
+                    output,
+                    n,
+                    flags,
+                    aggregates,
+                    inclusive,
+                    kind,
+                    _pad0: 0,
+                }
+            }
+            const BYTES: usize = $bytes;
+            fn slots(
+                t: &mut ScanTemp,
+            ) -> (&mut Option<DeviceBuffer<$t>>, &mut Option<DeviceBuffer<$t>>) {
+                (&mut t.$agg, &mut t.$inc)
+            }
         }
-    }
-    const BYTES: usize = 4;
-    fn slots(
-        t: &mut ScanTemp,
-    ) -> (
-        &mut Option<DeviceBuffer<u32>>,
-        &mut Option<DeviceBuffer<u32>>,
-    ) {
-        (&mut t.agg32, &mut t.inc32)
-    }
+    };
 }
-impl DeviceScanValue for u64 {
-    const KERNEL: &'static str = k::KERNEL_DEVICE_SCAN_U64;
-    type Params = k::ScanDeviceU64Params;
-    fn params(
-        input: DevPtr<u64>,
-        output: DevPtr<u64>,
-        n: u64,
-        kind: u32,
-        flags: DevPtr<u32>,
-        aggregates: DevPtr<u64>,
-        inclusive: DevPtr<u64>,
-    ) -> k::ScanDeviceU64Params {
-        k::ScanDeviceU64Params {
-            input,
-            output,
-            n,
-            flags,
-            aggregates,
-            inclusive,
-            kind,
-            _pad0: 0,
-        }
-    }
-    const BYTES: usize = 8;
-    fn slots(
-        t: &mut ScanTemp,
-    ) -> (
-        &mut Option<DeviceBuffer<u64>>,
-        &mut Option<DeviceBuffer<u64>>,
-    ) {
-        (&mut t.agg64, &mut t.inc64)
-    }
-}
+device_scan_value!(
+    u32,
+    KERNEL_DEVICE_SCAN_U32,
+    ScanDeviceU32Params,
+    4,
+    agg32,
+    inc32
+);
+device_scan_value!(
+    u64,
+    KERNEL_DEVICE_SCAN_U64,
+    ScanDeviceU64Params,
+    8,
+    agg64,
+    inc64
+);
 
 /// The look-back state of one single-pass launch, taken from the context's pool.
 pub(crate) struct Lookback<T: DeviceScanValue> {
