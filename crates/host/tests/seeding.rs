@@ -111,17 +111,19 @@ fn settings_errors_are_typed() {
 #[test]
 fn toml_reader() {
     let s = SeedingSettings::from_toml(
-        "# comment\n[seedfinder]\nmin_pt = 0.9 # GeV\nmax_seeds_per_spm = 3\n\n",
+        "# comment\nmin_pt = 0.9 # GeV\nmax_seeds_per_spm = 3\nz_max = 1500\n\n",
     )
     .unwrap();
     assert_eq!(s.min_pt, 0.9);
     assert_eq!(s.max_seeds_per_spm, 3);
-    assert_eq!(s.z_max, 2000.0);
+    assert_eq!(s.z_max, 1500.0);
+    assert_eq!(s.r_max, SeedingSettings::default().r_max);
     for (text, needle) in [
-        ("nope = 1", "line 1: unknown key `nope`"),
+        ("nope = 1", "unknown field `nope`"),
+        ("[seedfinder]\nmin_pt = 0.9", "unknown field `seedfinder`"),
         ("min_pt = 1\nmin_pt 2", "line 2"),
-        ("max_seeds_per_spm = -1", "not an unsigned integer"),
-        ("min_pt = fast", "not a number"),
+        ("max_seeds_per_spm = -1", "expected u32"),
+        ("min_pt = \"fast\"", "expected f64"),
     ] {
         match SeedingSettings::from_toml(text) {
             Err(Error::InvalidInput { detail, .. }) => {

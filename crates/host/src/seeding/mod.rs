@@ -44,7 +44,8 @@ pub const TESLA: f64 = 0.000_299_792_458;
 /// `seedfilter_config`, `spacepoint_grid_config`; mm, GeV, tesla). [`Self::to_config`]
 /// validates it and computes the derived values and the grid axes (traccc's `setup()` and
 /// `get_axes`) in double precision.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SeedingSettings {
     /// z range (mm).
     pub z_min: f64,
@@ -181,42 +182,9 @@ impl SeedingSettings {
     /// Reads a flat TOML file of `key = number` lines (comments `#`, `[section]` headers are
     /// ignored) over the defaults. Unknown keys and malformed lines are errors naming the line.
     pub fn from_toml(text: &str) -> Result<Self> {
-        let mut s = Self::default();
-        for (ln, raw) in text.lines().enumerate() {
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() || line.starts_with('[') {
-                continue;
-            }
-            let Some((key, value)) = line.split_once('=') else {
-                return Err(invalid(
-                    "seeding config",
-                    format!("line {}: expected `key = value`: {raw}", ln + 1),
-                ));
-            };
-            let (key, value) = (key.trim(), value.trim());
-            let bad = |what: &str| {
-                invalid(
-                    "seeding config",
-                    format!("line {}: {what} for `{key}`: {value}", ln + 1),
-                )
-            };
-            macro_rules! set {
-                ($($f:ident),*; $($u:ident),*) => {
-                    match key {
-                        $(stringify!($f) => s.$f = value.parse::<f64>().map_err(|_| bad("not a number"))?,)*
-                        $(stringify!($u) => s.$u = value.parse::<u32>().map_err(|_| bad("not an unsigned integer"))?,)*
-                        _ => {
-                            return Err(invalid(
-                                "seeding config",
-                                format!("line {}: unknown key `{key}`", ln + 1),
-                            ))
-                        }
-                    }
-                };
-            }
-            settings_keys!(set);
-        }
-        Ok(s)
+        // `toml` + serde: every key must be a field (unknown keys and `[sections]` are errors
+        // naming the key, with the line and column); missing keys keep traccc's defaults.
+        toml::from_str(text).map_err(|e| invalid("seeding config", e.to_string()))
     }
 
     /// Validates the settings and computes the device configuration.
