@@ -9,4 +9,7 @@ echo "== cargo clippy"; cargo clippy --workspace --all-targets -- -D warnings
 echo "== build-ptx sm_70 (embedded PTX must be current)"; cargo xtask build-ptx --arch sm_70 --check --require-ptxas
 echo "== build-ptx sm_90"; cargo xtask build-ptx --arch sm_90 --require-ptxas
 echo "== cargo test"; cargo test --workspace
+echo "== python: pip install ./crates/python, pytest"
+.tools/py-venv/bin/python -m pip install --quiet --disable-pip-version-check ./crates/python
+.tools/py-venv/bin/python -m pytest -q crates/python/tests
 echo "== all checks passed"

@@ -1,0 +1,229 @@
+"""detkit: reconstruction kernels for particle and medical-imaging detectors, from numpy.
+
+Every call runs on the CUDA GPU when ``Backend("cuda")`` (or ``"auto"`` with a driver and a
+device) is used, else on the CPU references; both give the same results, bit for bit. The GIL
+is released during every GPU or CPU computation.
+
+Arrays of another integer or float dtype are converted when every value fits (a value that
+does not fit is a ``TypeError``); non-contiguous arrays are copied to contiguous ones.
+Bad input raises ``InvalidInputError`` (a ``ValueError``) with the library's message.
+
+>>> import numpy as np, detkit
+>>> b = detkit.Backend("cpu")
+>>> b.scan(np.array([3, 1, 4, 1, 5], dtype=np.uint32)).tolist()
+[0, 3, 4, 8, 9]
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+import numpy as np
+
+from . import _detkit
+from ._detkit import CapacityError, CudaError, InvalidInputError
+
+__all__ = [
+    "Backend",
+    "InvalidInputError",
+    "CapacityError",
+    "CudaError",
+    "SINGLE_DTYPE",
+    "COINCIDENCE_DTYPE",
+    "FRAME_DTYPE",
+    "POLICIES",
+    "generate",
+]
+
+#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): ``np.fromfile`` of a
+#: ``.bin`` singles file gives this dtype.
+SINGLE_DTYPE = np.dtype([("crystal", "<u4"), ("energy", "<f4"), ("time", "<f8")], align=True)
+#: A coincidence pair (32 bytes): two singles.
+COINCIDENCE_DTYPE = np.dtype([("a", SINGLE_DTYPE), ("b", SINGLE_DTYPE)], align=True)
+#: A raw ``DataFrameV2`` frame (16 bytes, big-endian fields inside, read as raw bytes).
+FRAME_DTYPE = np.dtype((np.void, 16))
+#: Multiple-coincidence policies (GATE names).
+POLICIES = (
+    "killAll",
+    "takeAllGoods",
+    "takeWinnerOfGoods",
+    "takeWinnerIfIsGood",
+    "takeWinnerIfAllAreGoods",
+    "killAllIfMultipleGoods",
+)
+
+_sizes = _detkit.record_sizes()
+assert (SINGLE_DTYPE.itemsize, COINCIDENCE_DTYPE.itemsize, FRAME_DTYPE.itemsize) == _sizes, _sizes
+
+
+def _as(a, dtype, name: str) -> np.ndarray:
+    """``a`` as a contiguous 1-D array of ``dtype``, converting only when every value fits."""
+    arr = np.asarray(a)
+    dtype = np.dtype(dtype)
+    if arr.ndim != 1:
+        raise TypeError(f"{name}: expected a 1-D array, got shape {arr.shape}")
+    if arr.dtype != dtype:
+        if arr.size and dtype.kind in "ui":
+            if arr.dtype.kind not in "uib" or (
+                arr.dtype.kind != "b"
+                and (arr.min() < np.iinfo(dtype).min or arr.max() > np.iinfo(dtype).max)
+            ):
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss"
+                )
+        elif arr.size and dtype.kind == "f" and arr.dtype.kind not in "uif":
+            raise TypeError(f"{name}: dtype {arr.dtype} is not a number type")
+        arr = arr.astype(dtype)
+    return np.ascontiguousarray(arr)
+
+
+def _records(a, dtype, name: str) -> np.ndarray:
+    """A 1-D array of the structured ``dtype`` as its raw bytes (``uint8``)."""
+    arr = np.ascontiguousarray(np.asarray(a))
+    if arr.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype detkit.{_dtype_name(dtype)}, got {arr.dtype}")
+    return arr.reshape(-1).view(np.uint8)
+
+
+def _dtype_name(dtype) -> str:
+    return {SINGLE_DTYPE: "SINGLE_DTYPE", COINCIDENCE_DTYPE: "COINCIDENCE_DTYPE"}.get(dtype, str(dtype))
+
+
+class Backend:
+    """Where detkit runs: ``"auto"`` (CUDA when a driver and a device are present, else the
+    CPU), ``"cpu"`` or ``"cuda"``; ``device`` is the CUDA device ordinal."""
+
+    def __init__(self, kind: str = "auto", device: int = 0) -> None:
+        self._b = _detkit.Backend(kind, device)
+
+    @property
+    def kind(self) -> str:
+        """``"cpu"`` or ``"cuda"``."""
+        return self._b.kind
+
+    @property
+    def description(self) -> str:
+        """Which backend runs and why."""
+        return self._b.description
+
+    def __repr__(self) -> str:
+        return f"detkit.Backend({self.kind!r})"
+
+    # -- primitives ---------------------------------------------------------------------
+
+    def scan(self, values, inclusive: bool = False) -> np.ndarray:
+        """Prefix sums (wrapping, as CUB) of a ``uint32`` or ``uint64`` array."""
+        arr = np.asarray(values)
+        if arr.dtype == np.uint64:
+            return self._b.scan_u64(_as(arr, np.uint64, "values"), inclusive)
+        return self._b.scan_u32(_as(arr, np.uint32, "values"), inclusive)
+
+    def select(self, values, lo: int, hi: int) -> np.ndarray:
+        """The ``uint32`` values ``v`` with ``lo <= v < hi``, in input order."""
+        return self._b.select_in_range(_as(values, np.uint32, "values"), lo, hi)
+
+    def histogram(self, keys, nbins: int) -> Tuple[np.ndarray, int, Optional[int]]:
+        """``(counts, out_of_range, first_out_of_range)``: key ``k < nbins`` counts in bin
+        ``k``; other keys are counted apart and the index of the first is returned."""
+        return self._b.histogram(_as(keys, np.uint32, "keys"), nbins)
+
+    # -- CMS pixel clustering -------------------------------------------------------------
+
+    def cluster(
+        self,
+        module,
+        x,
+        y,
+        adc,
+        geometry: str = "phase1",
+        charge_cut=None,
+        event_offsets=None,
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """Clusters digis (``uint16`` arrays; ``module`` 65534 = invalid digi; one module's
+        digis consecutive; ``adc`` = charge in electrons).
+
+        ``charge_cut``: ``None`` for the geometry's CMS cut (Phase-1: 2000 e- on layer 1,
+        4000 elsewhere), a number of electrons for every module, or ``False`` for no cut.
+        ``event_offsets``: ``uint32`` boundaries ``[0, ..., n]`` of several events.
+
+        Returns ``(clus, clus_in_module)``: ``int32`` cluster index of every digi within its
+        module (-1: invalid, duplicate pixel or cut), and the cluster count of every
+        (event, module).
+        """
+        cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
+        offs = None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets")
+        return self._b.cluster(
+            _as(module, np.uint16, "module"),
+            _as(x, np.uint16, "x"),
+            _as(y, np.uint16, "y"),
+            _as(adc, np.uint16, "adc"),
+            geometry,
+            cut,
+            offs,
+        )
+
+    # -- PET --------------------------------------------------------------------------------
+
+    def convert(self, frames, scanner) -> Tuple[np.ndarray, dict]:
+        """Raw frames (bytes, ``uint8`` or ``FRAME_DTYPE`` array, 16 bytes a frame) to singles
+        (``SINGLE_DTYPE``), with the scanner description at path ``scanner`` (TOML); also
+        returns the conversion statistics."""
+        raw = np.frombuffer(frames, dtype=np.uint8) if isinstance(frames, (bytes, bytearray, memoryview)) else np.ascontiguousarray(np.asarray(frames)).reshape(-1).view(np.uint8)
+        out, stats = self._b.pet_convert(raw, os.fspath(scanner))
+        return out.view(SINGLE_DTYPE), stats
+
+    def sort(self, singles) -> np.ndarray:
+        """Singles (``SINGLE_DTYPE``) stably sorted by time."""
+        return self._b.pet_sort(_records(singles, SINGLE_DTYPE, "singles")).view(SINGLE_DTYPE)
+
+    def coincide(self, singles, window: float, delay: Optional[float] = None, policy: str = "killAll") -> np.ndarray:
+        """Coincidence pairs (``COINCIDENCE_DTYPE``) of time-sorted singles: a single opens a
+        window of ``window`` ticks (a delayed window ``delay`` ticks later when given);
+        ``policy`` (one of ``POLICIES``) decides windows of more than two singles."""
+        out = self._b.pet_coincide(_records(singles, SINGLE_DTYPE, "singles"), float(window), None if delay is None else float(delay), policy)
+        return out.view(COINCIDENCE_DTYPE)
+
+    # -- track seeding --------------------------------------------------------------------
+
+    def seed(self, x, y, z, var_r=None, var_z=None, **settings):
+        """traccc-style triplet seeding of spacepoints (mm, global frame; variances in mm²,
+        0 when not given). ``settings``: fields of traccc's configuration over its defaults
+        (e.g. ``min_pt=0.9`` GeV); an unknown name is an ``InvalidInputError``.
+
+        Returns ``(seeds, weight, z_vertex, params)``: ``seeds`` ``(n, 3)`` ``uint32`` input
+        indices (bottom, middle, top), ``weight`` and ``z_vertex`` (mm) ``float32``, ``params``
+        ``(n, 5)`` ``float32`` (loc0 mm, loc1 mm, phi rad, theta rad, qop e/GeV).
+        """
+        x = _as(x, np.float32, "x")
+        n = x.shape[0]
+        zeros = np.zeros(n, dtype=np.float32)
+        cols = [x, _as(y, np.float32, "y"), _as(z, np.float32, "z"),
+                zeros if var_r is None else _as(var_r, np.float32, "var_r"),
+                zeros if var_z is None else _as(var_z, np.float32, "var_z")]
+        for name, c in zip(("y", "z", "var_r", "var_z"), cols[1:]):
+            if c.shape[0] != n:
+                raise InvalidInputError(f"{name} has {c.shape[0]} values, x has {n}")
+        toml = "".join(f"{k} = {float(v) if isinstance(v, float) else int(v)!r}\n" for k, v in settings.items())
+        return self._b.seed(*cols, toml)
+
+
+class generate:
+    """Generated events for examples and tests (the library's generators)."""
+
+    @staticmethod
+    def cluster_event(seed: int = 1, dense: bool = False):
+        """A CMS Phase-1 event: ``(module, x, y, adc)`` ``uint16`` arrays (Run-3-like pile-up,
+        or heavy-ion-like with ``dense``)."""
+        return _detkit.generate_cluster_event(seed, dense)
+
+    @staticmethod
+    def seeding_event(seed: int = 1, mu: float = 200.0):
+        """Spacepoints at pile-up ``mu``: ``(x, y, z, var_r, var_z, particle)``."""
+        return _detkit.generate_seeding_event(seed, mu)
+
+    @staticmethod
+    def pet_acquisition(directory, singles: int = 100_000, seed: int = 1) -> int:
+        """Writes ``scanner.toml``, its tables and ``frames.bin`` into ``directory`` (which
+        must exist); returns the number of frames."""
+        return _detkit.generate_pet_acquisition(os.fspath(directory), singles, seed)

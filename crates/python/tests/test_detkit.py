@@ -1,0 +1,137 @@
+"""The Python package against independent numpy facts and the Rust CPU backend.
+
+`DETKIT_BACKEND=cuda` (the GPU host) runs every test on the CUDA backend and compares it
+with the CPU backend; the default, `cpu`, runs on any machine."""
+
+import os
+
+import numpy as np
+import pytest
+
+import detkit
+
+KIND = os.environ.get("DETKIT_BACKEND", "cpu")
+
+
+@pytest.fixture(scope="module")
+def b():
+    return detkit.Backend(KIND)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return detkit.Backend("cpu")
+
+
+def test_backend_kind_and_description(b):
+    assert b.kind == KIND
+    assert KIND in b.description
+    with pytest.raises(ValueError):
+        detkit.Backend("gpu")
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1023, 1025, 100_003])
+def test_scan_select_histogram_match_numpy(b, n):
+    rng = np.random.default_rng(n)
+    v = rng.integers(0, 1 << 20, n, dtype=np.uint32)
+    ex = np.concatenate([[0], np.cumsum(v, dtype=np.uint32)[:-1]]).astype(np.uint32) if n else v
+    assert np.array_equal(b.scan(v), ex)
+    assert np.array_equal(b.scan(v, inclusive=True), np.cumsum(v, dtype=np.uint32))
+    v64 = v.astype(np.uint64) << np.uint64(30)
+    assert np.array_equal(b.scan(v64, inclusive=True), np.cumsum(v64, dtype=np.uint64))
+    assert np.array_equal(b.select(v, 1000, 500_000), v[(v >= 1000) & (v < 500_000)])
+    keys = rng.integers(0, 300, n, dtype=np.uint32)
+    counts, oor, first = b.histogram(keys, 256)
+    assert np.array_equal(counts, np.bincount(keys[keys < 256], minlength=256))
+    assert oor == int((keys >= 256).sum())
+    assert first == (int(np.argmax(keys >= 256)) if oor else None)
+
+
+def test_dtypes_are_converted_or_rejected(b):
+    assert b.scan([1, 2, 3]).tolist() == [0, 1, 3]  # a list of Python ints
+    strided = np.arange(20, dtype=np.uint32)[::2]  # not contiguous
+    assert np.array_equal(b.scan(strided, inclusive=True), np.cumsum(strided))
+    with pytest.raises(TypeError, match="without loss"):
+        b.scan(np.array([-1, 2], dtype=np.int64))
+    with pytest.raises(TypeError, match="1-D"):
+        b.scan(np.zeros((2, 2), dtype=np.uint32))
+    with pytest.raises(TypeError, match="SINGLE_DTYPE"):
+        b.sort(np.zeros(3, dtype=np.float64))
+
+
+def test_cluster_worked_example(b):
+    # Module 7: pixels (5,5) (9,9) (6,6) (5,5) (10,10) (2,2); the two (5,5) are duplicates.
+    m = np.full(6, 7, dtype=np.uint16)
+    xy = np.array([5, 9, 6, 5, 10, 2], dtype=np.uint16)
+    clus, per_module = b.cluster(m, xy, xy, np.full(6, 3000), charge_cut=False)
+    assert clus.tolist() == [-1, 0, 1, -1, 0, 2]
+    assert per_module[7] == 3
+
+
+def test_cluster_generated_event_equals_cpu(b, cpu):
+    ev = detkit.generate.cluster_event(seed=5)
+    assert len(ev[0]) > 50_000
+    got = b.cluster(*ev)
+    want = cpu.cluster(*ev)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    # Two events in one call: the same clusters as one at a time.
+    ev2 = detkit.generate.cluster_event(seed=6)
+    both = [np.concatenate([a, c]) for a, c in zip(ev, ev2)]
+    offs = np.array([0, len(ev[0]), len(both[0])], dtype=np.uint32)
+    clus, _ = b.cluster(*both, event_offsets=offs)
+    assert np.array_equal(clus, np.concatenate([want[0], cpu.cluster(*ev2)[0]]))
+
+
+def test_cluster_bad_input_is_invalid_input_error(b):
+    m = np.array([3, 4, 3], dtype=np.uint16)
+    z = np.ones(3, dtype=np.uint16)
+    with pytest.raises(detkit.InvalidInputError, match="digi 2: the digis of module 3 are not consecutive"):
+        b.cluster(m, z, z, z)
+    assert issubclass(detkit.InvalidInputError, ValueError)
+
+
+def test_pet_chain_equals_cpu(tmp_path, b, cpu):
+    nframes = detkit.generate.pet_acquisition(tmp_path, singles=20_000, seed=3)
+    frames = (tmp_path / "frames.bin").read_bytes()
+    assert len(frames) == 16 * nframes
+    singles, stats = b.convert(frames, tmp_path / "scanner.toml")
+    assert singles.dtype == detkit.SINGLE_DTYPE and stats["frames"] == nframes
+    assert stats["accepted"] == len(singles)
+    want, _ = cpu.convert(np.fromfile(tmp_path / "frames.bin", dtype=detkit.FRAME_DTYPE), tmp_path / "scanner.toml")
+    assert singles.tobytes() == want.tobytes()
+    s = b.sort(singles)
+    assert np.all(np.diff(s["time"]) >= 0)
+    order = np.argsort(singles["time"], kind="stable")
+    assert s.tobytes() == singles[order].tobytes()
+    pairs = b.coincide(s, window=5000.0)
+    assert pairs.dtype == detkit.COINCIDENCE_DTYPE
+    assert pairs.tobytes() == cpu.coincide(s, window=5000.0).tobytes()
+    assert len(pairs) > 0 and np.all(pairs["b"]["time"] - pairs["a"]["time"] <= 5000.0)
+    for policy in detkit.POLICIES:
+        assert b.coincide(s, 5000.0, policy=policy).tobytes() == cpu.coincide(s, 5000.0, policy=policy).tobytes()
+    with pytest.raises(detkit.InvalidInputError):
+        b.coincide(s[::-1].copy(), 5000.0)  # not sorted
+    with pytest.raises(detkit.InvalidInputError):
+        b.coincide(s, 5000.0, policy="nope")
+
+
+def test_seeding_equals_cpu_and_settings_are_checked(b, cpu):
+    x, y, z, vr, vz, particle = detkit.generate.seeding_event(seed=2, mu=20.0)
+    seeds, w, zv, params = b.seed(x, y, z, vr, vz)
+    assert seeds.shape[1] == 3 and params.shape == (len(seeds), 5) and len(seeds) > 0
+    want = cpu.seed(x, y, z, vr, vz)
+    for g, e in zip((seeds, w, zv, params), want):
+        assert np.array_equal(g, e)
+    # Seeds of one particle dominate: the truth agrees on most triplets.
+    same = (particle[seeds[:, 0]] == particle[seeds[:, 1]]) & (particle[seeds[:, 1]] == particle[seeds[:, 2]])
+    assert same.mean() > 0.3
+    fewer = b.seed(x, y, z, vr, vz, max_seeds_per_spm=1)[0]
+    assert len(fewer) <= len(seeds)
+    with pytest.raises(detkit.InvalidInputError, match="unknown field `nope`"):
+        b.seed(x, y, z, nope=1)
+    bad = z.copy()
+    bad[3] = np.nan
+    with pytest.raises(detkit.InvalidInputError, match="spacepoint 3"):
+        b.seed(x, y, bad)
+    empty = np.zeros(0, dtype=np.float32)
+    assert b.seed(empty, empty, empty)[0].shape == (0, 3)
