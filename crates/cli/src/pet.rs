@@ -286,6 +286,16 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
             Ok(())
         }
         PetCmd::Coincide(a) => {
+            if a.window.window.is_none() {
+                // A usage error (exit 2), like every other missing argument.
+                use clap::CommandFactory;
+                crate::Cli::command()
+                    .error(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        "`pet coincide` needs --window <TICKS>",
+                    )
+                    .exit();
+            }
             check_outputs(&[&a.output], &[&a.input])?;
             let c = a.window.config(None)?;
             let b = a.backend.backend.open(ui)?;

@@ -385,6 +385,7 @@ fn version_equals_syntax_and_usage_errors() {
         &["cluster", "--nope"][..],
         &["cluster", "--input"],
         &["pet", "sort"],
+        &["pet", "coincide", "--input", "a.csv", "--output", "b.csv"],
         &["pet", "frobnicate"],
         &["demo", "--backend", "gpu"],
         &["pet", "generate", "--dir", "x", "--rate", "0"],
