@@ -126,6 +126,35 @@ fn test_events(c: &Ctx) -> R {
         Some(g.default_cut),
         DEFAULT,
     )?;
+    // Events of only invalid digis and empty events at the start, middle and end of a batch.
+    let mut odd = Digis::default();
+    let mut odd_offsets = vec![0u32];
+    let mut rng = detkit::rng::rng(c.seed ^ 0x1b7);
+    let first = gen::run3_event(c.seed ^ 0x1b8);
+    for part in 0..5 {
+        match part {
+            1 => odd.extend(&first),
+            0 | 3 => {
+                for _ in 0..(1 + rng.below(300)) {
+                    let (x, y) = (rng.below(160) as u16, rng.below(416) as u16);
+                    odd.push(INVALID_MODULE, x, y, 1000 + rng.below(9000) as u16);
+                }
+            }
+            _ => {} // empty events
+        }
+        odd_offsets.push(odd.len() as u32);
+    }
+    for cut in [None, Some(g.default_cut)] {
+        check(
+            c,
+            &format!("batch with invalid-only and empty events, cut {cut:?}"),
+            &odd,
+            &odd_offsets,
+            &g,
+            cut,
+            DEFAULT,
+        )?;
+    }
     // Dense events: large modules (check() verifies which path each module took).
     let dense = gen::dense_event(c.seed ^ 0xd3);
     let dense_fb = check(
