@@ -11,13 +11,12 @@
 //! - `--config`: TOML `key = value` over traccc's defaults (keys: the fields of
 //!   `detkit::seeding::SeedingSettings`).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use detkit::seeding::{gen, SeedingSettings};
+use detkit::seeding::{gen, io, SeedingSettings};
 use detkit::Backend;
 
 use crate::demo::{timed, Row};
@@ -139,29 +138,13 @@ fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
     drop(spin);
     let mut files = OutputSet::default();
     let seeds_file = files.add(&output)?;
-    let w = files.get(seeds_file);
-    writeln!(w, "bottom,middle,top,weight,z_vertex")?;
     let (seeds, params) = out
         .as_ref()
         .map_or((&[][..], &[][..]), |o| (&o.seeds[..], &o.params[..]));
-    for s in seeds {
-        writeln!(
-            w,
-            "{},{},{},{},{}",
-            s.bottom, s.middle, s.top, s.weight, s.z_vertex
-        )?;
-    }
+    io::write_seeds_csv(files.get(seeds_file), seeds)?;
     if let Some(path) = &a.params {
         let i = files.add(path)?;
-        let w = files.get(i);
-        writeln!(w, "seed,loc0,loc1,phi,theta,qop")?;
-        for (i, p) in params.iter().enumerate() {
-            writeln!(
-                w,
-                "{i},{},{},{},{},{}",
-                p.loc0, p.loc1, p.phi, p.theta, p.qop
-            )?;
-        }
+        io::write_params_csv(files.get(i), params)?;
     }
     files.commit()?;
     if let Some(out) = &out {
@@ -193,18 +176,10 @@ fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
     let ev = gen::generate(a.seed, a.mu, true);
     let mut files = OutputSet::default();
     let i = files.add(&a.output)?;
-    let w = files.get(i);
-    writeln!(w, "x,y,z,var_r,var_z")?;
-    for s in &ev.spacepoints {
-        writeln!(w, "{},{},{},{},{}", s.x, s.y, s.z, s.var_r, s.var_z)?;
-    }
+    io::write_spacepoints_csv(files.get(i), &ev.spacepoints)?;
     if let Some(path) = &a.truth {
         let i = files.add(path)?;
-        let w = files.get(i);
-        writeln!(w, "spacepoint,particle")?;
-        for (i, t) in ev.truth.iter().enumerate() {
-            writeln!(w, "{i},{t}")?;
-        }
+        io::write_truth_csv(files.get(i), &ev.truth)?;
     }
     files.commit()?;
     ui.summary(

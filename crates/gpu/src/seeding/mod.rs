@@ -11,8 +11,9 @@
 //! [`updated_weight`], [`seed_weight`], [`single_seed_cut`], [`cut_per_middle_sp`],
 //! [`seed_better`], [`estimate_params`]), shared by the kernels and the CPU oracle. The float
 //! operations happen in the same order on both sides and the PTX holds no fused
-//! multiply-add in them (`cargo xtask build-ptx` output is checked for `fma.rn.f32` by the
-//! host test `ptx_has_no_fma`), so the GPU and the CPU take bit-identical decisions.
+//! multiply-add in them (the host test `seeding_ptx_has_no_fused_multiply_add` checks every
+//! `seeding_*` entry of the committed PTX for `fma.` and `.approx`), so the GPU and the CPU
+//! take bit-identical decisions.
 //!
 //! # Data layout (all buffers are `#[repr(C)]` arrays of the types below)
 //! 1. input `SpacePoint[n]` (x, y, z in mm, variances);
@@ -945,9 +946,6 @@ pub fn estimate_params(bfield: f32, b: [f32; 3], m: [f32; 3], t: [f32; 3]) -> Bo
     }
 }
 
-/// Device code: thin entry points, one thread per item, except the doublet kernels (one
-/// warp per middle spacepoint: the lanes test 32 consecutive candidates at once and keep
-/// their scan order with a ballot and a prefix popcount).
 /// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1095,6 +1093,9 @@ pub struct SeedingEstimateParamsParams {
 }
 crate::kernel_params!(SeedingEstimateParamsParams, 40, ["seeding_estimate_params"]);
 
+// Device code, one file per stage: thin entry points, one thread per item, except the
+// doublet kernels (one warp per middle spacepoint: the lanes test 32 consecutive candidates
+// at once and keep their scan order with a ballot and a prefix popcount).
 #[cfg(target_arch = "nvptx64")]
 pub mod binning;
 #[cfg(target_arch = "nvptx64")]

@@ -9,12 +9,13 @@
 //! layer by the helix (no material, no multiple scattering, no energy loss), smeared by
 //! 15 µm (50 µm pixels / √12) in r·φ and in z (barrel) or r (disks).
 //!
-//! Physics: each pile-up interaction gives 36 charged particles on average (chosen so that ⟨μ⟩ = 200 matches the spacepoint count below; TrackML's
-//! ⟨μ⟩ = 200 events hold about 10,000 particles), η uniform in [-4, 4], φ uniform,
-//! pT ~ Γ(2, 0.25 GeV) (mean 0.5 GeV) with a 5% tail ∝ pT^-4 above 1 GeV; a ttbar-like hard
-//! scatter adds 150 particles with pT ~ 1 + Exp(mean 4 GeV). Vertices: z ~ N(0, 50 mm).
-//! Noise: 1% extra hits, uniform on the layers. At ⟨μ⟩ = 200 this gives about 40,000
-//! spacepoints; the TrackML pixel detector's ⟨μ⟩ = 200 ttbar events average 38,055 pixel
+//! Physics: each pile-up interaction gives 36 charged particles on average (chosen so that
+//! ⟨μ⟩ = 200 matches the spacepoint count below; TrackML's ⟨μ⟩ = 200 events hold about 10,000
+//! particles), η uniform in [-4, 4], φ uniform, pT ~ Γ(2, 0.25 GeV) (mean 0.5 GeV) with a 5%
+//! tail ∝ pT^-4 above 1 GeV; a ttbar-like hard scatter adds 150 particles with
+//! pT ~ 1 + Exp(mean 4 GeV). Vertices: z ~ N(0, 50 mm). Noise: 1% extra hits, uniform on the
+//! layers. At ⟨μ⟩ = 200 this gives about 38,000 spacepoints on average (34,000–43,000 for
+//! most seeds); the TrackML pixel detector's ⟨μ⟩ = 200 ttbar events average 38,055 pixel
 //! spacepoints (380,554 in 10 events, traccc wiki "sequential example chain").
 
 use crate::seeding::{BoundParams, Seed, SpacePoint, TESLA};

@@ -179,8 +179,9 @@ impl SeedingSettings {
         settings_keys!(names)
     }
 
-    /// Reads a flat TOML file of `key = number` lines (comments `#`, `[section]` headers are
-    /// ignored) over the defaults. Unknown keys and malformed lines are errors naming the line.
+    /// Reads a TOML file of `key = number` lines over the defaults (missing keys keep
+    /// traccc's). An unknown key, a `[section]` or a malformed line is an error naming it,
+    /// with its line and column.
     pub fn from_toml(text: &str) -> Result<Self> {
         // `toml` + serde: every key must be a field (unknown keys and `[sections]` are errors
         // naming the key, with the line and column); missing keys keep traccc's defaults.
