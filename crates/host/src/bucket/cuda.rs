@@ -184,7 +184,7 @@ impl GpuContext {
     /// Block-level containers, one per segment `segments[s]..segments[s + 1]` (which must
     /// start at 0, end at `n` and not decrease). Segments of more than `capacity` items
     /// (default: what fits in 48 KiB of shared memory) are built by the global-memory
-    /// fallback, counted in [`BlockBuckets::fallbacks`].
+    /// fallback, counted in [`super::BlockBuckets::fallbacks`].
     #[allow(clippy::too_many_arguments)]
     pub fn block_bucket_device(
         &self,

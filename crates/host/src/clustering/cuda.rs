@@ -619,7 +619,7 @@ impl<'g> Clusterer<'g> {
 
     /// Synchronises and returns how many modules took the shared-memory kernel and the
     /// fallback kernel, or the typed error of a digi the kernels found out of range (callers
-    /// that skipped [`validate`]).
+    /// that skipped [`super::validate`]).
     pub fn status(&self) -> Result<(u32, u32)> {
         let bad = self.gpu.download(&self.bad)?[0];
         if let Some(first) = decode_first_index(bad) {
