@@ -250,6 +250,34 @@ fn files_round_trip() {
 }
 
 #[test]
+fn csv_errors_name_file_line_and_column() {
+    // Positions are 1-based lines of the file (the header is line 1, a blank line counts).
+    let text = "module,x,y,adc\n1,2,3,4\n\n1,2,3,70000\n";
+    let e = cl::read_csv(text.as_bytes(), "d.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("d.csv:4: column `adc`: "), "{e}");
+    let e = cl::read_csv("module,x,adc\n1,2,3\n".as_bytes(), "d.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("d.csv:1: column `y`: "), "{e}");
+    let e = cl::read_csv("1,2,3,4\n".as_bytes(), "d.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("d.csv:1: "), "{e}");
+    // The line of every digi; a header alone is zero digis; a BOM is accepted.
+    let (d, lines) =
+        cl::read_csv_with_lines("module,x,y,adc\n1,2,3,4\n\n5,6,7,8\n".as_bytes(), "d.csv")
+            .unwrap();
+    assert_eq!((d.module, lines), (vec![1, 5], vec![2, 4]));
+    assert!(cl::read_csv("module,x,y,adc\n".as_bytes(), "d.csv")
+        .unwrap()
+        .is_empty());
+    let bom = "\u{feff}module,x,y,adc\n1,2,3,4\n";
+    assert_eq!(cl::read_csv(bom.as_bytes(), "d.csv").unwrap().len(), 1);
+}
+
+#[test]
 fn generated_events_are_valid_and_sized() {
     let g = Geometry::phase1();
     let d = gen::run3_event(11);

@@ -1,4 +1,6 @@
-//! The seed-faithful `findClus` (CMS pixeltrack-standalone), kept as the reference of the seed algorithm for the tests and the side-by-side benchmark row; not used by the chain.
+//! The seed-faithful `findClus` (CMS pixeltrack-standalone, seed 000), kept as the faithful
+//! reference of the seed's algorithm: the GPU tests check its partition against the oracle,
+//! and `bench-clustering` times it in the side-by-side row. The chain does not use it.
 
 #[allow(unused_imports)]
 use super::kernels::*;

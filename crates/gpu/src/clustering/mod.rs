@@ -249,23 +249,41 @@ pub fn event_of(nevents: u32, offset: impl Fn(u32) -> u32, i: u32) -> (u32, u32,
     (lo, offset(lo), offset(lo + 1))
 }
 
-/// Parameters of the `clustering_count_modules` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of [`KERNEL_COUNT_MODULES`]: one `#[repr(C)]` struct passed by value (see
+/// `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringCountModulesParams {
+    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
     pub module: DevPtr<u16>,
+    /// Row per digi.
     pub x: DevPtr<u16>,
+    /// Column per digi.
     pub y: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
+    /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// Per digi: set to [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
+    /// Slot list of module starts: `module_start[0]` = count (zero at launch),
+    /// `module_start[1 + k]` = first digi of slot `k` (appended).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16`.
     pub slot_info: DevPtr<u32>,
+    /// One word: `crate::histogram::encode_first_index` of the first digi with a module id or
+    /// coordinates out of range (atomic max; zero = none).
     pub bad: DevPtr<u32>,
+    /// Number of digis.
     pub n: u32,
+    /// Number of events.
     pub nevents: u32,
+    /// Module ids per event (the geometry's).
     pub nmodules: u32,
+    /// Rows per module.
     pub rows: u32,
+    /// Columns per module.
     pub cols: u32,
+    /// Padding (zero).
     pub _pad0: u32,
 }
 crate::kernel_params!(
@@ -274,30 +292,56 @@ crate::kernel_params!(
     ["clustering_count_modules"]
 );
 
-/// Parameters of the `clustering_find_clus_small` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of [`KERNEL_FIND_CLUS_SMALL`], both passes: one `#[repr(C)]` struct passed by value
+/// (see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringFindClusSmallParams {
+    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
     pub module: DevPtr<u16>,
+    /// Row per digi.
     pub x: DevPtr<u16>,
+    /// Column per digi.
     pub y: DevPtr<u16>,
+    /// Charge per digi (electrons).
     pub adc: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
+    /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
+    /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
     pub slot_info: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi (`msize`); written when `slots` is null, read
+    /// otherwise.
     pub slot_end: DevPtr<u32>,
+    /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
+    /// Per event and module (`e * nmodules + m`): number of clusters.
     pub clus_in_module: DevPtr<u32>,
+    /// Per event and module: first digi index, or [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
+    /// Slot list to cluster (`slots[0]` = count), or null for every module slot.
     pub slots: DevPtr<u32>,
+    /// Slot list of the modules over `capacity`: `larger[0]` = count (zero at launch), then slots
+    /// (appended).
     pub larger: DevPtr<u32>,
+    /// Module ids per event (the geometry's).
     pub nmodules: u32,
+    /// Rows per module.
     pub rows: u32,
+    /// Columns per module.
     pub cols: u32,
+    /// Largest module (digis) clustered here; larger ones go to `larger`.
     pub capacity: u32,
+    /// Non-zero: each warp is a group with its own modules; zero: the block is one group.
     pub warp_groups: u32,
+    /// Module ids below this use `threshold_layer1`.
     pub layer1_modules: u32,
+    /// Charge threshold (electrons) of the first layer's modules; 0 = no cut.
     pub threshold_layer1: u32,
+    /// Charge threshold (electrons) of every other module; 0 = no cut.
     pub threshold_other: u32,
 }
 crate::kernel_params!(
@@ -306,48 +350,89 @@ crate::kernel_params!(
     ["clustering_find_clus_small"]
 );
 
-/// Parameters of the `clustering_find_clus` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of [`KERNEL_FIND_CLUS`]: one `#[repr(C)]` struct passed by value (see
+/// `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringFindClusParams {
+    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
     pub module: DevPtr<u16>,
+    /// Row per digi.
     pub x: DevPtr<u16>,
+    /// Column per digi.
     pub y: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
+    /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
+    /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi (`msize`), set for the listed slots.
     pub slot_end: DevPtr<u32>,
+    /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
+    /// Per event and module (`e * nmodules + m`): number of clusters.
     pub clus_in_module: DevPtr<u32>,
+    /// Per event and module: first digi index, or [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
+    /// Null (status words in shared memory) or `gridDim.x * status_words(rows, cols)` zeroed words,
+    /// one slab per block.
     pub status_global: DevPtr<u32>,
+    /// Slot list to cluster (`slots[0]` = count), from `clustering_find_clus_small`.
     pub slots: DevPtr<u32>,
+    /// Slot list of the modules over `capacity`: `fallback[0]` = count (zero at launch), then slots
+    /// (appended).
     pub fallback: DevPtr<u32>,
+    /// Number of events.
     pub nevents: u32,
+    /// Module ids per event (the geometry's).
     pub nmodules: u32,
+    /// Rows per module.
     pub rows: u32,
+    /// Columns per module.
     pub cols: u32,
+    /// Largest module (digis) clustered here; larger ones go to `fallback`.
     pub capacity: u32,
+    /// Padding (zero).
     pub _pad0: u32,
 }
 crate::kernel_params!(ClusteringFindClusParams, 120, ["clustering_find_clus"]);
 
-/// Parameters of the `clustering_find_clus_seed` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of [`KERNEL_FIND_CLUS_SEED`]: one `#[repr(C)]` struct passed by value (see
+/// `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringFindClusSeedParams {
+    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
     pub module: DevPtr<u16>,
+    /// Row per digi.
     pub x: DevPtr<u16>,
+    /// Column per digi.
     pub y: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
+    /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
+    /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi (`msize`, written here).
     pub slot_end: DevPtr<u32>,
+    /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
+    /// Per event and module (`e * nmodules + m`): number of clusters.
     pub clus_in_module: DevPtr<u32>,
+    /// Per event and module: first digi index, or [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
+    /// Slot list of the modules the seed's arrays cannot hold: `fallback[0]` = count (zero at
+    /// launch), then slots (appended).
     pub fallback: DevPtr<u32>,
+    /// Number of events.
     pub nevents: u32,
+    /// Module ids per event (the geometry's).
     pub nmodules: u32,
+    /// Rows per module.
     pub rows: u32,
+    /// Columns per module.
     pub cols: u32,
 }
 crate::kernel_params!(
@@ -356,24 +441,43 @@ crate::kernel_params!(
     ["clustering_find_clus_seed"]
 );
 
-/// Parameters of the `clustering_find_clus_fallback` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of [`KERNEL_FIND_CLUS_FALLBACK`]: one `#[repr(C)]` struct passed by value (see
+/// `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringFindClusFallbackParams {
+    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
     pub module: DevPtr<u16>,
+    /// Row per digi.
     pub x: DevPtr<u16>,
+    /// Column per digi.
     pub y: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
+    /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
+    /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi (`msize`).
     pub slot_end: DevPtr<u32>,
+    /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
+    /// Per event and module (`e * nmodules + m`): number of clusters.
     pub clus_in_module: DevPtr<u32>,
+    /// Per event and module: first digi index, or [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
+    /// Slot list to cluster (`fallback[0]` = count), from `clustering_find_clus` or the seed
+    /// kernel.
     pub fallback: DevPtr<u32>,
+    /// `gridDim.x * rows * cols` words, all [`GRID_EMPTY`]: one pixel grid per block (left empty).
     pub grid: DevPtr<u32>,
+    /// Number of events.
     pub nevents: u32,
+    /// Module ids per event (the geometry's).
     pub nmodules: u32,
+    /// Rows per module.
     pub rows: u32,
+    /// Columns per module.
     pub cols: u32,
 }
 crate::kernel_params!(
@@ -382,24 +486,42 @@ crate::kernel_params!(
     ["clustering_find_clus_fallback"]
 );
 
-/// Parameters of the `clustering_cluster_charge_cut` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of [`KERNEL_CHARGE_CUT`]: one `#[repr(C)]` struct passed by value (see
+/// `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringClusterChargeCutParams {
+    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
     pub module: DevPtr<u16>,
+    /// Charge per digi (electrons).
     pub adc: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
+    /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
+    /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi (`msize`).
     pub slot_end: DevPtr<u32>,
+    /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
+    /// Per event and module (`e * nmodules + m`): number of clusters.
     pub clus_in_module: DevPtr<u32>,
+    /// `n` u64: per cluster of a module, its charge and then its new number.
     pub scratch: DevPtr<u64>,
+    /// Slot list to cut (`slots[0]` = count), or null for every module slot.
     pub slots: DevPtr<u32>,
+    /// Number of events.
     pub nevents: u32,
+    /// Module ids per event (the geometry's).
     pub nmodules: u32,
+    /// Module ids below this use `threshold_layer1`.
     pub layer1_modules: u32,
+    /// Charge threshold (electrons) of the first layer's modules; 0 = no cut.
     pub threshold_layer1: u32,
+    /// Charge threshold (electrons) of every other module; 0 = no cut.
     pub threshold_other: u32,
+    /// Padding (zero).
     pub _pad0: u32,
 }
 crate::kernel_params!(

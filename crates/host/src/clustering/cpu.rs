@@ -10,13 +10,13 @@
 //! - clusters are numbered in increasing order of their smallest digi index;
 //! - the charge cut keeps clusters with `Σ adc >= threshold` and renumbers them in order.
 //!
-//! The input must have passed [`crate::clustering::validate`].
+//! The input must have passed [`super::validate`].
 
 use std::collections::{HashMap, VecDeque};
 
 use detkit_gpu::clustering::{INVALID_MODULE, NOT_CLUSTERED, NO_MODULE_START};
 
-use crate::clustering::{ChargeCut, Clusters, Digis, Geometry};
+use super::{ChargeCut, Clusters, Digis, Geometry};
 
 /// Clusters every event (`event_offsets[e] .. event_offsets[e + 1]`), without charge cut.
 pub fn find_clusters(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Clusters {

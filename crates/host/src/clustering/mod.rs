@@ -374,12 +374,7 @@ impl Backend {
     ) -> Result<Clusters> {
         validate(digis, event_offsets, geometry)?;
         match self.gpu() {
-            None => Ok(crate::clustering::cpu::cluster(
-                digis,
-                event_offsets,
-                geometry,
-                cut,
-            )),
+            None => Ok(cpu::cluster(digis, event_offsets, geometry, cut)),
             Some(gpu) => {
                 let d = DeviceDigis::upload(gpu, digis, event_offsets)?;
                 let mut c = Clusterer::new(gpu, geometry, digis.len(), event_offsets.len() - 1)?;
