@@ -32,6 +32,7 @@ pub mod params;
 pub mod pet;
 pub mod scan;
 pub mod seeding;
+pub mod sort;
 
 /// Threads per warp on every NVIDIA GPU detkit supports.
 pub const WARP_SIZE: u32 = 32;
@@ -77,6 +78,20 @@ pub const ALL_KERNELS: &[&str] = &[
     seeding::KERNEL_SELECT_SEEDS,
     seeding::KERNEL_GATHER_SEEDS,
     seeding::KERNEL_ESTIMATE_PARAMS,
+    sort::KERNEL_SORT_HISTOGRAM_U32,
+    sort::KERNEL_SORT_HISTOGRAM_U64,
+    sort::KERNEL_SORT_ONESWEEP_U32,
+    sort::KERNEL_SORT_ONESWEEP_U32_V4,
+    sort::KERNEL_SORT_ONESWEEP_U32_V8,
+    sort::KERNEL_SORT_ONESWEEP_U32_V12,
+    sort::KERNEL_SORT_ONESWEEP_U32_V16,
+    sort::KERNEL_SORT_ONESWEEP_U64,
+    sort::KERNEL_SORT_ONESWEEP_U64_V4,
+    sort::KERNEL_SORT_ONESWEEP_U64_V8,
+    sort::KERNEL_SORT_ONESWEEP_U64_V12,
+    sort::KERNEL_SORT_ONESWEEP_U64_V16,
+    sort::KERNEL_SORT_SINGLE_U32,
+    sort::KERNEL_SORT_SINGLE_U64,
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.
