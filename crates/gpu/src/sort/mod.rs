@@ -78,6 +78,9 @@ pub const MAX_PASSES: u32 = 8;
 
 /// Threads per block of the onesweep kernels: one thread per digit in the look-back.
 pub const ONESWEEP_THREADS: u32 = 256;
+/// Onesweep blocks per multiprocessor the kernels are built for (their launch bounds, see
+/// `crate::LAUNCH_BOUNDS`): at most 64 registers per thread.
+pub const ONESWEEP_MIN_BLOCKS: u32 = 4;
 /// Warps per onesweep block.
 pub const ONESWEEP_WARPS: u32 = ONESWEEP_THREADS / 32;
 /// Threads per block of the histogram kernels (one per digit in the final scan).
@@ -88,22 +91,22 @@ pub const HISTOGRAM_ITEMS: u32 = 16;
 pub const HISTOGRAM_BLOCKS_PER_SM: u32 = 4;
 
 /// Keys per thread of a onesweep tile for `key_bytes` (4 or 8) and `value_bytes` (0, 4, 8,
-/// 12 or 16): the exchange area (`tile × max(key, value) bytes`) stays within 32 KiB so that
-/// four blocks fit on a multiprocessor, with at most 24 items (`u32` keys) or 16 (`u64`).
+/// 12 or 16): as many as fit in 64 registers per thread (four 256-thread blocks per
+/// multiprocessor, the kernels' launch bounds) with the exchange area (`tile × max(key,
+/// value) bytes`) within 32 KiB: 24 for `u32` keys alone, 20 with 4-byte values, 16 for
+/// `u64` keys or 8-byte values, 10 and 8 for 12- and 16-byte values.
 pub const fn onesweep_items(key_bytes: usize, value_bytes: usize) -> u32 {
     let per_item = if value_bytes > key_bytes {
         value_bytes
     } else {
         key_bytes
     };
-    let fit = (32 * 1024 / (ONESWEEP_THREADS as usize * per_item)) as u32;
-    let cap = if key_bytes == 8 { 16 } else { 24 };
-    if fit > cap {
-        cap
-    } else if fit < 8 {
-        8
-    } else {
-        fit
+    match (key_bytes, per_item) {
+        (4, 4) if value_bytes == 0 => 24,
+        (4, 4) => 20,
+        (_, 8) => 16,
+        (_, 12) => 10,
+        _ => 8,
     }
 }
 

@@ -461,7 +461,9 @@ pub unsafe fn digit_starts(
 }
 
 /// Items per chunk of the scatter loops (loads of a chunk in flight together).
-const SCATTER_CHUNK: usize = 8;
+const SCATTER_CHUNK: usize = 4;
+/// Items per chunk of the value loads.
+const VALUE_CHUNK: usize = 8;
 
 /// One onesweep pass over one tile (see the module docs of `super`).
 ///
@@ -625,23 +627,28 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     let values_in = p.values_in.ptr();
     let local0 = i::opaque_u32(local0);
     let start = i::opaque_u32(start);
-    let mut vals = [[0u32; 4]; ITEMS];
-    let mut k = 0;
-    while k < ITEMS {
-        let l = local0 + 32 * k as u32;
-        if l < valid {
-            // SAFETY: start + l < n.
-            vals[k] = unsafe { value_ldg::<W>(values_in, start + l) };
+    // In chunks of VALUE_CHUNK items: a chunk's loads are all in flight before its stores.
+    let mut c = 0;
+    while c < ITEMS {
+        let mut vals = [[0u32; 4]; VALUE_CHUNK];
+        let mut u = 0;
+        while u < VALUE_CHUNK {
+            let l = local0 + 32 * (c + u) as u32;
+            if c + u < ITEMS && l < valid {
+                // SAFETY: start + l < n.
+                vals[u] = unsafe { value_ldg::<W>(values_in, start + l) };
+            }
+            u += 1;
         }
-        k += 1;
-    }
-    let mut k = 0;
-    while k < ITEMS {
-        if local0 + 32 * (k as u32) < valid {
-            // SAFETY: rank < tile_items.
-            unsafe { value_sts::<W>(exch, rank.get(k), vals[k]) };
+        let mut u = 0;
+        while u < VALUE_CHUNK {
+            if c + u < ITEMS && local0 + 32 * ((c + u) as u32) < valid {
+                // SAFETY: rank < tile_items.
+                unsafe { value_sts::<W>(exch, rank.get(c + u), vals[u]) };
+            }
+            u += 1;
         }
-        k += 1;
+        c += VALUE_CHUNK;
     }
     i::sync_threads();
     let tid = i::opaque_u32(tid);
