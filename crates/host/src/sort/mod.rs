@@ -272,3 +272,22 @@ impl GpuContext {
         self.with_scratch(|t: &mut SortTemp| t.launches)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_over_u32_are_capacity_errors() {
+        let opts = SortOptions::default();
+        assert!(check::<u32>(u32::MAX as usize, 0, &opts).is_ok());
+        assert!(matches!(
+            check::<u32>(1 << 32, 4, &opts),
+            Err(Error::CapacityExceeded { .. })
+        ));
+        assert!(matches!(
+            check::<u64>(10, 6, &opts),
+            Err(Error::InvalidInput { .. })
+        ));
+    }
+}
