@@ -72,19 +72,28 @@ fn check_oracle<K: SortKey>(keys: &[K], begin: u32, end: u32, descending: bool) 
         .into_iter()
         .map(|i| i as u32)
         .collect();
-    assert_eq!(v, lsd, "LSD permutation, bits {begin}..{end} desc {descending}");
+    assert_eq!(
+        v, lsd,
+        "LSD permutation, bits {begin}..{end} desc {descending}"
+    );
     // 3. Stability and order, checked directly: order keys non-decreasing, equal order keys
     //    in increasing input index; a permutation; every key kept whole (bits outside too).
     let mut seen = vec![false; keys.len()];
     for i in 0..k.len() {
         assert_eq!(k[i], keys[v[i] as usize], "key moved without its value");
-        assert!(!std::mem::replace(&mut seen[v[i] as usize], true), "duplicate");
+        assert!(
+            !std::mem::replace(&mut seen[v[i] as usize], true),
+            "duplicate"
+        );
         if i > 0 {
             let (a, b) = (
                 order_bits(k[i - 1], begin, end, descending),
                 order_bits(k[i], begin, end, descending),
             );
-            assert!(a < b || (a == b && v[i - 1] < v[i]), "unstable or unsorted at {i}");
+            assert!(
+                a < b || (a == b && v[i - 1] < v[i]),
+                "unstable or unsorted at {i}"
+            );
         }
     }
     // 4. Keys only = the keys of the pairs.
@@ -149,7 +158,9 @@ fn worked_example() {
     let b = Backend::cpu();
     let keys = [0x0102u32, 0x0201, 0x0101, 0x0202];
     let vals = [0u32, 1, 2, 3];
-    let (k, v) = b.sort_pairs_u32(&keys, &vals, SortOptions::default()).unwrap();
+    let (k, v) = b
+        .sort_pairs_u32(&keys, &vals, SortOptions::default())
+        .unwrap();
     assert_eq!(k, [0x0101, 0x0102, 0x0201, 0x0202]);
     assert_eq!(v, [2, 0, 1, 3]);
     let (k, v) = b

@@ -186,6 +186,13 @@ impl GpuContext {
         self.sort_raw::<K>(ops, n, begin, end, opts.descending)
     }
 
+    /// Raises the last pass epoch the sort used to `epoch` (never lowers it: a lower epoch
+    /// could meet status words of earlier passes). For tests of the epoch's wrap.
+    #[doc(hidden)]
+    pub fn sort_set_epoch(&self, epoch: u32) {
+        self.with_scratch(|t: &mut SortTemp| t.epoch = t.epoch.max(epoch.min(k::MAX_EPOCH)));
+    }
+
     /// The launches of one sort (`1 <= n < 2^32`, `begin < end <= K::BITS`, buffers of `n`
     /// elements checked by the callers, inputs and outputs distinct allocations).
     fn sort_raw<K: SortKey>(
