@@ -98,22 +98,41 @@ pub unsafe fn histogram<K: Key, const P: usize>(p: &SortHistogramParams) {
         cur: [u32::MAX; P],
         cnt: [0; P],
     };
-    // Whole 16-byte vectors, grid-stride; each thread's vectors are consecutive in a run of
-    // the block's threads, so each warp load covers 512 contiguous bytes.
+    // Whole 16-byte vectors, grid-stride, HISTOGRAM_UNROLL vectors per thread and round all
+    // loaded before any is counted (several loads in flight per thread); the threads of a
+    // block take consecutive vectors, so each warp load covers 512 contiguous bytes.
     let keys = p.keys.ptr();
     let nvec = n / K::VEC;
     let stride = i::grid_dim_x() * HISTOGRAM_THREADS;
     let mut v = i::block_idx_x() * HISTOGRAM_THREADS + tid;
     while v < nvec {
-        // SAFETY: v < n / VEC: the vector is inside the keys, 16-byte aligned.
-        let x = unsafe { K::ldg_vec(keys, v) };
-        let mut e = 0;
-        while e < K::VEC as usize {
-            // SAFETY: hist holds P × RADIX words.
-            unsafe { runs.add(x[e], &digits, passes, hist) };
-            e += 1;
+        let mut x = [[K::ZERO; 4]; HISTOGRAM_UNROLL];
+        let mut u = 0;
+        while u < HISTOGRAM_UNROLL {
+            let vu = v.wrapping_add(u as u32 * stride);
+            if vu < nvec && vu >= v {
+                // SAFETY: vu < n / VEC: the vector is inside the keys, 16-byte aligned.
+                x[u] = unsafe { K::ldg_vec(keys, vu) };
+            }
+            u += 1;
         }
-        v += stride;
+        let mut u = 0;
+        while u < HISTOGRAM_UNROLL {
+            let vu = v.wrapping_add(u as u32 * stride);
+            if vu < nvec && vu >= v {
+                let mut e = 0;
+                while e < K::VEC as usize {
+                    // SAFETY: hist holds P × RADIX words.
+                    unsafe { runs.add(x[u][e], &digits, passes, hist) };
+                    e += 1;
+                }
+            }
+            u += 1;
+        }
+        match v.checked_add(HISTOGRAM_UNROLL as u32 * stride) {
+            Some(next) => v = next,
+            None => break,
+        }
     }
     // The last n % VEC keys: block 0.
     let tail = nvec * K::VEC + tid;

@@ -13,13 +13,13 @@
 //! A pass sorts by one 8-bit digit (the last pass of a range that is not a multiple of 8 bits
 //! long by fewer bits): `passes = ceil((end_bit - begin_bit) / 8)`, so a 48-bit timestamp costs
 //! 6 passes, not 8.
-//! 1. [`KERNEL_SORT_HISTOGRAM_U32`] / `_U64` ([`histogram`]): ONE read of the keys counts the
+//! 1. [`KERNEL_SORT_HISTOGRAM_U32`] / `_U64` (`histogram.rs`): ONE read of the keys counts the
 //!    digits of **every** pass (`passes × 256` counters, shared-memory sub-histograms added to
 //!    global counters); the last block to finish (a ticket counter) turns each pass's 256
 //!    counts into their exclusive sum: the global start of each digit in that pass, `offsets`.
 //!    The same block leaves the counters zeroed for the next call and zeroes the per-pass
 //!    tile counters, so a call needs no memset.
-//! 2. One onesweep kernel per pass ([`onesweep`], e.g. [`KERNEL_SORT_ONESWEEP_U32`]): each
+//! 2. One onesweep kernel per pass (`onesweep.rs`, e.g. [`KERNEL_SORT_ONESWEEP_U32`]): each
 //!    block takes the next tile of `onesweep_tile(..)` keys from an atomic tile counter (so a
 //!    block only ever waits, in its look-back, on tiles that running blocks hold), loads its
 //!    keys (warp-striped: each warp instruction reads 32 consecutive keys), counts the tile's
@@ -65,7 +65,7 @@
 //!
 //! # Small inputs
 //! For `n <= SINGLE_TILE` one block sorts everything in shared memory: one launch
-//! ([`KERNEL_SORT_SINGLE_U32`], [`single`]) instead of `1 + passes`.
+//! ([`KERNEL_SORT_SINGLE_U32`], `single.rs`) instead of `1 + passes`.
 
 use crate::params::DevPtr;
 
@@ -87,6 +87,8 @@ pub const ONESWEEP_WARPS: u32 = ONESWEEP_THREADS / 32;
 pub const HISTOGRAM_THREADS: u32 = 256;
 /// Keys each histogram thread covers at least (grid sizing).
 pub const HISTOGRAM_ITEMS: u32 = 16;
+/// 16-byte vectors each histogram thread loads before counting them (loads in flight).
+pub const HISTOGRAM_UNROLL: usize = 4;
 /// Largest histogram grid, in blocks per multiprocessor.
 pub const HISTOGRAM_BLOCKS_PER_SM: u32 = 4;
 
