@@ -1,6 +1,7 @@
 // CUB / memcpy baseline for detkit benchmarks.
 // Build: nvcc -O3 -std=c++17 -arch=sm_90 -o cub_baseline cub_baseline.cu
-// Usage: cub_baseline [--sizes 20,22,24,26,28] [--reps 30]   (sizes are log2 of element count)
+// Usage: cub_baseline [--sizes 20,22,24,26,28] [--reps 30] [--sort-only]   (sizes are log2 of element count)
+//   --sort-only: the copy and the radix-sort rows only (e.g. --sizes 10,12,14,16,18,20,22,24,26,28)
 // Output (stdout, CSV): impl,primitive,n,median_ms,gbps,gitems   plus a "# device: NAME" comment line.
 #include <cub/cub.cuh>
 #include <cuda_runtime.h>
@@ -182,14 +183,121 @@ static void bench_select(uint32_t* d_in, uint32_t* d_out, int* d_nsel, size_t n)
   CK(cudaFree(tmp));
 }
 
+// ---- radix sort (keys from the hash streams of detkit::sort::gen: u32 keys = high word of
+// stream 5, u64 keys = stream 6, 48-bit keys = stream 6 & (2^48 - 1); values = input index) ----
+__host__ __device__ inline uint32_t sort_key_u32(uint64_t i) {
+  return (uint32_t)(splitmix64((5ull << 32) + i) >> 32);
+}
+__host__ __device__ inline uint64_t sort_key_u64(uint64_t i, bool b48) {
+  const uint64_t r = splitmix64((6ull << 32) + i);
+  return b48 ? (r & ((1ull << 48) - 1)) : r;
+}
+
+template <class K>
+__global__ void gen_sort_kernel(K* keys, uint32_t* vals, size_t n, int mode) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    keys[i] = mode == 0 ? (K)sort_key_u32(i) : (K)sort_key_u64(i, mode == 2);
+    if (vals) vals[i] = (uint32_t)i;
+  }
+}
+
+// Exact O(n) check of a stable pair sort whose values were the input indices: the values
+// are a permutation, key_out[i] is the key of input value[i], (key, value) increases.
+template <class K, class G>
+static bool check_pairs(const std::vector<K>& k, const std::vector<uint32_t>& v, size_t n, G gen) {
+  std::vector<char> seen(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (v[i] >= n || seen[v[i]] || k[i] != gen(v[i])) return false;
+    seen[v[i]] = 1;
+    if (i > 0 && (k[i - 1] > k[i] || (k[i - 1] == k[i] && v[i - 1] > v[i]))) return false;
+  }
+  return true;
+}
+
+template <class K>
+static void bench_sort_pairs(size_t n, int mode, const char* prim) {
+  const int ni = (int)n;
+  const int end_bit = mode == 0 ? 32 : (mode == 2 ? 48 : 64);
+  K *d_ki = nullptr, *d_ko = nullptr;
+  uint32_t *d_vi = nullptr, *d_vo = nullptr;
+  CK(cudaMalloc(&d_ki, n * sizeof(K)));
+  CK(cudaMalloc(&d_ko, n * sizeof(K)));
+  CK(cudaMalloc(&d_vi, n * sizeof(uint32_t)));
+  CK(cudaMalloc(&d_vo, n * sizeof(uint32_t)));
+  gen_sort_kernel<K><<<1024, 256>>>(d_ki, d_vi, n, mode);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  size_t tb = 0;
+  CK(cub::DeviceRadixSort::SortPairs(nullptr, tb, d_ki, d_ko, d_vi, d_vo, ni, 0, end_bit));
+  void* tmp = alloc_temp(tb);
+  CK(cub::DeviceRadixSort::SortPairs(tmp, tb, d_ki, d_ko, d_vi, d_vo, ni, 0, end_bit));
+  CK(cudaDeviceSynchronize());
+  std::vector<K> hk(n);
+  std::vector<uint32_t> hv(n);
+  CK(cudaMemcpy(hk.data(), d_ko, n * sizeof(K), cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(hv.data(), d_vo, n * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  const bool ok = check_pairs(hk, hv, n, [&](uint64_t i) {
+    return mode == 0 ? (K)sort_key_u32(i) : (K)sort_key_u64(i, mode == 2);
+  });
+  if (!ok) fail(prim, n);
+  float ms = median_ms([&] {
+    CK(cub::DeviceRadixSort::SortPairs(tmp, tb, d_ki, d_ko, d_vi, d_vo, ni, 0, end_bit));
+  });
+  report("cub", prim, n, ms, 2.0 * n * (sizeof(K) + sizeof(uint32_t)));
+  CK(cudaFree(tmp));
+  CK(cudaFree(d_ki));
+  CK(cudaFree(d_ko));
+  CK(cudaFree(d_vi));
+  CK(cudaFree(d_vo));
+}
+
+static void bench_sort_keys_u32(size_t n) {
+  const int ni = (int)n;
+  uint32_t *d_ki = nullptr, *d_ko = nullptr;
+  CK(cudaMalloc(&d_ki, n * sizeof(uint32_t)));
+  CK(cudaMalloc(&d_ko, n * sizeof(uint32_t)));
+  gen_sort_kernel<uint32_t><<<1024, 256>>>(d_ki, nullptr, n, 0);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  size_t tb = 0;
+  CK(cub::DeviceRadixSort::SortKeys(nullptr, tb, d_ki, d_ko, ni));
+  void* tmp = alloc_temp(tb);
+  CK(cub::DeviceRadixSort::SortKeys(tmp, tb, d_ki, d_ko, ni));
+  CK(cudaDeviceSynchronize());
+  // Non-decreasing, and the same multiset as the input (sum and xor of a hash of each key).
+  std::vector<uint32_t> h(n);
+  CK(cudaMemcpy(h.data(), d_ko, n * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  uint64_t sum_in = 0, sum_out = 0, x_in = 0, x_out = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0 && h[i - 1] > h[i]) fail("sort_keys_u32", n);
+    const uint64_t a = splitmix64(sort_key_u32(i)), b = splitmix64(h[i]);
+    sum_in += a; x_in ^= a; sum_out += b; x_out ^= b;
+  }
+  if (sum_in != sum_out || x_in != x_out) fail("sort_keys_u32", n);
+  float ms = median_ms([&] { CK(cub::DeviceRadixSort::SortKeys(tmp, tb, d_ki, d_ko, ni)); });
+  report("cub", "sort_keys_u32", n, ms, 8.0 * n);
+  CK(cudaFree(tmp));
+  CK(cudaFree(d_ki));
+  CK(cudaFree(d_ko));
+}
+
+static void bench_sort(size_t n) {
+  bench_sort_pairs<uint64_t>(n, 1, "sort_pairs_u64_u32");
+  bench_sort_pairs<uint64_t>(n, 2, "sort_pairs_u64b48_u32");
+  bench_sort_pairs<uint32_t>(n, 0, "sort_pairs_u32_u32");
+  bench_sort_keys_u32(n);
+}
+
 // ---- main ----
 static void usage(const char* argv0) {
-  fprintf(stderr, "usage: %s [--sizes 20,22,24,26,28] [--reps 30]\n", argv0);
+  fprintf(stderr, "usage: %s [--sizes 20,22,24,26,28] [--reps 30] [--sort-only]\n", argv0);
   exit(1);
 }
 
 int main(int argc, char** argv) {
   std::vector<int> sizes = {20, 22, 24, 26, 28};
+  bool sort_only = false;
   for (int a = 1; a < argc; ++a) {
     if (!strcmp(argv[a], "--sizes") && a + 1 < argc) {
       sizes.clear();
@@ -203,6 +311,8 @@ int main(int argc, char** argv) {
       }
     } else if (!strcmp(argv[a], "--reps") && a + 1 < argc) {
       g_reps = atoi(argv[++a]);
+    } else if (!strcmp(argv[a], "--sort-only")) {
+      sort_only = true;
     } else {
       usage(argv[0]);
     }
@@ -232,10 +342,13 @@ int main(int argc, char** argv) {
     CK(cudaMalloc(&d_nsel, sizeof(int)));
 
     bench_copy(d_in, d_out, n);
+    bench_sort(n);
+    if (!sort_only) {
     bench_scan(d_in, d_out, n);
     bench_hist(d_in, d_hist, n, HIST_UNIFORM);
     bench_hist(d_in, d_hist, n, HIST_SKEWED);
     bench_select(d_in, d_out, d_nsel, n);
+    }
 
     CK(cudaFree(d_in));
     CK(cudaFree(d_out));

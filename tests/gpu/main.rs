@@ -12,6 +12,7 @@ use std::time::Instant;
 mod clustering;
 mod pet;
 mod seeding;
+mod sort;
 
 use detkit::bucket::POISON;
 use detkit::compact::Selection;
@@ -581,7 +582,8 @@ fn main() {
         .iter()
         .chain(clustering::TESTS)
         .chain(pet::TESTS)
-        .chain(seeding::TESTS);
+        .chain(seeding::TESTS)
+        .chain(sort::TESTS);
     let mut failed = 0;
     let mut ran = 0;
     for (name, f) in tests {

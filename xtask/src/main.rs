@@ -246,8 +246,12 @@ fn build_ptx(opts: &PtxOptions) -> Result<PathBuf> {
         "building the PTX failed (it needs the pinned nightly with rust-src; \
          see rust-toolchain.toml)",
     )?;
-    let ptx = fs::read_to_string(&ptx_path)
+    let raw = fs::read_to_string(&ptx_path)
         .with_context(|| format!("cargo succeeded but {} is missing", ptx_path.display()))?;
+    let ptx = apply_launch_bounds(&raw)?;
+    if ptx != raw {
+        fs::write(&ptx_path, &ptx).with_context(|| format!("writing {}", ptx_path.display()))?;
+    }
     println!(
         "built {} ({} lines, {} bytes)",
         rel(&ptx_path),
@@ -260,6 +264,47 @@ fn build_ptx(opts: &PtxOptions) -> Result<PathBuf> {
     resource_report(opts, &ptx_path)?;
     sync_embedded(opts, &ptx)?;
     Ok(ptx_path)
+}
+
+/// Writes `detkit_gpu::LAUNCH_BOUNDS` into the PTX: `.maxntid T, 1, 1` and `.minnctapersm B`
+/// between the parameter list and the body of each listed kernel (rustc has no
+/// `__launch_bounds__`). Idempotent: a kernel that already has `.maxntid` is left as it is.
+fn apply_launch_bounds(ptx: &str) -> Result<String> {
+    let mut out = String::with_capacity(ptx.len() + 64 * detkit_gpu::LAUNCH_BOUNDS.len());
+    let mut pending: Option<(u32, u32)> = None;
+    let mut seen = BTreeSet::new();
+    for line in ptx.split_inclusive('\n') {
+        let code = strip_comment(line);
+        if let Some((_, after)) = code.split_once(".entry ") {
+            let name = after.split('(').next().unwrap_or("").trim();
+            pending = detkit_gpu::LAUNCH_BOUNDS
+                .iter()
+                .find(|(k, ..)| *k == name)
+                .map(|&(k, threads, blocks)| {
+                    seen.insert(k);
+                    (threads, blocks)
+                });
+        } else if code.trim_start().starts_with(".maxntid") {
+            pending = None;
+        }
+        if code.trim() == "{" {
+            if let Some((threads, blocks)) = pending.take() {
+                let _ = write!(out, ".maxntid {threads}, 1, 1\n.minnctapersm {blocks}\n");
+            }
+        }
+        out.push_str(line);
+    }
+    let missing: Vec<&str> = detkit_gpu::LAUNCH_BOUNDS
+        .iter()
+        .map(|(k, ..)| *k)
+        .filter(|k| !seen.contains(k))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "kernels in detkit_gpu::LAUNCH_BOUNDS but not in the PTX: {}",
+        missing.join(", ")
+    );
+    Ok(out)
 }
 
 /// Checks that the PTX's `.entry` kernels are exactly `detkit_gpu::ALL_KERNELS`.

@@ -631,3 +631,320 @@ pub fn nanosleep(ns: u32) {
     // SAFETY: no preconditions.
     unsafe { asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nostack)) };
 }
+
+// ---------------------------------------------------------------------------------------
+// Shared-memory and global accesses by state space (the radix sort's hot loops)
+// ---------------------------------------------------------------------------------------
+
+/// `ld.shared.u32` at a 32-bit shared-window address (from [`shared_base`]).
+///
+/// # Safety
+/// `saddr` is a 4-byte aligned address inside this block's shared memory allocation.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(saddr: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("ld.shared.u32 {r}, [{a}];", a = in(reg32) saddr, r = out(reg32) r, options(nostack, readonly))
+    };
+    r
+}
+/// `st.shared.u32` at a 32-bit shared-window address.
+///
+/// # Safety
+/// As [`ld_shared_u32`].
+#[inline(always)]
+pub unsafe fn st_shared_u32(saddr: u32, v: u32) {
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("st.shared.u32 [{a}], {v};", a = in(reg32) saddr, v = in(reg32) v, options(nostack))
+    };
+}
+/// `ld.shared.u64` at a 32-bit shared-window address.
+///
+/// # Safety
+/// `saddr` is an 8-byte aligned address inside this block's shared memory allocation.
+#[inline(always)]
+pub unsafe fn ld_shared_u64(saddr: u32) -> u64 {
+    let r: u64;
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("ld.shared.u64 {r}, [{a}];", a = in(reg32) saddr, r = out(reg64) r, options(nostack, readonly))
+    };
+    r
+}
+/// `st.shared.u64` at a 32-bit shared-window address.
+///
+/// # Safety
+/// As [`ld_shared_u64`].
+#[inline(always)]
+pub unsafe fn st_shared_u64(saddr: u32, v: u64) {
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("st.shared.u64 [{a}], {v};", a = in(reg32) saddr, v = in(reg64) v, options(nostack))
+    };
+}
+/// `ld.shared.u8` (zero-extended) at a 32-bit shared-window address.
+///
+/// # Safety
+/// `saddr` is inside this block's shared memory allocation.
+#[inline(always)]
+pub unsafe fn ld_shared_u8(saddr: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("{{ .reg .u16 b; ld.shared.u8 b, [{a}]; cvt.u32.u16 {r}, b; }}", a = in(reg32) saddr, r = out(reg32) r, options(nostack, readonly))
+    };
+    r
+}
+/// `st.shared.u8` of the low byte of `v` at a 32-bit shared-window address.
+///
+/// # Safety
+/// As [`ld_shared_u8`].
+#[inline(always)]
+pub unsafe fn st_shared_u8(saddr: u32, v: u32) {
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("{{ .reg .u16 b; cvt.u16.u32 b, {v}; st.shared.u8 [{a}], b; }}", a = in(reg32) saddr, v = in(reg32) v, options(nostack))
+    };
+}
+/// `ld.shared.v4.u32` (16 bytes) at a 32-bit shared-window address.
+///
+/// # Safety
+/// `saddr` is a 16-byte aligned address inside this block's shared memory allocation.
+#[inline(always)]
+pub unsafe fn ld_shared_v4_u32(saddr: u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: caller guarantees alignment and that the address is in shared memory.
+    unsafe {
+        asm!(
+            "ld.shared.v4.u32 {{{a}, {b}, {c}, {d}}}, [{s}];",
+            s = in(reg32) saddr, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(nostack, readonly)
+        )
+    };
+    [a, b, c, d]
+}
+/// `st.shared.v4.u32` (16 bytes) at a 32-bit shared-window address.
+///
+/// # Safety
+/// As [`ld_shared_v4_u32`].
+#[inline(always)]
+pub unsafe fn st_shared_v4_u32(saddr: u32, v: [u32; 4]) {
+    // SAFETY: caller guarantees alignment and that the address is in shared memory.
+    unsafe {
+        asm!(
+            "st.shared.v4.u32 [{s}], {{{a}, {b}, {c}, {d}}};",
+            s = in(reg32) saddr, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack)
+        )
+    };
+}
+/// `ld.shared.v2.u32` (8 bytes) at a 32-bit shared-window address.
+///
+/// # Safety
+/// `saddr` is an 8-byte aligned address inside this block's shared memory allocation.
+#[inline(always)]
+pub unsafe fn ld_shared_v2_u32(saddr: u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: caller guarantees alignment and that the address is in shared memory.
+    unsafe {
+        asm!(
+            "ld.shared.v2.u32 {{{a}, {b}}}, [{s}];",
+            s = in(reg32) saddr, a = out(reg32) a, b = out(reg32) b,
+            options(nostack, readonly)
+        )
+    };
+    [a, b]
+}
+/// `st.shared.v2.u32` (8 bytes) at a 32-bit shared-window address.
+///
+/// # Safety
+/// As [`ld_shared_v2_u32`].
+#[inline(always)]
+pub unsafe fn st_shared_v2_u32(saddr: u32, v: [u32; 2]) {
+    // SAFETY: caller guarantees alignment and that the address is in shared memory.
+    unsafe {
+        asm!(
+            "st.shared.v2.u32 [{s}], {{{a}, {b}}};",
+            s = in(reg32) saddr, a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack)
+        )
+    };
+}
+
+/// `__ldg` of one `u32` (`ld.global.nc.u32`).
+///
+/// # Safety
+/// `p` is a 4-byte aligned `u32` of global memory that no thread writes during the kernel.
+#[inline(always)]
+pub unsafe fn ldg_u32(p: *const u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.u32 {r}, [g]; }}",
+            p = in(reg64) p, r = out(reg32) r,
+            options(pure, readonly, nostack)
+        )
+    };
+    r
+}
+/// `__ldg` of one `u64` (`ld.global.nc.u64`).
+///
+/// # Safety
+/// `p` is an 8-byte aligned `u64` of global memory that no thread writes during the kernel.
+#[inline(always)]
+pub unsafe fn ldg_u64(p: *const u64) -> u64 {
+    let r: u64;
+    // SAFETY: caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.u64 {r}, [g]; }}",
+            p = in(reg64) p, r = out(reg64) r,
+            options(pure, readonly, nostack)
+        )
+    };
+    r
+}
+/// Two consecutive `u32` through the read-only path (`ld.global.nc.v2.u32`).
+///
+/// # Safety
+/// `p` is 8-byte aligned and points to 2 valid `u32` that no thread writes during the kernel.
+#[inline(always)]
+pub unsafe fn ldg_v2_u32(p: *const u32) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    // SAFETY: caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.nc.v2.u32 {{{a}, {b}}}, [g]; }}",
+            p = in(reg64) p, a = out(reg32) a, b = out(reg32) b,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b]
+}
+/// `st.global.u32`.
+///
+/// # Safety
+/// `p` is a 4-byte aligned, writable `u32` of global memory.
+#[inline(always)]
+pub unsafe fn st_global_u32(p: *mut u32, v: u32) {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.u32 [g], {v}; }}",
+            p = in(reg64) p, v = in(reg32) v,
+            options(nostack)
+        )
+    };
+}
+/// `st.global.u64`.
+///
+/// # Safety
+/// `p` is an 8-byte aligned, writable `u64` of global memory.
+#[inline(always)]
+pub unsafe fn st_global_u64(p: *mut u64, v: u64) {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.u64 [g], {v}; }}",
+            p = in(reg64) p, v = in(reg64) v,
+            options(nostack)
+        )
+    };
+}
+/// `st.global.v2.u32` (8 bytes).
+///
+/// # Safety
+/// `p` is 8-byte aligned and points to 2 writable `u32` of global memory.
+#[inline(always)]
+pub unsafe fn st_global_v2_u32(p: *mut u32, v: [u32; 2]) {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.v2.u32 [g], {{{a}, {b}}}; }}",
+            p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1],
+            options(nostack)
+        )
+    };
+}
+/// `__clz(x)`: leading zeros.
+#[inline(always)]
+pub fn clz(x: u32) -> u32 {
+    x.leading_zeros()
+}
+/// Bit-field extract `(x >> pos) & ((1 << len) - 1)` (`bfe.u32`, `pos + len <= 32`).
+///
+/// Deliberately not `pure`: the compiler recomputes it at every use instead of keeping the
+/// result of an earlier use live (the radix sort extracts the same digit in its counting and
+/// its ranking loops, across barriers; keeping 24 digits live costs 24 registers, extracting
+/// again costs one instruction each).
+#[inline(always)]
+pub fn bfe_u32(x: u32, pos: u32, len: u32) -> u32 {
+    let r: u32;
+    // SAFETY: arithmetic only.
+    unsafe {
+        asm!("bfe.u32 {r}, {x}, {p}, {l};", x = in(reg32) x, p = in(reg32) pos, l = in(reg32) len, r = out(reg32) r, options(nomem, nostack))
+    };
+    r
+}
+/// Bit-field extract of a `u64` into a `u32` (`bfe.u64`, `len <= 32`, `pos < 64`); not
+/// `pure`, as [`bfe_u32`].
+#[inline(always)]
+pub fn bfe_u64(x: u64, pos: u32, len: u32) -> u32 {
+    let r: u64;
+    // SAFETY: arithmetic only.
+    unsafe {
+        asm!("bfe.u64 {r}, {x}, {p}, {l};", x = in(reg64) x, p = in(reg32) pos, l = in(reg32) len, r = out(reg64) r, options(nomem, nostack))
+    };
+    r as u32
+}
+
+/// One stable warp-ranking step (CUB's `BlockRadixRankMatch`): the lanes holding the same
+/// `key` form a group (`match.any`); the group's highest lane adds the group's size to the
+/// shared counter at `saddr` (`atom.shared.add`; the same address in every lane of a group)
+/// and broadcasts the old value; every lane returns that old value plus the number of lanes
+/// of its group below it. One `asm` block, so that only the result stays live between steps.
+///
+/// # Safety
+/// All 32 lanes converged (full mask); `saddr` a 4-byte aligned shared-window address inside
+/// the block's shared memory, equal in lanes of equal `key`.
+#[inline(always)]
+pub unsafe fn match_fetch_add_shared(key: u32, saddr: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller contract (converged warp, address inside shared memory).
+    unsafe {
+        asm!(
+            "{{ .reg .b32 peers, lt, below, hi, cnt, old, ln; .reg .pred lead;",
+            "match.any.sync.b32 peers, {k}, -1;",
+            "mov.u32 lt, %lanemask_lt;",
+            "mov.u32 ln, %laneid;",
+            "and.b32 below, peers, lt;",
+            "popc.b32 below, below;",
+            "bfind.u32 hi, peers;",
+            "popc.b32 cnt, peers;",
+            "mov.u32 old, 0;",
+            "setp.eq.u32 lead, hi, ln;",
+            "@lead atom.shared.add.u32 old, [{a}], cnt;",
+            "shfl.sync.idx.b32 old, old, hi, 31, -1;",
+            "add.u32 {r}, old, below; }}",
+            k = in(reg32) key, a = in(reg32) saddr, r = out(reg32) r,
+            options(nostack)
+        )
+    };
+    r
+}
+
+/// `x`, through a `mov` the compiler cannot see through: values computed from the result are
+/// recomputed rather than kept live from an earlier computation from `x` (a register-pressure
+/// tool for long kernels: cheap index arithmetic is redone in each phase).
+#[inline(always)]
+pub fn opaque_u32(x: u32) -> u32 {
+    let r: u32;
+    // SAFETY: a register move.
+    unsafe {
+        asm!("mov.b32 {r}, {x};", x = in(reg32) x, r = out(reg32) r, options(nomem, nostack))
+    };
+    r
+}

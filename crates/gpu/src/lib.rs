@@ -32,6 +32,7 @@ pub mod params;
 pub mod pet;
 pub mod scan;
 pub mod seeding;
+pub mod sort;
 
 /// Threads per warp on every NVIDIA GPU detkit supports.
 pub const WARP_SIZE: u32 = 32;
@@ -77,6 +78,79 @@ pub const ALL_KERNELS: &[&str] = &[
     seeding::KERNEL_SELECT_SEEDS,
     seeding::KERNEL_GATHER_SEEDS,
     seeding::KERNEL_ESTIMATE_PARAMS,
+    sort::KERNEL_SORT_HISTOGRAM_U32,
+    sort::KERNEL_SORT_HISTOGRAM_U64,
+    sort::KERNEL_SORT_ONESWEEP_U32,
+    sort::KERNEL_SORT_ONESWEEP_U32_V4,
+    sort::KERNEL_SORT_ONESWEEP_U32_V8,
+    sort::KERNEL_SORT_ONESWEEP_U32_V12,
+    sort::KERNEL_SORT_ONESWEEP_U32_V16,
+    sort::KERNEL_SORT_ONESWEEP_U64,
+    sort::KERNEL_SORT_ONESWEEP_U64_V4,
+    sort::KERNEL_SORT_ONESWEEP_U64_V8,
+    sort::KERNEL_SORT_ONESWEEP_U64_V12,
+    sort::KERNEL_SORT_ONESWEEP_U64_V16,
+    sort::KERNEL_SORT_SINGLE_U32,
+    sort::KERNEL_SORT_SINGLE_U64,
+];
+
+/// Launch bounds `(kernel, threads per block, blocks per multiprocessor)` that `cargo xtask
+/// build-ptx` writes into the PTX as `.maxntid THREADS, 1, 1` and `.minnctapersm BLOCKS`
+/// before the kernel's body: CUDA C++'s `__launch_bounds__(THREADS, BLOCKS)`, which rustc
+/// cannot express. ptxas then keeps the kernel within `65536 / (THREADS × BLOCKS)` registers
+/// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
+/// launched with more than THREADS threads per block.
+pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    (
+        sort::KERNEL_SORT_ONESWEEP_U32,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U32_V4,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U32_V8,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U32_V12,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U32_V16,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U64,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U64_V4,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U64_V8,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U64_V12,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U64_V16,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS,
+    ),
 ];
 
 /// `ceil(a / b)` for launch-size arithmetic, shared by host and device.

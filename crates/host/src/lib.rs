@@ -28,7 +28,7 @@
 //! types, validation, the [`Backend`] methods), `cuda.rs` (launchers on [`GpuContext`]),
 //! `cpu.rs` (the oracle, also the CPU backend), `io.rs` (file formats), `gen.rs`
 //! (generators); a family has the ones that apply. The families: [`scan`], [`compact`],
-//! [`histogram`], [`bucket`], [`clustering`], [`pet`], [`seeding`]. Each is mirrored by the
+//! [`histogram`], [`bucket`], [`clustering`], [`pet`], [`seeding`], [`sort`]. Each is mirrored by the
 //! module of the same name in `detkit-gpu`. [`cuda`] (the context and the launch helper),
 //! [`rng`], [`csvio`] and [`error`] are shared and depend on no family.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -45,12 +45,14 @@ pub mod ptx;
 pub mod rng;
 pub mod scan;
 pub mod seeding;
+pub mod sort;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};
 pub use cuda::{driver_present, DeviceBuffer, GpuContext};
 pub use error::{Error, Result};
 pub use histogram::Histogram;
 pub use scan::ScanKind;
+pub use sort::SortOptions;
 
 /// Which implementation runs the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,9 @@
 //! check the result against the CPU oracle (no time is printed for a wrong result), warm up,
 //! then time `reps` runs with CUDA events and report the median.
 //!
-//! Usage: `detkit-bench [--sizes 20,22,24,26,28] [--reps 30] [--csv FILE]`
+//! Usage: `detkit-bench [--sizes 20,22,24,26,28] [--reps 30] [--csv FILE] [--sort-only]`
+//! (`--sort-only`: the copy and the radix-sort rows only, e.g. with `--sizes
+//! 10,12,14,16,18,20,22,24,26,28`).
 
 use anyhow::{bail, Context, Result};
 use detkit::compact::Selection;
@@ -25,12 +27,14 @@ fn main() -> Result<()> {
     let mut sizes = vec![20u32, 22, 24, 26, 28];
     let mut reps = 30usize;
     let mut csv = None;
+    let mut sort_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--sizes" => sizes = parse_list(&args.next().context("--sizes needs a list")?)?,
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
+            "--sort-only" => sort_only = true,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -63,6 +67,10 @@ fn main() -> Result<()> {
                 ms,
                 bytes: 8.0 * n as f64,
             });
+        }
+        sort_rows(g, n, reps, &mut rows)?;
+        if sort_only {
+            continue;
         }
         // scan u32
         {
@@ -215,5 +223,119 @@ fn main() -> Result<()> {
             )?;
         }
     }
+    Ok(())
+}
+
+/// Checks a stable sort of `keys` whose values were their input indices: `idx` is a
+/// permutation, `out[i] == keys[idx[i]]`, and (order key, index) strictly increases, which
+/// holds for exactly one output, the oracle's. O(n), so 2^28 items check in a second.
+fn check_pairs_by_index<K: detkit::sort::SortKey>(
+    what: &str,
+    keys: &[K],
+    out: &[K],
+    idx: &[u32],
+    opts: &detkit::SortOptions,
+) -> Result<()> {
+    let n = keys.len();
+    if out.len() != n || idx.len() != n {
+        bail!("CHECK FAILED {what}: lengths");
+    }
+    let mut seen = vec![false; n];
+    for i in 0..n {
+        let j = idx[i] as usize;
+        if j >= n || std::mem::replace(&mut seen[j], true) || out[i] != keys[j] {
+            bail!("CHECK FAILED {what}: output {i} (value {j}) is not a moved input");
+        }
+        if i > 0 {
+            let a = detkit::sort::cpu::order_key(out[i - 1], opts);
+            let b = detkit::sort::cpu::order_key(out[i], opts);
+            if a > b || (a == b && idx[i - 1] > idx[i]) {
+                bail!("CHECK FAILED {what}: unsorted or unstable at {i}");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The radix-sort rows (device-resident, inputs kept, output in a separate buffer, as
+/// `cub::DeviceRadixSort::SortPairs`/`SortKeys` without a double buffer): u64 keys + u32
+/// values over 64 and 48 bits, u32 + u32, u32 keys alone. Values are the input indices, so
+/// the pairs check is exact (`check_pairs_by_index`); the keys-only result must equal the
+/// keys of the checked u32 pairs sort (the same keys). Bytes: one read and one write of
+/// keys and values (`2n (key + value)`), whatever the number of passes.
+fn sort_rows(g: &detkit::GpuContext, n: usize, reps: usize, rows: &mut Vec<Row>) -> Result<()> {
+    use detkit::sort::gen;
+    use detkit::SortOptions;
+    let idx = gen::index_values(n);
+    let d_idx = g.upload(&idx)?;
+    let mut v_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
+    // u64 keys + u32 values, all 64 bits and the low 48 (48-bit keys).
+    for (name, keys, opts) in [
+        (
+            "sort_pairs_u64_u32",
+            gen::keys_u64(n),
+            SortOptions::default(),
+        ),
+        (
+            "sort_pairs_u64b48_u32",
+            gen::keys_u48(n),
+            SortOptions::bits(0, 48),
+        ),
+    ] {
+        let d_k = g.upload(&keys)?;
+        let mut k_out = g.poisoned(n, u64::MAX)?;
+        g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)?;
+        check_pairs_by_index(
+            name,
+            &keys,
+            &g.download(&k_out)?,
+            &g.download(&v_out)?,
+            &opts,
+        )?;
+        let ms = median_ms(g, 5, reps, || {
+            g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)
+        })?;
+        rows.push(Row {
+            primitive: name.into(),
+            n,
+            ms,
+            bytes: 24.0 * n as f64,
+        });
+    }
+    // u32 + u32, then u32 keys alone (checked against the pairs' keys).
+    let keys = gen::keys_u32(n);
+    let d_k = g.upload(&keys)?;
+    let mut k_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
+    let opts = SortOptions::default();
+    g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)?;
+    let sorted = g.download(&k_out)?;
+    check_pairs_by_index(
+        "sort_pairs_u32_u32",
+        &keys,
+        &sorted,
+        &g.download(&v_out)?,
+        &opts,
+    )?;
+    let ms = median_ms(g, 5, reps, || {
+        g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)
+    })?;
+    rows.push(Row {
+        primitive: "sort_pairs_u32_u32".into(),
+        n,
+        ms,
+        bytes: 16.0 * n as f64,
+    });
+    let mut k_only = g.poisoned(n, 0xDEAD_BEEFu32)?;
+    g.sort_keys_device(&d_k, &mut k_only, n, opts)?;
+    check("sort_keys_u32", &g.download(&k_only)?, &sorted)?;
+    let ms = median_ms(g, 5, reps, || {
+        g.sort_keys_device(&d_k, &mut k_only, n, opts)
+    })?;
+    rows.push(Row {
+        primitive: "sort_keys_u32".into(),
+        n,
+        ms,
+        bytes: 8.0 * n as f64,
+    });
     Ok(())
 }

@@ -1,0 +1,767 @@
+//! The onesweep pass kernels (one launch per digit pass), the key and value accesses the sort
+//! kernels share, and the warp ranking.
+//!
+//! One block sorts one tile of `ONESWEEP_THREADS × ITEMS` keys by one digit and scatters it to
+//! its final place for this pass; see the module docs of `super` for the steps and barriers.
+
+use super::*;
+use crate::intrinsics as i;
+use crate::scan::device::BlockScan;
+
+/// A sort key as the kernels see it: `u32`, or `u64` (8 bytes, little-endian words).
+pub trait Key: Copy {
+    /// Bytes per key.
+    const BYTES: u32;
+    /// The zero key (padding).
+    const ZERO: Self;
+    /// Most digit passes (`bits / 8`).
+    const MAX_PASSES: usize;
+    /// Keys per 16-byte vector.
+    const VEC: u32;
+    /// `keys[idx]` through the read-only path.
+    ///
+    /// # Safety
+    /// `keys` holds more than `idx` keys, not written during the kernel.
+    unsafe fn ldg(keys: *const u32, idx: u32) -> Self;
+    /// The `VEC` keys of vector `v` (16 bytes), in the first `VEC` slots.
+    ///
+    /// # Safety
+    /// `keys` is 16-byte aligned and holds `(v + 1) × VEC` keys, not written during the kernel.
+    unsafe fn ldg_vec(keys: *const u32, v: u32) -> [Self; 4];
+    /// `keys[idx] = v`.
+    ///
+    /// # Safety
+    /// `keys` holds more than `idx` keys.
+    unsafe fn stg(keys: *mut u32, idx: u32, v: Self);
+    /// The key at a shared-window address.
+    ///
+    /// # Safety
+    /// `saddr` aligned to `BYTES`, inside the block's shared memory.
+    unsafe fn lds(saddr: u32) -> Self;
+    /// Stores the key at a shared-window address.
+    ///
+    /// # Safety
+    /// As [`Key::lds`].
+    unsafe fn sts(saddr: u32, v: Self);
+    /// The low 32 bits of the key shifted right by `shift` (less than the key's bits).
+    fn shr(self, shift: u32) -> u32;
+    /// Bits `shift .. shift + bits` of the key (`bits <= 8`), extracted again at every use
+    /// (see `intrinsics::bfe_u32`).
+    fn field(self, shift: u32, bits: u32) -> u32;
+}
+
+impl Key for u32 {
+    const BYTES: u32 = 4;
+    const ZERO: Self = 0;
+    const MAX_PASSES: usize = 4;
+    const VEC: u32 = 4;
+    #[inline(always)]
+    unsafe fn ldg(keys: *const u32, idx: u32) -> Self {
+        // SAFETY: caller contract.
+        unsafe { i::ldg_u32(keys.add(idx as usize)) }
+    }
+    #[inline(always)]
+    unsafe fn ldg_vec(keys: *const u32, v: u32) -> [Self; 4] {
+        // SAFETY: caller contract (16-byte aligned, in bounds).
+        unsafe { i::ldg_v4_u32(keys.add(v as usize * 4)) }
+    }
+    #[inline(always)]
+    unsafe fn stg(keys: *mut u32, idx: u32, v: Self) {
+        // SAFETY: caller contract.
+        unsafe { i::st_global_u32(keys.add(idx as usize), v) }
+    }
+    #[inline(always)]
+    unsafe fn lds(saddr: u32) -> Self {
+        // SAFETY: caller contract.
+        unsafe { i::ld_shared_u32(saddr) }
+    }
+    #[inline(always)]
+    unsafe fn sts(saddr: u32, v: Self) {
+        // SAFETY: caller contract.
+        unsafe { i::st_shared_u32(saddr, v) }
+    }
+    #[inline(always)]
+    fn shr(self, shift: u32) -> u32 {
+        self.wrapping_shr(shift)
+    }
+    #[inline(always)]
+    fn field(self, shift: u32, bits: u32) -> u32 {
+        i::bfe_u32(self, shift, bits)
+    }
+}
+
+impl Key for u64 {
+    const BYTES: u32 = 8;
+    const ZERO: Self = 0;
+    const MAX_PASSES: usize = 8;
+    const VEC: u32 = 2;
+    #[inline(always)]
+    unsafe fn ldg(keys: *const u32, idx: u32) -> Self {
+        // SAFETY: caller contract; u64 keys are 8-byte aligned (allocation).
+        unsafe { i::ldg_u64((keys as *const u64).add(idx as usize)) }
+    }
+    #[inline(always)]
+    unsafe fn ldg_vec(keys: *const u32, v: u32) -> [Self; 4] {
+        // SAFETY: caller contract (16-byte aligned, in bounds).
+        let x = unsafe { i::ldg_v2_u64((keys as *const u64).add(v as usize * 2)) };
+        [x[0], x[1], 0, 0]
+    }
+    #[inline(always)]
+    unsafe fn stg(keys: *mut u32, idx: u32, v: Self) {
+        // SAFETY: caller contract.
+        unsafe { i::st_global_u64((keys as *mut u64).add(idx as usize), v) }
+    }
+    #[inline(always)]
+    unsafe fn lds(saddr: u32) -> Self {
+        // SAFETY: caller contract.
+        unsafe { i::ld_shared_u64(saddr) }
+    }
+    #[inline(always)]
+    unsafe fn sts(saddr: u32, v: Self) {
+        // SAFETY: caller contract.
+        unsafe { i::st_shared_u64(saddr, v) }
+    }
+    #[inline(always)]
+    fn shr(self, shift: u32) -> u32 {
+        self.wrapping_shr(shift) as u32
+    }
+    #[inline(always)]
+    fn field(self, shift: u32, bits: u32) -> u32 {
+        i::bfe_u64(self, shift, bits)
+    }
+}
+
+/// The digit parameters of one pass: `digit = ((key >> shift) & mask) ^ flip`.
+#[derive(Clone, Copy)]
+pub struct DigitFn {
+    /// First bit of the digit.
+    pub shift: u32,
+    /// Bits of the digit.
+    pub bits: u32,
+    /// `(1 << bits) - 1`.
+    pub mask: u32,
+    /// `mask` when descending, else 0.
+    pub flip: u32,
+}
+
+impl DigitFn {
+    /// The digit function of `bits` bits at `shift`.
+    #[inline(always)]
+    pub fn new(shift: u32, bits: u32, descending: bool) -> Self {
+        let mask = (1u32 << bits) - 1;
+        Self {
+            shift,
+            bits,
+            mask,
+            flip: if descending { mask } else { 0 },
+        }
+    }
+    /// The digit of `key`.
+    #[inline(always)]
+    pub fn of<K: Key>(self, key: K) -> u32 {
+        key.field(self.shift, self.bits) ^ self.flip
+    }
+    /// The digit of the item at tile position `local`: padding past `valid` sorts last.
+    #[inline(always)]
+    pub fn of_item<K: Key>(self, key: K, local: u32, valid: u32) -> u32 {
+        if local < valid {
+            self.of(key)
+        } else {
+            RADIX - 1
+        }
+    }
+}
+
+/// `W` words of a value (the first `W` of the array), read through the read-only path.
+///
+/// # Safety
+/// `values` holds more than `idx` values of `W` words, aligned to `4 × W` bytes for
+/// `W` = 2 or 4, not written during the kernel.
+#[inline(always)]
+pub unsafe fn value_ldg<const W: usize>(values: *const u32, idx: u32) -> [u32; 4] {
+    // SAFETY: caller contract; the vector forms need 8- and 16-byte alignment, given by
+    // `idx × 8` and `idx × 16` from an aligned base.
+    unsafe {
+        let p = values.add(idx as usize * W);
+        match W {
+            1 => [i::ldg_u32(p), 0, 0, 0],
+            2 => {
+                let v = i::ldg_v2_u32(p);
+                [v[0], v[1], 0, 0]
+            }
+            3 => [i::ldg_u32(p), i::ldg_u32(p.add(1)), i::ldg_u32(p.add(2)), 0],
+            4 => i::ldg_v4_u32(p),
+            _ => [0; 4],
+        }
+    }
+}
+
+/// Stores value `idx` (`W` words).
+///
+/// # Safety
+/// `values` holds more than `idx` values of `W` words, aligned as for [`value_ldg`].
+#[inline(always)]
+pub unsafe fn value_stg<const W: usize>(values: *mut u32, idx: u32, v: [u32; 4]) {
+    // SAFETY: caller contract.
+    unsafe {
+        let p = values.add(idx as usize * W);
+        match W {
+            1 => i::st_global_u32(p, v[0]),
+            2 => i::st_global_v2_u32(p, [v[0], v[1]]),
+            3 => {
+                i::st_global_u32(p, v[0]);
+                i::st_global_u32(p.add(1), v[1]);
+                i::st_global_u32(p.add(2), v[2]);
+            }
+            4 => i::st_v4_u32(p, v),
+            _ => {}
+        }
+    }
+}
+
+/// Loads the value at slot `slot` of a shared array of `W`-word values.
+///
+/// # Safety
+/// `base + slot × 4W` is inside shared memory, `base` 16-byte aligned.
+#[inline(always)]
+pub unsafe fn value_lds<const W: usize>(base: u32, slot: u32) -> [u32; 4] {
+    let a = base + slot * 4 * W as u32;
+    // SAFETY: caller contract; alignment as in `value_ldg`.
+    unsafe {
+        match W {
+            1 => [i::ld_shared_u32(a), 0, 0, 0],
+            2 => {
+                let v = i::ld_shared_v2_u32(a);
+                [v[0], v[1], 0, 0]
+            }
+            3 => [
+                i::ld_shared_u32(a),
+                i::ld_shared_u32(a + 4),
+                i::ld_shared_u32(a + 8),
+                0,
+            ],
+            4 => i::ld_shared_v4_u32(a),
+            _ => [0; 4],
+        }
+    }
+}
+
+/// Stores a value at slot `slot` of a shared array of `W`-word values.
+///
+/// # Safety
+/// As [`value_lds`].
+#[inline(always)]
+pub unsafe fn value_sts<const W: usize>(base: u32, slot: u32, v: [u32; 4]) {
+    let a = base + slot * 4 * W as u32;
+    // SAFETY: caller contract.
+    unsafe {
+        match W {
+            1 => i::st_shared_u32(a, v[0]),
+            2 => i::st_shared_v2_u32(a, [v[0], v[1]]),
+            3 => {
+                i::st_shared_u32(a, v[0]);
+                i::st_shared_u32(a + 4, v[1]);
+                i::st_shared_u32(a + 8, v[2]);
+            }
+            4 => i::st_shared_v4_u32(a, v),
+            _ => {}
+        }
+    }
+}
+
+/// Counts this thread's item digits into its warp's shared counters (`hist_w`, 256 words),
+/// adding runs of equal digits at once (a warp whose keys share a digit, e.g. the top bits
+/// of timestamps, then makes one atomic per lane rather than one per item).
+///
+/// # Safety
+/// `hist_w` addresses 256 words of shared memory.
+#[inline(always)]
+pub unsafe fn count_digits<K: Key, const ITEMS: usize>(
+    keys: &[K; ITEMS],
+    hist_w: u32,
+    f: DigitFn,
+    local0: u32,
+    valid: u32,
+) {
+    let mut cur = f.of_item(keys[0], local0, valid);
+    let mut cnt = 0u32;
+    let mut k = 0;
+    while k < ITEMS {
+        let d = f.of_item(keys[k], local0 + 32 * k as u32, valid);
+        if d != cur {
+            // SAFETY: cur < 256.
+            unsafe { i::red_shared_add_u32(hist_w + cur * 4, cnt) };
+            cur = d;
+            cnt = 0;
+        }
+        cnt += 1;
+        k += 1;
+    }
+    // SAFETY: cur < 256.
+    unsafe { i::red_shared_add_u32(hist_w + cur * 4, cnt) };
+}
+
+/// Stable warp ranking: for each item (in data order: item `k` of lane `l` is the warp's
+/// `32k + l`-th), the lanes holding the same digit are found with `match.any`; the highest
+/// of them adds their number to the warp's running counter of that digit (`hist_w`, which
+/// holds the tile position of the warp's next key of each digit) and the old value is
+/// broadcast (`intrinsics::match_fetch_add_shared`). Calls `place(k, position)` with each
+/// item's tile-sorted position as soon as it is known (so that positions need not stay live).
+/// All 32 lanes call it.
+///
+/// # Safety
+/// `hist_w` addresses this warp's 256 counters in shared memory, used by no other warp.
+#[inline(always)]
+pub unsafe fn rank_items<K: Key, const ITEMS: usize>(
+    keys: &[K; ITEMS],
+    hist_w: u32,
+    f: DigitFn,
+    local0: u32,
+    valid: u32,
+    mut place: impl FnMut(usize, u32),
+) {
+    // Unrolled by hand: with the caller's `place` inlined the body is too large for the
+    // compiler's unroll threshold, and a rolled loop would index `keys` at run time (a stack
+    // frame in local memory).
+    let mut step = |k: usize| {
+        if k < ITEMS {
+            let d = f.of_item(keys[k], local0 + 32 * k as u32, valid);
+            // SAFETY: d < 256: inside this warp's counters; all lanes call this.
+            let rank = unsafe { i::match_fetch_add_shared(d, hist_w + d * 4) };
+            place(k, rank);
+        }
+    };
+    const { assert!(ITEMS <= 24) };
+    step(0);
+    step(1);
+    step(2);
+    step(3);
+    step(4);
+    step(5);
+    step(6);
+    step(7);
+    step(8);
+    step(9);
+    step(10);
+    step(11);
+    step(12);
+    step(13);
+    step(14);
+    step(15);
+    step(16);
+    step(17);
+    step(18);
+    step(19);
+    step(20);
+    step(21);
+    step(22);
+    step(23);
+}
+
+/// Tile positions (< 2^16) packed two to a register.
+#[derive(Clone, Copy)]
+pub struct Packed<const H: usize> {
+    w: [u32; H],
+}
+
+impl<const H: usize> Packed<H> {
+    /// All zero.
+    #[inline(always)]
+    pub fn new() -> Self {
+        Self { w: [0; H] }
+    }
+    /// Sets entry `k` (`k < 2H`, `v < 2^16`; set each entry once).
+    #[inline(always)]
+    pub fn set(&mut self, k: usize, v: u32) {
+        self.w[k / 2] |= v << (16 * (k % 2));
+    }
+    /// Entry `k`.
+    #[inline(always)]
+    pub fn get(&self, k: usize) -> u32 {
+        (self.w[k / 2] >> (16 * (k % 2))) & 0xffff
+    }
+}
+
+impl<const H: usize> Default for Packed<H> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Exclusive prefix of digit `d` over the tiles before `tile` (decoupled look-back, one
+/// thread per digit): reads the status words of tiles `tile - 1, tile - 2, ...`, waiting for
+/// each to carry this pass's epoch, adding aggregates until it meets an inclusive prefix.
+///
+/// # Safety
+/// `tile > 0`; `status` holds `tile × RADIX` words; every earlier tile is held by a running
+/// block that publishes (the atomic tile counter), and tile 0 publishes a prefix.
+#[inline(always)]
+pub unsafe fn lookback(status: *const u64, tile: u32, d: u32, epoch: u32) -> u32 {
+    let mut prefix = 0u32;
+    let mut t = tile;
+    loop {
+        t -= 1;
+        // SAFETY: t < tile; the word of (t, d).
+        let p = unsafe { status.add(t as usize * RADIX as usize + d as usize) };
+        // SAFETY: as above.
+        let mut w = unsafe { i::load_relaxed_u64(p) };
+        while (w >> STATUS_EPOCH_SHIFT) as u32 != epoch {
+            // SAFETY: as above.
+            w = unsafe { i::load_relaxed_u64(p) };
+        }
+        prefix = prefix.wrapping_add(w as u32);
+        if w & STATUS_PREFIX_BIT != 0 {
+            return prefix;
+        }
+    }
+}
+
+/// The block's digit bookkeeping after counting (thread `d` = digit `d`): turns the warp
+/// counters of digit `d` into the tile position of each warp's first key of that digit and
+/// returns `(tile count of d, tile start of d)`. Contains the block scan's two barriers; the
+/// caller has synchronised after counting and synchronises before the warps rank.
+///
+/// # Safety
+/// `blockDim.x == 256` (one thread per digit) or `hist` rows `nwarps`; `scan` 33 words of
+/// shared memory used by nothing else.
+#[inline(always)]
+pub unsafe fn digit_starts(
+    hist: u32,
+    nwarps: u32,
+    scan: *mut u32,
+    d: u32,
+    active: bool,
+) -> (u32, u32) {
+    let mut run = 0u32;
+    if active {
+        let mut w = 0;
+        while w < nwarps {
+            let a = hist + (w * RADIX + d) * 4;
+            // SAFETY: inside the warp counters.
+            let c = unsafe { i::ld_shared_u32(a) };
+            // SAFETY: as above.
+            unsafe { i::st_shared_u32(a, run) };
+            run += c;
+            w += 1;
+        }
+    }
+    // SAFETY: `scan` is ours (caller contract).
+    let bs = unsafe { BlockScan::<u32>::new(scan) };
+    let (start, _) = bs.exclusive_sum(run);
+    if active {
+        let mut w = 0;
+        while w < nwarps {
+            let a = hist + (w * RADIX + d) * 4;
+            // SAFETY: inside the warp counters.
+            unsafe { i::st_shared_u32(a, i::ld_shared_u32(a) + start) };
+            w += 1;
+        }
+    }
+    (run, start)
+}
+
+/// Items per chunk of the scatter loops (loads of a chunk in flight together).
+const SCATTER_CHUNK: usize = 4;
+/// Items per chunk of the value loads.
+const VALUE_CHUNK: usize = 8;
+
+/// One onesweep pass over one tile (see the module docs of `super`).
+///
+/// # Safety
+/// See [`sort_onesweep_u32`].
+#[inline(always)]
+pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &SortOnesweepParams) {
+    let tid = i::thread_idx_x();
+    let lane = i::lane_id();
+    let warp = tid / 32;
+    let n = p.n as u32;
+    let tile_items = ONESWEEP_THREADS * ITEMS as u32;
+    let sbase = i::shared_base();
+    let hist = sbase + layout::WARP_HIST;
+    let hist_w = hist + warp * RADIX * 4;
+    let bin_base = sbase + layout::BIN_BASE;
+    let digits = sbase + layout::DIGITS;
+    let exch = sbase + onesweep_exchange_offset(K::BYTES as usize, 4 * W);
+    // SAFETY: the block-scan words of the layout.
+    let scan = unsafe { i::dynamic_shared_ptr().add(layout::SCAN as usize) } as *mut u32;
+
+    // (1) Take a tile; zero this warp's digit counters.
+    if tid == 0 {
+        // SAFETY: launch contract: the pass's tile counter.
+        let t = unsafe { i::atomic_add_u32(p.tile_counter.ptr_mut(), 1) };
+        // SAFETY: the tile slot of the layout.
+        unsafe { i::st_shared_u32(sbase + layout::TILE_SLOT, t) };
+    }
+    let mut q = lane;
+    while q < RADIX {
+        // SAFETY: this warp's counters.
+        unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
+        q += 32;
+    }
+    i::sync_threads();
+    // SAFETY: written before the barrier.
+    let tile = unsafe { i::ld_shared_u32(sbase + layout::TILE_SLOT) };
+    let start = tile * tile_items;
+    let valid = if n - start < tile_items {
+        n - start
+    } else {
+        tile_items
+    };
+    let f = DigitFn::new(p.shift, p.bits, p.descending != 0);
+    let local0 = warp * 32 * ITEMS as u32 + lane;
+
+    // (2) Load the keys, warp-striped: item k of this lane is tile position local0 + 32 k.
+    let keys_in = p.keys_in.ptr();
+    let mut keys = [K::ZERO; ITEMS];
+    let mut k = 0;
+    while k < ITEMS {
+        let l = local0 + 32 * k as u32;
+        if l < valid {
+            // SAFETY: start + l < n.
+            keys[k] = unsafe { K::ldg(keys_in, start + l) };
+        }
+        k += 1;
+    }
+    // This thread's digit (tid) start in the pass, from the histogram kernel.
+    // SAFETY: `offsets` holds RADIX words; tid < 256.
+    let goff = unsafe { i::ldg_u32(p.offsets.ptr().add(tid as usize)) };
+
+    // (3) Count the tile's digits per warp. (Indices are recomputed from an opaque copy in
+    // each phase, so that 24 per-item indices do not stay live through the kernel.)
+    // SAFETY: this warp's counters.
+    unsafe { count_digits(&keys, hist_w, f, i::opaque_u32(local0), valid) };
+    i::sync_threads();
+
+    // (4) Tile count and tile start of digit `tid`; publish the count at once.
+    let status = p.status.ptr_mut();
+    // SAFETY: blockDim == 256: thread tid owns digit tid; scan words are ours.
+    let (count, local_start) = unsafe { digit_starts(hist, ONESWEEP_WARPS, scan, tid, true) };
+    // SAFETY: status holds tiles × RADIX words; tile < tiles.
+    let my_status = unsafe { status.add(tile as usize * RADIX as usize + tid as usize) };
+    // SAFETY: as above.
+    unsafe { i::store_relaxed_u64(my_status, status_word(p.epoch, tile == 0, count)) };
+    i::sync_threads();
+
+    // (5) Rank; write each key (and its digit) at its tile-sorted position at once; keep the
+    // positions (packed) only when values follow.
+    let local0 = i::opaque_u32(local0);
+    const { assert!(ITEMS <= 24) };
+    let mut rank = Packed::<12>::new();
+    // SAFETY: this warp's counters; positions < tile_items: inside the exchange area (and
+    // the digit bytes).
+    unsafe {
+        rank_items(&keys, hist_w, f, local0, valid, |k, r| {
+            K::sts(exch + r * K::BYTES, keys[k]);
+            if W > 0 {
+                i::st_shared_u8(
+                    digits + r,
+                    f.of_item(keys[k], local0 + 32 * k as u32, valid),
+                );
+                rank.set(k, r);
+            }
+        })
+    };
+
+    // (6) Look back for digit `tid`, publish the inclusive prefix, set the scatter base.
+    let prefix = if tile == 0 {
+        0
+    } else {
+        // SAFETY: tile > 0; earlier tiles are held by running blocks (tile counter).
+        let prefix = unsafe { lookback(status, tile, tid, p.epoch) };
+        // SAFETY: as in (4).
+        unsafe {
+            i::store_relaxed_u64(
+                my_status,
+                status_word(p.epoch, true, prefix.wrapping_add(count)),
+            )
+        };
+        prefix
+    };
+    // SAFETY: the scatter bases of the layout.
+    unsafe {
+        i::st_shared_u32(
+            bin_base + tid * 4,
+            goff.wrapping_add(prefix).wrapping_sub(local_start),
+        )
+    };
+    i::sync_threads();
+
+    // (7) Scatter the keys: tile-sorted position j goes to base[digit] + j. In chunks of
+    // SCATTER_CHUNK items: all loads of a chunk are issued before its stores, and the
+    // registers they take stay bounded.
+    let keys_out = p.keys_out.ptr_mut();
+    let tid = i::opaque_u32(tid);
+    let mut c = 0;
+    while c < ITEMS {
+        let mut out = [K::ZERO; SCATTER_CHUNK];
+        let mut dest = [0u32; SCATTER_CHUNK];
+        let mut u = 0;
+        while u < SCATTER_CHUNK {
+            let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
+            if c + u < ITEMS && j < valid {
+                // SAFETY: j < tile_items; digit < 256.
+                unsafe {
+                    out[u] = K::lds(exch + j * K::BYTES);
+                    dest[u] = i::ld_shared_u32(bin_base + f.of(out[u]) * 4).wrapping_add(j);
+                }
+            }
+            u += 1;
+        }
+        let mut u = 0;
+        while u < SCATTER_CHUNK {
+            let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
+            if c + u < ITEMS && j < valid {
+                // SAFETY: dest < n: a permutation of the pass's positions.
+                unsafe { K::stg(keys_out, dest[u], out[u]) };
+            }
+            u += 1;
+        }
+        c += SCATTER_CHUNK;
+    }
+    if W == 0 {
+        return;
+    }
+
+    // (8) Values: to shared memory at their key's rank, then out like the keys.
+    i::sync_threads();
+    let values_in = p.values_in.ptr();
+    let local0 = i::opaque_u32(local0);
+    let start = i::opaque_u32(start);
+    // In chunks of VALUE_CHUNK items: a chunk's loads are all in flight before its stores.
+    let mut c = 0;
+    while c < ITEMS {
+        let mut vals = [[0u32; 4]; VALUE_CHUNK];
+        let mut u = 0;
+        while u < VALUE_CHUNK {
+            let l = local0 + 32 * (c + u) as u32;
+            if c + u < ITEMS && l < valid {
+                // SAFETY: start + l < n.
+                vals[u] = unsafe { value_ldg::<W>(values_in, start + l) };
+            }
+            u += 1;
+        }
+        let mut u = 0;
+        while u < VALUE_CHUNK {
+            if c + u < ITEMS && local0 + 32 * ((c + u) as u32) < valid {
+                // SAFETY: rank < tile_items.
+                unsafe { value_sts::<W>(exch, rank.get(c + u), vals[u]) };
+            }
+            u += 1;
+        }
+        c += VALUE_CHUNK;
+    }
+    i::sync_threads();
+    let tid = i::opaque_u32(tid);
+    let values_out = p.values_out.ptr_mut();
+    let mut c = 0;
+    while c < ITEMS {
+        let mut v = [[0u32; 4]; SCATTER_CHUNK];
+        let mut dest = [0u32; SCATTER_CHUNK];
+        let mut u = 0;
+        while u < SCATTER_CHUNK {
+            let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
+            if c + u < ITEMS && j < valid {
+                // SAFETY: j < tile_items; digit bytes hold digits < 256.
+                unsafe {
+                    let d = i::ld_shared_u8(digits + j);
+                    dest[u] = i::ld_shared_u32(bin_base + d * 4).wrapping_add(j);
+                    v[u] = value_lds::<W>(exch, j);
+                }
+            }
+            u += 1;
+        }
+        let mut u = 0;
+        while u < SCATTER_CHUNK {
+            let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
+            if c + u < ITEMS && j < valid {
+                // SAFETY: dest < n.
+                unsafe { value_stg::<W>(values_out, dest[u], v[u]) };
+            }
+            u += 1;
+        }
+        c += SCATTER_CHUNK;
+    }
+}
+
+macro_rules! onesweep_kernel {
+    ($(#[$doc:meta])* $name:ident, $key:ty, $words:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// Launch contract: `blockDim.x == ONESWEEP_THREADS`, `gridDim.x ==
+        /// onesweep_tiles(n, key bytes, value bytes)`, `onesweep_smem_bytes(..)` bytes of dynamic
+        /// shared memory; `1 <= n < 2^32`; `keys_in` / `keys_out` (and with values
+        /// `values_in` / `values_out`) valid for `n` elements, 16-byte aligned, not
+        /// overlapping; `offsets` holds this pass's `RADIX` digit starts computed from these
+        /// keys with the same digit; `status` holds `gridDim.x × RADIX` words none of which
+        /// carries `epoch`; `tile_counter` is zero; `1 <= bits <= 8`, `shift + bits <=` key bits.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: SortOnesweepParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe {
+                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }>(&p)
+            }
+        }
+    };
+}
+
+onesweep_kernel!(
+    /// One onesweep pass over `u32` keys.
+    sort_onesweep_u32,
+    u32,
+    0
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u32` keys with 4-byte values.
+    sort_onesweep_u32_v4,
+    u32,
+    1
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u32` keys with 8-byte values.
+    sort_onesweep_u32_v8,
+    u32,
+    2
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u32` keys with 12-byte values.
+    sort_onesweep_u32_v12,
+    u32,
+    3
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u32` keys with 16-byte values.
+    sort_onesweep_u32_v16,
+    u32,
+    4
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u64` keys.
+    sort_onesweep_u64,
+    u64,
+    0
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u64` keys with 4-byte values.
+    sort_onesweep_u64_v4,
+    u64,
+    1
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u64` keys with 8-byte values.
+    sort_onesweep_u64_v8,
+    u64,
+    2
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u64` keys with 12-byte values.
+    sort_onesweep_u64_v12,
+    u64,
+    3
+);
+onesweep_kernel!(
+    /// One onesweep pass over `u64` keys with 16-byte values.
+    sort_onesweep_u64_v16,
+    u64,
+    4
+);

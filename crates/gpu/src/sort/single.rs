@@ -1,0 +1,134 @@
+//! The single-tile sort: one block sorts up to `SINGLE_TILE` keys through every pass in
+//! shared memory (one launch for small inputs, where `1 + passes` launches would cost more
+//! than the work).
+//!
+//! Each pass ranks the keys as a onesweep tile does (per-warp digit counts, a block scan of
+//! the counts, `match.any` ranking), writes keys and their original indices in sorted order
+//! to shared memory and reloads them warp-striped for the next pass. At the end the keys are
+//! written out and each value is gathered from its original index (values never move between
+//! passes, only a 4-byte index does).
+
+use super::onesweep::{count_digits, digit_starts, rank_items, DigitFn, Key};
+use super::*;
+use crate::intrinsics as i;
+
+/// Single-tile body.
+///
+/// # Safety
+/// See [`sort_single_tile_u32`].
+#[inline(always)]
+pub unsafe fn single_tile<K: Key>(p: &SortSingleTileParams) {
+    const ITEMS: usize = SINGLE_ITEMS as usize;
+    let tid = i::thread_idx_x();
+    let lane = i::lane_id();
+    let warp = tid / 32;
+    let n = p.n as u32;
+    let sbase = i::shared_base();
+    let hist = sbase + single_layout::WARP_HIST;
+    let hist_w = hist + warp * RADIX * 4;
+    let index_s = sbase + single_layout::INDEX;
+    let keys_s = sbase + single_layout::KEYS;
+    // SAFETY: the block-scan words of the layout.
+    let scan = unsafe { i::dynamic_shared_ptr().add(single_layout::SCAN as usize) } as *mut u32;
+    let local0 = warp * 32 * ITEMS as u32 + lane;
+
+    let keys_in = p.keys_in.ptr();
+    let mut keys = [K::ZERO; ITEMS];
+    let mut index = [0u32; ITEMS];
+    let mut k = 0;
+    while k < ITEMS {
+        let l = local0 + 32 * k as u32;
+        if l < n {
+            // SAFETY: l < n.
+            keys[k] = unsafe { K::ldg(keys_in, l) };
+        }
+        index[k] = l;
+        k += 1;
+    }
+    let passes = passes(p.begin_bit, p.end_bit);
+    let mut pass = 0;
+    while pass < passes {
+        let (shift, bits) = pass_bits(p.begin_bit, p.end_bit, pass);
+        let f = DigitFn::new(shift, bits, p.descending != 0);
+        let mut q = lane;
+        while q < RADIX {
+            // SAFETY: this warp's counters.
+            unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
+            q += 32;
+        }
+        i::sync_warp();
+        // SAFETY: this warp's counters. Padding (position >= n) sorts last in every pass,
+        // so positions below n always hold the real keys.
+        unsafe { count_digits(&keys, hist_w, f, local0, n) };
+        i::sync_threads();
+        // SAFETY: threads < 256 own one digit each; the scan words are ours.
+        unsafe { digit_starts(hist, SINGLE_WARPS, scan, tid, tid < RADIX) };
+        i::sync_threads();
+        // SAFETY: this warp's counters; positions < SINGLE_TILE.
+        unsafe {
+            rank_items(&keys, hist_w, f, local0, n, |k, r| {
+                K::sts(keys_s + r * K::BYTES, keys[k]);
+                i::st_shared_u32(index_s + r * 4, index[k]);
+            })
+        };
+        i::sync_threads();
+        let mut k = 0;
+        while k < ITEMS {
+            let l = local0 + 32 * k as u32;
+            // SAFETY: l < SINGLE_TILE.
+            unsafe {
+                keys[k] = K::lds(keys_s + l * K::BYTES);
+                index[k] = i::ld_shared_u32(index_s + l * 4);
+            }
+            k += 1;
+        }
+        // Before the next pass overwrites the sorted keys.
+        i::sync_threads();
+        pass += 1;
+    }
+    // Out: keys from registers (warp-striped: each warp store covers consecutive positions),
+    // values gathered from their original index.
+    let keys_out = p.keys_out.ptr_mut();
+    let (values_in, values_out) = (p.values_in.ptr(), p.values_out.ptr_mut());
+    let words = p.value_words as usize;
+    let mut k = 0;
+    while k < ITEMS {
+        let l = local0 + 32 * k as u32;
+        if l < n {
+            // SAFETY: l < n; index[k] < n.
+            unsafe {
+                K::stg(keys_out, l, keys[k]);
+                let mut w = 0;
+                while w < words {
+                    let v = values_in.add(index[k] as usize * words + w).read();
+                    values_out.add(l as usize * words + w).write(v);
+                    w += 1;
+                }
+            }
+        }
+        k += 1;
+    }
+}
+
+/// Sorts `n <= SINGLE_TILE` `u32` keys (and values) in one block.
+///
+/// # Safety
+/// Launch contract: one block of `SINGLE_THREADS` threads, `single_smem_bytes(4)` bytes of
+/// dynamic shared memory; `1 <= n <= SINGLE_TILE`; `keys_in`, `keys_out` valid for `n` keys,
+/// `values_in`, `values_out` for `n × value_words` words (`value_words <= 4`), inputs and
+/// outputs not overlapping; `begin_bit < end_bit <= 32`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn sort_single_tile_u32(p: SortSingleTileParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { single_tile::<u32>(&p) }
+}
+
+/// As [`sort_single_tile_u32`] for `u64` keys (`single_smem_bytes(8)`, `end_bit <= 64`).
+///
+/// # Safety
+/// As [`sort_single_tile_u32`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn sort_single_tile_u64(p: SortSingleTileParams) {
+    // SAFETY: forwarded launch contract.
+    unsafe { single_tile::<u64>(&p) }
+}
