@@ -902,22 +902,33 @@ pub fn bfe_u64(x: u64, pos: u32, len: u32) -> u32 {
 }
 
 /// One stable warp-ranking step (CUB's `BlockRadixRankMatch`): the lanes holding the same
-/// `key` form a group (`match.any`); the group's highest lane adds the group's size to the
+/// `key` (< 256) form a group, found with eight `vote.ballot`s, one per key bit, as CUB's
+/// `warp_in_block_matcher_t` does (`match.any.sync` is a slow, variable-latency instruction on
+/// sm_90: with it the ranking took 65 % of the onesweep kernel's stall samples, ncu on an
+/// H100, `docs/sort.md`); the group's highest lane adds the group's size to the
 /// shared counter at `saddr` (`atom.shared.add`; the same address in every lane of a group)
 /// and broadcasts the old value; every lane returns that old value plus the number of lanes
 /// of its group below it. One `asm` block, so that only the result stays live between steps.
 ///
 /// # Safety
-/// All 32 lanes converged (full mask); `saddr` a 4-byte aligned shared-window address inside
-/// the block's shared memory, equal in lanes of equal `key`.
+/// All 32 lanes converged (full mask); `key < 256`; `saddr` a 4-byte aligned shared-window
+/// address inside the block's shared memory, equal in lanes of equal `key`.
 #[inline(always)]
 pub unsafe fn match_fetch_add_shared(key: u32, saddr: u32) -> u32 {
     let r: u32;
     // SAFETY: caller contract (converged warp, address inside shared memory).
     unsafe {
         asm!(
-            "{{ .reg .b32 peers, lt, below, hi, cnt, old, ln; .reg .pred lead;",
-            "match.any.sync.b32 peers, {k}, -1;",
+            "{{ .reg .b32 peers, lt, below, hi, cnt, old, ln, t, bal; .reg .pred lead, p;",
+            "mov.u32 peers, -1;",
+            "and.b32 t, {k}, 1; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 2; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 4; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 8; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 16; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 32; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 64; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
+            "and.b32 t, {k}, 128; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
             "mov.u32 lt, %lanemask_lt;",
             "mov.u32 ln, %laneid;",
             "and.b32 below, peers, lt;",
