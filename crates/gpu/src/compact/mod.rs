@@ -20,14 +20,20 @@ pub const KERNEL_SELECT_FLAGGED_U32: &str = "compact_select_flagged_u32";
 
 /// Threads per block of the compaction kernels.
 pub const SELECT_THREADS: u32 = 256;
-/// Items per thread of the compaction kernels.
-pub const SELECT_ITEMS: u32 = 16;
+/// Items per thread of the compaction kernels (24 measured 0.77x CUB at 2^28 on an H100, 16
+/// 0.71x, `docs/benchmarks.md`).
+pub const SELECT_ITEMS: u32 = 24;
 /// Items per tile (block).
 pub const SELECT_TILE: u64 = (SELECT_THREADS * SELECT_ITEMS) as u64;
 
-/// Shared-memory bytes of the compaction kernels (the device scan's layout, `u32` counts).
+/// Byte offset of the staging area (the tile's selected items, compacted, before they are
+/// written out) in the compaction kernels' shared memory: after the device scan's layout.
+pub const SELECT_STAGE_OFFSET: usize = crate::scan::device_scan_smem_bytes(4);
+
+/// Shared-memory bytes of the compaction kernels: the device scan's layout (`u32` counts),
+/// then [`SELECT_TILE`] words of staging.
 pub const fn select_smem_bytes() -> usize {
-    crate::scan::device_scan_smem_bytes(4)
+    SELECT_STAGE_OFFSET + SELECT_TILE as usize * 4
 }
 
 /// Number of tiles (blocks) for `n` items.

@@ -42,16 +42,28 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
     // SAFETY: storage is ours.
     let bs = unsafe { BlockScan::new(scan_storage) };
     let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
-    // SAFETY: status holds one entry per tile.
-    let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
-    let base = tile_prefix.wrapping_add(warp_prefix);
+    // Stage the selected items, compacted in tile order, in shared memory (before the
+    // look-back, whose barrier orders these writes before the reads below): scattered
+    // 4-byte global stores would leave partly written sectors; staged, every warp writes
+    // runs of consecutive words.
+    let stage = i::shared_base() + SELECT_STAGE_OFFSET as u32;
     let mut k = 0;
     while k < N {
         if keep[k] != 0 {
-            // SAFETY: the position is below the number selected <= n; output valid for n.
-            unsafe { output.add((base + pos[k]) as usize).write(items[k]) };
+            // SAFETY: warp_prefix + pos[k] < tile_total <= SELECT_TILE: inside the staging area.
+            unsafe { i::st_shared_u32(stage + (warp_prefix + pos[k]) * 4, items[k]) };
         }
         k += 1;
+    }
+    // SAFETY: status holds one entry per tile.
+    let tile_prefix = unsafe { tile_exclusive_prefix(&status, tile, tile_total, prefix_slot) };
+    let out = i::opaque_u32(tile_prefix) as usize;
+    let mut j = i::thread_idx_x();
+    while j < tile_total {
+        // SAFETY: j < tile_total (staged above, before the barrier); out + j is below the
+        // number selected <= n, and output is valid for n.
+        unsafe { output.add(out + j as usize).write(i::ld_shared_u32(stage + j * 4)) };
+        j += SELECT_THREADS;
     }
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
         // SAFETY: one u32.
