@@ -18,7 +18,7 @@ use detkit::bucket::POISON;
 use detkit::compact::Selection;
 use detkit::histogram::HistogramStrategy;
 use detkit::{Backend, BucketOrder, Error, GpuContext, ScanKind};
-use detkit_gpu::{bucket as kb, compact as kc, histogram as kh, scan as ks};
+use detkit_gpu::{compact as kc, histogram as kh, scan as ks};
 use detkit_tests::{ensure, exact, sizes};
 
 pub(crate) type R = Result<(), String>;
@@ -391,8 +391,8 @@ fn same_bins(what: &str, got: &detkit::Buckets, want: &detkit::Buckets) -> R {
 }
 
 fn test_bucket(c: &Ctx) -> R {
-    for n in sizes(kb::BUCKET_THREADS as usize, 1024, c.quick) {
-        for nbins in [1u32, 64, 1000, 100_000] {
+    for n in sizes(256, 1024, c.quick) {
+        for nbins in [1u32, 2, 64, 256, 257, 1000, 100_000] {
             if n == 1 << 26 && nbins != 1000 {
                 continue;
             }
@@ -434,16 +434,21 @@ fn test_bucket(c: &Ctx) -> R {
             }
         }
     }
-    let mut keys = c.rand(10, 5000, 64);
-    keys[1234] = 64;
-    keys[4000] = 1000;
-    for order in [BucketOrder::Stable, BucketOrder::Unordered] {
-        match c.backend.bucket(&keys, 64, order) {
-            Err(Error::InvalidInput { detail, .. }) if detail.contains("index 1234") => {}
-            other => {
-                return Err(format!(
-                    "bucket with key 64 >= nbins at 1234 ({order:?}): {other:?}"
-                ))
+    // Out of range: 64 and 1000 (whose low 6 bits, the bits the container sorts by, are in
+    // range), and u32::MAX, on both sides of the single-tile size.
+    for n in [5000, 100_000] {
+        let mut keys = c.rand(10, n, 64);
+        keys[1234] = 64;
+        keys[4000] = 1000;
+        keys[n - 1] = u32::MAX;
+        for order in [BucketOrder::Stable, BucketOrder::Unordered] {
+            match c.backend.bucket(&keys, 64, order) {
+                Err(Error::InvalidInput { detail, .. }) if detail.contains("index 1234") => {}
+                other => {
+                    return Err(format!(
+                        "bucket with key 64 >= nbins at 1234 ({order:?}): {other:?}"
+                    ))
+                }
             }
         }
     }

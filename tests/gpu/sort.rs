@@ -239,6 +239,22 @@ fn pairs_case<K: TestKey>(c: &Ctx) -> R {
                         &g.download(&v_out).map_err(e)?,
                         &wv,
                     )?;
+                    // The argsort (no index array read) gives the same keys and, as values,
+                    // the same indices.
+                    let mut k_arg = g.poisoned(n + 1, K::POISON).map_err(e)?;
+                    let mut i_arg = g.poisoned(n + 1, POISON32).map_err(e)?;
+                    g.sort_index_device(&d_k, &mut k_arg, &mut i_arg, n, opts)
+                        .map_err(|x| format!("{what} argsort: {x}"))?;
+                    exact(
+                        &format!("{what} argsort keys"),
+                        &g.download(&k_arg).map_err(e)?,
+                        &wk,
+                    )?;
+                    exact(
+                        &format!("{what} argsort index"),
+                        &g.download(&i_arg).map_err(e)?,
+                        &wv,
+                    )?;
                 }
             }
         }

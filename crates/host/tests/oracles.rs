@@ -2,7 +2,7 @@
 //! (The GPU kernels are tested against these oracles by the `gpu` test of `detkit-tests`.)
 
 use detkit::ScanKind;
-use detkit_gpu::{bucket as kb, histogram as kh};
+use detkit_gpu::histogram as kh;
 use proptest::prelude::*;
 
 proptest! {
@@ -96,14 +96,6 @@ proptest! {
                 prop_assert_eq!(r.bin(&segments, s, b), &want[..]);
             }
         }
-    }
-
-    #[test]
-    fn stable_tiling_covers_the_input(n in 0u64..10_000_000, nbins in 1u32..2_000_000) {
-        let (tiles, per) = kb::bucket_stable_tiling(n, nbins);
-        prop_assert!(tiles >= 1 && per % 32 == 0 && per > 0);
-        prop_assert!(tiles as u64 * per as u64 >= n);
-        prop_assert!((tiles as u64 - 1) * (per as u64) < n.max(1));
     }
 
     #[test]

@@ -1,25 +1,18 @@
 //! Bucket container in the style of CMS `HistoContainer` / `OneToManyAssoc`.
 //!
-//! Items (element indices `i` with a key `keys[i] < nbins`) are grouped by key:
-//! 1. **count** the items per bin,
-//! 2. **finalize**: exclusive scan of the counts gives `offsets` (`nbins + 1` entries),
-//! 3. **fill**: each item is written to `content[offsets[key] ..offsets[key + 1]]`.
-//!
-//! Afterwards the items of bin `b` are `content[offsets[b]..offsets[b + 1]]`.
-//!
-//! **Order inside a bin.** The plain fill takes positions with an `atomicAdd` on a per-bin
-//! cursor (as CMS does), so the order of items inside a bin depends on thread timing and is
-//! *not* deterministic; only the set of items per bin is. The **stable** variants put the
-//! items of each bin in increasing index order, identical on every run and equal to the CPU
-//! oracle element for element, at some extra cost.
+//! Items (element indices `i` with a key `keys[i] < nbins`) are grouped by key: the items of
+//! bin `b` are `content[offsets[b]..offsets[b + 1]]` (`nbins + 1` offsets).
 //!
 //! Two scopes:
-//! - **device-wide** (the seeding spacepoint grid): count with the histogram kernel, finalize
-//!   with the device scan, fill with [`KERNEL_BUCKET_FILL`]. The stable device-wide variant
-//!   splits the input into `tiles` contiguous tiles, one warp each; it counts per (bin, tile)
-//!   into a bin-major matrix, scans the whole matrix (which yields, for each bin and tile, the
-//!   position of the tile's first item of that bin), and fills each tile in order, ranking
-//!   equal keys inside a warp with `match.any`. The matrix holds `nbins * tiles` words.
+//! - **device-wide** (the seeding spacepoint grid): a **counting sort on the radix sort**
+//!   (`crate::sort`): the keys are sorted by their low `bits = ceil(log2(nbins))` bits with
+//!   their input indices as values (an argsort: the first pass makes the indices itself, no
+//!   index array is read), one onesweep pass per 8 bits (one pass up to 256 bins, two up to
+//!   65,536); the sorted indices are the content, and one pass over the sorted keys
+//!   ([`KERNEL_BUCKET_OFFSETS_SORTED`]) writes the offsets and finds keys out of range. The
+//!   radix sort is stable, so the items of a bin are in increasing index order, equal to the
+//!   CPU oracle element for element. `Unordered` takes the same path (it only promises the
+//!   set of items per bin, and the stable order is never slower here: issue 11).
 //! - **block-level** (findClus, per module): one block per segment of consecutive items; counts,
 //!   offsets and (up to `capacity` items) content live in shared memory. A segment larger than
 //!   `capacity` falls back to building its content directly in global memory (the result is
@@ -31,37 +24,8 @@
 
 use crate::params::DevPtr;
 
-/// Kernel: device-wide fill (non-deterministic order inside a bin).
-pub const KERNEL_BUCKET_FILL: &str = "bucket_fill";
-/// Kernel: device-wide stable count into the (bin, tile) matrix.
-pub const KERNEL_BUCKET_COUNT_STABLE: &str = "bucket_count_stable";
-/// Kernel: per-bin offsets from the scanned (bin, tile) matrix.
-pub const KERNEL_BUCKET_STABLE_OFFSETS: &str = "bucket_stable_offsets";
-/// Kernel: device-wide stable fill.
-pub const KERNEL_BUCKET_FILL_STABLE: &str = "bucket_fill_stable";
 /// Kernel: block-level container, one block per segment.
 pub const KERNEL_BUCKET_BLOCK_FILL: &str = "bucket_block_fill";
-
-/// Threads per block of the device-wide bucket kernels.
-pub const BUCKET_THREADS: u32 = 256;
-/// Largest (bin, tile) matrix of the stable device-wide variant, in words (64 MiB).
-pub const BUCKET_STABLE_MATRIX_MAX: u64 = 1 << 24;
-
-/// Tiling of the stable device-wide variant: `(tiles, items_per_tile)`. Aims at 256 items
-/// per warp-tile, fewer tiles when the matrix would exceed [`BUCKET_STABLE_MATRIX_MAX`].
-/// `items_per_tile` is a multiple of 32 and `tiles * items_per_tile >= n`.
-pub const fn bucket_stable_tiling(n: u64, nbins: u32) -> (u32, u32) {
-    let want = n.div_ceil(256);
-    let cap = BUCKET_STABLE_MATRIX_MAX / if nbins == 0 { 1 } else { nbins as u64 };
-    let mut tiles = if want < cap { want } else { cap };
-    if tiles == 0 {
-        tiles = 1;
-    }
-    let per = n.div_ceil(tiles).div_ceil(32) * 32;
-    let per = if per == 0 { 32 } else { per };
-    let t = n.div_ceil(per);
-    (if t == 0 { 1 } else { t as u32 }, per as u32)
-}
 
 /// Shared-memory words of the block-level container before the content area:
 /// `offsets[nbins + 1]`, `cursor[nbins]`, block-scan storage (33 words), padded to 4 words.
@@ -74,63 +38,32 @@ pub const fn block_bucket_smem_bytes(nbins: u32, capacity: u32) -> usize {
     (block_bucket_header_words(nbins) + capacity) as usize * 4
 }
 
-/// Device code.
-/// Parameters of the `bucket_fill` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BucketFillParams {
-    pub keys: DevPtr<u32>,
-    pub n: u64,
-    pub cursor: DevPtr<u32>,
-    pub content: DevPtr<u32>,
-    pub nbins: u32,
-    pub _pad0: u32,
-}
-crate::kernel_params!(BucketFillParams, 40, ["bucket_fill"]);
+/// Kernel: device-wide offsets from the keys sorted by bin (the radix sort's output).
+pub const KERNEL_BUCKET_OFFSETS_SORTED: &str = "bucket_offsets_sorted";
+/// Threads per block of [`KERNEL_BUCKET_OFFSETS_SORTED`].
+pub const BUCKET_OFFSETS_THREADS: u32 = 256;
 
-/// Parameters of the `bucket_count_stable` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of the `bucket_offsets_sorted` kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BucketCountStableParams {
+pub struct BucketOffsetsSortedParams {
+    /// `n` keys, stably sorted by their bits `0..bits` (`mask = 2^bits - 1`).
     pub keys: DevPtr<u32>,
-    pub n: u64,
-    pub matrix: DevPtr<u32>,
-    pub out_of_range: DevPtr<u32>,
-    pub first_out_of_range: DevPtr<u32>,
-    pub nbins: u32,
-    pub tiles: u32,
-    pub per: u32,
-    pub _pad0: u32,
-}
-crate::kernel_params!(BucketCountStableParams, 56, ["bucket_count_stable"]);
-
-/// Parameters of the `bucket_stable_offsets` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BucketStableOffsetsParams {
-    pub scanned: DevPtr<u32>,
+    /// The input index of each sorted key (the sort's values).
+    pub index: DevPtr<u32>,
+    /// `nbins + 1` offsets written: `offsets[b]` = the first position whose key is `>= b`.
     pub offsets: DevPtr<u32>,
-    pub tiles: u32,
-    pub nbins: u32,
-    pub total: u32,
-    pub _pad0: u32,
-}
-crate::kernel_params!(BucketStableOffsetsParams, 32, ["bucket_stable_offsets"]);
-
-/// Parameters of the `bucket_fill_stable` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct BucketFillStableParams {
-    pub keys: DevPtr<u32>,
+    /// One word, `u32::MAX` on entry: lowered (atomic min) to the smallest input index of a
+    /// key `>= nbins`.
+    pub first_bad: DevPtr<u32>,
+    /// Number of keys (`1 ..= 2^32 - 1`).
     pub n: u64,
-    pub matrix: DevPtr<u32>,
-    pub content: DevPtr<u32>,
+    /// Number of bins.
     pub nbins: u32,
-    pub tiles: u32,
-    pub per: u32,
-    pub _pad0: u32,
+    /// `2^bits - 1`: the bits the keys were sorted by.
+    pub mask: u32,
 }
-crate::kernel_params!(BucketFillStableParams, 48, ["bucket_fill_stable"]);
+crate::kernel_params!(BucketOffsetsSortedParams, 48, ["bucket_offsets_sorted"]);
 
 /// Parameters of the `bucket_block_fill` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -152,14 +85,11 @@ crate::kernel_params!(BucketBlockFillParams, 64, ["bucket_block_fill"]);
 #[cfg(target_arch = "nvptx64")]
 pub mod block;
 #[cfg(target_arch = "nvptx64")]
-pub mod fill;
-#[cfg(target_arch = "nvptx64")]
-pub mod stable;
+pub mod sorted;
 
 /// Device code: every item of the stage files above, under one path.
 #[cfg(target_arch = "nvptx64")]
 pub mod device {
     pub use super::block::*;
-    pub use super::fill::*;
-    pub use super::stable::*;
+    pub use super::sorted::*;
 }

@@ -62,7 +62,11 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
     while j < tile_total {
         // SAFETY: j < tile_total (staged above, before the barrier); out + j is below the
         // number selected <= n, and output is valid for n.
-        unsafe { output.add(out + j as usize).write(i::ld_shared_u32(stage + j * 4)) };
+        unsafe {
+            output
+                .add(out + j as usize)
+                .write(i::ld_shared_u32(stage + j * 4))
+        };
         j += SELECT_THREADS;
     }
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {

@@ -337,7 +337,8 @@ pub struct SortOnesweepParams {
     pub keys_in: DevPtr<u32>,
     /// `n` keys written, in this pass's order.
     pub keys_out: DevPtr<u32>,
-    /// `n` values read (`value_bytes / 4` words each; null without values).
+    /// `n` values read (`value_bytes / 4` words each; null without values, or null with
+    /// 4-byte values: then each key's value is its input index, an argsort's first pass).
     pub values_in: DevPtr<u32>,
     /// `n` values written (null without values).
     pub values_out: DevPtr<u32>,
@@ -383,7 +384,8 @@ pub struct SortSingleTileParams {
     pub keys_in: DevPtr<u32>,
     /// `n` keys written, sorted.
     pub keys_out: DevPtr<u32>,
-    /// `n` values read (`value_words` words each; null when `value_words == 0`).
+    /// `n` values read (`value_words` words each; null when `value_words == 0`, or null with
+    /// `value_words == 1`: then each key's value is its input index, an argsort).
     pub values_in: DevPtr<u32>,
     /// `n` values written (null when `value_words == 0`).
     pub values_out: DevPtr<u32>,

@@ -635,8 +635,14 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
         while u < VALUE_CHUNK {
             let l = local0 + 32 * (c + u) as u32;
             if c + u < ITEMS && l < valid {
-                // SAFETY: start + l < n.
-                vals[u] = unsafe { value_ldg::<W>(values_in, start + l) };
+                vals[u] = if values_in.is_null() {
+                    // No input values: each key's value is its input index (argsort; `W` is
+                    // 1 then, launch contract).
+                    [start + l, 0, 0, 0]
+                } else {
+                    // SAFETY: start + l < n.
+                    unsafe { value_ldg::<W>(values_in, start + l) }
+                };
             }
             u += 1;
         }

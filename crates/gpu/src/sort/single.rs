@@ -100,7 +100,12 @@ pub unsafe fn single_tile<K: Key>(p: &SortSingleTileParams) {
                 K::stg(keys_out, l, keys[k]);
                 let mut w = 0;
                 while w < words {
-                    let v = values_in.add(index[k] as usize * words + w).read();
+                    // No input values: the value is the key's input index (argsort).
+                    let v = if values_in.is_null() {
+                        index[k]
+                    } else {
+                        values_in.add(index[k] as usize * words + w).read()
+                    };
                     values_out.add(l as usize * words + w).write(v);
                     w += 1;
                 }

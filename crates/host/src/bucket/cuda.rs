@@ -5,13 +5,27 @@ use detkit_gpu::histogram::decode_first_index;
 
 use super::{out_of_range, BucketOrder, MAX_BLOCK_SMEM, POISON};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext};
-use crate::error::{DriverContext, Error, Result};
-use crate::histogram::HistogramStrategy;
-use crate::ScanKind;
+use crate::error::{invalid, DriverContext, Error, Result};
+use crate::sort::SortOptions;
+
+/// Reusable temporary storage of the device-wide container: the sorted keys and the
+/// out-of-range word, kept in the context's scratch (grown on demand) so that a call with
+/// caller-provided outputs allocates nothing.
+#[derive(Default)]
+struct BucketTemp {
+    sorted_keys: Option<DeviceBuffer<u32>>,
+    first_bad: Option<DeviceBuffer<u32>>,
+}
+
+/// Bits of a bin index for `nbins` bins (at least 1, so that the sort runs one pass).
+pub(crate) fn bin_bits(nbins: u32) -> u32 {
+    (32 - (nbins.max(2) - 1).leading_zeros()).max(1)
+}
 
 impl GpuContext {
     /// Device-wide container of `keys` (all `< nbins`, else a typed error naming the first
-    /// offending index). Returns `(offsets, content)` on the device.
+    /// offending index). Returns `(offsets, content)` on the device, newly allocated; see
+    /// [`GpuContext::bucket_device_into`].
     pub fn bucket_device(
         &self,
         keys: &DeviceBuffer<u32>,
@@ -22,144 +36,101 @@ impl GpuContext {
         // Poisoned: every element must be written by the kernels.
         let mut offsets = self.filled_u32(nbins as usize + 1, POISON)?;
         let mut content = self.filled_u32(n.max(1), POISON)?;
-        if n == 0 {
-            self.memset_zero(&mut offsets)?;
-            return Ok((offsets, content));
-        }
-        let n64 = n as u64;
-        match order {
-            BucketOrder::Unordered => {
-                // count (histogram) → finalize (exclusive scan of nbins + 1 counts) → fill
-                let mut h = self.histogram_outputs(nbins + 1)?;
-                self.histogram_device(keys, n, nbins, HistogramStrategy::Auto, false, &mut h)?;
-                self.check_keys_on_device(&h.out_of_range, keys, nbins)?;
-                self.scan_device(
-                    &h.counts,
-                    &mut offsets,
-                    nbins as usize + 1,
-                    ScanKind::Exclusive,
-                )?;
-                let mut cursor = self.zeros::<u32>(nbins as usize + 1)?;
-                self.stream()
-                    .memcpy_dtod(&offsets, &mut cursor)
-                    .ctx("copying bucket offsets")?;
-                let blocks = n64
-                    .div_ceil(k::BUCKET_THREADS as u64 * 4)
-                    .clamp(1, self.sm_count() as u64 * 8);
-                let params = k::BucketFillParams {
-                    keys: self.ptr(keys),
-                    n: n64,
-                    nbins,
-                    cursor: self.ptr_mut(&mut cursor),
-                    content: self.ptr_mut(&mut content),
-                    ..bytemuck::Zeroable::zeroed()
-                };
-                // SAFETY: keys hold n < 2^32 aligned elements, all < nbins (checked above);
-                // cursor is a copy of the offsets; content holds n elements.
-                let r = unsafe {
-                    self.launch(
-                        k::KERNEL_BUCKET_FILL,
-                        cfg(blocks, k::BUCKET_THREADS, 0),
-                        &params,
-                    )
-                };
-                r?;
-            }
-            BucketOrder::Stable => {
-                let (tiles, per) = k::bucket_stable_tiling(n64, nbins);
-                let cells = tiles as u64 * nbins as u64;
-                if cells > k::BUCKET_STABLE_MATRIX_MAX {
-                    return Err(Error::CapacityExceeded {
-                        what: "stable bucket (bin, tile) matrix",
-                        needed: cells,
-                        capacity: k::BUCKET_STABLE_MATRIX_MAX,
-                    });
-                }
-                let mut matrix = self.zeros::<u32>(cells as usize)?;
-                let mut scanned = self.zeros::<u32>(cells as usize)?;
-                let mut oor = self.zeros::<u32>(2)?;
-                let warps_per_block = (k::BUCKET_THREADS / 32) as u64;
-                let blocks = (tiles as u64).div_ceil(warps_per_block);
-                {
-                    let (c, f) = oor.split_at_mut(1);
-                    let (mut c, mut f) = (c, f);
-                    let params = k::BucketCountStableParams {
-                        keys: self.ptr(keys),
-                        n: n64,
-                        nbins,
-                        tiles,
-                        per,
-                        matrix: self.ptr_mut(&mut matrix),
-                        out_of_range: self.ptr_mut(&mut c),
-                        first_out_of_range: self.ptr_mut(&mut f),
-                        ..bytemuck::Zeroable::zeroed()
-                    };
-                    // SAFETY: (tiles, per) from `bucket_stable_tiling`; one warp per tile;
-                    // matrix holds nbins * tiles zeroed words; counters zeroed.
-                    let r = unsafe {
-                        self.launch(
-                            k::KERNEL_BUCKET_COUNT_STABLE,
-                            cfg(blocks, k::BUCKET_THREADS, 0),
-                            &params,
-                        )
-                    };
-                    r?;
-                }
-                self.check_keys_on_device(&oor, keys, nbins)?;
-                self.scan_device(&matrix, &mut scanned, cells as usize, ScanKind::Exclusive)?;
-                let total = n as u32;
-                let params = k::BucketStableOffsetsParams {
-                    scanned: self.ptr(&scanned),
-                    tiles,
-                    nbins,
-                    total,
-                    offsets: self.ptr_mut(&mut offsets),
-                    ..bytemuck::Zeroable::zeroed()
-                };
-                // SAFETY: scanned holds nbins * tiles words, offsets nbins + 1.
-                let r = unsafe {
-                    self.launch(
-                        k::KERNEL_BUCKET_STABLE_OFFSETS,
-                        cfg((nbins as u64 + 1).div_ceil(256), 256, 0),
-                        &params,
-                    )
-                };
-                r?;
-                let params = k::BucketFillStableParams {
-                    keys: self.ptr(keys),
-                    n: n64,
-                    nbins,
-                    tiles,
-                    per,
-                    matrix: self.ptr_mut(&mut scanned),
-                    content: self.ptr_mut(&mut content),
-                    ..bytemuck::Zeroable::zeroed()
-                };
-                // SAFETY: as for the count; scanned holds the exclusive scan of the counts;
-                // all keys < nbins (checked); content holds n elements.
-                let r = unsafe {
-                    self.launch(
-                        k::KERNEL_BUCKET_FILL_STABLE,
-                        cfg(blocks, k::BUCKET_THREADS, 0),
-                        &params,
-                    )
-                };
-                r?;
-            }
-        }
+        self.bucket_device_into(keys, n, nbins, order, &mut offsets, &mut content)?;
         Ok((offsets, content))
     }
 
-    /// Turns the `[count, encoded first index]` pair of a counting pass into a typed error
-    /// naming the first key `>= nbins`.
-    fn check_keys_on_device(
+    /// Device-wide container of `keys[..n]` into caller-provided `offsets` (`nbins + 1`
+    /// words) and `content` (`n` words). A counting sort on the radix sort: the keys are
+    /// sorted by their low `ceil(log2(nbins))` bits with their indices (one onesweep pass
+    /// per 8 bits, `detkit_gpu::bucket` module docs), then one kernel writes the offsets.
+    /// Both orders give the stable content (`Unordered` only promises the set per bin).
+    /// One word is read back to report keys out of range (a typed error naming the first).
+    pub fn bucket_device_into(
         &self,
-        oor: &DeviceBuffer<u32>,
         keys: &DeviceBuffer<u32>,
+        n: usize,
         nbins: u32,
+        order: BucketOrder,
+        offsets: &mut DeviceBuffer<u32>,
+        content: &mut DeviceBuffer<u32>,
     ) -> Result<()> {
-        let v = self.download(oor)?;
-        self.reject_bad_key(decode_first_index(v[1]).filter(|_| v[0] > 0), keys, nbins)
+        let _ = order;
+        if nbins == 0 {
+            return Err(invalid("nbins", "must be at least 1"));
+        }
+        if keys.len() < n || content.len() < n || offsets.len() < nbins as usize + 1 {
+            return Err(invalid("bucket buffers", "shorter than n (or nbins + 1)"));
+        }
+        if n == 0 {
+            return self.fill_u32(offsets, nbins as usize + 1, 0);
+        }
+        let bits = bin_bits(nbins);
+        // The buffers leave the scratch map while the sort (which keeps its own scratch) runs.
+        let (mut sorted, mut bad) =
+            self.with_scratch(|t: &mut BucketTemp| (t.sorted_keys.take(), t.first_bad.take()));
+        if sorted.as_ref().is_none_or(|b| b.len() < n) {
+            sorted = Some(self.zeros(n)?);
+        }
+        if bad.is_none() {
+            bad = Some(self.zeros(1)?);
+        }
+        let (Some(sorted_buf), Some(bad_buf)) = (sorted.as_mut(), bad.as_mut()) else {
+            unreachable!("allocated above");
+        };
+        let first_bad =
+            self.bucket_sorted(keys, n, nbins, bits, sorted_buf, bad_buf, offsets, content);
+        self.with_scratch(|t: &mut BucketTemp| {
+            t.sorted_keys = sorted;
+            t.first_bad = bad;
+        });
+        self.reject_bad_key(first_bad?, keys, nbins)
+    }
+
+    /// The launches of [`GpuContext::bucket_device_into`] and the read-back of the smallest
+    /// index of a key out of range.
+    #[allow(clippy::too_many_arguments)]
+    fn bucket_sorted(
+        &self,
+        keys: &DeviceBuffer<u32>,
+        n: usize,
+        nbins: u32,
+        bits: u32,
+        sorted: &mut DeviceBuffer<u32>,
+        bad: &mut DeviceBuffer<u32>,
+        offsets: &mut DeviceBuffer<u32>,
+        content: &mut DeviceBuffer<u32>,
+    ) -> Result<Option<u32>> {
+        self.sort_index_device(keys, sorted, content, n, SortOptions::bits(0, bits))?;
+        self.fill_u32(bad, 1, u32::MAX)?;
+        let params = k::BucketOffsetsSortedParams {
+            keys: self.ptr(sorted),
+            index: self.ptr(content),
+            offsets: self.ptr_mut(offsets),
+            first_bad: self.ptr_mut(bad),
+            n: n as u64,
+            nbins,
+            mask: if bits == 32 {
+                u32::MAX
+            } else {
+                (1 << bits) - 1
+            },
+        };
+        let blocks = (n as u64 + 1)
+            .div_ceil(k::BUCKET_OFFSETS_THREADS as u64)
+            .clamp(1, self.sm_count() as u64 * 16);
+        // SAFETY: `sorted` and `content` hold the n keys sorted by their low `bits` bits and
+        // their input indices (the sort above, same stream); offsets holds nbins + 1 words,
+        // bad one word set to u32::MAX.
+        unsafe {
+            self.launch(
+                k::KERNEL_BUCKET_OFFSETS_SORTED,
+                cfg(blocks, k::BUCKET_OFFSETS_THREADS, 0),
+                &params,
+            )?
+        };
+        let v = self.download(bad)?;
+        Ok((v[0] != u32::MAX).then_some(v[0]))
     }
 
     /// When a kernel recorded an out-of-range key at index `first`, reads that key back and
@@ -245,5 +216,29 @@ impl GpuContext {
         let c = self.download(&counters)?;
         self.reject_bad_key(decode_first_index(c[1]), keys, nbins)?;
         Ok((offsets, content, c[0]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bin_bits;
+
+    #[test]
+    fn bin_bits_cover_every_bin_and_no_more() {
+        for (nbins, bits) in [(1, 1), (2, 1), (3, 2), (256, 8), (257, 9), (1024, 10)] {
+            assert_eq!(bin_bits(nbins), bits, "nbins {nbins}");
+        }
+        assert_eq!(bin_bits(u32::MAX), 32);
+        for nbins in (2u32..5000).chain([1 << 31, (1 << 31) + 1]) {
+            let b = bin_bits(nbins);
+            assert!(
+                b == 32 || (nbins - 1) >> b == 0,
+                "nbins {nbins}: {b} bits too few"
+            );
+            assert!(
+                (nbins - 1) >> (b - 1) == 1,
+                "nbins {nbins}: {b} bits too many"
+            );
+        }
     }
 }

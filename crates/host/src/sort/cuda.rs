@@ -141,6 +141,46 @@ impl GpuContext {
         self.sort_raw::<K>(ops, n, begin, end, opts.descending)
     }
 
+    /// Stable argsort: sorts `keys_in[..n]` into `keys_out` and writes each sorted key's input
+    /// index into `index_out` (the pairs sort with the indices as values, except that no index
+    /// array is read: the first pass makes them). `keys_in` is not written.
+    pub fn sort_index_device<K: SortKey>(
+        &self,
+        keys_in: &DeviceBuffer<K>,
+        keys_out: &mut DeviceBuffer<K>,
+        index_out: &mut DeviceBuffer<u32>,
+        n: usize,
+        opts: SortOptions,
+    ) -> Result<()> {
+        check::<K>(n, 4, &opts)?;
+        if keys_in.len() < n || keys_out.len() < n || index_out.len() < n {
+            return Err(invalid("sort buffers", "shorter than n"));
+        }
+        let (begin, end) = opts.range::<K>()?;
+        if n == 0 {
+            return Ok(());
+        }
+        if begin == end {
+            // Sorted by nothing: the keys as they are, the identity permutation.
+            self.stream()
+                .memcpy_dtod(&keys_in.slice(..n), &mut keys_out.slice_mut(..n))
+                .ctx("copying keys")?;
+            let iota: Vec<u32> = (0..n as u32).collect();
+            return self
+                .stream()
+                .memcpy_htod(&iota, &mut index_out.slice_mut(..n))
+                .ctx("uploading the identity permutation");
+        }
+        let ops = Operands {
+            keys_in: self.ptr(keys_in).cast(),
+            keys_out: self.ptr_mut(keys_out).cast(),
+            values_in: DevPtr::NULL,
+            values_out: self.ptr_mut(index_out),
+            value_bytes: 4,
+        };
+        self.sort_raw::<K>(ops, n, begin, end, opts.descending)
+    }
+
     /// As [`GpuContext::sort_pairs_device`] with the values as raw bytes, `value_bytes` (4, 8,
     /// 12 or 16) per value: for payloads that are not a cudarc `DeviceRepr` type.
     #[allow(clippy::too_many_arguments)]
