@@ -108,6 +108,9 @@ def test_csv_reader_follows_the_cli_rules(tmp_path):
     p.write_text("\ufeffadc, y ,extra,x,module\n3000,5,a,6,7\n\n 4000 ,9,b,9,7\n", "utf-8")
     m, x, y, adc = dd.read_digis(p)
     assert (m.tolist(), x.tolist(), y.tolist(), adc.tolist()) == ([7, 7], [6, 9], [5, 9], [3000, 4000])
+    # Quoted fields (the csv module's path, not numpy's): the same digis.
+    p.write_text('adc,"y",extra,x,module\n"3000",5,"a,b",6,7\n4000,9,b,9,7\n')
+    assert [a.tolist() for a in dd.read_digis(p)] == [[7, 7], [6, 9], [5, 9], [3000, 4000]]
     p.write_text("module,x,y,adc\n")
     assert all(a.size == 0 and a.dtype == np.uint16 for a in dd.read_digis(p))
     sp = tmp_path / "s.csv"
@@ -122,6 +125,7 @@ def test_csv_reader_follows_the_cli_rules(tmp_path):
         ("module,x,y,adc\n7,1,1,3000\n7,2,abc,3000\n", ":3: column `y`"),
         ("module,x,y,adc\n7,1,1,3000\n\n7,2,2,70000\n", ":4: column `adc`"),
         ("module,x,y,adc\n7,1,1,-1\n", ":2: column `adc`"),
+        ("module,x,y,adc\n7,1,1,1_000\n", ":2: column `adc`"),
         ("module,x,y\n7,1,1\n", ":1: column `adc`: missing from the header"),
         ("module,x,y,adc\n7,1,1\n", ":2: 3 fields"),
         ("", ":1: no header"),

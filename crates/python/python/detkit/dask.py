@@ -41,6 +41,7 @@ import re
 import threading
 import traceback
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -285,16 +286,9 @@ def _format_error(path: str, line: int, column: Optional[str], detail: str) -> I
     return InvalidInputError(where + detail)
 
 
-def _read_csv_columns(
-    path: PathLike, required: Sequence[str], optional: Sequence[str] = ()
-) -> Tuple[Dict[str, List[str]], List[int]]:
-    """The text of the columns ``required`` and (those present of) ``optional`` of a CSV
-    file, found by their header names in any order (other columns ignored), and the 1-based
-    line of every data row; the CLI's rules: UTF-8 with an optional byte-order mark, fields
-    trimmed, blank lines skipped, every row as many fields as the header, a header with no
-    rows is zero rows, no header is an error. Errors are ``InvalidInputError`` naming
-    ``FILE:LINE`` and the column."""
-    name = os.fspath(path)
+def _csv_header(name: str, required: Sequence[str]) -> Tuple[List[str], int]:
+    """The header fields (trimmed) of a CSV file and its 1-based line, after checking that
+    every column of ``required`` is there."""
     with open(name, newline="", encoding="utf-8-sig") as f:
         rdr = csv.reader(f)
         header: Optional[List[str]] = None
@@ -302,30 +296,43 @@ def _read_csv_columns(
             if row:
                 header = [h.strip() for h in row]
                 break
-        if header is None or all(h == "" for h in header):
+        line = max(rdr.line_num, 1)
+    if header is None or all(h == "" for h in header):
+        raise _format_error(
+            name, 1, None,
+            f"no header: expected a first line naming the columns {','.join(required)}",
+        )
+    for want in required:
+        if want not in header:
             raise _format_error(
-                name, 1, None,
-                f"no header: expected a first line naming the columns {','.join(required)}",
+                name, line, want,
+                f"missing from the header (found: {','.join(header)}; "
+                f"expected at least: {','.join(required)})",
             )
-        for want in required:
-            if want not in header:
-                raise _format_error(
-                    name, rdr.line_num, want,
-                    f"missing from the header (found: {','.join(header)}; "
-                    f"expected at least: {','.join(required)})",
-                )
-        wanted = list(required) + [c for c in optional if c in header]
-        idx = [header.index(c) for c in wanted]
-        width = len(header)
-        cols: List[List[str]] = [[] for _ in wanted]
-        lines: List[int] = []
+    return header, line
+
+
+def _read_csv_columns(
+    name: str, header: List[str], wanted: Sequence[str]
+) -> Tuple[Dict[str, List[str]], List[int]]:
+    """The text of the columns ``wanted`` of a CSV file with ``header`` (see
+    :func:`_read_csv`) and the 1-based line of every data row; a row with another number of
+    fields than the header is an error naming its line."""
+    idx = [header.index(c) for c in wanted]
+    width = len(header)
+    cols: List[List[str]] = [[] for _ in wanted]
+    lines: List[int] = []
+    with open(name, newline="", encoding="utf-8-sig") as f:
+        rdr = csv.reader(f)
+        for row in rdr:  # skip to the header
+            if row:
+                break
         for row in rdr:
             if not row or (len(row) == 1 and row[0].strip() == ""):
                 continue
             if len(row) != width:
                 raise _format_error(
-                    name, rdr.line_num, None,
-                    f"{len(row)} fields, the header has {width}",
+                    name, rdr.line_num, None, f"{len(row)} fields, the header has {width}"
                 )
             lines.append(rdr.line_num)
             for c, j in zip(cols, idx):
@@ -333,37 +340,93 @@ def _read_csv_columns(
     return dict(zip(wanted, cols)), lines
 
 
+def _read_csv_fast(
+    name: str, header: List[str], header_line: int, wanted: Sequence[str], dtype: Any
+) -> Optional[Dict[str, np.ndarray]]:
+    """The columns ``wanted`` parsed by ``np.loadtxt`` (C speed), or ``None`` when the file
+    is not plain (quotes, ragged rows, a value that does not parse or fit), for
+    :func:`_read_csv_columns` to read it again and name the first bad line."""
+    width = len(header)
+    idx = tuple(header.index(c) for c in wanted)
+    wide = np.int64 if np.dtype(dtype).kind in "ui" else np.float64
+    try:
+        with open(name, "rb") as f:
+            data = f.read()
+        if b'"' in data:
+            return None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "input contained no data"
+            table = np.loadtxt(
+                data.decode("utf-8-sig").splitlines(), delimiter=",", skiprows=header_line,
+                usecols=idx, dtype=wide, comments=None, ndmin=2, encoding=None,
+            )
+    except (ValueError, UnicodeDecodeError, OverflowError):
+        return None
+    rows = table.shape[0]
+    body = data.split(b"\n", header_line)[-1] if data.count(b"\n") >= header_line else b""
+    if body.count(b",") != (width - 1) * rows:  # a ragged row or a quoted comma
+        return None
+    out = {}
+    for j, c in enumerate(wanted):
+        col = table[:, j]
+        if wide is np.int64:
+            info = np.iinfo(dtype)
+            if col.size and (col.min() < info.min or col.max() > info.max):
+                return None
+        out[c] = np.ascontiguousarray(col.astype(dtype))
+    return out
+
+
 def _parse_column(
     path: str, column: str, text: List[str], lines: List[int], dtype: Any
 ) -> np.ndarray:
-    """``text`` as an array of ``dtype`` (integers: in range; floats: any decimal), or an
-    ``InvalidInputError`` naming the first bad value's line."""
+    """``text`` as an array of ``dtype`` (integers: in range; floats: any decimal that Python
+    parses), or an ``InvalidInputError`` naming the first bad value's line."""
     dtype = np.dtype(dtype)
-    raw = np.array(text, dtype=str)
+    number = int if dtype.kind in "ui" else float
+
+    def conv(t: str):
+        if "_" in t:  # Python reads 1_000; Rust, and so the CLI, does not
+            raise ValueError(t)
+        return number(t)
+
     try:
-        if dtype.kind in "ui":
-            wide = raw.astype(np.int64) if raw.size else np.zeros(0, np.int64)
-            info = np.iinfo(dtype)
-            bad = np.flatnonzero((wide < info.min) | (wide > info.max))
-            if bad.size:
-                i = int(bad[0])
-                raise _format_error(
-                    path, lines[i], column, f"{text[i]} is out of range for {dtype}"
-                )
-            return wide.astype(dtype)
-        return raw.astype(np.float64).astype(dtype) if raw.size else np.zeros(0, dtype)
-    except (ValueError, OverflowError) as e:
-        if isinstance(e, InvalidInputError):
-            raise
-        conv = int if dtype.kind in "ui" else float
+        wide = np.array([conv(t) for t in text], dtype=np.int64 if number is int else np.float64)
+    except (ValueError, OverflowError):
         for i, t in enumerate(text):
             try:
-                conv(t)
+                np.array(conv(t), dtype=np.int64 if number is int else np.float64)
             except (ValueError, OverflowError):
-                raise _format_error(
-                    path, lines[i], column, f"`{t}` is not a valid {dtype}"
-                ) from None
+                raise _format_error(path, lines[i], column, f"`{t}` is not a valid {dtype}") from None
         raise
+    if number is int:
+        info = np.iinfo(dtype)
+        bad = np.flatnonzero((wide < info.min) | (wide > info.max))
+        if bad.size:
+            i = int(bad[0])
+            raise _format_error(path, lines[i], column, f"{text[i]} is out of range for {dtype}")
+    return wide.astype(dtype)
+
+
+def _read_csv(
+    path: PathLike, required: Sequence[str], optional: Sequence[str], dtype: Any
+) -> Tuple[Dict[str, np.ndarray], Callable[[], List[int]]]:
+    """The columns ``required`` and (those present of) ``optional`` of a CSV file as arrays
+    of ``dtype``, with a function giving the 1-based line of every data row (to name a row
+    that a caller rejects). The CLI's rules (``crates/host/src/csvio.rs``): columns found by
+    header name in any order, other columns ignored, UTF-8 with an optional byte-order mark,
+    fields trimmed, blank lines skipped, every row as many fields as the header, a header
+    with no rows is zero rows, no header is an error; integers in range. Errors are
+    ``InvalidInputError`` naming ``FILE:LINE`` and the column."""
+    name = os.fspath(path)
+    header, header_line = _csv_header(name, required)
+    wanted = list(required) + [c for c in optional if c in header]
+    fast = _read_csv_fast(name, header, header_line, wanted, dtype)
+    if fast is not None:
+        return fast, lambda: _read_csv_columns(name, header, wanted)[1]
+    cols, lines = _read_csv_columns(name, header, wanted)
+    parsed = {c: _parse_column(name, c, cols[c], lines, dtype) for c in wanted}
+    return parsed, lambda: lines
 
 
 _DIGI_MAGIC = b"DKDIGI01"
@@ -391,11 +454,8 @@ def read_digis(path: PathLike) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             )
         arrs = data[12 : 12 + 8 * n].view("<u2").reshape(4, n).astype(np.uint16)
         return arrs[0].copy(), arrs[1].copy(), arrs[2].copy(), arrs[3].copy()
-    cols, lines = _read_csv_columns(name, ("module", "x", "y", "adc"))
-    m, x, y, adc = (
-        _parse_column(name, c, cols[c], lines, np.uint16) for c in ("module", "x", "y", "adc")
-    )
-    return m, x, y, adc
+    cols, _ = _read_csv(name, ("module", "x", "y", "adc"), (), np.uint16)
+    return cols["module"], cols["x"], cols["y"], cols["adc"]
 
 
 def read_spacepoints(
@@ -407,18 +467,19 @@ def read_spacepoints(
     variances finite and non-negative. Errors: ``InvalidInputError`` naming ``FILE:LINE`` and
     the column, ``OSError`` when the file cannot be read."""
     name = os.fspath(path)
-    cols, lines = _read_csv_columns(name, ("x", "y", "z"), ("var_r", "var_z"))
+    cols, lines = _read_csv(name, ("x", "y", "z"), ("var_r", "var_z"), np.float32)
+    n = cols["x"].shape[0]
     out = []
     for c in ("x", "y", "z", "var_r", "var_z"):
-        if c not in cols:
-            out.append(np.zeros(len(lines), dtype=np.float32))
+        v = cols.get(c)
+        if v is None:
+            out.append(np.zeros(n, dtype=np.float32))
             continue
-        v = _parse_column(name, c, cols[c], lines, np.float32)
         bad = ~np.isfinite(v) if c in "xyz" else ~(np.isfinite(v) & (v >= 0))
         if bad.any():
             i = int(np.argmax(bad))
             what = "a finite coordinate" if c in "xyz" else "a variance (finite, >= 0)"
-            raise _format_error(name, lines[i], c, f"{cols[c][i]} is not {what}")
+            raise _format_error(name, lines()[i], c, f"{v[i]} is not {what}")
         out.append(v)
     return out[0], out[1], out[2], out[3], out[4]
 
