@@ -281,3 +281,19 @@ def test_map_files_argument_errors(client, files):
     with pytest.raises(TypeError, match="callable"):
         dd.map_files("cluster_file", files["digis"], client=client)
     assert dd.map_files(dd.cluster_file, [], client=client) == []
+
+
+def test_map_files_without_distributed_says_how_to_install(monkeypatch, files):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # `import distributed` fails
+    with pytest.raises(ImportError, match=r"detkit\[dask\]"):
+        dd.map_files(dd.cluster_file, files["digis"])
+
+
+@needs_distributed
+def test_map_files_without_a_client_is_a_value_error(monkeypatch, files):
+    def no_client():
+        raise ValueError("No clients found")
+
+    monkeypatch.setattr(distributed, "default_client", no_client)
+    with pytest.raises(ValueError, match="no Dask client"):
+        dd.map_files(dd.cluster_file, files["digis"])
