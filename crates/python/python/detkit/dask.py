@@ -35,6 +35,7 @@ GPU workers: start one worker process per GPU with ``CUDA_VISIBLE_DEVICES`` set 
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import os
 import re
@@ -268,7 +269,7 @@ def _future_failure(path: str, future: Any) -> FileFailure:
     """The :class:`FileFailure` of a task that Dask reports as failed or cancelled."""
     try:
         exc = future.exception()
-    except BaseException as e:  # cancelled: the exception is the cancellation
+    except (Exception, asyncio.CancelledError) as e:  # cancelled: the cancellation itself
         exc = e
     if exc is None:
         return FileFailure(path, "TaskError", f"task ended in state {future.status!r}")
