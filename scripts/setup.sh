@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for detkit: the pinned nightly (from rust-toolchain.toml, with the
 # components the kernels need), `ptxas` from PyPI in a private venv (.tools/ptxas-venv), and a
-# venv with numpy and pytest for the Python package's tests (.tools/py-venv),
+# venv with numpy, pytest and Dask `distributed` for the Python package's tests (.tools/py-venv),
 # without touching the system Python. Idempotent. Needs rustup and python3; no CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +17,9 @@ if [[ "${DETKIT_SKIP_PTXAS:-0}" != 1 ]] && ! ls .tools/ptxas-venv/lib/python3*/s
   python3 -m venv .tools/ptxas-venv
   .tools/ptxas-venv/bin/python -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvcc-cu12>=12.4,<13'
 fi
-if [[ "${DETKIT_SKIP_PYTHON:-0}" != 1 ]] && ! .tools/py-venv/bin/python -c "import numpy, pytest" >/dev/null 2>&1; then
-  echo "== creating .tools/py-venv (numpy, pytest) for the Python package's tests"
+if [[ "${DETKIT_SKIP_PYTHON:-0}" != 1 ]] && ! .tools/py-venv/bin/python -c "import numpy, pytest, distributed" >/dev/null 2>&1; then
+  echo "== creating .tools/py-venv (numpy, pytest, distributed) for the Python package's tests"
   python3 -m venv .tools/py-venv
-  .tools/py-venv/bin/python -m pip install --quiet --disable-pip-version-check 'numpy>=1.21' 'pytest>=7'
+  .tools/py-venv/bin/python -m pip install --quiet --disable-pip-version-check 'numpy>=1.21' 'pytest>=7' 'distributed>=2024.1'
 fi
 echo "== setup done"
