@@ -13,13 +13,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use detkit::clustering::{self as cl, gen, ChargeCut, Geometry};
 use detkit::Backend;
 
 use crate::demo::{timed, Row};
-use crate::output::{check_outputs, AtomicFile};
+use crate::output::{check_outputs, AtomicFile, OutputSet};
 use crate::ui::Ui;
 use crate::BackendChoice;
 
@@ -64,17 +64,22 @@ pub(crate) struct ClusterArgs {
     #[arg(long, value_enum, default_value_t = GeometryName::Phase1)]
     geometry: GeometryName,
     /// Digis: CSV with header `module,x,y,adc` (module 65534 = invalid digi; one module's
-    /// digis consecutive), or binary `DKDIGI01` (detected by its magic).
-    #[arg(long, required = true, value_name = "FILE")]
-    input: Option<PathBuf>,
+    /// digis consecutive), or binary `DKDIGI01` (detected by its magic). Repeat for several
+    /// events, each with its own `--output` (same order).
+    #[arg(long = "input", required = true, value_name = "FILE")]
+    inputs: Vec<PathBuf>,
     /// Clusters: CSV `module,x,y,adc,cluster` (the input rows in input order; cluster = index
     /// within the module, -1 = invalid, duplicate or cut), or binary `DKCLUS01` i32 indices if
-    /// the name ends in `.bin`.
-    #[arg(long, required = true, value_name = "FILE")]
-    output: Option<PathBuf>,
+    /// the name ends in `.bin`. One per `--input`.
+    #[arg(long = "output", required = true, value_name = "FILE")]
+    outputs: Vec<PathBuf>,
     /// Which implementation runs the kernels.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
+    /// Spread the input files over these GPUs (`all` or ordinals such as `0,1`; CUDA only);
+    /// outputs are the same as on one device.
+    #[arg(long, value_name = "all|0,1")]
+    devices: Option<String>,
     /// Minimum cluster charge for every module, in electrons (the unit of the `adc` column);
     /// default: the geometry's CMS cut (Phase-1: 2000 on layer 1, 4000 elsewhere); 0 keeps
     /// every cluster.
@@ -126,27 +131,64 @@ fn read_digis(path: &Path) -> Result<(cl::Digis, Option<Vec<u64>>)> {
 }
 
 fn cluster(ui: &Ui, a: ClusterArgs) -> Result<()> {
-    let (input, output) = (
-        a.input.expect("required by clap"),
-        a.output.expect("required by clap"),
-    );
-    check_outputs(&[&output], &[&input])?;
+    if a.inputs.len() != a.outputs.len() {
+        bail!(
+            "{} --input but {} --output: give one output per input, in the same order",
+            a.inputs.len(),
+            a.outputs.len()
+        );
+    }
+    let outs: Vec<&Path> = a.outputs.iter().map(|p| p.as_path()).collect();
+    let ins: Vec<&Path> = a.inputs.iter().map(|p| p.as_path()).collect();
+    check_outputs(&outs, &ins)?;
     let geometry = a.geometry.geometry();
-    let backend = a.backend.open(ui)?;
-    let start = Instant::now();
-    let (digis, lines) = read_digis(&input)?;
     let cut = a
         .charge_cut
         .map_or(geometry.default_cut, ChargeCut::uniform);
-    let spin = ui.spinner(&format!("clustering {} digis", digis.len()));
+    let pool = crate::open_pool(a.backend, a.devices.as_deref(), ui)?;
+    let start = Instant::now();
+    let spin = ui.spinner(&format!(
+        "clustering {} file(s) on {} device(s)",
+        ins.len(),
+        pool.len()
+    ));
+    let jobs: Vec<(&Path, &Path)> = ins.iter().copied().zip(outs.iter().copied()).collect();
+    let done = pool.map(jobs, |backend, (input, output)| {
+        cluster_file(ui, backend, &geometry, cut, input, output)
+    })?;
+    drop(spin);
+    let mut files = OutputSet::default();
+    let mut digis = 0;
+    for (f, n) in done {
+        files.push(f);
+        digis += n;
+    }
+    // Every output is renamed into place only after all were written.
+    files.commit()?;
+    ui.summary("cluster", digis, "digis", start);
+    Ok(())
+}
+
+/// Clusters one input file into a written, not yet committed, output; returns it and the
+/// number of digis.
+fn cluster_file(
+    ui: &Ui,
+    backend: &Backend,
+    geometry: &Geometry,
+    cut: ChargeCut,
+    input: &Path,
+    output: &Path,
+) -> Result<(AtomicFile, u64)> {
+    let (digis, lines) = read_digis(input)?;
     let clus = if digis.is_empty() {
         Vec::new()
     } else {
         let clusters = backend
-            .cluster(&digis, &geometry, Some(cut))
-            .map_err(|e| crate::locate(e, &input, lines.as_deref()))?;
+            .cluster(&digis, geometry, Some(cut))
+            .map_err(|e| crate::locate(e, input, lines.as_deref()))?;
         ui.verbose(format!(
-            "{} modules, {} clusters (charge cut {} / {} e-), {} modules over the fast path's capacity",
+            "{}: {} modules, {} clusters (charge cut {} / {} e-), {} modules over the fast path's capacity",
+            input.display(),
             clusters.module_first.iter().filter(|&&f| f != u32::MAX).count(),
             clusters.total(),
             cut.layer1,
@@ -155,16 +197,13 @@ fn cluster(ui: &Ui, a: ClusterArgs) -> Result<()> {
         ));
         clusters.clus
     };
-    drop(spin);
-    let mut f = AtomicFile::create(&output)?;
-    if is_bin(&output) {
+    let mut f = AtomicFile::create(output)?;
+    if is_bin(output) {
         cl::write_binary_clusters(&mut f, &clus)?;
     } else {
         cl::write_csv(&mut f, &digis, &clus)?;
     }
-    f.commit()?;
-    ui.summary("cluster", digis.len() as u64, "digis", start);
-    Ok(())
+    Ok((f, digis.len() as u64))
 }
 
 fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {

@@ -84,6 +84,31 @@ impl BackendChoice {
     }
 }
 
+/// The devices a command runs on: the pool of `--devices` (CUDA only), or the one backend
+/// of `--backend`.
+pub fn open_pool(
+    choice: BackendChoice,
+    devices: Option<&str>,
+    ui: &ui::Ui,
+) -> Result<detkit::pool::DevicePool> {
+    match devices {
+        None => Ok(detkit::pool::DevicePool::from_backends(vec![
+            choice.open(ui)?
+        ])?),
+        Some(d) => {
+            if choice == BackendChoice::Cpu {
+                anyhow::bail!("--devices needs the CUDA backend (not --backend cpu)");
+            }
+            let list: detkit::pool::Devices = d.parse().context("--devices")?;
+            let pool = detkit::pool::DevicePool::cuda(&list).context("--devices")?;
+            for b in pool.backends() {
+                ui.verbose(b.description());
+            }
+            Ok(pool)
+        }
+    }
+}
+
 /// Places an error that names an input element by index (`detkit::Error::InvalidItem`) at
 /// its `FILE:LINE`, using the line of every element from the reader (`None`: a binary input,
 /// where the element index is the position).

@@ -147,6 +147,11 @@ impl OutputSet {
         Ok(self.files.len() - 1)
     }
 
+    /// Adds a file already written (committed with the others).
+    pub fn push(&mut self, file: AtomicFile) {
+        self.files.push(file);
+    }
+
     /// File `i`.
     pub fn get(&mut self, i: usize) -> &mut AtomicFile {
         &mut self.files[i]

@@ -875,3 +875,77 @@ fn demo_counts_its_rows_and_explains_its_columns() {
         assert!(r.contains("/s"), "{r}");
     }
 }
+
+#[test]
+fn several_inputs_give_the_outputs_of_single_runs_and_devices_are_checked() {
+    let d = Dir::new();
+    let a = d.write(
+        "a.csv",
+        "module,x,y,adc\n5,1,1,5000\n5,1,2,5000\n5,9,9,5000\n",
+    );
+    let b = d.write("b.csv", "module,x,y,adc\n7,3,3,9000\n7,4,4,9000\n");
+    for (inp, out) in [(&a, "a1.csv"), (&b, "b1.csv")] {
+        detkit()
+            .args([
+                "-q",
+                "cluster",
+                "--backend",
+                "cpu",
+                "--input",
+                s(inp),
+                "--output",
+            ])
+            .arg(d.path(out))
+            .assert()
+            .success();
+    }
+    detkit()
+        .args(["-q", "cluster", "--backend", "cpu"])
+        .args(["--input", s(&a), "--output", s(&d.path("a2.csv"))])
+        .args(["--input", s(&b), "--output", s(&d.path("b2.csv"))])
+        .assert()
+        .success();
+    for (one, many) in [("a1.csv", "a2.csv"), ("b1.csv", "b2.csv")] {
+        let x = std::fs::read(d.path(one)).unwrap();
+        assert!(!x.is_empty());
+        assert_eq!(x, std::fs::read(d.path(many)).unwrap(), "{many}");
+    }
+    // One output too few: refused before any work, nothing written.
+    detkit()
+        .args([
+            "cluster",
+            "--backend",
+            "cpu",
+            "--input",
+            s(&a),
+            "--input",
+            s(&b),
+        ])
+        .args(["--output", s(&d.path("c.csv"))])
+        .assert()
+        .failure()
+        .stderr(contains("2 --input but 1 --output"));
+    assert!(!d.path("c.csv").exists());
+    // --devices wants CUDA, and a list of ordinals.
+    detkit()
+        .args([
+            "cluster",
+            "--backend",
+            "cpu",
+            "--devices",
+            "all",
+            "--input",
+            s(&a),
+        ])
+        .args(["--output", s(&d.path("c.csv"))])
+        .assert()
+        .failure()
+        .stderr(contains("--devices needs the CUDA backend"));
+    detkit()
+        .args(["cluster", "--devices", "0,x", "--input", s(&a)])
+        .args(["--output", s(&d.path("c.csv"))])
+        .assert()
+        .failure()
+        .stderr(contains("`x` is not a device ordinal"));
+    assert!(!d.path("c.csv").exists());
+}

@@ -27,6 +27,18 @@ pub fn driver_present() -> bool {
     unsafe { sys::is_culib_present() }
 }
 
+/// Number of CUDA devices the driver reports (an error when no driver can be loaded).
+pub fn device_count() -> Result<usize> {
+    if !driver_present() {
+        return Err(crate::error::invalid(
+            "devices",
+            "no CUDA driver on this machine",
+        ));
+    }
+    let n = CudaContext::device_count().ctx("counting CUDA devices")?;
+    Ok(n.max(0) as usize)
+}
+
 /// A CUDA device with its stream and the detkit kernels.
 pub struct GpuContext {
     ctx: Arc<CudaContext>,

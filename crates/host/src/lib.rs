@@ -41,6 +41,7 @@ pub mod cuda;
 pub mod error;
 pub mod histogram;
 pub mod pet;
+pub mod pool;
 pub mod ptx;
 pub mod rng;
 pub mod scan;

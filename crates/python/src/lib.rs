@@ -434,6 +434,15 @@ fn record_sizes() -> (usize, usize, usize) {
     )
 }
 
+/// Number of CUDA devices (0 when no CUDA driver can be loaded).
+#[pyfunction]
+fn device_count() -> PyResult<usize> {
+    if !detkit::driver_present() {
+        return Ok(0);
+    }
+    detkit::cuda::device_count().map_err(err)
+}
+
 #[pymodule]
 fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Backend>()?;
@@ -444,5 +453,6 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_seeding_event, m)?)?;
     m.add_function(wrap_pyfunction!(generate_pet_acquisition, m)?)?;
     m.add_function(wrap_pyfunction!(record_sizes, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
     Ok(())
 }

@@ -135,3 +135,38 @@ def test_seeding_equals_cpu_and_settings_are_checked(b, cpu):
         b.seed(x, y, bad)
     empty = np.zeros(0, dtype=np.float32)
     assert b.seed(empty, empty, empty)[0].shape == (0, 3)
+
+
+def test_device_pool_map_keeps_input_order_and_matches_one_device(b):
+    # A pool of CPU backends here (CUDA devices when DETKIT_BACKEND=cuda and devices exist).
+    kind = b.kind
+    pool = detkit.Backend(kind, devices=2 if kind == "cpu" else "all")
+    assert pool.devices >= 1
+    events = [detkit.generate.cluster_event(seed=s) for s in range(1, 7)]
+
+    def sizes(backend, ev):
+        clus, per_module = backend.cluster(*ev)
+        return int(per_module.sum()), clus
+
+    got = pool.map(sizes, events)
+    want = [sizes(b, ev) for ev in events]
+    assert [g[0] for g in got] == [w[0] for w in want]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g[1], w[1])
+    # Failures: the lowest failed index is raised.
+    def boom(backend, i):
+        if i in (3, 5):
+            raise ValueError(f"item {i}")
+        return i
+
+    with pytest.raises(ValueError, match="item 3"):
+        pool.map(boom, range(8))
+
+
+def test_device_lists_are_checked():
+    with pytest.raises(detkit.InvalidInputError, match="listed twice"):
+        detkit.Backend("cpu", devices=[0, 0])
+    with pytest.raises(detkit.InvalidInputError, match="expected 'all'"):
+        detkit.Backend("cpu", devices="0,x")
+    with pytest.raises(detkit.InvalidInputError, match="empty"):
+        detkit.Backend("cpu", devices=[])

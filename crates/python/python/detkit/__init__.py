@@ -90,12 +90,98 @@ def _dtype_name(dtype) -> str:
     return {SINGLE_DTYPE: "SINGLE_DTYPE", COINCIDENCE_DTYPE: "COINCIDENCE_DTYPE"}.get(dtype, str(dtype))
 
 
+def _device_list(kind: str, devices) -> list:
+    """The ordinals of ``devices``: ``"all"``, ``"0,1"``, an int count for ``"cpu"``, or a
+    sequence of ordinals."""
+    if isinstance(devices, str):
+        if devices.strip().lower() == "all":
+            if kind == "cpu":
+                return list(range(os.cpu_count() or 1))
+            n = _detkit.device_count()
+            if n == 0:
+                raise InvalidInputError("devices='all': the CUDA driver reports no device")
+            return list(range(n))
+        try:
+            devices = [int(p) for p in devices.split(",")]
+        except ValueError:
+            raise InvalidInputError(f"devices={devices!r}: expected 'all' or ordinals such as '0,1'") from None
+    elif isinstance(devices, int):
+        devices = list(range(devices))
+    devices = [int(d) for d in devices]
+    if not devices:
+        raise InvalidInputError("devices: empty list")
+    if len(set(devices)) != len(devices):
+        raise InvalidInputError(f"devices={devices!r}: a device is listed twice")
+    return devices
+
+
 class Backend:
     """Where detkit runs: ``"auto"`` (CUDA when a driver and a device are present, else the
-    CPU), ``"cpu"`` or ``"cuda"``; ``device`` is the CUDA device ordinal."""
+    CPU), ``"cpu"`` or ``"cuda"``; ``device`` is the CUDA device ordinal.
 
-    def __init__(self, kind: str = "auto", device: int = 0) -> None:
-        self._b = _detkit.Backend(kind, device)
+    ``devices`` makes a pool of several GPUs (``"all"``, ``"0,1"`` or ``[0, 1]``; with
+    ``"cpu"``, the number of CPU backends): :meth:`map` spreads work over them, one host
+    thread per device, results in input order; the other methods run on the first device.
+    """
+
+    def __init__(self, kind: str = "auto", device: int = 0, devices=None) -> None:
+        if devices is None:
+            self._b = _detkit.Backend(kind, device)
+            self._members = [self]
+            return
+        ordinals = _device_list(kind, devices)
+        member_kind = "cpu" if kind == "cpu" else "cuda"
+        self._members = []
+        for d in ordinals:
+            m = Backend.__new__(Backend)
+            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d)
+            m._members = [m]
+            self._members.append(m)
+        self._b = self._members[0]._b
+
+    @property
+    def devices(self) -> int:
+        """Number of devices (backends) :meth:`map` spreads work over."""
+        return len(self._members)
+
+    def map(self, fn, items) -> list:
+        """``[fn(backend, item) for item in items]`` with the items spread over the pool's
+        devices (one thread each; detkit releases the GIL while it computes, so the devices
+        work at the same time). Results are in input order. The first failure (lowest index
+        among those run) is raised after the running items finish; no new items start."""
+        items = list(items)
+        if len(self._members) == 1:
+            return [fn(self._members[0], x) for x in items]
+        import threading
+
+        results = [None] * len(items)
+        errors = [None] * len(items)
+        lock = threading.Lock()
+        stop = threading.Event()
+        order = iter(range(len(items)))
+
+        def work(member):
+            while not stop.is_set():
+                with lock:
+                    i = next(order, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = fn(member, items[i])
+                except BaseException as e:  # re-raised in the caller's thread below
+                    errors[i] = e
+                    stop.set()
+                    return
+
+        threads = [threading.Thread(target=work, args=(m,), daemon=True) for m in self._members]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for e in errors:
+            if e is not None:
+                raise e
+        return results
 
     @property
     def kind(self) -> str:

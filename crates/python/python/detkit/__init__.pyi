@@ -1,5 +1,5 @@
 from os import PathLike
-from typing import Optional, Tuple, Union
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -9,12 +9,23 @@ COINCIDENCE_DTYPE: np.dtype
 FRAME_DTYPE: np.dtype
 POLICIES: Tuple[str, ...]
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
 class InvalidInputError(ValueError): ...
 class CapacityError(ValueError): ...
 class CudaError(RuntimeError): ...
 
 class Backend:
-    def __init__(self, kind: str = "auto", device: int = 0) -> None: ...
+    def __init__(
+        self,
+        kind: str = "auto",
+        device: int = 0,
+        devices: Union[None, str, int, Sequence[int]] = None,
+    ) -> None: ...
+    @property
+    def devices(self) -> int: ...
+    def map(self, fn: Callable[["Backend", _T], _R], items: Iterable[_T]) -> List[_R]: ...
     @property
     def kind(self) -> str: ...
     @property
