@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use detkit::clustering::{self as cl, gen, ChargeCut, Geometry};
 use detkit::Backend;
@@ -132,11 +132,11 @@ fn read_digis(path: &Path) -> Result<(cl::Digis, Option<Vec<u64>>)> {
 
 fn cluster(ui: &Ui, a: ClusterArgs) -> Result<()> {
     if a.inputs.len() != a.outputs.len() {
-        bail!(
+        crate::usage_error(format!(
             "{} --input but {} --output: give one output per input, in the same order",
             a.inputs.len(),
             a.outputs.len()
-        );
+        ));
     }
     let outs: Vec<&Path> = a.outputs.iter().map(|p| p.as_path()).collect();
     let ins: Vec<&Path> = a.inputs.iter().map(|p| p.as_path()).collect();

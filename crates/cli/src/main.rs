@@ -84,6 +84,14 @@ impl BackendChoice {
     }
 }
 
+/// Exits with a usage error (status 2, clap's format), as clap does for its own checks.
+pub fn usage_error(msg: impl std::fmt::Display) -> ! {
+    use clap::CommandFactory;
+    Cli::command()
+        .error(clap::error::ErrorKind::ArgumentConflict, msg)
+        .exit()
+}
+
 /// The devices a command runs on: the pool of `--devices` (CUDA only), or the one backend
 /// of `--backend`.
 pub fn open_pool(
@@ -97,7 +105,7 @@ pub fn open_pool(
         ])?),
         Some(d) => {
             if choice == BackendChoice::Cpu {
-                anyhow::bail!("--devices needs the CUDA backend (not --backend cpu)");
+                usage_error("--devices needs the CUDA backend (not --backend cpu)");
             }
             let list: detkit::pool::Devices = d.parse().context("--devices")?;
             let pool = detkit::pool::DevicePool::cuda(&list).context("--devices")?;

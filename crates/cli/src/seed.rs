@@ -11,7 +11,7 @@
 //! - `--config`: TOML `key = value` over traccc's defaults (keys: the fields of
 //!   `detkit::seeding::SeedingSettings`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -20,7 +20,7 @@ use detkit::seeding::{gen, io, SeedingSettings};
 use detkit::Backend;
 
 use crate::demo::{timed, Row};
-use crate::output::{check_outputs, OutputSet};
+use crate::output::{check_outputs, AtomicFile, OutputSet};
 use crate::ui::Ui;
 use crate::BackendChoice;
 
@@ -44,14 +44,16 @@ pub(crate) enum SeedSub {
 #[derive(Args, Debug)]
 pub(crate) struct SeedArgs {
     /// Spacepoints: CSV with columns `x,y,z` (mm, global frame), extra columns ignored.
-    #[arg(long, required = true, value_name = "FILE")]
-    input: Option<PathBuf>,
+    /// Repeat for several events, each with its own `--output` (same order).
+    #[arg(long = "input", required = true, value_name = "FILE")]
+    inputs: Vec<PathBuf>,
     /// Seeds: CSV `bottom,middle,top,weight,z_vertex` (indices: 0-based data rows of the
     /// input; z_vertex in mm).
-    #[arg(long, required = true, value_name = "FILE")]
-    output: Option<PathBuf>,
+    /// One per `--input`.
+    #[arg(long = "output", required = true, value_name = "FILE")]
+    outputs: Vec<PathBuf>,
     /// Also write track parameters per seed: CSV `seed,loc0,loc1,phi,theta,qop` (mm, mm,
-    /// rad, rad, e/GeV) at the bottom spacepoint.
+    /// rad, rad, e/GeV) at the bottom spacepoint (with one `--input` only).
     #[arg(long, value_name = "FILE")]
     params: Option<PathBuf>,
     /// Seeding settings: TOML `key = number` lines over traccc's defaults (e.g. `min_pt =
@@ -61,6 +63,9 @@ pub(crate) struct SeedArgs {
     /// Which implementation runs the kernels.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
+    /// Spread the input files over these GPUs (`all` or ordinals such as `0,1`; CUDA only).
+    #[arg(long, value_name = "all|0,1")]
+    devices: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -98,13 +103,19 @@ pub fn run(ui: &Ui, c: SeedCmd) -> Result<()> {
 }
 
 fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
-    let (input, output) = (
-        a.input.expect("required by clap"),
-        a.output.expect("required by clap"),
-    );
-    let mut outs = vec![output.as_path()];
+    if a.inputs.len() != a.outputs.len() {
+        crate::usage_error(format!(
+            "{} --input but {} --output: give one output per input, in the same order",
+            a.inputs.len(),
+            a.outputs.len()
+        ));
+    }
+    if a.params.is_some() && a.inputs.len() > 1 {
+        crate::usage_error("--params needs a single --input");
+    }
+    let mut outs: Vec<&Path> = a.outputs.iter().map(|p| p.as_path()).collect();
     outs.extend(a.params.as_deref());
-    let mut ins = vec![input.as_path()];
+    let mut ins: Vec<&Path> = a.inputs.iter().map(|p| p.as_path()).collect();
     ins.extend(a.config.as_deref());
     check_outputs(&outs, &ins)?;
     let settings = match &a.config {
@@ -116,41 +127,75 @@ fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
         None => SeedingSettings::default(),
     };
     let cfg = settings.to_config()?;
-    let backend = a.backend.open(ui)?;
+    let pool = crate::open_pool(a.backend, a.devices.as_deref(), ui)?;
     let start = Instant::now();
-    let file = std::fs::File::open(&input)
-        .with_context(|| format!("cannot open `{}`", input.display()))?;
+    let spin = ui.spinner(&format!(
+        "seeding {} file(s) on {} device(s)",
+        a.inputs.len(),
+        pool.len()
+    ));
+    let jobs: Vec<usize> = (0..a.inputs.len()).collect();
+    let done = pool.map(jobs, |backend, j| {
+        let params = if j == 0 { a.params.as_deref() } else { None };
+        seed_file(ui, backend, &cfg, &a.inputs[j], &a.outputs[j], params)
+    })?;
+    drop(spin);
+    let mut files = OutputSet::default();
+    let (mut nsps, mut nseeds) = (0, 0);
+    for (set, sps, seeds) in done {
+        for f in set {
+            files.push(f);
+        }
+        nsps += sps;
+        nseeds += seeds;
+    }
+    // Every output is renamed into place only after all were written.
+    files.commit()?;
+    ui.summary(&format!("seed: {nseeds} seeds"), nsps, "spacepoints", start);
+    Ok(())
+}
+
+/// Seeds one spacepoint file into written, not yet committed, outputs; returns them and the
+/// numbers of spacepoints and seeds.
+fn seed_file(
+    ui: &Ui,
+    backend: &Backend,
+    cfg: &detkit::seeding::SeedingConfig,
+    input: &Path,
+    output: &Path,
+    params_path: Option<&Path>,
+) -> Result<(Vec<AtomicFile>, u64, u64)> {
+    let file =
+        std::fs::File::open(input).with_context(|| format!("cannot open `{}`", input.display()))?;
     let (sps, lines) = detkit::seeding::read_csv_with_lines(
         std::io::BufReader::new(file),
         &input.display().to_string(),
     )?;
-    let spin = ui.spinner(&format!("seeding {} spacepoints", sps.len()));
     // Zero spacepoints (a header-only file) give zero seeds.
     let out = if sps.is_empty() {
         None
     } else {
         Some(
             backend
-                .seed(&sps, &cfg)
-                .map_err(|e| crate::locate(e, &input, Some(&lines)))?,
+                .seed(&sps, cfg)
+                .map_err(|e| crate::locate(e, input, Some(&lines)))?,
         )
     };
-    drop(spin);
-    let mut files = OutputSet::default();
-    let seeds_file = files.add(&output)?;
     let (seeds, params) = out
         .as_ref()
         .map_or((&[][..], &[][..]), |o| (&o.seeds[..], &o.params[..]));
-    io::write_seeds_csv(files.get(seeds_file), seeds)?;
-    if let Some(path) = &a.params {
-        let i = files.add(path)?;
-        io::write_params_csv(files.get(i), params)?;
+    let mut files = vec![AtomicFile::create(output)?];
+    io::write_seeds_csv(&mut files[0], seeds)?;
+    if let Some(path) = params_path {
+        let mut f = AtomicFile::create(path)?;
+        io::write_params_csv(&mut f, params)?;
+        files.push(f);
     }
-    files.commit()?;
     if let Some(out) = &out {
         ui.verbose(format!(
-            "{} spacepoints ({} invalid, dropped), {} middle-bottom and {} middle-top doublets, \
-         {} triplets, {} seeds",
+            "{}: {} spacepoints ({} invalid, dropped), {} middle-bottom and {} middle-top \
+             doublets, {} triplets, {} seeds",
+            input.display(),
             out.stats.spacepoints,
             out.stats.invalid,
             out.stats.mid_bot,
@@ -159,13 +204,7 @@ fn seed(ui: &Ui, a: SeedArgs) -> Result<()> {
             out.stats.seeds,
         ));
     }
-    ui.summary(
-        &format!("seed: {} seeds", seeds.len()),
-        sps.len() as u64,
-        "spacepoints",
-        start,
-    );
-    Ok(())
+    Ok((files, sps.len() as u64, seeds.len() as u64))
 }
 
 fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {

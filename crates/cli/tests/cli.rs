@@ -397,7 +397,14 @@ fn version_equals_syntax_and_usage_errors() {
         detkit().args(args).assert().code(2);
     }
     assert!(!Path::new("x").exists());
-    // A repeated single-valued flag is an error, not "last one wins".
+    // A repeated single-valued flag is an error, not "last one wins"; --input repeats only
+    // with as many --output.
+    detkit()
+        .args(["pet", "sort", "--input", s(&digis), "--input", s(&digis)])
+        .args(["--output", s(&out)])
+        .assert()
+        .code(2)
+        .stderr(contains("cannot be used multiple times"));
     detkit()
         .args([
             "cluster",
@@ -410,7 +417,7 @@ fn version_equals_syntax_and_usage_errors() {
         ])
         .assert()
         .code(2)
-        .stderr(contains("cannot be used multiple times"));
+        .stderr(contains("2 --input but 1 --output"));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -923,7 +930,7 @@ fn several_inputs_give_the_outputs_of_single_runs_and_devices_are_checked() {
         ])
         .args(["--output", s(&d.path("c.csv"))])
         .assert()
-        .failure()
+        .code(2)
         .stderr(contains("2 --input but 1 --output"));
     assert!(!d.path("c.csv").exists());
     // --devices wants CUDA, and a list of ordinals.
@@ -939,7 +946,7 @@ fn several_inputs_give_the_outputs_of_single_runs_and_devices_are_checked() {
         ])
         .args(["--output", s(&d.path("c.csv"))])
         .assert()
-        .failure()
+        .code(2)
         .stderr(contains("--devices needs the CUDA backend"));
     detkit()
         .args(["cluster", "--devices", "0,x", "--input", s(&a)])
@@ -948,4 +955,67 @@ fn several_inputs_give_the_outputs_of_single_runs_and_devices_are_checked() {
         .failure()
         .stderr(contains("`x` is not a device ordinal"));
     assert!(!d.path("c.csv").exists());
+}
+
+#[test]
+fn seed_takes_several_inputs_like_single_runs() {
+    let d = Dir::new();
+    for k in ["1", "2"] {
+        detkit()
+            .args([
+                "-q", "seed", "generate", "--mu", "5", "--seed", k, "--output",
+            ])
+            .arg(d.path(&format!("sp{k}.csv")))
+            .assert()
+            .success();
+        detkit()
+            .args(["-q", "seed", "--backend", "cpu", "--input"])
+            .arg(d.path(&format!("sp{k}.csv")))
+            .arg("--output")
+            .arg(d.path(&format!("one{k}.csv")))
+            .assert()
+            .success();
+    }
+    detkit()
+        .args(["-q", "seed", "--backend", "cpu"])
+        .args([
+            "--input",
+            s(&d.path("sp1.csv")),
+            "--output",
+            s(&d.path("many1.csv")),
+        ])
+        .args([
+            "--input",
+            s(&d.path("sp2.csv")),
+            "--output",
+            s(&d.path("many2.csv")),
+        ])
+        .assert()
+        .success();
+    for k in ["1", "2"] {
+        let one = std::fs::read_to_string(d.path(&format!("one{k}.csv"))).unwrap();
+        assert!(one.lines().count() > 1, "event {k} has seeds");
+        assert_eq!(
+            one,
+            std::fs::read_to_string(d.path(&format!("many{k}.csv"))).unwrap()
+        );
+    }
+    detkit()
+        .args(["seed", "--backend", "cpu", "--params", s(&d.path("p.csv"))])
+        .args([
+            "--input",
+            s(&d.path("sp1.csv")),
+            "--output",
+            s(&d.path("x1.csv")),
+        ])
+        .args([
+            "--input",
+            s(&d.path("sp2.csv")),
+            "--output",
+            s(&d.path("x2.csv")),
+        ])
+        .assert()
+        .code(2)
+        .stderr(contains("--params needs a single --input"));
+    assert!(!d.path("x1.csv").exists() && !d.path("p.csv").exists());
 }

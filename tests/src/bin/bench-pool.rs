@@ -113,7 +113,10 @@ fn main() -> Result<()> {
         t1 / t2
     );
     out += &format!("clustering,1,{CLUSTER_ITEMS},{ev},{t1:.6},{:.1}\n", ev / t1);
-    out += &format!("clustering,0+0,{CLUSTER_ITEMS},{ev},{t2:.6},{:.1}\n", ev / t2);
+    out += &format!(
+        "clustering,0+0,{CLUSTER_ITEMS},{ev},{t2:.6},{:.1}\n",
+        ev / t2
+    );
     out += &format!(
         "clustering,{},{CLUSTER_ITEMS},{ev},{tn:.6},{:.1}\n",
         all.len(),
@@ -179,7 +182,10 @@ fn main() -> Result<()> {
         ev / dn,
         d1 / dn
     );
-    out += &format!("clustering-resident,1,{RESIDENT_ITEMS},{ev},{d1:.6},{:.1}\n", ev / d1);
+    out += &format!(
+        "clustering-resident,1,{RESIDENT_ITEMS},{ev},{d1:.6},{:.1}\n",
+        ev / d1
+    );
     out += &format!(
         "clustering-resident,{},{RESIDENT_ITEMS},{ev},{dn:.6},{:.1}\n",
         all.len(),
