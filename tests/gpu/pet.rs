@@ -138,7 +138,33 @@ fn test_convert(c: &Ctx) -> R {
 fn sort_inputs(c: &Ctx, n: usize) -> Vec<(&'static str, Vec<Single>)> {
     let r = c.rand(20, n, 1 << 30);
     let few = c.rand(21, n, 5);
+    // Signs, both zeros (equal: input order kept), extremes and subnormals: every corner of
+    // the order-preserving key of the radix path.
+    const ODD: [f64; 10] = [
+        -0.0,
+        0.0,
+        -1e-300,
+        1e300,
+        -2.5,
+        3.25,
+        f64::MIN_POSITIVE,
+        -f64::MAX,
+        f64::MAX,
+        5e-324,
+    ];
+    let odd = c.rand(22, n, ODD.len() as u32);
     vec![
+        (
+            "signs-zeros-extremes",
+            odd.iter()
+                .enumerate()
+                .map(|(i, &k)| Single {
+                    crystal: i as u32,
+                    energy: 4.0,
+                    time: ODD[k as usize],
+                })
+                .collect(),
+        ),
         (
             "random",
             r.iter()
@@ -202,8 +228,24 @@ fn test_sort(c: &Ctx) -> R {
             let in_b = g.pet_sort_device(&mut a, &mut b, 0, n).map_err(e)?;
             let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
             exact(
-                &format!("sort {label} n={n}"),
+                &format!("merge sort {label} n={n}"),
                 &singles(&got[..2 * n]),
+                &want,
+            )?;
+            // The radix path, from a fresh copy, at an offset inside larger buffers.
+            let off = 3;
+            let mut a2 = g.poisoned(2 * (n + off) + 2, POISON).map_err(e)?;
+            g.stream()
+                .memcpy_htod(words, &mut a2.slice_mut(2 * off..2 * (off + n)))
+                .map_err(|x| x.to_string())?;
+            let mut b2 = g.poisoned(a2.len(), POISON).map_err(e)?;
+            let in_b = g
+                .pet_sort_radix_device(&mut a2, &mut b2, off, n)
+                .map_err(e)?;
+            let got = g.download(if in_b { &b2 } else { &a2 }).map_err(e)?;
+            exact(
+                &format!("radix sort {label} n={n}"),
+                &singles(&got[2 * off..2 * (off + n)]),
                 &want,
             )?;
         }

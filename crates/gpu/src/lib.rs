@@ -61,6 +61,8 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_CONVERT,
     pet::KERNEL_SORT_BLOCK,
     pet::KERNEL_SORT_PASS,
+    pet::KERNEL_TIME_KEYS,
+    pet::KERNEL_GATHER,
     pet::KERNEL_COINCIDE_NEXT,
     pet::KERNEL_COINCIDE_WALK,
     pet::KERNEL_COINCIDE_COUNT,

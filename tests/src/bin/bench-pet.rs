@@ -281,6 +281,33 @@ fn main() -> Result<()> {
                     baseline: Some(("CPU stable sort".into(), cpu_ms)),
                 },
             );
+            // The radix path (time keys, argsort over the differing bits, gather).
+            g.stream().memcpy_dtod(&host, &mut a)?;
+            let in_b = g.pet_sort_radix_device(&mut a, &mut b, 0, n)?;
+            check(
+                &format!("radix sort {label}"),
+                &singles(&g.download(if in_b { &b } else { &a })?),
+                &want,
+            )?;
+            let ms = median_ms(g, 3, reps, || {
+                g.stream()
+                    .memcpy_dtod(&host, &mut a)
+                    .map_err(|source| detkit::Error::Driver {
+                        context: "copy".into(),
+                        source,
+                    })?;
+                g.pet_sort_radix_device(&mut a, &mut b, 0, n).map(|_| ())
+            })? - copy_ms;
+            push(
+                &mut rows,
+                Row {
+                    what: format!("radix sort, {label}"),
+                    n,
+                    ms,
+                    bytes: 32.0 * n as f64,
+                    baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                },
+            );
             if label == "presorted-streams" {
                 g.stream().memcpy_dtod(&host, &mut a)?;
                 let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)?;

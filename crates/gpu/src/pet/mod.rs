@@ -48,6 +48,27 @@ pub const KERNEL_CONVERT: &str = "pet_convert_frames";
 pub const KERNEL_SORT_BLOCK: &str = "pet_merge_sort_block";
 /// Kernel: one merge pass over pairs of sorted runs.
 pub const KERNEL_SORT_PASS: &str = "pet_merge_sort_pass";
+/// Kernel: order-preserving `u64` keys of the singles' times and their smallest and largest.
+pub const KERNEL_TIME_KEYS: &str = "pet_time_keys";
+/// Kernel: singles gathered through a permutation (`out[i] = in[index[i]]`).
+pub const KERNEL_GATHER: &str = "pet_gather_singles";
+/// Threads per block of [`KERNEL_TIME_KEYS`] and [`KERNEL_GATHER`].
+pub const KEYS_THREADS: u32 = 256;
+
+/// The radix-sort key of a time: a `u64` whose unsigned order is the order of the finite
+/// `f64` times (sign bit flipped for positive numbers, every bit for negative ones), with
+/// `-0.0` taken as `+0.0` (they compare equal, so they must get one key for the sort to stay
+/// stable).
+#[inline(always)]
+pub fn time_key(t: f64) -> u64 {
+    let b = if t == 0.0 { 0 } else { t.to_bits() };
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | 1 << 63
+    }
+}
+
 /// Kernel: window ends, delayed window starts, sortedness check.
 pub const KERNEL_COINCIDE_NEXT: &str = "pet_coincide_next";
 /// Kernel: marks the window openers of the non-sliding chain.
@@ -697,6 +718,37 @@ pub struct PetMergeSortBlockParams {
     pub n: u64,
 }
 crate::kernel_params!(PetMergeSortBlockParams, 24, ["pet_merge_sort_block"]);
+
+/// Parameters of the `pet_time_keys` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetTimeKeysParams {
+    /// `n` singles read.
+    pub singles: DevPtr<Single>,
+    /// `n` keys written ([`time_key`] of each time).
+    pub keys: DevPtr<u64>,
+    /// Two words: lowered to the smallest key (atomic min) and raised to the largest (max);
+    /// `[u64::MAX, 0]` on entry.
+    pub minmax: DevPtr<u64>,
+    /// Number of singles.
+    pub n: u64,
+}
+crate::kernel_params!(PetTimeKeysParams, 32, ["pet_time_keys"]);
+
+/// Parameters of the `pet_gather_singles` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetGatherSinglesParams {
+    /// `n` singles read.
+    pub input: DevPtr<Single>,
+    /// `n` indices into `input` (a permutation).
+    pub index: DevPtr<u32>,
+    /// `n` singles written: `output[i] = input[index[i]]`.
+    pub output: DevPtr<Single>,
+    /// Number of singles.
+    pub n: u64,
+}
+crate::kernel_params!(PetGatherSinglesParams, 32, ["pet_gather_singles"]);
 
 /// Parameters of the `pet_merge_sort_pass` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

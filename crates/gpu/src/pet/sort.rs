@@ -218,3 +218,64 @@ pub unsafe extern "ptx-kernel" fn pet_merge_sort_pass(p: PetMergeSortPassParams)
         pair += 1;
     }
 }
+
+/// Writes [`time_key`] of every single's time and lowers/raises `minmax` to the smallest and
+/// largest key (a warp reduction, then one atomic per warp). Grid-stride.
+///
+/// # Safety
+/// `singles`, `keys` valid for `n` elements; `minmax` for two words.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_time_keys(p: PetTimeKeysParams) {
+    let (singles, keys, minmax, n) = (p.singles.ptr(), p.keys.ptr_mut(), p.minmax.ptr_mut(), p.n);
+    let stride = i::grid_dim_x() as u64 * KEYS_THREADS as u64;
+    let mut j = i::block_idx_x() as u64 * KEYS_THREADS as u64 + i::thread_idx_x() as u64;
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    while j < n {
+        // SAFETY: j < n.
+        let k = time_key(unsafe { (*singles.add(j as usize)).time });
+        // SAFETY: j < n.
+        unsafe { keys.add(j as usize).write(k) };
+        lo = lo.min(k);
+        hi = hi.max(k);
+        j += stride;
+    }
+    let mut d = 16;
+    while d > 0 {
+        let olo =
+            (i::shfl_xor((lo >> 32) as u32, d) as u64) << 32 | i::shfl_xor(lo as u32, d) as u64;
+        let ohi =
+            (i::shfl_xor((hi >> 32) as u32, d) as u64) << 32 | i::shfl_xor(hi as u32, d) as u64;
+        lo = lo.min(olo);
+        hi = hi.max(ohi);
+        d /= 2;
+    }
+    if i::lane_id() == 0 && lo <= hi {
+        // SAFETY: two words.
+        unsafe {
+            i::atomic_min_u64(minmax, lo);
+            i::atomic_max_u64(minmax.add(1), hi);
+        }
+    }
+}
+
+/// `output[i] = input[index[i]]` for `i < n`, 16-byte singles. Grid-stride.
+///
+/// # Safety
+/// `input`, `output` valid for `n` singles, not overlapping; `index` for `n` words, each
+/// below `n`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_gather_singles(p: PetGatherSinglesParams) {
+    let (input, index, output, n) = (p.input.ptr(), p.index.ptr(), p.output.ptr_mut(), p.n);
+    let stride = i::grid_dim_x() as u64 * KEYS_THREADS as u64;
+    let mut j = i::block_idx_x() as u64 * KEYS_THREADS as u64 + i::thread_idx_x() as u64;
+    while j < n {
+        // SAFETY: j < n; index[j] < n (contract); singles are 16 bytes at 16-byte aligned
+        // addresses (allocation alignment), read and written as one vector each.
+        unsafe {
+            let src = i::ldg_u32(index.add(j as usize)) as usize;
+            let v = i::ldg_v2_u64((input as *const u64).add(2 * src));
+            i::st_v2_u64((output as *mut u64).add(2 * j as usize), v);
+        }
+        j += stride;
+    }
+}

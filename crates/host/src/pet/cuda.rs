@@ -8,12 +8,21 @@ use super::cpu::{CoincideConfig, ConvertStats};
 use super::*;
 use crate::cuda::{cfg, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
+use crate::sort::SortOptions;
 
 // GPU launchers
 // ---------------------------------------------------------------------------------------
 
 /// Singles on the device: two `u64` words per single (cudarc needs a `DeviceRepr` element).
 pub type SinglesBuffer = CudaSlice<u64>;
+
+/// Reusable buffers of [`GpuContext::pet_sort_radix_device`] (grown on demand).
+#[derive(Default)]
+struct PetRadixTemp {
+    keys: Option<CudaSlice<u64>>,
+    sorted: Option<CudaSlice<u64>>,
+    index: Option<CudaSlice<u32>>,
+}
 
 /// A scanner's parameters and tables on the device.
 pub struct DeviceScanner {
@@ -207,6 +216,92 @@ impl GpuContext {
             width *= 2;
         }
         Ok(in_b)
+    }
+
+    /// Stable sort by time of the singles `a[off..off+n]` into `b[off..off+n]` on the radix
+    /// sort: one kernel writes an order-preserving `u64` key per time ([`k::time_key`]) and
+    /// the smallest and largest key, which are read back (one round trip) so that only the
+    /// bits below their highest differing bit are sorted (every key lies between them, so
+    /// shares the bits above); an argsort of the keys (`ceil(bits / 8)` onesweep passes)
+    /// and one gather of the 16-byte singles follow. Returns `true` when the result is in
+    /// `b`, `false` when it is in `a` (all times equal, or `n <= 1`). Times must be finite.
+    pub fn pet_sort_radix_device(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+    ) -> Result<bool> {
+        check_u32_len("singles to sort", n)?;
+        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+            return Err(invalid("sort buffers", "shorter than off + n singles"));
+        }
+        if n <= 1 {
+            return Ok(false);
+        }
+        // The buffers leave the scratch map while the sort (which keeps its own) runs.
+        let mut t = self.with_scratch(std::mem::take::<PetRadixTemp>);
+        let r = self.pet_sort_radix_in(&mut t, a, b, off, n);
+        self.with_scratch(|s: &mut PetRadixTemp| *s = t);
+        r
+    }
+
+    fn pet_sort_radix_in(
+        &self,
+        t: &mut PetRadixTemp,
+        a: &SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+    ) -> Result<bool> {
+        if t.keys.as_ref().is_none_or(|x| x.len() < n) {
+            t.keys = Some(self.zeros(n)?);
+            t.sorted = Some(self.zeros(n)?);
+            t.index = Some(self.zeros(n)?);
+        }
+        let (Some(keys), Some(sorted), Some(index)) =
+            (t.keys.as_mut(), t.sorted.as_mut(), t.index.as_mut())
+        else {
+            unreachable!("allocated above");
+        };
+        let mut minmax = self.upload(&[u64::MAX, 0u64])?;
+        let av = a.slice(2 * off..2 * (off + n));
+        let blocks = (n as u64)
+            .div_ceil(k::KEYS_THREADS as u64)
+            .clamp(1, self.sm_count() as u64 * 8);
+        let params = k::PetTimeKeysParams {
+            singles: self.ptr(&av).cast(),
+            keys: self.ptr_mut(keys),
+            minmax: self.ptr_mut(&mut minmax),
+            n: n as u64,
+        };
+        // SAFETY: KEYS_THREADS threads, grid-stride; av holds n singles, keys n words,
+        // minmax two words set to [u64::MAX, 0].
+        unsafe {
+            self.launch(
+                k::KERNEL_TIME_KEYS,
+                cfg(blocks, k::KEYS_THREADS, 0),
+                &params,
+            )?
+        };
+        let mm = self.download(&minmax)?;
+        let bits = 64 - (mm[0] ^ mm[1]).leading_zeros();
+        if bits == 0 {
+            // Every time equal: the stable order is the input order.
+            return Ok(false);
+        }
+        self.sort_index_device(keys, sorted, index, n, SortOptions::bits(0, bits))?;
+        let mut bv = b.slice_mut(2 * off..2 * (off + n));
+        let params = k::PetGatherSinglesParams {
+            input: self.ptr(&av).cast(),
+            index: self.ptr(index),
+            output: self.ptr_mut(&mut bv).cast(),
+            n: n as u64,
+        };
+        // SAFETY: KEYS_THREADS threads, grid-stride; av and bv hold n singles in distinct
+        // allocations; index is the argsort's permutation of 0..n.
+        unsafe { self.launch(k::KERNEL_GATHER, cfg(blocks, k::KEYS_THREADS, 0), &params)? };
+        Ok(true)
     }
 
     /// Merges the presorted runs `a[off + starts[r] .. off + starts[r + 1]]` (each sorted by
@@ -613,7 +708,7 @@ impl GpuContext {
             offset += nf as u64;
             let nc = cst.accepted as usize;
             // Sort the chunk's singles in place (scratch: b), then merge with the pending run.
-            if self.pet_sort_device(&mut a, &mut b, np, nc)? {
+            if self.pet_sort_radix_device(&mut a, &mut b, np, nc)? {
                 let src = b.slice(2 * np..2 * (np + nc));
                 let mut dst = a.slice_mut(2 * np..2 * (np + nc));
                 self.stream()

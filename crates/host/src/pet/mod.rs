@@ -161,6 +161,17 @@ pub fn validate_params(p: &ScannerParams) -> Result<()> {
 // Backend API
 // ---------------------------------------------------------------------------------------
 
+/// How the GPU sorts singles by time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PetSortMethod {
+    /// Order-preserving `u64` keys of the times, an LSD radix argsort over the bits that
+    /// differ, one gather of the singles (`GpuContext::pet_sort_radix_device`). The default.
+    Radix,
+    /// The seed's stable merge sort (block sort + merge-path passes), kept as the faithful
+    /// baseline (`GpuContext::pet_sort_device`).
+    Merge,
+}
+
 impl Backend {
     /// Converts raw frames into accepted singles (input order) with statistics.
     pub fn pet_convert(
@@ -197,7 +208,14 @@ impl Backend {
     }
 
     /// Stable sort by time (ties keep input order). Non-finite times are a typed error.
+    /// On the GPU: the radix sort ([`PetSortMethod::Radix`]).
     pub fn pet_sort(&self, singles: &[Single]) -> Result<Vec<Single>> {
+        self.pet_sort_with(singles, PetSortMethod::Radix)
+    }
+
+    /// [`Backend::pet_sort`] by a chosen GPU method (the CPU backend runs the oracle either
+    /// way; both methods give the same, stable result).
+    pub fn pet_sort_with(&self, singles: &[Single], method: PetSortMethod) -> Result<Vec<Single>> {
         crate::pet::cpu::check_times(singles, "singles to sort")?;
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
@@ -206,7 +224,10 @@ impl Backend {
                 let n = singles.len();
                 let mut a = g.upload_singles(singles)?;
                 let mut b = g.zeros::<u64>(a.len())?;
-                let in_b = g.pet_sort_device(&mut a, &mut b, 0, n)?;
+                let in_b = match method {
+                    PetSortMethod::Radix => g.pet_sort_radix_device(&mut a, &mut b, 0, n)?,
+                    PetSortMethod::Merge => g.pet_sort_device(&mut a, &mut b, 0, n)?,
+                };
                 let words = download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
                 Ok(singles_of(&words))
             }
