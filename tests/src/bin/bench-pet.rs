@@ -369,6 +369,47 @@ fn main() -> Result<()> {
                 baseline: Some(("CPU oracle".into(), cpu_ms)),
             },
         );
+        // The same pairs left on the device (kernels, the scan and two status reads), and
+        // copied into a reused host buffer instead of a new vector.
+        let (total, _) = g.pet_coincide_resident(
+            &mut scratch,
+            &ds_sorted,
+            0,
+            sorted.len(),
+            &c,
+            f64::INFINITY,
+        )?;
+        let mut reused = vec![<detkit::pet::Coincidence as bytemuck::Zeroable>::zeroed(); total];
+        g.pet_download_pairs(&scratch, &mut reused)?;
+        check("coincide resident", &reused, &want_p)?;
+        let ms_res = median_ms(g, 3, reps, || {
+            g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
+                .map(|_| ())
+        })?;
+        push(
+            &mut rows,
+            Row {
+                what: "coincide, pairs left on device".into(),
+                n: sorted.len(),
+                ms: ms_res,
+                bytes: 16.0 * sorted.len() as f64,
+                baseline: Some(("CPU oracle".into(), cpu_ms)),
+            },
+        );
+        let ms_dl = median_ms(g, 3, reps, || {
+            g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
+            g.pet_download_pairs(&scratch, &mut reused)
+        })?;
+        push(
+            &mut rows,
+            Row {
+                what: "coincide, into a reused host buffer".into(),
+                n: sorted.len(),
+                ms: ms_dl,
+                bytes: 16.0 * sorted.len() as f64,
+                baseline: Some(("CPU oracle".into(), cpu_ms)),
+            },
+        );
         // whole chain from host memory, streamed (Instant), vs the pinned H2D copy of the frames
         if log <= 24 {
             // Readout slices of 100 us (each slice BDM by BDM), as a DAQ delivers them.

@@ -367,6 +367,48 @@ impl GpuContext {
         c: &CoincideConfig,
         watermark: f64,
     ) -> Result<(Vec<Coincidence>, usize)> {
+        let (total, resume) = self.pet_coincide_resident(scratch, s, off, n, c, watermark)?;
+        let mut out = vec![<Coincidence as bytemuck::Zeroable>::zeroed(); total];
+        self.pet_download_pairs(scratch, &mut out)?;
+        Ok((out, resume))
+    }
+
+    /// Copies the first `out.len()` pairs of the last [`GpuContext::pet_coincide_resident`]
+    /// into `out` (a caller's reusable buffer, e.g. in pinned host memory): no allocation.
+    pub fn pet_download_pairs(
+        &self,
+        scratch: &CoincideScratch,
+        out: &mut [Coincidence],
+    ) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let pairs = scratch
+            .pairs
+            .as_ref()
+            .filter(|p| p.len() >= 4 * out.len())
+            .ok_or_else(|| invalid("pairs", "more pairs asked for than the last call made"))?;
+        self.stream()
+            .memcpy_dtoh(
+                &pairs.slice(0..4 * out.len()),
+                bytemuck::cast_slice_mut::<Coincidence, u64>(out),
+            )
+            .ctx("copying the pairs")?;
+        self.synchronize()
+    }
+
+    /// The coincidences of [`GpuContext::pet_coincide_device_with`], left on the device: the
+    /// first `total` pairs of [`CoincideScratch::pairs`] (32 bytes each, time order).
+    /// Returns `(total, resume)`; two small status words are read back (sortedness, totals).
+    pub fn pet_coincide_resident(
+        &self,
+        scratch: &mut CoincideScratch,
+        s: &SinglesBuffer,
+        off: usize,
+        n: usize,
+        c: &CoincideConfig,
+        watermark: f64,
+    ) -> Result<(usize, usize)> {
         c.validate()?;
         check_u32_len("singles to pair", n)?;
         if s.len() < 2 * (off + n) {
@@ -376,7 +418,7 @@ impl GpuContext {
             ));
         }
         if n == 0 {
-            return Ok((Vec::new(), 0));
+            return Ok((0, 0));
         }
         let sv = s.slice(2 * off..2 * (off + n));
         let n64 = n as u64;
@@ -507,7 +549,7 @@ impl GpuContext {
             st[k::CO_RESUME] as usize
         };
         if total == 0 {
-            return Ok((Vec::new(), resume));
+            return Ok((0, resume));
         }
         self.scan_device(counts, offsets, n, crate::ScanKind::Exclusive)?;
         if pairs.as_ref().is_none_or(|p| p.len() < 4 * total as usize) {
@@ -533,11 +575,7 @@ impl GpuContext {
             let r = unsafe { self.launch(k::KERNEL_COINCIDE_FILL, launch_cfg, &params) };
             r?;
         }
-        let words = download_view(self, &pairs.slice(0..4 * total as usize))?;
-        Ok((
-            bytemuck::cast_slice::<u64, Coincidence>(&words).to_vec(),
-            resume,
-        ))
+        Ok((total as usize, resume))
     }
 
     pub(crate) fn upload_singles(&self, singles: &[Single]) -> Result<SinglesBuffer> {
@@ -561,6 +599,12 @@ pub struct CoincideScratch {
 }
 
 impl CoincideScratch {
+    /// The pairs of the last [`GpuContext::pet_coincide_resident`] call on this scratch (its
+    /// first `4 × total` words; `None` before any pair was made).
+    pub fn pairs(&self) -> Option<&CudaSlice<u64>> {
+        self.pairs.as_ref()
+    }
+
     fn grow(&mut self, g: &GpuContext, n: usize) -> Result<()> {
         fn ensure<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
             g: &GpuContext,
