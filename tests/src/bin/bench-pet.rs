@@ -371,14 +371,8 @@ fn main() -> Result<()> {
         );
         // The same pairs left on the device (kernels, the scan and two status reads), and
         // copied into a reused host buffer instead of a new vector.
-        let (total, _) = g.pet_coincide_resident(
-            &mut scratch,
-            &ds_sorted,
-            0,
-            sorted.len(),
-            &c,
-            f64::INFINITY,
-        )?;
+        let (total, _) =
+            g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
         let mut reused = vec![<detkit::pet::Coincidence as bytemuck::Zeroable>::zeroed(); total];
         g.pet_download_pairs(&scratch, &mut reused)?;
         check("coincide resident", &reused, &want_p)?;

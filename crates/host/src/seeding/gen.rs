@@ -81,9 +81,51 @@ fn wrap(phi: f64) -> f64 {
     p
 }
 
+/// Hit resolutions of the generator (mm, one Gaussian sigma) and whether the spacepoints
+/// carry the matching variances.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Resolution {
+    /// Along r·φ (the pixel's short side).
+    pub rphi: f64,
+    /// Along z on barrel layers and along r on disks (the long side).
+    pub long: f64,
+    /// Set `var_z` (barrel) / `var_r` (disks) to `long²`; `false`: variances 0 (what a CSV
+    /// without `var_r`/`var_z` columns gives).
+    pub variances: bool,
+}
+
+impl Default for Resolution {
+    /// 15 µm both ways (50 µm pixels / √12), variances given: [`SIGMA`].
+    fn default() -> Self {
+        Self {
+            rphi: SIGMA,
+            long: SIGMA,
+            variances: true,
+        }
+    }
+}
+
+impl Resolution {
+    /// Long pixels as issue 14 describes them (and as ATLAS/CMS barrel pixels are):
+    /// 10 µm in r·φ, 50 µm along the long side.
+    pub fn long_pixels(variances: bool) -> Self {
+        Self {
+            rphi: 0.010,
+            long: 0.050,
+            variances,
+        }
+    }
+}
+
 /// Generates an event with `mu` pile-up interactions (and a ttbar-like hard scatter when
-/// `hard_scatter`), deterministically from `seed`.
+/// `hard_scatter`), deterministically from `seed`, at the default [`Resolution`].
 pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
+    generate_with(seed, mu, hard_scatter, Resolution::default())
+}
+
+/// [`generate`] with chosen hit resolutions (the same particles and hits for a seed; only
+/// the smearing and the variances differ).
+pub fn generate_with(seed: u64, mu: f64, hard_scatter: bool, res: Resolution) -> Event {
     let mut rng = crate::rng::rng(seed);
     let mut particles = Vec::new();
     let n_vertices = rng.poisson(mu);
@@ -113,7 +155,11 @@ pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
         }
     }
     let mut hits: Vec<(SpacePoint, u32, f32)> = Vec::new();
-    let var = (SIGMA * SIGMA) as f32;
+    let var = if res.variances {
+        (res.long * res.long) as f32
+    } else {
+        0.0
+    };
     for (pi, p) in particles.iter_mut().enumerate() {
         let rho = p.pt as f64 / (FIELD_T * TESLA); // helix radius, mm
         let cot = (p.eta as f64).sinh();
@@ -127,11 +173,11 @@ pub fn generate(seed: u64, mu: f64, hard_scatter: bool) -> Event {
             // position angle phi0 - q·alpha (positive charges turn clockwise in +z field),
             // direction phi0 - 2q·alpha.
             let (r, z) = if barrel {
-                (r, z + SIGMA * rng.normal())
+                (r, z + res.long * rng.normal())
             } else {
-                (r + SIGMA * rng.normal(), z)
+                (r + res.long * rng.normal(), z)
             };
-            let phi = phi0 - q * alpha + SIGMA * rng.normal() / r;
+            let phi = phi0 - q * alpha + res.rphi * rng.normal() / r;
             hits.push((
                 SpacePoint {
                     x: (r * phi.cos()) as f32,
@@ -354,4 +400,63 @@ pub fn physics(event: &Event, seeds: &[Seed], params: &[BoundParams]) -> Physics
     ph.theta = residual(&dth);
     ph.qop_rel_pt1 = residual(&rel);
     ph
+}
+
+/// Found / selected particles of one bin.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BinCount {
+    /// Particles in the bin with at least 3 hits.
+    pub selected: usize,
+    /// Of those, with at least one seed whose three spacepoints are all theirs.
+    pub found: usize,
+}
+
+impl BinCount {
+    /// found / selected (1 when empty).
+    pub fn efficiency(&self) -> f64 {
+        if self.selected == 0 {
+            1.0
+        } else {
+            self.found as f64 / self.selected as f64
+        }
+    }
+    /// Adds another count.
+    pub fn add(&mut self, o: BinCount) {
+        self.selected += o.selected;
+        self.found += o.found;
+    }
+}
+
+/// Efficiency counts in bins: `[lo, hi)` of `value(particle)`, for the particles that pass
+/// `select` and have at least 3 hits.
+pub fn efficiency_bins(
+    event: &Event,
+    seeds: &[Seed],
+    edges: &[(f64, f64)],
+    value: impl Fn(&Particle) -> f64,
+    select: impl Fn(&Particle) -> bool,
+) -> Vec<BinCount> {
+    let mut seeded = vec![false; event.particles.len()];
+    for s in seeds {
+        let t = [
+            event.truth[s.bottom as usize],
+            event.truth[s.middle as usize],
+            event.truth[s.top as usize],
+        ];
+        if t[0] != NOISE && t[0] == t[1] && t[0] == t[2] {
+            seeded[t[0] as usize] = true;
+        }
+    }
+    let mut out = vec![BinCount::default(); edges.len()];
+    for (i, p) in event.particles.iter().enumerate() {
+        if p.hits < 3 || !select(p) {
+            continue;
+        }
+        let v = value(p);
+        if let Some(b) = edges.iter().position(|&(lo, hi)| v >= lo && v < hi) {
+            out[b].selected += 1;
+            out[b].found += seeded[i] as usize;
+        }
+    }
+    out
 }
