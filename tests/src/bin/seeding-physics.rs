@@ -56,6 +56,12 @@ fn main() -> Result<()> {
         sigma_scattering: 5.0,
         ..SeedingSettings::default()
     };
+    // More scattering allowance (the generator has no material; a long-pixel detector's
+    // Δcotθ errors need room at high pT, where the allowance ∝ 1/pT is smallest).
+    let rl2 = SeedingSettings {
+        rad_length_per_seed: 0.2,
+        ..SeedingSettings::default()
+    };
     let configs = [
         (
             "long pixels 10/50 um, variances given, traccc defaults",
@@ -73,6 +79,11 @@ fn main() -> Result<()> {
             &five,
         ),
         (
+            "long pixels 10/50 um, variances given, rad_length_per_seed = 0.2",
+            Resolution::long_pixels(true),
+            &rl2,
+        ),
+        (
             "15/15 um, variances given (generator default), traccc defaults",
             Resolution::default(),
             &traccc,
@@ -82,9 +93,13 @@ fn main() -> Result<()> {
         let cfg = settings.to_config()?;
         let mut pt = vec![BinCount::default(); PT_BINS.len()];
         let mut eta = vec![BinCount::default(); ETA_BINS.len()];
+        let (mut seeds, mut fakes) = (0usize, 0usize);
         for e in 0..events {
             let ev = gen::generate_with(3000 + e, mu, true, res);
             let out = b.seed(&ev.spacepoints, &cfg)?;
+            let ph = gen::physics(&ev, &out.seeds, &out.params);
+            seeds += ph.seeds;
+            fakes += ph.fakes;
             let barrel = |p: &gen::Particle| p.eta.abs() < 1.0;
             let add = |acc: &mut Vec<BinCount>, v: Vec<BinCount>| {
                 for (a, x) in acc.iter_mut().zip(v) {
@@ -107,6 +122,11 @@ fn main() -> Result<()> {
             );
         }
         println!("\n## {name}\n");
+        println!(
+            "seeds per event {:.0}, fake rate {:.1} %\n",
+            seeds as f64 / events as f64,
+            100.0 * fakes as f64 / seeds.max(1) as f64
+        );
         println!("| pT (GeV), abs(eta) < 1 | particles | found | efficiency |");
         println!("|---|---:|---:|---:|");
         for ((lo, hi), c) in PT_BINS.iter().zip(&pt) {
