@@ -255,59 +255,51 @@ fn main() -> Result<()> {
             let host = g.upload(words(v))?;
             let mut a = g.zeros::<u64>(2 * n)?;
             let mut b = g.zeros::<u64>(2 * n)?;
-            g.stream().memcpy_dtod(&host, &mut a)?;
-            let in_b = g.pet_sort_device(&mut a, &mut b, 0, n)?;
-            check(
-                &format!("sort {label}"),
-                &singles(&g.download(if in_b { &b } else { &a })?),
-                &want,
-            )?;
-            let ms = median_ms(g, 3, reps, || {
-                g.stream()
-                    .memcpy_dtod(&host, &mut a)
-                    .map_err(|source| detkit::Error::Driver {
-                        context: "copy".into(),
-                        source,
+            // The seed's merge sort and the radix path (time keys, argsort over the
+            // differing bits, gather), each from a fresh copy of the input.
+            type SortFn = fn(
+                &detkit::cuda::GpuContext,
+                &mut detkit::pet::SinglesBuffer,
+                &mut detkit::pet::SinglesBuffer,
+                usize,
+                usize,
+            ) -> detkit::Result<bool>;
+            let methods: [(&str, SortFn); 2] = [
+                ("merge sort", |g, a, b, off, n| {
+                    g.pet_sort_device(a, b, off, n)
+                }),
+                ("radix sort", |g, a, b, off, n| {
+                    g.pet_sort_radix_device(a, b, off, n)
+                }),
+            ];
+            for (method, sort) in methods {
+                g.stream().memcpy_dtod(&host, &mut a)?;
+                let in_b = sort(g, &mut a, &mut b, 0, n)?;
+                check(
+                    &format!("{method} {label}"),
+                    &singles(&g.download(if in_b { &b } else { &a })?),
+                    &want,
+                )?;
+                let ms = median_ms(g, 3, reps, || {
+                    g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
+                        detkit::Error::Driver {
+                            context: "copy".into(),
+                            source,
+                        }
                     })?;
-                g.pet_sort_device(&mut a, &mut b, 0, n).map(|_| ())
-            })? - copy_ms;
-            push(
-                &mut rows,
-                Row {
-                    what: format!("merge sort, {label}"),
-                    n,
-                    ms,
-                    bytes: 32.0 * n as f64,
-                    baseline: Some(("CPU stable sort".into(), cpu_ms)),
-                },
-            );
-            // The radix path (time keys, argsort over the differing bits, gather).
-            g.stream().memcpy_dtod(&host, &mut a)?;
-            let in_b = g.pet_sort_radix_device(&mut a, &mut b, 0, n)?;
-            check(
-                &format!("radix sort {label}"),
-                &singles(&g.download(if in_b { &b } else { &a })?),
-                &want,
-            )?;
-            let ms = median_ms(g, 3, reps, || {
-                g.stream()
-                    .memcpy_dtod(&host, &mut a)
-                    .map_err(|source| detkit::Error::Driver {
-                        context: "copy".into(),
-                        source,
-                    })?;
-                g.pet_sort_radix_device(&mut a, &mut b, 0, n).map(|_| ())
-            })? - copy_ms;
-            push(
-                &mut rows,
-                Row {
-                    what: format!("radix sort, {label}"),
-                    n,
-                    ms,
-                    bytes: 32.0 * n as f64,
-                    baseline: Some(("CPU stable sort".into(), cpu_ms)),
-                },
-            );
+                    sort(g, &mut a, &mut b, 0, n).map(|_| ())
+                })? - copy_ms;
+                push(
+                    &mut rows,
+                    Row {
+                        what: format!("{method}, {label}"),
+                        n,
+                        ms,
+                        bytes: 32.0 * n as f64,
+                        baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                    },
+                );
+            }
             if label == "presorted-streams" {
                 g.stream().memcpy_dtod(&host, &mut a)?;
                 let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)?;

@@ -44,6 +44,16 @@ pub(crate) fn check_u32_len(what: &'static str, n: usize) -> Result<()> {
 }
 
 /// Copies bytes into a vector of `T` (any alignment of `bytes`; whole elements only).
+/// The checks of the two device sorts: `n < 2^32 - 1` singles past `off` in both buffers.
+/// `Ok(false)` when there is nothing to sort (`n <= 1`).
+fn sort_needed(a: &SinglesBuffer, b: &SinglesBuffer, off: usize, n: usize) -> Result<bool> {
+    check_u32_len("singles to sort", n)?;
+    if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+        return Err(invalid("sort buffers", "shorter than off + n singles"));
+    }
+    Ok(n > 1)
+}
+
 pub(crate) fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
     let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
     bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
@@ -175,11 +185,7 @@ impl GpuContext {
         off: usize,
         n: usize,
     ) -> Result<bool> {
-        check_u32_len("singles to sort", n)?;
-        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
-            return Err(invalid("sort buffers", "shorter than off + n singles"));
-        }
-        if n <= 1 {
+        if !sort_needed(a, b, off, n)? {
             return Ok(false);
         }
         let tiles = (n as u64).div_ceil(k::SORT_TILE as u64);
@@ -232,11 +238,7 @@ impl GpuContext {
         off: usize,
         n: usize,
     ) -> Result<bool> {
-        check_u32_len("singles to sort", n)?;
-        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
-            return Err(invalid("sort buffers", "shorter than off + n singles"));
-        }
-        if n <= 1 {
+        if !sort_needed(a, b, off, n)? {
             return Ok(false);
         }
         // The buffers leave the scratch map while the sort (which keeps its own) runs.
