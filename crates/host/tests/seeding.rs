@@ -730,3 +730,54 @@ fn seeding_ptx_has_no_fused_multiply_add() {
     }
     assert_eq!(n, 10);
 }
+
+/// Issue 14: the variances of a CSV give the seeds of the same event given through the API,
+/// and they matter (the same event without them seeds differently).
+#[test]
+fn csv_variances_seed_like_the_api() {
+    use detkit::seeding::gen::Resolution;
+    let ev = gen::generate_with(77, 30.0, true, Resolution::long_pixels(true));
+    assert!(
+        ev.spacepoints.iter().any(|s| s.var_z > 0.0)
+            && ev.spacepoints.iter().any(|s| s.var_r > 0.0)
+    );
+    let mut csv = Vec::new();
+    detkit::seeding::io::write_spacepoints_csv(&mut csv, &ev.spacepoints).unwrap();
+    let read = detkit::seeding::read_csv(&csv[..], "ev.csv").unwrap();
+    let cfg = SeedingSettings::default().to_config().unwrap();
+    let b = Backend::cpu();
+    let api = b.seed(&ev.spacepoints, &cfg).unwrap();
+    let file = b.seed(&read, &cfg).unwrap();
+    assert_eq!(file.seeds, api.seeds);
+    assert_eq!(file.params, api.params);
+    let zero: Vec<_> = ev
+        .spacepoints
+        .iter()
+        .map(|s| SpacePoint {
+            var_r: 0.0,
+            var_z: 0.0,
+            ..*s
+        })
+        .collect();
+    assert_ne!(b.seed(&zero, &cfg).unwrap().seeds, api.seeds);
+}
+
+/// Issue 14: events spread over a device pool (events in flight) give the seeds of one event
+/// at a time, in input order.
+#[test]
+fn events_in_flight_seed_like_one_at_a_time() {
+    let cfg = SeedingSettings::default().to_config().unwrap();
+    let events: Vec<Vec<_>> = (0..6)
+        .map(|s| gen::generate(400 + s, 10.0, true).spacepoints)
+        .collect();
+    let one = Backend::cpu();
+    let want: Vec<_> = events
+        .iter()
+        .map(|e| one.seed(e, &cfg).unwrap().seeds)
+        .collect();
+    let pool = detkit::pool::DevicePool::cpu(3);
+    let got = pool
+        .map(events, |b, e| b.seed(&e, &cfg).map(|o| o.seeds))
+        .unwrap();
+    assert_eq!(got, want);
+}
