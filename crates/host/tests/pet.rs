@@ -758,3 +758,44 @@ fn csv_round_trip_is_exact() {
         "3,511.12347,1000000000000003,0,0.1,0\n"
     );
 }
+
+#[test]
+fn parallel_conversion_equals_the_sequential_oracle() {
+    let s = tiny();
+    let mut acq = gen::acquisition(
+        &s,
+        &gen::AcquisitionConfig {
+            seed: 11,
+            singles: 3 * oracle::CONVERT_PIECE + 123,
+            ..Default::default()
+        },
+    );
+    let n = acq.frames.len();
+    assert!(n > 2 * oracle::CONVERT_PIECE);
+    // Bad addresses only in later pieces: the first one's index must carry its piece's offset.
+    for i in [
+        oracle::CONVERT_PIECE + 5,
+        2 * oracle::CONVERT_PIECE + 9,
+        n - 1,
+    ] {
+        acq.frames[i].bdm = 250;
+    }
+    let seq = oracle::convert(&acq.frames, &s.params, &s.position, &s.energy);
+    let par = oracle::convert_par(&acq.frames, &s.params, &s.position, &s.energy);
+    assert_eq!(
+        seq.1.first_bad_address,
+        Some(oracle::CONVERT_PIECE as u64 + 5)
+    );
+    assert_eq!(par.1, seq.1);
+    assert_eq!(par.0, seq.0);
+    // Fewer frames than a piece, and none.
+    let few = &acq.frames[..1000];
+    assert_eq!(
+        oracle::convert_par(few, &s.params, &s.position, &s.energy),
+        oracle::convert(few, &s.params, &s.position, &s.energy)
+    );
+    assert_eq!(
+        oracle::convert_par(&[], &s.params, &s.position, &s.energy),
+        oracle::convert(&[], &s.params, &s.position, &s.energy)
+    );
+}

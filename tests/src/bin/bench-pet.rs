@@ -213,7 +213,7 @@ fn main() -> Result<()> {
         );
         // conversion
         let (want_s, want_st) =
-            oracle::convert(frames, &scanner.params, &scanner.position, &scanner.energy);
+            oracle::convert_par(frames, &scanner.params, &scanner.position, &scanner.energy);
         let d_frames = g.upload(bytemuck::cast_slice::<_, u8>(frames))?;
         let mut out = g.zeros::<u64>(2 * n)?;
         let mut st = g.zeros::<u32>(kp::STAT_WORDS)?;
@@ -237,7 +237,7 @@ fn main() -> Result<()> {
         let mut all = scanner.clone();
         all.params.energy_lo = f32::MIN;
         all.params.energy_hi = f32::MAX;
-        let (streams, _) = oracle::convert(frames, &all.params, &all.position, &all.energy);
+        let (streams, _) = oracle::convert_par(frames, &all.params, &all.position, &all.energy);
         let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
         let random: Vec<Single> = detkit::rng::random_below(9, n, u32::MAX)
             .iter()
@@ -412,7 +412,7 @@ fn main() -> Result<()> {
             let frames = &sliced.frames[..n];
             let bytes = gen::frame_bytes(frames);
             let (s_sl, _) =
-                oracle::convert(frames, &scanner.params, &scanner.position, &scanner.energy);
+                oracle::convert_par(frames, &scanner.params, &scanner.position, &scanner.energy);
             let want_chain = oracle::coincide(&oracle::sort(&s_sl)?, &c)?;
             let sc = StreamConfig {
                 chunk_frames: (n / 8).max(1 << 16),

@@ -40,6 +40,33 @@ impl ConvertStats {
     }
 }
 
+/// Frames per piece of [`convert_par`].
+pub const CONVERT_PIECE: usize = 1 << 16;
+
+/// [`convert`] on every core: pieces of [`CONVERT_PIECE`] frames converted in parallel
+/// (`rayon`) and joined in order, statistics added with each piece's frame offset, so the
+/// result equals [`convert`]'s whatever the thread count (a test checks it). The CPU backend
+/// and the benchmarks' oracle checks use it (2^26–2^28 frames).
+pub fn convert_par(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+) -> (Vec<Single>, ConvertStats) {
+    use rayon::prelude::*;
+    let pieces: Vec<(Vec<Single>, ConvertStats)> = frames
+        .par_chunks(CONVERT_PIECE)
+        .map(|f| convert(f, p, position, energy))
+        .collect();
+    let mut out = Vec::with_capacity(pieces.iter().map(|(s, _)| s.len()).sum());
+    let mut st = ConvertStats::default();
+    for (k, (s, piece)) in pieces.iter().enumerate() {
+        out.extend_from_slice(s);
+        st.add(piece, (k * CONVERT_PIECE) as u64);
+    }
+    (out, st)
+}
+
 /// Converts every frame, keeps the accepted singles in input order.
 pub fn convert(
     frames: &[DataFrameV2],
@@ -87,10 +114,12 @@ pub fn check_times(singles: &[Single], what: &'static str) -> Result<()> {
 }
 
 /// Stable sort by time (ties keep input order). Non-finite times are a typed error.
+/// `rayon`'s `par_sort_by` is a stable sort like `slice::sort_by`, on every core.
 pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
+    use rayon::prelude::*;
     check_times(singles, "singles to sort")?;
     let mut v = singles.to_vec();
-    v.sort_by(|a, b| a.time.partial_cmp(&b.time).expect("finite"));
+    v.par_sort_by(|a, b| a.time.partial_cmp(&b.time).expect("finite"));
     Ok(v)
 }
 

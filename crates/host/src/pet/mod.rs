@@ -181,7 +181,7 @@ impl Backend {
     ) -> Result<(Vec<Single>, ConvertStats)> {
         check_u32_len("frames", frames.len())?;
         match self.gpu() {
-            None => Ok(oracle::convert(
+            None => Ok(oracle::convert_par(
                 frames,
                 &scanner.params,
                 &scanner.position,
@@ -389,7 +389,7 @@ impl Backend {
                     wm.update(&buf[..16 * nf], offset)?;
                     let frames = frames_from_bytes(&buf[..16 * nf])?;
                     let last = nf < sc.chunk_frames;
-                    let (singles, st) = oracle::convert(
+                    let (singles, st) = oracle::convert_par(
                         &frames,
                         &scanner.params,
                         &scanner.position,
