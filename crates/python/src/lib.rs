@@ -13,6 +13,7 @@ use detkit::clustering::{ChargeCut, Digis, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Scanner, Single};
 use detkit::seeding::{SeedingSettings, SpacePoint};
+use detkit::sort::SortOptions;
 use detkit::{Backend as Inner, BackendKind, ScanKind};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
 use pyo3::create_exception;
@@ -117,6 +118,71 @@ impl Backend {
         let kind = scan_kind(inclusive);
         let out = py.detach(|| self.inner.scan_u64(v, kind)).map_err(err)?;
         Ok(out.into_pyarray(py))
+    }
+
+    /// Radix sort of `u32` keys; with `values_raw` (`itemsize` bytes per key: 4, 8, 12 or 16)
+    /// the values follow their keys. Returns the sorted keys and the sorted raw values.
+    #[pyo3(signature = (keys, values_raw, itemsize, begin_bit, end_bit, descending))]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn radix_sort_u32<'py>(
+        &self,
+        py: Python<'py>,
+        keys: PyReadonlyArray1<'py, u32>,
+        values_raw: Option<PyReadonlyArray1<'py, u8>>,
+        itemsize: usize,
+        begin_bit: u32,
+        end_bit: Option<u32>,
+        descending: bool,
+    ) -> PyResult<(Bound<'py, PyArray1<u32>>, Option<Bound<'py, PyArray1<u8>>>)> {
+        let opts = sort_options(begin_bit, end_bit, descending);
+        let k = keys.as_slice()?;
+        let (ks, vs) = match values_raw {
+            None => (
+                py.detach(|| self.inner.sort_keys_u32(k, opts))
+                    .map_err(err)?,
+                None,
+            ),
+            Some(v) => {
+                let v = v.as_slice()?;
+                let (ks, vs) = py
+                    .detach(|| sort_pairs_raw(&self.inner, k, v, itemsize, opts))
+                    .map_err(err)?;
+                (ks, Some(vs))
+            }
+        };
+        Ok((ks.into_pyarray(py), vs.map(|v| v.into_pyarray(py))))
+    }
+
+    /// As `radix_sort_u32` for `u64` keys.
+    #[pyo3(signature = (keys, values_raw, itemsize, begin_bit, end_bit, descending))]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn radix_sort_u64<'py>(
+        &self,
+        py: Python<'py>,
+        keys: PyReadonlyArray1<'py, u64>,
+        values_raw: Option<PyReadonlyArray1<'py, u8>>,
+        itemsize: usize,
+        begin_bit: u32,
+        end_bit: Option<u32>,
+        descending: bool,
+    ) -> PyResult<(Bound<'py, PyArray1<u64>>, Option<Bound<'py, PyArray1<u8>>>)> {
+        let opts = sort_options(begin_bit, end_bit, descending);
+        let k = keys.as_slice()?;
+        let (ks, vs) = match values_raw {
+            None => (
+                py.detach(|| self.inner.sort_keys_u64(k, opts))
+                    .map_err(err)?,
+                None,
+            ),
+            Some(v) => {
+                let v = v.as_slice()?;
+                let (ks, vs) = py
+                    .detach(|| sort_pairs_raw(&self.inner, k, v, itemsize, opts))
+                    .map_err(err)?;
+                (ks, Some(vs))
+            }
+        };
+        Ok((ks.into_pyarray(py), vs.map(|v| v.into_pyarray(py))))
     }
 
     fn select_in_range<'py>(
@@ -422,6 +488,55 @@ fn generate_pet_acquisition(
         Ok(acq.frames.len())
     })
     .map_err(err)
+}
+
+fn sort_options(begin_bit: u32, end_bit: Option<u32>, descending: bool) -> SortOptions {
+    SortOptions {
+        begin_bit,
+        end_bit,
+        descending,
+    }
+}
+
+/// Sorts `keys` with values given as raw bytes, `itemsize` per key (4, 8, 12 or 16).
+fn sort_pairs_raw<K: detkit::sort::SortKey>(
+    b: &Inner,
+    keys: &[K],
+    raw: &[u8],
+    itemsize: usize,
+    opts: SortOptions,
+) -> detkit::Result<(Vec<K>, Vec<u8>)> {
+    fn run<K: detkit::sort::SortKey, V: bytemuck::Pod>(
+        b: &Inner,
+        keys: &[K],
+        raw: &[u8],
+        opts: SortOptions,
+    ) -> detkit::Result<(Vec<K>, Vec<u8>)> {
+        // `[u8; N]` values: alignment 1, so any byte slice of whole values casts.
+        let values: &[V] = bytemuck::cast_slice(raw);
+        let (k, v) = b.sort_pairs(keys, values, opts)?;
+        Ok((k, bytemuck::cast_slice::<V, u8>(&v).to_vec()))
+    }
+    if itemsize == 0 || raw.len() != keys.len() * itemsize {
+        return Err(detkit::Error::InvalidInput {
+            what: "sort values",
+            detail: format!(
+                "{} bytes of values for {} keys of {itemsize} bytes each",
+                raw.len(),
+                keys.len()
+            ),
+        });
+    }
+    match itemsize {
+        4 => run::<K, [u8; 4]>(b, keys, raw, opts),
+        8 => run::<K, [u8; 8]>(b, keys, raw, opts),
+        12 => run::<K, [u8; 12]>(b, keys, raw, opts),
+        16 => run::<K, [u8; 16]>(b, keys, raw, opts),
+        _ => Err(detkit::Error::InvalidInput {
+            what: "sort values",
+            detail: format!("values of {itemsize} bytes (4, 8, 12 or 16 are supported: sort an index and gather)"),
+        }),
+    }
 }
 
 /// Sizes of the PET records, checked by the Python package against its numpy dtypes.

@@ -170,3 +170,41 @@ def test_device_lists_are_checked():
         detkit.Backend("cpu", devices="0,x")
     with pytest.raises(detkit.InvalidInputError, match="empty"):
         detkit.Backend("cpu", devices=[])
+
+
+@pytest.mark.parametrize("n", [0, 1, 33, 5000, 70_000])
+def test_radix_sort_matches_numpy_stable_sort(b, n):
+    rng = np.random.default_rng(n)
+    k32 = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    k64 = rng.integers(0, 2**63, n, dtype=np.uint64) | (rng.integers(0, 2, n, dtype=np.uint64) << np.uint64(63))
+    for k in (k32, k64):
+        np.testing.assert_array_equal(b.radix_sort(k), np.sort(k, kind="stable"))
+        # Only bits 8..16 order; the rest rides along; ties keep input order.
+        field = (k >> k.dtype.type(8)) & k.dtype.type(0xFF)
+        order = np.argsort(field, kind="stable")
+        got_k, got_v = b.radix_sort(k, np.arange(n, dtype=np.uint32), begin_bit=8, end_bit=16)
+        np.testing.assert_array_equal(got_k, k[order])
+        np.testing.assert_array_equal(got_v, order.astype(np.uint32))
+        np.testing.assert_array_equal(b.argsort(k, begin_bit=8, end_bit=16), order)
+        # Descending is stable too: equal keys in input order.
+        desc = np.argsort(-field.astype(np.int64), kind="stable")
+        np.testing.assert_array_equal(b.argsort(k, begin_bit=8, end_bit=16, descending=True), desc)
+    # Values of 8 and 16 bytes follow their keys.
+    vals = rng.standard_normal(n)
+    rec = np.zeros(n, dtype=[("a", "<u8"), ("b", "<f8")])
+    rec["a"] = np.arange(n)
+    order = np.argsort(k32, kind="stable")
+    np.testing.assert_array_equal(b.radix_sort(k32, vals)[1], vals[order])
+    np.testing.assert_array_equal(b.radix_sort(k32, rec)[1]["a"], order)
+
+
+def test_radix_sort_rejects_bad_arguments(b):
+    k = np.arange(10, dtype=np.uint32)
+    with pytest.raises(detkit.InvalidInputError):
+        b.radix_sort(k, end_bit=33)
+    with pytest.raises(detkit.InvalidInputError):
+        b.radix_sort(k, begin_bit=9, end_bit=8)
+    with pytest.raises(detkit.InvalidInputError, match="2 bytes"):
+        b.radix_sort(k, np.zeros(10, dtype=np.uint16))
+    with pytest.raises(detkit.InvalidInputError, match="expected 10 values"):
+        b.radix_sort(k, np.zeros(9, dtype=np.uint32))

@@ -214,6 +214,33 @@ class Backend:
         ``k``; other keys are counted apart and the index of the first is returned."""
         return self._b.histogram(_as(keys, np.uint32, "keys"), nbins)
 
+    def radix_sort(self, keys, values=None, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False):
+        """Stable LSD radix sort of ``uint32`` or ``uint64`` keys by their bits
+        ``begin_bit .. end_bit`` (``None``: all; bits outside the range take no part in the
+        order and are kept). ``values`` (any dtype of 4, 8, 12 or 16 bytes per key, e.g.
+        ``uint32`` indices, ``float64``, a 16-byte record) follow their keys. Returns the
+        sorted keys, or ``(keys, values)``. Equal keys keep their input order, also with
+        ``descending``."""
+        k = np.asarray(keys)
+        if k.dtype == np.uint64:
+            k, fn = _as(k, np.uint64, "keys"), self._b.radix_sort_u64
+        else:
+            k, fn = _as(k, np.uint32, "keys"), self._b.radix_sort_u32
+        if values is None:
+            out, _ = fn(k, None, 0, int(begin_bit), None if end_bit is None else int(end_bit), bool(descending))
+            return out
+        v = np.ascontiguousarray(values)
+        if v.ndim != 1 or v.shape[0] != k.shape[0]:
+            raise InvalidInputError(f"values: expected {k.shape[0]} values in one dimension, got shape {v.shape}")
+        raw = v.view(np.uint8).reshape(-1)
+        out, vraw = fn(k, raw, v.dtype.itemsize, int(begin_bit), None if end_bit is None else int(end_bit), bool(descending))
+        return out, vraw.view(v.dtype)
+
+    def argsort(self, keys, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False) -> np.ndarray:
+        """``uint32`` indices that stably sort ``keys`` (as :meth:`radix_sort`)."""
+        k = np.asarray(keys)
+        return self.radix_sort(k, np.arange(k.shape[0], dtype=np.uint32), begin_bit, end_bit, descending)[1]
+
     # -- CMS pixel clustering -------------------------------------------------------------
 
     def cluster(

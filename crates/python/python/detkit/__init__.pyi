@@ -32,6 +32,21 @@ class Backend:
     def description(self) -> str: ...
     def scan(self, values: npt.ArrayLike, inclusive: bool = False) -> npt.NDArray[np.unsignedinteger]: ...
     def select(self, values: npt.ArrayLike, lo: int, hi: int) -> npt.NDArray[np.uint32]: ...
+    def radix_sort(
+        self,
+        keys: npt.ArrayLike,
+        values: Optional[npt.ArrayLike] = None,
+        begin_bit: int = 0,
+        end_bit: Optional[int] = None,
+        descending: bool = False,
+    ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]: ...
+    def argsort(
+        self,
+        keys: npt.ArrayLike,
+        begin_bit: int = 0,
+        end_bit: Optional[int] = None,
+        descending: bool = False,
+    ) -> npt.NDArray[np.uint32]: ...
     def histogram(self, keys: npt.ArrayLike, nbins: int) -> Tuple[npt.NDArray[np.uint32], int, Optional[int]]: ...
     def cluster(
         self,
