@@ -46,7 +46,7 @@ pub fn timed<T>(f: impl FnOnce() -> detkit::Result<T>) -> Result<(T, f64)> {
 }
 
 /// The rows, in table order, and how many there are (the progress counts to it).
-const ROWS: usize = 13;
+const ROWS: usize = 14;
 
 fn primitives(
     backend: &Backend,
@@ -120,6 +120,29 @@ fn primitives(
         rows,
         Row {
             name: "histogram (256 bins, skewed)",
+            items: n,
+            unit: "items",
+            ok,
+            secs,
+        },
+    );
+
+    // 48-bit keys (a timestamp's width) with their input index: 6 radix passes.
+    let lo = detkit::rng::random_below(7, n, u32::MAX);
+    let hi = detkit::rng::random_below(8, n, 1 << 16);
+    let k48: Vec<u64> = lo
+        .iter()
+        .zip(&hi)
+        .map(|(&l, &h)| (h as u64) << 32 | l as u64)
+        .collect();
+    let idx: Vec<u32> = (0..n as u32).collect();
+    let opts = detkit::sort::SortOptions::bits(0, 48);
+    let (got, secs) = timed(|| backend.sort_pairs_u64(&k48, &idx, opts))?;
+    let ok = got == detkit::sort::cpu::sort_pairs(&k48, &idx, &opts);
+    push(
+        rows,
+        Row {
+            name: "radix sort (48-bit keys + index)",
             items: n,
             unit: "items",
             ok,

@@ -30,10 +30,11 @@ pub fn order_key<K: SortKey>(key: K, opts: &SortOptions) -> u64 {
 /// The stable sorting permutation: `perm[i]` is the input index of output `i`.
 pub fn sort_permutation<K: SortKey>(keys: &[K], opts: &SortOptions) -> Vec<usize> {
     let mut perm: Vec<usize> = (0..keys.len()).collect();
-    // `sort_by_key` and rayon's `par_sort_by_key` are stable: equal keys keep index order,
-    // so the result does not depend on the thread count.
+    // `sort_by_key` and rayon's `par_sort_by_cached_key` are stable: equal keys keep index
+    // order, so the result does not depend on the thread count. (The cached form computes each
+    // order key once instead of reading `keys[i]` at every comparison.)
     if keys.len() >= 1 << 16 {
-        perm.par_sort_by_key(|&i| order_key(keys[i], opts));
+        perm.par_sort_by_cached_key(|&i| order_key(keys[i], opts));
     } else {
         perm.sort_by_key(|&i| order_key(keys[i], opts));
     }
