@@ -134,23 +134,12 @@ impl Backend {
         end_bit: Option<u32>,
         descending: bool,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, Option<Bound<'py, PyArray1<u8>>>)> {
-        let opts = sort_options(begin_bit, end_bit, descending);
-        let k = keys.as_slice()?;
-        let (ks, vs) = match values_raw {
-            None => (
-                py.detach(|| self.inner.sort_keys_u32(k, opts))
-                    .map_err(err)?,
-                None,
-            ),
-            Some(v) => {
-                let v = v.as_slice()?;
-                let (ks, vs) = py
-                    .detach(|| sort_pairs_raw(&self.inner, k, v, itemsize, opts))
-                    .map_err(err)?;
-                (ks, Some(vs))
-            }
+        let opts = SortOptions {
+            begin_bit,
+            end_bit,
+            descending,
         };
-        Ok((ks.into_pyarray(py), vs.map(|v| v.into_pyarray(py))))
+        radix_sort(&self.inner, py, keys, values_raw, itemsize, opts)
     }
 
     /// As `radix_sort_u32` for `u64` keys.
@@ -166,23 +155,12 @@ impl Backend {
         end_bit: Option<u32>,
         descending: bool,
     ) -> PyResult<(Bound<'py, PyArray1<u64>>, Option<Bound<'py, PyArray1<u8>>>)> {
-        let opts = sort_options(begin_bit, end_bit, descending);
-        let k = keys.as_slice()?;
-        let (ks, vs) = match values_raw {
-            None => (
-                py.detach(|| self.inner.sort_keys_u64(k, opts))
-                    .map_err(err)?,
-                None,
-            ),
-            Some(v) => {
-                let v = v.as_slice()?;
-                let (ks, vs) = py
-                    .detach(|| sort_pairs_raw(&self.inner, k, v, itemsize, opts))
-                    .map_err(err)?;
-                (ks, Some(vs))
-            }
+        let opts = SortOptions {
+            begin_bit,
+            end_bit,
+            descending,
         };
-        Ok((ks.into_pyarray(py), vs.map(|v| v.into_pyarray(py))))
+        radix_sort(&self.inner, py, keys, values_raw, itemsize, opts)
     }
 
     fn select_in_range<'py>(
@@ -490,12 +468,28 @@ fn generate_pet_acquisition(
     .map_err(err)
 }
 
-fn sort_options(begin_bit: u32, end_bit: Option<u32>, descending: bool) -> SortOptions {
-    SortOptions {
-        begin_bit,
-        end_bit,
-        descending,
-    }
+/// The body of `Backend.radix_sort_u32/_u64`: keys alone, or with raw values.
+#[allow(clippy::type_complexity)]
+fn radix_sort<'py, K: detkit::sort::SortKey + numpy::Element>(
+    inner: &Inner,
+    py: Python<'py>,
+    keys: PyReadonlyArray1<'py, K>,
+    values_raw: Option<PyReadonlyArray1<'py, u8>>,
+    itemsize: usize,
+    opts: SortOptions,
+) -> PyResult<(Bound<'py, PyArray1<K>>, Option<Bound<'py, PyArray1<u8>>>)> {
+    let k = keys.as_slice()?;
+    let (ks, vs) = match values_raw {
+        None => (py.detach(|| inner.sort_keys(k, opts)).map_err(err)?, None),
+        Some(v) => {
+            let v = v.as_slice()?;
+            let (ks, vs) = py
+                .detach(|| sort_pairs_raw(inner, k, v, itemsize, opts))
+                .map_err(err)?;
+            (ks, Some(vs))
+        }
+    };
+    Ok((ks.into_pyarray(py), vs.map(|v| v.into_pyarray(py))))
 }
 
 /// Sorts `keys` with values given as raw bytes, `itemsize` per key (4, 8, 12 or 16).
