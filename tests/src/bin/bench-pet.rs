@@ -255,56 +255,39 @@ fn main() -> Result<()> {
             let host = g.upload(words(v))?;
             let mut a = g.zeros::<u64>(2 * n)?;
             let mut b = g.zeros::<u64>(2 * n)?;
-            // The seed's merge sort and the radix path (time keys, argsort over the
-            // differing bits, gather), each from a fresh copy of the input.
-            type SortFn = fn(
-                &detkit::cuda::GpuContext,
-                &mut detkit::pet::SinglesBuffer,
-                &mut detkit::pet::SinglesBuffer,
-                usize,
-                usize,
-            ) -> detkit::Result<bool>;
-            let methods: [(&str, SortFn); 2] = [
-                ("merge sort", |g, a, b, off, n| {
-                    g.pet_sort_device(a, b, off, n)
-                }),
-                ("radix sort", |g, a, b, off, n| {
-                    g.pet_sort_radix_device(a, b, off, n)
-                }),
+            // The seed's merge sort, the radix path (time keys, argsort over the differing
+            // bits, gather) and, for the per-BDM streams, the merge of the presorted runs;
+            // each from a fresh copy of the input, one row each.
+            type SortFn<'r> = Box<
+                dyn Fn(
+                        &detkit::cuda::GpuContext,
+                        &mut detkit::pet::SinglesBuffer,
+                        &mut detkit::pet::SinglesBuffer,
+                        usize,
+                    ) -> detkit::Result<bool>
+                    + 'r,
+            >;
+            let mut methods: Vec<(String, SortFn)> = vec![
+                (
+                    format!("merge sort, {label}"),
+                    Box::new(|g, a, b, n| g.pet_sort_device(a, b, 0, n)),
+                ),
+                (
+                    format!("radix sort, {label}"),
+                    Box::new(|g, a, b, n| g.pet_sort_radix_device(a, b, 0, n)),
+                ),
             ];
-            for (method, sort) in methods {
-                g.stream().memcpy_dtod(&host, &mut a)?;
-                let in_b = sort(g, &mut a, &mut b, 0, n)?;
-                check(
-                    &format!("{method} {label}"),
-                    &singles(&g.download(if in_b { &b } else { &a })?),
-                    &want,
-                )?;
-                let ms = median_ms(g, 3, reps, || {
-                    g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
-                        detkit::Error::Driver {
-                            context: "copy".into(),
-                            source,
-                        }
-                    })?;
-                    sort(g, &mut a, &mut b, 0, n).map(|_| ())
-                })? - copy_ms;
-                push(
-                    &mut rows,
-                    Row {
-                        what: format!("{method}, {label}"),
-                        n,
-                        ms,
-                        bytes: 32.0 * n as f64,
-                        baseline: Some(("CPU stable sort".into(), cpu_ms)),
-                    },
-                );
-            }
             if label == "presorted-streams" {
+                methods.push((
+                    format!("merge of {} BDM runs", runs.len() - 1),
+                    Box::new(|g, a, b, n| g.pet_merge_runs_device(a, b, 0, n, &runs)),
+                ));
+            }
+            for (method, sort) in &methods {
                 g.stream().memcpy_dtod(&host, &mut a)?;
-                let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)?;
+                let in_b = sort(g, &mut a, &mut b, n)?;
                 check(
-                    "merge runs",
+                    method,
                     &singles(&g.download(if in_b { &b } else { &a })?),
                     &want,
                 )?;
@@ -315,13 +298,12 @@ fn main() -> Result<()> {
                             source,
                         }
                     })?;
-                    g.pet_merge_runs_device(&mut a, &mut b, 0, n, &runs)
-                        .map(|_| ())
+                    sort(g, &mut a, &mut b, n).map(|_| ())
                 })? - copy_ms;
                 push(
                     &mut rows,
                     Row {
-                        what: format!("merge of {} BDM runs", runs.len() - 1),
+                        what: method.clone(),
                         n,
                         ms,
                         bytes: 32.0 * n as f64,
