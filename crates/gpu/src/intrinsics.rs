@@ -901,6 +901,38 @@ pub fn bfe_u64(x: u64, pos: u32, len: u32) -> u32 {
     r as u32
 }
 
+/// A radix digit: `((x >> shift) & mask) ^ flip` (`shift < 32`), as `shr` and one
+/// and-xor (two SASS instructions: `SHF` and a `LOP3`; a `bfe.u32` with a run-time position
+/// and length costs six, building its control word with `PRMT`s). Not `pure`, as
+/// [`bfe_u32`]: recomputed at every use rather than kept live.
+#[inline(always)]
+pub fn digit_u32(x: u32, shift: u32, mask: u32, flip: u32) -> u32 {
+    let r: u32;
+    // SAFETY: arithmetic only.
+    unsafe {
+        asm!(
+            "{{ .reg .b32 t; shr.b32 t, {x}, {s}; and.b32 t, t, {m}; xor.b32 {r}, t, {f}; }}",
+            x = in(reg32) x, s = in(reg32) shift, m = in(reg32) mask, f = in(reg32) flip,
+            r = out(reg32) r, options(nomem, nostack)
+        )
+    };
+    r
+}
+/// As [`digit_u32`] for a `u64` key (`shift < 64`).
+#[inline(always)]
+pub fn digit_u64(x: u64, shift: u32, mask: u32, flip: u32) -> u32 {
+    let r: u32;
+    // SAFETY: arithmetic only.
+    unsafe {
+        asm!(
+            "{{ .reg .b64 w; .reg .b32 t; shr.b64 w, {x}, {s}; cvt.u32.u64 t, w; and.b32 t, t, {m}; xor.b32 {r}, t, {f}; }}",
+            x = in(reg64) x, s = in(reg32) shift, m = in(reg32) mask, f = in(reg32) flip,
+            r = out(reg32) r, options(nomem, nostack)
+        )
+    };
+    r
+}
+
 /// One stable warp-ranking step (CUB's `BlockRadixRankMatch`): the lanes holding the same
 /// `key` (< 256) form a group, found with eight `vote.ballot`s, one per key bit, as CUB's
 /// `warp_in_block_matcher_t` does (`match.any.sync` is a slow, variable-latency instruction on

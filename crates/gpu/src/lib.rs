@@ -108,22 +108,22 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     (
         sort::KERNEL_SORT_ONESWEEP_U32_V4,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U32_V8,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U32_V12,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U32_V16,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U64,
@@ -133,22 +133,22 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     (
         sort::KERNEL_SORT_ONESWEEP_U64_V4,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U64_V8,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U64_V12,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U64_V16,
         sort::ONESWEEP_THREADS,
-        sort::ONESWEEP_MIN_BLOCKS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),
 ];
 

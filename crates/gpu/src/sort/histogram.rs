@@ -24,7 +24,7 @@ impl<const P: usize> Runs<P> {
         let mut p = 0;
         while p < P {
             if (p as u32) < passes {
-                let d = digits[p].of(key);
+                let d = digits[p].of_bfe(key);
                 if d != self.cur[p] {
                     if self.cnt[p] != 0 {
                         // SAFETY: caller contract; cur < RADIX when cnt != 0.

@@ -31,8 +31,10 @@
 //!    (one thread per digit, tile by tile, adding aggregates until it meets an inclusive
 //!    prefix), publishes its own inclusive prefix, and scatters the keys from shared memory to
 //!    `offsets[digit] + prefix[digit] + (rank - tile start of digit)`: consecutive threads
-//!    write consecutive positions of one digit (coalesced). Values follow through the same
-//!    shared-memory exchange, after the keys.
+//!    write consecutive positions of one digit (coalesced). Values are loaded with the keys,
+//!    stay in registers (the kernels with values are built for 80 registers, three blocks
+//!    per multiprocessor), are written to a second shared array at their key's rank during
+//!    the ranking and leave in the same scatter loop as the keys.
 //!
 //! Buffers ping-pong between the caller's output and one temporary buffer, arranged so that
 //! the last pass writes the caller's output and the input is never written.
@@ -50,8 +52,8 @@
 //! (1) the tile id and the zeroed warp histograms are visible; (2) the warp histograms are
 //! complete; (3, 4) inside the block scan of the 256 tile counts; (5) the per-warp digit
 //! offsets are written before the warps rank; (6) the tile-sorted keys and the 256 scatter
-//! bases are in shared memory before any thread reads them; with values, (7) every key has
-//! left the exchange area before values overwrite it, (8) the values are in place.
+//! bases (and with values the tile-sorted values) are in shared memory before any thread
+//! reads them.
 //!
 //! # Worked example (16-bit keys in `u32`, two 8-bit passes)
 //! Keys `[0x0102, 0x0201, 0x0101, 0x0202]` with values `[0, 1, 2, 3]`, `begin_bit = 0`,
@@ -78,9 +80,22 @@ pub const MAX_PASSES: u32 = 8;
 
 /// Threads per block of the onesweep kernels: one thread per digit in the look-back.
 pub const ONESWEEP_THREADS: u32 = 256;
-/// Onesweep blocks per multiprocessor the kernels are built for (their launch bounds, see
-/// `crate::LAUNCH_BOUNDS`): at most 64 registers per thread.
+/// Onesweep blocks per multiprocessor the keys-only kernels are built for (their launch
+/// bounds, see `crate::LAUNCH_BOUNDS`): at most 64 registers per thread.
 pub const ONESWEEP_MIN_BLOCKS: u32 = 4;
+/// Onesweep blocks per multiprocessor the kernels with values are built for: at most 80
+/// registers per thread, so that each thread keeps its values in registers from the load to
+/// the ranking (768 threads per multiprocessor, as CUB's 2 blocks of 384).
+pub const ONESWEEP_MIN_BLOCKS_PAIRS: u32 = 3;
+
+/// Launch-bound blocks per multiprocessor of the onesweep kernel for `value_bytes`.
+pub const fn onesweep_min_blocks(value_bytes: usize) -> u32 {
+    if value_bytes == 0 {
+        ONESWEEP_MIN_BLOCKS
+    } else {
+        ONESWEEP_MIN_BLOCKS_PAIRS
+    }
+}
 /// Warps per onesweep block.
 pub const ONESWEEP_WARPS: u32 = ONESWEEP_THREADS / 32;
 /// Threads per block of the histogram kernels (one per digit in the final scan).
@@ -93,21 +108,19 @@ pub const HISTOGRAM_UNROLL: usize = 4;
 pub const HISTOGRAM_BLOCKS_PER_SM: u32 = 4;
 
 /// Keys per thread of a onesweep tile for `key_bytes` (4 or 8) and `value_bytes` (0, 4, 8,
-/// 12 or 16): as many as fit in 64 registers per thread (four 256-thread blocks per
-/// multiprocessor, the kernels' launch bounds) with the exchange area (`tile × max(key,
-/// value) bytes`) within 32 KiB: 24 for `u32` keys alone, 20 with 4-byte values, 16 for
-/// `u64` keys or 8-byte values, 10 and 8 for 12- and 16-byte values.
+/// 12 or 16). Keys only: as many as fit in 64 registers per thread (four 256-thread blocks
+/// per multiprocessor), 24 for `u32` and 16 for `u64` keys. With values, every thread holds
+/// its keys and values in registers until the ranking has placed both in shared memory (80
+/// registers, three blocks per multiprocessor): about 48 registers of keys and values, and a
+/// tile of `tile × (key + value bytes)` within 50 KiB of shared memory.
 pub const fn onesweep_items(key_bytes: usize, value_bytes: usize) -> u32 {
-    let per_item = if value_bytes > key_bytes {
-        value_bytes
-    } else {
-        key_bytes
-    };
-    match (key_bytes, per_item) {
-        (4, 4) if value_bytes == 0 => 24,
+    match (key_bytes, value_bytes) {
+        (4, 0) => 24,
+        (_, 0) => 16,
         (4, 4) => 20,
-        (_, 8) => 16,
-        (_, 12) => 10,
+        (_, 4) | (4, 8) => 16,
+        (_, 8) | (4, 12) => 12,
+        (_, 12) | (4, 16) => 10,
         _ => 8,
     }
 }
@@ -133,29 +146,20 @@ pub mod layout {
     pub const SCAN: u32 = WARP_HIST + ONESWEEP_WARPS * RADIX * 4;
     /// The tile id slot.
     pub const TILE_SLOT: u32 = SCAN + 33 * 4;
-    /// The digit of each tile-sorted position (u8; only with values).
-    pub const DIGITS: u32 = SCAN + 256;
+    /// The exchange area: the tile's keys in tile-sorted order, then (with values) the
+    /// tile's values in the same order.
+    pub const EXCHANGE: u32 = SCAN + 256;
 }
 
-/// Byte offset of the exchange area (tile-sorted keys, then values) in a onesweep block.
-pub const fn onesweep_exchange_offset(key_bytes: usize, value_bytes: usize) -> u32 {
-    let digits = if value_bytes > 0 {
-        onesweep_tile(key_bytes, value_bytes).div_ceil(16) * 16
-    } else {
-        0
-    };
-    layout::DIGITS + digits
+/// Byte offset of the tile-sorted values in a onesweep block (after the keys).
+pub const fn onesweep_values_offset(key_bytes: usize, value_bytes: usize) -> u32 {
+    layout::EXCHANGE + onesweep_tile(key_bytes, value_bytes) * key_bytes as u32
 }
 
 /// Dynamic shared-memory bytes of a onesweep block.
 pub const fn onesweep_smem_bytes(key_bytes: usize, value_bytes: usize) -> usize {
-    let per_item = if value_bytes > key_bytes {
-        value_bytes
-    } else {
-        key_bytes
-    };
-    onesweep_exchange_offset(key_bytes, value_bytes) as usize
-        + onesweep_tile(key_bytes, value_bytes) as usize * per_item
+    onesweep_values_offset(key_bytes, value_bytes) as usize
+        + onesweep_tile(key_bytes, value_bytes) as usize * value_bytes
 }
 
 /// Dynamic shared-memory bytes of a histogram block: `passes × RADIX` counters for the key's
@@ -426,16 +430,21 @@ mod tests {
             for vb in [0usize, 4, 8, 12, 16] {
                 let items = onesweep_items(kb, vb);
                 assert!((8..=24).contains(&items), "{kb} {vb}: {items}");
-                assert!(onesweep_smem_bytes(kb, vb) <= 48 * 1024, "{kb} {vb}");
-                assert_eq!(onesweep_exchange_offset(kb, vb) % 16, 0);
+                let smem = onesweep_smem_bytes(kb, vb);
+                assert!(smem <= 60 * 1024, "{kb} {vb}: {smem}");
+                // The launch bounds' blocks fit one multiprocessor's 228 KiB (1 KiB each
+                // reserved).
+                let blocks = onesweep_min_blocks(vb) as usize;
+                assert!(blocks * (smem + 1024) <= 228 * 1024, "{kb} {vb}: {smem}");
+                assert_eq!(onesweep_values_offset(kb, vb) % 16, 0);
                 assert!(onesweep_kernel(kb, vb).is_some());
             }
         }
         assert_eq!(onesweep_tile(4, 0), 6144);
         assert_eq!(onesweep_tile(8, 4), 4096);
         const { assert!(single_smem_bytes(8) <= 227 * 1024) };
-        const { assert!(layout::DIGITS.is_multiple_of(16)) };
-        const { assert!(layout::TILE_SLOT < layout::DIGITS) };
+        const { assert!(layout::EXCHANGE.is_multiple_of(16)) };
+        const { assert!(layout::TILE_SLOT < layout::EXCHANGE) };
         assert_eq!(onesweep_kernel(4, 6), None);
         assert_eq!(onesweep_kernel(2, 0), None);
     }

@@ -45,8 +45,12 @@ pub trait Key: Copy {
     unsafe fn sts(saddr: u32, v: Self);
     /// The low 32 bits of the key shifted right by `shift` (less than the key's bits).
     fn shr(self, shift: u32) -> u32;
-    /// Bits `shift .. shift + bits` of the key (`bits <= 8`), extracted again at every use
-    /// (see `intrinsics::bfe_u32`).
+    /// `((key >> shift) & mask) ^ flip` (`shift` less than the key's bits), computed again
+    /// at every use (see `intrinsics::digit_u32`).
+    fn digit(self, shift: u32, mask: u32, flip: u32) -> u32;
+    /// Bits `shift .. shift + bits` of the key (`bits <= 8`) by `bfe`: fewer live registers
+    /// than [`Key::digit`] where the digits of all passes are extracted at once (the upfront
+    /// histogram), more instructions.
     fn field(self, shift: u32, bits: u32) -> u32;
 }
 
@@ -83,6 +87,10 @@ impl Key for u32 {
     #[inline(always)]
     fn shr(self, shift: u32) -> u32 {
         self.wrapping_shr(shift)
+    }
+    #[inline(always)]
+    fn digit(self, shift: u32, mask: u32, flip: u32) -> u32 {
+        i::digit_u32(self, shift, mask, flip)
     }
     #[inline(always)]
     fn field(self, shift: u32, bits: u32) -> u32 {
@@ -126,6 +134,10 @@ impl Key for u64 {
         self.wrapping_shr(shift) as u32
     }
     #[inline(always)]
+    fn digit(self, shift: u32, mask: u32, flip: u32) -> u32 {
+        i::digit_u64(self, shift, mask, flip)
+    }
+    #[inline(always)]
     fn field(self, shift: u32, bits: u32) -> u32 {
         i::bfe_u64(self, shift, bits)
     }
@@ -156,15 +168,21 @@ impl DigitFn {
             flip: if descending { mask } else { 0 },
         }
     }
+    /// The digit of `key` by `bfe` (see [`Key::field`]).
+    #[inline(always)]
+    pub fn of_bfe<K: Key>(self, key: K) -> u32 {
+        key.field(self.shift, self.bits) ^ self.flip
+    }
     /// The digit of `key`.
     #[inline(always)]
     pub fn of<K: Key>(self, key: K) -> u32 {
-        key.field(self.shift, self.bits) ^ self.flip
+        key.digit(self.shift, self.mask, self.flip)
     }
     /// The digit of the item at tile position `local`: padding past `valid` sorts last.
+    /// Without `CHECK` (a full tile) every item is a key.
     #[inline(always)]
-    pub fn of_item<K: Key>(self, key: K, local: u32, valid: u32) -> u32 {
-        if local < valid {
+    pub fn of_item<K: Key, const CHECK: bool>(self, key: K, local: u32, valid: u32) -> u32 {
+        if !CHECK || local < valid {
             self.of(key)
         } else {
             RADIX - 1
@@ -276,18 +294,18 @@ pub unsafe fn value_sts<const W: usize>(base: u32, slot: u32, v: [u32; 4]) {
 /// # Safety
 /// `hist_w` addresses 256 words of shared memory.
 #[inline(always)]
-pub unsafe fn count_digits<K: Key, const ITEMS: usize>(
+pub unsafe fn count_digits<K: Key, const ITEMS: usize, const CHECK: bool>(
     keys: &[K; ITEMS],
     hist_w: u32,
     f: DigitFn,
     local0: u32,
     valid: u32,
 ) {
-    let mut cur = f.of_item(keys[0], local0, valid);
+    let mut cur = f.of_item::<K, CHECK>(keys[0], local0, valid);
     let mut cnt = 0u32;
     let mut k = 0;
     while k < ITEMS {
-        let d = f.of_item(keys[k], local0 + 32 * k as u32, valid);
+        let d = f.of_item::<K, CHECK>(keys[k], local0 + 32 * k as u32, valid);
         if d != cur {
             // SAFETY: cur < 256.
             unsafe { i::red_shared_add_u32(hist_w + cur * 4, cnt) };
@@ -312,20 +330,20 @@ pub unsafe fn count_digits<K: Key, const ITEMS: usize>(
 /// # Safety
 /// `hist_w` addresses this warp's 256 counters in shared memory, used by no other warp.
 #[inline(always)]
-pub unsafe fn rank_items<K: Key, const ITEMS: usize>(
+pub unsafe fn rank_items<K: Key, const ITEMS: usize, const CHECK: bool, F: FnMut(usize, u32)>(
     keys: &[K; ITEMS],
     hist_w: u32,
     f: DigitFn,
     local0: u32,
     valid: u32,
-    mut place: impl FnMut(usize, u32),
+    mut place: F,
 ) {
     // Unrolled by hand: with the caller's `place` inlined the body is too large for the
     // compiler's unroll threshold, and a rolled loop would index `keys` at run time (a stack
     // frame in local memory).
     let mut step = |k: usize| {
         if k < ITEMS {
-            let d = f.of_item(keys[k], local0 + 32 * k as u32, valid);
+            let d = f.of_item::<K, CHECK>(keys[k], local0 + 32 * k as u32, valid);
             // SAFETY: d < 256: inside this warp's counters; all lanes call this.
             let rank = unsafe { i::match_fetch_add_shared(d, hist_w + d * 4) };
             place(k, rank);
@@ -356,36 +374,6 @@ pub unsafe fn rank_items<K: Key, const ITEMS: usize>(
     step(21);
     step(22);
     step(23);
-}
-
-/// Tile positions (< 2^16) packed two to a register.
-#[derive(Clone, Copy)]
-pub struct Packed<const H: usize> {
-    w: [u32; H],
-}
-
-impl<const H: usize> Packed<H> {
-    /// All zero.
-    #[inline(always)]
-    pub fn new() -> Self {
-        Self { w: [0; H] }
-    }
-    /// Sets entry `k` (`k < 2H`, `v < 2^16`; set each entry once).
-    #[inline(always)]
-    pub fn set(&mut self, k: usize, v: u32) {
-        self.w[k / 2] |= v << (16 * (k % 2));
-    }
-    /// Entry `k`.
-    #[inline(always)]
-    pub fn get(&self, k: usize) -> u32 {
-        (self.w[k / 2] >> (16 * (k % 2))) & 0xffff
-    }
-}
-
-impl<const H: usize> Default for Packed<H> {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 /// Exclusive prefix of digit `d` over the tiles before `tile` (decoupled look-back, one
@@ -460,10 +448,8 @@ pub unsafe fn digit_starts(
     (run, start)
 }
 
-/// Items per chunk of the scatter loops (loads of a chunk in flight together).
+/// Items per chunk of the scatter loop (loads of a chunk in flight together).
 const SCATTER_CHUNK: usize = 4;
-/// Items per chunk of the value loads.
-const VALUE_CHUNK: usize = 8;
 
 /// One onesweep pass over one tile (see the module docs of `super`).
 ///
@@ -477,13 +463,7 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     let n = p.n as u32;
     let tile_items = ONESWEEP_THREADS * ITEMS as u32;
     let sbase = i::shared_base();
-    let hist = sbase + layout::WARP_HIST;
-    let hist_w = hist + warp * RADIX * 4;
-    let bin_base = sbase + layout::BIN_BASE;
-    let digits = sbase + layout::DIGITS;
-    let exch = sbase + onesweep_exchange_offset(K::BYTES as usize, 4 * W);
-    // SAFETY: the block-scan words of the layout.
-    let scan = unsafe { i::dynamic_shared_ptr().add(layout::SCAN as usize) } as *mut u32;
+    let hist_w = sbase + layout::WARP_HIST + warp * RADIX * 4;
 
     // (1) Take a tile; zero this warp's digit counters.
     if tid == 0 {
@@ -507,18 +487,61 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     } else {
         tile_items
     };
+    if valid == tile_items {
+        // SAFETY: forwarded; a full tile.
+        unsafe { onesweep_body::<K, W, ITEMS, false>(p, tile, start, valid) }
+    } else {
+        // SAFETY: forwarded; the last, partial tile.
+        unsafe { onesweep_body::<K, W, ITEMS, true>(p, tile, start, valid) }
+    }
+}
+
+/// Steps (2) to (7) of a onesweep pass over tile `tile` (positions `start..start + valid`):
+/// without `CHECK` the tile is full and no item is tested against `valid` (the common case
+/// compiles without the bounds tests and the branches around them).
+///
+/// # Safety
+/// See [`sort_onesweep_u32`]; step (1) done; `valid == tile` items unless `CHECK`.
+#[inline(always)]
+unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK: bool>(
+    p: &SortOnesweepParams,
+    tile: u32,
+    start: u32,
+    valid: u32,
+) {
+    let tid = i::thread_idx_x();
+    let lane = i::lane_id();
+    let warp = tid / 32;
+    let sbase = i::shared_base();
+    let hist = sbase + layout::WARP_HIST;
+    let hist_w = hist + warp * RADIX * 4;
+    let bin_base = sbase + layout::BIN_BASE;
+    let exch = sbase + layout::EXCHANGE;
+    let vexch = sbase + onesweep_values_offset(K::BYTES as usize, 4 * W);
+    // SAFETY: the block-scan words of the layout.
+    let scan = unsafe { i::dynamic_shared_ptr().add(layout::SCAN as usize) } as *mut u32;
     let f = DigitFn::new(p.shift, p.bits, p.descending != 0);
     let local0 = warp * 32 * ITEMS as u32 + lane;
 
-    // (2) Load the keys, warp-striped: item k of this lane is tile position local0 + 32 k.
+    // (2) Load the keys and the values, warp-striped: item k of this lane is tile position
+    // local0 + 32 k. The values stay in registers until the ranking places them, so their
+    // loads overlap the counting, the block scan and the ranking (no second pass over the
+    // tile after the keys' scatter).
     let keys_in = p.keys_in.ptr();
+    let values_in = p.values_in.ptr();
+    let index_values = W > 0 && values_in.is_null();
     let mut keys = [K::ZERO; ITEMS];
+    let mut vals = [[0u32; 4]; ITEMS];
     let mut k = 0;
     while k < ITEMS {
         let l = local0 + 32 * k as u32;
-        if l < valid {
+        if !CHECK || l < valid {
             // SAFETY: start + l < n.
             keys[k] = unsafe { K::ldg(keys_in, start + l) };
+            if W > 0 && !index_values {
+                // SAFETY: start + l < n values.
+                vals[k] = unsafe { value_ldg::<W>(values_in, start + l) };
+            }
         }
         k += 1;
     }
@@ -527,9 +550,9 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     let goff = unsafe { i::ldg_u32(p.offsets.ptr().add(tid as usize)) };
 
     // (3) Count the tile's digits per warp. (Indices are recomputed from an opaque copy in
-    // each phase, so that 24 per-item indices do not stay live through the kernel.)
+    // each phase, so that per-item indices do not stay live through the kernel.)
     // SAFETY: this warp's counters.
-    unsafe { count_digits(&keys, hist_w, f, i::opaque_u32(local0), valid) };
+    unsafe { count_digits::<K, ITEMS, CHECK>(&keys, hist_w, f, i::opaque_u32(local0), valid) };
     i::sync_threads();
 
     // (4) Tile count and tile start of digit `tid`; publish the count at once.
@@ -542,22 +565,22 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     unsafe { i::store_relaxed_u64(my_status, status_word(p.epoch, tile == 0, count)) };
     i::sync_threads();
 
-    // (5) Rank; write each key (and its digit) at its tile-sorted position at once; keep the
-    // positions (packed) only when values follow.
+    // (5) Rank; write each key (and its value) at its tile-sorted position at once.
     let local0 = i::opaque_u32(local0);
-    const { assert!(ITEMS <= 24) };
-    let mut rank = Packed::<12>::new();
-    // SAFETY: this warp's counters; positions < tile_items: inside the exchange area (and
-    // the digit bytes).
+    let vstart = i::opaque_u32(start) + local0;
+    // SAFETY: this warp's counters; positions < tile_items: inside the exchange areas.
     unsafe {
-        rank_items(&keys, hist_w, f, local0, valid, |k, r| {
+        rank_items::<K, ITEMS, CHECK, _>(&keys, hist_w, f, local0, valid, |k, r| {
             K::sts(exch + r * K::BYTES, keys[k]);
             if W > 0 {
-                i::st_shared_u8(
-                    digits + r,
-                    f.of_item(keys[k], local0 + 32 * k as u32, valid),
-                );
-                rank.set(k, r);
+                // No input values: each key's value is its input index (argsort; `W` is
+                // 1 then, launch contract).
+                let v = if index_values {
+                    [vstart + 32 * k as u32, 0, 0, 0]
+                } else {
+                    vals[k]
+                };
+                value_sts::<W>(vexch, r, v);
             }
         })
     };
@@ -586,92 +609,28 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     };
     i::sync_threads();
 
-    // (7) Scatter the keys: tile-sorted position j goes to base[digit] + j. In chunks of
-    // SCATTER_CHUNK items: all loads of a chunk are issued before its stores, and the
+    // (7) Scatter keys and values: tile-sorted position j goes to base[digit] + j. In chunks
+    // of SCATTER_CHUNK items: all loads of a chunk are issued before its stores, and the
     // registers they take stay bounded.
     let keys_out = p.keys_out.ptr_mut();
+    let values_out = p.values_out.ptr_mut();
     let tid = i::opaque_u32(tid);
     let mut c = 0;
     while c < ITEMS {
         let mut out = [K::ZERO; SCATTER_CHUNK];
-        let mut dest = [0u32; SCATTER_CHUNK];
-        let mut u = 0;
-        while u < SCATTER_CHUNK {
-            let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
-            if c + u < ITEMS && j < valid {
-                // SAFETY: j < tile_items; digit < 256.
-                unsafe {
-                    out[u] = K::lds(exch + j * K::BYTES);
-                    dest[u] = i::ld_shared_u32(bin_base + f.of(out[u]) * 4).wrapping_add(j);
-                }
-            }
-            u += 1;
-        }
-        let mut u = 0;
-        while u < SCATTER_CHUNK {
-            let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
-            if c + u < ITEMS && j < valid {
-                // SAFETY: dest < n: a permutation of the pass's positions.
-                unsafe { K::stg(keys_out, dest[u], out[u]) };
-            }
-            u += 1;
-        }
-        c += SCATTER_CHUNK;
-    }
-    if W == 0 {
-        return;
-    }
-
-    // (8) Values: to shared memory at their key's rank, then out like the keys.
-    i::sync_threads();
-    let values_in = p.values_in.ptr();
-    let local0 = i::opaque_u32(local0);
-    let start = i::opaque_u32(start);
-    // In chunks of VALUE_CHUNK items: a chunk's loads are all in flight before its stores.
-    let mut c = 0;
-    while c < ITEMS {
-        let mut vals = [[0u32; 4]; VALUE_CHUNK];
-        let mut u = 0;
-        while u < VALUE_CHUNK {
-            let l = local0 + 32 * (c + u) as u32;
-            if c + u < ITEMS && l < valid {
-                vals[u] = if values_in.is_null() {
-                    // No input values: each key's value is its input index (argsort; `W` is
-                    // 1 then, launch contract).
-                    [start + l, 0, 0, 0]
-                } else {
-                    // SAFETY: start + l < n.
-                    unsafe { value_ldg::<W>(values_in, start + l) }
-                };
-            }
-            u += 1;
-        }
-        let mut u = 0;
-        while u < VALUE_CHUNK {
-            if c + u < ITEMS && local0 + 32 * ((c + u) as u32) < valid {
-                // SAFETY: rank < tile_items.
-                unsafe { value_sts::<W>(exch, rank.get(c + u), vals[u]) };
-            }
-            u += 1;
-        }
-        c += VALUE_CHUNK;
-    }
-    i::sync_threads();
-    let tid = i::opaque_u32(tid);
-    let values_out = p.values_out.ptr_mut();
-    let mut c = 0;
-    while c < ITEMS {
         let mut v = [[0u32; 4]; SCATTER_CHUNK];
         let mut dest = [0u32; SCATTER_CHUNK];
         let mut u = 0;
         while u < SCATTER_CHUNK {
             let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
-            if c + u < ITEMS && j < valid {
-                // SAFETY: j < tile_items; digit bytes hold digits < 256.
+            if c + u < ITEMS && (!CHECK || j < valid) {
+                // SAFETY: j < tile_items; digit < 256.
                 unsafe {
-                    let d = i::ld_shared_u8(digits + j);
-                    dest[u] = i::ld_shared_u32(bin_base + d * 4).wrapping_add(j);
-                    v[u] = value_lds::<W>(exch, j);
+                    out[u] = K::lds(exch + j * K::BYTES);
+                    dest[u] = i::ld_shared_u32(bin_base + f.of(out[u]) * 4).wrapping_add(j);
+                    if W > 0 {
+                        v[u] = value_lds::<W>(vexch, j);
+                    }
                 }
             }
             u += 1;
@@ -679,9 +638,14 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
         let mut u = 0;
         while u < SCATTER_CHUNK {
             let j = (c + u) as u32 * ONESWEEP_THREADS + tid;
-            if c + u < ITEMS && j < valid {
-                // SAFETY: dest < n.
-                unsafe { value_stg::<W>(values_out, dest[u], v[u]) };
+            if c + u < ITEMS && (!CHECK || j < valid) {
+                // SAFETY: dest < n: a permutation of the pass's positions.
+                unsafe {
+                    K::stg(keys_out, dest[u], out[u]);
+                    if W > 0 {
+                        value_stg::<W>(values_out, dest[u], v[u]);
+                    }
+                }
             }
             u += 1;
         }

@@ -31,6 +31,11 @@ pub unsafe fn single_tile<K: Key>(p: &SortSingleTileParams) {
     // SAFETY: the block-scan words of the layout.
     let scan = unsafe { i::dynamic_shared_ptr().add(single_layout::SCAN as usize) } as *mut u32;
     let local0 = warp * 32 * ITEMS as u32 + lane;
+    // Warps whose positions all lie past `n` hold padding only: they zero their counters
+    // (the block scan reads every warp's) and keep to the barriers, but neither count nor
+    // rank, so a small input costs the warps it fills, not the whole tile. Real keys still
+    // take positions 0..n: padding sorts last, and these warps come after every real key.
+    let active = warp * 32 * (ITEMS as u32) < n;
 
     let keys_in = p.keys_in.ptr();
     let mut keys = [K::ZERO; ITEMS];
@@ -57,30 +62,36 @@ pub unsafe fn single_tile<K: Key>(p: &SortSingleTileParams) {
             q += 32;
         }
         i::sync_warp();
-        // SAFETY: this warp's counters. Padding (position >= n) sorts last in every pass,
-        // so positions below n always hold the real keys.
-        unsafe { count_digits(&keys, hist_w, f, local0, n) };
+        if active {
+            // SAFETY: this warp's counters. Padding (position >= n) sorts last in every
+            // pass, so positions below n always hold the real keys.
+            unsafe { count_digits::<K, ITEMS, true>(&keys, hist_w, f, local0, n) };
+        }
         i::sync_threads();
         // SAFETY: threads < 256 own one digit each; the scan words are ours.
         unsafe { digit_starts(hist, SINGLE_WARPS, scan, tid, tid < RADIX) };
         i::sync_threads();
-        // SAFETY: this warp's counters; positions < SINGLE_TILE.
-        unsafe {
-            rank_items(&keys, hist_w, f, local0, n, |k, r| {
-                K::sts(keys_s + r * K::BYTES, keys[k]);
-                i::st_shared_u32(index_s + r * 4, index[k]);
-            })
-        };
-        i::sync_threads();
-        let mut k = 0;
-        while k < ITEMS {
-            let l = local0 + 32 * k as u32;
-            // SAFETY: l < SINGLE_TILE.
+        if active {
+            // SAFETY: this warp's counters; positions < SINGLE_TILE.
             unsafe {
-                keys[k] = K::lds(keys_s + l * K::BYTES);
-                index[k] = i::ld_shared_u32(index_s + l * 4);
+                rank_items::<K, ITEMS, true, _>(&keys, hist_w, f, local0, n, |k, r| {
+                    K::sts(keys_s + r * K::BYTES, keys[k]);
+                    i::st_shared_u32(index_s + r * 4, index[k]);
+                })
+            };
+        }
+        i::sync_threads();
+        if active {
+            let mut k = 0;
+            while k < ITEMS {
+                let l = local0 + 32 * k as u32;
+                // SAFETY: l < SINGLE_TILE.
+                unsafe {
+                    keys[k] = K::lds(keys_s + l * K::BYTES);
+                    index[k] = i::ld_shared_u32(index_s + l * 4);
+                }
+                k += 1;
             }
-            k += 1;
         }
         // Before the next pass overwrites the sorted keys.
         i::sync_threads();

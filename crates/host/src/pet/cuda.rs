@@ -22,6 +22,8 @@ struct PetRadixTemp {
     keys: Option<CudaSlice<u64>>,
     sorted: Option<CudaSlice<u64>>,
     index: Option<CudaSlice<u32>>,
+    /// The two words the time-keys kernel reduces into (min, max), reset before each use.
+    minmax: Option<CudaSlice<u64>>,
 }
 
 /// A scanner's parameters and tables on the device.
@@ -266,7 +268,15 @@ impl GpuContext {
         else {
             unreachable!("allocated above");
         };
-        let mut minmax = self.upload(&[u64::MAX, 0u64])?;
+        if t.minmax.is_none() {
+            t.minmax = Some(self.zeros(2)?);
+        }
+        let Some(minmax) = t.minmax.as_mut() else {
+            unreachable!("allocated above");
+        };
+        self.stream()
+            .memcpy_htod(&[u64::MAX, 0u64], minmax)
+            .ctx("resetting the time range")?;
         let av = a.slice(2 * off..2 * (off + n));
         let blocks = (n as u64)
             .div_ceil(k::KEYS_THREADS as u64)
@@ -274,7 +284,7 @@ impl GpuContext {
         let params = k::PetTimeKeysParams {
             singles: self.ptr(&av).cast(),
             keys: self.ptr_mut(keys),
-            minmax: self.ptr_mut(&mut minmax),
+            minmax: self.ptr_mut(minmax),
             n: n as u64,
         };
         // SAFETY: KEYS_THREADS threads, grid-stride; av holds n singles, keys n words,
@@ -286,7 +296,7 @@ impl GpuContext {
                 &params,
             )?
         };
-        let mm = self.download(&minmax)?;
+        let mm = self.download(minmax)?;
         let bits = 64 - (mm[0] ^ mm[1]).leading_zeros();
         if bits == 0 {
             // Every time equal: the stable order is the input order.

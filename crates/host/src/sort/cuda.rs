@@ -111,34 +111,7 @@ impl GpuContext {
         opts: SortOptions,
     ) -> Result<()> {
         let vb = std::mem::size_of::<V>();
-        check::<K>(n, vb, &opts)?;
-        if vb == 0 {
-            return Err(invalid("sort values", "values of 0 bytes"));
-        }
-        if keys_in.len() < n || keys_out.len() < n || values_in.len() < n || values_out.len() < n {
-            return Err(invalid("sort buffers", "shorter than n"));
-        }
-        let (begin, end) = opts.range::<K>()?;
-        if n == 0 {
-            return Ok(());
-        }
-        if begin == end {
-            self.stream()
-                .memcpy_dtod(&keys_in.slice(..n), &mut keys_out.slice_mut(..n))
-                .ctx("copying keys")?;
-            return self
-                .stream()
-                .memcpy_dtod(&values_in.slice(..n), &mut values_out.slice_mut(..n))
-                .ctx("copying values");
-        }
-        let ops = Operands {
-            keys_in: self.ptr(keys_in).cast(),
-            keys_out: self.ptr_mut(keys_out).cast(),
-            values_in: self.ptr(values_in).cast(),
-            values_out: self.ptr_mut(values_out).cast(),
-            value_bytes: vb,
-        };
-        self.sort_raw::<K>(ops, n, begin, end, opts.descending)
+        self.sort_pairs_checked(keys_in, keys_out, values_in, values_out, vb, n, opts)
     }
 
     /// Stable argsort: sorts `keys_in[..n]` into `keys_out` and writes each sorted key's input
@@ -194,12 +167,38 @@ impl GpuContext {
         n: usize,
         opts: SortOptions,
     ) -> Result<()> {
+        self.sort_pairs_checked(
+            keys_in,
+            keys_out,
+            values_in,
+            values_out,
+            value_bytes,
+            n,
+            opts,
+        )
+    }
+
+    /// The one body of both pairs sorts: values of `value_bytes` bytes stored as elements of
+    /// `V` (`V` the value type itself, or `u8`), checked, copied as they are for an empty bit
+    /// range, sorted otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn sort_pairs_checked<K: SortKey, V: DeviceRepr>(
+        &self,
+        keys_in: &DeviceBuffer<K>,
+        keys_out: &mut DeviceBuffer<K>,
+        values_in: &DeviceBuffer<V>,
+        values_out: &mut DeviceBuffer<V>,
+        value_bytes: usize,
+        n: usize,
+        opts: SortOptions,
+    ) -> Result<()> {
         check::<K>(n, value_bytes, &opts)?;
         if value_bytes == 0 {
             return Err(invalid("sort values", "values of 0 bytes"));
         }
-        let nb = n * value_bytes;
-        if keys_in.len() < n || keys_out.len() < n || values_in.len() < nb || values_out.len() < nb
+        // Elements of `V` that hold n values.
+        let nv = n * value_bytes / std::mem::size_of::<V>().max(1);
+        if keys_in.len() < n || keys_out.len() < n || values_in.len() < nv || values_out.len() < nv
         {
             return Err(invalid("sort buffers", "shorter than n"));
         }
@@ -213,7 +212,7 @@ impl GpuContext {
                 .ctx("copying keys")?;
             return self
                 .stream()
-                .memcpy_dtod(&values_in.slice(..nb), &mut values_out.slice_mut(..nb))
+                .memcpy_dtod(&values_in.slice(..nv), &mut values_out.slice_mut(..nv))
                 .ctx("copying values");
         }
         let ops = Operands {
