@@ -263,6 +263,9 @@ pub struct ClusteringCountModulesParams {
     /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
     /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// Two words on the device: `n` (digis) and `nevents` (events), so that a captured
+    /// launch sequence (a CUDA graph) serves any input up to the buffers' capacities.
+    pub dims: DevPtr<u32>,
     /// Per digi: set to [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
     /// Slot list of module starts: `module_start[0]` = count (zero at launch),
@@ -271,12 +274,15 @@ pub struct ClusteringCountModulesParams {
     /// Per slot `k`: `module id | event << 16`.
     pub slot_info: DevPtr<u32>,
     /// One word: `crate::histogram::encode_first_index` of the first digi with a module id or
-    /// coordinates out of range (atomic max; zero = none).
+    /// coordinates out of range (atomic max; zero at launch; zero = none).
     pub bad: DevPtr<u32>,
-    /// Number of digis.
-    pub n: u32,
-    /// Number of events.
-    pub nevents: u32,
+    /// Per event and module (`e * nmodules + m`): set to zero.
+    pub clus_in_module: DevPtr<u32>,
+    /// Per event and module: set to [`NO_MODULE_START`].
+    pub module_first: DevPtr<u32>,
+    /// Counter words of the later kernels' slot lists (`larger_warp[0]`, `larger[0]`,
+    /// `fallback[0]`): set to zero (nothing reads them while this kernel runs).
+    pub counters: [DevPtr<u32>; 3],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -288,7 +294,7 @@ pub struct ClusteringCountModulesParams {
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    88,
+    128,
     ["clustering_count_modules"]
 );
 
@@ -361,12 +367,11 @@ pub struct ClusteringFindClusParams {
     pub x: DevPtr<u16>,
     /// Column per digi.
     pub y: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`), set for the listed slots.
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -383,8 +388,6 @@ pub struct ClusteringFindClusParams {
     /// Slot list of the modules over `capacity`: `fallback[0]` = count (zero at launch), then slots
     /// (appended).
     pub fallback: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -393,10 +396,8 @@ pub struct ClusteringFindClusParams {
     pub cols: u32,
     /// Largest module (digis) clustered here; larger ones go to `fallback`.
     pub capacity: u32,
-    /// Padding (zero).
-    pub _pad0: u32,
 }
-crate::kernel_params!(ClusteringFindClusParams, 120, ["clustering_find_clus"]);
+crate::kernel_params!(ClusteringFindClusParams, 112, ["clustering_find_clus"]);
 
 /// Parameters of [`KERNEL_FIND_CLUS_SEED`]: one `#[repr(C)]` struct passed by value (see
 /// `crate::params`).
@@ -415,6 +416,8 @@ pub struct ClusteringFindClusSeedParams {
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`, written here).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -426,18 +429,18 @@ pub struct ClusteringFindClusSeedParams {
     /// Slot list of the modules the seed's arrays cannot hold: `fallback[0]` = count (zero at
     /// launch), then slots (appended).
     pub fallback: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
     pub rows: u32,
     /// Columns per module.
     pub cols: u32,
+    /// Padding (zero).
+    pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringFindClusSeedParams,
-    96,
+    104,
     ["clustering_find_clus_seed"]
 );
 
@@ -452,12 +455,11 @@ pub struct ClusteringFindClusFallbackParams {
     pub x: DevPtr<u16>,
     /// Column per digi.
     pub y: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -471,14 +473,14 @@ pub struct ClusteringFindClusFallbackParams {
     pub fallback: DevPtr<u32>,
     /// `gridDim.x * rows * cols` words, all [`GRID_EMPTY`]: one pixel grid per block (left empty).
     pub grid: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
     pub rows: u32,
     /// Columns per module.
     pub cols: u32,
+    /// Padding (zero).
+    pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringFindClusFallbackParams,
@@ -491,16 +493,13 @@ crate::kernel_params!(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringClusterChargeCutParams {
-    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
-    pub module: DevPtr<u16>,
     /// Charge per digi (electrons).
     pub adc: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -511,8 +510,6 @@ pub struct ClusteringClusterChargeCutParams {
     pub scratch: DevPtr<u64>,
     /// Slot list to cut (`slots[0]` = count), or null for every module slot.
     pub slots: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Module ids below this use `threshold_layer1`.
@@ -521,12 +518,10 @@ pub struct ClusteringClusterChargeCutParams {
     pub threshold_layer1: u32,
     /// Charge threshold (electrons) of every other module; 0 = no cut.
     pub threshold_other: u32,
-    /// Padding (zero).
-    pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringClusterChargeCutParams,
-    96,
+    80,
     ["clustering_cluster_charge_cut"]
 );
 

@@ -174,20 +174,8 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
         }
         gsync();
         let msize = if all {
-            let mut d = first + lt;
-            while d < ev_end {
-                // SAFETY: d < n.
-                let id = unsafe { module.add(d as usize).read() };
-                if id != INVALID_MODULE && id != mid {
-                    // SAFETY: header word.
-                    unsafe { i::atomic_min_u32(hdr, d) };
-                    break;
-                }
-                d += gsize;
-            }
-            gsync();
-            // SAFETY: header word, final after the barrier.
-            let m = unsafe { read_volatile(hdr) };
+            // SAFETY: digis of the event; hdr holds ev_end since the barrier above.
+            let m = unsafe { module_end(module, first, ev_end, mid, hdr, lt, gsize, gsync) };
             if lt == 0 {
                 // SAFETY: k < n.
                 unsafe { slot_end.add(k).write(m) };
