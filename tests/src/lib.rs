@@ -107,3 +107,31 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// The oracle's results for a batch built from events clustered one by one: per-digi
+/// cluster indices are module-local, so a batch's results are its events' results
+/// concatenated, with `module_first` shifted by each event's offset.
+pub fn concat_clusters(parts: &[&detkit::clustering::Clusters]) -> detkit::clustering::Clusters {
+    let modules = parts.first().map_or(0, |p| p.modules);
+    let mut out = detkit::clustering::Clusters {
+        clus: Vec::new(),
+        clus_in_module: Vec::new(),
+        module_first: Vec::new(),
+        modules,
+        medium_modules: 0,
+        fallback_modules: 0,
+    };
+    for p in parts {
+        let base = out.clus.len() as u32;
+        out.clus.extend_from_slice(&p.clus);
+        out.clus_in_module.extend_from_slice(&p.clus_in_module);
+        out.module_first.extend(p.module_first.iter().map(|&f| {
+            if f == u32::MAX {
+                f
+            } else {
+                f + base
+            }
+        }));
+    }
+    out
+}

@@ -64,6 +64,8 @@ pub const MAX_MODULE_SIDE: u32 = 1 << 15;
 pub const KERNEL_COUNT_MODULES: &str = "clustering_count_modules";
 /// Kernel: clustering of small modules by pairwise comparisons in shared memory.
 pub const KERNEL_FIND_CLUS_SMALL: &str = "clustering_find_clus_small";
+/// Kernel: the warp pass of the small-module clustering (one warp per module).
+pub const KERNEL_FIND_CLUS_SMALL_WARP: &str = "clustering_find_clus_small_warp";
 /// Kernel: per-module clustering in shared memory (status words, column buckets).
 pub const KERNEL_FIND_CLUS: &str = "clustering_find_clus";
 /// Kernel: per-module clustering of modules over the fast path's capacity.
@@ -341,8 +343,8 @@ pub struct ClusteringFindClusSmallParams {
     pub cols: u32,
     /// Largest module (digis) clustered here; larger ones go to `larger`.
     pub capacity: u32,
-    /// Non-zero: each warp is a group with its own modules; zero: the block is one group.
-    pub warp_groups: u32,
+    /// Padding (zero); the entry point decides the group (warp or block).
+    pub _pad0: u32,
     /// Module ids below this use `threshold_layer1`.
     pub layer1_modules: u32,
     /// Charge threshold (electrons) of the first layer's modules; 0 = no cut.
@@ -353,7 +355,10 @@ pub struct ClusteringFindClusSmallParams {
 crate::kernel_params!(
     ClusteringFindClusSmallParams,
     136,
-    ["clustering_find_clus_small"]
+    [
+        "clustering_find_clus_small",
+        "clustering_find_clus_small_warp"
+    ]
 );
 
 /// Parameters of [`KERNEL_FIND_CLUS`]: one `#[repr(C)]` struct passed by value (see

@@ -286,13 +286,14 @@ impl<'g> Clusterer<'g> {
             }
         }
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
-        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem.max(warp_smem))?;
+        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
+        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
         let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
         let small_grid =
             resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, k::SMALL_THREADS, small_smem)?;
         let warp_grid = resident_grid(
             gpu,
-            k::KERNEL_FIND_CLUS_SMALL,
+            k::KERNEL_FIND_CLUS_SMALL_WARP,
             k::WARP_PASS_THREADS,
             warp_smem,
         )?;
@@ -368,13 +369,10 @@ impl<'g> Clusterer<'g> {
         }
         if capacity > 0 {
             let smem = k::find_clus_small_smem_bytes(capacity, k::WARP_PASS_THREADS / 32);
-            self.gpu.allow_smem(
-                k::KERNEL_FIND_CLUS_SMALL,
-                smem.max(k::find_clus_small_smem_bytes(self.small_capacity, 1)),
-            )?;
+            self.gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, smem)?;
             self.warp_grid = resident_grid(
                 self.gpu,
-                k::KERNEL_FIND_CLUS_SMALL,
+                k::KERNEL_FIND_CLUS_SMALL_WARP,
                 k::WARP_PASS_THREADS,
                 smem,
             )?;
@@ -502,7 +500,11 @@ impl<'g> Clusterer<'g> {
         } else {
             (self.small_capacity, self.small_threads, self.small_grid, 1)
         };
-        let warp_groups = warp as u32;
+        let kernel = if warp {
+            k::KERNEL_FIND_CLUS_SMALL_WARP
+        } else {
+            k::KERNEL_FIND_CLUS_SMALL
+        };
         // Pass 1 (warp groups) reads no list and writes the larger modules' list; pass 2
         // reads that list (or none when there is no pass 1) and writes the list for the
         // shared-memory kernel.
@@ -534,7 +536,7 @@ impl<'g> Clusterer<'g> {
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
             capacity: cap,
-            warp_groups,
+            _pad0: 0,
             layer1_modules: l1,
             threshold_layer1: cut.layer1,
             threshold_other: cut.other,
@@ -545,13 +547,7 @@ impl<'g> Clusterer<'g> {
         // SAFETY: launched after count_modules (pass 2 after pass 1, whose list and slot
         // ends it reads); shared memory for this capacity and group count (limit raised at
         // construction); the output lists zeroed by count_modules; threads checked.
-        unsafe {
-            g.launch(
-                k::KERNEL_FIND_CLUS_SMALL,
-                cfg(grid as u64, threads, smem),
-                &params,
-            )
-        }
+        unsafe { g.launch(kernel, cfg(grid as u64, threads, smem), &params) }
     }
 
     /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
