@@ -43,6 +43,7 @@ fn check(
     let dd = DeviceDigis::upload(gpu, d, offsets).map_err(e)?;
     let mut run =
         Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, small, capacity).map_err(e)?;
+    sanitizer_grids(c, &mut run);
     run.poison_outputs().map_err(e)?;
     run.run(&dd, cut).map_err(e)?;
     let got = run.results(&dd).map_err(e)?;
@@ -86,6 +87,18 @@ fn compare(what: &str, got: &Clusters, want: &Clusters) -> R {
         &got.module_first,
         &want.module_first,
     )
+}
+
+/// Under `--quick` (the sanitizer runs) the persistent grids are capped: racecheck's shadow
+/// state grows with the shared memory of every resident block, and at full grids
+/// `clustering_sizes` (small capacities, so many resident blocks) needed about 120 GB of
+/// host memory. Results do not depend on the grid.
+const SANITIZER_GRID: u32 = 48;
+
+fn sanitizer_grids(c: &Ctx, run: &mut Clusterer) {
+    if c.quick {
+        run.limit_grids(SANITIZER_GRID);
+    }
 }
 
 const DEFAULT: (u32, u32) = (detkit_gpu::clustering::SMALL_CAPACITY, cl::DEFAULT_CAPACITY);
@@ -343,6 +356,7 @@ fn test_cut_paths(c: &Ctx) -> R {
     let gpu = c.gpu();
     let dd = DeviceDigis::upload(gpu, &d, &offs).map_err(e)?;
     let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
+    sanitizer_grids(c, &mut run);
     for cut in [
         ChargeCut::uniform(3000),
         g.default_cut,
@@ -377,6 +391,7 @@ fn test_bad_input(c: &Ctx) -> R {
     d.push(40_000, 1, 1, 100);
     let dd = DeviceDigis::upload(gpu, &d, &single(&d)).map_err(e)?;
     let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
+    sanitizer_grids(c, &mut run);
     run.run(&dd, Some(g.default_cut)).map_err(e)?;
     match run.results(&dd) {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("digi 1") => {}
@@ -523,8 +538,9 @@ fn test_passes(c: &Ctx) -> R {
     let dd = DeviceDigis::upload(gpu, &d, &offsets).map_err(e)?;
     for cut in [None, Some(g.default_cut)] {
         let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
-        for (warp, threads) in [(0u32, 256u32), (0, 1024), (32, 128), (128, 256)] {
+        for (warp, threads) in [(0u32, 256u32), (0, 1024), (32, 128), (32, 512), (128, 256)] {
             let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+            sanitizer_grids(c, &mut run);
             run.set_warp_capacity(warp).map_err(e)?;
             run.set_small_threads(threads).map_err(e)?;
             for graph in [false, true, true] {

@@ -419,7 +419,7 @@ fn main() -> Result<()> {
 
     // (3) Pass configurations: warp-pass capacity × block-pass threads.
     println!("\n(3) pass configurations, run3, µs per event (GPU): small passes, shared, cut | graph chain");
-    for &b in &[1usize, 128] {
+    for &b in &[1usize, 2, 8, 128] {
         let bt = batch(&run3, &run3_want, b);
         let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
         for (warp, threads) in [
@@ -509,6 +509,40 @@ fn main() -> Result<()> {
             out.push_str(&format!("throughput,run3,{lanes},{b},{rate:.0}\n"));
         }
         println!();
+    }
+
+    // (4b) One event per launch with the throughput configuration on every lane.
+    println!("\n(4b) events/s at 1 event per launch with the throughput configuration (warp pass 128, block pass 256 threads) on every lane");
+    for &lanes in &a.lanes {
+        let bt = batch(&run3, &run3_want, 1);
+        let mut ls = Vec::new();
+        for f in &forks[..lanes] {
+            let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
+            let mut c = Clusterer::new(f, &geo, bt.digis.len(), 1)?;
+            c.set_warp_capacity(128)?;
+            c.set_small_threads(256)?;
+            c.run_graph(&d, Some(cut))?;
+            check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
+            ls.push((f, d, c, None::<CudaEvent>));
+        }
+        let t0 = Instant::now();
+        let mut launches = 0u64;
+        while t0.elapsed().as_secs_f64() < a.seconds || launches < 4 * lanes as u64 {
+            let k = (launches % lanes as u64) as usize;
+            let (f, d, c, pending) = &mut ls[k];
+            if let Some(e) = pending.take() {
+                e.synchronize()?;
+            }
+            c.run_graph(d, Some(cut))?;
+            *pending = Some(ev(f)?);
+            launches += 1;
+        }
+        for (f, _, _, _) in &ls {
+            f.synchronize()?;
+        }
+        let rate = launches as f64 / t0.elapsed().as_secs_f64();
+        println!("  {lanes:>2} lanes: {rate:>8.0} events/s");
+        out.push_str(&format!("throughput_cfg128,run3,{lanes},1,{rate:.0}\n"));
     }
 
     // (5) From host memory through ClusterQueue (copy in, graph, copy out).

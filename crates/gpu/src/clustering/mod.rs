@@ -211,6 +211,14 @@ pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
 pub const WARP_CAPACITY: u32 = 128;
 /// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
 pub const WARP_PASS_THREADS: u32 = 128;
+/// Warp-pass capacity when a `Clusterer` is built for one event per launch: only the
+/// modules of up to 32 digis (one per lane) stay on a warp; the rest go to the block pass.
+/// One event fills a fifth of the GPU's warp slots, and a module's time on its warp is an
+/// instruction chain that grows with its digis per lane (measured: 195 µs → 115 µs for a
+/// Run-3-like event, `docs/benchmarks.md`, issue 13).
+pub const LATENCY_WARP_CAPACITY: u32 = 32;
+/// Block-pass threads when a `Clusterer` is built for one event per launch.
+pub const LATENCY_SMALL_THREADS: u32 = 512;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(

@@ -184,6 +184,7 @@ pub struct Clusterer<'g> {
     status: Option<DeviceBuffer<u32>>,
     grid: DeviceBuffer<u32>,
     graph: Option<(GraphKey, SendGraph)>,
+    grid_limit: Option<u32>,
 }
 
 /// A captured chain, movable to another thread with its `Clusterer`.
@@ -268,7 +269,17 @@ impl<'g> Clusterer<'g> {
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
         let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
-        let warp_capacity = small_capacity.min(k::WARP_CAPACITY);
+        // One event per launch: the latency configuration (see `LATENCY_WARP_CAPACITY`);
+        // more: the throughput configuration (tuned at 128 events per launch).
+        let one_event = max_events <= 1;
+        let (warp_capacity, small_threads) = if one_event {
+            (
+                small_capacity.min(k::LATENCY_WARP_CAPACITY),
+                k::LATENCY_SMALL_THREADS,
+            )
+        } else {
+            (small_capacity.min(k::WARP_CAPACITY), k::SMALL_THREADS)
+        };
         let warp_smem = k::find_clus_small_smem_bytes(warp_capacity, k::WARP_PASS_THREADS / 32);
         for (what, bytes) in [
             ("find_clus shared memory (bytes)", smem),
@@ -289,8 +300,7 @@ impl<'g> Clusterer<'g> {
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
         let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
-        let small_grid =
-            resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, k::SMALL_THREADS, small_smem)?;
+        let small_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, small_threads, small_smem)?;
         let warp_grid = resident_grid(
             gpu,
             k::KERNEL_FIND_CLUS_SMALL_WARP,
@@ -316,7 +326,7 @@ impl<'g> Clusterer<'g> {
             warp_capacity,
             warp_grid,
             small_capacity,
-            small_threads: k::SMALL_THREADS,
+            small_threads,
             small_grid,
             capacity,
             find_grid,
@@ -338,6 +348,7 @@ impl<'g> Clusterer<'g> {
             status,
             grid: gpu.filled_u32(fallback_grid as usize * cells, k::GRID_EMPTY)?,
             graph: None,
+            grid_limit: None,
         })
     }
 
@@ -346,7 +357,8 @@ impl<'g> Clusterer<'g> {
     pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
         let smem = k::find_clus_small_smem_bytes(self.small_capacity, 1);
-        self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?;
+        self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
+            .min(self.grid_limit.unwrap_or(u32::MAX));
         self.small_threads = threads;
         self.graph = None;
         Ok(())
@@ -375,11 +387,35 @@ impl<'g> Clusterer<'g> {
                 k::KERNEL_FIND_CLUS_SMALL_WARP,
                 k::WARP_PASS_THREADS,
                 smem,
-            )?;
+            )?
+            .min(self.grid_limit.unwrap_or(u32::MAX));
         }
         self.warp_capacity = capacity;
         self.graph = None;
         Ok(())
+    }
+
+    /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
+    /// one). Results do not change; the sanitizer runs use it, since racecheck keeps shadow
+    /// state for the shared memory of every resident block.
+    pub fn limit_grids(&mut self, blocks: u32) {
+        let b = blocks.max(1);
+        for g in [
+            &mut self.warp_grid,
+            &mut self.small_grid,
+            &mut self.find_grid,
+            &mut self.fallback_grid,
+            &mut self.cut_grid,
+        ] {
+            *g = (*g).min(b);
+        }
+        self.grid_limit = Some(b);
+        self.graph = None;
+    }
+
+    /// The pass configuration: warp-pass capacity (0: no warp pass) and block-pass threads.
+    pub fn passes(&self) -> (u32, u32) {
+        (self.warp_capacity, self.small_threads)
     }
 
     /// The geometry.
@@ -911,6 +947,13 @@ impl<'g> ClusterQueue<'g> {
             next: 0,
             submitted: 0,
         })
+    }
+
+    /// [`Clusterer::limit_grids`] on every lane.
+    pub fn limit_grids(&mut self, blocks: u32) {
+        for (_, c, _) in &mut self.lanes {
+            c.limit_grids(blocks);
+        }
     }
 
     /// Number of lanes (batches that can be in flight).
