@@ -33,6 +33,15 @@ use detkit::clustering::{
 use detkit::{Backend, GpuContext};
 use detkit_tests::{concat_clusters, median};
 
+/// A benchmark case: name, geometry, distinct events, their oracles, events per launch.
+type Case<'a> = (
+    &'a str,
+    &'a Geometry,
+    &'a Vec<Digis>,
+    &'a Vec<Clusters>,
+    Vec<usize>,
+);
+
 fn ev(g: &GpuContext) -> Result<CudaEvent> {
     Ok(g.stream()
         .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
@@ -168,7 +177,6 @@ fn time_ops(
     c: &mut Clusterer,
     d: &DeviceDigis,
     cut: ChargeCut,
-    warp_pass: bool,
 ) -> Result<[f64; 6]> {
     let mut t: [Vec<f64>; 6] = Default::default();
     for rep in 0..reps + 5 {
@@ -195,7 +203,6 @@ fn time_ops(
             t[5].push(e0.elapsed_ms(&e5)? as f64 * 1e3);
         }
     }
-    let _ = warp_pass;
     Ok(t.map(median))
 }
 
@@ -316,7 +323,7 @@ fn main() -> Result<()> {
         "seed",
         "vs seed"
     );
-    let cases: Vec<(&str, &Geometry, &Vec<Digis>, &Vec<Clusters>, Vec<usize>)> = vec![
+    let cases: Vec<Case> = vec![
         ("run3", &geo, &run3, &run3_want, a.batches.clone()),
         (
             "dense",
@@ -386,7 +393,7 @@ fn main() -> Result<()> {
     let one = batch(&run3, &run3_want, 1);
     let d1 = DeviceDigis::upload(g, &one.digis, &one.offsets)?;
     let mut c1 = Clusterer::new(g, &geo, one.digis.len(), 1)?;
-    let ops = time_ops(g, a.reps, &mut c1, &d1, cut, true)?;
+    let ops = time_ops(g, a.reps, &mut c1, &d1, cut)?;
     println!(
         "  GPU µs, run() with an event between the steps: memset+count {:.1}, small-module passes {:.1}, shared-memory kernel {:.1}, fallback {:.1}, larger-module cut {:.1}; whole {:.1}",
         ops[0], ops[1], ops[2], ops[3], ops[4], ops[5]
@@ -444,7 +451,7 @@ fn main() -> Result<()> {
                 &c.results(&d)?,
                 &bt.want,
             )?;
-            let o = time_ops(g, a.reps, &mut c, &d, cut, warp > 0)?;
+            let o = time_ops(g, a.reps, &mut c, &d, cut)?;
             let tg = time_graph(g, a.reps, &mut c, &d, Some(cut))? * 1e3;
             let per = |us: f64| us / b as f64;
             println!(
