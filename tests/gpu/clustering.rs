@@ -520,8 +520,9 @@ fn test_streams(c: &Ctx) -> R {
     Ok(())
 }
 
-/// The pass configurations (warp pass capacity 0, 32, 128; block pass 128 or 1024
-/// threads) and the graph replay give the oracle's results.
+/// The pass configurations (warp pass capacity 0 to 128; with and without a middle block
+/// pass; last block pass of 128 to 1024 threads) and the graph replay give the oracle's
+/// results.
 fn test_passes(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let gpu = c.gpu();
@@ -538,10 +539,20 @@ fn test_passes(c: &Ctx) -> R {
     let dd = DeviceDigis::upload(gpu, &d, &offsets).map_err(e)?;
     for cut in [None, Some(g.default_cut)] {
         let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
-        for (warp, threads) in [(0u32, 256u32), (0, 1024), (32, 128), (32, 512), (128, 256)] {
+        for (warp, mid, threads) in [
+            (0u32, None, 256u32),
+            (0, None, 1024),
+            (32, None, 128),
+            (32, None, 512),
+            (128, None, 256),
+            (32, Some((128u32, 128u32)), 1024),
+            (0, Some((64, 64)), 256),
+            (8, Some((300, 96)), 160),
+        ] {
             let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
             sanitizer_grids(c, &mut run);
             run.set_warp_capacity(warp).map_err(e)?;
+            run.set_mid_pass(mid).map_err(e)?;
             run.set_small_threads(threads).map_err(e)?;
             for graph in [false, true, true] {
                 run.poison_outputs().map_err(e)?;
@@ -552,7 +563,7 @@ fn test_passes(c: &Ctx) -> R {
                 }
                 let got = run.results(&dd).map_err(e)?;
                 compare(
-                    &format!("warp capacity {warp}, {threads} threads, graph {graph}, cut {cut:?}"),
+                    &format!("passes {:?}, graph {graph}, cut {cut:?}", run.passes()),
                     &got,
                     &want,
                 )?;

@@ -429,37 +429,40 @@ fn main() -> Result<()> {
     for &b in &[1usize, 2, 8, 128] {
         let bt = batch(&run3, &run3_want, b);
         let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
-        for (warp, threads) in [
-            (128u32, 256u32),
-            (128, 512),
-            (64, 256),
-            (64, 512),
-            (32, 256),
-            (32, 512),
-            (32, 1024),
-            (0, 128),
-            (0, 256),
-            (0, 512),
-            (0, 1024),
+        for (warp, mid, threads) in [
+            (128u32, None, 256u32),
+            (128, None, 512),
+            (64, None, 512),
+            (32, None, 256),
+            (32, None, 512),
+            (0, None, 256),
+            (0, None, 512),
+            (32, Some((128u32, 128u32)), 256),
+            (32, Some((128, 128)), 512),
+            (32, Some((128, 128)), 1024),
+            (32, Some((256, 256)), 1024),
+            (64, Some((256, 256)), 1024),
         ] {
             let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
             c.set_warp_capacity(warp)?;
+            c.set_mid_pass(mid)?;
             c.set_small_threads(threads)?;
             c.run_graph(&d, Some(cut))?;
             check_exact(
-                &format!("run3 x{b} warp {warp} threads {threads}"),
+                &format!("run3 x{b} passes {:?}", c.passes()),
                 &c.results(&d)?,
                 &bt.want,
             )?;
             let o = time_ops(g, a.reps, &mut c, &d, cut)?;
             let tg = time_graph(g, a.reps, &mut c, &d, Some(cut))? * 1e3;
             let per = |us: f64| us / b as f64;
+            let mids = mid.map_or("-".to_string(), |(c, t)| format!("{c}/{t}"));
             println!(
-                "  x{b:<4} warp pass {warp:>3}, block pass {threads:>4} threads: {:>8.2} {:>7.2} {:>7.2} | {:>8.2}",
+                "  x{b:<4} warp pass {warp:>3}, middle pass {mids:>7}, last pass {threads:>4} threads: {:>8.2} {:>7.2} {:>7.2} | {:>8.2}",
                 per(o[1]), per(o[2]), per(o[4]), per(tg)
             );
             out.push_str(&format!(
-                "passes,run3,{b},{warp},{threads},{:.3},{:.3},{:.3},{:.3}\n",
+                "passes,run3,{b},{warp},{mids},{threads},{:.3},{:.3},{:.3},{:.3}\n",
                 per(o[1]),
                 per(o[2]),
                 per(o[4]),
@@ -519,7 +522,7 @@ fn main() -> Result<()> {
     }
 
     // (4b) One event per launch with the throughput configuration on every lane.
-    println!("\n(4b) events/s at 1 event per launch with the throughput configuration (warp pass 128, block pass 256 threads) on every lane");
+    println!("\n(4b) events/s at 1 event per launch with the throughput configuration (warp pass 128, no middle pass, block pass 256 threads) on every lane");
     for &lanes in &a.lanes {
         let bt = batch(&run3, &run3_want, 1);
         let mut ls = Vec::new();
@@ -527,6 +530,7 @@ fn main() -> Result<()> {
             let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
             let mut c = Clusterer::new(f, &geo, bt.digis.len(), 1)?;
             c.set_warp_capacity(128)?;
+            c.set_mid_pass(None)?;
             c.set_small_threads(256)?;
             c.run_graph(&d, Some(cut))?;
             check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;

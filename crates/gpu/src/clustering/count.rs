@@ -21,7 +21,7 @@ use crate::intrinsics as i;
 /// `n + 1` words with `module_start[0] == 0`; `slot_info` for `n` words; `event_offsets` for
 /// `nevents + 1` non-decreasing entries from 0 to `n`; `bad` a valid word, zero;
 /// `clus_in_module` and `module_first` for `nevents * nmodules` words; each of `counters`
-/// a valid word that no other kernel uses during this launch.
+/// null or a valid word that no other kernel uses during this launch.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountModulesParams) {
     let (module, x, y, event_offsets, nmodules, rows, cols) = (
@@ -46,8 +46,10 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
     let first = i::global_thread_idx();
     if first == 0 {
         for c in p.counters {
-            // SAFETY: a valid word nobody else uses during this launch (contract).
-            unsafe { c.ptr_mut().write(0) };
+            if c.addr() != 0 {
+                // SAFETY: a valid word nobody else uses during this launch (contract).
+                unsafe { c.ptr_mut().write(0) };
+            }
         }
     }
     let stride = i::grid_threads();

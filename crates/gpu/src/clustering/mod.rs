@@ -217,8 +217,13 @@ pub const WARP_PASS_THREADS: u32 = 128;
 /// instruction chain that grows with its digis per lane (measured: 195 µs → 115 µs for a
 /// Run-3-like event, `docs/benchmarks.md`, issue 13).
 pub const LATENCY_WARP_CAPACITY: u32 = 32;
-/// Block-pass threads when a `Clusterer` is built for one event per launch.
-pub const LATENCY_SMALL_THREADS: u32 = 512;
+/// One event per launch: a middle block pass of this many threads takes the modules of up
+/// to this many digis (one digi per thread)...
+pub const LATENCY_MID_CAPACITY: u32 = 128;
+/// ...and the last block pass, of this many threads, the larger ones up to the small-module
+/// capacity (one or two digis per thread). Every module then has about one digi per
+/// thread and every group about one module.
+pub const LATENCY_SMALL_THREADS: u32 = 1024;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(
@@ -290,9 +295,9 @@ pub struct ClusteringCountModulesParams {
     pub clus_in_module: DevPtr<u32>,
     /// Per event and module: set to [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
-    /// Counter words of the later kernels' slot lists (`larger_warp[0]`, `larger[0]`,
-    /// `fallback[0]`): set to zero (nothing reads them while this kernel runs).
-    pub counters: [DevPtr<u32>; 3],
+    /// Counter words of the later kernels' slot lists (the small-module passes' and the
+    /// fallback's `list[0]`), or null: set to zero (nothing reads them while this kernel runs).
+    pub counters: [DevPtr<u32>; 4],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -304,7 +309,7 @@ pub struct ClusteringCountModulesParams {
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    128,
+    136,
     ["clustering_count_modules"]
 );
 

@@ -159,6 +159,8 @@ pub struct Clusterer<'g> {
     small_capacity: u32,
     small_threads: u32,
     small_grid: u32,
+    /// Optional middle block pass: capacity, threads, grid.
+    mid: Option<(u32, u32, u32)>,
     capacity: u32,
     find_grid: u32,
     smem: usize,
@@ -178,6 +180,7 @@ pub struct Clusterer<'g> {
     slot_info: DeviceBuffer<u32>,
     slot_end: DeviceBuffer<u32>,
     larger_warp: DeviceBuffer<u32>,
+    larger_mid: DeviceBuffer<u32>,
     larger: DeviceBuffer<u32>,
     fallback: DeviceBuffer<u32>,
     scratch: DeviceBuffer<u64>,
@@ -194,6 +197,14 @@ struct SendGraph(cudarc::driver::CudaGraph);
 // thread once the context is current (cudarc binds it before launching); the wrapper is
 // owned by one `Clusterer`, used through `&mut self` only, and never shared (not `Sync`).
 unsafe impl Send for SendGraph {}
+
+/// The small-module passes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pass {
+    Warp,
+    Mid,
+    Last,
+}
 
 /// What a captured chain depends on: the digi buffers (addresses and capacities) and the cut.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -280,6 +291,8 @@ impl<'g> Clusterer<'g> {
         } else {
             (small_capacity.min(k::WARP_CAPACITY), k::SMALL_THREADS)
         };
+        let mid_pass = (one_event && small_capacity > k::LATENCY_MID_CAPACITY)
+            .then_some((k::LATENCY_MID_CAPACITY, k::LATENCY_MID_CAPACITY));
         let warp_smem = k::find_clus_small_smem_bytes(warp_capacity, k::WARP_PASS_THREADS / 32);
         for (what, bytes) in [
             ("find_clus shared memory (bytes)", smem),
@@ -301,6 +314,19 @@ impl<'g> Clusterer<'g> {
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
         let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
         let small_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, small_threads, small_smem)?;
+        let mid = match mid_pass {
+            None => None,
+            Some((cap, threads)) => Some((
+                cap,
+                threads,
+                resident_grid(
+                    gpu,
+                    k::KERNEL_FIND_CLUS_SMALL,
+                    threads,
+                    k::find_clus_small_smem_bytes(cap, 1),
+                )?,
+            )),
+        };
         let warp_grid = resident_grid(
             gpu,
             k::KERNEL_FIND_CLUS_SMALL_WARP,
@@ -328,6 +354,7 @@ impl<'g> Clusterer<'g> {
             small_capacity,
             small_threads,
             small_grid,
+            mid,
             capacity,
             find_grid,
             smem,
@@ -342,6 +369,7 @@ impl<'g> Clusterer<'g> {
             slot_info: gpu.zeros(list)?,
             slot_end: gpu.zeros(list)?,
             larger_warp: gpu.zeros(list)?,
+            larger_mid: gpu.zeros(list)?,
             larger: gpu.zeros(list)?,
             fallback: gpu.zeros(list)?,
             scratch: gpu.zeros(n)?,
@@ -395,6 +423,30 @@ impl<'g> Clusterer<'g> {
         Ok(())
     }
 
+    /// Sets the middle block pass between the warp pass and the last block pass: `Some((capacity,
+    /// threads))` takes the modules up to `capacity` digis (below the small-module capacity)
+    /// with blocks of `threads` (a multiple of 32 up to 1024); `None` removes it.
+    pub fn set_mid_pass(&mut self, pass: Option<(u32, u32)>) -> Result<()> {
+        self.mid = match pass {
+            None => None,
+            Some((cap, threads)) => {
+                crate::scan::check_block_size(threads)?;
+                if cap == 0 || cap >= self.small_capacity {
+                    return Err(invalid(
+                        "middle pass capacity",
+                        format!("{cap} (1 to {})", self.small_capacity - 1),
+                    ));
+                }
+                let smem = k::find_clus_small_smem_bytes(cap, 1);
+                let grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
+                    .min(self.grid_limit.unwrap_or(u32::MAX));
+                Some((cap, threads, grid))
+            }
+        };
+        self.graph = None;
+        Ok(())
+    }
+
     /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
     /// one). Results do not change; the sanitizer runs use it, since racecheck keeps shadow
     /// state for the shared memory of every resident block.
@@ -409,13 +461,21 @@ impl<'g> Clusterer<'g> {
         ] {
             *g = (*g).min(b);
         }
+        if let Some((_, _, g)) = &mut self.mid {
+            *g = (*g).min(b);
+        }
         self.grid_limit = Some(b);
         self.graph = None;
     }
 
-    /// The pass configuration: warp-pass capacity (0: no warp pass) and block-pass threads.
-    pub fn passes(&self) -> (u32, u32) {
-        (self.warp_capacity, self.small_threads)
+    /// The pass configuration: warp-pass capacity (0: no warp pass), the middle block pass
+    /// (capacity, threads) if any, and the last block pass's threads.
+    pub fn passes(&self) -> (u32, Option<(u32, u32)>, u32) {
+        (
+            self.warp_capacity,
+            self.mid.map(|(c, t, _)| (c, t)),
+            self.small_threads,
+        )
     }
 
     /// The geometry.
@@ -478,6 +538,7 @@ impl<'g> Clusterer<'g> {
             module_first: g.ptr_mut(&mut self.module_first),
             counters: [
                 g.ptr(&self.larger_warp.slice(0..1)),
+                g.ptr(&self.larger_mid.slice(0..1)),
                 g.ptr(&self.larger.slice(0..1)),
                 g.ptr(&self.fallback.slice(0..1)),
             ],
@@ -515,26 +576,32 @@ impl<'g> Clusterer<'g> {
         let cut = cut.unwrap_or(ChargeCut::uniform(0));
         if self.warp_capacity > 0 {
             // Pass 1: one warp per module, every module slot; larger ones to `larger_warp`.
-            self.launch_small(d, cut, true)?;
+            self.launch_small(d, cut, Pass::Warp)?;
         }
-        // Pass 2: one block per module, the modules pass 1 listed (every module without a
-        // warp pass); larger ones to `larger`.
-        self.launch_small(d, cut, false)
+        if self.mid.is_some() {
+            // The middle pass: one block per module, the modules listed so far (every
+            // module without a warp pass); larger ones to `larger_mid`.
+            self.launch_small(d, cut, Pass::Mid)?;
+        }
+        // The last pass: one block per module, the modules listed so far; larger ones to
+        // `larger`, for the shared-memory kernel.
+        self.launch_small(d, cut, Pass::Last)
     }
 
-    fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, warp: bool) -> Result<()> {
+    fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, pass: Pass) -> Result<()> {
+        let warp = pass == Pass::Warp;
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, rows, cols, l1) = (geo.modules, geo.rows, geo.cols, geo.layer1_modules);
-        let (cap, threads, grid, groups) = if warp {
-            (
+        let (cap, threads, grid, groups) = match (pass, self.mid) {
+            (Pass::Warp, _) => (
                 self.warp_capacity,
                 k::WARP_PASS_THREADS,
                 self.warp_grid,
                 k::WARP_PASS_THREADS / 32,
-            )
-        } else {
-            (self.small_capacity, self.small_threads, self.small_grid, 1)
+            ),
+            (Pass::Mid, Some((c, t, g))) => (c, t, g, 1),
+            _ => (self.small_capacity, self.small_threads, self.small_grid, 1),
         };
         let kernel = if warp {
             k::KERNEL_FIND_CLUS_SMALL_WARP
@@ -544,17 +611,21 @@ impl<'g> Clusterer<'g> {
         // Pass 1 (warp groups) reads no list and writes the larger modules' list; pass 2
         // reads that list (or none when there is no pass 1) and writes the list for the
         // shared-memory kernel.
-        let slots = if warp {
-            DevPtr::NULL
-        } else if self.warp_capacity > 0 {
-            g.ptr(&self.larger_warp)
-        } else {
-            DevPtr::NULL
+        // Each pass reads the list of the pass before it (none for the first: every module
+        // slot) and writes its own.
+        let has_mid = self.mid.is_some();
+        let slots = match pass {
+            Pass::Warp => DevPtr::NULL,
+            Pass::Mid if self.warp_capacity > 0 => g.ptr(&self.larger_warp),
+            Pass::Mid => DevPtr::NULL,
+            Pass::Last if has_mid => g.ptr(&self.larger_mid),
+            Pass::Last if self.warp_capacity > 0 => g.ptr(&self.larger_warp),
+            Pass::Last => DevPtr::NULL,
         };
-        let larger = if warp {
-            g.ptr_mut(&mut self.larger_warp)
-        } else {
-            g.ptr_mut(&mut self.larger)
+        let larger = match pass {
+            Pass::Warp => g.ptr_mut(&mut self.larger_warp),
+            Pass::Mid => g.ptr_mut(&mut self.larger_mid),
+            Pass::Last => g.ptr_mut(&mut self.larger),
         };
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
