@@ -211,19 +211,28 @@ pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
 pub const WARP_CAPACITY: u32 = 128;
 /// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
 pub const WARP_PASS_THREADS: u32 = 128;
-/// Warp-pass capacity when a `Clusterer` is built for one event per launch: only the
-/// modules of up to 32 digis (one per lane) stay on a warp; the rest go to the block pass.
-/// One event fills a fifth of the GPU's warp slots, and a module's time on its warp is an
-/// instruction chain that grows with its digis per lane (measured: 195 µs → 115 µs for a
-/// Run-3-like event, `docs/benchmarks.md`, issue 13).
+/// A `Clusterer` built for at most this many events per launch takes the latency
+/// configuration of the small-module passes: a warp pass of capacity
+/// [`LATENCY_WARP_CAPACITY`], a middle block pass of [`LATENCY_MID_CAPACITY`] digis and
+/// threads, and a last block pass of [`LATENCY_SMALL_THREADS`] (one event) or
+/// [`FEW_EVENTS_SMALL_THREADS`] threads. Larger batches take the throughput configuration
+/// ([`WARP_CAPACITY`], [`SMALL_THREADS`], no middle pass). Measured (H200, issue 13,
+/// `docs/benchmarks.md`): one Run-3-like event 194 → 103 µs, two 101 → 66 µs per event,
+/// eight 50 → 44 µs per event; at 128 events the throughput configuration is faster.
+pub const FEW_EVENTS_PER_LAUNCH: u32 = 8;
+/// Warp-pass capacity of the latency configuration: only the modules of up to 32 digis (one
+/// per lane) stay on a warp. A module's time on its group is an instruction chain that grows
+/// with the digis per thread, and a few events fill a small part of the GPU, so every
+/// module gets about one digi per thread and every group about one module.
 pub const LATENCY_WARP_CAPACITY: u32 = 32;
-/// One event per launch: a middle block pass of this many threads takes the modules of up
-/// to this many digis (one digi per thread)...
+/// The middle block pass of the latency configuration: modules of up to this many digis,
+/// blocks of this many threads.
 pub const LATENCY_MID_CAPACITY: u32 = 128;
-/// ...and the last block pass, of this many threads, the larger ones up to the small-module
-/// capacity (one or two digis per thread). Every module then has about one digi per
-/// thread and every group about one module.
+/// Threads of the last block pass (modules over [`LATENCY_MID_CAPACITY`] digis) with one
+/// event per launch.
 pub const LATENCY_SMALL_THREADS: u32 = 1024;
+/// Threads of the last block pass with 2 to [`FEW_EVENTS_PER_LAUNCH`] events per launch.
+pub const FEW_EVENTS_SMALL_THREADS: u32 = 512;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(
