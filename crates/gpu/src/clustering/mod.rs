@@ -14,17 +14,23 @@
 //! `e`; `module_first[e * modules + m]` = the module's first digi index, or [`NO_MODULE_START`].
 //!
 //! # Kernels
-//! 1. [`KERNEL_COUNT_MODULES`], one thread per digi: initialises `clus`, finds module starts
-//!    (the first valid digi whose previous valid digi in the event belongs to another module)
-//!    and appends them to the slot list `module_start[1..]` (`module_start[0]` = count), as the
-//!    seed does with `atomicInc`. Digis with a module id or coordinates out of range are
-//!    reported through `bad` (the smallest such index) and treated as invalid.
-//! 2. [`KERNEL_FIND_CLUS_SMALL`], twice: one warp per module (up to 128 digis), then one block
-//!    per module (up to 1024 digis): module end, duplicates and neighbours through a pixel hash
-//!    table in shared memory, union-find, numbering, and the charge cut in place. Larger
-//!    modules are listed for the next kernel. (`docs/clustering.md` has the whole chain.)
-//! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride): module end
-//!    (`msize`, `atomicMin`), duplicate detection with 2-bit status words (CMSSW "Alternative 2":
+//! 1. [`KERNEL_COUNT_MODULES`], one thread per digi: initialises `clus`, `clus_in_module` and
+//!    `module_first` and zeroes the later kernels' list counters (so one run is one memset and
+//!    the kernels, and a captured CUDA graph replays it), finds module starts (the first valid
+//!    digi whose previous valid digi in the event belongs to another module) and appends them
+//!    to the slot list `module_start[1..]` (`module_start[0]` = count), as the seed does with
+//!    `atomicInc`, each with its slot record `module id | event << 16` (the later kernels read
+//!    a module's event there, no binary search). The batch's sizes are read on the device.
+//!    Digis with a module id or coordinates out of range are reported through `bad` (the
+//!    smallest such index) and treated as invalid.
+//! 2. [`KERNEL_FIND_CLUS_SMALL_WARP`] then [`KERNEL_FIND_CLUS_SMALL`] (once or twice): one warp
+//!    per module (up to 128 digis, or 32 for a few events per launch), then one block per
+//!    module (up to 1024 digis; for a few events a middle pass of 128-thread blocks up to 128
+//!    digis comes first): module end, duplicates and neighbours through a pixel hash table in
+//!    shared memory, union-find, numbering, and the charge cut in place. Larger modules are
+//!    listed for the next pass. (`docs/clustering.md` has the whole chain.)
+//! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride; blocks with no module
+//!    leave at once): duplicate detection with 2-bit status words (CMSSW "Alternative 2":
 //!    every copy of a pixel that occurs twice or more is invalidated), a bucket container by
 //!    column in shared memory (count, block scan, fill), then 8-connected labelling by
 //!    lock-free union-find with path halving in shared memory, the neighbours of a pixel
