@@ -135,3 +135,45 @@ pub fn concat_clusters(parts: &[&detkit::clustering::Clusters]) -> detkit::clust
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use detkit::clustering::{cpu, gen, Digis, Geometry};
+
+    /// The oracle of a batch equals its events' oracles concatenated (what the GPU tests
+    /// and bench-clustering compare batches against), empty and invalid-only events included.
+    #[test]
+    fn concat_clusters_is_the_batch_oracle() {
+        let g = Geometry::phase1();
+        let cfg = gen::EventConfig {
+            clusters: 400.0,
+            ..gen::EventConfig::run3()
+        };
+        let mut invalid = Digis::default();
+        for k in 0..17u16 {
+            invalid.push(detkit_gpu::clustering::INVALID_MODULE, k, 2 * k, 3000);
+        }
+        let events = [
+            gen::event(&g, &cfg, 1),
+            Digis::default(),
+            gen::event(&g, &cfg, 2),
+            invalid,
+            gen::event(&g, &cfg, 3),
+        ];
+        for cut in [None, Some(g.default_cut)] {
+            let parts: Vec<_> = events
+                .iter()
+                .map(|d| cpu::cluster(d, &[0, d.len() as u32], &g, cut))
+                .collect();
+            let mut batch = Digis::default();
+            let mut offsets = vec![0u32];
+            for d in &events {
+                batch.extend(d);
+                offsets.push(batch.len() as u32);
+            }
+            let want = cpu::cluster(&batch, &offsets, &g, cut);
+            let refs: Vec<_> = parts.iter().collect();
+            assert!(super::concat_clusters(&refs).same_clusters(&want));
+        }
+    }
+}
