@@ -13,6 +13,7 @@ use detkit_gpu::clustering::INVALID_MODULE;
 use detkit_tests::{ensure, exact};
 
 use crate::{e, Ctx, Test, R};
+use detkit::GpuContext;
 
 /// The clustering tests, run by `main` after the Foundation tests.
 pub(crate) const TESTS: &[Test] = &[
@@ -22,6 +23,8 @@ pub(crate) const TESTS: &[Test] = &[
     ("clustering_phase2", test_phase2),
     ("clustering_cut_paths", test_cut_paths),
     ("clustering_bad_input", test_bad_input),
+    ("clustering_streams", test_streams),
+    ("clustering_passes", test_passes),
 ];
 
 /// Runs the GPU chain on `d` and compares every output with the oracle; returns the
@@ -40,6 +43,7 @@ fn check(
     let dd = DeviceDigis::upload(gpu, d, offsets).map_err(e)?;
     let mut run =
         Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, small, capacity).map_err(e)?;
+    sanitizer_grids(c, &mut run);
     run.poison_outputs().map_err(e)?;
     run.run(&dd, cut).map_err(e)?;
     let got = run.results(&dd).map_err(e)?;
@@ -83,6 +87,18 @@ fn compare(what: &str, got: &Clusters, want: &Clusters) -> R {
         &got.module_first,
         &want.module_first,
     )
+}
+
+/// Under `--quick` (the sanitizer runs) the persistent grids are capped: racecheck's shadow
+/// state grows with the shared memory of every resident block, and at full grids
+/// `clustering_sizes` (small capacities, so many resident blocks) needed about 120 GB of
+/// host memory. Results do not depend on the grid.
+const SANITIZER_GRID: u32 = 48;
+
+fn sanitizer_grids(c: &Ctx, run: &mut Clusterer) {
+    if c.quick {
+        run.limit_grids(SANITIZER_GRID);
+    }
 }
 
 const DEFAULT: (u32, u32) = (detkit_gpu::clustering::SMALL_CAPACITY, cl::DEFAULT_CAPACITY);
@@ -340,6 +356,7 @@ fn test_cut_paths(c: &Ctx) -> R {
     let gpu = c.gpu();
     let dd = DeviceDigis::upload(gpu, &d, &offs).map_err(e)?;
     let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
+    sanitizer_grids(c, &mut run);
     for cut in [
         ChargeCut::uniform(3000),
         g.default_cut,
@@ -374,6 +391,7 @@ fn test_bad_input(c: &Ctx) -> R {
     d.push(40_000, 1, 1, 100);
     let dd = DeviceDigis::upload(gpu, &d, &single(&d)).map_err(e)?;
     let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
+    sanitizer_grids(c, &mut run);
     run.run(&dd, Some(g.default_cut)).map_err(e)?;
     match run.results(&dd) {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("digi 1") => {}
@@ -403,4 +421,154 @@ fn test_bad_input(c: &Ctx) -> R {
         matches!(small.run(&dbig, None), Err(Error::CapacityExceeded { .. })),
         || "oversized input accepted by a small workspace".into(),
     )
+}
+
+/// A pool of events for the batch tests: Run-3-like events (smaller ones under `--quick`,
+/// for the sanitizers), an event with zero digis and an event of only invalid digis.
+fn event_pool(c: &Ctx, g: &Geometry) -> Vec<Digis> {
+    let cfg = if c.quick {
+        EventConfig {
+            clusters: 1500.0,
+            ..EventConfig::run3()
+        }
+    } else {
+        EventConfig::run3()
+    };
+    let mut pool: Vec<Digis> = (0..4)
+        .map(|k| gen::event(g, &cfg, c.seed ^ (0x5743 + k)))
+        .collect();
+    let mut rng = detkit::rng::rng(c.seed ^ 0x1d1);
+    let mut invalid = Digis::default();
+    for _ in 0..(1 + rng.below(200)) {
+        let (x, y) = (rng.below(160) as u16, rng.below(416) as u16);
+        invalid.push(INVALID_MODULE, x, y, 1000 + rng.below(9000) as u16);
+    }
+    // Zero digis and only invalid digis, between ordinary events.
+    pool.insert(1, Digis::default());
+    pool.insert(3, invalid);
+    pool
+}
+
+/// Results equal to the oracle's with 1 to 8 streams in flight (`ClusterQueue` over forks of
+/// one context: every lane replays its captured graph on batches of different sizes copied
+/// into the same buffers) and 1, 2, 3, 5 or 6 events per launch, with the empty and the
+/// invalid-only events at every position of a batch.
+fn test_streams(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    let pool = event_pool(c, &g);
+    let oracle: Vec<Clusters> = pool
+        .iter()
+        .map(|d| detkit::clustering::cpu::cluster(d, &single(d), &g, cut))
+        .collect();
+    let per_launch: &[usize] = &[1, 2, 3, 5, 6];
+    let lane_counts: Vec<usize> = if c.quick {
+        vec![1, 3, 8]
+    } else {
+        (1..=8).collect()
+    };
+    let max_events = *per_launch.iter().max().unwrap_or(&1);
+    let max_digis: usize = {
+        let mut sizes: Vec<usize> = pool.iter().map(|d| d.len()).collect();
+        sizes.sort_unstable();
+        sizes.iter().rev().take(max_events).sum()
+    };
+    let forks: Vec<GpuContext> = (0..8)
+        .map(|_| c.gpu().fork())
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let mut checked = 0usize;
+    for &lanes in &lane_counts {
+        let mut q =
+            cl::ClusterQueue::new(&forks[..lanes], &g, max_digis, max_events, cut).map_err(e)?;
+        // Batch b: `per_launch[b % len]` events starting at pool index b (cycling).
+        let nbatches = 2 * lanes + 3;
+        let mut wants = Vec::new();
+        let mut results = Vec::new();
+        for b in 0..nbatches {
+            let ne = per_launch[b % per_launch.len()];
+            let idx: Vec<usize> = (0..ne).map(|k| (b + k) % pool.len()).collect();
+            let mut batch = Digis::default();
+            let mut offsets = vec![0u32];
+            for &i in &idx {
+                batch.extend(&pool[i]);
+                offsets.push(batch.len() as u32);
+            }
+            cl::validate(&batch, &offsets, &g).map_err(e)?;
+            let parts: Vec<&Clusters> = idx.iter().map(|&i| &oracle[i]).collect();
+            wants.push(detkit_tests::concat_clusters(&parts));
+            if let Some(r) = q.submit(&batch, &offsets).map_err(e)? {
+                results.push(r);
+            }
+        }
+        results.extend(q.finish().map_err(e)?);
+        ensure(results.len() == nbatches, || {
+            format!(
+                "{lanes} lanes: {} results for {nbatches} batches",
+                results.len()
+            )
+        })?;
+        for (k, (id, got)) in results.iter().enumerate() {
+            ensure(*id == k as u64, || {
+                format!("{lanes} lanes: result {k} is batch {id} (out of order)")
+            })?;
+            compare(&format!("{lanes} lanes, batch {k}"), got, &wants[k])?;
+            checked += 1;
+        }
+    }
+    println!("  clustering: {checked} batches through 1..8 streams equal to the oracle");
+    Ok(())
+}
+
+/// The pass configurations (warp pass capacity 0 to 128; with and without a middle block
+/// pass; last block pass of 128 to 1024 threads) and the graph replay give the oracle's
+/// results.
+fn test_passes(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let gpu = c.gpu();
+    let pool = event_pool(c, &g);
+    let (d, offsets) = {
+        let mut d = Digis::default();
+        let mut offsets = vec![0u32];
+        for ev in &pool {
+            d.extend(ev);
+            offsets.push(d.len() as u32);
+        }
+        (d, offsets)
+    };
+    let dd = DeviceDigis::upload(gpu, &d, &offsets).map_err(e)?;
+    for cut in [None, Some(g.default_cut)] {
+        let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
+        for (warp, mid, threads) in [
+            (0u32, None, 256u32),
+            (0, None, 1024),
+            (32, None, 128),
+            (32, None, 512),
+            (128, None, 256),
+            (32, Some((128u32, 128u32)), 1024),
+            (0, Some((64, 64)), 256),
+            (8, Some((300, 96)), 160),
+        ] {
+            let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+            sanitizer_grids(c, &mut run);
+            run.set_warp_capacity(warp).map_err(e)?;
+            run.set_mid_pass(mid).map_err(e)?;
+            run.set_small_threads(threads).map_err(e)?;
+            for graph in [false, true, true] {
+                run.poison_outputs().map_err(e)?;
+                if graph {
+                    run.run_graph(&dd, cut).map_err(e)?;
+                } else {
+                    run.run(&dd, cut).map_err(e)?;
+                }
+                let got = run.results(&dd).map_err(e)?;
+                compare(
+                    &format!("passes {:?}, graph {graph}, cut {cut:?}", run.passes()),
+                    &got,
+                    &want,
+                )?;
+            }
+        }
+    }
+    Ok(())
 }

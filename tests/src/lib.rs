@@ -107,3 +107,73 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
+
+/// The oracle's results for a batch built from events clustered one by one: per-digi
+/// cluster indices are module-local, so a batch's results are its events' results
+/// concatenated, with `module_first` shifted by each event's offset.
+pub fn concat_clusters(parts: &[&detkit::clustering::Clusters]) -> detkit::clustering::Clusters {
+    let modules = parts.first().map_or(0, |p| p.modules);
+    let mut out = detkit::clustering::Clusters {
+        clus: Vec::new(),
+        clus_in_module: Vec::new(),
+        module_first: Vec::new(),
+        modules,
+        medium_modules: 0,
+        fallback_modules: 0,
+    };
+    for p in parts {
+        let base = out.clus.len() as u32;
+        out.clus.extend_from_slice(&p.clus);
+        out.clus_in_module.extend_from_slice(&p.clus_in_module);
+        out.module_first.extend(p.module_first.iter().map(|&f| {
+            if f == u32::MAX {
+                f
+            } else {
+                f + base
+            }
+        }));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use detkit::clustering::{cpu, gen, Digis, Geometry};
+
+    /// The oracle of a batch equals its events' oracles concatenated (what the GPU tests
+    /// and bench-clustering compare batches against), empty and invalid-only events included.
+    #[test]
+    fn concat_clusters_is_the_batch_oracle() {
+        let g = Geometry::phase1();
+        let cfg = gen::EventConfig {
+            clusters: 400.0,
+            ..gen::EventConfig::run3()
+        };
+        let mut invalid = Digis::default();
+        for k in 0..17u16 {
+            invalid.push(detkit_gpu::clustering::INVALID_MODULE, k, 2 * k, 3000);
+        }
+        let events = [
+            gen::event(&g, &cfg, 1),
+            Digis::default(),
+            gen::event(&g, &cfg, 2),
+            invalid,
+            gen::event(&g, &cfg, 3),
+        ];
+        for cut in [None, Some(g.default_cut)] {
+            let parts: Vec<_> = events
+                .iter()
+                .map(|d| cpu::cluster(d, &[0, d.len() as u32], &g, cut))
+                .collect();
+            let mut batch = Digis::default();
+            let mut offsets = vec![0u32];
+            for d in &events {
+                batch.extend(d);
+                offsets.push(batch.len() as u32);
+            }
+            let want = cpu::cluster(&batch, &offsets, &g, cut);
+            let refs: Vec<_> = parts.iter().collect();
+            assert!(super::concat_clusters(&refs).same_clusters(&want));
+        }
+    }
+}

@@ -7,6 +7,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
@@ -47,6 +48,7 @@ pub struct GpuContext {
     name: String,
     sm_count: u32,
     scratch: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    capturing: AtomicBool,
 }
 
 /// A kernel parameter struct as the driver's one kernel argument: its bytes, by value.
@@ -111,7 +113,48 @@ impl GpuContext {
             name,
             sm_count,
             scratch: Mutex::new(HashMap::new()),
+            capturing: AtomicBool::new(false),
         })
+    }
+
+    /// A second handle on the same device and the same loaded kernels, with a stream of its
+    /// own (and its own scratch state): work issued through it runs concurrently with other
+    /// streams' work. Several events or batches in flight are several forks, each with its
+    /// own buffers (a `Clusterer` and `DeviceDigis` per fork); nothing is shared between
+    /// them but the module, so no cross-stream ordering is needed. Loading the PTX is not
+    /// repeated.
+    pub fn fork(&self) -> Result<Self> {
+        let stream = self.ctx.new_stream().ctx("creating a stream")?;
+        Ok(Self {
+            ctx: self.ctx.clone(),
+            stream,
+            kernels: self.kernels.clone(),
+            name: self.name.clone(),
+            sm_count: self.sm_count,
+            scratch: Mutex::new(HashMap::new()),
+            capturing: AtomicBool::new(false),
+        })
+    }
+
+    /// Records what `f` issues on the stream as a CUDA graph (stream capture, relaxed
+    /// mode) instead of running it, and returns the instantiated graph, already uploaded.
+    /// Launching the graph replays the same operations with the same arguments (device
+    /// addresses included) in one driver call. Nothing `f` issues may synchronise.
+    pub fn capture(&self, f: impl FnOnce() -> Result<()>) -> Result<cudarc::driver::CudaGraph> {
+        self.stream
+            .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            .ctx("beginning a stream capture")?;
+        self.capturing.store(true, Ordering::Relaxed);
+        let r = f();
+        self.capturing.store(false, Ordering::Relaxed);
+        let g = self
+            .stream
+            .end_capture(sys::CUgraphInstantiate_flags(0))
+            .ctx("ending a stream capture");
+        r?;
+        let g = g?.ok_or_else(|| crate::error::invalid("graph", "the capture recorded nothing"))?;
+        g.upload().ctx("uploading a CUDA graph")?;
+        Ok(g)
     }
 
     /// The device's name, as the driver reports it.
@@ -215,7 +258,7 @@ impl GpuContext {
         >,
     ) -> Result<()> {
         r.ctx(format!("launching `{kernel}`"))?;
-        if cfg!(debug_assertions) {
+        if cfg!(debug_assertions) && !self.capturing.load(Ordering::Relaxed) {
             self.stream
                 .synchronize()
                 .ctx(format!("running `{kernel}`"))?;

@@ -1,13 +1,24 @@
-//! bench-clustering: device-resident throughput of the CMS pixel clustering chain
-//! (count_modules + find_clus + charge cut) on Run-3-like and dense Phase-1 events, several
-//! events per launch, beside the seed's `findClus` (the faithful baseline) in the same run.
+//! bench-clustering: the CMS pixel clustering chain (count_modules + find_clus + charge cut)
+//! on Run-3-like, dense and Phase-2 events: latency of one event, throughput over streams ×
+//! events per launch, and the seed's `findClus` (the faithful baseline) beside ours.
 //!
-//! For each case: generate the events, run both chains once and check them against the CPU
-//! oracle (ours exactly; the seed's numbering is `atomicInc` order, so its partition into
-//! clusters is checked), then time `reps` runs after a warm-up with CUDA events between the
-//! kernels and report medians. The CPU oracle's time for one event is printed for scale.
+//! Every configuration is checked against the CPU oracle before it is timed (ours exactly;
+//! the seed's numbering is `atomicInc` order, so its partition into clusters is checked).
+//! The oracle of a batch is its events' oracles concatenated (`concat_clusters`). GPU times
+//! are CUDA events around the launches, host times `Instant` around launch + synchronise;
+//! medians after a warm-up.
 //!
-//! Usage: `bench-clustering [--reps 30] [--csv FILE] [--batches 1,8,32,128]`
+//! Sections: (1) per case and events per launch: the chain split into count / find / cut
+//! (`Clusterer::run`, events between the steps), the whole chain as one graph
+//! (`Clusterer::run_graph`), and the seed; (2) latency of one Run-3-like event: each stream
+//! operation, `run` vs `run_graph`, host-side latency with and without copies; (3) the pass
+//! configurations (warp-pass capacity × block-pass threads) at 1 and 128 events per launch;
+//! (4) throughput: lanes (streams, one `Clusterer` and one forked context each) × events per
+//! launch, device-resident, one host thread keeping every lane busy; (5) the same from host
+//! memory through `ClusterQueue` (copies in and out included).
+//!
+//! Usage: `bench-clustering [--reps 30] [--csv FILE] [--batches 1,8,32,128,512]
+//! [--lanes 1,2,4,8,16] [--per-launch 1,2,4,8,16,32,64,128,256,512] [--seconds 0.2]`
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -15,51 +26,60 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::CUevent_flags;
-use detkit::clustering::{gen, Clusterer, Clusters, DeviceDigis, Digis, Geometry};
+use cudarc::driver::CudaEvent;
+use detkit::clustering::{
+    gen, ChargeCut, ClusterQueue, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
+};
 use detkit::{Backend, GpuContext};
+use detkit_tests::{concat_clusters, median};
 
-/// Medians (ms) of: count_modules, find_clus (ours: small modules cut inline; the seed's:
-/// no cut), the charge cut (ours: larger modules only; the seed's: every module), whole chain.
-fn time_chain(
-    g: &GpuContext,
-    reps: usize,
-    c: &mut Clusterer,
-    d: &DeviceDigis,
-    seed: bool,
-) -> Result<[f64; 4]> {
-    let cut = Some(c.geometry().default_cut);
-    let ev = || {
-        g.stream()
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-    };
-    let mut t: [Vec<f64>; 4] = Default::default();
-    for rep in 0..reps + 5 {
-        let e0 = ev()?;
-        c.count_modules(d)?;
-        let e1 = ev()?;
-        if seed {
-            c.find_clus_seed(d)?;
-        } else {
-            c.find_clus(d, cut)?;
-        }
-        let e2 = ev()?;
-        if let Some(cut) = cut {
-            if seed {
-                c.charge_cut(d, cut)?;
-            } else {
-                c.charge_cut_larger(d, cut)?;
-            }
-        }
-        let e3 = ev()?;
-        e3.synchronize()?;
-        if rep >= 5 {
-            t[0].push(e0.elapsed_ms(&e1)? as f64);
-            t[1].push(e1.elapsed_ms(&e2)? as f64);
-            t[2].push(e2.elapsed_ms(&e3)? as f64);
-            t[3].push(e0.elapsed_ms(&e3)? as f64);
-        }
+/// A benchmark case: name, geometry, distinct events, their oracles, events per launch.
+type Case<'a> = (
+    &'a str,
+    &'a Geometry,
+    &'a Vec<Digis>,
+    &'a Vec<Clusters>,
+    Vec<usize>,
+);
+
+fn ev(g: &GpuContext) -> Result<CudaEvent> {
+    Ok(g.stream()
+        .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
+}
+
+/// A batch of `b` events cycled from `pool`, with the oracle's results.
+struct Batch {
+    digis: Digis,
+    offsets: Vec<u32>,
+    want: Clusters,
+}
+
+fn batch(pool: &[Digis], oracle: &[Clusters], b: usize) -> Batch {
+    let mut digis = Digis::default();
+    let mut offsets = vec![0u32];
+    let mut parts = Vec::new();
+    for k in 0..b {
+        digis.extend(&pool[k % pool.len()]);
+        offsets.push(digis.len() as u32);
+        parts.push(&oracle[k % pool.len()]);
     }
-    Ok(t.map(detkit_tests::median))
+    Batch {
+        digis,
+        offsets,
+        want: concat_clusters(&parts),
+    }
+}
+
+fn check_exact(what: &str, got: &Clusters, want: &Clusters) -> Result<()> {
+    if let Err(msg) = detkit_tests::exact("clus", &got.clus, &want.clus)
+        .and_then(|_| {
+            detkit_tests::exact("clus_in_module", &got.clus_in_module, &want.clus_in_module)
+        })
+        .and_then(|_| detkit_tests::exact("module_first", &got.module_first, &want.module_first))
+    {
+        bail!("CHECK FAILED {what}: {msg}");
+    }
+    Ok(())
 }
 
 /// Same clusters up to a renumbering within each module (for the seed's atomicInc order).
@@ -87,21 +107,155 @@ fn same_partition(got: &Clusters, want: &Clusters, d: &Digis, offsets: &[u32]) -
     Ok(())
 }
 
-fn main() -> Result<()> {
-    let mut reps = 30usize;
-    let mut csv = None;
-    let mut batches = vec![1usize, 8, 32, 128];
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
-            "--csv" => csv = Some(args.next().context("--csv needs a file")?),
-            "--batches" => {
-                batches = detkit_tests::parse_list(&args.next().context("--batches needs a list")?)?
+/// Medians (ms) of: count_modules (with its memset), find_clus (ours: small modules cut
+/// inline; the seed's: no cut), the charge cut (ours: larger modules only; the seed's: every
+/// module), the whole chain; CUDA events between the steps.
+fn time_steps(
+    g: &GpuContext,
+    reps: usize,
+    c: &mut Clusterer,
+    d: &DeviceDigis,
+    cut: Option<ChargeCut>,
+    seed: bool,
+) -> Result<[f64; 4]> {
+    let mut t: [Vec<f64>; 4] = Default::default();
+    for rep in 0..reps + 5 {
+        let e0 = ev(g)?;
+        c.count_modules(d)?;
+        let e1 = ev(g)?;
+        if seed {
+            c.find_clus_seed(d)?;
+        } else {
+            c.find_clus(d, cut)?;
+        }
+        let e2 = ev(g)?;
+        if let Some(cut) = cut {
+            if seed {
+                c.charge_cut(d, cut)?;
+            } else {
+                c.charge_cut_larger(d, cut)?;
             }
+        }
+        let e3 = ev(g)?;
+        e3.synchronize()?;
+        if rep >= 5 {
+            t[0].push(e0.elapsed_ms(&e1)? as f64);
+            t[1].push(e1.elapsed_ms(&e2)? as f64);
+            t[2].push(e2.elapsed_ms(&e3)? as f64);
+            t[3].push(e0.elapsed_ms(&e3)? as f64);
+        }
+    }
+    Ok(t.map(median))
+}
+
+/// Median GPU time (ms) of the chain as one graph launch.
+fn time_graph(
+    g: &GpuContext,
+    reps: usize,
+    c: &mut Clusterer,
+    d: &DeviceDigis,
+    cut: Option<ChargeCut>,
+) -> Result<f64> {
+    let mut t = Vec::new();
+    for rep in 0..reps + 5 {
+        let e0 = ev(g)?;
+        c.run_graph(d, cut)?;
+        let e1 = ev(g)?;
+        e1.synchronize()?;
+        if rep >= 5 {
+            t.push(e0.elapsed_ms(&e1)? as f64);
+        }
+    }
+    Ok(median(t))
+}
+
+/// Median GPU times (µs) of each stream operation of `run` (memset + count_modules, pass 1,
+/// pass 2, shared-memory kernel, fallback, cut) and of the whole chain.
+fn time_ops(
+    g: &GpuContext,
+    reps: usize,
+    c: &mut Clusterer,
+    d: &DeviceDigis,
+    cut: ChargeCut,
+) -> Result<[f64; 6]> {
+    let mut t: [Vec<f64>; 6] = Default::default();
+    for rep in 0..reps + 5 {
+        let e0 = ev(g)?;
+        c.count_modules(d)?;
+        let e1 = ev(g)?;
+        // Pass 1 alone is not a public step: time find_clus_small and attribute it below.
+        c.find_clus_small(d, Some(cut))?;
+        let e2 = ev(g)?;
+        c.find_clus_shared(d)?;
+        let e3 = ev(g)?;
+        c.find_clus_fallback(d)?;
+        let e4 = ev(g)?;
+        c.charge_cut_larger(d, cut)?;
+        let e5 = ev(g)?;
+        e5.synchronize()?;
+        if rep >= 5 {
+            for (k, (a, b)) in [(&e0, &e1), (&e1, &e2), (&e2, &e3), (&e3, &e4), (&e4, &e5)]
+                .into_iter()
+                .enumerate()
+            {
+                t[k].push(a.elapsed_ms(b)? as f64 * 1e3);
+            }
+            t[5].push(e0.elapsed_ms(&e5)? as f64 * 1e3);
+        }
+    }
+    Ok(t.map(median))
+}
+
+/// Median host wall time (µs) of `f` + synchronise.
+fn wall(reps: usize, g: &GpuContext, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let mut t = Vec::new();
+    for rep in 0..reps + 5 {
+        let t0 = Instant::now();
+        f()?;
+        g.synchronize()?;
+        if rep >= 5 {
+            t.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    Ok(median(t))
+}
+
+struct Args {
+    reps: usize,
+    csv: Option<String>,
+    batches: Vec<usize>,
+    lanes: Vec<usize>,
+    per_launch: Vec<usize>,
+    seconds: f64,
+}
+
+fn args() -> Result<Args> {
+    let mut a = Args {
+        reps: 30,
+        csv: None,
+        batches: vec![1, 8, 32, 128, 512],
+        lanes: vec![1, 2, 4, 8, 16],
+        per_launch: vec![1, 2, 4, 8, 16, 32, 64, 128, 256, 512],
+        seconds: 0.2,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        let mut val = || it.next().with_context(|| format!("{x} needs a value"));
+        match x.as_str() {
+            "--reps" => a.reps = val()?.parse()?,
+            "--csv" => a.csv = Some(val()?),
+            "--batches" => a.batches = detkit_tests::parse_list(&val()?)?,
+            "--lanes" => a.lanes = detkit_tests::parse_list(&val()?)?,
+            "--per-launch" => a.per_launch = detkit_tests::parse_list(&val()?)?,
+            "--seconds" => a.seconds = val()?.parse()?,
             other => bail!("unknown argument `{other}`"),
         }
     }
+    Ok(a)
+}
+
+fn main() -> Result<()> {
+    let a = args()?;
     if !detkit::driver_present() {
         println!("skipped: no CUDA driver (libcuda not found); nothing timed");
         return Ok(());
@@ -110,172 +264,329 @@ fn main() -> Result<()> {
     let g = backend.gpu().context("cuda backend")?;
     println!("{}", backend.description());
     let geo = Geometry::phase1();
-    let distinct = 16usize;
-    let run3: Vec<Digis> = (0..distinct)
-        .map(|s| gen::run3_event(1000 + s as u64))
-        .collect();
-    let dense: Vec<Digis> = (0..4).map(|s| gen::dense_event(2000 + s as u64)).collect();
-
+    let cut = geo.default_cut;
+    let oracle_of = |pool: &[Digis], geo: &Geometry| -> Vec<Clusters> {
+        pool.iter()
+            .map(|d| {
+                detkit::clustering::cpu::cluster(
+                    d,
+                    &[0, d.len() as u32],
+                    geo,
+                    Some(geo.default_cut),
+                )
+            })
+            .collect()
+    };
+    let run3: Vec<Digis> = (0..16).map(|s| gen::run3_event(1000 + s as u64)).collect();
     let t = Instant::now();
-    let one = &run3[0];
-    let _ =
-        detkit::clustering::cpu::cluster(one, &[0, one.len() as u32], &geo, Some(geo.default_cut));
-    let cpu_ms = t.elapsed().as_secs_f64() * 1e3;
+    let run3_want = oracle_of(&run3, &geo);
     println!(
-        "cpu oracle, one run3 event ({} digis): {cpu_ms:.1} ms",
-        one.len()
+        "cpu oracle, 16 run3 events ({} digis in the first): {:.1} ms per event",
+        run3[0].len(),
+        t.elapsed().as_secs_f64() * 1e3 / 16.0
     );
+    let dense: Vec<Digis> = (0..4).map(|s| gen::dense_event(2000 + s as u64)).collect();
+    let dense_want = oracle_of(&dense, &geo);
+    let geo2 = Geometry::phase2();
+    let phase2: Vec<Digis> = (0..2)
+        .map(|s| {
+            gen::event(
+                &geo2,
+                &gen::EventConfig {
+                    clusters: 30_000.0,
+                    ..gen::EventConfig::run3()
+                },
+                3000 + s,
+            )
+        })
+        .collect();
+    let phase2_want = oracle_of(&phase2, &geo2);
 
+    // (1) Cases × events per launch: steps, graph, seed.
     let mut out = String::from(
-        "case,events,digis,medium_modules,fallback_modules,ours_count_us,ours_find_us,ours_cut_us,ours_chain_us_per_event,ours_events_per_s,seed_find_us,seed_chain_us_per_event,seed_events_per_s,speedup_vs_seed\n",
+        "case,events,digis,medium_modules,fallback_modules,count_us,find_us,cut_us,chain_us_per_event,graph_us_per_event,graph_events_per_s,seed_find_us,seed_chain_us_per_event,graph_vs_seed\n",
     );
+    println!("\n(1) chain per case, µs per event (GPU time, CUDA events)");
     println!(
-        "{:<6} {:>6} {:>10} {:>9} | {:>9} {:>9} {:>9} {:>11} {:>11} | {:>9} {:>11} {:>11} | {:>7}",
+        "{:<6} {:>6} {:>10} {:>9} | {:>8} {:>8} {:>7} {:>9} | {:>9} {:>10} | {:>9} {:>9} | {:>7}",
         "case",
         "events",
         "digis",
-        "fb",
-        "count µs",
-        "find µs",
-        "cut µs",
-        "µs/event",
+        "med/fb",
+        "count",
+        "find",
+        "cut",
+        "run()",
+        "graph",
         "events/s",
         "seed find",
-        "µs/event",
-        "events/s",
-        "speedup"
+        "seed",
+        "vs seed"
     );
-    let cases: Vec<(&str, &Vec<Digis>, Vec<usize>)> = vec![
-        ("run3", &run3, batches.clone()),
+    let cases: Vec<Case> = vec![
+        ("run3", &geo, &run3, &run3_want, a.batches.clone()),
         (
             "dense",
+            &geo,
             &dense,
-            batches.iter().copied().filter(|&b| b <= 8).collect(),
+            &dense_want,
+            a.batches.iter().copied().filter(|&b| b <= 8).collect(),
         ),
+        ("phase2", &geo2, &phase2, &phase2_want, vec![1]),
     ];
-    for (name, pool, sizes) in cases {
+    for (name, geom, pool, want, sizes) in cases {
+        let ccut = geom.default_cut;
         for &b in &sizes {
-            let mut batch = Digis::default();
-            let mut offsets = vec![0u32];
-            for k in 0..b {
-                batch.extend(&pool[k % pool.len()]);
-                offsets.push(batch.len() as u32);
-            }
-            let want =
-                detkit::clustering::cpu::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
-            let d = DeviceDigis::upload(g, &batch, &offsets)?;
-            let mut c = Clusterer::new(g, &geo, batch.len(), b)?;
-            c.run(&d, Some(geo.default_cut))?;
+            let bt = batch(pool, want, b);
+            let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
+            let mut c = Clusterer::new(g, geom, bt.digis.len(), b)?;
+            c.run(&d, Some(ccut))?;
             let ours = c.results(&d)?;
-            if let Err(msg) = detkit_tests::exact("clus", &ours.clus, &want.clus)
-                .and_then(|_| {
-                    detkit_tests::exact(
-                        "clus_in_module",
-                        &ours.clus_in_module,
-                        &want.clus_in_module,
-                    )
-                })
-                .and_then(|_| {
-                    detkit_tests::exact("module_first", &ours.module_first, &want.module_first)
-                })
-            {
-                bail!("CHECK FAILED {name} x{b}: {msg}");
+            check_exact(&format!("{name} x{b} run"), &ours, &bt.want)?;
+            c.poison_outputs()?;
+            c.run_graph(&d, Some(ccut))?;
+            check_exact(&format!("{name} x{b} graph"), &c.results(&d)?, &bt.want)?;
+            let seed_ok = name != "phase2";
+            if seed_ok {
+                c.count_modules(&d)?;
+                c.find_clus_seed(&d)?;
+                c.charge_cut(&d, ccut)?;
+                same_partition(&c.results(&d)?, &bt.want, &bt.digis, &bt.offsets)
+                    .with_context(|| format!("seed {name} x{b}"))?;
             }
-            c.count_modules(&d)?;
-            c.find_clus_seed(&d)?;
-            c.charge_cut(&d, geo.default_cut)?;
-            same_partition(&c.results(&d)?, &want, &batch, &offsets)
-                .with_context(|| format!("seed {name} x{b}"))?;
-
-            let [tc, tf, tq, tt] = time_chain(g, reps, &mut c, &d, false)?;
-            let [_, sf, _, st] = time_chain(g, reps, &mut c, &d, true)?;
+            let [tc, tf, tq, tt] = time_steps(g, a.reps, &mut c, &d, Some(ccut), false)?;
+            let tg = time_graph(g, a.reps, &mut c, &d, Some(ccut))?;
+            let [_, sf, _, st] = if seed_ok {
+                time_steps(g, a.reps, &mut c, &d, Some(ccut), true)?
+            } else {
+                [f64::NAN; 4]
+            };
             let per = |ms: f64| ms * 1e3 / b as f64;
             println!(
-                "{:<6} {:>6} {:>10} {:>9} | {:>9.2} {:>9.2} {:>9.2} {:>11.2} {:>11.0} | {:>9.2} {:>11.2} {:>11.0} | {:>6.2}x",
-                name, b, batch.len(), format!("{}/{}", ours.medium_modules, ours.fallback_modules), per(tc), per(tf), per(tq), per(tt), b as f64 / tt * 1e3, per(sf), per(st), b as f64 / st * 1e3, st / tt
+                "{:<6} {:>6} {:>10} {:>9} | {:>8.2} {:>8.2} {:>7.2} {:>9.2} | {:>9.2} {:>10.0} | {:>9.2} {:>9.2} | {:>6.2}x",
+                name, b, bt.digis.len(), format!("{}/{}", ours.medium_modules, ours.fallback_modules),
+                per(tc), per(tf), per(tq), per(tt), per(tg), b as f64 / tg * 1e3, per(sf), per(st), st / tg
             );
             out.push_str(&format!(
-                "{name},{b},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.0},{:.3},{:.3},{:.0},{:.3}\n",
-                batch.len(),
+                "{name},{b},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.0},{:.3},{:.3},{:.3}\n",
+                bt.digis.len(),
                 ours.medium_modules,
                 ours.fallback_modules,
                 per(tc),
                 per(tf),
                 per(tq),
                 per(tt),
-                b as f64 / tt * 1e3,
+                per(tg),
+                b as f64 / tg * 1e3,
                 per(sf),
                 per(st),
-                b as f64 / st * 1e3,
-                st / tt
+                st / tg
             ));
         }
     }
-    // Tuning: block size of the small-module kernel, 128 Run-3 events per launch.
-    let mut batch = Digis::default();
-    let mut offsets = vec![0u32];
-    for k in 0..128 {
-        batch.extend(&run3[k % run3.len()]);
-        offsets.push(batch.len() as u32);
-    }
-    let d = DeviceDigis::upload(g, &batch, &offsets)?;
-    let want = detkit::clustering::cpu::cluster(&batch, &offsets, &geo, Some(geo.default_cut));
-    println!("tuning (run3 x128), µs/event: small-module kernel, shared-memory kernel, fallback, larger-module cut, chain");
-    let cut = geo.default_cut;
-    for (cap, t) in [
-        (128u32, 256u32),
-        (512, 256),
-        (1024, 128),
-        (1024, 256),
-        (1024, 512),
-    ] {
-        let mut c = Clusterer::with_capacity(
-            g,
-            &geo,
-            batch.len(),
-            128,
-            cap,
-            detkit::clustering::DEFAULT_CAPACITY,
-        )?;
-        c.set_small_threads(t)?;
-        c.run(&d, Some(cut))?;
-        let r = c.results(&d)?;
-        if r.clus != want.clus {
-            bail!("CHECK FAILED small capacity {cap} threads {t}");
+
+    // (2) Latency of one Run-3-like event.
+    println!(
+        "\n(2) one run3 event ({} digis): where the time goes",
+        run3[0].len()
+    );
+    let one = batch(&run3, &run3_want, 1);
+    let d1 = DeviceDigis::upload(g, &one.digis, &one.offsets)?;
+    let mut c1 = Clusterer::new(g, &geo, one.digis.len(), 1)?;
+    let ops = time_ops(g, a.reps, &mut c1, &d1, cut)?;
+    println!(
+        "  GPU µs, run() with an event between the steps: memset+count {:.1}, small-module passes {:.1}, shared-memory kernel {:.1}, fallback {:.1}, larger-module cut {:.1}; whole {:.1}",
+        ops[0], ops[1], ops[2], ops[3], ops[4], ops[5]
+    );
+    let [_, _, _, run_ms] = time_steps(g, a.reps, &mut c1, &d1, Some(cut), false)?;
+    let graph_ms = time_graph(g, a.reps, &mut c1, &d1, Some(cut))?;
+    println!(
+        "  GPU µs, whole chain: run() {:.1}, run_graph() {:.1}",
+        run_ms * 1e3,
+        graph_ms * 1e3
+    );
+    let w_run = wall(a.reps, g, || Ok(c1.run(&d1, Some(cut))?))?;
+    let w_graph = wall(a.reps, g, || Ok(c1.run_graph(&d1, Some(cut))?))?;
+    let mut d1b = DeviceDigis::with_capacity(g, one.digis.len(), 1)?;
+    let mut res = c1.results(&d1)?;
+    let w_e2e = wall(a.reps, g, || {
+        d1b.copy_from(g, &one.digis, &one.offsets)?;
+        c1.run_graph(&d1b, Some(cut))?;
+        c1.results_into(&d1b, &mut res)?;
+        Ok(())
+    })?;
+    check_exact("run3 x1 end to end", &res, &one.want)?;
+    println!(
+        "  host µs (launch + synchronise): run() {w_run:.1}, run_graph() {w_graph:.1}; from host memory (copy in, graph, copy out) {w_e2e:.1}"
+    );
+    out.push_str(&format!(
+        "latency,run3,1,ops_us,{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},gpu_run_us,{:.2},gpu_graph_us,{:.2},host_run_us,{w_run:.2},host_graph_us,{w_graph:.2},host_e2e_us,{w_e2e:.2}\n",
+        ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], run_ms * 1e3, graph_ms * 1e3
+    ));
+
+    // (3) Pass configurations: warp-pass capacity × block-pass threads.
+    println!("\n(3) pass configurations, run3, µs per event (GPU): small passes, shared, cut | graph chain");
+    for &b in &[1usize, 2, 8, 128] {
+        let bt = batch(&run3, &run3_want, b);
+        let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
+        for (warp, mid, threads) in [
+            (128u32, None, 256u32),
+            (128, None, 512),
+            (64, None, 512),
+            (32, None, 256),
+            (32, None, 512),
+            (0, None, 256),
+            (0, None, 512),
+            (32, Some((128u32, 128u32)), 256),
+            (32, Some((128, 128)), 512),
+            (32, Some((128, 128)), 1024),
+            (32, Some((256, 256)), 1024),
+            (64, Some((256, 256)), 1024),
+        ] {
+            let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
+            c.set_warp_capacity(warp)?;
+            c.set_mid_pass(mid)?;
+            c.set_small_threads(threads)?;
+            c.run_graph(&d, Some(cut))?;
+            check_exact(
+                &format!("run3 x{b} passes {:?}", c.passes()),
+                &c.results(&d)?,
+                &bt.want,
+            )?;
+            let o = time_ops(g, a.reps, &mut c, &d, cut)?;
+            let tg = time_graph(g, a.reps, &mut c, &d, Some(cut))? * 1e3;
+            let per = |us: f64| us / b as f64;
+            let mids = mid.map_or("-".to_string(), |(c, t)| format!("{c}/{t}"));
+            println!(
+                "  x{b:<4} warp pass {warp:>3}, middle pass {mids:>7}, last pass {threads:>4} threads: {:>8.2} {:>7.2} {:>7.2} | {:>8.2}",
+                per(o[1]), per(o[2]), per(o[4]), per(tg)
+            );
+            out.push_str(&format!(
+                "passes,run3,{b},{warp},{mids},{threads},{:.3},{:.3},{:.3},{:.3}\n",
+                per(o[1]),
+                per(o[2]),
+                per(o[4]),
+                per(tg)
+            ));
         }
-        let ev = || {
-            g.stream()
-                .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-        };
-        let mut t5: [Vec<f64>; 5] = Default::default();
-        for rep in 0..reps + 3 {
-            c.count_modules(&d)?;
-            let e0 = ev()?;
-            c.find_clus_small(&d, Some(cut))?;
-            let e1 = ev()?;
-            c.find_clus_shared(&d)?;
-            let e2 = ev()?;
-            c.find_clus_fallback(&d)?;
-            let e3 = ev()?;
-            c.charge_cut_larger(&d, cut)?;
-            let e4 = ev()?;
-            e4.synchronize()?;
-            if rep >= 3 {
-                for (k, (a, b)) in [(&e0, &e1), (&e1, &e2), (&e2, &e3), (&e3, &e4), (&e0, &e4)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    t5[k].push(a.elapsed_ms(b)? as f64 * 1e3 / 128.0);
+    }
+
+    // (4) Throughput: lanes × events per launch, device-resident.
+    let max_lanes = a.lanes.iter().copied().max().unwrap_or(1);
+    let forks: Vec<GpuContext> = (0..max_lanes).map(|_| g.fork()).collect::<Result<_, _>>()?;
+    println!("\n(4) events/s, device-resident, one host thread: lanes (streams) × events per launch (graph per lane; a lane waits for its previous launch before the next)");
+    print!("{:>6}", "lanes");
+    for &b in &a.per_launch {
+        print!(" {b:>8}");
+    }
+    println!();
+    for &lanes in &a.lanes {
+        print!("{lanes:>6}");
+        for &b in &a.per_launch {
+            let bt = batch(&run3, &run3_want, b);
+            let mut ls = Vec::new();
+            for f in &forks[..lanes] {
+                let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
+                let c = Clusterer::new(f, &geo, bt.digis.len(), b)?;
+                ls.push((f, d, c, None::<CudaEvent>));
+            }
+            // Warm-up (captures the graphs) and a check of every lane.
+            for (f, d, c, _) in ls.iter_mut() {
+                c.run_graph(d, Some(cut))?;
+                f.synchronize()?;
+                if b <= 32 || lanes == 1 {
+                    check_exact(&format!("lanes {lanes} x{b}"), &c.results(d)?, &bt.want)?;
                 }
             }
+            let t0 = Instant::now();
+            let mut launches = 0u64;
+            while t0.elapsed().as_secs_f64() < a.seconds || launches < 4 * lanes as u64 {
+                let k = (launches % lanes as u64) as usize;
+                let (f, d, c, pending) = &mut ls[k];
+                if let Some(e) = pending.take() {
+                    e.synchronize()?;
+                }
+                c.run_graph(d, Some(cut))?;
+                *pending = Some(ev(f)?);
+                launches += 1;
+            }
+            for (f, _, _, _) in &ls {
+                f.synchronize()?;
+            }
+            let rate = (launches * b as u64) as f64 / t0.elapsed().as_secs_f64();
+            print!(" {rate:>8.0}");
+            std::io::stdout().flush()?;
+            out.push_str(&format!("throughput,run3,{lanes},{b},{rate:.0}\n"));
         }
-        let med = t5.map(detkit_tests::median);
-        println!(
-            "  small capacity {cap:>4}, {t:>3} threads ({:>5} larger modules): {:>7.2} {:>7.2} {:>7.2} {:>7.2} | {:>7.2}",
-            r.medium_modules, med[0], med[1], med[2], med[3], med[4]
-        );
+        println!();
     }
-    if let Some(path) = csv {
+
+    // (4b) One event per launch with the throughput configuration on every lane.
+    println!("\n(4b) events/s at 1 event per launch with the throughput configuration (warp pass 128, no middle pass, block pass 256 threads) on every lane");
+    for &lanes in &a.lanes {
+        let bt = batch(&run3, &run3_want, 1);
+        let mut ls = Vec::new();
+        for f in &forks[..lanes] {
+            let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
+            let mut c = Clusterer::new(f, &geo, bt.digis.len(), 1)?;
+            c.set_warp_capacity(128)?;
+            c.set_mid_pass(None)?;
+            c.set_small_threads(256)?;
+            c.run_graph(&d, Some(cut))?;
+            check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
+            ls.push((f, d, c, None::<CudaEvent>));
+        }
+        let t0 = Instant::now();
+        let mut launches = 0u64;
+        while t0.elapsed().as_secs_f64() < a.seconds || launches < 4 * lanes as u64 {
+            let k = (launches % lanes as u64) as usize;
+            let (f, d, c, pending) = &mut ls[k];
+            if let Some(e) = pending.take() {
+                e.synchronize()?;
+            }
+            c.run_graph(d, Some(cut))?;
+            *pending = Some(ev(f)?);
+            launches += 1;
+        }
+        for (f, _, _, _) in &ls {
+            f.synchronize()?;
+        }
+        let rate = launches as f64 / t0.elapsed().as_secs_f64();
+        println!("  {lanes:>2} lanes: {rate:>8.0} events/s");
+        out.push_str(&format!("throughput_cfg128,run3,{lanes},1,{rate:.0}\n"));
+    }
+
+    // (5) From host memory through ClusterQueue (copy in, graph, copy out).
+    println!("\n(5) events/s from host memory, ClusterQueue (copies in and out included; pageable host memory)");
+    for &lanes in &[1usize, 2, 4, 8] {
+        if lanes > forks.len() {
+            continue;
+        }
+        for &b in &[1usize, 8, 32, 128] {
+            let bt = batch(&run3, &run3_want, b);
+            let mut q = ClusterQueue::new(&forks[..lanes], &geo, bt.digis.len(), b, Some(cut))?;
+            let t0 = Instant::now();
+            let mut n = 0u64;
+            let mut done = Vec::new();
+            while t0.elapsed().as_secs_f64() < a.seconds || n < 2 * lanes as u64 {
+                if let Some(r) = q.submit(&bt.digis, &bt.offsets)? {
+                    done.push(r);
+                }
+                n += 1;
+                if done.len() > 2 {
+                    done.clear();
+                }
+            }
+            let rest = q.finish()?;
+            let rate = (n * b as u64) as f64 / t0.elapsed().as_secs_f64();
+            if let Some((_, r)) = rest.last() {
+                check_exact(&format!("queue {lanes} x{b}"), r, &bt.want)?;
+            }
+            println!("  {lanes} lanes, {b:>4} events per launch: {rate:>8.0} events/s");
+            out.push_str(&format!("queue,run3,{lanes},{b},{rate:.0}\n"));
+        }
+    }
+    if let Some(path) = a.csv {
         std::fs::File::create(&path)?.write_all(out.as_bytes())?;
     }
     Ok(())

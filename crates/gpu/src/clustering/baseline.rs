@@ -32,11 +32,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(p: ClusteringFindClu
         x,
         y,
         event_offsets,
-        nevents,
         nmodules,
         rows,
         cols,
         module_start,
+        slot_info,
         slot_end,
         clus,
         clus_in_module,
@@ -47,11 +47,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(p: ClusteringFindClu
         p.x.ptr(),
         p.y.ptr(),
         p.event_offsets.ptr(),
-        p.nevents,
         p.nmodules,
         p.rows,
         p.cols,
         p.module_start.ptr(),
+        p.slot_info.ptr(),
         p.slot_end.ptr_mut(),
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
@@ -88,13 +88,17 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(p: ClusteringFindClu
     let nslots = unsafe { module_start.read() };
     let mut k = i::block_idx_x();
     while k < nslots {
-        // SAFETY: k < nslots.
-        let (first, mid) = unsafe {
-            let first = module_start.add(1 + k as usize).read();
-            (first, module.add(first as usize).read())
+        // SAFETY: k < nslots; the slot record holds the module id and the event.
+        let (first, mid, ev, ev_end) = unsafe {
+            let info = slot_info.add(k as usize).read();
+            let ev = info >> 16;
+            (
+                module_start.add(1 + k as usize).read(),
+                (info & 0xffff) as u16,
+                ev,
+                event_offsets.add(ev as usize + 1).read(),
+            )
         };
-        // SAFETY: offsets cover first.
-        let (ev, _, ev_end) = unsafe { event_bounds(event_offsets, nevents, first) };
         if tid == 0 {
             // SAFETY: header words: msize, foundClusters.
             unsafe {
@@ -109,20 +113,9 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(p: ClusteringFindClu
             b += bd;
         }
         i::sync_threads();
-        let mut d = first + tid;
-        while d < ev_end {
-            // SAFETY: d < n.
-            let id = unsafe { module.add(d as usize).read() };
-            if id != INVALID_MODULE && id != mid {
-                // SAFETY: header word.
-                unsafe { i::atomic_min_u32(hdr, d) };
-                break;
-            }
-            d += bd;
-        }
-        i::sync_threads();
-        // SAFETY: header word.
-        let msize = unsafe { hdr.read() };
+        // SAFETY: digis of the event; hdr holds ev_end since the barrier above.
+        let msize =
+            unsafe { module_end(module, first, ev_end, mid, hdr, tid, bd, i::sync_threads) };
         if tid == 0 {
             // SAFETY: k < n.
             unsafe { slot_end.add(k as usize).write(msize) };
@@ -163,26 +156,8 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_seed(p: ClusteringFindClu
             d += bd;
         }
         i::sync_threads();
-        let mut carry = 0u32;
-        let mut c = 0u32;
-        while c <= cols {
-            let b = c + tid;
-            // SAFETY: b <= cols.
-            let v = if b <= cols {
-                unsafe { off.add(b as usize).read() }
-            } else {
-                0
-            };
-            let (e, tot) = bs.exclusive_sum(v);
-            if b <= cols {
-                // SAFETY: b <= cols.
-                unsafe { off.add(b as usize).write(carry + e + v) };
-            }
-            carry += tot;
-            i::sync_threads();
-            c += bd;
-        }
-        let hsize = carry;
+        // SAFETY: cols + 1 shared words, final after the barrier above.
+        let hsize = unsafe { column_scan(&bs, off, cols) };
         let too_big = hsize > SEED_MAX_PIX_IN_MODULE || hsize > SEED_MAX_ITER * bd;
         if !too_big {
             let mut d = first + tid;

@@ -4,6 +4,7 @@
 use super::kernels::*;
 use super::*;
 use crate::intrinsics as i;
+use crate::scan::device::BlockScan;
 use core::ptr::read_volatile;
 
 /// [`event_of`] over a device pointer.
@@ -14,6 +15,77 @@ use core::ptr::read_volatile;
 pub(crate) unsafe fn event_bounds(offsets: *const u32, nevents: u32, i: u32) -> (u32, u32, u32) {
     // SAFETY: every e passed is <= nevents (forwarded contract).
     event_of(nevents, |e| unsafe { offsets.add(e as usize).read() }, i)
+}
+
+/// One past the last digi of module `mid` starting at digi `first` (the seed's `msize`):
+/// the first later digi of the event that belongs to another valid module, or `ev_end`.
+/// The group's threads (`lt` of `gsize`) search with stride `gsize`; the smallest hit wins
+/// through an `atomicMin` on `hdr`, which must hold `ev_end` before the group's previous
+/// barrier. `sync` is the group barrier, called once before `hdr` is read. Used by the
+/// small-module pass and the seed kernel.
+///
+/// # Safety
+/// `module` valid for `ev_end` digis; `hdr` a shared word holding `ev_end`, visible to the
+/// whole group; every thread of the group calls this.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn module_end(
+    module: *const u16,
+    first: u32,
+    ev_end: u32,
+    mid: u16,
+    hdr: *mut u32,
+    lt: u32,
+    gsize: u32,
+    sync: impl Fn(),
+) -> u32 {
+    let mut d = first + lt;
+    while d < ev_end {
+        // SAFETY: d < ev_end (contract).
+        let id = unsafe { module.add(d as usize).read() };
+        if id != INVALID_MODULE && id != mid {
+            // SAFETY: shared header word (contract).
+            unsafe { i::atomic_min_u32(hdr, d) };
+            break;
+        }
+        d += gsize;
+    }
+    sync();
+    // SAFETY: final after the barrier.
+    unsafe { read_volatile(hdr) }
+}
+
+/// In-place inclusive scan of the column counts `off[0..=cols]` by the whole block, in
+/// chunks of `blockDim.x` (one block scan and one barrier per chunk): afterwards `off[b]` is
+/// the end of column `b` in the bucket container. Returns the total. Used by the
+/// shared-memory kernel and the seed kernel.
+///
+/// # Safety
+/// `off` valid for `cols + 1` shared words, final (a barrier after the counting); every
+/// thread of the block calls this; `bs` the block's scan storage.
+#[inline(always)]
+pub(crate) unsafe fn column_scan(bs: &BlockScan<u32>, off: *mut u32, cols: u32) -> u32 {
+    let (tid, bd) = (i::thread_idx_x(), i::block_dim_x());
+    let mut carry = 0u32;
+    let mut c = 0u32;
+    while c <= cols {
+        let b = c + tid;
+        // SAFETY: b <= cols.
+        let v = if b <= cols {
+            unsafe { off.add(b as usize).read() }
+        } else {
+            0
+        };
+        let (e, tot) = bs.exclusive_sum(v);
+        if b <= cols {
+            // SAFETY: b <= cols.
+            unsafe { off.add(b as usize).write(carry + e + v) };
+        }
+        carry += tot;
+        i::sync_threads();
+        c += bd;
+    }
+    carry
 }
 
 /// Union-find root with path halving. Parents only ever point to smaller indices.

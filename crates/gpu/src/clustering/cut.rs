@@ -23,30 +23,26 @@ pub unsafe extern "ptx-kernel" fn clustering_cluster_charge_cut(
     p: ClusteringClusterChargeCutParams,
 ) {
     let (
-        module,
         adc,
-        event_offsets,
-        nevents,
         nmodules,
         layer1_modules,
         threshold_layer1,
         threshold_other,
         module_start,
+        slot_info,
         slot_end,
         clus,
         clus_in_module,
         scratch,
         slots,
     ) = (
-        p.module.ptr(),
         p.adc.ptr(),
-        p.event_offsets.ptr(),
-        p.nevents,
         p.nmodules,
         p.layer1_modules,
         p.threshold_layer1,
         p.threshold_other,
         p.module_start.ptr(),
+        p.slot_info.ptr(),
         p.slot_end.ptr(),
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
@@ -68,22 +64,21 @@ pub unsafe extern "ptx-kernel" fn clustering_cluster_charge_cut(
     };
     let mut idx = i::block_idx_x();
     while idx < nslots {
-        // SAFETY: idx < nslots; slot bounds written by the clustering kernels.
-        let (first, msize, mid) = unsafe {
+        // SAFETY: idx < nslots; slot bounds and records written by the clustering kernels.
+        let (first, msize, mid, ev) = unsafe {
             let k = if slots.is_null() {
                 idx
             } else {
                 slots.add(1 + idx as usize).read()
             } as usize;
-            let first = module_start.add(1 + k).read();
+            let info = slot_info.add(k).read();
             (
-                first,
+                module_start.add(1 + k).read(),
                 slot_end.add(k).read(),
-                module.add(first as usize).read() as u32,
+                info & 0xffff,
+                info >> 16,
             )
         };
-        // SAFETY: offsets cover first.
-        let (ev, _, _) = unsafe { event_bounds(event_offsets, nevents, first) };
         let slot = (ev * nmodules + mid) as usize;
         // SAFETY: ev < nevents, mid < nmodules.
         let nclus = unsafe { clus_in_module.add(slot).read() };

@@ -28,12 +28,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
         module,
         x,
         y,
-        event_offsets,
-        nevents,
         nmodules,
         rows,
         cols,
         module_start,
+        slot_info,
         slot_end,
         clus,
         clus_in_module,
@@ -44,12 +43,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
         p.module.ptr(),
         p.x.ptr(),
         p.y.ptr(),
-        p.event_offsets.ptr(),
-        p.nevents,
         p.nmodules,
         p.rows,
         p.cols,
         p.module_start.ptr(),
+        p.slot_info.ptr(),
         p.slot_end.ptr(),
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
@@ -69,18 +67,17 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
     let nfb = unsafe { fallback.read() };
     let mut f = i::block_idx_x();
     while f < nfb {
-        // SAFETY: f < nfb; the listed slot and its bounds are valid.
-        let (first, msize, mid) = unsafe {
+        // SAFETY: f < nfb; the listed slot, its bounds and its record are valid.
+        let (first, msize, mid, ev) = unsafe {
             let k = fallback.add(1 + f as usize).read() as usize;
-            let first = module_start.add(1 + k).read();
+            let info = slot_info.add(k).read();
             (
-                first,
+                module_start.add(1 + k).read(),
                 slot_end.add(k).read(),
-                module.add(first as usize).read(),
+                (info & 0xffff) as u16,
+                info >> 16,
             )
         };
-        // SAFETY: offsets cover first.
-        let (ev, _, _) = unsafe { event_bounds(event_offsets, nevents, first) };
         // Pixel of digi d if it is a valid digi of this module.
         let pixel = |d: u32| -> Option<(u32, u32)> {
             // SAFETY: d < msize <= n.

@@ -14,17 +14,23 @@
 //! `e`; `module_first[e * modules + m]` = the module's first digi index, or [`NO_MODULE_START`].
 //!
 //! # Kernels
-//! 1. [`KERNEL_COUNT_MODULES`], one thread per digi: initialises `clus`, finds module starts
-//!    (the first valid digi whose previous valid digi in the event belongs to another module)
-//!    and appends them to the slot list `module_start[1..]` (`module_start[0]` = count), as the
-//!    seed does with `atomicInc`. Digis with a module id or coordinates out of range are
-//!    reported through `bad` (the smallest such index) and treated as invalid.
-//! 2. [`KERNEL_FIND_CLUS_SMALL`], twice: one warp per module (up to 128 digis), then one block
-//!    per module (up to 1024 digis): module end, duplicates and neighbours through a pixel hash
-//!    table in shared memory, union-find, numbering, and the charge cut in place. Larger
-//!    modules are listed for the next kernel. (`docs/clustering.md` has the whole chain.)
-//! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride): module end
-//!    (`msize`, `atomicMin`), duplicate detection with 2-bit status words (CMSSW "Alternative 2":
+//! 1. [`KERNEL_COUNT_MODULES`], one thread per digi: initialises `clus`, `clus_in_module` and
+//!    `module_first` and zeroes the later kernels' list counters (so one run is one memset and
+//!    the kernels, and a captured CUDA graph replays it), finds module starts (the first valid
+//!    digi whose previous valid digi in the event belongs to another module) and appends them
+//!    to the slot list `module_start[1..]` (`module_start[0]` = count), as the seed does with
+//!    `atomicInc`, each with its slot record `module id | event << 16` (the later kernels read
+//!    a module's event there, no binary search). The batch's sizes are read on the device.
+//!    Digis with a module id or coordinates out of range are reported through `bad` (the
+//!    smallest such index) and treated as invalid.
+//! 2. [`KERNEL_FIND_CLUS_SMALL_WARP`] then [`KERNEL_FIND_CLUS_SMALL`] (once or twice): one warp
+//!    per module (up to 128 digis, or 32 for a few events per launch), then one block per
+//!    module (up to 1024 digis; for a few events a middle pass of 128-thread blocks up to 128
+//!    digis comes first): module end, duplicates and neighbours through a pixel hash table in
+//!    shared memory, union-find, numbering, and the charge cut in place. Larger modules are
+//!    listed for the next pass. (`docs/clustering.md` has the whole chain.)
+//! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride; blocks with no module
+//!    leave at once): duplicate detection with 2-bit status words (CMSSW "Alternative 2":
 //!    every copy of a pixel that occurs twice or more is invalidated), a bucket container by
 //!    column in shared memory (count, block scan, fill), then 8-connected labelling by
 //!    lock-free union-find with path halving in shared memory, the neighbours of a pixel
@@ -64,6 +70,8 @@ pub const MAX_MODULE_SIDE: u32 = 1 << 15;
 pub const KERNEL_COUNT_MODULES: &str = "clustering_count_modules";
 /// Kernel: clustering of small modules by pairwise comparisons in shared memory.
 pub const KERNEL_FIND_CLUS_SMALL: &str = "clustering_find_clus_small";
+/// Kernel: the warp pass of the small-module clustering (one warp per module).
+pub const KERNEL_FIND_CLUS_SMALL_WARP: &str = "clustering_find_clus_small_warp";
 /// Kernel: per-module clustering in shared memory (status words, column buckets).
 pub const KERNEL_FIND_CLUS: &str = "clustering_find_clus";
 /// Kernel: per-module clustering of modules over the fast path's capacity.
@@ -209,6 +217,28 @@ pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
 pub const WARP_CAPACITY: u32 = 128;
 /// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
 pub const WARP_PASS_THREADS: u32 = 128;
+/// A `Clusterer` built for at most this many events per launch takes the latency
+/// configuration of the small-module passes: a warp pass of capacity
+/// [`LATENCY_WARP_CAPACITY`], a middle block pass of [`LATENCY_MID_CAPACITY`] digis and
+/// threads, and a last block pass of [`LATENCY_SMALL_THREADS`] (one event) or
+/// [`FEW_EVENTS_SMALL_THREADS`] threads. Larger batches take the throughput configuration
+/// ([`WARP_CAPACITY`], [`SMALL_THREADS`], no middle pass). Measured (H200, issue 13,
+/// `docs/benchmarks.md`): one Run-3-like event 194 → 103 µs, two 101 → 66 µs per event,
+/// eight 50 → 44 µs per event; at 128 events the throughput configuration is faster.
+pub const FEW_EVENTS_PER_LAUNCH: u32 = 8;
+/// Warp-pass capacity of the latency configuration: only the modules of up to 32 digis (one
+/// per lane) stay on a warp. A module's time on its group is an instruction chain that grows
+/// with the digis per thread, and a few events fill a small part of the GPU, so every
+/// module gets about one digi per thread and every group about one module.
+pub const LATENCY_WARP_CAPACITY: u32 = 32;
+/// The middle block pass of the latency configuration: modules of up to this many digis,
+/// blocks of this many threads.
+pub const LATENCY_MID_CAPACITY: u32 = 128;
+/// Threads of the last block pass (modules over [`LATENCY_MID_CAPACITY`] digis) with one
+/// event per launch.
+pub const LATENCY_SMALL_THREADS: u32 = 1024;
+/// Threads of the last block pass with 2 to [`FEW_EVENTS_PER_LAUNCH`] events per launch.
+pub const FEW_EVENTS_SMALL_THREADS: u32 = 512;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(
@@ -263,6 +293,9 @@ pub struct ClusteringCountModulesParams {
     /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
     /// `event_offsets[e] .. event_offsets[e + 1]`.
     pub event_offsets: DevPtr<u32>,
+    /// Two words on the device: `n` (digis) and `nevents` (events), so that a captured
+    /// launch sequence (a CUDA graph) serves any input up to the buffers' capacities.
+    pub dims: DevPtr<u32>,
     /// Per digi: set to [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
     /// Slot list of module starts: `module_start[0]` = count (zero at launch),
@@ -271,12 +304,15 @@ pub struct ClusteringCountModulesParams {
     /// Per slot `k`: `module id | event << 16`.
     pub slot_info: DevPtr<u32>,
     /// One word: `crate::histogram::encode_first_index` of the first digi with a module id or
-    /// coordinates out of range (atomic max; zero = none).
+    /// coordinates out of range (atomic max; zero at launch; zero = none).
     pub bad: DevPtr<u32>,
-    /// Number of digis.
-    pub n: u32,
-    /// Number of events.
-    pub nevents: u32,
+    /// Per event and module (`e * nmodules + m`): set to zero.
+    pub clus_in_module: DevPtr<u32>,
+    /// Per event and module: set to [`NO_MODULE_START`].
+    pub module_first: DevPtr<u32>,
+    /// Counter words of the later kernels' slot lists (the small-module passes' and the
+    /// fallback's `list[0]`), or null: set to zero (nothing reads them while this kernel runs).
+    pub counters: [DevPtr<u32>; 4],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -288,7 +324,7 @@ pub struct ClusteringCountModulesParams {
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    88,
+    136,
     ["clustering_count_modules"]
 );
 
@@ -335,8 +371,8 @@ pub struct ClusteringFindClusSmallParams {
     pub cols: u32,
     /// Largest module (digis) clustered here; larger ones go to `larger`.
     pub capacity: u32,
-    /// Non-zero: each warp is a group with its own modules; zero: the block is one group.
-    pub warp_groups: u32,
+    /// Padding (zero); the entry point decides the group (warp or block).
+    pub _pad0: u32,
     /// Module ids below this use `threshold_layer1`.
     pub layer1_modules: u32,
     /// Charge threshold (electrons) of the first layer's modules; 0 = no cut.
@@ -347,7 +383,10 @@ pub struct ClusteringFindClusSmallParams {
 crate::kernel_params!(
     ClusteringFindClusSmallParams,
     136,
-    ["clustering_find_clus_small"]
+    [
+        "clustering_find_clus_small",
+        "clustering_find_clus_small_warp"
+    ]
 );
 
 /// Parameters of [`KERNEL_FIND_CLUS`]: one `#[repr(C)]` struct passed by value (see
@@ -361,12 +400,11 @@ pub struct ClusteringFindClusParams {
     pub x: DevPtr<u16>,
     /// Column per digi.
     pub y: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`), set for the listed slots.
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -383,8 +421,6 @@ pub struct ClusteringFindClusParams {
     /// Slot list of the modules over `capacity`: `fallback[0]` = count (zero at launch), then slots
     /// (appended).
     pub fallback: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -393,10 +429,8 @@ pub struct ClusteringFindClusParams {
     pub cols: u32,
     /// Largest module (digis) clustered here; larger ones go to `fallback`.
     pub capacity: u32,
-    /// Padding (zero).
-    pub _pad0: u32,
 }
-crate::kernel_params!(ClusteringFindClusParams, 120, ["clustering_find_clus"]);
+crate::kernel_params!(ClusteringFindClusParams, 112, ["clustering_find_clus"]);
 
 /// Parameters of [`KERNEL_FIND_CLUS_SEED`]: one `#[repr(C)]` struct passed by value (see
 /// `crate::params`).
@@ -415,6 +449,8 @@ pub struct ClusteringFindClusSeedParams {
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`, written here).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -426,18 +462,18 @@ pub struct ClusteringFindClusSeedParams {
     /// Slot list of the modules the seed's arrays cannot hold: `fallback[0]` = count (zero at
     /// launch), then slots (appended).
     pub fallback: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
     pub rows: u32,
     /// Columns per module.
     pub cols: u32,
+    /// Padding (zero).
+    pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringFindClusSeedParams,
-    96,
+    104,
     ["clustering_find_clus_seed"]
 );
 
@@ -452,12 +488,11 @@ pub struct ClusteringFindClusFallbackParams {
     pub x: DevPtr<u16>,
     /// Column per digi.
     pub y: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -471,14 +506,14 @@ pub struct ClusteringFindClusFallbackParams {
     pub fallback: DevPtr<u32>,
     /// `gridDim.x * rows * cols` words, all [`GRID_EMPTY`]: one pixel grid per block (left empty).
     pub grid: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
     pub rows: u32,
     /// Columns per module.
     pub cols: u32,
+    /// Padding (zero).
+    pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringFindClusFallbackParams,
@@ -491,16 +526,13 @@ crate::kernel_params!(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringClusterChargeCutParams {
-    /// Module id per digi ([`INVALID_MODULE`] for an invalid digi).
-    pub module: DevPtr<u16>,
     /// Charge per digi (electrons).
     pub adc: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
+    /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
+    pub slot_info: DevPtr<u32>,
     /// Per slot `k`: one past the module's last digi (`msize`).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
@@ -511,8 +543,6 @@ pub struct ClusteringClusterChargeCutParams {
     pub scratch: DevPtr<u64>,
     /// Slot list to cut (`slots[0]` = count), or null for every module slot.
     pub slots: DevPtr<u32>,
-    /// Number of events.
-    pub nevents: u32,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Module ids below this use `threshold_layer1`.
@@ -521,12 +551,10 @@ pub struct ClusteringClusterChargeCutParams {
     pub threshold_layer1: u32,
     /// Charge threshold (electrons) of every other module; 0 = no cut.
     pub threshold_other: u32,
-    /// Padding (zero).
-    pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringClusterChargeCutParams,
-    96,
+    80,
     ["clustering_cluster_charge_cut"]
 );
 

@@ -20,7 +20,7 @@ use core::ptr::{read_volatile, write_volatile};
 ///
 /// # Safety
 /// Launched after `clustering_count_modules` on the same arrays; `module`, `x`, `y`,
-/// `clus` valid for `n`; `module_start` as written by it; `slot_end` for `n` words, set
+/// `clus` valid for `n`; `module_start` and `slot_info` as written by it; `slot_end` for `n` words, set
 /// for the listed slots; `slots` a slot list (`slots[0]` = count) from
 /// `clustering_find_clus_small`;
 /// `clus_in_module` and `module_first` for `nevents * nmodules`; `fallback` for `n + 1`
@@ -34,12 +34,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         module,
         x,
         y,
-        event_offsets,
-        nevents,
         nmodules,
         rows,
         cols,
         module_start,
+        slot_info,
         slot_end,
         clus,
         clus_in_module,
@@ -52,12 +51,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         p.module.ptr(),
         p.x.ptr(),
         p.y.ptr(),
-        p.event_offsets.ptr(),
-        p.nevents,
         p.nmodules,
         p.rows,
         p.cols,
         p.module_start.ptr(),
+        p.slot_info.ptr(),
         p.slot_end.ptr_mut(),
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
@@ -67,6 +65,13 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         p.slots.ptr(),
         p.fallback.ptr_mut(),
     );
+    // SAFETY: the slot list written by the small-module kernel. A block with no module
+    // leaves at once (before clearing its status words): with an empty list the launch
+    // costs only its block dispatch.
+    let nslots = unsafe { slots.read() };
+    if i::block_idx_x() >= nslots {
+        return;
+    }
     let tid = i::thread_idx_x();
     let bd = i::block_dim_x();
     let smem = i::dynamic_shared_ptr() as *mut u32;
@@ -103,23 +108,20 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
     };
     i::sync_threads();
-    // SAFETY: the slot list written by the small-module kernel.
-    let nslots = unsafe { slots.read() };
     let mut idx = i::block_idx_x();
     while idx < nslots {
         // SAFETY: idx < nslots; listed slots are valid; first < n.
-        let (k, first, msize, mid) = unsafe {
+        let (k, first, msize, mid, ev) = unsafe {
             let k = slots.add(1 + idx as usize).read();
-            let first = module_start.add(1 + k as usize).read();
+            let info = slot_info.add(k as usize).read();
             (
                 k,
-                first,
+                module_start.add(1 + k as usize).read(),
                 slot_end.add(k as usize).read(),
-                module.add(first as usize).read(),
+                (info & 0xffff) as u16,
+                info >> 16,
             )
         };
-        // SAFETY: offsets cover first.
-        let (ev, _, _) = unsafe { event_bounds(event_offsets, nevents, first) };
         let mut b = tid;
         while b <= cols {
             // SAFETY: b <= cols.
@@ -180,26 +182,8 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         }
         i::sync_threads();
         // Inclusive scan of the column counts: off[b] = end of column b.
-        let mut carry = 0u32;
-        let mut c = 0u32;
-        while c <= cols {
-            let b = c + tid;
-            // SAFETY: b <= cols.
-            let v = if b <= cols {
-                unsafe { off.add(b as usize).read() }
-            } else {
-                0
-            };
-            let (e, tot) = bs.exclusive_sum(v);
-            if b <= cols {
-                // SAFETY: b <= cols.
-                unsafe { off.add(b as usize).write(carry + e + v) };
-            }
-            carry += tot;
-            i::sync_threads();
-            c += bd;
-        }
-        let total = carry;
+        // SAFETY: cols + 1 shared words, final after the barrier above.
+        let total = unsafe { column_scan(&bs, off, cols) };
         // Fill the buckets (off[b] becomes the start of column b) and clear the status.
         let mut j = tid;
         while j < size {

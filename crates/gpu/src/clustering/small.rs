@@ -17,8 +17,8 @@ use core::ptr::read_volatile;
 /// (the rule of [`clustering_cluster_charge_cut`]: charges summed in shared memory,
 /// survivors renumbered in order), which saves a pass over these modules.
 ///
-/// Work is done by *groups*: with `warp_groups != 0` each warp is a group and clusters its
-/// own modules (warp barriers and warp scans only, so the warps of a block never wait for
+/// Work is done by *groups*: in the warp pass ([`clustering_find_clus_small_warp`]) each
+/// warp is a group and clusters its own modules (warp barriers and warp scans only, so the warps of a block never wait for
 /// each other and many modules are in flight per SM); otherwise the whole block is one
 /// group. Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
 /// are every module slot. A module of more than `capacity` digis is appended to
@@ -38,6 +38,31 @@ use core::ptr::read_volatile;
 /// of 32.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindClusSmallParams) {
+    // SAFETY: forwarded launch contract (block mode).
+    unsafe { small_body::<false>(p) }
+}
+
+/// The warp pass of [`clustering_find_clus_small`]: each warp is a group with its own
+/// modules (warp barriers and warp scans only). The same body as the block pass,
+/// instantiated with the mode known at compile time (no run-time branches on it, a smaller
+/// kernel).
+///
+/// # Safety
+/// As [`clustering_find_clus_small`], with shared memory for `blockDim.x / 32` groups.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clustering_find_clus_small_warp(
+    p: ClusteringFindClusSmallParams,
+) {
+    // SAFETY: forwarded launch contract (warp mode).
+    unsafe { small_body::<true>(p) }
+}
+
+/// The body of both small-module entry points; `WARP` selects warp groups.
+///
+/// # Safety
+/// As [`clustering_find_clus_small`].
+#[inline(always)]
+unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
     let (
         module,
         x,
@@ -54,7 +79,6 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
         clus_in_module,
         module_first,
         capacity,
-        warp_groups,
         layer1_modules,
         threshold_layer1,
         threshold_other,
@@ -76,14 +100,13 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
         p.clus_in_module.ptr_mut(),
         p.module_first.ptr_mut(),
         p.capacity,
-        p.warp_groups,
         p.layer1_modules,
         p.threshold_layer1,
         p.threshold_other,
         p.slots.ptr(),
         p.larger.ptr_mut(),
     );
-    let warp_mode = warp_groups != 0;
+    let warp_mode = WARP;
     let (gsize, group, ngroups, lt) = if warp_mode {
         (32, i::warp_id(), i::warps_per_block(), i::lane_id())
     } else {
@@ -174,20 +197,8 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
         }
         gsync();
         let msize = if all {
-            let mut d = first + lt;
-            while d < ev_end {
-                // SAFETY: d < n.
-                let id = unsafe { module.add(d as usize).read() };
-                if id != INVALID_MODULE && id != mid {
-                    // SAFETY: header word.
-                    unsafe { i::atomic_min_u32(hdr, d) };
-                    break;
-                }
-                d += gsize;
-            }
-            gsync();
-            // SAFETY: header word, final after the barrier.
-            let m = unsafe { read_volatile(hdr) };
+            // SAFETY: digis of the event; hdr holds ev_end since the barrier above.
+            let m = unsafe { module_end(module, first, ev_end, mid, hdr, lt, gsize, gsync) };
             if lt == 0 {
                 // SAFETY: k < n.
                 unsafe { slot_end.add(k).write(m) };

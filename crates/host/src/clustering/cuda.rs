@@ -9,7 +9,10 @@ use super::{ChargeCut, Clusters, Digis, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
 
-/// Device-resident digis of one or more events.
+/// Device-resident digis of one or more events, in buffers of a fixed capacity: upload a
+/// new batch into the same buffers with [`DeviceDigis::copy_from`] (no allocation). The
+/// sizes of the current batch also live on the device (`dims`), so a chain captured as a
+/// CUDA graph ([`Clusterer::run_graph`]) serves every batch copied in later.
 pub struct DeviceDigis {
     /// Module ids.
     pub module: DeviceBuffer<u16>,
@@ -19,31 +22,105 @@ pub struct DeviceDigis {
     pub y: DeviceBuffer<u16>,
     /// Charges.
     pub adc: DeviceBuffer<u16>,
-    /// Event offsets (`nevents + 1`).
+    /// Event offsets (`nevents + 1` used of `max_events + 1`).
     pub event_offsets: DeviceBuffer<u32>,
+    /// `[n, nevents]` of the current batch.
+    dims: DeviceBuffer<u32>,
     n: usize,
     nevents: usize,
+    max_digis: usize,
+    max_events: usize,
 }
 
 impl DeviceDigis {
-    /// Copies validated digis to the device.
+    /// Copies validated digis to new device buffers of exactly their size.
     pub fn upload(gpu: &GpuContext, digis: &Digis, event_offsets: &[u32]) -> Result<Self> {
-        let pad = |v: &[u16]| -> Result<DeviceBuffer<u16>> {
-            if v.is_empty() {
-                gpu.zeros(1)
-            } else {
-                gpu.upload(v)
-            }
-        };
+        let nevents = event_offsets.len().saturating_sub(1);
+        let mut d = Self::with_capacity(gpu, digis.len(), nevents)?;
+        d.copy_from(gpu, digis, event_offsets)?;
+        Ok(d)
+    }
+
+    /// Empty device buffers for up to `max_digis` digis and `max_events` events.
+    pub fn with_capacity(gpu: &GpuContext, max_digis: usize, max_events: usize) -> Result<Self> {
+        if max_digis >= 1 << 31 {
+            return Err(Error::CapacityExceeded {
+                what: "digis per launch",
+                needed: max_digis as u64,
+                capacity: (1 << 31) - 1,
+            });
+        }
+        let n = max_digis.max(1);
         Ok(Self {
-            module: pad(&digis.module)?,
-            x: pad(&digis.x)?,
-            y: pad(&digis.y)?,
-            adc: pad(&digis.adc)?,
-            event_offsets: gpu.upload(event_offsets)?,
-            n: digis.len(),
-            nevents: event_offsets.len() - 1,
+            module: gpu.zeros(n)?,
+            x: gpu.zeros(n)?,
+            y: gpu.zeros(n)?,
+            adc: gpu.zeros(n)?,
+            event_offsets: gpu.zeros(max_events.max(1) + 1)?,
+            dims: gpu.zeros(2)?,
+            n: 0,
+            nevents: 0,
+            max_digis,
+            max_events: max_events.max(1),
         })
+    }
+
+    /// Copies a batch (validated digis, `event_offsets` of at least one event) into these
+    /// buffers, on `gpu`'s stream (the stream the buffers were made on, or one ordered
+    /// after it). The copies are issued in stream order: a chain launched earlier on the
+    /// same stream has read the previous batch before they land.
+    pub fn copy_from(
+        &mut self,
+        gpu: &GpuContext,
+        digis: &Digis,
+        event_offsets: &[u32],
+    ) -> Result<()> {
+        let n = digis.len();
+        if event_offsets.len() < 2 || event_offsets.len() - 1 > self.max_events {
+            return Err(Error::CapacityExceeded {
+                what: "device digis: events",
+                needed: event_offsets.len().saturating_sub(1) as u64,
+                capacity: self.max_events as u64,
+            });
+        }
+        if n > self.max_digis {
+            return Err(Error::CapacityExceeded {
+                what: "device digis: digis",
+                needed: n as u64,
+                capacity: self.max_digis as u64,
+            });
+        }
+        if [&digis.x, &digis.y, &digis.adc]
+            .iter()
+            .any(|v| v.len() != n)
+            || event_offsets.last().copied() != Some(n as u32)
+        {
+            return Err(invalid(
+                "digis",
+                "arrays of different lengths, or event offsets not ending at the digi count",
+            ));
+        }
+        let s = gpu.stream();
+        let what = "copying digis to the device";
+        if n > 0 {
+            for (src, dst) in [
+                (&digis.module, &mut self.module),
+                (&digis.x, &mut self.x),
+                (&digis.y, &mut self.y),
+                (&digis.adc, &mut self.adc),
+            ] {
+                s.memcpy_htod(src.as_slice(), &mut dst.slice_mut(0..n))
+                    .ctx(what)?;
+            }
+        }
+        let ne = event_offsets.len() - 1;
+        s.memcpy_htod(event_offsets, &mut self.event_offsets.slice_mut(0..ne + 1))
+            .ctx(what)?;
+        s.memcpy_htod(&[n as u32, ne as u32], &mut self.dims)
+            .ctx(what)?;
+        self.n = n;
+        self.nevents = ne;
+        Ok(())
     }
 
     /// Number of digis.
@@ -60,11 +137,20 @@ impl DeviceDigis {
     pub fn events(&self) -> usize {
         self.nevents
     }
+
+    /// Capacity: digis and events.
+    pub fn capacity(&self) -> (usize, usize) {
+        (self.max_digis, self.max_events)
+    }
 }
 
 /// Device workspace and outputs of the clustering chain for up to `max_digis` digis and
 /// `max_events` events per launch. Steps can be launched one by one (for timing) or with
-/// [`Clusterer::run`]; nothing synchronises until [`Clusterer::results`].
+/// [`Clusterer::run`] (seven stream operations: one memset and six kernels) or
+/// [`Clusterer::run_graph`] (the same, replayed as one CUDA graph); nothing synchronises
+/// until [`Clusterer::results`]. One `Clusterer` keeps one batch in flight on its
+/// context's stream; for several, give each its own fork of the context
+/// ([`GpuContext::fork`]) or use [`ClusterQueue`].
 pub struct Clusterer<'g> {
     gpu: &'g GpuContext,
     geometry: Geometry,
@@ -73,10 +159,13 @@ pub struct Clusterer<'g> {
     small_capacity: u32,
     small_threads: u32,
     small_grid: u32,
+    /// Optional middle block pass: capacity, threads, grid.
+    mid: Option<(u32, u32, u32)>,
     capacity: u32,
     find_grid: u32,
     smem: usize,
     fallback_grid: u32,
+    cut_grid: u32,
     max_digis: usize,
     max_events: usize,
     /// Output: cluster index per digi.
@@ -85,16 +174,44 @@ pub struct Clusterer<'g> {
     pub clus_in_module: DeviceBuffer<u32>,
     /// Output: first digi per event and module id.
     pub module_first: DeviceBuffer<u32>,
-    module_start: DeviceBuffer<u32>,
+    /// `[bad, module count, module starts…]`: the two words `count_modules` counts into,
+    /// next to each other so that one memset resets both.
+    head: DeviceBuffer<u32>,
     slot_info: DeviceBuffer<u32>,
     slot_end: DeviceBuffer<u32>,
     larger_warp: DeviceBuffer<u32>,
+    larger_mid: DeviceBuffer<u32>,
     larger: DeviceBuffer<u32>,
     fallback: DeviceBuffer<u32>,
     scratch: DeviceBuffer<u64>,
     status: Option<DeviceBuffer<u32>>,
     grid: DeviceBuffer<u32>,
-    bad: DeviceBuffer<u32>,
+    graph: Option<(GraphKey, SendGraph)>,
+    grid_limit: Option<u32>,
+}
+
+/// A captured chain, movable to another thread with its `Clusterer`.
+struct SendGraph(cudarc::driver::CudaGraph);
+
+// SAFETY: a CUDA graph and its executable are driver handles of the process, valid on any
+// thread once the context is current (cudarc binds it before launching); the wrapper is
+// owned by one `Clusterer`, used through `&mut self` only, and never shared (not `Sync`).
+unsafe impl Send for SendGraph {}
+
+/// The small-module passes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Pass {
+    Warp,
+    Mid,
+    Last,
+}
+
+/// What a captured chain depends on: the digi buffers (addresses and capacities) and the cut.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct GraphKey {
+    module: u64,
+    capacity: (usize, usize),
+    cut: Option<ChargeCut>,
 }
 
 /// Most events in one launch (the slot records keep the event in 16 bits).
@@ -142,6 +259,13 @@ impl<'g> Clusterer<'g> {
                 capacity: (1 << 31) - 1,
             });
         }
+        if max_events > MAX_EVENTS_PER_LAUNCH {
+            return Err(Error::CapacityExceeded {
+                what: "events per launch",
+                needed: max_events as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
         if small_capacity == 0 || small_capacity > k::MAX_SMALL_CAPACITY || capacity == 0 {
             return Err(invalid(
                 "capacity",
@@ -156,7 +280,24 @@ impl<'g> Clusterer<'g> {
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
         let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
-        let warp_capacity = small_capacity.min(k::WARP_CAPACITY);
+        // Up to `FEW_EVENTS_PER_LAUNCH` events: the latency configuration (three passes, see
+        // `LATENCY_WARP_CAPACITY`); more: the throughput configuration (tuned at 128 events
+        // per launch). Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
+        let few = max_events <= k::FEW_EVENTS_PER_LAUNCH as usize;
+        let (warp_capacity, small_threads) = if few {
+            (
+                small_capacity.min(k::LATENCY_WARP_CAPACITY),
+                if max_events <= 1 {
+                    k::LATENCY_SMALL_THREADS
+                } else {
+                    k::FEW_EVENTS_SMALL_THREADS
+                },
+            )
+        } else {
+            (small_capacity.min(k::WARP_CAPACITY), k::SMALL_THREADS)
+        };
+        let mid_pass = (few && small_capacity > k::LATENCY_MID_CAPACITY)
+            .then_some((k::LATENCY_MID_CAPACITY, k::LATENCY_MID_CAPACITY));
         let warp_smem = k::find_clus_small_smem_bytes(warp_capacity, k::WARP_PASS_THREADS / 32);
         for (what, bytes) in [
             ("find_clus shared memory (bytes)", smem),
@@ -174,13 +315,26 @@ impl<'g> Clusterer<'g> {
             }
         }
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
-        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem.max(warp_smem))?;
+        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
+        gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
         let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
-        let small_grid =
-            resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, k::SMALL_THREADS, small_smem)?;
+        let small_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, small_threads, small_smem)?;
+        let mid = match mid_pass {
+            None => None,
+            Some((cap, threads)) => Some((
+                cap,
+                threads,
+                resident_grid(
+                    gpu,
+                    k::KERNEL_FIND_CLUS_SMALL,
+                    threads,
+                    k::find_clus_small_smem_bytes(cap, 1),
+                )?,
+            )),
+        };
         let warp_grid = resident_grid(
             gpu,
-            k::KERNEL_FIND_CLUS_SMALL,
+            k::KERNEL_FIND_CLUS_SMALL_WARP,
             k::WARP_PASS_THREADS,
             warp_smem,
         )?;
@@ -189,6 +343,9 @@ impl<'g> Clusterer<'g> {
             .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32);
         let n = max_digis.max(1);
         let slots = max_events.max(1) * geometry.modules as usize;
+        // One entry per module start: at most one per digi (also for unvalidated input,
+        // whose modules may repeat within an event).
+        let list = n + 1;
         let status = if status_in_smem {
             None
         } else {
@@ -200,37 +357,130 @@ impl<'g> Clusterer<'g> {
             warp_capacity,
             warp_grid,
             small_capacity,
-            small_threads: k::SMALL_THREADS,
+            small_threads,
             small_grid,
+            mid,
             capacity,
             find_grid,
             smem,
             fallback_grid,
+            cut_grid: gpu.sm_count() * 8,
             max_digis,
-            max_events,
+            max_events: max_events.max(1),
             clus: gpu.zeros(n)?,
             clus_in_module: gpu.zeros(slots)?,
             module_first: gpu.filled_u32(slots, NO_MODULE_START)?,
-            module_start: gpu.zeros(n + 1)?,
-            slot_info: gpu.zeros(n)?,
-            slot_end: gpu.zeros(n)?,
-            larger_warp: gpu.zeros(n + 1)?,
-            larger: gpu.zeros(n + 1)?,
-            fallback: gpu.zeros(n + 1)?,
+            head: gpu.zeros(list + 1)?,
+            slot_info: gpu.zeros(list)?,
+            slot_end: gpu.zeros(list)?,
+            larger_warp: gpu.zeros(list)?,
+            larger_mid: gpu.zeros(list)?,
+            larger: gpu.zeros(list)?,
+            fallback: gpu.zeros(list)?,
             scratch: gpu.zeros(n)?,
             status,
             grid: gpu.filled_u32(fallback_grid as usize * cells, k::GRID_EMPTY)?,
-            bad: gpu.zeros(1)?,
+            graph: None,
+            grid_limit: None,
         })
     }
 
-    /// Sets the block size of the small-module kernel (a multiple of 32 up to 1024).
+    /// Sets the block size of the small-module kernel's block pass (a multiple of 32 up to
+    /// 1024).
     pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
         let smem = k::find_clus_small_smem_bytes(self.small_capacity, 1);
-        self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?;
+        self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
+            .min(self.grid_limit.unwrap_or(u32::MAX));
         self.small_threads = threads;
+        self.graph = None;
         Ok(())
+    }
+
+    /// Sets the capacity of the warp pass (one warp per module; modules up to this many
+    /// digis): 0 turns the warp pass off, so that the block pass takes every module (its
+    /// block of threads shares the work of one module: shorter per-module latency when
+    /// there are too few modules to fill the GPU with warps). At most the small-module
+    /// capacity.
+    pub fn set_warp_capacity(&mut self, capacity: u32) -> Result<()> {
+        if capacity > self.small_capacity {
+            return Err(invalid(
+                "warp capacity",
+                format!(
+                    "{capacity} over the small-module capacity {}",
+                    self.small_capacity
+                ),
+            ));
+        }
+        if capacity > 0 {
+            let smem = k::find_clus_small_smem_bytes(capacity, k::WARP_PASS_THREADS / 32);
+            self.gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, smem)?;
+            self.warp_grid = resident_grid(
+                self.gpu,
+                k::KERNEL_FIND_CLUS_SMALL_WARP,
+                k::WARP_PASS_THREADS,
+                smem,
+            )?
+            .min(self.grid_limit.unwrap_or(u32::MAX));
+        }
+        self.warp_capacity = capacity;
+        self.graph = None;
+        Ok(())
+    }
+
+    /// Sets the middle block pass between the warp pass and the last block pass: `Some((capacity,
+    /// threads))` takes the modules up to `capacity` digis (below the small-module capacity)
+    /// with blocks of `threads` (a multiple of 32 up to 1024); `None` removes it.
+    pub fn set_mid_pass(&mut self, pass: Option<(u32, u32)>) -> Result<()> {
+        self.mid = match pass {
+            None => None,
+            Some((cap, threads)) => {
+                crate::scan::check_block_size(threads)?;
+                if cap == 0 || cap >= self.small_capacity {
+                    return Err(invalid(
+                        "middle pass capacity",
+                        format!("{cap} (1 to {})", self.small_capacity - 1),
+                    ));
+                }
+                let smem = k::find_clus_small_smem_bytes(cap, 1);
+                let grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
+                    .min(self.grid_limit.unwrap_or(u32::MAX));
+                Some((cap, threads, grid))
+            }
+        };
+        self.graph = None;
+        Ok(())
+    }
+
+    /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
+    /// one). Results do not change; the sanitizer runs use it, since racecheck keeps shadow
+    /// state for the shared memory of every resident block.
+    pub fn limit_grids(&mut self, blocks: u32) {
+        let b = blocks.max(1);
+        for g in [
+            &mut self.warp_grid,
+            &mut self.small_grid,
+            &mut self.find_grid,
+            &mut self.fallback_grid,
+            &mut self.cut_grid,
+        ] {
+            *g = (*g).min(b);
+        }
+        if let Some((_, _, g)) = &mut self.mid {
+            *g = (*g).min(b);
+        }
+        self.grid_limit = Some(b);
+        self.graph = None;
+    }
+
+    /// The pass configuration: warp-pass capacity (0: no warp pass), the middle block pass
+    /// (capacity, threads) if any, and the last block pass's threads.
+    pub fn passes(&self) -> (u32, Option<(u32, u32)>, u32) {
+        (
+            self.warp_capacity,
+            self.mid.map(|(c, t, _)| (c, t)),
+            self.small_threads,
+        )
     }
 
     /// The geometry.
@@ -238,17 +488,12 @@ impl<'g> Clusterer<'g> {
         &self.geometry
     }
 
+    /// Checks that `d`'s buffers fit this workspace: their capacities, not only the current
+    /// batch, since a captured graph serves every batch copied into them later.
     fn check_fits(&self, d: &DeviceDigis) -> Result<()> {
-        if d.nevents > MAX_EVENTS_PER_LAUNCH {
-            return Err(Error::CapacityExceeded {
-                what: "events per launch",
-                needed: d.nevents as u64,
-                capacity: MAX_EVENTS_PER_LAUNCH as u64,
-            });
-        }
         for (what, needed, capacity) in [
-            ("clusterer workspace: digis", d.n, self.max_digis),
-            ("clusterer workspace: events", d.nevents, self.max_events),
+            ("clusterer workspace: digis", d.max_digis, self.max_digis),
+            ("clusterer workspace: events", d.max_events, self.max_events),
         ] {
             if needed > capacity {
                 return Err(Error::CapacityExceeded {
@@ -261,55 +506,55 @@ impl<'g> Clusterer<'g> {
         Ok(())
     }
 
-    /// Resets the counters and outputs and launches `count_modules`.
+    fn module_start_ptr(&self) -> DevPtr<u32> {
+        self.gpu.ptr(&self.head.slice(1..))
+    }
+
+    /// Resets the two counting words (one memset) and launches `count_modules`, which
+    /// resets every other counter and output itself.
     pub fn count_modules(&mut self, d: &DeviceDigis) -> Result<()> {
         self.check_fits(d)?;
         let g = self.gpu;
-        let s = g.stream();
-        let what = "resetting clustering counters";
-        s.memset_zeros(&mut self.module_start.slice_mut(0..1))
-            .ctx(what)?;
-        s.memset_zeros(&mut self.larger_warp.slice_mut(0..1))
-            .ctx(what)?;
-        s.memset_zeros(&mut self.larger.slice_mut(0..1)).ctx(what)?;
-        s.memset_zeros(&mut self.fallback.slice_mut(0..1))
-            .ctx(what)?;
-        s.memset_zeros(&mut self.bad).ctx(what)?;
-        let slots = d.nevents * self.geometry.modules as usize;
-        s.memset_zeros(&mut self.clus_in_module.slice_mut(0..slots))
-            .ctx(what)?;
-        g.fill_u32(&mut self.module_first, slots, NO_MODULE_START)?;
-        if d.n == 0 {
-            return Ok(());
-        }
-        let (n32, ne, nm, rows, cols) = (
-            d.n as u32,
-            d.nevents as u32,
+        g.stream()
+            .memset_zeros(&mut self.head.slice_mut(0..2))
+            .ctx("resetting clustering counters")?;
+        let (nm, rows, cols) = (
             self.geometry.modules,
             self.geometry.rows,
             self.geometry.cols,
         );
-        let blocks = (d.n as u64)
+        // Grid-stride over the digis and the module slots of the buffers' capacity (the
+        // sizes of the batch are read on the device).
+        let work = d.max_digis.max(d.max_events * nm as usize).max(1) as u64;
+        let blocks = work
             .div_ceil(k::COUNT_MODULES_THREADS as u64)
-            .min(MAX_GRID);
+            .min(g.sm_count() as u64 * 8);
         let params = k::ClusteringCountModulesParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
             y: g.ptr(&d.y),
-            n: n32,
             event_offsets: g.ptr(&d.event_offsets),
-            nevents: ne,
+            dims: g.ptr(&d.dims),
+            clus: g.ptr_mut(&mut self.clus),
+            module_start: self.module_start_ptr(),
+            slot_info: g.ptr_mut(&mut self.slot_info),
+            bad: g.ptr(&self.head.slice(0..1)),
+            clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+            module_first: g.ptr_mut(&mut self.module_first),
+            counters: [
+                g.ptr(&self.larger_warp.slice(0..1)),
+                g.ptr(&self.larger_mid.slice(0..1)),
+                g.ptr(&self.larger.slice(0..1)),
+                g.ptr(&self.fallback.slice(0..1)),
+            ],
             nmodules: nm,
             rows,
             cols,
-            clus: g.ptr_mut(&mut self.clus),
-            module_start: g.ptr_mut(&mut self.module_start),
-            slot_info: g.ptr_mut(&mut self.slot_info),
-            bad: g.ptr_mut(&mut self.bad),
-            ..bytemuck::Zeroable::zeroed()
+            _pad0: 0,
         };
-        // SAFETY: arrays sized for max_digis >= n (checked); module_start zeroed above;
-        // event offsets validated by the caller (uploaded by DeviceDigis::upload).
+        // SAFETY: the buffers of `d` hold its capacities, which fit this workspace (checked):
+        // `dims`, the digi arrays and the event offsets as the kernel reads them; the slot
+        // arrays hold one entry per module start; the counting words were zeroed above.
         unsafe {
             g.launch(
                 k::KERNEL_COUNT_MODULES,
@@ -319,10 +564,11 @@ impl<'g> Clusterer<'g> {
         }
     }
 
-    /// Launches the clustering kernels: `find_clus_small` over every module (applying `cut`
-    /// to the modules it clusters), `find_clus` over the larger ones, and the fallback over
-    /// the largest (each exits at once when its list is empty). The cut of the larger modules
-    /// is [`Clusterer::charge_cut_larger`].
+    /// Launches the clustering kernels: `find_clus_small` (the warp pass over every module,
+    /// then the block pass over the modules it passed on; applying `cut` to the modules it
+    /// clusters), `find_clus` over the larger ones, and the fallback over the largest (each
+    /// exits at once when its list is empty). The cut of the larger modules is
+    /// [`Clusterer::charge_cut_larger`].
     pub fn find_clus(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         self.find_clus_small(d, cut)?;
         self.find_clus_shared(d)?;
@@ -331,37 +577,60 @@ impl<'g> Clusterer<'g> {
 
     /// Step 1 of [`Clusterer::find_clus`]: the small-module kernel over every module.
     pub fn find_clus_small(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
-        if d.n == 0 {
-            return Ok(());
-        }
+        self.check_fits(d)?;
         let cut = cut.unwrap_or(ChargeCut::uniform(0));
-        // Pass 1: one warp per module, every module slot; larger ones to `larger_warp`.
-        self.launch_small(d, cut, true)?;
-        // Pass 2: one block per module, the modules pass 1 listed; larger ones to `larger`.
-        self.launch_small(d, cut, false)
+        if self.warp_capacity > 0 {
+            // Pass 1: one warp per module, every module slot; larger ones to `larger_warp`.
+            self.launch_small(d, cut, Pass::Warp)?;
+        }
+        if self.mid.is_some() {
+            // The middle pass: one block per module, the modules listed so far (every
+            // module without a warp pass); larger ones to `larger_mid`.
+            self.launch_small(d, cut, Pass::Mid)?;
+        }
+        // The last pass: one block per module, the modules listed so far; larger ones to
+        // `larger`, for the shared-memory kernel.
+        self.launch_small(d, cut, Pass::Last)
     }
 
-    fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, warp: bool) -> Result<()> {
+    fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, pass: Pass) -> Result<()> {
+        let warp = pass == Pass::Warp;
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, rows, cols, l1) = (geo.modules, geo.rows, geo.cols, geo.layer1_modules);
-        let (cap, threads, grid, groups) = if warp {
-            (
+        let (cap, threads, grid, groups) = match (pass, self.mid) {
+            (Pass::Warp, _) => (
                 self.warp_capacity,
                 k::WARP_PASS_THREADS,
                 self.warp_grid,
                 k::WARP_PASS_THREADS / 32,
-            )
-        } else {
-            (self.small_capacity, self.small_threads, self.small_grid, 1)
+            ),
+            (Pass::Mid, Some((c, t, g))) => (c, t, g, 1),
+            _ => (self.small_capacity, self.small_threads, self.small_grid, 1),
         };
-        let warp_groups = warp as u32;
-        // Pass 1 (warp groups) reads no list and writes the larger modules' list; pass 2
-        // reads that list and writes the list for the shared-memory kernel.
-        let (slots, larger) = if warp {
-            (DevPtr::NULL, g.ptr_mut(&mut self.larger_warp))
+        let kernel = if warp {
+            k::KERNEL_FIND_CLUS_SMALL_WARP
         } else {
-            (g.ptr(&self.larger_warp), g.ptr_mut(&mut self.larger))
+            k::KERNEL_FIND_CLUS_SMALL
+        };
+        // Pass 1 (warp groups) reads no list and writes the larger modules' list; pass 2
+        // reads that list (or none when there is no pass 1) and writes the list for the
+        // shared-memory kernel.
+        // Each pass reads the list of the pass before it (none for the first: every module
+        // slot) and writes its own.
+        let has_mid = self.mid.is_some();
+        let slots = match pass {
+            Pass::Warp => DevPtr::NULL,
+            Pass::Mid if self.warp_capacity > 0 => g.ptr(&self.larger_warp),
+            Pass::Mid => DevPtr::NULL,
+            Pass::Last if has_mid => g.ptr(&self.larger_mid),
+            Pass::Last if self.warp_capacity > 0 => g.ptr(&self.larger_warp),
+            Pass::Last => DevPtr::NULL,
+        };
+        let larger = match pass {
+            Pass::Warp => g.ptr_mut(&mut self.larger_warp),
+            Pass::Mid => g.ptr_mut(&mut self.larger_mid),
+            Pass::Last => g.ptr_mut(&mut self.larger),
         };
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
@@ -372,14 +641,14 @@ impl<'g> Clusterer<'g> {
             nmodules: nm,
             rows,
             cols,
-            module_start: g.ptr(&self.module_start),
+            module_start: self.module_start_ptr(),
             slot_info: g.ptr(&self.slot_info),
             slot_end: g.ptr_mut(&mut self.slot_end),
             clus: g.ptr_mut(&mut self.clus),
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
             capacity: cap,
-            warp_groups,
+            _pad0: 0,
             layer1_modules: l1,
             threshold_layer1: cut.layer1,
             threshold_other: cut.other,
@@ -390,96 +659,76 @@ impl<'g> Clusterer<'g> {
         // SAFETY: launched after count_modules (pass 2 after pass 1, whose list and slot
         // ends it reads); shared memory for this capacity and group count (limit raised at
         // construction); the output lists zeroed by count_modules; threads checked.
+        unsafe { g.launch(kernel, cfg(grid as u64, threads, smem), &params) }
+    }
+
+    /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
+    /// `find_clus_small` passed on (its blocks exit at once when there are none).
+    pub fn find_clus_shared(&mut self, d: &DeviceDigis) -> Result<()> {
+        self.check_fits(d)?;
+        let g = self.gpu;
+        let geo = &self.geometry;
+        let (nm, rows, cols, cap) = (geo.modules, geo.rows, geo.cols, self.capacity);
+        let status_ptr = self.status.as_ref();
+        let params = k::ClusteringFindClusParams {
+            module: g.ptr(&d.module),
+            x: g.ptr(&d.x),
+            y: g.ptr(&d.y),
+            nmodules: nm,
+            rows,
+            cols,
+            module_start: self.module_start_ptr(),
+            slot_info: g.ptr(&self.slot_info),
+            slot_end: g.ptr_mut(&mut self.slot_end),
+            clus: g.ptr_mut(&mut self.clus),
+            clus_in_module: g.ptr_mut(&mut self.clus_in_module),
+            module_first: g.ptr_mut(&mut self.module_first),
+            capacity: cap,
+            // The kernel's status slab (its block-wide counters), or none.
+            status_global: status_ptr.map_or(DevPtr::NULL, |st| g.ptr(st)),
+            slots: g.ptr(&self.larger),
+            fallback: g.ptr_mut(&mut self.fallback),
+        };
+        // SAFETY: launched after count_modules and the small-module kernel; shared memory
+        // `find_clus_smem_bytes` for this geometry and capacity (limit raised at
+        // construction); the status slab has `find_grid` zeroed slabs (kernels leave them
+        // zeroed); threads checked.
         unsafe {
             g.launch(
-                k::KERNEL_FIND_CLUS_SMALL,
-                cfg(grid as u64, threads, smem),
+                k::KERNEL_FIND_CLUS,
+                cfg(self.find_grid as u64, geo.threads, self.smem),
                 &params,
             )
         }
     }
 
-    /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
-    /// `find_clus_small` passed on (exits at once when there are none).
-    pub fn find_clus_shared(&mut self, d: &DeviceDigis) -> Result<()> {
-        if d.n == 0 {
-            return Ok(());
-        }
-        let g = self.gpu;
-        let geo = &self.geometry;
-        let (ne, nm, rows, cols, cap) = (
-            d.nevents as u32,
-            geo.modules,
-            geo.rows,
-            geo.cols,
-            self.capacity,
-        );
-        let status_ptr = self.status.as_ref();
-        {
-            let params = k::ClusteringFindClusParams {
-                module: g.ptr(&d.module),
-                x: g.ptr(&d.x),
-                y: g.ptr(&d.y),
-                event_offsets: g.ptr(&d.event_offsets),
-                nevents: ne,
-                nmodules: nm,
-                rows,
-                cols,
-                module_start: g.ptr(&self.module_start),
-                slot_end: g.ptr_mut(&mut self.slot_end),
-                clus: g.ptr_mut(&mut self.clus),
-                clus_in_module: g.ptr_mut(&mut self.clus_in_module),
-                module_first: g.ptr_mut(&mut self.module_first),
-                capacity: cap,
-                // The kernel's status slab (its block-wide counters), or none.
-                status_global: status_ptr.map_or(DevPtr::NULL, |st| g.ptr(st)),
-                slots: g.ptr(&self.larger),
-                fallback: g.ptr_mut(&mut self.fallback),
-                _pad0: 0,
-            };
-            // SAFETY: launched after count_modules; shared memory `find_clus_smem_bytes` for
-            // this geometry and capacity (limit raised at construction); the status slab has
-            // `find_grid` zeroed slabs (kernels leave them zeroed); threads checked.
-            unsafe {
-                g.launch(
-                    k::KERNEL_FIND_CLUS,
-                    cfg(self.find_grid as u64, geo.threads, self.smem),
-                    &params,
-                )
-            }?;
-        }
-        Ok(())
-    }
-
     /// Step 3 of [`Clusterer::find_clus`]: the global-memory fallback over the modules that
     /// `find_clus_shared` passed on (exits at once when there are none).
     pub fn find_clus_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
-        if d.n == 0 {
-            return Ok(());
-        }
+        self.check_fits(d)?;
         self.launch_fallback(d)
     }
 
     fn launch_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
         let g = self.gpu;
         let geo = &self.geometry;
-        let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
+        let (nm, rows, cols) = (geo.modules, geo.rows, geo.cols);
         let params = k::ClusteringFindClusFallbackParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
             y: g.ptr(&d.y),
-            event_offsets: g.ptr(&d.event_offsets),
-            nevents: ne,
             nmodules: nm,
             rows,
             cols,
-            module_start: g.ptr(&self.module_start),
+            module_start: self.module_start_ptr(),
+            slot_info: g.ptr(&self.slot_info),
             slot_end: g.ptr(&self.slot_end),
             clus: g.ptr_mut(&mut self.clus),
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
             fallback: g.ptr(&self.fallback),
             grid: g.ptr_mut(&mut self.grid),
+            _pad0: 0,
         };
         // SAFETY: launched after find_clus; fallback_grid grids of rows*cols cells, all
         // GRID_EMPTY (the kernel cleans up); shared memory for the block scan.
@@ -503,6 +752,7 @@ impl<'g> Clusterer<'g> {
     /// partition into clusters is the oracle's. Phase-1-sized geometries only (its status
     /// words live in shared memory, as in CMSSW).
     pub fn find_clus_seed(&mut self, d: &DeviceDigis) -> Result<()> {
+        self.check_fits(d)?;
         if d.n == 0 {
             return Ok(());
         }
@@ -519,7 +769,7 @@ impl<'g> Clusterer<'g> {
             });
         }
         g.allow_smem(k::KERNEL_FIND_CLUS_SEED, smem)?;
-        let (ne, nm, rows, cols) = (d.nevents as u32, geo.modules, geo.rows, geo.cols);
+        let (nm, rows, cols) = (geo.modules, geo.rows, geo.cols);
         let blocks = (d.nevents as u64 * nm as u64).min(d.n as u64).min(MAX_GRID);
         {
             let params = k::ClusteringFindClusSeedParams {
@@ -527,16 +777,17 @@ impl<'g> Clusterer<'g> {
                 x: g.ptr(&d.x),
                 y: g.ptr(&d.y),
                 event_offsets: g.ptr(&d.event_offsets),
-                nevents: ne,
                 nmodules: nm,
                 rows,
                 cols,
-                module_start: g.ptr(&self.module_start),
+                module_start: self.module_start_ptr(),
+                slot_info: g.ptr(&self.slot_info),
                 slot_end: g.ptr_mut(&mut self.slot_end),
                 clus: g.ptr_mut(&mut self.clus),
                 clus_in_module: g.ptr_mut(&mut self.clus_in_module),
                 module_first: g.ptr_mut(&mut self.module_first),
                 fallback: g.ptr_mut(&mut self.fallback),
+                _pad0: 0,
             };
             // SAFETY: launched after count_modules; shared memory `find_clus_seed_smem_bytes`
             // (limit raised above); threads checked with the geometry.
@@ -556,33 +807,29 @@ impl<'g> Clusterer<'g> {
     /// Applying a cut twice changes nothing, so this is also correct after a
     /// [`Clusterer::find_clus`] that applied it to the small modules.
     pub fn charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
+        self.check_fits(d)?;
         self.launch_charge_cut(d, cut, false)
     }
 
     /// Launches the charge cut over the modules that [`Clusterer::find_clus`] did not cut
     /// itself (those over the small-module capacity).
     pub fn charge_cut_larger(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
+        self.check_fits(d)?;
         self.launch_charge_cut(d, cut, true)
     }
 
     fn launch_charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut, larger: bool) -> Result<()> {
-        if d.n == 0 {
-            return Ok(());
-        }
         let g = self.gpu;
         let geo = &self.geometry;
-        let (ne, nm, l1) = (d.nevents as u32, geo.modules, geo.layer1_modules);
-        let grid = (d.n as u64).min(g.sm_count() as u64 * 8);
+        let (nm, l1) = (geo.modules, geo.layer1_modules);
         let params = k::ClusteringClusterChargeCutParams {
-            module: g.ptr(&d.module),
             adc: g.ptr(&d.adc),
-            event_offsets: g.ptr(&d.event_offsets),
-            nevents: ne,
             nmodules: nm,
             layer1_modules: l1,
             threshold_layer1: cut.layer1,
             threshold_other: cut.other,
-            module_start: g.ptr(&self.module_start),
+            module_start: self.module_start_ptr(),
+            slot_info: g.ptr(&self.slot_info),
             slot_end: g.ptr(&self.slot_end),
             clus: g.ptr_mut(&mut self.clus),
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
@@ -593,21 +840,25 @@ impl<'g> Clusterer<'g> {
             } else {
                 DevPtr::NULL
             },
-            _pad0: 0,
         };
-        // SAFETY: launched after find_clus; scratch holds n u64; the slot list is null or
-        // written by find_clus_small; shared memory for the scan.
+        // SAFETY: launched after find_clus; scratch holds max_digis u64; the slot list is
+        // null or written by find_clus_small; shared memory for the scan.
         unsafe {
             g.launch(
                 k::KERNEL_CHARGE_CUT,
-                cfg(grid, k::FALLBACK_THREADS, k::scan_only_smem_bytes()),
+                cfg(
+                    self.cut_grid as u64,
+                    k::FALLBACK_THREADS,
+                    k::scan_only_smem_bytes(),
+                ),
                 &params,
             )
         }
     }
 
     /// The whole chain: count_modules, find_clus (small modules cut inline), the charge cut of
-    /// the larger modules unless `cut` is `None`.
+    /// the larger modules unless `cut` is `None`. Seven stream operations (one memset, six
+    /// kernels; five without the cut or the warp pass), none of them synchronising.
     pub fn run(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         self.count_modules(d)?;
         self.find_clus(d, cut)?;
@@ -617,12 +868,43 @@ impl<'g> Clusterer<'g> {
         Ok(())
     }
 
+    /// [`Clusterer::run`] as one CUDA graph launch: the chain is captured on the first call
+    /// for these digi buffers and this cut (and again after they change), then replayed.
+    /// The captured kernels read the batch's sizes on the device, so every batch copied
+    /// into `d` with [`DeviceDigis::copy_from`] is served by the same graph.
+    pub fn run_graph(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
+        self.check_fits(d)?;
+        let key = GraphKey {
+            module: self.gpu.ptr(&d.module).addr(),
+            capacity: (d.max_digis, d.max_events),
+            cut,
+        };
+        if self.graph.as_ref().map(|(k, _)| *k) != Some(key) {
+            self.graph = None;
+            let gpu = self.gpu;
+            let graph = gpu.capture(|| self.run(d, cut))?;
+            self.graph = Some((key, SendGraph(graph)));
+        }
+        let (_, graph) = self.graph.as_ref().expect("captured above");
+        graph.0.launch().ctx("launching the clustering graph")
+    }
+
     /// Synchronises and returns how many modules took the shared-memory kernel and the
     /// fallback kernel, or the typed error of a digi the kernels found out of range (callers
     /// that skipped [`super::validate`]).
     pub fn status(&self) -> Result<(u32, u32)> {
-        let bad = self.gpu.download(&self.bad)?[0];
-        if let Some(first) = decode_first_index(bad) {
+        let s = self.gpu.stream();
+        let what = "reading the module counts";
+        let mut bad = [0u32; 1];
+        let (mut medium, mut fallback) = ([0u32; 1], [0u32; 1]);
+        s.memcpy_dtoh(&self.head.slice(0..1), &mut bad[..])
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.larger.slice(0..1), &mut medium[..])
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.fallback.slice(0..1), &mut fallback[..])
+            .ctx(what)?;
+        s.synchronize().ctx(what)?;
+        if let Some(first) = decode_first_index(bad[0]) {
             return Err(invalid(
                 "digis",
                 format!(
@@ -631,15 +913,7 @@ impl<'g> Clusterer<'g> {
                 ),
             ));
         }
-        let read = |b: &DeviceBuffer<u32>| -> Result<u32> {
-            let v: Vec<u32> = self
-                .gpu
-                .stream()
-                .clone_dtoh(&b.slice(0..1))
-                .ctx("reading the module counts")?;
-            Ok(v[0])
-        };
-        Ok((read(&self.larger)?, read(&self.fallback)?))
+        Ok((medium[0], fallback[0]))
     }
 
     /// Fills the per-digi outputs with a poison value (tests: an element the kernels fail to
@@ -650,25 +924,157 @@ impl<'g> Clusterer<'g> {
         let s = g.stream();
         s.memcpy_htod(&vec![0x5a5a_5a5a_i32; n], &mut self.clus)
             .ctx("poisoning outputs")?;
-        g.fill_u32(&mut self.slot_end, n, 0xdead_beef)
+        let ns = self.slot_end.len();
+        g.fill_u32(&mut self.slot_end, ns, 0xdead_beef)?;
+        let nm = self.module_first.len();
+        g.fill_u32(&mut self.module_first, nm, 0xdead_beef)?;
+        let nc = self.clus_in_module.len();
+        g.fill_u32(&mut self.clus_in_module, nc, 0xdead_beef)
     }
 
     /// Downloads the results of the last [`Clusterer::run`] on `d`.
     pub fn results(&self, d: &DeviceDigis) -> Result<Clusters> {
-        let (medium_modules, fallback_modules) = self.status()?;
+        let mut c = Clusters {
+            clus: Vec::new(),
+            clus_in_module: Vec::new(),
+            module_first: Vec::new(),
+            modules: self.geometry.modules as usize,
+            medium_modules: 0,
+            fallback_modules: 0,
+        };
+        self.results_into(d, &mut c)?;
+        Ok(c)
+    }
+
+    /// As [`Clusterer::results`] into `out`, reusing its vectors (no allocation once they
+    /// have grown to the batch's size).
+    pub fn results_into(&self, d: &DeviceDigis, out: &mut Clusters) -> Result<()> {
         let slots = d.nevents * self.geometry.modules as usize;
         let s = self.gpu.stream();
         let what = "copying clusters from the device";
-        Ok(Clusters {
-            clus: s.clone_dtoh(&self.clus.slice(0..d.n)).ctx(what)?,
-            clus_in_module: s
-                .clone_dtoh(&self.clus_in_module.slice(0..slots))
-                .ctx(what)?,
-            module_first: s.clone_dtoh(&self.module_first.slice(0..slots)).ctx(what)?,
-            modules: self.geometry.modules as usize,
-            medium_modules,
-            fallback_modules,
+        out.clus.resize(d.n, 0);
+        out.clus_in_module.resize(slots, 0);
+        out.module_first.resize(slots, 0);
+        if d.n > 0 {
+            s.memcpy_dtoh(&self.clus.slice(0..d.n), &mut out.clus[..])
+                .ctx(what)?;
+        }
+        s.memcpy_dtoh(
+            &self.clus_in_module.slice(0..slots),
+            &mut out.clus_in_module[..],
+        )
+        .ctx(what)?;
+        s.memcpy_dtoh(
+            &self.module_first.slice(0..slots),
+            &mut out.module_first[..],
+        )
+        .ctx(what)?;
+        let (medium, fallback) = self.status()?;
+        out.modules = self.geometry.modules as usize;
+        out.medium_modules = medium;
+        out.fallback_modules = fallback;
+        Ok(())
+    }
+}
+
+/// Several batches in flight on one device: `lanes` lanes, each a fork of the context (its
+/// own stream, the shared module) with its own [`DeviceDigis`] and [`Clusterer`].
+/// [`ClusterQueue::submit`] copies a batch into the next lane and launches its chain (a
+/// graph replay) without waiting for anything; when that lane still holds an earlier batch,
+/// its results are downloaded first and returned, so results come back in submission order
+/// with at most `lanes` batches in flight. [`ClusterQueue::finish`] drains the rest.
+/// While lane `k` copies or runs, the other lanes' chains run on the GPU.
+pub struct ClusterQueue<'g> {
+    lanes: Vec<(DeviceDigis, Clusterer<'g>, Option<u64>)>,
+    cut: Option<ChargeCut>,
+    next: usize,
+    submitted: u64,
+}
+
+impl<'g> ClusterQueue<'g> {
+    /// One lane per context of `forks` (typically [`GpuContext::fork`]s of one context), each
+    /// sized for batches of up to `max_digis` digis and `max_events` events.
+    pub fn new(
+        forks: &'g [GpuContext],
+        geometry: &Geometry,
+        max_digis: usize,
+        max_events: usize,
+        cut: Option<ChargeCut>,
+    ) -> Result<Self> {
+        if forks.is_empty() {
+            return Err(invalid(
+                "cluster queue",
+                "no lane (give at least one context)",
+            ));
+        }
+        let lanes = forks
+            .iter()
+            .map(|g| {
+                Ok((
+                    DeviceDigis::with_capacity(g, max_digis, max_events)?,
+                    Clusterer::new(g, geometry, max_digis, max_events)?,
+                    None,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            lanes,
+            cut,
+            next: 0,
+            submitted: 0,
         })
+    }
+
+    /// [`Clusterer::limit_grids`] on every lane.
+    pub fn limit_grids(&mut self, blocks: u32) {
+        for (_, c, _) in &mut self.lanes {
+            c.limit_grids(blocks);
+        }
+    }
+
+    /// Number of lanes (batches that can be in flight).
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Submits a batch (validated digis and event offsets). Returns the results of the
+    /// batch that was submitted `lanes` submissions earlier, with its submission number
+    /// (0-based), if there was one.
+    pub fn submit(
+        &mut self,
+        digis: &Digis,
+        event_offsets: &[u32],
+    ) -> Result<Option<(u64, Clusters)>> {
+        let k = self.next;
+        self.next = (k + 1) % self.lanes.len();
+        let done = self.collect(k)?;
+        let cut = self.cut;
+        let (d, c, pending) = &mut self.lanes[k];
+        d.copy_from(c.gpu, digis, event_offsets)?;
+        c.run_graph(d, cut)?;
+        *pending = Some(self.submitted);
+        self.submitted += 1;
+        Ok(done)
+    }
+
+    fn collect(&mut self, k: usize) -> Result<Option<(u64, Clusters)>> {
+        let (d, c, pending) = &mut self.lanes[k];
+        match pending.take() {
+            None => Ok(None),
+            Some(id) => Ok(Some((id, c.results(d)?))),
+        }
+    }
+
+    /// Waits for every batch still in flight and returns their results in submission order.
+    pub fn finish(&mut self) -> Result<Vec<(u64, Clusters)>> {
+        let mut out = Vec::new();
+        for j in 0..self.lanes.len() {
+            let k = (self.next + j) % self.lanes.len();
+            if let Some(r) = self.collect(k)? {
+                out.push(r);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -24,7 +24,7 @@ pub mod cuda;
 pub mod gen;
 pub mod io;
 
-pub use cuda::{Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH};
+pub use cuda::{ClusterQueue, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH};
 pub use io::{
     read_binary, read_csv, read_csv_with_lines, write_binary, write_binary_clusters, write_csv,
     BINARY_MAGIC,
