@@ -775,7 +775,7 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
     for sub in ["bin", "bench", "ptx"] {
         fs::create_dir_all(dir.join(sub))?;
     }
-    let copies: [(&Path, PathBuf); 6] = [
+    let copies: [(&Path, PathBuf); 8] = [
         (&detkit, dir.join("bin/detkit")),
         (&bench, dir.join("bin/detkit-bench")),
         (&gpu_tests, dir.join("bin/gpu-tests")),
@@ -784,13 +784,27 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
             dir.join("bench/cub_baseline.cu"),
         ),
         (&root.join("bench/compare.py"), dir.join("bench/compare.py")),
+        (
+            &root.join("bench/profile_sort.sh"),
+            dir.join("bench/profile_sort.sh"),
+        ),
+        (
+            &root.join("bench/final_sort_check.sh"),
+            dir.join("bench/final_sort_check.sh"),
+        ),
         (&ptx, dir.join("ptx/detkit.ptx")),
     ];
     for (from, to) in &copies {
         fs::copy(from, to)
             .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
     }
-    for exe in ["bin/detkit", "bin/detkit-bench", "bin/gpu-tests"] {
+    for exe in [
+        "bin/detkit",
+        "bin/detkit-bench",
+        "bin/gpu-tests",
+        "bench/profile_sort.sh",
+        "bench/final_sort_check.sh",
+    ] {
         set_mode(&dir.join(exe), 0o755)?;
     }
     // Per-family benchmarks: every `bench-*` binary of detkit-tests; run.sh runs each.
