@@ -1,39 +1,50 @@
-//! Seed selection per middle spacepoint and the gather of the seeds.
+//! Seed selection per middle spacepoint, and the gather of the seeds with their bound track
+//! parameters.
 
 #[allow(unused_imports)]
 use super::device::*;
 use super::*;
 
-/// Per middle `p < n`: seed filter and best-N into `slots[p * cap ..]`, count into
-/// `counts[p]` (`cap = max_seeds_per_spm`).
+/// Per middle `p <= n`: seed filter and best-N into `slots[p * cap ..]`, count into
+/// `counts[p]` (`cap = max_seeds_per_spm`; 0 for `p` past the valid middles, so that the
+/// `n + 1` counts can be scanned, and for every middle when a total overflowed).
 ///
 /// # Safety
-/// `sps` valid for `n`; `off_bot` holds `n + 1` offsets into `off_tri`, which holds
-/// `n_mb + 1` offsets into `tri` and `weights`; `slots` for `n * cap`; `counts` for `n`.
+/// `grid` the batch's offsets; `sps` valid for `n`; `n_bot`, `bot_start` give each valid
+/// middle's doublets; `off_tri` holds `cap_mb + 1` offsets into `tri` and `weights`
+/// (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (cfg, sps, n, off_bot, off_tri, tri, weights, slots, counts) = (
+    let (cfg, sps, n, off_tri, tri, weights, slots, counts) = (
         p.cfg.ptr(),
         p.sps.ptr(),
         p.n,
-        p.off_bot.ptr(),
         p.off_tri.ptr(),
         p.tri.ptr(),
         p.weights.ptr(),
         p.slots.ptr_mut(),
         p.counts.ptr_mut(),
     );
-    let p = index();
-    if p >= n {
+    let g = index();
+    if g > n {
         return;
     }
     // SAFETY: launch contract.
     unsafe {
         let c = &*cfg;
-        let lo = off_tri.add(off_bot.add(p as usize).read() as usize).read();
-        let hi = off_tri
-            .add(off_bot.add(p as usize + 1).read() as usize)
-            .read();
+        let fits = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri) != 0;
+        let nb = if g < n_valid(c, p.grid.ptr(), p.n_events) && fits {
+            p.n_bot.ptr().add(g as usize).read()
+        } else {
+            0
+        };
+        if nb == 0 {
+            counts.add(g as usize).write(0);
+            return;
+        }
+        let bs = p.bot_start.ptr().add(g as usize).read() as usize;
+        let lo = off_tri.add(bs).read();
+        let hi = off_tri.add(bs + nb as usize).read();
         let mut best = BestN::new(c.max_seeds_per_spm);
         let mut k = lo;
         while k < hi {
@@ -60,7 +71,7 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
         while j < best.len {
             let s = best.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize];
             if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
-                slots.add(p as usize * cap + out).write(Seed {
+                slots.add(g as usize * cap + out).write(Seed {
                     bottom: s.key[0],
                     middle: s.key[1],
                     top: s.key[2],
@@ -71,36 +82,54 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             }
             j += 1;
         }
-        counts.add(p as usize).write(out as u32);
+        counts.add(g as usize).write(out as u32);
     }
 }
 
-/// Per middle `p < n`: copies its `counts[p]` seeds from the slots to `out[off[p]..]`.
+/// Per valid middle `p`: copies its `counts[p]` seeds from the slots to `out[off[p]..]` and
+/// writes their bound parameters (from the input spacepoints of the middle's event) to
+/// `params[off[p]..]`.
 ///
 /// # Safety
-/// `slots` for `n * cap`; `counts`, `off` for `n`; `out` for the seed total.
+/// `grid`, `binned` the batch's; `sps` the input (`ev_off` its event offsets); `slots` for
+/// `n * cap`; `counts`, `off` for `n + 1`; `out`, `params` for the seed total.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsParams) {
-    let (slots, counts, off, n, cap, out) = (
-        p.slots.ptr(),
-        p.counts.ptr(),
-        p.off.ptr(),
-        p.n,
-        p.cap,
-        p.out.ptr_mut(),
-    );
-    let p = index();
-    if p >= n {
+    let g = index();
+    if g >= p.n {
         return;
     }
     // SAFETY: launch contract.
     unsafe {
-        let cnt = counts.add(p as usize).read() as usize;
-        let o = off.add(p as usize).read() as usize;
+        let c = &*p.cfg.ptr();
+        if g >= n_valid(c, p.grid.ptr(), p.n_events) {
+            return;
+        }
+        let cnt = p.counts.ptr().add(g as usize).read() as usize;
+        if cnt == 0 {
+            return;
+        }
+        let o = p.off.ptr().add(g as usize).read() as usize;
+        let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+        let e = (*p.binned.ptr().add(g as usize)).bin / nbins;
+        let base = p.ev_off.ptr().add(e as usize).read() as usize;
+        let sps = p.sps.ptr();
+        let pos = |k: u32| {
+            let s = &*sps.add(base + k as usize);
+            [s.x, s.y, s.z]
+        };
+        let cap = c.max_seeds_per_spm as usize;
+        let slots = p.slots.ptr().add(g as usize * cap);
         let mut j = 0;
         while j < cnt {
-            out.add(o + j)
-                .write(slots.add(p as usize * cap as usize + j).read());
+            let s = slots.add(j).read();
+            p.out.ptr_mut().add(o + j).write(s);
+            p.params.ptr_mut().add(o + j).write(estimate_params(
+                c.bfield,
+                pos(s.bottom),
+                pos(s.middle),
+                pos(s.top),
+            ));
             j += 1;
         }
     }
