@@ -360,9 +360,10 @@ fn compare_batch(
         .seed_batch_device(ws, cfg, &d, &offsets, None)
         .map_err(e)?;
     let got = g.download_batch(ws).map_err(e)?;
-    ensure(stats.len() == events.len() && got.len() == events.len(), || {
-        format!("{label}: {} results for {} events", got.len(), events.len())
-    })?;
+    ensure(
+        stats.len() == events.len() && got.len() == events.len(),
+        || format!("{label}: {} results for {} events", got.len(), events.len()),
+    )?;
     for (i, ev) in events.iter().enumerate() {
         let (seeds, params, st) = oracle(cfg, ev);
         ensure(stats[i] == st, || {
@@ -396,23 +397,49 @@ fn test_in_flight(c: &Ctx) -> R {
     ws.set_poison(true);
     compare_batch(c, "batch", &mut ws, &cfg, &events)?;
     // The same workspace again, a different batch (buffers reused), and a batch of empties.
-    compare_batch(c, "batch reversed", &mut ws, &cfg, &events.iter().rev().cloned().collect::<Vec<_>>())?;
+    compare_batch(
+        c,
+        "batch reversed",
+        &mut ws,
+        &cfg,
+        &events.iter().rev().cloned().collect::<Vec<_>>(),
+    )?;
     compare_batch(c, "empty batch", &mut ws, &cfg, &[Vec::new(), Vec::new()])?;
     // One event per call in the same workspace.
     for (i, ev) in events.iter().enumerate() {
-        compare_batch(c, &format!("single {i}"), &mut ws, &cfg, std::slice::from_ref(ev))?;
+        compare_batch(
+            c,
+            &format!("single {i}"),
+            &mut ws,
+            &cfg,
+            std::slice::from_ref(ev),
+        )?;
     }
     // The host API: in flight == one at a time == oracle.
     let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
     let batch = c.backend.seed_events(&refs, &cfg).map_err(e)?;
-    ensure(batch.len() == events.len(), || "seed_events: wrong length".into())?;
+    ensure(batch.len() == events.len(), || {
+        "seed_events: wrong length".into()
+    })?;
     for (i, ev) in events.iter().enumerate() {
         let one = c.backend.seed(ev, &cfg).map_err(e)?;
-        ensure(one == batch[i], || format!("seed_events event {i} differs from seed"))?;
+        ensure(one == batch[i], || {
+            format!("seed_events event {i} differs from seed")
+        })?;
         let (seeds, params, st) = oracle(&cfg, ev);
-        ensure(batch[i].stats == st, || format!("seed_events event {i}: stats"))?;
-        exact(&format!("seed_events event {i} seeds"), &batch[i].seeds, &seeds)?;
-        exact(&format!("seed_events event {i} params"), &batch[i].params, &params)?;
+        ensure(batch[i].stats == st, || {
+            format!("seed_events event {i}: stats")
+        })?;
+        exact(
+            &format!("seed_events event {i} seeds"),
+            &batch[i].seeds,
+            &seeds,
+        )?;
+        exact(
+            &format!("seed_events event {i} params"),
+            &batch[i].params,
+            &params,
+        )?;
     }
     Ok(())
 }
@@ -431,13 +458,20 @@ fn test_capacity_retry(c: &Ctx) -> R {
     ws.set_poison(true);
     compare_batch(c, "tiny capacities", &mut ws, &cfg, &events)?;
     let r = ws.retries();
-    ensure(r >= 2, || format!("expected >= 2 retries (doublets, triplets), got {r}"))?;
+    ensure(r >= 2, || {
+        format!("expected >= 2 retries (doublets, triplets), got {r}")
+    })?;
     compare_batch(c, "grown capacities", &mut ws, &cfg, &events)?;
     ensure(ws.retries() == r, || {
-        format!("retried again with grown capacities: {} > {r}", ws.retries())
+        format!(
+            "retried again with grown capacities: {} > {r}",
+            ws.retries()
+        )
     })?;
     // Only the triplets too small.
     let mut ws = SeedingWorkspace::with_capacity_factors([64.0, 64.0, 0.01]);
     compare_batch(c, "tiny triplet capacity", &mut ws, &cfg, &events)?;
-    ensure(ws.retries() == 1, || format!("triplet overflow: {} retries", ws.retries()))
+    ensure(ws.retries() == 1, || {
+        format!("triplet overflow: {} retries", ws.retries())
+    })
 }

@@ -70,7 +70,6 @@ pub const ALL_KERNELS: &[&str] = &[
     seeding::KERNEL_BIN,
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,
-    seeding::KERNEL_COUNT_TRIPLETS,
     seeding::KERNEL_FIND_TRIPLETS,
     seeding::KERNEL_UPDATE_WEIGHTS,
     seeding::KERNEL_SELECT_SEEDS,

@@ -111,7 +111,11 @@ fn main() -> Result<()> {
             wall.push(t.elapsed().as_secs_f64() * 1e3);
         }
         if ws.retries() != retries0 {
-            bail!("capacity retries during timing: {} -> {}", retries0, ws.retries());
+            bail!(
+                "capacity retries during timing: {} -> {}",
+                retries0,
+                ws.retries()
+            );
         }
         let wall_ms = median(wall);
         let chain_ms = median(chain);
@@ -158,7 +162,9 @@ fn main() -> Result<()> {
     );
 
     if n_events > 0 && !batches.is_empty() {
-        in_flight(g, &backend, &cfg, &mut ws, n_events, &batches, reps, &mut rows)?;
+        in_flight(
+            g, &backend, &cfg, &mut ws, n_events, &batches, reps, &mut rows,
+        )?;
     }
 
     if let Some(path) = csv {
@@ -252,12 +258,12 @@ fn in_flight(
             (median(t), format!("{b}"))
         };
         let per = ms / b as f64;
-        println!(
-            "{label:<28} {ms:>12.4} {per:>12.4} {:>12.0}",
-            1e3 / per
-        );
+        println!("{label:<28} {ms:>12.4} {per:>12.4} {:>12.0}", 1e3 / per);
         rows.push(format!("seeding_in_flight,200,{b},ms_per_call,{ms:.5}"));
-        rows.push(format!("seeding_in_flight,200,{b},events_per_s,{:.1}", 1e3 / per));
+        rows.push(format!(
+            "seeding_in_flight,200,{b},events_per_s,{:.1}",
+            1e3 / per
+        ));
     }
     // Host API: upload, chain, download, per event vs all events in one call.
     let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();

@@ -67,10 +67,11 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(p: SeedingBinSpacepoin
 ///
 /// # Safety
 /// `content` valid for `n` indices `< n` (the stable bucket of `keys`, `n` keys), `grid`
-/// its offsets (`n_events * nkeys + 2`); `ev_off` as for the binning; `binned` for `n`.
+/// its offsets (`n_events * nkeys + 2`); `ev_off` as for the binning; `binned` and `rz` for
+/// `n`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(p: SeedingGatherSpacepointsParams) {
-    let (cfg, sps, ev_off, keys, content, grid, n, out, n_events) = (
+    let (cfg, sps, ev_off, keys, content, grid, n, out, rz, n_events) = (
         p.cfg.ptr(),
         p.sps.ptr(),
         p.ev_off.ptr(),
@@ -79,6 +80,7 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(p: SeedingGatherSpa
         p.grid.ptr(),
         p.n,
         p.out.ptr_mut(),
+        p.rz.ptr_mut(),
         p.n_events,
     );
     let p = index();
@@ -98,7 +100,9 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(p: SeedingGatherSpa
         let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
         let e = bin / nbins;
         let local = idx - ev_off.add(e as usize).read();
-        out.add(p as usize).write(binned(sp, local, bin));
+        let rec = binned(sp, local, bin);
+        rz.add(p as usize).write([rec.r, rec.z]);
+        out.add(p as usize).write(rec);
     }
 }
 

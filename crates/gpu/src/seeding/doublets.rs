@@ -5,101 +5,122 @@ use super::device::*;
 use super::*;
 use crate::intrinsics as i;
 
-/// The candidate ranges of one middle's radial window: per neighbour bin (scan order), the
-/// contiguous run of binned spacepoints in the window's radius slices.
-pub(crate) struct Segments {
-    lo: [u32; 9],
-    len: [u32; 9],
+/// The candidates of one middle's radial window, spread over the warp: lane `j` below the
+/// number of neighbour bins holds bin `j`'s run of binned spacepoints in the window's
+/// radius slices (`delta_j = lo_j - start_j`, where `start_j` is the run's position in the
+/// joined sequence of all runs, scan order), every lane the starts of runs 1..8 and the
+/// total. Position `v` of the joined sequence is binned index `v + delta_k`, `k` the last
+/// run with `start_k <= v`.
+pub(crate) struct Window {
+    delta: u32,
+    starts: [u32; 8],
     total: u32,
 }
 
-/// The [`Segments`] of middle `m` (batch bin `m.bin`) for `window`.
+/// The [`Window`] of middle `m` (batch bin `m.bin`) for `window`: each lane reads one
+/// neighbour bin's two grid offsets (in parallel), then a warp scan joins the runs.
 ///
 /// # Safety
-/// `grid` holds the batch's offsets (`n_events * nkeys + 2`), `m.bin` a batch bin.
+/// All 32 lanes, the same `m` and `window`; `grid` holds the batch's offsets
+/// (`n_events * nkeys + 2`), `m.bin` a batch bin.
 #[inline(always)]
-pub(crate) unsafe fn segments(
+pub(crate) unsafe fn window_runs(
     c: &SeedingConfig,
     m: &BinnedSp,
     window: (f32, f32),
     grid: *const u32,
-) -> Segments {
-    let mut s = Segments {
-        lo: [0; 9],
-        len: [0; 9],
-        total: 0,
-    };
+) -> Window {
+    let lane = i::lane_id();
     let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
     let event_bin = m.bin / nbins * nbins;
     let nb = neighbour_bins(c, m.bin % nbins);
     let (s0, s1) = slice_range(c, window.0, window.1);
-    if s0 >= s1 {
-        return s;
-    }
-    let mut k = 0;
-    while k < nb.len {
-        let key = (event_bin + nb.bins[(k % 9) as usize]) as usize * c.n_r as usize;
+    let (mut lo, mut len) = (0u32, 0u32);
+    if s0 < s1 && lane < nb.len {
+        let key = (event_bin + nb.bins[(lane % 9) as usize]) as usize * c.n_r as usize;
         // SAFETY: key + s1 <= the event's last key + 1; grid holds every offset.
-        let (lo, hi) = unsafe {
-            (
-                grid.add(key + s0 as usize).read(),
-                grid.add(key + s1 as usize).read(),
-            )
+        let hi = unsafe {
+            lo = grid.add(key + s0 as usize).read();
+            grid.add(key + s1 as usize).read()
         };
-        let len = hi.saturating_sub(lo);
-        s.lo[(k % 9) as usize] = lo;
-        s.len[(k % 9) as usize] = len;
-        s.total += len;
-        k += 1;
+        len = hi.saturating_sub(lo);
     }
-    s
+    let mut incl = len;
+    let mut d = 1;
+    while d < 32 {
+        let y = i::shfl_up(incl, d);
+        if lane >= d {
+            incl += y;
+        }
+        d *= 2;
+    }
+    let start = incl - len;
+    let mut w = Window {
+        delta: lo.wrapping_sub(start),
+        starts: [u32::MAX; 8],
+        total: i::shfl_idx(incl, 31),
+    };
+    let mut j = 1;
+    while j < 9 {
+        let sj = i::shfl_idx(start, j);
+        if j < nb.len {
+            w.starts[(j - 1) as usize] = sj;
+        }
+        j += 1;
+    }
+    w
 }
 
 /// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
-/// lanes): every spacepoint of the window's [`Segments`] in scan order (bins, then slices,
-/// then index), the segments joined so that the 32 lanes always test 32 consecutive
-/// candidates. For each candidate passing `pred`, `emit(rank, q, &sp)` runs on the lane
-/// holding it, with `rank` its position among the passing candidates in scan order.
+/// lanes): every spacepoint of the window's runs in scan order (bins, then slices, then
+/// index), the runs joined so that the 32 lanes always test 32 consecutive candidates.
+/// A candidate is tested with [`doublet_rz_compatible`] from the compact `rz` array and, only
+/// when that passes, with [`doublet_helix_compatible`] on its full record (together exactly
+/// [`doublet_compatible`]). For each candidate that passes, `emit(rank, q, &sp)` runs on the
+/// lane holding it, with `rank` its position among the passing candidates in scan order.
 /// Returns the number that passed (the same on every lane).
 ///
 /// # Safety
 /// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds the
-/// batch's offsets into `sps`.
+/// batch's offsets into `sps` and `rz` (the same records).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn warp_candidates(
     c: &SeedingConfig,
     m: &BinnedSp,
     window: (f32, f32),
+    bottom: bool,
     grid: *const u32,
+    rz: *const [f32; 2],
     sps: *const BinnedSp,
-    pred: impl Fn(&BinnedSp) -> bool,
     mut emit: impl FnMut(u32, u32, &BinnedSp),
 ) -> u32 {
     let lane = i::lane_id();
     let below = i::lanemask_lt();
     // SAFETY: caller's contract.
-    let seg = unsafe { segments(c, m, window, grid) };
+    let w = unsafe { window_runs(c, m, window, grid) };
     let mut passed = 0u32;
     let mut base = 0u32;
-    // This lane's cursor: segment k covers the joined positions [start, start + len[k]).
-    let mut k = 0u32;
-    let mut start = 0u32;
-    // Warp-uniform loop: every lane reaches every ballot.
-    while base < seg.total {
+    // Warp-uniform loop: every lane reaches every shuffle and ballot.
+    while base < w.total {
         let v = base + lane;
+        let mut k = 0u32;
+        let mut j = 0;
+        while j < 8 {
+            k += (v >= w.starts[j]) as u32;
+            j += 1;
+        }
+        let q = v.wrapping_add(i::shfl_idx(w.delta, k));
         let mut o = BinnedSp::default();
         let mut ok = false;
-        let mut q = 0;
-        if v < seg.total {
-            // v < total: a segment holding v exists among the first nine.
-            while k < 9 && v >= start + seg.len[(k % 9) as usize] {
-                start += seg.len[(k % 9) as usize];
-                k += 1;
+        if v < w.total {
+            // SAFETY: q < grid[last key of the batch] = number of binned records.
+            let [r, z] = unsafe { rz.add(q as usize).read() };
+            if doublet_rz_compatible(c, m, r, z, bottom) {
+                // SAFETY: as above.
+                o = unsafe { sps.add(q as usize).read() };
+                ok = doublet_helix_compatible(c, m, &o);
             }
-            q = seg.lo[(k % 9) as usize] + (v - start);
-            // SAFETY: q < grid[nkeys of the batch] = number of binned records.
-            o = unsafe { sps.add(q as usize).read() };
-            ok = pred(&o);
         }
         let mask = i::ballot(ok);
         if ok {
@@ -126,6 +147,7 @@ unsafe fn write_side(
     window: (f32, f32),
     bottom: bool,
     grid: *const u32,
+    rz: *const [f32; 2],
     sps: *const BinnedSp,
     stage: u32,
     count: u32,
@@ -153,24 +175,16 @@ unsafe fn write_side(
             r += 32;
         }
         if count > DOUBLET_STAGE {
-            warp_candidates(
-                c,
-                m,
-                window,
-                grid,
-                sps,
-                |o| doublet_compatible(c, m, o, bottom),
-                |rank, q, o| {
-                    if rank >= DOUBLET_STAGE {
-                        out.add(at + rank as usize).write(Doublet {
-                            middle: pm,
-                            other: q,
-                        });
-                        lc.add(at + rank as usize)
-                            .write(transform_coordinates(m, o, bottom));
-                    }
-                },
-            );
+            warp_candidates(c, m, window, bottom, grid, rz, sps, |rank, q, o| {
+                if rank >= DOUBLET_STAGE {
+                    out.add(at + rank as usize).write(Doublet {
+                        middle: pm,
+                        other: q,
+                    });
+                    lc.add(at + rank as usize)
+                        .write(transform_coordinates(m, o, bottom));
+                }
+            });
         }
     }
 }
@@ -191,7 +205,14 @@ unsafe fn write_side(
 /// `doublet_smem_bytes()` of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsParams) {
-    let (cfg, grid, sps, n, n_events) = (p.cfg.ptr(), p.grid.ptr(), p.sps.ptr(), p.n, p.n_events);
+    let (cfg, grid, rz, sps, n, n_events) = (
+        p.cfg.ptr(),
+        p.grid.ptr(),
+        p.rz.ptr(),
+        p.sps.ptr(),
+        p.n,
+        p.n_events,
+    );
     let warp = index() / 32;
     if warp >= n {
         return; // warp-uniform
@@ -215,26 +236,10 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
                 }
             }
         };
-        let mut nb = warp_candidates(
-            c,
-            &m,
-            wb,
-            grid,
-            sps,
-            |o| doublet_compatible(c, &m, o, true),
-            stage(stage_b),
-        );
+        let mut nb = warp_candidates(c, &m, wb, true, grid, rz, sps, stage(stage_b));
         let mut nt = 0;
         if nb != 0 {
-            nt = warp_candidates(
-                c,
-                &m,
-                wt,
-                grid,
-                sps,
-                |o| doublet_compatible(c, &m, o, false),
-                stage(stage_t),
-            );
+            nt = warp_candidates(c, &m, wt, false, grid, rz, sps, stage(stage_t));
         }
         if nb == 0 || nt == 0 {
             nb = 0;
@@ -259,8 +264,10 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         if nb == 0 {
             return; // warp-uniform
         }
-        let ob = (i::shfl_idx(ob as u32, 0) as u64) | ((i::shfl_idx((ob >> 32) as u32, 0) as u64) << 32);
-        let ot = (i::shfl_idx(ot as u32, 0) as u64) | ((i::shfl_idx((ot >> 32) as u32, 0) as u64) << 32);
+        let ob =
+            (i::shfl_idx(ob as u32, 0) as u64) | ((i::shfl_idx((ob >> 32) as u32, 0) as u64) << 32);
+        let ot =
+            (i::shfl_idx(ot as u32, 0) as u64) | ((i::shfl_idx((ot >> 32) as u32, 0) as u64) << 32);
         // The stage written by every lane above is read by others below.
         i::sync_warp();
         if ob + nb as u64 > p.cap_mb as u64 || ot + nt as u64 > p.cap_mt as u64 {
@@ -273,6 +280,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
             wb,
             true,
             grid,
+            rz,
             sps,
             stage_b,
             nb,
@@ -287,6 +295,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
             wt,
             false,
             grid,
+            rz,
             sps,
             stage_t,
             nt,

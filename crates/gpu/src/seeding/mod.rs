@@ -49,9 +49,7 @@ pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
 pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 /// Kernel: per middle spacepoint, its middle–bottom and middle–top doublets in one pass.
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
-/// Kernel: per middle–bottom doublet, the number of compatible tops.
-pub const KERNEL_COUNT_TRIPLETS: &str = "seeding_count_triplets";
-/// Kernel: the triplets at their scanned offsets.
+/// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
 /// Kernel: compatible-seed weight update.
 pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
@@ -574,24 +572,40 @@ pub fn neighbour_bins(cfg: &SeedingConfig, bin: u32) -> Neighbours {
 /// traccc's `doublet_finding_helper::isCompatible`: may `o` be the bottom (`bottom = true`)
 /// or the top of middle `m`? Radial distance in the open interval `(delta_r_min,
 /// delta_r_max)`, `|dz| < cot_theta_max·dR`, z0 in the open collision region,
-/// `|dz| < delta_z_max`, and the helix-circle cut (NaN from `dx = 0` or `dy = 0` passes it).
+/// `|dz| < delta_z_max` ([`doublet_rz_compatible`], from the radii and z only), and the
+/// helix-circle cut ([`doublet_helix_compatible`]; NaN from `dx = 0` or `dy = 0` passes it).
 #[inline(always)]
 pub fn doublet_compatible(cfg: &SeedingConfig, m: &BinnedSp, o: &BinnedSp, bottom: bool) -> bool {
+    doublet_rz_compatible(cfg, m, o.r, o.z, bottom) && doublet_helix_compatible(cfg, m, o)
+}
+
+/// The cuts of [`doublet_compatible`] that read only the radius `o_r` and `o_z` of the
+/// other spacepoint (the kernels test them first, from a compact `(r, z)` array).
+#[inline(always)]
+pub fn doublet_rz_compatible(
+    cfg: &SeedingConfig,
+    m: &BinnedSp,
+    o_r: f32,
+    o_z: f32,
+    bottom: bool,
+) -> bool {
     let (delta_r, cot_theta) = if bottom {
-        (m.r - o.r, m.z - o.z)
+        (m.r - o_r, m.z - o_z)
     } else {
-        (o.r - m.r, o.z - m.z)
+        (o_r - m.r, o_z - m.z)
     };
     let z_origin = m.z * delta_r - m.r * cot_theta;
-    if delta_r >= cfg.delta_r_max
+    !(delta_r >= cfg.delta_r_max
         || delta_r <= cfg.delta_r_min
         || cot_theta.abs() >= cfg.cot_theta_max * delta_r
         || z_origin <= cfg.collision_min * delta_r
         || z_origin >= cfg.collision_max * delta_r
-        || cot_theta.abs() >= cfg.delta_z_max
-    {
-        return false;
-    }
+        || cot_theta.abs() >= cfg.delta_z_max)
+}
+
+/// The helix-circle cut of [`doublet_compatible`] (reads x and y).
+#[inline(always)]
+pub fn doublet_helix_compatible(cfg: &SeedingConfig, m: &BinnedSp, o: &BinnedSp) -> bool {
     let mid_x = 0.5 * (m.x + o.x);
     let mid_y = 0.5 * (m.y + o.y);
     let slope = (o.y - m.y) / (o.x - m.x);
@@ -1023,12 +1037,14 @@ pub struct SeedingGatherSpacepointsParams {
     pub grid: DevPtr<u32>,
     pub n: u64,
     pub out: DevPtr<BinnedSp>,
+    /// `(r, z)` of every binned record (the doublet cuts' first test).
+    pub rz: DevPtr<[f32; 2]>,
     pub n_events: u32,
     pub _pad0: u32,
 }
 crate::kernel_params!(
     SeedingGatherSpacepointsParams,
-    72,
+    80,
     ["seeding_gather_spacepoints"]
 );
 
@@ -1039,6 +1055,7 @@ pub struct SeedingFindDoubletsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
+    pub rz: DevPtr<[f32; 2]>,
     /// Launch size (middles); the valid ones are `p < grid[n_events * nkeys]`.
     pub n: u64,
     pub n_bot: DevPtr<u32>,
@@ -1056,10 +1073,9 @@ pub struct SeedingFindDoubletsParams {
     pub cap_mt: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 128, ["seeding_find_doublets"]);
+crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
 
-/// Parameters of the `seeding_count_triplets` and `seeding_find_triplets` kernels (one
-/// `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingTripletsParams {
@@ -1071,9 +1087,11 @@ pub struct SeedingTripletsParams {
     pub top_start: DevPtr<u32>,
     pub top: DevPtr<Doublet>,
     pub lc_top: DevPtr<LinCircle>,
-    /// count: `cap_mb + 1` counts written; find: their exclusive scan.
-    pub counts: DevPtr<u32>,
-    /// find: the triplets (`cap_tri`).
+    /// Per middle–bottom doublet: its number of triplets (`cap_mb`).
+    pub tri_cnt: DevPtr<u32>,
+    /// Per middle–bottom doublet with triplets: the position of its first (`cap_mb`).
+    pub tri_start: DevPtr<u32>,
+    /// The triplets (`cap_tri`).
     pub out: DevPtr<Triplet>,
     pub totals: DevPtr<SeedingTotals>,
     pub events: DevPtr<EventCounts>,
@@ -1082,11 +1100,7 @@ pub struct SeedingTripletsParams {
     pub cap_tri: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(
-    SeedingTripletsParams,
-    112,
-    ["seeding_count_triplets", "seeding_find_triplets"]
-);
+crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1094,7 +1108,8 @@ crate::kernel_params!(
 pub struct SeedingUpdateWeightsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub tri: DevPtr<Triplet>,
-    pub off_tri: DevPtr<u32>,
+    pub tri_cnt: DevPtr<u32>,
+    pub tri_start: DevPtr<u32>,
     pub weights: DevPtr<f32>,
     pub totals: DevPtr<SeedingTotals>,
     pub cap_mb: u32,
@@ -1102,7 +1117,7 @@ pub struct SeedingUpdateWeightsParams {
     pub cap_tri: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingUpdateWeightsParams, 56, ["seeding_update_weights"]);
+crate::kernel_params!(SeedingUpdateWeightsParams, 64, ["seeding_update_weights"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1115,7 +1130,8 @@ pub struct SeedingSelectSeedsParams {
     pub n: u64,
     pub n_bot: DevPtr<u32>,
     pub bot_start: DevPtr<u32>,
-    pub off_tri: DevPtr<u32>,
+    pub tri_cnt: DevPtr<u32>,
+    pub tri_start: DevPtr<u32>,
     pub tri: DevPtr<Triplet>,
     pub weights: DevPtr<f32>,
     pub slots: DevPtr<Seed>,
@@ -1126,7 +1142,7 @@ pub struct SeedingSelectSeedsParams {
     pub cap_mt: u32,
     pub cap_tri: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 112, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 120, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

@@ -11,15 +11,16 @@ use super::*;
 ///
 /// # Safety
 /// `grid` the batch's offsets; `sps` valid for `n`; `n_bot`, `bot_start` give each valid
-/// middle's doublets; `off_tri` holds `cap_mb + 1` offsets into `tri` and `weights`
-/// (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
+/// middle's doublets; `tri_cnt`, `tri_start` each doublet's triplets in `tri` and
+/// `weights` (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (cfg, sps, n, off_tri, tri, weights, slots, counts) = (
+    let (cfg, sps, n, tri_cnt, tri_start, tri, weights, slots, counts) = (
         p.cfg.ptr(),
         p.sps.ptr(),
         p.n,
-        p.off_tri.ptr(),
+        p.tri_cnt.ptr(),
+        p.tri_start.ptr(),
         p.tri.ptr(),
         p.weights.ptr(),
         p.slots.ptr_mut(),
@@ -42,28 +43,36 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             counts.add(g as usize).write(0);
             return;
         }
+        // The middle's triplets in the oracle's order: its bottoms in scan order, each
+        // bottom's triplets in top order.
         let bs = p.bot_start.ptr().add(g as usize).read() as usize;
-        let lo = off_tri.add(bs).read();
-        let hi = off_tri.add(bs + nb as usize).read();
         let mut best = BestN::new(c.max_seeds_per_spm);
-        let mut k = lo;
-        while k < hi {
-            let t = tri.add(k as usize).read();
-            let sb = &*sps.add(t.bottom as usize);
-            let w = seed_weight(c, weights.add(k as usize).read(), sb.r, t.r_top);
-            if single_seed_cut(c, w, sb.r) {
-                best.offer(Candidate {
-                    weight: w,
-                    key: [
-                        sb.index,
-                        (*sps.add(t.middle as usize)).index,
-                        (*sps.add(t.top as usize)).index,
-                    ],
-                    r_bottom: sb.r,
-                    z_vertex: t.z_vertex,
-                });
+        let mut d = bs;
+        while d < bs + nb as usize {
+            let cnt = tri_cnt.add(d).read();
+            if cnt != 0 {
+                let lo = tri_start.add(d).read();
+                let mut k = lo;
+                while k < lo + cnt {
+                    let t = tri.add(k as usize).read();
+                    let sb = &*sps.add(t.bottom as usize);
+                    let w = seed_weight(c, weights.add(k as usize).read(), sb.r, t.r_top);
+                    if single_seed_cut(c, w, sb.r) {
+                        best.offer(Candidate {
+                            weight: w,
+                            key: [
+                                sb.index,
+                                (*sps.add(t.middle as usize)).index,
+                                (*sps.add(t.top as usize)).index,
+                            ],
+                            r_bottom: sb.r,
+                            z_vertex: t.z_vertex,
+                        });
+                    }
+                    k += 1;
+                }
             }
-            k += 1;
+            d += 1;
         }
         let cap = c.max_seeds_per_spm as usize;
         let mut out = 0usize;

@@ -23,71 +23,33 @@ pub(crate) unsafe fn doublets_fit(totals: *const SeedingTotals, cap_mb: u32, cap
     }
 }
 
-/// Per middle–bottom doublet `d <= cap_mb` (grid-stride): the number of compatible tops
-/// (0 for `d` past the doublets), summed into `totals.triplets` and the event's count.
+/// Per middle–bottom doublet `d` (grid-stride, below the doublet total), in one pass: the
+/// compatible tops of its middle are counted (`tri_cnt[d]`, summed into `totals.triplets`
+/// and the event's count), space for them is reserved with one 64-bit atomic
+/// (`tri_start[d]`; each doublet's triplets are contiguous, in top order, doublets in any
+/// order), and, when the reservation fits `cap_tri`, a second walk over the tops between the
+/// first and the last compatible one writes them. Triplets are rare (about one per 16
+/// doublets at ⟨μ⟩ = 200), so the second walk is short and seldom taken.
 ///
 /// # Safety
 /// `bot`, `lc_bot` valid for `cap_mb`, `top_start`/`n_top` give each middle's tops in
-/// `lc_top` (`cap_mt`); `counts` for `cap_mb + 1`; `totals` and `events` as written by
-/// the doublet kernel.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_count_triplets(p: SeedingTripletsParams) {
-    // SAFETY: launch contract.
-    unsafe {
-        let c = &*p.cfg.ptr();
-        let (sps, bot, lc_bot, lc_top) = (p.sps.ptr(), p.bot.ptr(), p.lc_bot.ptr(), p.lc_top.ptr());
-        let n_mb = doublets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
-        let counts = p.counts.ptr_mut();
-        let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
-        let mut d = index();
-        while d <= p.cap_mb as u64 {
-            if d >= n_mb {
-                counts.add(d as usize).write(0);
-                d += stride();
-                continue;
-            }
-            let db = bot.add(d as usize).read();
-            let m = &*sps.add(db.middle as usize);
-            let lb = lc_bot.add(d as usize).read();
-            let (isin, scat) = bottom_scattering(c, &lb);
-            let lo = p.top_start.ptr().add(db.middle as usize).read();
-            let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
-            let mut cnt = 0u32;
-            let mut t = lo;
-            while t < hi {
-                let lt = lc_top.add(t as usize).read();
-                cnt += triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() as u32;
-                t += 1;
-            }
-            counts.add(d as usize).write(cnt);
-            if cnt != 0 {
-                let tot = p.totals.ptr_mut();
-                i::atomic_add_u64(core::ptr::addr_of_mut!((*tot).triplets), cnt as u64);
-                let ev = p.events.ptr_mut().add((m.bin / nbins) as usize);
-                i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).triplets), cnt);
-            }
-            d += stride();
-        }
-    }
-}
-
-/// Per middle–bottom doublet (grid-stride): its triplets at `counts[d]..` (the exclusive
-/// scan of the counts), in top order; nothing when the triplets exceed `cap_tri`.
-///
-/// # Safety
-/// As [`seeding_count_triplets`]; `top` valid like `lc_top`; `out` for `cap_tri`.
+/// `top`, `lc_top` (`cap_mt`); `tri_cnt`, `tri_start` for `cap_mb`; `out` for `cap_tri`;
+/// `totals` and `events` as written by the doublet kernel.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams) {
     // SAFETY: launch contract.
     unsafe {
         let c = &*p.cfg.ptr();
-        let (sps, bot, lc_bot, lc_top, top) =
-            (p.sps.ptr(), p.bot.ptr(), p.lc_bot.ptr(), p.lc_top.ptr(), p.top.ptr());
-        let mut n_mb = doublets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
-        if (*p.totals.ptr()).triplets > p.cap_tri as u64 {
-            n_mb = 0;
-        }
-        let (off_tri, out) = (p.counts.ptr(), p.out.ptr_mut());
+        let (sps, bot, lc_bot, lc_top, top) = (
+            p.sps.ptr(),
+            p.bot.ptr(),
+            p.lc_bot.ptr(),
+            p.lc_top.ptr(),
+            p.top.ptr(),
+        );
+        let n_mb = doublets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
+        let out = p.out.ptr_mut();
+        let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
         let mut d = index();
         while d < n_mb {
             let db = bot.add(d as usize).read();
@@ -96,25 +58,50 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             let (isin, scat) = bottom_scattering(c, &lb);
             let lo = p.top_start.ptr().add(db.middle as usize).read();
             let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
-            let mut w = off_tri.add(d as usize).read() as usize;
+            let mut cnt = 0u32;
+            let (mut first, mut last) = (hi, lo);
             let mut t = lo;
             while t < hi {
                 let lt = lc_top.add(t as usize).read();
-                if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat) {
-                    let dt = top.add(t as usize).read();
-                    out.add(w).write(Triplet {
-                        bottom: db.other,
-                        middle: db.middle,
-                        top: dt.other,
-                        mb: d as u32,
-                        curvature: curv,
-                        weight: impact_weight(c, impact),
-                        z_vertex: lb.zo,
-                        r_top: (*sps.add(dt.other as usize)).r,
-                    });
-                    w += 1;
+                if triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() {
+                    if cnt == 0 {
+                        first = t;
+                    }
+                    last = t;
+                    cnt += 1;
                 }
                 t += 1;
+            }
+            p.tri_cnt.ptr_mut().add(d as usize).write(cnt);
+            if cnt != 0 {
+                let tot = p.totals.ptr_mut();
+                let start = i::atomic_add_u64(core::ptr::addr_of_mut!((*tot).triplets), cnt as u64);
+                let ev = p.events.ptr_mut().add((m.bin / nbins) as usize);
+                i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).triplets), cnt);
+                p.tri_start.ptr_mut().add(d as usize).write(start as u32);
+                if start + cnt as u64 <= p.cap_tri as u64 {
+                    let mut w = start as usize;
+                    let mut t = first;
+                    while t <= last {
+                        let lt = lc_top.add(t as usize).read();
+                        if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat)
+                        {
+                            let dt = top.add(t as usize).read();
+                            out.add(w).write(Triplet {
+                                bottom: db.other,
+                                middle: db.middle,
+                                top: dt.other,
+                                mb: d as u32,
+                                curvature: curv,
+                                weight: impact_weight(c, impact),
+                                z_vertex: lb.zo,
+                                r_top: (*sps.add(dt.other as usize)).r,
+                            });
+                            w += 1;
+                        }
+                        t += 1;
+                    }
+                }
             }
             d += stride();
         }
@@ -143,24 +130,25 @@ pub(crate) unsafe fn triplets_fit(
     }
 }
 
-/// Per triplet (grid-stride): the compatible-seed weight update into `weights[k]`.
+/// Per triplet (grid-stride): the compatible-seed weight update into `weights[k]`, over
+/// the triplets of its middle–bottom doublet (`tri_start[mb]`, `tri_cnt[mb]`).
 ///
 /// # Safety
-/// `tri` valid for `cap_tri`, `off_tri` holds `cap_mb + 1` offsets; `weights` for `cap_tri`.
+/// `tri` valid for `cap_tri`; `tri_cnt`, `tri_start` for `cap_mb`; `weights` for `cap_tri`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_update_weights(p: SeedingUpdateWeightsParams) {
-    // SAFETY: launch contract: the group [off_tri[mb], off_tri[mb + 1]) contains k.
+    // SAFETY: launch contract: the group [tri_start[mb], + tri_cnt[mb]) contains k.
     unsafe {
         let c = &*p.cfg.ptr();
-        let (tri, off_tri, weights) = (p.tri.ptr(), p.off_tri.ptr(), p.weights.ptr_mut());
+        let (tri, weights) = (p.tri.ptr(), p.weights.ptr_mut());
         let n_tri = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri);
         let mut k = index();
         while k < n_tri {
             let t = tri.add(k as usize).read();
-            let lo = off_tri.add(t.mb as usize).read();
-            let hi = off_tri.add(t.mb as usize + 1).read();
+            let lo = p.tri_start.ptr().add(t.mb as usize).read();
+            let len = p.tri_cnt.ptr().add(t.mb as usize).read();
             let group = tri.add(lo as usize);
-            let w = updated_weight(c, k as u32 - lo, hi - lo, t.weight, |j| {
+            let w = updated_weight(c, k as u32 - lo, len, t.weight, |j| {
                 let o = &*group.add(j as usize);
                 (o.curvature, o.r_top)
             });

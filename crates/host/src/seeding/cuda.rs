@@ -89,8 +89,9 @@ enum B {
     LcBot,
     Top,
     LcTop,
-    TCnt,
-    OffTri,
+    Rz,
+    TriCnt,
+    TriStart,
     Tri,
     Weights,
     Slots,
@@ -349,13 +350,13 @@ impl GpuContext {
         let wall = Instant::now();
         let n_events = offsets.len().saturating_sub(1);
         if n_events == 0 {
-            return Err(invalid("batch offsets", "need at least two offsets (one event)"));
-        }
-        if offsets[0] != 0 || offsets.windows(2).any(|w| w[1] < w[0]) {
             return Err(invalid(
                 "batch offsets",
-                "must start at 0 and not decrease",
+                "need at least two offsets (one event)",
             ));
+        }
+        if offsets[0] != 0 || offsets.windows(2).any(|w| w[1] < w[0]) {
+            return Err(invalid("batch offsets", "must start at 0 and not decrease"));
         }
         let n = offsets[n_events];
         if sps.len() < words::<SpacePoint>(n) || n as u64 >= 1 << 31 {
@@ -368,9 +369,7 @@ impl GpuContext {
         if (n_events as u64 + 1) * nkeys >= u32::MAX as u64 {
             return Err(invalid(
                 "batch",
-                format!(
-                    "{n_events} events of {nkeys} grid keys exceed 2^32 keys; split the batch"
-                ),
+                format!("{n_events} events of {nkeys} grid keys exceed 2^32 keys; split the batch"),
             ));
         }
         let ev_off: Vec<u32> = offsets.iter().map(|&o| o as u32).collect();
@@ -484,13 +483,14 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 24] = [
+        let sizes: [(B, usize); 25] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
             (B::Bad, 1),
             (B::Grid, nkeys_total as usize + 1),
             (B::Binned, words::<k::BinnedSp>(n)),
+            (B::Rz, 2 * n),
             (B::NBot, n),
             (B::NTop, n),
             (B::BotStart, n),
@@ -499,8 +499,8 @@ impl GpuContext {
             (B::LcBot, words::<k::LinCircle>(cmb)),
             (B::Top, words::<k::Doublet>(cmt)),
             (B::LcTop, words::<k::LinCircle>(cmt)),
-            (B::TCnt, cmb + 1),
-            (B::OffTri, cmb + 1),
+            (B::TriCnt, cmb),
+            (B::TriStart, cmb),
             (B::Tri, words::<k::Triplet>(ctri)),
             (B::Weights, ctri),
             (B::Slots, words::<Seed>(n * msp)),
@@ -585,6 +585,7 @@ impl GpuContext {
         }
         let grid: detkit_gpu::DevPtr<u32> = p!(B::Grid);
         let binned: detkit_gpu::DevPtr<k::BinnedSp> = p!(B::Binned);
+        let rz: detkit_gpu::DevPtr<[f32; 2]> = p!(B::Rz);
         {
             let params = k::SeedingGatherSpacepointsParams {
                 cfg: d_cfg,
@@ -595,11 +596,12 @@ impl GpuContext {
                 grid,
                 n: n64,
                 out: binned,
+                rz,
                 n_events: ne,
                 _pad0: 0,
             };
             // SAFETY: content and grid are the stable bucket of the n keys (above); binned
-            // holds n records.
+            // and rz hold n records.
             unsafe {
                 self.launch(
                     k::KERNEL_GATHER_SPACEPOINTS,
@@ -628,6 +630,7 @@ impl GpuContext {
                 cfg: d_cfg,
                 grid,
                 sps: binned,
+                rz,
                 n: n64,
                 n_bot,
                 n_top,
@@ -653,60 +656,37 @@ impl GpuContext {
             unsafe { self.launch(k::KERNEL_FIND_DOUBLETS, lc, &params) }
         })?;
 
-        // 3. triplets: count → scan → fill, per doublet (grid-stride over the capacity).
-        let (t_cnt, off_tri, tri, weights): (
+        // 3. triplets: one pass per middle–bottom doublet (grid-stride below the total).
+        let (tri_cnt, tri_start, tri, weights): (
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<k::Triplet>,
             detkit_gpu::DevPtr<f32>,
-        ) = (p!(B::TCnt), p!(B::OffTri), p!(B::Tri), p!(B::Weights));
-        let tp = |counts, out| k::SeedingTripletsParams {
-            cfg: d_cfg,
-            sps: binned,
-            bot,
-            lc_bot,
-            n_top,
-            top_start,
-            top,
-            lc_top,
-            counts,
-            out,
-            totals,
-            events,
-            cap_mb,
-            cap_mt,
-            cap_tri,
-            _pad0: 0,
-        };
-        tm.start("count_triplets")?;
-        {
-            let params = tp(t_cnt, tri);
-            let blocks = stride_blocks(self, cmb as u64 + 1);
-            // SAFETY: doublet arrays of the capacities, read only below the totals (checked
-            // in the kernel against the capacities); counts cap_mb + 1 words.
-            unsafe {
-                self.launch(
-                    k::KERNEL_COUNT_TRIPLETS,
-                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
-                    &params,
-                )?
-            };
-        }
-        {
-            let mut off = ws.bufs[B::OffTri as usize].take();
-            let r = match &mut off {
-                Some(o) => self.scan_device(ws.buf(B::TCnt), o, cmb + 1, ScanKind::Exclusive),
-                None => Err(invalid("seeding workspace", "scan buffer missing")),
-            };
-            ws.bufs[B::OffTri as usize] = off;
-            r?;
-        }
-        tm.stop()?;
+        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri), p!(B::Weights));
         tm.stage("find_triplets", || {
-            let params = tp(off_tri, tri);
+            let params = k::SeedingTripletsParams {
+                cfg: d_cfg,
+                sps: binned,
+                bot,
+                lc_bot,
+                n_top,
+                top_start,
+                top,
+                lc_top,
+                tri_cnt,
+                tri_start,
+                out: tri,
+                totals,
+                events,
+                cap_mb,
+                cap_mt,
+                cap_tri,
+                _pad0: 0,
+            };
             let blocks = stride_blocks(self, cmb as u64);
-            // SAFETY: off_tri the exclusive scan of the counts; tri holds cap_tri triplets,
-            // written only when the total fits (checked in the kernel).
+            // SAFETY: doublet arrays of the capacities, read only below the totals (checked
+            // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
+            // cap_tri triplets, written only inside a reservation that fits.
             unsafe {
                 self.launch(
                     k::KERNEL_FIND_TRIPLETS,
@@ -721,7 +701,8 @@ impl GpuContext {
             let params = k::SeedingUpdateWeightsParams {
                 cfg: d_cfg,
                 tri,
-                off_tri,
+                tri_cnt,
+                tri_start,
                 weights,
                 totals,
                 cap_mb,
@@ -731,7 +712,7 @@ impl GpuContext {
             };
             let blocks = stride_blocks(self, ctri as u64);
             // SAFETY: tri and weights hold cap_tri entries, read below the total only;
-            // off_tri cap_mb + 1 offsets.
+            // tri_cnt, tri_start cap_mb entries.
             unsafe {
                 self.launch(
                     k::KERNEL_UPDATE_WEIGHTS,
@@ -756,7 +737,8 @@ impl GpuContext {
                 n: n64,
                 n_bot,
                 bot_start,
-                off_tri,
+                tri_cnt,
+                tri_start,
                 tri,
                 weights: weights.cast(),
                 slots,
@@ -767,11 +749,9 @@ impl GpuContext {
                 cap_mt,
                 cap_tri,
             };
-            // SAFETY: per-middle arrays from the doublet kernel; off_tri and tri as above;
+            // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
             // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1.
-            unsafe {
-                self.launch(k::KERNEL_SELECT_SEEDS, self.launch_items(n64 + 1), &params)?
-            };
+            unsafe { self.launch(k::KERNEL_SELECT_SEEDS, self.launch_items(n64 + 1), &params)? };
         }
         {
             let mut off = ws.bufs[B::SOff as usize].take();
