@@ -74,15 +74,19 @@ pub(crate) unsafe fn window_runs(
 /// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
 /// lanes): every spacepoint of the window's runs in scan order (bins, then slices, then
 /// index), the runs joined so that the 32 lanes always test 32 consecutive candidates.
-/// A candidate is tested with [`doublet_rz_compatible`] from the compact `rz` array and, only
-/// when that passes, with [`doublet_helix_compatible`] on its full record (together exactly
-/// [`doublet_compatible`]). For each candidate that passes, `emit(rank, q, &sp)` runs on the
-/// lane holding it, with `rank` its position among the passing candidates in scan order.
-/// Returns the number that passed (the same on every lane).
+/// A candidate is tested first with [`doublet_rz_compatible`] from the compact `rz` array;
+/// those that pass go, in scan order, into a ring of 64 binned indices in the warp's shared
+/// memory (`queue`), and whenever it holds 32 (and at the end) all 32 lanes test 32 of them
+/// with [`doublet_helix_compatible`] on their full records (together exactly
+/// [`doublet_compatible`]), so the expensive cut runs on full warps. For each candidate that
+/// passes, `emit(rank, q, &sp)` runs on the lane holding it, with `rank` its position among
+/// the passing candidates in scan order. Returns the number that passed (the same on every
+/// lane).
 ///
 /// # Safety
 /// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds the
-/// batch's offsets into `sps` and `rz` (the same records).
+/// batch's offsets into `sps` and `rz` (the same records); `queue` is this warp's
+/// `DOUBLET_QUEUE` words of shared memory.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn warp_candidates(
@@ -93,6 +97,7 @@ pub(crate) unsafe fn warp_candidates(
     grid: *const u32,
     rz: *const [f32; 2],
     sps: *const BinnedSp,
+    queue: u32,
     mut emit: impl FnMut(u32, u32, &BinnedSp),
 ) -> u32 {
     let lane = i::lane_id();
@@ -101,7 +106,10 @@ pub(crate) unsafe fn warp_candidates(
     let w = unsafe { window_runs(c, m, window, grid) };
     let mut passed = 0u32;
     let mut base = 0u32;
-    // Warp-uniform loop: every lane reaches every shuffle and ballot.
+    // The ring holds the rz-passing candidates [head, head + queued) (mod DOUBLET_QUEUE).
+    let mut head = 0u32;
+    let mut queued = 0u32;
+    // Warp-uniform loops: every lane reaches every shuffle, ballot and warp barrier.
     while base < w.total {
         let v = base + lane;
         let mut k = 0u32;
@@ -111,23 +119,46 @@ pub(crate) unsafe fn warp_candidates(
             j += 1;
         }
         let q = v.wrapping_add(i::shfl_idx(w.delta, k));
-        let mut o = BinnedSp::default();
         let mut ok = false;
         if v < w.total {
             // SAFETY: q < grid[last key of the batch] = number of binned records.
             let [r, z] = unsafe { rz.add(q as usize).read() };
-            if doublet_rz_compatible(c, m, r, z, bottom) {
-                // SAFETY: as above.
-                o = unsafe { sps.add(q as usize).read() };
-                ok = doublet_helix_compatible(c, m, &o);
-            }
+            ok = doublet_rz_compatible(c, m, r, z, bottom);
         }
         let mask = i::ballot(ok);
         if ok {
-            emit(passed + i::popc(mask & below), q, &o);
+            let at = (head + queued + i::popc(mask & below)) % DOUBLET_QUEUE;
+            // SAFETY: at < DOUBLET_QUEUE: inside this warp's ring; the slot is free
+            // (queued < 32 before this chunk, so at most 63 entries are live).
+            unsafe { i::st_shared_u32(queue + at * 4, q) };
         }
-        passed += i::popc(mask);
+        queued += i::popc(mask);
         base += 32;
+        while queued >= 32 || (base >= w.total && queued > 0) {
+            // The ring entries written above are read by other lanes below.
+            i::sync_warp();
+            let take = if queued < 32 { queued } else { 32 };
+            let mut o = BinnedSp::default();
+            let mut q2 = 0;
+            let mut ok2 = false;
+            if lane < take {
+                // SAFETY: a live ring entry, holding a binned index.
+                unsafe {
+                    q2 = i::ld_shared_u32(queue + ((head + lane) % DOUBLET_QUEUE) * 4);
+                    o = sps.add(q2 as usize).read();
+                }
+                ok2 = doublet_helix_compatible(c, m, &o);
+            }
+            let mask2 = i::ballot(ok2);
+            if ok2 {
+                emit(passed + i::popc(mask2 & below), q2, &o);
+            }
+            passed += i::popc(mask2);
+            head = (head + take) % DOUBLET_QUEUE;
+            queued -= take;
+            // The slots just read may be written again by the next chunk.
+            i::sync_warp();
+        }
     }
     passed
 }
@@ -150,6 +181,7 @@ unsafe fn write_side(
     rz: *const [f32; 2],
     sps: *const BinnedSp,
     stage: u32,
+    queue: u32,
     count: u32,
     at: usize,
     out: *mut Doublet,
@@ -175,7 +207,7 @@ unsafe fn write_side(
             r += 32;
         }
         if count > DOUBLET_STAGE {
-            warp_candidates(c, m, window, bottom, grid, rz, sps, |rank, q, o| {
+            warp_candidates(c, m, window, bottom, grid, rz, sps, queue, |rank, q, o| {
                 if rank >= DOUBLET_STAGE {
                     out.add(at + rank as usize).write(Doublet {
                         middle: pm,
@@ -226,8 +258,9 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         let pm = warp as u32;
         let m = sps.add(pm as usize).read();
         let lane = i::lane_id();
-        let stage_b = i::shared_base() + i::warp_id() * 2 * DOUBLET_STAGE * 4;
+        let stage_b = i::shared_base() + i::warp_id() * DOUBLET_WARP_WORDS * 4;
         let stage_t = stage_b + DOUBLET_STAGE * 4;
+        let queue = stage_t + DOUBLET_STAGE * 4;
         let [wb, wt] = radial_windows(c, m.r);
         let stage = |at: u32| {
             move |rank: u32, q: u32, _: &BinnedSp| {
@@ -236,10 +269,10 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
                 }
             }
         };
-        let mut nb = warp_candidates(c, &m, wb, true, grid, rz, sps, stage(stage_b));
+        let mut nb = warp_candidates(c, &m, wb, true, grid, rz, sps, queue, stage(stage_b));
         let mut nt = 0;
         if nb != 0 {
-            nt = warp_candidates(c, &m, wt, false, grid, rz, sps, stage(stage_t));
+            nt = warp_candidates(c, &m, wt, false, grid, rz, sps, queue, stage(stage_t));
         }
         if nb == 0 || nt == 0 {
             nb = 0;
@@ -283,6 +316,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
             rz,
             sps,
             stage_b,
+            queue,
             nb,
             ob as usize,
             p.bot.ptr_mut(),
@@ -298,6 +332,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
             rz,
             sps,
             stage_t,
+            queue,
             nt,
             ot as usize,
             p.top.ptr_mut(),

@@ -1003,10 +1003,18 @@ const _: () = assert!(core::mem::size_of::<EventCounts>() == 32);
 /// the rest directly (same result).
 pub const DOUBLET_STAGE: u32 = 128;
 
-/// Dynamic shared memory of [`KERNEL_FIND_DOUBLETS`] (two stages of `DOUBLET_STAGE` words per
-/// warp of a `SEEDING_THREADS` block).
+/// Entries of the ring in which a warp of [`KERNEL_FIND_DOUBLETS`] queues the candidates that
+/// passed the `(r, z)` cuts for the helix-circle cut (32 at a time).
+pub const DOUBLET_QUEUE: u32 = 64;
+
+/// Shared-memory words of one warp of [`KERNEL_FIND_DOUBLETS`]: two stages of
+/// `DOUBLET_STAGE` (bottoms, tops) and the ring.
+pub const DOUBLET_WARP_WORDS: u32 = 2 * DOUBLET_STAGE + DOUBLET_QUEUE;
+
+/// Dynamic shared memory of [`KERNEL_FIND_DOUBLETS`] (`DOUBLET_WARP_WORDS` per warp of a
+/// `SEEDING_THREADS` block).
 pub const fn doublet_smem_bytes() -> usize {
-    (SEEDING_THREADS / 32 * 2 * DOUBLET_STAGE * 4) as usize
+    (SEEDING_THREADS / 32 * DOUBLET_WARP_WORDS * 4) as usize
 }
 
 /// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).

@@ -750,8 +750,15 @@ impl GpuContext {
                 cap_tri,
             };
             // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
-            // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1.
-            unsafe { self.launch(k::KERNEL_SELECT_SEEDS, self.launch_items(n64 + 1), &params)? };
+            // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
+            // one warp per middle.
+            unsafe {
+                self.launch(
+                    k::KERNEL_SELECT_SEEDS,
+                    self.launch_items(32 * (n64 + 1)),
+                    &params,
+                )?
+            };
         }
         {
             let mut off = ws.bufs[B::SOff as usize].take();
@@ -781,8 +788,8 @@ impl GpuContext {
             };
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
             // (total <= n * max_seeds_per_spm = the output sizes); the seeds' indices are
-            // inside their events of sps.
-            unsafe { self.launch(k::KERNEL_GATHER_SEEDS, self.launch_items(n64), &params)? };
+            // inside their events of sps; one warp per middle.
+            unsafe { self.launch(k::KERNEL_GATHER_SEEDS, self.launch_items(32 * n64), &params)? };
             let params = k::SeedingEventStatsParams {
                 cfg: d_cfg,
                 grid,
