@@ -16,19 +16,28 @@
 //! take bit-identical decisions.
 //!
 //! # Data layout (all buffers are `#[repr(C)]` arrays of the types below)
+//! A call seeds a batch of `n_events` events (one or more): consecutive runs of one
+//! spacepoint array, `ev_off[e]..ev_off[e + 1]`, each with its own range of grid keys.
 //! 1. input `SpacePoint[n]` (x, y, z in mm, variances);
-//! 2. [`KERNEL_BIN`] writes each spacepoint's grid key (`bin * n_r + radius slice`, or
-//!    `nkeys` when invalid) and the Foundation's stable device bucket groups them:
-//!    `grid_offsets[nkeys + 2]` and the spacepoint indices in key order, ascending input index
-//!    inside a key. A middle's bottom (top) candidates in one neighbour bin are then one
-//!    contiguous range ([`slice_range`]);
+//! 2. [`KERNEL_BIN`] writes each spacepoint's batch grid key (`e * nkeys + bin * n_r + radius
+//!    slice`, or `n_events * nkeys` when invalid); the radix sort and the Foundation's
+//!    `bucket_offsets_sorted` group them: `grid_offsets[n_events * nkeys + 2]` and the
+//!    spacepoint indices in key order, ascending input index inside a key. A middle's bottom
+//!    (top) candidates in one neighbour bin are then one contiguous range ([`slice_range`]);
 //! 3. [`KERNEL_GATHER_SPACEPOINTS`] writes `BinnedSp[n_valid]` in that order (the "binned
-//!    index" used below);
-//! 4. doublets: count per middle (binned index) → exclusive scan → fill `Doublet` and
-//!    `LinCircle` arrays (bottoms and tops apart), in neighbour-bin scan order;
-//! 5. triplets: count per middle–bottom doublet → scan → fill `Triplet`, in middle–top order;
+//!    index" used below) and their `(r, z)`;
+//! 4. [`KERNEL_FIND_DOUBLETS`]: per middle, one pass; space reserved per middle with a 64-bit
+//!    atomic on [`SeedingTotals`]; `Doublet` and `LinCircle` arrays (bottoms and tops apart),
+//!    each middle's contiguous and in neighbour-bin scan order;
+//! 5. [`KERNEL_FIND_TRIPLETS`]: per middle–bottom doublet, one pass, space reserved per
+//!    doublet; its `Triplet`s contiguous, in top order;
 //! 6. weights: one `f32` per triplet; 7. seeds: per middle at most `max_seeds_per_spm` into
-//!    fixed slots, counts scanned, gathered into `Seed[n_seeds]`; 8. `BoundParams[n_seeds]`.
+//!    fixed slots, counts scanned, gathered into `Seed[n_seeds]` with `BoundParams[n_seeds]`;
+//!    8. per event [`EventCounts`].
+//!
+//! Capacities: the doublet and triplet arrays have a capacity each; a reservation that does
+//! not fit is not written, later kernels do nothing when a total exceeds its capacity, and the
+//! host, which reads the totals once at the end, repeats the chain with larger arrays.
 //!
 //! # Worked example (default configuration)
 //! Three spacepoints of a straight track from the origin, (34, 0, 10), (70, 0, 20.588),
@@ -37,9 +46,12 @@
 //! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
 //! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
 //!
-//! No barriers and no shared memory: every kernel is one thread per item, except the two
-//! doublet kernels (one warp per middle; warp-synchronous `vote.ballot` only); the only
-//! atomics are the u64 totals of the count kernels (order-independent sums).
+//! No block barriers: every kernel is one thread per item, except the doublet kernel and the
+//! selection and gather (one warp per middle: warp-synchronous ballots, shuffles and, in the
+//! doublet kernel, `bar.warp.sync` around the warp's own shared-memory stages). Atomics are
+//! the 64-bit reservations and the per-event sums (order-independent); positions of doublets
+//! and triplets depend on timing, the outputs do not (every read goes through a middle's or a
+//! doublet's own range, seeds are gathered per middle in binned order).
 
 use crate::params::DevPtr;
 

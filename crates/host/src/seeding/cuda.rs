@@ -919,3 +919,38 @@ impl GpuContext {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{SeedingWorkspace, MAX_CAP};
+    use crate::Error;
+
+    #[test]
+    fn capacities_scale_with_the_input_and_grow_with_a_margin() {
+        let mut ws = SeedingWorkspace::with_capacity_factors([0.01, 2.0, 3.0]);
+        // Floor of 64 entries; proportional above.
+        assert_eq!(ws.cap(0, 1000).unwrap(), 64);
+        assert_eq!(ws.cap(1, 1000).unwrap(), 2000);
+        // Growing to a need gives the need plus 25 %, per spacepoint, and never shrinks.
+        ws.grow(0, 10_000, 1000).unwrap();
+        assert_eq!(ws.cap(0, 1000).unwrap(), 12_500);
+        assert!(ws.cap(0, 1000).unwrap() as u64 >= 10_000);
+        ws.grow(0, 5, 1000).unwrap();
+        assert_eq!(ws.cap(0, 1000).unwrap(), 12_500);
+        assert_eq!(ws.cap(0, 2000).unwrap(), 25_000);
+        // A need beyond u32 offsets is a typed error, and a margin never exceeds the limit.
+        assert!(matches!(
+            ws.grow(2, MAX_CAP + 1, 1000),
+            Err(Error::CapacityExceeded {
+                what: "triplets",
+                ..
+            })
+        ));
+        ws.grow(2, MAX_CAP, 1 << 20).unwrap();
+        assert!(ws.cap(2, 1 << 20).unwrap() as u64 <= MAX_CAP);
+        assert!(matches!(
+            ws.cap(2, 1 << 21),
+            Err(Error::CapacityExceeded { .. })
+        ));
+    }
+}
