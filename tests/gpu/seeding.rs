@@ -5,7 +5,9 @@
 //! the kernels fill is poisoned before the launch (`detkit::seeding::POISON`).
 
 use detkit::rng::Draw as _;
-use detkit::seeding::{gen, SeedingConfig, SeedingSettings, SpacePoint, StageTimes};
+use detkit::seeding::{
+    gen, SeedingConfig, SeedingSettings, SeedingWorkspace, SpacePoint, StageTimes,
+};
 use detkit::Error;
 use detkit_tests::{ensure, exact};
 
@@ -18,6 +20,8 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_config_variants", test_configs),
     ("seeding_device_stages", test_device_stages),
     ("seeding_errors", test_errors),
+    ("seeding_events_in_flight", test_in_flight),
+    ("seeding_capacity_retry", test_capacity_retry),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -316,4 +320,158 @@ fn test_errors(c: &Ctx) -> R {
         ),
         || "empty phi axis accepted".into(),
     )
+}
+
+/// The oracle's seeds, parameters and counts of one event.
+fn oracle(
+    cfg: &SeedingConfig,
+    sps: &[SpacePoint],
+) -> (
+    Vec<detkit::seeding::Seed>,
+    Vec<detkit::seeding::BoundParams>,
+    detkit::seeding::SeedingStats,
+) {
+    let (seeds, stats) = detkit::seeding::cpu::seeds(cfg, sps);
+    let params = detkit::seeding::cpu::params(cfg, sps, &seeds);
+    (seeds, params, stats)
+}
+
+/// Runs `events` as one device batch in `ws` and compares every event with the oracle.
+fn compare_batch(
+    c: &Ctx,
+    label: &str,
+    ws: &mut SeedingWorkspace,
+    cfg: &SeedingConfig,
+    events: &[Vec<SpacePoint>],
+) -> R {
+    let g = c.gpu();
+    let mut all = Vec::new();
+    let mut offsets = vec![0usize];
+    for ev in events {
+        all.extend_from_slice(ev);
+        offsets.push(all.len());
+    }
+    let d = if all.is_empty() {
+        g.zeros::<u32>(1).map_err(e)?
+    } else {
+        g.upload(bytemuck_words(&all)).map_err(e)?
+    };
+    let stats = g
+        .seed_batch_device(ws, cfg, &d, &offsets, None)
+        .map_err(e)?;
+    let got = g.download_batch(ws).map_err(e)?;
+    ensure(
+        stats.len() == events.len() && got.len() == events.len(),
+        || format!("{label}: {} results for {} events", got.len(), events.len()),
+    )?;
+    for (i, ev) in events.iter().enumerate() {
+        let (seeds, params, st) = oracle(cfg, ev);
+        ensure(stats[i] == st, || {
+            format!("{label} event {i}: stats {:?} want {st:?}", stats[i])
+        })?;
+        exact(&format!("{label} event {i} seeds"), &got[i].0, &seeds)?;
+        exact(&format!("{label} event {i} params"), &got[i].1, &params)?;
+    }
+    Ok(())
+}
+
+/// Events in flight: one batch (one chain of launches) gives every event's seeds exactly as
+/// one call per event and as the oracle, with empty events inside and at the ends of the
+/// batch, through the device API (poisoned workspace) and `Backend::seed_events`.
+fn test_in_flight(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let ev = |salt: u64, mu: f64| gen::generate(c.seed ^ salt, mu, true).spacepoints;
+    let mut invalid = tracks_in_window(c, 41, 50, 0.3, 0.1);
+    invalid.push(sp(50.0, 0.0, 2500.0));
+    let events: Vec<Vec<SpacePoint>> = vec![
+        Vec::new(),
+        ev(42, 30.0),
+        Vec::new(),
+        vec![sp(70.0, 0.0, 0.0)],
+        tracks_in_window(c, 43, 300, 0.01, 0.05),
+        ev(44, if c.quick { 10.0 } else { 100.0 }),
+        invalid,
+        Vec::new(),
+    ];
+    let mut ws = SeedingWorkspace::new();
+    ws.set_poison(true);
+    compare_batch(c, "batch", &mut ws, &cfg, &events)?;
+    // The same workspace again, a different batch (buffers reused), and a batch of empties.
+    compare_batch(
+        c,
+        "batch reversed",
+        &mut ws,
+        &cfg,
+        &events.iter().rev().cloned().collect::<Vec<_>>(),
+    )?;
+    compare_batch(c, "empty batch", &mut ws, &cfg, &[Vec::new(), Vec::new()])?;
+    // One event per call in the same workspace.
+    for (i, ev) in events.iter().enumerate() {
+        compare_batch(
+            c,
+            &format!("single {i}"),
+            &mut ws,
+            &cfg,
+            std::slice::from_ref(ev),
+        )?;
+    }
+    // The host API: in flight == one at a time == oracle.
+    let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
+    let batch = c.backend.seed_events(&refs, &cfg).map_err(e)?;
+    ensure(batch.len() == events.len(), || {
+        "seed_events: wrong length".into()
+    })?;
+    for (i, ev) in events.iter().enumerate() {
+        let one = c.backend.seed(ev, &cfg).map_err(e)?;
+        ensure(one == batch[i], || {
+            format!("seed_events event {i} differs from seed")
+        })?;
+        let (seeds, params, st) = oracle(&cfg, ev);
+        ensure(batch[i].stats == st, || {
+            format!("seed_events event {i}: stats")
+        })?;
+        exact(
+            &format!("seed_events event {i} seeds"),
+            &batch[i].seeds,
+            &seeds,
+        )?;
+        exact(
+            &format!("seed_events event {i} params"),
+            &batch[i].params,
+            &params,
+        )?;
+    }
+    Ok(())
+}
+
+/// Tiny doublet and triplet capacities: the chain overflows, detects it on the device,
+/// repeats with larger buffers and still gives the oracle's results (nothing lost); the
+/// workspace keeps the larger capacities (no retry on the next call).
+fn test_capacity_retry(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let events = vec![
+        gen::generate(c.seed ^ 51, 50.0, true).spacepoints,
+        Vec::new(),
+        gen::generate(c.seed ^ 52, 20.0, true).spacepoints,
+    ];
+    let mut ws = SeedingWorkspace::with_capacity_factors([0.01, 0.01, 0.01]);
+    ws.set_poison(true);
+    compare_batch(c, "tiny capacities", &mut ws, &cfg, &events)?;
+    let r = ws.retries();
+    ensure(r >= 2, || {
+        format!("expected >= 2 retries (doublets, triplets), got {r}")
+    })?;
+    compare_batch(c, "grown capacities", &mut ws, &cfg, &events)?;
+    ensure(ws.retries() == r, || {
+        format!(
+            "retried again with grown capacities: {} > {r}",
+            ws.retries()
+        )
+    })?;
+    // Only the triplets too small.
+    let mut ws = SeedingWorkspace::with_capacity_factors([64.0, 64.0, 0.01]);
+    compare_batch(c, "tiny triplet capacity", &mut ws, &cfg, &events)?;
+    ensure(ws.retries() == 1, || {
+        format!("triplet overflow: {} retries", ws.retries())
+    })
 }

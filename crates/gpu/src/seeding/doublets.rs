@@ -1,202 +1,342 @@
-//! Doublets: count and find middle-bottom and middle-top pairs.
+//! Doublets: the middle-bottom and middle-top pairs of every middle, in one pass.
 
 #[allow(unused_imports)]
 use super::device::*;
 use super::*;
 use crate::intrinsics as i;
 
-/// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
-/// lanes): every spacepoint of the neighbour bins whose radius slice is in
-/// `slice_range(window)`, in scan order (bins, then slices, then index), 32 at a time.
-/// For each candidate passing `pred`, `emit(rank, q, &sp)` runs on the lane holding it,
-/// with `rank` its position among the passing candidates in scan order. Returns the
-/// number that passed (the same on every lane).
+/// The candidates of one middle's radial window, spread over the warp: lane `j` below the
+/// number of neighbour bins holds bin `j`'s run of binned spacepoints in the window's
+/// radius slices (`delta_j = lo_j - start_j`, where `start_j` is the run's position in the
+/// joined sequence of all runs, scan order), every lane the starts of runs 1..8 and the
+/// total. Position `v` of the joined sequence is binned index `v + delta_k`, `k` the last
+/// run with `start_k <= v`.
+pub(crate) struct Window {
+    delta: u32,
+    starts: [u32; 8],
+    total: u32,
+}
+
+/// The [`Window`] of middle `m` (batch bin `m.bin`) for `window`: each lane reads one
+/// neighbour bin's two grid offsets (in parallel), then a warp scan joins the runs.
 ///
 /// # Safety
-/// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds
-/// `nkeys + 1` offsets into `sps`.
+/// All 32 lanes, the same `m` and `window`; `grid` holds the batch's offsets
+/// (`n_events * nkeys + 2`), `m.bin` a batch bin.
+#[inline(always)]
+pub(crate) unsafe fn window_runs(
+    c: &SeedingConfig,
+    m: &BinnedSp,
+    window: (f32, f32),
+    grid: *const u32,
+) -> Window {
+    let lane = i::lane_id();
+    let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+    let event_bin = m.bin / nbins * nbins;
+    let nb = neighbour_bins(c, m.bin % nbins);
+    let (s0, s1) = slice_range(c, window.0, window.1);
+    let (mut lo, mut len) = (0u32, 0u32);
+    if s0 < s1 && lane < nb.len {
+        let key = (event_bin + nb.bins[(lane % 9) as usize]) as usize * c.n_r as usize;
+        // SAFETY: key + s1 <= the event's last key + 1; grid holds every offset.
+        let hi = unsafe {
+            lo = grid.add(key + s0 as usize).read();
+            grid.add(key + s1 as usize).read()
+        };
+        len = hi.saturating_sub(lo);
+    }
+    let mut incl = len;
+    let mut d = 1;
+    while d < 32 {
+        let y = i::shfl_up(incl, d);
+        if lane >= d {
+            incl += y;
+        }
+        d *= 2;
+    }
+    let start = incl - len;
+    let mut w = Window {
+        delta: lo.wrapping_sub(start),
+        starts: [u32::MAX; 8],
+        total: i::shfl_idx(incl, 31),
+    };
+    let mut j = 1;
+    while j < 9 {
+        let sj = i::shfl_idx(start, j);
+        if j < nb.len {
+            w.starts[(j - 1) as usize] = sj;
+        }
+        j += 1;
+    }
+    w
+}
+
+/// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
+/// lanes): every spacepoint of the window's runs in scan order (bins, then slices, then
+/// index), the runs joined so that the 32 lanes always test 32 consecutive candidates.
+/// A candidate is tested first with [`doublet_rz_compatible`] from the compact `rz` array;
+/// those that pass go, in scan order, into a ring of 64 binned indices in the warp's shared
+/// memory (`queue`), and whenever it holds 32 (and at the end) all 32 lanes test 32 of them
+/// with [`doublet_helix_compatible`] on their full records (together exactly
+/// [`doublet_compatible`]), so the expensive cut runs on full warps. For each candidate that
+/// passes, `emit(rank, q, &sp)` runs on the lane holding it, with `rank` its position among
+/// the passing candidates in scan order. Returns the number that passed (the same on every
+/// lane).
+///
+/// # Safety
+/// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds the
+/// batch's offsets into `sps` and `rz` (the same records); `queue` is this warp's
+/// `DOUBLET_QUEUE` words of shared memory.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn warp_candidates(
     c: &SeedingConfig,
     m: &BinnedSp,
     window: (f32, f32),
+    bottom: bool,
     grid: *const u32,
+    rz: *const [f32; 2],
     sps: *const BinnedSp,
-    pred: impl Fn(&BinnedSp) -> bool,
+    queue: u32,
     mut emit: impl FnMut(u32, u32, &BinnedSp),
 ) -> u32 {
     let lane = i::lane_id();
     let below = i::lanemask_lt();
-    let nb = neighbour_bins(c, m.bin);
-    let (s0, s1) = slice_range(c, window.0, window.1);
-    let mut total = 0u32;
-    if s0 >= s1 {
-        return 0;
-    }
-    let mut k = 0;
-    while k < nb.len {
-        let key = nb.bins[(k % 9) as usize] as usize * c.n_r as usize;
-        // SAFETY: key + s1 <= nkeys; grid holds nkeys + 1 offsets, each <= len(sps).
-        let (lo, hi) = unsafe {
-            (
-                grid.add(key + s0 as usize).read(),
-                grid.add(key + s1 as usize).read(),
-            )
-        };
-        let mut base = lo;
-        // Warp-uniform loop: every lane reaches every ballot.
-        while base < hi {
-            let q = base + lane;
-            let mut o = BinnedSp::default();
-            let mut ok = false;
-            if q < hi {
-                // SAFETY: q < grid[nkeys] = len(sps).
-                o = unsafe { sps.add(q as usize).read() };
-                ok = pred(&o);
-            }
-            let mask = i::ballot(ok);
-            if ok {
-                emit(total + i::popc(mask & below), q, &o);
-            }
-            total += i::popc(mask);
-            base += 32;
+    // SAFETY: caller's contract.
+    let w = unsafe { window_runs(c, m, window, grid) };
+    let mut passed = 0u32;
+    let mut base = 0u32;
+    // The ring holds the rz-passing candidates [head, head + queued) (mod DOUBLET_QUEUE).
+    let mut head = 0u32;
+    let mut queued = 0u32;
+    // Warp-uniform loops: every lane reaches every shuffle, ballot and warp barrier.
+    while base < w.total {
+        let v = base + lane;
+        let mut k = 0u32;
+        let mut j = 0;
+        while j < 8 {
+            k += (v >= w.starts[j]) as u32;
+            j += 1;
         }
-        k += 1;
+        let q = v.wrapping_add(i::shfl_idx(w.delta, k));
+        let mut ok = false;
+        if v < w.total {
+            // SAFETY: q < grid[last key of the batch] = number of binned records.
+            let [r, z] = unsafe { rz.add(q as usize).read() };
+            ok = doublet_rz_compatible(c, m, r, z, bottom);
+        }
+        let mask = i::ballot(ok);
+        if ok {
+            let at = (head + queued + i::popc(mask & below)) % DOUBLET_QUEUE;
+            // SAFETY: at < DOUBLET_QUEUE: inside this warp's ring; the slot is free
+            // (queued < 32 before this chunk, so at most 63 entries are live).
+            unsafe { i::st_shared_u32(queue + at * 4, q) };
+        }
+        queued += i::popc(mask);
+        base += 32;
+        while queued >= 32 || (base >= w.total && queued > 0) {
+            // The ring entries written above are read by other lanes below.
+            i::sync_warp();
+            let take = if queued < 32 { queued } else { 32 };
+            let mut o = BinnedSp::default();
+            let mut q2 = 0;
+            let mut ok2 = false;
+            if lane < take {
+                // SAFETY: a live ring entry, holding a binned index.
+                unsafe {
+                    q2 = i::ld_shared_u32(queue + ((head + lane) % DOUBLET_QUEUE) * 4);
+                    o = sps.add(q2 as usize).read();
+                }
+                ok2 = doublet_helix_compatible(c, m, &o);
+            }
+            let mask2 = i::ballot(ok2);
+            if ok2 {
+                emit(passed + i::popc(mask2 & below), q2, &o);
+            }
+            passed += i::popc(mask2);
+            head = (head + take) % DOUBLET_QUEUE;
+            queued -= take;
+            // The slots just read may be written again by the next chunk.
+            i::sync_warp();
+        }
     }
-    total
+    passed
 }
 
-/// Per middle `p < n` (one warp each): compatible bottoms and tops (both set to 0 when
-/// either is 0), and their sums into `totals[0..2]` (u64).
+/// Writes the doublets of one side of middle `pm`: ranks below `DOUBLET_STAGE` from the
+/// warp's shared-memory stage, the rest (when more passed) from a second walk.
 ///
 /// # Safety
-/// `grid` holds `nkeys + 1` offsets with `grid[nkeys] = n`; `sps` valid for `n`;
-/// `n_bot`, `n_top` for `n`; `totals` two zeroed u64. `SEEDING_THREADS` threads per
-/// block, `ceil(32 n / SEEDING_THREADS)` blocks.
+/// All 32 lanes; `stage` holds the first `min(count, DOUBLET_STAGE)` candidates of the
+/// first walk (visible after `sync_warp`); `out`, `lc` valid for `at + count`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn write_side(
+    c: &SeedingConfig,
+    m: &BinnedSp,
+    pm: u32,
+    window: (f32, f32),
+    bottom: bool,
+    grid: *const u32,
+    rz: *const [f32; 2],
+    sps: *const BinnedSp,
+    stage: u32,
+    queue: u32,
+    count: u32,
+    at: usize,
+    out: *mut Doublet,
+    lc: *mut LinCircle,
+) {
+    let staged = if count < DOUBLET_STAGE {
+        count
+    } else {
+        DOUBLET_STAGE
+    };
+    let mut r = i::lane_id();
+    // SAFETY: caller's contract: r < staged entries of the stage; at + r < capacity.
+    unsafe {
+        while r < staged {
+            let q = i::ld_shared_u32(stage + r * 4);
+            let o = sps.add(q as usize).read();
+            out.add(at + r as usize).write(Doublet {
+                middle: pm,
+                other: q,
+            });
+            lc.add(at + r as usize)
+                .write(transform_coordinates(m, &o, bottom));
+            r += 32;
+        }
+        if count > DOUBLET_STAGE {
+            warp_candidates(c, m, window, bottom, grid, rz, sps, queue, |rank, q, o| {
+                if rank >= DOUBLET_STAGE {
+                    out.add(at + rank as usize).write(Doublet {
+                        middle: pm,
+                        other: q,
+                    });
+                    lc.add(at + rank as usize)
+                        .write(transform_coordinates(m, o, bottom));
+                }
+            });
+        }
+    }
+}
+
+/// Per middle `p < n_valid` (one warp each), in one pass: the compatible bottoms and tops
+/// (both 0 when either is 0), their counts `n_bot[p]`, `n_top[p]`, space reserved with
+/// one 64-bit atomic per side on `totals` (so each middle's doublets are contiguous, in
+/// scan order; middles may come in any order), the starts `bot_start[p]`, `top_start[p]`,
+/// and the doublets with their `LinCircle`s. Per-event counts go to `events`. When a
+/// reservation does not fit the capacity nothing is written for that middle (the totals
+/// then exceed the capacity and the host repeats the call with larger buffers).
+///
+/// # Safety
+/// `grid` holds the batch's `n_events * nkeys + 2` offsets into `sps` (`n` records at most);
+/// `n_bot`, `n_top`, `bot_start`, `top_start` valid for `n`; `bot`, `lc_bot` for `cap_mb`,
+/// `top`, `lc_top` for `cap_mt`; `totals` one zeroed record, `events` `n_events` records.
+/// `SEEDING_THREADS` threads per block, `ceil(32 n / SEEDING_THREADS)` blocks,
+/// `doublet_smem_bytes()` of dynamic shared memory.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_count_doublets(p: SeedingCountDoubletsParams) {
-    let (cfg, grid, sps, n, n_bot, n_top, totals) = (
+pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsParams) {
+    let (cfg, grid, rz, sps, n, n_events) = (
         p.cfg.ptr(),
         p.grid.ptr(),
+        p.rz.ptr(),
         p.sps.ptr(),
         p.n,
-        p.n_bot.ptr_mut(),
-        p.n_top.ptr_mut(),
-        p.totals.ptr_mut(),
+        p.n_events,
     );
-    let p = index() / 32;
-    if p >= n {
+    let warp = index() / 32;
+    if warp >= n {
         return; // warp-uniform
     }
-    // SAFETY: launch contract.
+    // SAFETY: launch contract; ranks stay below the reserved counts.
     unsafe {
         let c = &*cfg;
-        let m = sps.add(p as usize).read();
+        if warp >= n_valid(c, grid, n_events) {
+            return; // warp-uniform
+        }
+        let pm = warp as u32;
+        let m = sps.add(pm as usize).read();
+        let lane = i::lane_id();
+        let stage_b = i::shared_base() + i::warp_id() * DOUBLET_WARP_WORDS * 4;
+        let stage_t = stage_b + DOUBLET_STAGE * 4;
+        let queue = stage_t + DOUBLET_STAGE * 4;
         let [wb, wt] = radial_windows(c, m.r);
-        let mut nb = warp_candidates(
-            c,
-            &m,
-            wb,
-            grid,
-            sps,
-            |o| doublet_compatible(c, &m, o, true),
-            |_, _, _| {},
-        );
+        let stage = |at: u32| {
+            move |rank: u32, q: u32, _: &BinnedSp| {
+                if rank < DOUBLET_STAGE {
+                    i::st_shared_u32(at + rank * 4, q);
+                }
+            }
+        };
+        let mut nb = warp_candidates(c, &m, wb, true, grid, rz, sps, queue, stage(stage_b));
         let mut nt = 0;
         if nb != 0 {
-            nt = warp_candidates(
-                c,
-                &m,
-                wt,
-                grid,
-                sps,
-                |o| doublet_compatible(c, &m, o, false),
-                |_, _, _| {},
-            );
+            nt = warp_candidates(c, &m, wt, false, grid, rz, sps, queue, stage(stage_t));
         }
         if nb == 0 || nt == 0 {
             nb = 0;
             nt = 0;
         }
-        if i::lane_id() == 0 {
-            n_bot.add(p as usize).write(nb);
-            n_top.add(p as usize).write(nt);
+        let (mut ob, mut ot) = (0u64, 0u64);
+        if lane == 0 {
+            p.n_bot.ptr_mut().add(pm as usize).write(nb);
+            p.n_top.ptr_mut().add(pm as usize).write(nt);
             if nb != 0 {
-                i::atomic_add_u64(totals, nb as u64);
-                i::atomic_add_u64(totals.add(1), nt as u64);
+                let t = p.totals.ptr_mut();
+                ob = i::atomic_add_u64(core::ptr::addr_of_mut!((*t).mid_bot), nb as u64);
+                ot = i::atomic_add_u64(core::ptr::addr_of_mut!((*t).mid_top), nt as u64);
+                let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+                let ev = p.events.ptr_mut().add((m.bin / nbins) as usize);
+                i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).mid_bot), nb);
+                i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).mid_top), nt);
+                p.bot_start.ptr_mut().add(pm as usize).write(ob as u32);
+                p.top_start.ptr_mut().add(pm as usize).write(ot as u32);
             }
         }
-    }
-}
-
-/// Per middle `p < n` (one warp each): writes its doublets at `off_bot[p]..` and
-/// `off_top[p]..`, in scan order.
-///
-/// # Safety
-/// As [`seeding_count_doublets`]; `off_*` are the exclusive scans of its counts;
-/// `bot`, `lc_bot` hold the bottom total, `top`, `lc_top` the top total.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsParams) {
-    let (cfg, grid, sps, n, n_bot, off_bot, off_top, bot, lc_bot, top, lc_top) = (
-        p.cfg.ptr(),
-        p.grid.ptr(),
-        p.sps.ptr(),
-        p.n,
-        p.n_bot.ptr(),
-        p.off_bot.ptr(),
-        p.off_top.ptr(),
-        p.bot.ptr_mut(),
-        p.lc_bot.ptr_mut(),
-        p.top.ptr_mut(),
-        p.lc_top.ptr_mut(),
-    );
-    let p = index() / 32;
-    if p >= n {
-        return; // warp-uniform
-    }
-    // SAFETY: launch contract; the fill visits exactly the candidates counted, so
-    // ranks stay below the counts.
-    unsafe {
-        if n_bot.add(p as usize).read() == 0 {
+        if nb == 0 {
             return; // warp-uniform
         }
-        let c = &*cfg;
-        let m = sps.add(p as usize).read();
-        let ib = off_bot.add(p as usize).read() as usize;
-        let it = off_top.add(p as usize).read() as usize;
-        let pm = p as u32;
-        let [wb, wt] = radial_windows(c, m.r);
-        warp_candidates(
+        let ob =
+            (i::shfl_idx(ob as u32, 0) as u64) | ((i::shfl_idx((ob >> 32) as u32, 0) as u64) << 32);
+        let ot =
+            (i::shfl_idx(ot as u32, 0) as u64) | ((i::shfl_idx((ot >> 32) as u32, 0) as u64) << 32);
+        // The stage written by every lane above is read by others below.
+        i::sync_warp();
+        if ob + nb as u64 > p.cap_mb as u64 || ot + nt as u64 > p.cap_mt as u64 {
+            return; // warp-uniform: overflow, the host repeats with larger buffers
+        }
+        write_side(
             c,
             &m,
+            pm,
             wb,
+            true,
             grid,
+            rz,
             sps,
-            |o| doublet_compatible(c, &m, o, true),
-            |rank, q, o| {
-                let at = ib + rank as usize;
-                bot.add(at).write(Doublet {
-                    middle: pm,
-                    other: q,
-                });
-                lc_bot.add(at).write(transform_coordinates(&m, o, true));
-            },
+            stage_b,
+            queue,
+            nb,
+            ob as usize,
+            p.bot.ptr_mut(),
+            p.lc_bot.ptr_mut(),
         );
-        warp_candidates(
+        write_side(
             c,
             &m,
+            pm,
             wt,
+            false,
             grid,
+            rz,
             sps,
-            |o| doublet_compatible(c, &m, o, false),
-            |rank, q, o| {
-                let at = it + rank as usize;
-                top.add(at).write(Doublet {
-                    middle: pm,
-                    other: q,
-                });
-                lc_top.add(at).write(transform_coordinates(&m, o, false));
-            },
+            stage_t,
+            queue,
+            nt,
+            ot as usize,
+            p.top.ptr_mut(),
+            p.lc_top.ptr_mut(),
         );
     }
 }

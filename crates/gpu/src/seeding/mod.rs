@@ -16,19 +16,28 @@
 //! take bit-identical decisions.
 //!
 //! # Data layout (all buffers are `#[repr(C)]` arrays of the types below)
+//! A call seeds a batch of `n_events` events (one or more): consecutive runs of one
+//! spacepoint array, `ev_off[e]..ev_off[e + 1]`, each with its own range of grid keys.
 //! 1. input `SpacePoint[n]` (x, y, z in mm, variances);
-//! 2. [`KERNEL_BIN`] writes each spacepoint's grid key (`bin * n_r + radius slice`, or
-//!    `nkeys` when invalid) and the Foundation's stable device bucket groups them:
-//!    `grid_offsets[nkeys + 2]` and the spacepoint indices in key order, ascending input index
-//!    inside a key. A middle's bottom (top) candidates in one neighbour bin are then one
-//!    contiguous range ([`slice_range`]);
+//! 2. [`KERNEL_BIN`] writes each spacepoint's batch grid key (`e * nkeys + bin * n_r + radius
+//!    slice`, or `n_events * nkeys` when invalid); the radix sort and the Foundation's
+//!    `bucket_offsets_sorted` group them: `grid_offsets[n_events * nkeys + 2]` and the
+//!    spacepoint indices in key order, ascending input index inside a key. A middle's bottom
+//!    (top) candidates in one neighbour bin are then one contiguous range ([`slice_range`]);
 //! 3. [`KERNEL_GATHER_SPACEPOINTS`] writes `BinnedSp[n_valid]` in that order (the "binned
-//!    index" used below);
-//! 4. doublets: count per middle (binned index) → exclusive scan → fill `Doublet` and
-//!    `LinCircle` arrays (bottoms and tops apart), in neighbour-bin scan order;
-//! 5. triplets: count per middle–bottom doublet → scan → fill `Triplet`, in middle–top order;
+//!    index" used below) and their `(r, z)`;
+//! 4. [`KERNEL_FIND_DOUBLETS`]: per middle, one pass; space reserved per middle with a 64-bit
+//!    atomic on [`SeedingTotals`]; `Doublet` and `LinCircle` arrays (bottoms and tops apart),
+//!    each middle's contiguous and in neighbour-bin scan order;
+//! 5. [`KERNEL_FIND_TRIPLETS`]: per middle–bottom doublet, one pass, space reserved per
+//!    doublet; its `Triplet`s contiguous, in top order;
 //! 6. weights: one `f32` per triplet; 7. seeds: per middle at most `max_seeds_per_spm` into
-//!    fixed slots, counts scanned, gathered into `Seed[n_seeds]`; 8. `BoundParams[n_seeds]`.
+//!    fixed slots, counts scanned, gathered into `Seed[n_seeds]` with `BoundParams[n_seeds]`;
+//!    8. per event [`EventCounts`].
+//!
+//! Capacities: the doublet and triplet arrays have a capacity each; a reservation that does
+//! not fit is not written, later kernels do nothing when a total exceeds its capacity, and the
+//! host, which reads the totals once at the end, repeats the chain with larger arrays.
 //!
 //! # Worked example (default configuration)
 //! Three spacepoints of a straight track from the origin, (34, 0, 10), (70, 0, 20.588),
@@ -37,32 +46,32 @@
 //! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
 //! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
 //!
-//! No barriers and no shared memory: every kernel is one thread per item, except the two
-//! doublet kernels (one warp per middle; warp-synchronous `vote.ballot` only); the only
-//! atomics are the u64 totals of the count kernels (order-independent sums).
+//! No block barriers: every kernel is one thread per item, except the doublet kernel and the
+//! selection and gather (one warp per middle: warp-synchronous ballots, shuffles and, in the
+//! doublet kernel, `bar.warp.sync` around the warp's own shared-memory stages). Atomics are
+//! the 64-bit reservations and the per-event sums (order-independent); positions of doublets
+//! and triplets depend on timing, the outputs do not (every read goes through a middle's or a
+//! doublet's own range, seeds are gathered per middle in binned order).
 
 use crate::params::DevPtr;
 
-/// Kernel: grid bin of every spacepoint (`nbins` when it is not valid).
+/// Kernel: grid key of every spacepoint of a batch (`n_events * nkeys` when it is not valid).
 pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
 /// Kernel: binned spacepoint records in grid order.
 pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
-/// Kernel: per middle spacepoint, the number of compatible bottoms and tops.
-pub const KERNEL_COUNT_DOUBLETS: &str = "seeding_count_doublets";
-/// Kernel: the middle–bottom and middle–top doublets at their scanned offsets.
+/// Kernel: per middle spacepoint, its middle–bottom and middle–top doublets in one pass.
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
-/// Kernel: per middle–bottom doublet, the number of compatible tops.
-pub const KERNEL_COUNT_TRIPLETS: &str = "seeding_count_triplets";
-/// Kernel: the triplets at their scanned offsets.
+/// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
 /// Kernel: compatible-seed weight update.
 pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
 /// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
 pub const KERNEL_SELECT_SEEDS: &str = "seeding_select_seeds";
-/// Kernel: the selected seeds from the slots to their scanned offsets.
+/// Kernel: the selected seeds from the slots to their scanned offsets, with their bound
+/// track parameters.
 pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
-/// Kernel: bound track parameters from each seed.
-pub const KERNEL_ESTIMATE_PARAMS: &str = "seeding_estimate_params";
+/// Kernel: per event of a batch, its valid spacepoints and seeds.
+pub const KERNEL_EVENT_STATS: &str = "seeding_event_stats";
 
 /// Threads per block of every seeding kernel (one thread per item).
 pub const SEEDING_THREADS: u32 = 128;
@@ -575,24 +584,40 @@ pub fn neighbour_bins(cfg: &SeedingConfig, bin: u32) -> Neighbours {
 /// traccc's `doublet_finding_helper::isCompatible`: may `o` be the bottom (`bottom = true`)
 /// or the top of middle `m`? Radial distance in the open interval `(delta_r_min,
 /// delta_r_max)`, `|dz| < cot_theta_max·dR`, z0 in the open collision region,
-/// `|dz| < delta_z_max`, and the helix-circle cut (NaN from `dx = 0` or `dy = 0` passes it).
+/// `|dz| < delta_z_max` ([`doublet_rz_compatible`], from the radii and z only), and the
+/// helix-circle cut ([`doublet_helix_compatible`]; NaN from `dx = 0` or `dy = 0` passes it).
 #[inline(always)]
 pub fn doublet_compatible(cfg: &SeedingConfig, m: &BinnedSp, o: &BinnedSp, bottom: bool) -> bool {
+    doublet_rz_compatible(cfg, m, o.r, o.z, bottom) && doublet_helix_compatible(cfg, m, o)
+}
+
+/// The cuts of [`doublet_compatible`] that read only the radius `o_r` and `o_z` of the
+/// other spacepoint (the kernels test them first, from a compact `(r, z)` array).
+#[inline(always)]
+pub fn doublet_rz_compatible(
+    cfg: &SeedingConfig,
+    m: &BinnedSp,
+    o_r: f32,
+    o_z: f32,
+    bottom: bool,
+) -> bool {
     let (delta_r, cot_theta) = if bottom {
-        (m.r - o.r, m.z - o.z)
+        (m.r - o_r, m.z - o_z)
     } else {
-        (o.r - m.r, o.z - m.z)
+        (o_r - m.r, o_z - m.z)
     };
     let z_origin = m.z * delta_r - m.r * cot_theta;
-    if delta_r >= cfg.delta_r_max
+    !(delta_r >= cfg.delta_r_max
         || delta_r <= cfg.delta_r_min
         || cot_theta.abs() >= cfg.cot_theta_max * delta_r
         || z_origin <= cfg.collision_min * delta_r
         || z_origin >= cfg.collision_max * delta_r
-        || cot_theta.abs() >= cfg.delta_z_max
-    {
-        return false;
-    }
+        || cot_theta.abs() >= cfg.delta_z_max)
+}
+
+/// The helix-circle cut of [`doublet_compatible`] (reads x and y).
+#[inline(always)]
+pub fn doublet_helix_compatible(cfg: &SeedingConfig, m: &BinnedSp, o: &BinnedSp) -> bool {
     let mid_x = 0.5 * (m.x + o.x);
     let mid_y = 0.5 * (m.y + o.y);
     let slope = (o.y - m.y) / (o.x - m.x);
@@ -946,16 +971,78 @@ pub fn estimate_params(bfield: f32, b: [f32; 3], m: [f32; 3], t: [f32; 3]) -> Bo
     }
 }
 
+/// Totals of one chained call (all events of a batch), accumulated by the kernels with
+/// 64-bit atomics and read by the host once, at the end: the capacities of the doublet and
+/// triplet buffers are checked against them (a total above its capacity means the call
+/// must be repeated with larger buffers; nothing past a capacity is ever written).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingTotals {
+    /// Middle–bottom doublets needed.
+    pub mid_bot: u64,
+    /// Middle–top doublets needed.
+    pub mid_top: u64,
+    /// Triplets needed (0 when the doublets did not fit).
+    pub triplets: u64,
+    /// Reserved (0).
+    pub reserved: u64,
+}
+const _: () = assert!(core::mem::size_of::<SeedingTotals>() == 32);
+
+/// Per-event counts of a batch (read by the host with [`SeedingTotals`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct EventCounts {
+    /// Valid (binned) spacepoints.
+    pub valid: u32,
+    /// Middle–bottom doublets.
+    pub mid_bot: u32,
+    /// Middle–top doublets.
+    pub mid_top: u32,
+    /// Triplets.
+    pub triplets: u32,
+    /// Seeds.
+    pub seeds: u32,
+    /// Position of the event's first seed in the batch's seed array.
+    pub seed_start: u32,
+    /// Reserved (0).
+    pub reserved: [u32; 2],
+}
+const _: () = assert!(core::mem::size_of::<EventCounts>() == 32);
+
+/// Candidates one warp of [`KERNEL_FIND_DOUBLETS`] keeps in shared memory per side (bottoms,
+/// tops) during its single pass; a middle with more is finished by a second pass that writes
+/// the rest directly (same result).
+pub const DOUBLET_STAGE: u32 = 128;
+
+/// Entries of the ring in which a warp of [`KERNEL_FIND_DOUBLETS`] queues the candidates that
+/// passed the `(r, z)` cuts for the helix-circle cut (32 at a time).
+pub const DOUBLET_QUEUE: u32 = 64;
+
+/// Shared-memory words of one warp of [`KERNEL_FIND_DOUBLETS`]: two stages of
+/// `DOUBLET_STAGE` (bottoms, tops) and the ring.
+pub const DOUBLET_WARP_WORDS: u32 = 2 * DOUBLET_STAGE + DOUBLET_QUEUE;
+
+/// Dynamic shared memory of [`KERNEL_FIND_DOUBLETS`] (`DOUBLET_WARP_WORDS` per warp of a
+/// `SEEDING_THREADS` block).
+pub const fn doublet_smem_bytes() -> usize {
+    (SEEDING_THREADS / 32 * DOUBLET_WARP_WORDS * 4) as usize
+}
+
 /// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingBinSpacepointsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<SpacePoint>,
+    /// `n_events + 1` offsets of the events in `sps` (non-decreasing, last = n).
+    pub ev_off: DevPtr<u32>,
     pub n: u64,
     pub keys: DevPtr<u32>,
+    pub n_events: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingBinSpacepointsParams, 32, ["seeding_bin_spacepoints"]);
+crate::kernel_params!(SeedingBinSpacepointsParams, 48, ["seeding_bin_spacepoints"]);
 
 /// Parameters of the `seeding_gather_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -963,30 +1050,23 @@ crate::kernel_params!(SeedingBinSpacepointsParams, 32, ["seeding_bin_spacepoints
 pub struct SeedingGatherSpacepointsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<SpacePoint>,
+    pub ev_off: DevPtr<u32>,
     pub keys: DevPtr<u32>,
     pub content: DevPtr<u32>,
-    pub n_valid: u64,
+    /// `n_events * nkeys + 2` offsets; `grid[n_events * nkeys]` = number of valid.
+    pub grid: DevPtr<u32>,
+    pub n: u64,
     pub out: DevPtr<BinnedSp>,
+    /// `(r, z)` of every binned record (the doublet cuts' first test).
+    pub rz: DevPtr<[f32; 2]>,
+    pub n_events: u32,
+    pub _pad0: u32,
 }
 crate::kernel_params!(
     SeedingGatherSpacepointsParams,
-    48,
+    80,
     ["seeding_gather_spacepoints"]
 );
-
-/// Parameters of the `seeding_count_doublets` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingCountDoubletsParams {
-    pub cfg: DevPtr<SeedingConfig>,
-    pub grid: DevPtr<u32>,
-    pub sps: DevPtr<BinnedSp>,
-    pub n: u64,
-    pub n_bot: DevPtr<u32>,
-    pub n_top: DevPtr<u32>,
-    pub totals: DevPtr<u64>,
-}
-crate::kernel_params!(SeedingCountDoubletsParams, 56, ["seeding_count_doublets"]);
 
 /// Parameters of the `seeding_find_doublets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -995,49 +1075,52 @@ pub struct SeedingFindDoubletsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
+    pub rz: DevPtr<[f32; 2]>,
+    /// Launch size (middles); the valid ones are `p < grid[n_events * nkeys]`.
     pub n: u64,
     pub n_bot: DevPtr<u32>,
-    pub off_bot: DevPtr<u32>,
-    pub off_top: DevPtr<u32>,
+    pub n_top: DevPtr<u32>,
+    pub bot_start: DevPtr<u32>,
+    pub top_start: DevPtr<u32>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
     pub top: DevPtr<Doublet>,
     pub lc_top: DevPtr<LinCircle>,
+    pub totals: DevPtr<SeedingTotals>,
+    pub events: DevPtr<EventCounts>,
+    pub n_events: u32,
+    pub cap_mb: u32,
+    pub cap_mt: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 88, ["seeding_find_doublets"]);
-
-/// Parameters of the `seeding_count_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingCountTripletsParams {
-    pub cfg: DevPtr<SeedingConfig>,
-    pub sps: DevPtr<BinnedSp>,
-    pub bot: DevPtr<Doublet>,
-    pub lc_bot: DevPtr<LinCircle>,
-    pub n_mb: u64,
-    pub off_top: DevPtr<u32>,
-    pub lc_top: DevPtr<LinCircle>,
-    pub counts: DevPtr<u32>,
-    pub total: DevPtr<u64>,
-}
-crate::kernel_params!(SeedingCountTripletsParams, 72, ["seeding_count_triplets"]);
+crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingFindTripletsParams {
+pub struct SeedingTripletsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<BinnedSp>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
-    pub n_mb: u64,
-    pub off_top: DevPtr<u32>,
+    pub n_top: DevPtr<u32>,
+    pub top_start: DevPtr<u32>,
     pub top: DevPtr<Doublet>,
     pub lc_top: DevPtr<LinCircle>,
-    pub off_tri: DevPtr<u32>,
+    /// Per middle–bottom doublet: its number of triplets (`cap_mb`).
+    pub tri_cnt: DevPtr<u32>,
+    /// Per middle–bottom doublet with triplets: the position of its first (`cap_mb`).
+    pub tri_start: DevPtr<u32>,
+    /// The triplets (`cap_tri`).
     pub out: DevPtr<Triplet>,
+    pub totals: DevPtr<SeedingTotals>,
+    pub events: DevPtr<EventCounts>,
+    pub cap_mb: u32,
+    pub cap_mt: u32,
+    pub cap_tri: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingFindTripletsParams, 80, ["seeding_find_triplets"]);
+crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1045,53 +1128,94 @@ crate::kernel_params!(SeedingFindTripletsParams, 80, ["seeding_find_triplets"]);
 pub struct SeedingUpdateWeightsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub tri: DevPtr<Triplet>,
-    pub n_tri: u64,
-    pub off_tri: DevPtr<u32>,
+    pub tri_cnt: DevPtr<u32>,
+    pub tri_start: DevPtr<u32>,
     pub weights: DevPtr<f32>,
+    pub totals: DevPtr<SeedingTotals>,
+    pub cap_mb: u32,
+    pub cap_mt: u32,
+    pub cap_tri: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingUpdateWeightsParams, 40, ["seeding_update_weights"]);
+crate::kernel_params!(SeedingUpdateWeightsParams, 64, ["seeding_update_weights"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingSelectSeedsParams {
     pub cfg: DevPtr<SeedingConfig>,
+    pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
+    /// Launch size: `n + 1` counts are written (0 past the valid middles).
     pub n: u64,
-    pub off_bot: DevPtr<u32>,
-    pub off_tri: DevPtr<u32>,
+    pub n_bot: DevPtr<u32>,
+    pub bot_start: DevPtr<u32>,
+    pub tri_cnt: DevPtr<u32>,
+    pub tri_start: DevPtr<u32>,
     pub tri: DevPtr<Triplet>,
     pub weights: DevPtr<f32>,
     pub slots: DevPtr<Seed>,
     pub counts: DevPtr<u32>,
+    pub totals: DevPtr<SeedingTotals>,
+    pub n_events: u32,
+    pub cap_mb: u32,
+    pub cap_mt: u32,
+    pub cap_tri: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 72, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 120, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingGatherSeedsParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub grid: DevPtr<u32>,
+    pub binned: DevPtr<BinnedSp>,
+    pub sps: DevPtr<SpacePoint>,
+    pub ev_off: DevPtr<u32>,
     pub slots: DevPtr<Seed>,
     pub counts: DevPtr<u32>,
     pub off: DevPtr<u32>,
     pub n: u64,
     pub out: DevPtr<Seed>,
-    pub cap: u32,
+    pub params: DevPtr<BoundParams>,
+    pub n_events: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingGatherSeedsParams, 48, ["seeding_gather_seeds"]);
+crate::kernel_params!(SeedingGatherSeedsParams, 96, ["seeding_gather_seeds"]);
 
-/// Parameters of the `seeding_estimate_params` kernel (one `#[repr(C)]` struct, see `crate::params`).
+/// Parameters of the `seeding_event_stats` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingEstimateParamsParams {
+pub struct SeedingEventStatsParams {
     pub cfg: DevPtr<SeedingConfig>,
-    pub sps: DevPtr<SpacePoint>,
-    pub seeds: DevPtr<Seed>,
-    pub n_seeds: u64,
-    pub out: DevPtr<BoundParams>,
+    pub grid: DevPtr<u32>,
+    pub seed_off: DevPtr<u32>,
+    pub events: DevPtr<EventCounts>,
+    pub n_events: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingEstimateParamsParams, 40, ["seeding_estimate_params"]);
+crate::kernel_params!(SeedingEventStatsParams, 40, ["seeding_event_stats"]);
+
+/// The event of item `g` of a batch: the last `e < n_events` with `ev_off[e] <= g`
+/// (empty events, equal offsets, are skipped). Binary search over `n_events + 1` offsets.
+///
+/// # Safety
+/// `ev_off` valid for `n_events + 1` non-decreasing words, `n_events >= 1`.
+#[inline(always)]
+pub unsafe fn event_of(ev_off: *const u32, n_events: u32, g: u32) -> u32 {
+    let (mut lo, mut hi) = (0u32, n_events);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        // SAFETY: mid < n_events.
+        if unsafe { ev_off.add(mid as usize).read() } <= g {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
 
 // Device code, one file per stage: thin entry points, one thread per item, except the
 // doublet kernels (one warp per middle spacepoint: the lanes test 32 consecutive candidates
@@ -1100,8 +1224,6 @@ crate::kernel_params!(SeedingEstimateParamsParams, 40, ["seeding_estimate_params
 pub mod binning;
 #[cfg(target_arch = "nvptx64")]
 pub mod doublets;
-#[cfg(target_arch = "nvptx64")]
-pub mod estimate;
 #[cfg(target_arch = "nvptx64")]
 pub mod select;
 #[cfg(target_arch = "nvptx64")]
@@ -1112,7 +1234,6 @@ pub mod triplets;
 pub mod device {
     pub use super::binning::*;
     pub use super::doublets::*;
-    pub use super::estimate::*;
     pub use super::select::*;
     pub use super::triplets::*;
 }

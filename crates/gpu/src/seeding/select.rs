@@ -1,107 +1,188 @@
-//! Seed selection per middle spacepoint and the gather of the seeds.
+//! Seed selection per middle spacepoint, and the gather of the seeds with their bound track
+//! parameters.
 
 #[allow(unused_imports)]
 use super::device::*;
 use super::*;
+use crate::intrinsics as i;
 
-/// Per middle `p < n`: seed filter and best-N into `slots[p * cap ..]`, count into
-/// `counts[p]` (`cap = max_seeds_per_spm`).
+/// Per middle `p <= n` (one warp each): seed filter and best-N into `slots[p * cap ..]`,
+/// count into `counts[p]` (`cap = max_seeds_per_spm`; 0 for `p` past the valid middles, so
+/// that the `n + 1` counts can be scanned, and for every middle when a total overflowed).
+/// The middle's triplets are visited in the oracle's order (bottoms in scan order, each
+/// bottom's triplets in top order): the lanes read 32 bottoms' triplet counts at once, and
+/// for each bottom with triplets, 32 triplets at once (weights and cuts in parallel); lane 0
+/// offers them to its best-N keeper one by one, in order.
 ///
 /// # Safety
-/// `sps` valid for `n`; `off_bot` holds `n + 1` offsets into `off_tri`, which holds
-/// `n_mb + 1` offsets into `tri` and `weights`; `slots` for `n * cap`; `counts` for `n`.
+/// `grid` the batch's offsets; `sps` valid for `n`; `n_bot`, `bot_start` give each valid
+/// middle's doublets; `tri_cnt`, `tri_start` each doublet's triplets in `tri` and
+/// `weights` (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
+/// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (cfg, sps, n, off_bot, off_tri, tri, weights, slots, counts) = (
+    let (cfg, sps, n, tri_cnt, tri_start, tri, weights, slots, counts) = (
         p.cfg.ptr(),
         p.sps.ptr(),
         p.n,
-        p.off_bot.ptr(),
-        p.off_tri.ptr(),
+        p.tri_cnt.ptr(),
+        p.tri_start.ptr(),
         p.tri.ptr(),
         p.weights.ptr(),
         p.slots.ptr_mut(),
         p.counts.ptr_mut(),
     );
-    let p = index();
-    if p >= n {
-        return;
+    let g = index() / 32;
+    if g > n {
+        return; // warp-uniform
     }
+    let lane = i::lane_id();
     // SAFETY: launch contract.
     unsafe {
         let c = &*cfg;
-        let lo = off_tri.add(off_bot.add(p as usize).read() as usize).read();
-        let hi = off_tri
-            .add(off_bot.add(p as usize + 1).read() as usize)
-            .read();
+        let fits = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri) != 0;
+        let nb = if g < n_valid(c, p.grid.ptr(), p.n_events) && fits {
+            p.n_bot.ptr().add(g as usize).read()
+        } else {
+            0
+        };
+        if nb == 0 {
+            if lane == 0 {
+                counts.add(g as usize).write(0);
+            }
+            return; // warp-uniform
+        }
+        let bs = p.bot_start.ptr().add(g as usize).read();
         let mut best = BestN::new(c.max_seeds_per_spm);
-        let mut k = lo;
-        while k < hi {
-            let t = tri.add(k as usize).read();
-            let sb = &*sps.add(t.bottom as usize);
-            let w = seed_weight(c, weights.add(k as usize).read(), sb.r, t.r_top);
-            if single_seed_cut(c, w, sb.r) {
-                best.offer(Candidate {
-                    weight: w,
-                    key: [
-                        sb.index,
-                        (*sps.add(t.middle as usize)).index,
-                        (*sps.add(t.top as usize)).index,
-                    ],
-                    r_bottom: sb.r,
-                    z_vertex: t.z_vertex,
-                });
+        let mut base = 0u32;
+        // Warp-uniform loops: every lane reaches every ballot and shuffle.
+        while base < nb {
+            let j = base + lane;
+            let (mut cnt, mut start) = (0u32, 0u32);
+            if j < nb {
+                cnt = tri_cnt.add((bs + j) as usize).read();
+                if cnt != 0 {
+                    start = tri_start.add((bs + j) as usize).read();
+                }
             }
-            k += 1;
-        }
-        let cap = c.max_seeds_per_spm as usize;
-        let mut out = 0usize;
-        let mut j = 0u32;
-        while j < best.len {
-            let s = best.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize];
-            if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
-                slots.add(p as usize * cap + out).write(Seed {
-                    bottom: s.key[0],
-                    middle: s.key[1],
-                    top: s.key[2],
-                    weight: s.weight,
-                    z_vertex: s.z_vertex,
-                });
-                out += 1;
+            let mut with = i::ballot(cnt != 0);
+            while with != 0 {
+                let b = i::lowest_bit(with);
+                with &= with - 1;
+                let n_t = i::shfl_idx(cnt, b);
+                let lo = i::shfl_idx(start, b);
+                let mut c0 = 0u32;
+                while c0 < n_t {
+                    let mut cand = Candidate::default();
+                    let mut pass = false;
+                    if c0 + lane < n_t {
+                        let k = (lo + c0 + lane) as usize;
+                        let t = tri.add(k).read();
+                        let sb = &*sps.add(t.bottom as usize);
+                        let w = seed_weight(c, weights.add(k).read(), sb.r, t.r_top);
+                        if single_seed_cut(c, w, sb.r) {
+                            pass = true;
+                            cand = Candidate {
+                                weight: w,
+                                key: [
+                                    sb.index,
+                                    (*sps.add(t.middle as usize)).index,
+                                    (*sps.add(t.top as usize)).index,
+                                ],
+                                r_bottom: sb.r,
+                                z_vertex: t.z_vertex,
+                            };
+                        }
+                    }
+                    let passing = i::ballot(pass);
+                    let here = if n_t - c0 < 32 { n_t - c0 } else { 32 };
+                    let mut q = 0u32;
+                    while q < here {
+                        let got = Candidate {
+                            weight: f32::from_bits(i::shfl_idx(cand.weight.to_bits(), q)),
+                            key: [
+                                i::shfl_idx(cand.key[0], q),
+                                i::shfl_idx(cand.key[1], q),
+                                i::shfl_idx(cand.key[2], q),
+                            ],
+                            r_bottom: f32::from_bits(i::shfl_idx(cand.r_bottom.to_bits(), q)),
+                            z_vertex: f32::from_bits(i::shfl_idx(cand.z_vertex.to_bits(), q)),
+                        };
+                        if lane == 0 && (passing >> q) & 1 != 0 {
+                            best.offer(got);
+                        }
+                        q += 1;
+                    }
+                    c0 += 32;
+                }
             }
-            j += 1;
+            base += 32;
         }
-        counts.add(p as usize).write(out as u32);
+        if lane == 0 {
+            let cap = c.max_seeds_per_spm as usize;
+            let mut out = 0usize;
+            let mut j = 0u32;
+            while j < best.len {
+                let s = best.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize];
+                if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
+                    slots.add(g as usize * cap + out).write(Seed {
+                        bottom: s.key[0],
+                        middle: s.key[1],
+                        top: s.key[2],
+                        weight: s.weight,
+                        z_vertex: s.z_vertex,
+                    });
+                    out += 1;
+                }
+                j += 1;
+            }
+            counts.add(g as usize).write(out as u32);
+        }
     }
 }
 
-/// Per middle `p < n`: copies its `counts[p]` seeds from the slots to `out[off[p]..]`.
+/// Per valid middle `p` (one warp each, lane `j` its seed `j`): copies its `counts[p]` seeds
+/// from the slots to `out[off[p]..]` and writes their bound parameters (from the input
+/// spacepoints of the middle's event) to `params[off[p]..]`.
 ///
 /// # Safety
-/// `slots` for `n * cap`; `counts`, `off` for `n`; `out` for the seed total.
+/// `grid`, `binned` the batch's; `sps` the input (`ev_off` its event offsets); `slots` for
+/// `n * cap`; `counts`, `off` for `n + 1`; `out`, `params` for the seed total.
+/// `SEEDING_THREADS` threads per block, `ceil(32 n / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsParams) {
-    let (slots, counts, off, n, cap, out) = (
-        p.slots.ptr(),
-        p.counts.ptr(),
-        p.off.ptr(),
-        p.n,
-        p.cap,
-        p.out.ptr_mut(),
-    );
-    let p = index();
-    if p >= n {
+    let g = index() / 32;
+    let j = i::lane_id() as usize;
+    if g >= p.n {
         return;
     }
     // SAFETY: launch contract.
     unsafe {
-        let cnt = counts.add(p as usize).read() as usize;
-        let o = off.add(p as usize).read() as usize;
-        let mut j = 0;
-        while j < cnt {
-            out.add(o + j)
-                .write(slots.add(p as usize * cap as usize + j).read());
-            j += 1;
+        let c = &*p.cfg.ptr();
+        if g >= n_valid(c, p.grid.ptr(), p.n_events) {
+            return;
         }
+        let cnt = p.counts.ptr().add(g as usize).read() as usize;
+        if j >= cnt {
+            return;
+        }
+        let o = p.off.ptr().add(g as usize).read() as usize;
+        let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+        let e = (*p.binned.ptr().add(g as usize)).bin / nbins;
+        let base = p.ev_off.ptr().add(e as usize).read() as usize;
+        let sps = p.sps.ptr();
+        let pos = |k: u32| {
+            let s = &*sps.add(base + k as usize);
+            [s.x, s.y, s.z]
+        };
+        let cap = c.max_seeds_per_spm as usize;
+        let s = p.slots.ptr().add(g as usize * cap + j).read();
+        p.out.ptr_mut().add(o + j).write(s);
+        p.params.ptr_mut().add(o + j).write(estimate_params(
+            c.bfield,
+            pos(s.bottom),
+            pos(s.middle),
+            pos(s.top),
+        ));
     }
 }

@@ -1,139 +1,159 @@
-//! Triplets: count, find and the weight update.
+//! Triplets: count, find and the weight update. The doublet and triplet totals live on the
+//! device ([`SeedingTotals`]); every kernel here reads them and does nothing when an earlier
+//! stage overflowed its capacity (the host then repeats the call with larger buffers).
 
 #[allow(unused_imports)]
 use super::device::*;
 use super::*;
 use crate::intrinsics as i;
 
-/// Per middle–bottom doublet `d < n_mb`: the number of compatible tops; sum into
-/// `total` (u64).
+/// The number of middle–bottom doublets when both doublet totals fit their capacities,
+/// else 0.
 ///
 /// # Safety
-/// `bot`, `lc_bot` valid for `n_mb`; `off_top` holds `n + 1` offsets (exclusive scan
-/// with total) into `lc_top`; `counts` for `n_mb`; `total` one zeroed u64.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_count_triplets(p: SeedingCountTripletsParams) {
-    let (cfg, sps, bot, lc_bot, n_mb, off_top, lc_top, counts, total) = (
-        p.cfg.ptr(),
-        p.sps.ptr(),
-        p.bot.ptr(),
-        p.lc_bot.ptr(),
-        p.n_mb,
-        p.off_top.ptr(),
-        p.lc_top.ptr(),
-        p.counts.ptr_mut(),
-        p.total.ptr_mut(),
-    );
-    let d = index();
-    if d >= n_mb {
-        return;
-    }
-    // SAFETY: launch contract.
-    unsafe {
-        let c = &*cfg;
-        let db = bot.add(d as usize).read();
-        let m = &*sps.add(db.middle as usize);
-        let lb = lc_bot.add(d as usize).read();
-        let (isin, scat) = bottom_scattering(c, &lb);
-        let lo = off_top.add(db.middle as usize).read();
-        let hi = off_top.add(db.middle as usize + 1).read();
-        let mut cnt = 0u32;
-        let mut t = lo;
-        while t < hi {
-            let lt = lc_top.add(t as usize).read();
-            cnt += triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() as u32;
-            t += 1;
-        }
-        counts.add(d as usize).write(cnt);
-        if cnt != 0 {
-            i::atomic_add_u64(total, cnt as u64);
-        }
+/// `totals` one record written by earlier launches.
+#[inline(always)]
+pub(crate) unsafe fn doublets_fit(totals: *const SeedingTotals, cap_mb: u32, cap_mt: u32) -> u64 {
+    // SAFETY: caller's contract; the fields read are not written by the running kernel.
+    let (mb, mt) = unsafe { ((*totals).mid_bot, (*totals).mid_top) };
+    if mb <= cap_mb as u64 && mt <= cap_mt as u64 {
+        mb
+    } else {
+        0
     }
 }
 
-/// Per middle–bottom doublet `d < n_mb`: its triplets at `off_tri[d]..`.
+/// Per middle–bottom doublet `d` (grid-stride, below the doublet total), in one pass: the
+/// compatible tops of its middle are counted (`tri_cnt[d]`, summed into `totals.triplets`
+/// and the event's count), space for them is reserved with one 64-bit atomic
+/// (`tri_start[d]`; each doublet's triplets are contiguous, in top order, doublets in any
+/// order), and, when the reservation fits `cap_tri`, a second walk over the tops between the
+/// first and the last compatible one writes them. Triplets are rare (about one per 16
+/// doublets at ⟨μ⟩ = 200), so the second walk is short and seldom taken.
 ///
 /// # Safety
-/// As [`seeding_count_triplets`]; `top` valid like `lc_top`; `off_tri` the exclusive
-/// scan of its counts; `out` holds the triplet total.
+/// `bot`, `lc_bot` valid for `cap_mb`, `top_start`/`n_top` give each middle's tops in
+/// `top`, `lc_top` (`cap_mt`); `tri_cnt`, `tri_start` for `cap_mb`; `out` for `cap_tri`;
+/// `totals` and `events` as written by the doublet kernel.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingFindTripletsParams) {
-    let (cfg, sps, bot, lc_bot, n_mb, off_top, top, lc_top, off_tri, out) = (
-        p.cfg.ptr(),
-        p.sps.ptr(),
-        p.bot.ptr(),
-        p.lc_bot.ptr(),
-        p.n_mb,
-        p.off_top.ptr(),
-        p.top.ptr(),
-        p.lc_top.ptr(),
-        p.off_tri.ptr(),
-        p.out.ptr_mut(),
-    );
-    let d = index();
-    if d >= n_mb {
-        return;
-    }
+pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams) {
     // SAFETY: launch contract.
     unsafe {
-        let c = &*cfg;
-        let db = bot.add(d as usize).read();
-        let m = &*sps.add(db.middle as usize);
-        let lb = lc_bot.add(d as usize).read();
-        let (isin, scat) = bottom_scattering(c, &lb);
-        let lo = off_top.add(db.middle as usize).read();
-        let hi = off_top.add(db.middle as usize + 1).read();
-        let mut w = off_tri.add(d as usize).read() as usize;
-        let mut t = lo;
-        while t < hi {
-            let lt = lc_top.add(t as usize).read();
-            if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat) {
-                let dt = top.add(t as usize).read();
-                out.add(w).write(Triplet {
-                    bottom: db.other,
-                    middle: db.middle,
-                    top: dt.other,
-                    mb: d as u32,
-                    curvature: curv,
-                    weight: impact_weight(c, impact),
-                    z_vertex: lb.zo,
-                    r_top: (*sps.add(dt.other as usize)).r,
-                });
-                w += 1;
+        let c = &*p.cfg.ptr();
+        let (sps, bot, lc_bot, lc_top, top) = (
+            p.sps.ptr(),
+            p.bot.ptr(),
+            p.lc_bot.ptr(),
+            p.lc_top.ptr(),
+            p.top.ptr(),
+        );
+        let n_mb = doublets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
+        let out = p.out.ptr_mut();
+        let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+        let mut d = index();
+        while d < n_mb {
+            let db = bot.add(d as usize).read();
+            let m = &*sps.add(db.middle as usize);
+            let lb = lc_bot.add(d as usize).read();
+            let (isin, scat) = bottom_scattering(c, &lb);
+            let lo = p.top_start.ptr().add(db.middle as usize).read();
+            let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
+            let mut cnt = 0u32;
+            let (mut first, mut last) = (hi, lo);
+            let mut t = lo;
+            while t < hi {
+                let lt = lc_top.add(t as usize).read();
+                if triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() {
+                    if cnt == 0 {
+                        first = t;
+                    }
+                    last = t;
+                    cnt += 1;
+                }
+                t += 1;
             }
-            t += 1;
+            p.tri_cnt.ptr_mut().add(d as usize).write(cnt);
+            if cnt != 0 {
+                let tot = p.totals.ptr_mut();
+                let start = i::atomic_add_u64(core::ptr::addr_of_mut!((*tot).triplets), cnt as u64);
+                let ev = p.events.ptr_mut().add((m.bin / nbins) as usize);
+                i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).triplets), cnt);
+                p.tri_start.ptr_mut().add(d as usize).write(start as u32);
+                if start + cnt as u64 <= p.cap_tri as u64 {
+                    let mut w = start as usize;
+                    let mut t = first;
+                    while t <= last {
+                        let lt = lc_top.add(t as usize).read();
+                        if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat)
+                        {
+                            let dt = top.add(t as usize).read();
+                            out.add(w).write(Triplet {
+                                bottom: db.other,
+                                middle: db.middle,
+                                top: dt.other,
+                                mb: d as u32,
+                                curvature: curv,
+                                weight: impact_weight(c, impact),
+                                z_vertex: lb.zo,
+                                r_top: (*sps.add(dt.other as usize)).r,
+                            });
+                            w += 1;
+                        }
+                        t += 1;
+                    }
+                }
+            }
+            d += stride();
         }
     }
 }
 
-/// Per triplet `k < n_tri`: the compatible-seed weight update into `weights[k]`.
+/// The number of triplets when every total fits its capacity, else 0.
 ///
 /// # Safety
-/// `tri` valid for `n_tri`; `off_tri` holds `n_mb + 1` offsets; `weights` for `n_tri`.
+/// As [`doublets_fit`].
+#[inline(always)]
+pub(crate) unsafe fn triplets_fit(
+    totals: *const SeedingTotals,
+    cap_mb: u32,
+    cap_mt: u32,
+    cap_tri: u32,
+) -> u64 {
+    // SAFETY: caller's contract.
+    unsafe {
+        let nt = (*totals).triplets;
+        if doublets_fit(totals, cap_mb, cap_mt) == 0 || nt > cap_tri as u64 {
+            0
+        } else {
+            nt
+        }
+    }
+}
+
+/// Per triplet (grid-stride): the compatible-seed weight update into `weights[k]`, over
+/// the triplets of its middle–bottom doublet (`tri_start[mb]`, `tri_cnt[mb]`).
+///
+/// # Safety
+/// `tri` valid for `cap_tri`; `tri_cnt`, `tri_start` for `cap_mb`; `weights` for `cap_tri`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_update_weights(p: SeedingUpdateWeightsParams) {
-    let (cfg, tri, n_tri, off_tri, weights) = (
-        p.cfg.ptr(),
-        p.tri.ptr(),
-        p.n_tri,
-        p.off_tri.ptr(),
-        p.weights.ptr_mut(),
-    );
-    let k = index();
-    if k >= n_tri {
-        return;
-    }
-    // SAFETY: launch contract: the group [off_tri[mb], off_tri[mb + 1]) contains k.
+    // SAFETY: launch contract: the group [tri_start[mb], + tri_cnt[mb]) contains k.
     unsafe {
-        let c = &*cfg;
-        let t = tri.add(k as usize).read();
-        let lo = off_tri.add(t.mb as usize).read();
-        let hi = off_tri.add(t.mb as usize + 1).read();
-        let group = tri.add(lo as usize);
-        let w = updated_weight(c, k as u32 - lo, hi - lo, t.weight, |j| {
-            let o = &*group.add(j as usize);
-            (o.curvature, o.r_top)
-        });
-        weights.add(k as usize).write(w);
+        let c = &*p.cfg.ptr();
+        let (tri, weights) = (p.tri.ptr(), p.weights.ptr_mut());
+        let n_tri = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri);
+        let mut k = index();
+        while k < n_tri {
+            let t = tri.add(k as usize).read();
+            let lo = p.tri_start.ptr().add(t.mb as usize).read();
+            let len = p.tri_cnt.ptr().add(t.mb as usize).read();
+            let group = tri.add(lo as usize);
+            let w = updated_weight(c, k as u32 - lo, len, t.weight, |j| {
+                let o = &*group.add(j as usize);
+                (o.curvature, o.r_top)
+            });
+            weights.add(k as usize).write(w);
+            k += stride();
+        }
     }
 }

@@ -101,6 +101,40 @@ impl GpuContext {
         offsets: &mut DeviceBuffer<u32>,
         content: &mut DeviceBuffer<u32>,
     ) -> Result<Option<u32>> {
+        self.bucket_launch(keys, n, nbins, bits, sorted, bad, offsets, content)?;
+        let v = self.download(bad)?;
+        Ok((v[0] != u32::MAX).then_some(v[0]))
+    }
+
+    /// The launches of the device-wide container only (radix sort by the low `bits` bits,
+    /// then the offsets kernel), with no host synchronisation: `bad[0]` receives the smallest
+    /// index of a key `>= nbins` (`u32::MAX` when none), for callers whose keys are in range
+    /// by construction or that read it later. Requires `1 <= n`, `keys`, `sorted`, `content`
+    /// of at least `n` words and `offsets` of `nbins + 1`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn bucket_launch(
+        &self,
+        keys: &DeviceBuffer<u32>,
+        n: usize,
+        nbins: u32,
+        bits: u32,
+        sorted: &mut DeviceBuffer<u32>,
+        bad: &mut DeviceBuffer<u32>,
+        offsets: &mut DeviceBuffer<u32>,
+        content: &mut DeviceBuffer<u32>,
+    ) -> Result<()> {
+        if n == 0
+            || keys.len() < n
+            || sorted.len() < n
+            || content.len() < n
+            || bad.is_empty()
+            || offsets.len() < nbins as usize + 1
+        {
+            return Err(invalid(
+                "bucket buffers",
+                "n = 0 or buffers shorter than n (or nbins + 1)",
+            ));
+        }
         self.sort_index_device(keys, sorted, content, n, SortOptions::bits(0, bits))?;
         self.fill_u32(bad, 1, u32::MAX)?;
         let params = k::BucketOffsetsSortedParams {
@@ -121,16 +155,14 @@ impl GpuContext {
             .clamp(1, self.sm_count() as u64 * 16);
         // SAFETY: `sorted` and `content` hold the n keys sorted by their low `bits` bits and
         // their input indices (the sort above, same stream); offsets holds nbins + 1 words,
-        // bad one word set to u32::MAX.
+        // bad one word set to u32::MAX (all checked above).
         unsafe {
             self.launch(
                 k::KERNEL_BUCKET_OFFSETS_SORTED,
                 cfg(blocks, k::BUCKET_OFFSETS_THREADS, 0),
                 &params,
-            )?
-        };
-        let v = self.download(bad)?;
-        Ok((v[0] != u32::MAX).then_some(v[0]))
+            )
+        }
     }
 
     /// When a kernel recorded an out-of-range key at index `first`, reads that key back and

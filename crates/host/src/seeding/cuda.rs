@@ -1,15 +1,26 @@
-//! Seeding launchers on [`GpuContext`]: the stage chain on device-resident spacepoints.
+//! Seeding launchers on [`GpuContext`]: the stage chain on device-resident spacepoints, for
+//! one event or a batch of events per launch, with no host synchronisation between stages.
+//!
+//! Every buffer lives in a [`SeedingWorkspace`] that is reused from call to call (grown, never
+//! shrunk). Per-spacepoint buffers are sized from the input (exact upper bounds); the doublet
+//! and triplet buffers have capacities proportional to the number of spacepoints. The kernels
+//! reserve space with device atomics and never write past a capacity; the totals they need
+//! are read once, at the end of the chain, together with the per-event counts. When a total
+//! exceeded its capacity, the call is repeated with the capacity raised to the total plus a
+//! margin (a rare retry: the workspace keeps the larger factor), so nothing is ever lost.
 
+use std::ops::Range;
 use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
-use detkit_gpu::seeding as k;
+use detkit_gpu::seeding::{self as k, EventCounts, SeedingTotals};
 
 use super::*;
+use crate::bucket::cuda::bin_bits;
 use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
-use crate::error::{invalid, DriverContext, Result};
-use crate::{BucketOrder, ScanKind};
+use crate::error::{invalid, DriverContext, Error, Result};
+use crate::ScanKind;
 
 /// Seeds and parameters left on the device by [`GpuContext::seed_device`].
 pub struct DeviceSeeds {
@@ -21,14 +32,202 @@ pub struct DeviceSeeds {
     pub stats: SeedingStats,
 }
 
-/// Per-stage GPU times (ms, from CUDA events around each stage's launches; host
-/// synchronisations between stages are not included) and the host wall time of the call.
+/// Per-stage GPU times (ms, from CUDA events around each stage's launches) and the host wall
+/// time of the call.
 #[derive(Clone, Debug, Default)]
 pub struct StageTimes {
-    /// `(stage, ms)` in pipeline order.
+    /// `(stage, ms)` in pipeline order (of the last attempt).
     pub stages: Vec<(&'static str, f64)>,
-    /// Wall time of the whole call, ms, including the host round trips.
+    /// GPU time from the first launch to the last of the last attempt, ms.
+    pub chain_ms: f64,
+    /// Wall time of the whole call, ms, including the final read of the counts.
     pub wall_ms: f64,
+    /// Attempts (1 unless a capacity overflowed and the chain was repeated).
+    pub attempts: u32,
+}
+
+/// Largest capacity of a doublet or triplet buffer (entries; offsets are `u32`).
+const MAX_CAP: u64 = u32::MAX as u64 - 2;
+/// Largest number of spacepoints of one batch chunk of [`Backend::seed_events`].
+const CHUNK_SPACEPOINTS: usize = 1 << 22;
+
+/// Device buffers of the seeding chain, reused from call to call (grown on demand, never
+/// shrunk), and the capacity factors of the doublet and triplet buffers.
+///
+/// A workspace belongs to one [`GpuContext`]. [`GpuContext::seed_batch_device`] leaves the
+/// results of its last call here: [`Self::seeds`], [`Self::params`] and
+/// [`Self::event_seeds`].
+pub struct SeedingWorkspace {
+    /// Capacity factors (entries per spacepoint): middle–bottom, middle–top, triplets.
+    factors: [f64; 3],
+    poison: bool,
+    retries: u64,
+    cfg_host: Option<SeedingConfig>,
+    ev_off_host: Vec<u32>,
+    bufs: Vec<Option<DeviceBuffer<u32>>>,
+    event_seeds: Vec<Range<usize>>,
+    n_seeds: usize,
+}
+
+/// The buffers of a [`SeedingWorkspace`], by index into `bufs`.
+#[derive(Clone, Copy)]
+enum B {
+    Cfg,
+    EvOff,
+    Input,
+    Keys,
+    Sorted,
+    Content,
+    Bad,
+    Grid,
+    Binned,
+    NBot,
+    NTop,
+    BotStart,
+    TopStart,
+    Bot,
+    LcBot,
+    Top,
+    LcTop,
+    Rz,
+    TriCnt,
+    TriStart,
+    Tri,
+    Weights,
+    Slots,
+    SCnt,
+    SOff,
+    Seeds,
+    Params,
+    Summary,
+}
+const NBUF: usize = B::Summary as usize + 1;
+
+/// Initial capacity factors: at ⟨μ⟩ = 200 an event has about 22 middle–bottom and 8
+/// middle–top doublets and 1.4 triplets per spacepoint.
+const INITIAL_FACTORS: [f64; 3] = [32.0, 12.0, 3.0];
+
+impl Default for SeedingWorkspace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SeedingWorkspace {
+    /// An empty workspace (buffers are allocated by the first call).
+    pub fn new() -> Self {
+        Self {
+            factors: INITIAL_FACTORS,
+            poison: false,
+            retries: 0,
+            cfg_host: None,
+            ev_off_host: Vec::new(),
+            bufs: (0..NBUF).map(|_| None).collect(),
+            event_seeds: Vec::new(),
+            n_seeds: 0,
+        }
+    }
+
+    /// A workspace whose doublet and triplet capacities start at `factors` entries per
+    /// spacepoint (middle–bottom, middle–top, triplets) instead of the defaults: tests use tiny
+    /// factors to force the overflow-and-retry path.
+    pub fn with_capacity_factors(factors: [f64; 3]) -> Self {
+        Self {
+            factors,
+            ..Self::new()
+        }
+    }
+
+    /// Fill every buffer the kernels write with [`POISON`] before each call (tests: an element
+    /// a kernel failed to write shows up as a mismatch).
+    pub fn set_poison(&mut self, on: bool) {
+        self.poison = on;
+    }
+
+    /// Number of repeated chains so far (a capacity overflowed and was raised).
+    pub fn retries(&self) -> u64 {
+        self.retries
+    }
+
+    /// The current capacity factors (entries per spacepoint).
+    pub fn capacity_factors(&self) -> [f64; 3] {
+        self.factors
+    }
+
+    /// Seeds of the last call (`Seed` words; the first `words(total)` are valid).
+    pub fn seeds(&self) -> Option<&DeviceBuffer<u32>> {
+        self.bufs[B::Seeds as usize].as_ref()
+    }
+
+    /// Bound parameters of the last call (`BoundParams` words).
+    pub fn params(&self) -> Option<&DeviceBuffer<u32>> {
+        self.bufs[B::Params as usize].as_ref()
+    }
+
+    /// The seed range of every event of the last call, in [`Self::seeds`] (in seeds).
+    pub fn event_seeds(&self) -> &[Range<usize>] {
+        &self.event_seeds
+    }
+
+    /// Seeds of the last call, all events.
+    pub fn total_seeds(&self) -> usize {
+        self.n_seeds
+    }
+
+    fn buf(&self, b: B) -> &DeviceBuffer<u32> {
+        self.bufs[b as usize]
+            .as_ref()
+            .expect("workspace buffer allocated by `ensure` before use")
+    }
+
+    fn buf_mut(&mut self, b: B) -> &mut DeviceBuffer<u32> {
+        self.bufs[b as usize]
+            .as_mut()
+            .expect("workspace buffer allocated by `ensure` before use")
+    }
+
+    /// Makes buffer `b` hold at least `words` words (new allocations are poisoned).
+    fn ensure(&mut self, gpu: &GpuContext, b: B, words: usize) -> Result<()> {
+        let words = words.max(1);
+        let slot = &mut self.bufs[b as usize];
+        if slot.as_ref().is_none_or(|x| x.len() < words) {
+            *slot = None; // free before allocating the larger one
+            *slot = Some(gpu.filled_u32(words, POISON)?);
+        }
+        Ok(())
+    }
+
+    /// Capacity `factor * n` (at least 64), or a typed error above `MAX_CAP`.
+    fn cap(&self, which: usize, n: usize) -> Result<u32> {
+        let c = (self.factors[which] * n as f64).ceil().max(64.0);
+        if c > MAX_CAP as f64 {
+            return Err(Error::CapacityExceeded {
+                what: ["middle-bottom doublets", "middle-top doublets", "triplets"][which],
+                needed: c as u64,
+                capacity: MAX_CAP,
+            });
+        }
+        Ok(c as u32)
+    }
+
+    /// Raises capacity factor `which` so that `needed` entries fit for `n` spacepoints, with
+    /// a 25 % margin; a typed error when `needed` itself is above `MAX_CAP`.
+    fn grow(&mut self, which: usize, needed: u64, n: usize) -> Result<()> {
+        if needed > MAX_CAP {
+            return Err(Error::CapacityExceeded {
+                what: ["middle-bottom doublets", "middle-top doublets", "triplets"][which],
+                needed,
+                capacity: MAX_CAP,
+            });
+        }
+        let f = needed as f64 * 1.25 / n.max(1) as f64;
+        self.factors[which] = self.factors[which].max(f);
+        // The margin must not push a fitting total over MAX_CAP.
+        if self.factors[which] * n as f64 > MAX_CAP as f64 {
+            self.factors[which] = MAX_CAP as f64 / n.max(1) as f64;
+        }
+        Ok(())
+    }
 }
 
 struct Timer<'a> {
@@ -38,7 +237,7 @@ struct Timer<'a> {
     open: Option<(&'static str, CudaEvent)>,
 }
 
-impl<'a> Timer<'a> {
+impl Timer<'_> {
     fn start(&mut self, name: &'static str) -> Result<()> {
         if self.on {
             let e = self
@@ -61,6 +260,17 @@ impl<'a> Timer<'a> {
         }
         Ok(())
     }
+    fn stage(&mut self, name: &'static str, f: impl FnOnce() -> Result<()>) -> Result<()> {
+        self.start(name)?;
+        f()?;
+        self.stop()
+    }
+}
+
+/// `n` items at `threads` per block, grid-stride: at most 16 blocks per multiprocessor.
+fn stride_blocks(gpu: &GpuContext, n: u64) -> u64 {
+    n.div_ceil(k::SEEDING_THREADS as u64)
+        .clamp(1, gpu.sm_count() as u64 * 16)
 }
 
 impl GpuContext {
@@ -73,8 +283,9 @@ impl GpuContext {
     }
 
     /// The whole seeding chain on the device for `n` spacepoints in `sps` (`SpacePoint`
-    /// words). The caller validated the inputs (see [`check_spacepoints`], [`check_config`]).
-    /// With `times`, per-stage GPU times are recorded.
+    /// words), one event. Results are copied out of the context's workspace into new buffers;
+    /// [`GpuContext::seed_batch_device`] leaves them in a caller's workspace instead. With
+    /// `times`, per-stage GPU times are recorded.
     pub fn seed_device(
         &self,
         cfg: &SeedingConfig,
@@ -82,321 +293,529 @@ impl GpuContext {
         n: usize,
         times: Option<&mut StageTimes>,
     ) -> Result<DeviceSeeds> {
+        let mut ws = self
+            .with_scratch(|s: &mut Option<SeedingWorkspace>| s.take())
+            .unwrap_or_default();
+        let r = self.seed_device_in(&mut ws, cfg, sps, n, times);
+        self.with_scratch(|s: &mut Option<SeedingWorkspace>| *s = Some(ws));
+        r
+    }
+
+    fn seed_device_in(
+        &self,
+        ws: &mut SeedingWorkspace,
+        cfg: &SeedingConfig,
+        sps: &DeviceBuffer<u32>,
+        n: usize,
+        times: Option<&mut StageTimes>,
+    ) -> Result<DeviceSeeds> {
+        let stats = self.seed_batch_device(ws, cfg, sps, &[0, n], times)?[0];
+        let ns = ws.total_seeds();
+        let mut seeds = self.zeros::<u32>(words::<Seed>(ns))?;
+        let mut params = self.zeros::<u32>(words::<BoundParams>(ns))?;
+        if ns > 0 {
+            let (ws_seeds, ws_params) = (ws.buf(B::Seeds), ws.buf(B::Params));
+            let (a, b) = (words::<Seed>(ns), words::<BoundParams>(ns));
+            self.stream()
+                .memcpy_dtod(&ws_seeds.slice(..a), &mut seeds.slice_mut(..a))
+                .ctx("copying seeds")?;
+            self.stream()
+                .memcpy_dtod(&ws_params.slice(..b), &mut params.slice_mut(..b))
+                .ctx("copying parameters")?;
+        }
+        Ok(DeviceSeeds {
+            seeds,
+            params,
+            stats,
+        })
+    }
+
+    /// Seeds every event of a batch in one chain of launches: the events are the
+    /// consecutive runs `offsets[e]..offsets[e + 1]` of `sps` (`SpacePoint` words,
+    /// device-resident), each seeded exactly as on its own (the same seeds, parameters and
+    /// counts, in the same order). The results stay in `ws` ([`SeedingWorkspace::seeds`],
+    /// [`SeedingWorkspace::params`], [`SeedingWorkspace::event_seeds`]); the counts of each
+    /// event are returned. One host synchronisation at the end (the counts), none between
+    /// stages; a capacity overflow repeats the chain with larger buffers. The caller validated
+    /// the spacepoints ([`check_spacepoints`]).
+    pub fn seed_batch_device(
+        &self,
+        ws: &mut SeedingWorkspace,
+        cfg: &SeedingConfig,
+        sps: &DeviceBuffer<u32>,
+        offsets: &[usize],
+        times: Option<&mut StageTimes>,
+    ) -> Result<Vec<SeedingStats>> {
         check_config(cfg)?;
+        let wall = Instant::now();
+        let n_events = offsets.len().saturating_sub(1);
+        if n_events == 0 {
+            return Err(invalid(
+                "batch offsets",
+                "need at least two offsets (one event)",
+            ));
+        }
+        if offsets[0] != 0 || offsets.windows(2).any(|w| w[1] < w[0]) {
+            return Err(invalid("batch offsets", "must start at 0 and not decrease"));
+        }
+        let n = offsets[n_events];
         if sps.len() < words::<SpacePoint>(n) || n as u64 >= 1 << 31 {
             return Err(invalid(
                 "spacepoint buffer",
                 format!("{} words for {n} spacepoints", sps.len()),
             ));
         }
-        let wall = Instant::now();
+        let nkeys = cfg.nkeys() as u64;
+        if (n_events as u64 + 1) * nkeys >= u32::MAX as u64 {
+            return Err(invalid(
+                "batch",
+                format!("{n_events} events of {nkeys} grid keys exceed 2^32 keys; split the batch"),
+            ));
+        }
+        let ev_off: Vec<u32> = offsets.iter().map(|&o| o as u32).collect();
+        let mut stats: Vec<SeedingStats> = offsets
+            .windows(2)
+            .map(|w| SeedingStats {
+                spacepoints: (w[1] - w[0]) as u64,
+                ..Default::default()
+            })
+            .collect();
+        ws.event_seeds = vec![0..0; n_events];
+        ws.n_seeds = 0;
         let mut tm = Timer {
             gpu: self,
             on: times.is_some(),
             marks: Vec::new(),
             open: None,
         };
-        let mut stats = SeedingStats {
-            spacepoints: n as u64,
-            ..Default::default()
-        };
-        let empty = |s: SeedingStats| -> Result<DeviceSeeds> {
-            Ok(DeviceSeeds {
-                seeds: self.zeros(1)?,
-                params: self.zeros(1)?,
-                stats: s,
-            })
-        };
-        let finish = |tm: Timer, times: Option<&mut StageTimes>| -> Result<()> {
-            if let Some(t) = times {
-                self.synchronize()?;
-                t.stages.clear();
-                for (name, a, b) in &tm.marks {
-                    t.stages
-                        .push((name, a.elapsed_ms(b).ctx("reading an event")? as f64));
-                }
-                t.wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+        let mut attempts = 0u32;
+        if n > 0 {
+            // Configuration and event offsets: uploaded only when they changed.
+            ws.ensure(self, B::Cfg, words::<SeedingConfig>(1))?;
+            if ws.cfg_host != Some(*cfg) {
+                let words = bytemuck::cast_slice::<SeedingConfig, u32>(std::slice::from_ref(cfg));
+                self.stream()
+                    .memcpy_htod(words, &mut ws.buf_mut(B::Cfg).slice_mut(..words.len()))
+                    .ctx("uploading the seeding configuration")?;
+                ws.cfg_host = Some(*cfg);
             }
-            Ok(())
-        };
-        if n == 0 {
-            finish(tm, times)?;
-            return empty(stats);
+            ws.ensure(self, B::EvOff, ev_off.len())?;
+            if ws.ev_off_host != ev_off {
+                self.stream()
+                    .memcpy_htod(&ev_off, &mut ws.buf_mut(B::EvOff).slice_mut(..ev_off.len()))
+                    .ctx("uploading event offsets")?;
+                ws.ev_off_host = ev_off.clone();
+            }
+            loop {
+                attempts += 1;
+                tm.marks.clear();
+                let counts = self.seed_chain(ws, cfg, sps, n, n_events, &mut tm)?;
+                let (totals, events) = counts;
+                let caps = [ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?];
+                let over = [
+                    totals.mid_bot > caps[0] as u64,
+                    totals.mid_top > caps[1] as u64,
+                    !(totals.mid_bot > caps[0] as u64 || totals.mid_top > caps[1] as u64)
+                        && totals.triplets > caps[2] as u64,
+                ];
+                if !over.iter().any(|&o| o) {
+                    for (s, ev) in stats.iter_mut().zip(&events) {
+                        s.valid = ev.valid as u64;
+                        s.invalid = s.spacepoints - s.valid;
+                        s.mid_bot = ev.mid_bot as u64;
+                        s.mid_top = ev.mid_top as u64;
+                        s.triplets = ev.triplets as u64;
+                        s.seeds = ev.seeds as u64;
+                    }
+                    ws.event_seeds = events
+                        .iter()
+                        .map(|ev| ev.seed_start as usize..(ev.seed_start + ev.seeds) as usize)
+                        .collect();
+                    ws.n_seeds = events.iter().map(|ev| ev.seeds as usize).sum();
+                    break;
+                }
+                let needed = [totals.mid_bot, totals.mid_top, totals.triplets];
+                for w in 0..3 {
+                    if over[w] {
+                        ws.grow(w, needed[w], n)?;
+                    }
+                }
+                ws.retries += 1;
+                if attempts >= 4 {
+                    // Each attempt computes one more stage exactly: cannot happen.
+                    return Err(Error::CapacityExceeded {
+                        what: "seeding retries",
+                        needed: attempts as u64,
+                        capacity: 3,
+                    });
+                }
+            }
         }
-        let n64 = n as u64;
-        let d_cfg = self.upload(bytemuck::cast_slice::<SeedingConfig, u32>(&[*cfg]))?;
-        let nkeys = cfg.nkeys();
-
-        // 1. binning: grid key per spacepoint, stable bucket (nkeys + 1 bins: the last holds
-        //    the invalid ones), binned records in grid order.
-        tm.start("bin_spacepoints")?;
-        let mut keys = self.filled_u32(n, POISON)?;
-        {
-            let params = k::SeedingBinSpacepointsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                sps: self.ptr(sps).cast(),
-                n: n64,
-                keys: self.ptr_mut(&mut keys),
+        if let Some(t) = times {
+            self.synchronize()?;
+            t.stages.clear();
+            for (name, a, b) in &tm.marks {
+                t.stages
+                    .push((name, a.elapsed_ms(b).ctx("reading an event")? as f64));
+            }
+            t.chain_ms = match (tm.marks.first(), tm.marks.last()) {
+                (Some(f), Some(l)) => f.1.elapsed_ms(&l.2).ctx("reading an event")? as f64,
+                _ => 0.0,
             };
-            // SAFETY: config is one SeedingConfig; sps holds n SpacePoints (checked); keys n.
-            let r = unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params) };
+            t.attempts = attempts;
+            t.wall_ms = wall.elapsed().as_secs_f64() * 1e3;
+        }
+        Ok(stats)
+    }
+
+    /// One attempt of the chain for `n >= 1` spacepoints of `n_events` events; returns the
+    /// totals and per-event counts (the one read-back).
+    fn seed_chain(
+        &self,
+        ws: &mut SeedingWorkspace,
+        cfg: &SeedingConfig,
+        sps: &DeviceBuffer<u32>,
+        n: usize,
+        n_events: usize,
+        tm: &mut Timer,
+    ) -> Result<(SeedingTotals, Vec<EventCounts>)> {
+        let (cap_mb, cap_mt, cap_tri) = (ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?);
+        let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
+        let msp = cfg.max_seeds_per_spm as usize;
+        let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
+        let sizes: [(B, usize); 25] = [
+            (B::Keys, n),
+            (B::Sorted, n),
+            (B::Content, n),
+            (B::Bad, 1),
+            (B::Grid, nkeys_total as usize + 1),
+            (B::Binned, words::<k::BinnedSp>(n)),
+            (B::Rz, 2 * n),
+            (B::NBot, n),
+            (B::NTop, n),
+            (B::BotStart, n),
+            (B::TopStart, n),
+            (B::Bot, words::<k::Doublet>(cmb)),
+            (B::LcBot, words::<k::LinCircle>(cmb)),
+            (B::Top, words::<k::Doublet>(cmt)),
+            (B::LcTop, words::<k::LinCircle>(cmt)),
+            (B::TriCnt, cmb),
+            (B::TriStart, cmb),
+            (B::Tri, words::<k::Triplet>(ctri)),
+            (B::Weights, ctri),
+            (B::Slots, words::<Seed>(n * msp)),
+            (B::SCnt, n + 1),
+            (B::SOff, n + 1),
+            (B::Seeds, words::<Seed>(n * msp)),
+            (B::Params, words::<BoundParams>(n * msp)),
+            (B::Summary, 8 * (n_events + 1)),
+        ];
+        for (b, w) in sizes {
+            ws.ensure(self, b, w)?;
+        }
+        if ws.poison {
+            for (b, w) in sizes {
+                if !matches!(b, B::Summary) {
+                    self.fill_u32(ws.buf_mut(b), w.max(1), POISON)?;
+                }
+            }
+        }
+        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+        let n64 = n as u64;
+        let ne = n_events as u32;
+        // Addresses (the buffers stay put during the chain).
+        macro_rules! p {
+            ($b:expr) => {
+                self.ptr(ws.buf($b)).cast()
+            };
+        }
+        let summary = self.ptr(ws.buf(B::Summary));
+        let totals: detkit_gpu::DevPtr<SeedingTotals> = summary.cast();
+        // SAFETY (address arithmetic only): the summary holds 8 words of totals, then
+        // n_events records of 8 words.
+        let events: detkit_gpu::DevPtr<EventCounts> =
+            detkit_gpu::DevPtr::<u32>::from_addr(summary.addr() + 32).cast();
+        let d_cfg: detkit_gpu::DevPtr<SeedingConfig> = p!(B::Cfg);
+        let ev_off: detkit_gpu::DevPtr<u32> = p!(B::EvOff);
+        let sps_ptr: detkit_gpu::DevPtr<SpacePoint> = self.ptr(sps).cast();
+
+        // 1. binning: batch grid key per spacepoint, stable bucket (the last key holds the
+        //    invalid ones), binned records in grid order.
+        tm.stage("bin_spacepoints", || {
+            let params = k::SeedingBinSpacepointsParams {
+                cfg: d_cfg,
+                sps: sps_ptr,
+                ev_off,
+                n: n64,
+                keys: p!(B::Keys),
+                n_events: ne,
+                _pad0: 0,
+            };
+            // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller);
+            // ev_off n_events + 1 offsets ending at n; keys n words; (n_events + 1) * nkeys
+            // < 2^32 (checked by the caller).
+            unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params) }
+        })?;
+        tm.start("bin_spacepoints")?;
+        {
+            let mut keys = ws.bufs[B::Keys as usize].take();
+            let mut sorted = ws.bufs[B::Sorted as usize].take();
+            let mut content = ws.bufs[B::Content as usize].take();
+            let mut bad = ws.bufs[B::Bad as usize].take();
+            let mut grid = ws.bufs[B::Grid as usize].take();
+            let r = match (&mut keys, &mut sorted, &mut content, &mut bad, &mut grid) {
+                (Some(kk), Some(s), Some(c), Some(b), Some(g)) => self.bucket_launch(
+                    kk,
+                    n,
+                    nkeys_total as u32,
+                    bin_bits(nkeys_total as u32),
+                    s,
+                    b,
+                    g,
+                    c,
+                ),
+                _ => Err(invalid("seeding workspace", "bucket buffers missing")),
+            };
+            ws.bufs[B::Keys as usize] = keys;
+            ws.bufs[B::Sorted as usize] = sorted;
+            ws.bufs[B::Content as usize] = content;
+            ws.bufs[B::Bad as usize] = bad;
+            ws.bufs[B::Grid as usize] = grid;
             r?;
         }
-        let (grid, content) = self.bucket_device(&keys, n, nkeys + 1, BucketOrder::Stable)?;
-        tm.stop()?;
-        let n_valid = self
-            .stream()
-            .clone_dtoh(&grid.slice(nkeys as usize..nkeys as usize + 1))
-            .ctx("copying the valid count")?[0] as usize;
-        stats.valid = n_valid as u64;
-        stats.invalid = (n - n_valid) as u64;
-        if n_valid == 0 {
-            finish(tm, times)?;
-            return empty(stats);
-        }
-        let nv = n_valid as u64;
-        tm.start("bin_spacepoints")?;
-        let mut binned = self.filled_u32(words::<k::BinnedSp>(n_valid), POISON)?;
+        let grid: detkit_gpu::DevPtr<u32> = p!(B::Grid);
+        let binned: detkit_gpu::DevPtr<k::BinnedSp> = p!(B::Binned);
+        let rz: detkit_gpu::DevPtr<[f32; 2]> = p!(B::Rz);
         {
             let params = k::SeedingGatherSpacepointsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                sps: self.ptr(sps).cast(),
-                keys: self.ptr(&keys),
-                content: self.ptr(&content),
-                n_valid: nv,
-                out: self.ptr_mut(&mut binned).cast(),
+                cfg: d_cfg,
+                sps: sps_ptr,
+                ev_off,
+                keys: p!(B::Keys),
+                content: p!(B::Content),
+                grid,
+                n: n64,
+                out: binned,
+                rz,
+                n_events: ne,
+                _pad0: 0,
             };
-            // SAFETY: content holds n_valid indices < n (stable bucket of n keys); binned
-            // holds n_valid records.
-            let r = unsafe {
-                self.launch(k::KERNEL_GATHER_SPACEPOINTS, self.launch_items(nv), &params)
+            // SAFETY: content and grid are the stable bucket of the n keys (above); binned
+            // and rz hold n records.
+            unsafe {
+                self.launch(
+                    k::KERNEL_GATHER_SPACEPOINTS,
+                    self.launch_items(n64),
+                    &params,
+                )?
             };
-            r?;
         }
         tm.stop()?;
 
-        // 2. doublets: count → scan → allocate → fill.
-        tm.start("count_doublets")?;
-        let mut n_bot = self.zeros::<u32>(n_valid + 1)?;
-        let mut n_top = self.zeros::<u32>(n_valid + 1)?;
-        let mut totals = self.zeros::<u64>(2)?;
-        {
-            let params = k::SeedingCountDoubletsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                grid: self.ptr(&grid),
-                sps: self.ptr(&binned).cast(),
-                n: nv,
-                n_bot: self.ptr_mut(&mut n_bot),
-                n_top: self.ptr_mut(&mut n_top),
-                totals: self.ptr_mut(&mut totals),
+        // 2. doublets: one pass, space reserved per middle.
+        let (n_bot, n_top, bot_start, top_start): (
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<u32>,
+        ) = (p!(B::NBot), p!(B::NTop), p!(B::BotStart), p!(B::TopStart));
+        let (bot, lc_bot, top, lc_top): (
+            detkit_gpu::DevPtr<k::Doublet>,
+            detkit_gpu::DevPtr<k::LinCircle>,
+            detkit_gpu::DevPtr<k::Doublet>,
+            detkit_gpu::DevPtr<k::LinCircle>,
+        ) = (p!(B::Bot), p!(B::LcBot), p!(B::Top), p!(B::LcTop));
+        tm.stage("find_doublets", || {
+            let params = k::SeedingFindDoubletsParams {
+                cfg: d_cfg,
+                grid,
+                sps: binned,
+                rz,
+                n: n64,
+                n_bot,
+                n_top,
+                bot_start,
+                top_start,
+                bot,
+                lc_bot,
+                top,
+                lc_top,
+                totals,
+                events,
+                n_events: ne,
+                cap_mb,
+                cap_mt,
+                _pad0: 0,
             };
-            // SAFETY: grid holds nkeys + 2 offsets, grid[nkeys] = n_valid; binned n_valid
-            // records; counts n_valid + 1; totals two zeroed u64; one warp per middle.
-            let r = unsafe {
+            let mut lc = self.launch_items(32 * n64);
+            lc.shared_mem_bytes = k::doublet_smem_bytes() as u32;
+            // SAFETY: grid and binned from the binning; per-middle arrays n words; doublet
+            // arrays of cap_mb / cap_mt entries (never written past: reservations checked in
+            // the kernel); totals and events in the zeroed summary; one warp per middle,
+            // SEEDING_THREADS threads and doublet_smem_bytes() of shared memory.
+            unsafe { self.launch(k::KERNEL_FIND_DOUBLETS, lc, &params) }
+        })?;
+
+        // 3. triplets: one pass per middle–bottom doublet (grid-stride below the total).
+        let (tri_cnt, tri_start, tri, weights): (
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<k::Triplet>,
+            detkit_gpu::DevPtr<f32>,
+        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri), p!(B::Weights));
+        tm.stage("find_triplets", || {
+            let params = k::SeedingTripletsParams {
+                cfg: d_cfg,
+                sps: binned,
+                bot,
+                lc_bot,
+                n_top,
+                top_start,
+                top,
+                lc_top,
+                tri_cnt,
+                tri_start,
+                out: tri,
+                totals,
+                events,
+                cap_mb,
+                cap_mt,
+                cap_tri,
+                _pad0: 0,
+            };
+            let blocks = stride_blocks(self, cmb as u64);
+            // SAFETY: doublet arrays of the capacities, read only below the totals (checked
+            // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
+            // cap_tri triplets, written only inside a reservation that fits.
+            unsafe {
                 self.launch(
-                    k::KERNEL_COUNT_DOUBLETS,
-                    self.launch_items(32 * nv),
+                    k::KERNEL_FIND_TRIPLETS,
+                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
                     &params,
                 )
-            };
-            r?;
-        }
-        tm.stop()?;
-        let t = self.download(&totals)?;
-        let (n_mb, n_mt) = (
-            to_u32("middle-bottom doublets", t[0])?,
-            to_u32("middle-top doublets", t[1])?,
-        );
-        stats.mid_bot = n_mb as u64;
-        stats.mid_top = n_mt as u64;
-        if n_mb == 0 || n_mt == 0 {
-            finish(tm, times)?;
-            return empty(stats);
-        }
-        tm.start("find_doublets")?;
-        let mut off_bot = self.zeros::<u32>(n_valid + 1)?;
-        let mut off_top = self.zeros::<u32>(n_valid + 1)?;
-        self.scan_device(&n_bot, &mut off_bot, n_valid + 1, ScanKind::Exclusive)?;
-        self.scan_device(&n_top, &mut off_top, n_valid + 1, ScanKind::Exclusive)?;
-        let (nmb, nmt) = (n_mb as usize, n_mt as usize);
-        let mut bot = self.filled_u32(words::<k::Doublet>(nmb), POISON)?;
-        let mut lc_bot = self.filled_u32(words::<k::LinCircle>(nmb), POISON)?;
-        let mut top = self.filled_u32(words::<k::Doublet>(nmt), POISON)?;
-        let mut lc_top = self.filled_u32(words::<k::LinCircle>(nmt), POISON)?;
-        {
-            let params = k::SeedingFindDoubletsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                grid: self.ptr(&grid),
-                sps: self.ptr(&binned).cast(),
-                n: nv,
-                n_bot: self.ptr(&n_bot),
-                off_bot: self.ptr(&off_bot),
-                off_top: self.ptr(&off_top),
-                bot: self.ptr_mut(&mut bot).cast(),
-                lc_bot: self.ptr_mut(&mut lc_bot).cast(),
-                top: self.ptr_mut(&mut top).cast(),
-                lc_top: self.ptr_mut(&mut lc_top).cast(),
-            };
-            // SAFETY: offsets are the exclusive scans of the counts the same predicate
-            // produced; the outputs hold the totals; one warp per middle.
-            let r = unsafe {
-                self.launch(k::KERNEL_FIND_DOUBLETS, self.launch_items(32 * nv), &params)
-            };
-            r?;
-        }
-        tm.stop()?;
-
-        // 3. triplets: count → scan → allocate → fill.
-        tm.start("count_triplets")?;
-        let nmb64 = nmb as u64;
-        let mut t_cnt = self.zeros::<u32>(nmb + 1)?;
-        let mut t_total = self.zeros::<u64>(1)?;
-        {
-            let params = k::SeedingCountTripletsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                sps: self.ptr(&binned).cast(),
-                bot: self.ptr(&bot).cast(),
-                lc_bot: self.ptr(&lc_bot).cast(),
-                n_mb: nmb64,
-                off_top: self.ptr(&off_top),
-                lc_top: self.ptr(&lc_top).cast(),
-                counts: self.ptr_mut(&mut t_cnt),
-                total: self.ptr_mut(&mut t_total),
-            };
-            // SAFETY: bot/lc_bot hold n_mb entries; off_top n_valid + 1 offsets into lc_top.
-            let r =
-                unsafe { self.launch(k::KERNEL_COUNT_TRIPLETS, self.launch_items(nmb64), &params) };
-            r?;
-        }
-        tm.stop()?;
-        let n_tri = to_u32("triplets", self.download(&t_total)?[0])?;
-        stats.triplets = n_tri as u64;
-        if n_tri == 0 {
-            finish(tm, times)?;
-            return empty(stats);
-        }
-        tm.start("find_triplets")?;
-        let mut off_tri = self.zeros::<u32>(nmb + 1)?;
-        self.scan_device(&t_cnt, &mut off_tri, nmb + 1, ScanKind::Exclusive)?;
-        let ntri = n_tri as usize;
-        let mut tri = self.filled_u32(words::<k::Triplet>(ntri), POISON)?;
-        {
-            let params = k::SeedingFindTripletsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                sps: self.ptr(&binned).cast(),
-                bot: self.ptr(&bot).cast(),
-                lc_bot: self.ptr(&lc_bot).cast(),
-                n_mb: nmb64,
-                off_top: self.ptr(&off_top),
-                top: self.ptr(&top).cast(),
-                lc_top: self.ptr(&lc_top).cast(),
-                off_tri: self.ptr(&off_tri),
-                out: self.ptr_mut(&mut tri).cast(),
-            };
-            // SAFETY: off_tri is the exclusive scan of the counts; tri holds the total.
-            let r =
-                unsafe { self.launch(k::KERNEL_FIND_TRIPLETS, self.launch_items(nmb64), &params) };
-            r?;
-        }
-        tm.stop()?;
+            }
+        })?;
 
         // 4. weights.
-        tm.start("update_weights")?;
-        let ntri64 = ntri as u64;
-        let mut weights = self.filled_u32(ntri, POISON)?;
-        {
+        tm.stage("update_weights", || {
             let params = k::SeedingUpdateWeightsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                tri: self.ptr(&tri).cast(),
-                n_tri: ntri64,
-                off_tri: self.ptr(&off_tri),
-                weights: self.ptr_mut(&mut weights).cast(),
+                cfg: d_cfg,
+                tri,
+                tri_cnt,
+                tri_start,
+                weights,
+                totals,
+                cap_mb,
+                cap_mt,
+                cap_tri,
+                _pad0: 0,
             };
-            // SAFETY: tri holds n_tri triplets whose `mb` indexes off_tri (n_mb + 1 entries).
-            let r = unsafe {
-                self.launch(k::KERNEL_UPDATE_WEIGHTS, self.launch_items(ntri64), &params)
-            };
-            r?;
-        }
-        tm.stop()?;
+            let blocks = stride_blocks(self, ctri as u64);
+            // SAFETY: tri and weights hold cap_tri entries, read below the total only;
+            // tri_cnt, tri_start cap_mb entries.
+            unsafe {
+                self.launch(
+                    k::KERNEL_UPDATE_WEIGHTS,
+                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
+                    &params,
+                )
+            }
+        })?;
 
-        // 5. seed selection: per middle into fixed slots, scan, gather.
+        // 5. seed selection: per middle into fixed slots, scan, gather with parameters.
+        let (slots, s_cnt, s_off): (
+            detkit_gpu::DevPtr<Seed>,
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<u32>,
+        ) = (p!(B::Slots), p!(B::SCnt), p!(B::SOff));
         tm.start("select_seeds")?;
-        let cap = cfg.max_seeds_per_spm;
-        let mut slots = self.filled_u32(words::<Seed>(n_valid * cap as usize), POISON)?;
-        let mut s_cnt = self.zeros::<u32>(n_valid + 1)?;
         {
             let params = k::SeedingSelectSeedsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                sps: self.ptr(&binned).cast(),
-                n: nv,
-                off_bot: self.ptr(&off_bot),
-                off_tri: self.ptr(&off_tri),
-                tri: self.ptr(&tri).cast(),
-                weights: self.ptr(&weights).cast(),
-                slots: self.ptr_mut(&mut slots).cast(),
-                counts: self.ptr_mut(&mut s_cnt),
+                cfg: d_cfg,
+                grid,
+                sps: binned,
+                n: n64,
+                n_bot,
+                bot_start,
+                tri_cnt,
+                tri_start,
+                tri,
+                weights: weights.cast(),
+                slots,
+                counts: s_cnt,
+                totals,
+                n_events: ne,
+                cap_mb,
+                cap_mt,
+                cap_tri,
             };
-            // SAFETY: off_bot n_valid + 1 offsets into off_tri (n_mb + 1); slots hold
-            // n_valid * max_seeds_per_spm seeds (checked <= 16 per middle).
-            let r = unsafe { self.launch(k::KERNEL_SELECT_SEEDS, self.launch_items(nv), &params) };
+            // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
+            // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
+            // one warp per middle.
+            unsafe {
+                self.launch(
+                    k::KERNEL_SELECT_SEEDS,
+                    self.launch_items(32 * (n64 + 1)),
+                    &params,
+                )?
+            };
+        }
+        {
+            let mut off = ws.bufs[B::SOff as usize].take();
+            let r = match &mut off {
+                Some(o) => self.scan_device(ws.buf(B::SCnt), o, n + 1, ScanKind::Exclusive),
+                None => Err(invalid("seeding workspace", "scan buffer missing")),
+            };
+            ws.bufs[B::SOff as usize] = off;
             r?;
         }
-        let mut s_off = self.zeros::<u32>(n_valid + 1)?;
-        self.scan_device(&s_cnt, &mut s_off, n_valid + 1, ScanKind::Exclusive)?;
         tm.stop()?;
-        let n_seeds = self
-            .stream()
-            .clone_dtoh(&s_off.slice(n_valid..n_valid + 1))
-            .ctx("copying the seed count")?[0] as usize;
-        stats.seeds = n_seeds as u64;
-        if n_seeds == 0 {
-            finish(tm, times)?;
-            return empty(stats);
-        }
-        tm.start("select_seeds")?;
-        let mut seeds = self.filled_u32(words::<Seed>(n_seeds), POISON)?;
-        {
+        tm.stage("gather_seeds", || {
             let params = k::SeedingGatherSeedsParams {
-                slots: self.ptr(&slots).cast(),
-                counts: self.ptr(&s_cnt),
-                off: self.ptr(&s_off),
-                n: nv,
-                cap,
-                out: self.ptr_mut(&mut seeds).cast(),
-                ..bytemuck::Zeroable::zeroed()
+                cfg: d_cfg,
+                grid,
+                binned,
+                sps: sps_ptr,
+                ev_off,
+                slots,
+                counts: s_cnt,
+                off: s_off,
+                n: n64,
+                out: p!(B::Seeds),
+                params: p!(B::Params),
+                n_events: ne,
+                _pad0: 0,
             };
-            // SAFETY: counts <= cap per middle; s_off is their exclusive scan; seeds hold
-            // the total.
-            let r = unsafe { self.launch(k::KERNEL_GATHER_SEEDS, self.launch_items(nv), &params) };
-            r?;
-        }
-        tm.stop()?;
+            // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
+            // (total <= n * max_seeds_per_spm = the output sizes); the seeds' indices are
+            // inside their events of sps; one warp per middle.
+            unsafe { self.launch(k::KERNEL_GATHER_SEEDS, self.launch_items(32 * n64), &params)? };
+            let params = k::SeedingEventStatsParams {
+                cfg: d_cfg,
+                grid,
+                seed_off: s_off,
+                events,
+                n_events: ne,
+                _pad0: 0,
+            };
+            // SAFETY: grid and s_off as above; events n_events records of the summary.
+            unsafe {
+                self.launch(
+                    k::KERNEL_EVENT_STATS,
+                    self.launch_items(n_events as u64),
+                    &params,
+                )
+            }
+        })?;
 
-        // 6. parameters.
-        tm.start("estimate_params")?;
-        let ns64 = n_seeds as u64;
-        let mut params = self.filled_u32(words::<BoundParams>(n_seeds), POISON)?;
-        {
-            let params = k::SeedingEstimateParamsParams {
-                cfg: self.ptr(&d_cfg).cast(),
-                sps: self.ptr(sps).cast(),
-                seeds: self.ptr(&seeds).cast(),
-                n_seeds: ns64,
-                out: self.ptr_mut(&mut params).cast(),
-            };
-            // SAFETY: seeds hold n_seeds seeds with input indices < n; params n_seeds.
-            let r =
-                unsafe { self.launch(k::KERNEL_ESTIMATE_PARAMS, self.launch_items(ns64), &params) };
-            r?;
-        }
-        tm.stop()?;
-        finish(tm, times)?;
-        Ok(DeviceSeeds {
-            seeds,
-            params,
-            stats,
-        })
+        // The one read-back: totals and per-event counts.
+        let words = self
+            .stream()
+            .clone_dtoh(&ws.buf(B::Summary).slice(..8 * (n_events + 1)))
+            .ctx("reading the seeding counts")?;
+        let totals = *bytemuck::from_bytes::<SeedingTotals>(bytemuck::cast_slice(&words[..8]));
+        let events = bytemuck::cast_slice::<u32, EventCounts>(&words[8..]).to_vec();
+        Ok((totals, events))
     }
 
     /// Downloads device seeds.
@@ -411,5 +830,127 @@ impl GpuContext {
             bytemuck::cast_slice::<u32, Seed>(&s[..words::<Seed>(n)]).to_vec(),
             bytemuck::cast_slice::<u32, BoundParams>(&p[..words::<BoundParams>(n)]).to_vec(),
         ))
+    }
+
+    /// Downloads the seeds and parameters of the last call of `ws`, split by event.
+    pub fn download_batch(
+        &self,
+        ws: &SeedingWorkspace,
+    ) -> Result<Vec<(Vec<Seed>, Vec<BoundParams>)>> {
+        let ns = ws.total_seeds();
+        let (all_s, all_p) = if ns == 0 {
+            (Vec::new(), Vec::new())
+        } else {
+            let s = self
+                .stream()
+                .clone_dtoh(&ws.buf(B::Seeds).slice(..words::<Seed>(ns)))
+                .ctx("copying seeds")?;
+            let p = self
+                .stream()
+                .clone_dtoh(&ws.buf(B::Params).slice(..words::<BoundParams>(ns)))
+                .ctx("copying parameters")?;
+            (
+                bytemuck::cast_slice::<u32, Seed>(&s).to_vec(),
+                bytemuck::cast_slice::<u32, BoundParams>(&p).to_vec(),
+            )
+        };
+        Ok(ws
+            .event_seeds()
+            .iter()
+            .map(|r| (all_s[r.clone()].to_vec(), all_p[r.clone()].to_vec()))
+            .collect())
+    }
+
+    /// Seeds of events given in host memory, in chunks of whole events (at most
+    /// `CHUNK_SPACEPOINTS` spacepoints and as many events as the grid allows per chunk), each
+    /// chunk one chain of launches in `ws`.
+    pub(crate) fn seed_events_host(
+        &self,
+        ws: &mut SeedingWorkspace,
+        events: &[&[SpacePoint]],
+        cfg: &SeedingConfig,
+    ) -> Result<Vec<SeedingOutput>> {
+        let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
+        let mut out = Vec::with_capacity(events.len());
+        let mut first = 0;
+        while first < events.len() {
+            let mut last = first;
+            let mut n = 0usize;
+            while last < events.len()
+                && ((last - first) as u64) < max_events
+                && (last == first || n + events[last].len() <= CHUNK_SPACEPOINTS)
+            {
+                n += events[last].len();
+                last += 1;
+            }
+            let chunk = &events[first..last];
+            let mut offsets = vec![0usize];
+            for e in chunk {
+                offsets.push(offsets[offsets.len() - 1] + e.len());
+            }
+            ws.ensure(self, B::Input, words::<SpacePoint>(n))?;
+            for (e, ev) in chunk.iter().enumerate() {
+                if ev.is_empty() {
+                    continue;
+                }
+                let w = as_words(ev);
+                let at = offsets[e] * std::mem::size_of::<SpacePoint>() / 4;
+                self.stream()
+                    .memcpy_htod(w, &mut ws.buf_mut(B::Input).slice_mut(at..at + w.len()))
+                    .ctx("uploading spacepoints")?;
+            }
+            let mut input = ws.bufs[B::Input as usize].take();
+            let stats = match &input {
+                Some(inp) => self.seed_batch_device(ws, cfg, inp, &offsets, None),
+                None => Err(invalid("seeding workspace", "input buffer missing")),
+            };
+            ws.bufs[B::Input as usize] = input.take();
+            let stats = stats?;
+            let res = self.download_batch(ws)?;
+            for (s, (seeds, params)) in stats.into_iter().zip(res) {
+                out.push(SeedingOutput {
+                    seeds,
+                    params,
+                    stats: s,
+                });
+            }
+            first = last;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SeedingWorkspace, MAX_CAP};
+    use crate::Error;
+
+    #[test]
+    fn capacities_scale_with_the_input_and_grow_with_a_margin() {
+        let mut ws = SeedingWorkspace::with_capacity_factors([0.01, 2.0, 3.0]);
+        // Floor of 64 entries; proportional above.
+        assert_eq!(ws.cap(0, 1000).unwrap(), 64);
+        assert_eq!(ws.cap(1, 1000).unwrap(), 2000);
+        // Growing to a need gives the need plus 25 %, per spacepoint, and never shrinks.
+        ws.grow(0, 10_000, 1000).unwrap();
+        assert_eq!(ws.cap(0, 1000).unwrap(), 12_500);
+        assert!(ws.cap(0, 1000).unwrap() as u64 >= 10_000);
+        ws.grow(0, 5, 1000).unwrap();
+        assert_eq!(ws.cap(0, 1000).unwrap(), 12_500);
+        assert_eq!(ws.cap(0, 2000).unwrap(), 25_000);
+        // A need beyond u32 offsets is a typed error, and a margin never exceeds the limit.
+        assert!(matches!(
+            ws.grow(2, MAX_CAP + 1, 1000),
+            Err(Error::CapacityExceeded {
+                what: "triplets",
+                ..
+            })
+        ));
+        ws.grow(2, MAX_CAP, 1 << 20).unwrap();
+        assert!(ws.cap(2, 1 << 20).unwrap() as u64 <= MAX_CAP);
+        assert!(matches!(
+            ws.cap(2, 1 << 21),
+            Err(Error::CapacityExceeded { .. })
+        ));
     }
 }

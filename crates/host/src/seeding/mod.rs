@@ -21,7 +21,7 @@ pub mod gen;
 pub mod io;
 
 pub use cpu::SeedingStats;
-pub use cuda::{DeviceSeeds, StageTimes};
+pub use cuda::{DeviceSeeds, SeedingWorkspace, StageTimes};
 pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
 pub use io::{read_csv, read_csv_with_lines};
 
@@ -438,17 +438,6 @@ fn words<T>(n: usize) -> usize {
     (n * std::mem::size_of::<T>() / 4).max(1)
 }
 
-fn to_u32(what: &'static str, n: u64) -> Result<u32> {
-    if n >= u32::MAX as u64 {
-        return Err(Error::CapacityExceeded {
-            what,
-            needed: n,
-            capacity: u32::MAX as u64 - 1,
-        });
-    }
-    Ok(n as u32)
-}
-
 impl Backend {
     /// Seeds of one event (input indices, output order documented in `docs/seeding.md`),
     /// their bound parameters and the stage counts; identical on both backends.
@@ -466,18 +455,48 @@ impl Backend {
                 })
             }
             Some(gpu) => {
-                let d_sps = if sps.is_empty() {
-                    gpu.zeros::<u32>(1)?
-                } else {
-                    gpu.upload(bytemuck::cast_slice::<SpacePoint, u32>(sps))?
-                };
-                let d = gpu.seed_device(cfg, &d_sps, sps.len(), None)?;
-                let (seeds, params) = gpu.download_seeds(&d)?;
-                Ok(SeedingOutput {
-                    seeds,
-                    params,
-                    stats: d.stats,
+                let mut v = self.seed_events(&[sps], cfg)?;
+                let _ = gpu;
+                Ok(v.pop().expect("one event in, one out"))
+            }
+        }
+    }
+
+    /// Seeds of many events (each as [`Backend::seed`] gives it, in the same order). On the
+    /// GPU the events are processed in flight: whole batches per chain of launches (no host
+    /// synchronisation per event), in a workspace reused from call to call.
+    pub fn seed_events(
+        &self,
+        events: &[&[SpacePoint]],
+        cfg: &SeedingConfig,
+    ) -> Result<Vec<SeedingOutput>> {
+        check_config(cfg)?;
+        for ev in events {
+            check_spacepoints(ev)?;
+        }
+        match self.gpu() {
+            None => Ok(events
+                .iter()
+                .map(|sps| {
+                    let (seeds, stats) = crate::seeding::cpu::seeds(cfg, sps);
+                    let params = crate::seeding::cpu::params(cfg, sps, &seeds);
+                    SeedingOutput {
+                        seeds,
+                        params,
+                        stats,
+                    }
                 })
+                .collect()),
+            Some(gpu) => {
+                if events.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let mut ws = gpu
+                    .with_scratch(|s: &mut Option<SeedingWorkspace>| s.take())
+                    .unwrap_or_default();
+                let r = gpu.seed_events_host(&mut ws, events, cfg);
+                gpu.with_scratch(|s: &mut Option<SeedingWorkspace>| *s = Some(ws));
+                r
             }
         }
     }
