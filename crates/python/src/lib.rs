@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use detkit::clustering::{ChargeCut, Digis, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Scanner, Single};
-use detkit::seeding::{SeedingSettings, SpacePoint};
+use detkit::seeding::{SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint};
 use detkit::sort::SortOptions;
 use detkit::{Backend as Inner, BackendKind, ScanKind};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
@@ -294,7 +294,7 @@ impl Backend {
 
     /// Seeds `(n, 3)` uint32 (bottom, middle, top: input indices), their weights and z
     /// vertices, and the track parameters `(n, 5)` float32 (loc0, loc1, phi, theta, qop).
-    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    #[allow(clippy::too_many_arguments)]
     fn seed<'py>(
         &self,
         py: Python<'py>,
@@ -304,54 +304,95 @@ impl Backend {
         var_r: PyReadonlyArray1<'py, f32>,
         var_z: PyReadonlyArray1<'py, f32>,
         settings_toml: &str,
-    ) -> PyResult<(
-        Bound<'py, PyArray2<u32>>,
-        Bound<'py, PyArray1<f32>>,
-        Bound<'py, PyArray1<f32>>,
-        Bound<'py, PyArray2<f32>>,
-    )> {
-        let settings = SeedingSettings::from_toml(settings_toml).map_err(err)?;
-        let cfg = settings.to_config().map_err(err)?;
-        let (x, y, z, vr, vz) = (
-            x.as_slice()?,
-            y.as_slice()?,
-            z.as_slice()?,
-            var_r.as_slice()?,
-            var_z.as_slice()?,
-        );
-        let sps: Vec<SpacePoint> = (0..x.len())
-            .map(|i| SpacePoint {
-                x: x[i],
-                y: y[i],
-                z: z[i],
-                var_z: vz[i],
-                var_r: vr[i],
-            })
-            .collect();
+    ) -> PyResult<SeedArrays<'py>> {
+        let cfg = seeding_config(settings_toml)?;
+        let sps = spacepoints(&[x, y, z, var_r, var_z])?;
         let out = if sps.is_empty() {
             None
         } else {
             Some(py.detach(|| self.inner.seed(&sps, &cfg)).map_err(err)?)
         };
-        let (seeds, params) = out.map_or((vec![], vec![]), |o| (o.seeds, o.params));
-        let idx: Vec<u32> = seeds
-            .iter()
-            .flat_map(|s| [s.bottom, s.middle, s.top])
-            .collect();
-        let weight: Vec<f32> = seeds.iter().map(|s| s.weight).collect();
-        let zv: Vec<f32> = seeds.iter().map(|s| s.z_vertex).collect();
-        let p: Vec<f32> = params
-            .iter()
-            .flat_map(|p| [p.loc0, p.loc1, p.phi, p.theta, p.qop])
-            .collect();
-        let n = seeds.len();
-        Ok((
-            idx.into_pyarray(py).reshape([n, 3])?,
-            weight.into_pyarray(py),
-            zv.into_pyarray(py),
-            p.into_pyarray(py).reshape([n, 5])?,
-        ))
+        seed_arrays(py, out)
     }
+
+    /// Several events in one call (`Backend::seed_events`: on CUDA the events go through the
+    /// device chain together, without a host synchronisation per event): one
+    /// `(x, y, z, var_r, var_z)` tuple of float32 arrays per event in, one `seed` result per
+    /// event out, in the same order.
+    fn seed_events<'py>(
+        &self,
+        py: Python<'py>,
+        events: Vec<[PyReadonlyArray1<'py, f32>; 5]>,
+        settings_toml: &str,
+    ) -> PyResult<Vec<SeedArrays<'py>>> {
+        let cfg = seeding_config(settings_toml)?;
+        let sps: Vec<Vec<SpacePoint>> = events
+            .iter()
+            .map(|e| spacepoints(e))
+            .collect::<PyResult<_>>()?;
+        let refs: Vec<&[SpacePoint]> = sps.iter().map(Vec::as_slice).collect();
+        let outs = py
+            .detach(|| self.inner.seed_events(&refs, &cfg))
+            .map_err(err)?;
+        outs.into_iter().map(|o| seed_arrays(py, Some(o))).collect()
+    }
+}
+
+/// What `seed` returns: seeds `(n, 3)`, weights, z vertices, parameters `(n, 5)`.
+type SeedArrays<'py> = (
+    Bound<'py, PyArray2<u32>>,
+    Bound<'py, PyArray1<f32>>,
+    Bound<'py, PyArray1<f32>>,
+    Bound<'py, PyArray2<f32>>,
+);
+
+/// The seeding configuration from the settings TOML the Python layer writes.
+fn seeding_config(settings_toml: &str) -> PyResult<SeedingConfig> {
+    let settings = SeedingSettings::from_toml(settings_toml).map_err(err)?;
+    settings.to_config().map_err(err)
+}
+
+/// Spacepoints from the columns x, y, z, var_r, var_z (equal lengths: the Python layer
+/// checks them and names the column).
+fn spacepoints(cols: &[PyReadonlyArray1<'_, f32>; 5]) -> PyResult<Vec<SpacePoint>> {
+    let [x, y, z, vr, vz] = [
+        cols[0].as_slice()?,
+        cols[1].as_slice()?,
+        cols[2].as_slice()?,
+        cols[3].as_slice()?,
+        cols[4].as_slice()?,
+    ];
+    Ok((0..x.len())
+        .map(|i| SpacePoint {
+            x: x[i],
+            y: y[i],
+            z: z[i],
+            var_z: vz[i],
+            var_r: vr[i],
+        })
+        .collect())
+}
+
+/// One event's seeding output as numpy arrays (`None`: no spacepoints, no seeds).
+fn seed_arrays<'py>(py: Python<'py>, out: Option<SeedingOutput>) -> PyResult<SeedArrays<'py>> {
+    let (seeds, params) = out.map_or((vec![], vec![]), |o| (o.seeds, o.params));
+    let idx: Vec<u32> = seeds
+        .iter()
+        .flat_map(|s| [s.bottom, s.middle, s.top])
+        .collect();
+    let weight: Vec<f32> = seeds.iter().map(|s| s.weight).collect();
+    let zv: Vec<f32> = seeds.iter().map(|s| s.z_vertex).collect();
+    let p: Vec<f32> = params
+        .iter()
+        .flat_map(|p| [p.loc0, p.loc1, p.phi, p.theta, p.qop])
+        .collect();
+    let n = seeds.len();
+    Ok((
+        idx.into_pyarray(py).reshape([n, 3])?,
+        weight.into_pyarray(py),
+        zv.into_pyarray(py),
+        p.into_pyarray(py).reshape([n, 5])?,
+    ))
 }
 
 fn scan_kind(inclusive: bool) -> ScanKind {

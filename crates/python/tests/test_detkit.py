@@ -137,6 +137,27 @@ def test_seeding_equals_cpu_and_settings_are_checked(b, cpu):
     assert b.seed(empty, empty, empty)[0].shape == (0, 3)
 
 
+def test_seed_events_equal_one_call_per_event(b, cpu):
+    evs = [detkit.generate.seeding_event(seed=s, mu=mu)[:5] for s, mu in ((3, 20.0), (4, 5.0), (5, 30.0))]
+    empty = np.zeros(0, dtype=np.float32)
+    # An empty event between the others, and one given without variances.
+    events = [evs[0], (empty, empty, empty), evs[1], evs[2][:3]]
+    got = b.seed_events(events, max_seeds_per_spm=3)
+    assert len(got) == 4
+    for ev, g in zip(events, got):
+        want = cpu.seed(*ev, max_seeds_per_spm=3)
+        for a, e in zip(g, want):
+            assert np.array_equal(a, e)
+    assert got[1][0].shape == (0, 3) and len(got[0][0]) > 0
+    assert b.seed_events([]) == []
+    with pytest.raises(detkit.InvalidInputError, match="event 1: y has 2 values"):
+        b.seed_events([evs[0], (evs[1][0], evs[1][1][:2], evs[1][2])])
+    with pytest.raises(detkit.InvalidInputError, match="event 0: expected"):
+        b.seed_events([(evs[0][0], evs[0][1])])
+    with pytest.raises(detkit.InvalidInputError, match="unknown field `nope`"):
+        b.seed_events([evs[0]], nope=1)
+
+
 def test_device_pool_map_keeps_input_order_and_matches_one_device(b):
     # A pool of CPU backends here (CUDA devices when DETKIT_BACKEND=cuda and devices exist).
     kind = b.kind

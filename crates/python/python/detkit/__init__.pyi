@@ -70,6 +70,11 @@ class Backend:
         var_z: Optional[npt.ArrayLike] = None,
         **settings: float,
     ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+    def seed_events(
+        self,
+        events: Sequence[Tuple[npt.ArrayLike, ...]],
+        **settings: float,
+    ) -> List[Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]]: ...
 
 class generate:
     @staticmethod
