@@ -522,7 +522,9 @@ fn test_streams(c: &Ctx) -> R {
 
 /// The pass configurations (warp pass capacity 0 to 128; with and without a middle block
 /// pass; last block pass of 128 to 1024 threads) and the graph replay give the oracle's
-/// results.
+/// results. Under `--quick` (the sanitizer runs: racecheck did not finish all eight
+/// configurations × three runs × two cuts in 430 s) three configurations, one of each
+/// kind, with the cut, `run` then the graph once.
 fn test_passes(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let gpu = c.gpu();
@@ -537,24 +539,36 @@ fn test_passes(c: &Ctx) -> R {
         (d, offsets)
     };
     let dd = DeviceDigis::upload(gpu, &d, &offsets).map_err(e)?;
-    for cut in [None, Some(g.default_cut)] {
+    let all_configs = [
+        (0u32, None, 256u32),
+        (0, None, 1024),
+        (32, None, 128),
+        (32, None, 512),
+        (128, None, 256),
+        (32, Some((128u32, 128u32)), 1024),
+        (0, Some((64, 64)), 256),
+        (8, Some((300, 96)), 160),
+    ];
+    // Block passes only; warp + block; warp + middle + block.
+    let quick_configs = [all_configs[1], all_configs[3], all_configs[5]];
+    let (configs, cuts, graphs): (&[_], &[_], &[bool]) = if c.quick {
+        (&quick_configs, &[Some(g.default_cut)], &[false, true])
+    } else {
+        (
+            &all_configs,
+            &[None, Some(g.default_cut)],
+            &[false, true, true],
+        )
+    };
+    for &cut in cuts {
         let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
-        for (warp, mid, threads) in [
-            (0u32, None, 256u32),
-            (0, None, 1024),
-            (32, None, 128),
-            (32, None, 512),
-            (128, None, 256),
-            (32, Some((128u32, 128u32)), 1024),
-            (0, Some((64, 64)), 256),
-            (8, Some((300, 96)), 160),
-        ] {
+        for &(warp, mid, threads) in configs {
             let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
             sanitizer_grids(c, &mut run);
             run.set_warp_capacity(warp).map_err(e)?;
             run.set_mid_pass(mid).map_err(e)?;
             run.set_small_threads(threads).map_err(e)?;
-            for graph in [false, true, true] {
+            for &graph in graphs {
                 run.poison_outputs().map_err(e)?;
                 if graph {
                     run.run_graph(&dd, cut).map_err(e)?;
