@@ -47,6 +47,36 @@ fn ev(g: &GpuContext) -> Result<CudaEvent> {
         .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?)
 }
 
+/// One lane of the throughput rows: a stream (fork), its digis, its clusterer (graph
+/// captured) and the event of its last launch.
+type Lane<'g> = (
+    &'g GpuContext,
+    DeviceDigis,
+    Clusterer<'g>,
+    Option<CudaEvent>,
+);
+
+/// Replays the lanes' graphs round robin for at least `seconds` (and 4 launches per lane),
+/// each lane waiting for its previous launch before the next; graph launches per second.
+fn launches_per_second(ls: &mut [Lane<'_>], seconds: f64, cut: ChargeCut) -> Result<f64> {
+    let lanes = ls.len() as u64;
+    let t0 = Instant::now();
+    let mut launches = 0u64;
+    while t0.elapsed().as_secs_f64() < seconds || launches < 4 * lanes {
+        let (f, d, c, pending) = &mut ls[(launches % lanes) as usize];
+        if let Some(e) = pending.take() {
+            e.synchronize()?;
+        }
+        c.run_graph(d, Some(cut))?;
+        *pending = Some(ev(f)?);
+        launches += 1;
+    }
+    for (f, _, _, _) in ls.iter() {
+        f.synchronize()?;
+    }
+    Ok(launches as f64 / t0.elapsed().as_secs_f64())
+}
+
 /// A batch of `b` events cycled from `pool`, with the oracle's results.
 struct Batch {
     digis: Digis,
@@ -498,22 +528,7 @@ fn main() -> Result<()> {
                     check_exact(&format!("lanes {lanes} x{b}"), &c.results(d)?, &bt.want)?;
                 }
             }
-            let t0 = Instant::now();
-            let mut launches = 0u64;
-            while t0.elapsed().as_secs_f64() < a.seconds || launches < 4 * lanes as u64 {
-                let k = (launches % lanes as u64) as usize;
-                let (f, d, c, pending) = &mut ls[k];
-                if let Some(e) = pending.take() {
-                    e.synchronize()?;
-                }
-                c.run_graph(d, Some(cut))?;
-                *pending = Some(ev(f)?);
-                launches += 1;
-            }
-            for (f, _, _, _) in &ls {
-                f.synchronize()?;
-            }
-            let rate = (launches * b as u64) as f64 / t0.elapsed().as_secs_f64();
+            let rate = b as f64 * launches_per_second(&mut ls, a.seconds, cut)?;
             print!(" {rate:>8.0}");
             std::io::stdout().flush()?;
             out.push_str(&format!("throughput,run3,{lanes},{b},{rate:.0}\n"));
@@ -536,22 +551,7 @@ fn main() -> Result<()> {
             check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
             ls.push((f, d, c, None::<CudaEvent>));
         }
-        let t0 = Instant::now();
-        let mut launches = 0u64;
-        while t0.elapsed().as_secs_f64() < a.seconds || launches < 4 * lanes as u64 {
-            let k = (launches % lanes as u64) as usize;
-            let (f, d, c, pending) = &mut ls[k];
-            if let Some(e) = pending.take() {
-                e.synchronize()?;
-            }
-            c.run_graph(d, Some(cut))?;
-            *pending = Some(ev(f)?);
-            launches += 1;
-        }
-        for (f, _, _, _) in &ls {
-            f.synchronize()?;
-        }
-        let rate = launches as f64 / t0.elapsed().as_secs_f64();
+        let rate = launches_per_second(&mut ls, a.seconds, cut)?;
         println!("  {lanes:>2} lanes: {rate:>8.0} events/s");
         out.push_str(&format!("throughput_cfg128,run3,{lanes},1,{rate:.0}\n"));
     }
