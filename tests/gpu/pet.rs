@@ -207,6 +207,52 @@ fn sort_inputs(c: &Ctx, n: usize) -> Vec<(&'static str, Vec<Single>)> {
                 })
                 .collect(),
         ),
+        (
+            // Integer ticks spanning 2^43 (the radix path's u64 integer keys).
+            "wide-ticks",
+            r.iter()
+                .zip(&few)
+                .map(|(&hi, &lo)| Single {
+                    crystal: hi ^ lo,
+                    energy: 5.0,
+                    time: ((hi as u64) << 13 | lo as u64) as f64,
+                })
+                .collect(),
+        ),
+        (
+            // Negative and positive integers up to the integer keys' limit, 2^53 (every
+            // fifth single: -2^53, 2^53, or -0.0), around 2^31 otherwise.
+            "integers-to-2^53",
+            r.iter()
+                .enumerate()
+                .map(|(i, &t)| Single {
+                    crystal: i as u32,
+                    energy: 6.0,
+                    time: match i % 15 {
+                        0 => -kp::TIME_INT_LIMIT,
+                        5 => kp::TIME_INT_LIMIT,
+                        10 => -0.0,
+                        _ => t as f64 - (1u64 << 29) as f64,
+                    },
+                })
+                .collect(),
+        ),
+        (
+            // One integer beyond 2^53 sends the whole sort to the float keys.
+            "beyond-2^53",
+            r.iter()
+                .enumerate()
+                .map(|(i, &t)| Single {
+                    crystal: i as u32,
+                    energy: 7.0,
+                    time: if i == n / 2 {
+                        kp::TIME_INT_LIMIT * 2.0
+                    } else {
+                        t as f64
+                    },
+                })
+                .collect(),
+        ),
     ]
 }
 

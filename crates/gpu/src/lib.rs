@@ -62,6 +62,7 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_CONVERT,
     pet::KERNEL_SORT_BLOCK,
     pet::KERNEL_SORT_PASS,
+    pet::KERNEL_TIME_RANGE,
     pet::KERNEL_TIME_KEYS,
     pet::KERNEL_GATHER,
     pet::KERNEL_COINCIDE_NEXT,

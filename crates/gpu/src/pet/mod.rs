@@ -48,7 +48,9 @@ pub const KERNEL_CONVERT: &str = "pet_convert_frames";
 pub const KERNEL_SORT_BLOCK: &str = "pet_merge_sort_block";
 /// Kernel: one merge pass over pairs of sorted runs.
 pub const KERNEL_SORT_PASS: &str = "pet_merge_sort_pass";
-/// Kernel: order-preserving `u64` keys of the singles' times and their smallest and largest.
+/// Kernel: the range of the singles' times (as keys and as integers).
+pub const KERNEL_TIME_RANGE: &str = "pet_time_range";
+/// Kernel: the sort keys of the singles' times (float bits, or integer offsets).
 pub const KERNEL_TIME_KEYS: &str = "pet_time_keys";
 /// Kernel: singles gathered through a permutation (`out[i] = in[index[i]]`).
 pub const KERNEL_GATHER: &str = "pet_gather_singles";
@@ -68,6 +70,41 @@ pub fn time_key(t: f64) -> u64 {
         b | 1 << 63
     }
 }
+
+/// Largest magnitude of a time sorted by its integer value (2^53: every integer up to it is
+/// exact in `f64`).
+pub const TIME_INT_LIMIT: f64 = 9_007_199_254_740_992.0;
+
+/// The time as an integer, when it is one of magnitude at most [`TIME_INT_LIMIT`]
+/// (`-0.0` gives 0, like `+0.0`). Times counted in ticks (every converted single) are.
+#[inline(always)]
+pub fn time_integer(t: f64) -> Option<i64> {
+    if (-TIME_INT_LIMIT..=TIME_INT_LIMIT).contains(&t) {
+        let v = t as i64;
+        if v as f64 == t {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// An `i64` as a `u64` of the same order (sign bit flipped).
+#[inline(always)]
+pub fn int_key(v: i64) -> u64 {
+    (v as u64) ^ 1 << 63
+}
+
+/// Words of [`KERNEL_TIME_RANGE`]'s output: smallest and largest [`time_key`], smallest and
+/// largest [`int_key`] of the integral times, and 1 if any time is not integral.
+pub const RANGE_WORDS: usize = 5;
+/// The range words before the reduction.
+pub const RANGE_INIT: [u64; RANGE_WORDS] = [u64::MAX, 0, u64::MAX, 0, 0];
+/// [`KERNEL_TIME_KEYS`] mode: `u64` [`time_key`]s.
+pub const KEYS_FLOAT: u32 = 0;
+/// [`KERNEL_TIME_KEYS`] mode: `u64` integer offsets `time_integer(t) - base`.
+pub const KEYS_INT64: u32 = 1;
+/// [`KERNEL_TIME_KEYS`] mode: `u32` integer offsets `time_integer(t) - base`.
+pub const KEYS_INT32: u32 = 2;
 
 /// Kernel: window ends, delayed window starts, sortedness check.
 pub const KERNEL_COINCIDE_NEXT: &str = "pet_coincide_next";
@@ -719,21 +756,37 @@ pub struct PetMergeSortBlockParams {
 }
 crate::kernel_params!(PetMergeSortBlockParams, 24, ["pet_merge_sort_block"]);
 
+/// Parameters of the `pet_time_range` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetTimeRangeParams {
+    /// `n` singles read.
+    pub singles: DevPtr<Single>,
+    /// [`RANGE_WORDS`] words, [`RANGE_INIT`] on entry.
+    pub range: DevPtr<u64>,
+    /// Number of singles.
+    pub n: u64,
+}
+crate::kernel_params!(PetTimeRangeParams, 24, ["pet_time_range"]);
+
 /// Parameters of the `pet_time_keys` kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct PetTimeKeysParams {
     /// `n` singles read.
     pub singles: DevPtr<Single>,
-    /// `n` keys written ([`time_key`] of each time).
+    /// `n` keys written (`u64`, or `u32` in mode [`KEYS_INT32`]).
     pub keys: DevPtr<u64>,
-    /// Two words: lowered to the smallest key (atomic min) and raised to the largest (max);
-    /// `[u64::MAX, 0]` on entry.
-    pub minmax: DevPtr<u64>,
     /// Number of singles.
     pub n: u64,
+    /// Subtracted from the integer times (an `i64` as bits) in the integer modes.
+    pub base: u64,
+    /// [`KEYS_FLOAT`], [`KEYS_INT64`] or [`KEYS_INT32`].
+    pub mode: u32,
+    /// Padding.
+    pub _pad: u32,
 }
-crate::kernel_params!(PetTimeKeysParams, 32, ["pet_time_keys"]);
+crate::kernel_params!(PetTimeKeysParams, 40, ["pet_time_keys"]);
 
 /// Parameters of the `pet_gather_singles` kernel.
 #[repr(C)]

@@ -219,42 +219,93 @@ pub unsafe extern "ptx-kernel" fn pet_merge_sort_pass(p: PetMergeSortPassParams)
     }
 }
 
-/// Writes [`time_key`] of every single's time and lowers/raises `minmax` to the smallest and
-/// largest key (a warp reduction, then one atomic per warp). Grid-stride.
+/// The smallest and largest [`time_key`] of the singles' times, and whether every time is an
+/// integer of magnitude at most 2^53 ([`time_integer`]) with the smallest and largest of those
+/// integers: [`RANGE_WORDS`] words (a warp reduction, then one atomic per warp and word).
+/// Grid-stride.
 ///
 /// # Safety
-/// `singles`, `keys` valid for `n` elements; `minmax` for two words.
+/// `singles` valid for `n` elements; `range` for [`RANGE_WORDS`] words initialised to
+/// [`RANGE_INIT`].
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn pet_time_keys(p: PetTimeKeysParams) {
-    let (singles, keys, minmax, n) = (p.singles.ptr(), p.keys.ptr_mut(), p.minmax.ptr_mut(), p.n);
+pub unsafe extern "ptx-kernel" fn pet_time_range(p: PetTimeRangeParams) {
+    let (singles, range, n) = (p.singles.ptr(), p.range.ptr_mut(), p.n);
     let stride = i::grid_dim_x() as u64 * KEYS_THREADS as u64;
     let mut j = i::block_idx_x() as u64 * KEYS_THREADS as u64 + i::thread_idx_x() as u64;
-    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    // (min key, max key, min integer, max integer) as order-preserving u64s; not-integral flag.
+    let (mut lo, mut hi, mut ilo, mut ihi) = (u64::MAX, 0u64, u64::MAX, 0u64);
+    let mut fractional = 0u32;
     while j < n {
-        // SAFETY: j < n.
-        let k = time_key(unsafe { (*singles.add(j as usize)).time });
-        // SAFETY: j < n.
-        unsafe { keys.add(j as usize).write(k) };
+        // SAFETY: j < n; the time is the second word of the 16-byte single.
+        let t =
+            f64::from_bits(unsafe { i::ldg_u64((singles as *const u64).add(2 * j as usize + 1)) });
+        let k = time_key(t);
         lo = lo.min(k);
         hi = hi.max(k);
+        match time_integer(t) {
+            Some(v) => {
+                let u = int_key(v);
+                ilo = ilo.min(u);
+                ihi = ihi.max(u);
+            }
+            None => fractional = 1,
+        }
         j += stride;
     }
     let mut d = 16;
     while d > 0 {
-        let olo =
-            (i::shfl_xor((lo >> 32) as u32, d) as u64) << 32 | i::shfl_xor(lo as u32, d) as u64;
-        let ohi =
-            (i::shfl_xor((hi >> 32) as u32, d) as u64) << 32 | i::shfl_xor(hi as u32, d) as u64;
-        lo = lo.min(olo);
-        hi = hi.max(ohi);
+        let sh = |v: u64| {
+            (i::shfl_xor((v >> 32) as u32, d) as u64) << 32 | i::shfl_xor(v as u32, d) as u64
+        };
+        lo = lo.min(sh(lo));
+        hi = hi.max(sh(hi));
+        ilo = ilo.min(sh(ilo));
+        ihi = ihi.max(sh(ihi));
+        fractional |= i::shfl_xor(fractional, d);
         d /= 2;
     }
     if i::lane_id() == 0 && lo <= hi {
-        // SAFETY: two words.
+        // SAFETY: RANGE_WORDS words.
         unsafe {
-            i::atomic_min_u64(minmax, lo);
-            i::atomic_max_u64(minmax.add(1), hi);
+            i::atomic_min_u64(range, lo);
+            i::atomic_max_u64(range.add(1), hi);
+            if ilo <= ihi {
+                i::atomic_min_u64(range.add(2), ilo);
+                i::atomic_max_u64(range.add(3), ihi);
+            }
+            if fractional != 0 {
+                i::atomic_max_u64(range.add(4), 1);
+            }
         }
+    }
+}
+
+/// Writes the sort key of every single's time: `mode` [`KEYS_FLOAT`] writes [`time_key`]
+/// (`u64`), [`KEYS_INT64`] the `u64` `time_integer(t) - base`, [`KEYS_INT32`] the same as a
+/// `u32` (the host picks the mode from [`pet_time_range`]'s words, so that the integer modes
+/// only meet integral times whose offsets fit). Grid-stride.
+///
+/// # Safety
+/// `singles` valid for `n` elements, `keys` for `n` keys of the mode's width.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_time_keys(p: PetTimeKeysParams) {
+    let (singles, keys, n, mode, base) = (p.singles.ptr(), p.keys.ptr_mut(), p.n, p.mode, p.base);
+    let stride = i::grid_dim_x() as u64 * KEYS_THREADS as u64;
+    let mut j = i::block_idx_x() as u64 * KEYS_THREADS as u64 + i::thread_idx_x() as u64;
+    while j < n {
+        // SAFETY: j < n; the time is the second word of the 16-byte single.
+        let t =
+            f64::from_bits(unsafe { i::ldg_u64((singles as *const u64).add(2 * j as usize + 1)) });
+        let int = (t as i64).wrapping_sub(base as i64) as u64;
+        // SAFETY: j < n keys of the mode's width.
+        unsafe {
+            match mode {
+                KEYS_INT32 => (keys as *mut u32).add(j as usize).write(int as u32),
+                KEYS_INT64 => keys.add(j as usize).write(int),
+                _ => keys.add(j as usize).write(time_key(t)),
+            }
+        }
+        j += stride;
     }
 }
 

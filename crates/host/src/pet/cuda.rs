@@ -22,8 +22,35 @@ struct PetRadixTemp {
     keys: Option<CudaSlice<u64>>,
     sorted: Option<CudaSlice<u64>>,
     index: Option<CudaSlice<u32>>,
-    /// The two words the time-keys kernel reduces into (min, max), reset before each use.
-    minmax: Option<CudaSlice<u64>>,
+    /// `u32` keys (integer times spanning less than 2^32) and their sorted copy.
+    keys32: Option<CudaSlice<u32>>,
+    sorted32: Option<CudaSlice<u32>>,
+    /// The `RANGE_WORDS` words the time-range kernel reduces into, reset before each use.
+    range: Option<CudaSlice<u64>>,
+}
+
+/// Which keys the radix path sorts, from the time range's words: `(mode, base, bits)`, or
+/// `None` when every time is equal (nothing to sort). Integral times (every converted
+/// single: ticks) are sorted by their offset from the smallest, as `u32` when they span less
+/// than 2^32 (4 passes of 8 bits instead of up to 8 over the `f64` bits), else as `u64` when
+/// that needs fewer bits than the float keys.
+pub(crate) fn radix_plan(w: &[u64]) -> Option<(u32, u64, u32)> {
+    let bits_f = 64 - (w[0] ^ w[1]).leading_zeros();
+    if bits_f == 0 {
+        return None;
+    }
+    if w[4] == 0 && w[2] <= w[3] {
+        let (lo, hi) = ((w[2] ^ 1 << 63) as i64, (w[3] ^ 1 << 63) as i64);
+        let span = hi.wrapping_sub(lo) as u64;
+        let bits_i = 64 - span.leading_zeros();
+        if bits_i <= 32 {
+            return Some((k::KEYS_INT32, lo as u64, bits_i));
+        }
+        if bits_i < bits_f {
+            return Some((k::KEYS_INT64, lo as u64, bits_i));
+        }
+    }
+    Some((k::KEYS_FLOAT, 0, bits_f))
 }
 
 /// A scanner's parameters and tables on the device.
@@ -227,12 +254,15 @@ impl GpuContext {
     }
 
     /// Stable sort by time of the singles `a[off..off+n]` into `b[off..off+n]` on the radix
-    /// sort: one kernel writes an order-preserving `u64` key per time ([`k::time_key`]) and
-    /// the smallest and largest key, which are read back (one round trip) so that only the
-    /// bits below their highest differing bit are sorted (every key lies between them, so
-    /// shares the bits above); an argsort of the keys (`ceil(bits / 8)` onesweep passes)
-    /// and one gather of the 16-byte singles follow. Returns `true` when the result is in
-    /// `b`, `false` when it is in `a` (all times equal, or `n <= 1`). Times must be finite.
+    /// sort: one kernel reduces the times' range (order-preserving `u64` keys of the `f64`s,
+    /// and the smallest and largest integer when every time is an integer, as converted
+    /// singles' ticks are), which is read back (one round trip) to pick the keys
+    /// ([`radix_plan`]): integer offsets from the smallest time, as `u32` when they span
+    /// less than 2^32, or the float keys' bits below their highest differing bit (every key
+    /// lies between the smallest and largest, so shares the bits above). A second kernel
+    /// writes the keys; an argsort of them (`ceil(bits / 8)` onesweep passes) and one gather
+    /// of the 16-byte singles follow. Returns `true` when the result is in `b`, `false` when
+    /// it is in `a` (all times equal, or `n <= 1`). Times must be finite.
     pub fn pet_sort_radix_device(
         &self,
         a: &mut SinglesBuffer,
@@ -258,37 +288,65 @@ impl GpuContext {
         off: usize,
         n: usize,
     ) -> Result<bool> {
-        if t.keys.as_ref().is_none_or(|x| x.len() < n) {
-            t.keys = Some(self.zeros(n)?);
-            t.sorted = Some(self.zeros(n)?);
-            t.index = Some(self.zeros(n)?);
+        fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+            g: &GpuContext,
+            slot: &mut Option<CudaSlice<T>>,
+            n: usize,
+        ) -> Result<()> {
+            if slot.as_ref().is_none_or(|x| x.len() < n) {
+                *slot = Some(g.zeros(n)?);
+            }
+            Ok(())
         }
-        let (Some(keys), Some(sorted), Some(index)) =
-            (t.keys.as_mut(), t.sorted.as_mut(), t.index.as_mut())
-        else {
-            unreachable!("allocated above");
-        };
-        if t.minmax.is_none() {
-            t.minmax = Some(self.zeros(2)?);
-        }
-        let Some(minmax) = t.minmax.as_mut() else {
-            unreachable!("allocated above");
-        };
+        grow(self, &mut t.range, k::RANGE_WORDS)?;
+        grow(self, &mut t.index, n)?;
+        let range = t.range.as_mut().expect("grown");
         self.stream()
-            .memcpy_htod(&[u64::MAX, 0u64], minmax)
+            .memcpy_htod(&k::RANGE_INIT, range)
             .ctx("resetting the time range")?;
         let av = a.slice(2 * off..2 * (off + n));
         let blocks = (n as u64)
             .div_ceil(k::KEYS_THREADS as u64)
             .clamp(1, self.sm_count() as u64 * 8);
-        let params = k::PetTimeKeysParams {
+        let params = k::PetTimeRangeParams {
             singles: self.ptr(&av).cast(),
-            keys: self.ptr_mut(keys),
-            minmax: self.ptr_mut(minmax),
+            range: self.ptr_mut(range),
             n: n as u64,
         };
-        // SAFETY: KEYS_THREADS threads, grid-stride; av holds n singles, keys n words,
-        // minmax two words set to [u64::MAX, 0].
+        // SAFETY: KEYS_THREADS threads, grid-stride; av holds n singles, range RANGE_WORDS
+        // words set to RANGE_INIT.
+        unsafe {
+            self.launch(
+                k::KERNEL_TIME_RANGE,
+                cfg(blocks, k::KEYS_THREADS, 0),
+                &params,
+            )?
+        };
+        let w = self.download(range)?;
+        let Some((mode, base, bits)) = radix_plan(&w) else {
+            // Every time equal: the stable order is the input order.
+            return Ok(false);
+        };
+        let index = t.index.as_mut().expect("grown");
+        let keys_ptr = if mode == k::KEYS_INT32 {
+            grow(self, &mut t.keys32, n)?;
+            grow(self, &mut t.sorted32, n)?;
+            self.ptr_mut(t.keys32.as_mut().expect("grown")).cast()
+        } else {
+            grow(self, &mut t.keys, n)?;
+            grow(self, &mut t.sorted, n)?;
+            self.ptr_mut(t.keys.as_mut().expect("grown"))
+        };
+        let params = k::PetTimeKeysParams {
+            singles: self.ptr(&av).cast(),
+            keys: keys_ptr,
+            n: n as u64,
+            base,
+            mode,
+            _pad: 0,
+        };
+        // SAFETY: KEYS_THREADS threads, grid-stride; av holds n singles; keys holds n keys of
+        // the mode's width (u32 buffers in mode KEYS_INT32, u64 otherwise, grown above).
         unsafe {
             self.launch(
                 k::KERNEL_TIME_KEYS,
@@ -296,13 +354,18 @@ impl GpuContext {
                 &params,
             )?
         };
-        let mm = self.download(minmax)?;
-        let bits = 64 - (mm[0] ^ mm[1]).leading_zeros();
-        if bits == 0 {
-            // Every time equal: the stable order is the input order.
-            return Ok(false);
+        let opts = SortOptions::bits(0, bits);
+        if mode == k::KEYS_INT32 {
+            let (Some(keys), Some(sorted)) = (t.keys32.as_ref(), t.sorted32.as_mut()) else {
+                unreachable!("grown above");
+            };
+            self.sort_index_device(keys, sorted, index, n, opts)?;
+        } else {
+            let (Some(keys), Some(sorted)) = (t.keys.as_ref(), t.sorted.as_mut()) else {
+                unreachable!("grown above");
+            };
+            self.sort_index_device(keys, sorted, index, n, opts)?;
         }
-        self.sort_index_device(keys, sorted, index, n, SortOptions::bits(0, bits))?;
         let mut bv = b.slice_mut(2 * off..2 * (off + n));
         let params = k::PetGatherSinglesParams {
             input: self.ptr(&av).cast(),
@@ -810,6 +873,99 @@ impl GpuContext {
                 return Ok(*stats);
             }
             slot = 1 - slot;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The range words of `pet_time_range`, computed plainly on the host.
+    fn range_words(times: &[f64]) -> [u64; k::RANGE_WORDS] {
+        let mut w = k::RANGE_INIT;
+        for &t in times {
+            w[0] = w[0].min(k::time_key(t));
+            w[1] = w[1].max(k::time_key(t));
+            match k::time_integer(t) {
+                Some(v) => {
+                    w[2] = w[2].min(k::int_key(v));
+                    w[3] = w[3].max(k::int_key(v));
+                }
+                None => w[4] = 1,
+            }
+        }
+        w
+    }
+
+    /// The key `pet_time_keys` writes, cut to the sorted bits.
+    fn key(mode: u32, base: u64, bits: u32, t: f64) -> u64 {
+        let full = match mode {
+            k::KEYS_FLOAT => k::time_key(t),
+            _ => (t as i64).wrapping_sub(base as i64) as u64,
+        };
+        let full = if mode == k::KEYS_INT32 {
+            full as u32 as u64
+        } else {
+            full
+        };
+        if bits == 64 {
+            full
+        } else {
+            full & ((1u64 << bits) - 1)
+        }
+    }
+
+    fn time() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            (0u64..1 << 40).prop_map(|v| v as f64),
+            (-(1i64 << 31)..1 << 31).prop_map(|v| v as f64),
+            Just(-0.0),
+            Just(0.0),
+            Just(k::TIME_INT_LIMIT),
+            Just(-k::TIME_INT_LIMIT),
+            Just(k::TIME_INT_LIMIT * 4.0),
+            (-1e6f64..1e6),
+            any::<f64>().prop_filter("finite", |t| t.is_finite()),
+        ]
+    }
+
+    proptest! {
+        /// Whatever plan the range gives, the cut keys order the times exactly as `f64`
+        /// comparison does (equal keys iff equal times), which is what makes the LSD radix
+        /// argsort the stable sort by time.
+        #[test]
+        fn radix_plan_keys_preserve_order(times in prop::collection::vec(time(), 1..40)) {
+            let w = range_words(&times);
+            match radix_plan(&w) {
+                None => prop_assert!(times.iter().all(|&t| t == times[0])),
+                Some((mode, base, bits)) => {
+                    prop_assert!((1..=64).contains(&bits));
+                    if mode == k::KEYS_INT32 {
+                        prop_assert!(bits <= 32);
+                    }
+                    if mode != k::KEYS_FLOAT {
+                        prop_assert!(times.iter().all(|&t| k::time_integer(t).is_some()));
+                    }
+                    for &a in &times {
+                        for &b in &times {
+                            let (ka, kb) = (key(mode, base, bits, a), key(mode, base, bits, b));
+                            prop_assert_eq!(ka.cmp(&kb), a.partial_cmp(&b).expect("finite"));
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Integer times spanning under 2^32 always get the u32 keys.
+        #[test]
+        fn small_integer_span_uses_u32(lo in -(1i64 << 50)..1 << 50, d in prop::collection::vec(0u32..u32::MAX, 2..20)) {
+            let mut times: Vec<f64> = d.iter().map(|&x| (lo + x as i64) as f64).collect();
+            times.push(lo as f64 + 1.0);
+            times.push(lo as f64);
+            let plan = radix_plan(&range_words(&times)).expect("not all equal");
+            prop_assert_eq!(plan.0, k::KEYS_INT32);
         }
     }
 }
