@@ -708,6 +708,26 @@ fn streamed_cpu_chain_equals_whole() {
                 assert_eq!(got, want, "chunk {chunk} {c:?}");
                 assert_eq!(st.pairs as usize, want.len());
                 assert_eq!(st.convert.frames as usize, acq.frames.len());
+                // The same frames from memory (chunks copied by several threads).
+                let mut got2 = Vec::new();
+                let st2 = Backend::cpu()
+                    .pet_run_frames(
+                        bytes,
+                        &s,
+                        &c,
+                        &StreamConfig {
+                            chunk_frames: chunk,
+                            pending_capacity: 1 << 16,
+                        },
+                        |p| {
+                            got2.extend_from_slice(p);
+                            Ok(())
+                        },
+                        |_| {},
+                    )
+                    .unwrap();
+                assert_eq!(got2, want, "frames from memory, chunk {chunk} {c:?}");
+                assert_eq!(st2, st);
             }
         }
     }
@@ -735,6 +755,60 @@ fn streamed_chain_rejects_time_going_back_in_a_bdm() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Chunks large enough to be checked in parallel pieces name the same first frame out of
+/// order as a frame-by-frame reading: inside a piece, at a piece's first frame of a BDM, and
+/// across chunks; a frame stream cut inside a frame is an error from memory too.
+#[test]
+fn streamed_chain_names_the_first_disorder_in_large_chunks() {
+    let s = tiny();
+    let n = 200_000usize;
+    let ordered: Vec<DataFrameV2> = (0..n)
+        .map(|i| raw_frame((i % 2) as u8, 0, 0, 0, 1000 + i as u64, 5000))
+        .collect();
+    // (frame made earlier, expected frame named): later pieces also hold disorders, the
+    // first one must be named.
+    for bad in [5usize, 40_000, (1 << 15) + 1, (1 << 15) * 3, 150_001, n - 1] {
+        let mut f = ordered.clone();
+        f[bad] = raw_frame((bad % 2) as u8, 0, 0, 0, 3, 5000);
+        if bad + 10 < n {
+            f[bad + 9] = raw_frame(((bad + 9) % 2) as u8, 0, 0, 0, 2, 5000);
+        }
+        for chunk in [1usize << 16, 1 << 20] {
+            let sc = StreamConfig {
+                chunk_frames: chunk,
+                pending_capacity: 1 << 20,
+            };
+            let r = Backend::cpu().pet_run_frames(
+                gen::frame_bytes(&f),
+                &s,
+                &CoincideConfig::prompt(10.0),
+                &sc,
+                |_| Ok(()),
+                |_| {},
+            );
+            match r {
+                Err(Error::InvalidInput { detail, .. }) => assert!(
+                    detail.contains(&format!("frame {bad} of BDM {}", bad % 2)),
+                    "bad {bad} chunk {chunk}: {detail}"
+                ),
+                other => panic!("bad {bad} chunk {chunk}: {other:?}"),
+            }
+        }
+    }
+    let bytes = gen::frame_bytes(&ordered[..10]);
+    assert!(matches!(
+        Backend::cpu().pet_run_frames(
+            &bytes[..bytes.len() - 3],
+            &s,
+            &CoincideConfig::prompt(10.0),
+            &StreamConfig::default(),
+            |_| Ok(()),
+            |_| {},
+        ),
+        Err(Error::InvalidInput { .. })
+    ));
 }
 
 #[test]

@@ -413,13 +413,56 @@ fn main() -> Result<()> {
                 |_| {},
             )?;
             check("streamed chain", &got, &want_chain)?;
-            let mut t = Vec::new();
-            for _ in 0..3 {
-                let t0 = Instant::now();
-                backend.pet_run_stream(&mut &bytes[..], &scanner, &c, &sc, |_| Ok(()), |_| {})?;
-                t.push(t0.elapsed().as_secs_f64() * 1e3);
-            }
-            t.sort_by(f64::total_cmp);
+            // From memory (several copying threads) too, checked the same way.
+            let mut got = Vec::new();
+            backend.pet_run_frames(
+                bytes,
+                &scanner,
+                &c,
+                &sc,
+                |p| {
+                    got.extend_from_slice(p);
+                    Ok(())
+                },
+                |_| {},
+            )?;
+            check("streamed chain from memory", &got, &want_chain)?;
+            let file = tmp.join(format!("frames-{n}.bin"));
+            std::fs::write(&file, bytes)?;
+            // Median of 3 whole runs each: a reader over memory, frames in memory, a file.
+            let time3 = |f: &mut dyn FnMut() -> detkit::Result<()>| -> Result<f64> {
+                let mut t = Vec::new();
+                for _ in 0..3 {
+                    let t0 = Instant::now();
+                    f()?;
+                    t.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
+                t.sort_by(f64::total_cmp);
+                Ok(t[1])
+            };
+            let t_read = time3(&mut || {
+                backend
+                    .pet_run_stream(&mut &bytes[..], &scanner, &c, &sc, |_| Ok(()), |_| {})
+                    .map(|_| ())
+            })?;
+            let t_mem = time3(&mut || {
+                backend
+                    .pet_run_frames(bytes, &scanner, &c, &sc, |_| Ok(()), |_| {})
+                    .map(|_| ())
+            })?;
+            let t_file = time3(&mut || {
+                let mut f = std::io::BufReader::with_capacity(
+                    1 << 20,
+                    std::fs::File::open(&file).map_err(|x| detkit::Error::InvalidInput {
+                        what: "bench file",
+                        detail: x.to_string(),
+                    })?,
+                );
+                backend
+                    .pet_run_stream(&mut f, &scanner, &c, &sc, |_| Ok(()), |_| {})
+                    .map(|_| ())
+            })?;
+            std::fs::remove_file(&file).ok();
             // SAFETY: written below before the copy reads it.
             let mut pinned = unsafe { g.context().alloc_pinned_with_flags::<u8>(bytes.len(), 0) }?;
             pinned.as_mut_slice()?.copy_from_slice(bytes);
@@ -432,19 +475,21 @@ fn main() -> Result<()> {
                         source,
                     })
             })?;
-            push(
-                &mut rows,
-                Row {
-                    what: format!(
-                        "chain streamed, chunks of 2^{}",
-                        sc.chunk_frames.trailing_zeros()
-                    ),
-                    n,
-                    ms: t[1],
-                    bytes: 16.0 * n as f64,
-                    baseline: Some(("pinned H2D copy".into(), h2d)),
-                },
-            );
+            for (how, ms) in [("reader", t_read), ("memory", t_mem), ("file", t_file)] {
+                push(
+                    &mut rows,
+                    Row {
+                        what: format!(
+                            "chain streamed ({how}), chunks 2^{}",
+                            sc.chunk_frames.trailing_zeros()
+                        ),
+                        n,
+                        ms,
+                        bytes: 16.0 * n as f64,
+                        baseline: Some(("pinned H2D copy".into(), h2d)),
+                    },
+                );
+            }
         }
     }
     // CUB on the same sort keys.

@@ -195,6 +195,11 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_count(p: PetCoincideCountParams) 
         // SAFETY: idx < n.
         unsafe { counts.add(idx as usize).write(count) };
     }
+    if policy_bounded(Policy::from_u32(policy)) {
+        // The fill kernel writes the total from the scan (one atomic per warp on one word
+        // cost 80 us at 4 M singles).
+        return;
+    }
     let total = crate::scan::device::warp_reduce_sum(count as u64);
     if i::lane_id() == 0 && total != 0 {
         // SAFETY: the u64 at words CO_TOTAL_LO.. is 8-byte aligned (word 4).
@@ -225,6 +230,14 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_fill(p: PetCoincideFillParams) {
     if idx >= n {
         return;
     }
+    if idx == n - 1 && policy_bounded(Policy::from_u32(policy)) {
+        // SAFETY: idx < n; the status's u64 at words CO_TOTAL_LO.. is 8-byte aligned.
+        unsafe {
+            let total = offsets.add(idx as usize).read() as u64
+                + p.counts.ptr().add(idx as usize).read() as u64;
+            (p.status.ptr_mut().add(CO_TOTAL_LO) as *mut u64).write(total);
+        }
+    }
     // SAFETY: idx < n.
     let opens = delayed != 0 || unsafe { opener.add(idx as usize).read() } != 0;
     if !opens {
@@ -251,13 +264,15 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_fill(p: PetCoincideFillParams) {
         // SAFETY: members < n.
         |k| unsafe { singles.add(member(k) as usize).read() },
         |a, b| {
-            // SAFETY: members < n; `at` below the total (the scan of the same counts).
-            unsafe {
-                pairs.add(at).write(Coincidence {
-                    a: singles.add(member(a) as usize).read(),
-                    b: singles.add(member(b) as usize).read(),
-                })
-            };
+            if (at as u64) < p.capacity {
+                // SAFETY: members < n; `at` below the capacity.
+                unsafe {
+                    pairs.add(at).write(Coincidence {
+                        a: singles.add(member(a) as usize).read(),
+                        b: singles.add(member(b) as usize).read(),
+                    })
+                };
+            }
             at += 1;
         },
     );

@@ -875,10 +875,26 @@ pub struct PetCoincideFillParams {
     pub opener: DevPtr<u8>,
     pub offsets: DevPtr<u32>,
     pub pairs: DevPtr<Coincidence>,
+    /// The count kernel's counts (the last single's is added to its offset for the total).
+    pub counts: DevPtr<u32>,
+    /// Status words: the last thread writes the total at [`CO_TOTAL_LO`] unless the policy is
+    /// `TakeAllGoods` (whose total the count kernel sums in 64 bits).
+    pub status: DevPtr<u32>,
+    /// Pairs `pairs` holds; a pair past it is not written (only unsorted input, which the
+    /// status reports as an error, can reach it).
+    pub capacity: u64,
     pub delayed: u32,
     pub policy: u32,
 }
-crate::kernel_params!(PetCoincideFillParams, 80, ["pet_coincide_fill"]);
+crate::kernel_params!(PetCoincideFillParams, 104, ["pet_coincide_fill"]);
+
+/// Whether a policy yields at most one pair per window, so that a prompt chain yields at most
+/// `n / 2` pairs and a delayed one at most `n` (the pairs buffer is sized from that bound, and
+/// the total read once at the end); `TakeAllGoods` yields up to every good pair of a window.
+#[inline(always)]
+pub fn policy_bounded(policy: Policy) -> bool {
+    !matches!(policy, Policy::TakeAllGoods)
+}
 
 #[cfg(target_arch = "nvptx64")]
 pub mod coincide;

@@ -474,7 +474,9 @@ impl GpuContext {
 
     /// The coincidences of [`GpuContext::pet_coincide_device_with`], left on the device: the
     /// first `total` pairs of [`CoincideScratch::pairs`] (32 bytes each, time order).
-    /// Returns `(total, resume)`; two small status words are read back (sortedness, totals).
+    /// Returns `(total, resume)`. The status words (sortedness, totals) are read back once
+    /// at the end for the one-pair-per-window policies (every policy but `TakeAllGoods`,
+    /// whose pair total is read before the fill to size the buffer).
     pub fn pet_coincide_resident(
         &self,
         scratch: &mut CoincideScratch,
@@ -550,27 +552,6 @@ impl GpuContext {
             let r = unsafe { self.launch(k::KERNEL_COINCIDE_NEXT, launch_cfg, &params) };
             r?;
         }
-        let st = self.download(status)?;
-        let bad = st[k::CO_FIRST_UNSORTED];
-        if bad != u32::MAX {
-            let i = bad as usize;
-            let around = download_view(
-                self,
-                &s.slice(2 * (off + i.saturating_sub(1))..2 * (off + i + 1)),
-            )?;
-            let around = singles_of(&around);
-            let detail = if around.last().is_some_and(|x| x.time.is_nan()) {
-                format!("single {i} has time NaN")
-            } else {
-                format!(
-                    "not sorted by time: single {i} (time {}) comes after single {} (time {})",
-                    around[around.len() - 1].time,
-                    i - 1,
-                    around[0].time
-                )
-            };
-            return Err(invalid("singles to pair", detail));
-        }
         if delayed == 0 {
             let window = c.window;
             let params = k::PetCoincideWalkParams {
@@ -602,33 +583,26 @@ impl GpuContext {
             let r = unsafe { self.launch(k::KERNEL_COINCIDE_COUNT, launch_cfg, &params) };
             r?;
         }
-        let st = self.download(status)?;
-        if st[k::CO_OVERSIZE] != 0 {
-            return Err(Error::CapacityExceeded {
-                what: "singles in one coincidence window (policies other than killAll)",
-                needed: st[k::CO_OVERSIZE] as u64,
-                capacity: k::MAX_MULTIPLE as u64,
-            });
-        }
-        let total = st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32;
-        if total > u32::MAX as u64 {
-            return Err(Error::CapacityExceeded {
-                what: "coincidences of one launch",
-                needed: total,
-                capacity: u32::MAX as u64,
-            });
-        }
-        let resume = if st[k::CO_RESUME] == u32::MAX {
-            n
+        // Pairs capacity: the bound of a one-pair-per-window policy (no read-back), else the
+        // total the count kernel summed (one read-back, which also reports disorder early).
+        let capacity = if k::policy_bounded(c.policy) {
+            if delayed != 0 {
+                n
+            } else {
+                n / 2 + 1
+            }
         } else {
-            st[k::CO_RESUME] as usize
+            let st = self.download(status)?;
+            self.coincide_status_errors(s, off, &st)?;
+            let total = st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32;
+            if total == 0 {
+                return Ok((0, resume_of(&st, n)));
+            }
+            total as usize
         };
-        if total == 0 {
-            return Ok((0, resume));
-        }
         self.scan_device(counts, offsets, n, crate::ScanKind::Exclusive)?;
-        if pairs.as_ref().is_none_or(|p| p.len() < 4 * total as usize) {
-            *pairs = Some(self.zeros::<u64>(4 * total as usize)?);
+        if pairs.as_ref().is_none_or(|p| p.len() < 4 * capacity) {
+            *pairs = Some(self.zeros::<u64>(4 * capacity)?);
         }
         let pairs = pairs.as_mut().expect("allocated");
         {
@@ -644,13 +618,63 @@ impl GpuContext {
                 opener: self.ptr(&*opener),
                 offsets: self.ptr(&*offsets),
                 pairs: self.ptr_mut(&mut *pairs).cast(),
+                counts: self.ptr(&*counts),
+                status: self.ptr_mut(&mut *status),
+                capacity: capacity as u64,
             };
-            // SAFETY: as above; offsets is the exclusive scan of the counts written by the
-            // count kernel with the same arguments, so every write is below `total`.
+            // SAFETY: as above; the kernel writes pairs only below `capacity`, and pairs holds
+            // 4 capacity words. On sorted input the total is at most the capacity (a
+            // one-pair-per-window policy yields at most one pair per window: n / 2 disjoint
+            // prompt windows of two or more singles, n delayed ones; otherwise the total was
+            // read), so nothing is dropped; unsorted input is reported below.
             let r = unsafe { self.launch(k::KERNEL_COINCIDE_FILL, launch_cfg, &params) };
             r?;
         }
-        Ok((total as usize, resume))
+        let st = self.download(status)?;
+        self.coincide_status_errors(s, off, &st)?;
+        let total = st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32;
+        Ok((total as usize, resume_of(&st, n)))
+    }
+
+    /// The typed errors a coincidence status reports: a single out of order (or NaN), a
+    /// window over the policies' limit, more pairs than one launch can index.
+    fn coincide_status_errors(&self, s: &SinglesBuffer, off: usize, st: &[u32]) -> Result<()> {
+        let bad = st[k::CO_FIRST_UNSORTED];
+        if bad != u32::MAX {
+            let i = bad as usize;
+            let around = download_view(
+                self,
+                &s.slice(2 * (off + i.saturating_sub(1))..2 * (off + i + 1)),
+            )?;
+            let around = singles_of(&around);
+            let detail = if around.last().is_some_and(|x| x.time.is_nan()) {
+                format!("single {i} has time NaN")
+            } else {
+                format!(
+                    "not sorted by time: single {i} (time {}) comes after single {} (time {})",
+                    around[around.len() - 1].time,
+                    i - 1,
+                    around[0].time
+                )
+            };
+            return Err(invalid("singles to pair", detail));
+        }
+        if st[k::CO_OVERSIZE] != 0 {
+            return Err(Error::CapacityExceeded {
+                what: "singles in one coincidence window (policies other than killAll)",
+                needed: st[k::CO_OVERSIZE] as u64,
+                capacity: k::MAX_MULTIPLE as u64,
+            });
+        }
+        let total = st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32;
+        if total > u32::MAX as u64 {
+            return Err(Error::CapacityExceeded {
+                what: "coincidences of one launch",
+                needed: total,
+                capacity: u32::MAX as u64,
+            });
+        }
+        Ok(())
     }
 
     pub(crate) fn upload_singles(&self, singles: &[Single]) -> Result<SinglesBuffer> {
@@ -658,6 +682,15 @@ impl GpuContext {
             return self.zeros(2);
         }
         self.upload(bytemuck::cast_slice::<Single, u64>(singles))
+    }
+}
+
+/// The first incomplete opener of a coincidence status (`n`: every window complete).
+fn resume_of(st: &[u32], n: usize) -> usize {
+    if st[k::CO_RESUME] == u32::MAX {
+        n
+    } else {
+        st[k::CO_RESUME] as usize
     }
 }
 
@@ -716,11 +749,98 @@ pub(crate) fn stats_from_words(st: &[u32], n: usize) -> ConvertStats {
 
 // ---------------------------------------------------------------------------------------
 
+/// Buffers of the streamed chain, kept in the context between calls (pinned host memory is
+/// slow to allocate: about 40 ms for the two 32 MiB frame buffers of 2^21-frame chunks).
+#[derive(Default)]
+struct PetStreamBuffers {
+    /// Frame bytes per chunk that `pinned` and `dframes` hold.
+    fbytes: usize,
+    /// Singles that `a` and `b` hold (chunk + pending capacity).
+    cap: usize,
+    pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
+    dframes: Vec<CudaSlice<u8>>,
+    a: Option<CudaSlice<u64>>,
+    b: Option<CudaSlice<u64>>,
+    stats: Option<CudaSlice<u32>>,
+    /// Pairs copied out of the device (4 words each), pinned, grown on demand.
+    pairs: Option<cudarc::driver::PinnedHostSlice<u64>>,
+    copy: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
+    scratch: CoincideScratch,
+}
+
+impl PetStreamBuffers {
+    fn fit(&mut self, g: &GpuContext, fbytes: usize, cap: usize) -> Result<()> {
+        if self.copy.is_none() {
+            self.copy = Some(g.context().new_stream().ctx("creating the copy stream")?);
+        }
+        if self.fbytes != fbytes || self.pinned.len() != 2 {
+            self.pinned.clear();
+            self.dframes.clear();
+            for _ in 0..2 {
+                // SAFETY: the frames are written by the source before any copy reads them
+                // (flags 0: cached host memory, since the host also reads the frames).
+                let mut pb = unsafe { g.context().alloc_pinned_with_flags::<u8>(fbytes, 0) }
+                    .ctx("allocating pinned memory")?;
+                let ptr = pb.as_mut_ptr().ctx("mapping pinned memory")?;
+                // SAFETY: `ptr` addresses `fbytes` bytes of this allocation; zeroing them
+                // initialises the memory before any slice of it is made.
+                unsafe { std::ptr::write_bytes(ptr, 0, fbytes) };
+                self.pinned.push(pb);
+                self.dframes.push(g.zeros::<u8>(fbytes)?);
+            }
+            self.fbytes = fbytes;
+        }
+        if self.cap != cap || self.a.is_none() || self.b.is_none() {
+            self.a = Some(g.zeros::<u64>(2 * cap)?);
+            self.b = Some(g.zeros::<u64>(2 * cap)?);
+            self.cap = cap;
+        }
+        if self.stats.is_none() {
+            self.stats = Some(g.zeros::<u32>(k::STAT_WORDS)?);
+        }
+        Ok(())
+    }
+
+    /// The first `total` pairs of the last resident coincidence call, copied into the pinned
+    /// pairs buffer (grown by half again when short) and returned as a slice of it.
+    fn download_pairs(&mut self, g: &GpuContext, total: usize) -> Result<&[Coincidence]> {
+        if total == 0 {
+            return Ok(&[]);
+        }
+        let words = 4 * total;
+        if self.pairs.as_ref().is_none_or(|p| p.len() < words) {
+            let len = words.max(self.pairs.as_ref().map_or(0, |p| p.len() * 3 / 2));
+            // SAFETY: only the first `4 total` words, written by the copy below, are read.
+            let mut p = unsafe { g.context().alloc_pinned_with_flags::<u64>(len, 0) }
+                .ctx("allocating pinned memory for the pairs")?;
+            let ptr = p.as_mut_ptr().ctx("mapping pinned memory")?;
+            // SAFETY: `ptr` addresses `len` words of this allocation.
+            unsafe { std::ptr::write_bytes(ptr, 0, len) };
+            self.pairs = Some(p);
+        }
+        let src = self
+            .scratch
+            .pairs()
+            .filter(|p| p.len() >= words)
+            .ok_or_else(|| invalid("pairs", "more pairs asked for than the last call made"))?;
+        let host = self.pairs.as_mut().expect("allocated above");
+        let dst = &mut host.as_mut_slice().ctx("mapping pinned memory")?[..words];
+        // The destination is pinned, so this copy is asynchronous: the synchronisation below
+        // completes it before the slice is read.
+        g.stream()
+            .memcpy_dtoh(&src.slice(0..words), dst)
+            .ctx("copying the pairs")?;
+        g.synchronize()?;
+        let all = host.as_slice().ctx("mapping pinned memory")?;
+        Ok(bytemuck::cast_slice::<u64, Coincidence>(&all[..words]))
+    }
+}
+
 impl GpuContext {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pet_run_stream_gpu(
         &self,
-        input: &mut impl Read,
+        input: &mut impl FrameSource,
         scanner: &Scanner,
         c: &CoincideConfig,
         sc: &StreamConfig,
@@ -731,34 +851,39 @@ impl GpuContext {
     ) -> Result<StreamStats> {
         let ds = self.pet_scanner(scanner)?;
         let cap = sc.chunk_frames + sc.pending_capacity;
-        let copy = self
-            .context()
-            .new_stream()
-            .ctx("creating the copy stream")?;
         let fbytes = 16 * sc.chunk_frames;
-        // SAFETY: pinned buffers are written by `read_chunk` before any copy reads them
-        // (flags 0: cached host memory, since the host also reads the frames).
-        let mut pinned = [
-            unsafe { self.context().alloc_pinned_with_flags::<u8>(fbytes, 0) }
-                .ctx("allocating pinned memory")?,
-            unsafe { self.context().alloc_pinned_with_flags::<u8>(fbytes, 0) }
-                .ctx("allocating pinned memory")?,
-        ];
-        for pb in pinned.iter_mut() {
-            let ptr = pb.as_mut_ptr().ctx("mapping pinned memory")?;
-            // SAFETY: `ptr` addresses `fbytes` bytes of this allocation; zeroing them through
-            // the raw pointer initialises the memory before any slice of it is made.
-            unsafe { std::ptr::write_bytes(ptr, 0, fbytes) };
+        // The buffers leave the context's cache for the run and go back after it (dropped
+        // on an error: the next run allocates them again).
+        let mut bufs = self.with_scratch(std::mem::take::<PetStreamBuffers>);
+        bufs.fit(self, fbytes, cap)?;
+        let r = self.pet_stream_loop(&mut bufs, input, &ds, c, sc, wm, stats, sink, progress);
+        if r.is_ok() {
+            self.with_scratch(|s: &mut PetStreamBuffers| *s = bufs);
         }
-        let mut dframes = [
-            copy.alloc_zeros::<u8>(fbytes)
-                .ctx("allocating frame buffers")?,
-            copy.alloc_zeros::<u8>(fbytes)
-                .ctx("allocating frame buffers")?,
-        ];
-        let mut a = self.zeros::<u64>(2 * cap)?;
-        let mut b = self.zeros::<u64>(2 * cap)?;
-        let mut d_stats = self.zeros::<u32>(k::STAT_WORDS)?;
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pet_stream_loop(
+        &self,
+        bufs: &mut PetStreamBuffers,
+        input: &mut impl FrameSource,
+        ds: &DeviceScanner,
+        c: &CoincideConfig,
+        sc: &StreamConfig,
+        wm: &mut Watermark,
+        stats: &mut StreamStats,
+        sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
+        progress: &mut impl FnMut(&StreamStats),
+    ) -> Result<StreamStats> {
+        let copy = bufs.copy.clone().expect("fitted");
+        let (mut a, mut b) = (
+            bufs.a.take().expect("fitted"),
+            bufs.b.take().expect("fitted"),
+        );
+        let mut d_stats = bufs.stats.take().expect("fitted");
+        let mut pinned = std::mem::take(&mut bufs.pinned);
+        let mut dframes = std::mem::take(&mut bufs.dframes);
         let mut np = 0usize;
         let mut offset = 0u64;
         // Chunk k sits in slot k % 2; its frame count, whether it is the last, and the
@@ -776,22 +901,27 @@ impl GpuContext {
         let mut copied: [Option<CudaEvent>; 2] = [None, None];
         let mut consumed: [Option<CudaEvent>; 2] = [None, None];
         let mut fill = |slot: usize,
-                        pinned: &mut [cudarc::driver::PinnedHostSlice<u8>; 2],
-                        dframes: &mut [CudaSlice<u8>; 2],
+                        pinned: &mut [cudarc::driver::PinnedHostSlice<u8>],
+                        dframes: &mut [CudaSlice<u8>],
                         copied: &mut [Option<CudaEvent>; 2],
                         consumed: &[Option<CudaEvent>; 2]|
          -> Result<(usize, bool, f64)> {
+            // The host must not overwrite a pinned buffer an earlier copy still reads.
+            if let Some(e) = &copied[slot] {
+                e.synchronize().ctx("waiting for the frame copy")?;
+            }
             let buf = pinned[slot].as_mut_slice().ctx("mapping pinned memory")?;
-            let nf = read_chunk(input, buf)?;
+            let nf = input.fill(buf)?;
             wm.update(&buf[..16 * nf], read_offset)?;
             read_offset += nf as u64;
             if nf > 0 {
-                // Asynchronous copy from pinned memory on the copy stream: overlaps the
-                // compute stream's kernels (the whole buffer; bytes past the chunk unused).
+                // Asynchronous copy of the chunk's bytes from pinned memory on the copy
+                // stream: overlaps the compute stream's kernels.
                 if let Some(e) = &consumed[slot] {
                     copy.wait(e).ctx("ordering the frame copy")?;
                 }
-                copy.memcpy_htod(&pinned[slot], &mut dframes[slot])
+                let src = &pinned[slot].as_slice().ctx("mapping pinned memory")?[..16 * nf];
+                copy.memcpy_htod(src, &mut dframes[slot].slice_mut(0..16 * nf))
                     .ctx("copying frames to the device")?;
                 copied[slot] = Some(copy.record_event(None).ctx("recording the frame copy")?);
             }
@@ -800,9 +930,19 @@ impl GpuContext {
         };
         (counts[0], lasts[0], marks[0]) =
             fill(0, &mut pinned, &mut dframes, &mut copied, &consumed)?;
-        let mut scratch = CoincideScratch::default();
         let mut slot = 0;
-        loop {
+        // DETKIT_PET_PROFILE=1: host time per phase of the loop, printed to stderr at the end
+        // (a GPU wait shows in the phase that reads back).
+        let profile = std::env::var_os("DETKIT_PET_PROFILE").is_some();
+        let mut phases = [0f64; 6];
+        let mut clock = std::time::Instant::now();
+        let mut lap = |i: usize| {
+            if profile {
+                phases[i] += clock.elapsed().as_secs_f64() * 1e3;
+                clock = std::time::Instant::now();
+            }
+        };
+        let result = loop {
             let nf = counts[slot];
             let last = lasts[slot];
             let w = marks[slot];
@@ -810,17 +950,19 @@ impl GpuContext {
             if let Some(e) = &copied[slot] {
                 self.stream().wait(e).ctx("waiting for the frame copy")?;
             }
-            self.pet_convert_device(&dframes[slot], nf, &ds, &mut a, np, &mut d_stats)?;
+            self.pet_convert_device(&dframes[slot], nf, ds, &mut a, np, &mut d_stats)?;
             consumed[slot] = Some(
                 self.stream()
                     .record_event(None)
                     .ctx("recording the conversion")?,
             );
+            lap(0);
             // Start the next chunk's read and copy while the kernels run.
             if !last {
                 (counts[1 - slot], lasts[1 - slot], marks[1 - slot]) =
                     fill(1 - slot, &mut pinned, &mut dframes, &mut copied, &consumed)?;
             }
+            lap(1);
             let st = self.download(&d_stats)?;
             let cst = stats_from_words(&st, nf);
             stats.convert.add(&cst, offset);
@@ -834,6 +976,7 @@ impl GpuContext {
                     .memcpy_dtod(&src, &mut dst)
                     .ctx("copying sorted singles")?;
             }
+            lap(2);
             let total = np + nc;
             let merged_in_b = if np > 0 && nc > 0 {
                 self.pet_merge_runs_device(&mut a, &mut b, 0, total, &[0, np as u32, total as u32])?
@@ -845,11 +988,12 @@ impl GpuContext {
             } else {
                 (&mut a, &mut b)
             };
-            let (pairs, resume) =
-                self.pet_coincide_device_with(&mut scratch, merged, 0, total, c, w)?;
+            lap(3);
+            let (npairs, resume) =
+                self.pet_coincide_resident(&mut bufs.scratch, merged, 0, total, c, w)?;
             let rest = total - resume;
             if rest > sc.pending_capacity {
-                return Err(pending_overflow(rest, sc.pending_capacity));
+                break Err(pending_overflow(rest, sc.pending_capacity));
             }
             if rest > 0 {
                 let src = merged.slice(2 * resume..2 * total);
@@ -857,23 +1001,39 @@ impl GpuContext {
                 self.stream()
                     .memcpy_dtod(&src, &mut dst)
                     .ctx("carrying pending singles")?;
-                if merged_in_b {
-                    // pending now in a (other == a)
-                } else {
+                if !merged_in_b {
                     std::mem::swap(&mut a, &mut b);
                 }
             }
+            let pairs = bufs.download_pairs(self, npairs)?;
+            lap(4);
             np = rest;
             stats.max_pending = stats.max_pending.max(rest as u64);
-            stats.pairs += pairs.len() as u64;
+            stats.pairs += npairs as u64;
             stats.chunks += 1;
-            sink(&pairs)?;
+            sink(pairs)?;
             progress(stats);
+            lap(5);
             if last {
-                return Ok(*stats);
+                if profile {
+                    eprintln!(
+                        "pet stream profile (ms): convert launch {:.2}, read+watermark+copy {:.2}, \
+                         stats read+sort {:.2}, merge {:.2}, coincide+download {:.2}, sink {:.2}",
+                        phases[0], phases[1], phases[2], phases[3], phases[4], phases[5]
+                    );
+                }
+                break Ok(*stats);
             }
             slot = 1 - slot;
-        }
+        };
+        // Every copy from the pinned buffers has finished before they go back to the cache.
+        copy.synchronize().ctx("finishing the frame copies")?;
+        bufs.a = Some(a);
+        bufs.b = Some(b);
+        bufs.stats = Some(d_stats);
+        bufs.pinned = pinned;
+        bufs.dframes = dframes;
+        result
     }
 }
 

@@ -321,29 +321,80 @@ impl Watermark {
         }
     }
     /// Reads a chunk's frames (raw bytes; the first is frame `offset` of the stream); checks
-    /// each BDM's times never decrease.
+    /// each BDM's times never decrease. Large chunks are read in parallel pieces (each
+    /// piece's first and last time per BDM and its first inner disorder), joined in order, so
+    /// the error names the same first frame out of order as a sequential reading.
     fn update(&mut self, bytes: &[u8], offset: u64) -> Result<()> {
-        for (i, rec) in bytes.as_chunks::<16>().0.iter().enumerate() {
-            let b = rec[1] as usize;
-            if b >= self.last.len() {
-                continue; // a bad address: counted by the conversion
-            }
-            let t = u64::from_be_bytes([
+        use rayon::prelude::*;
+        const PIECE: usize = 1 << 15;
+        let frames = bytes.as_chunks::<16>().0;
+        let bdms = self.last.len();
+        let time = |rec: &[u8; 16]| {
+            u64::from_be_bytes([
                 rec[2], rec[3], rec[4], rec[5], rec[6], rec[7], rec[8], rec[9],
-            ]);
-            if let Some(prev) = self.last[b] {
-                if t < prev {
-                    return Err(invalid(
-                        "frame stream",
-                        format!(
-                            "frame {} of BDM {b} has time {t}, before the BDM's previous frame \
-                             (time {prev}); each BDM's stream must be in time order",
-                            offset + i as u64
-                        ),
-                    ));
+            ])
+        };
+        // Per piece: (first (index, time) per BDM, last time per BDM, first inner disorder
+        // as (index, bdm, time, previous time)).
+        type Piece = (
+            Vec<Option<(usize, u64)>>,
+            Vec<Option<u64>>,
+            Option<(usize, usize, u64, u64)>,
+        );
+        let summarize = |base: usize, recs: &[[u8; 16]]| -> Piece {
+            let mut first = vec![None; bdms];
+            let mut last: Vec<Option<u64>> = vec![None; bdms];
+            let mut bad = None;
+            for (i, rec) in recs.iter().enumerate() {
+                let b = rec[1] as usize;
+                if b >= bdms {
+                    continue; // a bad address: counted by the conversion
+                }
+                let t = time(rec);
+                match last[b] {
+                    Some(prev) if t < prev && bad.is_none() => bad = Some((base + i, b, t, prev)),
+                    None => first[b] = Some((base + i, t)),
+                    _ => {}
+                }
+                last[b] = Some(t);
+            }
+            (first, last, bad)
+        };
+        let pieces: Vec<Piece> = if frames.len() <= PIECE {
+            vec![summarize(0, frames)]
+        } else {
+            frames
+                .par_chunks(PIECE)
+                .enumerate()
+                .map(|(k, recs)| summarize(k * PIECE, recs))
+                .collect()
+        };
+        for (first, last, bad) in pieces {
+            // The earliest disorder of this piece: inside it, or a BDM's first frame in it
+            // before the BDM's latest time so far.
+            let mut worst = bad;
+            for (b, f) in first.iter().enumerate() {
+                if let (Some((i, t)), Some(prev)) = (*f, self.last[b]) {
+                    if t < prev && worst.is_none_or(|w| i < w.0) {
+                        worst = Some((i, b, t, prev));
+                    }
                 }
             }
-            self.last[b] = Some(t);
+            if let Some((i, b, t, prev)) = worst {
+                return Err(invalid(
+                    "frame stream",
+                    format!(
+                        "frame {} of BDM {b} has time {t}, before the BDM's previous frame \
+                         (time {prev}); each BDM's stream must be in time order",
+                        offset + i as u64
+                    ),
+                ));
+            }
+            for (b, l) in last.iter().enumerate() {
+                if l.is_some() {
+                    self.last[b] = *l;
+                }
+            }
         }
         Ok(())
     }
@@ -355,7 +406,76 @@ impl Watermark {
     }
 }
 
+/// Where the streamed chain's frames come from.
+pub(crate) trait FrameSource {
+    /// Fills `buf` with the next whole frames and returns their number; fewer than
+    /// `buf.len() / 16` means the end of the stream.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize>;
+}
+
+/// Frames from a reader (a file, a pipe), read in order.
+struct ReadSource<'a, R: Read>(&'a mut R);
+
+impl<R: Read> FrameSource for ReadSource<'_, R> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        read_chunk(self.0, buf)
+    }
+}
+
+/// Frames already in memory, copied into the chunk buffer by several threads.
+struct SliceSource<'a> {
+    bytes: &'a [u8],
+}
+
+impl FrameSource for SliceSource<'_> {
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+        use rayon::prelude::*;
+        let m = buf.len().min(self.bytes.len()) / 16 * 16;
+        let (now, rest) = self.bytes.split_at(m);
+        buf[..m]
+            .par_chunks_mut(1 << 20)
+            .zip(now.par_chunks(1 << 20))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        self.bytes = rest;
+        if m < buf.len() && !self.bytes.is_empty() {
+            return Err(invalid(
+                "frame stream",
+                "ends inside a frame (length not a multiple of 16 bytes)",
+            ));
+        }
+        Ok(m / 16)
+    }
+}
+
 impl Backend {
+    /// [`Backend::pet_run_stream`] over frames already in memory (`16 × frames` bytes):
+    /// the same chain and result, with the chunks copied by several threads (a `Read` is
+    /// copied by one).
+    pub fn pet_run_frames(
+        &self,
+        frames: &[u8],
+        scanner: &Scanner,
+        c: &CoincideConfig,
+        sc: &StreamConfig,
+        sink: impl FnMut(&[Coincidence]) -> Result<()>,
+        progress: impl FnMut(&StreamStats),
+    ) -> Result<StreamStats> {
+        if !frames.len().is_multiple_of(16) {
+            return Err(invalid(
+                "frame stream",
+                "ends inside a frame (length not a multiple of 16 bytes)",
+            ));
+        }
+        self.pet_run_source(
+            &mut SliceSource { bytes: frames },
+            scanner,
+            c,
+            sc,
+            sink,
+            progress,
+        )
+    }
+
     /// The whole chain over a frame stream, chunk by chunk, with bounded memory: convert,
     /// sort, merge with the singles pending from earlier chunks, pair every window that no
     /// later frame can reach (the watermark: the smallest latest time over all BDMs), carry
@@ -366,6 +486,18 @@ impl Backend {
     pub fn pet_run_stream(
         &self,
         input: &mut impl Read,
+        scanner: &Scanner,
+        c: &CoincideConfig,
+        sc: &StreamConfig,
+        sink: impl FnMut(&[Coincidence]) -> Result<()>,
+        progress: impl FnMut(&StreamStats),
+    ) -> Result<StreamStats> {
+        self.pet_run_source(&mut ReadSource(input), scanner, c, sc, sink, progress)
+    }
+
+    fn pet_run_source(
+        &self,
+        input: &mut impl FrameSource,
         scanner: &Scanner,
         c: &CoincideConfig,
         sc: &StreamConfig,
@@ -385,7 +517,7 @@ impl Backend {
                 let mut buf = vec![0u8; 16 * sc.chunk_frames];
                 let mut offset = 0u64;
                 loop {
-                    let nf = read_chunk(input, &mut buf)?;
+                    let nf = input.fill(&mut buf)?;
                     wm.update(&buf[..16 * nf], offset)?;
                     let frames = frames_from_bytes(&buf[..16 * nf])?;
                     let last = nf < sc.chunk_frames;
