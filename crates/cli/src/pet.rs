@@ -337,16 +337,16 @@ fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
         pending_capacity: a.pending as usize,
     };
     let b = a.backend.backend.open(ui)?;
-    let f = std::fs::File::open(&a.input)
-        .with_context(|| format!("cannot open `{}`", a.input.display()))?;
-    let bytes = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut r = std::io::BufReader::with_capacity(1 << 20, f);
+    let bytes = std::fs::metadata(&a.input)
+        .with_context(|| format!("cannot open `{}`", a.input.display()))?
+        .len();
     let mut out = PairsOut::create(&a.output)?;
     let bar = ui.bar(bytes / 16, "frames");
     let start = Instant::now();
+    // Each chunk is read by several threads at its offset in the file.
     let st = b
-        .pet_run_stream(
-            &mut r,
+        .pet_run_file(
+            &a.input,
             &scanner,
             &c,
             &sc,

@@ -679,6 +679,23 @@ fn streamed_cpu_chain_equals_whole() {
         },
     );
     let bytes = gen::frame_bytes(&acq.frames);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("frames.bin");
+    std::fs::write(&file, bytes).unwrap();
+    // A file cut inside a frame is an error naming it.
+    let cut = dir.path().join("cut.bin");
+    std::fs::write(&cut, &bytes[..bytes.len() - 5]).unwrap();
+    match Backend::cpu().pet_run_file(
+        &cut,
+        &s,
+        &CoincideConfig::prompt(10.0),
+        &StreamConfig::default(),
+        |_| Ok(()),
+        |_| {},
+    ) {
+        Err(Error::InvalidInput { detail, .. }) => assert!(detail.contains("cut.bin"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
     for policy in [Policy::KillAll, Policy::TakeAllGoods] {
         for delay in [None, Some(20_000.0)] {
             let c = CoincideConfig {
@@ -728,6 +745,26 @@ fn streamed_cpu_chain_equals_whole() {
                     .unwrap();
                 assert_eq!(got2, want, "frames from memory, chunk {chunk} {c:?}");
                 assert_eq!(st2, st);
+                // And from a file, read by several threads.
+                let mut got3 = Vec::new();
+                let st3 = Backend::cpu()
+                    .pet_run_file(
+                        &file,
+                        &s,
+                        &c,
+                        &StreamConfig {
+                            chunk_frames: chunk,
+                            pending_capacity: 1 << 16,
+                        },
+                        |p| {
+                            got3.extend_from_slice(p);
+                            Ok(())
+                        },
+                        |_| {},
+                    )
+                    .unwrap();
+                assert_eq!(got3, want, "frames from a file, chunk {chunk} {c:?}");
+                assert_eq!(st3, st);
             }
         }
     }

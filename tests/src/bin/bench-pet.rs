@@ -451,18 +451,42 @@ fn main() -> Result<()> {
                     .map(|_| ())
             })?;
             let t_file = time3(&mut || {
-                let mut f = std::io::BufReader::with_capacity(
-                    1 << 20,
-                    std::fs::File::open(&file).map_err(|x| detkit::Error::InvalidInput {
-                        what: "bench file",
-                        detail: x.to_string(),
-                    })?,
-                );
                 backend
-                    .pet_run_stream(&mut f, &scanner, &c, &sc, |_| Ok(()), |_| {})
+                    .pet_run_file(&file, &scanner, &c, &sc, |_| Ok(()), |_| {})
                     .map(|_| ())
             })?;
             std::fs::remove_file(&file).ok();
+            // What page-locking the frames costs (pet_run_frames does it once per call).
+            let t_lock = time3(&mut || {
+                let lock = g.page_lock(bytes);
+                if lock.is_none() {
+                    eprintln!("page-locking refused by the driver");
+                }
+                Ok(())
+            })?;
+            // Frames already in pinned memory (a DAQ's DMA buffer): no lock, no host copy.
+            // SAFETY: written below before any copy reads it.
+            let mut daq = unsafe { g.context().alloc_pinned_with_flags::<u8>(bytes.len(), 0) }?;
+            daq.as_mut_slice()?.copy_from_slice(bytes);
+            let daq_bytes = daq.as_slice()?;
+            let mut got = Vec::new();
+            backend.pet_run_frames(
+                daq_bytes,
+                &scanner,
+                &c,
+                &sc,
+                |p| {
+                    got.extend_from_slice(p);
+                    Ok(())
+                },
+                |_| {},
+            )?;
+            check("streamed chain from pinned memory", &got, &want_chain)?;
+            let t_pinned = time3(&mut || {
+                backend
+                    .pet_run_frames(daq_bytes, &scanner, &c, &sc, |_| Ok(()), |_| {})
+                    .map(|_| ())
+            })?;
             // SAFETY: written below before the copy reads it.
             let mut pinned = unsafe { g.context().alloc_pinned_with_flags::<u8>(bytes.len(), 0) }?;
             pinned.as_mut_slice()?.copy_from_slice(bytes);
@@ -475,7 +499,13 @@ fn main() -> Result<()> {
                         source,
                     })
             })?;
-            for (how, ms) in [("reader", t_read), ("memory", t_mem), ("file", t_file)] {
+            for (how, ms) in [
+                ("reader", t_read),
+                ("memory", t_mem),
+                ("pinned memory", t_pinned),
+                ("file", t_file),
+                ("page-lock only", t_lock),
+            ] {
                 push(
                     &mut rows,
                     Row {

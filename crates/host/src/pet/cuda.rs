@@ -749,6 +749,65 @@ pub(crate) fn stats_from_words(st: &[u32], n: usize) -> ConvertStats {
 
 // ---------------------------------------------------------------------------------------
 
+/// Synchronises a stream when dropped (errors ignored: a failed stream reports elsewhere).
+struct FinishCopies(std::sync::Arc<cudarc::driver::CudaStream>);
+
+impl Drop for FinishCopies {
+    fn drop(&mut self) {
+        let _ = self.0.synchronize();
+    }
+}
+
+/// Host memory made readable by the device's copy engines for a while
+/// ([`GpuContext::page_lock`]); unregistered when dropped.
+pub struct PageLock<'a> {
+    ptr: *mut std::ffi::c_void,
+    registered: bool,
+    _bytes: std::marker::PhantomData<&'a [u8]>,
+}
+
+impl Drop for PageLock<'_> {
+    fn drop(&mut self) {
+        if self.registered {
+            // SAFETY: `ptr` was registered by `page_lock` and not unregistered since; every
+            // copy reading it finished (the streamed chain synchronises its copy stream).
+            let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(self.ptr) };
+        }
+    }
+}
+
+impl GpuContext {
+    /// Page-locks `bytes` (read-only registration) so that asynchronous copies read them
+    /// directly: `Some` when registered now or already page-locked (pinned allocations),
+    /// `None` when the driver refuses (the caller then copies through its own buffers).
+    /// Registering costs time proportional to the size (measured in `bench-pet`).
+    pub fn page_lock<'a>(&self, bytes: &'a [u8]) -> Option<PageLock<'a>> {
+        use cudarc::driver::sys;
+        if bytes.is_empty() || self.context().bind_to_thread().is_err() {
+            return None;
+        }
+        let ptr = bytes.as_ptr() as *mut std::ffi::c_void;
+        // SAFETY: `bytes` is valid for its length; a read-only registration lets the device
+        // read it and never write it; the lock is undone before the borrow ends.
+        let r = unsafe {
+            sys::cuMemHostRegister_v2(ptr, bytes.len(), sys::CU_MEMHOSTREGISTER_READ_ONLY)
+        };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Some(PageLock {
+                ptr,
+                registered: true,
+                _bytes: std::marker::PhantomData,
+            }),
+            sys::CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED => Some(PageLock {
+                ptr,
+                registered: false,
+                _bytes: std::marker::PhantomData,
+            }),
+            _ => None,
+        }
+    }
+}
+
 /// Buffers of the streamed chain, kept in the context between calls (pinned host memory is
 /// slow to allocate: about 40 ms for the two 32 MiB frame buffers of 2^21-frame chunks).
 #[derive(Default)]
@@ -877,6 +936,9 @@ impl GpuContext {
         progress: &mut impl FnMut(&StreamStats),
     ) -> Result<StreamStats> {
         let copy = bufs.copy.clone().expect("fitted");
+        // Whatever way the loop ends, the copies out of host memory (the pinned buffers, or
+        // the caller's page-locked frames) finish before this function returns.
+        let _finish = FinishCopies(copy.clone());
         let (mut a, mut b) = (
             bufs.a.take().expect("fitted"),
             bufs.b.take().expect("fitted"),
@@ -911,17 +973,18 @@ impl GpuContext {
                 e.synchronize().ctx("waiting for the frame copy")?;
             }
             let buf = pinned[slot].as_mut_slice().ctx("mapping pinned memory")?;
-            let nf = input.fill(buf)?;
-            wm.update(&buf[..16 * nf], read_offset)?;
+            // The chunk: in the pinned buffer, or in place in page-locked source memory.
+            let chunk = input.next_chunk(buf)?;
+            let nf = chunk.len() / 16;
+            wm.update(chunk, read_offset)?;
             read_offset += nf as u64;
             if nf > 0 {
-                // Asynchronous copy of the chunk's bytes from pinned memory on the copy
-                // stream: overlaps the compute stream's kernels.
+                // Asynchronous copy of the chunk's bytes (page-locked) on the copy stream:
+                // overlaps the compute stream's kernels.
                 if let Some(e) = &consumed[slot] {
                     copy.wait(e).ctx("ordering the frame copy")?;
                 }
-                let src = &pinned[slot].as_slice().ctx("mapping pinned memory")?[..16 * nf];
-                copy.memcpy_htod(src, &mut dframes[slot].slice_mut(0..16 * nf))
+                copy.memcpy_htod(chunk, &mut dframes[slot].slice_mut(0..16 * nf))
                     .ctx("copying frames to the device")?;
                 copied[slot] = Some(copy.record_event(None).ctx("recording the frame copy")?);
             }

@@ -24,7 +24,7 @@ pub mod io;
 use std::io::Read;
 use std::path::Path;
 
-pub use cuda::{CoincideScratch, DeviceScanner, SinglesBuffer};
+pub use cuda::{CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
 pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
 pub use io::*;
 
@@ -408,43 +408,99 @@ impl Watermark {
 
 /// Where the streamed chain's frames come from.
 pub(crate) trait FrameSource {
-    /// Fills `buf` with the next whole frames and returns their number; fewer than
-    /// `buf.len() / 16` means the end of the stream.
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize>;
+    /// The next chunk: at most `buf.len() / 16` whole frames, written into `buf` or borrowed
+    /// from the source itself (frames already in page-locked memory, copied to the device
+    /// straight from there); fewer than `buf.len() / 16` frames means the end of the stream.
+    fn next_chunk<'b>(&'b mut self, buf: &'b mut [u8]) -> Result<&'b [u8]>;
 }
 
-/// Frames from a reader (a file, a pipe), read in order.
+fn cut_frame() -> Error {
+    invalid(
+        "frame stream",
+        "ends inside a frame (length not a multiple of 16 bytes)",
+    )
+}
+
+/// Frames from a reader (a pipe, any `Read`), read in order by one thread.
 struct ReadSource<'a, R: Read>(&'a mut R);
 
 impl<R: Read> FrameSource for ReadSource<'_, R> {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
-        read_chunk(self.0, buf)
+    fn next_chunk<'b>(&'b mut self, buf: &'b mut [u8]) -> Result<&'b [u8]> {
+        let nf = read_chunk(self.0, buf)?;
+        Ok(&buf[..16 * nf])
     }
 }
 
-/// Frames already in memory, copied into the chunk buffer by several threads.
-struct SliceSource<'a> {
-    bytes: &'a [u8],
+/// Frames in memory: copied into the chunk buffer by several threads, or (`direct`: memory
+/// the device can read, page-locked) handed out in place.
+pub(crate) struct SliceSource<'a> {
+    pub(crate) bytes: &'a [u8],
+    pub(crate) direct: bool,
 }
 
 impl FrameSource for SliceSource<'_> {
-    fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
+    fn next_chunk<'b>(&'b mut self, buf: &'b mut [u8]) -> Result<&'b [u8]> {
         use rayon::prelude::*;
         let m = buf.len().min(self.bytes.len()) / 16 * 16;
+        if m < buf.len() && self.bytes.len() > m {
+            return Err(cut_frame());
+        }
         let (now, rest) = self.bytes.split_at(m);
+        self.bytes = rest;
+        if self.direct {
+            return Ok(now);
+        }
         buf[..m]
             .par_chunks_mut(1 << 20)
             .zip(now.par_chunks(1 << 20))
             .for_each(|(d, s)| d.copy_from_slice(s));
-        self.bytes = rest;
-        if m < buf.len() && !self.bytes.is_empty() {
-            return Err(invalid(
-                "frame stream",
-                "ends inside a frame (length not a multiple of 16 bytes)",
-            ));
-        }
-        Ok(m / 16)
+        Ok(&buf[..m])
     }
+}
+
+/// Frames from a file, each chunk read by several threads at their offsets.
+struct FileSource {
+    file: std::fs::File,
+    pos: u64,
+    len: u64,
+    name: String,
+}
+
+impl FrameSource for FileSource {
+    fn next_chunk<'b>(&'b mut self, buf: &'b mut [u8]) -> Result<&'b [u8]> {
+        use rayon::prelude::*;
+        let left = self.len - self.pos;
+        let m = (buf.len() as u64).min(left) as usize;
+        if m < buf.len() && !m.is_multiple_of(16) {
+            return Err(cut_frame());
+        }
+        let pos = self.pos;
+        let file = &self.file;
+        let piece = 4 << 20;
+        buf[..m]
+            .par_chunks_mut(piece)
+            .enumerate()
+            .try_for_each(|(k, d)| read_exact_at(file, d, pos + (k * piece) as u64))
+            .map_err(|e| Error::Io {
+                file: self.name.clone(),
+                source: e,
+            })?;
+        self.pos += m as u64;
+        Ok(&buf[..m])
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(f, buf, at)
+}
+
+#[cfg(not(unix))]
+fn read_exact_at(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = f.try_clone()?;
+    f.seek(SeekFrom::Start(at))?;
+    f.read_exact(buf)
 }
 
 impl Backend {
@@ -461,19 +517,66 @@ impl Backend {
         progress: impl FnMut(&StreamStats),
     ) -> Result<StreamStats> {
         if !frames.len().is_multiple_of(16) {
+            return Err(cut_frame());
+        }
+        c.validate()?;
+        match self.gpu() {
+            // On the GPU the frames are page-locked for the run when the driver allows it, so
+            // that each chunk is copied to the device straight from them.
+            Some(g) => {
+                let lock = g.page_lock(frames);
+                let mut src = SliceSource {
+                    bytes: frames,
+                    direct: lock.is_some(),
+                };
+                let r = self.pet_run_source(&mut src, scanner, c, sc, sink, progress);
+                drop(lock);
+                r
+            }
+            None => self.pet_run_source(
+                &mut SliceSource {
+                    bytes: frames,
+                    direct: false,
+                },
+                scanner,
+                c,
+                sc,
+                sink,
+                progress,
+            ),
+        }
+    }
+
+    /// [`Backend::pet_run_stream`] over a frame file, each chunk read by several threads.
+    pub fn pet_run_file(
+        &self,
+        path: &Path,
+        scanner: &Scanner,
+        c: &CoincideConfig,
+        sc: &StreamConfig,
+        sink: impl FnMut(&[Coincidence]) -> Result<()>,
+        progress: impl FnMut(&StreamStats),
+    ) -> Result<StreamStats> {
+        let name = path.display().to_string();
+        let io = |e| Error::Io {
+            file: name.clone(),
+            source: e,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        if !len.is_multiple_of(16) {
             return Err(invalid(
                 "frame stream",
-                "ends inside a frame (length not a multiple of 16 bytes)",
+                format!("{name}: {len} bytes, not a whole number of 16-byte frames"),
             ));
         }
-        self.pet_run_source(
-            &mut SliceSource { bytes: frames },
-            scanner,
-            c,
-            sc,
-            sink,
-            progress,
-        )
+        let mut src = FileSource {
+            file,
+            pos: 0,
+            len,
+            name: name.clone(),
+        };
+        self.pet_run_source(&mut src, scanner, c, sc, sink, progress)
     }
 
     /// The whole chain over a frame stream, chunk by chunk, with bounded memory: convert,
@@ -495,7 +598,7 @@ impl Backend {
         self.pet_run_source(&mut ReadSource(input), scanner, c, sc, sink, progress)
     }
 
-    fn pet_run_source(
+    pub(crate) fn pet_run_source(
         &self,
         input: &mut impl FrameSource,
         scanner: &Scanner,
@@ -517,9 +620,10 @@ impl Backend {
                 let mut buf = vec![0u8; 16 * sc.chunk_frames];
                 let mut offset = 0u64;
                 loop {
-                    let nf = input.fill(&mut buf)?;
-                    wm.update(&buf[..16 * nf], offset)?;
-                    let frames = frames_from_bytes(&buf[..16 * nf])?;
+                    let chunk = input.next_chunk(&mut buf)?;
+                    let nf = chunk.len() / 16;
+                    wm.update(chunk, offset)?;
+                    let frames = frames_from_bytes(chunk)?;
                     let last = nf < sc.chunk_frames;
                     let (singles, st) = oracle::convert_par(
                         &frames,
