@@ -777,16 +777,45 @@ impl Drop for PageLock<'_> {
 }
 
 impl GpuContext {
+    /// Whether `bytes` lie in page-locked memory (a pinned allocation, or memory registered
+    /// with [`GpuContext::page_lock`]), which the copy engines read directly. A Rust slice
+    /// lies inside one allocation, so its start tells for all of it.
+    pub fn is_page_locked(&self, bytes: &[u8]) -> bool {
+        use cudarc::driver::sys;
+        if bytes.is_empty() || self.context().bind_to_thread().is_err() {
+            return false;
+        }
+        let mut mem_type = 0u32;
+        // SAFETY: the attribute is one `unsigned int` written into `mem_type`; the pointer is
+        // only looked up, never accessed.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut mem_type as *mut u32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                bytes.as_ptr() as sys::CUdeviceptr,
+            )
+        };
+        r == sys::CUresult::CUDA_SUCCESS && mem_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32
+    }
+
     /// Page-locks `bytes` (read-only registration) so that asynchronous copies read them
     /// directly: `Some` when registered now or already page-locked (pinned allocations),
     /// `None` when the driver refuses (the caller then copies through its own buffers).
-    /// Registering costs time proportional to the size (measured in `bench-pet`).
+    /// Registering costs time proportional to the size (about 15 GB/s on the H200 host,
+    /// `bench-pet`): worth it for a buffer used by several runs, not for one.
     pub fn page_lock<'a>(&self, bytes: &'a [u8]) -> Option<PageLock<'a>> {
         use cudarc::driver::sys;
         if bytes.is_empty() || self.context().bind_to_thread().is_err() {
             return None;
         }
         let ptr = bytes.as_ptr() as *mut std::ffi::c_void;
+        if self.is_page_locked(bytes) {
+            return Some(PageLock {
+                ptr,
+                registered: false,
+                _bytes: std::marker::PhantomData,
+            });
+        }
         // SAFETY: `bytes` is valid for its length; a read-only registration lets the device
         // read it and never write it; the lock is undone before the borrow ends.
         let r = unsafe {
@@ -908,6 +937,7 @@ impl GpuContext {
         sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
         progress: &mut impl FnMut(&StreamStats),
     ) -> Result<StreamStats> {
+        let t0 = std::time::Instant::now();
         let ds = self.pet_scanner(scanner)?;
         let cap = sc.chunk_frames + sc.pending_capacity;
         let fbytes = 16 * sc.chunk_frames;
@@ -915,6 +945,12 @@ impl GpuContext {
         // on an error: the next run allocates them again).
         let mut bufs = self.with_scratch(std::mem::take::<PetStreamBuffers>);
         bufs.fit(self, fbytes, cap)?;
+        if std::env::var_os("DETKIT_PET_PROFILE").is_some() {
+            eprintln!(
+                "pet stream setup (ms): scanner upload + buffers {:.2}",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
+        }
         let r = self.pet_stream_loop(&mut bufs, input, &ds, c, sc, wm, stats, sink, progress);
         if r.is_ok() {
             self.with_scratch(|s: &mut PetStreamBuffers| *s = bufs);
@@ -962,25 +998,27 @@ impl GpuContext {
         // before copying into slot s again.
         let mut copied: [Option<CudaEvent>; 2] = [None, None];
         let mut consumed: [Option<CudaEvent>; 2] = [None, None];
+        let fill_times = std::cell::Cell::new([0f64; 4]);
         let mut fill = |slot: usize,
                         pinned: &mut [cudarc::driver::PinnedHostSlice<u8>],
                         dframes: &mut [CudaSlice<u8>],
                         copied: &mut [Option<CudaEvent>; 2],
                         consumed: &[Option<CudaEvent>; 2]|
          -> Result<(usize, bool, f64)> {
+            let t0 = std::time::Instant::now();
             // The host must not overwrite a pinned buffer an earlier copy still reads.
             if let Some(e) = &copied[slot] {
                 e.synchronize().ctx("waiting for the frame copy")?;
             }
+            let t1 = std::time::Instant::now();
             let buf = pinned[slot].as_mut_slice().ctx("mapping pinned memory")?;
             // The chunk: in the pinned buffer, or in place in page-locked source memory.
             let chunk = input.next_chunk(buf)?;
             let nf = chunk.len() / 16;
-            wm.update(chunk, read_offset)?;
-            read_offset += nf as u64;
+            let t2 = std::time::Instant::now();
             if nf > 0 {
                 // Asynchronous copy of the chunk's bytes (page-locked) on the copy stream:
-                // overlaps the compute stream's kernels.
+                // overlaps the compute stream's kernels and the watermark's reading below.
                 if let Some(e) = &consumed[slot] {
                     copy.wait(e).ctx("ordering the frame copy")?;
                 }
@@ -988,6 +1026,15 @@ impl GpuContext {
                     .ctx("copying frames to the device")?;
                 copied[slot] = Some(copy.record_event(None).ctx("recording the frame copy")?);
             }
+            let t3 = std::time::Instant::now();
+            wm.update(chunk, read_offset)?;
+            read_offset += nf as u64;
+            let t4 = std::time::Instant::now();
+            let mut f = fill_times.get();
+            for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4)].into_iter().enumerate() {
+                f[k] += (b - a).as_secs_f64() * 1e3;
+            }
+            fill_times.set(f);
             let last = nf < sc.chunk_frames;
             Ok((nf, last, if last { f64::INFINITY } else { wm.value() }))
         };
@@ -1081,8 +1128,20 @@ impl GpuContext {
                 if profile {
                     eprintln!(
                         "pet stream profile (ms): convert launch {:.2}, read+watermark+copy {:.2}, \
-                         stats read+sort {:.2}, merge {:.2}, coincide+download {:.2}, sink {:.2}",
-                        phases[0], phases[1], phases[2], phases[3], phases[4], phases[5]
+                         stats read+sort {:.2}, merge {:.2}, coincide+download {:.2}, sink {:.2}; \
+                         reading: wait {:.2}, source {:.2}, copy launch {:.2}, watermark {:.2} \
+                         ({} threads)",
+                        phases[0],
+                        phases[1],
+                        phases[2],
+                        phases[3],
+                        phases[4],
+                        phases[5],
+                        fill_times.get()[0],
+                        fill_times.get()[1],
+                        fill_times.get()[2],
+                        fill_times.get()[3],
+                        rayon::current_num_threads()
                     );
                 }
                 break Ok(*stats);

@@ -505,8 +505,10 @@ fn read_exact_at(f: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<
 
 impl Backend {
     /// [`Backend::pet_run_stream`] over frames already in memory (`16 × frames` bytes):
-    /// the same chain and result, with the chunks copied by several threads (a `Read` is
-    /// copied by one).
+    /// the same chain and result. On the GPU, frames in page-locked memory (a pinned DMA
+    /// buffer, or memory locked once with [`crate::cuda::GpuContext::page_lock`] for several
+    /// runs) are copied to the device straight from there; other memory through pinned chunk
+    /// buffers, by several threads (a `Read` is copied by one).
     pub fn pet_run_frames(
         &self,
         frames: &[u8],
@@ -521,17 +523,16 @@ impl Backend {
         }
         c.validate()?;
         match self.gpu() {
-            // On the GPU the frames are page-locked for the run when the driver allows it, so
-            // that each chunk is copied to the device straight from them.
+            // Page-locked frames (pinned memory, or locked with `GpuContext::page_lock` for
+            // several runs) are copied to the device straight from where they are; others
+            // through the pinned chunk buffers, by several threads (locking them for one run
+            // costs more than copying: bench-pet).
             Some(g) => {
-                let lock = g.page_lock(frames);
                 let mut src = SliceSource {
                     bytes: frames,
-                    direct: lock.is_some(),
+                    direct: g.is_page_locked(frames),
                 };
-                let r = self.pet_run_source(&mut src, scanner, c, sc, sink, progress);
-                drop(lock);
-                r
+                self.pet_run_source(&mut src, scanner, c, sc, sink, progress)
             }
             None => self.pet_run_source(
                 &mut SliceSource {
