@@ -473,58 +473,58 @@ fn coincide_input_errors() {
         .is_empty());
 }
 
-/// CPU emulation of the GPU coincidence kernels (next by `rank_in`, openers by the segment
-/// walk, pairs by `window_pairs`).
+/// CPU emulation of the GPU coincidence kernels: `pet_coincide_open` (window ends by the
+/// galloping search; prompt openers by the walk of each segment from its start, stopping at
+/// the first incomplete window; delayed: every single), pairs by `window_pairs` in opener
+/// order (`pet_coincide_fill` at the scanned offsets).
 fn emulate_coincide(s: &[Single], c: &CoincideConfig, watermark: f64) -> (Vec<Coincidence>, usize) {
     let n = s.len();
     let reach = c.reach();
     let delayed = c.delay.is_some();
-    let next: Vec<usize> = (0..n)
-        .map(|i| {
-            i + 1
-                + gallop_rank((n - i - 1) as u32, reach, false, |q| {
-                    s[i + 1 + q as usize].time - s[i].time
-                }) as usize
-        })
-        .collect();
-    let lo: Vec<usize> = (0..n)
-        .map(|i| {
-            i + 1
-                + gallop_rank((n - i - 1) as u32, c.delay.unwrap_or(0.0), true, |q| {
-                    s[i + 1 + q as usize].time - s[i].time
-                }) as usize
-        })
-        .collect();
-    let mut opener = vec![delayed; n];
-    if !delayed {
-        for i in 0..n {
-            if i == 0 || s[i].time - s[i - 1].time > c.window {
-                let mut o = i;
-                loop {
-                    opener[o] = true;
-                    let nx = next[o];
-                    if nx >= n || s[nx].time - s[nx - 1].time > c.window {
-                        break;
-                    }
-                    o = nx;
+    let end = |o: usize| {
+        o + 1
+            + gallop_rank((n - o - 1) as u32, reach, false, |q| {
+                s[o + 1 + q as usize].time - s[o].time
+            }) as usize
+    };
+    let start = |o: usize| {
+        o + 1
+            + gallop_rank((n - o - 1) as u32, c.delay.unwrap_or(0.0), true, |q| {
+                s[o + 1 + q as usize].time - s[o].time
+            }) as usize
+    };
+    // (opener, end, first member) of every complete window, in opener order.
+    let mut windows = Vec::new();
+    let mut resume = n;
+    for i in 0..n {
+        if delayed {
+            if window_complete(s[i].time, watermark, reach) {
+                windows.push((i, end(i), start(i).min(end(i))));
+            } else {
+                resume = resume.min(i);
+            }
+        } else if i == 0 || s[i].time - s[i - 1].time > reach {
+            let mut o = i;
+            loop {
+                if !window_complete(s[o].time, watermark, reach) {
+                    resume = resume.min(o);
+                    break;
                 }
+                let e = end(o);
+                windows.push((o, e, o + 1));
+                if e >= n || s[e].time - s[e - 1].time > reach {
+                    break;
+                }
+                o = e;
             }
         }
     }
     let mut out = Vec::new();
-    let mut resume = n;
-    for o in 0..n {
-        if !opener[o] {
-            continue;
-        }
-        if !window_complete(s[o].time, watermark, reach) {
-            resume = resume.min(o);
-            continue;
-        }
-        let (len, base) = if delayed {
-            (1 + next[o].saturating_sub(lo[o]), lo[o])
+    for (o, e, base) in windows {
+        let len = if delayed {
+            1 + e.saturating_sub(base)
         } else {
-            (next[o] - o, o + 1)
+            e - o
         };
         let member = |k: u32| if k == 0 { o } else { base + k as usize - 1 };
         window_pairs(

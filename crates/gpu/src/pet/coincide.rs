@@ -1,4 +1,4 @@
-//! Coincidence windows: next, walk, count and fill (policies).
+//! Coincidence windows: open (order check, openers, window ends, pair counts) and fill.
 
 #[allow(unused_imports)]
 use super::device::*;
@@ -15,119 +15,12 @@ pub(crate) unsafe fn time_at(s: *const Single, k: u64) -> f64 {
     unsafe { (*s.add(k as usize)).time }
 }
 
-/// Per single `i`: `next[i]` = first `j > i` with `t_j - t_i > reach` (`n` if none);
-/// with `delayed != 0`, `lo[i]` = first `j > i` with `t_j - t_i >= delay`. Records the
-/// first index that breaks the order (`!(t_i >= t_{i-1})`, NaN included) in
-/// `status[CO_FIRST_UNSORTED]` (atomic min).
-///
-/// # Safety
-/// `blockDim.x == COINCIDE_THREADS`, `gridDim.x == ceil(n / COINCIDE_THREADS)`;
-/// `singles` valid for `n`, `next` and (if delayed) `lo` for `n` words; `status`
-/// `CO_WORDS` words.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn pet_coincide_next(p: PetCoincideNextParams) {
-    let (singles, n, reach, delay, delayed, next, lo, status) = (
-        p.singles.ptr(),
-        p.n,
-        p.reach,
-        p.delay,
-        p.delayed,
-        p.next.ptr_mut(),
-        p.lo.ptr_mut(),
-        p.status.ptr_mut(),
-    );
-    let idx = i::global_thread_idx();
-    if idx >= n {
-        return;
-    }
-    // SAFETY: idx < n.
-    let t = unsafe { time_at(singles, idx) };
-    if t.is_nan() || (idx > 0 && !(t >= unsafe { time_at(singles, idx - 1) })) {
-        // SAFETY: status holds CO_WORDS words.
-        unsafe { i::atomic_min_u32(status.add(CO_FIRST_UNSORTED), idx as u32) };
-    }
-    let rest = (n - idx - 1) as u32;
-    // SAFETY: idx + 1 + q < n.
-    let e = gallop_rank(
-        rest,
-        reach,
-        false,
-        |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
-    );
-    // SAFETY: idx < n.
-    unsafe { next.add(idx as usize).write((idx + 1) as u32 + e) };
-    if delayed != 0 {
-        // SAFETY: as above.
-        let s = gallop_rank(
-            rest,
-            delay,
-            true,
-            |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
-        );
-        // SAFETY: idx < n.
-        unsafe { lo.add(idx as usize).write((idx + 1) as u32 + s) };
-    }
-}
-
-/// Marks the openers of the non-sliding window chain: single 0 and every single more than
-/// `window` after its predecessor start a segment that no earlier window reaches; one
-/// thread per segment start walks `o = next[o]` until the next segment start.
-///
-/// # Safety
-/// As [`pet_coincide_next`]; `next` computed by it; `opener` valid for `n` bytes, zeroed.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn pet_coincide_walk(p: PetCoincideWalkParams) {
-    let (singles, n, window, next, opener) = (
-        p.singles.ptr(),
-        p.n,
-        p.window,
-        p.next.ptr(),
-        p.opener.ptr_mut(),
-    );
-    let idx = i::global_thread_idx();
-    if idx >= n {
-        return;
-    }
-    // SAFETY: idx < n and idx - 1 < n.
-    let starts = idx == 0 || unsafe { time_at(singles, idx) - time_at(singles, idx - 1) } > window;
-    if !starts {
-        return;
-    }
-    let mut o = idx;
-    loop {
-        // SAFETY: o < n.
-        unsafe { opener.add(o as usize).write(1) };
-        // SAFETY: o < n.
-        let nx = unsafe { next.add(o as usize).read() } as u64;
-        if nx <= o || nx >= n {
-            break;
-        }
-        // SAFETY: nx < n, nx - 1 < n.
-        let gap = unsafe { time_at(singles, nx) - time_at(singles, nx - 1) };
-        if gap > window {
-            break;
-        }
-        o = nx;
-    }
-}
-
-/// The window of opener `o`: its length and its member accessor base. Prompt: singles
-/// `o .. next[o]`; delayed: `o`, then `lo[o] .. next[o]`.
-///
-/// # Safety
-/// `o < n`; arrays as in [`pet_coincide_next`].
+/// The window of opener `o` ending at `e` (delayed: members from `s`): its length and the
+/// index of its first member after the opener. Prompt: singles `o .. e`; delayed: `o`,
+/// then `s .. e`.
 #[inline(always)]
-pub(crate) unsafe fn window_of(
-    o: u64,
-    delayed: bool,
-    next: *const u32,
-    lo: *const u32,
-) -> (u32, u64) {
-    // SAFETY: o < n.
-    let e = unsafe { next.add(o as usize).read() } as u64;
+fn window_shape(o: u64, e: u64, s: u64, delayed: bool) -> (u32, u64) {
     if delayed {
-        // SAFETY: o < n.
-        let s = unsafe { lo.add(o as usize).read() } as u64;
         let members = if e > s { e - s } else { 0 };
         (1 + members as u32, s)
     } else {
@@ -135,139 +28,224 @@ pub(crate) unsafe fn window_of(
     }
 }
 
-/// Per single: when it opens a complete window (`window_complete`), the number of pairs
-/// the window yields (`counts[i]`, else 0); the first incomplete opener goes to
-/// `status[CO_RESUME]` (atomic min), an oversized window to `status[CO_OVERSIZE]`
-/// (atomic max), and the total to the 64-bit word at `status[CO_TOTAL_LO]`.
+/// The opener `o` (time `t`) of a window ending at `e` (first single past the reach;
+/// delayed members from `s`): records the end (and start), counts the pairs the policy
+/// yields and writes the count; an oversized window goes to `status[CO_OVERSIZE]` instead.
+/// Returns the count.
 ///
 /// # Safety
-/// As [`pet_coincide_walk`]; `opener` ignored when `delayed != 0` (every single opens);
-/// `counts` valid for `n` words.
+/// `o < e <= n`, `s <= e`; the arrays as in [`pet_coincide_open`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn count_window(
+    p: &PetCoincideOpenParams,
+    o: u64,
+    e: u64,
+    s: u64,
+    delayed: bool,
+    pol: Policy,
+) -> u32 {
+    let singles = p.singles.ptr();
+    let (len, base) = window_shape(o, e, s, delayed);
+    // SAFETY: o < n.
+    unsafe {
+        p.next.ptr_mut().add(o as usize).write(e as u32);
+        if delayed {
+            p.lo.ptr_mut().add(o as usize).write(s as u32);
+        }
+    }
+    if len > MAX_MULTIPLE && pol != Policy::KillAll {
+        // SAFETY: status words.
+        unsafe { i::atomic_max_u32(p.status.ptr_mut().add(CO_OVERSIZE), len) };
+        return 0;
+    }
+    let count = window_pairs(
+        len,
+        delayed,
+        pol,
+        // SAFETY: members are o or base + k - 1 < e <= n.
+        |k| unsafe {
+            singles
+                .add(if k == 0 { o } else { base + k as u64 - 1 } as usize)
+                .read()
+        },
+        |_, _| {},
+    );
+    if count != 0 {
+        // SAFETY: o < n.
+        unsafe { p.counts.ptr_mut().add(o as usize).write(count) };
+    }
+    count
+}
+
+/// One thread per single. Records the first index that breaks the order (`!(t_i >=
+/// t_{i-1})`, NaN included) in `status[CO_FIRST_UNSORTED]` (atomic min). Prompt windows:
+/// a single that starts a segment (single 0, or more than `reach` after its predecessor:
+/// no earlier window reaches it) walks the segment's chain of non-sliding windows: opener
+/// `o`, its end `e` = first `j > o` with `t_j - t_o > reach` (galloping search), the next
+/// opener `e`, until the next segment start or the end. Delayed windows: every single opens
+/// one (members from the first single at least `delay` after it). Each opener of a complete
+/// window (`window_complete`) gets its end in `next`, its pair count in `counts` (zeroed
+/// before; written when non-zero); the first opener of an incomplete window goes to
+/// `status[CO_RESUME]` (atomic min; later openers of the chain are incomplete too). For
+/// `TakeAllGoods` the 64-bit pair total is summed at `status[CO_TOTAL_LO]`.
+///
+/// # Safety
+/// `blockDim.x == COINCIDE_THREADS`, `gridDim.x == ceil(n / COINCIDE_THREADS)`;
+/// `singles` valid for `n`, `next`, `counts` and (if delayed) `lo` for `n` words, `counts`
+/// zeroed; `status` `CO_WORDS` words. Any data (unsorted, NaN) stays in bounds.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn pet_coincide_count(p: PetCoincideCountParams) {
-    let (singles, n, reach, watermark, delayed, policy, next, lo, opener, counts, status) = (
+pub unsafe extern "ptx-kernel" fn pet_coincide_open(p: PetCoincideOpenParams) {
+    let (singles, n, reach, delay, watermark, status) = (
         p.singles.ptr(),
         p.n,
         p.reach,
+        p.delay,
         p.watermark,
-        p.delayed,
-        p.policy,
-        p.next.ptr(),
-        p.lo.ptr(),
-        p.opener.ptr(),
-        p.counts.ptr_mut(),
         p.status.ptr_mut(),
     );
+    let delayed = p.delayed != 0;
+    let pol = Policy::from_u32(p.policy);
     let idx = i::global_thread_idx();
-    let mut count = 0u32;
+    let mut total = 0u64;
     if idx < n {
-        // SAFETY: idx < n.
-        let opens = delayed != 0 || unsafe { opener.add(idx as usize).read() } != 0;
-        if opens {
-            // SAFETY: idx < n.
-            let t = unsafe { time_at(singles, idx) };
+        // SAFETY: idx < n, idx - 1 < n.
+        let t = unsafe { time_at(singles, idx) };
+        let prev = if idx > 0 {
+            // SAFETY: idx - 1 < n.
+            unsafe { time_at(singles, idx - 1) }
+        } else {
+            f64::NEG_INFINITY
+        };
+        if t.is_nan() || !(t >= prev) {
+            // SAFETY: status holds CO_WORDS words.
+            unsafe { i::atomic_min_u32(status.add(CO_FIRST_UNSORTED), idx as u32) };
+        }
+        // The end of the window opened at `o` (time `to`): first j > o past the reach.
+        let end = |o: u64, to: f64| {
+            let rest = (n - o - 1) as u32;
+            // SAFETY: o + 1 + q < n.
+            o + 1
+                + gallop_rank(
+                    rest,
+                    reach,
+                    false,
+                    |q| unsafe { time_at(singles, o + 1 + q as u64) } - to,
+                ) as u64
+        };
+        if delayed {
             if !window_complete(t, watermark, reach) {
                 // SAFETY: status words.
                 unsafe { i::atomic_min_u32(status.add(CO_RESUME), idx as u32) };
             } else {
-                // SAFETY: idx < n.
-                let (len, base) = unsafe { window_of(idx, delayed != 0, next, lo) };
-                let pol = Policy::from_u32(policy);
-                if len > MAX_MULTIPLE && pol != Policy::KillAll {
+                let rest = (n - idx - 1) as u32;
+                // SAFETY: idx + 1 + q < n.
+                let s = idx
+                    + 1
+                    + gallop_rank(
+                        rest,
+                        delay,
+                        true,
+                        |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
+                    ) as u64;
+                let e = end(idx, t);
+                // SAFETY: idx < e <= n, s <= e (the delay is at most the reach).
+                total = unsafe { count_window(&p, idx, e, s.min(e), true, pol) } as u64;
+            }
+        } else if idx == 0 || t - prev > reach {
+            let (mut o, mut to) = (idx, t);
+            loop {
+                if !window_complete(to, watermark, reach) {
                     // SAFETY: status words.
-                    unsafe { i::atomic_max_u32(status.add(CO_OVERSIZE), len) };
-                } else {
-                    count = window_pairs(
-                        len,
-                        delayed != 0,
-                        pol,
-                        // SAFETY: members are idx or base + k - 1 < next[idx] <= n.
-                        |k| unsafe {
-                            singles
-                                .add(if k == 0 { idx } else { base + k as u64 - 1 } as usize)
-                                .read()
-                        },
-                        |_, _| {},
-                    );
+                    unsafe { i::atomic_min_u32(status.add(CO_RESUME), o as u32) };
+                    break;
                 }
+                let e = end(o, to);
+                // SAFETY: o < e <= n.
+                total += unsafe { count_window(&p, o, e, e, false, pol) } as u64;
+                if e >= n {
+                    break;
+                }
+                // SAFETY: e < n, e - 1 < n.
+                let (te, tp) = unsafe { (time_at(singles, e), time_at(singles, e - 1)) };
+                if te - tp > reach {
+                    break; // a segment start: its own thread walks on
+                }
+                o = e;
+                to = te;
             }
         }
-        // SAFETY: idx < n.
-        unsafe { counts.add(idx as usize).write(count) };
     }
-    if policy_bounded(Policy::from_u32(policy)) {
+    if policy_bounded(pol) {
         // The fill kernel writes the total from the scan (one atomic per warp on one word
         // cost 80 us at 4 M singles).
         return;
     }
-    let total = crate::scan::device::warp_reduce_sum(count as u64);
+    let total = crate::scan::device::warp_reduce_sum(total);
     if i::lane_id() == 0 && total != 0 {
         // SAFETY: the u64 at words CO_TOTAL_LO.. is 8-byte aligned (word 4).
         unsafe { i::atomic_add_u64(status.add(CO_TOTAL_LO) as *mut u64, total) };
     }
 }
 
-/// Writes the pairs of every complete window at `offsets[i]` (exclusive scan of counts).
+/// Writes the pairs of every window with a count at `offsets[i]` (exclusive scan of the
+/// counts); the last thread writes the total for the one-pair-per-window policies.
 ///
 /// # Safety
-/// As [`pet_coincide_count`]; `offsets` its scan; `pairs` valid for the total.
+/// As [`pet_coincide_open`], after it; `offsets` its counts' scan; `pairs` valid for
+/// `capacity` pairs.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_coincide_fill(p: PetCoincideFillParams) {
-    let (singles, n, reach, watermark, delayed, policy, next, lo, opener, offsets, pairs) = (
+    let (singles, n, offsets, pairs, counts) = (
         p.singles.ptr(),
         p.n,
-        p.reach,
-        p.watermark,
-        p.delayed,
-        p.policy,
-        p.next.ptr(),
-        p.lo.ptr(),
-        p.opener.ptr(),
         p.offsets.ptr(),
         p.pairs.ptr_mut(),
+        p.counts.ptr(),
     );
     let idx = i::global_thread_idx();
     if idx >= n {
         return;
     }
-    if idx == n - 1 && policy_bounded(Policy::from_u32(policy)) {
+    let pol = Policy::from_u32(p.policy);
+    // SAFETY: idx < n.
+    let count = unsafe { counts.add(idx as usize).read() };
+    if idx == n - 1 && policy_bounded(pol) {
         // SAFETY: idx < n; the status's u64 at words CO_TOTAL_LO.. is 8-byte aligned.
         unsafe {
-            let total = offsets.add(idx as usize).read() as u64
-                + p.counts.ptr().add(idx as usize).read() as u64;
+            let total = offsets.add(idx as usize).read() as u64 + count as u64;
             (p.status.ptr_mut().add(CO_TOTAL_LO) as *mut u64).write(total);
         }
     }
-    // SAFETY: idx < n.
-    let opens = delayed != 0 || unsafe { opener.add(idx as usize).read() } != 0;
-    if !opens {
+    if count == 0 {
         return;
     }
-    // SAFETY: idx < n.
-    let t = unsafe { time_at(singles, idx) };
-    if !window_complete(t, watermark, reach) {
-        return;
-    }
-    // SAFETY: idx < n.
-    let (len, base) = unsafe { window_of(idx, delayed != 0, next, lo) };
-    let pol = Policy::from_u32(policy);
-    if len > MAX_MULTIPLE && pol != Policy::KillAll {
-        return;
-    }
+    let delayed = p.delayed != 0;
+    // SAFETY: idx < n; an opener with a count has its end (and start) written.
+    let (e, s) = unsafe {
+        let e = p.next.ptr().add(idx as usize).read() as u64;
+        let s = if delayed {
+            p.lo.ptr().add(idx as usize).read() as u64
+        } else {
+            e
+        };
+        (e, s)
+    };
+    let (len, base) = window_shape(idx, e, s, delayed);
     let member = |k: u32| if k == 0 { idx } else { base + k as u64 - 1 };
     // SAFETY: idx < n.
-    let mut at = unsafe { offsets.add(idx as usize).read() } as usize;
+    let mut at = unsafe { offsets.add(idx as usize).read() } as u64;
     window_pairs(
         len,
-        delayed != 0,
+        delayed,
         pol,
-        // SAFETY: members < n.
+        // SAFETY: members < e <= n.
         |k| unsafe { singles.add(member(k) as usize).read() },
         |a, b| {
-            if (at as u64) < p.capacity {
+            if at < p.capacity {
                 // SAFETY: members < n; `at` below the capacity.
                 unsafe {
-                    pairs.add(at).write(Coincidence {
+                    pairs.add(at as usize).write(Coincidence {
                         a: singles.add(member(a) as usize).read(),
                         b: singles.add(member(b) as usize).read(),
                     })

@@ -508,16 +508,14 @@ impl GpuContext {
         let CoincideScratch {
             next,
             lo,
-            opener,
             counts,
             offsets,
             pairs,
             status,
         } = scratch;
-        let (next, lo, opener, counts, offsets, status) = (
+        let (next, lo, counts, offsets, status) = (
             next.as_mut().expect("grown"),
             lo.as_mut().expect("grown"),
-            opener.as_mut().expect("grown"),
             counts.as_mut().expect("grown"),
             offsets.as_mut().expect("grown"),
             status.as_mut().expect("grown"),
@@ -529,58 +527,29 @@ impl GpuContext {
             self.stream()
                 .memcpy_htod(&w, status)
                 .ctx("initialising coincidence status")?;
-            let mut ov = opener.slice_mut(0..n);
+            let mut cv = counts.slice_mut(0..n);
             self.stream()
-                .memset_zeros(&mut ov)
-                .ctx("zeroing opener flags")?;
+                .memset_zeros(&mut cv)
+                .ctx("zeroing pair counts")?;
         }
         let launch_cfg = cfg(blocks, k::COINCIDE_THREADS, 0);
         {
-            let params = k::PetCoincideNextParams {
+            let params = k::PetCoincideOpenParams {
                 singles: self.ptr(&sv).cast(),
                 n: n64,
                 reach,
                 delay,
-                delayed,
+                watermark,
                 next: self.ptr_mut(&mut *next),
                 lo: self.ptr_mut(&mut *lo),
-                status: self.ptr_mut(&mut *status),
-                ..bytemuck::Zeroable::zeroed()
-            };
-            // SAFETY: one thread per single; next holds n words, lo n words when delayed,
-            // status CO_WORDS words.
-            let r = unsafe { self.launch(k::KERNEL_COINCIDE_NEXT, launch_cfg, &params) };
-            r?;
-        }
-        if delayed == 0 {
-            let window = c.window;
-            let params = k::PetCoincideWalkParams {
-                singles: self.ptr(&sv).cast(),
-                n: n64,
-                window,
-                next: self.ptr(&*next),
-                opener: self.ptr_mut(&mut *opener),
-            };
-            // SAFETY: one thread per single; next computed above; opener n zeroed bytes.
-            let r = unsafe { self.launch(k::KERNEL_COINCIDE_WALK, launch_cfg, &params) };
-            r?;
-        }
-        {
-            let params = k::PetCoincideCountParams {
-                singles: self.ptr(&sv).cast(),
-                n: n64,
-                reach,
-                watermark,
-                delayed,
-                policy,
-                next: self.ptr(&*next),
-                lo: self.ptr(&*lo),
-                opener: self.ptr(&*opener),
                 counts: self.ptr_mut(&mut *counts),
                 status: self.ptr_mut(&mut *status),
+                delayed,
+                policy,
             };
-            // SAFETY: as above; counts n words.
-            let r = unsafe { self.launch(k::KERNEL_COINCIDE_COUNT, launch_cfg, &params) };
+            // SAFETY: one thread per single; next, counts (zeroed above) and lo hold n
+            // words; status CO_WORDS words initialised above.
+            let r = unsafe { self.launch(k::KERNEL_COINCIDE_OPEN, launch_cfg, &params) };
             r?;
         }
         // Pairs capacity: the bound of a one-pair-per-window policy (no read-back), else the
@@ -609,18 +578,15 @@ impl GpuContext {
             let params = k::PetCoincideFillParams {
                 singles: self.ptr(&sv).cast(),
                 n: n64,
-                reach,
-                watermark,
-                delayed,
-                policy,
                 next: self.ptr(&*next),
                 lo: self.ptr(&*lo),
-                opener: self.ptr(&*opener),
                 offsets: self.ptr(&*offsets),
                 pairs: self.ptr_mut(&mut *pairs).cast(),
                 counts: self.ptr(&*counts),
                 status: self.ptr_mut(&mut *status),
                 capacity: capacity as u64,
+                delayed,
+                policy,
             };
             // SAFETY: as above; the kernel writes pairs only below `capacity`, and pairs holds
             // 4 capacity words. On sorted input the total is at most the capacity (a
@@ -699,7 +665,6 @@ fn resume_of(st: &[u32], n: usize) -> usize {
 pub struct CoincideScratch {
     next: Option<CudaSlice<u32>>,
     lo: Option<CudaSlice<u32>>,
-    opener: Option<CudaSlice<u8>>,
     counts: Option<CudaSlice<u32>>,
     offsets: Option<CudaSlice<u32>>,
     pairs: Option<CudaSlice<u64>>,
@@ -726,7 +691,6 @@ impl CoincideScratch {
         }
         ensure(g, &mut self.next, n)?;
         ensure(g, &mut self.lo, n)?;
-        ensure(g, &mut self.opener, n)?;
         ensure(g, &mut self.counts, n)?;
         ensure(g, &mut self.offsets, n)?;
         ensure(g, &mut self.status, k::CO_WORDS)
@@ -1031,7 +995,10 @@ impl GpuContext {
             read_offset += nf as u64;
             let t4 = std::time::Instant::now();
             let mut f = fill_times.get();
-            for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4)].into_iter().enumerate() {
+            for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]
+                .into_iter()
+                .enumerate()
+            {
                 f[k] += (b - a).as_secs_f64() * 1e3;
             }
             fill_times.set(f);
