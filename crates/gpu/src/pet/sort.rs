@@ -235,10 +235,7 @@ pub unsafe extern "ptx-kernel" fn pet_time_range(p: PetTimeRangeParams) {
     // (min key, max key, min integer, max integer) as order-preserving u64s; not-integral flag.
     let (mut lo, mut hi, mut ilo, mut ihi) = (u64::MAX, 0u64, u64::MAX, 0u64);
     let mut fractional = 0u32;
-    while j < n {
-        // SAFETY: j < n; the time is the second word of the 16-byte single.
-        let t =
-            f64::from_bits(unsafe { i::ldg_u64((singles as *const u64).add(2 * j as usize + 1)) });
+    let mut take = |t: f64| {
         let k = time_key(t);
         lo = lo.min(k);
         hi = hi.max(k);
@@ -250,6 +247,26 @@ pub unsafe extern "ptx-kernel" fn pet_time_range(p: PetTimeRangeParams) {
             }
             None => fractional = 1,
         }
+    };
+    let time = |j: u64| {
+        // SAFETY: j < n (callers); the time is the second word of the 16-byte single.
+        f64::from_bits(unsafe { i::ldg_u64((singles as *const u64).add(2 * j as usize + 1)) })
+    };
+    // Four loads in flight per thread while they fit, then one at a time.
+    while j + 3 * stride < n {
+        let t = [
+            time(j),
+            time(j + stride),
+            time(j + 2 * stride),
+            time(j + 3 * stride),
+        ];
+        for v in t {
+            take(v);
+        }
+        j += 4 * stride;
+    }
+    while j < n {
+        take(time(j));
         j += stride;
     }
     let mut d = 16;
