@@ -279,8 +279,16 @@ pub fn event_of(nevents: u32, offset: impl Fn(u32) -> u32, i: u32) -> (u32, u32,
     (lo, offset(lo), offset(lo + 1))
 }
 
-/// Parameters of [`KERNEL_COUNT_MODULES`]: one `#[repr(C)]` struct passed by value (see
-/// `crate::params`).
+/// [`ClusteringCountModulesParams::phase`] of the first launch of [`KERNEL_COUNT_MODULES`]:
+/// resets, module starts and module ends (one thread per digi).
+pub const COUNT_PHASE_COUNT: u32 = 0;
+/// [`ClusteringCountModulesParams::phase`] of the second launch: every module slot's end
+/// written to `slot_end` and the slot sorted by size into one of the four `lists` (one thread
+/// per slot).
+pub const COUNT_PHASE_SORT: u32 = 1;
+
+/// Parameters of [`KERNEL_COUNT_MODULES`], both phases: one `#[repr(C)]` struct passed by
+/// value (see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringCountModulesParams {
@@ -310,21 +318,35 @@ pub struct ClusteringCountModulesParams {
     pub clus_in_module: DevPtr<u32>,
     /// Per event and module: set to [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
-    /// Counter words of the later kernels' slot lists (the small-module passes' and the
-    /// fallback's `list[0]`), or null: set to zero (nothing reads them while this kernel runs).
-    pub counters: [DevPtr<u32>; 4],
+    /// Per event and module (`e * nmodules + m`): one past the module's last digi (the
+    /// seed's `msize`), written by the count phase for every module that has digis, read
+    /// by the sort phase.
+    pub module_end: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi, written by the sort phase.
+    pub slot_end: DevPtr<u32>,
+    /// Counter words of the later kernels' slot lists (`list[0]`), or null: set to zero by
+    /// the count phase (nothing reads them while it runs).
+    pub counters: [DevPtr<u32>; 5],
+    /// The sort phase's four slot lists (`list[0]` = count, zero at launch; `n + 1` words
+    /// each): a module of `size` digis goes to the first list `l < 3` with
+    /// `size <= caps[l]`, else to `lists[3]`.
+    pub lists: [DevPtr<u32>; 4],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
     pub rows: u32,
     /// Columns per module.
     pub cols: u32,
+    /// [`COUNT_PHASE_COUNT`] or [`COUNT_PHASE_SORT`].
+    pub phase: u32,
+    /// Size limits of the sort phase's first three lists (non-decreasing; 0 = list unused).
+    pub caps: [u32; 3],
     /// Padding (zero).
     pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    136,
+    208,
     ["clustering_count_modules"]
 );
 
@@ -341,16 +363,13 @@ pub struct ClusteringFindClusSmallParams {
     pub y: DevPtr<u16>,
     /// Charge per digi (electrons).
     pub adc: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
     /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
     pub slot_info: DevPtr<u32>,
-    /// Per slot `k`: one past the module's last digi (`msize`); written when `slots` is null, read
-    /// otherwise.
+    /// Per slot `k`: one past the module's last digi (`msize`, written by the sort phase of
+    /// `clustering_count_modules`).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
@@ -358,10 +377,12 @@ pub struct ClusteringFindClusSmallParams {
     pub clus_in_module: DevPtr<u32>,
     /// Per event and module: first digi index, or [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
-    /// Slot list to cluster (`slots[0]` = count), or null for every module slot.
+    /// Slot list to cluster (`slots[0]` = count), from the sort phase of
+    /// `clustering_count_modules`.
     pub slots: DevPtr<u32>,
-    /// Slot list of the modules over `capacity`: `larger[0]` = count (zero at launch), then slots
-    /// (appended).
+    /// Null, or a slot list for listed modules over `capacity` (`larger[0]` = count, zero at
+    /// launch; appended). A list sorted with this pass's capacity holds none; a null list
+    /// leaves such a module unclustered.
     pub larger: DevPtr<u32>,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
@@ -382,7 +403,7 @@ pub struct ClusteringFindClusSmallParams {
 }
 crate::kernel_params!(
     ClusteringFindClusSmallParams,
-    136,
+    128,
     [
         "clustering_find_clus_small",
         "clustering_find_clus_small_warp"

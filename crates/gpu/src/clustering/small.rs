@@ -20,20 +20,23 @@ use core::ptr::read_volatile;
 /// Work is done by *groups*: in the warp pass ([`clustering_find_clus_small_warp`]) each
 /// warp is a group and clusters its own modules (warp barriers and warp scans only, so the warps of a block never wait for
 /// each other and many modules are in flight per SM); otherwise the whole block is one
-/// group. Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
-/// are every module slot. A module of more than `capacity` digis is appended to
-/// `larger[1..]` (`larger[0]` counts them). When `slots` is null the kernel also finds each
-/// module's end (`msize`, the seed's `atomicMin`) and stores it in `slot_end`.
+/// group. Modules come from `slots` (a slot list, `slots[0]` = count, sorted by size by the
+/// sort phase of `clustering_count_modules`, which also wrote each slot's end to
+/// `slot_end`), so the passes of different sizes are independent and can run concurrently.
+/// A listed module of more than `capacity` digis (none when the list was sorted with this
+/// capacity) is appended to `larger[1..]` (`larger[0]` counts them) when `larger` is not
+/// null, else left unclustered.
 ///
-/// Barriers (group-wide): after the per-module reset (table empty), after the module-end
-/// search, after loading and inserting (table final), after the unions, between numbering
-/// chunks, around the charge cut, and at the end of a module.
+/// Barriers (group-wide): after the per-module reset (table empty), after loading and
+/// inserting (table final), after the unions, between numbering chunks, around the charge
+/// cut, and at the end of a module.
 ///
 /// # Safety
-/// Launched after `clustering_count_modules`; `module`, `x`, `y`, `adc`, `clus` valid for
-/// `n`; `slot_end` for `n` words (set for listed slots when `slots` is not null);
-/// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` for `n + 1` words
-/// with `larger[0] == 0`; dynamic shared memory
+/// Launched after both phases of `clustering_count_modules`; `module`, `x`, `y`, `adc`,
+/// `clus` valid for `n`; `slots` a slot list of that sort phase and `slot_end` its ends;
+/// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` null or valid for
+/// `n + 1` words with `larger[0] == 0`; no other kernel running concurrently clusters the
+/// same slots; dynamic shared memory
 /// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
 /// of 32.
 #[unsafe(no_mangle)]
@@ -68,7 +71,6 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         x,
         y,
         adc,
-        event_offsets,
         nmodules,
         rows,
         cols,
@@ -89,13 +91,12 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         p.x.ptr(),
         p.y.ptr(),
         p.adc.ptr(),
-        p.event_offsets.ptr(),
         p.nmodules,
         p.rows,
         p.cols,
         p.module_start.ptr(),
         p.slot_info.ptr(),
-        p.slot_end.ptr_mut(),
+        p.slot_end.ptr(),
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
         p.module_first.ptr_mut(),
@@ -136,13 +137,12 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
     let tshift = tsize.leading_zeros() + 1;
     let cap = capacity as usize;
     // SAFETY: this group's area inside the launch's dynamic shared memory.
-    let (hdr, xy, parent, number, cl, charge, keys, vals) = unsafe {
+    let (xy, parent, number, cl, charge, keys, vals) = unsafe {
         let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
         let xy = g.add(4);
         let charge = xy.add(4 * cap);
         let keys = charge.add(cap);
         (
-            g,
             xy,
             xy.add(cap),
             xy.add(2 * cap),
@@ -152,39 +152,36 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             keys.add(tsize as usize),
         )
     };
-    let all = slots.is_null();
-    // SAFETY: the slot count, written by count_modules or by the previous kernel.
-    let nslots = unsafe {
-        if all {
-            module_start.read()
-        } else {
-            slots.read()
-        }
-    };
+    // SAFETY: the slot count, written by the sort phase of count_modules.
+    let nslots = unsafe { slots.read() };
     let mut idx = i::block_idx_x() * ngroups + group;
     let step = i::grid_dim_x() * ngroups;
     while idx < nslots {
-        // SAFETY: idx < nslots; slot k < n; first < n; ev < nevents.
-        let (k, first, mid, ev, ev_end) = unsafe {
-            let k = if all {
-                idx
-            } else {
-                slots.add(1 + idx as usize).read()
-            } as usize;
+        // SAFETY: idx < nslots; slot k < n; first < msize <= n; ev < nevents.
+        let (k, first, mid, ev, msize) = unsafe {
+            let k = slots.add(1 + idx as usize).read() as usize;
             let first = module_start.add(1 + k).read();
             let info = slot_info.add(k).read();
-            let ev = info >> 16;
             (
                 k,
                 first,
                 (info & 0xffff) as u16,
-                ev,
-                event_offsets.add(ev as usize + 1).read(),
+                info >> 16,
+                slot_end.add(k).read(),
             )
         };
-        if all && lt == 0 {
-            // SAFETY: header word.
-            unsafe { hdr.write(ev_end) };
+        let size = msize - first;
+        if size > capacity {
+            // Group-uniform: no shared memory touched, no barrier needed.
+            if lt == 0 && !larger.is_null() {
+                // SAFETY: at most n slots are listed.
+                unsafe {
+                    let c = i::atomic_add_u32(larger, 1);
+                    larger.add(1 + c as usize).write(k as u32);
+                }
+            }
+            idx += step;
+            continue;
         }
         let mut t = lt;
         while t < tsize {
@@ -196,31 +193,6 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             t += gsize;
         }
         gsync();
-        let msize = if all {
-            // SAFETY: digis of the event; hdr holds ev_end since the barrier above.
-            let m = unsafe { module_end(module, first, ev_end, mid, hdr, lt, gsize, gsync) };
-            if lt == 0 {
-                // SAFETY: k < n.
-                unsafe { slot_end.add(k).write(m) };
-            }
-            m
-        } else {
-            // SAFETY: set by the kernel that listed this slot.
-            unsafe { slot_end.add(k).read() }
-        };
-        let size = msize - first;
-        if size > capacity {
-            if lt == 0 {
-                // SAFETY: at most n slots are listed.
-                unsafe {
-                    let c = i::atomic_add_u32(larger, 1);
-                    larger.add(1 + c as usize).write(k as u32);
-                }
-            }
-            gsync();
-            idx += step;
-            continue;
-        }
         // Load, and insert every valid pixel; `cl` holds the charge until it holds the
         // cluster.
         let mut j = lt;
