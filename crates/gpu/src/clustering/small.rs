@@ -225,6 +225,9 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
                     if i::atomic_cas_u32(vals.add(h as usize), TABLE_EMPTY, j) != TABLE_EMPTY {
                         i::atomic_exch_u32(vals.add(h as usize), TABLE_DUPLICATE);
                     }
+                    // The pixel's table slot, so that the union step reads its state without
+                    // a second probe (`number` is free until the numbering).
+                    number.add(j as usize).write(h);
                 }
             }
             j += gsize;
@@ -247,11 +250,15 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         };
         let mut j = lt;
         while j < size {
-            // SAFETY: j < size <= capacity; table values are module-local indices.
+            // SAFETY: j < size <= capacity; number[j] of a valid pixel is its table slot
+            // (< tsize); table values are module-local indices.
             unsafe {
                 let v = xy.add(j as usize).read();
                 if v != INVALID_XY {
-                    if lookup(v) == TABLE_DUPLICATE {
+                    // This thread's own slot (written above, by this thread); the value is
+                    // final after the barrier.
+                    let h = number.add(j as usize).read();
+                    if read_volatile(vals.add(h as usize)) == TABLE_DUPLICATE {
                         xy.add(j as usize).write(v | DUPLICATE_BIT);
                     } else {
                         let (xv, yv) = (v & 0xffff, v >> 16);

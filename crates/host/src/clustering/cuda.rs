@@ -297,24 +297,17 @@ impl<'g> Clusterer<'g> {
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
         let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
-        // Up to `FEW_EVENTS_PER_LAUNCH` events: the latency configuration (three passes, see
-        // `LATENCY_WARP_CAPACITY`); more: the throughput configuration (tuned at 128 events
-        // per launch). Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
-        let few = max_events <= k::FEW_EVENTS_PER_LAUNCH as usize;
-        let (warp_capacity, small_threads) = if few {
-            (
-                small_capacity.min(k::LATENCY_WARP_CAPACITY),
-                if max_events <= 1 {
-                    k::LATENCY_SMALL_THREADS
-                } else {
-                    k::FEW_EVENTS_SMALL_THREADS
-                },
-            )
+        // The passes by module size (warp pass up to 32 digis, middle pass up to 128, last
+        // pass), side by side; the last pass's blocks are larger for one or two events per
+        // launch. Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
+        let warp_capacity = small_capacity.min(k::WARP_CAPACITY);
+        let small_threads = if max_events <= k::FEW_EVENTS_PER_LAUNCH as usize {
+            k::LATENCY_SMALL_THREADS
         } else {
-            (small_capacity.min(k::WARP_CAPACITY), k::SMALL_THREADS)
+            k::SMALL_THREADS
         };
-        let mid_pass = (few && small_capacity > k::LATENCY_MID_CAPACITY)
-            .then_some((k::LATENCY_MID_CAPACITY, k::LATENCY_MID_CAPACITY));
+        let mid_pass =
+            (small_capacity > k::MID_CAPACITY).then_some((k::MID_CAPACITY, k::MID_THREADS));
         let warp_smem = k::find_clus_small_smem_bytes(warp_capacity, k::WARP_PASS_THREADS / 32);
         for (what, bytes) in [
             ("find_clus shared memory (bytes)", smem),
