@@ -56,8 +56,176 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_small_warp(
     p: ClusteringFindClusSmallParams,
 ) {
-    // SAFETY: forwarded launch contract (warp mode).
-    unsafe { small_body::<true>(p) }
+    if p.capacity <= 32 {
+        // SAFETY: forwarded launch contract (modules of at most 32 digis).
+        unsafe { warp_shuffle_body(p) }
+    } else {
+        // SAFETY: forwarded launch contract (warp mode).
+        unsafe { small_body::<true>(p) }
+    }
+}
+
+/// The warp pass for modules of at most 32 digis, one digi per lane, in registers: no
+/// shared memory and no hash table. Each lane compares its pixel with every other lane's
+/// (shuffles, warp-uniform loops bounded by the module size): equal pixels are duplicates
+/// (every copy removed), touching ones set a bit of the lane's adjacency mask. The
+/// connected components are the closure of the adjacency masks, computed by squaring
+/// (`reach |= reach[k]` for every `k` in `reach`, until no mask changes: about log2 of the
+/// cluster's diameter rounds). A component's root is its lowest lane, that is its smallest
+/// digi index, and roots are ranked by lane: the numbering of [`small_body`]. The charge cut
+/// sums each component's charges over its mask; survivors are renumbered in order.
+///
+/// # Safety
+/// As [`clustering_find_clus_small`], with `capacity <= 32`; `blockDim.x` a multiple of 32.
+#[inline(always)]
+unsafe fn warp_shuffle_body(p: ClusteringFindClusSmallParams) {
+    let (module, x, y, adc, module_start, slot_info, slot_end, slots) = (
+        p.module.ptr(),
+        p.x.ptr(),
+        p.y.ptr(),
+        p.adc.ptr(),
+        p.module_start.ptr(),
+        p.slot_info.ptr(),
+        p.slot_end.ptr(),
+        p.slots.ptr(),
+    );
+    let (clus, clus_in_module, module_first, larger) = (
+        p.clus.ptr_mut(),
+        p.clus_in_module.ptr_mut(),
+        p.module_first.ptr_mut(),
+        p.larger.ptr_mut(),
+    );
+    let lt = i::lane_id();
+    let me = 1u32 << lt;
+    // SAFETY: the slot count, written by the sort phase of count_modules.
+    let nslots = unsafe { slots.read() };
+    let mut idx = i::block_idx_x() * i::warps_per_block() + i::warp_id();
+    let step = i::grid_dim_x() * i::warps_per_block();
+    while idx < nslots {
+        // SAFETY: idx < nslots; slot k < n; first < msize <= n.
+        let (k, first, mid, ev, msize) = unsafe {
+            let k = slots.add(1 + idx as usize).read() as usize;
+            let info = slot_info.add(k).read();
+            (
+                k,
+                module_start.add(1 + k).read(),
+                (info & 0xffff) as u16,
+                info >> 16,
+                slot_end.add(k).read(),
+            )
+        };
+        idx += step;
+        let size = msize - first;
+        if size > p.capacity || size > 32 {
+            // Warp-uniform; none when the list was sorted with this capacity.
+            if lt == 0 && !larger.is_null() {
+                // SAFETY: at most n slots are listed.
+                unsafe {
+                    let c = i::atomic_add_u32(larger, 1);
+                    larger.add(1 + c as usize).write(k as u32);
+                }
+            }
+            continue;
+        }
+        let (v, q) = if lt < size {
+            let d = (first + lt) as usize;
+            // SAFETY: d < msize <= n.
+            unsafe {
+                let xv = x.add(d).read() as u32;
+                let yv = y.add(d).read() as u32;
+                let ok = module.add(d).read() == mid && xv < p.rows && yv < p.cols;
+                (
+                    if ok { pack_xy(xv, yv) } else { INVALID_XY },
+                    adc.add(d).read() as u32,
+                )
+            }
+        } else {
+            (INVALID_XY, 0)
+        };
+        let valid = v != INVALID_XY;
+        let (xv, yv) = (v & 0xffff, v >> 16);
+        // Adjacency and duplicates (every lane runs every step: the shuffles need the warp).
+        let mut adj = 0u32;
+        let mut dup = false;
+        let mut o = 0u32;
+        while o < size {
+            let w = i::shfl_idx(v, o);
+            if valid && w != INVALID_XY && o != lt {
+                if w == v {
+                    dup = true;
+                } else if touching(xv, yv, w & 0xffff, w >> 16) {
+                    adj |= 1 << o;
+                }
+            }
+            o += 1;
+        }
+        let good = valid && !dup;
+        let goodmask = i::ballot(good);
+        let mut reach = if good { (adj & goodmask) | me } else { 0 };
+        // Closure by squaring.
+        loop {
+            let mut next = reach;
+            let mut o = 0u32;
+            while o < size {
+                let r = i::shfl_idx(reach, o);
+                if reach & (1 << o) != 0 {
+                    next |= r;
+                }
+                o += 1;
+            }
+            let changed = i::any(next != reach);
+            reach = next;
+            if !changed {
+                break;
+            }
+        }
+        // Root: the component's lowest lane; number: roots below it.
+        let root_lane = if good { i::lowest_bit(reach) } else { 0 };
+        let roots = i::ballot(good && root_lane == lt);
+        let mut nclus = i::popc(roots);
+        let mut c = if good {
+            i::popc(roots & ((1u32 << root_lane) - 1)) as i32
+        } else {
+            NOT_CLUSTERED
+        };
+        let threshold = if (mid as u32) < p.layer1_modules {
+            p.threshold_layer1
+        } else {
+            p.threshold_other
+        };
+        if threshold > 0 && nclus > 0 {
+            // The component's charge (at most 32 × 65535, no overflow).
+            let mut charge = 0u32;
+            let mut o = 0u32;
+            while o < size {
+                let qo = i::shfl_idx(q, o);
+                if reach & (1 << o) != 0 {
+                    charge += qo;
+                }
+                o += 1;
+            }
+            let keep = good && charge >= threshold;
+            let kept = i::ballot(keep && root_lane == lt);
+            nclus = i::popc(kept);
+            c = if keep {
+                i::popc(kept & ((1u32 << root_lane) - 1)) as i32
+            } else {
+                NOT_CLUSTERED
+            };
+        }
+        if lt < size {
+            // SAFETY: first + lt < msize <= n.
+            unsafe { clus.add((first + lt) as usize).write(c) };
+        }
+        if lt == 0 {
+            let slot = (ev * p.nmodules + mid as u32) as usize;
+            // SAFETY: ev < nevents and mid < nmodules.
+            unsafe {
+                clus_in_module.add(slot).write(nclus);
+                module_first.add(slot).write(first);
+            }
+        }
+    }
 }
 
 /// The body of both small-module entry points; `WARP` selects warp groups.
