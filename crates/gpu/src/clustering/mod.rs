@@ -221,9 +221,10 @@ pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
 /// Default capacity of the warp pass of [`KERNEL_FIND_CLUS_SMALL`]: only the modules of up
 /// to 32 digis (one per lane) stay on a warp. A module's time on its group is an
 /// instruction chain that grows with the digis per thread, so every module gets about one
-/// digi per thread. (Until the passes ran side by side, issue 13, batches of more than 8
-/// events took a warp pass of 128 digis and no middle pass: 27.6 µs per event at 128 events
-/// against 22.3 µs now, H200, `docs/benchmarks.md`.)
+/// digi per thread; the warp pass then runs in registers (no hash table). (Until the passes
+/// ran side by side, issue 13, batches of more than 8 events took a warp pass of 128 digis
+/// and no middle pass: 26.4 µs per event at 128 events against 19.7 µs now, H200,
+/// `docs/benchmarks.md`.)
 pub const WARP_CAPACITY: u32 = 32;
 /// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
 pub const WARP_PASS_THREADS: u32 = 128;
@@ -234,8 +235,9 @@ pub const MID_THREADS: u32 = 128;
 /// A `Clusterer` built for at most this many events per launch runs its last block pass
 /// (modules over [`MID_CAPACITY`] digis) on [`LATENCY_SMALL_THREADS`]-thread blocks, larger
 /// batches on [`SMALL_THREADS`]. Measured with the passes side by side (H200, issue 13,
-/// graph µs per event, 512 against 256 threads): one event 63.0 against 84.3 (1024: 63.4),
-/// two 39.4 against 46.0, eight 26.4 against 24.9, 128 events 22.3 against 22.3.
+/// graph µs per event, 512 against 256 threads): one event 59.1 against 81.4 (1024: 44.7,
+/// first seen in the last run, not yet the default), two 34.4 against 44.3, eight 22.3
+/// against 23.0, 128 events 19.2 against 19.7.
 pub const FEW_EVENTS_PER_LAUNCH: u32 = 2;
 /// Threads of the last block pass with up to [`FEW_EVENTS_PER_LAUNCH`] events per launch.
 pub const LATENCY_SMALL_THREADS: u32 = 512;
