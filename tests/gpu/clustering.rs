@@ -397,6 +397,40 @@ fn test_bad_input(c: &Ctx) -> R {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("digi 1") => {}
         other => return Err(format!("unvalidated bad digis: {other:?}")),
     }
+    // A module id repeated within an event (unvalidated): module ends are recorded by event
+    // and module id, so the two runs of module 3 share one; the sort clamps it to each
+    // run's event, the kernels stay in bounds, and every digi of a valid module gets a
+    // cluster or -1 (poisoned outputs are overwritten). Results beyond that are unspecified.
+    let mut rep = Digis::default();
+    for k in 0..40u16 {
+        rep.push(3, k % 20, k / 20, 3000);
+    }
+    rep.push(4, 1, 1, 3000);
+    for k in 0..300u16 {
+        rep.push(3, k % 100, 50 + k / 100, 3000);
+    }
+    rep.push(INVALID_MODULE, 0, 0, 0);
+    rep.push(4, 7, 7, 3000);
+    let drep = DeviceDigis::upload(gpu, &rep, &single(&rep)).map_err(e)?;
+    let mut run = Clusterer::new(gpu, &g, rep.len(), 1).map_err(e)?;
+    sanitizer_grids(c, &mut run);
+    for graph in [false, true] {
+        run.poison_outputs().map_err(e)?;
+        if graph {
+            run.run_graph(&drep, Some(g.default_cut)).map_err(e)?;
+        } else {
+            run.run(&drep, Some(g.default_cut)).map_err(e)?;
+        }
+        let got = run
+            .results(&drep)
+            .map_err(|err| format!("repeated module id: {err}"))?;
+        ensure(
+            got.clus
+                .iter()
+                .all(|&v| (-1..rep.len() as i32).contains(&v)),
+            || "repeated module id: a digi left unwritten or out of range".into(),
+        )?;
+    }
     // The backend validates first.
     let mut split = Digis::default();
     split.push(3, 1, 1, 100);

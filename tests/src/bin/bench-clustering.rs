@@ -425,7 +425,7 @@ fn main() -> Result<()> {
     let mut c1 = Clusterer::new(g, &geo, one.digis.len(), 1)?;
     let ops = time_ops(g, a.reps, &mut c1, &d1, cut)?;
     println!(
-        "  GPU µs, run() with an event between the steps: memset+count {:.1}, small-module passes {:.1}, shared-memory kernel {:.1}, fallback {:.1}, larger-module cut {:.1}; whole {:.1}",
+        "  GPU µs, run() with an event between the steps: memset+count {:.1}, sort + small-module passes (side by side) {:.1}, shared-memory kernel {:.1}, fallback {:.1}, larger-module cut {:.1}; whole {:.1}",
         ops[0], ops[1], ops[2], ops[3], ops[4], ops[5]
     );
     let [_, _, _, run_ms] = time_steps(g, a.reps, &mut c1, &d1, Some(cut), false)?;
@@ -455,23 +455,29 @@ fn main() -> Result<()> {
     ));
 
     // (3) Pass configurations: warp-pass capacity × block-pass threads.
-    println!("\n(3) pass configurations, run3, µs per event (GPU): small passes, shared, cut | graph chain");
+    println!("\n(3) pass configurations, run3, µs per event (GPU): sort + small passes, shared, cut | graph chain");
     for &b in &[1usize, 2, 8, 128] {
         let bt = batch(&run3, &run3_want, b);
         let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
+        // Since issue 13's second step the passes run side by side (sorted by size first),
+        // so the rows measure how the passes share the GPU.
         for (warp, mid, threads) in [
             (128u32, None, 256u32),
             (128, None, 512),
             (64, None, 512),
-            (32, None, 256),
             (32, None, 512),
+            (32, None, 1024),
             (0, None, 256),
-            (0, None, 512),
             (32, Some((128u32, 128u32)), 256),
             (32, Some((128, 128)), 512),
             (32, Some((128, 128)), 1024),
+            (32, Some((128, 64)), 512),
+            (32, Some((128, 64)), 1024),
+            (32, Some((64, 64)), 512),
+            (32, Some((64, 64)), 1024),
             (32, Some((256, 256)), 1024),
             (64, Some((256, 256)), 1024),
+            (64, Some((128, 128)), 512),
         ] {
             let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
             c.set_warp_capacity(warp)?;

@@ -5,25 +5,41 @@ use super::kernels::*;
 use super::*;
 use crate::intrinsics as i;
 
-/// Initialises `clus` to [`NOT_CLUSTERED`], `clus_in_module` to zero and `module_first` to
-/// [`NO_MODULE_START`], zeroes the later kernels' list counters, and appends every module
-/// start to `module_start[1..]` (`module_start[0]` counts them) with its slot record
-/// (`module id | event << 16`). Out-of-range module ids and coordinates: the smallest such
-/// index is recorded in `bad` ([`crate::histogram::encode_first_index`], zero = none); the
-/// digi is treated as invalid. The sizes `n` and `nevents` are read from `dims` on the
-/// device, so one captured launch serves any input up to the buffers' capacities.
+/// Phase [`COUNT_PHASE_COUNT`]: initialises `clus` to [`NOT_CLUSTERED`], `clus_in_module` to
+/// zero and `module_first` to [`NO_MODULE_START`], zeroes the later kernels' list counters,
+/// appends every module start to `module_start[1..]` (`module_start[0]` counts them) with its
+/// slot record (`module id | event << 16`), and writes every module's end to `module_end`
+/// (by event and module id: the thread of the module's last non-invalid digi knows it, the
+/// next non-invalid digi of the event or the event's end). Out-of-range module ids and
+/// coordinates: the smallest such index is recorded in `bad`
+/// ([`crate::histogram::encode_first_index`], zero = none); the digi starts no module. The
+/// sizes `n` and `nevents` are read from `dims` on the device, so one captured launch serves
+/// any input up to the buffers' capacities.
+///
+/// Phase [`COUNT_PHASE_SORT`] (a second launch): per module slot, its end (`module_end`
+/// clamped to the slot's event, so that even unvalidated input, whose module ids may repeat
+/// within an event, stays in bounds) to `slot_end`, and the slot appended to the first of
+/// `lists[0..3]` whose cap holds its size, else to `lists[3]` (warp-aggregated appends).
+/// The passes that read the lists are independent and can run concurrently.
 ///
 /// These resets used to be six memsets and a fill on the stream; doing them here leaves one
 /// memset (`module_start[0]` and `bad`, the two words this kernel counts into) per run.
 ///
 /// # Safety
 /// `dims = [n, nevents]`; `module`, `x`, `y`, `clus` valid for `n`; `module_start` for
-/// `n + 1` words with `module_start[0] == 0`; `slot_info` for `n` words; `event_offsets` for
-/// `nevents + 1` non-decreasing entries from 0 to `n`; `bad` a valid word, zero;
-/// `clus_in_module` and `module_first` for `nevents * nmodules` words; each of `counters`
-/// null or a valid word that no other kernel uses during this launch.
+/// `n + 1` words with `module_start[0] == 0` (count phase; the count phase's result in the
+/// sort phase); `slot_info` and `slot_end` for `n` words; `event_offsets` for `nevents + 1`
+/// non-decreasing entries from 0 to `n`; `bad` a valid word, zero; `clus_in_module`,
+/// `module_first` and `module_end` for `nevents * nmodules` words; each of `counters` null or
+/// a valid word that no other kernel uses during this launch; in the sort phase each of
+/// `lists` valid for `n + 1` words with `list[0] == 0`; `blockDim.x` a multiple of 32.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountModulesParams) {
+    if p.phase == COUNT_PHASE_SORT {
+        // SAFETY: forwarded launch contract.
+        unsafe { sort_slots(&p) };
+        return;
+    }
     let (module, x, y, event_offsets, nmodules, rows, cols) = (
         p.module.ptr(),
         p.x.ptr(),
@@ -33,13 +49,14 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
         p.rows,
         p.cols,
     );
-    let (clus, module_start, slot_info, bad, clus_in_module, module_first) = (
+    let (clus, module_start, slot_info, bad, clus_in_module, module_first, module_end) = (
         p.clus.ptr_mut(),
         p.module_start.ptr_mut(),
         p.slot_info.ptr_mut(),
         p.bad.ptr_mut(),
         p.clus_in_module.ptr_mut(),
         p.module_first.ptr_mut(),
+        p.module_end.ptr_mut(),
     );
     // SAFETY: two words (launch contract).
     let (n, nevents) = unsafe { (p.dims.ptr().read(), p.dims.ptr().add(1).read()) };
@@ -66,36 +83,125 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
     let mut idx = first;
     while idx < n as u64 {
         let k = idx as u32;
-        // SAFETY: k < n for every array.
+        // SAFETY: k < n for every array; j < ev_end <= n; ev < nevents and m < nmodules.
         unsafe {
             clus.add(k as usize).write(NOT_CLUSTERED);
             let m = module.add(k as usize).read();
             if m != INVALID_MODULE {
-                if m as u32 >= nmodules
-                    || x.add(k as usize).read() as u32 >= rows
-                    || y.add(k as usize).read() as u32 >= cols
-                {
+                if m as u32 >= nmodules {
                     i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
                 } else {
-                    let (ev, start, _) = event_bounds(event_offsets, nevents, k);
-                    let mut j = k;
-                    let mut prev = INVALID_MODULE;
-                    while j > start {
-                        j -= 1;
-                        let mj = module.add(j as usize).read();
-                        if mj != INVALID_MODULE {
-                            prev = mj;
-                            break;
-                        }
+                    let (ev, start, ev_end) = event_bounds(event_offsets, nevents, k);
+                    // The module's end, from its last non-invalid digi (a digi with bad
+                    // coordinates too: the later kernels' module end counts it).
+                    let mut j = k + 1;
+                    while j < ev_end && module.add(j as usize).read() == INVALID_MODULE {
+                        j += 1;
                     }
-                    if prev != m {
-                        let slot = i::atomic_add_u32(module_start, 1);
-                        module_start.add(1 + slot as usize).write(k);
-                        slot_info.add(slot as usize).write(m as u32 | (ev << 16));
+                    if j == ev_end || module.add(j as usize).read() != m {
+                        module_end.add((ev * nmodules + m as u32) as usize).write(j);
+                    }
+                    if x.add(k as usize).read() as u32 >= rows
+                        || y.add(k as usize).read() as u32 >= cols
+                    {
+                        i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
+                    } else {
+                        let mut j = k;
+                        let mut prev = INVALID_MODULE;
+                        while j > start {
+                            j -= 1;
+                            let mj = module.add(j as usize).read();
+                            if mj != INVALID_MODULE {
+                                prev = mj;
+                                break;
+                            }
+                        }
+                        if prev != m {
+                            let slot = i::atomic_add_u32(module_start, 1);
+                            module_start.add(1 + slot as usize).write(k);
+                            slot_info.add(slot as usize).write(m as u32 | (ev << 16));
+                        }
                     }
                 }
             }
         }
         idx += stride;
+    }
+}
+
+/// The sort phase of [`clustering_count_modules`]: one thread per module slot, whole warps
+/// per loop step (the appends are warp-aggregated: one atomic per warp and list).
+///
+/// # Safety
+/// As [`clustering_count_modules`], sort phase.
+#[inline(always)]
+unsafe fn sort_slots(p: &ClusteringCountModulesParams) {
+    let (module_start, slot_info, event_offsets, module_end, slot_end, nmodules) = (
+        p.module_start.ptr(),
+        p.slot_info.ptr(),
+        p.event_offsets.ptr(),
+        p.module_end.ptr(),
+        p.slot_end.ptr_mut(),
+        p.nmodules,
+    );
+    // SAFETY: the count phase's slot count (launch contract).
+    let nslots = unsafe { module_start.read() };
+    let lane = i::lane_id();
+    let lt_mask = i::lanemask_lt();
+    let stride = i::grid_threads() as u32;
+    // Warp-uniform loop: every lane of a warp runs the same iterations (ballots below).
+    let mut base = i::global_thread_idx() as u32 - lane;
+    while base < nslots {
+        let s = base + lane;
+        let valid = s < nslots;
+        let mut list = 4u32;
+        if valid {
+            // SAFETY: s < nslots: a slot written by the count phase; its event < nevents and
+            // module < nmodules; the event's end <= n.
+            unsafe {
+                let first = module_start.add(1 + s as usize).read();
+                let info = slot_info.add(s as usize).read();
+                let (ev, m) = (info >> 16, info & 0xffff);
+                let ev_end = event_offsets.add(ev as usize + 1).read();
+                let end = module_end
+                    .add((ev * nmodules + m) as usize)
+                    .read()
+                    .max(first + 1)
+                    .min(ev_end);
+                slot_end.add(s as usize).write(end);
+                let size = end - first;
+                list = if size <= p.caps[0] {
+                    0
+                } else if size <= p.caps[1] {
+                    1
+                } else if size <= p.caps[2] {
+                    2
+                } else {
+                    3
+                };
+            }
+        }
+        for (l, dst) in p.lists.iter().enumerate() {
+            let mask = i::ballot(list == l as u32);
+            if mask == 0 {
+                continue;
+            }
+            let leader = i::lowest_bit(mask);
+            let mut at = 0u32;
+            if lane == leader {
+                // SAFETY: a valid list counter (contract).
+                at = unsafe { i::atomic_add_u32(dst.ptr_mut(), i::popc(mask)) };
+            }
+            let at = i::shfl_idx(at, leader);
+            if list == l as u32 {
+                // SAFETY: at most nslots <= n slots are appended in all.
+                unsafe {
+                    dst.ptr_mut()
+                        .add(1 + (at + i::popc(mask & lt_mask)) as usize)
+                        .write(s)
+                };
+            }
+        }
+        base += stride;
     }
 }

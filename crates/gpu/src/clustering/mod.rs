@@ -14,21 +14,26 @@
 //! `e`; `module_first[e * modules + m]` = the module's first digi index, or [`NO_MODULE_START`].
 //!
 //! # Kernels
-//! 1. [`KERNEL_COUNT_MODULES`], one thread per digi: initialises `clus`, `clus_in_module` and
-//!    `module_first` and zeroes the later kernels' list counters (so one run is one memset and
-//!    the kernels, and a captured CUDA graph replays it), finds module starts (the first valid
-//!    digi whose previous valid digi in the event belongs to another module) and appends them
-//!    to the slot list `module_start[1..]` (`module_start[0]` = count), as the seed does with
-//!    `atomicInc`, each with its slot record `module id | event << 16` (the later kernels read
-//!    a module's event there, no binary search). The batch's sizes are read on the device.
-//!    Digis with a module id or coordinates out of range are reported through `bad` (the
-//!    smallest such index) and treated as invalid.
-//! 2. [`KERNEL_FIND_CLUS_SMALL_WARP`] then [`KERNEL_FIND_CLUS_SMALL`] (once or twice): one warp
-//!    per module (up to 128 digis, or 32 for a few events per launch), then one block per
-//!    module (up to 1024 digis; for a few events a middle pass of 128-thread blocks up to 128
-//!    digis comes first): module end, duplicates and neighbours through a pixel hash table in
-//!    shared memory, union-find, numbering, and the charge cut in place. Larger modules are
-//!    listed for the next pass. (`docs/clustering.md` has the whole chain.)
+//! 1. [`KERNEL_COUNT_MODULES`], launched twice. Count phase, one thread per digi:
+//!    initialises `clus`, `clus_in_module` and `module_first` and zeroes the later kernels'
+//!    list counters (so one run is one memset and the kernels, and a captured CUDA graph
+//!    replays it), finds module starts (the first valid digi whose previous valid digi in the
+//!    event belongs to another module) and appends them to the slot list `module_start[1..]`
+//!    (`module_start[0]` = count), as the seed does with `atomicInc`, each with its slot
+//!    record `module id | event << 16` (the later kernels read a module's event there, no
+//!    binary search), and records every module's end by event and module id (the thread of
+//!    its last non-invalid digi sees the next module's first digi or the event's end). The
+//!    batch's sizes are read on the device. Digis with a module id or coordinates out of
+//!    range are reported through `bad` (the smallest such index) and treated as invalid.
+//!    Sort phase, one thread per module slot: the slot's end to `slot_end`, and the slot to
+//!    the list of the pass its size belongs to (warp-aggregated appends).
+//! 2. [`KERNEL_FIND_CLUS_SMALL_WARP`] and [`KERNEL_FIND_CLUS_SMALL`] (once or twice), side by
+//!    side on forked streams: one warp per module (up to 128 digis, or 32 for a few events
+//!    per launch), one block per module (up to 1024 digis; for a few events a middle pass
+//!    of 128-thread blocks up to 128 digis too): duplicates and neighbours through a pixel
+//!    hash table in shared memory, union-find, numbering, and the charge cut in place.
+//!    (`docs/clustering.md` has the whole chain.) The shared-memory kernel and the fallback
+//!    run beside them on their own stream.
 //! 3. [`KERNEL_FIND_CLUS`], one block per listed module (grid-stride; blocks with no module
 //!    leave at once): duplicate detection with 2-bit status words (CMSSW "Alternative 2":
 //!    every copy of a pixel that occurs twice or more is invalidated), a bucket container by
@@ -213,32 +218,29 @@ pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
     (36 + groups * small_group_words(capacity)) as usize * 4
 }
 
-/// Default capacity of the warp-group pass of [`KERNEL_FIND_CLUS_SMALL`].
-pub const WARP_CAPACITY: u32 = 128;
+/// Default capacity of the warp pass of [`KERNEL_FIND_CLUS_SMALL`]: only the modules of up
+/// to 32 digis (one per lane) stay on a warp. A module's time on its group is an
+/// instruction chain that grows with the digis per thread, so every module gets about one
+/// digi per thread; the warp pass then runs in registers (no hash table). (Until the passes
+/// ran side by side, issue 13, batches of more than 8 events took a warp pass of 128 digis
+/// and no middle pass: 26.4 µs per event at 128 events against 19.7 µs now, H200,
+/// `docs/benchmarks.md`.)
+pub const WARP_CAPACITY: u32 = 32;
 /// Threads per block of the warp-group pass (4 warps, 4 modules at a time).
 pub const WARP_PASS_THREADS: u32 = 128;
-/// A `Clusterer` built for at most this many events per launch takes the latency
-/// configuration of the small-module passes: a warp pass of capacity
-/// [`LATENCY_WARP_CAPACITY`], a middle block pass of [`LATENCY_MID_CAPACITY`] digis and
-/// threads, and a last block pass of [`LATENCY_SMALL_THREADS`] (one event) or
-/// [`FEW_EVENTS_SMALL_THREADS`] threads. Larger batches take the throughput configuration
-/// ([`WARP_CAPACITY`], [`SMALL_THREADS`], no middle pass). Measured (H200, issue 13,
-/// `docs/benchmarks.md`): one Run-3-like event 194 → 103 µs, two 101 → 66 µs per event,
-/// eight 50 → 44 µs per event; at 128 events the throughput configuration is faster.
-pub const FEW_EVENTS_PER_LAUNCH: u32 = 8;
-/// Warp-pass capacity of the latency configuration: only the modules of up to 32 digis (one
-/// per lane) stay on a warp. A module's time on its group is an instruction chain that grows
-/// with the digis per thread, and a few events fill a small part of the GPU, so every
-/// module gets about one digi per thread and every group about one module.
-pub const LATENCY_WARP_CAPACITY: u32 = 32;
-/// The middle block pass of the latency configuration: modules of up to this many digis,
-/// blocks of this many threads.
-pub const LATENCY_MID_CAPACITY: u32 = 128;
-/// Threads of the last block pass (modules over [`LATENCY_MID_CAPACITY`] digis) with one
-/// event per launch.
-pub const LATENCY_SMALL_THREADS: u32 = 1024;
-/// Threads of the last block pass with 2 to [`FEW_EVENTS_PER_LAUNCH`] events per launch.
-pub const FEW_EVENTS_SMALL_THREADS: u32 = 512;
+/// The middle block pass: modules over [`WARP_CAPACITY`] and up to this many digis...
+pub const MID_CAPACITY: u32 = 128;
+/// ...on blocks of this many threads.
+pub const MID_THREADS: u32 = 128;
+/// A `Clusterer` built for at most this many events per launch runs its last block pass
+/// (modules over [`MID_CAPACITY`] digis) on [`LATENCY_SMALL_THREADS`]-thread blocks, larger
+/// batches on [`SMALL_THREADS`]. Measured with the passes side by side (H200, issue 13,
+/// graph µs per event, 512 against 256 threads): one event 59.1 against 81.4 (1024: 44.7,
+/// first seen in the last run, not yet the default), two 34.4 against 44.3, eight 22.3
+/// against 23.0, 128 events 19.2 against 19.7.
+pub const FEW_EVENTS_PER_LAUNCH: u32 = 2;
+/// Threads of the last block pass with up to [`FEW_EVENTS_PER_LAUNCH`] events per launch.
+pub const LATENCY_SMALL_THREADS: u32 = 512;
 
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS`]; `status_in_smem` adds the status words.
 pub const fn find_clus_smem_bytes(
@@ -279,8 +281,16 @@ pub fn event_of(nevents: u32, offset: impl Fn(u32) -> u32, i: u32) -> (u32, u32,
     (lo, offset(lo), offset(lo + 1))
 }
 
-/// Parameters of [`KERNEL_COUNT_MODULES`]: one `#[repr(C)]` struct passed by value (see
-/// `crate::params`).
+/// [`ClusteringCountModulesParams::phase`] of the first launch of [`KERNEL_COUNT_MODULES`]:
+/// resets, module starts and module ends (one thread per digi).
+pub const COUNT_PHASE_COUNT: u32 = 0;
+/// [`ClusteringCountModulesParams::phase`] of the second launch: every module slot's end
+/// written to `slot_end` and the slot sorted by size into one of the four `lists` (one thread
+/// per slot).
+pub const COUNT_PHASE_SORT: u32 = 1;
+
+/// Parameters of [`KERNEL_COUNT_MODULES`], both phases: one `#[repr(C)]` struct passed by
+/// value (see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringCountModulesParams {
@@ -310,21 +320,35 @@ pub struct ClusteringCountModulesParams {
     pub clus_in_module: DevPtr<u32>,
     /// Per event and module: set to [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
-    /// Counter words of the later kernels' slot lists (the small-module passes' and the
-    /// fallback's `list[0]`), or null: set to zero (nothing reads them while this kernel runs).
-    pub counters: [DevPtr<u32>; 4],
+    /// Per event and module (`e * nmodules + m`): one past the module's last digi (the
+    /// seed's `msize`), written by the count phase for every module that has digis, read
+    /// by the sort phase.
+    pub module_end: DevPtr<u32>,
+    /// Per slot `k`: one past the module's last digi, written by the sort phase.
+    pub slot_end: DevPtr<u32>,
+    /// Counter words of the later kernels' slot lists (`list[0]`), or null: set to zero by
+    /// the count phase (nothing reads them while it runs).
+    pub counters: [DevPtr<u32>; 5],
+    /// The sort phase's four slot lists (`list[0]` = count, zero at launch; `n + 1` words
+    /// each): a module of `size` digis goes to the first list `l < 3` with
+    /// `size <= caps[l]`, else to `lists[3]`.
+    pub lists: [DevPtr<u32>; 4],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
     pub rows: u32,
     /// Columns per module.
     pub cols: u32,
+    /// [`COUNT_PHASE_COUNT`] or [`COUNT_PHASE_SORT`].
+    pub phase: u32,
+    /// Size limits of the sort phase's first three lists (non-decreasing; 0 = list unused).
+    pub caps: [u32; 3],
     /// Padding (zero).
     pub _pad0: u32,
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    136,
+    208,
     ["clustering_count_modules"]
 );
 
@@ -341,16 +365,13 @@ pub struct ClusteringFindClusSmallParams {
     pub y: DevPtr<u16>,
     /// Charge per digi (electrons).
     pub adc: DevPtr<u16>,
-    /// `nevents + 1` non-decreasing digi offsets from 0 to `n`: event `e` is
-    /// `event_offsets[e] .. event_offsets[e + 1]`.
-    pub event_offsets: DevPtr<u32>,
     /// `module_start[0]` = number of module slots, `module_start[1 + k]` = first digi of slot `k`
     /// (written by `clustering_count_modules`).
     pub module_start: DevPtr<u32>,
     /// Per slot `k`: `module id | event << 16` (written by `clustering_count_modules`).
     pub slot_info: DevPtr<u32>,
-    /// Per slot `k`: one past the module's last digi (`msize`); written when `slots` is null, read
-    /// otherwise.
+    /// Per slot `k`: one past the module's last digi (`msize`, written by the sort phase of
+    /// `clustering_count_modules`).
     pub slot_end: DevPtr<u32>,
     /// Per digi: cluster index within its module, or [`NOT_CLUSTERED`].
     pub clus: DevPtr<i32>,
@@ -358,10 +379,12 @@ pub struct ClusteringFindClusSmallParams {
     pub clus_in_module: DevPtr<u32>,
     /// Per event and module: first digi index, or [`NO_MODULE_START`].
     pub module_first: DevPtr<u32>,
-    /// Slot list to cluster (`slots[0]` = count), or null for every module slot.
+    /// Slot list to cluster (`slots[0]` = count), from the sort phase of
+    /// `clustering_count_modules`.
     pub slots: DevPtr<u32>,
-    /// Slot list of the modules over `capacity`: `larger[0]` = count (zero at launch), then slots
-    /// (appended).
+    /// Null, or a slot list for listed modules over `capacity` (`larger[0]` = count, zero at
+    /// launch; appended). A list sorted with this pass's capacity holds none; a null list
+    /// leaves such a module unclustered.
     pub larger: DevPtr<u32>,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
@@ -382,7 +405,7 @@ pub struct ClusteringFindClusSmallParams {
 }
 crate::kernel_params!(
     ClusteringFindClusSmallParams,
-    136,
+    128,
     [
         "clustering_find_clus_small",
         "clustering_find_clus_small_warp"

@@ -20,20 +20,23 @@ use core::ptr::read_volatile;
 /// Work is done by *groups*: in the warp pass ([`clustering_find_clus_small_warp`]) each
 /// warp is a group and clusters its own modules (warp barriers and warp scans only, so the warps of a block never wait for
 /// each other and many modules are in flight per SM); otherwise the whole block is one
-/// group. Modules come from `slots` (a slot list, `slots[0]` = count) or, when it is null,
-/// are every module slot. A module of more than `capacity` digis is appended to
-/// `larger[1..]` (`larger[0]` counts them). When `slots` is null the kernel also finds each
-/// module's end (`msize`, the seed's `atomicMin`) and stores it in `slot_end`.
+/// group. Modules come from `slots` (a slot list, `slots[0]` = count, sorted by size by the
+/// sort phase of `clustering_count_modules`, which also wrote each slot's end to
+/// `slot_end`), so the passes of different sizes are independent and can run concurrently.
+/// A listed module of more than `capacity` digis (none when the list was sorted with this
+/// capacity) is appended to `larger[1..]` (`larger[0]` counts them) when `larger` is not
+/// null, else left unclustered.
 ///
-/// Barriers (group-wide): after the per-module reset (table empty), after the module-end
-/// search, after loading and inserting (table final), after the unions, between numbering
-/// chunks, around the charge cut, and at the end of a module.
+/// Barriers (group-wide): after the per-module reset (table empty), after loading and
+/// inserting (table final), after the unions, between numbering chunks, around the charge
+/// cut, and at the end of a module.
 ///
 /// # Safety
-/// Launched after `clustering_count_modules`; `module`, `x`, `y`, `adc`, `clus` valid for
-/// `n`; `slot_end` for `n` words (set for listed slots when `slots` is not null);
-/// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` for `n + 1` words
-/// with `larger[0] == 0`; dynamic shared memory
+/// Launched after both phases of `clustering_count_modules`; `module`, `x`, `y`, `adc`,
+/// `clus` valid for `n`; `slots` a slot list of that sort phase and `slot_end` its ends;
+/// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` null or valid for
+/// `n + 1` words with `larger[0] == 0`; no other kernel running concurrently clusters the
+/// same slots; dynamic shared memory
 /// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
 /// of 32.
 #[unsafe(no_mangle)]
@@ -53,8 +56,176 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindCl
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_small_warp(
     p: ClusteringFindClusSmallParams,
 ) {
-    // SAFETY: forwarded launch contract (warp mode).
-    unsafe { small_body::<true>(p) }
+    if p.capacity <= 32 {
+        // SAFETY: forwarded launch contract (modules of at most 32 digis).
+        unsafe { warp_shuffle_body(p) }
+    } else {
+        // SAFETY: forwarded launch contract (warp mode).
+        unsafe { small_body::<true>(p) }
+    }
+}
+
+/// The warp pass for modules of at most 32 digis, one digi per lane, in registers: no
+/// shared memory and no hash table. Each lane compares its pixel with every other lane's
+/// (shuffles, warp-uniform loops bounded by the module size): equal pixels are duplicates
+/// (every copy removed), touching ones set a bit of the lane's adjacency mask. The
+/// connected components are the closure of the adjacency masks, computed by squaring
+/// (`reach |= reach[k]` for every `k` in `reach`, until no mask changes: about log2 of the
+/// cluster's diameter rounds). A component's root is its lowest lane, that is its smallest
+/// digi index, and roots are ranked by lane: the numbering of [`small_body`]. The charge cut
+/// sums each component's charges over its mask; survivors are renumbered in order.
+///
+/// # Safety
+/// As [`clustering_find_clus_small`], with `capacity <= 32`; `blockDim.x` a multiple of 32.
+#[inline(always)]
+unsafe fn warp_shuffle_body(p: ClusteringFindClusSmallParams) {
+    let (module, x, y, adc, module_start, slot_info, slot_end, slots) = (
+        p.module.ptr(),
+        p.x.ptr(),
+        p.y.ptr(),
+        p.adc.ptr(),
+        p.module_start.ptr(),
+        p.slot_info.ptr(),
+        p.slot_end.ptr(),
+        p.slots.ptr(),
+    );
+    let (clus, clus_in_module, module_first, larger) = (
+        p.clus.ptr_mut(),
+        p.clus_in_module.ptr_mut(),
+        p.module_first.ptr_mut(),
+        p.larger.ptr_mut(),
+    );
+    let lt = i::lane_id();
+    let me = 1u32 << lt;
+    // SAFETY: the slot count, written by the sort phase of count_modules.
+    let nslots = unsafe { slots.read() };
+    let mut idx = i::block_idx_x() * i::warps_per_block() + i::warp_id();
+    let step = i::grid_dim_x() * i::warps_per_block();
+    while idx < nslots {
+        // SAFETY: idx < nslots; slot k < n; first < msize <= n.
+        let (k, first, mid, ev, msize) = unsafe {
+            let k = slots.add(1 + idx as usize).read() as usize;
+            let info = slot_info.add(k).read();
+            (
+                k,
+                module_start.add(1 + k).read(),
+                (info & 0xffff) as u16,
+                info >> 16,
+                slot_end.add(k).read(),
+            )
+        };
+        idx += step;
+        let size = msize - first;
+        if size > p.capacity || size > 32 {
+            // Warp-uniform; none when the list was sorted with this capacity.
+            if lt == 0 && !larger.is_null() {
+                // SAFETY: at most n slots are listed.
+                unsafe {
+                    let c = i::atomic_add_u32(larger, 1);
+                    larger.add(1 + c as usize).write(k as u32);
+                }
+            }
+            continue;
+        }
+        let (v, q) = if lt < size {
+            let d = (first + lt) as usize;
+            // SAFETY: d < msize <= n.
+            unsafe {
+                let xv = x.add(d).read() as u32;
+                let yv = y.add(d).read() as u32;
+                let ok = module.add(d).read() == mid && xv < p.rows && yv < p.cols;
+                (
+                    if ok { pack_xy(xv, yv) } else { INVALID_XY },
+                    adc.add(d).read() as u32,
+                )
+            }
+        } else {
+            (INVALID_XY, 0)
+        };
+        let valid = v != INVALID_XY;
+        let (xv, yv) = (v & 0xffff, v >> 16);
+        // Adjacency and duplicates (every lane runs every step: the shuffles need the warp).
+        let mut adj = 0u32;
+        let mut dup = false;
+        let mut o = 0u32;
+        while o < size {
+            let w = i::shfl_idx(v, o);
+            if valid && w != INVALID_XY && o != lt {
+                if w == v {
+                    dup = true;
+                } else if touching(xv, yv, w & 0xffff, w >> 16) {
+                    adj |= 1 << o;
+                }
+            }
+            o += 1;
+        }
+        let good = valid && !dup;
+        let goodmask = i::ballot(good);
+        let mut reach = if good { (adj & goodmask) | me } else { 0 };
+        // Closure by squaring.
+        loop {
+            let mut next = reach;
+            let mut o = 0u32;
+            while o < size {
+                let r = i::shfl_idx(reach, o);
+                if reach & (1 << o) != 0 {
+                    next |= r;
+                }
+                o += 1;
+            }
+            let changed = i::any(next != reach);
+            reach = next;
+            if !changed {
+                break;
+            }
+        }
+        // Root: the component's lowest lane; number: roots below it.
+        let root_lane = if good { i::lowest_bit(reach) } else { 0 };
+        let roots = i::ballot(good && root_lane == lt);
+        let mut nclus = i::popc(roots);
+        let mut c = if good {
+            i::popc(roots & ((1u32 << root_lane) - 1)) as i32
+        } else {
+            NOT_CLUSTERED
+        };
+        let threshold = if (mid as u32) < p.layer1_modules {
+            p.threshold_layer1
+        } else {
+            p.threshold_other
+        };
+        if threshold > 0 && nclus > 0 {
+            // The component's charge (at most 32 × 65535, no overflow).
+            let mut charge = 0u32;
+            let mut o = 0u32;
+            while o < size {
+                let qo = i::shfl_idx(q, o);
+                if reach & (1 << o) != 0 {
+                    charge += qo;
+                }
+                o += 1;
+            }
+            let keep = good && charge >= threshold;
+            let kept = i::ballot(keep && root_lane == lt);
+            nclus = i::popc(kept);
+            c = if keep {
+                i::popc(kept & ((1u32 << root_lane) - 1)) as i32
+            } else {
+                NOT_CLUSTERED
+            };
+        }
+        if lt < size {
+            // SAFETY: first + lt < msize <= n.
+            unsafe { clus.add((first + lt) as usize).write(c) };
+        }
+        if lt == 0 {
+            let slot = (ev * p.nmodules + mid as u32) as usize;
+            // SAFETY: ev < nevents and mid < nmodules.
+            unsafe {
+                clus_in_module.add(slot).write(nclus);
+                module_first.add(slot).write(first);
+            }
+        }
+    }
 }
 
 /// The body of both small-module entry points; `WARP` selects warp groups.
@@ -68,7 +239,6 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         x,
         y,
         adc,
-        event_offsets,
         nmodules,
         rows,
         cols,
@@ -89,13 +259,12 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         p.x.ptr(),
         p.y.ptr(),
         p.adc.ptr(),
-        p.event_offsets.ptr(),
         p.nmodules,
         p.rows,
         p.cols,
         p.module_start.ptr(),
         p.slot_info.ptr(),
-        p.slot_end.ptr_mut(),
+        p.slot_end.ptr(),
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
         p.module_first.ptr_mut(),
@@ -136,13 +305,12 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
     let tshift = tsize.leading_zeros() + 1;
     let cap = capacity as usize;
     // SAFETY: this group's area inside the launch's dynamic shared memory.
-    let (hdr, xy, parent, number, cl, charge, keys, vals) = unsafe {
+    let (xy, parent, number, cl, charge, keys, vals) = unsafe {
         let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
         let xy = g.add(4);
         let charge = xy.add(4 * cap);
         let keys = charge.add(cap);
         (
-            g,
             xy,
             xy.add(cap),
             xy.add(2 * cap),
@@ -152,39 +320,36 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             keys.add(tsize as usize),
         )
     };
-    let all = slots.is_null();
-    // SAFETY: the slot count, written by count_modules or by the previous kernel.
-    let nslots = unsafe {
-        if all {
-            module_start.read()
-        } else {
-            slots.read()
-        }
-    };
+    // SAFETY: the slot count, written by the sort phase of count_modules.
+    let nslots = unsafe { slots.read() };
     let mut idx = i::block_idx_x() * ngroups + group;
     let step = i::grid_dim_x() * ngroups;
     while idx < nslots {
-        // SAFETY: idx < nslots; slot k < n; first < n; ev < nevents.
-        let (k, first, mid, ev, ev_end) = unsafe {
-            let k = if all {
-                idx
-            } else {
-                slots.add(1 + idx as usize).read()
-            } as usize;
+        // SAFETY: idx < nslots; slot k < n; first < msize <= n; ev < nevents.
+        let (k, first, mid, ev, msize) = unsafe {
+            let k = slots.add(1 + idx as usize).read() as usize;
             let first = module_start.add(1 + k).read();
             let info = slot_info.add(k).read();
-            let ev = info >> 16;
             (
                 k,
                 first,
                 (info & 0xffff) as u16,
-                ev,
-                event_offsets.add(ev as usize + 1).read(),
+                info >> 16,
+                slot_end.add(k).read(),
             )
         };
-        if all && lt == 0 {
-            // SAFETY: header word.
-            unsafe { hdr.write(ev_end) };
+        let size = msize - first;
+        if size > capacity {
+            // Group-uniform: no shared memory touched, no barrier needed.
+            if lt == 0 && !larger.is_null() {
+                // SAFETY: at most n slots are listed.
+                unsafe {
+                    let c = i::atomic_add_u32(larger, 1);
+                    larger.add(1 + c as usize).write(k as u32);
+                }
+            }
+            idx += step;
+            continue;
         }
         let mut t = lt;
         while t < tsize {
@@ -196,31 +361,6 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             t += gsize;
         }
         gsync();
-        let msize = if all {
-            // SAFETY: digis of the event; hdr holds ev_end since the barrier above.
-            let m = unsafe { module_end(module, first, ev_end, mid, hdr, lt, gsize, gsync) };
-            if lt == 0 {
-                // SAFETY: k < n.
-                unsafe { slot_end.add(k).write(m) };
-            }
-            m
-        } else {
-            // SAFETY: set by the kernel that listed this slot.
-            unsafe { slot_end.add(k).read() }
-        };
-        let size = msize - first;
-        if size > capacity {
-            if lt == 0 {
-                // SAFETY: at most n slots are listed.
-                unsafe {
-                    let c = i::atomic_add_u32(larger, 1);
-                    larger.add(1 + c as usize).write(k as u32);
-                }
-            }
-            gsync();
-            idx += step;
-            continue;
-        }
         // Load, and insert every valid pixel; `cl` holds the charge until it holds the
         // cluster.
         let mut j = lt;
@@ -253,6 +393,9 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
                     if i::atomic_cas_u32(vals.add(h as usize), TABLE_EMPTY, j) != TABLE_EMPTY {
                         i::atomic_exch_u32(vals.add(h as usize), TABLE_DUPLICATE);
                     }
+                    // The pixel's table slot, so that the union step reads its state without
+                    // a second probe (`number` is free until the numbering).
+                    number.add(j as usize).write(h);
                 }
             }
             j += gsize;
@@ -275,11 +418,15 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         };
         let mut j = lt;
         while j < size {
-            // SAFETY: j < size <= capacity; table values are module-local indices.
+            // SAFETY: j < size <= capacity; number[j] of a valid pixel is its table slot
+            // (< tsize); table values are module-local indices.
             unsafe {
                 let v = xy.add(j as usize).read();
                 if v != INVALID_XY {
-                    if lookup(v) == TABLE_DUPLICATE {
+                    // This thread's own slot (written above, by this thread); the value is
+                    // final after the barrier.
+                    let h = number.add(j as usize).read();
+                    if read_volatile(vals.add(h as usize)) == TABLE_DUPLICATE {
                         xy.add(j as usize).write(v | DUPLICATE_BIT);
                     } else {
                         let (xv, yv) = (v & 0xffff, v >> 16);

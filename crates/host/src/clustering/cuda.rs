@@ -5,6 +5,8 @@ use detkit_gpu::clustering::{self as k, NO_MODULE_START};
 use detkit_gpu::histogram::decode_first_index;
 use detkit_gpu::DevPtr;
 
+use cudarc::driver::CudaEvent;
+
 use super::{ChargeCut, Clusters, Digis, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
@@ -146,11 +148,13 @@ impl DeviceDigis {
 
 /// Device workspace and outputs of the clustering chain for up to `max_digis` digis and
 /// `max_events` events per launch. Steps can be launched one by one (for timing) or with
-/// [`Clusterer::run`] (seven stream operations: one memset and six kernels) or
-/// [`Clusterer::run_graph`] (the same, replayed as one CUDA graph); nothing synchronises
-/// until [`Clusterer::results`]. One `Clusterer` keeps one batch in flight on its
-/// context's stream; for several, give each its own fork of the context
-/// ([`GpuContext::fork`]) or use [`ClusterQueue`].
+/// [`Clusterer::run`] (one memset, the two phases of `count_modules`, then the small-module
+/// passes and the shared-memory kernel side by side on forked streams, joined before
+/// anything after them) or [`Clusterer::run_graph`] (the same, replayed as one CUDA graph
+/// whose branches are the forked streams); nothing synchronises until
+/// [`Clusterer::results`]. One `Clusterer` keeps one batch in flight on its context's
+/// stream (its own side streams are joined back into it); for several, give each its own
+/// fork of the context ([`GpuContext::fork`]) or use [`ClusterQueue`].
 pub struct Clusterer<'g> {
     gpu: &'g GpuContext,
     geometry: Geometry,
@@ -179,8 +183,10 @@ pub struct Clusterer<'g> {
     head: DeviceBuffer<u32>,
     slot_info: DeviceBuffer<u32>,
     slot_end: DeviceBuffer<u32>,
-    larger_warp: DeviceBuffer<u32>,
-    larger_mid: DeviceBuffer<u32>,
+    /// Per event and module id: the module's end (count phase of `count_modules`).
+    module_end: DeviceBuffer<u32>,
+    /// The slot lists of the warp, middle and last small-module passes (sort phase).
+    pass_lists: [DeviceBuffer<u32>; 3],
     larger: DeviceBuffer<u32>,
     fallback: DeviceBuffer<u32>,
     scratch: DeviceBuffer<u64>,
@@ -188,7 +194,18 @@ pub struct Clusterer<'g> {
     grid: DeviceBuffer<u32>,
     graph: Option<(GraphKey, SendGraph)>,
     grid_limit: Option<u32>,
+    /// Side streams (forks of `gpu`) of the concurrent passes, and the events that fork them
+    /// from `gpu`'s stream and join them back.
+    side: Vec<GpuContext>,
+    fork_event: CudaEvent,
+    join_events: Vec<CudaEvent>,
+    /// Set while [`Clusterer::run_graph`] captures.
+    capturing: bool,
 }
+
+/// Side streams of a `Clusterer`: the last and middle small-module passes, and the
+/// shared-memory kernel with the fallback (the warp pass stays on the main stream).
+const SIDE_STREAMS: usize = 3;
 
 /// A captured chain, movable to another thread with its `Clusterer`.
 struct SendGraph(cudarc::driver::CudaGraph);
@@ -280,24 +297,17 @@ impl<'g> Clusterer<'g> {
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
         let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
-        // Up to `FEW_EVENTS_PER_LAUNCH` events: the latency configuration (three passes, see
-        // `LATENCY_WARP_CAPACITY`); more: the throughput configuration (tuned at 128 events
-        // per launch). Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
-        let few = max_events <= k::FEW_EVENTS_PER_LAUNCH as usize;
-        let (warp_capacity, small_threads) = if few {
-            (
-                small_capacity.min(k::LATENCY_WARP_CAPACITY),
-                if max_events <= 1 {
-                    k::LATENCY_SMALL_THREADS
-                } else {
-                    k::FEW_EVENTS_SMALL_THREADS
-                },
-            )
+        // The passes by module size (warp pass up to 32 digis, middle pass up to 128, last
+        // pass), side by side; the last pass's blocks are larger for one or two events per
+        // launch. Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
+        let warp_capacity = small_capacity.min(k::WARP_CAPACITY);
+        let small_threads = if max_events <= k::FEW_EVENTS_PER_LAUNCH as usize {
+            k::LATENCY_SMALL_THREADS
         } else {
-            (small_capacity.min(k::WARP_CAPACITY), k::SMALL_THREADS)
+            k::SMALL_THREADS
         };
-        let mid_pass = (few && small_capacity > k::LATENCY_MID_CAPACITY)
-            .then_some((k::LATENCY_MID_CAPACITY, k::LATENCY_MID_CAPACITY));
+        let mid_pass =
+            (small_capacity > k::MID_CAPACITY).then_some((k::MID_CAPACITY, k::MID_THREADS));
         let warp_smem = k::find_clus_small_smem_bytes(warp_capacity, k::WARP_PASS_THREADS / 32);
         for (what, bytes) in [
             ("find_clus shared memory (bytes)", smem),
@@ -351,6 +361,18 @@ impl<'g> Clusterer<'g> {
         } else {
             Some(gpu.zeros::<u32>(find_grid as usize * words as usize)?)
         };
+        let side = (0..SIDE_STREAMS)
+            .map(|_| gpu.fork())
+            .collect::<Result<Vec<_>>>()?;
+        let event = || {
+            gpu.context()
+                .new_event(None)
+                .ctx("creating a clustering event")
+        };
+        let fork_event = event()?;
+        let join_events = (0..SIDE_STREAMS)
+            .map(|_| event())
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             gpu,
             geometry: geometry.clone(),
@@ -373,8 +395,8 @@ impl<'g> Clusterer<'g> {
             head: gpu.zeros(list + 1)?,
             slot_info: gpu.zeros(list)?,
             slot_end: gpu.zeros(list)?,
-            larger_warp: gpu.zeros(list)?,
-            larger_mid: gpu.zeros(list)?,
+            module_end: gpu.zeros(slots)?,
+            pass_lists: [gpu.zeros(list)?, gpu.zeros(list)?, gpu.zeros(list)?],
             larger: gpu.zeros(list)?,
             fallback: gpu.zeros(list)?,
             scratch: gpu.zeros(n)?,
@@ -382,6 +404,10 @@ impl<'g> Clusterer<'g> {
             grid: gpu.filled_u32(fallback_grid as usize * cells, k::GRID_EMPTY)?,
             graph: None,
             grid_limit: None,
+            side,
+            fork_event,
+            join_events,
+            capturing: false,
         })
     }
 
@@ -510,14 +536,30 @@ impl<'g> Clusterer<'g> {
         self.gpu.ptr(&self.head.slice(1..))
     }
 
-    /// Resets the two counting words (one memset) and launches `count_modules`, which
-    /// resets every other counter and output itself.
+    /// Resets the two counting words (one memset) and launches `count_modules` (count
+    /// phase), which resets every other counter and output itself and records every
+    /// module's end.
     pub fn count_modules(&mut self, d: &DeviceDigis) -> Result<()> {
         self.check_fits(d)?;
-        let g = self.gpu;
-        g.stream()
+        self.gpu
+            .stream()
             .memset_zeros(&mut self.head.slice_mut(0..2))
             .ctx("resetting clustering counters")?;
+        self.launch_count(d, k::COUNT_PHASE_COUNT)
+    }
+
+    /// The size limits of the sort phase's three pass lists: the warp pass (0: none), the
+    /// middle pass (the warp pass's when there is none) and the last pass.
+    fn pass_caps(&self) -> [u32; 3] {
+        let warp = self.warp_capacity;
+        let mid = self.mid.map_or(warp, |(c, _, _)| c.max(warp));
+        [warp, mid, self.small_capacity.max(mid)]
+    }
+
+    /// `count_modules` in `phase`: the count (one thread per digi and per event × module)
+    /// or the sort of the module slots into the pass lists (one thread per slot).
+    fn launch_count(&mut self, d: &DeviceDigis, phase: u32) -> Result<()> {
+        let g = self.gpu;
         let (nm, rows, cols) = (
             self.geometry.modules,
             self.geometry.rows,
@@ -541,20 +583,34 @@ impl<'g> Clusterer<'g> {
             bad: g.ptr(&self.head.slice(0..1)),
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
+            module_end: g.ptr_mut(&mut self.module_end),
+            slot_end: g.ptr_mut(&mut self.slot_end),
             counters: [
-                g.ptr(&self.larger_warp.slice(0..1)),
-                g.ptr(&self.larger_mid.slice(0..1)),
+                g.ptr(&self.pass_lists[0].slice(0..1)),
+                g.ptr(&self.pass_lists[1].slice(0..1)),
+                g.ptr(&self.pass_lists[2].slice(0..1)),
                 g.ptr(&self.larger.slice(0..1)),
                 g.ptr(&self.fallback.slice(0..1)),
+            ],
+            lists: [
+                g.ptr(&self.pass_lists[0]),
+                g.ptr(&self.pass_lists[1]),
+                g.ptr(&self.pass_lists[2]),
+                g.ptr(&self.larger),
             ],
             nmodules: nm,
             rows,
             cols,
+            phase,
+            caps: self.pass_caps(),
             _pad0: 0,
         };
-        // SAFETY: the buffers of `d` hold its capacities, which fit this workspace (checked):
-        // `dims`, the digi arrays and the event offsets as the kernel reads them; the slot
-        // arrays hold one entry per module start; the counting words were zeroed above.
+        // SAFETY: the buffers of `d` hold its capacities, which fit this workspace (checked
+        // by the callers): `dims`, the digi arrays and the event offsets as the kernel reads
+        // them; the slot arrays and lists hold one entry per module start (n + 1 words);
+        // `module_end` one word per event and module; the count phase runs after the memset
+        // of its counting words, the sort phase after the count phase, whose list counters
+        // it zeroed; 256 threads (a multiple of 32).
         unsafe {
             g.launch(
                 k::KERNEL_COUNT_MODULES,
@@ -564,86 +620,124 @@ impl<'g> Clusterer<'g> {
         }
     }
 
-    /// Launches the clustering kernels: `find_clus_small` (the warp pass over every module,
-    /// then the block pass over the modules it passed on; applying `cut` to the modules it
-    /// clusters), `find_clus` over the larger ones, and the fallback over the largest (each
-    /// exits at once when its list is empty). The cut of the larger modules is
+    /// Whether the passes go to the side streams: always, except while a debug build
+    /// captures a graph (a debug build synchronises after every launch on a side stream,
+    /// which a capture forbids; there the passes run one after another on the main stream).
+    fn concurrent(&self) -> bool {
+        !(cfg!(debug_assertions) && self.capturing)
+    }
+
+    /// Launches the clustering kernels: the sort of the module slots by size (second phase
+    /// of `count_modules`), then side by side the small-module passes (warp, middle, last;
+    /// each applying `cut` to its modules) and the shared-memory kernel with the fallback
+    /// after it, joined back into the main stream. The cut of the larger modules is
     /// [`Clusterer::charge_cut_larger`].
     pub fn find_clus(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
-        self.find_clus_small(d, cut)?;
-        self.find_clus_shared(d)?;
-        self.find_clus_fallback(d)
+        self.check_fits(d)?;
+        self.passes_concurrently(d, cut, Some(None))
     }
 
-    /// Step 1 of [`Clusterer::find_clus`]: the small-module kernel over every module.
+    /// Step 1 of [`Clusterer::find_clus`]: the sort of the module slots and the
+    /// small-module passes (side by side, joined).
     pub fn find_clus_small(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         self.check_fits(d)?;
-        let cut = cut.unwrap_or(ChargeCut::uniform(0));
-        if self.warp_capacity > 0 {
-            // Pass 1: one warp per module, every module slot; larger ones to `larger_warp`.
-            self.launch_small(d, cut, Pass::Warp)?;
-        }
-        if self.mid.is_some() {
-            // The middle pass: one block per module, the modules listed so far (every
-            // module without a warp pass); larger ones to `larger_mid`.
-            self.launch_small(d, cut, Pass::Mid)?;
-        }
-        // The last pass: one block per module, the modules listed so far; larger ones to
-        // `larger`, for the shared-memory kernel.
-        self.launch_small(d, cut, Pass::Last)
+        self.passes_concurrently(d, cut, None)
     }
 
-    fn launch_small(&mut self, d: &DeviceDigis, cut: ChargeCut, pass: Pass) -> Result<()> {
-        let warp = pass == Pass::Warp;
+    /// The sort phase, then the small-module passes and (when `larger` is `Some`) the
+    /// shared-memory kernel, the fallback and the given cut of the larger modules on the
+    /// side streams; every side stream used is joined back into the main stream.
+    fn passes_concurrently(
+        &mut self,
+        d: &DeviceDigis,
+        cut: Option<ChargeCut>,
+        larger: Option<Option<ChargeCut>>,
+    ) -> Result<()> {
+        self.launch_count(d, k::COUNT_PHASE_SORT)?;
+        let cut = cut.unwrap_or(ChargeCut::uniform(0));
+        let conc = self.concurrent();
+        let used = [true, self.mid.is_some(), larger.is_some()];
+        let lane = |i: usize| conc.then_some(i);
+        let what = "forking the clustering passes";
+        if conc {
+            self.fork_event.record(self.gpu.stream()).ctx(what)?;
+            for (i, g) in self.side.iter().enumerate() {
+                if used[i] {
+                    g.stream().wait(&self.fork_event).ctx(what)?;
+                }
+            }
+        }
+        // The largest blocks first, so that they find room before the small ones fill the
+        // multiprocessors.
+        self.launch_small(d, cut, Pass::Last, lane(0))?;
+        if used[1] {
+            self.launch_small(d, cut, Pass::Mid, lane(1))?;
+        }
+        if let Some(cut_larger) = larger {
+            self.launch_shared(d, lane(2))?;
+            self.launch_fallback(d, lane(2))?;
+            if let Some(c) = cut_larger {
+                self.launch_charge_cut(d, c, true, lane(2))?;
+            }
+        }
+        if self.warp_capacity > 0 {
+            self.launch_small(d, cut, Pass::Warp, None)?;
+        }
+        if conc {
+            let what = "joining the clustering passes";
+            for (i, g) in self.side.iter().enumerate() {
+                if used[i] {
+                    self.join_events[i].record(g.stream()).ctx(what)?;
+                    self.gpu.stream().wait(&self.join_events[i]).ctx(what)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The context to launch on: side stream `lane`, or the main one.
+    fn on(&self, lane: Option<usize>) -> &GpuContext {
+        lane.map_or(self.gpu, |i| &self.side[i])
+    }
+
+    fn launch_small(
+        &mut self,
+        d: &DeviceDigis,
+        cut: ChargeCut,
+        pass: Pass,
+        lane: Option<usize>,
+    ) -> Result<()> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, rows, cols, l1) = (geo.modules, geo.rows, geo.cols, geo.layer1_modules);
-        let (cap, threads, grid, groups) = match (pass, self.mid) {
+        let caps = self.pass_caps();
+        let (cap, threads, grid, groups, list) = match (pass, self.mid) {
             (Pass::Warp, _) => (
-                self.warp_capacity,
+                caps[0],
                 k::WARP_PASS_THREADS,
                 self.warp_grid,
                 k::WARP_PASS_THREADS / 32,
+                0,
             ),
-            (Pass::Mid, Some((c, t, g))) => (c, t, g, 1),
-            _ => (self.small_capacity, self.small_threads, self.small_grid, 1),
+            (Pass::Mid, Some((_, t, g))) => (caps[1], t, g, 1, 1),
+            _ => (caps[2], self.small_threads, self.small_grid, 1, 2),
         };
-        let kernel = if warp {
+        let kernel = if pass == Pass::Warp {
             k::KERNEL_FIND_CLUS_SMALL_WARP
         } else {
             k::KERNEL_FIND_CLUS_SMALL
-        };
-        // Pass 1 (warp groups) reads no list and writes the larger modules' list; pass 2
-        // reads that list (or none when there is no pass 1) and writes the list for the
-        // shared-memory kernel.
-        // Each pass reads the list of the pass before it (none for the first: every module
-        // slot) and writes its own.
-        let has_mid = self.mid.is_some();
-        let slots = match pass {
-            Pass::Warp => DevPtr::NULL,
-            Pass::Mid if self.warp_capacity > 0 => g.ptr(&self.larger_warp),
-            Pass::Mid => DevPtr::NULL,
-            Pass::Last if has_mid => g.ptr(&self.larger_mid),
-            Pass::Last if self.warp_capacity > 0 => g.ptr(&self.larger_warp),
-            Pass::Last => DevPtr::NULL,
-        };
-        let larger = match pass {
-            Pass::Warp => g.ptr_mut(&mut self.larger_warp),
-            Pass::Mid => g.ptr_mut(&mut self.larger_mid),
-            Pass::Last => g.ptr_mut(&mut self.larger),
         };
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
             y: g.ptr(&d.y),
             adc: g.ptr(&d.adc),
-            event_offsets: g.ptr(&d.event_offsets),
             nmodules: nm,
             rows,
             cols,
             module_start: self.module_start_ptr(),
             slot_info: g.ptr(&self.slot_info),
-            slot_end: g.ptr_mut(&mut self.slot_end),
+            slot_end: g.ptr(&self.slot_end),
             clus: g.ptr_mut(&mut self.clus),
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
@@ -652,20 +746,30 @@ impl<'g> Clusterer<'g> {
             layer1_modules: l1,
             threshold_layer1: cut.layer1,
             threshold_other: cut.other,
-            slots,
-            larger,
+            slots: g.ptr(&self.pass_lists[list]),
+            // The list was sorted with this capacity: no module over it.
+            larger: DevPtr::NULL,
         };
-        let smem = k::find_clus_small_smem_bytes(cap, groups);
-        // SAFETY: launched after count_modules (pass 2 after pass 1, whose list and slot
-        // ends it reads); shared memory for this capacity and group count (limit raised at
-        // construction); the output lists zeroed by count_modules; threads checked.
-        unsafe { g.launch(kernel, cfg(grid as u64, threads, smem), &params) }
+        let smem = k::find_clus_small_smem_bytes(cap.max(1), groups);
+        // SAFETY: launched after both phases of count_modules (in stream order, or on a side
+        // stream forked after them), whose sort wrote this pass's list and the slot ends;
+        // the passes running side by side cluster disjoint lists; shared memory for this
+        // capacity and group count (limit raised at construction, or by the setters);
+        // threads checked.
+        unsafe {
+            self.on(lane)
+                .launch(kernel, cfg(grid as u64, threads, smem), &params)
+        }
     }
 
     /// Step 2 of [`Clusterer::find_clus`]: the shared-memory kernel over the modules that
     /// `find_clus_small` passed on (its blocks exit at once when there are none).
     pub fn find_clus_shared(&mut self, d: &DeviceDigis) -> Result<()> {
         self.check_fits(d)?;
+        self.launch_shared(d, None)
+    }
+
+    fn launch_shared(&mut self, d: &DeviceDigis, lane: Option<usize>) -> Result<()> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, rows, cols, cap) = (geo.modules, geo.rows, geo.cols, self.capacity);
@@ -689,12 +793,12 @@ impl<'g> Clusterer<'g> {
             slots: g.ptr(&self.larger),
             fallback: g.ptr_mut(&mut self.fallback),
         };
-        // SAFETY: launched after count_modules and the small-module kernel; shared memory
-        // `find_clus_smem_bytes` for this geometry and capacity (limit raised at
-        // construction); the status slab has `find_grid` zeroed slabs (kernels leave them
-        // zeroed); threads checked.
+        // SAFETY: launched after both phases of count_modules (the sort wrote its list and
+        // the slot ends); shared memory `find_clus_smem_bytes` for this geometry and
+        // capacity (limit raised at construction); the status slab has `find_grid` zeroed
+        // slabs (kernels leave them zeroed; one user at a time: this lane); threads checked.
         unsafe {
-            g.launch(
+            self.on(lane).launch(
                 k::KERNEL_FIND_CLUS,
                 cfg(self.find_grid as u64, geo.threads, self.smem),
                 &params,
@@ -706,10 +810,10 @@ impl<'g> Clusterer<'g> {
     /// `find_clus_shared` passed on (exits at once when there are none).
     pub fn find_clus_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_fallback(d)
+        self.launch_fallback(d, None)
     }
 
-    fn launch_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
+    fn launch_fallback(&mut self, d: &DeviceDigis, lane: Option<usize>) -> Result<()> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, rows, cols) = (geo.modules, geo.rows, geo.cols);
@@ -730,10 +834,11 @@ impl<'g> Clusterer<'g> {
             grid: g.ptr_mut(&mut self.grid),
             _pad0: 0,
         };
-        // SAFETY: launched after find_clus; fallback_grid grids of rows*cols cells, all
-        // GRID_EMPTY (the kernel cleans up); shared memory for the block scan.
+        // SAFETY: launched after find_clus (in stream order on the same lane);
+        // fallback_grid grids of rows*cols cells, all GRID_EMPTY (the kernel cleans up);
+        // shared memory for the block scan.
         unsafe {
-            g.launch(
+            self.on(lane).launch(
                 k::KERNEL_FIND_CLUS_FALLBACK,
                 cfg(
                     self.fallback_grid as u64,
@@ -800,7 +905,7 @@ impl<'g> Clusterer<'g> {
             };
             r?;
         }
-        self.launch_fallback(d)
+        self.launch_fallback(d, None)
     }
 
     /// Launches the charge cut over every module (`cut` thresholds; zero keeps everything).
@@ -808,17 +913,23 @@ impl<'g> Clusterer<'g> {
     /// [`Clusterer::find_clus`] that applied it to the small modules.
     pub fn charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_charge_cut(d, cut, false)
+        self.launch_charge_cut(d, cut, false, None)
     }
 
     /// Launches the charge cut over the modules that [`Clusterer::find_clus`] did not cut
     /// itself (those over the small-module capacity).
     pub fn charge_cut_larger(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_charge_cut(d, cut, true)
+        self.launch_charge_cut(d, cut, true, None)
     }
 
-    fn launch_charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut, larger: bool) -> Result<()> {
+    fn launch_charge_cut(
+        &mut self,
+        d: &DeviceDigis,
+        cut: ChargeCut,
+        larger: bool,
+        lane: Option<usize>,
+    ) -> Result<()> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, l1) = (geo.modules, geo.layer1_modules);
@@ -841,10 +952,12 @@ impl<'g> Clusterer<'g> {
                 DevPtr::NULL
             },
         };
-        // SAFETY: launched after find_clus; scratch holds max_digis u64; the slot list is
-        // null or written by find_clus_small; shared memory for the scan.
+        // SAFETY: launched after find_clus (for the larger modules: after the shared-memory
+        // kernel and the fallback, in stream order on the same lane; scratch is used by this
+        // kernel alone); scratch holds max_digis u64; the slot list is null or written by the
+        // sort phase; shared memory for the scan.
         unsafe {
-            g.launch(
+            self.on(lane).launch(
                 k::KERNEL_CHARGE_CUT,
                 cfg(
                     self.cut_grid as u64,
@@ -856,16 +969,13 @@ impl<'g> Clusterer<'g> {
         }
     }
 
-    /// The whole chain: count_modules, find_clus (small modules cut inline), the charge cut of
-    /// the larger modules unless `cut` is `None`. Seven stream operations (one memset, six
-    /// kernels; five without the cut or the warp pass), none of them synchronising.
+    /// The whole chain: count_modules (both phases), then side by side the small-module
+    /// passes (cut inline) and the shared-memory kernel, the fallback and the charge cut of
+    /// the larger modules (unless `cut` is `None`), joined. One memset and up to eight
+    /// kernels on up to four streams, none of them synchronising with the host.
     pub fn run(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         self.count_modules(d)?;
-        self.find_clus(d, cut)?;
-        if let Some(cut) = cut {
-            self.charge_cut_larger(d, cut)?;
-        }
-        Ok(())
+        self.passes_concurrently(d, cut, Some(cut))
     }
 
     /// [`Clusterer::run`] as one CUDA graph launch: the chain is captured on the first call
@@ -882,8 +992,10 @@ impl<'g> Clusterer<'g> {
         if self.graph.as_ref().map(|(k, _)| *k) != Some(key) {
             self.graph = None;
             let gpu = self.gpu;
-            let graph = gpu.capture(|| self.run(d, cut))?;
-            self.graph = Some((key, SendGraph(graph)));
+            self.capturing = true;
+            let graph = gpu.capture(|| self.run(d, cut));
+            self.capturing = false;
+            self.graph = Some((key, SendGraph(graph?)));
         }
         let (_, graph) = self.graph.as_ref().expect("captured above");
         graph.0.launch().ctx("launching the clustering graph")
