@@ -98,7 +98,7 @@ pub(crate) unsafe fn select_middle(
     count: *mut u32,
 ) {
     let lane = i::lane_id();
-    let mut best = BestN::new(c.max_seeds_per_spm);
+    let mut best = SeedKeeper::new(c.max_seeds_per_spm);
     let mut c0 = 0u32;
     // Warp-uniform loops: every lane reaches every ballot and shuffle.
     while c0 < cnt {
@@ -150,10 +150,9 @@ pub(crate) unsafe fn select_middle(
     if lane == 0 {
         let mut out = 0usize;
         let mut j = 0u32;
-        while j < best.len {
-            let s = best.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize];
+        while let Some(s) = best.get(j) {
             if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
-                // SAFETY: out < best.len <= max_seeds_per_spm.
+                // SAFETY: out <= j < best.len() <= max_seeds_per_spm.
                 unsafe {
                     slot.add(out).write(Seed {
                         bottom: s.key[0],
@@ -247,7 +246,7 @@ unsafe fn middle_pairs(
     cnt
 }
 
-/// Per middle `g <= n` (one warp each): its triplets (every bottom × top pair of its doublets,
+/// Per middle `g <= n` (one warp each, persistent warps taking middles from `work`): its triplets (every bottom × top pair of its doublets,
 /// bottom-major, [`triplet_compatible`]), counted into the event's count. A middle with at
 /// most `stage` (`<= TRIPLET_STAGE`) triplets keeps them in the warp's shared memory, in
 /// order, and finishes here: weight update ([`triplet_weight`]) and seed selection
@@ -264,14 +263,41 @@ unsafe fn middle_pairs(
 /// `top_start` give each valid middle's doublets in `bot`, `lc_bot` (`cap_mb`) and `top`,
 /// `lc_top` (`cap_mt`); `tri_cnt`, `tri_start`, `spill` valid for `n`; `out` for `cap_tri`;
 /// `slots` for `n * max_seeds_per_spm`; `counts` for `n + 1`; `totals` and `events` as
-/// written by the doublet kernel. `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) /
-/// SEEDING_THREADS)` blocks, `triplet_smem_bytes()` of dynamic shared memory.
+/// written by the doublet kernel; `work` one zeroed word. `SEEDING_THREADS` threads per
+/// block, any number of blocks (each warp takes middles from `work`), `triplet_smem_bytes()`
+/// of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams) {
-    let g = index() / 32;
-    if g > p.n {
-        return; // warp-uniform
+    // SAFETY: the warp's own TRIPLET_STAGE triplets of the block's dynamic shared memory.
+    let stage = unsafe {
+        (i::dynamic_shared_ptr() as *mut Triplet).add((i::warp_id() * TRIPLET_STAGE) as usize)
+    };
+    // Persistent warps: each takes the next middle from `work` until none is left, so a
+    // long middle holds only its own warp (not a block's worth of finished ones).
+    loop {
+        let mut g = 0u32;
+        if i::lane_id() == 0 {
+            // SAFETY: `work` one zeroed word of this launch.
+            g = unsafe { i::atomic_add_u32(p.work.ptr_mut(), 1) };
+        }
+        let g = i::shfl_idx(g, 0) as u64;
+        if g > p.n {
+            return; // warp-uniform
+        }
+        // SAFETY: launch contract, g <= n.
+        unsafe { triplets_of_middle(&p, g, stage) };
+        // The stage is reused by the warp's next middle.
+        i::sync_warp();
     }
+}
+
+/// The body of [`seeding_find_triplets`] for middle `g <= n` (all 32 lanes), `stage` the
+/// warp's shared memory.
+///
+/// # Safety
+/// The kernel's launch contract; `stage` valid for `TRIPLET_STAGE` triplets.
+#[inline(always)]
+unsafe fn triplets_of_middle(p: &SeedingTripletsParams, g: u64, stage: *mut Triplet) {
     let lane = i::lane_id();
     // SAFETY: launch contract; ranks stay below the stage or the reservation.
     unsafe {
@@ -301,9 +327,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
         } else {
             TRIPLET_STAGE
         } as u64;
-        let stage =
-            (i::dynamic_shared_ptr() as *mut Triplet).add((i::warp_id() * TRIPLET_STAGE) as usize);
-        let cnt = middle_pairs(c, &p, g, m, nb, bs, nt, ts, |rank, tr| {
+        let cnt = middle_pairs(c, p, g, m, nb, bs, nt, ts, |rank, tr| {
             if rank < cap_stage {
                 stage.add(rank as usize).write(tr);
             }
@@ -360,7 +384,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             return; // warp-uniform: overflow, the host repeats with larger buffers
         }
         let out = p.out.ptr_mut().add(start as usize);
-        middle_pairs(c, &p, g, m, nb, bs, nt, ts, |rank, tr| {
+        middle_pairs(c, p, g, m, nb, bs, nt, ts, |rank, tr| {
             out.add(rank as usize).write(tr);
         });
     }

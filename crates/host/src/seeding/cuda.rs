@@ -287,6 +287,15 @@ impl Timer<'_> {
 }
 
 impl GpuContext {
+    /// Persistent warps for `items` warp-sized items: one warp per item up to 16 blocks per
+    /// multiprocessor (the warps take items from a work counter).
+    fn launch_warps(&self, items: u64) -> cudarc::driver::LaunchConfig {
+        let blocks = (32 * items)
+            .div_ceil(k::SEEDING_THREADS as u64)
+            .clamp(1, self.sm_count() as u64 * 16);
+        launch_cfg(blocks, k::SEEDING_THREADS, 0)
+    }
+
     fn launch_items(&self, n: u64) -> cudarc::driver::LaunchConfig {
         launch_cfg(
             n.div_ceil(k::SEEDING_THREADS as u64).max(1),
@@ -524,7 +533,7 @@ impl GpuContext {
             (B::SOff, n + 1),
             (B::Seeds, words::<Seed>(n * msp)),
             (B::Params, words::<BoundParams>(n * msp)),
-            (B::Summary, 8 * (n_events + 1)),
+            (B::Summary, 8 * (n_events + 2)),
         ];
         for (b, w) in sizes {
             ws.ensure(self, b, w)?;
@@ -536,7 +545,7 @@ impl GpuContext {
                 }
             }
         }
-        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 2), 0)?;
         let n64 = n as u64;
         let ne = n_events as u32;
         // Addresses (the buffers stay put during the chain).
@@ -551,6 +560,10 @@ impl GpuContext {
         // n_events records of 8 words.
         let events: detkit_gpu::DevPtr<EventCounts> =
             detkit_gpu::DevPtr::<u32>::from_addr(summary.addr() + 32).cast();
+        // Then one record whose word 0 is the triplet kernel's work counter (the next middle
+        // a persistent warp takes).
+        let work_triplets =
+            detkit_gpu::DevPtr::<u32>::from_addr(summary.addr() + 32 * (n_events as u64 + 1));
         let d_cfg: detkit_gpu::DevPtr<SeedingConfig> = p!(B::Cfg);
         let ev_off: detkit_gpu::DevPtr<u32> = p!(B::EvOff);
         let sps_ptr: detkit_gpu::DevPtr<SpacePoint> = self.ptr(sps).cast();
@@ -716,15 +729,16 @@ impl GpuContext {
                 cap_tri,
                 stage,
                 _pad0: 0,
+                work: work_triplets,
             };
-            let mut lc = self.launch_items(32 * (n64 + 1));
+            let mut lc = self.launch_warps(n64 + 1);
             lc.shared_mem_bytes = k::triplet_smem_bytes() as u32;
             // SAFETY: per-middle arrays (n words) from the doublet kernel; doublet arrays of
             // the capacities, read only below the totals (checked in the kernel); tri_cnt,
             // tri_start, spill n words; tri cap_tri triplets, written only inside a
             // reservation that fits; slots n * max_seeds_per_spm seeds (<= 16 per middle,
-            // checked); counts n + 1; one warp per middle, SEEDING_THREADS threads and
-            // triplet_smem_bytes() of shared memory.
+            // checked); counts n + 1; the work counter zeroed in the summary; persistent
+            // warps, SEEDING_THREADS threads and triplet_smem_bytes() of shared memory.
             unsafe { self.launch(k::KERNEL_FIND_TRIPLETS, lc, &params) }
         })?;
         // Only spilled triplets and middles are left: few blocks, grid-stride.
