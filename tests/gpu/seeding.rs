@@ -22,7 +22,6 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_errors", test_errors),
     ("seeding_events_in_flight", test_in_flight),
     ("seeding_capacity_retry", test_capacity_retry),
-    ("seeding_triplet_spill", test_triplet_spill),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -455,10 +454,8 @@ fn test_capacity_retry(c: &Ctx) -> R {
         Vec::new(),
         gen::generate(c.seed ^ 52, 20.0, true).spacepoints,
     ];
-    // Only spilled middles use the triplet buffer: spill every one.
     let mut ws = SeedingWorkspace::with_capacity_factors([0.01, 0.01, 0.01]);
     ws.set_poison(true);
-    ws.set_triplet_stage(0);
     compare_batch(c, "tiny capacities", &mut ws, &cfg, &events)?;
     let r = ws.retries();
     ensure(r >= 2, || {
@@ -473,57 +470,8 @@ fn test_capacity_retry(c: &Ctx) -> R {
     })?;
     // Only the triplets too small.
     let mut ws = SeedingWorkspace::with_capacity_factors([64.0, 64.0, 0.01]);
-    ws.set_triplet_stage(0);
     compare_batch(c, "tiny triplet capacity", &mut ws, &cfg, &events)?;
     ensure(ws.retries() == 1, || {
         format!("triplet overflow: {} retries", ws.retries())
     })
-}
-
-/// The triplet kernel keeps a middle's triplets in shared memory up to a stage size and
-/// spills a middle with more to the global buffer (weights and selection by the next two
-/// kernels). Stage 0 spills every middle with triplets, stage 1 and 2 mix both paths in one
-/// batch, the default keeps nearly all in shared memory: every time the oracle's results,
-/// with a poisoned workspace, and the spilled totals are those of the stage.
-fn test_triplet_spill(c: &Ctx) -> R {
-    let cfg = default_cfg();
-    let events = vec![
-        gen::generate(c.seed ^ 61, if c.quick { 20.0 } else { 100.0 }, true).spacepoints,
-        Vec::new(),
-        tracks_in_window(c, 62, 300, 0.01, 0.05),
-        gen::generate(c.seed ^ 63, 5.0, true).spacepoints,
-    ];
-    let triplets: u64 = events
-        .iter()
-        .map(|ev| detkit::seeding::cpu::seeds(&cfg, ev).1.triplets)
-        .sum();
-    ensure(triplets > 0, || "no triplets in the test events".into())?;
-    for stage in [0u32, 1, 2, detkit::seeding::TRIPLET_STAGE] {
-        let mut ws = SeedingWorkspace::new();
-        ws.set_poison(true);
-        ws.set_triplet_stage(stage);
-        let label = format!("triplet stage {stage}");
-        compare_batch(c, &label, &mut ws, &cfg, &events)?;
-        let t = ws.last_totals();
-        ensure(t.triplets <= triplets && t.spilled <= t.triplets, || {
-            format!("{label}: spilled {t:?} of {triplets} triplets")
-        })?;
-        if stage == 0 {
-            ensure(t.triplets == triplets && t.spilled > 0, || {
-                format!("{label}: spilled {t:?}, want all {triplets} triplets")
-            })?;
-        } else if stage < 3 {
-            // A middle spills exactly when it has more than `stage` triplets.
-            ensure(
-                t.spilled > 0 && t.triplets > stage as u64 * t.spilled,
-                || format!("{label}: spilled {t:?} of {triplets} triplets"),
-            )?;
-            ensure(t.triplets < triplets, || {
-                format!("{label}: every triplet spilled ({t:?})")
-            })?;
-        }
-        // The same workspace again (buffers reused, poisoned again): the same results.
-        compare_batch(c, &format!("{label} again"), &mut ws, &cfg, &events)?;
-    }
-    Ok(())
 }

@@ -29,14 +29,11 @@
 //! 4. [`KERNEL_FIND_DOUBLETS`]: per middle, one pass; space reserved per middle with a 64-bit
 //!    atomic on [`SeedingTotals`]; `Doublet` and `LinCircle` arrays (bottoms and tops apart),
 //!    each middle's contiguous and in neighbour-bin scan order;
-//! 5. [`KERNEL_FIND_TRIPLETS`]: per middle (one warp), its `Triplet`s in the oracle's order
-//!    (bottoms in scan order, each bottom's tops in order) in the warp's shared memory, the
-//!    weight update and the seed selection (at most `max_seeds_per_spm` into fixed slots);
-//!    a middle with more than [`TRIPLET_STAGE`] triplets is spilled: one contiguous range of
-//!    the global `Triplet` array (64-bit reservation), listed for
-//! 6. [`KERNEL_UPDATE_WEIGHTS`] (one `f32` per spilled triplet) and [`KERNEL_SELECT_SEEDS`]
-//!    (the spilled middles' slots); 7. the slot counts scanned, gathered into
-//!    `Seed[n_seeds]` with `BoundParams[n_seeds]`; 8. per event [`EventCounts`].
+//! 5. [`KERNEL_FIND_TRIPLETS`]: per middle–bottom doublet, one pass, space reserved per
+//!    doublet; its `Triplet`s contiguous, in top order;
+//! 6. weights: one `f32` per triplet; 7. seeds: per middle at most `max_seeds_per_spm` into
+//!    fixed slots, counts scanned, gathered into `Seed[n_seeds]` with `BoundParams[n_seeds]`;
+//!    8. per event [`EventCounts`].
 //!
 //! Capacities: the doublet and triplet arrays have a capacity each; a reservation that does
 //! not fit is not written, later kernels do nothing when a total exceeds its capacity, and the
@@ -49,12 +46,12 @@
 //! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
 //! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
 //!
-//! No block barriers: every kernel is one thread per item, except the doublet, triplet,
-//! selection and gather kernels (one warp per middle: warp-synchronous ballots, shuffles and
-//! `bar.warp.sync` around the warp's own shared-memory stages). Atomics are the 64-bit
-//! reservations, the spill list and the per-event sums (order-independent); positions of
-//! doublets and spilled triplets depend on timing, the outputs do not (every read goes
-//! through a middle's own range, seeds are gathered per middle in binned order).
+//! No block barriers: every kernel is one thread per item, except the doublet kernel and the
+//! selection and gather (one warp per middle: warp-synchronous ballots, shuffles and, in the
+//! doublet kernel, `bar.warp.sync` around the warp's own shared-memory stages). Atomics are
+//! the 64-bit reservations and the per-event sums (order-independent); positions of doublets
+//! and triplets depend on timing, the outputs do not (every read goes through a middle's or a
+//! doublet's own range, seeds are gathered per middle in binned order).
 
 use crate::params::DevPtr;
 
@@ -64,14 +61,11 @@ pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
 pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 /// Kernel: per middle spacepoint, its middle–bottom and middle–top doublets in one pass.
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
-/// Kernel: per middle spacepoint (one warp), its triplets (bottom × top pairs in the
-/// oracle's order), their weight update and the seed selection into fixed slots, the
-/// triplets staged in shared memory; a middle with more than [`TRIPLET_STAGE`] triplets is
-/// spilled to the global triplet buffer (one contiguous range) and finished by the next two.
+/// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
-/// Kernel: compatible-seed weight update of the spilled middles' triplets.
+/// Kernel: compatible-seed weight update.
 pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
-/// Kernel: per spilled middle, seed filter and best-N selection into fixed slots.
+/// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
 pub const KERNEL_SELECT_SEEDS: &str = "seeding_select_seeds";
 /// Kernel: the selected seeds from the slots to their scanned offsets, with their bound
 /// track parameters.
@@ -1069,11 +1063,10 @@ pub struct SeedingTotals {
     pub mid_bot: u64,
     /// Middle–top doublets needed.
     pub mid_top: u64,
-    /// Entries of the triplet buffer needed: the triplets of the spilled middles (those with
-    /// more than the shared-memory stage holds; 0 when the doublets did not fit).
+    /// Triplets needed (0 when the doublets did not fit).
     pub triplets: u64,
-    /// Spilled middles (entries of the spill list).
-    pub spilled: u64,
+    /// Reserved (0).
+    pub reserved: u64,
 }
 const _: () = assert!(core::mem::size_of::<SeedingTotals>() == 32);
 
@@ -1110,17 +1103,6 @@ pub const DOUBLET_QUEUE: u32 = 64;
 /// Shared-memory words of one warp of [`KERNEL_FIND_DOUBLETS`]: two stages of
 /// `DOUBLET_STAGE` (bottoms, tops) and the ring.
 pub const DOUBLET_WARP_WORDS: u32 = 2 * DOUBLET_STAGE + DOUBLET_QUEUE;
-
-/// Triplets one warp of [`KERNEL_FIND_TRIPLETS`] keeps in shared memory for its middle; a
-/// middle with more is spilled to the global triplet buffer and finished by
-/// [`KERNEL_UPDATE_WEIGHTS`] and [`KERNEL_SELECT_SEEDS`].
-pub const TRIPLET_STAGE: u32 = 64;
-
-/// Dynamic shared memory of [`KERNEL_FIND_TRIPLETS`] (`TRIPLET_STAGE` triplets per warp of a
-/// `SEEDING_THREADS` block).
-pub const fn triplet_smem_bytes() -> usize {
-    (SEEDING_THREADS / 32) as usize * TRIPLET_STAGE as usize * core::mem::size_of::<Triplet>()
-}
 
 /// Dynamic shared memory of [`KERNEL_FIND_DOUBLETS`] (`DOUBLET_WARP_WORDS` per warp of a
 /// `SEEDING_THREADS` block).
@@ -1199,42 +1181,27 @@ crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"])
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingTripletsParams {
     pub cfg: DevPtr<SeedingConfig>,
-    pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
-    /// Launch size (middles): `n + 1` warps, `counts[n]` is written 0.
-    pub n: u64,
-    pub n_bot: DevPtr<u32>,
-    pub bot_start: DevPtr<u32>,
-    pub n_top: DevPtr<u32>,
-    pub top_start: DevPtr<u32>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
+    pub n_top: DevPtr<u32>,
+    pub top_start: DevPtr<u32>,
     pub top: DevPtr<Doublet>,
     pub lc_top: DevPtr<LinCircle>,
-    /// Per spilled middle: its number of triplets (`n`).
+    /// Per middle–bottom doublet: its number of triplets (`cap_mb`).
     pub tri_cnt: DevPtr<u32>,
-    /// Per spilled middle: the position of its first triplet in `out` (`n`).
+    /// Per middle–bottom doublet with triplets: the position of its first (`cap_mb`).
     pub tri_start: DevPtr<u32>,
-    /// The spilled middles (`n`; `totals.spilled` of them, in any order).
-    pub spill: DevPtr<u32>,
-    /// The triplets of the spilled middles (`cap_tri`).
+    /// The triplets (`cap_tri`).
     pub out: DevPtr<Triplet>,
-    pub slots: DevPtr<Seed>,
-    pub counts: DevPtr<u32>,
     pub totals: DevPtr<SeedingTotals>,
     pub events: DevPtr<EventCounts>,
-    pub n_events: u32,
     pub cap_mb: u32,
     pub cap_mt: u32,
     pub cap_tri: u32,
-    /// Triplets a middle may keep in shared memory (`<= TRIPLET_STAGE`); a middle with more
-    /// is spilled to `out` (tests pass 0 to spill every middle).
-    pub stage: u32,
     pub _pad0: u32,
-    /// Work counter (one zeroed word): the next middle a warp takes.
-    pub work: DevPtr<u32>,
 }
-crate::kernel_params!(SeedingTripletsParams, 192, ["seeding_find_triplets"]);
+crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1242,6 +1209,8 @@ crate::kernel_params!(SeedingTripletsParams, 192, ["seeding_find_triplets"]);
 pub struct SeedingUpdateWeightsParams {
     pub cfg: DevPtr<SeedingConfig>,
     pub tri: DevPtr<Triplet>,
+    pub tri_cnt: DevPtr<u32>,
+    pub tri_start: DevPtr<u32>,
     pub weights: DevPtr<f32>,
     pub totals: DevPtr<SeedingTotals>,
     pub cap_mb: u32,
@@ -1249,15 +1218,19 @@ pub struct SeedingUpdateWeightsParams {
     pub cap_tri: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingUpdateWeightsParams, 48, ["seeding_update_weights"]);
+crate::kernel_params!(SeedingUpdateWeightsParams, 64, ["seeding_update_weights"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingSelectSeedsParams {
     pub cfg: DevPtr<SeedingConfig>,
+    pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
-    pub spill: DevPtr<u32>,
+    /// Launch size: `n + 1` counts are written (0 past the valid middles).
+    pub n: u64,
+    pub n_bot: DevPtr<u32>,
+    pub bot_start: DevPtr<u32>,
     pub tri_cnt: DevPtr<u32>,
     pub tri_start: DevPtr<u32>,
     pub tri: DevPtr<Triplet>,
@@ -1265,12 +1238,12 @@ pub struct SeedingSelectSeedsParams {
     pub slots: DevPtr<Seed>,
     pub counts: DevPtr<u32>,
     pub totals: DevPtr<SeedingTotals>,
+    pub n_events: u32,
     pub cap_mb: u32,
     pub cap_mt: u32,
     pub cap_tri: u32,
-    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 96, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 120, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

@@ -1,4 +1,4 @@
-//! Seed selection of the spilled middles, and the gather of the seeds with their bound track
+//! Seed selection per middle spacepoint, and the gather of the seeds with their bound track
 //! parameters.
 
 #[allow(unused_imports)]
@@ -6,44 +6,136 @@ use super::device::*;
 use super::*;
 use crate::intrinsics as i;
 
-/// Per spilled middle (one warp each, grid-stride over the `totals.spilled` entries of
-/// `spill`): [`select_middle`] over its triplets `tri[tri_start[g] .. + tri_cnt[g]]` with the
-/// weights of [`seeding_update_weights`], into `slots[g * cap ..]` and `counts[g]` (0 when a
-/// total overflowed: the host repeats the call).
+/// Per middle `p <= n` (one warp each): seed filter and best-N into `slots[p * cap ..]`,
+/// count into `counts[p]` (`cap = max_seeds_per_spm`; 0 for `p` past the valid middles, so
+/// that the `n + 1` counts can be scanned, and for every middle when a total overflowed).
+/// The middle's triplets are visited in the oracle's order (bottoms in scan order, each
+/// bottom's triplets in top order): the lanes read 32 bottoms' triplet counts at once, and
+/// for each bottom with triplets, 32 triplets at once (weights and cuts in parallel); lane 0
+/// offers them to its best-N keeper one by one, in order.
 ///
 /// # Safety
-/// `spill`, `tri_cnt`, `tri_start` as written by [`seeding_find_triplets`]; `tri` and
-/// `weights` valid for `cap_tri`; `slots` for `n * cap`; `counts` for `n + 1`.
-/// `SEEDING_THREADS` threads per block (whole warps).
+/// `grid` the batch's offsets; `sps` valid for `n`; `n_bot`, `bot_start` give each valid
+/// middle's doublets; `tri_cnt`, `tri_start` each doublet's triplets in `tri` and
+/// `weights` (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
+/// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
+    let (cfg, sps, n, tri_cnt, tri_start, tri, weights, slots, counts) = (
+        p.cfg.ptr(),
+        p.sps.ptr(),
+        p.n,
+        p.tri_cnt.ptr(),
+        p.tri_start.ptr(),
+        p.tri.ptr(),
+        p.weights.ptr(),
+        p.slots.ptr_mut(),
+        p.counts.ptr_mut(),
+    );
+    let g = index() / 32;
+    if g > n {
+        return; // warp-uniform
+    }
     let lane = i::lane_id();
     // SAFETY: launch contract.
     unsafe {
-        let c = &*p.cfg.ptr();
-        let n_spilled = (*p.totals.ptr()).spilled;
+        let c = &*cfg;
         let fits = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri) != 0;
-        let mut w = index() / 32;
-        while w < n_spilled {
-            let g = p.spill.ptr().add(w as usize).read() as usize;
-            let count = p.counts.ptr_mut().add(g);
-            if fits {
-                let lo = p.tri_start.ptr().add(g).read() as usize;
-                let cnt = p.tri_cnt.ptr().add(g).read();
-                let weights = p.weights.ptr().add(lo);
-                select_middle(
-                    c,
-                    p.sps.ptr(),
-                    p.tri.ptr().add(lo),
-                    cnt,
-                    |k| weights.add(k as usize).read(),
-                    p.slots.ptr_mut().add(g * c.max_seeds_per_spm as usize),
-                    count,
-                );
-            } else if lane == 0 {
-                count.write(0);
+        let nb = if g < n_valid(c, p.grid.ptr(), p.n_events) && fits {
+            p.n_bot.ptr().add(g as usize).read()
+        } else {
+            0
+        };
+        if nb == 0 {
+            if lane == 0 {
+                counts.add(g as usize).write(0);
             }
-            w += stride() / 32; // warp-uniform
+            return; // warp-uniform
+        }
+        let bs = p.bot_start.ptr().add(g as usize).read();
+        let mut best = SeedKeeper::new(c.max_seeds_per_spm);
+        let mut base = 0u32;
+        // Warp-uniform loops: every lane reaches every ballot and shuffle.
+        while base < nb {
+            let j = base + lane;
+            let (mut cnt, mut start) = (0u32, 0u32);
+            if j < nb {
+                cnt = tri_cnt.add((bs + j) as usize).read();
+                if cnt != 0 {
+                    start = tri_start.add((bs + j) as usize).read();
+                }
+            }
+            let mut with = i::ballot(cnt != 0);
+            while with != 0 {
+                let b = i::lowest_bit(with);
+                with &= with - 1;
+                let n_t = i::shfl_idx(cnt, b);
+                let lo = i::shfl_idx(start, b);
+                let mut c0 = 0u32;
+                while c0 < n_t {
+                    let mut cand = Candidate::default();
+                    let mut pass = false;
+                    if c0 + lane < n_t {
+                        let k = (lo + c0 + lane) as usize;
+                        let t = tri.add(k).read();
+                        let sb = &*sps.add(t.bottom as usize);
+                        let w = seed_weight(c, weights.add(k).read(), sb.r, t.r_top);
+                        if single_seed_cut(c, w, sb.r) {
+                            pass = true;
+                            cand = Candidate {
+                                weight: w,
+                                key: [
+                                    sb.index,
+                                    (*sps.add(t.middle as usize)).index,
+                                    (*sps.add(t.top as usize)).index,
+                                ],
+                                r_bottom: sb.r,
+                                z_vertex: t.z_vertex,
+                            };
+                        }
+                    }
+                    let passing = i::ballot(pass);
+                    let here = if n_t - c0 < 32 { n_t - c0 } else { 32 };
+                    let mut q = 0u32;
+                    while q < here {
+                        let got = Candidate {
+                            weight: f32::from_bits(i::shfl_idx(cand.weight.to_bits(), q)),
+                            key: [
+                                i::shfl_idx(cand.key[0], q),
+                                i::shfl_idx(cand.key[1], q),
+                                i::shfl_idx(cand.key[2], q),
+                            ],
+                            r_bottom: f32::from_bits(i::shfl_idx(cand.r_bottom.to_bits(), q)),
+                            z_vertex: f32::from_bits(i::shfl_idx(cand.z_vertex.to_bits(), q)),
+                        };
+                        if lane == 0 && (passing >> q) & 1 != 0 {
+                            best.offer(got);
+                        }
+                        q += 1;
+                    }
+                    c0 += 32;
+                }
+            }
+            base += 32;
+        }
+        if lane == 0 {
+            let cap = c.max_seeds_per_spm as usize;
+            let mut out = 0usize;
+            let mut j = 0u32;
+            while let Some(s) = best.get(j) {
+                if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
+                    slots.add(g as usize * cap + out).write(Seed {
+                        bottom: s.key[0],
+                        middle: s.key[1],
+                        top: s.key[2],
+                        weight: s.weight,
+                        z_vertex: s.z_vertex,
+                    });
+                    out += 1;
+                }
+                j += 1;
+            }
+            counts.add(g as usize).write(out as u32);
         }
     }
 }

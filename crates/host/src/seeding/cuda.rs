@@ -60,8 +60,6 @@ const CHUNK_SPACEPOINTS: usize = 1 << 22;
 pub struct SeedingWorkspace {
     /// Capacity factors (entries per spacepoint): middle–bottom, middle–top, triplets.
     factors: [f64; 3],
-    triplet_stage: u32,
-    last_totals: SeedingTotals,
     poison: bool,
     retries: u64,
     cfg_host: Option<SeedingConfig>,
@@ -94,7 +92,6 @@ enum B {
     Rz,
     TriCnt,
     TriStart,
-    Spill,
     Tri,
     Weights,
     Slots,
@@ -121,8 +118,6 @@ impl SeedingWorkspace {
     pub fn new() -> Self {
         Self {
             factors: INITIAL_FACTORS,
-            triplet_stage: k::TRIPLET_STAGE,
-            last_totals: SeedingTotals::default(),
             poison: false,
             retries: 0,
             cfg_host: None,
@@ -141,20 +136,6 @@ impl SeedingWorkspace {
             factors,
             ..Self::new()
         }
-    }
-
-    /// At most `stage` triplets of a middle are kept in the triplet kernel's shared memory
-    /// (clamped to [`k::TRIPLET_STAGE`], the default); a middle with more is spilled to the
-    /// global triplet buffer and finished by the weight and selection kernels. Tests pass 0
-    /// (every middle spilled) or 1 to run that path; the results are the same.
-    pub fn set_triplet_stage(&mut self, stage: u32) {
-        self.triplet_stage = stage.min(k::TRIPLET_STAGE);
-    }
-
-    /// The device totals of the last call's last attempt: doublets, spilled triplets
-    /// (`triplets`) and spilled middles (`spilled`); zero when it had no spacepoints.
-    pub fn last_totals(&self) -> SeedingTotals {
-        self.last_totals
     }
 
     /// Fill every buffer the kernels write with [`POISON`] before each call (tests: an element
@@ -286,16 +267,13 @@ impl Timer<'_> {
     }
 }
 
-impl GpuContext {
-    /// Persistent warps for `items` warp-sized items: one warp per item up to 16 blocks per
-    /// multiprocessor (the warps take items from a work counter).
-    fn launch_warps(&self, items: u64) -> cudarc::driver::LaunchConfig {
-        let blocks = (32 * items)
-            .div_ceil(k::SEEDING_THREADS as u64)
-            .clamp(1, self.sm_count() as u64 * 16);
-        launch_cfg(blocks, k::SEEDING_THREADS, 0)
-    }
+/// `n` items at `threads` per block, grid-stride: at most 16 blocks per multiprocessor.
+fn stride_blocks(gpu: &GpuContext, n: u64) -> u64 {
+    n.div_ceil(k::SEEDING_THREADS as u64)
+        .clamp(1, gpu.sm_count() as u64 * 16)
+}
 
+impl GpuContext {
     fn launch_items(&self, n: u64) -> cudarc::driver::LaunchConfig {
         launch_cfg(
             n.div_ceil(k::SEEDING_THREADS as u64).max(1),
@@ -404,7 +382,6 @@ impl GpuContext {
             .collect();
         ws.event_seeds = vec![0..0; n_events];
         ws.n_seeds = 0;
-        ws.last_totals = SeedingTotals::default();
         let mut tm = Timer {
             gpu: self,
             on: times.is_some(),
@@ -434,7 +411,6 @@ impl GpuContext {
                 tm.marks.clear();
                 let counts = self.seed_chain(ws, cfg, sps, n, n_events, &mut tm)?;
                 let (totals, events) = counts;
-                ws.last_totals = totals;
                 let caps = [ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?];
                 let over = [
                     totals.mid_bot > caps[0] as u64,
@@ -507,7 +483,7 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 26] = [
+        let sizes: [(B, usize); 25] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
@@ -523,9 +499,8 @@ impl GpuContext {
             (B::LcBot, words::<k::LinCircle>(cmb)),
             (B::Top, words::<k::Doublet>(cmt)),
             (B::LcTop, words::<k::LinCircle>(cmt)),
-            (B::TriCnt, n),
-            (B::TriStart, n),
-            (B::Spill, n),
+            (B::TriCnt, cmb),
+            (B::TriStart, cmb),
             (B::Tri, words::<k::Triplet>(ctri)),
             (B::Weights, ctri),
             (B::Slots, words::<Seed>(n * msp)),
@@ -533,7 +508,7 @@ impl GpuContext {
             (B::SOff, n + 1),
             (B::Seeds, words::<Seed>(n * msp)),
             (B::Params, words::<BoundParams>(n * msp)),
-            (B::Summary, 8 * (n_events + 2)),
+            (B::Summary, 8 * (n_events + 1)),
         ];
         for (b, w) in sizes {
             ws.ensure(self, b, w)?;
@@ -545,7 +520,7 @@ impl GpuContext {
                 }
             }
         }
-        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 2), 0)?;
+        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
         let n64 = n as u64;
         let ne = n_events as u32;
         // Addresses (the buffers stay put during the chain).
@@ -560,10 +535,6 @@ impl GpuContext {
         // n_events records of 8 words.
         let events: detkit_gpu::DevPtr<EventCounts> =
             detkit_gpu::DevPtr::<u32>::from_addr(summary.addr() + 32).cast();
-        // Then one record whose word 0 is the triplet kernel's work counter (the next middle
-        // a persistent warp takes).
-        let work_triplets =
-            detkit_gpu::DevPtr::<u32>::from_addr(summary.addr() + 32 * (n_events as u64 + 1));
         let d_cfg: detkit_gpu::DevPtr<SeedingConfig> = p!(B::Cfg);
         let ev_off: detkit_gpu::DevPtr<u32> = p!(B::EvOff);
         let sps_ptr: detkit_gpu::DevPtr<SpacePoint> = self.ptr(sps).cast();
@@ -685,72 +656,53 @@ impl GpuContext {
             unsafe { self.launch(k::KERNEL_FIND_DOUBLETS, lc, &params) }
         })?;
 
-        // 3. triplets, weights and seed selection: one warp per middle, its triplets in
-        //    shared memory; the middles with more are spilled and finished by the weight
-        //    update and the selection of the spilled middles; then the scan of the counts.
-        let (tri_cnt, tri_start, spill): (
+        // 3. triplets: one pass per middle–bottom doublet (grid-stride below the total).
+        let (tri_cnt, tri_start, tri, weights): (
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
-            detkit_gpu::DevPtr<u32>,
-        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Spill));
-        let (tri, weights): (detkit_gpu::DevPtr<k::Triplet>, detkit_gpu::DevPtr<f32>) =
-            (p!(B::Tri), p!(B::Weights));
-        let (slots, s_cnt, s_off): (
-            detkit_gpu::DevPtr<Seed>,
-            detkit_gpu::DevPtr<u32>,
-            detkit_gpu::DevPtr<u32>,
-        ) = (p!(B::Slots), p!(B::SCnt), p!(B::SOff));
-        let stage = ws.triplet_stage;
+            detkit_gpu::DevPtr<k::Triplet>,
+            detkit_gpu::DevPtr<f32>,
+        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri), p!(B::Weights));
         tm.stage("find_triplets", || {
             let params = k::SeedingTripletsParams {
                 cfg: d_cfg,
-                grid,
                 sps: binned,
-                n: n64,
-                n_bot,
-                bot_start,
-                n_top,
-                top_start,
                 bot,
                 lc_bot,
+                n_top,
+                top_start,
                 top,
                 lc_top,
                 tri_cnt,
                 tri_start,
-                spill,
                 out: tri,
-                slots,
-                counts: s_cnt,
                 totals,
                 events,
-                n_events: ne,
                 cap_mb,
                 cap_mt,
                 cap_tri,
-                stage,
                 _pad0: 0,
-                work: work_triplets,
             };
-            let mut lc = self.launch_warps(n64 + 1);
-            lc.shared_mem_bytes = k::triplet_smem_bytes() as u32;
-            // SAFETY: per-middle arrays (n words) from the doublet kernel; doublet arrays of
-            // the capacities, read only below the totals (checked in the kernel); tri_cnt,
-            // tri_start, spill n words; tri cap_tri triplets, written only inside a
-            // reservation that fits; slots n * max_seeds_per_spm seeds (<= 16 per middle,
-            // checked); counts n + 1; the work counter zeroed in the summary; persistent
-            // warps, SEEDING_THREADS threads and triplet_smem_bytes() of shared memory.
-            unsafe { self.launch(k::KERNEL_FIND_TRIPLETS, lc, &params) }
+            let blocks = stride_blocks(self, cmb as u64);
+            // SAFETY: doublet arrays of the capacities, read only below the totals (checked
+            // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
+            // cap_tri triplets, written only inside a reservation that fits.
+            unsafe {
+                self.launch(
+                    k::KERNEL_FIND_TRIPLETS,
+                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
+                    &params,
+                )
+            }
         })?;
-        // Only spilled triplets and middles are left: few blocks, grid-stride.
-        let few = |items: u64| {
-            items
-                .div_ceil(k::SEEDING_THREADS as u64)
-                .clamp(1, self.sm_count() as u64 * 4)
-        };
+
+        // 4. weights.
         tm.stage("update_weights", || {
             let params = k::SeedingUpdateWeightsParams {
                 cfg: d_cfg,
                 tri,
+                tri_cnt,
+                tri_start,
                 weights,
                 totals,
                 cap_mb,
@@ -758,22 +710,33 @@ impl GpuContext {
                 cap_tri,
                 _pad0: 0,
             };
-            // SAFETY: tri and weights hold cap_tri entries, read below the spilled total only
-            // (checked in the kernel against the capacities).
+            let blocks = stride_blocks(self, ctri as u64);
+            // SAFETY: tri and weights hold cap_tri entries, read below the total only;
+            // tri_cnt, tri_start cap_mb entries.
             unsafe {
                 self.launch(
                     k::KERNEL_UPDATE_WEIGHTS,
-                    launch_cfg(few(ctri as u64), k::SEEDING_THREADS, 0),
+                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
                     &params,
                 )
             }
         })?;
+
+        // 5. seed selection: per middle into fixed slots, scan, gather with parameters.
+        let (slots, s_cnt, s_off): (
+            detkit_gpu::DevPtr<Seed>,
+            detkit_gpu::DevPtr<u32>,
+            detkit_gpu::DevPtr<u32>,
+        ) = (p!(B::Slots), p!(B::SCnt), p!(B::SOff));
         tm.start("select_seeds")?;
         {
             let params = k::SeedingSelectSeedsParams {
                 cfg: d_cfg,
+                grid,
                 sps: binned,
-                spill,
+                n: n64,
+                n_bot,
+                bot_start,
                 tri_cnt,
                 tri_start,
                 tri,
@@ -781,18 +744,18 @@ impl GpuContext {
                 slots,
                 counts: s_cnt,
                 totals,
+                n_events: ne,
                 cap_mb,
                 cap_mt,
                 cap_tri,
-                _pad0: 0,
             };
-            // SAFETY: the spill list (totals.spilled < n entries) and the per-middle ranges
-            // from the triplet kernel; triplet arrays as above; slots and counts as above;
-            // whole warps (grid-stride over the list).
+            // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
+            // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
+            // one warp per middle.
             unsafe {
                 self.launch(
                     k::KERNEL_SELECT_SEEDS,
-                    launch_cfg(few(32 * n64), k::SEEDING_THREADS, 0),
+                    self.launch_items(32 * (n64 + 1)),
                     &params,
                 )?
             };

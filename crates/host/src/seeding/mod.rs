@@ -22,9 +22,7 @@ pub mod io;
 
 pub use cpu::SeedingStats;
 pub use cuda::{DeviceSeeds, SeedingWorkspace, StageTimes};
-pub use detkit_gpu::seeding::{
-    BoundParams, Seed, SeedingConfig, SeedingTotals, SpacePoint, TRIPLET_STAGE,
-};
+pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
 pub use io::{read_csv, read_csv_with_lines};
 
 use detkit_gpu::seeding as k;
