@@ -909,6 +909,87 @@ impl BestN {
     }
 }
 
+/// The best-N keeper of the kernels: the same candidates and order as [`BestN`], but the
+/// unused slots are never written. Every lane of a selecting warp holds one (only lane 0
+/// offers), so zeroing sixteen candidates would cost each lane 384 bytes of local-memory
+/// stores per middle; here `new` writes nothing but the two counters.
+pub struct SeedKeeper {
+    items: [core::mem::MaybeUninit<Candidate>; MAX_SEEDS_PER_SPM_CAP as usize],
+    len: u32,
+    cap: u32,
+}
+
+impl SeedKeeper {
+    /// An empty keeper of `cap` candidates (clamped to the array).
+    #[inline(always)]
+    pub fn new(cap: u32) -> Self {
+        Self {
+            items: [const { core::mem::MaybeUninit::uninit() }; MAX_SEEDS_PER_SPM_CAP as usize],
+            len: 0,
+            cap: if cap > MAX_SEEDS_PER_SPM_CAP {
+                MAX_SEEDS_PER_SPM_CAP
+            } else {
+                cap
+            },
+        }
+    }
+
+    /// How many candidates are kept.
+    #[inline(always)]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether none is kept.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `j`-th best kept candidate (`None` for `j >= len`).
+    #[inline(always)]
+    pub fn get(&self, j: u32) -> Option<Candidate> {
+        if j < self.len {
+            // SAFETY: slots below `len` were written by `offer` (it writes `pos <= len - 1`
+            // after raising `len`, and moves only written slots).
+            Some(unsafe { self.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize].assume_init() })
+        } else {
+            None
+        }
+    }
+
+    /// Offers a candidate; kept sorted (insertion), the worst dropped when full
+    /// ([`BestN::offer`]'s steps).
+    #[inline(always)]
+    pub fn offer(&mut self, c: Candidate) {
+        const CAP: usize = MAX_SEEDS_PER_SPM_CAP as usize;
+        if self.cap == 0 {
+            return;
+        }
+        let at = |k: &Self, i: usize| {
+            // SAFETY: only called for i < len (written slots), see below.
+            unsafe { k.items[i % CAP].assume_init() }
+        };
+        let mut pos = self.len;
+        if self.len == self.cap {
+            // len >= 1 here.
+            if !seed_better(&c, &at(self, self.len as usize - 1)) {
+                return;
+            }
+            pos = self.len - 1;
+        } else {
+            self.len += 1;
+        }
+        // pos - 1 < old len: a written slot.
+        while pos > 0 && seed_better(&c, &at(self, pos as usize - 1)) {
+            self.items[pos as usize % CAP] =
+                core::mem::MaybeUninit::new(at(self, pos as usize - 1));
+            pos -= 1;
+        }
+        self.items[pos as usize % CAP] = core::mem::MaybeUninit::new(c);
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Track parameters
 // ---------------------------------------------------------------------------------------
@@ -1236,4 +1317,48 @@ pub mod device {
     pub use super::doublets::*;
     pub use super::select::*;
     pub use super::triplets::*;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels' keeper equals [`BestN`] on random streams of candidates (duplicate
+    /// weights, every capacity).
+    #[test]
+    fn seed_keeper_equals_best_n() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..2000u32 {
+            let cap = round % (MAX_SEEDS_PER_SPM_CAP + 2);
+            let mut a = BestN::new(cap);
+            let mut b = SeedKeeper::new(cap);
+            let n = next() % 40;
+            for i in 0..n {
+                let c = Candidate {
+                    weight: (next() % 6) as f32 * 100.0,
+                    key: [(next() % 4) as u32, round, i as u32],
+                    r_bottom: (next() % 200) as f32,
+                    z_vertex: i as f32,
+                };
+                a.offer(c);
+                b.offer(c);
+            }
+            assert_eq!(a.len, b.len());
+            assert_eq!(b.is_empty(), a.len == 0);
+            for j in 0..a.len {
+                assert_eq!(
+                    Some(a.items[j as usize]),
+                    b.get(j),
+                    "round {round}, slot {j}"
+                );
+            }
+            assert_eq!(b.get(a.len), None);
+        }
+    }
 }

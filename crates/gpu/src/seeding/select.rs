@@ -53,7 +53,7 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             return; // warp-uniform
         }
         let bs = p.bot_start.ptr().add(g as usize).read();
-        let mut best = BestN::new(c.max_seeds_per_spm);
+        let mut best = SeedKeeper::new(c.max_seeds_per_spm);
         let mut base = 0u32;
         // Warp-uniform loops: every lane reaches every ballot and shuffle.
         while base < nb {
@@ -122,8 +122,7 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             let cap = c.max_seeds_per_spm as usize;
             let mut out = 0usize;
             let mut j = 0u32;
-            while j < best.len {
-                let s = best.items[(j % MAX_SEEDS_PER_SPM_CAP) as usize];
+            while let Some(s) = best.get(j) {
                 if j == 0 || cut_per_middle_sp(c, s.weight, s.r_bottom) {
                     slots.add(g as usize * cap + out).write(Seed {
                         bottom: s.key[0],
