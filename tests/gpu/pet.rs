@@ -646,6 +646,27 @@ fn test_stream(c: &Ctx) -> R {
                 ensure(st2 == st, || format!("stats {st2:?} vs {st:?}"))?;
             }
         }
+        // A scanner with the same parameters but other tables: the device tables the runs
+        // above left in the context must not be reused.
+        let other = gen::tiny_scanner(c.seed ^ 0x5eed);
+        let cfg = CoincideConfig::prompt(5000.0);
+        let (v, _) = oracle::convert(&acq.frames, &other.params, &other.position, &other.energy);
+        let want = oracle::coincide(&oracle::sort(&v).map_err(e)?, &cfg).map_err(e)?;
+        let mut got: Vec<Coincidence> = Vec::new();
+        c.backend
+            .pet_run_frames(
+                bytes,
+                &other,
+                &cfg,
+                &StreamConfig::default(),
+                |p| {
+                    got.extend_from_slice(p);
+                    Ok(())
+                },
+                |_| {},
+            )
+            .map_err(e)?;
+        exact(&format!("stream n={n}, another scanner"), &got, &want)?;
     }
     Ok(())
 }
