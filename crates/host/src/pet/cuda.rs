@@ -989,13 +989,11 @@ impl GpuContext {
         let mut dframes = std::mem::take(&mut bufs.dframes);
         let mut np = 0usize;
         let mut offset = 0u64;
-        // Chunk k sits in slot k % 2; its frame count, whether it is the last, and the
-        // watermark after it are computed when it is read (the host reads chunk k + 1 while
-        // the GPU works on chunk k).
+        // Chunk k sits in slot k % 2. Its frames are read and their copy launched while the
+        // GPU converts chunk k - 1; the check of each BDM's time order (the watermark) runs on
+        // a second host thread while the GPU sorts and pairs chunk k - 1.
         let mut counts = [0usize; 2];
-        let mut lasts = [false; 2];
         let mut marks = [f64::NEG_INFINITY; 2];
-        let mut read_offset = 0u64;
         // Cross-stream order, explicit (the context does not track buffers across streams):
         // `copied[s]` is recorded on the copy stream after the copy into slot s, and the
         // compute stream waits for it before converting; `consumed[s]` is recorded on the
@@ -1003,156 +1001,186 @@ impl GpuContext {
         // before copying into slot s again.
         let mut copied: [Option<CudaEvent>; 2] = [None, None];
         let mut consumed: [Option<CudaEvent>; 2] = [None, None];
-        let fill_times = std::cell::Cell::new([0f64; 4]);
-        let mut fill = |slot: usize,
-                        pinned: &mut [cudarc::driver::PinnedHostSlice<u8>],
-                        dframes: &mut [CudaSlice<u8>],
-                        copied: &mut [Option<CudaEvent>; 2],
-                        consumed: &[Option<CudaEvent>; 2]|
-         -> Result<(usize, bool, f64)> {
-            let t0 = std::time::Instant::now();
-            // The host must not overwrite a pinned buffer an earlier copy still reads.
-            if let Some(e) = &copied[slot] {
-                e.synchronize().ctx("waiting for the frame copy")?;
-            }
-            let t1 = std::time::Instant::now();
-            let buf = pinned[slot].as_mut_slice().ctx("mapping pinned memory")?;
-            // The chunk: in the pinned buffer, or in place in page-locked source memory.
-            let chunk = input.next_chunk(buf)?;
-            let nf = chunk.len() / 16;
-            let t2 = std::time::Instant::now();
-            if nf > 0 {
-                // Asynchronous copy of the chunk's bytes (page-locked) on the copy stream:
-                // overlaps the compute stream's kernels and the watermark's reading below.
-                if let Some(e) = &consumed[slot] {
-                    copy.wait(e).ctx("ordering the frame copy")?;
-                }
-                copy.memcpy_htod(chunk, &mut dframes[slot].slice_mut(0..16 * nf))
-                    .ctx("copying frames to the device")?;
-                copied[slot] = Some(copy.record_event(None).ctx("recording the frame copy")?);
-            }
-            let t3 = std::time::Instant::now();
-            wm.update(chunk, read_offset)?;
-            read_offset += nf as u64;
-            let t4 = std::time::Instant::now();
-            let mut f = fill_times.get();
-            for (k, (a, b)) in [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]
-                .into_iter()
-                .enumerate()
-            {
-                f[k] += (b - a).as_secs_f64() * 1e3;
-            }
-            fill_times.set(f);
-            let last = nf < sc.chunk_frames;
-            Ok((nf, last, if last { f64::INFINITY } else { wm.value() }))
+        let [p0, p1] = &mut pinned[..] else {
+            unreachable!("two pinned buffers (fitted)");
         };
-        (counts[0], lasts[0], marks[0]) =
-            fill(0, &mut pinned, &mut dframes, &mut copied, &consumed)?;
-        let mut slot = 0;
+        let [d0, d1] = &mut dframes[..] else {
+            unreachable!("two frame buffers (fitted)");
+        };
+        let mut slots = [(p0, d0), (p1, d1)];
         // DETKIT_PET_PROFILE=1: host time per phase of the loop, printed to stderr at the end
         // (a GPU wait shows in the phase that reads back).
         let profile = std::env::var_os("DETKIT_PET_PROFILE").is_some();
         let mut phases = [0f64; 6];
         let mut clock = std::time::Instant::now();
-        let mut lap = |i: usize| {
+        let mut lap = |phases: &mut [f64; 6], i: usize| {
             if profile {
                 phases[i] += clock.elapsed().as_secs_f64() * 1e3;
                 clock = std::time::Instant::now();
             }
         };
+        // Chunk 0: read, copy, check.
+        {
+            let (pb, db) = &mut slots[0];
+            let chunk = start_chunk(input, pb, db, &copy, &mut copied[0], &None)?;
+            counts[0] = chunk.len() / 16;
+            wm.update(chunk, 0)?;
+            marks[0] = if counts[0] < sc.chunk_frames {
+                f64::INFINITY
+            } else {
+                wm.value()
+            };
+        }
+        let mut read_offset = counts[0] as u64;
+        let mut slot = 0;
+        let mut check_ms = 0f64;
         let result = loop {
             let nf = counts[slot];
-            let last = lasts[slot];
+            let last = nf < sc.chunk_frames;
             let w = marks[slot];
             // Convert into a[np..np + nf], after the copy into this slot.
             if let Some(e) = &copied[slot] {
                 self.stream().wait(e).ctx("waiting for the frame copy")?;
             }
-            self.pet_convert_device(&dframes[slot], nf, ds, &mut a, np, &mut d_stats)?;
+            self.pet_convert_device(&slots[slot].1, nf, ds, &mut a, np, &mut d_stats)?;
             consumed[slot] = Some(
                 self.stream()
                     .record_event(None)
                     .ctx("recording the conversion")?,
             );
-            lap(0);
-            // Start the next chunk's read and copy while the kernels run.
-            if !last {
-                (counts[1 - slot], lasts[1 - slot], marks[1 - slot]) =
-                    fill(1 - slot, &mut pinned, &mut dframes, &mut copied, &consumed)?;
-            }
-            lap(1);
-            let st = self.download(&d_stats)?;
-            let cst = stats_from_words(&st, nf);
-            stats.convert.add(&cst, offset);
-            offset += nf as u64;
-            let nc = cst.accepted as usize;
-            // Sort the chunk's singles in place (scratch: b), then merge with the pending run.
-            if self.pet_sort_radix_device(&mut a, &mut b, np, nc)? {
-                let src = b.slice(2 * np..2 * (np + nc));
-                let mut dst = a.slice_mut(2 * np..2 * (np + nc));
-                self.stream()
-                    .memcpy_dtod(&src, &mut dst)
-                    .ctx("copying sorted singles")?;
-            }
-            lap(2);
-            let total = np + nc;
-            let merged_in_b = if np > 0 && nc > 0 {
-                self.pet_merge_runs_device(&mut a, &mut b, 0, total, &[0, np as u32, total as u32])?
+            lap(&mut phases, 0);
+            // Read the next chunk and launch its copy while the kernels run.
+            let next = if last {
+                None
             } else {
-                false
+                let (pb, db) = &mut slots[1 - slot];
+                let chunk = start_chunk(
+                    input,
+                    pb,
+                    db,
+                    &copy,
+                    &mut copied[1 - slot],
+                    &consumed[1 - slot],
+                )?;
+                Some(chunk)
             };
-            let (merged, other) = if merged_in_b {
-                (&mut b, &mut a)
-            } else {
-                (&mut a, &mut b)
+            lap(&mut phases, 1);
+            // The next chunk's order check on a second thread, this chunk's GPU work here.
+            let (gpu, check) = std::thread::scope(|scope| {
+                let wm = &mut *wm;
+                let from = read_offset;
+                let handle = next.map(|chunk| {
+                    scope.spawn(move || -> Result<(usize, f64, f64)> {
+                        let t0 = std::time::Instant::now();
+                        wm.update(chunk, from)?;
+                        let nf = chunk.len() / 16;
+                        let mark = if nf < sc.chunk_frames {
+                            f64::INFINITY
+                        } else {
+                            wm.value()
+                        };
+                        Ok((nf, mark, t0.elapsed().as_secs_f64() * 1e3))
+                    })
+                });
+                let gpu = (|| -> Result<bool> {
+                    let st = self.download(&d_stats)?;
+                    let cst = stats_from_words(&st, nf);
+                    stats.convert.add(&cst, offset);
+                    offset += nf as u64;
+                    let nc = cst.accepted as usize;
+                    // Sort the chunk's singles in place (scratch: b), then merge with the
+                    // pending run.
+                    if self.pet_sort_radix_device(&mut a, &mut b, np, nc)? {
+                        let src = b.slice(2 * np..2 * (np + nc));
+                        let mut dst = a.slice_mut(2 * np..2 * (np + nc));
+                        self.stream()
+                            .memcpy_dtod(&src, &mut dst)
+                            .ctx("copying sorted singles")?;
+                    }
+                    lap(&mut phases, 2);
+                    let total = np + nc;
+                    let merged_in_b = if np > 0 && nc > 0 {
+                        self.pet_merge_runs_device(
+                            &mut a,
+                            &mut b,
+                            0,
+                            total,
+                            &[0, np as u32, total as u32],
+                        )?
+                    } else {
+                        false
+                    };
+                    let (merged, other) = if merged_in_b {
+                        (&mut b, &mut a)
+                    } else {
+                        (&mut a, &mut b)
+                    };
+                    lap(&mut phases, 3);
+                    let (npairs, resume) =
+                        self.pet_coincide_resident(&mut bufs.scratch, merged, 0, total, c, w)?;
+                    let rest = total - resume;
+                    if rest > sc.pending_capacity {
+                        return Err(pending_overflow(rest, sc.pending_capacity));
+                    }
+                    if rest > 0 {
+                        let src = merged.slice(2 * resume..2 * total);
+                        let mut dst = other.slice_mut(0..2 * rest);
+                        self.stream()
+                            .memcpy_dtod(&src, &mut dst)
+                            .ctx("carrying pending singles")?;
+                        if !merged_in_b {
+                            std::mem::swap(&mut a, &mut b);
+                        }
+                    }
+                    let pairs = bufs.download_pairs(self, npairs)?;
+                    lap(&mut phases, 4);
+                    np = rest;
+                    stats.max_pending = stats.max_pending.max(rest as u64);
+                    stats.pairs += npairs as u64;
+                    stats.chunks += 1;
+                    sink(pairs)?;
+                    progress(stats);
+                    lap(&mut phases, 5);
+                    Ok(last)
+                })();
+                let check = handle.map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(invalid("frame stream", "the order check's thread failed"))
+                    })
+                });
+                (gpu, check)
+            });
+            let done = match gpu {
+                Ok(done) => done,
+                Err(e) => break Err(e),
             };
-            lap(3);
-            let (npairs, resume) =
-                self.pet_coincide_resident(&mut bufs.scratch, merged, 0, total, c, w)?;
-            let rest = total - resume;
-            if rest > sc.pending_capacity {
-                break Err(pending_overflow(rest, sc.pending_capacity));
-            }
-            if rest > 0 {
-                let src = merged.slice(2 * resume..2 * total);
-                let mut dst = other.slice_mut(0..2 * rest);
-                self.stream()
-                    .memcpy_dtod(&src, &mut dst)
-                    .ctx("carrying pending singles")?;
-                if !merged_in_b {
-                    std::mem::swap(&mut a, &mut b);
-                }
-            }
-            let pairs = bufs.download_pairs(self, npairs)?;
-            lap(4);
-            np = rest;
-            stats.max_pending = stats.max_pending.max(rest as u64);
-            stats.pairs += npairs as u64;
-            stats.chunks += 1;
-            sink(pairs)?;
-            progress(stats);
-            lap(5);
-            if last {
+            if done {
                 if profile {
                     eprintln!(
-                        "pet stream profile (ms): convert launch {:.2}, read+watermark+copy {:.2}, \
+                        "pet stream profile (ms): convert launch {:.2}, read+copy launch {:.2}, \
                          stats read+sort {:.2}, merge {:.2}, coincide+download {:.2}, sink {:.2}; \
-                         reading: wait {:.2}, source {:.2}, copy launch {:.2}, watermark {:.2} \
-                         ({} threads)",
+                         order checks on the second thread {:.2} ({} threads)",
                         phases[0],
                         phases[1],
                         phases[2],
                         phases[3],
                         phases[4],
                         phases[5],
-                        fill_times.get()[0],
-                        fill_times.get()[1],
-                        fill_times.get()[2],
-                        fill_times.get()[3],
+                        check_ms,
                         rayon::current_num_threads()
                     );
                 }
                 break Ok(*stats);
+            }
+            match check {
+                Some(Ok((nf, mark, ms))) => {
+                    counts[1 - slot] = nf;
+                    marks[1 - slot] = mark;
+                    read_offset += nf as u64;
+                    check_ms += ms;
+                }
+                Some(Err(e)) => break Err(e),
+                None => unreachable!("a chunk follows every chunk but the last"),
             }
             slot = 1 - slot;
         };
@@ -1165,6 +1193,37 @@ impl GpuContext {
         bufs.dframes = dframes;
         result
     }
+}
+
+/// Reads the next chunk into `pinned` (or takes it in place from page-locked source memory)
+/// and launches its copy into `dframes` on the copy stream (after `consumed`: the last
+/// conversion that read this slot), recorded in `copied`. Returns the chunk's bytes.
+fn start_chunk<'b>(
+    input: &'b mut impl FrameSource,
+    pinned: &'b mut cudarc::driver::PinnedHostSlice<u8>,
+    dframes: &mut CudaSlice<u8>,
+    copy: &std::sync::Arc<cudarc::driver::CudaStream>,
+    copied: &mut Option<CudaEvent>,
+    consumed: &Option<CudaEvent>,
+) -> Result<&'b [u8]> {
+    // The host must not overwrite a pinned buffer an earlier copy still reads.
+    if let Some(e) = copied.as_ref() {
+        e.synchronize().ctx("waiting for the frame copy")?;
+    }
+    let buf = pinned.as_mut_slice().ctx("mapping pinned memory")?;
+    let chunk = input.next_chunk(buf)?;
+    let nf = chunk.len() / 16;
+    if nf > 0 {
+        // Asynchronous copy of the chunk's bytes (page-locked) on the copy stream: overlaps
+        // the compute stream's kernels and the order check.
+        if let Some(e) = consumed {
+            copy.wait(e).ctx("ordering the frame copy")?;
+        }
+        copy.memcpy_htod(chunk, &mut dframes.slice_mut(0..16 * nf))
+            .ctx("copying frames to the device")?;
+        *copied = Some(copy.record_event(None).ctx("recording the frame copy")?);
+    }
+    Ok(chunk)
 }
 
 #[cfg(test)]
