@@ -1042,7 +1042,7 @@ impl GpuContext {
             if let Some(e) = &copied[slot] {
                 self.stream().wait(e).ctx("waiting for the frame copy")?;
             }
-            self.pet_convert_device(&slots[slot].1, nf, ds, &mut a, np, &mut d_stats)?;
+            self.pet_convert_device(slots[slot].1, nf, ds, &mut a, np, &mut d_stats)?;
             consumed[slot] = Some(
                 self.stream()
                     .record_event(None)
