@@ -750,12 +750,16 @@ impl GpuContext {
             return false;
         }
         let mut mem_type = 0u32;
-        // SAFETY: the attribute is one `unsigned int` written into `mem_type`; the pointer is
-        // only looked up, never accessed.
+        let mut attr = [sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE];
+        let mut data = [(&mut mem_type as *mut u32).cast::<std::ffi::c_void>()];
+        // SAFETY: one attribute, one `unsigned int` written into `mem_type`; the pointer is
+        // only looked up, never accessed. Unlike `cuPointerGetAttribute`, this call answers
+        // 0 (not an error) for memory the driver does not know (pageable memory).
         let r = unsafe {
-            sys::cuPointerGetAttribute(
-                (&mut mem_type as *mut u32).cast(),
-                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            sys::cuPointerGetAttributes(
+                1,
+                attr.as_mut_ptr(),
+                data.as_mut_ptr(),
                 bytes.as_ptr() as sys::CUdeviceptr,
             )
         };
