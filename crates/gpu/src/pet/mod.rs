@@ -261,7 +261,9 @@ pub fn frame_energy(f: &DataFrameV2) -> u32 {
 /// position table at `(bdm, du, x + y * size)`; local crystal = `ox + (cy - 1 - oy) * cz`
 /// with `ox = origin % cz`, `oy = origin / cz`; crystal in ring and ring index; global index
 /// `in_ring + ring * crystals_per_ring`; energy = raw * factor with factor index
-/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`.
+/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`. The three
+/// pieces ([`frame_position_index`], [`frame_energy_index`], [`frame_single`]) are what the
+/// kernel runs for 8 frames at a time, so that their table reads overlap.
 #[inline(always)]
 pub fn convert_frame(
     f: &DataFrameV2,
@@ -269,41 +271,92 @@ pub fn convert_frame(
     position: impl Fn(u64) -> u8,
     correction: impl Fn(u64) -> f32,
 ) -> (Single, u32) {
+    let Some((du_index, at)) = frame_position_index(f, p) else {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    };
+    let Some((local, factor_at, clamped)) = frame_energy_index(f, p, du_index, position(at)) else {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    };
+    frame_single(f, p, local, correction(factor_at), clamped)
+}
+
+/// First piece of [`convert_frame`]: checks the frame's BDM, DU, x and y against the scanner
+/// and gives the DU's index and the frame's position-table index; `None` is a bad address.
+#[inline(always)]
+pub fn frame_position_index(f: &DataFrameV2, p: &ScannerParams) -> Option<(u64, u64)> {
     let bdm = f.bdm as u32;
     let du = (f.head_du & 0x0f) as u32;
     let (x, y) = (f.x as u32, f.y as u32);
     let ps = p.position_size;
-    let (cy, cz) = (p.crystal_num_y, p.crystal_num_z);
     let ring_modules = p.channels * p.module_num_y;
     // Zero divisors are rejected by the host's parameter check; testing them here as well
     // keeps the kernel free of division-by-zero paths.
-    if cz == 0 || cy == 0 || p.block_num_z == 0 || ring_modules == 0 {
-        return (Single::default(), CONVERT_BAD_ADDRESS);
+    if p.crystal_num_z == 0 || p.crystal_num_y == 0 || p.block_num_z == 0 || ring_modules == 0 {
+        return None;
     }
     if bdm >= p.bdm_count() || du >= p.du_count() || x >= ps || y >= ps {
-        return (Single::default(), CONVERT_BAD_ADDRESS);
+        return None;
     }
     let du_index = bdm as u64 * p.du_count() as u64 + du as u64;
-    let origin = position(du_index * (ps as u64 * ps as u64) + (x + y * ps) as u64) as u32;
+    Some((
+        du_index,
+        du_index * (ps as u64 * ps as u64) + (x + y * ps) as u64,
+    ))
+}
+
+/// Second piece of [`convert_frame`]: from the origin crystal the position table gives, the
+/// local crystal, the energy-correction index and whether the energy bin was clamped; `None`
+/// when the origin lies outside the DU (a bad address).
+#[inline(always)]
+pub fn frame_energy_index(
+    f: &DataFrameV2,
+    p: &ScannerParams,
+    du_index: u64,
+    origin: u8,
+) -> Option<(u32, u64, bool)> {
+    // `max(1)`: never 0 after frame_position_index (nor after the host's parameter check);
+    // it keeps this piece free of division-by-zero paths on its own.
+    let (cy, cz) = (p.crystal_num_y, p.crystal_num_z.max(1));
+    let origin = origin as u32;
     if origin >= cy * cz {
-        return (Single::default(), CONVERT_BAD_ADDRESS);
+        return None;
     }
     let (ox, oy) = (origin % cz, origin / cz);
     let local = ox + (cy - 1 - oy) * cz;
-    let in_ring = bdm % ring_modules * (p.block_num_y * cy) + du / p.block_num_z * cy + local / cz;
-    let ring = bdm / ring_modules * (p.block_num_z * cz) + du % p.block_num_z * cz + local % cz;
-    let crystal = in_ring + ring * p.crystals_per_ring();
-    let raw = frame_energy(f);
-    let mut status = 0;
-    let mut bin = raw / 10;
-    if bin >= ENERGY_BINS {
+    let mut bin = frame_energy(f) / 10;
+    let clamped = bin >= ENERGY_BINS;
+    if clamped {
         bin = ENERGY_BINS - 1;
-        status |= CONVERT_CLAMPED;
     }
-    let factor = correction(
-        (du_index * p.crystals_per_du() as u64 + local as u64) * ENERGY_BINS as u64 + bin as u64,
+    let at =
+        (du_index * p.crystals_per_du() as u64 + local as u64) * ENERGY_BINS as u64 + bin as u64;
+    Some((local, at, clamped))
+}
+
+/// Last piece of [`convert_frame`]: the single (crystal number, corrected energy, time) and
+/// the outcome bits, from the local crystal and the correction factor.
+#[inline(always)]
+pub fn frame_single(
+    f: &DataFrameV2,
+    p: &ScannerParams,
+    local: u32,
+    factor: f32,
+    clamped: bool,
+) -> (Single, u32) {
+    let bdm = f.bdm as u32;
+    let du = (f.head_du & 0x0f) as u32;
+    // `max(1)`: as in frame_energy_index (divisors never 0 for a checked frame).
+    let (cy, cz, bz) = (
+        p.crystal_num_y,
+        p.crystal_num_z.max(1),
+        p.block_num_z.max(1),
     );
-    let energy = raw as f32 * factor;
+    let ring_modules = (p.channels * p.module_num_y).max(1);
+    let in_ring = bdm % ring_modules * (p.block_num_y * cy) + du / bz * cy + local / cz;
+    let ring = bdm / ring_modules * (bz * cz) + du % bz * cz + local % cz;
+    let crystal = in_ring + ring * p.crystals_per_ring();
+    let mut status = if clamped { CONVERT_CLAMPED } else { 0 };
+    let energy = frame_energy(f) as f32 * factor;
     if p.energy_lo <= energy && energy <= p.energy_hi {
         status |= CONVERT_ACCEPTED;
     }

@@ -254,15 +254,16 @@ pub unsafe extern "ptx-kernel" fn pet_time_range(p: PetTimeRangeParams) {
     };
     // Four loads in flight per thread while they fit, then one at a time.
     while j + 3 * stride < n {
-        let t = [
+        let (t0, t1, t2, t3) = (
             time(j),
             time(j + stride),
             time(j + 2 * stride),
             time(j + 3 * stride),
-        ];
-        for v in t {
-            take(v);
-        }
+        );
+        take(t0);
+        take(t1);
+        take(t2);
+        take(t3);
         j += 4 * stride;
     }
     while j < n {
