@@ -58,66 +58,32 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     let mut masks = [0u32; N];
     let mut warp_total = 0u32;
     let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
-    // The 8 frames go through the conversion's three pieces together, so that each piece's
-    // table reads (frames, position table, correction table) are in flight for all 8 at
-    // once rather than one chain of dependent reads per frame. Unrolled by hand (constant
-    // indices keep the arrays in registers).
-    let mut fr = [DataFrameV2::default(); N];
-    unroll8!(j, {
-        let idx = warp_start + (j as u64) * 32 + lane as u64;
-        if idx < n {
-            // SAFETY: idx < n.
-            fr[j] = unsafe { load_frame(frames, idx) };
-        }
-    });
-    let mut du_index = [0u64; N];
-    let mut origin = [0u8; N];
-    let mut ok = [false; N];
-    unroll8!(j, {
-        let idx = warp_start + (j as u64) * 32 + lane as u64;
-        if idx < n {
-            if let Some((d, at)) = frame_position_index(&fr[j], &p) {
-                du_index[j] = d;
-                // SAFETY: frame_position_index checked every coordinate against the table.
-                origin[j] = unsafe { position.add(at as usize).read() };
-                ok[j] = true;
-            }
-        }
-    });
-    let mut local = [0u32; N];
-    let mut factor = [0f32; N];
-    let mut clamp = [false; N];
-    unroll8!(j, {
-        if ok[j] {
-            match frame_energy_index(&fr[j], &p, du_index[j], origin[j]) {
-                Some((l, at, c)) => {
-                    local[j] = l;
-                    clamp[j] = c;
-                    // SAFETY: frame_energy_index gives indices inside the correction table.
-                    factor[j] = unsafe { correction.add(at as usize).read() };
-                }
-                None => ok[j] = false,
-            }
-        }
-    });
+    // Unrolled by hand (constant indices keep `singles` and `masks` in registers).
     unroll8!(j, {
         let idx = warp_start + (j as u64) * 32 + lane as u64;
         let mut keep = false;
         if idx < n {
-            if ok[j] {
-                let (s, st) = frame_single(&fr[j], &p, local[j], factor[j], clamp[j]);
-                singles[j] = s;
-                keep = st & CONVERT_ACCEPTED != 0;
-                if !keep {
-                    rejected += 1;
-                }
-                if st & CONVERT_CLAMPED != 0 {
-                    clamped += 1;
-                }
-            } else {
+            // SAFETY: idx < n.
+            let f = unsafe { load_frame(frames, idx) };
+            let (s, st) = convert_frame(
+                &f,
+                &p,
+                // SAFETY: convert_frame only asks for indices inside the tables.
+                |k| unsafe { position.add(k as usize).read() },
+                // SAFETY: as above.
+                |k| unsafe { correction.add(k as usize).read() },
+            );
+            singles[j] = s;
+            keep = st & CONVERT_ACCEPTED != 0;
+            if st & CONVERT_BAD_ADDRESS != 0 {
                 bad += 1;
                 // SAFETY: stats holds STAT_WORDS words.
                 unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
+            } else if !keep {
+                rejected += 1;
+            }
+            if st & CONVERT_CLAMPED != 0 {
+                clamped += 1;
             }
         }
         masks[j] = i::ballot(keep);
