@@ -7,7 +7,7 @@
 //! sorts: CUDA events around (copy of the input + sort), median of `--reps`, minus the
 //! median copy.
 //!
-//! Usage: `bench-pet-merge [--sizes 20,22,24] [--reps 20]`
+//! Usage: `bench-pet-merge [--sizes 20,22,24] [--reps 20] [--no-cub]`
 
 use anyhow::{bail, Context, Result};
 use detkit::pet::cpu as oracle;
@@ -82,11 +82,13 @@ type SortFn<'r> = Box<
 fn main() -> Result<()> {
     let mut sizes = vec![20u32, 22, 24];
     let mut reps = 20usize;
+    let mut cub = true;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--sizes" => sizes = parse_list(&args.next().context("--sizes needs a list")?)?,
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
+            "--no-cub" => cub = false,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -192,7 +194,11 @@ fn main() -> Result<()> {
         keys.push((n, p));
     }
     let files: Vec<std::path::PathBuf> = keys.iter().map(|k| k.1.clone()).collect();
-    match run_cub(&tmp, reps, &files) {
+    match if cub {
+        run_cub(&tmp, reps, &files)
+    } else {
+        Err("--no-cub".into())
+    } {
         Ok(rows) => {
             for (n, f) in &keys {
                 let name = f.to_string_lossy().to_string();

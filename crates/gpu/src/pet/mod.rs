@@ -888,12 +888,14 @@ pub const fn mw_smem_bytes(tile: u32) -> usize {
 /// the next) then holds at most `every * step + runs * (step - 1)` singles: `every` samples,
 /// at most `step` singles per sample of its run, plus at most `step - 1` singles of each run
 /// before the run's first sample in the segment. Chosen so that this bound is `<= tile`:
-/// `step = max(1, tile / (2 runs))`, `every = (tile - runs (step - 1)) / step >= 1`.
-/// `runs` in `1..=tile / 2`.
+/// `step = max(1, tile / (div runs))`, `every = (tile - runs (step - 1)) / step >= 1`;
+/// segments hold `every * step` singles on average, about `1 - 1/div` of the tile (the
+/// host uses `div = 3` on the first level, 2 on the levels of samples).
+/// `runs` in `1..=tile / 2`, `div >= 2`.
 #[inline(always)]
-pub const fn mw_sampling(runs: u32, tile: u32) -> (u32, u32) {
-    let step = if tile / (2 * runs) > 1 {
-        tile / (2 * runs)
+pub const fn mw_sampling(runs: u32, tile: u32, div: u32) -> (u32, u32) {
+    let step = if tile / (div * runs) > 1 {
+        tile / (div * runs)
     } else {
         1
     };

@@ -217,33 +217,59 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         }
     }
     i::sync_threads();
-    // The slice of local index q: the last s < nruns with pre[s] <= q (q < l = pre[nruns]).
+    // The slice of local index q: the last s < nruns with pre[s] <= q (q < l = pre[nruns]);
+    // binary lifting with a fixed number of steps, so the item loops below unroll.
     let slice_of = |q: u32| {
-        let (mut a, mut b) = (0u32, nruns);
-        while b - a > 1 {
-            let mid = a + (b - a) / 2;
-            // SAFETY: mid < nruns.
-            if unsafe { pre.add(mid as usize).read() } <= q {
-                a = mid;
-            } else {
-                b = mid;
+        let mut a = 0u32;
+        let mut step = MW_MAX_RUNS / 2;
+        while step > 0 {
+            let c = a + step;
+            // SAFETY: c < nruns <= MW_MAX_RUNS.
+            if c < nruns && unsafe { pre.add(c as usize).read() } <= q {
+                a = c;
             }
+            step /= 2;
         }
         a
     };
-    // 2. Load the keys.
-    let mut q = t;
-    while q < l {
-        let s = slice_of(q);
-        // SAFETY: s < nruns; the slice's global start plus its local offset is inside the
-        // run (rows at most the run's length), so inside `input`.
-        unsafe {
-            let g = base.add(s as usize).read() + (q - pre.add(s as usize).read());
-            let time = f64::from_bits(i::ldg_u64(input.add(2 * g as usize + 1)));
-            keys0.add(q as usize).write(time_key(time));
-            idx0.add(q as usize).write(q as u16);
+    // 2. Load the keys: item j of thread t is q = t + j NT; all addresses first, then all
+    //    loads, then all stores (one memory latency per thread instead of MW_VT).
+    {
+        let mut g = [0u32; MW_VT as usize];
+        let mut j = 0;
+        while j < MW_VT as usize {
+            let q = t + j as u32 * NT;
+            if q < l {
+                let s = slice_of(q);
+                // SAFETY: s < nruns.
+                g[j] = unsafe { base.add(s as usize).read() + (q - pre.add(s as usize).read()) };
+            }
+            j += 1;
         }
-        q += NT;
+        let mut key = [0u64; MW_VT as usize];
+        let mut j = 0;
+        while j < MW_VT as usize {
+            if t + j as u32 * NT < l {
+                // SAFETY: the slice's global start plus the local offset is inside the run
+                // (rows at most the run's length), so inside `input`.
+                key[j] = time_key(f64::from_bits(unsafe {
+                    i::ldg_u64(input.add(2 * g[j] as usize + 1))
+                }));
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < MW_VT as usize {
+            let q = t + j as u32 * NT;
+            if q < l {
+                // SAFETY: q < l <= TILE.
+                unsafe {
+                    keys0.add(q as usize).write(key[j]);
+                    idx0.add(q as usize).write(q as u16);
+                }
+            }
+            j += 1;
+        }
     }
     i::sync_threads();
     // 3. Rounds: groups (2g, 2g + 1) merge into group g.
@@ -253,54 +279,66 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         let pairs = groups.div_ceil(2);
         // SAFETY (closure): j <= groups <= nruns.
         let bnd = |j: u32| unsafe { bs.add(if j < groups { j } else { groups } as usize).read() };
+        // SAFETY (closure): x < l (callers).
+        let key = |x: u32| unsafe { ks.add(x as usize).read() };
         let mut o = t * MW_VT;
         if o < l {
-            // The last pair starting at or before o (a later one starting there is empty
-            // or ends past o: the last one whose start is <= o ends after o).
-            let (mut a, mut b) = (0u32, pairs);
-            while b - a > 1 {
-                let mid = a + (b - a) / 2;
-                if bnd(2 * mid) <= o {
-                    a = mid;
-                } else {
-                    b = mid;
+            // The last pair starting at or before o (it ends after o), by binary lifting.
+            let mut pr = 0u32;
+            let mut step = MW_MAX_RUNS / 4;
+            while step > 0 {
+                let c = pr + step;
+                if c < pairs && bnd(2 * c) <= o {
+                    pr = c;
                 }
+                step /= 2;
             }
-            let mut pr = a;
             let mut a0 = bnd(2 * pr);
             let mut b0 = bnd(2 * pr + 1);
             let mut b1 = bnd(2 * pr + 2);
-            // SAFETY (closures): indices inside [a0, b1) within the l loaded keys.
             let ia = merge_path(
                 (o - a0) as u64,
                 (b0 - a0) as u64,
                 (b1 - b0) as u64,
-                |x| unsafe { ks.add(a0 as usize + x as usize).read() },
-                |x| unsafe { ks.add(b0 as usize + x as usize).read() },
+                |x| key(a0 + x as u32),
+                |x| key(b0 + x as u32),
             ) as u32;
             let mut ai = a0 + ia;
             let mut bi = b0 + (o - a0 - ia);
+            // The heads of both groups, kept in registers.
+            let mut ka = if ai < b0 { key(ai) } else { 0 };
+            let mut kb = if bi < b1 { key(bi) } else { 0 };
             let end = if o + MW_VT < l { o + MW_VT } else { l };
             while o < end {
-                while o >= b1 {
-                    pr += 1;
-                    a0 = b1;
-                    b0 = bnd(2 * pr + 1);
-                    b1 = bnd(2 * pr + 2);
+                if o >= b1 {
+                    while o >= b1 {
+                        pr += 1;
+                        a0 = b1;
+                        b0 = bnd(2 * pr + 1);
+                        b1 = bnd(2 * pr + 2);
+                    }
                     ai = a0;
                     bi = b0;
+                    ka = if ai < b0 { key(ai) } else { 0 };
+                    kb = if bi < b1 { key(bi) } else { 0 };
                 }
+                let take_a = ai < b0 && (bi >= b1 || ka <= kb);
                 // SAFETY: ai < b0 or bi < b1 (o < b1); indices below l.
                 unsafe {
-                    let take_a = ai < b0
-                        && (bi >= b1 || ks.add(ai as usize).read() <= ks.add(bi as usize).read());
-                    let src = if take_a { ai } else { bi } as usize;
-                    kd.add(o as usize).write(ks.add(src).read());
-                    id.add(o as usize).write(is.add(src).read());
                     if take_a {
+                        kd.add(o as usize).write(ka);
+                        id.add(o as usize).write(is.add(ai as usize).read());
                         ai += 1;
+                        if ai < b0 {
+                            ka = key(ai);
+                        }
                     } else {
+                        kd.add(o as usize).write(kb);
+                        id.add(o as usize).write(is.add(bi as usize).read());
                         bi += 1;
+                        if bi < b1 {
+                            kb = key(bi);
+                        }
                     }
                 }
                 o += 1;
@@ -316,20 +354,40 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         core::mem::swap(&mut bs, &mut bd);
         groups = pairs;
     }
-    // 4. Gather the singles in merged order and store them.
-    let mut q = t;
-    while q < l {
-        // SAFETY: q < l; the local index is below l; s < nruns; global index inside the
-        // run (as in the load); the output offset plus q is below the sum of row k + 1,
-        // at most starts[nruns].
-        unsafe {
-            let li = is.add(q as usize).read() as u32;
-            let s = slice_of(li);
-            let g = base.add(s as usize).read() + (li - pre.add(s as usize).read());
-            let v = i::ldg_v2_u64(input.add(2 * g as usize));
-            i::st_v2_u64(output.add(2 * (out0 + q) as usize), v);
+    // 4. Gather the singles in merged order and store them (addresses first, then the
+    //    loads, then the stores).
+    let mut g = [0u32; MW_VT as usize];
+    let mut j = 0;
+    while j < MW_VT as usize {
+        let q = t + j as u32 * NT;
+        if q < l {
+            // SAFETY: q < l; the local index is below l; s < nruns.
+            unsafe {
+                let li = is.add(q as usize).read() as u32;
+                let s = slice_of(li);
+                g[j] = base.add(s as usize).read() + (li - pre.add(s as usize).read());
+            }
         }
-        q += NT;
+        j += 1;
+    }
+    let mut v = [[0u64; 2]; MW_VT as usize];
+    let mut j = 0;
+    while j < MW_VT as usize {
+        if t + j as u32 * NT < l {
+            // SAFETY: global index inside the run (as in the load).
+            v[j] = unsafe { i::ldg_v2_u64(input.add(2 * g[j] as usize)) };
+        }
+        j += 1;
+    }
+    let mut j = 0;
+    while j < MW_VT as usize {
+        let q = t + j as u32 * NT;
+        if q < l {
+            // SAFETY: the output offset plus q is below the sum of row k + 1, at most
+            // starts[nruns].
+            unsafe { i::st_v2_u64(output.add(2 * (out0 + q) as usize), v[j]) };
+        }
+        j += 1;
     }
 }
 

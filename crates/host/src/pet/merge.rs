@@ -59,7 +59,7 @@ impl MergeLevel {
 
 /// The levels of a merge of the (non-empty) runs `starts` with segments of at most `tile`
 /// elements: level 0 the input, level `l + 1` the samples of level `l`; the last level fits
-/// one tile. `runs` in `1..=MW_MAX_RUNS`, `tile >= 4 * MW_MAX_RUNS` (so `step >= 2`
+/// one tile. `runs` in `1..=MW_MAX_RUNS`, `tile >= 6 * MW_MAX_RUNS` (so `step >= 2`
 /// and every level is smaller than the one before).
 pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
     let mut levels = Vec::new();
@@ -76,8 +76,9 @@ pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
             });
             return levels;
         }
-        let (step, every) = k::mw_sampling(runs, tile);
-        debug_assert!(step >= 2, "tile below 4 * MW_MAX_RUNS");
+        let div = if levels.is_empty() { 3 } else { 2 };
+        let (step, every) = k::mw_sampling(runs, tile, div);
+        debug_assert!(step >= 2, "tile below 6 * MW_MAX_RUNS");
         let mut next = Vec::with_capacity(s.len());
         next.push(0u32);
         for w in s.windows(2) {
@@ -110,10 +111,10 @@ fn wide_tile() -> bool {
 /// merged by a stable sort): the host tests compare it with the oracle and check every
 /// segment against the tile. `CapacityExceeded` if a segment were larger than `tile`.
 pub fn merge_runs_emulated(singles: &[Single], starts: &[u32], tile: u32) -> Result<Vec<Single>> {
-    if tile < 4 * k::MW_MAX_RUNS {
+    if tile < 6 * k::MW_MAX_RUNS {
         return Err(invalid(
             "multiway tile",
-            format!("{tile} < 4 * MW_MAX_RUNS"),
+            format!("{tile} < 6 * MW_MAX_RUNS"),
         ));
     }
     check_run_starts(starts, singles.len())?;
@@ -126,12 +127,13 @@ pub fn merge_runs_emulated(singles: &[Single], starts: &[u32], tile: u32) -> Res
     if s.len() - 1 > k::MW_MAX_RUNS as usize {
         return crate::pet::cpu::sort(singles);
     }
-    emulate_level(singles, &s, tile)
+    let plan = merge_plan(&s, tile);
+    emulate_level(singles, &plan, 0, tile)
 }
 
-fn emulate_level(v: &[Single], s: &[u32], tile: u32) -> Result<Vec<Single>> {
-    let plan = merge_plan(s, tile);
-    let lv = &plan[0];
+fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Result<Vec<Single>> {
+    let lv = &plan[l];
+    let s = &lv.starts;
     let runs = lv.runs() as usize;
     let rows: Vec<Vec<u32>> = if lv.step == 0 {
         vec![vec![0; runs], s.windows(2).map(|w| w[1] - w[0]).collect()]
@@ -149,7 +151,7 @@ fn emulate_level(v: &[Single], s: &[u32], tile: u32) -> Result<Vec<Single>> {
                 p += lv.step;
             }
         }
-        let sorted = emulate_level(&samples, &plan[1].starts, tile)?;
+        let sorted = emulate_level(&samples, plan, l + 1, tile)?;
         let mut rows = vec![vec![0; runs]];
         for j in 1..=lv.nsplit {
             let sp = sorted[(j * lv.every) as usize];
@@ -457,6 +459,15 @@ impl GpuContext {
                 nruns: lv.runs(),
                 _pad: 0,
             };
+            if l == last {
+                // All the shared memory for the merge: two narrow blocks per multiprocessor.
+                self.kernel(kernel)?
+                    .set_attribute(
+                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                        100,
+                    )
+                    .ctx("setting the shared-memory carveout of the merge")?;
+            }
             // SAFETY: `threads` threads with the matching kernel and tile, `mw_smem_bytes`;
             // rows written by the split kernel just before (nsplit + 2 rows, each word at
             // most its run's length); input and output distinct buffers of the level's
@@ -655,16 +666,19 @@ mod tests {
     fn sampling_bound_fits_the_tiles() {
         for tile in [k::MW_TILE, k::MW_WIDE_TILE, 1024] {
             for runs in 1..=k::MW_MAX_RUNS {
-                let (step, every) = k::mw_sampling(runs, tile);
-                assert!(step >= 1 && every >= 1, "runs {runs} tile {tile}");
-                assert!(
-                    every * step + runs * (step - 1) <= tile,
-                    "runs {runs} tile {tile}"
-                );
+                for div in [2, 3] {
+                    let (step, every) = k::mw_sampling(runs, tile, div);
+                    assert!(step >= 1 && every >= 1, "runs {runs} tile {tile}");
+                    assert!(
+                        every * step + runs * (step - 1) <= tile,
+                        "runs {runs} tile {tile}"
+                    );
+                }
             }
         }
-        assert_eq!(k::mw_sampling(256, k::MW_TILE), (9, 284));
-        assert_eq!(k::mw_sampling(2, k::MW_TILE), (1152, 2));
+        assert_eq!(k::mw_sampling(256, k::MW_TILE, 2), (9, 284));
+        assert_eq!(k::mw_sampling(256, k::MW_TILE, 3), (6, 554));
+        assert_eq!(k::mw_sampling(2, k::MW_TILE, 2), (1152, 2));
     }
 
     #[test]
@@ -681,7 +695,7 @@ mod tests {
 
     #[test]
     fn adversarial_segments_fit() {
-        let tile = 1100;
+        let tile = 1600;
         // All times equal, 256 runs.
         let (v, s) = runs_of(&vec![vec![7; 40]; 256]);
         assert_eq!(
@@ -709,7 +723,7 @@ mod tests {
         #[test]
         fn emulated_merge_equals_the_stable_sort(
             times in prop::collection::vec(prop::collection::vec(0u32..50, 0..40), 1..300),
-            tile in 1024u32..3000,
+            tile in 1536u32..3000,
         ) {
             let (v, s) = runs_of(&times);
             let got = merge_runs_emulated(&v, &s, tile).unwrap();
