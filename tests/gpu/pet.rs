@@ -17,6 +17,8 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_coincide", test_coincide),
     ("pet_coincide_adversarial", test_coincide_adversarial),
     ("pet_stream", test_stream),
+    ("pet_merge_multiway", test_merge_multiway),
+    ("pet_sort_auto", test_sort_auto),
 ];
 
 const POISON: u64 = 0xDEAD_BEEF_DEAD_BEEF;
@@ -667,6 +669,258 @@ fn test_stream(c: &Ctx) -> R {
             )
             .map_err(e)?;
         exact(&format!("stream n={n}, another scanner"), &got, &want)?;
+    }
+    Ok(())
+}
+
+/// Runs of the given lengths, each sorted, times from `time(run, i)` (crystal = input index,
+/// so that any instability shows). Returns the singles and the run starts.
+fn runs_input(lens: &[usize], time: impl Fn(usize, usize) -> f64) -> (Vec<Single>, Vec<u32>) {
+    let mut v = Vec::new();
+    let mut starts = vec![0u32];
+    for (r, &len) in lens.iter().enumerate() {
+        let mut ts: Vec<f64> = (0..len).map(|i| time(r, i)).collect();
+        ts.sort_by(|a, b| a.total_cmp(b));
+        for t in ts {
+            v.push(Single {
+                crystal: v.len() as u32,
+                energy: r as f32,
+                time: t,
+            });
+        }
+        starts.push(v.len() as u32);
+    }
+    (v, starts)
+}
+
+/// The multiway merge of `v` (runs `starts`) with both tiles, from poisoned outputs at an
+/// offset inside larger buffers, against the oracle; the status word must stay clear and the
+/// poison outside the range intact. Also the default entry points.
+fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
+    let g = c.gpu();
+    let n = v.len();
+    let want = oracle::sort(v).map_err(e)?;
+    let words: &[u64] = bytemuck::cast_slice(v);
+    let off = 5;
+    for wide in [false, true] {
+        let mut a = g.poisoned(2 * (n + off) + 4, POISON).map_err(e)?;
+        if n > 0 {
+            g.stream()
+                .memcpy_htod(words, &mut a.slice_mut(2 * off..2 * (off + n)))
+                .map_err(|x| x.to_string())?;
+        }
+        let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
+        let in_b = g
+            .pet_merge_runs_multiway_with(&mut a, &mut b, off, n, starts, wide)
+            .map_err(e)?;
+        let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+        let label = format!("{what} n={n} runs={} wide={wide}", starts.len() - 1);
+        exact(&label, &singles(&got[2 * off..2 * (off + n)]), &want)?;
+        ensure(
+            got[..2 * off]
+                .iter()
+                .chain(&got[2 * (off + n)..])
+                .all(|&w| w == POISON),
+            || format!("{label}: wrote outside its range"),
+        )?;
+        let in_b = g
+            .pet_merge_runs_checked(&mut a, &mut b, off, n, starts)
+            .map_err(e)?;
+        let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+        exact(
+            &format!("{label} (checked)"),
+            &singles(&got[2 * off..2 * (off + n)]),
+            &want,
+        )?;
+    }
+    let got = c.backend.pet_sort_runs(v, starts).map_err(e)?;
+    exact(&format!("{what} n={n} backend"), &got, &want)
+}
+
+fn test_merge_multiway(c: &Ctx) -> R {
+    let tile = kp::MW_TILE as usize;
+    let wide = kp::MW_WIDE_TILE as usize;
+    let big = if c.quick { 100_000 } else { (1 << 20) + 7 };
+    // Run counts (random lengths, empty ones included; few distinct times: ties across
+    // runs).
+    for (nruns, n) in [
+        (1usize, 1000usize),
+        (2, 5000),
+        (2, big),
+        (255, 20_000),
+        (256, 50_000),
+        (256, big),
+        (257, 20_000),
+        (4096, if c.quick { 20_000 } else { 300_000 }),
+    ] {
+        let cuts = c.rand(40 + nruns as u64, nruns - 1, n as u32 + 1);
+        let mut bounds: Vec<u32> = cuts;
+        bounds.push(0);
+        bounds.push(n as u32);
+        bounds.sort_unstable();
+        let lens: Vec<usize> = bounds.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
+        let r = c.rand(41, n, 64);
+        let (v, s) = runs_input(&lens, |run, i| {
+            r[(bounds[run] as usize + i) % n.max(1)] as f64 * 0.25
+        });
+        check_multiway(c, "random runs", &v, &s)?;
+    }
+    // Sizes around the tiles, 256 and 3 runs, 50 distinct times.
+    for n in [
+        0usize,
+        1,
+        31,
+        32,
+        33,
+        tile - 1,
+        tile,
+        tile + 1,
+        wide - 1,
+        wide,
+        wide + 1,
+        big,
+    ] {
+        for nruns in [3usize, 256] {
+            let lens: Vec<usize> = (0..nruns)
+                .map(|r| n / nruns + usize::from(r < n % nruns))
+                .collect();
+            let r = c.rand(42, n, 50);
+            let (v, s) = runs_input(&lens, |run, i| r[(run * 7919 + i) % n.max(1)] as f64);
+            check_multiway(c, "sizes", &v, &s)?;
+        }
+    }
+    // Runs of length 0 and 1.
+    let lens: Vec<usize> = (0..256).map(|r| r % 2).collect();
+    let (v, s) = runs_input(&lens, |run, _| (run % 5) as f64);
+    check_multiway(c, "runs of 0 and 1", &v, &s)?;
+    let (v, s) = runs_input(&[0, 0, 1, 0, 1, 1, 0], |run, _| -(run as f64));
+    check_multiway(c, "tiny runs", &v, &s)?;
+    // Adversarial segment shapes.
+    let m = if c.quick { 2000 } else { 20_000 };
+    // All times equal.
+    let (v, s) = runs_input(&vec![m / 10; 256], |_, _| 3.5);
+    check_multiway(c, "all equal", &v, &s)?;
+    // Every run the same sequence (each run's hidden singles between samples land in one
+    // segment).
+    let (v, s) = runs_input(&vec![m / 10; 256], |_, i| i as f64);
+    check_multiway(c, "identical runs", &v, &s)?;
+    // One huge run, 255 tiny ones packed just after one of its times.
+    let mut lens = vec![10 * m];
+    lens.extend(std::iter::repeat_n(7, 255));
+    let (v, s) = runs_input(&lens, |run, i| {
+        if run == 0 {
+            2.0 * i as f64
+        } else {
+            2.0 * (5 * m) as f64 + 1.0 + (i % 2) as f64 * 0.5
+        }
+    });
+    check_multiway(c, "huge and tiny", &v, &s)?;
+    // Every run's singles packed just after the first splitter's time: all runs hold the
+    // same long stretch of one time right after their first few distinct times.
+    let (v, s) = runs_input(&vec![m / 10; 256], |run, i| {
+        if i < 3 {
+            (i * 256 + run) as f64
+        } else {
+            1e6
+        }
+    });
+    check_multiway(c, "packed after a splitter", &v, &s)?;
+    // Signs, zeros, extremes across runs.
+    let odd = [
+        -0.0,
+        0.0,
+        -1e300,
+        1e300,
+        f64::MIN_POSITIVE,
+        -f64::MAX,
+        f64::MAX,
+        5e-324,
+    ];
+    let r = c.rand(43, 30_000, odd.len() as u32);
+    let (v, s) = runs_input(&vec![30_000 / 100; 100], |run, i| {
+        odd[r[run * 300 + i] as usize]
+    });
+    check_multiway(c, "signs and zeros", &v, &s)?;
+    // An unsorted run: typed error from the Backend API.
+    let (mut v, s) = runs_input(&[4, 4], |_, i| i as f64);
+    v.swap(1, 2);
+    ensure(
+        matches!(
+            c.backend.pet_sort_runs(&v, &s),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "unsorted run accepted by the multiway merge".into(),
+    )?;
+    v[3].time = f64::NAN;
+    ensure(
+        matches!(
+            c.backend.pet_sort_runs(&v, &s),
+            Err(Error::InvalidInput { .. })
+        ),
+        || "NaN accepted by the multiway merge".into(),
+    )
+}
+
+fn test_sort_auto(c: &Ctx) -> R {
+    use detkit::pet::PetSortPath;
+    let g = c.gpu();
+    let n = if c.quick { 50_000 } else { 1 << 20 };
+    let r = c.rand(50, n, 1000);
+    let cases: Vec<(&str, Vec<Single>, Option<PetSortPath>)> = vec![
+        ("empty", Vec::new(), Some(PetSortPath::Sorted)),
+        (
+            "sorted",
+            (0..n).map(|i| sgl(i as u32, 1.0, (i / 3) as f64)).collect(),
+            Some(PetSortPath::Sorted),
+        ),
+        (
+            "two natural runs",
+            (0..n)
+                .map(|i| sgl(i as u32, 1.0, ((i + n / 2) % n) as f64))
+                .collect(),
+            Some(PetSortPath::Merge { runs: 2 }),
+        ),
+        (
+            "256 natural runs",
+            (0..n)
+                .map(|i| sgl(i as u32, 1.0, (i % (n / 256 + 1)) as f64))
+                .collect(),
+            None,
+        ),
+        (
+            "random",
+            r.iter()
+                .enumerate()
+                .map(|(i, &t)| sgl(i as u32, 1.0, t as f64))
+                .collect(),
+            Some(PetSortPath::Radix),
+        ),
+    ];
+    for (what, v, path) in cases {
+        let want = oracle::sort(&v).map_err(e)?;
+        let (got, p) = c.backend.pet_sort_auto(&v).map_err(e)?;
+        exact(&format!("sort_auto {what}"), &got, &want)?;
+        if let Some(path) = path {
+            ensure(p == path, || {
+                format!("sort_auto {what}: path {p:?}, expected {path:?}")
+            })?;
+        }
+        // The detected runs equal the host's natural runs.
+        if !v.is_empty() {
+            let a = g
+                .upload(bytemuck::cast_slice::<Single, u64>(&v))
+                .map_err(e)?;
+            let got = g.pet_detect_runs_device(&a, 0, v.len()).map_err(e)?;
+            let mut host = vec![0u32];
+            host.extend(
+                (1..v.len())
+                    .filter(|&i| v[i].time < v[i - 1].time)
+                    .map(|i| i as u32),
+            );
+            host.push(v.len() as u32);
+            let want = (host.len() - 1 <= kp::MW_MAX_RUNS as usize).then_some(host);
+            ensure(got == want, || format!("detect runs {what}"))?;
+        }
     }
     Ok(())
 }

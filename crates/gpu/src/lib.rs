@@ -67,6 +67,11 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_GATHER,
     pet::KERNEL_COINCIDE_OPEN,
     pet::KERNEL_COINCIDE_FILL,
+    pet::KERNEL_MW_SAMPLE,
+    pet::KERNEL_MW_SPLIT,
+    pet::KERNEL_MW_MERGE,
+    pet::KERNEL_MW_MERGE_WIDE,
+    pet::KERNEL_DETECT_RUNS,
     seeding::KERNEL_BIN,
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,
@@ -98,6 +103,8 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
+    (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
     (
         sort::KERNEL_SORT_ONESWEEP_U32,
         sort::ONESWEEP_THREADS,

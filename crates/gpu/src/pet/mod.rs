@@ -941,3 +941,178 @@ pub mod device {
     pub use super::convert::*;
     pub use super::sort::*;
 }
+
+// ---------------------------------------------------------------------------------------
+// Multiway merge of presorted runs (issue 12; kernels in `multiway.rs`)
+// ---------------------------------------------------------------------------------------
+
+/// Kernel: every `step`-th single of every run, as sample records.
+pub const KERNEL_MW_SAMPLE: &str = "pet_multiway_sample";
+/// Kernel: the split of every run at every splitter (one block per splitter).
+pub const KERNEL_MW_SPLIT: &str = "pet_multiway_split";
+/// Kernel: merge of one segment per block, [`MW_THREADS`] threads, tile [`MW_TILE`].
+pub const KERNEL_MW_MERGE: &str = "pet_multiway_merge";
+/// Kernel: as [`KERNEL_MW_MERGE`] with [`MW_WIDE_THREADS`] threads, tile [`MW_WIDE_TILE`].
+pub const KERNEL_MW_MERGE_WIDE: &str = "pet_multiway_merge_wide";
+/// Kernel: positions where the time goes down (`!(t[i] >= t[i - 1])`): natural run starts.
+pub const KERNEL_DETECT_RUNS: &str = "pet_detect_runs";
+
+/// Most runs the multiway merge takes (more: the radix sort).
+pub const MW_MAX_RUNS: u32 = 256;
+/// Outputs per thread of a merge round (odd: the threads' 8-byte keys at stride
+/// `8 * MW_VT` bytes fall in distinct bank pairs of a half-warp).
+pub const MW_VT: u32 = 9;
+/// Threads per block of [`KERNEL_MW_MERGE`] (two blocks per multiprocessor).
+pub const MW_THREADS: u32 = 512;
+/// Largest segment of [`KERNEL_MW_MERGE`].
+pub const MW_TILE: u32 = MW_THREADS * MW_VT;
+/// Threads per block of [`KERNEL_MW_MERGE_WIDE`] (one block per multiprocessor).
+pub const MW_WIDE_THREADS: u32 = 1024;
+/// Largest segment of [`KERNEL_MW_MERGE_WIDE`].
+pub const MW_WIDE_TILE: u32 = MW_WIDE_THREADS * MW_VT;
+/// Threads per block of [`KERNEL_MW_SPLIT`] (one per run).
+pub const MW_SPLIT_THREADS: u32 = MW_MAX_RUNS;
+/// Threads per block of [`KERNEL_MW_SAMPLE`] and [`KERNEL_DETECT_RUNS`].
+pub const MW_SAMPLE_THREADS: u32 = 256;
+
+/// Shared-memory bytes of a merge kernel of tile `tile`: two key arrays (`u64`), two local
+/// index arrays (`u16`), slice starts, slice bases, two group-boundary arrays, 16 words.
+pub const fn mw_smem_bytes(tile: u32) -> usize {
+    let t = tile as usize;
+    let r = MW_MAX_RUNS as usize + 1;
+    2 * 8 * t + 2 * 2 * t + 4 * 4 * r + 4 * 16
+}
+
+/// Sampling of one merge level: every `step`-th single of each run is a sample, and every
+/// `every`-th sorted sample (from index `every`) a splitter. A segment (from one splitter to
+/// the next) then holds at most `every * step + runs * (step - 1)` singles: `every` samples,
+/// at most `step` singles per sample of its run, plus at most `step - 1` singles of each run
+/// before the run's first sample in the segment. Chosen so that this bound is `<= tile`:
+/// `step = max(1, tile / (div runs))`, `every = (tile - runs (step - 1)) / step >= 1`;
+/// segments hold `every * step` singles on average, about `1 - 1/div` of the tile (the
+/// host uses `div = 3` on the first level, 2 on the levels of samples).
+/// `runs` in `1..=tile / 2`, `div >= 2`.
+#[inline(always)]
+pub const fn mw_sampling(runs: u32, tile: u32, div: u32) -> (u32, u32) {
+    let step = if tile / (div * runs) > 1 {
+        tile / (div * runs)
+    } else {
+        1
+    };
+    let every = (tile - runs * (step - 1)) / step;
+    (step, every)
+}
+
+/// The split of run `run` (its singles read by `get`, `len` of them, sorted by time) at a
+/// splitter: the sample at position `pos` of run `splitter_run` with key `key`
+/// ([`time_key`]). The number of the run's singles before the splitter in the total order
+/// (time, run, position), which is the stable sort's order: runs before the splitter's
+/// count their times `<= key`, runs after it their times `< key`, its own run `pos`.
+#[inline(always)]
+pub fn mw_split(
+    run: u32,
+    len: u32,
+    splitter_run: u32,
+    pos: u32,
+    key: u64,
+    get: impl Fn(u32) -> f64,
+) -> u32 {
+    if run == splitter_run {
+        return if pos < len { pos } else { len };
+    }
+    rank_in(len, key, run > splitter_run, |q| time_key(get(q)))
+}
+
+/// Parameters of the `pet_multiway_sample` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetMwSampleParams {
+    /// The level's singles (runs back to back).
+    pub input: DevPtr<Single>,
+    /// `nsamples` records written: sample `j` of run `r` is
+    /// `{crystal: r, energy: f32::from_bits(j * step), time}` of single `j * step` of run `r`.
+    pub samples: DevPtr<Single>,
+    /// `nruns + 1` run starts in `input`.
+    pub starts: DevPtr<u32>,
+    /// `nruns + 1` sample starts: `sstarts[r + 1] - sstarts[r] = ceil(len_r / step)`.
+    pub sstarts: DevPtr<u32>,
+    /// Number of samples.
+    pub nsamples: u64,
+    /// Number of runs (`1..=MW_MAX_RUNS`).
+    pub nruns: u32,
+    /// Sampling step.
+    pub step: u32,
+}
+crate::kernel_params!(PetMwSampleParams, 48, ["pet_multiway_sample"]);
+
+/// Parameters of the `pet_multiway_split` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetMwSplitParams {
+    /// The level's singles.
+    pub input: DevPtr<Single>,
+    /// `nruns + 1` run starts in `input`.
+    pub starts: DevPtr<u32>,
+    /// The sorted samples (records of [`PetMwSampleParams::samples`]); splitter `k` in
+    /// `1..=nsplit` is sample `k * every`.
+    pub sorted: DevPtr<Single>,
+    /// `(nsplit + 2) * nruns` words written: row `k` holds every run's split at splitter `k`
+    /// (row 0: zeros, row `nsplit + 1`: the run lengths).
+    pub rows: DevPtr<u32>,
+    /// Number of runs (`1..=MW_MAX_RUNS`).
+    pub nruns: u32,
+    /// Samples per segment.
+    pub every: u32,
+    /// Number of splitters.
+    pub nsplit: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+crate::kernel_params!(PetMwSplitParams, 48, ["pet_multiway_split"]);
+
+/// Parameters of the `pet_multiway_merge` and `pet_multiway_merge_wide` kernels.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetMwMergeParams {
+    /// The level's singles.
+    pub input: DevPtr<Single>,
+    /// The merged singles (block `k` writes segment `k` at the sum of row `k`).
+    pub output: DevPtr<Single>,
+    /// `nruns + 1` run starts in `input`.
+    pub starts: DevPtr<u32>,
+    /// The split rows of [`PetMwSplitParams::rows`] (`gridDim.x + 1` rows).
+    pub rows: DevPtr<u32>,
+    /// One word, set to 1 by a block whose segment is larger than the tile or whose rows
+    /// decrease (input not sorted within its runs); that block writes nothing.
+    pub status: DevPtr<u32>,
+    /// Number of runs (`1..=MW_MAX_RUNS`).
+    pub nruns: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+crate::kernel_params!(
+    PetMwMergeParams,
+    48,
+    ["pet_multiway_merge", "pet_multiway_merge_wide"]
+);
+
+/// Parameters of the `pet_detect_runs` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetDetectRunsParams {
+    /// `n` singles.
+    pub singles: DevPtr<Single>,
+    /// `1 + cap` words: word 0 counts the descents (atomically; zero on entry), the next
+    /// `cap` hold the first `cap` found, in no particular order.
+    pub out: DevPtr<u32>,
+    /// Number of singles.
+    pub n: u64,
+    /// Positions kept.
+    pub cap: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+crate::kernel_params!(PetDetectRunsParams, 32, ["pet_detect_runs"]);
+
+#[cfg(target_arch = "nvptx64")]
+pub mod multiway;

@@ -390,29 +390,9 @@ impl GpuContext {
         n: usize,
         starts: &[u32],
     ) -> Result<bool> {
-        check_u32_len("singles to merge", n)?;
-        check_run_starts(starts, n)?;
-        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
-            return Err(invalid("merge buffers", "shorter than off + n singles"));
-        }
-        let mut bounds: Vec<u32> = starts.to_vec();
-        let mut in_b = false;
-        while bounds.len() > 2 {
-            let nruns = (bounds.len() - 1) as u64;
-            let d = self.upload(&bounds)?;
-            if in_b {
-                self.pet_merge_pass(b, a, off, n, 0, &d, nruns)?;
-            } else {
-                self.pet_merge_pass(a, b, off, n, 0, &d, nruns)?;
-            }
-            in_b = !in_b;
-            let mut next: Vec<u32> = bounds.iter().step_by(2).copied().collect();
-            if *next.last().expect("non-empty") != n as u32 {
-                next.push(n as u32);
-            }
-            bounds = next;
-        }
-        Ok(in_b)
+        // The multiway merge (`merge.rs`): one pass over the singles; more than
+        // `MW_MAX_RUNS` runs go to the radix sort.
+        self.pet_merge_runs_multiway(a, b, off, n, starts)
     }
 
     /// Coincidences of the sorted singles `s[off..off+n]` whose windows are complete for

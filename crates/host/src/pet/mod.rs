@@ -20,6 +20,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod gen;
 pub mod io;
+pub mod merge;
 
 use std::io::Read;
 use std::path::Path;
@@ -27,6 +28,7 @@ use std::path::Path;
 pub use cuda::{CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
 pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
 pub use io::*;
+pub use merge::PetSortPath;
 
 use detkit_gpu::pet as k;
 

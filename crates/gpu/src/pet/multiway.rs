@@ -1,0 +1,445 @@
+//! Multiway merge of presorted runs (issue 12): samples, splits, one shared-memory merge per
+//! segment. The host (`detkit::pet::merge`) sorts the samples by running the same three
+//! kernels on them (recursively, until one tile holds them) and describes the layout.
+
+use super::*;
+use crate::intrinsics as i;
+
+/// Sample records: sample `j` of run `r` is single `j * step` of run `r`, written as
+/// `{crystal: r, energy: f32::from_bits(j * step), time}`. The samples of a run are in the
+/// run's order, runs back to back: the same kind of input (presorted runs) one level down.
+///
+/// # Safety
+/// `blockDim.x == MW_SAMPLE_THREADS`, any grid; `starts` and `sstarts` hold `nruns + 1`
+/// non-decreasing words with `sstarts[r + 1] - sstarts[r] = ceil((starts[r + 1] -
+/// starts[r]) / step)`, `sstarts[nruns] == nsamples`; `input` valid for `starts[nruns]`
+/// singles, `samples` for `nsamples`; `1 <= nruns <= MW_MAX_RUNS`, `step >= 1`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_multiway_sample(p: PetMwSampleParams) {
+    let (input, samples, starts, sstarts) = (
+        p.input.ptr() as *const u64,
+        p.samples.ptr_mut() as *mut u64,
+        p.starts.ptr(),
+        p.sstarts.ptr(),
+    );
+    let stride = i::grid_dim_x() as u64 * MW_SAMPLE_THREADS as u64;
+    let mut q = i::block_idx_x() as u64 * MW_SAMPLE_THREADS as u64 + i::thread_idx_x() as u64;
+    while q < p.nsamples {
+        // The run of sample q: the last r with sstarts[r] <= q (q < sstarts[nruns]).
+        let (mut lo, mut hi) = (0u32, p.nruns);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            // SAFETY: mid < nruns.
+            if unsafe { i::ldg_u32(sstarts.add(mid as usize)) } as u64 <= q {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        // SAFETY: lo < nruns.
+        let (s0, r0) = unsafe {
+            (
+                i::ldg_u32(sstarts.add(lo as usize)),
+                i::ldg_u32(starts.add(lo as usize)),
+            )
+        };
+        let pos = (q as u32 - s0) * p.step;
+        // SAFETY: pos < run length (ceil(len / step) samples), so r0 + pos < starts[nruns];
+        // the time is the second word of the 16-byte single.
+        let time = unsafe { i::ldg_u64(input.add(2 * (r0 + pos) as usize + 1)) };
+        let w0 = lo as u64 | (pos as u64) << 32;
+        // SAFETY: q < nsamples; 16-byte aligned records.
+        unsafe { i::st_v2_u64(samples.add(2 * q as usize), [w0, time]) };
+        q += stride;
+    }
+}
+
+/// Split rows: block `k` of `nsplit + 2` writes row `k` (`nruns` words): row 0 zeros, row
+/// `nsplit + 1` the run lengths, row `k` in between every run's [`mw_split`] at splitter
+/// `k` (sorted sample `k * every`). Rows never decrease when the runs are sorted.
+///
+/// # Safety
+/// `blockDim.x == MW_SPLIT_THREADS`, `gridDim.x == nsplit + 2`; `starts` `nruns + 1`
+/// non-decreasing words, `input` valid for `starts[nruns]` singles; `sorted` for
+/// `nsplit * every + 1` records of `pet_multiway_sample` (their run below `nruns`);
+/// `rows` for `(nsplit + 2) * nruns` words; `1 <= nruns <= MW_MAX_RUNS`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_multiway_split(p: PetMwSplitParams) {
+    let (input, starts, sorted, rows) = (
+        p.input.ptr() as *const u64,
+        p.starts.ptr(),
+        p.sorted.ptr() as *const u64,
+        p.rows.ptr_mut(),
+    );
+    let k = i::block_idx_x();
+    let run = i::thread_idx_x();
+    if run >= p.nruns {
+        return;
+    }
+    // SAFETY: run + 1 <= nruns.
+    let (a, b) = unsafe {
+        (
+            i::ldg_u32(starts.add(run as usize)),
+            i::ldg_u32(starts.add(run as usize + 1)),
+        )
+    };
+    let len = b - a;
+    let v = if k == 0 {
+        0
+    } else if k > p.nsplit {
+        len
+    } else {
+        // SAFETY: k * every < nsplit * every + 1 records.
+        let w = unsafe { i::ldg_v2_u64(sorted.add(2 * (k * p.every) as usize)) };
+        let (srun, pos) = (w[0] as u32, (w[0] >> 32) as u32);
+        let key = time_key(f64::from_bits(w[1]));
+        // SAFETY: q < len, so a + q < starts[nruns].
+        mw_split(run, len, srun, pos, key, |q| {
+            f64::from_bits(unsafe { i::ldg_u64(input.add(2 * (a + q) as usize + 1)) })
+        })
+    };
+    // SAFETY: k <= nsplit + 1, run < nruns.
+    unsafe { rows.add((k * p.nruns + run) as usize).write(v) };
+}
+
+/// Merge of segment `k` = block `k`: run `r`'s slice `rows[k][r] .. rows[k + 1][r]` of every
+/// run, `TILE` singles at most. The keys ([`time_key`]) and local indices of the slices are
+/// loaded in run order into shared memory; then rounds merge neighbouring groups pairwise
+/// (the groups start as the slices, with their variable lengths; empty ones included):
+/// each thread takes `MW_VT` consecutive outputs, finds its pair of groups and its
+/// merge-path split there (ties to the left group: earlier run first, the stable order),
+/// and merges serially into the other buffer. Finally the singles are gathered from the
+/// input by local index (16-byte loads and stores) into `output[sum(rows[k]) ..]`.
+///
+/// # Safety
+/// `blockDim.x == NT`, `TILE == NT * MW_VT`, `mw_smem_bytes(TILE)` of shared memory;
+/// `starts` `nruns + 1` non-decreasing words, `input` valid for `starts[nruns]` singles and
+/// `output` for as many, not overlapping; `rows` `gridDim.x + 1` rows of `nruns` words, each
+/// word of row `k` at most the run's length; `status` one word; `1 <= nruns <=
+/// MW_MAX_RUNS`.
+#[inline(always)]
+unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
+    let (input, output, starts, rows, nruns) = (
+        p.input.ptr() as *const u64,
+        p.output.ptr_mut() as *mut u64,
+        p.starts.ptr(),
+        p.rows.ptr(),
+        p.nruns,
+    );
+    let smem = i::dynamic_shared_ptr();
+    let tile = TILE as usize;
+    let nr = MW_MAX_RUNS as usize + 1;
+    // SAFETY: the layout of `mw_smem_bytes(TILE)` (8-byte arrays first, then 2-byte, then
+    // 4-byte ones: every array aligned).
+    let (keys0, keys1, idx0, idx1, pre, base, bnd0, bnd1, misc) = unsafe {
+        let keys0 = smem as *mut u64;
+        let keys1 = keys0.add(tile);
+        let idx0 = keys1.add(tile) as *mut u16;
+        let idx1 = idx0.add(tile);
+        let pre = idx1.add(tile) as *mut u32;
+        let base = pre.add(nr);
+        let bnd0 = base.add(nr);
+        let bnd1 = bnd0.add(nr);
+        let misc = bnd1.add(nr);
+        (keys0, keys1, idx0, idx1, pre, base, bnd0, bnd1, misc)
+    };
+    let t = i::thread_idx_x();
+    let k = i::block_idx_x() as usize;
+    let (lane, warp) = (t & 31, t >> 5);
+    // 1. Slice lengths, their exclusive prefix (local starts), the output offset.
+    let mut len = 0u32;
+    let mut lo = 0u32;
+    let mut bad = false;
+    if t < nruns {
+        // SAFETY: rows k and k + 1 exist (gridDim.x + 1 rows); t < nruns.
+        let (l, h, s) = unsafe {
+            (
+                rows.add(k * nruns as usize + t as usize).read(),
+                rows.add((k + 1) * nruns as usize + t as usize).read(),
+                starts.add(t as usize).read(),
+            )
+        };
+        lo = l;
+        if h >= l {
+            len = h - l;
+        } else {
+            bad = true;
+        }
+        // SAFETY: t < MW_MAX_RUNS.
+        unsafe { base.add(t as usize).write(s + l) };
+    }
+    let mut inc = len;
+    let mut sum = lo;
+    let mut d = 1;
+    while d < 32 {
+        let v = i::shfl_up(inc, d);
+        if lane >= d {
+            inc = inc.wrapping_add(v);
+        }
+        sum = sum.wrapping_add(i::shfl_xor(sum, d));
+        d *= 2;
+    }
+    // Runs live in the first MW_MAX_RUNS / 32 = 8 warps.
+    if lane == 31 && warp < 8 {
+        // SAFETY: misc holds 16 words.
+        unsafe {
+            misc.add(warp as usize).write(inc);
+            misc.add(8 + warp as usize).write(sum);
+        }
+    }
+    let bad = i::sync_threads_or(bad);
+    let (mut total, mut out0, mut before) = (0u32, 0u32, 0u32);
+    let mut w = 0;
+    while w < 8 {
+        // SAFETY: 16 words written before the barrier.
+        let (c, s) = unsafe { (misc.add(w).read(), misc.add(8 + w).read()) };
+        if (w as u32) < warp {
+            before = before.wrapping_add(c);
+        }
+        total = total.wrapping_add(c);
+        out0 = out0.wrapping_add(s);
+        w += 1;
+    }
+    if bad || total > TILE {
+        if t == 0 {
+            // SAFETY: one word.
+            unsafe { p.status.ptr_mut().write(1) };
+        }
+        return;
+    }
+    let l = total;
+    if t <= nruns {
+        let excl = if t < nruns { before + inc - len } else { l };
+        // SAFETY: t <= MW_MAX_RUNS.
+        unsafe {
+            pre.add(t as usize).write(excl);
+            bnd0.add(t as usize).write(excl);
+        }
+    }
+    i::sync_threads();
+    // The slice of local index q: the last s < nruns with pre[s] <= q (q < l = pre[nruns]);
+    // binary lifting with a fixed number of steps, so the item loops below unroll.
+    let slice_of = |q: u32| {
+        let mut a = 0u32;
+        let mut step = MW_MAX_RUNS / 2;
+        while step > 0 {
+            let c = a + step;
+            // SAFETY: c < nruns <= MW_MAX_RUNS.
+            if c < nruns && unsafe { pre.add(c as usize).read() } <= q {
+                a = c;
+            }
+            step /= 2;
+        }
+        a
+    };
+    // 2. Load the keys: item j of thread t is q = t + j NT; all addresses first, then all
+    //    loads, then all stores (one memory latency per thread instead of MW_VT).
+    {
+        let mut g = [0u32; MW_VT as usize];
+        let mut j = 0;
+        while j < MW_VT as usize {
+            let q = t + j as u32 * NT;
+            if q < l {
+                let s = slice_of(q);
+                // SAFETY: s < nruns.
+                g[j] = unsafe { base.add(s as usize).read() + (q - pre.add(s as usize).read()) };
+            }
+            j += 1;
+        }
+        let mut key = [0u64; MW_VT as usize];
+        let mut j = 0;
+        while j < MW_VT as usize {
+            if t + j as u32 * NT < l {
+                // SAFETY: the slice's global start plus the local offset is inside the run
+                // (rows at most the run's length), so inside `input`.
+                key[j] = time_key(f64::from_bits(unsafe {
+                    i::ldg_u64(input.add(2 * g[j] as usize + 1))
+                }));
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < MW_VT as usize {
+            let q = t + j as u32 * NT;
+            if q < l {
+                // SAFETY: q < l <= TILE.
+                unsafe {
+                    keys0.add(q as usize).write(key[j]);
+                    idx0.add(q as usize).write(q as u16);
+                }
+            }
+            j += 1;
+        }
+    }
+    i::sync_threads();
+    // 3. Rounds: groups (2g, 2g + 1) merge into group g.
+    let (mut ks, mut kd, mut is, mut id, mut bs, mut bd) = (keys0, keys1, idx0, idx1, bnd0, bnd1);
+    let mut groups = nruns;
+    while groups > 1 {
+        let pairs = groups.div_ceil(2);
+        // SAFETY (closure): j <= groups <= nruns.
+        let bnd = |j: u32| unsafe { bs.add(if j < groups { j } else { groups } as usize).read() };
+        // SAFETY (closure): x < l (callers).
+        let key = |x: u32| unsafe { ks.add(x as usize).read() };
+        let mut o = t * MW_VT;
+        if o < l {
+            // The last pair starting at or before o (it ends after o), by binary lifting.
+            let mut pr = 0u32;
+            let mut step = MW_MAX_RUNS / 4;
+            while step > 0 {
+                let c = pr + step;
+                if c < pairs && bnd(2 * c) <= o {
+                    pr = c;
+                }
+                step /= 2;
+            }
+            let mut a0 = bnd(2 * pr);
+            let mut b0 = bnd(2 * pr + 1);
+            let mut b1 = bnd(2 * pr + 2);
+            let ia = merge_path(
+                (o - a0) as u64,
+                (b0 - a0) as u64,
+                (b1 - b0) as u64,
+                |x| key(a0 + x as u32),
+                |x| key(b0 + x as u32),
+            ) as u32;
+            let mut ai = a0 + ia;
+            let mut bi = b0 + (o - a0 - ia);
+            // The heads of both groups, kept in registers.
+            let mut ka = if ai < b0 { key(ai) } else { 0 };
+            let mut kb = if bi < b1 { key(bi) } else { 0 };
+            let end = if o + MW_VT < l { o + MW_VT } else { l };
+            while o < end {
+                if o >= b1 {
+                    while o >= b1 {
+                        pr += 1;
+                        a0 = b1;
+                        b0 = bnd(2 * pr + 1);
+                        b1 = bnd(2 * pr + 2);
+                    }
+                    ai = a0;
+                    bi = b0;
+                    ka = if ai < b0 { key(ai) } else { 0 };
+                    kb = if bi < b1 { key(bi) } else { 0 };
+                }
+                let take_a = ai < b0 && (bi >= b1 || ka <= kb);
+                // SAFETY: ai < b0 or bi < b1 (o < b1); indices below l.
+                unsafe {
+                    if take_a {
+                        kd.add(o as usize).write(ka);
+                        id.add(o as usize).write(is.add(ai as usize).read());
+                        ai += 1;
+                        if ai < b0 {
+                            ka = key(ai);
+                        }
+                    } else {
+                        kd.add(o as usize).write(kb);
+                        id.add(o as usize).write(is.add(bi as usize).read());
+                        bi += 1;
+                        if bi < b1 {
+                            kb = key(bi);
+                        }
+                    }
+                }
+                o += 1;
+            }
+        }
+        if t <= pairs {
+            // SAFETY: t <= pairs <= MW_MAX_RUNS.
+            unsafe { bd.add(t as usize).write(bnd(2 * t)) };
+        }
+        i::sync_threads();
+        core::mem::swap(&mut ks, &mut kd);
+        core::mem::swap(&mut is, &mut id);
+        core::mem::swap(&mut bs, &mut bd);
+        groups = pairs;
+    }
+    // 4. Gather the singles in merged order and store them (addresses first, then the
+    //    loads, then the stores).
+    let mut g = [0u32; MW_VT as usize];
+    let mut j = 0;
+    while j < MW_VT as usize {
+        let q = t + j as u32 * NT;
+        if q < l {
+            // SAFETY: q < l; the local index is below l; s < nruns.
+            unsafe {
+                let li = is.add(q as usize).read() as u32;
+                let s = slice_of(li);
+                g[j] = base.add(s as usize).read() + (li - pre.add(s as usize).read());
+            }
+        }
+        j += 1;
+    }
+    let mut v = [[0u64; 2]; MW_VT as usize];
+    let mut j = 0;
+    while j < MW_VT as usize {
+        if t + j as u32 * NT < l {
+            // SAFETY: global index inside the run (as in the load).
+            v[j] = unsafe { i::ldg_v2_u64(input.add(2 * g[j] as usize)) };
+        }
+        j += 1;
+    }
+    let mut j = 0;
+    while j < MW_VT as usize {
+        let q = t + j as u32 * NT;
+        if q < l {
+            // SAFETY: the output offset plus q is below the sum of row k + 1, at most
+            // starts[nruns].
+            unsafe { i::st_v2_u64(output.add(2 * (out0 + q) as usize), v[j]) };
+        }
+        j += 1;
+    }
+}
+
+/// [`multiway_merge`] with `MW_THREADS` threads (tile `MW_TILE`).
+///
+/// # Safety
+/// As `multiway_merge` with `NT = MW_THREADS`, `TILE = MW_TILE`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_multiway_merge(p: PetMwMergeParams) {
+    // SAFETY: the caller's contract.
+    unsafe { multiway_merge::<MW_THREADS, MW_TILE>(p) }
+}
+
+/// [`multiway_merge`] with `MW_WIDE_THREADS` threads (tile `MW_WIDE_TILE`).
+///
+/// # Safety
+/// As `multiway_merge` with `NT = MW_WIDE_THREADS`, `TILE = MW_WIDE_TILE`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_multiway_merge_wide(p: PetMwMergeParams) {
+    // SAFETY: the caller's contract.
+    unsafe { multiway_merge::<MW_WIDE_THREADS, MW_WIDE_TILE>(p) }
+}
+
+/// Natural run starts: every `i` in `1..n` with `!(t[i] >= t[i - 1])` (a descent, or a NaN)
+/// counts in `out[0]` and, among the first `cap`, is written to `out[1 + c]`. Grid-stride.
+///
+/// # Safety
+/// `blockDim.x == MW_SAMPLE_THREADS`; `singles` valid for `n`; `out` for `1 + cap` words,
+/// `out[0] == 0` on entry.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_detect_runs(p: PetDetectRunsParams) {
+    let (s, out, n) = (p.singles.ptr() as *const u64, p.out.ptr_mut(), p.n);
+    let stride = i::grid_dim_x() as u64 * MW_SAMPLE_THREADS as u64;
+    let mut j = i::block_idx_x() as u64 * MW_SAMPLE_THREADS as u64 + i::thread_idx_x() as u64 + 1;
+    while j < n {
+        // SAFETY: 1 <= j < n.
+        let (a, b) = unsafe {
+            (
+                f64::from_bits(i::ldg_u64(s.add(2 * j as usize - 1))),
+                f64::from_bits(i::ldg_u64(s.add(2 * j as usize + 1))),
+            )
+        };
+        #[allow(clippy::neg_cmp_op_on_partial_ord)]
+        if !(b >= a) {
+            // SAFETY: one counter word; c < cap keeps the write inside the 1 + cap words.
+            unsafe {
+                let c = i::atomic_add_u32(out, 1);
+                if c < p.cap {
+                    out.add(1 + c as usize).write(j as u32);
+                }
+            }
+        }
+        j += stride;
+    }
+}

@@ -1,0 +1,735 @@
+//! Multiway merge of presorted runs on the GPU (issue 12): element splitters from samples,
+//! one shared-memory merge per segment, one read and one write of the singles.
+//!
+//! For runs `r` (each sorted by time) the total order (time, run, position) is the stable
+//! sort. A level of the merge:
+//! 1. `pet_multiway_sample`: every `step`-th single of every run becomes a sample record
+//!    (its run and position kept), runs back to back: presorted runs again, `~n / step`.
+//! 2. The samples are sorted by the same merge, one level down (recursively, until one tile
+//!    holds a level: that level is a single segment).
+//! 3. `pet_multiway_split`: sorted sample `k * every` is splitter `k`; one block per
+//!    splitter, one thread per run, finds each run's split ([`k::mw_split`]): row `k`.
+//! 4. `pet_multiway_merge`: one block per segment (rows `k`..`k + 1`), at most
+//!    `every * step + runs * (step - 1) <= tile` singles ([`k::mw_sampling`]: a deterministic
+//!    bound, whatever the times), merges the slices in shared memory and writes them at the
+//!    segment's offset (the sum of row `k`).
+//!
+//! Everything is asynchronous on the stream (no read-back). More than [`k::MW_MAX_RUNS`]
+//! runs: the radix sort instead.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::CudaSlice;
+use detkit_gpu::pet as k;
+use detkit_gpu::DevPtr;
+
+use super::cuda::{check_u32_len, SinglesBuffer};
+use super::{check_run_starts, check_runs_sorted, Single};
+use crate::cuda::{cfg, GpuContext};
+use crate::error::{invalid, DriverContext, Error, Result};
+use crate::Backend;
+
+/// One level of the merge plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MergeLevel {
+    /// Run starts (`runs + 1`, from 0 to the level's element count; runs non-empty).
+    pub starts: Vec<u32>,
+    /// Sampling step (0 on the last level, a single segment).
+    pub step: u32,
+    /// Samples per segment.
+    pub every: u32,
+    /// Number of splitters (segments - 1).
+    pub nsplit: u32,
+}
+
+impl MergeLevel {
+    /// Elements of the level.
+    pub fn len(&self) -> u32 {
+        *self.starts.last().unwrap_or(&0)
+    }
+    /// Whether the level has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Number of runs.
+    pub fn runs(&self) -> u32 {
+        self.starts.len() as u32 - 1
+    }
+}
+
+/// The levels of a merge of the (non-empty) runs `starts` with segments of at most `tile`
+/// elements: level 0 the input, level `l + 1` the samples of level `l`; the last level fits
+/// one tile. `runs` in `1..=MW_MAX_RUNS`, `tile >= 6 * MW_MAX_RUNS` (so `step >= 2`
+/// and every level is smaller than the one before).
+pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
+    let mut levels = Vec::new();
+    let mut s = starts.to_vec();
+    loop {
+        let n = *s.last().unwrap_or(&0);
+        let runs = s.len() as u32 - 1;
+        if n <= tile {
+            levels.push(MergeLevel {
+                starts: s,
+                step: 0,
+                every: 0,
+                nsplit: 0,
+            });
+            return levels;
+        }
+        let div = if levels.is_empty() { 3 } else { 2 };
+        let (step, every) = k::mw_sampling(runs, tile, div);
+        debug_assert!(step >= 2, "tile below 6 * MW_MAX_RUNS");
+        let mut next = Vec::with_capacity(s.len());
+        next.push(0u32);
+        for w in s.windows(2) {
+            let c = (w[1] - w[0]).div_ceil(step);
+            next.push(next.last().copied().unwrap_or(0) + c);
+        }
+        let ns = *next.last().unwrap_or(&0);
+        levels.push(MergeLevel {
+            starts: s,
+            step,
+            every,
+            nsplit: ns.div_ceil(every) - 1,
+        });
+        s = next;
+    }
+}
+
+/// Which segment tile the merge uses: the wide one (measured faster on an H200: 1.46 against
+/// 1.63 ms at 2^24 singles, 0.44 against 0.53 ms at 2^22) unless
+/// `DETKIT_PET_MERGE_TILE=narrow` (a tuning knob for benchmarks).
+fn wide_tile() -> bool {
+    static WIDE: OnceLock<bool> = OnceLock::new();
+    *WIDE.get_or_init(|| {
+        !matches!(
+            std::env::var("DETKIT_PET_MERGE_TILE").as_deref(),
+            Ok("narrow")
+        )
+    })
+}
+
+/// The CPU mirror of the GPU merge (same plan, samples, splits and segments; segments
+/// merged by a stable sort): the host tests compare it with the oracle and check every
+/// segment against the tile. `CapacityExceeded` if a segment were larger than `tile`.
+pub fn merge_runs_emulated(singles: &[Single], starts: &[u32], tile: u32) -> Result<Vec<Single>> {
+    if tile < 6 * k::MW_MAX_RUNS {
+        return Err(invalid(
+            "multiway tile",
+            format!("{tile} < 6 * MW_MAX_RUNS"),
+        ));
+    }
+    check_run_starts(starts, singles.len())?;
+    check_runs_sorted(singles, starts)?;
+    let mut s = starts.to_vec();
+    s.dedup();
+    if s.len() <= 2 {
+        return Ok(singles.to_vec());
+    }
+    if s.len() - 1 > k::MW_MAX_RUNS as usize {
+        return crate::pet::cpu::sort(singles);
+    }
+    let plan = merge_plan(&s, tile);
+    emulate_level(singles, &plan, 0, tile)
+}
+
+fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Result<Vec<Single>> {
+    let lv = &plan[l];
+    let s = &lv.starts;
+    let runs = lv.runs() as usize;
+    let rows: Vec<Vec<u32>> = if lv.step == 0 {
+        vec![vec![0; runs], s.windows(2).map(|w| w[1] - w[0]).collect()]
+    } else {
+        // Samples as records, sorted by the same merge one level down.
+        let mut samples = Vec::new();
+        for r in 0..runs {
+            let mut p = 0;
+            while p < s[r + 1] - s[r] {
+                samples.push(Single {
+                    crystal: r as u32,
+                    energy: f32::from_bits(p),
+                    time: v[(s[r] + p) as usize].time,
+                });
+                p += lv.step;
+            }
+        }
+        let sorted = emulate_level(&samples, plan, l + 1, tile)?;
+        let mut rows = vec![vec![0; runs]];
+        for j in 1..=lv.nsplit {
+            let sp = sorted[(j * lv.every) as usize];
+            let key = k::time_key(sp.time);
+            rows.push(
+                (0..runs)
+                    .map(|r| {
+                        let run = &v[s[r] as usize..s[r + 1] as usize];
+                        k::mw_split(
+                            r as u32,
+                            run.len() as u32,
+                            sp.crystal,
+                            sp.energy.to_bits(),
+                            key,
+                            |q| run[q as usize].time,
+                        )
+                    })
+                    .collect(),
+            );
+        }
+        rows.push(s.windows(2).map(|w| w[1] - w[0]).collect());
+        rows
+    };
+    let mut out = Vec::with_capacity(v.len());
+    for w in rows.windows(2) {
+        let mut seg = Vec::new();
+        for r in 0..runs {
+            if w[1][r] < w[0][r] {
+                return Err(invalid("multiway merge", "split rows decrease"));
+            }
+            seg.extend_from_slice(&v[(s[r] + w[0][r]) as usize..(s[r] + w[1][r]) as usize]);
+        }
+        if seg.len() > tile as usize {
+            return Err(Error::CapacityExceeded {
+                what: "singles in one multiway-merge segment",
+                needed: seg.len() as u64,
+                capacity: tile as u64,
+            });
+        }
+        if out.len() != w[0].iter().map(|&x| x as usize).sum::<usize>() {
+            return Err(invalid("multiway merge", "segment offset differs"));
+        }
+        seg.sort_by_key(|a| k::time_key(a.time));
+        out.extend(seg);
+    }
+    Ok(out)
+}
+
+/// How [`GpuContext::pet_sort_auto_device`] sorted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PetSortPath {
+    /// The input was already in time order (one natural run, or `n <= 1`): nothing done.
+    Sorted,
+    /// Multiway merge of this many natural runs.
+    Merge {
+        /// Natural runs found.
+        runs: usize,
+    },
+    /// More runs than the merge takes: the radix sort.
+    Radix,
+}
+
+impl std::fmt::Display for PetSortPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PetSortPath::Sorted => write!(f, "already sorted"),
+            PetSortPath::Merge { runs } => write!(f, "multiway merge of {runs} presorted runs"),
+            PetSortPath::Radix => write!(f, "radix sort"),
+        }
+    }
+}
+
+/// Reusable device buffers of the merge (grown on demand).
+#[derive(Default)]
+struct MergeTemp {
+    /// Status word, every level's starts, then every level's rows.
+    words: Option<CudaSlice<u32>>,
+    /// Every level's sample records (input, then merged output), two words per record.
+    recs: Option<CudaSlice<u64>>,
+    /// Natural-run detection: count and positions.
+    detect: Option<CudaSlice<u32>>,
+}
+
+fn ensure<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &GpuContext,
+    slot: &mut Option<CudaSlice<T>>,
+    n: usize,
+) -> Result<()> {
+    if slot.as_ref().is_none_or(|b| b.len() < n) {
+        *slot = Some(g.zeros(n.max(1))?);
+    }
+    Ok(())
+}
+
+impl GpuContext {
+    /// Multiway merge of the presorted runs `a[off + starts[r] .. off + starts[r + 1]]`
+    /// (each sorted by time; ties: earlier run first, so the stable sort) into
+    /// `b[off..off + n]`: one read and one write of the singles plus the samples (about
+    /// `n / 12` of them for 256 runs, merged the same way). Returns `true` when the result is in `b`,
+    /// `false` when it is in `a` (at most one non-empty run). More than
+    /// [`k::MW_MAX_RUNS`] non-empty runs: [`GpuContext::pet_sort_radix_device`].
+    /// Asynchronous; times must be finite and runs sorted (the `Backend` API checks; the
+    /// kernels stay in bounds whatever the data).
+    pub fn pet_merge_runs_multiway(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        starts: &[u32],
+    ) -> Result<bool> {
+        self.pet_merge_runs_multiway_with(a, b, off, n, starts, wide_tile())
+    }
+
+    /// [`GpuContext::pet_merge_runs_multiway`] with a chosen tile: `wide` =
+    /// [`k::MW_WIDE_TILE`] singles per segment (1024 threads, one block per multiprocessor,
+    /// the default), else [`k::MW_TILE`] (512 threads, two blocks per multiprocessor).
+    pub fn pet_merge_runs_multiway_with(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        starts: &[u32],
+        wide: bool,
+    ) -> Result<bool> {
+        check_u32_len("singles to merge", n)?;
+        check_run_starts(starts, n)?;
+        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+            return Err(invalid("merge buffers", "shorter than off + n singles"));
+        }
+        let mut s = starts.to_vec();
+        s.dedup();
+        if s.len() <= 2 {
+            return Ok(false);
+        }
+        if s.len() - 1 > k::MW_MAX_RUNS as usize {
+            return self.pet_sort_radix_device(a, b, off, n);
+        }
+        let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
+        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide);
+        self.with_scratch(|x: &mut MergeTemp| *x = t);
+        r.map(|()| true)
+    }
+
+    /// [`GpuContext::pet_merge_runs_multiway`] followed by a read of the merge's status word:
+    /// `Err` if a segment overflowed its tile or split rows decreased (runs not sorted).
+    pub fn pet_merge_runs_checked(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        starts: &[u32],
+    ) -> Result<bool> {
+        let in_b = self.pet_merge_runs_multiway(a, b, off, n, starts)?;
+        let mut s = starts.to_vec();
+        s.dedup();
+        if s.len() <= 2 || s.len() - 1 > k::MW_MAX_RUNS as usize {
+            return Ok(in_b);
+        }
+        let bad = self.with_scratch(|x: &mut MergeTemp| -> Result<u32> {
+            match x.words.as_ref() {
+                Some(w) => Ok(self
+                    .stream()
+                    .clone_dtoh(&w.slice(0..1))
+                    .ctx("reading the merge status")?[0]),
+                None => Ok(0),
+            }
+        })?;
+        if bad != 0 {
+            return Err(invalid(
+                "singles to merge",
+                "a run is not sorted by time (multiway merge status)",
+            ));
+        }
+        Ok(in_b)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pet_merge_in(
+        &self,
+        t: &mut MergeTemp,
+        a: &SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        s: &[u32],
+        wide: bool,
+    ) -> Result<()> {
+        let (tile, threads, kernel) = if wide {
+            (k::MW_WIDE_TILE, k::MW_WIDE_THREADS, k::KERNEL_MW_MERGE_WIDE)
+        } else {
+            (k::MW_TILE, k::MW_THREADS, k::KERNEL_MW_MERGE)
+        };
+        let plan = merge_plan(s, tile);
+        // Word layout: status, starts of every level, rows of every level.
+        let mut header = vec![0u32];
+        let mut starts_at = Vec::new();
+        for lv in &plan {
+            starts_at.push(header.len());
+            header.extend_from_slice(&lv.starts);
+        }
+        let mut rows_at = Vec::new();
+        let mut words = header.len();
+        for lv in &plan {
+            rows_at.push(words);
+            words += (lv.nsplit as usize + 2) * lv.runs() as usize;
+        }
+        // Record layout: level l >= 1 has its input then its output, 2 words per record.
+        let mut recs_at = vec![(0usize, 0usize)];
+        let mut recs = 0usize;
+        for lv in &plan[1..] {
+            let m = 2 * lv.len() as usize;
+            recs_at.push((recs, recs + m));
+            recs += 2 * m;
+        }
+        ensure(self, &mut t.words, words)?;
+        ensure(self, &mut t.recs, recs.max(2))?;
+        let (Some(wbuf), Some(rbuf)) = (t.words.as_mut(), t.recs.as_mut()) else {
+            unreachable!("allocated above");
+        };
+        self.stream()
+            .memcpy_htod(&header, &mut wbuf.slice_mut(0..header.len()))
+            .ctx("uploading run starts")?;
+        let w0 = self.ptr_mut(wbuf).addr();
+        let r0 = self.ptr_mut(rbuf).addr();
+        let av = a.slice(2 * off..2 * (off + n));
+        let mut bv = b.slice_mut(2 * off..2 * (off + n));
+        let a0 = self.ptr(&av).addr();
+        let b0 = self.ptr_mut(&mut bv).addr();
+        let input = |l: usize| {
+            if l == 0 {
+                a0
+            } else {
+                r0 + 8 * recs_at[l].0 as u64
+            }
+        };
+        let output = |l: usize| {
+            if l == 0 {
+                b0
+            } else {
+                r0 + 8 * recs_at[l].1 as u64
+            }
+        };
+        let word = |i: usize| DevPtr::<u32>::from_addr(w0 + 4 * i as u64);
+        let last = plan.len() - 1;
+        // Samples, level by level down.
+        for l in 0..last {
+            let lv = &plan[l];
+            let ns = plan[l + 1].len() as u64;
+            let blocks = ns
+                .div_ceil(k::MW_SAMPLE_THREADS as u64)
+                .clamp(1, self.sm_count() as u64 * 16);
+            let p = k::PetMwSampleParams {
+                input: DevPtr::from_addr(input(l)),
+                samples: DevPtr::from_addr(input(l + 1)),
+                starts: word(starts_at[l]),
+                sstarts: word(starts_at[l + 1]),
+                nsamples: ns,
+                nruns: lv.runs(),
+                step: lv.step,
+            };
+            // SAFETY: MW_SAMPLE_THREADS threads; starts and sstarts are the plan's (uploaded
+            // above, sstarts[r + 1] - sstarts[r] = ceil(len_r / step)); input holds the
+            // level's elements (b's view or the record buffer), samples `ns` records.
+            unsafe {
+                self.launch(
+                    k::KERNEL_MW_SAMPLE,
+                    cfg(blocks, k::MW_SAMPLE_THREADS, 0),
+                    &p,
+                )?
+            };
+        }
+        // Splits and merges, level by level up (the last level's samples need no sort).
+        for l in (0..=last).rev() {
+            let lv = &plan[l];
+            let sorted = if l < last { output(l + 1) } else { input(l) };
+            let p = k::PetMwSplitParams {
+                input: DevPtr::from_addr(input(l)),
+                starts: word(starts_at[l]),
+                sorted: DevPtr::from_addr(sorted),
+                rows: word(rows_at[l]),
+                nruns: lv.runs(),
+                every: lv.every,
+                nsplit: lv.nsplit,
+                _pad: 0,
+            };
+            // SAFETY: MW_SPLIT_THREADS >= runs threads, nsplit + 2 blocks; the sorted samples
+            // (written by the merge of level l + 1 above) hold nsplit * every + 1 records at
+            // least (nsplit = ceil(ns / every) - 1); rows (nsplit + 2) * runs words.
+            unsafe {
+                self.launch(
+                    k::KERNEL_MW_SPLIT,
+                    cfg(lv.nsplit as u64 + 2, k::MW_SPLIT_THREADS, 0),
+                    &p,
+                )?
+            };
+            let p = k::PetMwMergeParams {
+                input: DevPtr::from_addr(input(l)),
+                output: DevPtr::from_addr(output(l)),
+                starts: word(starts_at[l]),
+                rows: word(rows_at[l]),
+                status: word(0),
+                nruns: lv.runs(),
+                _pad: 0,
+            };
+            if l == last {
+                // All the shared memory for the merge: two narrow blocks per multiprocessor.
+                self.kernel(kernel)?
+                    .set_attribute(
+                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                        100,
+                    )
+                    .ctx("setting the shared-memory carveout of the merge")?;
+            }
+            // SAFETY: `threads` threads with the matching kernel and tile, `mw_smem_bytes`;
+            // rows written by the split kernel just before (nsplit + 2 rows, each word at
+            // most its run's length); input and output distinct buffers of the level's
+            // length; status one word.
+            unsafe {
+                self.launch(
+                    kernel,
+                    cfg(lv.nsplit as u64 + 1, threads, k::mw_smem_bytes(tile)),
+                    &p,
+                )?
+            };
+        }
+        Ok(())
+    }
+
+    /// The merge of presorted runs before issue 12's multiway merge, kept as the baseline:
+    /// `ceil(log2(runs))` pairwise merge-path passes (`pet_merge_sort_pass` with explicit
+    /// boundaries), ping-ponging between `a` and `b`. Returns `true` when the result is in
+    /// `b`.
+    pub fn pet_merge_runs_pairwise(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        starts: &[u32],
+    ) -> Result<bool> {
+        check_u32_len("singles to merge", n)?;
+        check_run_starts(starts, n)?;
+        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+            return Err(invalid("merge buffers", "shorter than off + n singles"));
+        }
+        let mut bounds: Vec<u32> = starts.to_vec();
+        let mut in_b = false;
+        while bounds.len() > 2 {
+            let nruns = (bounds.len() - 1) as u64;
+            let d = self.upload(&bounds)?;
+            if in_b {
+                self.pet_merge_pass(b, a, off, n, 0, &d, nruns)?;
+            } else {
+                self.pet_merge_pass(a, b, off, n, 0, &d, nruns)?;
+            }
+            in_b = !in_b;
+            let mut next: Vec<u32> = bounds.iter().step_by(2).copied().collect();
+            if next.last() != Some(&(n as u32)) {
+                next.push(n as u32);
+            }
+            bounds = next;
+        }
+        Ok(in_b)
+    }
+
+    /// The natural runs of `a[off..off + n]` (starts of maximal non-decreasing stretches
+    /// of time, from 0 to `n`), if there are at most [`k::MW_MAX_RUNS`] of them; `None` if
+    /// there are more. One kernel and one read-back of 257 words.
+    pub fn pet_detect_runs_device(
+        &self,
+        a: &SinglesBuffer,
+        off: usize,
+        n: usize,
+    ) -> Result<Option<Vec<u32>>> {
+        check_u32_len("singles", n)?;
+        if a.len() < 2 * (off + n) {
+            return Err(invalid("singles buffer", "shorter than off + n singles"));
+        }
+        if n <= 1 {
+            return Ok(Some(vec![0, n as u32]));
+        }
+        let cap = k::MW_MAX_RUNS;
+        let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
+        let r = (|| -> Result<Vec<u32>> {
+            ensure(self, &mut t.detect, 1 + cap as usize)?;
+            let Some(d) = t.detect.as_mut() else {
+                unreachable!("allocated above");
+            };
+            self.fill_u32(d, 1, 0)?;
+            let av = a.slice(2 * off..2 * (off + n));
+            let blocks = (n as u64)
+                .div_ceil(k::MW_SAMPLE_THREADS as u64)
+                .clamp(1, self.sm_count() as u64 * 16);
+            let p = k::PetDetectRunsParams {
+                singles: self.ptr(&av).cast(),
+                out: self.ptr_mut(d),
+                n: n as u64,
+                cap,
+                _pad: 0,
+            };
+            // SAFETY: MW_SAMPLE_THREADS threads, grid-stride; av holds n singles; d holds
+            // 1 + cap words, word 0 zeroed above.
+            unsafe {
+                self.launch(
+                    k::KERNEL_DETECT_RUNS,
+                    cfg(blocks, k::MW_SAMPLE_THREADS, 0),
+                    &p,
+                )?
+            };
+            self.download(d)
+        })();
+        self.with_scratch(|x: &mut MergeTemp| *x = t);
+        let words = r?;
+        let c = words[0] as usize;
+        if c >= cap as usize {
+            return Ok(None);
+        }
+        let mut starts = Vec::with_capacity(c + 2);
+        starts.push(0);
+        starts.extend_from_slice(&words[1..1 + c]);
+        starts[1..].sort_unstable();
+        starts.push(n as u32);
+        Ok(Some(starts))
+    }
+
+    /// Stable sort by time of `a[off..off + n]` that finds the natural runs first: one run
+    /// → nothing to do; up to [`k::MW_MAX_RUNS`] runs → the multiway merge into `b`; more →
+    /// the radix sort into `b`. Returns whether the result is in `b` and the path taken.
+    /// Times must be finite.
+    pub fn pet_sort_auto_device(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+    ) -> Result<(bool, PetSortPath)> {
+        match self.pet_detect_runs_device(a, off, n)? {
+            Some(s) if s.len() <= 2 => Ok((false, PetSortPath::Sorted)),
+            Some(s) => {
+                let in_b = self.pet_merge_runs_multiway(a, b, off, n, &s)?;
+                Ok((in_b, PetSortPath::Merge { runs: s.len() - 1 }))
+            }
+            None => Ok((
+                self.pet_sort_radix_device(a, b, off, n)?,
+                PetSortPath::Radix,
+            )),
+        }
+    }
+}
+
+impl Backend {
+    /// Stable sort by time that takes advantage of presorted input: on the GPU,
+    /// [`GpuContext::pet_sort_auto_device`] (natural runs found on the device; merged when
+    /// at most 256, else the radix sort), returning the path taken; the CPU backend runs
+    /// the oracle (path `Sorted` when the input was in order, else `Radix`, for the
+    /// record only). Non-finite times are a typed error.
+    pub fn pet_sort_auto(&self, singles: &[Single]) -> Result<(Vec<Single>, PetSortPath)> {
+        crate::pet::cpu::check_times(singles, "singles to sort")?;
+        check_u32_len("singles to sort", singles.len())?;
+        match self.gpu() {
+            None => {
+                let sorted = singles.windows(2).all(|w| w[0].time <= w[1].time);
+                Ok((
+                    crate::pet::cpu::sort(singles)?,
+                    if sorted {
+                        PetSortPath::Sorted
+                    } else {
+                        PetSortPath::Radix
+                    },
+                ))
+            }
+            Some(g) => {
+                let n = singles.len();
+                let mut a = g.upload_singles(singles)?;
+                let mut b = g.zeros::<u64>(a.len())?;
+                let (in_b, path) = g.pet_sort_auto_device(&mut a, &mut b, 0, n)?;
+                let words =
+                    super::cuda::download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
+                Ok((super::cuda::singles_of(&words), path))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn runs_of(times: &[Vec<u32>]) -> (Vec<Single>, Vec<u32>) {
+        let mut v = Vec::new();
+        let mut s = vec![0u32];
+        for (r, ts) in times.iter().enumerate() {
+            let mut ts = ts.clone();
+            ts.sort_unstable();
+            for (i, &t) in ts.iter().enumerate() {
+                v.push(Single {
+                    crystal: (r * 100_000 + i) as u32,
+                    energy: 0.0,
+                    time: t as f64,
+                });
+            }
+            s.push(v.len() as u32);
+        }
+        (v, s)
+    }
+
+    #[test]
+    fn sampling_bound_fits_the_tiles() {
+        for tile in [k::MW_TILE, k::MW_WIDE_TILE, 1024] {
+            for runs in 1..=k::MW_MAX_RUNS {
+                for div in [2, 3] {
+                    let (step, every) = k::mw_sampling(runs, tile, div);
+                    assert!(step >= 1 && every >= 1, "runs {runs} tile {tile}");
+                    assert!(
+                        every * step + runs * (step - 1) <= tile,
+                        "runs {runs} tile {tile}"
+                    );
+                }
+            }
+        }
+        assert_eq!(k::mw_sampling(256, k::MW_TILE, 2), (9, 284));
+        assert_eq!(k::mw_sampling(256, k::MW_TILE, 3), (6, 554));
+        assert_eq!(k::mw_sampling(2, k::MW_TILE, 2), (1152, 2));
+    }
+
+    #[test]
+    fn plan_shrinks_to_one_tile() {
+        let s: Vec<u32> = (0..=256).map(|r| r * 65_536).collect();
+        let plan = merge_plan(&s, k::MW_TILE);
+        assert!(plan.len() >= 2 && plan.len() <= 6, "{}", plan.len());
+        assert!(plan.last().unwrap().len() <= k::MW_TILE);
+        for w in plan.windows(2) {
+            assert!(w[1].len() < w[0].len());
+            assert_eq!(w[1].runs(), w[0].runs());
+        }
+    }
+
+    #[test]
+    fn adversarial_segments_fit() {
+        let tile = 1600;
+        // All times equal, 256 runs.
+        let (v, s) = runs_of(&vec![vec![7; 40]; 256]);
+        assert_eq!(
+            merge_runs_emulated(&v, &s, tile).unwrap(),
+            crate::pet::cpu::sort(&v).unwrap()
+        );
+        // Identical sequences in every run (each run's S - 1 hidden singles in one segment).
+        let (v, s) = runs_of(&vec![(0..300).collect(); 200]);
+        assert_eq!(
+            merge_runs_emulated(&v, &s, tile).unwrap(),
+            crate::pet::cpu::sort(&v).unwrap()
+        );
+        // One huge run and 255 tiny ones packed just after one of its times.
+        let mut t = vec![(0..20_000).map(|x| 2 * x).collect::<Vec<u32>>()];
+        t.extend((0..255).map(|r| vec![10_001 + (r % 3); 3]));
+        let (v, s) = runs_of(&t);
+        assert_eq!(
+            merge_runs_emulated(&v, &s, tile).unwrap(),
+            crate::pet::cpu::sort(&v).unwrap()
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn emulated_merge_equals_the_stable_sort(
+            times in prop::collection::vec(prop::collection::vec(0u32..50, 0..40), 1..300),
+            tile in 1536u32..3000,
+        ) {
+            let (v, s) = runs_of(&times);
+            let got = merge_runs_emulated(&v, &s, tile).unwrap();
+            prop_assert_eq!(got, crate::pet::cpu::sort(&v).unwrap());
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! bench-pet-merge: the merge of presorted per-BDM runs (issue 12) on the GPU, on the data
+//! of `bench-pet` (one readout slice of the bench scanner, 256 time-ordered BDM streams,
+//! 20 M singles/s, no energy cut), every method checked against the oracle before its time
+//! is printed: the multiway merge (both tiles), natural-run detection plus merge, the
+//! pairwise merge it replaces, the radix sort, and CUB's radix SortPairs on the same keys
+//! (`bench/pet_cub.cu`, compiled with nvcc when present). Timed as `bench-pet` times its
+//! sorts: CUDA events around (copy of the input + sort), median of `--reps`, minus the
+//! median copy.
+//!
+//! Usage: `bench-pet-merge [--sizes 20,22,24] [--reps 20] [--no-cub]`
+
+use anyhow::{bail, Context, Result};
+use detkit::pet::cpu as oracle;
+use detkit::pet::{gen, SinglesBuffer};
+use detkit::{Backend, GpuContext};
+use detkit_gpu::pet::Single;
+use detkit_tests::{check, median_ms, parse_list};
+
+fn singles(w: &[u64]) -> Vec<Single> {
+    bytemuck::cast_slice::<u64, Single>(w).to_vec()
+}
+
+/// Compiles and runs the CUB baseline on the key files; (algo, file, ms) rows, or why not.
+fn run_cub(
+    dir: &std::path::Path,
+    reps: usize,
+    files: &[std::path::PathBuf],
+) -> Result<Vec<(String, String, f64)>, String> {
+    let src = dir.join("pet_cub.cu");
+    std::fs::write(&src, include_str!("../../../bench/pet_cub.cu")).map_err(|e| e.to_string())?;
+    let exe = dir.join("pet_cub");
+    let arch = std::env::var("CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
+    let nvcc = ["nvcc", "/usr/local/cuda/bin/nvcc"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+        .ok_or("nvcc not found")?;
+    let out = std::process::Command::new(nvcc)
+        .args(["-O3", "-std=c++17", &format!("-arch={arch}"), "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "nvcc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let out = std::process::Command::new(&exe)
+        .arg(reps.to_string())
+        .args(files)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() || text.contains("CHECK FAILED") {
+        return Err(format!("pet_cub failed: {text}"));
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.len() == 5 && f[0] == "cub").then(|| {
+                (
+                    f[1].to_string(),
+                    f[2].to_string(),
+                    f[4].parse().unwrap_or(f64::NAN),
+                )
+            })
+        })
+        .collect())
+}
+
+type SortFn<'r> = Box<
+    dyn Fn(&GpuContext, &mut SinglesBuffer, &mut SinglesBuffer, usize) -> detkit::Result<bool> + 'r,
+>;
+
+fn main() -> Result<()> {
+    let mut sizes = vec![20u32, 22, 24];
+    let mut reps = 20usize;
+    let mut cub = true;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--sizes" => sizes = parse_list(&args.next().context("--sizes needs a list")?)?,
+            "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
+            "--no-cub" => cub = false,
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    if !detkit::driver_present() {
+        println!("skipped: no CUDA driver");
+        return Ok(());
+    }
+    let backend = Backend::cuda(0)?;
+    let g = backend.gpu().context("cuda")?;
+    println!("# device: {}", g.device_name());
+    let scanner = gen::bench_scanner(11);
+    let tmp = std::env::temp_dir().join(format!("bench-pet-merge-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let mut keys = Vec::new();
+    println!("{:<36} {:>10} {:>9} {:>9}", "what", "n", "ms", "GB/s");
+    for &log in &sizes {
+        let n = 1usize << log;
+        let acq = gen::acquisition(
+            &scanner,
+            &gen::AcquisitionConfig {
+                seed: 5,
+                singles: n,
+                singles_rate: 2e7,
+                slice: u64::MAX,
+                ..Default::default()
+            },
+        );
+        let mut all = scanner.clone();
+        all.params.energy_lo = f32::MIN;
+        all.params.energy_hi = f32::MAX;
+        let (v, _) = oracle::convert_par(&acq.frames[..n], &all.params, &all.position, &all.energy);
+        let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
+        let want = oracle::sort(&v)?;
+        let host = g.upload(bytemuck::cast_slice::<Single, u64>(&v))?;
+        let mut a = g.zeros::<u64>(2 * n)?;
+        let mut b = g.zeros::<u64>(2 * n)?;
+        let copy_ms = median_ms(g, 3, reps, || {
+            g.stream()
+                .memcpy_dtod(&host, &mut a)
+                .map_err(|source| detkit::Error::Driver {
+                    context: "copy".into(),
+                    source,
+                })
+        })?;
+        println!(
+            "{:<36} {:>10} {:>9.3} {:>9.1}",
+            "copy (d2d)",
+            n,
+            copy_ms,
+            32.0 * n as f64 / copy_ms / 1e6
+        );
+        let nr = runs.len() - 1;
+        let methods: Vec<(String, SortFn)> = vec![
+            (
+                format!("multiway merge of {nr} runs (tile 4608)"),
+                Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, false)),
+            ),
+            (
+                format!("multiway merge of {nr} runs (tile 9216)"),
+                Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, true)),
+            ),
+            (
+                "detect runs + multiway merge".into(),
+                Box::new(|g, a, b, n| g.pet_sort_auto_device(a, b, 0, n).map(|x| x.0)),
+            ),
+            (
+                format!("pairwise merge of {nr} runs (old)"),
+                Box::new(|g, a, b, n| g.pet_merge_runs_pairwise(a, b, 0, n, &runs)),
+            ),
+            (
+                "radix sort".into(),
+                Box::new(|g, a, b, n| g.pet_sort_radix_device(a, b, 0, n)),
+            ),
+        ];
+        for (what, sort) in &methods {
+            g.stream().memcpy_dtod(&host, &mut a)?;
+            let in_b = sort(g, &mut a, &mut b, n)?;
+            check(
+                what,
+                &singles(&g.download(if in_b { &b } else { &a })?),
+                &want,
+            )?;
+            let ms = median_ms(g, 3, reps, || {
+                g.stream()
+                    .memcpy_dtod(&host, &mut a)
+                    .map_err(|source| detkit::Error::Driver {
+                        context: "copy".into(),
+                        source,
+                    })?;
+                sort(g, &mut a, &mut b, n).map(|_| ())
+            })? - copy_ms;
+            println!(
+                "{:<36} {:>10} {:>9.3} {:>9.1}",
+                what,
+                n,
+                ms,
+                32.0 * n as f64 / ms / 1e6
+            );
+        }
+        let p = tmp.join(format!("streams-{n}.keys"));
+        let k: Vec<u64> = v.iter().map(|s| s.time.to_bits()).collect();
+        std::fs::write(&p, bytemuck::cast_slice::<u64, u8>(&k))?;
+        keys.push((n, p));
+    }
+    let files: Vec<std::path::PathBuf> = keys.iter().map(|k| k.1.clone()).collect();
+    match if cub {
+        run_cub(&tmp, reps, &files)
+    } else {
+        Err("--no-cub".into())
+    } {
+        Ok(rows) => {
+            for (n, f) in &keys {
+                let name = f.to_string_lossy().to_string();
+                for (algo, file, ms) in &rows {
+                    if *file == name {
+                        println!(
+                            "{:<36} {:>10} {:>9.3} {:>9.1}",
+                            format!("CUB {algo}"),
+                            n,
+                            ms,
+                            32.0 * *n as f64 / ms / 1e6
+                        );
+                    }
+                }
+            }
+        }
+        Err(why) => println!("CUB baseline: skipped ({why})"),
+    }
+    std::fs::remove_dir_all(&tmp).ok();
+    Ok(())
+}
