@@ -280,13 +280,14 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
             let b = a.backend.backend.open(ui)?;
             let start = Instant::now();
             let singles = pet::read_singles(&a.input)?;
-            let sorted = b.pet_sort(&singles)?;
+            // On the GPU: already sorted → nothing; up to 256 presorted runs (how per-BDM
+            // frame streams arrive) → the multiway merge; else the radix sort of the time keys
+            // (docs/pet.md). The CPU runs the stable reference sort.
+            let (sorted, path) = b.pet_sort_auto(&singles)?;
             write_singles(&a.output, &sorted)?;
-            // The GPU's radix sort measured fastest of the correct methods (docs/pet.md); the
-            // CPU runs the stable reference sort.
             let method = match b.kind() {
-                detkit::BackendKind::Cuda => "GPU radix sort of the time keys + gather",
-                detkit::BackendKind::Cpu => "CPU stable sort",
+                detkit::BackendKind::Cuda => format!("GPU: {path}"),
+                detkit::BackendKind::Cpu => "CPU stable sort".to_string(),
             };
             ui.summary(
                 &format!("pet sort ({method})"),

@@ -1084,7 +1084,9 @@ impl GpuContext {
                     lap(&mut phases, 2);
                     let total = np + nc;
                     let merged_in_b = if np > 0 && nc > 0 {
-                        self.pet_merge_runs_device(
+                        // Two runs: one merge-path pass (the multiway merge's sampling
+                        // levels do not pay for two runs).
+                        self.pet_merge_runs_pairwise(
                             &mut a,
                             &mut b,
                             0,
