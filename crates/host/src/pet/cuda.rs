@@ -847,6 +847,11 @@ impl PetStreamBuffers {
                 self.pinned.push(pb);
                 self.dframes.push(g.zeros::<u8>(fbytes)?);
             }
+            // The frame buffers are zeroed on the compute stream but written by the copy
+            // stream, and the context tracks no events across streams: the zeroing must be
+            // done before the first copy (a race that compute-sanitizer's slower kernels
+            // exposed: chunk 0's frames zeroed after their copy).
+            g.synchronize()?;
             self.fbytes = fbytes;
         }
         if self.cap != cap || self.a.is_none() || self.b.is_none() {
