@@ -136,6 +136,71 @@ pub fn concat_clusters(parts: &[&detkit::clustering::Clusters]) -> detkit::clust
     out
 }
 
+/// Singles from their device words (two `u64` per single).
+pub fn pet_singles(w: &[u64]) -> Vec<detkit_gpu::pet::Single> {
+    bytemuck::cast_slice::<u64, detkit_gpu::pet::Single>(w).to_vec()
+}
+
+/// Compiles `bench/pet_cub.cu` with nvcc into `dir` and runs it on the key files (raw `u64`
+/// time keys); returns its `(algo, file, median ms)` rows, or why not (no nvcc, a failed
+/// build or check).
+pub fn run_pet_cub(
+    dir: &std::path::Path,
+    reps: usize,
+    files: &[std::path::PathBuf],
+) -> Result<Vec<(String, String, f64)>, String> {
+    let src = dir.join("pet_cub.cu");
+    std::fs::write(&src, include_str!("../../bench/pet_cub.cu")).map_err(|e| e.to_string())?;
+    let exe = dir.join("pet_cub");
+    let arch = std::env::var("CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
+    let nvcc = ["nvcc", "/usr/local/cuda/bin/nvcc"]
+        .into_iter()
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+        .ok_or("nvcc not found")?;
+    let out = std::process::Command::new(nvcc)
+        .args(["-O3", "-std=c++17", &format!("-arch={arch}"), "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "nvcc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let out = std::process::Command::new(&exe)
+        .arg(reps.to_string())
+        .args(files)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() || text.contains("CHECK FAILED") {
+        return Err(format!(
+            "pet_cub failed: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f.len() == 5 && f[0] == "cub").then(|| {
+                (
+                    f[1].to_string(),
+                    f[2].to_string(),
+                    f[4].parse().unwrap_or(f64::NAN),
+                )
+            })
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use detkit::clustering::{cpu, gen, Digis, Geometry};

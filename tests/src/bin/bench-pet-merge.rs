@@ -16,65 +16,6 @@ use detkit::{Backend, GpuContext};
 use detkit_gpu::pet::Single;
 use detkit_tests::{check, median_ms, parse_list};
 
-fn singles(w: &[u64]) -> Vec<Single> {
-    bytemuck::cast_slice::<u64, Single>(w).to_vec()
-}
-
-/// Compiles and runs the CUB baseline on the key files; (algo, file, ms) rows, or why not.
-fn run_cub(
-    dir: &std::path::Path,
-    reps: usize,
-    files: &[std::path::PathBuf],
-) -> Result<Vec<(String, String, f64)>, String> {
-    let src = dir.join("pet_cub.cu");
-    std::fs::write(&src, include_str!("../../../bench/pet_cub.cu")).map_err(|e| e.to_string())?;
-    let exe = dir.join("pet_cub");
-    let arch = std::env::var("CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
-    let nvcc = ["nvcc", "/usr/local/cuda/bin/nvcc"]
-        .into_iter()
-        .find(|c| {
-            std::process::Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok()
-        })
-        .ok_or("nvcc not found")?;
-    let out = std::process::Command::new(nvcc)
-        .args(["-O3", "-std=c++17", &format!("-arch={arch}"), "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "nvcc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let out = std::process::Command::new(&exe)
-        .arg(reps.to_string())
-        .args(files)
-        .output()
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    if !out.status.success() || text.contains("CHECK FAILED") {
-        return Err(format!("pet_cub failed: {text}"));
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f.len() == 5 && f[0] == "cub").then(|| {
-                (
-                    f[1].to_string(),
-                    f[2].to_string(),
-                    f[4].parse().unwrap_or(f64::NAN),
-                )
-            })
-        })
-        .collect())
-}
-
 type SortFn<'r> = Box<
     dyn Fn(&GpuContext, &mut SinglesBuffer, &mut SinglesBuffer, usize) -> detkit::Result<bool> + 'r,
 >;
@@ -168,7 +109,7 @@ fn main() -> Result<()> {
             let in_b = sort(g, &mut a, &mut b, n)?;
             check(
                 what,
-                &singles(&g.download(if in_b { &b } else { &a })?),
+                &detkit_tests::pet_singles(&g.download(if in_b { &b } else { &a })?),
                 &want,
             )?;
             let ms = median_ms(g, 3, reps, || {
@@ -195,7 +136,7 @@ fn main() -> Result<()> {
     }
     let files: Vec<std::path::PathBuf> = keys.iter().map(|k| k.1.clone()).collect();
     match if cub {
-        run_cub(&tmp, reps, &files)
+        detkit_tests::run_pet_cub(&tmp, reps, &files)
     } else {
         Err("--no-cub".into())
     } {

@@ -65,10 +65,6 @@ fn words(s: &[Single]) -> &[u64] {
     bytemuck::cast_slice(s)
 }
 
-fn singles(w: &[u64]) -> Vec<Single> {
-    bytemuck::cast_slice::<u64, Single>(w).to_vec()
-}
-
 /// Writes the sort keys (f64 bits of non-negative times) for the CUB baseline.
 fn key_file(
     dir: &std::path::Path,
@@ -80,64 +76,6 @@ fn key_file(
     let k: Vec<u64> = v.iter().map(|s| s.time.to_bits()).collect();
     std::fs::write(&p, bytemuck::cast_slice::<u64, u8>(&k))?;
     Ok(p)
-}
-
-/// Compiles and runs the CUB baseline; returns (algo, file, ms) rows, or why not.
-fn run_cub(
-    dir: &std::path::Path,
-    reps: usize,
-    files: &[std::path::PathBuf],
-) -> Result<Vec<(String, String, f64)>, String> {
-    let src = dir.join("pet_cub.cu");
-    std::fs::write(&src, include_str!("../../../bench/pet_cub.cu")).map_err(|e| e.to_string())?;
-    let exe = dir.join("pet_cub");
-    let arch = std::env::var("CUDA_ARCH").unwrap_or_else(|_| "sm_90".into());
-    let nvcc = ["nvcc", "/usr/local/cuda/bin/nvcc"]
-        .into_iter()
-        .find(|c| {
-            std::process::Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok()
-        })
-        .ok_or("nvcc not found")?;
-    let out = std::process::Command::new(nvcc)
-        .args(["-O3", "-std=c++17", &format!("-arch={arch}"), "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!(
-            "nvcc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    let out = std::process::Command::new(&exe)
-        .arg(reps.to_string())
-        .args(files)
-        .output()
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    if !out.status.success() || text.contains("CHECK FAILED") {
-        return Err(format!(
-            "pet_cub failed: {text} {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f.len() == 5 && f[0] == "cub").then(|| {
-                (
-                    f[1].to_string(),
-                    f[2].to_string(),
-                    f[4].parse().unwrap_or(f64::NAN),
-                )
-            })
-        })
-        .collect())
 }
 
 fn main() -> Result<()> {
@@ -219,7 +157,11 @@ fn main() -> Result<()> {
         let mut st = g.zeros::<u32>(kp::STAT_WORDS)?;
         g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)?;
         let acc = g.download(&st)?[kp::STAT_ACCEPTED] as usize;
-        check("convert", &singles(&g.download(&out)?[..2 * acc]), &want_s)?;
+        check(
+            "convert",
+            &detkit_tests::pet_singles(&g.download(&out)?[..2 * acc]),
+            &want_s,
+        )?;
         let ms = median_ms(g, 3, reps, || {
             g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)
         })?;
@@ -288,7 +230,7 @@ fn main() -> Result<()> {
                 let in_b = sort(g, &mut a, &mut b, n)?;
                 check(
                     method,
-                    &singles(&g.download(if in_b { &b } else { &a })?),
+                    &detkit_tests::pet_singles(&g.download(if in_b { &b } else { &a })?),
                     &want,
                 )?;
                 let ms = median_ms(g, 3, reps, || {
@@ -535,7 +477,7 @@ fn main() -> Result<()> {
     }
     // CUB on the same sort keys.
     let files: Vec<std::path::PathBuf> = key_files.iter().map(|k| k.2.clone()).collect();
-    match run_cub(&tmp, reps, &files) {
+    match detkit_tests::run_pet_cub(&tmp, reps, &files) {
         Ok(cub) => {
             for (label, n, f) in &key_files {
                 let name = f.to_string_lossy().to_string();

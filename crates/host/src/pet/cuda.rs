@@ -83,6 +83,18 @@ fn sort_needed(a: &SinglesBuffer, b: &SinglesBuffer, off: usize, n: usize) -> Re
     Ok(n > 1)
 }
 
+/// Grows `slot` to hold at least `n` elements (at least one), reallocating zeroed when short.
+pub(crate) fn ensure_len<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
+    g: &GpuContext,
+    slot: &mut Option<CudaSlice<T>>,
+    n: usize,
+) -> Result<()> {
+    if slot.as_ref().is_none_or(|b| b.len() < n) {
+        *slot = Some(g.zeros(n.max(1))?);
+    }
+    Ok(())
+}
+
 pub(crate) fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
     let mut v = vec![T::zeroed(); bytes.len() / std::mem::size_of::<T>()];
     bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(bytes);
@@ -288,18 +300,8 @@ impl GpuContext {
         off: usize,
         n: usize,
     ) -> Result<bool> {
-        fn grow<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-            g: &GpuContext,
-            slot: &mut Option<CudaSlice<T>>,
-            n: usize,
-        ) -> Result<()> {
-            if slot.as_ref().is_none_or(|x| x.len() < n) {
-                *slot = Some(g.zeros(n)?);
-            }
-            Ok(())
-        }
-        grow(self, &mut t.range, k::RANGE_WORDS)?;
-        grow(self, &mut t.index, n)?;
+        ensure_len(self, &mut t.range, k::RANGE_WORDS)?;
+        ensure_len(self, &mut t.index, n)?;
         let range = t.range.as_mut().expect("grown");
         self.stream()
             .memcpy_htod(&k::RANGE_INIT, range)
@@ -329,12 +331,12 @@ impl GpuContext {
         };
         let index = t.index.as_mut().expect("grown");
         let keys_ptr = if mode == k::KEYS_INT32 {
-            grow(self, &mut t.keys32, n)?;
-            grow(self, &mut t.sorted32, n)?;
+            ensure_len(self, &mut t.keys32, n)?;
+            ensure_len(self, &mut t.sorted32, n)?;
             self.ptr_mut(t.keys32.as_mut().expect("grown")).cast()
         } else {
-            grow(self, &mut t.keys, n)?;
-            grow(self, &mut t.sorted, n)?;
+            ensure_len(self, &mut t.keys, n)?;
+            ensure_len(self, &mut t.sorted, n)?;
             self.ptr_mut(t.keys.as_mut().expect("grown"))
         };
         let params = k::PetTimeKeysParams {
@@ -659,21 +661,11 @@ impl CoincideScratch {
     }
 
     fn grow(&mut self, g: &GpuContext, n: usize) -> Result<()> {
-        fn ensure<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-            g: &GpuContext,
-            slot: &mut Option<CudaSlice<T>>,
-            n: usize,
-        ) -> Result<()> {
-            if slot.as_ref().is_none_or(|b| b.len() < n) {
-                *slot = Some(g.zeros(n.max(1))?);
-            }
-            Ok(())
-        }
-        ensure(g, &mut self.next, n)?;
-        ensure(g, &mut self.lo, n)?;
-        ensure(g, &mut self.counts, n)?;
-        ensure(g, &mut self.offsets, n)?;
-        ensure(g, &mut self.status, k::CO_WORDS)
+        ensure_len(g, &mut self.next, n)?;
+        ensure_len(g, &mut self.lo, n)?;
+        ensure_len(g, &mut self.counts, n)?;
+        ensure_len(g, &mut self.offsets, n)?;
+        ensure_len(g, &mut self.status, k::CO_WORDS)
     }
 }
 

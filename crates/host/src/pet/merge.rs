@@ -237,16 +237,7 @@ struct MergeTemp {
     detect: Option<CudaSlice<u32>>,
 }
 
-fn ensure<T: cudarc::driver::DeviceRepr + cudarc::driver::ValidAsZeroBits>(
-    g: &GpuContext,
-    slot: &mut Option<CudaSlice<T>>,
-    n: usize,
-) -> Result<()> {
-    if slot.as_ref().is_none_or(|b| b.len() < n) {
-        *slot = Some(g.zeros(n.max(1))?);
-    }
-    Ok(())
-}
+use super::cuda::ensure_len as ensure;
 
 impl GpuContext {
     /// Multiway merge of the presorted runs `a[off + starts[r] .. off + starts[r + 1]]`
