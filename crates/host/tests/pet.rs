@@ -705,66 +705,55 @@ fn streamed_cpu_chain_equals_whole() {
             };
             let want = whole_chain(&s, &acq.frames, &c);
             for chunk in [1usize, 7, 1000, 4096, 1 << 20] {
-                let mut got = Vec::new();
-                let st = Backend::cpu()
-                    .pet_run_stream(
-                        &mut &bytes[..],
-                        &s,
-                        &c,
-                        &StreamConfig {
-                            chunk_frames: chunk,
-                            pending_capacity: 1 << 16,
-                        },
-                        |p| {
-                            got.extend_from_slice(p);
-                            Ok(())
-                        },
-                        |_| {},
-                    )
-                    .unwrap();
-                assert_eq!(got, want, "chunk {chunk} {c:?}");
-                assert_eq!(st.pairs as usize, want.len());
-                assert_eq!(st.convert.frames as usize, acq.frames.len());
-                // The same frames from memory (chunks copied by several threads).
-                let mut got2 = Vec::new();
-                let st2 = Backend::cpu()
-                    .pet_run_frames(
-                        bytes,
-                        &s,
-                        &c,
-                        &StreamConfig {
-                            chunk_frames: chunk,
-                            pending_capacity: 1 << 16,
-                        },
-                        |p| {
-                            got2.extend_from_slice(p);
-                            Ok(())
-                        },
-                        |_| {},
-                    )
-                    .unwrap();
-                assert_eq!(got2, want, "frames from memory, chunk {chunk} {c:?}");
-                assert_eq!(st2, st);
-                // And from a file, read by several threads.
-                let mut got3 = Vec::new();
-                let st3 = Backend::cpu()
-                    .pet_run_file(
-                        &file,
-                        &s,
-                        &c,
-                        &StreamConfig {
-                            chunk_frames: chunk,
-                            pending_capacity: 1 << 16,
-                        },
-                        |p| {
-                            got3.extend_from_slice(p);
-                            Ok(())
-                        },
-                        |_| {},
-                    )
-                    .unwrap();
-                assert_eq!(got3, want, "frames from a file, chunk {chunk} {c:?}");
-                assert_eq!(st3, st);
+                let sc = StreamConfig {
+                    chunk_frames: chunk,
+                    pending_capacity: 1 << 16,
+                };
+                // The same frames from a reader, from memory (chunks copied by several
+                // threads) and from a file (read by several threads).
+                type Run<'r> = Box<
+                    dyn Fn(&mut dyn FnMut(&[Coincidence]) -> detkit::Result<()>) -> pet::StreamStats
+                        + 'r,
+                >;
+                let runs: [(&str, Run); 3] = [
+                    (
+                        "reader",
+                        Box::new(|sink| {
+                            Backend::cpu()
+                                .pet_run_stream(&mut &bytes[..], &s, &c, &sc, sink, |_| {})
+                                .unwrap()
+                        }),
+                    ),
+                    (
+                        "memory",
+                        Box::new(|sink| {
+                            Backend::cpu()
+                                .pet_run_frames(bytes, &s, &c, &sc, sink, |_| {})
+                                .unwrap()
+                        }),
+                    ),
+                    (
+                        "file",
+                        Box::new(|sink| {
+                            Backend::cpu()
+                                .pet_run_file(&file, &s, &c, &sc, sink, |_| {})
+                                .unwrap()
+                        }),
+                    ),
+                ];
+                let mut first = None;
+                for (from, run) in runs {
+                    let mut got = Vec::new();
+                    let st = run(&mut |p| {
+                        got.extend_from_slice(p);
+                        Ok(())
+                    });
+                    assert_eq!(got, want, "{from}, chunk {chunk} {c:?}");
+                    assert_eq!(st.pairs as usize, want.len(), "{from}");
+                    assert_eq!(st.convert.frames as usize, acq.frames.len(), "{from}");
+                    // Every source gives the reader's statistics.
+                    assert_eq!(*first.get_or_insert(st), st, "{from}, chunk {chunk}");
+                }
             }
         }
     }

@@ -239,6 +239,23 @@ struct MergeTemp {
 
 use super::cuda::ensure_len as ensure;
 
+/// The checks of both merges: `n < 2^32 - 1`, run boundaries from 0 to `n`, non-decreasing,
+/// and both buffers holding `off + n` singles.
+fn check_merge(
+    a: &SinglesBuffer,
+    b: &SinglesBuffer,
+    off: usize,
+    n: usize,
+    starts: &[u32],
+) -> Result<()> {
+    check_u32_len("singles to merge", n)?;
+    check_run_starts(starts, n)?;
+    if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+        return Err(invalid("merge buffers", "shorter than off + n singles"));
+    }
+    Ok(())
+}
+
 impl GpuContext {
     /// Multiway merge of the presorted runs `a[off + starts[r] .. off + starts[r + 1]]`
     /// (each sorted by time; ties: earlier run first, so the stable sort) into
@@ -271,11 +288,7 @@ impl GpuContext {
         starts: &[u32],
         wide: bool,
     ) -> Result<bool> {
-        check_u32_len("singles to merge", n)?;
-        check_run_starts(starts, n)?;
-        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
-            return Err(invalid("merge buffers", "shorter than off + n singles"));
-        }
+        check_merge(a, b, off, n, starts)?;
         let mut s = starts.to_vec();
         s.dedup();
         if s.len() <= 2 {
@@ -488,11 +501,7 @@ impl GpuContext {
         n: usize,
         starts: &[u32],
     ) -> Result<bool> {
-        check_u32_len("singles to merge", n)?;
-        check_run_starts(starts, n)?;
-        if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
-            return Err(invalid("merge buffers", "shorter than off + n singles"));
-        }
+        check_merge(a, b, off, n, starts)?;
         let mut bounds: Vec<u32> = starts.to_vec();
         let mut in_b = false;
         while bounds.len() > 2 {

@@ -523,31 +523,16 @@ impl Backend {
         if !frames.len().is_multiple_of(16) {
             return Err(cut_frame());
         }
-        c.validate()?;
-        match self.gpu() {
-            // Page-locked frames (pinned memory, or locked with `GpuContext::page_lock` for
-            // several runs) are copied to the device straight from where they are; others
-            // through the pinned chunk buffers, by several threads (locking them for one run
-            // costs more than copying: bench-pet).
-            Some(g) => {
-                let mut src = SliceSource {
-                    bytes: frames,
-                    direct: g.is_page_locked(frames),
-                };
-                self.pet_run_source(&mut src, scanner, c, sc, sink, progress)
-            }
-            None => self.pet_run_source(
-                &mut SliceSource {
-                    bytes: frames,
-                    direct: false,
-                },
-                scanner,
-                c,
-                sc,
-                sink,
-                progress,
-            ),
-        }
+        // Page-locked frames (pinned memory, or locked with `GpuContext::page_lock` for
+        // several runs) are copied to the device straight from where they are; others through
+        // the pinned chunk buffers, by several threads (locking them for one run costs more
+        // than copying: bench-pet).
+        let direct = self.gpu().is_some_and(|g| g.is_page_locked(frames));
+        let mut src = SliceSource {
+            bytes: frames,
+            direct,
+        };
+        self.pet_run_source(&mut src, scanner, c, sc, sink, progress)
     }
 
     /// [`Backend::pet_run_stream`] over a frame file, each chunk read by several threads.
