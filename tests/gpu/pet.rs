@@ -17,6 +17,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_coincide", test_coincide),
     ("pet_coincide_adversarial", test_coincide_adversarial),
     ("pet_stream", test_stream),
+    ("pet_order_check", test_order_check),
     ("pet_merge_multiway", test_merge_multiway),
     ("pet_sort_auto", test_sort_auto),
 ];
@@ -669,6 +670,122 @@ fn test_stream(c: &Ctx) -> R {
             )
             .map_err(e)?;
         exact(&format!("stream n={n}, another scanner"), &got, &want)?;
+    }
+    Ok(())
+}
+
+/// The streamed chain's order check (on the device) against the CPU path's (on the host):
+/// ordered streams give the same pairs and the same statistics (the largest pending count
+/// depends on every chunk's watermark, so equal statistics mean equal watermarks); a stream
+/// with a BDM's time going down gives the CPU's error, naming the same frame, wherever the
+/// disorder sits (inside a warp's 32 frames, across warps, blocks of the check, chunks).
+fn test_order_check(c: &Ctx) -> R {
+    use detkit::rng::Draw;
+    let cpu = detkit::Backend::cpu();
+    let mut rng = detkit::rng::rng(c.seed ^ 0x0de7);
+    // 8 BDMs (many frames of one BDM in each warp step) and 256 (the check's table size).
+    for (name, s) in [
+        ("8 BDMs", gen::tiny_scanner(c.seed)),
+        (
+            "256 BDMs",
+            gen::scanner(gen::params(64, 4, (1, 1), (2, 2), 8), 5000.0, c.seed),
+        ),
+    ] {
+        let bdms = s.params.bdm_count();
+        let n = if c.quick { 40_000 } else { 150_000 };
+        let acq = gen::acquisition(
+            &s,
+            &gen::AcquisitionConfig {
+                seed: c.seed ^ 91,
+                singles: n,
+                singles_rate: 3e7,
+                slice: 200_000,
+                ..Default::default()
+            },
+        );
+        let time = |f: &DataFrameV2| u64::from_be_bytes(f.time);
+        let mut variants: Vec<(String, Vec<DataFrameV2>)> =
+            vec![("ordered".into(), acq.frames.clone())];
+        // BDM 3 silent for the first half (the watermark stays -inf), invalid BDM bytes with
+        // any time sprinkled in (skipped by the check).
+        let half = acq.frames.len() / 2;
+        let mut silent: Vec<DataFrameV2> = acq.frames[..half]
+            .iter()
+            .filter(|f| f.bdm != 3)
+            .copied()
+            .collect();
+        silent.extend_from_slice(&acq.frames[half..]);
+        for k in (0..silent.len()).step_by(977) {
+            silent[k].bdm = (bdms + k as u32 % (256 - bdms).max(1)).min(255) as u8;
+            silent[k].time = (rng.below(u32::MAX) as u64).to_be_bytes();
+        }
+        if bdms < 256 {
+            variants.push(("a silent BDM, invalid BDM bytes".into(), silent));
+        }
+        // Disorders: frame j (the next frame of frame i's BDM) gets a time below frame i's.
+        let len = acq.frames.len();
+        let mut at: Vec<usize> = vec![0, 31, 32, 1023, 1024, 8191, 8192, 8193, 1 << 15, len - 2];
+        at.extend((0..6).map(|_| rng.below(len as u32 - 1) as usize));
+        for i in at {
+            let mut f = acq.frames.clone();
+            let b = f[i].bdm;
+            let Some(j) = (i + 1..len).find(|&j| f[j].bdm == b) else {
+                continue;
+            };
+            let t = time(&f[i]);
+            if t == 0 {
+                continue;
+            }
+            let d = rng.below((t - 1).min(1000) as u32 + 1) as u64;
+            f[j].time = (t - 1 - d).to_be_bytes();
+            variants.push((format!("disorder at frames {i} -> {j}"), f));
+        }
+        let cfg = CoincideConfig::prompt(5000.0);
+        for (what, frames) in &variants {
+            let bytes = gen::frame_bytes(frames);
+            for chunk in [1000usize, 8192, 8193, 1 << 15, 1 << 22] {
+                let sc = StreamConfig {
+                    chunk_frames: chunk,
+                    pending_capacity: 1 << 20,
+                };
+                let run = |b: &detkit::Backend| {
+                    let mut got: Vec<Coincidence> = Vec::new();
+                    b.pet_run_frames(
+                        bytes,
+                        &s,
+                        &cfg,
+                        &sc,
+                        |p| {
+                            got.extend_from_slice(p);
+                            Ok(())
+                        },
+                        |_| {},
+                    )
+                    .map(|st| (st, got))
+                    .map_err(|x| x.to_string())
+                };
+                let (want, got) = (run(&cpu), run(&c.backend));
+                let label = format!("{name}, {what}, chunk {chunk}");
+                match (&want, &got) {
+                    (Ok((ws, wp)), Ok((gs, gp))) => {
+                        exact(&label, gp, wp)?;
+                        ensure(gs == ws, || format!("{label}: stats {gs:?}, CPU {ws:?}"))?;
+                    }
+                    _ => ensure(want == got, || {
+                        format!(
+                            "{label}: GPU {:?}, CPU {:?}",
+                            got.as_ref().err(),
+                            want.as_ref().err()
+                        )
+                    })?,
+                }
+                if what.starts_with("disorder") {
+                    ensure(want.is_err(), || {
+                        format!("{label}: the CPU path accepted it")
+                    })?;
+                }
+            }
+        }
     }
     Ok(())
 }

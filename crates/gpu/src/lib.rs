@@ -72,6 +72,8 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_MW_MERGE,
     pet::KERNEL_MW_MERGE_WIDE,
     pet::KERNEL_DETECT_RUNS,
+    pet::KERNEL_ORDER_BLOCKS,
+    pet::KERNEL_ORDER_JOIN,
     seeding::KERNEL_BIN,
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,

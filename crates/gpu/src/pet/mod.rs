@@ -378,6 +378,16 @@ pub const STAT_CLAMPED: usize = 2;
 pub const STAT_BAD_ADDRESS: usize = 3;
 /// Index of the first frame with a bad address (`u32::MAX` if none).
 pub const STAT_FIRST_BAD: usize = 4;
+/// Order-check flags ([`STAT_ORDER_DISORDER`], [`STAT_ORDER_MISSING`]), written by
+/// [`KERNEL_ORDER_BLOCKS`] and [`KERNEL_ORDER_JOIN`] after the conversion (zero on entry).
+pub const STAT_ORDER: usize = 5;
+/// A BDM's time went down (in the chunk or against an earlier chunk).
+pub const STAT_ORDER_DISORDER: u32 = 1;
+/// A BDM of the scanner has no frame yet (the watermark is `-inf`).
+pub const STAT_ORDER_MISSING: u32 = 2;
+/// Words `STAT_MARK_LO` and `STAT_MARK_LO + 1`: the smallest latest time over the BDMs
+/// (`u64`, little-endian words; `u64::MAX` on entry), written by [`KERNEL_ORDER_JOIN`].
+pub const STAT_MARK_LO: usize = 6;
 /// Words of the statistics array.
 pub const STAT_WORDS: usize = 8;
 
@@ -932,6 +942,8 @@ pub mod coincide;
 #[cfg(target_arch = "nvptx64")]
 pub mod convert;
 #[cfg(target_arch = "nvptx64")]
+pub mod order;
+#[cfg(target_arch = "nvptx64")]
 pub mod sort;
 
 /// Device code: every item of the stage files above, under one path.
@@ -939,8 +951,92 @@ pub mod sort;
 pub mod device {
     pub use super::coincide::*;
     pub use super::convert::*;
+    pub use super::order::*;
     pub use super::sort::*;
 }
+
+// ---------------------------------------------------------------------------------------
+// Order check of the streamed chain's frames (kernels in `order.rs`)
+// ---------------------------------------------------------------------------------------
+
+/// Kernel: per block of frames, each BDM's first and last time and a disorder flag.
+pub const KERNEL_ORDER_BLOCKS: &str = "pet_order_blocks";
+/// Kernel: joins the block summaries (and the chunks before): disorder, latest times,
+/// watermark.
+pub const KERNEL_ORDER_JOIN: &str = "pet_order_join";
+/// BDMs a frame's byte addresses.
+pub const ORDER_BDMS: usize = 256;
+/// Words of the per-BDM state carried between chunks: the latest times (`ORDER_BDMS`
+/// `u64`s), then the seen bits (`ORDER_BDMS / 32` `u32`s in `ORDER_BDMS / 64` `u64`s).
+pub const ORDER_STATE_WORDS: usize = ORDER_BDMS + ORDER_BDMS / 64;
+/// `u32` words of seen bits per block summary.
+pub const ORDER_SEEN_WORDS: usize = ORDER_BDMS / 32;
+/// Threads per block of [`KERNEL_ORDER_BLOCKS`] (one per BDM in its join).
+pub const ORDER_THREADS: u32 = 256;
+/// Frames per lane loaded before any is compared.
+pub const ORDER_BATCH: u32 = 4;
+/// Frames per warp of [`KERNEL_ORDER_BLOCKS`].
+pub const ORDER_WARP_FRAMES: u64 = 1024;
+/// Frames per block of [`KERNEL_ORDER_BLOCKS`].
+pub const ORDER_BLOCK_FRAMES: u64 = ORDER_WARP_FRAMES * (ORDER_THREADS / 32) as u64;
+/// Shared bytes of one warp's table: first and last times (`u64`), seen bytes.
+pub const ORDER_WARP_TABLE_BYTES: u32 = 17 * ORDER_BDMS as u32;
+/// Dynamic shared memory of [`KERNEL_ORDER_BLOCKS`].
+pub const fn order_smem_bytes() -> usize {
+    (ORDER_WARP_TABLE_BYTES * (ORDER_THREADS / 32)) as usize
+}
+/// Threads of the one block of [`KERNEL_ORDER_JOIN`] (a multiple of `ORDER_BDMS`).
+pub const ORDER_JOIN_THREADS: u32 = 1024;
+/// Dynamic shared memory of [`KERNEL_ORDER_JOIN`].
+pub const fn order_join_smem_bytes() -> usize {
+    20 * ORDER_JOIN_THREADS as usize
+}
+
+/// Parameters of the `pet_order_blocks` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetOrderBlocksParams {
+    /// `n` frames (16-byte aligned).
+    pub frames: DevPtr<u32>,
+    /// Number of frames.
+    pub n: u64,
+    /// First time of each BDM per block (`ORDER_BDMS` per block).
+    pub first: DevPtr<u64>,
+    /// Last time of each BDM per block.
+    pub last: DevPtr<u64>,
+    /// Seen bits per block (`ORDER_SEEN_WORDS` per block).
+    pub seen: DevPtr<u32>,
+    /// Statistics words (`STAT_WORDS`).
+    pub stats: DevPtr<u32>,
+    /// The scanner's BDMs (frames with a BDM byte at or above it are skipped).
+    pub bdms: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+crate::kernel_params!(PetOrderBlocksParams, 56, ["pet_order_blocks"]);
+
+/// Parameters of the `pet_order_join` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetOrderJoinParams {
+    /// Block summaries, as [`PetOrderBlocksParams`].
+    pub first: DevPtr<u64>,
+    /// As [`PetOrderBlocksParams::last`].
+    pub last: DevPtr<u64>,
+    /// As [`PetOrderBlocksParams::seen`].
+    pub seen: DevPtr<u32>,
+    /// State before the chunk (`ORDER_STATE_WORDS`).
+    pub state_in: DevPtr<u64>,
+    /// State after the chunk (`ORDER_STATE_WORDS`).
+    pub state_out: DevPtr<u64>,
+    /// Statistics words (`STAT_WORDS`).
+    pub stats: DevPtr<u32>,
+    /// Number of block summaries.
+    pub blocks: u32,
+    /// The scanner's BDMs.
+    pub bdms: u32,
+}
+crate::kernel_params!(PetOrderJoinParams, 56, ["pet_order_join"]);
 
 // ---------------------------------------------------------------------------------------
 // Multiway merge of presorted runs (issue 12; kernels in `multiway.rs`)

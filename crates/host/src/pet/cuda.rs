@@ -142,6 +142,9 @@ impl GpuContext {
         }
         let mut init = [0u32; k::STAT_WORDS];
         init[k::STAT_FIRST_BAD] = u32::MAX;
+        // The order check's watermark (a minimum by atomics) starts at u64::MAX.
+        init[k::STAT_MARK_LO] = u32::MAX;
+        init[k::STAT_MARK_LO + 1] = u32::MAX;
         self.stream()
             .memcpy_htod(&init, stats)
             .ctx("initialising conversion statistics")?;
@@ -177,6 +180,80 @@ impl GpuContext {
         };
         self.put_lookback(lb);
         r
+    }
+
+    /// Checks that every BDM's times in `n` frames (after the BDMs' latest times in
+    /// `order`'s state) never go down, keeps the latest times for the next chunk and writes
+    /// the verdict and the watermark into `stats` (after the conversion initialised them:
+    /// read with [`order_verdict`]). Asynchronous, on the compute stream; `n == 0` launches
+    /// nothing.
+    pub(crate) fn pet_order_device(
+        &self,
+        frames: &CudaSlice<u8>,
+        n: usize,
+        bdms: u32,
+        order: &mut OrderCheck,
+        stats: &mut CudaSlice<u32>,
+    ) -> Result<()> {
+        let blocks = (n as u64).div_ceil(k::ORDER_BLOCK_FRAMES) as usize;
+        if blocks > order.blocks || frames.len() < 16 * n || stats.len() < k::STAT_WORDS {
+            return Err(invalid(
+                "order check buffers",
+                "shorter than the frame count",
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (cur, next) = order.state.split_at_mut(1);
+        let (state_in, state_out) = if order.cur == 0 {
+            (&cur[0], &mut next[0])
+        } else {
+            (&next[0], &mut cur[0])
+        };
+        let pb = k::PetOrderBlocksParams {
+            frames: self.ptr(frames).cast(),
+            n: n as u64,
+            first: self.ptr_mut(&mut order.first),
+            last: self.ptr_mut(&mut order.last),
+            seen: self.ptr_mut(&mut order.seen),
+            stats: self.ptr_mut(&mut *stats),
+            bdms,
+            _pad: 0,
+        };
+        // SAFETY: ORDER_THREADS threads, one block per ORDER_BLOCK_FRAMES frames (at most
+        // `order.blocks`: checked), `order_smem_bytes`; frames hold 16 n bytes (256-byte
+        // aligned cudarc allocation); the summaries hold `order.blocks` blocks; stats
+        // STAT_WORDS words (checked).
+        unsafe {
+            self.launch(
+                k::KERNEL_ORDER_BLOCKS,
+                cfg(blocks as u64, k::ORDER_THREADS, k::order_smem_bytes()),
+                &pb,
+            )?;
+        }
+        let pj = k::PetOrderJoinParams {
+            first: self.ptr(&order.first),
+            last: self.ptr(&order.last),
+            seen: self.ptr(&order.seen),
+            state_in: self.ptr(state_in),
+            state_out: self.ptr_mut(state_out),
+            stats: self.ptr_mut(&mut *stats),
+            blocks: blocks as u32,
+            bdms,
+        };
+        // SAFETY: one block of ORDER_JOIN_THREADS, `order_join_smem_bytes`; the summaries of
+        // `blocks` blocks written by the launch above (same stream); the two states are
+        // distinct allocations of ORDER_STATE_WORDS words; stats as above.
+        unsafe {
+            self.launch(
+                k::KERNEL_ORDER_JOIN,
+                cfg(1, k::ORDER_JOIN_THREADS, k::order_join_smem_bytes()),
+                &pj,
+            )?;
+        }
+        order.cur = 1 - order.cur;
+        Ok(())
     }
 
     /// One merge pass from `src[off..off+n]` to `dst[off..off+n]`: runs of `width` (if > 0;
@@ -796,6 +873,78 @@ struct PetStreamBuffers {
     scratch: CoincideScratch,
     /// The last run's scanner and its tables on the device.
     scanner: Option<(Scanner, DeviceScanner)>,
+    /// The order check's block summaries and per-BDM state.
+    order: Option<OrderCheck>,
+}
+
+/// Device buffers of the streamed chain's order check (`pet_order_blocks`,
+/// `pet_order_join`): per-block summaries for one chunk, and the per-BDM state (latest time,
+/// seen bit) before and after the chunk, swapped after each chunk.
+pub(crate) struct OrderCheck {
+    blocks: usize,
+    first: CudaSlice<u64>,
+    last: CudaSlice<u64>,
+    seen: CudaSlice<u32>,
+    state: [CudaSlice<u64>; 2],
+    /// Which `state` holds the state before the next chunk.
+    cur: usize,
+}
+
+impl OrderCheck {
+    /// Buffers for chunks of up to `frames` frames; no BDM seen yet.
+    pub(crate) fn new(g: &GpuContext, frames: usize) -> Result<Self> {
+        let blocks = (frames as u64).div_ceil(k::ORDER_BLOCK_FRAMES).max(1) as usize;
+        Ok(Self {
+            blocks,
+            first: g.zeros::<u64>(blocks * k::ORDER_BDMS)?,
+            last: g.zeros::<u64>(blocks * k::ORDER_BDMS)?,
+            seen: g.zeros::<u32>(blocks * k::ORDER_SEEN_WORDS)?,
+            state: [
+                g.zeros::<u64>(k::ORDER_STATE_WORDS)?,
+                g.zeros::<u64>(k::ORDER_STATE_WORDS)?,
+            ],
+            cur: 0,
+        })
+    }
+
+    /// Forgets every BDM's latest time (a new stream). Asynchronous, on the compute stream.
+    pub(crate) fn reset(&mut self, g: &GpuContext) -> Result<()> {
+        self.cur = 0;
+        g.stream()
+            .memset_zeros(&mut self.state[0])
+            .ctx("resetting the order check")
+    }
+
+    /// The per-BDM latest times before the last checked chunk (a read-back, for the error
+    /// of a chunk the device flagged).
+    fn state_before_last(&self, g: &GpuContext) -> Result<Vec<Option<u64>>> {
+        let w = g.download(&self.state[1 - self.cur])?;
+        let seen: &[u32] = bytemuck::cast_slice(&w[k::ORDER_BDMS..]);
+        Ok((0..k::ORDER_BDMS)
+            .map(|b| (seen[b / 32] >> (b % 32) & 1 != 0).then_some(w[b]))
+            .collect())
+    }
+}
+
+/// What the order check of a chunk found (from the statistics words).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum OrderVerdict {
+    /// Every BDM's times are in order; the watermark after the chunk.
+    Ordered(f64),
+    /// A BDM's time went down in the chunk (or against an earlier chunk).
+    Disorder,
+}
+
+pub(crate) fn order_verdict(st: &[u32]) -> OrderVerdict {
+    let flags = st[k::STAT_ORDER];
+    if flags & k::STAT_ORDER_DISORDER != 0 {
+        OrderVerdict::Disorder
+    } else if flags & k::STAT_ORDER_MISSING != 0 {
+        OrderVerdict::Ordered(f64::NEG_INFINITY)
+    } else {
+        let m = st[k::STAT_MARK_LO] as u64 | (st[k::STAT_MARK_LO + 1] as u64) << 32;
+        OrderVerdict::Ordered(m as f64)
+    }
 }
 
 /// Whether two scanners are equal (parameters, window, tables), the tables compared by
@@ -898,7 +1047,6 @@ impl GpuContext {
         scanner: &Scanner,
         c: &CoincideConfig,
         sc: &StreamConfig,
-        wm: &mut Watermark,
         stats: &mut StreamStats,
         sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
         progress: &mut impl FnMut(&StreamStats),
@@ -912,25 +1060,36 @@ impl GpuContext {
         bufs.fit(self, fbytes, cap)?;
         // The scanner's tables on the device are reused when the scanner equals the last
         // run's (compared in parallel: about 1 ms for a 37 MB energy table, against 5 ms to
-        // upload it from pageable memory).
+        // upload it from pageable memory). The comparison runs on another thread while the
+        // first chunk is read and copied; the loop asks for the tables after that.
         // The (scanner, device tables) pair leaves the cache for the run, like the buffers.
-        let cached = bufs
-            .scanner
-            .take()
-            .filter(|(host, _)| same_scanner(host, scanner));
-        let (host, ds) = match cached {
-            Some(pair) => pair,
-            None => (scanner.clone(), self.pet_scanner(scanner)?),
-        };
-        if std::env::var_os("DETKIT_PET_PROFILE").is_some() {
-            eprintln!(
-                "pet stream setup (ms): scanner upload + buffers {:.2}",
-                t0.elapsed().as_secs_f64() * 1e3
+        let cached = bufs.scanner.take();
+        let (r, pair) = std::thread::scope(|scope| {
+            let compared = cached
+                .map(|pair| scope.spawn(move || same_scanner(&pair.0, scanner).then_some(pair)));
+            let resolve = move || -> Result<(Scanner, DeviceScanner)> {
+                let same = compared.and_then(|h| h.join().ok().flatten());
+                let pair = match same {
+                    Some(pair) => pair,
+                    None => (scanner.clone(), self.pet_scanner(scanner)?),
+                };
+                if std::env::var_os("DETKIT_PET_PROFILE").is_some() {
+                    eprintln!(
+                        "pet stream setup (ms): buffers, chunk 0 read, scanner compared or \
+                         uploaded {:.2}",
+                        t0.elapsed().as_secs_f64() * 1e3
+                    );
+                }
+                Ok(pair)
+            };
+            let mut pair = None;
+            let r = self.pet_stream_loop(
+                &mut bufs, input, resolve, &mut pair, c, sc, stats, sink, progress,
             );
-        }
-        let r = self.pet_stream_loop(&mut bufs, input, &ds, c, sc, wm, stats, sink, progress);
+            (r, pair)
+        });
         if r.is_ok() {
-            bufs.scanner = Some((host, ds));
+            bufs.scanner = pair;
             self.with_scratch(|s: &mut PetStreamBuffers| *s = bufs);
         }
         r
@@ -941,10 +1100,10 @@ impl GpuContext {
         &self,
         bufs: &mut PetStreamBuffers,
         input: &mut impl FrameSource,
-        ds: &DeviceScanner,
+        scanner: impl FnOnce() -> Result<(Scanner, DeviceScanner)>,
+        pair: &mut Option<(Scanner, DeviceScanner)>,
         c: &CoincideConfig,
         sc: &StreamConfig,
-        wm: &mut Watermark,
         stats: &mut StreamStats,
         sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
         progress: &mut impl FnMut(&StreamStats),
@@ -960,18 +1119,23 @@ impl GpuContext {
         let mut d_stats = bufs.stats.take().expect("fitted");
         let mut pinned = std::mem::take(&mut bufs.pinned);
         let mut dframes = std::mem::take(&mut bufs.dframes);
+        let mut order = match bufs.order.take() {
+            Some(o) if o.blocks * k::ORDER_BLOCK_FRAMES as usize >= sc.chunk_frames => o,
+            _ => OrderCheck::new(self, sc.chunk_frames)?,
+        };
+        order.reset(self)?;
         let mut np = 0usize;
         let mut offset = 0u64;
         // Chunk k sits in slot k % 2. Its frames are read and their copy launched while the
-        // GPU converts chunk k - 1; the check of each BDM's time order (the watermark) runs on
-        // a second host thread while the GPU sorts and pairs chunk k - 1.
+        // GPU converts and checks chunk k - 1. The check of each BDM's time order (and the
+        // watermark) runs on the GPU after the conversion and comes back with the
+        // conversion's statistics: the host never reads the frames.
         let mut counts = [0usize; 2];
-        let mut marks = [f64::NEG_INFINITY; 2];
         // Cross-stream order, explicit (the context does not track buffers across streams):
         // `copied[s]` is recorded on the copy stream after the copy into slot s, and the
         // compute stream waits for it before converting; `consumed[s]` is recorded on the
-        // compute stream after the conversion read slot s, and the copy stream waits for it
-        // before copying into slot s again.
+        // compute stream after the conversion and the order check read slot s, and the copy
+        // stream waits for it before copying into slot s again.
         let mut copied: [Option<CudaEvent>; 2] = [None, None];
         let mut consumed: [Option<CudaEvent>; 2] = [None, None];
         let [p0, p1] = &mut pinned[..] else {
@@ -992,71 +1156,67 @@ impl GpuContext {
                 clock = std::time::Instant::now();
             }
         };
-        // Chunk 0: read, copy, check.
+        // Chunk 0: read and copy.
         {
             let (pb, db) = &mut slots[0];
             let chunk = start_chunk(input, pb, db, &copy, &mut copied[0], &None)?;
             counts[0] = chunk.len() / 16;
-            wm.update(chunk, 0)?;
-            marks[0] = if counts[0] < sc.chunk_frames {
-                f64::INFINITY
-            } else {
-                wm.value()
-            };
         }
-        let mut read_offset = counts[0] as u64;
+        let ds = &pair.insert(scanner()?).1;
+        let bdms = ds.host.bdm_count();
         let mut slot = 0;
-        let mut check_ms = 0f64;
         let result = loop {
             let nf = counts[slot];
             let last = nf < sc.chunk_frames;
-            let w = marks[slot];
-            // Convert into a[np..np + nf], after the copy into this slot.
+            // Convert into a[np..np + nf] and check the order, after the copy into this slot.
             if let Some(e) = &copied[slot] {
                 self.stream().wait(e).ctx("waiting for the frame copy")?;
             }
             self.pet_convert_device(slots[slot].1, nf, ds, &mut a, np, &mut d_stats)?;
+            self.pet_order_device(slots[slot].1, nf, bdms, &mut order, &mut d_stats)?;
             consumed[slot] = Some(
                 self.stream()
                     .record_event(None)
                     .ctx("recording the conversion")?,
             );
             lap(&mut phases, 0);
-            // Read the next chunk and launch its copy while the kernels run.
-            let next = if last {
-                None
+            // The next chunk is read (and its copy launched) on a second thread while this
+            // chunk's kernels and read-backs run here.
+            let (lo, hi) = slots.split_at_mut(1);
+            let (cur, other) = if slot == 0 {
+                (&lo[0], &mut hi[0])
             } else {
-                let (pb, db) = &mut slots[1 - slot];
-                let chunk = start_chunk(
-                    input,
-                    pb,
-                    db,
-                    &copy,
-                    &mut copied[1 - slot],
-                    &consumed[1 - slot],
-                )?;
-                Some(chunk)
+                (&hi[0], &mut lo[0])
             };
-            lap(&mut phases, 1);
-            // The next chunk's order check on a second thread, this chunk's GPU work here.
-            let (gpu, check) = std::thread::scope(|scope| {
-                let wm = &mut *wm;
-                let from = read_offset;
-                let handle = next.map(|chunk| {
-                    scope.spawn(move || -> Result<(usize, f64, f64)> {
-                        let t0 = std::time::Instant::now();
-                        wm.update(chunk, from)?;
-                        let nf = chunk.len() / 16;
-                        let mark = if nf < sc.chunk_frames {
-                            f64::INFINITY
-                        } else {
-                            wm.value()
-                        };
-                        Ok((nf, mark, t0.elapsed().as_secs_f64() * 1e3))
+            let (c_lo, c_hi) = copied.split_at_mut(1);
+            let copied_other = if slot == 0 {
+                &mut c_hi[0]
+            } else {
+                &mut c_lo[0]
+            };
+            let consumed_other = &consumed[1 - slot];
+            let frames_cur: &CudaSlice<u8> = cur.1;
+            let (gpu, next) = std::thread::scope(|scope| {
+                let copy = &copy;
+                let input = &mut *input;
+                let reader = (!last).then(|| {
+                    scope.spawn(move || -> Result<usize> {
+                        let (pb, db) = other;
+                        let chunk = start_chunk(input, pb, db, copy, copied_other, consumed_other)?;
+                        Ok(chunk.len() / 16)
                     })
                 });
                 let gpu = (|| -> Result<bool> {
                     let st = self.download(&d_stats)?;
+                    lap(&mut phases, 1);
+                    let w = match order_verdict(&st) {
+                        _ if nf == 0 => f64::INFINITY,
+                        OrderVerdict::Disorder => {
+                            return Err(self.order_error(&order, frames_cur, nf, offset, bdms))
+                        }
+                        OrderVerdict::Ordered(_) if last => f64::INFINITY,
+                        OrderVerdict::Ordered(m) => m,
+                    };
                     let cst = stats_from_words(&st, nf);
                     stats.convert.add(&cst, offset);
                     offset += nf as u64;
@@ -1118,46 +1278,32 @@ impl GpuContext {
                     lap(&mut phases, 5);
                     Ok(last)
                 })();
-                let check = handle.map(|h| {
+                let next = reader.map(|h| {
                     h.join().unwrap_or_else(|_| {
-                        Err(invalid("frame stream", "the order check's thread failed"))
+                        Err(invalid("frame stream", "the reading thread failed"))
                     })
                 });
-                (gpu, check)
+                (gpu, next)
             });
-            let done = match gpu {
-                Ok(done) => done,
-                Err(e) => break Err(e),
-            };
-            if done {
-                if profile {
-                    eprintln!(
-                        "pet stream profile (ms): convert launch {:.2}, read+copy launch {:.2}, \
-                         stats read+sort {:.2}, merge {:.2}, coincide+download {:.2}, sink {:.2}; \
-                         order checks on the second thread {:.2} ({} threads)",
-                        phases[0],
-                        phases[1],
-                        phases[2],
-                        phases[3],
-                        phases[4],
-                        phases[5],
-                        check_ms,
-                        rayon::current_num_threads()
-                    );
+            match (gpu, next) {
+                (Ok(true), _) => {
+                    if profile {
+                        eprintln!(
+                            "pet stream profile (ms): convert+order launch {:.2}, stats read \
+                             (waits for the conversion) {:.2}, sort {:.2}, merge {:.2}, \
+                             coincide+download {:.2}, sink {:.2}",
+                            phases[0], phases[1], phases[2], phases[3], phases[4], phases[5],
+                        );
+                    }
+                    break Ok(*stats);
                 }
-                break Ok(*stats);
-            }
-            match check {
-                Some(Ok((nf, mark, ms))) => {
+                (Ok(false), Some(Ok(nf))) => {
                     counts[1 - slot] = nf;
-                    marks[1 - slot] = mark;
-                    read_offset += nf as u64;
-                    check_ms += ms;
+                    slot = 1 - slot;
                 }
-                Some(Err(e)) => break Err(e),
-                None => unreachable!("a chunk follows every chunk but the last"),
+                (Ok(false), Some(Err(e))) | (Err(e), _) => break Err(e),
+                (Ok(false), None) => unreachable!("a chunk follows every chunk but the last"),
             }
-            slot = 1 - slot;
         };
         // Every copy from the pinned buffers has finished before they go back to the cache.
         copy.synchronize().ctx("finishing the frame copies")?;
@@ -1166,7 +1312,35 @@ impl GpuContext {
         bufs.stats = Some(d_stats);
         bufs.pinned = pinned;
         bufs.dframes = dframes;
+        bufs.order = Some(order);
         result
+    }
+
+    /// The error of a chunk whose order check failed on the device: the chunk's frames and
+    /// the BDMs' latest times before it are read back and checked on the host, which names
+    /// the first frame out of order exactly as the CPU path does.
+    fn order_error(
+        &self,
+        order: &OrderCheck,
+        frames: &CudaSlice<u8>,
+        nf: usize,
+        offset: u64,
+        bdms: u32,
+    ) -> Error {
+        let check = || -> Result<()> {
+            let mut state = order.state_before_last(self)?;
+            state.truncate(bdms as usize);
+            let bytes = self
+                .stream()
+                .clone_dtoh(&frames.slice(0..16 * nf))
+                .ctx("copying frames back")?;
+            Watermark::from_latest(state).update(&bytes, offset)?;
+            Err(invalid(
+                "frame stream",
+                "the device's order check flagged a chunk that the host finds in order",
+            ))
+        };
+        check().expect_err("the check above never returns Ok")
     }
 }
 

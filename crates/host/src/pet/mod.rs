@@ -322,11 +322,15 @@ impl Watermark {
             last: vec![None; bdms as usize],
         }
     }
+    /// A tracker that has seen each BDM's latest time (`None`: no frame yet).
+    pub(crate) fn from_latest(last: Vec<Option<u64>>) -> Self {
+        Self { last }
+    }
     /// Reads a chunk's frames (raw bytes; the first is frame `offset` of the stream); checks
     /// each BDM's times never decrease. Large chunks are read in parallel pieces (each
     /// piece's first and last time per BDM and its first inner disorder), joined in order, so
     /// the error names the same first frame out of order as a sequential reading.
-    fn update(&mut self, bytes: &[u8], offset: u64) -> Result<()> {
+    pub(crate) fn update(&mut self, bytes: &[u8], offset: u64) -> Result<()> {
         use rayon::prelude::*;
         const PIECE: usize = 1 << 15;
         let frames = bytes.as_chunks::<16>().0;
@@ -409,7 +413,7 @@ impl Watermark {
 }
 
 /// Where the streamed chain's frames come from.
-pub(crate) trait FrameSource {
+pub(crate) trait FrameSource: Send {
     /// The next chunk: at most `buf.len() / 16` whole frames, written into `buf` or borrowed
     /// from the source itself (frames already in page-locked memory, copied to the device
     /// straight from there); fewer than `buf.len() / 16` frames means the end of the stream.
@@ -426,7 +430,7 @@ fn cut_frame() -> Error {
 /// Frames from a reader (a pipe, any `Read`), read in order by one thread.
 struct ReadSource<'a, R: Read>(&'a mut R);
 
-impl<R: Read> FrameSource for ReadSource<'_, R> {
+impl<R: Read + Send> FrameSource for ReadSource<'_, R> {
     fn next_chunk<'b>(&'b mut self, buf: &'b mut [u8]) -> Result<&'b [u8]> {
         let nf = read_chunk(self.0, buf)?;
         Ok(&buf[..16 * nf])
@@ -573,10 +577,11 @@ impl Backend {
     /// the rest. `sink` receives the pairs in time order; the result equals
     /// convert → sort → coincide over the whole stream. On CUDA, the next chunk's
     /// host-to-device copy (pinned memory, a second stream) overlaps the current chunk's
-    /// kernels.
+    /// kernels, and the next chunk is read on a second thread (hence `Send`) while the
+    /// current one is processed.
     pub fn pet_run_stream(
         &self,
-        input: &mut impl Read,
+        input: &mut (impl Read + Send),
         scanner: &Scanner,
         c: &CoincideConfig,
         sc: &StreamConfig,
@@ -601,9 +606,9 @@ impl Backend {
         }
         check_u32_len("chunk", sc.chunk_frames + sc.pending_capacity)?;
         let mut stats = StreamStats::default();
-        let mut wm = Watermark::new(scanner.params.bdm_count());
         match self.gpu() {
             None => {
+                let mut wm = Watermark::new(scanner.params.bdm_count());
                 let mut pending: Vec<Single> = Vec::new();
                 let mut buf = vec![0u8; 16 * sc.chunk_frames];
                 let mut offset = 0u64;
@@ -639,16 +644,9 @@ impl Backend {
                     }
                 }
             }
-            Some(g) => g.pet_run_stream_gpu(
-                input,
-                scanner,
-                c,
-                sc,
-                &mut wm,
-                &mut stats,
-                &mut sink,
-                &mut progress,
-            ),
+            Some(g) => {
+                g.pet_run_stream_gpu(input, scanner, c, sc, &mut stats, &mut sink, &mut progress)
+            }
         }
     }
 }
