@@ -636,34 +636,73 @@ fn whole_chain(s: &Scanner, frames: &[DataFrameV2], c: &CoincideConfig) -> Vec<C
 #[test]
 fn generator_streams_are_per_bdm_time_ordered() {
     let s = tiny();
-    let acq = gen::acquisition(
-        &s,
-        &gen::AcquisitionConfig {
-            singles: 5000,
-            slice: 200_000,
-            ..Default::default()
-        },
-    );
-    assert!(acq.frames.len() >= 5000);
-    assert!(acq.frames.iter().all(|f| gen::frame_ok(&s, f)));
-    let mut last = vec![0u64; s.params.bdm_count() as usize];
-    for f in &acq.frames {
-        let t = detkit_gpu::pet::frame_time(f);
-        assert!(t >= last[f.bdm as usize]);
-        last[f.bdm as usize] = t;
+    type Generator = fn(&Scanner, &gen::AcquisitionConfig) -> gen::Acquisition;
+    let generators: [(&str, Generator, usize); 3] = [
+        ("sequential", gen::acquisition, 5000),
+        ("parallel, one segment", gen::acquisition_par, 5000),
+        (
+            "parallel, two segments",
+            gen::acquisition_par,
+            (1 << 20) + 5000,
+        ),
+    ];
+    for (name, generate, singles) in generators {
+        for slice in [200_000, u64::MAX] {
+            let cfg = gen::AcquisitionConfig {
+                singles,
+                slice,
+                ..Default::default()
+            };
+            let acq = generate(&s, &cfg);
+            assert!(acq.frames.len() >= singles, "{name}");
+            assert!(acq.frames.iter().all(|f| gen::frame_ok(&s, f)), "{name}");
+            let mut last = vec![0u64; s.params.bdm_count() as usize];
+            for f in &acq.frames {
+                let t = detkit_gpu::pet::frame_time(f);
+                assert!(t >= last[f.bdm as usize], "{name}");
+                last[f.bdm as usize] = t;
+            }
+            // One slice: the frames are BDM by BDM, the runs say where each BDM starts.
+            if slice == u64::MAX {
+                let runs = &acq.bdm_runs;
+                assert_eq!(runs.len(), s.params.bdm_count() as usize + 1, "{name}");
+                assert_eq!(*runs.last().unwrap() as usize, acq.frames.len(), "{name}");
+                for b in 0..runs.len() - 1 {
+                    let run = &acq.frames[runs[b] as usize..runs[b + 1] as usize];
+                    assert!(run.iter().all(|f| f.bdm as usize == b), "{name}: run {b}");
+                }
+            } else {
+                assert!(acq.bdm_runs.is_empty(), "{name}");
+            }
+            // Truth pairs: both frames of an annihilation, within a few jitters of each other;
+            // both photons are detected with probability `detect`^2, so the frames in truth
+            // pairs are about `detect` of all.
+            let share = 2.0 * acq.truth.len() as f64 / acq.frames.len() as f64;
+            assert!((share - cfg.detect).abs() < 0.05, "{name}: share {share}");
+            for &(i, j) in &acq.truth {
+                assert!(i < j, "{name}");
+                let (ti, tj) = (
+                    detkit_gpu::pet::frame_time(&acq.frames[i]),
+                    detkit_gpu::pet::frame_time(&acq.frames[j]),
+                );
+                assert!(
+                    ti.abs_diff(tj) < 3000,
+                    "{name}: truth pair {i},{j}: {ti} {tj}"
+                );
+            }
+            // The same configuration draws the same acquisition.
+            let again = generate(&s, &cfg);
+            assert!(
+                again.frames == acq.frames && again.truth == acq.truth,
+                "{name}"
+            );
+            if singles < 10_000 {
+                // Most isolated truth pairs inside the energy window are found by the chain.
+                let pairs = whole_chain(&s, &acq.frames, &CoincideConfig::prompt(5000.0));
+                assert!(!pairs.is_empty(), "{name}");
+            }
+        }
     }
-    // Truth pairs: both frames of an annihilation, within a few jitters of each other.
-    assert!(!acq.truth.is_empty());
-    for &(i, j) in &acq.truth {
-        let (ti, tj) = (
-            detkit_gpu::pet::frame_time(&acq.frames[i]),
-            detkit_gpu::pet::frame_time(&acq.frames[j]),
-        );
-        assert!(ti.abs_diff(tj) < 3000, "truth pair {i},{j}: {ti} {tj}");
-    }
-    // Most isolated truth pairs inside the energy window are found by the chain.
-    let pairs = whole_chain(&s, &acq.frames, &CoincideConfig::prompt(5000.0));
-    assert!(!pairs.is_empty());
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //! Device-resident rows are timed with CUDA events (median of `--reps`, after warm-up); the
 //! streamed chain from host memory with `Instant` around the whole call (median of 3).
 //!
-//! Usage: `bench-pet [--sizes 20,22,24] [--reps 20] [--csv FILE]`
+//! Usage: `bench-pet [--sizes 20,22,24,26,28] [--reps 20] [--csv FILE]` (inputs from
+//! `gen::acquisition_par`, generated in parallel so that 2^28 singles fit one run).
 
 use std::io::Write;
 use std::time::Instant;
@@ -79,7 +80,7 @@ fn key_file(
 }
 
 fn main() -> Result<()> {
-    let mut sizes = vec![20u32, 22, 24];
+    let mut sizes = vec![20u32, 22, 24, 26, 28];
     let mut reps = 20usize;
     let mut csv = None;
     let mut args = std::env::args().skip(1);
@@ -117,7 +118,7 @@ fn main() -> Result<()> {
         let n = 1usize << log;
         eprintln!("2^{log}: generating");
         // One readout slice: 256 per-BDM time-ordered streams, 20 M singles/s.
-        let acq = gen::acquisition(
+        let acq = gen::acquisition_par(
             &scanner,
             &gen::AcquisitionConfig {
                 seed: 5,
@@ -321,9 +322,9 @@ fn main() -> Result<()> {
             },
         );
         // whole chain from host memory, streamed (Instant), vs the pinned H2D copy of the frames
-        if log <= 24 {
+        {
             // Readout slices of 100 us (each slice BDM by BDM), as a DAQ delivers them.
-            let sliced = gen::acquisition(
+            let sliced = gen::acquisition_par(
                 &scanner,
                 &gen::AcquisitionConfig {
                     seed: 6,

@@ -164,40 +164,82 @@ pub(crate) fn frame(
     }
 }
 
+/// A raw energy: pile-up above the energy table's end, Compton or photopeak.
+fn raw_energy(c: &AcquisitionConfig, rng: &mut Rng) -> u32 {
+    if rng.unit() < c.pileup {
+        return 10_000 + rng.below(55_000);
+    }
+    let kev = if rng.unit() < c.compton {
+        50.0 + 290.0 * rng.unit()
+    } else {
+        511.0 + 511.0 * 0.12 / 2.355 * rng.normal()
+    };
+    (kev * 10.0).round().max(0.0) as u32
+}
+
+/// The next annihilation after time `t` (advanced): two photons towards opposite BDMs, each
+/// detected or not; `hit(time, bdm, raw energy)` for each detected one.
+fn annihilation(
+    p: &ScannerParams,
+    c: &AcquisitionConfig,
+    rng: &mut Rng,
+    t: &mut f64,
+    mut hit: impl FnMut(&mut Rng, u64, u32, u32),
+) {
+    let ring = p.channels * p.module_num_y;
+    let events_per_tick = c.singles_rate / (2.0 * c.detect) * c.tick;
+    *t += -(1.0 - rng.unit()).ln() / events_per_tick;
+    let b1 = rng.below(p.bdm_count());
+    let (pos, ax) = (b1 % ring, b1 / ring);
+    let ax2 = (ax + rng.below(3) + p.module_num_z - 1) % p.module_num_z;
+    let b2 = (pos + ring / 2) % ring + ax2 * ring;
+    for b in [b1, b2] {
+        if rng.unit() < c.detect {
+            let tt = (*t + c.jitter * rng.normal()).max(0.0) as u64;
+            let e = raw_energy(c, rng);
+            hit(rng, tt, b, e);
+        }
+    }
+}
+
+/// The boundaries of the per-BDM runs of hits sorted by BDM (one readout slice).
+fn bdm_runs_of(
+    p: &ScannerParams,
+    c: &AcquisitionConfig,
+    bdm: impl Fn(usize) -> u32,
+    n: usize,
+) -> Vec<u32> {
+    let mut runs = Vec::new();
+    if c.slice == u64::MAX {
+        runs.push(0);
+        for b in 0..p.bdm_count() {
+            let (mut lo, mut hi) = (0, n);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                if bdm(mid) <= b {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            runs.push(lo as u32);
+        }
+    }
+    runs
+}
+
 /// Generates an acquisition on `scanner`'s geometry.
 pub fn acquisition(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
     let p = &scanner.params;
     let mut rng = crate::rng::rng(c.seed);
-    let ring = p.channels * p.module_num_y;
-    let events_per_tick = c.singles_rate / (2.0 * c.detect) * c.tick;
     let mut t = 1000.0 + rng.unit() * 1000.0;
-    // (time, bdm, raw energy, event id or usize::MAX)
+    // (time, bdm, raw energy, event id)
     let mut hits: Vec<(u64, u32, u32, usize)> = Vec::with_capacity(c.singles + 2);
     let mut event = 0usize;
-    let energy = |rng: &mut Rng| -> u32 {
-        if rng.unit() < c.pileup {
-            return 10_000 + rng.below(55_000);
-        }
-        let kev = if rng.unit() < c.compton {
-            50.0 + 290.0 * rng.unit()
-        } else {
-            511.0 + 511.0 * 0.12 / 2.355 * rng.normal()
-        };
-        (kev * 10.0).round().max(0.0) as u32
-    };
     while hits.len() < c.singles {
-        t += -(1.0 - rng.unit()).ln() / events_per_tick;
-        let b1 = rng.below(p.bdm_count());
-        let (pos, ax) = (b1 % ring, b1 / ring);
-        let ax2 = (ax + rng.below(3) + p.module_num_z - 1) % p.module_num_z;
-        let b2 = (pos + ring / 2) % ring + ax2 * ring;
-        for b in [b1, b2] {
-            if rng.unit() < c.detect {
-                let tt = (t + c.jitter * rng.normal()).max(0.0) as u64;
-                let e = energy(&mut rng);
-                hits.push((tt, b, e, event));
-            }
-        }
+        annihilation(p, c, &mut rng, &mut t, |_, tt, b, e| {
+            hits.push((tt, b, e, event))
+        });
         event += 1;
     }
     hits.sort_by_key(|h| h.0);
@@ -213,14 +255,76 @@ pub fn acquisition(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
         }
     }
     truth.sort_unstable();
-    let mut bdm_runs = Vec::new();
-    if c.slice == u64::MAX {
-        bdm_runs.push(0);
-        for b in 0..p.bdm_count() {
-            let end = hits.partition_point(|h| h.1 <= b);
-            bdm_runs.push(end as u32);
-        }
+    let bdm_runs = bdm_runs_of(p, c, |i| hits[i].1, hits.len());
+    Acquisition {
+        frames,
+        truth,
+        bdm_runs,
     }
+}
+
+/// Singles per segment of [`acquisition_par`].
+const SEGMENT: usize = 1 << 20;
+
+/// An acquisition of the same kind as [`acquisition`] generated in parallel (`rayon`), for
+/// benchmark sizes up to 2^28 singles: the time axis is cut into segments of 2^20 singles,
+/// each drawn by its own generator (seeded from `c.seed` and the segment's index), then
+/// sorted as a whole. The result depends on the configuration only, not on the number of
+/// threads; it is not the same draw as [`acquisition`] with the same seed.
+pub fn acquisition_par(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
+    use rayon::prelude::*;
+    let p = &scanner.params;
+    let segments = c.singles.div_ceil(SEGMENT).max(1);
+    // Ticks that one segment's singles span on average.
+    let span = SEGMENT as f64 / (c.singles_rate * c.tick);
+    struct Hit {
+        time: u64,
+        bdm: u32,
+        event: u64,
+        frame: DataFrameV2,
+    }
+    let mut hits: Vec<Hit> = (0..segments)
+        .into_par_iter()
+        .flat_map_iter(|k| {
+            let want = SEGMENT.min(c.singles - (k * SEGMENT).min(c.singles)).max(1);
+            let mut rng = crate::rng::rng(crate::rng::hash(c.seed, k as u64));
+            let mut t = 1000.0 + span * k as f64 + rng.unit() * 1000.0;
+            let mut v: Vec<Hit> = Vec::with_capacity(want + 2);
+            let mut event = (k as u64) << 32;
+            while v.len() < want {
+                annihilation(p, c, &mut rng, &mut t, |rng, tt, b, e| {
+                    let frame = frame(p, rng, b, tt, e);
+                    v.push(Hit {
+                        time: tt,
+                        bdm: b,
+                        event,
+                        frame,
+                    })
+                });
+                event += 1;
+            }
+            v
+        })
+        .collect();
+    // Slice by slice, BDM by BDM, time order inside each BDM (stable: generation order for
+    // equal times).
+    let slice = c.slice.max(1);
+    hits.par_sort_by_key(|h| (h.time / slice, h.bdm, h.time));
+    let frames: Vec<DataFrameV2> = hits.par_iter().map(|h| h.frame).collect();
+    // Truth: the two frames of each event with both photons detected.
+    let mut by_event: Vec<(u64, usize)> = hits
+        .par_iter()
+        .enumerate()
+        .map(|(i, h)| (h.event, i))
+        .collect();
+    by_event.par_sort_unstable();
+    let mut truth: Vec<(usize, usize)> = by_event
+        .par_windows(2)
+        .filter(|w| w[0].0 == w[1].0)
+        .map(|w| (w[0].1.min(w[1].1), w[0].1.max(w[1].1)))
+        .collect();
+    truth.par_sort_unstable();
+    let bdm_runs = bdm_runs_of(p, c, |i| hits[i].bdm, hits.len());
     Acquisition {
         frames,
         truth,
