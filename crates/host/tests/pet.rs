@@ -119,13 +119,13 @@ fn scanner_validation_errors() {
         pet::validate_params(&p),
         Err(Error::InvalidInput { .. })
     ));
-    let mut pos = s.position.clone();
+    let mut pos = s.position.to_vec();
     pos[77] = 16;
     match Scanner::new(s.params, 10.0, pos, s.energy.clone()) {
         Err(Error::InvalidInput { detail, .. }) => assert!(detail.contains("entry 77"), "{detail}"),
         other => panic!("{other:?}"),
     }
-    let mut en = s.energy.clone();
+    let mut en = s.energy.to_vec();
     en[5] = f32::NAN;
     assert!(Scanner::new(s.params, 10.0, s.position.clone(), en).is_err());
     assert!(Scanner::new(s.params, 10.0, s.position[1..].to_vec(), s.energy.clone()).is_err());

@@ -947,15 +947,17 @@ pub(crate) fn order_verdict(st: &[u32]) -> OrderVerdict {
     }
 }
 
-/// Whether two scanners are equal (parameters, window, tables), the tables compared by
-/// several threads.
+/// Whether two scanners are equal (parameters, window, tables): tables that are the same
+/// allocation (a clone of the scanner, or the same scanner again) are equal at once, others
+/// are compared by several threads.
 fn same_scanner(a: &Scanner, b: &Scanner) -> bool {
     use rayon::prelude::*;
     let same = |x: &[u8], y: &[u8]| {
-        x.len() == y.len()
-            && x.par_chunks(1 << 20)
-                .zip(y.par_chunks(1 << 20))
-                .all(|(p, q)| p == q)
+        std::ptr::eq(x, y)
+            || x.len() == y.len()
+                && x.par_chunks(1 << 20)
+                    .zip(y.par_chunks(1 << 20))
+                    .all(|(p, q)| p == q)
     };
     bytemuck::bytes_of(&a.params) == bytemuck::bytes_of(&b.params)
         && a.time_window.to_bits() == b.time_window.to_bits()
@@ -1413,6 +1415,35 @@ mod tests {
         } else {
             full & ((1u64 << bits) - 1)
         }
+    }
+
+    /// The scanner cache's equality: the same tables (a clone) at once, equal tables in other
+    /// allocations by content, any changed entry or parameter not equal.
+    #[test]
+    fn same_scanner_compares_contents() {
+        let s = crate::pet::gen::tiny_scanner(3);
+        assert!(same_scanner(&s, &s.clone()));
+        let copy = Scanner::new(
+            s.params,
+            s.time_window,
+            s.position.to_vec(),
+            s.energy.to_vec(),
+        )
+        .unwrap();
+        assert!(!std::ptr::eq(&*copy.energy, &*s.energy));
+        assert!(same_scanner(&s, &copy));
+        let mut energy = s.energy.to_vec();
+        let last = energy.len() - 1;
+        energy[last] *= 1.5;
+        let other = Scanner::new(s.params, s.time_window, s.position.clone(), energy).unwrap();
+        assert!(!same_scanner(&s, &other));
+        let mut position = s.position.to_vec();
+        position[0] ^= 1;
+        let other = Scanner::new(s.params, s.time_window, position, s.energy.clone()).unwrap();
+        assert!(!same_scanner(&s, &other));
+        let mut wider = s.clone();
+        wider.time_window += 1.0;
+        assert!(!same_scanner(&s, &wider));
     }
 
     fn time() -> impl Strategy<Value = f64> {

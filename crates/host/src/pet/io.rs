@@ -16,9 +16,10 @@ impl Scanner {
     pub fn new(
         params: ScannerParams,
         time_window: f64,
-        position: Vec<u8>,
-        energy: Vec<f32>,
+        position: impl Into<std::sync::Arc<[u8]>>,
+        energy: impl Into<std::sync::Arc<[f32]>>,
     ) -> Result<Self> {
+        let (position, energy) = (position.into(), energy.into());
         validate_params(&params)?;
         if position.len() as u64 != params.position_entries() {
             return Err(invalid(
@@ -116,7 +117,7 @@ impl Scanner {
                 format!("{} bytes, not a whole number of f32", bytes.len()),
             ));
         }
-        let energy = bytes
+        let energy: Vec<f32> = bytes
             .as_chunks::<4>()
             .0
             .iter()

@@ -48,10 +48,13 @@ pub struct Scanner {
     pub params: ScannerParams,
     /// Default coincidence window for `detkit pet run` (frame counter units).
     pub time_window: f64,
-    /// Position table: `u8` origin crystal per `(bdm, du, x + y * position_size)`.
-    pub position: Vec<u8>,
-    /// Energy-correction factors per `(bdm, du, local crystal, raw energy / 10)`.
-    pub energy: Vec<f32>,
+    /// Position table: `u8` origin crystal per `(bdm, du, x + y * position_size)`. Shared
+    /// and immutable (`Arc`): a clone of the scanner shares it, and the streamed chain knows
+    /// its tables on the device are current when the table is the same allocation.
+    pub position: std::sync::Arc<[u8]>,
+    /// Energy-correction factors per `(bdm, du, local crystal, raw energy / 10)` (shared and
+    /// immutable, as `position`).
+    pub energy: std::sync::Arc<[f32]>,
 }
 
 /// The TOML scanner file (the seed's `CoinPetPara`).
