@@ -516,6 +516,14 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
                 .collect(),
         ),
     ];
+    // Windows of 10 singles of distinct crystals: TakeAllGoods yields 45 pairs per window,
+    // 4.5 per single, more than the first launch's buffer (n pairs): the launch is repeated.
+    cases.push((
+        "many-goods",
+        (0..10_000)
+            .map(|i| sgl(i % 10, 1.0, (i / 10) as f64 * 100.0 + (i % 10) as f64 * 0.5))
+            .collect(),
+    ));
     // Long dense chain (no gap > window): one segment walked by one thread.
     cases.push((
         "dense-chain",

@@ -67,6 +67,7 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_GATHER,
     pet::KERNEL_COINCIDE_OPEN,
     pet::KERNEL_COINCIDE_FILL,
+    pet::KERNEL_COINCIDE_TILES,
     pet::KERNEL_MW_SAMPLE,
     pet::KERNEL_MW_SPLIT,
     pet::KERNEL_MW_MERGE,

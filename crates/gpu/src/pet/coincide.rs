@@ -4,6 +4,7 @@
 use super::device::*;
 use super::*;
 use crate::intrinsics as i;
+use crate::scan::device::{tile_exclusive_prefix, tile_smem, TileStatus};
 
 /// Time of single `k`.
 ///
@@ -254,4 +255,251 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_fill(p: PetCoincideFillParams) {
             at += 1;
         },
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Single pass: windows, pair counts, their scan (decoupled look-back) and the pairs, in one
+// kernel over tiles of COINCIDE_TILE singles.
+// ---------------------------------------------------------------------------------------
+
+/// The window shape of opener `o` ending at `e` (delayed members from `s`), and whether the
+/// policy may take it (a window over [`MAX_MULTIPLE`] is refused unless `KillAll`).
+#[inline(always)]
+fn window_allowed(len: u32, pol: Policy) -> bool {
+    len <= MAX_MULTIPLE || pol == Policy::KillAll
+}
+
+/// Walks the complete windows that single `idx` (time `t`, predecessor's time `prev`)
+/// opens, in order, calling `visit(o, e, s)` for each (opener, end, delayed start); prompt:
+/// the chain of non-sliding windows of the segment `idx` starts (nothing if it does not
+/// start one), delayed: its own window. Returns the first incomplete opener met (its
+/// windows and every later one are left for a later watermark), or `u64::MAX`.
+///
+/// # Safety
+/// `idx < n`, `singles` valid for `n` singles.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn walk_windows(
+    p: &PetCoincideTilesParams,
+    idx: u64,
+    t: f64,
+    prev: f64,
+    mut visit: impl FnMut(u64, u64, u64),
+) -> u64 {
+    let (singles, n, reach) = (p.singles.ptr(), p.n, p.reach);
+    // The end of the window opened at `o` (time `to`): first j > o past the reach.
+    let end = |o: u64, to: f64| {
+        let rest = (n - o - 1) as u32;
+        // SAFETY: o + 1 + q < n.
+        o + 1
+            + gallop_rank(
+                rest,
+                reach,
+                false,
+                |q| unsafe { time_at(singles, o + 1 + q as u64) } - to,
+            ) as u64
+    };
+    if p.delayed != 0 {
+        if !window_complete(t, p.watermark, reach) {
+            return idx;
+        }
+        let rest = (n - idx - 1) as u32;
+        // SAFETY: idx + 1 + q < n.
+        let s = idx
+            + 1
+            + gallop_rank(
+                rest,
+                p.delay,
+                true,
+                |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
+            ) as u64;
+        let e = end(idx, t);
+        visit(idx, e, s.min(e));
+        return u64::MAX;
+    }
+    if !(idx == 0 || t - prev > reach) {
+        return u64::MAX;
+    }
+    let (mut o, mut to) = (idx, t);
+    loop {
+        if !window_complete(to, p.watermark, reach) {
+            return o;
+        }
+        let e = end(o, to);
+        visit(o, e, e);
+        if e >= n {
+            return u64::MAX;
+        }
+        // SAFETY: e < n, e - 1 < n.
+        let (te, tp) = unsafe { (time_at(singles, e), time_at(singles, e - 1)) };
+        if te - tp > reach {
+            return u64::MAX; // a segment start: its own thread walks on
+        }
+        o = e;
+        to = te;
+    }
+}
+
+/// The coincidences of `n` sorted singles in one pass. Each tile of [`COINCIDE_TILE`]
+/// singles (8 per thread, warp-striped): every single that opens windows (prompt: a segment
+/// start, which walks its segment's chain; delayed: every single) counts their pairs; the
+/// counts are scanned in single order (warp scans, block scan, decoupled look-back across
+/// tiles) and each opener writes its pairs at its offset, so the pairs come out in time
+/// order as the oracle emits them. Records in `status`: the first index out of order
+/// (`CO_FIRST_UNSORTED`, atomic min), the first incomplete opener (`CO_RESUME`, atomic
+/// min), the largest refused window (`CO_OVERSIZE`), the total at `CO_TOTAL_LO` (the last
+/// tile) and, for `TakeAllGoods`, the 64-bit sum of the counts at `CO_SUM64_LO` (atomics:
+/// an offset past `u32` shows there). A pair at or past `capacity` is not written.
+///
+/// # Safety
+/// `blockDim.x == COINCIDE_THREADS`, `gridDim.x == ceil(n / COINCIDE_TILE) >= 1`,
+/// `coincide_smem_bytes()` of shared memory; `n < 2^32`; `singles` valid for `n`; `pairs`
+/// for `capacity`; `status` `CO_WORDS` words initialised as the host does; look-back
+/// arrays for `gridDim.x` tiles, flags zeroed.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) {
+    const N: usize = COINCIDE_ITEMS as usize;
+    const _: () = assert!(N == 8, "unroll8! covers 8 items");
+    let (singles, n, status, pairs) = (p.singles.ptr(), p.n, p.status.ptr_mut(), p.pairs.ptr_mut());
+    let pol = Policy::from_u32(p.policy);
+    let lb = TileStatus {
+        flags: p.flags.ptr_mut(),
+        aggregates: p.aggregates.ptr_mut(),
+        inclusive: p.inclusive.ptr_mut(),
+    };
+    let (scan_storage, prefix_slot) = tile_smem::<u32>();
+    let tile = i::block_idx_x();
+    let lane = i::lane_id();
+    let warp_start = tile as u64 * COINCIDE_TILE + i::warp_id() as u64 * 32 * N as u64;
+    // Times first (8 loads in flight), then the windows.
+    let mut times = [0f64; N];
+    unroll8!(j, {
+        let idx = warp_start + (j as u64) * 32 + lane as u64;
+        if idx < n {
+            // SAFETY: idx < n.
+            times[j] = unsafe { time_at(singles, idx) };
+        }
+    });
+    let mut counts = [0u32; N];
+    let (mut unsorted, mut resume, mut oversize) = (u64::MAX, u64::MAX, 0u32);
+    let mut sum64 = 0u64;
+    unroll8!(j, {
+        let idx = warp_start + (j as u64) * 32 + lane as u64;
+        if idx < n {
+            let t = times[j];
+            let prev = if idx > 0 {
+                // SAFETY: idx - 1 < n.
+                unsafe { time_at(singles, idx - 1) }
+            } else {
+                f64::NEG_INFINITY
+            };
+            if (t.is_nan() || !(t >= prev)) && unsorted == u64::MAX {
+                unsorted = idx;
+            }
+            let mut c = 0u32;
+            let count = |o: u64, e: u64, s: u64| {
+                let (len, base) = window_shape(o, e, s, p.delayed != 0);
+                if !window_allowed(len, pol) {
+                    oversize = oversize.max(len);
+                    return;
+                }
+                c += window_pairs(
+                    len,
+                    p.delayed != 0,
+                    pol,
+                    // SAFETY: members are o or base + k - 1 < e <= n.
+                    |k| unsafe {
+                        singles
+                            .add(if k == 0 { o } else { base + k as u64 - 1 } as usize)
+                            .read()
+                    },
+                    |_, _| {},
+                );
+            };
+            // SAFETY: idx < n.
+            let r = unsafe { walk_windows(&p, idx, t, prev, count) };
+            resume = resume.min(r);
+            counts[j] = c;
+            sum64 += c as u64;
+        }
+    });
+    // SAFETY: status holds CO_WORDS words (atomics only where something was found).
+    unsafe {
+        if unsorted != u64::MAX {
+            i::atomic_min_u32(status.add(CO_FIRST_UNSORTED), unsorted as u32);
+        }
+        if resume != u64::MAX {
+            i::atomic_min_u32(status.add(CO_RESUME), resume as u32);
+        }
+        if oversize != 0 {
+            i::atomic_max_u32(status.add(CO_OVERSIZE), oversize);
+        }
+    }
+    if !policy_bounded(pol) {
+        let s = crate::scan::device::warp_reduce_sum(sum64);
+        if lane == 0 && s != 0 {
+            // SAFETY: the u64 at CO_SUM64_LO is 8-byte aligned (word 6).
+            unsafe { i::atomic_add_u64(status.add(CO_SUM64_LO) as *mut u64, s) };
+        }
+    }
+    // Offsets in single order: item j of lane l is single warp_start + 32 j + l.
+    let mut offs = [0u32; N];
+    let mut warp_total = 0u32;
+    unroll8!(j, {
+        let incl = crate::scan::device::warp_inclusive_sum(counts[j]);
+        offs[j] = warp_total.wrapping_add(incl.wrapping_sub(counts[j]));
+        warp_total = warp_total.wrapping_add(i::shfl_idx(incl, 31));
+    });
+    // SAFETY: the storage is ours.
+    let bs = unsafe { crate::scan::device::BlockScan::new(scan_storage) };
+    let (warp_prefix, tile_total) = bs.exclusive_sum_warps(warp_total);
+    // SAFETY: one look-back entry per tile.
+    let tile_prefix = unsafe { tile_exclusive_prefix(&lb, tile, tile_total, prefix_slot) };
+    let base = tile_prefix.wrapping_add(warp_prefix);
+    unroll8!(j, {
+        if counts[j] != 0 {
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            let mut at = base.wrapping_add(offs[j]) as u64;
+            // SAFETY: idx < n (a count was made); idx - 1 < n.
+            let prev = if idx > 0 {
+                unsafe { time_at(singles, idx - 1) }
+            } else {
+                f64::NEG_INFINITY
+            };
+            let write = |o: u64, e: u64, s: u64| {
+                let (len, base) = window_shape(o, e, s, p.delayed != 0);
+                if !window_allowed(len, pol) {
+                    return;
+                }
+                let member = |k: u32| if k == 0 { o } else { base + k as u64 - 1 };
+                window_pairs(
+                    len,
+                    p.delayed != 0,
+                    pol,
+                    // SAFETY: members < e <= n.
+                    |k| unsafe { singles.add(member(k) as usize).read() },
+                    |a, b| {
+                        if at < p.capacity {
+                            // SAFETY: members < n; `at` below the capacity.
+                            unsafe {
+                                pairs.add(at as usize).write(Coincidence {
+                                    a: singles.add(member(a) as usize).read(),
+                                    b: singles.add(member(b) as usize).read(),
+                                })
+                            };
+                        }
+                        at += 1;
+                    },
+                );
+            };
+            // SAFETY: idx < n.
+            unsafe { walk_windows(&p, idx, times[j], prev, write) };
+        }
+    });
+    if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
+        // SAFETY: the u64 at CO_TOTAL_LO is 8-byte aligned (word 4).
+        unsafe {
+            (status.add(CO_TOTAL_LO) as *mut u64).write(tile_prefix.wrapping_add(tile_total) as u64)
+        };
+    }
 }

@@ -744,8 +744,21 @@ pub const CO_RESUME: usize = 1;
 pub const CO_OVERSIZE: usize = 2;
 /// Low and high words of the total pair count (64-bit, to detect overflow of `u32`).
 pub const CO_TOTAL_LO: usize = 4;
+/// Low word of the 64-bit sum of the pair counts (`TakeAllGoods` only; atomics), beside
+/// the scan's `u32` total at [`CO_TOTAL_LO`]: a larger sum means the offsets wrapped.
+pub const CO_SUM64_LO: usize = 6;
 /// Words of the coincidence status array (the total is the `u64` at words 4..6).
 pub const CO_WORDS: usize = 8;
+/// Kernel: the single-pass coincidences (windows, counts, look-back scan, pairs).
+pub const KERNEL_COINCIDE_TILES: &str = "pet_coincide_tiles";
+/// Singles per thread of [`KERNEL_COINCIDE_TILES`] (`unroll8!`).
+pub const COINCIDE_ITEMS: u32 = 8;
+/// Singles per tile of [`KERNEL_COINCIDE_TILES`].
+pub const COINCIDE_TILE: u64 = (COINCIDE_THREADS * COINCIDE_ITEMS) as u64;
+/// Shared memory of [`KERNEL_COINCIDE_TILES`] (the tile-scan layout, `u32`).
+pub const fn coincide_smem_bytes() -> usize {
+    crate::scan::device_scan_smem_bytes(4)
+}
 
 /// Threads per block of the coincidence kernels.
 pub const COINCIDE_THREADS: u32 = 256;
@@ -928,6 +941,34 @@ pub struct PetCoincideFillParams {
     pub policy: u32,
 }
 crate::kernel_params!(PetCoincideFillParams, 80, ["pet_coincide_fill"]);
+
+/// Parameters of the `pet_coincide_tiles` kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct PetCoincideTilesParams {
+    /// `n` singles, sorted by time.
+    pub singles: DevPtr<Single>,
+    pub n: u64,
+    /// Window reach: `window` (prompt) or `delay + window` (delayed).
+    pub reach: f64,
+    /// Delayed windows start `delay` after their opener.
+    pub delay: f64,
+    /// Windows that end at or after it (`t_open + reach >= watermark`) are left for later.
+    pub watermark: f64,
+    /// The pairs, in time order.
+    pub pairs: DevPtr<Coincidence>,
+    /// Pairs `pairs` holds.
+    pub capacity: u64,
+    /// [`CO_WORDS`] status words.
+    pub status: DevPtr<u32>,
+    /// Look-back flags (zeroed), aggregates and inclusive prefixes, one per tile.
+    pub flags: DevPtr<u32>,
+    pub aggregates: DevPtr<u32>,
+    pub inclusive: DevPtr<u32>,
+    pub delayed: u32,
+    pub policy: u32,
+}
+crate::kernel_params!(PetCoincideTilesParams, 96, ["pet_coincide_tiles"]);
 
 /// Whether a policy yields at most one pair per window, so that a prompt chain yields at most
 /// `n / 2` pairs and a delayed one at most `n` (the pairs buffer is sized from that bound, and

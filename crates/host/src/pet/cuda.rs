@@ -533,10 +533,109 @@ impl GpuContext {
 
     /// The coincidences of [`GpuContext::pet_coincide_device_with`], left on the device: the
     /// first `total` pairs of [`CoincideScratch::pairs`] (32 bytes each, time order).
-    /// Returns `(total, resume)`. The status words (sortedness, totals) are read back once
-    /// at the end for the one-pair-per-window policies (every policy but `TakeAllGoods`,
-    /// whose pair total is read before the fill to size the buffer).
+    /// Returns `(total, resume)`. One kernel (`pet_coincide_tiles`: windows, counts, their
+    /// scan by decoupled look-back, pairs) and one read-back of the status words; for
+    /// `TakeAllGoods`, whose pairs have no bound known before, a launch that finds more pairs
+    /// than the buffer holds is repeated once with a buffer of the size it reported.
     pub fn pet_coincide_resident(
+        &self,
+        scratch: &mut CoincideScratch,
+        s: &SinglesBuffer,
+        off: usize,
+        n: usize,
+        c: &CoincideConfig,
+        watermark: f64,
+    ) -> Result<(usize, usize)> {
+        if std::env::var_os("DETKIT_PET_COINCIDE_3LAUNCH").is_some() {
+            return self.pet_coincide_resident_3launch(scratch, s, off, n, c, watermark);
+        }
+        c.validate()?;
+        check_u32_len("singles to pair", n)?;
+        if s.len() < 2 * (off + n) {
+            return Err(invalid(
+                "coincidence buffers",
+                "shorter than off + n singles",
+            ));
+        }
+        if n == 0 {
+            return Ok((0, 0));
+        }
+        let sv = s.slice(2 * off..2 * (off + n));
+        let tiles = (n as u64).div_ceil(k::COINCIDE_TILE);
+        let bounded = k::policy_bounded(c.policy);
+        let delayed = c.delay.is_some();
+        ensure_len(self, &mut scratch.status, k::CO_WORDS)?;
+        // A one-pair-per-window policy yields at most n / 2 prompt pairs (disjoint windows
+        // of two or more singles) or n delayed ones; TakeAllGoods starts from n (or the
+        // buffer it has) and grows to what a launch reports.
+        let mut capacity = match (bounded, delayed) {
+            (true, true) => n,
+            (true, false) => n / 2 + 1,
+            (false, _) => n.max(scratch.pairs.as_ref().map_or(0, |p| p.len() / 4)),
+        };
+        loop {
+            ensure_len(self, &mut scratch.pairs, 4 * capacity)?;
+            let (pairs, status) = (
+                scratch.pairs.as_mut().expect("grown"),
+                scratch.status.as_mut().expect("grown"),
+            );
+            let mut w = [0u32; k::CO_WORDS];
+            w[k::CO_FIRST_UNSORTED] = u32::MAX;
+            w[k::CO_RESUME] = u32::MAX;
+            self.stream()
+                .memcpy_htod(&w, status)
+                .ctx("initialising coincidence status")?;
+            let mut lb = self.take_lookback::<u32>(tiles)?;
+            let params = k::PetCoincideTilesParams {
+                singles: self.ptr(&sv).cast(),
+                n: n as u64,
+                reach: c.reach(),
+                delay: c.delay.unwrap_or(0.0),
+                watermark,
+                pairs: self.ptr_mut(&mut *pairs).cast(),
+                capacity: capacity as u64,
+                status: self.ptr_mut(&mut *status),
+                flags: self.ptr_mut(&mut lb.flags),
+                aggregates: self.ptr_mut(&mut lb.agg),
+                inclusive: self.ptr_mut(&mut lb.inc),
+                delayed: delayed as u32,
+                policy: c.policy as u32,
+            };
+            // SAFETY: COINCIDE_THREADS threads, one block per tile, the tile-scan shared
+            // memory; n < 2^32 (checked); the singles hold n (checked); pairs hold 4 capacity
+            // words and the kernel writes none at or past the capacity; status initialised
+            // above; look-back arrays for `tiles` tiles with zeroed flags.
+            let r = unsafe {
+                self.launch(
+                    k::KERNEL_COINCIDE_TILES,
+                    cfg(tiles, k::COINCIDE_THREADS, k::coincide_smem_bytes()),
+                    &params,
+                )
+            };
+            self.put_lookback(lb);
+            r?;
+            let mut st = self.download(status)?;
+            if !bounded {
+                // The 64-bit sum (atomics) is the total; the scan's u32 total wraps past 2^32.
+                st[k::CO_TOTAL_LO] = st[k::CO_SUM64_LO];
+                st[k::CO_TOTAL_LO + 1] = st[k::CO_SUM64_LO + 1];
+            }
+            self.coincide_status_errors(s, off, &st)?;
+            let total =
+                (st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32) as usize;
+            if total > capacity {
+                // Only TakeAllGoods (bounded policies cannot exceed their bound on sorted
+                // input, and unsorted input is an error above): again, with room for all.
+                capacity = total;
+                continue;
+            }
+            return Ok((total, resume_of(&st, n)));
+        }
+    }
+
+    /// The three-launch coincidences (open, scan, fill) the single-pass kernel replaced,
+    /// kept for one comparison (`DETKIT_PET_COINCIDE_3LAUNCH=1`).
+    fn pet_coincide_resident_3launch(
         &self,
         scratch: &mut CoincideScratch,
         s: &SinglesBuffer,
