@@ -149,6 +149,9 @@ pub fn run_pet_cub(
     reps: usize,
     files: &[std::path::PathBuf],
 ) -> Result<Vec<(String, String, f64)>, String> {
+    if files.is_empty() {
+        return Ok(Vec::new());
+    }
     let src = dir.join("pet_cub.cu");
     std::fs::write(&src, include_str!("../../bench/pet_cub.cu")).map_err(|e| e.to_string())?;
     let exe = dir.join("pet_cub");

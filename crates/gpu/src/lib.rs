@@ -68,6 +68,7 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_COINCIDE_OPEN,
     pet::KERNEL_COINCIDE_FILL,
     pet::KERNEL_COINCIDE_TILES,
+    pet::KERNEL_COINCIDE_TILES_FREE,
     pet::KERNEL_MW_SAMPLE,
     pet::KERNEL_MW_SPLIT,
     pet::KERNEL_MW_MERGE,
@@ -106,6 +107,7 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 3),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
     (

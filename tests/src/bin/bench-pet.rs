@@ -6,7 +6,7 @@
 //! Device-resident rows are timed with CUDA events (median of `--reps`, after warm-up); the
 //! streamed chain from host memory with `Instant` around the whole call (median of 3).
 //!
-//! Usage: `bench-pet [--sizes 20,22,24,26,28] [--reps 20] [--csv FILE]` (inputs from
+//! Usage: `bench-pet [--sizes 20,22,24,26,28] [--reps 20] [--csv FILE] [--coincide-only]` (inputs from
 //! `gen::acquisition_par`, generated in parallel so that 2^28 singles fit one run).
 
 use std::io::Write;
@@ -83,12 +83,16 @@ fn main() -> Result<()> {
     let mut sizes = vec![20u32, 22, 24, 26, 28];
     let mut reps = 20usize;
     let mut csv = None;
+    // --coincide-only: copy, conversion and coincidence rows only (no sorts, no streamed
+    // chain, no CUB).
+    let mut coincide_only = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--sizes" => sizes = parse_list(&args.next().context("--sizes needs a list")?)?,
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
+            "--coincide-only" => coincide_only = true,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -176,85 +180,87 @@ fn main() -> Result<()> {
                 baseline: Some(("copy".into(), copy_ms * (n + acc) as f64 / (2 * n) as f64)),
             },
         );
-        // sorts: realistic (converted, per-BDM streams, no energy cut) and random
-        let mut all = scanner.clone();
-        all.params.energy_lo = f32::MIN;
-        all.params.energy_hi = f32::MAX;
-        let (streams, _) = oracle::convert_par(frames, &all.params, &all.position, &all.energy);
-        let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
-        let random: Vec<Single> = detkit::rng::random_below(9, n, u32::MAX)
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| Single {
-                crystal: i as u32,
-                energy: 1.0,
-                time: t as f64,
-            })
-            .collect();
-        for (label, v) in [("presorted-streams", &streams), ("random", &random)] {
-            let t0 = Instant::now();
-            let want = oracle::sort(v)?;
-            let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let host = g.upload(words(v))?;
-            let mut a = g.zeros::<u64>(2 * n)?;
-            let mut b = g.zeros::<u64>(2 * n)?;
-            // The seed's merge sort, the radix path (time keys, argsort over the differing
-            // bits, gather) and, for the per-BDM streams, the merge of the presorted runs;
-            // each from a fresh copy of the input, one row each.
-            type SortFn<'r> = Box<
-                dyn Fn(
-                        &detkit::cuda::GpuContext,
-                        &mut detkit::pet::SinglesBuffer,
-                        &mut detkit::pet::SinglesBuffer,
-                        usize,
-                    ) -> detkit::Result<bool>
-                    + 'r,
-            >;
-            let mut methods: Vec<(String, SortFn)> = vec![
-                (
-                    format!("merge sort, {label}"),
-                    Box::new(|g, a, b, n| g.pet_sort_device(a, b, 0, n)),
-                ),
-                (
-                    format!("radix sort, {label}"),
-                    Box::new(|g, a, b, n| g.pet_sort_radix_device(a, b, 0, n)),
-                ),
-            ];
-            if label == "presorted-streams" {
-                methods.push((
-                    format!("merge of {} BDM runs", runs.len() - 1),
-                    Box::new(|g, a, b, n| g.pet_merge_runs_device(a, b, 0, n, &runs)),
-                ));
+        if !coincide_only {
+            // sorts: realistic (converted, per-BDM streams, no energy cut) and random
+            let mut all = scanner.clone();
+            all.params.energy_lo = f32::MIN;
+            all.params.energy_hi = f32::MAX;
+            let (streams, _) = oracle::convert_par(frames, &all.params, &all.position, &all.energy);
+            let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
+            let random: Vec<Single> = detkit::rng::random_below(9, n, u32::MAX)
+                .iter()
+                .enumerate()
+                .map(|(i, &t)| Single {
+                    crystal: i as u32,
+                    energy: 1.0,
+                    time: t as f64,
+                })
+                .collect();
+            for (label, v) in [("presorted-streams", &streams), ("random", &random)] {
+                let t0 = Instant::now();
+                let want = oracle::sort(v)?;
+                let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
+                let host = g.upload(words(v))?;
+                let mut a = g.zeros::<u64>(2 * n)?;
+                let mut b = g.zeros::<u64>(2 * n)?;
+                // The seed's merge sort, the radix path (time keys, argsort over the differing
+                // bits, gather) and, for the per-BDM streams, the merge of the presorted runs;
+                // each from a fresh copy of the input, one row each.
+                type SortFn<'r> = Box<
+                    dyn Fn(
+                            &detkit::cuda::GpuContext,
+                            &mut detkit::pet::SinglesBuffer,
+                            &mut detkit::pet::SinglesBuffer,
+                            usize,
+                        ) -> detkit::Result<bool>
+                        + 'r,
+                >;
+                let mut methods: Vec<(String, SortFn)> = vec![
+                    (
+                        format!("merge sort, {label}"),
+                        Box::new(|g, a, b, n| g.pet_sort_device(a, b, 0, n)),
+                    ),
+                    (
+                        format!("radix sort, {label}"),
+                        Box::new(|g, a, b, n| g.pet_sort_radix_device(a, b, 0, n)),
+                    ),
+                ];
+                if label == "presorted-streams" {
+                    methods.push((
+                        format!("merge of {} BDM runs", runs.len() - 1),
+                        Box::new(|g, a, b, n| g.pet_merge_runs_device(a, b, 0, n, &runs)),
+                    ));
+                }
+                for (method, sort) in &methods {
+                    g.stream().memcpy_dtod(&host, &mut a)?;
+                    let in_b = sort(g, &mut a, &mut b, n)?;
+                    check(
+                        method,
+                        &detkit_tests::pet_singles(&g.download(if in_b { &b } else { &a })?),
+                        &want,
+                    )?;
+                    let ms = median_ms(g, 3, reps, || {
+                        g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
+                            detkit::Error::Driver {
+                                context: "copy".into(),
+                                source,
+                            }
+                        })?;
+                        sort(g, &mut a, &mut b, n).map(|_| ())
+                    })? - copy_ms;
+                    push(
+                        &mut rows,
+                        Row {
+                            what: method.clone(),
+                            n,
+                            ms,
+                            bytes: 32.0 * n as f64,
+                            baseline: Some(("CPU stable sort".into(), cpu_ms)),
+                        },
+                    );
+                }
+                key_files.push((label.to_string(), n, key_file(&tmp, label, n, v)?));
             }
-            for (method, sort) in &methods {
-                g.stream().memcpy_dtod(&host, &mut a)?;
-                let in_b = sort(g, &mut a, &mut b, n)?;
-                check(
-                    method,
-                    &detkit_tests::pet_singles(&g.download(if in_b { &b } else { &a })?),
-                    &want,
-                )?;
-                let ms = median_ms(g, 3, reps, || {
-                    g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
-                        detkit::Error::Driver {
-                            context: "copy".into(),
-                            source,
-                        }
-                    })?;
-                    sort(g, &mut a, &mut b, n).map(|_| ())
-                })? - copy_ms;
-                push(
-                    &mut rows,
-                    Row {
-                        what: method.clone(),
-                        n,
-                        ms,
-                        bytes: 32.0 * n as f64,
-                        baseline: Some(("CPU stable sort".into(), cpu_ms)),
-                    },
-                );
-            }
-            key_files.push((label.to_string(), n, key_file(&tmp, label, n, v)?));
         }
         // coincidences on the sorted realistic singles (energy window applied)
         let sorted = oracle::sort(&want_s)?;
@@ -322,7 +328,7 @@ fn main() -> Result<()> {
             },
         );
         // whole chain from host memory, streamed (Instant), vs the pinned H2D copy of the frames
-        {
+        if !coincide_only {
             // Readout slices of 100 us (each slice BDM by BDM), as a DAQ delivers them.
             let sliced = gen::acquisition_par(
                 &scanner,
@@ -475,6 +481,9 @@ fn main() -> Result<()> {
                 );
             }
         }
+    }
+    if coincide_only {
+        key_files.clear();
     }
     // CUB on the same sort keys.
     let files: Vec<std::path::PathBuf> = key_files.iter().map(|k| k.2.clone()).collect();

@@ -340,6 +340,103 @@ unsafe fn walk_windows(
     }
 }
 
+/// The pairs of the windows that single `idx` opens ([`walk_windows`]) counted: `(count,
+/// first incomplete opener or u64::MAX, largest refused window or 0)`. Not inlined: the
+/// tile kernel calls it for the few singles whose window holds more than the opener, and
+/// keeps its registers for the many that do not.
+///
+/// # Safety
+/// As [`walk_windows`].
+#[inline(always)]
+unsafe fn count_opener(p: &PetCoincideTilesParams, idx: u64, t: f64, prev: f64) -> (u32, u64, u32) {
+    let (singles, pol, delayed) = (p.singles.ptr(), Policy::from_u32(p.policy), p.delayed != 0);
+    let (mut c, mut oversize) = (0u32, 0u32);
+    let count = |o: u64, e: u64, s: u64| {
+        let (len, base) = window_shape(o, e, s, delayed);
+        if !window_allowed(len, pol) {
+            oversize = oversize.max(len);
+            return;
+        }
+        c += window_pairs(
+            len,
+            delayed,
+            pol,
+            // SAFETY: members are o or base + k - 1 < e <= n.
+            |k| unsafe {
+                singles
+                    .add(if k == 0 { o } else { base + k as u64 - 1 } as usize)
+                    .read()
+            },
+            |_, _| {},
+        );
+    };
+    // SAFETY: caller contract.
+    let r = unsafe { walk_windows(p, idx, t, prev, count) };
+    (c, r, oversize)
+}
+
+/// Writes the pairs of the windows that single `idx` opens from pair `at` on (none at or
+/// past the capacity). Not inlined, as [`count_opener`].
+///
+/// # Safety
+/// As [`walk_windows`]; `pairs` valid for `capacity` pairs.
+#[inline(always)]
+unsafe fn write_opener(p: &PetCoincideTilesParams, idx: u64, t: f64, prev: f64, mut at: u64) {
+    let (singles, pairs) = (p.singles.ptr(), p.pairs.ptr_mut());
+    let (pol, delayed) = (Policy::from_u32(p.policy), p.delayed != 0);
+    let write = |o: u64, e: u64, s: u64| {
+        let (len, base) = window_shape(o, e, s, delayed);
+        if !window_allowed(len, pol) {
+            return;
+        }
+        let member = |k: u32| if k == 0 { o } else { base + k as u64 - 1 };
+        window_pairs(
+            len,
+            delayed,
+            pol,
+            // SAFETY: members < e <= n.
+            |k| unsafe { singles.add(member(k) as usize).read() },
+            |a, b| {
+                if at < p.capacity {
+                    // SAFETY: members < n; `at` below the capacity.
+                    unsafe {
+                        pairs.add(at as usize).write(Coincidence {
+                            a: singles.add(member(a) as usize).read(),
+                            b: singles.add(member(b) as usize).read(),
+                        })
+                    };
+                }
+                at += 1;
+            },
+        );
+    };
+    // SAFETY: caller contract.
+    unsafe { walk_windows(p, idx, t, prev, write) };
+}
+
+/// A 64-bit float from lane `src` (two shuffles).
+#[inline(always)]
+fn shfl_idx_f64(v: f64, src: u32) -> f64 {
+    let b = v.to_bits();
+    f64::from_bits(
+        i::shfl_idx(b as u32, src) as u64 | (i::shfl_idx((b >> 32) as u32, src) as u64) << 32,
+    )
+}
+/// A 64-bit float from lane `lane - 1` (two shuffles; lane 0 gets its own).
+#[inline(always)]
+fn shfl_up_f64(v: f64) -> f64 {
+    let b = v.to_bits();
+    f64::from_bits(i::shfl_up(b as u32, 1) as u64 | (i::shfl_up((b >> 32) as u32, 1) as u64) << 32)
+}
+/// A 64-bit float from lane `lane + 1` (two shuffles; lane 31 gets its own).
+#[inline(always)]
+fn shfl_down_f64(v: f64) -> f64 {
+    let b = v.to_bits();
+    f64::from_bits(
+        i::shfl_down(b as u32, 1) as u64 | (i::shfl_down((b >> 32) as u32, 1) as u64) << 32,
+    )
+}
+
 /// The coincidences of `n` sorted singles in one pass. Each tile of [`COINCIDE_TILE`]
 /// singles (8 per thread, warp-striped): every single that opens windows (prompt: a segment
 /// start, which walks its segment's chain; delayed: every single) counts their pairs; the
@@ -358,9 +455,30 @@ unsafe fn walk_windows(
 /// arrays for `gridDim.x` tiles, flags zeroed.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) {
+    // SAFETY: caller contract.
+    unsafe { coincide_tiles(p) }
+}
+
+/// [`pet_coincide_tiles`] without its launch bound (ptxas free to use more registers, two
+/// blocks per multiprocessor instead of three), for the comparison in `bench-pet`.
+///
+/// # Safety
+/// As [`pet_coincide_tiles`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_coincide_tiles_free(p: PetCoincideTilesParams) {
+    // SAFETY: caller contract.
+    unsafe { coincide_tiles(p) }
+}
+
+/// The body of [`pet_coincide_tiles`].
+///
+/// # Safety
+/// As [`pet_coincide_tiles`].
+#[inline(always)]
+unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     const N: usize = COINCIDE_ITEMS as usize;
     const _: () = assert!(N == 8, "unroll8! covers 8 items");
-    let (singles, n, status, pairs) = (p.singles.ptr(), p.n, p.status.ptr_mut(), p.pairs.ptr_mut());
+    let (singles, n, status) = (p.singles.ptr(), p.n, p.status.ptr_mut());
     let pol = Policy::from_u32(p.policy);
     let lb = TileStatus {
         flags: p.flags.ptr_mut(),
@@ -371,8 +489,9 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) 
     let tile = i::block_idx_x();
     let lane = i::lane_id();
     let warp_start = tile as u64 * COINCIDE_TILE + i::warp_id() as u64 * 32 * N as u64;
-    // Times first (8 loads in flight), then the windows.
-    let mut times = [0f64; N];
+    // Times first (8 loads in flight; past the end +inf, so that the last single has no
+    // neighbour within reach), then each single's neighbours by shuffles.
+    let mut times = [f64::INFINITY; N];
     unroll8!(j, {
         let idx = warp_start + (j as u64) * 32 + lane as u64;
         if idx < n {
@@ -380,47 +499,80 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) 
             times[j] = unsafe { time_at(singles, idx) };
         }
     });
+    let (reach, watermark, delayed) = (p.reach, p.watermark, p.delayed != 0);
     let mut counts = [0u32; N];
     let (mut unsorted, mut resume, mut oversize) = (u64::MAX, u64::MAX, 0u32);
     let mut sum64 = 0u64;
+    // Items whose opener window has members beside the opener (bit j).
+    let mut walk = 0u32;
     unroll8!(j, {
         let idx = warp_start + (j as u64) * 32 + lane as u64;
+        let t = times[j];
+        // Single idx - 1 is lane - 1's item j, or lane 31's item j - 1; idx + 1 is lane + 1's
+        // item j, or lane 0's item j + 1. (Every lane takes part in the shuffles.)
+        let up = shfl_up_f64(t);
+        let from_before = shfl_idx_f64(times[j.saturating_sub(1)], 31);
+        let down = shfl_down_f64(t);
+        let from_after = shfl_idx_f64(times[(j + 1).min(N - 1)], 0);
         if idx < n {
-            let t = times[j];
-            let prev = if idx > 0 {
+            let prev = if lane > 0 {
+                up
+            } else if j > 0 {
+                from_before
+            } else if idx > 0 {
                 // SAFETY: idx - 1 < n.
                 unsafe { time_at(singles, idx - 1) }
             } else {
                 f64::NEG_INFINITY
             };
+            let next = if lane < 31 {
+                down
+            } else if j < N - 1 {
+                from_after
+            } else if idx + 1 < n {
+                // SAFETY: idx + 1 < n.
+                unsafe { time_at(singles, idx + 1) }
+            } else {
+                f64::INFINITY
+            };
             if (t.is_nan() || !(t >= prev)) && unsorted == u64::MAX {
                 unsorted = idx;
             }
-            let mut c = 0u32;
-            let count = |o: u64, e: u64, s: u64| {
-                let (len, base) = window_shape(o, e, s, p.delayed != 0);
-                if !window_allowed(len, pol) {
-                    oversize = oversize.max(len);
-                    return;
+            if delayed || idx == 0 || t - prev > reach {
+                if next - t > reach {
+                    // A window of the opener alone: no pair; the prompt chain ends (the
+                    // next single starts a segment).
+                    if !window_complete(t, watermark, reach) {
+                        resume = resume.min(idx);
+                    }
+                } else {
+                    walk |= 1 << j;
                 }
-                c += window_pairs(
-                    len,
-                    p.delayed != 0,
-                    pol,
-                    // SAFETY: members are o or base + k - 1 < e <= n.
-                    |k| unsafe {
-                        singles
-                            .add(if k == 0 { o } else { base + k as u64 - 1 } as usize)
-                            .read()
+            }
+        }
+    });
+    // The openers of windows with members walk them (times read again: L1/L2 hits; the
+    // registers of the eight times are free by now).
+    unroll8!(j, {
+        if walk & 1 << j != 0 {
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            // SAFETY: idx < n (only such items are marked), idx - 1 < n.
+            let (t, prev) = unsafe {
+                (
+                    time_at(singles, idx),
+                    if idx > 0 {
+                        time_at(singles, idx - 1)
+                    } else {
+                        f64::NEG_INFINITY
                     },
-                    |_, _| {},
-                );
+                )
             };
             // SAFETY: idx < n.
-            let r = unsafe { walk_windows(&p, idx, t, prev, count) };
-            resume = resume.min(r);
+            let (c, r, o) = unsafe { count_opener(&p, idx, t, prev) };
             counts[j] = c;
             sum64 += c as u64;
+            resume = resume.min(r);
+            oversize = oversize.max(o);
         }
     });
     // SAFETY: status holds CO_WORDS words (atomics only where something was found).
@@ -459,41 +611,19 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) 
     unroll8!(j, {
         if counts[j] != 0 {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
-            let mut at = base.wrapping_add(offs[j]) as u64;
             // SAFETY: idx < n (a count was made); idx - 1 < n.
-            let prev = if idx > 0 {
-                unsafe { time_at(singles, idx - 1) }
-            } else {
-                f64::NEG_INFINITY
-            };
-            let write = |o: u64, e: u64, s: u64| {
-                let (len, base) = window_shape(o, e, s, p.delayed != 0);
-                if !window_allowed(len, pol) {
-                    return;
-                }
-                let member = |k: u32| if k == 0 { o } else { base + k as u64 - 1 };
-                window_pairs(
-                    len,
-                    p.delayed != 0,
-                    pol,
-                    // SAFETY: members < e <= n.
-                    |k| unsafe { singles.add(member(k) as usize).read() },
-                    |a, b| {
-                        if at < p.capacity {
-                            // SAFETY: members < n; `at` below the capacity.
-                            unsafe {
-                                pairs.add(at as usize).write(Coincidence {
-                                    a: singles.add(member(a) as usize).read(),
-                                    b: singles.add(member(b) as usize).read(),
-                                })
-                            };
-                        }
-                        at += 1;
+            let (t, prev) = unsafe {
+                (
+                    time_at(singles, idx),
+                    if idx > 0 {
+                        time_at(singles, idx - 1)
+                    } else {
+                        f64::NEG_INFINITY
                     },
-                );
+                )
             };
-            // SAFETY: idx < n.
-            unsafe { walk_windows(&p, idx, times[j], prev, write) };
+            // SAFETY: idx < n; pairs hold `capacity`.
+            unsafe { write_opener(&p, idx, t, prev, base.wrapping_add(offs[j]) as u64) };
         }
     });
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
