@@ -65,8 +65,6 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_TIME_RANGE,
     pet::KERNEL_TIME_KEYS,
     pet::KERNEL_GATHER,
-    pet::KERNEL_COINCIDE_OPEN,
-    pet::KERNEL_COINCIDE_FILL,
     pet::KERNEL_COINCIDE_TILES,
     pet::KERNEL_COINCIDE_TILES_FREE,
     pet::KERNEL_MW_SAMPLE,

@@ -473,10 +473,10 @@ fn coincide_input_errors() {
         .is_empty());
 }
 
-/// CPU emulation of the GPU coincidence kernels: `pet_coincide_open` (window ends by the
+/// CPU emulation of the GPU coincidence kernel `pet_coincide_tiles` (window ends by the
 /// galloping search; prompt openers by the walk of each segment from its start, stopping at
 /// the first incomplete window; delayed: every single), pairs by `window_pairs` in opener
-/// order (`pet_coincide_fill` at the scanned offsets).
+/// order (written at the scanned offsets).
 fn emulate_coincide(s: &[Single], c: &CoincideConfig, watermark: f64) -> (Vec<Coincidence>, usize) {
     let n = s.len();
     let reach = c.reach();

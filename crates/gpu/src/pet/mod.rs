@@ -26,13 +26,14 @@
 //!    does the same work whatever the data. No padding: the last, partial tile and the last,
 //!    short run are handled as they are. The same pass merges arbitrary presorted runs (for
 //!    example per-BDM streams), given their boundaries.
-//! 3. Coincidences: [`KERNEL_COINCIDE_OPEN`] (sortedness check; window openers: a single more
-//!    than `window` after its predecessor always opens a window, so the chain of windows
-//!    restarts there; one thread walks each such segment, as the seed's `SelectKernel` walks
-//!    left to the last gap, finding each window's end by a galloping search and counting its
-//!    pairs, [`window_pairs`]; delayed windows: every single opens one), the Foundation's
-//!    scan of the counts, [`KERNEL_COINCIDE_FILL`] (writes the pairs at their offsets: time
-//!    order of the first single).
+//! 3. Coincidences: [`KERNEL_COINCIDE_TILES`], one pass over tiles of [`COINCIDE_TILE`]
+//!    singles: sortedness check; window openers (a single more than `window` after its
+//!    predecessor always opens a window, so the chain of windows restarts there; one thread
+//!    walks each such segment, as the seed's `SelectKernel` walks left to the last gap,
+//!    finding each window's end by a galloping search and counting its pairs,
+//!    [`window_pairs`]; delayed windows: every single opens one); the counts scanned in single
+//!    order (decoupled look-back across tiles); each opener writes its pairs at its offset
+//!    (time order of the first single).
 //!
 //! # Worked example (coincidences, window 10, policy killAll)
 //! singles (crystal, time): `(1, 0) (2, 4) (3, 20) (4, 25) (5, 26) (6, 40) (6, 45) (7, 60)`:
@@ -106,11 +107,6 @@ pub const KEYS_FLOAT: u32 = 0;
 pub const KEYS_INT64: u32 = 1;
 /// [`KERNEL_TIME_KEYS`] mode: `u32` integer offsets `time_integer(t) - base`.
 pub const KEYS_INT32: u32 = 2;
-
-/// Kernel: sortedness check, window openers, their ends and pair counts.
-pub const KERNEL_COINCIDE_OPEN: &str = "pet_coincide_open";
-/// Kernel: writes the pairs.
-pub const KERNEL_COINCIDE_FILL: &str = "pet_coincide_fill";
 
 /// One raw frame of the acquisition electronics (the seed's `DataFrameV2`), 16 bytes, packed.
 #[repr(C)]
@@ -890,59 +886,6 @@ pub struct PetMergeSortPassParams {
     pub nruns: u64,
 }
 crate::kernel_params!(PetMergeSortPassParams, 48, ["pet_merge_sort_pass"]);
-
-/// Parameters of the `pet_coincide_open` kernel.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct PetCoincideOpenParams {
-    /// `n` singles, sorted by time.
-    pub singles: DevPtr<Single>,
-    pub n: u64,
-    /// Window reach: `window` (prompt) or `delay + window` (delayed).
-    pub reach: f64,
-    /// Delayed windows start `delay` after their opener.
-    pub delay: f64,
-    /// Windows that end at or after it (`t_open + reach >= watermark`) are left for later.
-    pub watermark: f64,
-    /// Window end (first single past the reach) per opener of a complete window.
-    pub next: DevPtr<u32>,
-    /// Delayed window start per single (delayed only).
-    pub lo: DevPtr<u32>,
-    /// Pairs per single (zeroed before: only openers of complete windows are written).
-    pub counts: DevPtr<u32>,
-    /// [`CO_WORDS`] status words.
-    pub status: DevPtr<u32>,
-    pub delayed: u32,
-    pub policy: u32,
-}
-crate::kernel_params!(PetCoincideOpenParams, 80, ["pet_coincide_open"]);
-
-/// Parameters of the `pet_coincide_fill` kernel.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct PetCoincideFillParams {
-    pub singles: DevPtr<Single>,
-    pub n: u64,
-    /// Window ends of the openers ([`KERNEL_COINCIDE_OPEN`]).
-    pub next: DevPtr<u32>,
-    /// Delayed window starts.
-    pub lo: DevPtr<u32>,
-    /// The exclusive scan of the counts.
-    pub offsets: DevPtr<u32>,
-    pub pairs: DevPtr<Coincidence>,
-    /// The open kernel's counts: a single with a count writes its window's pairs (and the last
-    /// single's count is added to its offset for the total).
-    pub counts: DevPtr<u32>,
-    /// Status words: the last thread writes the total at [`CO_TOTAL_LO`] unless the policy is
-    /// `TakeAllGoods` (whose total the open kernel sums in 64 bits).
-    pub status: DevPtr<u32>,
-    /// Pairs `pairs` holds; a pair past it is not written (only unsorted input, which the
-    /// status reports as an error, can reach it).
-    pub capacity: u64,
-    pub delayed: u32,
-    pub policy: u32,
-}
-crate::kernel_params!(PetCoincideFillParams, 80, ["pet_coincide_fill"]);
 
 /// Parameters of the `pet_coincide_tiles` kernel.
 #[repr(C)]

@@ -546,9 +546,6 @@ impl GpuContext {
         c: &CoincideConfig,
         watermark: f64,
     ) -> Result<(usize, usize)> {
-        if std::env::var_os("DETKIT_PET_COINCIDE_3LAUNCH").is_some() {
-            return self.pet_coincide_resident_3launch(scratch, s, off, n, c, watermark);
-        }
         c.validate()?;
         check_u32_len("singles to pair", n)?;
         if s.len() < 2 * (off + n) {
@@ -639,133 +636,6 @@ impl GpuContext {
         }
     }
 
-    /// The three-launch coincidences (open, scan, fill) the single-pass kernel replaced,
-    /// kept for one comparison (`DETKIT_PET_COINCIDE_3LAUNCH=1`).
-    fn pet_coincide_resident_3launch(
-        &self,
-        scratch: &mut CoincideScratch,
-        s: &SinglesBuffer,
-        off: usize,
-        n: usize,
-        c: &CoincideConfig,
-        watermark: f64,
-    ) -> Result<(usize, usize)> {
-        c.validate()?;
-        check_u32_len("singles to pair", n)?;
-        if s.len() < 2 * (off + n) {
-            return Err(invalid(
-                "coincidence buffers",
-                "shorter than off + n singles",
-            ));
-        }
-        if n == 0 {
-            return Ok((0, 0));
-        }
-        let sv = s.slice(2 * off..2 * (off + n));
-        let n64 = n as u64;
-        let blocks = n64.div_ceil(k::COINCIDE_THREADS as u64);
-        let delayed = c.delay.is_some() as u32;
-        let reach = c.reach();
-        let delay = c.delay.unwrap_or(0.0);
-        let policy = c.policy as u32;
-        scratch.grow(self, n)?;
-        let CoincideScratch {
-            next,
-            lo,
-            counts,
-            offsets,
-            pairs,
-            status,
-        } = scratch;
-        let (next, lo, counts, offsets, status) = (
-            next.as_mut().expect("grown"),
-            lo.as_mut().expect("grown"),
-            counts.as_mut().expect("grown"),
-            offsets.as_mut().expect("grown"),
-            status.as_mut().expect("grown"),
-        );
-        {
-            let mut w = [0u32; k::CO_WORDS];
-            w[k::CO_FIRST_UNSORTED] = u32::MAX;
-            w[k::CO_RESUME] = u32::MAX;
-            self.stream()
-                .memcpy_htod(&w, status)
-                .ctx("initialising coincidence status")?;
-            let mut cv = counts.slice_mut(0..n);
-            self.stream()
-                .memset_zeros(&mut cv)
-                .ctx("zeroing pair counts")?;
-        }
-        let launch_cfg = cfg(blocks, k::COINCIDE_THREADS, 0);
-        {
-            let params = k::PetCoincideOpenParams {
-                singles: self.ptr(&sv).cast(),
-                n: n64,
-                reach,
-                delay,
-                watermark,
-                next: self.ptr_mut(&mut *next),
-                lo: self.ptr_mut(&mut *lo),
-                counts: self.ptr_mut(&mut *counts),
-                status: self.ptr_mut(&mut *status),
-                delayed,
-                policy,
-            };
-            // SAFETY: one thread per single; next, counts (zeroed above) and lo hold n
-            // words; status CO_WORDS words initialised above.
-            let r = unsafe { self.launch(k::KERNEL_COINCIDE_OPEN, launch_cfg, &params) };
-            r?;
-        }
-        // Pairs capacity: the bound of a one-pair-per-window policy (no read-back), else the
-        // total the count kernel summed (one read-back, which also reports disorder early).
-        let capacity = if k::policy_bounded(c.policy) {
-            if delayed != 0 {
-                n
-            } else {
-                n / 2 + 1
-            }
-        } else {
-            let st = self.download(status)?;
-            self.coincide_status_errors(s, off, &st)?;
-            let total = st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32;
-            if total == 0 {
-                return Ok((0, resume_of(&st, n)));
-            }
-            total as usize
-        };
-        self.scan_device(counts, offsets, n, crate::ScanKind::Exclusive)?;
-        if pairs.as_ref().is_none_or(|p| p.len() < 4 * capacity) {
-            *pairs = Some(self.zeros::<u64>(4 * capacity)?);
-        }
-        let pairs = pairs.as_mut().expect("allocated");
-        {
-            let params = k::PetCoincideFillParams {
-                singles: self.ptr(&sv).cast(),
-                n: n64,
-                next: self.ptr(&*next),
-                lo: self.ptr(&*lo),
-                offsets: self.ptr(&*offsets),
-                pairs: self.ptr_mut(&mut *pairs).cast(),
-                counts: self.ptr(&*counts),
-                status: self.ptr_mut(&mut *status),
-                capacity: capacity as u64,
-                delayed,
-                policy,
-            };
-            // SAFETY: as above; the kernel writes pairs only below `capacity`, and pairs holds
-            // 4 capacity words. On sorted input the total is at most the capacity (a
-            // one-pair-per-window policy yields at most one pair per window: n / 2 disjoint
-            // prompt windows of two or more singles, n delayed ones; otherwise the total was
-            // read), so nothing is dropped; unsorted input is reported below.
-            let r = unsafe { self.launch(k::KERNEL_COINCIDE_FILL, launch_cfg, &params) };
-            r?;
-        }
-        let st = self.download(status)?;
-        self.coincide_status_errors(s, off, &st)?;
-        let total = st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32;
-        Ok((total as usize, resume_of(&st, n)))
-    }
-
     /// The typed errors a coincidence status reports: a single out of order (or NaN), a
     /// window over the policies' limit, more pairs than one launch can index.
     fn coincide_status_errors(&self, s: &SinglesBuffer, off: usize, st: &[u32]) -> Result<()> {
@@ -827,10 +697,6 @@ fn resume_of(st: &[u32], n: usize) -> usize {
 /// Reusable device buffers of the coincidence kernels.
 #[derive(Default)]
 pub struct CoincideScratch {
-    next: Option<CudaSlice<u32>>,
-    lo: Option<CudaSlice<u32>>,
-    counts: Option<CudaSlice<u32>>,
-    offsets: Option<CudaSlice<u32>>,
     pairs: Option<CudaSlice<u64>>,
     status: Option<CudaSlice<u32>>,
 }
@@ -840,14 +706,6 @@ impl CoincideScratch {
     /// first `4 × total` words; `None` before any pair was made).
     pub fn pairs(&self) -> Option<&CudaSlice<u64>> {
         self.pairs.as_ref()
-    }
-
-    fn grow(&mut self, g: &GpuContext, n: usize) -> Result<()> {
-        ensure_len(g, &mut self.next, n)?;
-        ensure_len(g, &mut self.lo, n)?;
-        ensure_len(g, &mut self.counts, n)?;
-        ensure_len(g, &mut self.offsets, n)?;
-        ensure_len(g, &mut self.status, k::CO_WORDS)
     }
 }
 
