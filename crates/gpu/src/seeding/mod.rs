@@ -63,6 +63,14 @@ pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
 /// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
+/// Kernel: [`KERNEL_FIND_TRIPLETS`] with the first cut on full warps (same outputs).
+pub const KERNEL_FIND_TRIPLETS_RING: &str = "seeding_find_triplets_ring";
+/// Kernel: [`KERNEL_FIND_TRIPLETS_RING`] under a launch bound.
+pub const KERNEL_FIND_TRIPLETS_RING_LB: &str = "seeding_find_triplets_ring_lb";
+/// Kernel: [`KERNEL_FIND_DOUBLETS`] under a launch bound of 12 blocks per SM.
+pub const KERNEL_FIND_DOUBLETS_LB12: &str = "seeding_find_doublets_lb12";
+/// Kernel: [`KERNEL_FIND_DOUBLETS`] under a launch bound of 16 blocks per SM.
+pub const KERNEL_FIND_DOUBLETS_LB16: &str = "seeding_find_doublets_lb16";
 /// Kernel: compatible-seed weight update.
 pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
 /// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
@@ -577,6 +585,29 @@ pub fn neighbour_bins(cfg: &SeedingConfig, bin: u32) -> Neighbours {
     out
 }
 
+/// `(neighbour_bins(cfg, bin).len, neighbour_bins(cfg, bin).bins[j])` for `j <
+/// len`, computed without the array (the doublet kernel's lanes each need one bin; indexing
+/// the array by lane put it in local memory). For `j >= len` the bin is meaningless.
+#[inline(always)]
+pub fn neighbour_bin(cfg: &SeedingConfig, bin: u32, j: u32) -> (u32, u32) {
+    let n_phi = if cfg.n_phi == 0 { 1 } else { cfg.n_phi };
+    let n_z = if cfg.n_z == 0 { 1 } else { cfg.n_z };
+    let pb = bin % n_phi;
+    let zb = bin / n_phi;
+    let z_lo = if zb == 0 { 0 } else { zb - 1 };
+    let z_hi = if zb + 1 >= n_z { n_z - 1 } else { zb + 1 };
+    let per_z = if n_phi < 3 { n_phi } else { 3 };
+    let len = (z_hi - z_lo + 1) * per_z;
+    let z = z_lo + j / per_z;
+    let k = j % per_z;
+    let p = if n_phi < 3 {
+        k
+    } else {
+        (pb + n_phi - 1 + k) % n_phi
+    };
+    (len, p + n_phi * z)
+}
+
 // ---------------------------------------------------------------------------------------
 // Doublets
 // ---------------------------------------------------------------------------------------
@@ -683,6 +714,53 @@ pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
     (i_sin_theta2, scat)
 }
 
+/// The first cut of [`triplet_compatible`] (the cot θ difference against the scattering
+/// allowance of the region), with the terms the later cuts reuse. `pass == false` exactly when
+/// [`triplet_compatible`] returns `None` at this cut (it calls this function), so a kernel may
+/// test this cheaper part first and run the whole test only on the pairs that pass.
+#[derive(Clone, Copy, Debug)]
+pub struct TripletCotCut {
+    /// The pair survives the cut.
+    pub pass: bool,
+    /// `(cotθ_b − cotθ_t)²`.
+    pub delta_cot2: f32,
+    /// The squared error of the cot θ difference.
+    pub error2: f32,
+    /// `(|Δcot| − error)²` when `delta_cot2 > error2`, else 0.
+    pub d_cot_minus_err2: f32,
+}
+
+/// See [`TripletCotCut`]: traccc's expressions, in its order.
+#[inline(always)]
+pub fn triplet_cot_cut(
+    m: &BinnedSp,
+    lb: &LinCircle,
+    lt: &LinCircle,
+    scattering_in_region2: f32,
+) -> TripletCotCut {
+    let error2 = lt.er
+        + lb.er
+        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+    let mut delta_cot = lb.cot_theta - lt.cot_theta;
+    let delta_cot2 = delta_cot * delta_cot;
+    let mut d_cot_minus_err2 = 0.0;
+    let mut pass = true;
+    if delta_cot2 - error2 > 0.0 {
+        delta_cot = delta_cot.abs();
+        let error = sqrt(error2);
+        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
+        if d_cot_minus_err2 > scattering_in_region2 {
+            pass = false;
+        }
+    }
+    TripletCotCut {
+        pass,
+        delta_cot2,
+        error2,
+        d_cot_minus_err2,
+    }
+}
+
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
@@ -694,20 +772,11 @@ pub fn triplet_compatible(
     i_sin_theta2: f32,
     scattering_in_region2: f32,
 ) -> Option<(f32, f32)> {
-    let error2 = lt.er
-        + lb.er
-        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
-    let mut delta_cot = lb.cot_theta - lt.cot_theta;
-    let delta_cot2 = delta_cot * delta_cot;
-    let mut d_cot_minus_err2 = 0.0;
-    if delta_cot2 - error2 > 0.0 {
-        delta_cot = delta_cot.abs();
-        let error = sqrt(error2);
-        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
-        if d_cot_minus_err2 > scattering_in_region2 {
-            return None;
-        }
+    let cut = triplet_cot_cut(m, lb, lt, scattering_in_region2);
+    if !cut.pass {
+        return None;
     }
+    let (delta_cot2, error2, d_cot_minus_err2) = (cut.delta_cot2, cut.error2, cut.d_cot_minus_err2);
     let du = lt.u - lb.u;
     if du == 0.0 {
         return None;
@@ -1110,6 +1179,24 @@ pub const fn doublet_smem_bytes() -> usize {
     (SEEDING_THREADS / 32 * DOUBLET_WARP_WORDS * 4) as usize
 }
 
+/// Flag of [`SeedingFindDoubletsParams::flags`]: a middle walks first the side (bottoms or
+/// tops) whose radial window holds fewer candidates, and the other only when the first found
+/// a doublet (the result is the same: a middle with no bottom or no top keeps no doublet).
+pub const DOUBLETS_SMALLER_SIDE_FIRST: u32 = 1;
+
+/// Entries of the ring in which a warp of [`KERNEL_FIND_TRIPLETS_RING`] queues the
+/// `(top, lane)` pairs that passed [`triplet_cot_cut`] for the whole test (32 at a time).
+pub const TRIPLET_QUEUE: u32 = 64;
+
+/// Shared-memory words of one warp of [`KERNEL_FIND_TRIPLETS_RING`]: the ring (two words an
+/// entry) and per lane its count, first and last compatible top.
+pub const TRIPLET_WARP_WORDS: u32 = 2 * TRIPLET_QUEUE + 3 * 32;
+
+/// Dynamic shared memory of [`KERNEL_FIND_TRIPLETS_RING`].
+pub const fn triplet_smem_bytes() -> usize {
+    (SEEDING_THREADS / 32 * TRIPLET_WARP_WORDS * 4) as usize
+}
+
 /// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1172,9 +1259,18 @@ pub struct SeedingFindDoubletsParams {
     pub n_events: u32,
     pub cap_mb: u32,
     pub cap_mt: u32,
-    pub _pad0: u32,
+    /// [`DOUBLETS_SMALLER_SIDE_FIRST`] or 0.
+    pub flags: u32,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
+crate::kernel_params!(
+    SeedingFindDoubletsParams,
+    136,
+    [
+        "seeding_find_doublets",
+        "seeding_find_doublets_lb12",
+        "seeding_find_doublets_lb16"
+    ]
+);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1201,7 +1297,15 @@ pub struct SeedingTripletsParams {
     pub cap_tri: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
+crate::kernel_params!(
+    SeedingTripletsParams,
+    120,
+    [
+        "seeding_find_triplets",
+        "seeding_find_triplets_ring",
+        "seeding_find_triplets_ring_lb"
+    ]
+);
 
 /// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

@@ -267,6 +267,41 @@ impl Timer<'_> {
     }
 }
 
+/// Kernel variants of the chain (measurement only; `DETKIT_SEEDING_VARIANT`, a comma list
+/// of `base`, `order`, `noorder`, `d=plain|lb12|lb16`, `t=plain|ring|ringlb`).
+struct Variant {
+    doublets: &'static str,
+    triplets: &'static str,
+    smaller_side_first: bool,
+}
+
+impl Variant {
+    fn from_env() -> Self {
+        let mut v = Variant {
+            doublets: k::KERNEL_FIND_DOUBLETS,
+            triplets: k::KERNEL_FIND_TRIPLETS_RING,
+            smaller_side_first: true,
+        };
+        let s = std::env::var("DETKIT_SEEDING_VARIANT").unwrap_or_default();
+        for tok in s.split(',') {
+            match tok.trim() {
+                "base" => {
+                    v.smaller_side_first = false;
+                    v.triplets = k::KERNEL_FIND_TRIPLETS;
+                }
+                "order" => v.smaller_side_first = true,
+                "noorder" => v.smaller_side_first = false,
+                "d=lb12" => v.doublets = k::KERNEL_FIND_DOUBLETS_LB12,
+                "d=lb16" => v.doublets = k::KERNEL_FIND_DOUBLETS_LB16,
+                "t=plain" => v.triplets = k::KERNEL_FIND_TRIPLETS,
+                "t=ringlb" => v.triplets = k::KERNEL_FIND_TRIPLETS_RING_LB,
+                _ => {}
+            }
+        }
+        v
+    }
+}
+
 /// `n` items at `threads` per block, grid-stride: at most 16 blocks per multiprocessor.
 fn stride_blocks(gpu: &GpuContext, n: u64) -> u64 {
     n.div_ceil(k::SEEDING_THREADS as u64)
@@ -523,6 +558,7 @@ impl GpuContext {
         self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
         let n64 = n as u64;
         let ne = n_events as u32;
+        let var = Variant::from_env();
         // Addresses (the buffers stay put during the chain).
         macro_rules! p {
             ($b:expr) => {
@@ -645,7 +681,11 @@ impl GpuContext {
                 n_events: ne,
                 cap_mb,
                 cap_mt,
-                _pad0: 0,
+                flags: if var.smaller_side_first {
+                    k::DOUBLETS_SMALLER_SIDE_FIRST
+                } else {
+                    0
+                },
             };
             let mut lc = self.launch_items(32 * n64);
             lc.shared_mem_bytes = k::doublet_smem_bytes() as u32;
@@ -653,7 +693,7 @@ impl GpuContext {
             // arrays of cap_mb / cap_mt entries (never written past: reservations checked in
             // the kernel); totals and events in the zeroed summary; one warp per middle,
             // SEEDING_THREADS threads and doublet_smem_bytes() of shared memory.
-            unsafe { self.launch(k::KERNEL_FIND_DOUBLETS, lc, &params) }
+            unsafe { self.launch(var.doublets, lc, &params) }
         })?;
 
         // 3. triplets: one pass per middle–bottom doublet (grid-stride below the total).
@@ -684,13 +724,19 @@ impl GpuContext {
                 _pad0: 0,
             };
             let blocks = stride_blocks(self, cmb as u64);
+            let smem = if var.triplets == k::KERNEL_FIND_TRIPLETS {
+                0
+            } else {
+                k::triplet_smem_bytes()
+            };
             // SAFETY: doublet arrays of the capacities, read only below the totals (checked
             // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
-            // cap_tri triplets, written only inside a reservation that fits.
+            // cap_tri triplets, written only inside a reservation that fits; SEEDING_THREADS
+            // threads and the ring kernels' shared memory.
             unsafe {
                 self.launch(
-                    k::KERNEL_FIND_TRIPLETS,
-                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
+                    var.triplets,
+                    launch_cfg(blocks, k::SEEDING_THREADS, smem),
                     &params,
                 )
             }
