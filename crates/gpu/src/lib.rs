@@ -76,10 +76,8 @@ pub const ALL_KERNELS: &[&str] = &[
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,
     seeding::KERNEL_FIND_TRIPLETS,
-    seeding::KERNEL_FIND_TRIPLETS_RING,
-    seeding::KERNEL_FIND_TRIPLETS_RING_LB,
-    seeding::KERNEL_FIND_DOUBLETS_LB12,
-    seeding::KERNEL_FIND_DOUBLETS_LB16,
+    seeding::KERNEL_FIND_TRIPLETS_SORTED,
+    seeding::KERNEL_SORT_TOPS,
     seeding::KERNEL_UPDATE_WEIGHTS,
     seeding::KERNEL_SELECT_SEEDS,
     seeding::KERNEL_GATHER_SEEDS,
@@ -109,21 +107,6 @@ pub const ALL_KERNELS: &[&str] = &[
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
-    (
-        seeding::KERNEL_FIND_DOUBLETS_LB12,
-        seeding::SEEDING_THREADS,
-        12,
-    ),
-    (
-        seeding::KERNEL_FIND_DOUBLETS_LB16,
-        seeding::SEEDING_THREADS,
-        16,
-    ),
-    (
-        seeding::KERNEL_FIND_TRIPLETS_RING_LB,
-        seeding::SEEDING_THREADS,
-        12,
-    ),
     (
         sort::KERNEL_SORT_ONESWEEP_U32,
         sort::ONESWEEP_THREADS,

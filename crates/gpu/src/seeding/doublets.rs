@@ -241,27 +241,6 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
     unsafe { find_doublets(&p) }
 }
 
-/// [`seeding_find_doublets`] under a launch bound of 12 blocks of `SEEDING_THREADS` per
-/// multiprocessor (`LAUNCH_BOUNDS`).
-///
-/// # Safety
-/// As [`seeding_find_doublets`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_find_doublets_lb12(p: SeedingFindDoubletsParams) {
-    // SAFETY: caller's contract.
-    unsafe { find_doublets(&p) }
-}
-
-/// [`seeding_find_doublets`] under a launch bound of 16 blocks per multiprocessor.
-///
-/// # Safety
-/// As [`seeding_find_doublets`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_find_doublets_lb16(p: SeedingFindDoubletsParams) {
-    // SAFETY: caller's contract.
-    unsafe { find_doublets(&p) }
-}
-
 /// The body of [`seeding_find_doublets`].
 ///
 /// # Safety

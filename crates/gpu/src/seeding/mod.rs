@@ -63,14 +63,11 @@ pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
 /// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
-/// Kernel: [`KERNEL_FIND_TRIPLETS`] with the first cut on full warps (same outputs).
-pub const KERNEL_FIND_TRIPLETS_RING: &str = "seeding_find_triplets_ring";
-/// Kernel: [`KERNEL_FIND_TRIPLETS_RING`] under a launch bound.
-pub const KERNEL_FIND_TRIPLETS_RING_LB: &str = "seeding_find_triplets_ring_lb";
-/// Kernel: [`KERNEL_FIND_DOUBLETS`] under a launch bound of 12 blocks per SM.
-pub const KERNEL_FIND_DOUBLETS_LB12: &str = "seeding_find_doublets_lb12";
-/// Kernel: [`KERNEL_FIND_DOUBLETS`] under a launch bound of 16 blocks per SM.
-pub const KERNEL_FIND_DOUBLETS_LB16: &str = "seeding_find_doublets_lb16";
+/// Kernel: [`KERNEL_FIND_TRIPLETS`] visiting only the tops in reach of the first cut.
+pub const KERNEL_FIND_TRIPLETS_SORTED: &str = "seeding_find_triplets_sorted";
+/// Kernel: per middle, its middle–top doublets sorted by cot θ, and bounds the triplet
+/// kernel's top window needs.
+pub const KERNEL_SORT_TOPS: &str = "seeding_sort_tops";
 /// Kernel: compatible-seed weight update.
 pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
 /// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
@@ -809,6 +806,71 @@ pub fn triplet_compatible(
     Some((curvature, impact))
 }
 
+/// Per middle, over its middle–top doublets: the largest `er` and the largest `i_delta_r`;
+/// `max_i_delta_r` is +∞ when a top's cot θ, `er` or `i_delta_r` is not finite (the triplet
+/// kernel then tests every top of the middle).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TopBounds {
+    /// Largest `er`.
+    pub max_er: f32,
+    /// Largest `i_delta_r`, or +∞.
+    pub max_i_delta_r: f32,
+}
+const _: () = assert!(core::mem::size_of::<TopBounds>() == 8);
+
+/// A middle–top doublet in its middle's list sorted by cot θ ([`cot_key`] order, ties by
+/// position).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SortedTop {
+    /// The doublet's cot θ.
+    pub cot_theta: f32,
+    /// Its position in the middle–top doublet buffer.
+    pub top: u32,
+}
+const _: () = assert!(core::mem::size_of::<SortedTop>() == 8);
+
+/// Total-order key of a float (`-0 < +0`; refines `<` on non-NaN values, so a list sorted by
+/// it is sorted by value).
+#[inline(always)]
+pub fn cot_key(x: f32) -> u32 {
+    let b = x.to_bits();
+    if b >> 31 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// Half-width `W` of the cot θ window of the tops of middle `m` that can pass
+/// [`triplet_cot_cut`] with the middle–bottom doublet `lb`: every top whose `error2` (as
+/// [`triplet_cot_cut`] computes it) is not negative and whose cot θ lies outside
+/// `[cot_b − W, cot_b + W]` is rejected by that cut, in f32. `b` are the middle's
+/// [`TopBounds`], `max_abs_cot` the largest |cot θ| of its tops, `scat` the scattering term of
+/// [`bottom_scattering`]. Not finite (+∞ or NaN) when no window applies.
+///
+/// Why: with `e = √error2 ≤ E = √U` (U below bounds every term of `error2` by the middle's
+/// maxima; all terms are non-negative when `error2` is) and `S = √scat`, a top with
+/// `|Δcot| > (E + S)(1 + 2⁻⁸)` has `Δcot² > error2` and `(|Δcot| − e)² − scat ≥ 2⁻⁷ S² +
+/// 2⁻⁸ (…)`, far above the few ulps of `(E + S)²` that the f32 evaluation of
+/// `Δcot² + error2 − 2|Δcot|e` can lose; `|cot_b|·2⁻²⁰` covers the rounding of `cot_b ± W`, and
+/// 1e-15 values that f32 would flush to subnormals. A top with a negative `error2` (only when
+/// `m.var_r != 0` and `cot_b·cot_t < 0`) passes the cut through a NaN: the kernel tests those
+/// tops separately.
+#[inline(always)]
+pub fn top_window(m: &BinnedSp, lb: &LinCircle, b: &TopBounds, max_abs_cot: f32, scat: f32) -> f32 {
+    let u = b.max_er
+        + lb.er
+        + 2.0
+            * (lb.cot_theta.abs() * max_abs_cot * m.var_r + m.var_z)
+            * lb.i_delta_r
+            * b.max_i_delta_r;
+    let e = sqrt(u);
+    let s = sqrt(scat);
+    (e + s) * (1.0 + 1.0 / 256.0) + lb.cot_theta.abs() * (1.0 / 1_048_576.0) + 1e-15
+}
+
 /// The triplet's initial weight `-impact * impact_weight_factor`.
 #[inline(always)]
 pub fn impact_weight(cfg: &SeedingConfig, impact: f32) -> f32 {
@@ -1184,19 +1246,6 @@ pub const fn doublet_smem_bytes() -> usize {
 /// a doublet (the result is the same: a middle with no bottom or no top keeps no doublet).
 pub const DOUBLETS_SMALLER_SIDE_FIRST: u32 = 1;
 
-/// Entries of the ring in which a warp of [`KERNEL_FIND_TRIPLETS_RING`] queues the
-/// `(top, lane)` pairs that passed [`triplet_cot_cut`] for the whole test (32 at a time).
-pub const TRIPLET_QUEUE: u32 = 64;
-
-/// Shared-memory words of one warp of [`KERNEL_FIND_TRIPLETS_RING`]: the ring (two words an
-/// entry) and per lane its count, first and last compatible top.
-pub const TRIPLET_WARP_WORDS: u32 = 2 * TRIPLET_QUEUE + 3 * 32;
-
-/// Dynamic shared memory of [`KERNEL_FIND_TRIPLETS_RING`].
-pub const fn triplet_smem_bytes() -> usize {
-    (SEEDING_THREADS / 32 * TRIPLET_WARP_WORDS * 4) as usize
-}
-
 /// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1262,15 +1311,7 @@ pub struct SeedingFindDoubletsParams {
     /// [`DOUBLETS_SMALLER_SIDE_FIRST`] or 0.
     pub flags: u32,
 }
-crate::kernel_params!(
-    SeedingFindDoubletsParams,
-    136,
-    [
-        "seeding_find_doublets",
-        "seeding_find_doublets_lb12",
-        "seeding_find_doublets_lb16"
-    ]
-);
+crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1290,6 +1331,10 @@ pub struct SeedingTripletsParams {
     pub tri_start: DevPtr<u32>,
     /// The triplets (`cap_tri`).
     pub out: DevPtr<Triplet>,
+    /// Per middle, its tops sorted by cot θ (at its `top_start`; `cap_mt` entries).
+    pub sorted: DevPtr<SortedTop>,
+    /// Per middle, its [`TopBounds`].
+    pub bounds: DevPtr<TopBounds>,
     pub totals: DevPtr<SeedingTotals>,
     pub events: DevPtr<EventCounts>,
     pub cap_mb: u32,
@@ -1299,13 +1344,25 @@ pub struct SeedingTripletsParams {
 }
 crate::kernel_params!(
     SeedingTripletsParams,
-    120,
-    [
-        "seeding_find_triplets",
-        "seeding_find_triplets_ring",
-        "seeding_find_triplets_ring_lb"
-    ]
+    136,
+    ["seeding_find_triplets", "seeding_find_triplets_sorted"]
 );
+
+/// Parameters of the `seeding_sort_tops` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingSortTopsParams {
+    pub top: DevPtr<Doublet>,
+    pub lc_top: DevPtr<LinCircle>,
+    pub n_top: DevPtr<u32>,
+    pub top_start: DevPtr<u32>,
+    pub sorted: DevPtr<SortedTop>,
+    pub bounds: DevPtr<TopBounds>,
+    pub totals: DevPtr<SeedingTotals>,
+    pub cap_mb: u32,
+    pub cap_mt: u32,
+}
+crate::kernel_params!(SeedingSortTopsParams, 64, ["seeding_sort_tops"]);
 
 /// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

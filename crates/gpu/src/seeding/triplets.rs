@@ -37,6 +37,58 @@ pub(crate) unsafe fn doublets_fit(totals: *const SeedingTotals, cap_mb: u32, cap
 /// `totals` and `events` as written by the doublet kernel.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams) {
+    // SAFETY: caller's contract.
+    unsafe { find_triplets(&p, false) }
+}
+
+/// [`seeding_find_triplets`] where the counting walk visits only the tops that can pass the
+/// first cut ([`triplet_cot_cut`]): the middle's tops sorted by cot θ (`sorted`, from
+/// [`seeding_sort_tops`]), the window `cot_b ± W` of [`top_window`] found by binary search,
+/// and, when the middle's `var_r` is not 0, every top whose cot θ has the other sign than the
+/// bottom's (those can pass through a negative `error2`). Every visited top goes through the
+/// whole [`triplet_compatible`]; count, first and last compatible top are those of the full
+/// walk (the others are rejected by the first cut), so the outputs are the same. A middle
+/// with a non-finite window is walked in full.
+///
+/// # Safety
+/// As [`seeding_find_triplets`]; `sorted` and `bounds` written by [`seeding_sort_tops`] for
+/// the same doublets.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn seeding_find_triplets_sorted(p: SeedingTripletsParams) {
+    // SAFETY: caller's contract.
+    unsafe { find_triplets(&p, true) }
+}
+
+/// First position `j` in `[lo, hi)` of the sorted tops where `before(cot θ)` is false
+/// (`before` true on a prefix), `hi` if none.
+///
+/// # Safety
+/// `sorted` valid for `[lo, hi)`.
+#[inline(always)]
+unsafe fn partition_point(
+    sorted: *const SortedTop,
+    mut lo: u32,
+    mut hi: u32,
+    before: impl Fn(f32) -> bool,
+) -> u32 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        // SAFETY: lo <= mid < hi.
+        if before(unsafe { (*sorted.add(mid as usize)).cot_theta }) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// The body of the triplet kernels; `window`: the sorted variant.
+///
+/// # Safety
+/// As [`seeding_find_triplets_sorted`] (as [`seeding_find_triplets`] without `window`).
+#[inline(always)]
+unsafe fn find_triplets(p: &SeedingTripletsParams, window: bool) {
     // SAFETY: launch contract.
     unsafe {
         let c = &*p.cfg.ptr();
@@ -49,6 +101,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
         );
         let n_mb = doublets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
         let out = p.out.ptr_mut();
+        let sorted = p.sorted.ptr();
         let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
         let mut d = index();
         while d < n_mb {
@@ -60,17 +113,59 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
             let mut cnt = 0u32;
             let (mut first, mut last) = (hi, lo);
-            let mut t = lo;
-            while t < hi {
+            let mut visit = |t: u32| {
                 let lt = lc_top.add(t as usize).read();
                 if triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() {
-                    if cnt == 0 {
+                    if t < first {
                         first = t;
                     }
-                    last = t;
+                    if t > last {
+                        last = t;
+                    }
                     cnt += 1;
                 }
-                t += 1;
+            };
+            let mut w = f32::INFINITY;
+            if window && lo < hi {
+                let b = p.bounds.ptr().add(db.middle as usize).read();
+                let ct_min = (*sorted.add(lo as usize)).cot_theta.abs();
+                let ct_max = (*sorted.add(hi as usize - 1)).cot_theta.abs();
+                let max_abs = if ct_max > ct_min { ct_max } else { ct_min };
+                w = top_window(m, &lb, &b, max_abs, scat);
+            }
+            if w < f32::INFINITY {
+                let cb = lb.cot_theta;
+                let (below, above) = (cb - w, cb + w);
+                let w0 = partition_point(sorted, lo, hi, |x| x < below);
+                let w1 = partition_point(sorted, w0, hi, |x| x <= above);
+                let mut j = w0;
+                while j < w1 {
+                    visit((*sorted.add(j as usize)).top);
+                    j += 1;
+                }
+                // Tops of the other sign (a prefix or a suffix), outside the window.
+                let (mut s0, mut s1) = (lo, lo);
+                if m.var_r != 0.0 {
+                    if cb > 0.0 {
+                        s1 = partition_point(sorted, lo, hi, |x| x < 0.0);
+                    } else if cb < 0.0 {
+                        s0 = partition_point(sorted, lo, hi, |x| x <= 0.0);
+                        s1 = hi;
+                    }
+                }
+                let mut j = s0;
+                while j < s1 {
+                    if j < w0 || j >= w1 {
+                        visit((*sorted.add(j as usize)).top);
+                    }
+                    j += 1;
+                }
+            } else {
+                let mut t = lo;
+                while t < hi {
+                    visit(t);
+                    t += 1;
+                }
             }
             p.tri_cnt.ptr_mut().add(d as usize).write(cnt);
             if cnt != 0 {
@@ -108,203 +203,80 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
     }
 }
 
-/// [`seeding_find_triplets`] with the first cut on full warps: the same mapping (one thread
-/// per middle–bottom doublet, grid-stride) and the same outputs, but each lane first tests only
-/// [`triplet_cot_cut`] against its tops (the cheap cut that rejects most pairs); the pairs that
-/// pass go, in order, into a ring of `TRIPLET_QUEUE` `(top, lane)` entries in the warp's shared
-/// memory, and whenever it holds 32 (and at the end) all 32 lanes run the whole
-/// [`triplet_compatible`] on 32 of them, with the owning lane's doublet fetched by shuffles.
-/// The owners' counts and first and last compatible tops are kept in shared memory (one lane
-/// per owner writes them per round, found with `match.any`), so each doublet's count, first
-/// and last equal the thread-per-doublet walk's; the writing walk is the same.
+/// The number of middle–top doublets when both doublet totals fit their capacities, else 0.
 ///
 /// # Safety
-/// As [`seeding_find_triplets`]; `SEEDING_THREADS` threads per block and
-/// `triplet_smem_bytes()` of dynamic shared memory.
+/// As [`doublets_fit`].
 #[inline(always)]
-unsafe fn find_triplets_ring(p: &SeedingTripletsParams) {
-    // SAFETY: launch contract.
+unsafe fn tops_fit(totals: *const SeedingTotals, cap_mb: u32, cap_mt: u32) -> u64 {
+    // SAFETY: caller's contract.
     unsafe {
-        let c = &*p.cfg.ptr();
-        let (sps, bot, lc_bot, lc_top, top) = (
-            p.sps.ptr(),
-            p.bot.ptr(),
-            p.lc_bot.ptr(),
-            p.lc_top.ptr(),
-            p.top.ptr(),
-        );
-        let n_mb = doublets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
-        let out = p.out.ptr_mut();
-        let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
-        let lane = i::lane_id();
-        let below = i::lanemask_lt();
-        let ring = i::shared_base() + i::warp_id() * TRIPLET_WARP_WORDS * 4;
-        let cnt_s = ring + TRIPLET_QUEUE * 8 + lane * 4;
-        let first_s = cnt_s + 32 * 4;
-        let last_s = first_s + 32 * 4;
-        let f = |x: f32, l: u32| f32::from_bits(i::shfl_idx(x.to_bits(), l));
-        let mut d = index();
-        // Warp-uniform loops: every lane reaches every shuffle, ballot and warp barrier (the
-        // stride is a multiple of 32, so a warp's lanes leave the loop together).
-        while i::any(d < n_mb) {
-            let active = d < n_mb;
-            let mut db = Doublet::default();
-            let mut lb = LinCircle::default();
-            let mut m = BinnedSp::default();
-            let (mut lo, mut hi) = (0u32, 0u32);
-            if active {
-                db = bot.add(d as usize).read();
-                let mp = sps.add(db.middle as usize);
-                // The fields the triplet cuts and the event index read.
-                m.r = (*mp).r;
-                m.var_r = (*mp).var_r;
-                m.var_z = (*mp).var_z;
-                m.bin = (*mp).bin;
-                lb = lc_bot.add(d as usize).read();
-                lo = p.top_start.ptr().add(db.middle as usize).read();
-                hi = lo + p.n_top.ptr().add(db.middle as usize).read();
-            }
-            let (isin, scat) = bottom_scattering(c, &lb);
-            // Only this lane reads its count; other lanes write it after a warp barrier.
-            i::st_shared_u32(cnt_s, 0);
-            let (mut head, mut queued) = (0u32, 0u32);
-            let mut t = lo;
-            loop {
-                let has = t < hi;
-                let more = i::any(has);
-                if more {
-                    let mut ok = false;
-                    if has {
-                        let lt = lc_top.add(t as usize).read();
-                        ok = triplet_cot_cut(&m, &lb, &lt, scat).pass;
-                    }
-                    let mask = i::ballot(ok);
-                    if ok {
-                        let at = (head + queued + i::popc(mask & below)) % TRIPLET_QUEUE;
-                        // SAFETY: at < TRIPLET_QUEUE: inside this warp's ring; the slot is
-                        // free (queued < 32 before this step, so at most 63 are live).
-                        i::st_shared_v2_u32(ring + at * 8, [t, lane]);
-                    }
-                    queued += i::popc(mask);
-                    t += 1;
-                }
-                while queued >= 32 || (!more && queued > 0) {
-                    // The ring entries written above are read by other lanes below.
-                    i::sync_warp();
-                    let take = if queued < 32 { queued } else { 32 };
-                    let mut e = [0u32, lane];
-                    if lane < take {
-                        e = i::ld_shared_v2_u32(ring + ((head + lane) % TRIPLET_QUEUE) * 8);
-                    }
-                    let o = e[1];
-                    let om = BinnedSp {
-                        r: f(m.r, o),
-                        var_r: f(m.var_r, o),
-                        var_z: f(m.var_z, o),
-                        ..BinnedSp::default()
-                    };
-                    let olb = LinCircle {
-                        cot_theta: f(lb.cot_theta, o),
-                        zo: 0.0,
-                        u: f(lb.u, o),
-                        v: f(lb.v, o),
-                        er: f(lb.er, o),
-                        i_delta_r: f(lb.i_delta_r, o),
-                    };
-                    let (oisin, oscat) = (f(isin, o), f(scat, o));
-                    let mut ok2 = false;
-                    if lane < take {
-                        let lt = lc_top.add(e[0] as usize).read();
-                        ok2 = triplet_compatible(c, &om, &olb, &lt, oisin, oscat).is_some();
-                    }
-                    // Lanes of one owner in this round, in ring (= top) order.
-                    let grp = i::match_any(if ok2 { o } else { 32 + lane });
-                    if ok2 {
-                        let (cs, fs, ls) = (
-                            cnt_s - lane * 4 + o * 4,
-                            first_s - lane * 4 + o * 4,
-                            last_s - lane * 4 + o * 4,
-                        );
-                        if lane == i::lowest_bit(grp) {
-                            let old = i::ld_shared_u32(cs);
-                            i::st_shared_u32(cs, old + i::popc(grp));
-                            if old == 0 {
-                                i::st_shared_u32(fs, e[0]);
-                            }
-                        }
-                        if lane == 31 - i::clz(grp) {
-                            i::st_shared_u32(ls, e[0]);
-                        }
-                    }
-                    head = (head + take) % TRIPLET_QUEUE;
-                    queued -= take;
-                    // The slots and counts just written are read again below.
-                    i::sync_warp();
-                }
-                if !more {
-                    break;
-                }
-            }
-            if active {
-                let cnt = i::ld_shared_u32(cnt_s);
-                p.tri_cnt.ptr_mut().add(d as usize).write(cnt);
-                if cnt != 0 {
-                    let (first, last) = (i::ld_shared_u32(first_s), i::ld_shared_u32(last_s));
-                    let tot = p.totals.ptr_mut();
-                    let start =
-                        i::atomic_add_u64(core::ptr::addr_of_mut!((*tot).triplets), cnt as u64);
-                    let ev = p.events.ptr_mut().add((m.bin / nbins) as usize);
-                    i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).triplets), cnt);
-                    p.tri_start.ptr_mut().add(d as usize).write(start as u32);
-                    if start + cnt as u64 <= p.cap_tri as u64 {
-                        let mut w = start as usize;
-                        let mut t = first;
-                        while t <= last {
-                            let lt = lc_top.add(t as usize).read();
-                            if let Some((curv, impact)) =
-                                triplet_compatible(c, &m, &lb, &lt, isin, scat)
-                            {
-                                let dt = top.add(t as usize).read();
-                                out.add(w).write(Triplet {
-                                    bottom: db.other,
-                                    middle: db.middle,
-                                    top: dt.other,
-                                    mb: d as u32,
-                                    curvature: curv,
-                                    weight: impact_weight(c, impact),
-                                    z_vertex: lb.zo,
-                                    r_top: (*sps.add(dt.other as usize)).r,
-                                });
-                                w += 1;
-                            }
-                            t += 1;
-                        }
-                    }
-                }
-            }
-            d += stride();
+        if doublets_fit(totals, cap_mb, cap_mt) == 0 {
+            0
+        } else {
+            (*totals).mid_top
         }
     }
 }
 
-/// See [`find_triplets_ring`].
+/// Per middle–top doublet `t` (grid-stride, below the total): its rank among its middle's tops
+/// by ([`cot_key`] of cot θ, position), and `sorted[top_start + rank] = (cot θ, t)`; the
+/// middle's first top also writes the middle's [`TopBounds`].
 ///
 /// # Safety
-/// As [`find_triplets_ring`].
+/// `top`, `lc_top`, `sorted` valid for `cap_mt`; `n_top`, `top_start`, `bounds` for the
+/// middles; `totals` as written by the doublet kernel.
 #[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_find_triplets_ring(p: SeedingTripletsParams) {
-    // SAFETY: caller's contract.
-    unsafe { find_triplets_ring(&p) }
-}
-
-/// [`seeding_find_triplets_ring`] under a launch bound (`LAUNCH_BOUNDS`: fewer registers).
-///
-/// # Safety
-/// As [`find_triplets_ring`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_find_triplets_ring_lb(p: SeedingTripletsParams) {
-    // SAFETY: caller's contract.
-    unsafe { find_triplets_ring(&p) }
+pub unsafe extern "ptx-kernel" fn seeding_sort_tops(p: SeedingSortTopsParams) {
+    // SAFETY: launch contract: every range read is a middle's own range of tops.
+    unsafe {
+        let n_mt = tops_fit(p.totals.ptr(), p.cap_mb, p.cap_mt);
+        let (top, lc_top) = (p.top.ptr(), p.lc_top.ptr());
+        let mut t = index();
+        while t < n_mt {
+            let t32 = t as u32;
+            let mid = top.add(t as usize).read().middle as usize;
+            let lo = p.top_start.ptr().add(mid).read();
+            let hi = lo + p.n_top.ptr().add(mid).read();
+            let ct = (*lc_top.add(t as usize)).cot_theta;
+            let k = cot_key(ct);
+            let mut rank = 0u32;
+            let mut j = lo;
+            while j < hi {
+                let kj = cot_key((*lc_top.add(j as usize)).cot_theta);
+                rank += (kj < k || (kj == k && j < t32)) as u32;
+                j += 1;
+            }
+            p.sorted
+                .ptr_mut()
+                .add((lo + rank) as usize)
+                .write(SortedTop {
+                    cot_theta: ct,
+                    top: t32,
+                });
+            if t32 == lo {
+                let (mut me, mut mi, mut finite) = (0.0f32, 0.0f32, true);
+                let mut j = lo;
+                while j < hi {
+                    let l = lc_top.add(j as usize).read();
+                    finite &=
+                        l.cot_theta.is_finite() && l.er.is_finite() && l.i_delta_r.is_finite();
+                    if l.er > me {
+                        me = l.er;
+                    }
+                    if l.i_delta_r > mi {
+                        mi = l.i_delta_r;
+                    }
+                    j += 1;
+                }
+                p.bounds.ptr_mut().add(mid).write(TopBounds {
+                    max_er: me,
+                    max_i_delta_r: if finite { mi } else { f32::INFINITY },
+                });
+            }
+            t += stride();
+        }
+    }
 }
 
 /// The number of triplets when every total fits its capacity, else 0.

@@ -92,6 +92,8 @@ enum B {
     Rz,
     TriCnt,
     TriStart,
+    TopsSorted,
+    TopBounds,
     Tri,
     Weights,
     Slots,
@@ -268,9 +270,8 @@ impl Timer<'_> {
 }
 
 /// Kernel variants of the chain (measurement only; `DETKIT_SEEDING_VARIANT`, a comma list
-/// of `base`, `order`, `noorder`, `d=plain|lb12|lb16`, `t=plain|ring|ringlb`).
+/// of `base`, `order`, `noorder`, `t=plain|sorted`).
 struct Variant {
-    doublets: &'static str,
     triplets: &'static str,
     smaller_side_first: bool,
 }
@@ -278,8 +279,7 @@ struct Variant {
 impl Variant {
     fn from_env() -> Self {
         let mut v = Variant {
-            doublets: k::KERNEL_FIND_DOUBLETS,
-            triplets: k::KERNEL_FIND_TRIPLETS_RING,
+            triplets: k::KERNEL_FIND_TRIPLETS_SORTED,
             smaller_side_first: true,
         };
         let s = std::env::var("DETKIT_SEEDING_VARIANT").unwrap_or_default();
@@ -291,10 +291,8 @@ impl Variant {
                 }
                 "order" => v.smaller_side_first = true,
                 "noorder" => v.smaller_side_first = false,
-                "d=lb12" => v.doublets = k::KERNEL_FIND_DOUBLETS_LB12,
-                "d=lb16" => v.doublets = k::KERNEL_FIND_DOUBLETS_LB16,
                 "t=plain" => v.triplets = k::KERNEL_FIND_TRIPLETS,
-                "t=ringlb" => v.triplets = k::KERNEL_FIND_TRIPLETS_RING_LB,
+                "t=sorted" => v.triplets = k::KERNEL_FIND_TRIPLETS_SORTED,
                 _ => {}
             }
         }
@@ -518,7 +516,7 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 25] = [
+        let sizes: [(B, usize); 27] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
@@ -536,6 +534,8 @@ impl GpuContext {
             (B::LcTop, words::<k::LinCircle>(cmt)),
             (B::TriCnt, cmb),
             (B::TriStart, cmb),
+            (B::TopsSorted, words::<k::SortedTop>(cmt)),
+            (B::TopBounds, words::<k::TopBounds>(n)),
             (B::Tri, words::<k::Triplet>(ctri)),
             (B::Weights, ctri),
             (B::Slots, words::<Seed>(n * msp)),
@@ -693,7 +693,7 @@ impl GpuContext {
             // arrays of cap_mb / cap_mt entries (never written past: reservations checked in
             // the kernel); totals and events in the zeroed summary; one warp per middle,
             // SEEDING_THREADS threads and doublet_smem_bytes() of shared memory.
-            unsafe { self.launch(var.doublets, lc, &params) }
+            unsafe { self.launch(k::KERNEL_FIND_DOUBLETS, lc, &params) }
         })?;
 
         // 3. triplets: one pass per middle–bottom doublet (grid-stride below the total).
@@ -703,7 +703,35 @@ impl GpuContext {
             detkit_gpu::DevPtr<k::Triplet>,
             detkit_gpu::DevPtr<f32>,
         ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri), p!(B::Weights));
+        let (tops_sorted, top_bounds): (
+            detkit_gpu::DevPtr<k::SortedTop>,
+            detkit_gpu::DevPtr<k::TopBounds>,
+        ) = (p!(B::TopsSorted), p!(B::TopBounds));
         tm.stage("find_triplets", || {
+            if var.triplets == k::KERNEL_FIND_TRIPLETS_SORTED {
+                let params = k::SeedingSortTopsParams {
+                    top,
+                    lc_top,
+                    n_top,
+                    top_start,
+                    sorted: tops_sorted,
+                    bounds: top_bounds,
+                    totals,
+                    cap_mb,
+                    cap_mt,
+                };
+                let blocks = stride_blocks(self, cmt as u64);
+                // SAFETY: top, lc_top and sorted hold cap_mt entries, read and written below
+                // the total only (checked in the kernel against the capacities); n_top,
+                // top_start, bounds one entry per middle (n).
+                unsafe {
+                    self.launch(
+                        k::KERNEL_SORT_TOPS,
+                        launch_cfg(blocks, k::SEEDING_THREADS, 0),
+                        &params,
+                    )?
+                };
+            }
             let params = k::SeedingTripletsParams {
                 cfg: d_cfg,
                 sps: binned,
@@ -716,6 +744,8 @@ impl GpuContext {
                 tri_cnt,
                 tri_start,
                 out: tri,
+                sorted: tops_sorted,
+                bounds: top_bounds,
                 totals,
                 events,
                 cap_mb,
@@ -724,19 +754,14 @@ impl GpuContext {
                 _pad0: 0,
             };
             let blocks = stride_blocks(self, cmb as u64);
-            let smem = if var.triplets == k::KERNEL_FIND_TRIPLETS {
-                0
-            } else {
-                k::triplet_smem_bytes()
-            };
             // SAFETY: doublet arrays of the capacities, read only below the totals (checked
             // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
-            // cap_tri triplets, written only inside a reservation that fits; SEEDING_THREADS
-            // threads and the ring kernels' shared memory.
+            // cap_tri triplets, written only inside a reservation that fits; the sorted tops
+            // and bounds of these doublets (written above).
             unsafe {
                 self.launch(
                     var.triplets,
-                    launch_cfg(blocks, k::SEEDING_THREADS, smem),
+                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
                     &params,
                 )
             }
