@@ -497,7 +497,7 @@ fn test_variance_scales(c: &Ctx) -> R {
             .iter()
             .map(|p| {
                 let mut q = *p;
-                let mut draw = |rng: &mut detkit::rng::Rng| {
+                let draw = |rng: &mut detkit::rng::Rng| {
                     if rng.below(4) == 0 {
                         0.0
                     } else {

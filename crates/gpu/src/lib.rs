@@ -76,8 +76,6 @@ pub const ALL_KERNELS: &[&str] = &[
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,
     seeding::KERNEL_FIND_TRIPLETS,
-    seeding::KERNEL_FIND_TRIPLETS_SORTED,
-    seeding::KERNEL_SORT_TOPS,
     seeding::KERNEL_UPDATE_WEIGHTS,
     seeding::KERNEL_SELECT_SEEDS,
     seeding::KERNEL_GATHER_SEEDS,

@@ -222,7 +222,8 @@ unsafe fn write_side(
 }
 
 /// Per middle `p < n_valid` (one warp each), in one pass: the compatible bottoms and tops
-/// (both 0 when either is 0), their counts `n_bot[p]`, `n_top[p]`, space reserved with
+/// (both 0 when either is 0; the side with fewer candidates in its window is walked first and
+/// the other only when the first found some), their counts `n_bot[p]`, `n_top[p]`, space reserved with
 /// one 64-bit atomic per side on `totals` (so each middle's doublets are contiguous, in
 /// scan order; middles may come in any order), the starts `bot_start[p]`, `top_start[p]`,
 /// and the doublets with their `LinCircle`s. Per-event counts go to `events`. When a
@@ -237,16 +238,6 @@ unsafe fn write_side(
 /// `doublet_smem_bytes()` of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsParams) {
-    // SAFETY: caller's contract.
-    unsafe { find_doublets(&p) }
-}
-
-/// The body of [`seeding_find_doublets`].
-///
-/// # Safety
-/// As [`seeding_find_doublets`].
-#[inline(always)]
-unsafe fn find_doublets(p: &SeedingFindDoubletsParams) {
     let (cfg, grid, rz, sps, n, n_events) = (
         p.cfg.ptr(),
         p.grid.ptr(),
@@ -279,15 +270,14 @@ unsafe fn find_doublets(p: &SeedingFindDoubletsParams) {
                 }
             }
         };
-        // Which side is walked first (warp-uniform: every lane holds the same totals).
-        let mut first_bottom = true;
-        let mut walk = true;
-        if p.flags & DOUBLETS_SMALLER_SIDE_FIRST != 0 {
-            let tb = window_runs(c, &m, wb, grid).total;
-            let tt = window_runs(c, &m, wt, grid).total;
-            first_bottom = tb <= tt;
-            walk = tb != 0 && tt != 0;
-        }
+        // The side whose window holds fewer candidates is walked first, the other only when
+        // the first found a doublet (a middle with no bottom or no top keeps none): middles
+        // with an empty side (the outermost layer has no tops) skip the full walk of the
+        // other. Warp-uniform: every lane holds the same totals.
+        let tb = window_runs(c, &m, wb, grid).total;
+        let tt = window_runs(c, &m, wt, grid).total;
+        let first_bottom = tb <= tt;
+        let walk = tb != 0 && tt != 0;
         let (w1, s1, w2, s2) = if first_bottom {
             (wb, stage_b, wt, stage_t)
         } else {

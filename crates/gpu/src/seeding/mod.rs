@@ -63,11 +63,6 @@ pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
 /// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
-/// Kernel: [`KERNEL_FIND_TRIPLETS`] visiting only the tops in reach of the first cut.
-pub const KERNEL_FIND_TRIPLETS_SORTED: &str = "seeding_find_triplets_sorted";
-/// Kernel: per middle, its middle–top doublets sorted by cot θ, and bounds the triplet
-/// kernel's top window needs.
-pub const KERNEL_SORT_TOPS: &str = "seeding_sort_tops";
 /// Kernel: compatible-seed weight update.
 pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
 /// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
@@ -711,53 +706,6 @@ pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
     (i_sin_theta2, scat)
 }
 
-/// The first cut of [`triplet_compatible`] (the cot θ difference against the scattering
-/// allowance of the region), with the terms the later cuts reuse. `pass == false` exactly when
-/// [`triplet_compatible`] returns `None` at this cut (it calls this function), so a kernel may
-/// test this cheaper part first and run the whole test only on the pairs that pass.
-#[derive(Clone, Copy, Debug)]
-pub struct TripletCotCut {
-    /// The pair survives the cut.
-    pub pass: bool,
-    /// `(cotθ_b − cotθ_t)²`.
-    pub delta_cot2: f32,
-    /// The squared error of the cot θ difference.
-    pub error2: f32,
-    /// `(|Δcot| − error)²` when `delta_cot2 > error2`, else 0.
-    pub d_cot_minus_err2: f32,
-}
-
-/// See [`TripletCotCut`]: traccc's expressions, in its order.
-#[inline(always)]
-pub fn triplet_cot_cut(
-    m: &BinnedSp,
-    lb: &LinCircle,
-    lt: &LinCircle,
-    scattering_in_region2: f32,
-) -> TripletCotCut {
-    let error2 = lt.er
-        + lb.er
-        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
-    let mut delta_cot = lb.cot_theta - lt.cot_theta;
-    let delta_cot2 = delta_cot * delta_cot;
-    let mut d_cot_minus_err2 = 0.0;
-    let mut pass = true;
-    if delta_cot2 - error2 > 0.0 {
-        delta_cot = delta_cot.abs();
-        let error = sqrt(error2);
-        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
-        if d_cot_minus_err2 > scattering_in_region2 {
-            pass = false;
-        }
-    }
-    TripletCotCut {
-        pass,
-        delta_cot2,
-        error2,
-        d_cot_minus_err2,
-    }
-}
-
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
@@ -769,11 +717,20 @@ pub fn triplet_compatible(
     i_sin_theta2: f32,
     scattering_in_region2: f32,
 ) -> Option<(f32, f32)> {
-    let cut = triplet_cot_cut(m, lb, lt, scattering_in_region2);
-    if !cut.pass {
-        return None;
+    let error2 = lt.er
+        + lb.er
+        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+    let mut delta_cot = lb.cot_theta - lt.cot_theta;
+    let delta_cot2 = delta_cot * delta_cot;
+    let mut d_cot_minus_err2 = 0.0;
+    if delta_cot2 - error2 > 0.0 {
+        delta_cot = delta_cot.abs();
+        let error = sqrt(error2);
+        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
+        if d_cot_minus_err2 > scattering_in_region2 {
+            return None;
+        }
     }
-    let (delta_cot2, error2, d_cot_minus_err2) = (cut.delta_cot2, cut.error2, cut.d_cot_minus_err2);
     let du = lt.u - lb.u;
     if du == 0.0 {
         return None;
@@ -804,71 +761,6 @@ pub fn triplet_compatible(
         return None;
     }
     Some((curvature, impact))
-}
-
-/// Per middle, over its middle–top doublets: the largest `er` and the largest `i_delta_r`;
-/// `max_i_delta_r` is +∞ when a top's cot θ, `er` or `i_delta_r` is not finite (the triplet
-/// kernel then tests every top of the middle).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct TopBounds {
-    /// Largest `er`.
-    pub max_er: f32,
-    /// Largest `i_delta_r`, or +∞.
-    pub max_i_delta_r: f32,
-}
-const _: () = assert!(core::mem::size_of::<TopBounds>() == 8);
-
-/// A middle–top doublet in its middle's list sorted by cot θ ([`cot_key`] order, ties by
-/// position).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SortedTop {
-    /// The doublet's cot θ.
-    pub cot_theta: f32,
-    /// Its position in the middle–top doublet buffer.
-    pub top: u32,
-}
-const _: () = assert!(core::mem::size_of::<SortedTop>() == 8);
-
-/// Total-order key of a float (`-0 < +0`; refines `<` on non-NaN values, so a list sorted by
-/// it is sorted by value).
-#[inline(always)]
-pub fn cot_key(x: f32) -> u32 {
-    let b = x.to_bits();
-    if b >> 31 != 0 {
-        !b
-    } else {
-        b | 0x8000_0000
-    }
-}
-
-/// Half-width `W` of the cot θ window of the tops of middle `m` that can pass
-/// [`triplet_cot_cut`] with the middle–bottom doublet `lb`: every top whose `error2` (as
-/// [`triplet_cot_cut`] computes it) is not negative and whose cot θ lies outside
-/// `[cot_b − W, cot_b + W]` is rejected by that cut, in f32. `b` are the middle's
-/// [`TopBounds`], `max_abs_cot` the largest |cot θ| of its tops, `scat` the scattering term of
-/// [`bottom_scattering`]. Not finite (+∞ or NaN) when no window applies.
-///
-/// Why: with `e = √error2 ≤ E = √U` (U below bounds every term of `error2` by the middle's
-/// maxima; all terms are non-negative when `error2` is) and `S = √scat`, a top with
-/// `|Δcot| > (E + S)(1 + 2⁻⁸)` has `Δcot² > error2` and `(|Δcot| − e)² − scat ≥ 2⁻⁷ S² +
-/// 2⁻⁸ (…)`, far above the few ulps of `(E + S)²` that the f32 evaluation of
-/// `Δcot² + error2 − 2|Δcot|e` can lose; `|cot_b|·2⁻²⁰` covers the rounding of `cot_b ± W`, and
-/// 1e-15 values that f32 would flush to subnormals. A top with a negative `error2` (only when
-/// `m.var_r != 0` and `cot_b·cot_t < 0`) passes the cut through a NaN: the kernel tests those
-/// tops separately.
-#[inline(always)]
-pub fn top_window(m: &BinnedSp, lb: &LinCircle, b: &TopBounds, max_abs_cot: f32, scat: f32) -> f32 {
-    let u = b.max_er
-        + lb.er
-        + 2.0
-            * (lb.cot_theta.abs() * max_abs_cot * m.var_r + m.var_z)
-            * lb.i_delta_r
-            * b.max_i_delta_r;
-    let e = sqrt(u);
-    let s = sqrt(scat);
-    (e + s) * (1.0 + 1.0 / 256.0) + lb.cot_theta.abs() * (1.0 / 1_048_576.0) + 1e-15
 }
 
 /// The triplet's initial weight `-impact * impact_weight_factor`.
@@ -1241,11 +1133,6 @@ pub const fn doublet_smem_bytes() -> usize {
     (SEEDING_THREADS / 32 * DOUBLET_WARP_WORDS * 4) as usize
 }
 
-/// Flag of [`SeedingFindDoubletsParams::flags`]: a middle walks first the side (bottoms or
-/// tops) whose radial window holds fewer candidates, and the other only when the first found
-/// a doublet (the result is the same: a middle with no bottom or no top keeps no doublet).
-pub const DOUBLETS_SMALLER_SIDE_FIRST: u32 = 1;
-
 /// Parameters of the `seeding_bin_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1308,8 +1195,7 @@ pub struct SeedingFindDoubletsParams {
     pub n_events: u32,
     pub cap_mb: u32,
     pub cap_mt: u32,
-    /// [`DOUBLETS_SMALLER_SIDE_FIRST`] or 0.
-    pub flags: u32,
+    pub _pad0: u32,
 }
 crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
 
@@ -1331,10 +1217,6 @@ pub struct SeedingTripletsParams {
     pub tri_start: DevPtr<u32>,
     /// The triplets (`cap_tri`).
     pub out: DevPtr<Triplet>,
-    /// Per middle, its tops sorted by cot θ (at its `top_start`; `cap_mt` entries).
-    pub sorted: DevPtr<SortedTop>,
-    /// Per middle, its [`TopBounds`].
-    pub bounds: DevPtr<TopBounds>,
     pub totals: DevPtr<SeedingTotals>,
     pub events: DevPtr<EventCounts>,
     pub cap_mb: u32,
@@ -1342,27 +1224,7 @@ pub struct SeedingTripletsParams {
     pub cap_tri: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(
-    SeedingTripletsParams,
-    136,
-    ["seeding_find_triplets", "seeding_find_triplets_sorted"]
-);
-
-/// Parameters of the `seeding_sort_tops` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingSortTopsParams {
-    pub top: DevPtr<Doublet>,
-    pub lc_top: DevPtr<LinCircle>,
-    pub n_top: DevPtr<u32>,
-    pub top_start: DevPtr<u32>,
-    pub sorted: DevPtr<SortedTop>,
-    pub bounds: DevPtr<TopBounds>,
-    pub totals: DevPtr<SeedingTotals>,
-    pub cap_mb: u32,
-    pub cap_mt: u32,
-}
-crate::kernel_params!(SeedingSortTopsParams, 64, ["seeding_sort_tops"]);
+crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

@@ -92,8 +92,6 @@ enum B {
     Rz,
     TriCnt,
     TriStart,
-    TopsSorted,
-    TopBounds,
     Tri,
     Weights,
     Slots,
@@ -266,37 +264,6 @@ impl Timer<'_> {
         self.start(name)?;
         f()?;
         self.stop()
-    }
-}
-
-/// Kernel variants of the chain (measurement only; `DETKIT_SEEDING_VARIANT`, a comma list
-/// of `base`, `order`, `noorder`, `t=plain|sorted`).
-struct Variant {
-    triplets: &'static str,
-    smaller_side_first: bool,
-}
-
-impl Variant {
-    fn from_env() -> Self {
-        let mut v = Variant {
-            triplets: k::KERNEL_FIND_TRIPLETS_SORTED,
-            smaller_side_first: true,
-        };
-        let s = std::env::var("DETKIT_SEEDING_VARIANT").unwrap_or_default();
-        for tok in s.split(',') {
-            match tok.trim() {
-                "base" => {
-                    v.smaller_side_first = false;
-                    v.triplets = k::KERNEL_FIND_TRIPLETS;
-                }
-                "order" => v.smaller_side_first = true,
-                "noorder" => v.smaller_side_first = false,
-                "t=plain" => v.triplets = k::KERNEL_FIND_TRIPLETS,
-                "t=sorted" => v.triplets = k::KERNEL_FIND_TRIPLETS_SORTED,
-                _ => {}
-            }
-        }
-        v
     }
 }
 
@@ -516,7 +483,7 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 27] = [
+        let sizes: [(B, usize); 25] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
@@ -534,8 +501,6 @@ impl GpuContext {
             (B::LcTop, words::<k::LinCircle>(cmt)),
             (B::TriCnt, cmb),
             (B::TriStart, cmb),
-            (B::TopsSorted, words::<k::SortedTop>(cmt)),
-            (B::TopBounds, words::<k::TopBounds>(n)),
             (B::Tri, words::<k::Triplet>(ctri)),
             (B::Weights, ctri),
             (B::Slots, words::<Seed>(n * msp)),
@@ -558,7 +523,6 @@ impl GpuContext {
         self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
         let n64 = n as u64;
         let ne = n_events as u32;
-        let var = Variant::from_env();
         // Addresses (the buffers stay put during the chain).
         macro_rules! p {
             ($b:expr) => {
@@ -681,11 +645,7 @@ impl GpuContext {
                 n_events: ne,
                 cap_mb,
                 cap_mt,
-                flags: if var.smaller_side_first {
-                    k::DOUBLETS_SMALLER_SIDE_FIRST
-                } else {
-                    0
-                },
+                _pad0: 0,
             };
             let mut lc = self.launch_items(32 * n64);
             lc.shared_mem_bytes = k::doublet_smem_bytes() as u32;
@@ -703,35 +663,7 @@ impl GpuContext {
             detkit_gpu::DevPtr<k::Triplet>,
             detkit_gpu::DevPtr<f32>,
         ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri), p!(B::Weights));
-        let (tops_sorted, top_bounds): (
-            detkit_gpu::DevPtr<k::SortedTop>,
-            detkit_gpu::DevPtr<k::TopBounds>,
-        ) = (p!(B::TopsSorted), p!(B::TopBounds));
         tm.stage("find_triplets", || {
-            if var.triplets == k::KERNEL_FIND_TRIPLETS_SORTED {
-                let params = k::SeedingSortTopsParams {
-                    top,
-                    lc_top,
-                    n_top,
-                    top_start,
-                    sorted: tops_sorted,
-                    bounds: top_bounds,
-                    totals,
-                    cap_mb,
-                    cap_mt,
-                };
-                let blocks = stride_blocks(self, cmt as u64);
-                // SAFETY: top, lc_top and sorted hold cap_mt entries, read and written below
-                // the total only (checked in the kernel against the capacities); n_top,
-                // top_start, bounds one entry per middle (n).
-                unsafe {
-                    self.launch(
-                        k::KERNEL_SORT_TOPS,
-                        launch_cfg(blocks, k::SEEDING_THREADS, 0),
-                        &params,
-                    )?
-                };
-            }
             let params = k::SeedingTripletsParams {
                 cfg: d_cfg,
                 sps: binned,
@@ -744,8 +676,6 @@ impl GpuContext {
                 tri_cnt,
                 tri_start,
                 out: tri,
-                sorted: tops_sorted,
-                bounds: top_bounds,
                 totals,
                 events,
                 cap_mb,
@@ -756,11 +686,10 @@ impl GpuContext {
             let blocks = stride_blocks(self, cmb as u64);
             // SAFETY: doublet arrays of the capacities, read only below the totals (checked
             // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
-            // cap_tri triplets, written only inside a reservation that fits; the sorted tops
-            // and bounds of these doublets (written above).
+            // cap_tri triplets, written only inside a reservation that fits.
             unsafe {
                 self.launch(
-                    var.triplets,
+                    k::KERNEL_FIND_TRIPLETS,
                     launch_cfg(blocks, k::SEEDING_THREADS, 0),
                     &params,
                 )
