@@ -264,9 +264,20 @@ fn test_device_stages(c: &Ctx) -> R {
     let (seeds, _) = g.download_seeds(&out).map_err(e)?;
     let (want, _) = detkit::seeding::cpu::seeds(&cfg, &ev.spacepoints);
     exact("device-resident seeds", &seeds, &want)?;
-    ensure(times.stages.len() >= 7, || {
-        format!("stage times: {times:?}")
-    })?;
+    // Every stage of the chain, in order (the binning records two intervals).
+    let mut names: Vec<&str> = times.stages.iter().map(|(n, _)| *n).collect();
+    names.dedup();
+    ensure(
+        names
+            == [
+                "bin_spacepoints",
+                "find_doublets",
+                "find_triplets",
+                "select_seeds",
+                "gather_seeds",
+            ],
+        || format!("stage times: {times:?}"),
+    )?;
     ensure(times.stages.iter().all(|(_, ms)| *ms >= 0.0), || {
         format!("stage times: {times:?}")
     })
