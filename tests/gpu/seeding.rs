@@ -22,6 +22,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_errors", test_errors),
     ("seeding_events_in_flight", test_in_flight),
     ("seeding_capacity_retry", test_capacity_retry),
+    ("seeding_variance_scales", test_variance_scales),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -263,9 +264,20 @@ fn test_device_stages(c: &Ctx) -> R {
     let (seeds, _) = g.download_seeds(&out).map_err(e)?;
     let (want, _) = detkit::seeding::cpu::seeds(&cfg, &ev.spacepoints);
     exact("device-resident seeds", &seeds, &want)?;
-    ensure(times.stages.len() >= 7, || {
-        format!("stage times: {times:?}")
-    })?;
+    // Every stage of the chain, in order (the binning records two intervals).
+    let mut names: Vec<&str> = times.stages.iter().map(|(n, _)| *n).collect();
+    names.dedup();
+    ensure(
+        names
+            == [
+                "bin_spacepoints",
+                "find_doublets",
+                "find_triplets",
+                "select_seeds",
+                "gather_seeds",
+            ],
+        || format!("stage times: {times:?}"),
+    )?;
     ensure(times.stages.iter().all(|(_, ms)| *ms >= 0.0), || {
         format!("stage times: {times:?}")
     })
@@ -474,4 +486,41 @@ fn test_capacity_retry(c: &Ctx) -> R {
     ensure(ws.retries() == 1, || {
         format!("triplet overflow: {} retries", ws.retries())
     })
+}
+
+/// The triplet kernel visits only the tops in its cot θ window (and, for a middle with
+/// `var_r != 0`, the tops of the other sign): variances of every scale, from none to so large
+/// that the window is infinite (every top visited), on barrel and disk hits alike, and
+/// `var_r` on barrel middles (other-sign tops, negative `error2`), must give the oracle's seeds.
+fn test_variance_scales(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let mu = if c.quick { 20.0 } else { 60.0 };
+    let base = gen::generate(c.seed ^ 0x5eed, mu, true).spacepoints;
+    let mut rng = detkit::rng::rng(c.seed ^ 0x7a1);
+    for (label, lo, hi) in [
+        ("tiny variances", -12.0, -6.0),
+        ("pixel variances", -5.0, -2.0),
+        ("large variances", -2.0, 2.0),
+        ("huge variances", 30.0, 38.0),
+        ("mixed variances", -12.0, 3.0),
+    ] {
+        let sps: Vec<SpacePoint> = base
+            .iter()
+            .map(|p| {
+                let mut q = *p;
+                let draw = |rng: &mut detkit::rng::Rng| {
+                    if rng.below(4) == 0 {
+                        0.0
+                    } else {
+                        10f64.powf(lo + (hi - lo) * rng.uniform()) as f32
+                    }
+                };
+                q.var_r = draw(&mut rng);
+                q.var_z = draw(&mut rng);
+                q
+            })
+            .collect();
+        compare(c, label, &cfg, &sps)?;
+    }
+    Ok(())
 }

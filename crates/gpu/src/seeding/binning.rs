@@ -106,33 +106,28 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(p: SeedingGatherSpa
     }
 }
 
-/// Per event `e < n_events`: valid spacepoints (its grid range) and seeds (from the
-/// exclusive scan of the per-middle seed counts), into `events[e]`.
+/// Event `e` of a batch: its valid spacepoints (its grid range) and seeds (from the exclusive
+/// scan of the per-middle seed counts), into `events[e]`.
 ///
 /// # Safety
-/// `grid` holds `n_events * nkeys + 2` offsets; `seed_off` the scan of `n + 1` counts with
-/// `n >= grid[n_events * nkeys]`; `events` valid for `n_events`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_event_stats(p: SeedingEventStatsParams) {
-    let (cfg, grid, seed_off, events, n_events) = (
-        p.cfg.ptr(),
-        p.grid.ptr(),
-        p.seed_off.ptr(),
-        p.events.ptr_mut(),
-        p.n_events,
-    );
-    let e = index();
-    if e >= n_events as u64 {
-        return;
-    }
-    // SAFETY: launch contract.
+/// `grid` holds `n_events * nkeys + 2` offsets, `e < n_events`; `seed_off` the scan of `n + 1`
+/// counts with `n >= grid[n_events * nkeys]`; `events` valid for `n_events`.
+#[inline(always)]
+pub(crate) unsafe fn event_stats(
+    c: &SeedingConfig,
+    grid: *const u32,
+    seed_off: *const u32,
+    events: *mut EventCounts,
+    e: usize,
+) {
+    // SAFETY: caller's contract.
     unsafe {
-        let nk = (*cfg).nkeys() as usize;
-        let lo = grid.add(e as usize * nk).read();
-        let hi = grid.add((e as usize + 1) * nk).read();
+        let nk = c.nkeys() as usize;
+        let lo = grid.add(e * nk).read();
+        let hi = grid.add((e + 1) * nk).read();
         let s0 = seed_off.add(lo as usize).read();
         let s1 = seed_off.add(hi as usize).read();
-        let ev = &mut *events.add(e as usize);
+        let ev = &mut *events.add(e);
         ev.valid = hi - lo;
         ev.seeds = s1 - s0;
         ev.seed_start = s0;

@@ -33,11 +33,11 @@ pub(crate) unsafe fn window_runs(
     let lane = i::lane_id();
     let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
     let event_bin = m.bin / nbins * nbins;
-    let nb = neighbour_bins(c, m.bin % nbins);
+    let (nb_len, nb_bin) = neighbour_bin(c, m.bin % nbins, lane);
     let (s0, s1) = slice_range(c, window.0, window.1);
     let (mut lo, mut len) = (0u32, 0u32);
-    if s0 < s1 && lane < nb.len {
-        let key = (event_bin + nb.bins[(lane % 9) as usize]) as usize * c.n_r as usize;
+    if s0 < s1 && lane < nb_len {
+        let key = (event_bin + nb_bin) as usize * c.n_r as usize;
         // SAFETY: key + s1 <= the event's last key + 1; grid holds every offset.
         let hi = unsafe {
             lo = grid.add(key + s0 as usize).read();
@@ -63,7 +63,7 @@ pub(crate) unsafe fn window_runs(
     let mut j = 1;
     while j < 9 {
         let sj = i::shfl_idx(start, j);
-        if j < nb.len {
+        if j < nb_len {
             w.starts[(j - 1) as usize] = sj;
         }
         j += 1;
@@ -222,7 +222,8 @@ unsafe fn write_side(
 }
 
 /// Per middle `p < n_valid` (one warp each), in one pass: the compatible bottoms and tops
-/// (both 0 when either is 0), their counts `n_bot[p]`, `n_top[p]`, space reserved with
+/// (both 0 when either is 0; the side with fewer candidates in its window is walked first and
+/// the other only when the first found some), their counts `n_bot[p]`, `n_top[p]`, space reserved with
 /// one 64-bit atomic per side on `totals` (so each middle's doublets are contiguous, in
 /// scan order; middles may come in any order), the starts `bot_start[p]`, `top_start[p]`,
 /// and the doublets with their `LinCircle`s. Per-event counts go to `events`. When a
@@ -269,11 +270,27 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
                 }
             }
         };
-        let mut nb = warp_candidates(c, &m, wb, true, grid, rz, sps, queue, stage(stage_b));
-        let mut nt = 0;
-        if nb != 0 {
-            nt = warp_candidates(c, &m, wt, false, grid, rz, sps, queue, stage(stage_t));
+        // The side whose window holds fewer candidates is walked first, the other only when
+        // the first found a doublet (a middle with no bottom or no top keeps none): middles
+        // with an empty side (the outermost layer has no tops) skip the full walk of the
+        // other. Warp-uniform: every lane holds the same totals.
+        let tb = window_runs(c, &m, wb, grid).total;
+        let tt = window_runs(c, &m, wt, grid).total;
+        let first_bottom = tb <= tt;
+        let walk = tb != 0 && tt != 0;
+        let (w1, s1, w2, s2) = if first_bottom {
+            (wb, stage_b, wt, stage_t)
+        } else {
+            (wt, stage_t, wb, stage_b)
+        };
+        let (mut n1, mut n2) = (0, 0);
+        if walk {
+            n1 = warp_candidates(c, &m, w1, first_bottom, grid, rz, sps, queue, stage(s1));
+            if n1 != 0 {
+                n2 = warp_candidates(c, &m, w2, !first_bottom, grid, rz, sps, queue, stage(s2));
+            }
         }
+        let (mut nb, mut nt) = if first_bottom { (n1, n2) } else { (n2, n1) };
         if nb == 0 || nt == 0 {
             nb = 0;
             nt = 0;

@@ -63,15 +63,12 @@ pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
 /// Kernel: per middle–bottom doublet, its triplets in one pass (space reserved per doublet).
 pub const KERNEL_FIND_TRIPLETS: &str = "seeding_find_triplets";
-/// Kernel: compatible-seed weight update.
-pub const KERNEL_UPDATE_WEIGHTS: &str = "seeding_update_weights";
-/// Kernel: per middle spacepoint, seed filter and best-N selection into fixed slots.
+/// Kernel: per middle spacepoint, the compatible-seed weight update of its triplets, seed
+/// filter and best-N selection into fixed slots.
 pub const KERNEL_SELECT_SEEDS: &str = "seeding_select_seeds";
 /// Kernel: the selected seeds from the slots to their scanned offsets, with their bound
-/// track parameters.
+/// track parameters, and per event of a batch its valid spacepoints and seeds.
 pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
-/// Kernel: per event of a batch, its valid spacepoints and seeds.
-pub const KERNEL_EVENT_STATS: &str = "seeding_event_stats";
 
 /// Threads per block of every seeding kernel (one thread per item).
 pub const SEEDING_THREADS: u32 = 128;
@@ -575,6 +572,29 @@ pub fn neighbour_bins(cfg: &SeedingConfig, bin: u32) -> Neighbours {
         z += 1;
     }
     out
+}
+
+/// `(neighbour_bins(cfg, bin).len, neighbour_bins(cfg, bin).bins[j])` for `j <
+/// len`, computed without the array (the doublet kernel's lanes each need one bin; indexing
+/// the array by lane put it in local memory). For `j >= len` the bin is meaningless.
+#[inline(always)]
+pub fn neighbour_bin(cfg: &SeedingConfig, bin: u32, j: u32) -> (u32, u32) {
+    let n_phi = if cfg.n_phi == 0 { 1 } else { cfg.n_phi };
+    let n_z = if cfg.n_z == 0 { 1 } else { cfg.n_z };
+    let pb = bin % n_phi;
+    let zb = bin / n_phi;
+    let z_lo = if zb == 0 { 0 } else { zb - 1 };
+    let z_hi = if zb + 1 >= n_z { n_z - 1 } else { zb + 1 };
+    let per_z = if n_phi < 3 { n_phi } else { 3 };
+    let len = (z_hi - z_lo + 1) * per_z;
+    let z = z_lo + j / per_z;
+    let k = j % per_z;
+    let p = if n_phi < 3 {
+        k
+    } else {
+        (pb + n_phi - 1 + k) % n_phi
+    };
+    (len, p + n_phi * z)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1203,23 +1223,6 @@ pub struct SeedingTripletsParams {
 }
 crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
 
-/// Parameters of the `seeding_update_weights` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingUpdateWeightsParams {
-    pub cfg: DevPtr<SeedingConfig>,
-    pub tri: DevPtr<Triplet>,
-    pub tri_cnt: DevPtr<u32>,
-    pub tri_start: DevPtr<u32>,
-    pub weights: DevPtr<f32>,
-    pub totals: DevPtr<SeedingTotals>,
-    pub cap_mb: u32,
-    pub cap_mt: u32,
-    pub cap_tri: u32,
-    pub _pad0: u32,
-}
-crate::kernel_params!(SeedingUpdateWeightsParams, 64, ["seeding_update_weights"]);
-
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1234,7 +1237,6 @@ pub struct SeedingSelectSeedsParams {
     pub tri_cnt: DevPtr<u32>,
     pub tri_start: DevPtr<u32>,
     pub tri: DevPtr<Triplet>,
-    pub weights: DevPtr<f32>,
     pub slots: DevPtr<Seed>,
     pub counts: DevPtr<u32>,
     pub totals: DevPtr<SeedingTotals>,
@@ -1243,7 +1245,7 @@ pub struct SeedingSelectSeedsParams {
     pub cap_mt: u32,
     pub cap_tri: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 120, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 112, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1260,23 +1262,12 @@ pub struct SeedingGatherSeedsParams {
     pub n: u64,
     pub out: DevPtr<Seed>,
     pub params: DevPtr<BoundParams>,
-    pub n_events: u32,
-    pub _pad0: u32,
-}
-crate::kernel_params!(SeedingGatherSeedsParams, 96, ["seeding_gather_seeds"]);
-
-/// Parameters of the `seeding_event_stats` kernel (one `#[repr(C)]` struct, see `crate::params`).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct SeedingEventStatsParams {
-    pub cfg: DevPtr<SeedingConfig>,
-    pub grid: DevPtr<u32>,
-    pub seed_off: DevPtr<u32>,
+    /// Per event: valid spacepoints and its seed range are written here.
     pub events: DevPtr<EventCounts>,
     pub n_events: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingEventStatsParams, 40, ["seeding_event_stats"]);
+crate::kernel_params!(SeedingGatherSeedsParams, 104, ["seeding_gather_seeds"]);
 
 /// The event of item `g` of a batch: the last `e < n_events` with `ev_off[e] <= g`
 /// (empty events, equal offsets, are skipped). Binary search over `n_events + 1` offsets.

@@ -6,29 +6,30 @@ use super::device::*;
 use super::*;
 use crate::intrinsics as i;
 
-/// Per middle `p <= n` (one warp each): seed filter and best-N into `slots[p * cap ..]`,
+/// Per middle `p <= n` (one warp each): the compatible-seed weight update of each triplet
+/// (over the triplets of its middle–bottom doublet), seed filter and best-N into
+/// `slots[p * cap ..]`,
 /// count into `counts[p]` (`cap = max_seeds_per_spm`; 0 for `p` past the valid middles, so
 /// that the `n + 1` counts can be scanned, and for every middle when a total overflowed).
 /// The middle's triplets are visited in the oracle's order (bottoms in scan order, each
 /// bottom's triplets in top order): the lanes read 32 bottoms' triplet counts at once, and
-/// for each bottom with triplets, 32 triplets at once (weights and cuts in parallel); lane 0
+/// for each bottom with triplets, 32 triplets at once (weight updates and cuts in parallel); lane 0
 /// offers them to its best-N keeper one by one, in order.
 ///
 /// # Safety
 /// `grid` the batch's offsets; `sps` valid for `n`; `n_bot`, `bot_start` give each valid
 /// middle's doublets; `tri_cnt`, `tri_start` each doublet's triplets in `tri` and
-/// `weights` (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
+/// (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
 /// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (cfg, sps, n, tri_cnt, tri_start, tri, weights, slots, counts) = (
+    let (cfg, sps, n, tri_cnt, tri_start, tri, slots, counts) = (
         p.cfg.ptr(),
         p.sps.ptr(),
         p.n,
         p.tri_cnt.ptr(),
         p.tri_start.ptr(),
         p.tri.ptr(),
-        p.weights.ptr(),
         p.slots.ptr_mut(),
         p.counts.ptr_mut(),
     );
@@ -79,7 +80,15 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
                         let k = (lo + c0 + lane) as usize;
                         let t = tri.add(k).read();
                         let sb = &*sps.add(t.bottom as usize);
-                        let w = seed_weight(c, weights.add(k).read(), sb.r, t.r_top);
+                        // The compatible-seed update over the doublet's triplets
+                        // [lo, lo + n_t) (traccc's update_triplet_weights), then the seed
+                        // weight.
+                        let group = tri.add(lo as usize);
+                        let updated = updated_weight(c, c0 + lane, n_t, t.weight, |q| {
+                            let o = &*group.add(q as usize);
+                            (o.curvature, o.r_top)
+                        });
+                        let w = seed_weight(c, updated, sb.r, t.r_top);
                         if single_seed_cut(c, w, sb.r) {
                             pass = true;
                             cand = Candidate {
@@ -140,29 +149,30 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
     }
 }
 
-/// Per valid middle `p` (one warp each, lane `j` its seed `j`): copies its `counts[p]` seeds
-/// from the slots to `out[off[p]..]` and writes their bound parameters (from the input
-/// spacepoints of the middle's event) to `params[off[p]..]`.
+/// Per valid middle `p` (one thread each): copies its `counts[p]` seeds from the slots to
+/// `out[off[p]..]` and writes their bound parameters (from the input spacepoints of the
+/// middle's event) to `params[off[p]..]`. Thread `e < n_events` also writes event `e`'s valid
+/// spacepoints and seed range to `events[e]`.
 ///
 /// # Safety
 /// `grid`, `binned` the batch's; `sps` the input (`ev_off` its event offsets); `slots` for
-/// `n * cap`; `counts`, `off` for `n + 1`; `out`, `params` for the seed total.
-/// `SEEDING_THREADS` threads per block, `ceil(32 n / SEEDING_THREADS)` blocks.
+/// `n * cap`; `counts`, `off` for `n + 1` (`off` their exclusive scan); `out`, `params` for the
+/// seed total; `events` for `n_events`. `SEEDING_THREADS` threads per block,
+/// `ceil(max(n, n_events) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsParams) {
-    let g = index() / 32;
-    let j = i::lane_id() as usize;
-    if g >= p.n {
-        return;
-    }
+    let g = index();
     // SAFETY: launch contract.
     unsafe {
         let c = &*p.cfg.ptr();
-        if g >= n_valid(c, p.grid.ptr(), p.n_events) {
+        if g < p.n_events as u64 {
+            event_stats(c, p.grid.ptr(), p.off.ptr(), p.events.ptr_mut(), g as usize);
+        }
+        if g >= p.n || g >= n_valid(c, p.grid.ptr(), p.n_events) {
             return;
         }
         let cnt = p.counts.ptr().add(g as usize).read() as usize;
-        if j >= cnt {
+        if cnt == 0 {
             return;
         }
         let o = p.off.ptr().add(g as usize).read() as usize;
@@ -175,13 +185,17 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsPara
             [s.x, s.y, s.z]
         };
         let cap = c.max_seeds_per_spm as usize;
-        let s = p.slots.ptr().add(g as usize * cap + j).read();
-        p.out.ptr_mut().add(o + j).write(s);
-        p.params.ptr_mut().add(o + j).write(estimate_params(
-            c.bfield,
-            pos(s.bottom),
-            pos(s.middle),
-            pos(s.top),
-        ));
+        let mut j = 0;
+        while j < cnt {
+            let s = p.slots.ptr().add(g as usize * cap + j).read();
+            p.out.ptr_mut().add(o + j).write(s);
+            p.params.ptr_mut().add(o + j).write(estimate_params(
+                c.bfield,
+                pos(s.bottom),
+                pos(s.middle),
+                pos(s.top),
+            ));
+            j += 1;
+        }
     }
 }

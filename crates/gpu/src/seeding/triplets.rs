@@ -1,4 +1,4 @@
-//! Triplets: count, find and the weight update. The doublet and triplet totals live on the
+//! Triplets: count and find (the weight update is in the selection). The doublet and triplet totals live on the
 //! device ([`SeedingTotals`]); every kernel here reads them and does nothing when an earlier
 //! stage overflowed its capacity (the host then repeats the call with larger buffers).
 
@@ -126,34 +126,6 @@ pub(crate) unsafe fn triplets_fit(
             0
         } else {
             nt
-        }
-    }
-}
-
-/// Per triplet (grid-stride): the compatible-seed weight update into `weights[k]`, over
-/// the triplets of its middle–bottom doublet (`tri_start[mb]`, `tri_cnt[mb]`).
-///
-/// # Safety
-/// `tri` valid for `cap_tri`; `tri_cnt`, `tri_start` for `cap_mb`; `weights` for `cap_tri`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn seeding_update_weights(p: SeedingUpdateWeightsParams) {
-    // SAFETY: launch contract: the group [tri_start[mb], + tri_cnt[mb]) contains k.
-    unsafe {
-        let c = &*p.cfg.ptr();
-        let (tri, weights) = (p.tri.ptr(), p.weights.ptr_mut());
-        let n_tri = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri);
-        let mut k = index();
-        while k < n_tri {
-            let t = tri.add(k as usize).read();
-            let lo = p.tri_start.ptr().add(t.mb as usize).read();
-            let len = p.tri_cnt.ptr().add(t.mb as usize).read();
-            let group = tri.add(lo as usize);
-            let w = updated_weight(c, k as u32 - lo, len, t.weight, |j| {
-                let o = &*group.add(j as usize);
-                (o.curvature, o.r_top)
-            });
-            weights.add(k as usize).write(w);
-            k += stride();
         }
     }
 }

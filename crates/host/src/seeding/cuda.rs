@@ -93,7 +93,6 @@ enum B {
     TriCnt,
     TriStart,
     Tri,
-    Weights,
     Slots,
     SCnt,
     SOff,
@@ -483,7 +482,7 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 25] = [
+        let sizes: [(B, usize); 24] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
@@ -502,7 +501,6 @@ impl GpuContext {
             (B::TriCnt, cmb),
             (B::TriStart, cmb),
             (B::Tri, words::<k::Triplet>(ctri)),
-            (B::Weights, ctri),
             (B::Slots, words::<Seed>(n * msp)),
             (B::SCnt, n + 1),
             (B::SOff, n + 1),
@@ -657,12 +655,11 @@ impl GpuContext {
         })?;
 
         // 3. triplets: one pass per middle–bottom doublet (grid-stride below the total).
-        let (tri_cnt, tri_start, tri, weights): (
+        let (tri_cnt, tri_start, tri): (
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<k::Triplet>,
-            detkit_gpu::DevPtr<f32>,
-        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri), p!(B::Weights));
+        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri));
         tm.stage("find_triplets", || {
             let params = k::SeedingTripletsParams {
                 cfg: d_cfg,
@@ -696,33 +693,8 @@ impl GpuContext {
             }
         })?;
 
-        // 4. weights.
-        tm.stage("update_weights", || {
-            let params = k::SeedingUpdateWeightsParams {
-                cfg: d_cfg,
-                tri,
-                tri_cnt,
-                tri_start,
-                weights,
-                totals,
-                cap_mb,
-                cap_mt,
-                cap_tri,
-                _pad0: 0,
-            };
-            let blocks = stride_blocks(self, ctri as u64);
-            // SAFETY: tri and weights hold cap_tri entries, read below the total only;
-            // tri_cnt, tri_start cap_mb entries.
-            unsafe {
-                self.launch(
-                    k::KERNEL_UPDATE_WEIGHTS,
-                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
-                    &params,
-                )
-            }
-        })?;
-
-        // 5. seed selection: per middle into fixed slots, scan, gather with parameters.
+        // 4. seed selection: per middle the weight update of its triplets and the best seeds
+        //    into fixed slots, scan, gather with parameters and per-event counts.
         let (slots, s_cnt, s_off): (
             detkit_gpu::DevPtr<Seed>,
             detkit_gpu::DevPtr<u32>,
@@ -740,7 +712,6 @@ impl GpuContext {
                 tri_cnt,
                 tri_start,
                 tri,
-                weights: weights.cast(),
                 slots,
                 counts: s_cnt,
                 totals,
@@ -783,26 +754,18 @@ impl GpuContext {
                 n: n64,
                 out: p!(B::Seeds),
                 params: p!(B::Params),
+                events,
                 n_events: ne,
                 _pad0: 0,
             };
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
             // (total <= n * max_seeds_per_spm = the output sizes); the seeds' indices are
-            // inside their events of sps; one warp per middle.
-            unsafe { self.launch(k::KERNEL_GATHER_SEEDS, self.launch_items(32 * n64), &params)? };
-            let params = k::SeedingEventStatsParams {
-                cfg: d_cfg,
-                grid,
-                seed_off: s_off,
-                events,
-                n_events: ne,
-                _pad0: 0,
-            };
-            // SAFETY: grid and s_off as above; events n_events records of the summary.
+            // inside their events of sps; events n_events records of the summary; one thread
+            // per middle and per event.
             unsafe {
                 self.launch(
-                    k::KERNEL_EVENT_STATS,
-                    self.launch_items(n_events as u64),
+                    k::KERNEL_GATHER_SEEDS,
+                    self.launch_items(n64.max(n_events as u64)),
                     &params,
                 )
             }
