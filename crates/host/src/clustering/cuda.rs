@@ -170,6 +170,11 @@ pub struct Clusterer<'g> {
     smem: usize,
     fallback_grid: u32,
     cut_grid: u32,
+    /// Threads per block of the shared-memory kernel and of the fallback kernel.
+    larger_threads: (u32, u32),
+    /// Whether each persistent grid is cut to the most blocks that can find work in a batch
+    /// of this workspace's capacity ([`Clusterer::set_tight_grids`]).
+    tight_grids: bool,
     max_digis: usize,
     max_events: usize,
     /// Output: cluster index per digi.
@@ -327,7 +332,8 @@ impl<'g> Clusterer<'g> {
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
-        let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
+        let larger_threads = (geometry.threads, k::FALLBACK_THREADS);
+        let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, larger_threads.0, smem)?;
         let small_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, small_threads, small_smem)?;
         let mid = match mid_pass {
             None => None,
@@ -349,8 +355,7 @@ impl<'g> Clusterer<'g> {
             warp_smem,
         )?;
         let cells = (rows * cols) as usize;
-        let fallback_grid = (k::FALLBACK_BLOCKS_PER_SM * gpu.sm_count())
-            .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32);
+        let fallback_grid = fallback_grid(gpu, cells, larger_threads.1)?;
         let n = max_digis.max(1);
         let slots = max_events.max(1) * geometry.modules as usize;
         // One entry per module start: at most one per digi (also for unvalidated input,
@@ -387,6 +392,8 @@ impl<'g> Clusterer<'g> {
             smem,
             fallback_grid,
             cut_grid: gpu.sm_count() * 8,
+            larger_threads,
+            tight_grids: true,
             max_digis,
             max_events: max_events.max(1),
             clus: gpu.zeros(n)?,
@@ -478,6 +485,66 @@ impl<'g> Clusterer<'g> {
         Ok(())
     }
 
+    /// Sets the threads per block of the shared-memory kernel (modules over the small-module
+    /// capacity; default the geometry's threads) and of the fallback kernel (modules over
+    /// the shared-memory capacity; default [`detkit_gpu::clustering::FALLBACK_THREADS`]):
+    /// multiples of 32 up to 1024 that the device can run (one block per multiprocessor at
+    /// least). Results do not change.
+    pub fn set_larger_threads(&mut self, shared: u32, fallback: u32) -> Result<()> {
+        crate::scan::check_block_size(shared)?;
+        crate::scan::check_block_size(fallback)?;
+        for (kernel, threads, smem) in [
+            (k::KERNEL_FIND_CLUS, shared, self.smem),
+            (
+                k::KERNEL_FIND_CLUS_FALLBACK,
+                fallback,
+                k::scan_only_smem_bytes(),
+            ),
+        ] {
+            let per_sm = self
+                .gpu
+                .kernel(kernel)?
+                .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
+                .ctx(format!("querying the occupancy of {kernel}"))?;
+            if per_sm == 0 {
+                return Err(invalid(
+                    "threads per block",
+                    format!("{kernel} cannot run blocks of {threads} threads on this device"),
+                ));
+            }
+        }
+        let limit = self.grid_limit.unwrap_or(u32::MAX);
+        self.find_grid =
+            resident_grid(self.gpu, k::KERNEL_FIND_CLUS, shared, self.smem)?.min(limit);
+        let cells = (self.geometry.rows * self.geometry.cols) as usize;
+        // At most the blocks whose pixel grids the buffer holds.
+        self.fallback_grid = fallback_grid(self.gpu, cells, fallback)?
+            .min(limit)
+            .min((self.grid.len() / cells.max(1)) as u32)
+            .max(1);
+        if let Some(st) = &self.status {
+            // The status slabs: one per block of the shared-memory kernel.
+            let words = k::status_words(self.geometry.rows, self.geometry.cols) as usize;
+            if st.len() < self.find_grid as usize * words {
+                self.status = Some(self.gpu.zeros::<u32>(self.find_grid as usize * words)?);
+            }
+        }
+        self.larger_threads = (shared, fallback);
+        self.graph = None;
+        Ok(())
+    }
+
+    /// Whether each persistent grid is cut to the most blocks that can find work in a batch
+    /// of this workspace's capacity (default `true`): a pass over modules of more than `s`
+    /// digis gets at most `max_digis / (s + 1)` module slots, and no list holds more than
+    /// `max_events × modules`, so the blocks beyond that would only be dispatched and leave
+    /// (thousands per event with one event per launch). `false` launches the resident grids
+    /// (the measurement's baseline). Results do not change.
+    pub fn set_tight_grids(&mut self, tight: bool) {
+        self.tight_grids = tight;
+        self.graph = None;
+    }
+
     /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
     /// one). Results do not change; the sanitizer runs use it, since racecheck keeps shadow
     /// state for the shared memory of every resident block.
@@ -556,6 +623,21 @@ impl<'g> Clusterer<'g> {
         [warp, mid, self.small_capacity.max(mid)]
     }
 
+    /// The most module slots a list of modules of over `above` digis can hold in a batch of
+    /// this workspace's capacity (for validated input; the grids sized by it stride over
+    /// any longer list, so unvalidated input is still clustered in full).
+    fn list_bound(&self, above: u32) -> u64 {
+        let digis = self.max_digis.max(1) as u64;
+        let slots = digis.min(self.max_events as u64 * self.geometry.modules as u64);
+        slots.min(digis / (above as u64 + 1)).max(1)
+    }
+
+    /// `grid` cut to the blocks that can find work in a list of modules of over `above`
+    /// digis, `per_block` modules per block at a time.
+    fn grid_for(&self, grid: u32, above: u32, per_block: u32) -> u32 {
+        work_grid(grid, self.tight_grids, self.list_bound(above), per_block)
+    }
+
     /// `count_modules` in `phase`: the count (one thread per digi and per event × module)
     /// or the sort of the module slots into the pass lists (one thread per slot).
     fn launch_count(&mut self, d: &DeviceDigis, phase: u32) -> Result<()> {
@@ -568,9 +650,13 @@ impl<'g> Clusterer<'g> {
         // Grid-stride over the digis and the module slots of the buffers' capacity (the
         // sizes of the batch are read on the device).
         let work = d.max_digis.max(d.max_events * nm as usize).max(1) as u64;
-        let blocks = work
+        let mut blocks = work
             .div_ceil(k::COUNT_MODULES_THREADS as u64)
             .min(g.sm_count() as u64 * 8);
+        if phase == k::COUNT_PHASE_SORT {
+            // One thread per module slot.
+            blocks = self.grid_for(blocks as u32, 0, k::COUNT_MODULES_THREADS) as u64;
+        }
         let params = k::ClusteringCountModulesParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -675,7 +761,7 @@ impl<'g> Clusterer<'g> {
         }
         if let Some(cut_larger) = larger {
             self.launch_shared(d, lane(2))?;
-            self.launch_fallback(d, lane(2))?;
+            self.launch_fallback(d, lane(2), self.capacity)?;
             if let Some(c) = cut_larger {
                 self.launch_charge_cut(d, c, true, lane(2))?;
             }
@@ -722,6 +808,9 @@ impl<'g> Clusterer<'g> {
             (Pass::Mid, Some((_, t, g))) => (caps[1], t, g, 1, 1),
             _ => (caps[2], self.small_threads, self.small_grid, 1, 2),
         };
+        // The list holds modules over the previous pass's capacity.
+        let above = if list == 0 { 0 } else { caps[list - 1] };
+        let grid = self.grid_for(grid, above, groups);
         let kernel = if pass == Pass::Warp {
             k::KERNEL_FIND_CLUS_SMALL_WARP
         } else {
@@ -774,6 +863,7 @@ impl<'g> Clusterer<'g> {
         let geo = &self.geometry;
         let (nm, rows, cols, cap) = (geo.modules, geo.rows, geo.cols, self.capacity);
         let status_ptr = self.status.as_ref();
+        let grid = self.grid_for(self.find_grid, self.pass_caps()[2], 1);
         let params = k::ClusteringFindClusParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -795,12 +885,13 @@ impl<'g> Clusterer<'g> {
         };
         // SAFETY: launched after both phases of count_modules (the sort wrote its list and
         // the slot ends); shared memory `find_clus_smem_bytes` for this geometry and
-        // capacity (limit raised at construction); the status slab has `find_grid` zeroed
-        // slabs (kernels leave them zeroed; one user at a time: this lane); threads checked.
+        // capacity (limit raised at construction); the status slab has `find_grid` (at least
+        // `grid`) zeroed slabs (kernels leave them zeroed; one user at a time: this lane);
+        // threads checked (geometry or `set_larger_threads`).
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_FIND_CLUS,
-                cfg(self.find_grid as u64, geo.threads, self.smem),
+                cfg(grid as u64, self.larger_threads.0, self.smem),
                 &params,
             )
         }
@@ -810,11 +901,13 @@ impl<'g> Clusterer<'g> {
     /// `find_clus_shared` passed on (exits at once when there are none).
     pub fn find_clus_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_fallback(d, None)
+        self.launch_fallback(d, None, self.capacity)
     }
 
-    fn launch_fallback(&mut self, d: &DeviceDigis, lane: Option<usize>) -> Result<()> {
+    /// The fallback over its list, whose modules have over `above` digis.
+    fn launch_fallback(&mut self, d: &DeviceDigis, lane: Option<usize>, above: u32) -> Result<()> {
         let g = self.gpu;
+        let blocks = self.grid_for(self.fallback_grid, above, 1);
         let geo = &self.geometry;
         let (nm, rows, cols) = (geo.modules, geo.rows, geo.cols);
         let params = k::ClusteringFindClusFallbackParams {
@@ -835,14 +928,15 @@ impl<'g> Clusterer<'g> {
             _pad0: 0,
         };
         // SAFETY: launched after find_clus (in stream order on the same lane);
-        // fallback_grid grids of rows*cols cells, all GRID_EMPTY (the kernel cleans up);
-        // shared memory for the block scan.
+        // `blocks` (at most the buffer's) grids of rows*cols cells, all GRID_EMPTY (the
+        // kernel cleans up); shared memory for the block scan; threads checked (a multiple
+        // of 32 up to 1024).
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_FIND_CLUS_FALLBACK,
                 cfg(
-                    self.fallback_grid as u64,
-                    k::FALLBACK_THREADS,
+                    blocks as u64,
+                    self.larger_threads.1,
                     k::scan_only_smem_bytes(),
                 ),
                 &params,
@@ -905,7 +999,8 @@ impl<'g> Clusterer<'g> {
             };
             r?;
         }
-        self.launch_fallback(d, None)
+        // The seed lists modules of any size it cannot hold.
+        self.launch_fallback(d, None, 0)
     }
 
     /// Launches the charge cut over every module (`cut` thresholds; zero keeps everything).
@@ -933,6 +1028,8 @@ impl<'g> Clusterer<'g> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, l1) = (geo.modules, geo.layer1_modules);
+        let above = if larger { self.pass_caps()[2] } else { 0 };
+        let grid = self.grid_for(self.cut_grid, above, 1);
         let params = k::ClusteringClusterChargeCutParams {
             adc: g.ptr(&d.adc),
             nmodules: nm,
@@ -959,11 +1056,7 @@ impl<'g> Clusterer<'g> {
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_CHARGE_CUT,
-                cfg(
-                    self.cut_grid as u64,
-                    k::FALLBACK_THREADS,
-                    k::scan_only_smem_bytes(),
-                ),
+                cfg(grid as u64, k::FALLBACK_THREADS, k::scan_only_smem_bytes()),
                 &params,
             )
         }
@@ -1187,6 +1280,31 @@ impl<'g> ClusterQueue<'g> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Blocks of the fallback kernel of `threads` threads: [`k::FALLBACK_BLOCKS_PER_SM`] per
+/// multiprocessor, at most the resident ones, and at most [`k::FALLBACK_GRID_BYTES`] of pixel
+/// grids (`cells` words each).
+fn fallback_grid(gpu: &GpuContext, cells: usize, threads: u32) -> Result<u32> {
+    let resident = resident_grid(
+        gpu,
+        k::KERNEL_FIND_CLUS_FALLBACK,
+        threads,
+        k::scan_only_smem_bytes(),
+    )?;
+    Ok((k::FALLBACK_BLOCKS_PER_SM * gpu.sm_count())
+        .min(resident)
+        .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32))
+}
+
+/// At most the blocks of a persistent grid that can find work: `items` work items (module
+/// slots) at `per_block` per block, at least one block; `grid` when not `tight`.
+fn work_grid(grid: u32, tight: bool, items: u64, per_block: u32) -> u32 {
+    if tight {
+        grid.min(items.div_ceil(per_block as u64).clamp(1, u32::MAX as u64) as u32)
+    } else {
+        grid
     }
 }
 
