@@ -89,8 +89,16 @@ pub const KERNEL_CHARGE_CUT: &str = "clustering_cluster_charge_cut";
 
 /// Threads per block of `count_modules`.
 pub const COUNT_MODULES_THREADS: u32 = 256;
-/// Threads per block of the fallback and charge-cut kernels.
-pub const FALLBACK_THREADS: u32 = 256;
+/// Threads per block of the charge-cut kernel.
+pub const CUT_THREADS: u32 = 256;
+/// Default threads per block of the fallback kernel (256 before issue 13's third step: on
+/// dense events 1024 measured 2.5 times faster, the kernel waiting on scattered global
+/// memory with a quarter of the SM's threads resident; `docs/benchmarks.md`).
+pub const FALLBACK_THREADS: u32 = 1024;
+/// Default threads per block of the shared-memory kernel `find_clus` (the geometry's
+/// threads, 256 for Phase-1, before issue 13's third step: on dense events 512 measured
+/// 1.6 times faster at 8 events per launch; `docs/benchmarks.md`).
+pub const SHARED_THREADS: u32 = 512;
 /// Blocks of the fallback kernel per SM (each block owns one pixel grid in global memory)...
 pub const FALLBACK_BLOCKS_PER_SM: u32 = 2;
 /// ...as long as all the grids together stay within this many bytes.

@@ -300,9 +300,10 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             bs.exclusive_sum(v)
         }
     };
-    let tsize = small_table_size(capacity);
-    let tmask = tsize - 1;
-    let tshift = tsize.leading_zeros() + 1;
+    // The group's table area holds `small_table_size(capacity)` slots; each module uses
+    // only the first `small_table_size(size)` of them (the same load factor, fewer slots to
+    // clear for a module below the capacity).
+    let tarea = small_table_size(capacity);
     let cap = capacity as usize;
     // SAFETY: this group's area inside the launch's dynamic shared memory.
     let (xy, parent, number, cl, charge, keys, vals) = unsafe {
@@ -317,7 +318,7 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             xy.add(3 * cap),
             charge,
             keys,
-            keys.add(tsize as usize),
+            keys.add(tarea as usize),
         )
     };
     // SAFETY: the slot count, written by the sort phase of count_modules.
@@ -351,9 +352,13 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             idx += step;
             continue;
         }
+        // This module's table: at most the area (size <= capacity).
+        let tsize = small_table_size(size);
+        let tmask = tsize - 1;
+        let tshift = tsize.leading_zeros() + 1;
         let mut t = lt;
         while t < tsize {
-            // SAFETY: t < tsize.
+            // SAFETY: t < tsize <= tarea (the group's table area).
             unsafe {
                 keys.add(t as usize).write(TABLE_EMPTY);
                 vals.add(t as usize).write(TABLE_EMPTY);

@@ -332,7 +332,7 @@ impl<'g> Clusterer<'g> {
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
-        let larger_threads = (geometry.threads, k::FALLBACK_THREADS);
+        let larger_threads = (k::SHARED_THREADS, k::FALLBACK_THREADS);
         let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, larger_threads.0, smem)?;
         let small_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, small_threads, small_smem)?;
         let mid = match mid_pass {
@@ -486,8 +486,9 @@ impl<'g> Clusterer<'g> {
     }
 
     /// Sets the threads per block of the shared-memory kernel (modules over the small-module
-    /// capacity; default the geometry's threads) and of the fallback kernel (modules over
-    /// the shared-memory capacity; default [`detkit_gpu::clustering::FALLBACK_THREADS`]):
+    /// capacity; default [`detkit_gpu::clustering::SHARED_THREADS`]) and of the fallback
+    /// kernel (modules over the shared-memory capacity; default
+    /// [`detkit_gpu::clustering::FALLBACK_THREADS`]):
     /// multiples of 32 up to 1024 that the device can run (one block per multiprocessor at
     /// least). Results do not change.
     pub fn set_larger_threads(&mut self, shared: u32, fallback: u32) -> Result<()> {
@@ -1056,7 +1057,7 @@ impl<'g> Clusterer<'g> {
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_CHARGE_CUT,
-                cfg(grid as u64, k::FALLBACK_THREADS, k::scan_only_smem_bytes()),
+                cfg(grid as u64, k::CUT_THREADS, k::scan_only_smem_bytes()),
                 &params,
             )
         }
