@@ -556,8 +556,8 @@ fn test_streams(c: &Ctx) -> R {
 }
 
 /// The pass configurations (warp pass capacity 0 to 128; with and without a middle block
-/// pass; last block pass of 128 to 1024 threads) and the graph replay give the oracle's
-/// results. Under `--quick` (the sanitizer runs: racecheck did not finish all eight
+/// pass; last block pass of 128 to 1024 threads; pixel tables up to 8 times larger) and the
+/// graph replay give the oracle's results. Under `--quick` (the sanitizer runs: racecheck did not finish all eight
 /// configurations × three runs × two cuts in 430 s) three configurations, one of each
 /// kind, with the cut, `run` then the graph once.
 fn test_passes(c: &Ctx) -> R {
@@ -619,6 +619,37 @@ fn test_passes(c: &Ctx) -> R {
             }
         }
     }
+    // Larger pixel tables in the middle and the last pass (`set_table_scale`).
+    let scales: &[(u32, u32)] = if c.quick {
+        &[(2, 1)]
+    } else {
+        &[(1, 0), (0, 1), (2, 1), (3, 2)]
+    };
+    let cut = Some(g.default_cut);
+    let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
+    for &(mid, last) in scales {
+        let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+        sanitizer_grids(c, &mut run);
+        run.set_table_scale(mid, last).map_err(e)?;
+        for graph in [false, true] {
+            run.poison_outputs().map_err(e)?;
+            if graph {
+                run.run_graph(&dd, cut).map_err(e)?;
+            } else {
+                run.run(&dd, cut).map_err(e)?;
+            }
+            let got = run.results(&dd).map_err(e)?;
+            compare(
+                &format!("table scale {mid}/{last}, graph {graph}"),
+                &got,
+                &want,
+            )?;
+        }
+    }
+    let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+    ensure(run.set_table_scale(4, 0).is_err(), || {
+        "table scale 4 accepted".to_string()
+    })?;
     Ok(())
 }
 

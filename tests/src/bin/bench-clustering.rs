@@ -26,7 +26,7 @@
 //!
 //! A variant is `default` or `+`-joined changes to the default `Clusterer`: `resident`
 //! (resident grids, `set_tight_grids(false)`), `last<N>` (`set_small_threads(N)`),
-//! `larger<S>x<F>` (`set_larger_threads(S, F)`). Sections (2) and (4) run once per
+//! `larger<S>x<F>` (`set_larger_threads(S, F)`), `table<M>x<L>` (`set_table_scale(M, L)`). Sections (2) and (4) run once per
 //! `--variants` entry, section (6) once per `--dense-variants` entry.
 
 use std::collections::HashMap;
@@ -267,6 +267,9 @@ fn apply_variant(c: &mut Clusterer, v: &str) -> Result<()> {
             c.set_tight_grids(false);
         } else if let Some(n) = t.strip_prefix("last") {
             c.set_small_threads(n.parse()?)?;
+        } else if let Some(st) = t.strip_prefix("table") {
+            let (a, b) = st.split_once('x').context("table<M>x<L>")?;
+            c.set_table_scale(a.parse()?, b.parse()?)?;
         } else if let Some(st) = t.strip_prefix("larger") {
             let (a, b) = st.split_once('x').context("larger<S>x<F>")?;
             c.set_larger_threads(a.parse()?, b.parse()?)?;

@@ -37,7 +37,8 @@ use core::ptr::read_volatile;
 /// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` null or valid for
 /// `n + 1` words with `larger[0] == 0`; no other kernel running concurrently clusters the
 /// same slots; dynamic shared memory
-/// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
+/// [`find_clus_small_smem_bytes_slots`]`(capacity, groups per block, table_slots)` with
+/// `table_slots` a power of two of at least [`small_table_size`]`(capacity)`; `blockDim.x` a multiple
 /// of 32.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindClusSmallParams) {
@@ -300,14 +301,13 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             bs.exclusive_sum(v)
         }
     };
-    // The group's table area holds `small_table_size(capacity)` slots; each module uses
-    // only the first `small_table_size(size)` of them (the same load factor, fewer slots to
-    // clear for a module below the capacity).
-    let tarea = small_table_size(capacity);
+    let tsize = p.table_slots;
+    let tmask = tsize - 1;
+    let tshift = tsize.leading_zeros() + 1;
     let cap = capacity as usize;
     // SAFETY: this group's area inside the launch's dynamic shared memory.
     let (xy, parent, number, cl, charge, keys, vals) = unsafe {
-        let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
+        let g = smem.add(36 + group as usize * small_group_words_slots(capacity, tsize) as usize);
         let xy = g.add(4);
         let charge = xy.add(4 * cap);
         let keys = charge.add(cap);
@@ -318,7 +318,7 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             xy.add(3 * cap),
             charge,
             keys,
-            keys.add(tarea as usize),
+            keys.add(tsize as usize),
         )
     };
     // SAFETY: the slot count, written by the sort phase of count_modules.
@@ -352,13 +352,9 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             idx += step;
             continue;
         }
-        // This module's table: at most the area (size <= capacity).
-        let tsize = small_table_size(size);
-        let tmask = tsize - 1;
-        let tshift = tsize.leading_zeros() + 1;
         let mut t = lt;
         while t < tsize {
-            // SAFETY: t < tsize <= tarea (the group's table area).
+            // SAFETY: t < tsize.
             unsafe {
                 keys.add(t as usize).write(TABLE_EMPTY);
                 vals.add(t as usize).write(TABLE_EMPTY);

@@ -170,6 +170,8 @@ pub struct Clusterer<'g> {
     smem: usize,
     fallback_grid: u32,
     cut_grid: u32,
+    /// Table scales of the middle and the last block pass ([`Clusterer::set_table_scale`]).
+    table_scale: (u32, u32),
     /// Threads per block of the shared-memory kernel and of the fallback kernel.
     larger_threads: (u32, u32),
     /// Whether each persistent grid is cut to the most blocks that can find work in a batch
@@ -301,7 +303,12 @@ impl<'g> Clusterer<'g> {
         let words = k::status_words(rows, cols);
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
-        let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
+        let table_scale = (k::MID_TABLE_SCALE, k::LAST_TABLE_SCALE);
+        let small_smem = k::find_clus_small_smem_bytes_slots(
+            small_capacity,
+            1,
+            k::small_table_slots(small_capacity, table_scale.1),
+        );
         // The passes by module size (warp pass up to 32 digis, middle pass up to 128, last
         // pass), side by side; the last pass's blocks are larger for one or two events per
         // launch. Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
@@ -344,7 +351,11 @@ impl<'g> Clusterer<'g> {
                     gpu,
                     k::KERNEL_FIND_CLUS_SMALL,
                     threads,
-                    k::find_clus_small_smem_bytes(cap, 1),
+                    k::find_clus_small_smem_bytes_slots(
+                        cap,
+                        1,
+                        k::small_table_slots(cap, table_scale.0),
+                    ),
                 )?,
             )),
         };
@@ -392,6 +403,7 @@ impl<'g> Clusterer<'g> {
             smem,
             fallback_grid,
             cut_grid: gpu.sm_count() * 8,
+            table_scale,
             larger_threads,
             tight_grids: true,
             max_digis,
@@ -422,7 +434,7 @@ impl<'g> Clusterer<'g> {
     /// 1024).
     pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
-        let smem = k::find_clus_small_smem_bytes(self.small_capacity, 1);
+        let smem = self.block_pass_smem(self.small_capacity, self.table_scale.1);
         self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
             .min(self.grid_limit.unwrap_or(u32::MAX));
         self.small_threads = threads;
@@ -475,7 +487,17 @@ impl<'g> Clusterer<'g> {
                         format!("{cap} (1 to {})", self.small_capacity - 1),
                     ));
                 }
-                let smem = k::find_clus_small_smem_bytes(cap, 1);
+                let smem = self.block_pass_smem(cap, self.table_scale.0);
+                if smem > crate::bucket::MAX_BLOCK_SMEM {
+                    return Err(Error::CapacityExceeded {
+                        what: "find_clus_small shared memory (bytes)",
+                        needed: smem as u64,
+                        capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+                    });
+                }
+                let last = self.block_pass_smem(self.small_capacity, self.table_scale.1);
+                self.gpu
+                    .allow_smem(k::KERNEL_FIND_CLUS_SMALL, smem.max(last))?;
                 let grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
                     .min(self.grid_limit.unwrap_or(u32::MAX));
                 Some((cap, threads, grid))
@@ -483,6 +505,42 @@ impl<'g> Clusterer<'g> {
         };
         self.graph = None;
         Ok(())
+    }
+
+    /// Shared-memory bytes of a block pass of capacity `cap` with table scale `scale`.
+    fn block_pass_smem(&self, cap: u32, scale: u32) -> usize {
+        k::find_clus_small_smem_bytes_slots(cap, 1, k::small_table_slots(cap, scale))
+    }
+
+    /// Sets the table scales of the middle and the last block pass (0 to
+    /// [`detkit_gpu::clustering::MAX_TABLE_SCALE`]; defaults
+    /// [`detkit_gpu::clustering::MID_TABLE_SCALE`] and
+    /// [`detkit_gpu::clustering::LAST_TABLE_SCALE`]): each module's pixel table gets
+    /// `2^scale` times the slots of the capacity's [`detkit_gpu::clustering::small_table_size`]
+    /// (fewer probes, more shared memory and more slots to clear). Results do not change.
+    pub fn set_table_scale(&mut self, mid: u32, last: u32) -> Result<()> {
+        if mid > k::MAX_TABLE_SCALE || last > k::MAX_TABLE_SCALE {
+            return Err(invalid(
+                "table scale",
+                format!("{mid}, {last} (0 to {})", k::MAX_TABLE_SCALE),
+            ));
+        }
+        let mid_cap = self.mid.map_or(0, |(c, _, _)| c);
+        let bytes = self
+            .block_pass_smem(self.small_capacity, last)
+            .max(self.block_pass_smem(mid_cap.max(1), mid));
+        if bytes > crate::bucket::MAX_BLOCK_SMEM {
+            return Err(Error::CapacityExceeded {
+                what: "find_clus_small shared memory (bytes)",
+                needed: bytes as u64,
+                capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+            });
+        }
+        self.gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, bytes)?;
+        self.table_scale = (mid, last);
+        // The grids for the new shared memory.
+        self.set_small_threads(self.small_threads)?;
+        self.set_mid_pass(self.mid.map(|(c, t, _)| (c, t)))
     }
 
     /// Sets the threads per block of the shared-memory kernel (modules over the small-module
@@ -817,6 +875,12 @@ impl<'g> Clusterer<'g> {
         } else {
             k::KERNEL_FIND_CLUS_SMALL
         };
+        let scale = match pass {
+            Pass::Warp => 0,
+            Pass::Mid => self.table_scale.0,
+            Pass::Last => self.table_scale.1,
+        };
+        let slots = k::small_table_slots(cap.max(1), scale);
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -832,7 +896,7 @@ impl<'g> Clusterer<'g> {
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
             capacity: cap,
-            _pad0: 0,
+            table_slots: slots,
             layer1_modules: l1,
             threshold_layer1: cut.layer1,
             threshold_other: cut.other,
@@ -840,11 +904,12 @@ impl<'g> Clusterer<'g> {
             // The list was sorted with this capacity: no module over it.
             larger: DevPtr::NULL,
         };
-        let smem = k::find_clus_small_smem_bytes(cap.max(1), groups);
+        let smem = k::find_clus_small_smem_bytes_slots(cap.max(1), groups, slots);
         // SAFETY: launched after both phases of count_modules (in stream order, or on a side
         // stream forked after them), whose sort wrote this pass's list and the slot ends;
         // the passes running side by side cluster disjoint lists; shared memory for this
-        // capacity and group count (limit raised at construction, or by the setters);
+        // capacity, group count and table (`slots`, a power of two of at least
+        // `small_table_size(cap)`; limit raised at construction, or by the setters);
         // threads checked.
         unsafe {
             self.on(lane)
