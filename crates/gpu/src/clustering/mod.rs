@@ -232,10 +232,15 @@ pub const fn small_table_slots(capacity: u32, scale: u32) -> u32 {
 
 /// Largest table scale of the block passes.
 pub const MAX_TABLE_SCALE: u32 = 3;
-/// Default table scale of the middle block pass.
-pub const MID_TABLE_SCALE: u32 = 0;
-/// Default table scale of the last block pass.
+/// Default table scale of the middle block pass (4 times [`small_table_size`]: issue 13,
+/// step 3, measured on an H200 against scale 0 and 1, `docs/benchmarks.md`).
+pub const MID_TABLE_SCALE: u32 = 2;
+/// Default table scale of the last block pass beyond [`FEW_EVENTS_PER_LAUNCH`] events per
+/// launch (its 256-thread blocks would lose half their residency to a larger table).
 pub const LAST_TABLE_SCALE: u32 = 0;
+/// Default table scale of the last block pass up to [`FEW_EVENTS_PER_LAUNCH`] events per
+/// launch (its 512-thread blocks keep four per SM with the larger table).
+pub const LATENCY_LAST_TABLE_SCALE: u32 = 1;
 
 /// Largest capacity of [`KERNEL_FIND_CLUS_SMALL`] (32-bit charge sums cannot overflow).
 pub const MAX_SMALL_CAPACITY: u32 = 65536;

@@ -303,7 +303,30 @@ impl<'g> Clusterer<'g> {
         let words = k::status_words(rows, cols);
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
-        let table_scale = (k::MID_TABLE_SCALE, k::LAST_TABLE_SCALE);
+        // Table scales: larger tables where the shared memory keeps the residency (a scale
+        // whose table does not fit a block falls back to 0).
+        let few = max_events <= k::FEW_EVENTS_PER_LAUNCH as usize;
+        let fits = |cap: u32, scale: u32| {
+            k::find_clus_small_smem_bytes_slots(cap, 1, k::small_table_slots(cap, scale))
+                <= crate::bucket::MAX_BLOCK_SMEM
+        };
+        let last_scale = if few {
+            k::LATENCY_LAST_TABLE_SCALE
+        } else {
+            k::LAST_TABLE_SCALE
+        };
+        let table_scale = (
+            if fits(k::MID_CAPACITY, k::MID_TABLE_SCALE) {
+                k::MID_TABLE_SCALE
+            } else {
+                0
+            },
+            if fits(small_capacity, last_scale) {
+                last_scale
+            } else {
+                0
+            },
+        );
         let small_smem = k::find_clus_small_smem_bytes_slots(
             small_capacity,
             1,
@@ -514,8 +537,10 @@ impl<'g> Clusterer<'g> {
 
     /// Sets the table scales of the middle and the last block pass (0 to
     /// [`detkit_gpu::clustering::MAX_TABLE_SCALE`]; defaults
-    /// [`detkit_gpu::clustering::MID_TABLE_SCALE`] and
-    /// [`detkit_gpu::clustering::LAST_TABLE_SCALE`]): each module's pixel table gets
+    /// [`detkit_gpu::clustering::MID_TABLE_SCALE`] and, for the last pass,
+    /// [`detkit_gpu::clustering::LATENCY_LAST_TABLE_SCALE`] up to
+    /// [`detkit_gpu::clustering::FEW_EVENTS_PER_LAUNCH`] events per launch and
+    /// [`detkit_gpu::clustering::LAST_TABLE_SCALE`] beyond): each module's pixel table gets
     /// `2^scale` times the slots of the capacity's [`detkit_gpu::clustering::small_table_size`]
     /// (fewer probes, more shared memory and more slots to clear). Results do not change.
     pub fn set_table_scale(&mut self, mid: u32, last: u32) -> Result<()> {
