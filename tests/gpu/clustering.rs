@@ -25,6 +25,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("clustering_bad_input", test_bad_input),
     ("clustering_streams", test_streams),
     ("clustering_passes", test_passes),
+    ("clustering_larger_threads", test_larger_threads),
 ];
 
 /// Runs the GPU chain on `d` and compares every output with the oracle; returns the
@@ -555,8 +556,8 @@ fn test_streams(c: &Ctx) -> R {
 }
 
 /// The pass configurations (warp pass capacity 0 to 128; with and without a middle block
-/// pass; last block pass of 128 to 1024 threads) and the graph replay give the oracle's
-/// results. Under `--quick` (the sanitizer runs: racecheck did not finish all eight
+/// pass; last block pass of 128 to 1024 threads; pixel tables up to 8 times larger) and the
+/// graph replay give the oracle's results. Under `--quick` (the sanitizer runs: racecheck did not finish all eight
 /// configurations × three runs × two cuts in 430 s) three configurations, one of each
 /// kind, with the cut, `run` then the graph once.
 fn test_passes(c: &Ctx) -> R {
@@ -617,6 +618,99 @@ fn test_passes(c: &Ctx) -> R {
                 )?;
             }
         }
+    }
+    // Larger pixel tables in the middle and the last pass (`set_table_scale`).
+    let scales: &[(u32, u32)] = if c.quick {
+        &[(2, 1)]
+    } else {
+        &[(0, 0), (1, 0), (0, 1), (2, 1), (3, 2)]
+    };
+    let cut = Some(g.default_cut);
+    let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
+    for &(mid, last) in scales {
+        let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+        sanitizer_grids(c, &mut run);
+        run.set_table_scale(mid, last).map_err(e)?;
+        for graph in [false, true] {
+            run.poison_outputs().map_err(e)?;
+            if graph {
+                run.run_graph(&dd, cut).map_err(e)?;
+            } else {
+                run.run(&dd, cut).map_err(e)?;
+            }
+            let got = run.results(&dd).map_err(e)?;
+            compare(
+                &format!("table scale {mid}/{last}, graph {graph}"),
+                &got,
+                &want,
+            )?;
+        }
+    }
+    let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+    ensure(run.set_table_scale(4, 0).is_err(), || {
+        "table scale 4 accepted".to_string()
+    })?;
+    Ok(())
+}
+
+/// The larger-module kernels at other block sizes (`set_larger_threads`) and the resident
+/// grids (`set_tight_grids(false)`) give the oracle's results: a batch of generated events
+/// (with an empty and an invalid-only event) at tiny capacities, so that the shared-memory
+/// kernel and the fallback take many modules, and at the default capacities; `run`, then
+/// the graph. Block sizes the kernels cannot take are refused.
+fn test_larger_threads(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let gpu = c.gpu();
+    let pool = event_pool(c, &g);
+    let mut d = Digis::default();
+    let mut offsets = vec![0u32];
+    for ev in &pool {
+        d.extend(ev);
+        offsets.push(d.len() as u32);
+    }
+    let dd = DeviceDigis::upload(gpu, &d, &offsets).map_err(e)?;
+    let cut = Some(g.default_cut);
+    let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
+    let configs = [
+        ((16u32, 64u32), (256u32, 256u32), false),
+        ((16, 64), (32, 1024), true),
+        ((16, 64), (1024, 64), true),
+        ((16, 64), (512, 512), false),
+        (DEFAULT, (1024, 1024), true),
+        (DEFAULT, (256, 256), false),
+    ];
+    for (caps, (shared, fallback), tight) in configs {
+        let what =
+            format!("capacities {caps:?}, larger threads {shared}/{fallback}, tight grids {tight}");
+        let mut run = Clusterer::with_capacity(gpu, &g, d.len(), offsets.len() - 1, caps.0, caps.1)
+            .map_err(e)?;
+        sanitizer_grids(c, &mut run);
+        run.set_larger_threads(shared, fallback).map_err(e)?;
+        run.set_tight_grids(tight);
+        for graph in [false, true] {
+            run.poison_outputs().map_err(e)?;
+            if graph {
+                run.run_graph(&dd, cut).map_err(e)?;
+            } else {
+                run.run(&dd, cut).map_err(e)?;
+            }
+            let got = run.results(&dd).map_err(e)?;
+            compare(&format!("{what}, graph {graph}"), &got, &want)?;
+            if caps != DEFAULT {
+                ensure(got.medium_modules > 0 && got.fallback_modules > 0, || {
+                    format!(
+                        "{what}: the larger-module kernels took no module (medium {}, fallback {})",
+                        got.medium_modules, got.fallback_modules
+                    )
+                })?;
+            }
+        }
+    }
+    let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+    for (shared, fallback) in [(48, 256), (256, 0), (2048, 256)] {
+        ensure(run.set_larger_threads(shared, fallback).is_err(), || {
+            format!("larger threads {shared}/{fallback} accepted")
+        })?;
     }
     Ok(())
 }

@@ -17,8 +17,17 @@
 //! launch, device-resident, one host thread keeping every lane busy; (5) the same from host
 //! memory through `ClusterQueue` (copies in and out included).
 //!
+//! (6) dense events: the chain with each of `--dense-variants`, split by stream operation.
+//!
 //! Usage: `bench-clustering [--reps 30] [--csv FILE] [--batches 1,8,32,128,512]
-//! [--lanes 1,2,4,8,16] [--per-launch 1,2,4,8,16,32,64,128,256,512] [--seconds 0.2]`
+//! [--lanes 1,2,4,8,16] [--per-launch 1,2,4,8,16,32,64,128,256,512] [--seconds 0.2]
+//! [--sections 1,2,3,4,4b,5,6] [--cases run3,dense,phase2] [--variants default,...]
+//! [--dense-variants default,...]`
+//!
+//! A variant is `default` or `+`-joined changes to the default `Clusterer`: `resident`
+//! (resident grids, `set_tight_grids(false)`), `last<N>` (`set_small_threads(N)`),
+//! `larger<S>x<F>` (`set_larger_threads(S, F)`), `table<M>x<L>` (`set_table_scale(M, L)`). Sections (2) and (4) run once per
+//! `--variants` entry, section (6) once per `--dense-variants` entry.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -250,7 +259,32 @@ fn wall(reps: usize, g: &GpuContext, mut f: impl FnMut() -> Result<()>) -> Resul
     Ok(median(t))
 }
 
+/// Applies a variant (see the usage) to a fresh `Clusterer`.
+fn apply_variant(c: &mut Clusterer, v: &str) -> Result<()> {
+    for t in v.split('+') {
+        if t == "default" {
+        } else if t == "resident" {
+            c.set_tight_grids(false);
+        } else if let Some(n) = t.strip_prefix("last") {
+            c.set_small_threads(n.parse()?)?;
+        } else if let Some(st) = t.strip_prefix("table") {
+            let (a, b) = st.split_once('x').context("table<M>x<L>")?;
+            c.set_table_scale(a.parse()?, b.parse()?)?;
+        } else if let Some(st) = t.strip_prefix("larger") {
+            let (a, b) = st.split_once('x').context("larger<S>x<F>")?;
+            c.set_larger_threads(a.parse()?, b.parse()?)?;
+        } else {
+            bail!("unknown variant `{t}`");
+        }
+    }
+    Ok(())
+}
+
 struct Args {
+    sections: Vec<String>,
+    cases: Vec<String>,
+    variants: Vec<String>,
+    dense_variants: Vec<String>,
     reps: usize,
     csv: Option<String>,
     batches: Vec<usize>,
@@ -260,7 +294,12 @@ struct Args {
 }
 
 fn args() -> Result<Args> {
+    let list = |v: &str| v.split(',').map(str::to_string).collect::<Vec<_>>();
     let mut a = Args {
+        sections: list("1,2,3,4,4b,5,6"),
+        cases: list("run3,dense,phase2"),
+        variants: list("default"),
+        dense_variants: list("default"),
         reps: 30,
         csv: None,
         batches: vec![1, 8, 32, 128, 512],
@@ -278,6 +317,10 @@ fn args() -> Result<Args> {
             "--lanes" => a.lanes = detkit_tests::parse_list(&val()?)?,
             "--per-launch" => a.per_launch = detkit_tests::parse_list(&val()?)?,
             "--seconds" => a.seconds = val()?.parse()?,
+            "--sections" => a.sections = list(&val()?),
+            "--cases" => a.cases = list(&val()?),
+            "--variants" => a.variants = list(&val()?),
+            "--dense-variants" => a.dense_variants = list(&val()?),
             other => bail!("unknown argument `{other}`"),
         }
     }
@@ -286,6 +329,7 @@ fn args() -> Result<Args> {
 
 fn main() -> Result<()> {
     let a = args()?;
+    let on = |sec: &str| a.sections.iter().any(|x| x == sec);
     if !detkit::driver_present() {
         println!("skipped: no CUDA driver (libcuda not found); nothing timed");
         return Ok(());
@@ -336,8 +380,9 @@ fn main() -> Result<()> {
     let mut out = String::from(
         "case,events,digis,medium_modules,fallback_modules,count_us,find_us,cut_us,chain_us_per_event,graph_us_per_event,graph_events_per_s,seed_find_us,seed_chain_us_per_event,graph_vs_seed\n",
     );
-    println!("\n(1) chain per case, µs per event (GPU time, CUDA events)");
-    println!(
+    if on("1") {
+        println!("\n(1) chain per case, µs per event (GPU time, CUDA events)");
+        println!(
         "{:<6} {:>6} {:>10} {:>9} | {:>8} {:>8} {:>7} {:>9} | {:>9} {:>10} | {:>9} {:>9} | {:>7}",
         "case",
         "events",
@@ -353,243 +398,296 @@ fn main() -> Result<()> {
         "seed",
         "vs seed"
     );
-    let cases: Vec<Case> = vec![
-        ("run3", &geo, &run3, &run3_want, a.batches.clone()),
-        (
-            "dense",
-            &geo,
-            &dense,
-            &dense_want,
-            a.batches.iter().copied().filter(|&b| b <= 8).collect(),
-        ),
-        ("phase2", &geo2, &phase2, &phase2_want, vec![1]),
-    ];
-    for (name, geom, pool, want, sizes) in cases {
-        let ccut = geom.default_cut;
-        for &b in &sizes {
-            let bt = batch(pool, want, b);
-            let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
-            let mut c = Clusterer::new(g, geom, bt.digis.len(), b)?;
-            c.run(&d, Some(ccut))?;
-            let ours = c.results(&d)?;
-            check_exact(&format!("{name} x{b} run"), &ours, &bt.want)?;
-            c.poison_outputs()?;
-            c.run_graph(&d, Some(ccut))?;
-            check_exact(&format!("{name} x{b} graph"), &c.results(&d)?, &bt.want)?;
-            let seed_ok = name != "phase2";
-            if seed_ok {
-                c.count_modules(&d)?;
-                c.find_clus_seed(&d)?;
-                c.charge_cut(&d, ccut)?;
-                same_partition(&c.results(&d)?, &bt.want, &bt.digis, &bt.offsets)
-                    .with_context(|| format!("seed {name} x{b}"))?;
+        let cases: Vec<Case> = vec![
+            ("run3", &geo, &run3, &run3_want, a.batches.clone()),
+            (
+                "dense",
+                &geo,
+                &dense,
+                &dense_want,
+                a.batches.iter().copied().filter(|&b| b <= 8).collect(),
+            ),
+            ("phase2", &geo2, &phase2, &phase2_want, vec![1]),
+        ];
+        for (name, geom, pool, want, sizes) in cases {
+            if !a.cases.iter().any(|c| c == name) {
+                continue;
             }
-            let [tc, tf, tq, tt] = time_steps(g, a.reps, &mut c, &d, Some(ccut), false)?;
-            let tg = time_graph(g, a.reps, &mut c, &d, Some(ccut))?;
-            let [_, sf, _, st] = if seed_ok {
-                time_steps(g, a.reps, &mut c, &d, Some(ccut), true)?
-            } else {
-                [f64::NAN; 4]
-            };
-            let per = |ms: f64| ms * 1e3 / b as f64;
-            println!(
+            let ccut = geom.default_cut;
+            for &b in &sizes {
+                let bt = batch(pool, want, b);
+                let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
+                let mut c = Clusterer::new(g, geom, bt.digis.len(), b)?;
+                c.run(&d, Some(ccut))?;
+                let ours = c.results(&d)?;
+                check_exact(&format!("{name} x{b} run"), &ours, &bt.want)?;
+                c.poison_outputs()?;
+                c.run_graph(&d, Some(ccut))?;
+                check_exact(&format!("{name} x{b} graph"), &c.results(&d)?, &bt.want)?;
+                let seed_ok = name != "phase2";
+                if seed_ok {
+                    c.count_modules(&d)?;
+                    c.find_clus_seed(&d)?;
+                    c.charge_cut(&d, ccut)?;
+                    same_partition(&c.results(&d)?, &bt.want, &bt.digis, &bt.offsets)
+                        .with_context(|| format!("seed {name} x{b}"))?;
+                }
+                let [tc, tf, tq, tt] = time_steps(g, a.reps, &mut c, &d, Some(ccut), false)?;
+                let tg = time_graph(g, a.reps, &mut c, &d, Some(ccut))?;
+                let [_, sf, _, st] = if seed_ok {
+                    time_steps(g, a.reps, &mut c, &d, Some(ccut), true)?
+                } else {
+                    [f64::NAN; 4]
+                };
+                let per = |ms: f64| ms * 1e3 / b as f64;
+                println!(
                 "{:<6} {:>6} {:>10} {:>9} | {:>8.2} {:>8.2} {:>7.2} {:>9.2} | {:>9.2} {:>10.0} | {:>9.2} {:>9.2} | {:>6.2}x",
                 name, b, bt.digis.len(), format!("{}/{}", ours.medium_modules, ours.fallback_modules),
                 per(tc), per(tf), per(tq), per(tt), per(tg), b as f64 / tg * 1e3, per(sf), per(st), st / tg
             );
-            out.push_str(&format!(
-                "{name},{b},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.0},{:.3},{:.3},{:.3}\n",
-                bt.digis.len(),
-                ours.medium_modules,
-                ours.fallback_modules,
-                per(tc),
-                per(tf),
-                per(tq),
-                per(tt),
-                per(tg),
-                b as f64 / tg * 1e3,
-                per(sf),
-                per(st),
-                st / tg
-            ));
+                out.push_str(&format!(
+                    "{name},{b},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.0},{:.3},{:.3},{:.3}\n",
+                    bt.digis.len(),
+                    ours.medium_modules,
+                    ours.fallback_modules,
+                    per(tc),
+                    per(tf),
+                    per(tq),
+                    per(tt),
+                    per(tg),
+                    b as f64 / tg * 1e3,
+                    per(sf),
+                    per(st),
+                    st / tg
+                ));
+            }
         }
     }
 
     // (2) Latency of one Run-3-like event.
-    println!(
-        "\n(2) one run3 event ({} digis): where the time goes",
-        run3[0].len()
-    );
-    let one = batch(&run3, &run3_want, 1);
-    let d1 = DeviceDigis::upload(g, &one.digis, &one.offsets)?;
-    let mut c1 = Clusterer::new(g, &geo, one.digis.len(), 1)?;
-    let ops = time_ops(g, a.reps, &mut c1, &d1, cut)?;
-    println!(
+    for v in a.variants.iter().filter(|_| on("2")) {
+        println!(
+            "\n(2) one run3 event ({} digis): where the time goes [{v}]",
+            run3[0].len()
+        );
+        let one = batch(&run3, &run3_want, 1);
+        let d1 = DeviceDigis::upload(g, &one.digis, &one.offsets)?;
+        let mut c1 = Clusterer::new(g, &geo, one.digis.len(), 1)?;
+        apply_variant(&mut c1, v)?;
+        c1.run_graph(&d1, Some(cut))?;
+        check_exact(&format!("run3 x1 [{v}]"), &c1.results(&d1)?, &one.want)?;
+        let ops = time_ops(g, a.reps, &mut c1, &d1, cut)?;
+        println!(
         "  GPU µs, run() with an event between the steps: memset+count {:.1}, sort + small-module passes (side by side) {:.1}, shared-memory kernel {:.1}, fallback {:.1}, larger-module cut {:.1}; whole {:.1}",
         ops[0], ops[1], ops[2], ops[3], ops[4], ops[5]
     );
-    let [_, _, _, run_ms] = time_steps(g, a.reps, &mut c1, &d1, Some(cut), false)?;
-    let graph_ms = time_graph(g, a.reps, &mut c1, &d1, Some(cut))?;
-    println!(
-        "  GPU µs, whole chain: run() {:.1}, run_graph() {:.1}",
-        run_ms * 1e3,
-        graph_ms * 1e3
-    );
-    let w_run = wall(a.reps, g, || Ok(c1.run(&d1, Some(cut))?))?;
-    let w_graph = wall(a.reps, g, || Ok(c1.run_graph(&d1, Some(cut))?))?;
-    let mut d1b = DeviceDigis::with_capacity(g, one.digis.len(), 1)?;
-    let mut res = c1.results(&d1)?;
-    let w_e2e = wall(a.reps, g, || {
-        d1b.copy_from(g, &one.digis, &one.offsets)?;
-        c1.run_graph(&d1b, Some(cut))?;
-        c1.results_into(&d1b, &mut res)?;
-        Ok(())
-    })?;
-    check_exact("run3 x1 end to end", &res, &one.want)?;
-    println!(
+        let [_, _, _, run_ms] = time_steps(g, a.reps, &mut c1, &d1, Some(cut), false)?;
+        let graph_ms = time_graph(g, a.reps, &mut c1, &d1, Some(cut))?;
+        println!(
+            "  GPU µs, whole chain: run() {:.1}, run_graph() {:.1}",
+            run_ms * 1e3,
+            graph_ms * 1e3
+        );
+        let w_run = wall(a.reps, g, || Ok(c1.run(&d1, Some(cut))?))?;
+        let w_graph = wall(a.reps, g, || Ok(c1.run_graph(&d1, Some(cut))?))?;
+        let mut d1b = DeviceDigis::with_capacity(g, one.digis.len(), 1)?;
+        let mut res = c1.results(&d1)?;
+        let w_e2e = wall(a.reps, g, || {
+            d1b.copy_from(g, &one.digis, &one.offsets)?;
+            c1.run_graph(&d1b, Some(cut))?;
+            c1.results_into(&d1b, &mut res)?;
+            Ok(())
+        })?;
+        check_exact("run3 x1 end to end", &res, &one.want)?;
+        println!(
         "  host µs (launch + synchronise): run() {w_run:.1}, run_graph() {w_graph:.1}; from host memory (copy in, graph, copy out) {w_e2e:.1}"
     );
-    out.push_str(&format!(
-        "latency,run3,1,ops_us,{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},gpu_run_us,{:.2},gpu_graph_us,{:.2},host_run_us,{w_run:.2},host_graph_us,{w_graph:.2},host_e2e_us,{w_e2e:.2}\n",
+        out.push_str(&format!(
+        "latency,run3,{v},1,ops_us,{:.2},{:.2},{:.2},{:.2},{:.2},{:.2},gpu_run_us,{:.2},gpu_graph_us,{:.2},host_run_us,{w_run:.2},host_graph_us,{w_graph:.2},host_e2e_us,{w_e2e:.2}\n",
         ops[0], ops[1], ops[2], ops[3], ops[4], ops[5], run_ms * 1e3, graph_ms * 1e3
     ));
+    }
 
     // (3) Pass configurations: warp-pass capacity × block-pass threads.
-    println!("\n(3) pass configurations, run3, µs per event (GPU): sort + small passes, shared, cut | graph chain");
-    for &b in &[1usize, 2, 8, 128] {
-        let bt = batch(&run3, &run3_want, b);
-        let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
-        // Since issue 13's second step the passes run side by side (sorted by size first),
-        // so the rows measure how the passes share the GPU.
-        for (warp, mid, threads) in [
-            (128u32, None, 256u32),
-            (128, None, 512),
-            (64, None, 512),
-            (32, None, 512),
-            (32, None, 1024),
-            (0, None, 256),
-            (32, Some((128u32, 128u32)), 256),
-            (32, Some((128, 128)), 512),
-            (32, Some((128, 128)), 1024),
-            (32, Some((128, 64)), 512),
-            (32, Some((128, 64)), 1024),
-            (32, Some((64, 64)), 512),
-            (32, Some((64, 64)), 1024),
-            (32, Some((256, 256)), 1024),
-            (64, Some((256, 256)), 1024),
-            (64, Some((128, 128)), 512),
-        ] {
-            let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
-            c.set_warp_capacity(warp)?;
-            c.set_mid_pass(mid)?;
-            c.set_small_threads(threads)?;
-            c.run_graph(&d, Some(cut))?;
-            check_exact(
-                &format!("run3 x{b} passes {:?}", c.passes()),
-                &c.results(&d)?,
-                &bt.want,
-            )?;
-            let o = time_ops(g, a.reps, &mut c, &d, cut)?;
-            let tg = time_graph(g, a.reps, &mut c, &d, Some(cut))? * 1e3;
-            let per = |us: f64| us / b as f64;
-            let mids = mid.map_or("-".to_string(), |(c, t)| format!("{c}/{t}"));
-            println!(
+    if on("3") {
+        println!("\n(3) pass configurations, run3, µs per event (GPU): sort + small passes, shared, cut | graph chain");
+        for &b in &[1usize, 2, 8, 128] {
+            let bt = batch(&run3, &run3_want, b);
+            let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
+            // Since issue 13's second step the passes run side by side (sorted by size first),
+            // so the rows measure how the passes share the GPU.
+            for (warp, mid, threads) in [
+                (128u32, None, 256u32),
+                (128, None, 512),
+                (64, None, 512),
+                (32, None, 512),
+                (32, None, 1024),
+                (0, None, 256),
+                (32, Some((128u32, 128u32)), 256),
+                (32, Some((128, 128)), 512),
+                (32, Some((128, 128)), 1024),
+                (32, Some((128, 64)), 512),
+                (32, Some((128, 64)), 1024),
+                (32, Some((64, 64)), 512),
+                (32, Some((64, 64)), 1024),
+                (32, Some((256, 256)), 1024),
+                (64, Some((256, 256)), 1024),
+                (64, Some((128, 128)), 512),
+            ] {
+                let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
+                c.set_warp_capacity(warp)?;
+                c.set_mid_pass(mid)?;
+                c.set_small_threads(threads)?;
+                c.run_graph(&d, Some(cut))?;
+                check_exact(
+                    &format!("run3 x{b} passes {:?}", c.passes()),
+                    &c.results(&d)?,
+                    &bt.want,
+                )?;
+                let o = time_ops(g, a.reps, &mut c, &d, cut)?;
+                let tg = time_graph(g, a.reps, &mut c, &d, Some(cut))? * 1e3;
+                let per = |us: f64| us / b as f64;
+                let mids = mid.map_or("-".to_string(), |(c, t)| format!("{c}/{t}"));
+                println!(
                 "  x{b:<4} warp pass {warp:>3}, middle pass {mids:>7}, last pass {threads:>4} threads: {:>8.2} {:>7.2} {:>7.2} | {:>8.2}",
                 per(o[1]), per(o[2]), per(o[4]), per(tg)
             );
-            out.push_str(&format!(
-                "passes,run3,{b},{warp},{mids},{threads},{:.3},{:.3},{:.3},{:.3}\n",
-                per(o[1]),
-                per(o[2]),
-                per(o[4]),
-                per(tg)
-            ));
+                out.push_str(&format!(
+                    "passes,run3,{b},{warp},{mids},{threads},{:.3},{:.3},{:.3},{:.3}\n",
+                    per(o[1]),
+                    per(o[2]),
+                    per(o[4]),
+                    per(tg)
+                ));
+            }
         }
     }
 
     // (4) Throughput: lanes × events per launch, device-resident.
     let max_lanes = a.lanes.iter().copied().max().unwrap_or(1);
     let forks: Vec<GpuContext> = (0..max_lanes).map(|_| g.fork()).collect::<Result<_, _>>()?;
-    println!("\n(4) events/s, device-resident, one host thread: lanes (streams) × events per launch (graph per lane; a lane waits for its previous launch before the next)");
-    print!("{:>6}", "lanes");
-    for &b in &a.per_launch {
-        print!(" {b:>8}");
-    }
-    println!();
-    for &lanes in &a.lanes {
-        print!("{lanes:>6}");
+    for v in a.variants.iter().filter(|_| on("4")) {
+        println!("\n(4) events/s, device-resident, one host thread: lanes (streams) × events per launch (graph per lane; a lane waits for its previous launch before the next) [{v}]");
+        print!("{:>6}", "lanes");
         for &b in &a.per_launch {
-            let bt = batch(&run3, &run3_want, b);
-            let mut ls = Vec::new();
-            for f in &forks[..lanes] {
-                let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
-                let c = Clusterer::new(f, &geo, bt.digis.len(), b)?;
-                ls.push((f, d, c, None::<CudaEvent>));
-            }
-            // Warm-up (captures the graphs) and a check of every lane.
-            for (f, d, c, _) in ls.iter_mut() {
-                c.run_graph(d, Some(cut))?;
-                f.synchronize()?;
-                if b <= 32 || lanes == 1 {
-                    check_exact(&format!("lanes {lanes} x{b}"), &c.results(d)?, &bt.want)?;
-                }
-            }
-            let rate = b as f64 * launches_per_second(&mut ls, a.seconds, cut)?;
-            print!(" {rate:>8.0}");
-            std::io::stdout().flush()?;
-            out.push_str(&format!("throughput,run3,{lanes},{b},{rate:.0}\n"));
+            print!(" {b:>8}");
         }
         println!();
+        for &lanes in &a.lanes {
+            print!("{lanes:>6}");
+            for &b in &a.per_launch {
+                let bt = batch(&run3, &run3_want, b);
+                let mut ls = Vec::new();
+                for f in &forks[..lanes] {
+                    let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
+                    let mut c = Clusterer::new(f, &geo, bt.digis.len(), b)?;
+                    apply_variant(&mut c, v)?;
+                    ls.push((f, d, c, None::<CudaEvent>));
+                }
+                // Warm-up (captures the graphs) and a check of every lane.
+                for (f, d, c, _) in ls.iter_mut() {
+                    c.run_graph(d, Some(cut))?;
+                    f.synchronize()?;
+                    if b <= 32 || lanes == 1 {
+                        check_exact(&format!("lanes {lanes} x{b}"), &c.results(d)?, &bt.want)?;
+                    }
+                }
+                let rate = b as f64 * launches_per_second(&mut ls, a.seconds, cut)?;
+                print!(" {rate:>8.0}");
+                std::io::stdout().flush()?;
+                out.push_str(&format!("throughput,run3,{v},{lanes},{b},{rate:.0}\n"));
+            }
+            println!();
+        }
     }
 
     // (4b) One event per launch with the throughput configuration on every lane.
-    println!("\n(4b) events/s at 1 event per launch with the throughput configuration (warp pass 128, no middle pass, block pass 256 threads) on every lane");
-    for &lanes in &a.lanes {
-        let bt = batch(&run3, &run3_want, 1);
-        let mut ls = Vec::new();
-        for f in &forks[..lanes] {
-            let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
-            let mut c = Clusterer::new(f, &geo, bt.digis.len(), 1)?;
-            c.set_warp_capacity(128)?;
-            c.set_mid_pass(None)?;
-            c.set_small_threads(256)?;
-            c.run_graph(&d, Some(cut))?;
-            check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
-            ls.push((f, d, c, None::<CudaEvent>));
+    if on("4b") {
+        println!("\n(4b) events/s at 1 event per launch with the throughput configuration (warp pass 128, no middle pass, block pass 256 threads) on every lane");
+        for &lanes in &a.lanes {
+            let bt = batch(&run3, &run3_want, 1);
+            let mut ls = Vec::new();
+            for f in &forks[..lanes] {
+                let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
+                let mut c = Clusterer::new(f, &geo, bt.digis.len(), 1)?;
+                c.set_warp_capacity(128)?;
+                c.set_mid_pass(None)?;
+                c.set_small_threads(256)?;
+                c.run_graph(&d, Some(cut))?;
+                check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
+                ls.push((f, d, c, None::<CudaEvent>));
+            }
+            let rate = launches_per_second(&mut ls, a.seconds, cut)?;
+            println!("  {lanes:>2} lanes: {rate:>8.0} events/s");
+            out.push_str(&format!("throughput_cfg128,run3,{lanes},1,{rate:.0}\n"));
         }
-        let rate = launches_per_second(&mut ls, a.seconds, cut)?;
-        println!("  {lanes:>2} lanes: {rate:>8.0} events/s");
-        out.push_str(&format!("throughput_cfg128,run3,{lanes},1,{rate:.0}\n"));
     }
 
     // (5) From host memory through ClusterQueue (copy in, graph, copy out).
-    println!("\n(5) events/s from host memory, ClusterQueue (copies in and out included; pageable host memory)");
-    for &lanes in &[1usize, 2, 4, 8] {
-        if lanes > forks.len() {
-            continue;
+    if on("5") {
+        println!("\n(5) events/s from host memory, ClusterQueue (copies in and out included; pageable host memory)");
+        for &lanes in &[1usize, 2, 4, 8] {
+            if lanes > forks.len() {
+                continue;
+            }
+            for &b in &[1usize, 8, 32, 128] {
+                let bt = batch(&run3, &run3_want, b);
+                let mut q = ClusterQueue::new(&forks[..lanes], &geo, bt.digis.len(), b, Some(cut))?;
+                let t0 = Instant::now();
+                let mut n = 0u64;
+                let mut done = Vec::new();
+                while t0.elapsed().as_secs_f64() < a.seconds || n < 2 * lanes as u64 {
+                    if let Some(r) = q.submit(&bt.digis, &bt.offsets)? {
+                        done.push(r);
+                    }
+                    n += 1;
+                    if done.len() > 2 {
+                        done.clear();
+                    }
+                }
+                let rest = q.finish()?;
+                let rate = (n * b as u64) as f64 / t0.elapsed().as_secs_f64();
+                if let Some((_, r)) = rest.last() {
+                    check_exact(&format!("queue {lanes} x{b}"), r, &bt.want)?;
+                }
+                println!("  {lanes} lanes, {b:>4} events per launch: {rate:>8.0} events/s");
+                out.push_str(&format!("queue,run3,{lanes},{b},{rate:.0}\n"));
+            }
         }
-        for &b in &[1usize, 8, 32, 128] {
-            let bt = batch(&run3, &run3_want, b);
-            let mut q = ClusterQueue::new(&forks[..lanes], &geo, bt.digis.len(), b, Some(cut))?;
-            let t0 = Instant::now();
-            let mut n = 0u64;
-            let mut done = Vec::new();
-            while t0.elapsed().as_secs_f64() < a.seconds || n < 2 * lanes as u64 {
-                if let Some(r) = q.submit(&bt.digis, &bt.offsets)? {
-                    done.push(r);
-                }
-                n += 1;
-                if done.len() > 2 {
-                    done.clear();
-                }
-            }
-            let rest = q.finish()?;
-            let rate = (n * b as u64) as f64 / t0.elapsed().as_secs_f64();
-            if let Some((_, r)) = rest.last() {
-                check_exact(&format!("queue {lanes} x{b}"), r, &bt.want)?;
-            }
-            println!("  {lanes} lanes, {b:>4} events per launch: {rate:>8.0} events/s");
-            out.push_str(&format!("queue,run3,{lanes},{b},{rate:.0}\n"));
+    }
+
+    // (6) Dense events: each variant, split by stream operation.
+    for v in a.dense_variants.iter().filter(|_| on("6")) {
+        println!("\n(6) dense events [{v}], µs per event (GPU): memset+count, sort + small passes, shared-memory kernel, fallback, larger-module cut | graph chain, events/s");
+        for &b in a.batches.iter().filter(|&&b| b <= 8) {
+            let bt = batch(&dense, &dense_want, b);
+            let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
+            let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
+            apply_variant(&mut c, v)?;
+            c.poison_outputs()?;
+            c.run_graph(&d, Some(cut))?;
+            check_exact(&format!("dense x{b} [{v}]"), &c.results(&d)?, &bt.want)?;
+            let o = time_ops(g, a.reps, &mut c, &d, cut)?;
+            let tg = time_graph(g, a.reps, &mut c, &d, Some(cut))? * 1e3 / b as f64;
+            let per = |us: f64| us / b as f64;
+            println!(
+                "  x{b:<3} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>8.1} | {:>8.1} {:>8.0}",
+                per(o[0]),
+                per(o[1]),
+                per(o[2]),
+                per(o[3]),
+                per(o[4]),
+                tg,
+                1e6 / tg
+            );
+            out.push_str(&format!(
+                "dense,{v},{b},{:.2},{:.2},{:.2},{:.2},{:.2},{tg:.2}\n",
+                per(o[0]),
+                per(o[1]),
+                per(o[2]),
+                per(o[3]),
+                per(o[4])
+            ));
         }
     }
     if let Some(path) = a.csv {

@@ -89,8 +89,16 @@ pub const KERNEL_CHARGE_CUT: &str = "clustering_cluster_charge_cut";
 
 /// Threads per block of `count_modules`.
 pub const COUNT_MODULES_THREADS: u32 = 256;
-/// Threads per block of the fallback and charge-cut kernels.
-pub const FALLBACK_THREADS: u32 = 256;
+/// Threads per block of the charge-cut kernel.
+pub const CUT_THREADS: u32 = 256;
+/// Default threads per block of the fallback kernel (256 before issue 13's third step: on
+/// dense events 1024 measured 2.5 times faster, the kernel waiting on scattered global
+/// memory with a quarter of the SM's threads resident; `docs/benchmarks.md`).
+pub const FALLBACK_THREADS: u32 = 1024;
+/// Default threads per block of the shared-memory kernel `find_clus` (the geometry's
+/// threads, 256 for Phase-1, before issue 13's third step: on dense events 512 measured
+/// 1.6 times faster at 8 events per launch; `docs/benchmarks.md`).
+pub const SHARED_THREADS: u32 = 512;
 /// Blocks of the fallback kernel per SM (each block owns one pixel grid in global memory)...
 pub const FALLBACK_BLOCKS_PER_SM: u32 = 2;
 /// ...as long as all the grids together stay within this many bytes.
@@ -206,8 +214,33 @@ pub const fn table_hash(v: u32, shift: u32) -> u32 {
 /// of at most 65535 e⁻ sums below 2^32), and the pixel table (keys and values,
 /// [`small_table_size`] u32 each).
 pub const fn small_group_words(capacity: u32) -> u32 {
-    4 + 5 * capacity + 2 * small_table_size(capacity)
+    small_group_words_slots(capacity, small_table_size(capacity))
 }
+
+/// As [`small_group_words`] with a table of `slots` slots.
+pub const fn small_group_words_slots(capacity: u32, slots: u32) -> u32 {
+    4 + 5 * capacity + 2 * slots
+}
+
+/// Table slots of a block pass of `capacity` with table scale `scale`: [`small_table_size`]
+/// times `2^scale` (load factor at most `1 / 2^(scale + 1)`). Larger tables probe less
+/// (measured in issue 13: tables of the module's size instead of the pass's capacity, load
+/// factor up to 1/2 for every module, made the passes 18 % slower).
+pub const fn small_table_slots(capacity: u32, scale: u32) -> u32 {
+    small_table_size(capacity) << scale
+}
+
+/// Largest table scale of the block passes.
+pub const MAX_TABLE_SCALE: u32 = 3;
+/// Default table scale of the middle block pass (4 times [`small_table_size`]: issue 13,
+/// step 3, measured on an H200 against scale 0 and 1, `docs/benchmarks.md`).
+pub const MID_TABLE_SCALE: u32 = 2;
+/// Default table scale of the last block pass beyond [`FEW_EVENTS_PER_LAUNCH`] events per
+/// launch (its 256-thread blocks would lose half their residency to a larger table).
+pub const LAST_TABLE_SCALE: u32 = 0;
+/// Default table scale of the last block pass up to [`FEW_EVENTS_PER_LAUNCH`] events per
+/// launch (its 512-thread blocks keep four per SM with the larger table).
+pub const LATENCY_LAST_TABLE_SCALE: u32 = 1;
 
 /// Largest capacity of [`KERNEL_FIND_CLUS_SMALL`] (32-bit charge sums cannot overflow).
 pub const MAX_SMALL_CAPACITY: u32 = 65536;
@@ -215,7 +248,12 @@ pub const MAX_SMALL_CAPACITY: u32 = 65536;
 /// Shared-memory bytes of [`KERNEL_FIND_CLUS_SMALL`] with `groups` groups per block: the
 /// block-scan storage (36 words) and the groups' areas.
 pub const fn find_clus_small_smem_bytes(capacity: u32, groups: u32) -> usize {
-    (36 + groups * small_group_words(capacity)) as usize * 4
+    find_clus_small_smem_bytes_slots(capacity, groups, small_table_size(capacity))
+}
+
+/// As [`find_clus_small_smem_bytes`] with tables of `slots` slots.
+pub const fn find_clus_small_smem_bytes_slots(capacity: u32, groups: u32, slots: u32) -> usize {
+    (36 + groups * small_group_words_slots(capacity, slots)) as usize * 4
 }
 
 /// Default capacity of the warp pass of [`KERNEL_FIND_CLUS_SMALL`]: only the modules of up
@@ -394,8 +432,10 @@ pub struct ClusteringFindClusSmallParams {
     pub cols: u32,
     /// Largest module (digis) clustered here; larger ones go to `larger`.
     pub capacity: u32,
-    /// Padding (zero); the entry point decides the group (warp or block).
-    pub _pad0: u32,
+    /// Slots of each group's pixel table: a power of two, at least
+    /// [`small_table_size`]`(capacity)` ([`small_table_slots`]); the entry point decides
+    /// the group (warp or block).
+    pub table_slots: u32,
     /// Module ids below this use `threshold_layer1`.
     pub layer1_modules: u32,
     /// Charge threshold (electrons) of the first layer's modules; 0 = no cut.

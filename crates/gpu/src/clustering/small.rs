@@ -37,7 +37,8 @@ use core::ptr::read_volatile;
 /// `clus_in_module`, `module_first` for `nevents * nmodules`; `larger` null or valid for
 /// `n + 1` words with `larger[0] == 0`; no other kernel running concurrently clusters the
 /// same slots; dynamic shared memory
-/// [`find_clus_small_smem_bytes`]`(capacity, groups per block)`; `blockDim.x` a multiple
+/// [`find_clus_small_smem_bytes_slots`]`(capacity, groups per block, table_slots)` with
+/// `table_slots` a power of two of at least [`small_table_size`]`(capacity)`; `blockDim.x` a multiple
 /// of 32.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindClusSmallParams) {
@@ -300,13 +301,13 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             bs.exclusive_sum(v)
         }
     };
-    let tsize = small_table_size(capacity);
+    let tsize = p.table_slots;
     let tmask = tsize - 1;
     let tshift = tsize.leading_zeros() + 1;
     let cap = capacity as usize;
     // SAFETY: this group's area inside the launch's dynamic shared memory.
     let (xy, parent, number, cl, charge, keys, vals) = unsafe {
-        let g = smem.add(36 + group as usize * small_group_words(capacity) as usize);
+        let g = smem.add(36 + group as usize * small_group_words_slots(capacity, tsize) as usize);
         let xy = g.add(4);
         let charge = xy.add(4 * cap);
         let keys = charge.add(cap);

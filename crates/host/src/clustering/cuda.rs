@@ -170,6 +170,13 @@ pub struct Clusterer<'g> {
     smem: usize,
     fallback_grid: u32,
     cut_grid: u32,
+    /// Table scales of the middle and the last block pass ([`Clusterer::set_table_scale`]).
+    table_scale: (u32, u32),
+    /// Threads per block of the shared-memory kernel and of the fallback kernel.
+    larger_threads: (u32, u32),
+    /// Whether each persistent grid is cut to the most blocks that can find work in a batch
+    /// of this workspace's capacity ([`Clusterer::set_tight_grids`]).
+    tight_grids: bool,
     max_digis: usize,
     max_events: usize,
     /// Output: cluster index per digi.
@@ -296,7 +303,35 @@ impl<'g> Clusterer<'g> {
         let words = k::status_words(rows, cols);
         let status_in_smem = words <= k::STATUS_SMEM_MAX_WORDS;
         let smem = k::find_clus_smem_bytes(rows, cols, capacity, status_in_smem);
-        let small_smem = k::find_clus_small_smem_bytes(small_capacity, 1);
+        // Table scales: larger tables where the shared memory keeps the residency (a scale
+        // whose table does not fit a block falls back to 0).
+        let few = max_events <= k::FEW_EVENTS_PER_LAUNCH as usize;
+        let fits = |cap: u32, scale: u32| {
+            k::find_clus_small_smem_bytes_slots(cap, 1, k::small_table_slots(cap, scale))
+                <= crate::bucket::MAX_BLOCK_SMEM
+        };
+        let last_scale = if few {
+            k::LATENCY_LAST_TABLE_SCALE
+        } else {
+            k::LAST_TABLE_SCALE
+        };
+        let table_scale = (
+            if fits(k::MID_CAPACITY, k::MID_TABLE_SCALE) {
+                k::MID_TABLE_SCALE
+            } else {
+                0
+            },
+            if fits(small_capacity, last_scale) {
+                last_scale
+            } else {
+                0
+            },
+        );
+        let small_smem = k::find_clus_small_smem_bytes_slots(
+            small_capacity,
+            1,
+            k::small_table_slots(small_capacity, table_scale.1),
+        );
         // The passes by module size (warp pass up to 32 digis, middle pass up to 128, last
         // pass), side by side; the last pass's blocks are larger for one or two events per
         // launch. Chosen from the pass sweep of bench-clustering (docs/benchmarks.md).
@@ -327,7 +362,8 @@ impl<'g> Clusterer<'g> {
         gpu.allow_smem(k::KERNEL_FIND_CLUS, smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, small_smem)?;
         gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, warp_smem)?;
-        let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, geometry.threads, smem)?;
+        let larger_threads = (k::SHARED_THREADS, k::FALLBACK_THREADS);
+        let find_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS, larger_threads.0, smem)?;
         let small_grid = resident_grid(gpu, k::KERNEL_FIND_CLUS_SMALL, small_threads, small_smem)?;
         let mid = match mid_pass {
             None => None,
@@ -338,7 +374,11 @@ impl<'g> Clusterer<'g> {
                     gpu,
                     k::KERNEL_FIND_CLUS_SMALL,
                     threads,
-                    k::find_clus_small_smem_bytes(cap, 1),
+                    k::find_clus_small_smem_bytes_slots(
+                        cap,
+                        1,
+                        k::small_table_slots(cap, table_scale.0),
+                    ),
                 )?,
             )),
         };
@@ -349,8 +389,7 @@ impl<'g> Clusterer<'g> {
             warp_smem,
         )?;
         let cells = (rows * cols) as usize;
-        let fallback_grid = (k::FALLBACK_BLOCKS_PER_SM * gpu.sm_count())
-            .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32);
+        let fallback_grid = fallback_grid(gpu, cells, larger_threads.1)?;
         let n = max_digis.max(1);
         let slots = max_events.max(1) * geometry.modules as usize;
         // One entry per module start: at most one per digi (also for unvalidated input,
@@ -387,6 +426,9 @@ impl<'g> Clusterer<'g> {
             smem,
             fallback_grid,
             cut_grid: gpu.sm_count() * 8,
+            table_scale,
+            larger_threads,
+            tight_grids: true,
             max_digis,
             max_events: max_events.max(1),
             clus: gpu.zeros(n)?,
@@ -415,7 +457,7 @@ impl<'g> Clusterer<'g> {
     /// 1024).
     pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
-        let smem = k::find_clus_small_smem_bytes(self.small_capacity, 1);
+        let smem = self.block_pass_smem(self.small_capacity, self.table_scale.1);
         self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
             .min(self.grid_limit.unwrap_or(u32::MAX));
         self.small_threads = threads;
@@ -468,7 +510,17 @@ impl<'g> Clusterer<'g> {
                         format!("{cap} (1 to {})", self.small_capacity - 1),
                     ));
                 }
-                let smem = k::find_clus_small_smem_bytes(cap, 1);
+                let smem = self.block_pass_smem(cap, self.table_scale.0);
+                if smem > crate::bucket::MAX_BLOCK_SMEM {
+                    return Err(Error::CapacityExceeded {
+                        what: "find_clus_small shared memory (bytes)",
+                        needed: smem as u64,
+                        capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+                    });
+                }
+                let last = self.block_pass_smem(self.small_capacity, self.table_scale.1);
+                self.gpu
+                    .allow_smem(k::KERNEL_FIND_CLUS_SMALL, smem.max(last))?;
                 let grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
                     .min(self.grid_limit.unwrap_or(u32::MAX));
                 Some((cap, threads, grid))
@@ -476,6 +528,105 @@ impl<'g> Clusterer<'g> {
         };
         self.graph = None;
         Ok(())
+    }
+
+    /// Shared-memory bytes of a block pass of capacity `cap` with table scale `scale`.
+    fn block_pass_smem(&self, cap: u32, scale: u32) -> usize {
+        k::find_clus_small_smem_bytes_slots(cap, 1, k::small_table_slots(cap, scale))
+    }
+
+    /// Sets the table scales of the middle and the last block pass (0 to
+    /// [`detkit_gpu::clustering::MAX_TABLE_SCALE`]; defaults
+    /// [`detkit_gpu::clustering::MID_TABLE_SCALE`] and, for the last pass,
+    /// [`detkit_gpu::clustering::LATENCY_LAST_TABLE_SCALE`] up to
+    /// [`detkit_gpu::clustering::FEW_EVENTS_PER_LAUNCH`] events per launch and
+    /// [`detkit_gpu::clustering::LAST_TABLE_SCALE`] beyond): each module's pixel table gets
+    /// `2^scale` times the slots of the capacity's [`detkit_gpu::clustering::small_table_size`]
+    /// (fewer probes, more shared memory and more slots to clear). Results do not change.
+    pub fn set_table_scale(&mut self, mid: u32, last: u32) -> Result<()> {
+        if mid > k::MAX_TABLE_SCALE || last > k::MAX_TABLE_SCALE {
+            return Err(invalid(
+                "table scale",
+                format!("{mid}, {last} (0 to {})", k::MAX_TABLE_SCALE),
+            ));
+        }
+        let mid_cap = self.mid.map_or(0, |(c, _, _)| c);
+        let bytes = self
+            .block_pass_smem(self.small_capacity, last)
+            .max(self.block_pass_smem(mid_cap.max(1), mid));
+        if bytes > crate::bucket::MAX_BLOCK_SMEM {
+            return Err(Error::CapacityExceeded {
+                what: "find_clus_small shared memory (bytes)",
+                needed: bytes as u64,
+                capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+            });
+        }
+        self.gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, bytes)?;
+        self.table_scale = (mid, last);
+        // The grids for the new shared memory.
+        self.set_small_threads(self.small_threads)?;
+        self.set_mid_pass(self.mid.map(|(c, t, _)| (c, t)))
+    }
+
+    /// Sets the threads per block of the shared-memory kernel (modules over the small-module
+    /// capacity; default [`detkit_gpu::clustering::SHARED_THREADS`]) and of the fallback
+    /// kernel (modules over the shared-memory capacity; default
+    /// [`detkit_gpu::clustering::FALLBACK_THREADS`]):
+    /// multiples of 32 up to 1024 that the device can run (one block per multiprocessor at
+    /// least). Results do not change.
+    pub fn set_larger_threads(&mut self, shared: u32, fallback: u32) -> Result<()> {
+        crate::scan::check_block_size(shared)?;
+        crate::scan::check_block_size(fallback)?;
+        for (kernel, threads, smem) in [
+            (k::KERNEL_FIND_CLUS, shared, self.smem),
+            (
+                k::KERNEL_FIND_CLUS_FALLBACK,
+                fallback,
+                k::scan_only_smem_bytes(),
+            ),
+        ] {
+            let per_sm = self
+                .gpu
+                .kernel(kernel)?
+                .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
+                .ctx(format!("querying the occupancy of {kernel}"))?;
+            if per_sm == 0 {
+                return Err(invalid(
+                    "threads per block",
+                    format!("{kernel} cannot run blocks of {threads} threads on this device"),
+                ));
+            }
+        }
+        let limit = self.grid_limit.unwrap_or(u32::MAX);
+        self.find_grid =
+            resident_grid(self.gpu, k::KERNEL_FIND_CLUS, shared, self.smem)?.min(limit);
+        let cells = (self.geometry.rows * self.geometry.cols) as usize;
+        // At most the blocks whose pixel grids the buffer holds.
+        self.fallback_grid = fallback_grid(self.gpu, cells, fallback)?
+            .min(limit)
+            .min((self.grid.len() / cells.max(1)) as u32)
+            .max(1);
+        if let Some(st) = &self.status {
+            // The status slabs: one per block of the shared-memory kernel.
+            let words = k::status_words(self.geometry.rows, self.geometry.cols) as usize;
+            if st.len() < self.find_grid as usize * words {
+                self.status = Some(self.gpu.zeros::<u32>(self.find_grid as usize * words)?);
+            }
+        }
+        self.larger_threads = (shared, fallback);
+        self.graph = None;
+        Ok(())
+    }
+
+    /// Whether each persistent grid is cut to the most blocks that can find work in a batch
+    /// of this workspace's capacity (default `true`): a pass over modules of more than `s`
+    /// digis gets at most `max_digis / (s + 1)` module slots, and no list holds more than
+    /// `max_events × modules`, so the blocks beyond that would only be dispatched and leave
+    /// (thousands per event with one event per launch). `false` launches the resident grids
+    /// (the measurement's baseline). Results do not change.
+    pub fn set_tight_grids(&mut self, tight: bool) {
+        self.tight_grids = tight;
+        self.graph = None;
     }
 
     /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
@@ -556,6 +707,21 @@ impl<'g> Clusterer<'g> {
         [warp, mid, self.small_capacity.max(mid)]
     }
 
+    /// The most module slots a list of modules of over `above` digis can hold in a batch of
+    /// this workspace's capacity (for validated input; the grids sized by it stride over
+    /// any longer list, so unvalidated input is still clustered in full).
+    fn list_bound(&self, above: u32) -> u64 {
+        let digis = self.max_digis.max(1) as u64;
+        let slots = digis.min(self.max_events as u64 * self.geometry.modules as u64);
+        slots.min(digis / (above as u64 + 1)).max(1)
+    }
+
+    /// `grid` cut to the blocks that can find work in a list of modules of over `above`
+    /// digis, `per_block` modules per block at a time.
+    fn grid_for(&self, grid: u32, above: u32, per_block: u32) -> u32 {
+        work_grid(grid, self.tight_grids, self.list_bound(above), per_block)
+    }
+
     /// `count_modules` in `phase`: the count (one thread per digi and per event × module)
     /// or the sort of the module slots into the pass lists (one thread per slot).
     fn launch_count(&mut self, d: &DeviceDigis, phase: u32) -> Result<()> {
@@ -568,9 +734,13 @@ impl<'g> Clusterer<'g> {
         // Grid-stride over the digis and the module slots of the buffers' capacity (the
         // sizes of the batch are read on the device).
         let work = d.max_digis.max(d.max_events * nm as usize).max(1) as u64;
-        let blocks = work
+        let mut blocks = work
             .div_ceil(k::COUNT_MODULES_THREADS as u64)
             .min(g.sm_count() as u64 * 8);
+        if phase == k::COUNT_PHASE_SORT {
+            // One thread per module slot.
+            blocks = self.grid_for(blocks as u32, 0, k::COUNT_MODULES_THREADS) as u64;
+        }
         let params = k::ClusteringCountModulesParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -675,7 +845,7 @@ impl<'g> Clusterer<'g> {
         }
         if let Some(cut_larger) = larger {
             self.launch_shared(d, lane(2))?;
-            self.launch_fallback(d, lane(2))?;
+            self.launch_fallback(d, lane(2), self.capacity)?;
             if let Some(c) = cut_larger {
                 self.launch_charge_cut(d, c, true, lane(2))?;
             }
@@ -722,11 +892,20 @@ impl<'g> Clusterer<'g> {
             (Pass::Mid, Some((_, t, g))) => (caps[1], t, g, 1, 1),
             _ => (caps[2], self.small_threads, self.small_grid, 1, 2),
         };
+        // The list holds modules over the previous pass's capacity.
+        let above = if list == 0 { 0 } else { caps[list - 1] };
+        let grid = self.grid_for(grid, above, groups);
         let kernel = if pass == Pass::Warp {
             k::KERNEL_FIND_CLUS_SMALL_WARP
         } else {
             k::KERNEL_FIND_CLUS_SMALL
         };
+        let scale = match pass {
+            Pass::Warp => 0,
+            Pass::Mid => self.table_scale.0,
+            Pass::Last => self.table_scale.1,
+        };
+        let slots = k::small_table_slots(cap.max(1), scale);
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -742,7 +921,7 @@ impl<'g> Clusterer<'g> {
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             module_first: g.ptr_mut(&mut self.module_first),
             capacity: cap,
-            _pad0: 0,
+            table_slots: slots,
             layer1_modules: l1,
             threshold_layer1: cut.layer1,
             threshold_other: cut.other,
@@ -750,11 +929,12 @@ impl<'g> Clusterer<'g> {
             // The list was sorted with this capacity: no module over it.
             larger: DevPtr::NULL,
         };
-        let smem = k::find_clus_small_smem_bytes(cap.max(1), groups);
+        let smem = k::find_clus_small_smem_bytes_slots(cap.max(1), groups, slots);
         // SAFETY: launched after both phases of count_modules (in stream order, or on a side
         // stream forked after them), whose sort wrote this pass's list and the slot ends;
         // the passes running side by side cluster disjoint lists; shared memory for this
-        // capacity and group count (limit raised at construction, or by the setters);
+        // capacity, group count and table (`slots`, a power of two of at least
+        // `small_table_size(cap)`; limit raised at construction, or by the setters);
         // threads checked.
         unsafe {
             self.on(lane)
@@ -774,6 +954,7 @@ impl<'g> Clusterer<'g> {
         let geo = &self.geometry;
         let (nm, rows, cols, cap) = (geo.modules, geo.rows, geo.cols, self.capacity);
         let status_ptr = self.status.as_ref();
+        let grid = self.grid_for(self.find_grid, self.pass_caps()[2], 1);
         let params = k::ClusteringFindClusParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -795,12 +976,13 @@ impl<'g> Clusterer<'g> {
         };
         // SAFETY: launched after both phases of count_modules (the sort wrote its list and
         // the slot ends); shared memory `find_clus_smem_bytes` for this geometry and
-        // capacity (limit raised at construction); the status slab has `find_grid` zeroed
-        // slabs (kernels leave them zeroed; one user at a time: this lane); threads checked.
+        // capacity (limit raised at construction); the status slab has `find_grid` (at least
+        // `grid`) zeroed slabs (kernels leave them zeroed; one user at a time: this lane);
+        // threads checked (geometry or `set_larger_threads`).
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_FIND_CLUS,
-                cfg(self.find_grid as u64, geo.threads, self.smem),
+                cfg(grid as u64, self.larger_threads.0, self.smem),
                 &params,
             )
         }
@@ -810,11 +992,13 @@ impl<'g> Clusterer<'g> {
     /// `find_clus_shared` passed on (exits at once when there are none).
     pub fn find_clus_fallback(&mut self, d: &DeviceDigis) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_fallback(d, None)
+        self.launch_fallback(d, None, self.capacity)
     }
 
-    fn launch_fallback(&mut self, d: &DeviceDigis, lane: Option<usize>) -> Result<()> {
+    /// The fallback over its list, whose modules have over `above` digis.
+    fn launch_fallback(&mut self, d: &DeviceDigis, lane: Option<usize>, above: u32) -> Result<()> {
         let g = self.gpu;
+        let blocks = self.grid_for(self.fallback_grid, above, 1);
         let geo = &self.geometry;
         let (nm, rows, cols) = (geo.modules, geo.rows, geo.cols);
         let params = k::ClusteringFindClusFallbackParams {
@@ -835,14 +1019,15 @@ impl<'g> Clusterer<'g> {
             _pad0: 0,
         };
         // SAFETY: launched after find_clus (in stream order on the same lane);
-        // fallback_grid grids of rows*cols cells, all GRID_EMPTY (the kernel cleans up);
-        // shared memory for the block scan.
+        // `blocks` (at most the buffer's) grids of rows*cols cells, all GRID_EMPTY (the
+        // kernel cleans up); shared memory for the block scan; threads checked (a multiple
+        // of 32 up to 1024).
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_FIND_CLUS_FALLBACK,
                 cfg(
-                    self.fallback_grid as u64,
-                    k::FALLBACK_THREADS,
+                    blocks as u64,
+                    self.larger_threads.1,
                     k::scan_only_smem_bytes(),
                 ),
                 &params,
@@ -905,7 +1090,8 @@ impl<'g> Clusterer<'g> {
             };
             r?;
         }
-        self.launch_fallback(d, None)
+        // The seed lists modules of any size it cannot hold.
+        self.launch_fallback(d, None, 0)
     }
 
     /// Launches the charge cut over every module (`cut` thresholds; zero keeps everything).
@@ -933,6 +1119,8 @@ impl<'g> Clusterer<'g> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, l1) = (geo.modules, geo.layer1_modules);
+        let above = if larger { self.pass_caps()[2] } else { 0 };
+        let grid = self.grid_for(self.cut_grid, above, 1);
         let params = k::ClusteringClusterChargeCutParams {
             adc: g.ptr(&d.adc),
             nmodules: nm,
@@ -959,11 +1147,7 @@ impl<'g> Clusterer<'g> {
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_CHARGE_CUT,
-                cfg(
-                    self.cut_grid as u64,
-                    k::FALLBACK_THREADS,
-                    k::scan_only_smem_bytes(),
-                ),
+                cfg(grid as u64, k::CUT_THREADS, k::scan_only_smem_bytes()),
                 &params,
             )
         }
@@ -1187,6 +1371,31 @@ impl<'g> ClusterQueue<'g> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Blocks of the fallback kernel of `threads` threads: [`k::FALLBACK_BLOCKS_PER_SM`] per
+/// multiprocessor, at most the resident ones, and at most [`k::FALLBACK_GRID_BYTES`] of pixel
+/// grids (`cells` words each).
+fn fallback_grid(gpu: &GpuContext, cells: usize, threads: u32) -> Result<u32> {
+    let resident = resident_grid(
+        gpu,
+        k::KERNEL_FIND_CLUS_FALLBACK,
+        threads,
+        k::scan_only_smem_bytes(),
+    )?;
+    Ok((k::FALLBACK_BLOCKS_PER_SM * gpu.sm_count())
+        .min(resident)
+        .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32))
+}
+
+/// At most the blocks of a persistent grid that can find work: `items` work items (module
+/// slots) at `per_block` per block, at least one block; `grid` when not `tight`.
+fn work_grid(grid: u32, tight: bool, items: u64, per_block: u32) -> u32 {
+    if tight {
+        grid.min(items.div_ceil(per_block as u64).clamp(1, u32::MAX as u64) as u32)
+    } else {
+        grid
     }
 }
 
