@@ -449,7 +449,7 @@ fn check_coincide(c: &Ctx, what: &str, v: &[Single], cfg: &CoincideConfig) -> R 
 }
 
 fn test_coincide(c: &Ctx) -> R {
-    for n in sizes(kp::COINCIDE_THREADS as usize, c.quick) {
+    for n in sizes(kp::COINCIDE_TILE as usize, c.quick) {
         if n > 1 << 20 && c.quick {
             continue;
         }
@@ -513,6 +513,22 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
             "pairs-then-gap",
             (0..10_000)
                 .map(|i| sgl(i % 2, 1.0, (i / 2) as f64 * 25.0 + (i % 2) as f64 * 3.0))
+                .collect(),
+        ),
+        // The same after one lone single: the pairs' openers at odd indices (lane 31, the
+        // last item of a thread, the last single of a tile open windows too).
+        (
+            "pairs-then-gap-odd",
+            (0..10_001)
+                .map(|i| {
+                    let k = i.max(1) - 1;
+                    let t = if i == 0 {
+                        0.0
+                    } else {
+                        100.0 + (k / 2) as f64 * 25.0 + (k % 2) as f64 * 3.0
+                    };
+                    sgl(i % 3, 1.0, t)
+                })
                 .collect(),
         ),
     ];

@@ -66,7 +66,6 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_TIME_KEYS,
     pet::KERNEL_GATHER,
     pet::KERNEL_COINCIDE_TILES,
-    pet::KERNEL_COINCIDE_TILES_FREE,
     pet::KERNEL_MW_SAMPLE,
     pet::KERNEL_MW_SPLIT,
     pet::KERNEL_MW_MERGE,

@@ -201,12 +201,12 @@ fn shfl_up_f64(v: f64) -> f64 {
     let b = v.to_bits();
     f64::from_bits(i::shfl_up(b as u32, 1) as u64 | (i::shfl_up((b >> 32) as u32, 1) as u64) << 32)
 }
-/// A 64-bit float from lane `lane + 1` (two shuffles; lane 31 gets its own).
+/// A 64-bit float from lane `lane + d` (two shuffles; the top `d` lanes get their own).
 #[inline(always)]
-fn shfl_down_f64(v: f64) -> f64 {
+fn shfl_down_f64(v: f64, d: u32) -> f64 {
     let b = v.to_bits();
     f64::from_bits(
-        i::shfl_down(b as u32, 1) as u64 | (i::shfl_down((b >> 32) as u32, 1) as u64) << 32,
+        i::shfl_down(b as u32, d) as u64 | (i::shfl_down((b >> 32) as u32, d) as u64) << 32,
     )
 }
 
@@ -228,17 +228,6 @@ fn shfl_down_f64(v: f64) -> f64 {
 /// arrays for `gridDim.x` tiles, flags zeroed.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) {
-    // SAFETY: caller contract.
-    unsafe { coincide_tiles(p) }
-}
-
-/// [`pet_coincide_tiles`] without its launch bound (ptxas free to use more registers, two
-/// blocks per multiprocessor instead of three), for the comparison in `bench-pet`.
-///
-/// # Safety
-/// As [`pet_coincide_tiles`].
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn pet_coincide_tiles_free(p: PetCoincideTilesParams) {
     // SAFETY: caller contract.
     unsafe { coincide_tiles(p) }
 }
@@ -278,15 +267,21 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     let mut sum64 = 0u64;
     // Items whose opener window has members beside the opener (bit j).
     let mut walk = 0u32;
+    // Prompt openers whose window is exactly the opener and the next single, after which the
+    // segment ends (bit j): the usual true coincidence, paired without a walk.
+    let mut two = 0u32;
     unroll8!(j, {
         let idx = warp_start + (j as u64) * 32 + lane as u64;
         let t = times[j];
-        // Single idx - 1 is lane - 1's item j, or lane 31's item j - 1; idx + 1 is lane + 1's
-        // item j, or lane 0's item j + 1. (Every lane takes part in the shuffles.)
+        // Single idx - 1 is lane - 1's item j, or lane 31's item j - 1; idx + d (d = 1, 2)
+        // is lane + d's item j, or lane (lane + d) % 32 of item j + 1. (Every lane takes part
+        // in the shuffles.)
         let up = shfl_up_f64(t);
         let from_before = shfl_idx_f64(times[j.saturating_sub(1)], 31);
-        let down = shfl_down_f64(t);
-        let from_after = shfl_idx_f64(times[(j + 1).min(N - 1)], 0);
+        let down = shfl_down_f64(t, 1);
+        let from_after = shfl_idx_f64(times[(j + 1).min(N - 1)], (lane + 1) % 32);
+        let down2 = shfl_down_f64(t, 2);
+        let from_after2 = shfl_idx_f64(times[(j + 1).min(N - 1)], (lane + 2) % 32);
         if idx < n {
             let prev = if lane > 0 {
                 up
@@ -298,16 +293,20 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
             } else {
                 f64::NEG_INFINITY
             };
-            let next = if lane < 31 {
-                down
-            } else if j < N - 1 {
-                from_after
-            } else if idx + 1 < n {
-                // SAFETY: idx + 1 < n.
-                unsafe { time_at(singles, idx + 1) }
-            } else {
-                f64::INFINITY
+            // The time of single idx + d, +inf past the end.
+            let ahead = |d: u64, own: f64, after: f64| {
+                if lane as u64 + d < 32 {
+                    own
+                } else if j < N - 1 {
+                    after
+                } else if idx + d < n {
+                    // SAFETY: idx + d < n.
+                    unsafe { time_at(singles, idx + d) }
+                } else {
+                    f64::INFINITY
+                }
             };
+            let next = ahead(1, down, from_after);
             if (t.is_nan() || !(t >= prev)) && unsorted == u64::MAX {
                 unsorted = idx;
             }
@@ -319,13 +318,44 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
                         resume = resume.min(idx);
                     }
                 } else {
-                    walk |= 1 << j;
+                    let next2 = ahead(2, down2, from_after2);
+                    if !delayed && next2 - t > reach && next2 - next > reach {
+                        // Window {idx, idx + 1}; single idx + 2 starts a new segment.
+                        if window_complete(t, watermark, reach) {
+                            two |= 1 << j;
+                        } else {
+                            resume = resume.min(idx);
+                        }
+                    } else {
+                        walk |= 1 << j;
+                    }
                 }
             }
         }
     });
-    // The openers of windows with members walk them (times read again: L1/L2 hits; the
-    // registers of the eight times are free by now).
+    // Two-single windows: a pair when the crystals differ (every policy); the crystals of all
+    // items loaded before any is compared.
+    let mut crystals = [(0u32, 0u32); N];
+    unroll8!(j, {
+        if two & 1 << j != 0 {
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            // SAFETY: idx + 1 < n (the window holds it).
+            crystals[j] = unsafe {
+                (
+                    (*singles.add(idx as usize)).crystal,
+                    (*singles.add(idx as usize + 1)).crystal,
+                )
+            };
+        }
+    });
+    unroll8!(j, {
+        if two & 1 << j != 0 && crystals[j].0 != crystals[j].1 {
+            counts[j] = 1;
+            sum64 += 1;
+        }
+    });
+    // The openers of other windows with members walk them (times read again: L1/L2 hits;
+    // the registers of the eight times are free by now).
     unroll8!(j, {
         if walk & 1 << j != 0 {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
@@ -382,7 +412,19 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     let tile_prefix = unsafe { tile_exclusive_prefix(&lb, tile, tile_total, prefix_slot) };
     let base = tile_prefix.wrapping_add(warp_prefix);
     unroll8!(j, {
-        if counts[j] != 0 {
+        if two & 1 << j != 0 && counts[j] != 0 {
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            let at = base.wrapping_add(offs[j]) as u64;
+            if at < p.capacity {
+                // SAFETY: idx + 1 < n; `at` below the capacity.
+                unsafe {
+                    p.pairs.ptr_mut().add(at as usize).write(Coincidence {
+                        a: singles.add(idx as usize).read(),
+                        b: singles.add(idx as usize + 1).read(),
+                    })
+                };
+            }
+        } else if counts[j] != 0 {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
             // SAFETY: idx < n (a count was made); idx - 1 < n.
             let (t, prev) = unsafe {

@@ -747,8 +747,6 @@ pub const CO_SUM64_LO: usize = 6;
 pub const CO_WORDS: usize = 8;
 /// Kernel: the single-pass coincidences (windows, counts, look-back scan, pairs).
 pub const KERNEL_COINCIDE_TILES: &str = "pet_coincide_tiles";
-/// [`KERNEL_COINCIDE_TILES`] without its launch bound (a comparison).
-pub const KERNEL_COINCIDE_TILES_FREE: &str = "pet_coincide_tiles_free";
 /// Singles per thread of [`KERNEL_COINCIDE_TILES`] (`unroll8!`).
 pub const COINCIDE_ITEMS: u32 = 8;
 /// Singles per tile of [`KERNEL_COINCIDE_TILES`].
@@ -913,11 +911,7 @@ pub struct PetCoincideTilesParams {
     pub delayed: u32,
     pub policy: u32,
 }
-crate::kernel_params!(
-    PetCoincideTilesParams,
-    96,
-    ["pet_coincide_tiles", "pet_coincide_tiles_free"]
-);
+crate::kernel_params!(PetCoincideTilesParams, 96, ["pet_coincide_tiles"]);
 
 /// Whether a policy yields at most one pair per window, so that a prompt chain yields at most
 /// `n / 2` pairs and a delayed one at most `n` (the pairs buffer is sized from that bound, and

@@ -598,19 +598,13 @@ impl GpuContext {
                 delayed: delayed as u32,
                 policy: c.policy as u32,
             };
-            // DETKIT_PET_COINCIDE_FREE=1: the kernel without its launch bound (a comparison).
-            let kernel = if std::env::var_os("DETKIT_PET_COINCIDE_FREE").is_some() {
-                k::KERNEL_COINCIDE_TILES_FREE
-            } else {
-                k::KERNEL_COINCIDE_TILES
-            };
             // SAFETY: COINCIDE_THREADS threads, one block per tile, the tile-scan shared
             // memory; n < 2^32 (checked); the singles hold n (checked); pairs hold 4 capacity
             // words and the kernel writes none at or past the capacity; status initialised
             // above; look-back arrays for `tiles` tiles with zeroed flags.
             let r = unsafe {
                 self.launch(
-                    kernel,
+                    k::KERNEL_COINCIDE_TILES,
                     cfg(tiles, k::COINCIDE_THREADS, k::coincide_smem_bytes()),
                     &params,
                 )
