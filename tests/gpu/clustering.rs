@@ -76,6 +76,26 @@ fn check(
     Ok(got.fallback_modules)
 }
 
+/// The chain run both ways (`run`, then `run_graph`), each from poisoned outputs; `check`
+/// gets each way's results and whether it was the graph.
+fn run_both_ways(
+    run: &mut Clusterer,
+    dd: &DeviceDigis,
+    cut: Option<i32>,
+    mut check: impl FnMut(Clusters, bool) -> R,
+) -> R {
+    for graph in [false, true] {
+        run.poison_outputs().map_err(e)?;
+        if graph {
+            run.run_graph(dd, cut).map_err(e)?;
+        } else {
+            run.run(dd, cut).map_err(e)?;
+        }
+        check(run.results(dd).map_err(e)?, graph)?;
+    }
+    Ok(())
+}
+
 fn compare(what: &str, got: &Clusters, want: &Clusters) -> R {
     exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
     exact(
@@ -631,20 +651,13 @@ fn test_passes(c: &Ctx) -> R {
         let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
         sanitizer_grids(c, &mut run);
         run.set_table_scale(mid, last).map_err(e)?;
-        for graph in [false, true] {
-            run.poison_outputs().map_err(e)?;
-            if graph {
-                run.run_graph(&dd, cut).map_err(e)?;
-            } else {
-                run.run(&dd, cut).map_err(e)?;
-            }
-            let got = run.results(&dd).map_err(e)?;
+        run_both_ways(&mut run, &dd, cut, |got, graph| {
             compare(
                 &format!("table scale {mid}/{last}, graph {graph}"),
                 &got,
                 &want,
-            )?;
-        }
+            )
+        })?;
     }
     let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
     ensure(run.set_table_scale(4, 0).is_err(), || {
@@ -687,14 +700,7 @@ fn test_larger_threads(c: &Ctx) -> R {
         sanitizer_grids(c, &mut run);
         run.set_larger_threads(shared, fallback).map_err(e)?;
         run.set_tight_grids(tight);
-        for graph in [false, true] {
-            run.poison_outputs().map_err(e)?;
-            if graph {
-                run.run_graph(&dd, cut).map_err(e)?;
-            } else {
-                run.run(&dd, cut).map_err(e)?;
-            }
-            let got = run.results(&dd).map_err(e)?;
+        run_both_ways(&mut run, &dd, cut, |got, graph| {
             compare(&format!("{what}, graph {graph}"), &got, &want)?;
             if caps != DEFAULT {
                 ensure(got.medium_modules > 0 && got.fallback_modules > 0, || {
@@ -704,7 +710,8 @@ fn test_larger_threads(c: &Ctx) -> R {
                     )
                 })?;
             }
-        }
+            Ok(())
+        })?;
     }
     let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
     for (shared, fallback) in [(48, 256), (256, 0), (2048, 256)] {

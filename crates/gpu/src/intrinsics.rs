@@ -233,6 +233,33 @@ pub fn shfl_idx(v: u32, src_lane: u32) -> u32 {
     r
 }
 
+/// A 64-bit value through a 32-bit shuffle `f` (its two halves; `f` is the same shuffle for
+/// both, so every lane must call it, as any shuffle).
+#[inline(always)]
+fn shfl_halves(v: u64, f: impl Fn(u32) -> u32) -> u64 {
+    f(v as u32) as u64 | (f((v >> 32) as u32) as u64) << 32
+}
+/// [`shfl_idx`] of a 64-bit value.
+#[inline(always)]
+pub fn shfl_idx_u64(v: u64, src_lane: u32) -> u64 {
+    shfl_halves(v, |h| shfl_idx(h, src_lane))
+}
+/// [`shfl_up`] of a 64-bit value.
+#[inline(always)]
+pub fn shfl_up_u64(v: u64, delta: u32) -> u64 {
+    shfl_halves(v, |h| shfl_up(h, delta))
+}
+/// [`shfl_down`] of a 64-bit value.
+#[inline(always)]
+pub fn shfl_down_u64(v: u64, delta: u32) -> u64 {
+    shfl_halves(v, |h| shfl_down(h, delta))
+}
+/// [`shfl_xor`] of a 64-bit value.
+#[inline(always)]
+pub fn shfl_xor_u64(v: u64, lane_mask: u32) -> u64 {
+    shfl_halves(v, |h| shfl_xor(h, lane_mask))
+}
+
 // ---------------------------------------------------------------------------------------
 // Memory fences and ordered accesses
 // ---------------------------------------------------------------------------------------

@@ -187,27 +187,20 @@ unsafe fn write_opener(p: &PetCoincideTilesParams, idx: u64, t: f64, prev: f64, 
     unsafe { walk_windows(p, idx, t, prev, write) };
 }
 
-/// A 64-bit float from lane `src` (two shuffles).
+/// A time from lane `src`.
 #[inline(always)]
 fn shfl_idx_f64(v: f64, src: u32) -> f64 {
-    let b = v.to_bits();
-    f64::from_bits(
-        i::shfl_idx(b as u32, src) as u64 | (i::shfl_idx((b >> 32) as u32, src) as u64) << 32,
-    )
+    f64::from_bits(i::shfl_idx_u64(v.to_bits(), src))
 }
-/// A 64-bit float from lane `lane - 1` (two shuffles; lane 0 gets its own).
+/// A time from lane `lane - 1` (lane 0 gets its own).
 #[inline(always)]
 fn shfl_up_f64(v: f64) -> f64 {
-    let b = v.to_bits();
-    f64::from_bits(i::shfl_up(b as u32, 1) as u64 | (i::shfl_up((b >> 32) as u32, 1) as u64) << 32)
+    f64::from_bits(i::shfl_up_u64(v.to_bits(), 1))
 }
-/// A 64-bit float from lane `lane + d` (two shuffles; the top `d` lanes get their own).
+/// A time from lane `lane + d` (the top `d` lanes get their own).
 #[inline(always)]
 fn shfl_down_f64(v: f64, d: u32) -> f64 {
-    let b = v.to_bits();
-    f64::from_bits(
-        i::shfl_down(b as u32, d) as u64 | (i::shfl_down((b >> 32) as u32, d) as u64) << 32,
-    )
+    f64::from_bits(i::shfl_down_u64(v.to_bits(), d))
 }
 
 /// The coincidences of `n` sorted singles in one pass. Each tile of [`COINCIDE_TILE`]

@@ -22,14 +22,6 @@ const _: () = assert!(
 const _: () = assert!(ORDER_WARP_TABLE_BYTES == 17 * BDMS);
 const _: () = assert!(ORDER_WARP_FRAMES % (32 * ORDER_BATCH as u64) == 0);
 
-/// A 64-bit value from lane `src` (two shuffles).
-#[inline(always)]
-fn shfl_idx_u64(v: u64, src: u32) -> u64 {
-    let lo = i::shfl_idx(v as u32, src) as u64;
-    let hi = i::shfl_idx((v >> 32) as u32, src) as u64;
-    lo | hi << 32
-}
-
 /// Per block of [`ORDER_BLOCK_FRAMES`] frames: for every BDM, its first and last time in
 /// the block and whether it has any frame (a bit of `seen`); a time below the same BDM's
 /// previous time inside the block sets [`STAT_ORDER_DISORDER`] in `stats[STAT_ORDER]`.
@@ -92,7 +84,7 @@ pub unsafe extern "ptx-kernel" fn pet_order_blocks(p: PetOrderBlocksParams) {
             } else {
                 lane
             };
-            let prev = shfl_idx_u64(t, src);
+            let prev = i::shfl_idx_u64(t, src);
             if valid {
                 if lower != 0 {
                     bad |= t < prev;
@@ -285,9 +277,7 @@ pub unsafe extern "ptx-kernel" fn pet_order_join(p: PetOrderJoinParams) {
         let mut m = if counted { latest } else { u64::MAX };
         let mut k = 16;
         while k > 0 {
-            let lo = i::shfl_xor(m as u32, k) as u64;
-            let hi = i::shfl_xor((m >> 32) as u32, k) as u64;
-            m = m.min(lo | hi << 32);
+            m = m.min(i::shfl_xor_u64(m, k));
             k /= 2;
         }
         let missing = i::ballot(counted && !had) != 0;
