@@ -81,7 +81,7 @@ fn check(
 fn run_both_ways(
     run: &mut Clusterer,
     dd: &DeviceDigis,
-    cut: Option<i32>,
+    cut: Option<detkit::clustering::ChargeCut>,
     mut check: impl FnMut(Clusters, bool) -> R,
 ) -> R {
     for graph in [false, true] {
