@@ -113,78 +113,57 @@ unsafe fn walk_windows(
     }
 }
 
-/// The pairs of the windows that single `idx` opens ([`walk_windows`]) counted: `(count,
-/// first incomplete opener or u64::MAX, largest refused window or 0)`. Not inlined: the
-/// tile kernel calls it for the few singles whose window holds more than the opener, and
-/// keeps its registers for the many that do not.
+/// The time of the single before `idx` (`-inf` before the first).
 ///
 /// # Safety
-/// As [`walk_windows`].
+/// `idx - 1` inside the array when `idx > 0`.
 #[inline(always)]
-unsafe fn count_opener(p: &PetCoincideTilesParams, idx: u64, t: f64, prev: f64) -> (u32, u64, u32) {
+unsafe fn time_before(s: *const Single, idx: u64) -> f64 {
+    if idx > 0 {
+        // SAFETY: caller contract.
+        unsafe { time_at(s, idx - 1) }
+    } else {
+        f64::NEG_INFINITY
+    }
+}
+
+/// Walks the windows that single `idx` opens ([`walk_windows`]) and passes each pair's two
+/// members (single indices, in the oracle's order) to `emit`. Returns `(pairs, first
+/// incomplete opener or u64::MAX, largest refused window or 0)`. The tile kernel calls it
+/// to count (an `emit` that does nothing) and again to write, for the few singles whose
+/// window is not decided from the neighbours' times alone.
+///
+/// # Safety
+/// `idx < n`, `singles` valid for `n` singles.
+#[inline(always)]
+unsafe fn opener_pairs(
+    p: &PetCoincideTilesParams,
+    idx: u64,
+    mut emit: impl FnMut(u64, u64),
+) -> (u32, u64, u32) {
     let (singles, pol, delayed) = (p.singles.ptr(), Policy::from_u32(p.policy), p.delayed != 0);
-    let (mut c, mut oversize) = (0u32, 0u32);
-    let count = |o: u64, e: u64, s: u64| {
+    // SAFETY: idx < n, idx - 1 < n.
+    let (t, prev) = unsafe { (time_at(singles, idx), time_before(singles, idx)) };
+    let (mut count, mut oversize) = (0u32, 0u32);
+    let visit = |o: u64, e: u64, s: u64| {
         let (len, base) = window_shape(o, e, s, delayed);
         if !window_allowed(len, pol) {
             oversize = oversize.max(len);
             return;
         }
-        c += window_pairs(
+        let member = |k: u32| if k == 0 { o } else { base + k as u64 - 1 };
+        count += window_pairs(
             len,
             delayed,
             pol,
             // SAFETY: members are o or base + k - 1 < e <= n.
-            |k| unsafe {
-                singles
-                    .add(if k == 0 { o } else { base + k as u64 - 1 } as usize)
-                    .read()
-            },
-            |_, _| {},
-        );
-    };
-    // SAFETY: caller contract.
-    let r = unsafe { walk_windows(p, idx, t, prev, count) };
-    (c, r, oversize)
-}
-
-/// Writes the pairs of the windows that single `idx` opens from pair `at` on (none at or
-/// past the capacity). Not inlined, as [`count_opener`].
-///
-/// # Safety
-/// As [`walk_windows`]; `pairs` valid for `capacity` pairs.
-#[inline(always)]
-unsafe fn write_opener(p: &PetCoincideTilesParams, idx: u64, t: f64, prev: f64, mut at: u64) {
-    let (singles, pairs) = (p.singles.ptr(), p.pairs.ptr_mut());
-    let (pol, delayed) = (Policy::from_u32(p.policy), p.delayed != 0);
-    let write = |o: u64, e: u64, s: u64| {
-        let (len, base) = window_shape(o, e, s, delayed);
-        if !window_allowed(len, pol) {
-            return;
-        }
-        let member = |k: u32| if k == 0 { o } else { base + k as u64 - 1 };
-        window_pairs(
-            len,
-            delayed,
-            pol,
-            // SAFETY: members < e <= n.
             |k| unsafe { singles.add(member(k) as usize).read() },
-            |a, b| {
-                if at < p.capacity {
-                    // SAFETY: members < n; `at` below the capacity.
-                    unsafe {
-                        pairs.add(at as usize).write(Coincidence {
-                            a: singles.add(member(a) as usize).read(),
-                            b: singles.add(member(b) as usize).read(),
-                        })
-                    };
-                }
-                at += 1;
-            },
+            |a, b| emit(member(a), member(b)),
         );
     };
     // SAFETY: caller contract.
-    unsafe { walk_windows(p, idx, t, prev, write) };
+    let resume = unsafe { walk_windows(p, idx, t, prev, visit) };
+    (count, resume, oversize)
 }
 
 /// A time from lane `src`.
@@ -280,11 +259,9 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
                 up
             } else if j > 0 {
                 from_before
-            } else if idx > 0 {
-                // SAFETY: idx - 1 < n.
-                unsafe { time_at(singles, idx - 1) }
             } else {
-                f64::NEG_INFINITY
+                // SAFETY: idx - 1 < n when idx > 0.
+                unsafe { time_before(singles, idx) }
             };
             // The time of single idx + d, +inf past the end.
             let ahead = |d: u64, own: f64, after: f64| {
@@ -352,19 +329,8 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     unroll8!(j, {
         if walk & 1 << j != 0 {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
-            // SAFETY: idx < n (only such items are marked), idx - 1 < n.
-            let (t, prev) = unsafe {
-                (
-                    time_at(singles, idx),
-                    if idx > 0 {
-                        time_at(singles, idx - 1)
-                    } else {
-                        f64::NEG_INFINITY
-                    },
-                )
-            };
-            // SAFETY: idx < n.
-            let (c, r, o) = unsafe { count_opener(&p, idx, t, prev) };
+            // SAFETY: idx < n (only such items are marked).
+            let (c, r, o) = unsafe { opener_pairs(&p, idx, |_, _| {}) };
             counts[j] = c;
             sum64 += c as u64;
             resume = resume.min(r);
@@ -419,19 +385,21 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
             }
         } else if counts[j] != 0 {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
-            // SAFETY: idx < n (a count was made); idx - 1 < n.
-            let (t, prev) = unsafe {
-                (
-                    time_at(singles, idx),
-                    if idx > 0 {
-                        time_at(singles, idx - 1)
-                    } else {
-                        f64::NEG_INFINITY
-                    },
-                )
+            let mut at = base.wrapping_add(offs[j]) as u64;
+            let write = |a: u64, b: u64| {
+                if at < p.capacity {
+                    // SAFETY: members < n; `at` below the capacity.
+                    unsafe {
+                        p.pairs.ptr_mut().add(at as usize).write(Coincidence {
+                            a: singles.add(a as usize).read(),
+                            b: singles.add(b as usize).read(),
+                        })
+                    };
+                }
+                at += 1;
             };
-            // SAFETY: idx < n; pairs hold `capacity`.
-            unsafe { write_opener(&p, idx, t, prev, base.wrapping_add(offs[j]) as u64) };
+            // SAFETY: idx < n (a count was made).
+            unsafe { opener_pairs(&p, idx, write) };
         }
     });
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
