@@ -580,6 +580,21 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
     }
 }
 
+/// A generated acquisition for the streamed chain: `n` singles at 3·10^7 per second, read
+/// out in slices of `slice` ticks.
+fn stream_acquisition(s: &Scanner, seed: u64, n: usize, slice: u64) -> gen::Acquisition {
+    gen::acquisition(
+        s,
+        &gen::AcquisitionConfig {
+            seed,
+            singles: n,
+            singles_rate: 3e7,
+            slice,
+            ..Default::default()
+        },
+    )
+}
+
 fn test_stream(c: &Ctx) -> R {
     let s = gen::tiny_scanner(c.seed);
     for (n, chunks) in [
@@ -594,16 +609,7 @@ fn test_stream(c: &Ctx) -> R {
             (200_000, vec![1000, 4096, 65_536, 1 << 22])
         },
     ] {
-        let acq = gen::acquisition(
-            &s,
-            &gen::AcquisitionConfig {
-                seed: c.seed ^ 77,
-                singles: n,
-                singles_rate: 3e7,
-                slice: 100_000,
-                ..Default::default()
-            },
-        );
+        let acq = stream_acquisition(&s, c.seed ^ 77, n, 100_000);
         let bytes = gen::frame_bytes(&acq.frames);
         for cfg in [
             CoincideConfig::prompt(5000.0),
@@ -717,16 +723,7 @@ fn test_order_check(c: &Ctx) -> R {
     ] {
         let bdms = s.params.bdm_count();
         let n = if c.quick { 40_000 } else { 150_000 };
-        let acq = gen::acquisition(
-            &s,
-            &gen::AcquisitionConfig {
-                seed: c.seed ^ 91,
-                singles: n,
-                singles_rate: 3e7,
-                slice: 200_000,
-                ..Default::default()
-            },
-        );
+        let acq = stream_acquisition(&s, c.seed ^ 91, n, 200_000);
         let time = |f: &DataFrameV2| u64::from_be_bytes(f.time);
         let mut variants: Vec<(String, Vec<DataFrameV2>)> =
             vec![("ordered".into(), acq.frames.clone())];

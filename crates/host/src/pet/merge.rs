@@ -109,6 +109,27 @@ fn wide_tile() -> bool {
     })
 }
 
+/// What a multiway merge does with run boundaries `starts`: nothing (at most one non-empty
+/// run), the radix sort (more than [`k::MW_MAX_RUNS`] non-empty runs), or the merge of the
+/// distinct boundaries.
+enum MultiwayPath {
+    Nothing,
+    Radix,
+    Merge(Vec<u32>),
+}
+
+fn multiway_path(starts: &[u32]) -> MultiwayPath {
+    let mut s = starts.to_vec();
+    s.dedup();
+    if s.len() <= 2 {
+        MultiwayPath::Nothing
+    } else if s.len() - 1 > k::MW_MAX_RUNS as usize {
+        MultiwayPath::Radix
+    } else {
+        MultiwayPath::Merge(s)
+    }
+}
+
 /// The CPU mirror of the GPU merge (same plan, samples, splits and segments; segments
 /// merged by a stable sort): the host tests compare it with the oracle and check every
 /// segment against the tile. `CapacityExceeded` if a segment were larger than `tile`.
@@ -121,14 +142,11 @@ pub fn merge_runs_emulated(singles: &[Single], starts: &[u32], tile: u32) -> Res
     }
     check_run_starts(starts, singles.len())?;
     check_runs_sorted(singles, starts)?;
-    let mut s = starts.to_vec();
-    s.dedup();
-    if s.len() <= 2 {
-        return Ok(singles.to_vec());
-    }
-    if s.len() - 1 > k::MW_MAX_RUNS as usize {
-        return crate::pet::cpu::sort(singles);
-    }
+    let s = match multiway_path(starts) {
+        MultiwayPath::Nothing => return Ok(singles.to_vec()),
+        MultiwayPath::Radix => return crate::pet::cpu::sort(singles),
+        MultiwayPath::Merge(s) => s,
+    };
     let plan = merge_plan(&s, tile);
     emulate_level(singles, &plan, 0, tile)
 }
@@ -289,14 +307,11 @@ impl GpuContext {
         wide: bool,
     ) -> Result<bool> {
         check_merge(a, b, off, n, starts)?;
-        let mut s = starts.to_vec();
-        s.dedup();
-        if s.len() <= 2 {
-            return Ok(false);
-        }
-        if s.len() - 1 > k::MW_MAX_RUNS as usize {
-            return self.pet_sort_radix_device(a, b, off, n);
-        }
+        let s = match multiway_path(starts) {
+            MultiwayPath::Nothing => return Ok(false),
+            MultiwayPath::Radix => return self.pet_sort_radix_device(a, b, off, n),
+            MultiwayPath::Merge(s) => s,
+        };
         let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
         let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide);
         self.with_scratch(|x: &mut MergeTemp| *x = t);
@@ -314,9 +329,7 @@ impl GpuContext {
         starts: &[u32],
     ) -> Result<bool> {
         let in_b = self.pet_merge_runs_multiway(a, b, off, n, starts)?;
-        let mut s = starts.to_vec();
-        s.dedup();
-        if s.len() <= 2 || s.len() - 1 > k::MW_MAX_RUNS as usize {
+        if !matches!(multiway_path(starts), MultiwayPath::Merge(_)) {
             return Ok(in_b);
         }
         let bad = self.with_scratch(|x: &mut MergeTemp| -> Result<u32> {
