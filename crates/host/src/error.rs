@@ -79,8 +79,8 @@ pub enum Error {
 /// `Result` with detkit's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// Attaches a context string to driver errors.
-pub(crate) trait DriverContext<T> {
+/// Attaches a context string to driver errors (`Error::Driver`): `stream.memcpy_dtod(..).ctx("copy")`.
+pub trait DriverContext<T> {
     fn ctx(self, context: impl Into<String>) -> Result<T>;
 }
 

@@ -10,6 +10,7 @@
 //! Usage: `bench-pet-merge [--sizes 20,22,24] [--reps 20] [--no-cub]`
 
 use anyhow::{bail, Context, Result};
+use detkit::error::DriverContext;
 use detkit::pet::cpu as oracle;
 use detkit::pet::{gen, SinglesBuffer};
 use detkit::{Backend, GpuContext};
@@ -67,12 +68,7 @@ fn main() -> Result<()> {
         let mut a = g.zeros::<u64>(2 * n)?;
         let mut b = g.zeros::<u64>(2 * n)?;
         let copy_ms = median_ms(g, 3, reps, || {
-            g.stream()
-                .memcpy_dtod(&host, &mut a)
-                .map_err(|source| detkit::Error::Driver {
-                    context: "copy".into(),
-                    source,
-                })
+            g.stream().memcpy_dtod(&host, &mut a).ctx("copy")
         })?;
         println!(
             "{:<36} {:>10} {:>9.3} {:>9.1}",
@@ -113,12 +109,7 @@ fn main() -> Result<()> {
                 &want,
             )?;
             let ms = median_ms(g, 3, reps, || {
-                g.stream()
-                    .memcpy_dtod(&host, &mut a)
-                    .map_err(|source| detkit::Error::Driver {
-                        context: "copy".into(),
-                        source,
-                    })?;
+                g.stream().memcpy_dtod(&host, &mut a).ctx("copy")?;
                 sort(g, &mut a, &mut b, n).map(|_| ())
             })? - copy_ms;
             println!(

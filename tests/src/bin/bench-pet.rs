@@ -13,6 +13,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use detkit::error::DriverContext;
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{gen, StreamConfig};
 use detkit::Backend;
@@ -137,12 +138,7 @@ fn main() -> Result<()> {
         let src = g.zeros::<u64>(2 * n)?;
         let mut dst = g.zeros::<u64>(2 * n)?;
         let copy_ms = median_ms(g, 3, reps, || {
-            g.stream()
-                .memcpy_dtod(&src, &mut dst)
-                .map_err(|source| detkit::Error::Driver {
-                    context: "copy".into(),
-                    source,
-                })
+            g.stream().memcpy_dtod(&src, &mut dst).ctx("copy")
         })?;
         push(
             &mut rows,
@@ -240,12 +236,7 @@ fn main() -> Result<()> {
                         &want,
                     )?;
                     let ms = median_ms(g, 3, reps, || {
-                        g.stream().memcpy_dtod(&host, &mut a).map_err(|source| {
-                            detkit::Error::Driver {
-                                context: "copy".into(),
-                                source,
-                            }
-                        })?;
+                        g.stream().memcpy_dtod(&host, &mut a).ctx("copy")?;
                         sort(g, &mut a, &mut b, n).map(|_| ())
                     })? - copy_ms;
                     push(
@@ -451,12 +442,7 @@ fn main() -> Result<()> {
             pinned.as_mut_slice()?.copy_from_slice(bytes);
             let mut dev = g.zeros::<u8>(bytes.len())?;
             let h2d = median_ms(g, 3, reps.min(10), || {
-                g.stream()
-                    .memcpy_htod(&pinned, &mut dev)
-                    .map_err(|source| detkit::Error::Driver {
-                        context: "h2d".into(),
-                        source,
-                    })
+                g.stream().memcpy_htod(&pinned, &mut dev).ctx("h2d")
             })?;
             for (how, ms) in [
                 ("reader", t_read),

@@ -11,6 +11,7 @@
 
 use anyhow::{bail, Context, Result};
 use detkit::compact::Selection;
+use detkit::error::DriverContext;
 use detkit::histogram::HistogramStrategy;
 use detkit::{Backend, BucketOrder, ScanKind};
 use detkit_tests::{check, median_ms, parse_list};
@@ -54,12 +55,7 @@ fn main() -> Result<()> {
             let src = g.upload(&detkit::scan::gen::scan_values(n))?;
             let mut dst = g.zeros::<u32>(n)?;
             let ms = median_ms(g, 5, reps, || {
-                g.stream()
-                    .memcpy_dtod(&src, &mut dst)
-                    .map_err(|source| detkit::Error::Driver {
-                        context: "copy".into(),
-                        source,
-                    })
+                g.stream().memcpy_dtod(&src, &mut dst).ctx("copy")
             })?;
             rows.push(Row {
                 primitive: "copy".into(),
