@@ -27,6 +27,7 @@ pub mod intrinsics;
 pub mod bucket;
 pub mod clustering;
 pub mod compact;
+pub mod fastdiv;
 pub mod histogram;
 pub mod params;
 pub mod pet;
@@ -102,7 +103,7 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
-    (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 3),
+    (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
     (

@@ -938,3 +938,15 @@ fn parallel_conversion_equals_the_sequential_oracle() {
         oracle::convert(&[], &s.params, &s.position, &s.energy)
     );
 }
+
+// The kernel's division by the scanner's fixed divisors (multiplier and shift) against the
+// plain `/` and `%` the oracle uses.
+proptest! {
+    #[test]
+    fn fast_division_equals_plain_division(d in 1u32.., x: u32, small in 1u32..4096) {
+        for d in [d, small] {
+            let f = detkit_gpu::fastdiv::FastDiv::new(d);
+            prop_assert_eq!(f.div_rem(x), (x / d, x % d));
+        }
+    }
+}

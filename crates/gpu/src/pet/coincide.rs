@@ -166,6 +166,13 @@ unsafe fn opener_pairs(
     (count, resume, oversize)
 }
 
+/// Shared-state-space address of a walking item's slot (`slot` = its index in the tile):
+/// its pair count, then its first pair's offset. After the tile-scan storage.
+#[inline(always)]
+fn walk_slot(slot: u32) -> u32 {
+    i::shared_base() + crate::scan::device_scan_smem_bytes(4) as u32 + 4 * slot
+}
+
 /// A time from lane `src`.
 #[inline(always)]
 fn shfl_idx_f64(v: f64, src: u32) -> f64 {
@@ -324,17 +331,28 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
             sum64 += 1;
         }
     });
-    // The openers of other windows with members walk them (times read again: L1/L2 hits;
-    // the registers of the eight times are free by now).
+    // The openers of other windows with members walk them (times read again: L1/L2 hits).
+    // One rolled loop over the marked items (one copy of the walk in the code, and lanes
+    // walking different items walk together); each count goes to the item's slot in shared
+    // memory.
+    let warp_local = (warp_start - tile as u64 * COINCIDE_TILE) as u32;
+    let mut w = walk;
+    while w != 0 {
+        let j = i::lowest_bit(w);
+        w &= w - 1;
+        let idx = warp_start + (j as u64) * 32 + lane as u64;
+        // SAFETY: idx < n (only such items are marked).
+        let (c, r, o) = unsafe { opener_pairs(&p, idx, |_, _| {}) };
+        // SAFETY: the slot lies inside `coincide_smem_bytes()`; only this thread uses it.
+        unsafe { i::st_shared_u32(walk_slot(warp_local + j * 32 + lane), c) };
+        sum64 += c as u64;
+        resume = resume.min(r);
+        oversize = oversize.max(o);
+    }
     unroll8!(j, {
         if walk & 1 << j != 0 {
-            let idx = warp_start + (j as u64) * 32 + lane as u64;
-            // SAFETY: idx < n (only such items are marked).
-            let (c, r, o) = unsafe { opener_pairs(&p, idx, |_, _| {}) };
-            counts[j] = c;
-            sum64 += c as u64;
-            resume = resume.min(r);
-            oversize = oversize.max(o);
+            // SAFETY: written by this thread above.
+            counts[j] = unsafe { i::ld_shared_u32(walk_slot(warp_local + j as u32 * 32 + lane)) };
         }
     });
     // SAFETY: status holds CO_WORDS words (atomics only where something was found).
@@ -370,6 +388,20 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     // SAFETY: one look-back entry per tile.
     let tile_prefix = unsafe { tile_exclusive_prefix(&lb, tile, tile_total, prefix_slot) };
     let base = tile_prefix.wrapping_add(warp_prefix);
+    // The walking items' first pair offsets into their slots, for the rolled loop below.
+    let mut writers = 0u32;
+    unroll8!(j, {
+        if walk & 1 << j != 0 && counts[j] != 0 {
+            writers |= 1 << j;
+            // SAFETY: this thread's slot.
+            unsafe {
+                i::st_shared_u32(
+                    walk_slot(warp_local + j as u32 * 32 + lane),
+                    base.wrapping_add(offs[j]),
+                )
+            };
+        }
+    });
     unroll8!(j, {
         if two & 1 << j != 0 && counts[j] != 0 {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
@@ -383,25 +415,30 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
                     })
                 };
             }
-        } else if counts[j] != 0 {
-            let idx = warp_start + (j as u64) * 32 + lane as u64;
-            let mut at = base.wrapping_add(offs[j]) as u64;
-            let write = |a: u64, b: u64| {
-                if at < p.capacity {
-                    // SAFETY: members < n; `at` below the capacity.
-                    unsafe {
-                        p.pairs.ptr_mut().add(at as usize).write(Coincidence {
-                            a: singles.add(a as usize).read(),
-                            b: singles.add(b as usize).read(),
-                        })
-                    };
-                }
-                at += 1;
-            };
-            // SAFETY: idx < n (a count was made).
-            unsafe { opener_pairs(&p, idx, write) };
         }
     });
+    let mut w = writers;
+    while w != 0 {
+        let j = i::lowest_bit(w);
+        w &= w - 1;
+        let idx = warp_start + (j as u64) * 32 + lane as u64;
+        // SAFETY: this thread's slot, written above.
+        let mut at = unsafe { i::ld_shared_u32(walk_slot(warp_local + j * 32 + lane)) } as u64;
+        let write = |a: u64, b: u64| {
+            if at < p.capacity {
+                // SAFETY: members < n; `at` below the capacity.
+                unsafe {
+                    p.pairs.ptr_mut().add(at as usize).write(Coincidence {
+                        a: singles.add(a as usize).read(),
+                        b: singles.add(b as usize).read(),
+                    })
+                };
+            }
+            at += 1;
+        };
+        // SAFETY: idx < n (a count was made).
+        unsafe { opener_pairs(&p, idx, write) };
+    }
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
         // SAFETY: the u64 at CO_TOTAL_LO is 8-byte aligned (word 4).
         unsafe {

@@ -23,12 +23,13 @@ pub(crate) unsafe fn load_frame(frames: *const u32, idx: u64) -> DataFrameV2 {
 /// `blockDim.x == CONVERT_THREADS`, `gridDim.x == ceil(n / CONVERT_TILE) >= 1`,
 /// `convert_smem_bytes()` of shared memory; `n < 2^32`; `frames` valid for `n` frames,
 /// 16-byte aligned; `params` one `ScannerParams`; `position` and `correction` hold
-/// `params.position_entries()` / `energy_entries()` entries; `out` valid for `n` singles;
+/// `params.position_entries()` / `energy_entries()` entries; `divs` those of `params`; `out` valid for `n` singles;
 /// `stats` `STAT_WORDS` words, zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as
 /// in `compact_select_range_u32`.
 #[allow(unused_assignments)] // see `base` below
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) {
+    let divs = p.divs;
     let (frames, n, params, position, correction, out, stats, flags, aggregates, inclusive) = (
         p.frames.ptr(),
         p.n,
@@ -65,9 +66,10 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
         if idx < n {
             // SAFETY: idx < n.
             let f = unsafe { load_frame(frames, idx) };
-            let (s, st) = convert_frame(
+            let (s, st) = convert_frame_with(
                 &f,
                 &p,
+                &divs,
                 // SAFETY: convert_frame only asks for indices inside the tables.
                 |k| unsafe { position.add(k as usize).read() },
                 // SAFETY: as above.

@@ -240,7 +240,17 @@ pub const CONVERT_BAD_ADDRESS: u32 = 4;
 /// The frame's time counter (big-endian `u64`).
 #[inline(always)]
 pub fn frame_time(f: &DataFrameV2) -> u64 {
-    u64::from_be_bytes(f.time)
+    // Byte by byte (= `u64::from_be_bytes`): the field sits at byte 2 of the frame, and on the
+    // GPU a whole-array read of it went through local memory.
+    let b = &f.time;
+    (b[0] as u64) << 56
+        | (b[1] as u64) << 48
+        | (b[2] as u64) << 40
+        | (b[3] as u64) << 32
+        | (b[4] as u64) << 24
+        | (b[5] as u64) << 16
+        | (b[6] as u64) << 8
+        | b[7] as u64
 }
 
 /// The frame's raw energy (big-endian `u16`).
@@ -257,9 +267,11 @@ pub fn frame_energy(f: &DataFrameV2) -> u32 {
 /// position table at `(bdm, du, x + y * size)`; local crystal = `ox + (cy - 1 - oy) * cz`
 /// with `ox = origin % cz`, `oy = origin / cz`; crystal in ring and ring index; global index
 /// `in_ring + ring * crystals_per_ring`; energy = raw * factor with factor index
-/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`. The three
-/// pieces ([`frame_position_index`], [`frame_energy_index`], [`frame_single`]) are what the
-/// kernel runs for 8 frames at a time, so that their table reads overlap.
+/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`. In three pieces:
+/// [`frame_position_index`], [`frame_energy_index`], [`frame_single`].
+///
+/// The divisions by the scanner's crystal, block and ring sizes are plain `/` and `%` here;
+/// the kernel runs [`convert_frame_with`] and [`ScannerDivisors`] (multiplier and shift).
 #[inline(always)]
 pub fn convert_frame(
     f: &DataFrameV2,
@@ -267,13 +279,92 @@ pub fn convert_frame(
     position: impl Fn(u64) -> u8,
     correction: impl Fn(u64) -> f32,
 ) -> (Single, u32) {
+    convert_frame_with(f, p, p, position, correction)
+}
+
+/// [`convert_frame`] with the divisions done by `d`.
+#[inline(always)]
+pub fn convert_frame_with(
+    f: &DataFrameV2,
+    p: &ScannerParams,
+    d: &impl Divisors,
+    position: impl Fn(u64) -> u8,
+    correction: impl Fn(u64) -> f32,
+) -> (Single, u32) {
     let Some((du_index, at)) = frame_position_index(f, p) else {
         return (Single::default(), CONVERT_BAD_ADDRESS);
     };
-    let Some((local, factor_at, clamped)) = frame_energy_index(f, p, du_index, position(at)) else {
+    let Some((local, factor_at, clamped)) = frame_energy_index(f, p, d, du_index, position(at))
+    else {
         return (Single::default(), CONVERT_BAD_ADDRESS);
     };
-    frame_single(f, p, local, correction(factor_at), clamped)
+    frame_single(f, p, d, local, correction(factor_at), clamped)
+}
+
+/// The conversion's divisions, `(x / divisor, x % divisor)`, by the scanner's crystals per
+/// block along the axis (`crystal_num_z`), blocks per module along the axis
+/// (`block_num_z`) and modules per ring (`channels * module_num_y`). A zero divisor counts
+/// as 1 (frames are rejected before any division when one is zero).
+pub trait Divisors {
+    /// By `crystal_num_z`.
+    fn crystal_z(&self, x: u32) -> (u32, u32);
+    /// By `block_num_z`.
+    fn block_z(&self, x: u32) -> (u32, u32);
+    /// By `channels * module_num_y`.
+    fn ring_modules(&self, x: u32) -> (u32, u32);
+}
+
+/// Plain division (what the oracle runs).
+impl Divisors for ScannerParams {
+    fn crystal_z(&self, x: u32) -> (u32, u32) {
+        let d = self.crystal_num_z.max(1);
+        (x / d, x % d)
+    }
+    fn block_z(&self, x: u32) -> (u32, u32) {
+        let d = self.block_num_z.max(1);
+        (x / d, x % d)
+    }
+    fn ring_modules(&self, x: u32) -> (u32, u32) {
+        let d = (self.channels * self.module_num_y).max(1);
+        (x / d, x % d)
+    }
+}
+
+/// The three divisors as multipliers and shifts ([`crate::fastdiv::FastDiv`]), computed by
+/// the host once per launch and passed in the kernel's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ScannerDivisors {
+    pub crystal_z: crate::fastdiv::FastDiv,
+    pub block_z: crate::fastdiv::FastDiv,
+    pub ring_modules: crate::fastdiv::FastDiv,
+}
+
+impl ScannerDivisors {
+    /// The divisors of `p`.
+    pub const fn new(p: &ScannerParams) -> Self {
+        use crate::fastdiv::FastDiv;
+        Self {
+            crystal_z: FastDiv::new(p.crystal_num_z),
+            block_z: FastDiv::new(p.block_num_z),
+            ring_modules: FastDiv::new(p.channels.wrapping_mul(p.module_num_y)),
+        }
+    }
+}
+
+impl Divisors for ScannerDivisors {
+    #[inline(always)]
+    fn crystal_z(&self, x: u32) -> (u32, u32) {
+        self.crystal_z.div_rem(x)
+    }
+    #[inline(always)]
+    fn block_z(&self, x: u32) -> (u32, u32) {
+        self.block_z.div_rem(x)
+    }
+    #[inline(always)]
+    fn ring_modules(&self, x: u32) -> (u32, u32) {
+        self.ring_modules.div_rem(x)
+    }
 }
 
 /// First piece of [`convert_frame`]: checks the frame's BDM, DU, x and y against the scanner
@@ -307,6 +398,7 @@ pub fn frame_position_index(f: &DataFrameV2, p: &ScannerParams) -> Option<(u64, 
 pub fn frame_energy_index(
     f: &DataFrameV2,
     p: &ScannerParams,
+    d: &impl Divisors,
     du_index: u64,
     origin: u8,
 ) -> Option<(u32, u64, bool)> {
@@ -317,7 +409,7 @@ pub fn frame_energy_index(
     if origin >= cy * cz {
         return None;
     }
-    let (ox, oy) = (origin % cz, origin / cz);
+    let (oy, ox) = d.crystal_z(origin);
     let local = ox + (cy - 1 - oy) * cz;
     let mut bin = frame_energy(f) / 10;
     let clamped = bin >= ENERGY_BINS;
@@ -335,6 +427,7 @@ pub fn frame_energy_index(
 pub fn frame_single(
     f: &DataFrameV2,
     p: &ScannerParams,
+    d: &impl Divisors,
     local: u32,
     factor: f32,
     clamped: bool,
@@ -347,9 +440,11 @@ pub fn frame_single(
         p.crystal_num_z.max(1),
         p.block_num_z.max(1),
     );
-    let ring_modules = (p.channels * p.module_num_y).max(1);
-    let in_ring = bdm % ring_modules * (p.block_num_y * cy) + du / bz * cy + local / cz;
-    let ring = bdm / ring_modules * (bz * cz) + du % bz * cz + local % cz;
+    let (bdm_ring, bdm_in_ring) = d.ring_modules(bdm);
+    let (du_y, du_z) = d.block_z(du);
+    let (local_y, local_z) = d.crystal_z(local);
+    let in_ring = bdm_in_ring * (p.block_num_y * cy) + du_y * cy + local_y;
+    let ring = bdm_ring * (bz * cz) + du_z * cz + local_z;
     let crystal = in_ring + ring * p.crystals_per_ring();
     let mut status = if clamped { CONVERT_CLAMPED } else { 0 };
     let energy = frame_energy(f) as f32 * factor;
@@ -751,9 +846,10 @@ pub const KERNEL_COINCIDE_TILES: &str = "pet_coincide_tiles";
 pub const COINCIDE_ITEMS: u32 = 8;
 /// Singles per tile of [`KERNEL_COINCIDE_TILES`].
 pub const COINCIDE_TILE: u64 = (COINCIDE_THREADS * COINCIDE_ITEMS) as u64;
-/// Shared memory of [`KERNEL_COINCIDE_TILES`] (the tile-scan layout, `u32`).
+/// Shared memory of [`KERNEL_COINCIDE_TILES`]: the tile-scan layout (`u32`), then one `u32`
+/// per single of the tile (the walking openers' counts, then their offsets).
 pub const fn coincide_smem_bytes() -> usize {
-    crate::scan::device_scan_smem_bytes(4)
+    crate::scan::device_scan_smem_bytes(4) + 4 * COINCIDE_TILE as usize
 }
 
 /// Threads per block of the coincidence kernels.
@@ -812,8 +908,10 @@ pub struct PetConvertFramesParams {
     pub flags: DevPtr<u32>,
     pub aggregates: DevPtr<u32>,
     pub inclusive: DevPtr<u32>,
+    /// The scanner's divisors as multipliers ([`ScannerDivisors::new`] of `params`).
+    pub divs: ScannerDivisors,
 }
-crate::kernel_params!(PetConvertFramesParams, 80, ["pet_convert_frames"]);
+crate::kernel_params!(PetConvertFramesParams, 128, ["pet_convert_frames"]);
 
 /// Parameters of the `pet_merge_sort_block` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

@@ -166,6 +166,7 @@ impl GpuContext {
             flags: self.ptr_mut(&mut lb.flags),
             aggregates: self.ptr_mut(&mut lb.agg),
             inclusive: self.ptr_mut(&mut lb.inc),
+            divs: k::ScannerDivisors::new(&scanner.host),
         };
         // SAFETY: CONVERT_THREADS threads, one block per tile, `convert_smem_bytes`; n < 2^32;
         // frames hold 16 n bytes (256-byte aligned cudarc allocation); the tables were
