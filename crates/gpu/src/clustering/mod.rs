@@ -209,17 +209,18 @@ pub const fn table_hash(v: u32, shift: u32) -> u32 {
     v.wrapping_mul(0x9e37_79b1) >> shift
 }
 
-/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), `xy`, `parent`, `number`,
-/// `cl` and `charge` (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis
-/// of at most 65535 e⁻ sums below 2^32), and the pixel table (keys and values,
-/// [`small_table_size`] u32 each).
+/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), the pixel table (keys and
+/// values, [`small_table_size`] u32 each), then `xy`, `parent`, `number`, `cl` and `charge`
+/// (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis of at most
+/// 65535 e⁻ sums below 2^32), rounded up to a multiple of 4 words so that every group's
+/// table is 16-byte aligned (cleared by 16-byte stores).
 pub const fn small_group_words(capacity: u32) -> u32 {
     small_group_words_slots(capacity, small_table_size(capacity))
 }
 
 /// As [`small_group_words`] with a table of `slots` slots.
 pub const fn small_group_words_slots(capacity: u32, slots: u32) -> u32 {
-    4 + 5 * capacity + 2 * slots
+    (4 + 5 * capacity + 2 * slots).next_multiple_of(4)
 }
 
 /// Table slots of a block pass of `capacity` with table scale `scale`: [`small_table_size`]
@@ -229,6 +230,10 @@ pub const fn small_group_words_slots(capacity: u32, slots: u32) -> u32 {
 pub const fn small_table_slots(capacity: u32, scale: u32) -> u32 {
     small_table_size(capacity) << scale
 }
+
+/// Most slots of one pixel table of [`KERNEL_FIND_CLUS_SMALL`] (a digi keeps its slot in
+/// 15 bits; the shared memory of a block holds at most 2^14 slots anyway).
+pub const MAX_TABLE_SLOTS: u32 = 1 << 15;
 
 /// Largest table scale of the block passes.
 pub const MAX_TABLE_SCALE: u32 = 3;

@@ -906,6 +906,15 @@ impl<'g> Clusterer<'g> {
             Pass::Last => self.table_scale.1,
         };
         let slots = k::small_table_slots(cap.max(1), scale);
+        if slots > k::MAX_TABLE_SLOTS {
+            // Unreachable through the shared-memory checks (2^15 slots are 256 KiB); the
+            // kernel keeps a digi's slot in 15 bits.
+            return Err(Error::CapacityExceeded {
+                what: "find_clus_small table slots",
+                needed: slots as u64,
+                capacity: k::MAX_TABLE_SLOTS as u64,
+            });
+        }
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
