@@ -372,10 +372,11 @@ pub struct ClusteringCountModulesParams {
     /// Counter words of the later kernels' slot lists (`list[0]`), or null: set to zero by
     /// the count phase (nothing reads them while it runs).
     pub counters: [DevPtr<u32>; 5],
-    /// The sort phase's four slot lists (`list[0]` = count, zero at launch; `n + 1` words
-    /// each): a module of `size` digis goes to the first list `l < 3` with
-    /// `size <= caps[l]`, else to `lists[3]`.
-    pub lists: [DevPtr<u32>; 4],
+    /// The sort phase's five slot lists (`list[0]` = count, zero at launch; `n + 1` words
+    /// each): a module of `size` digis goes to the first list `l < 4` with
+    /// `size <= caps[l]`, else to `lists[4]` (the small-module passes, the shared-memory
+    /// kernel, the fallback).
+    pub lists: [DevPtr<u32>; 5],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -384,14 +385,14 @@ pub struct ClusteringCountModulesParams {
     pub cols: u32,
     /// [`COUNT_PHASE_COUNT`] or [`COUNT_PHASE_SORT`].
     pub phase: u32,
-    /// Size limits of the sort phase's first three lists (non-decreasing; 0 = list unused).
-    pub caps: [u32; 3],
-    /// Padding (zero).
-    pub _pad0: u32,
+    /// Size limits of the sort phase's first four lists (non-decreasing; 0 = list unused;
+    /// `caps[3]` the shared-memory kernel's capacity, so that the fallback's modules are
+    /// listed up front and the fallback runs beside that kernel, not after it).
+    pub caps: [u32; 4],
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    208,
+    216,
     ["clustering_count_modules"]
 );
 
