@@ -26,7 +26,8 @@
 //!    batch's sizes are read on the device. Digis with a module id or coordinates out of
 //!    range are reported through `bad` (the smallest such index) and treated as invalid.
 //!    Sort phase, one thread per module slot: the slot's end to `slot_end`, and the slot to
-//!    the list of the pass its size belongs to (warp-aggregated appends).
+//!    the list of the pass its size belongs to (warp-aggregated appends): the three
+//!    small-module passes, the shared-memory kernel, the fallback.
 //! 2. [`KERNEL_FIND_CLUS_SMALL_WARP`] and [`KERNEL_FIND_CLUS_SMALL`] (once or twice), side by
 //!    side on forked streams: one warp per module (up to 128 digis, or 32 for a few events
 //!    per launch), one block per module (up to 1024 digis; for a few events a middle pass
@@ -44,8 +45,10 @@
 //!    cluster is its smallest digi index whatever the thread interleaving. Roots are numbered
 //!    by a block-wide exclusive scan in digi order: **cluster `c` of a module is the one whose
 //!    smallest digi index is the `c`-th smallest**, identical run to run and to the CPU oracle.
-//!    A module with more than `capacity` digis is appended to the fallback list instead.
-//! 4. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list: the same
+//!    A module with more than `capacity` digis (none: the sort listed those for the
+//!    fallback) is appended to the fallback list instead.
+//! 4. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list (side by
+//!    side with the shared-memory kernel since issue 13's session 5): the same
 //!    result for a module of any size (up to every pixel of the module, duplicates on top),
 //!    with a dense per-block pixel grid in global memory for duplicate detection and
 //!    neighbour lookup, and union-find on `clus` itself.

@@ -10,7 +10,9 @@ use core::ptr::{read_volatile, write_volatile};
 /// Per-module clustering in shared memory with status words and a column bucket container
 /// (see the module docs), for the module slots of `slots` (those the small-module kernel
 /// passed on). Modules of more than `capacity` digis go to `fallback[1..]`
-/// (`fallback[0]` counts them).
+/// (`fallback[0]` counts them); the sort phase of `clustering_count_modules` lists those
+/// for the fallback already (with this kernel's capacity as its `caps[3]`), so that the
+/// fallback runs beside this kernel and this branch appends nothing.
 ///
 /// Barriers: after the per-module reset (offsets zero, `msize` set), after the module-end
 /// search, after loading and promoting (all promotions before any status read), after the
