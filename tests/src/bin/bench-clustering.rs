@@ -14,7 +14,8 @@
 //! operation, `run` vs `run_graph`, host-side latency with and without copies; (3) the pass
 //! configurations (warp-pass capacity × block-pass threads) at 1 and 128 events per launch;
 //! (4) throughput: lanes (streams, one `Clusterer` and one forked context each) × events per
-//! launch, device-resident, one host thread keeping every lane busy; (5) the same from host
+//! launch, device-resident, one host thread keeping every lane busy (with that thread's µs
+//! per launch inside the launch calls and waiting for a lane); (5) the same from host
 //! memory through `ClusterQueue` (copies in and out included).
 //!
 //! (6) dense events: the chain with each of `--dense-variants`, split by stream operation.
