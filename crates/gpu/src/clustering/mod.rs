@@ -656,3 +656,35 @@ pub mod kernels {
     pub use super::shared::*;
     pub use super::small::*;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every group of the small-module kernel starts its pixel table on a 16-byte boundary
+    /// (the first clear uses 16-byte stores), and every table a block can hold keeps a
+    /// digi's slot in the 15 bits the kernel stores it in.
+    #[test]
+    fn small_groups_aligned_and_table_slots_bounded() {
+        for capacity in 1..=1100u32 {
+            for scale in 0..=MAX_TABLE_SCALE {
+                let slots = small_table_slots(capacity, scale);
+                let words = small_group_words_slots(capacity, slots);
+                assert_eq!(words % 4, 0, "capacity {capacity} scale {scale}");
+                assert!(words >= 4 + 5 * capacity + 2 * slots);
+                assert!(slots.is_power_of_two() && slots >= 32);
+                if find_clus_small_smem_bytes_slots(capacity, 1, slots) <= 228 * 1024 {
+                    assert!(slots <= MAX_TABLE_SLOTS, "capacity {capacity} scale {scale}");
+                }
+            }
+        }
+    }
+
+    /// The sort phase's size limits of the default configuration are non-decreasing, the
+    /// shared-memory kernel's capacity last (the fallback takes the modules above it).
+    #[test]
+    fn default_pass_caps_non_decreasing() {
+        let caps = [WARP_CAPACITY, MID_CAPACITY, SMALL_CAPACITY, MEDIUM_CAPACITY];
+        assert!(caps.windows(2).all(|w| w[0] <= w[1]), "{caps:?}");
+    }
+}
