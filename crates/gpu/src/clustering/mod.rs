@@ -674,7 +674,10 @@ mod tests {
                 assert!(words >= 4 + 5 * capacity + 2 * slots);
                 assert!(slots.is_power_of_two() && slots >= 32);
                 if find_clus_small_smem_bytes_slots(capacity, 1, slots) <= 228 * 1024 {
-                    assert!(slots <= MAX_TABLE_SLOTS, "capacity {capacity} scale {scale}");
+                    assert!(
+                        slots <= MAX_TABLE_SLOTS,
+                        "capacity {capacity} scale {scale}"
+                    );
                 }
             }
         }
