@@ -577,9 +577,11 @@ fn test_streams(c: &Ctx) -> R {
 
 /// The pass configurations (warp pass capacity 0 to 128; with and without a middle block
 /// pass; last block pass of 128 to 1024 threads; pixel tables up to 8 times larger) and the
-/// graph replay give the oracle's results. Under `--quick` (the sanitizer runs: racecheck did not finish all eight
-/// configurations × three runs × two cuts in 430 s) three configurations, one of each
-/// kind, with the cut, `run` then the graph once.
+/// graph replay give the oracle's results, also on grids of one and three blocks (every
+/// group clusters many modules in turn, reusing its pixel table). Under `--quick` (the
+/// sanitizer runs: racecheck did not finish all eight configurations × three runs × two
+/// cuts in 430 s) four configurations, one of each kind, with the cut, `run` then the
+/// graph once, and one event on grids of 8 blocks.
 fn test_passes(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let gpu = c.gpu();
@@ -604,8 +606,14 @@ fn test_passes(c: &Ctx) -> R {
         (0, Some((64, 64)), 256),
         (8, Some((300, 96)), 160),
     ];
-    // Block passes only; warp + block; warp + middle + block.
-    let quick_configs = [all_configs[1], all_configs[3], all_configs[5]];
+    // Block passes only; warp + block; warp + middle + block; warp groups over 32 digis
+    // (several groups' tables in one block).
+    let quick_configs = [
+        all_configs[1],
+        all_configs[3],
+        all_configs[5],
+        all_configs[4],
+    ];
     let (configs, cuts, graphs): (&[_], &[_], &[bool]) = if c.quick {
         (&quick_configs, &[Some(g.default_cut)], &[false, true])
     } else {
@@ -658,6 +666,40 @@ fn test_passes(c: &Ctx) -> R {
                 &want,
             )
         })?;
+    }
+    // Few blocks, so that every group clusters many modules one after another: a group
+    // clears its pixel table before its first module only, and each pixel's owner empties
+    // its slot after every later one (duplicated pixels included). Warp groups over 32
+    // digis too. Under `--quick` (racecheck slows a grid of few blocks most) the first
+    // event on 8 blocks, `run` only; the other quick runs' grids of 48 blocks also give
+    // every group many modules.
+    if c.quick {
+        let one = &pool[0];
+        let offs = single(one);
+        let done = DeviceDigis::upload(gpu, one, &offs).map_err(e)?;
+        let want_one = detkit::clustering::cpu::cluster(one, &offs, &g, cut);
+        let mut run = Clusterer::new(gpu, &g, one.len(), 1).map_err(e)?;
+        run.set_warp_capacity(128).map_err(e)?;
+        run.limit_grids(8);
+        run.poison_outputs().map_err(e)?;
+        run.run(&done, cut).map_err(e)?;
+        let got = run.results(&done).map_err(e)?;
+        compare("grids of 8 blocks, warp pass 128", &got, &want_one)?;
+    } else {
+        for limit in [1u32, 3] {
+            for warp in [32u32, 128] {
+                let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
+                run.set_warp_capacity(warp).map_err(e)?;
+                run.limit_grids(limit);
+                run_both_ways(&mut run, &dd, cut, |got, graph| {
+                    compare(
+                        &format!("grids of {limit} block(s), warp pass {warp}, graph {graph}"),
+                        &got,
+                        &want,
+                    )
+                })?;
+            }
+        }
     }
     let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
     ensure(run.set_table_scale(4, 0).is_err(), || {

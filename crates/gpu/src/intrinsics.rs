@@ -609,6 +609,33 @@ pub unsafe fn atom_shared_add_u32(saddr: u32, v: u32) -> u32 {
     };
     r
 }
+/// `atomicCAS` on shared memory (`atom.shared.cas.b32`): stores `val` if the word holds
+/// `compare`; returns the old word.
+///
+/// # Safety
+/// As [`red_shared_add_u32`].
+#[inline(always)]
+pub unsafe fn atom_shared_cas_u32(saddr: u32, compare: u32, val: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("atom.shared.cas.b32 {r}, [{a}], {c}, {v};", a = in(reg32) saddr, c = in(reg32) compare, v = in(reg32) val, r = out(reg32) r, options(nostack))
+    };
+    r
+}
+/// `atomicExch` on shared memory (`atom.shared.exch.b32`); returns the old word.
+///
+/// # Safety
+/// As [`red_shared_add_u32`].
+#[inline(always)]
+pub unsafe fn atom_shared_exch_u32(saddr: u32, val: u32) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees the address is inside the block's shared memory.
+    unsafe {
+        asm!("atom.shared.exch.b32 {r}, [{a}], {v};", a = in(reg32) saddr, v = in(reg32) val, r = out(reg32) r, options(nostack))
+    };
+    r
+}
 /// `atomicAdd` on global memory whose result is unused (`red.global.add.u32`).
 ///
 /// # Safety

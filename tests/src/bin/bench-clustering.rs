@@ -14,7 +14,8 @@
 //! operation, `run` vs `run_graph`, host-side latency with and without copies; (3) the pass
 //! configurations (warp-pass capacity × block-pass threads) at 1 and 128 events per launch;
 //! (4) throughput: lanes (streams, one `Clusterer` and one forked context each) × events per
-//! launch, device-resident, one host thread keeping every lane busy; (5) the same from host
+//! launch, device-resident, one host thread keeping every lane busy (with that thread's µs
+//! per launch inside the launch calls and waiting for a lane); (5) the same from host
 //! memory through `ClusterQueue` (copies in and out included).
 //!
 //! (6) dense events: the chain with each of `--dense-variants`, split by stream operation.
@@ -26,7 +27,9 @@
 //!
 //! A variant is `default` or `+`-joined changes to the default `Clusterer`: `resident`
 //! (resident grids, `set_tight_grids(false)`), `last<N>` (`set_small_threads(N)`),
-//! `larger<S>x<F>` (`set_larger_threads(S, F)`), `table<M>x<L>` (`set_table_scale(M, L)`). Sections (2) and (4) run once per
+//! `larger<S>x<F>` (`set_larger_threads(S, F)`), `table<M>x<L>` (`set_table_scale(M, L)`),
+//! `shared<C>` (the shared-memory kernel's capacity, `Clusterer::with_capacity(.., C)`;
+//! modules over it take the fallback). Sections (2) and (4) run once per
 //! `--variants` entry, section (6) once per `--dense-variants` entry.
 
 use std::collections::HashMap;
@@ -65,25 +68,43 @@ type Lane<'g> = (
     Option<CudaEvent>,
 );
 
+/// Graph launches per second of [`launches_per_second`], with the host thread's time per
+/// launch inside the launch calls (graph launch and event record) and waiting for a lane.
+struct Rate {
+    per_second: f64,
+    launch_us: f64,
+    wait_us: f64,
+}
+
 /// Replays the lanes' graphs round robin for at least `seconds` (and 4 launches per lane),
 /// each lane waiting for its previous launch before the next; graph launches per second.
-fn launches_per_second(ls: &mut [Lane<'_>], seconds: f64, cut: ChargeCut) -> Result<f64> {
+fn launches_per_second(ls: &mut [Lane<'_>], seconds: f64, cut: ChargeCut) -> Result<Rate> {
     let lanes = ls.len() as u64;
     let t0 = Instant::now();
     let mut launches = 0u64;
+    let (mut launch, mut wait) = (0f64, 0f64);
     while t0.elapsed().as_secs_f64() < seconds || launches < 4 * lanes {
         let (f, d, c, pending) = &mut ls[(launches % lanes) as usize];
+        let t1 = Instant::now();
         if let Some(e) = pending.take() {
             e.synchronize()?;
         }
+        let t2 = Instant::now();
         c.run_graph(d, Some(cut))?;
         *pending = Some(ev(f)?);
+        launch += t2.elapsed().as_secs_f64();
+        wait += (t2 - t1).as_secs_f64();
         launches += 1;
     }
     for (f, _, _, _) in ls.iter() {
         f.synchronize()?;
     }
-    Ok(launches as f64 / t0.elapsed().as_secs_f64())
+    let n = launches as f64;
+    Ok(Rate {
+        per_second: n / t0.elapsed().as_secs_f64(),
+        launch_us: launch * 1e6 / n,
+        wait_us: wait * 1e6 / n,
+    })
 }
 
 /// A batch of `b` events cycled from `pool`, with the oracle's results.
@@ -259,10 +280,39 @@ fn wall(reps: usize, g: &GpuContext, mut f: impl FnMut() -> Result<()>) -> Resul
     Ok(median(t))
 }
 
+/// A `Clusterer` for a variant: its `shared<C>` part (the shared-memory kernel's capacity,
+/// digis) at construction, the rest by [`apply_variant`].
+fn clusterer_for<'g>(
+    g: &'g GpuContext,
+    geo: &Geometry,
+    digis: usize,
+    events: usize,
+    v: &str,
+) -> Result<Clusterer<'g>> {
+    let shared = v
+        .split('+')
+        .find_map(|t| t.strip_prefix("shared"))
+        .map(str::parse::<u32>)
+        .transpose()?;
+    let mut c = match shared {
+        Some(cap) => Clusterer::with_capacity(
+            g,
+            geo,
+            digis,
+            events,
+            detkit_gpu::clustering::SMALL_CAPACITY,
+            cap,
+        )?,
+        None => Clusterer::new(g, geo, digis, events)?,
+    };
+    apply_variant(&mut c, v)?;
+    Ok(c)
+}
+
 /// Applies a variant (see the usage) to a fresh `Clusterer`.
 fn apply_variant(c: &mut Clusterer, v: &str) -> Result<()> {
     for t in v.split('+') {
-        if t == "default" {
+        if t == "default" || t.starts_with("shared") {
         } else if t == "resident" {
             c.set_tight_grids(false);
         } else if let Some(n) = t.strip_prefix("last") {
@@ -575,13 +625,13 @@ fn main() -> Result<()> {
         println!();
         for &lanes in &a.lanes {
             print!("{lanes:>6}");
+            let mut host = String::new();
             for &b in &a.per_launch {
                 let bt = batch(&run3, &run3_want, b);
                 let mut ls = Vec::new();
                 for f in &forks[..lanes] {
                     let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
-                    let mut c = Clusterer::new(f, &geo, bt.digis.len(), b)?;
-                    apply_variant(&mut c, v)?;
+                    let c = clusterer_for(f, &geo, bt.digis.len(), b, v)?;
                     ls.push((f, d, c, None::<CudaEvent>));
                 }
                 // Warm-up (captures the graphs) and a check of every lane.
@@ -592,12 +642,21 @@ fn main() -> Result<()> {
                         check_exact(&format!("lanes {lanes} x{b}"), &c.results(d)?, &bt.want)?;
                     }
                 }
-                let rate = b as f64 * launches_per_second(&mut ls, a.seconds, cut)?;
+                let r = launches_per_second(&mut ls, a.seconds, cut)?;
+                let rate = b as f64 * r.per_second;
                 print!(" {rate:>8.0}");
                 std::io::stdout().flush()?;
-                out.push_str(&format!("throughput,run3,{v},{lanes},{b},{rate:.0}\n"));
+                host.push_str(&format!(" {b}:{:.1}/{:.1}", r.launch_us, r.wait_us));
+                out.push_str(&format!(
+                    "throughput,run3,{v},{lanes},{b},{rate:.0},{:.2},{:.2}\n",
+                    r.launch_us, r.wait_us
+                ));
             }
             println!();
+            println!(
+                "{:>6} host µs per launch, in launch calls / waiting:{host}",
+                ""
+            );
         }
     }
 
@@ -617,7 +676,7 @@ fn main() -> Result<()> {
                 check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
                 ls.push((f, d, c, None::<CudaEvent>));
             }
-            let rate = launches_per_second(&mut ls, a.seconds, cut)?;
+            let rate = launches_per_second(&mut ls, a.seconds, cut)?.per_second;
             println!("  {lanes:>2} lanes: {rate:>8.0} events/s");
             out.push_str(&format!("throughput_cfg128,run3,{lanes},1,{rate:.0}\n"));
         }
@@ -662,8 +721,7 @@ fn main() -> Result<()> {
         for &b in a.batches.iter().filter(|&&b| b <= 8) {
             let bt = batch(&dense, &dense_want, b);
             let d = DeviceDigis::upload(g, &bt.digis, &bt.offsets)?;
-            let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
-            apply_variant(&mut c, v)?;
+            let mut c = clusterer_for(g, &geo, bt.digis.len(), b, v)?;
             c.poison_outputs()?;
             c.run_graph(&d, Some(cut))?;
             check_exact(&format!("dense x{b} [{v}]"), &c.results(&d)?, &bt.want)?;

@@ -88,27 +88,134 @@ pub(crate) unsafe fn column_scan(bs: &BlockScan<u32>, off: *mut u32, cols: u32) 
     carry
 }
 
+/// An array of `u32` words that the union-find walks: a generic pointer (global memory, or
+/// shared memory through the generic window) or a [`SharedWords`] array addressed in the
+/// shared state space (`ld.shared`, `atom.shared.cas`: no 64-bit address arithmetic, no
+/// generic-to-shared resolution).
+pub(crate) trait Words: Copy {
+    /// The word at `i`, re-read from memory on every call (other threads write it).
+    ///
+    /// # Safety
+    /// `i` inside the array.
+    unsafe fn load(self, i: u32) -> u32;
+    /// `atomicCAS` on the word at `i`; returns the old word.
+    ///
+    /// # Safety
+    /// As [`Words::load`].
+    unsafe fn cas(self, i: u32, compare: u32, val: u32) -> u32;
+}
+
+impl Words for *mut u32 {
+    #[inline(always)]
+    unsafe fn load(self, i: u32) -> u32 {
+        // SAFETY: i inside the array (contract).
+        unsafe { read_volatile(self.add(i as usize)) }
+    }
+    #[inline(always)]
+    unsafe fn cas(self, i: u32, compare: u32, val: u32) -> u32 {
+        // SAFETY: i inside the array (contract); u32 words are aligned.
+        unsafe { i::atomic_cas_u32(self.add(i as usize), compare, val) }
+    }
+}
+
+/// A `u32` array in the block's shared memory, by its 32-bit shared-window address (from
+/// [`i::shared_base`]): every access is one `ld.shared` / `st.shared` / `atom.shared`
+/// with a 32-bit address.
+#[derive(Clone, Copy)]
+pub(crate) struct SharedWords(pub(crate) u32);
+
+impl SharedWords {
+    /// The array starting `words` words after this one.
+    #[inline(always)]
+    pub(crate) fn offset(self, words: u32) -> Self {
+        Self(self.0 + 4 * words)
+    }
+    /// Shared-window address of word `i`.
+    #[inline(always)]
+    pub(crate) fn addr(self, i: u32) -> u32 {
+        self.0 + 4 * i
+    }
+    /// Loads word `i`.
+    ///
+    /// # Safety
+    /// `i` inside the array, which lies in this block's shared memory.
+    #[inline(always)]
+    pub(crate) unsafe fn ld(self, i: u32) -> u32 {
+        // SAFETY: forwarded contract.
+        unsafe { i::ld_shared_u32(self.addr(i)) }
+    }
+    /// Stores word `i`.
+    ///
+    /// # Safety
+    /// As [`SharedWords::ld`].
+    #[inline(always)]
+    pub(crate) unsafe fn st(self, i: u32, v: u32) {
+        // SAFETY: forwarded contract.
+        unsafe { i::st_shared_u32(self.addr(i), v) }
+    }
+    /// `atomicCAS` on word `i`; returns the old word.
+    ///
+    /// # Safety
+    /// As [`SharedWords::ld`].
+    #[inline(always)]
+    pub(crate) unsafe fn cas(self, i: u32, compare: u32, val: u32) -> u32 {
+        // SAFETY: forwarded contract.
+        unsafe { i::atom_shared_cas_u32(self.addr(i), compare, val) }
+    }
+    /// `atomicExch` on word `i`; returns the old word.
+    ///
+    /// # Safety
+    /// As [`SharedWords::ld`].
+    #[inline(always)]
+    pub(crate) unsafe fn exch(self, i: u32, val: u32) -> u32 {
+        // SAFETY: forwarded contract.
+        unsafe { i::atom_shared_exch_u32(self.addr(i), val) }
+    }
+    /// `atomicAdd` on word `i`, result unused.
+    ///
+    /// # Safety
+    /// As [`SharedWords::ld`].
+    #[inline(always)]
+    pub(crate) unsafe fn red_add(self, i: u32, v: u32) {
+        // SAFETY: forwarded contract.
+        unsafe { i::red_shared_add_u32(self.addr(i), v) }
+    }
+}
+
+impl Words for SharedWords {
+    #[inline(always)]
+    unsafe fn load(self, i: u32) -> u32 {
+        // SAFETY: forwarded contract (the asm load is never merged or hoisted).
+        unsafe { self.ld(i) }
+    }
+    #[inline(always)]
+    unsafe fn cas(self, i: u32, compare: u32, val: u32) -> u32 {
+        // SAFETY: forwarded contract.
+        unsafe { SharedWords::cas(self, i, compare, val) }
+    }
+}
+
 /// Union-find root with path halving. Parents only ever point to smaller indices.
 ///
 /// # Safety
 /// `parent` valid for every index reachable from `a`; concurrent writers only store
 /// ancestors or hook roots by CAS.
 #[inline(always)]
-pub(crate) unsafe fn find(parent: *mut u32, mut a: u32) -> u32 {
+pub(crate) unsafe fn find<W: Words>(parent: W, mut a: u32) -> u32 {
     loop {
         // SAFETY: a is a valid index (contract).
-        let pa = unsafe { read_volatile(parent.add(a as usize)) };
+        let pa = unsafe { parent.load(a) };
         if pa == a {
             return a;
         }
         // SAFETY: pa is an ancestor, a valid index.
-        let ppa = unsafe { read_volatile(parent.add(pa as usize)) };
+        let ppa = unsafe { parent.load(pa) };
         if ppa != pa {
             // Path halving by CAS (an atomic, so concurrent readers see either pointer,
             // both valid ancestors; compute-sanitizer's racecheck does not flag it).
             // SAFETY: a is no longer a root, so the hooking CAS can never succeed on it;
             // storing an ancestor keeps the forest valid.
-            unsafe { i::atomic_cas_u32(parent.add(a as usize), pa, ppa) };
+            unsafe { parent.cas(a, pa, ppa) };
         }
         a = ppa;
     }
@@ -119,10 +226,10 @@ pub(crate) unsafe fn find(parent: *mut u32, mut a: u32) -> u32 {
 /// # Safety
 /// As [`find`].
 #[inline(always)]
-pub(crate) unsafe fn find_root(parent: *mut u32, mut a: u32) -> u32 {
+pub(crate) unsafe fn find_root<W: Words>(parent: W, mut a: u32) -> u32 {
     loop {
         // SAFETY: a is a valid index (contract).
-        let pa = unsafe { read_volatile(parent.add(a as usize)) };
+        let pa = unsafe { parent.load(a) };
         if pa == a {
             return a;
         }
@@ -135,7 +242,7 @@ pub(crate) unsafe fn find_root(parent: *mut u32, mut a: u32) -> u32 {
 /// # Safety
 /// As [`find`].
 #[inline(always)]
-pub(crate) unsafe fn union(parent: *mut u32, a: u32, b: u32) {
+pub(crate) unsafe fn union<W: Words>(parent: W, a: u32, b: u32) {
     // SAFETY: forwarded contract.
     unsafe {
         let mut a = find(parent, a);
@@ -144,7 +251,7 @@ pub(crate) unsafe fn union(parent: *mut u32, a: u32, b: u32) {
             if a > b {
                 core::mem::swap(&mut a, &mut b);
             }
-            let old = i::atomic_cas_u32(parent.add(b as usize), b, a);
+            let old = parent.cas(b, b, a);
             if old == b {
                 return;
             }

@@ -19,8 +19,10 @@ use crate::intrinsics as i;
 /// Phase [`COUNT_PHASE_SORT`] (a second launch): per module slot, its end (`module_end`
 /// clamped to the slot's event, so that even unvalidated input, whose module ids may repeat
 /// within an event, stays in bounds) to `slot_end`, and the slot appended to the first of
-/// `lists[0..3]` whose cap holds its size, else to `lists[3]` (warp-aggregated appends).
-/// The passes that read the lists are independent and can run concurrently.
+/// `lists[0..4]` whose cap holds its size, else to `lists[4]` (warp-aggregated appends).
+/// The passes that read the lists are independent and can run concurrently (the fallback
+/// beside the shared-memory kernel since issue 13's session 5: before, the shared-memory
+/// kernel listed the modules over its capacity for the fallback after it).
 ///
 /// These resets used to be six memsets and a fill on the stream; doing them here leaves one
 /// memset (`module_start[0]` and `bad`, the two words this kernel counts into) per run.
@@ -154,7 +156,7 @@ unsafe fn sort_slots(p: &ClusteringCountModulesParams) {
     while base < nslots {
         let s = base + lane;
         let valid = s < nslots;
-        let mut list = 4u32;
+        let mut list = 5u32;
         if valid {
             // SAFETY: s < nslots: a slot written by the count phase; its event < nevents and
             // module < nmodules; the event's end <= n.
@@ -176,8 +178,10 @@ unsafe fn sort_slots(p: &ClusteringCountModulesParams) {
                     1
                 } else if size <= p.caps[2] {
                     2
-                } else {
+                } else if size <= p.caps[3] {
                     3
+                } else {
+                    4
                 };
             }
         }

@@ -26,7 +26,8 @@
 //!    batch's sizes are read on the device. Digis with a module id or coordinates out of
 //!    range are reported through `bad` (the smallest such index) and treated as invalid.
 //!    Sort phase, one thread per module slot: the slot's end to `slot_end`, and the slot to
-//!    the list of the pass its size belongs to (warp-aggregated appends).
+//!    the list of the pass its size belongs to (warp-aggregated appends): the three
+//!    small-module passes, the shared-memory kernel, the fallback.
 //! 2. [`KERNEL_FIND_CLUS_SMALL_WARP`] and [`KERNEL_FIND_CLUS_SMALL`] (once or twice), side by
 //!    side on forked streams: one warp per module (up to 128 digis, or 32 for a few events
 //!    per launch), one block per module (up to 1024 digis; for a few events a middle pass
@@ -44,8 +45,10 @@
 //!    cluster is its smallest digi index whatever the thread interleaving. Roots are numbered
 //!    by a block-wide exclusive scan in digi order: **cluster `c` of a module is the one whose
 //!    smallest digi index is the `c`-th smallest**, identical run to run and to the CPU oracle.
-//!    A module with more than `capacity` digis is appended to the fallback list instead.
-//! 4. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list: the same
+//!    A module with more than `capacity` digis (none: the sort listed those for the
+//!    fallback) is appended to the fallback list instead.
+//! 4. [`KERNEL_FIND_CLUS_FALLBACK`], one block per module of the fallback list (side by
+//!    side with the shared-memory kernel since issue 13's session 5): the same
 //!    result for a module of any size (up to every pixel of the module, duplicates on top),
 //!    with a dense per-block pixel grid in global memory for duplicate detection and
 //!    neighbour lookup, and union-find on `clus` itself.
@@ -209,17 +212,18 @@ pub const fn table_hash(v: u32, shift: u32) -> u32 {
     v.wrapping_mul(0x9e37_79b1) >> shift
 }
 
-/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), `xy`, `parent`, `number`,
-/// `cl` and `charge` (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis
-/// of at most 65535 e⁻ sums below 2^32), and the pixel table (keys and values,
-/// [`small_table_size`] u32 each).
+/// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), the pixel table (keys and
+/// values, [`small_table_size`] u32 each), then `xy`, `parent`, `number`, `cl` and `charge`
+/// (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis of at most
+/// 65535 e⁻ sums below 2^32), rounded up to a multiple of 4 words so that every group's
+/// table is 16-byte aligned (cleared by 16-byte stores).
 pub const fn small_group_words(capacity: u32) -> u32 {
     small_group_words_slots(capacity, small_table_size(capacity))
 }
 
 /// As [`small_group_words`] with a table of `slots` slots.
 pub const fn small_group_words_slots(capacity: u32, slots: u32) -> u32 {
-    4 + 5 * capacity + 2 * slots
+    (4 + 5 * capacity + 2 * slots).next_multiple_of(4)
 }
 
 /// Table slots of a block pass of `capacity` with table scale `scale`: [`small_table_size`]
@@ -229,6 +233,10 @@ pub const fn small_group_words_slots(capacity: u32, slots: u32) -> u32 {
 pub const fn small_table_slots(capacity: u32, scale: u32) -> u32 {
     small_table_size(capacity) << scale
 }
+
+/// Most slots of one pixel table of [`KERNEL_FIND_CLUS_SMALL`] (a digi keeps its slot in
+/// 15 bits; the shared memory of a block holds at most 2^14 slots anyway).
+pub const MAX_TABLE_SLOTS: u32 = 1 << 15;
 
 /// Largest table scale of the block passes.
 pub const MAX_TABLE_SCALE: u32 = 3;
@@ -367,10 +375,11 @@ pub struct ClusteringCountModulesParams {
     /// Counter words of the later kernels' slot lists (`list[0]`), or null: set to zero by
     /// the count phase (nothing reads them while it runs).
     pub counters: [DevPtr<u32>; 5],
-    /// The sort phase's four slot lists (`list[0]` = count, zero at launch; `n + 1` words
-    /// each): a module of `size` digis goes to the first list `l < 3` with
-    /// `size <= caps[l]`, else to `lists[3]`.
-    pub lists: [DevPtr<u32>; 4],
+    /// The sort phase's five slot lists (`list[0]` = count, zero at launch; `n + 1` words
+    /// each): a module of `size` digis goes to the first list `l < 4` with
+    /// `size <= caps[l]`, else to `lists[4]` (the small-module passes, the shared-memory
+    /// kernel, the fallback).
+    pub lists: [DevPtr<u32>; 5],
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -379,14 +388,14 @@ pub struct ClusteringCountModulesParams {
     pub cols: u32,
     /// [`COUNT_PHASE_COUNT`] or [`COUNT_PHASE_SORT`].
     pub phase: u32,
-    /// Size limits of the sort phase's first three lists (non-decreasing; 0 = list unused).
-    pub caps: [u32; 3],
-    /// Padding (zero).
-    pub _pad0: u32,
+    /// Size limits of the sort phase's first four lists (non-decreasing; 0 = list unused;
+    /// `caps[3]` the shared-memory kernel's capacity, so that the fallback's modules are
+    /// listed up front and the fallback runs beside that kernel, not after it).
+    pub caps: [u32; 4],
 }
 crate::kernel_params!(
     ClusteringCountModulesParams,
-    208,
+    216,
     ["clustering_count_modules"]
 );
 
@@ -646,4 +655,39 @@ pub mod kernels {
     pub use super::fallback::*;
     pub use super::shared::*;
     pub use super::small::*;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every group of the small-module kernel starts its pixel table on a 16-byte boundary
+    /// (the first clear uses 16-byte stores), and every table a block can hold keeps a
+    /// digi's slot in the 15 bits the kernel stores it in.
+    #[test]
+    fn small_groups_aligned_and_table_slots_bounded() {
+        for capacity in 1..=1100u32 {
+            for scale in 0..=MAX_TABLE_SCALE {
+                let slots = small_table_slots(capacity, scale);
+                let words = small_group_words_slots(capacity, slots);
+                assert_eq!(words % 4, 0, "capacity {capacity} scale {scale}");
+                assert!(words >= 4 + 5 * capacity + 2 * slots);
+                assert!(slots.is_power_of_two() && slots >= 32);
+                if find_clus_small_smem_bytes_slots(capacity, 1, slots) <= 228 * 1024 {
+                    assert!(
+                        slots <= MAX_TABLE_SLOTS,
+                        "capacity {capacity} scale {scale}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The sort phase's size limits of the default configuration are non-decreasing, the
+    /// shared-memory kernel's capacity last (the fallback takes the modules above it).
+    #[test]
+    fn default_pass_caps_non_decreasing() {
+        let caps = [WARP_CAPACITY, MID_CAPACITY, SMALL_CAPACITY, MEDIUM_CAPACITY];
+        assert!(caps.windows(2).all(|w| w[0] <= w[1]), "{caps:?}");
+    }
 }

@@ -10,7 +10,9 @@ use core::ptr::{read_volatile, write_volatile};
 /// Per-module clustering in shared memory with status words and a column bucket container
 /// (see the module docs), for the module slots of `slots` (those the small-module kernel
 /// passed on). Modules of more than `capacity` digis go to `fallback[1..]`
-/// (`fallback[0]` counts them).
+/// (`fallback[0]` counts them); the sort phase of `clustering_count_modules` lists those
+/// for the fallback already (with this kernel's capacity as its `caps[3]`), so that the
+/// fallback runs beside this kernel and this branch appends nothing.
 ///
 /// Barriers: after the per-module reset (offsets zero, `msize` set), after the module-end
 /// search, after loading and promoting (all promotions before any status read), after the
@@ -78,18 +80,12 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
     let sbase = i::shared_base();
     let off_word = 4 + 36;
     let before_status = find_clus_words_before_status(cols, capacity);
-    // SAFETY: all pointers below stay inside the launch's dynamic shared memory.
-    let (off, xy, parent, content) = unsafe {
-        let off = smem.add(off_word as usize);
-        let xy = smem.add((off_word + (cols + 1).div_ceil(4) * 4) as usize);
-        (
-            off,
-            xy,
-            xy.add(capacity as usize),
-            xy.add(2 * capacity as usize),
-        )
-    };
-    let off_saddr = sbase + off_word * 4;
+    // The areas inside the launch's dynamic shared memory, addressed in the shared state
+    // space (32-bit addresses; issue 13, session 5).
+    let off = SharedWords(sbase).offset(off_word);
+    let xy = off.offset((cols + 1).div_ceil(4) * 4);
+    let (parent, content) = (xy.offset(capacity), xy.offset(2 * capacity));
+    let off_saddr = off.0;
     // SAFETY: 36 words of scan storage after the header.
     let bs = unsafe { BlockScan::<u32>::new(smem.add(4)) };
     let nwords = status_words(rows, cols);
@@ -125,7 +121,7 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         let mut b = tid;
         while b <= cols {
             // SAFETY: b <= cols.
-            unsafe { off.add(b as usize).write(0) };
+            unsafe { off.st(b, 0) };
             b += bd;
         }
         let size = msize - first;
@@ -155,8 +151,8 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
                 } else {
                     INVALID_XY
                 };
-                xy.add(j as usize).write(v);
-                parent.add(j as usize).write(j);
+                xy.st(j, v);
+                parent.st(j, j);
             }
             j += bd;
         }
@@ -166,13 +162,13 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         while j < size {
             // SAFETY: j < size <= capacity; the status word index is in range.
             unsafe {
-                let v = xy.add(j as usize).read();
+                let v = xy.ld(j);
                 if v != INVALID_XY {
                     let (xv, yv) = (v & 0xffff, v >> 16);
                     let (w, sh) = status_position(rows, xv, yv);
                     let st = (read_volatile(status.add(w as usize)) >> sh) & 3;
                     if st == STATUS_DUPLICATE {
-                        xy.add(j as usize).write(v | DUPLICATE_BIT);
+                        xy.st(j, v | DUPLICATE_BIT);
                     } else {
                         i::red_shared_add_u32(off_saddr + yv * 4, 1);
                     }
@@ -183,20 +179,20 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         i::sync_threads();
         // Inclusive scan of the column counts: off[b] = end of column b.
         // SAFETY: cols + 1 shared words, final after the barrier above.
-        let total = unsafe { column_scan(&bs, off, cols) };
+        let total = unsafe { column_scan(&bs, smem.add(off_word as usize), cols) };
         // Fill the buckets (off[b] becomes the start of column b) and clear the status.
         let mut j = tid;
         while j < size {
             // SAFETY: j < size; positions stay below total <= size <= capacity.
             unsafe {
-                let v = xy.add(j as usize).read();
+                let v = xy.ld(j);
                 if v != INVALID_XY {
                     let (xv, yv) = (v & 0xffff, (v >> 16) & 0x7fff);
                     let (w, _) = status_position(rows, xv, yv);
                     write_volatile(status.add(w as usize), STATUS_EMPTY);
                     if v & DUPLICATE_BIT == 0 {
                         let pos = i::atom_shared_add_u32(off_saddr + yv * 4, u32::MAX) - 1;
-                        content.add(pos as usize).write(j);
+                        content.st(pos, j);
                     }
                 }
             }
@@ -208,14 +204,14 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         while p < total {
             // SAFETY: p < total; bucket entries are module-local indices < size.
             unsafe {
-                let jj = content.add(p as usize).read();
-                let v = xy.add(jj as usize).read();
+                let jj = content.ld(p);
+                let v = xy.ld(jj);
                 let (xv, yv) = (v & 0xffff, v >> 16);
-                let end = off.add((yv + 2).min(cols) as usize).read();
+                let end = off.ld((yv + 2).min(cols));
                 let mut q = p + 1;
                 while q < end {
-                    let m = content.add(q as usize).read();
-                    let xm = xy.add(m as usize).read() & 0xffff;
+                    let m = content.ld(q);
+                    let xm = xy.ld(m) & 0xffff;
                     if xm.abs_diff(xv) <= 1 {
                         union(parent, jj, m);
                     }
@@ -231,15 +227,11 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         while c < size {
             let j = c + tid;
             // SAFETY: j < size.
-            let root = j < size
-                && unsafe {
-                    xy.add(j as usize).read() & DUPLICATE_BIT == 0
-                        && read_volatile(parent.add(j as usize)) == j
-                };
+            let root = j < size && unsafe { xy.ld(j) & DUPLICATE_BIT == 0 && parent.ld(j) == j };
             let (e, tot) = bs.exclusive_sum(root as u32);
             if root {
                 // SAFETY: j < size.
-                unsafe { content.add(j as usize).write(base + e) };
+                unsafe { content.st(j, base + e) };
             }
             base += tot;
             i::sync_threads();
@@ -250,10 +242,10 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
         while j < size {
             // SAFETY: j < size; first + j < n.
             unsafe {
-                let v = xy.add(j as usize).read();
+                let v = xy.ld(j);
                 let cl = if v & DUPLICATE_BIT == 0 {
                     let r = find(parent, j);
-                    content.add(r as usize).read() as i32
+                    content.ld(r) as i32
                 } else {
                     NOT_CLUSTERED
                 };

@@ -5,7 +5,6 @@ use super::kernels::*;
 use super::*;
 use crate::intrinsics as i;
 use crate::scan::device::{warp_inclusive_sum, BlockScan};
-use core::ptr::read_volatile;
 
 /// Clustering of small modules with a hash table of the module's pixels in shared memory
 /// (open addressing, CAS insert): no status words and no column buckets, so a module needs
@@ -38,8 +37,8 @@ use core::ptr::read_volatile;
 /// `n + 1` words with `larger[0] == 0`; no other kernel running concurrently clusters the
 /// same slots; dynamic shared memory
 /// [`find_clus_small_smem_bytes_slots`]`(capacity, groups per block, table_slots)` with
-/// `table_slots` a power of two of at least [`small_table_size`]`(capacity)`; `blockDim.x` a multiple
-/// of 32.
+/// `table_slots` a power of two of at least [`small_table_size`]`(capacity)` and at most
+/// [`MAX_TABLE_SLOTS`]; `blockDim.x` a multiple of 32.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_small(p: ClusteringFindClusSmallParams) {
     // SAFETY: forwarded launch contract (block mode).
@@ -229,53 +228,40 @@ unsafe fn warp_shuffle_body(p: ClusteringFindClusSmallParams) {
     }
 }
 
+/// Marks a digi's table slot (kept in the high half of `cl[j]`) when the digi's insert put
+/// its pixel into the slot: the owner clears it after the module; later copies of the
+/// pixel do not.
+const SLOT_OWNER: u32 = 1 << 15;
+
 /// The body of both small-module entry points; `WARP` selects warp groups.
+///
+/// Shared memory is addressed in the shared state space (32-bit addresses, `ld.shared`,
+/// `atom.shared.cas`), not through generic pointers: fewer address instructions and
+/// registers per access (issue 13, session 5). A group clears its whole table before its
+/// first module only; after a module that is not its last, each pixel's owner resets its
+/// own key and value (two stores per digi instead of the whole table).
 ///
 /// # Safety
 /// As [`clustering_find_clus_small`].
 #[inline(always)]
 unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
-    let (
-        module,
-        x,
-        y,
-        adc,
-        nmodules,
-        rows,
-        cols,
-        module_start,
-        slot_info,
-        slot_end,
-        clus,
-        clus_in_module,
-        module_first,
-        capacity,
-        layer1_modules,
-        threshold_layer1,
-        threshold_other,
-        slots,
-        larger,
-    ) = (
+    let (module, x, y, adc, module_start, slot_info, slot_end, slots) = (
         p.module.ptr(),
         p.x.ptr(),
         p.y.ptr(),
         p.adc.ptr(),
-        p.nmodules,
-        p.rows,
-        p.cols,
         p.module_start.ptr(),
         p.slot_info.ptr(),
         p.slot_end.ptr(),
+        p.slots.ptr(),
+    );
+    let (clus, clus_in_module, module_first, larger) = (
         p.clus.ptr_mut(),
         p.clus_in_module.ptr_mut(),
         p.module_first.ptr_mut(),
-        p.capacity,
-        p.layer1_modules,
-        p.threshold_layer1,
-        p.threshold_other,
-        p.slots.ptr(),
         p.larger.ptr_mut(),
     );
+    let (rows, cols, capacity) = (p.rows, p.cols, p.capacity);
     let warp_mode = WARP;
     let (gsize, group, ngroups, lt) = if warp_mode {
         (32, i::warp_id(), i::warps_per_block(), i::lane_id())
@@ -289,9 +275,8 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             i::sync_threads()
         }
     };
-    let smem = i::dynamic_shared_ptr() as *mut u32;
     // SAFETY: 36 words of block-scan storage at the start (block mode only).
-    let bs = unsafe { BlockScan::<u32>::new(smem) };
+    let bs = unsafe { BlockScan::<u32>::new(i::dynamic_shared_ptr() as *mut u32) };
     // Exclusive sum over the group, with the group total.
     let gscan = |v: u32| -> (u32, u32) {
         if warp_mode {
@@ -304,27 +289,24 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
     let tsize = p.table_slots;
     let tmask = tsize - 1;
     let tshift = tsize.leading_zeros() + 1;
-    let cap = capacity as usize;
-    // SAFETY: this group's area inside the launch's dynamic shared memory.
-    let (xy, parent, number, cl, charge, keys, vals) = unsafe {
-        let g = smem.add(36 + group as usize * small_group_words_slots(capacity, tsize) as usize);
-        let xy = g.add(4);
-        let charge = xy.add(4 * cap);
-        let keys = charge.add(cap);
-        (
-            xy,
-            xy.add(cap),
-            xy.add(2 * cap),
-            xy.add(3 * cap),
-            charge,
-            keys,
-            keys.add(tsize as usize),
-        )
-    };
+    // This group's area inside the launch's dynamic shared memory (16-byte aligned:
+    // `small_group_words_slots` is a multiple of 4 words).
+    let keys = SharedWords(i::shared_base())
+        .offset(36 + group * small_group_words_slots(capacity, tsize) + 4);
+    let vals = keys.offset(tsize);
+    let xy = vals.offset(tsize);
+    let (parent, number, cl, charge) = (
+        xy.offset(capacity),
+        xy.offset(2 * capacity),
+        xy.offset(3 * capacity),
+        xy.offset(4 * capacity),
+    );
     // SAFETY: the slot count, written by the sort phase of count_modules.
     let nslots = unsafe { slots.read() };
     let mut idx = i::block_idx_x() * ngroups + group;
     let step = i::grid_dim_x() * ngroups;
+    // Whether the table is all empty (group-uniform): not before the group's first module.
+    let mut clean = false;
     while idx < nslots {
         // SAFETY: idx < nslots; slot k < n; first < msize <= n; ev < nevents.
         let (k, first, mid, ev, msize) = unsafe {
@@ -339,6 +321,7 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
                 slot_end.add(k).read(),
             )
         };
+        idx += step;
         let size = msize - first;
         if size > capacity {
             // Group-uniform: no shared memory touched, no barrier needed.
@@ -349,21 +332,23 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
                     larger.add(1 + c as usize).write(k as u32);
                 }
             }
-            idx += step;
             continue;
         }
-        let mut t = lt;
-        while t < tsize {
-            // SAFETY: t < tsize.
-            unsafe {
-                keys.add(t as usize).write(TABLE_EMPTY);
-                vals.add(t as usize).write(TABLE_EMPTY);
+        if !clean {
+            // Keys and values are 2 * tsize consecutive words (tsize >= 32, a power of
+            // two): tsize / 2 16-byte stores.
+            let mut t = lt;
+            while t < tsize / 2 {
+                // SAFETY: 16-byte aligned, inside the table.
+                unsafe { i::st_shared_v4_u32(keys.addr(4 * t), [TABLE_EMPTY; 4]) };
+                t += gsize;
             }
-            t += gsize;
+            clean = true;
+            gsync();
         }
-        gsync();
-        // Load, and insert every valid pixel; `cl` holds the charge until it holds the
-        // cluster.
+        // Load, and insert every valid pixel; `cl` holds the charge (low half) and the
+        // pixel's table slot with its owner bit (high half: slots < 2^15) until it holds
+        // the cluster.
         let mut j = lt;
         while j < size {
             let d = (first + j) as usize;
@@ -378,25 +363,29 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
                 } else {
                     INVALID_XY
                 };
-                xy.add(j as usize).write(v);
-                parent.add(j as usize).write(j);
-                charge.add(j as usize).write(0);
-                cl.add(j as usize).write(q);
-                if v != INVALID_XY {
+                xy.st(j, v);
+                parent.st(j, j);
+                charge.st(j, 0);
+                if v == INVALID_XY {
+                    cl.st(j, q);
+                } else {
                     let mut h = table_hash(v, tshift);
-                    loop {
-                        let old = i::atomic_cas_u32(keys.add(h as usize), TABLE_EMPTY, v);
-                        if old == TABLE_EMPTY || old == v {
-                            break;
+                    let owner = loop {
+                        let old = keys.cas(h, TABLE_EMPTY, v);
+                        if old == TABLE_EMPTY {
+                            break SLOT_OWNER;
+                        }
+                        if old == v {
+                            break 0;
                         }
                         h = (h + 1) & tmask;
+                    };
+                    if vals.cas(h, TABLE_EMPTY, j) != TABLE_EMPTY {
+                        vals.exch(h, TABLE_DUPLICATE);
                     }
-                    if i::atomic_cas_u32(vals.add(h as usize), TABLE_EMPTY, j) != TABLE_EMPTY {
-                        i::atomic_exch_u32(vals.add(h as usize), TABLE_DUPLICATE);
-                    }
-                    // The pixel's table slot, so that the union step reads its state without
-                    // a second probe (`number` is free until the numbering).
-                    number.add(j as usize).write(h);
+                    // The pixel's table slot, so that the union step reads its state
+                    // without a second probe and its owner clears it afterwards.
+                    cl.st(j, q | (h | owner) << 16);
                 }
             }
             j += gsize;
@@ -406,10 +395,10 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             let mut h = table_hash(v, tshift);
             loop {
                 // SAFETY: h < tsize; the table is final after the barrier.
-                let key = unsafe { read_volatile(keys.add(h as usize)) };
+                let key = unsafe { keys.ld(h) };
                 if key == v {
                     // SAFETY: as above.
-                    return unsafe { read_volatile(vals.add(h as usize)) };
+                    return unsafe { vals.ld(h) };
                 }
                 if key == TABLE_EMPTY {
                     return TABLE_EMPTY;
@@ -419,16 +408,16 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         };
         let mut j = lt;
         while j < size {
-            // SAFETY: j < size <= capacity; number[j] of a valid pixel is its table slot
-            // (< tsize); table values are module-local indices.
+            // SAFETY: j < size <= capacity; cl[j] of a valid pixel holds its table slot
+            // (< tsize) with the owner bit; table values are module-local indices.
             unsafe {
-                let v = xy.add(j as usize).read();
+                let v = xy.ld(j);
                 if v != INVALID_XY {
                     // This thread's own slot (written above, by this thread); the value is
                     // final after the barrier.
-                    let h = number.add(j as usize).read();
-                    if read_volatile(vals.add(h as usize)) == TABLE_DUPLICATE {
-                        xy.add(j as usize).write(v | DUPLICATE_BIT);
+                    let h = (cl.ld(j) >> 16) & !SLOT_OWNER;
+                    if vals.ld(h) == TABLE_DUPLICATE {
+                        xy.st(j, v | DUPLICATE_BIT);
                     } else {
                         let (xv, yv) = (v & 0xffff, v >> 16);
                         let join = |nx: u32, ny: u32| {
@@ -449,49 +438,54 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             j += gsize;
         }
         gsync();
+        // The table is no longer read: unless this was the group's last module, each
+        // pixel's owner empties its slot (the group barriers below order these stores
+        // before the next module's inserts).
+        let more = idx < nslots;
         // Number the roots in digi order.
         let mut nclus = 0u32;
         let mut c = 0u32;
         while c < size {
             let j = c + lt;
             // SAFETY: j < size.
-            let root = j < size
-                && unsafe {
-                    xy.add(j as usize).read() & DUPLICATE_BIT == 0
-                        && read_volatile(parent.add(j as usize)) == j
-                };
+            let root = j < size && unsafe { xy.ld(j) & DUPLICATE_BIT == 0 && parent.ld(j) == j };
             let (e, tot) = gscan(root as u32);
             if root {
                 // SAFETY: j < size.
-                unsafe { number.add(j as usize).write(nclus + e) };
+                unsafe { number.st(j, nclus + e) };
             }
             nclus += tot;
             gsync();
             c += gsize;
         }
-        let threshold = if (mid as u32) < layer1_modules {
-            threshold_layer1
+        let threshold = if (mid as u32) < p.layer1_modules {
+            p.threshold_layer1
         } else {
-            threshold_other
+            p.threshold_other
         };
         let cut = threshold > 0 && nclus > 0;
         // Cluster of each digi; with a cut, the cluster charges.
         let mut j = lt;
         while j < size {
-            // SAFETY: j < size; cluster numbers < nclus <= size.
+            // SAFETY: j < size; cluster numbers < nclus <= size; table slots < tsize.
             unsafe {
-                let v = xy.add(j as usize).read();
+                let v = xy.ld(j);
+                let qh = cl.ld(j);
                 let c = if v & DUPLICATE_BIT == 0 {
-                    let c = number.add(find_root(parent, j) as usize).read();
+                    let c = number.ld(find_root(parent, j));
                     if cut {
-                        let q = cl.add(j as usize).read();
-                        i::atomic_add_u32(charge.add(c as usize), q);
+                        charge.red_add(c, qh & 0xffff);
                     }
                     c
                 } else {
                     u32::MAX
                 };
-                cl.add(j as usize).write(c);
+                cl.st(j, c);
+                let h = qh >> 16;
+                if more && v != INVALID_XY && h & SLOT_OWNER != 0 {
+                    keys.st(h & !SLOT_OWNER, TABLE_EMPTY);
+                    vals.st(h & !SLOT_OWNER, TABLE_EMPTY);
+                }
             }
             j += gsize;
         }
@@ -503,12 +497,12 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             while c0 < nclus {
                 let c = c0 + lt;
                 // SAFETY: c < nclus <= capacity.
-                let keep = c < nclus && unsafe { charge.add(c as usize).read() } >= threshold;
+                let keep = c < nclus && unsafe { charge.ld(c) } >= threshold;
                 let (e, tot) = gscan(keep as u32);
                 if c < nclus {
                     let v = if keep { kept + e } else { u32::MAX };
                     // SAFETY: c < nclus.
-                    unsafe { charge.add(c as usize).write(v) };
+                    unsafe { charge.st(c, v) };
                 }
                 kept += tot;
                 gsync();
@@ -520,11 +514,11 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         while j < size {
             // SAFETY: j < size; first + j < n; cluster numbers < size.
             unsafe {
-                let c = cl.add(j as usize).read();
+                let c = cl.ld(j);
                 let out = if c == u32::MAX {
                     NOT_CLUSTERED
                 } else if cut {
-                    let v = charge.add(c as usize).read();
+                    let v = charge.ld(c);
                     if v == u32::MAX {
                         NOT_CLUSTERED
                     } else {
@@ -538,14 +532,13 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             j += gsize;
         }
         if lt == 0 {
-            let slot = (ev * nmodules + mid as u32) as usize;
+            let m = (ev * p.nmodules + mid as u32) as usize;
             // SAFETY: ev < nevents and mid < nmodules.
             unsafe {
-                clus_in_module.add(slot).write(nclus);
-                module_first.add(slot).write(first);
+                clus_in_module.add(m).write(nclus);
+                module_first.add(m).write(first);
             }
         }
         gsync();
-        idx += step;
     }
 }

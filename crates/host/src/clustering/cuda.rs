@@ -210,9 +210,22 @@ pub struct Clusterer<'g> {
     capturing: bool,
 }
 
-/// Side streams of a `Clusterer`: the last and middle small-module passes, and the
-/// shared-memory kernel with the fallback (the warp pass stays on the main stream).
-const SIDE_STREAMS: usize = 3;
+/// Side streams of a `Clusterer`: the last and middle small-module passes, the
+/// shared-memory kernel and the fallback, each with the charge cut of its modules (the warp
+/// pass stays on the main stream).
+const SIDE_STREAMS: usize = 4;
+
+/// The module slots a charge-cut launch covers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum CutList {
+    /// Every module slot.
+    All,
+    /// The shared-memory kernel's list (modules over the small-module capacity, up to the
+    /// shared-memory capacity).
+    Shared,
+    /// The fallback's list (modules over the shared-memory capacity).
+    Fallback,
+}
 
 /// A captured chain, movable to another thread with its `Clusterer`.
 struct SendGraph(cudarc::driver::CudaGraph);
@@ -767,13 +780,16 @@ impl<'g> Clusterer<'g> {
                 g.ptr(&self.pass_lists[1]),
                 g.ptr(&self.pass_lists[2]),
                 g.ptr(&self.larger),
+                g.ptr(&self.fallback),
             ],
             nmodules: nm,
             rows,
             cols,
             phase,
-            caps: self.pass_caps(),
-            _pad0: 0,
+            caps: {
+                let [w, m, l] = self.pass_caps();
+                [w, m, l, self.capacity.max(l)]
+            },
         };
         // SAFETY: the buffers of `d` hold its capacities, which fit this workspace (checked
         // by the callers): `dims`, the digi arrays and the event offsets as the kernel reads
@@ -826,7 +842,7 @@ impl<'g> Clusterer<'g> {
         self.launch_count(d, k::COUNT_PHASE_SORT)?;
         let cut = cut.unwrap_or(ChargeCut::uniform(0));
         let conc = self.concurrent();
-        let used = [true, self.mid.is_some(), larger.is_some()];
+        let used = [true, self.mid.is_some(), larger.is_some(), larger.is_some()];
         let lane = |i: usize| conc.then_some(i);
         let what = "forking the clustering passes";
         if conc {
@@ -844,10 +860,16 @@ impl<'g> Clusterer<'g> {
             self.launch_small(d, cut, Pass::Mid, lane(1))?;
         }
         if let Some(cut_larger) = larger {
-            self.launch_shared(d, lane(2))?;
-            self.launch_fallback(d, lane(2), self.capacity)?;
+            // The fallback's modules were listed by the sort: it runs beside the
+            // shared-memory kernel (before issue 13's session 5 it ran after it, which
+            // listed them), each followed by the cut of its own modules.
+            self.launch_fallback(d, lane(3), self.capacity)?;
             if let Some(c) = cut_larger {
-                self.launch_charge_cut(d, c, true, lane(2))?;
+                self.launch_charge_cut(d, c, CutList::Fallback, lane(3))?;
+            }
+            self.launch_shared(d, lane(2))?;
+            if let Some(c) = cut_larger {
+                self.launch_charge_cut(d, c, CutList::Shared, lane(2))?;
             }
         }
         if self.warp_capacity > 0 {
@@ -906,6 +928,15 @@ impl<'g> Clusterer<'g> {
             Pass::Last => self.table_scale.1,
         };
         let slots = k::small_table_slots(cap.max(1), scale);
+        if slots > k::MAX_TABLE_SLOTS {
+            // Unreachable through the shared-memory checks (2^15 slots are 256 KiB); the
+            // kernel keeps a digi's slot in 15 bits.
+            return Err(Error::CapacityExceeded {
+                what: "find_clus_small table slots",
+                needed: slots as u64,
+                capacity: k::MAX_TABLE_SLOTS as u64,
+            });
+        }
         let params = k::ClusteringFindClusSmallParams {
             module: g.ptr(&d.module),
             x: g.ptr(&d.x),
@@ -1099,27 +1130,33 @@ impl<'g> Clusterer<'g> {
     /// [`Clusterer::find_clus`] that applied it to the small modules.
     pub fn charge_cut(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_charge_cut(d, cut, false, None)
+        self.launch_charge_cut(d, cut, CutList::All, None)
     }
 
     /// Launches the charge cut over the modules that [`Clusterer::find_clus`] did not cut
-    /// itself (those over the small-module capacity).
+    /// itself (those over the small-module capacity: the shared-memory kernel's list, then
+    /// the fallback's).
     pub fn charge_cut_larger(&mut self, d: &DeviceDigis, cut: ChargeCut) -> Result<()> {
         self.check_fits(d)?;
-        self.launch_charge_cut(d, cut, true, None)
+        self.launch_charge_cut(d, cut, CutList::Shared, None)?;
+        self.launch_charge_cut(d, cut, CutList::Fallback, None)
     }
 
     fn launch_charge_cut(
         &mut self,
         d: &DeviceDigis,
         cut: ChargeCut,
-        larger: bool,
+        list: CutList,
         lane: Option<usize>,
     ) -> Result<()> {
         let g = self.gpu;
         let geo = &self.geometry;
         let (nm, l1) = (geo.modules, geo.layer1_modules);
-        let above = if larger { self.pass_caps()[2] } else { 0 };
+        let above = match list {
+            CutList::All => 0,
+            CutList::Shared => self.pass_caps()[2],
+            CutList::Fallback => self.capacity.max(self.pass_caps()[2]),
+        };
         let grid = self.grid_for(self.cut_grid, above, 1);
         let params = k::ClusteringClusterChargeCutParams {
             adc: g.ptr(&d.adc),
@@ -1134,16 +1171,18 @@ impl<'g> Clusterer<'g> {
             clus_in_module: g.ptr_mut(&mut self.clus_in_module),
             scratch: g.ptr_mut(&mut self.scratch),
             // The list of larger modules, or none (every module).
-            slots: if larger {
-                g.ptr(&self.larger)
-            } else {
-                DevPtr::NULL
+            slots: match list {
+                CutList::All => DevPtr::NULL,
+                CutList::Shared => g.ptr(&self.larger),
+                CutList::Fallback => g.ptr(&self.fallback),
             },
         };
-        // SAFETY: launched after find_clus (for the larger modules: after the shared-memory
-        // kernel and the fallback, in stream order on the same lane; scratch is used by this
-        // kernel alone); scratch holds max_digis u64; the slot list is null or written by the
-        // sort phase; shared memory for the scan.
+        // SAFETY: launched after find_clus (for a list of larger modules: after the kernel
+        // that clusters that list, in stream order on the same lane; two cuts may run at
+        // once, over disjoint lists, and a module's scratch words are
+        // `scratch[first..first + size]`, disjoint between modules); scratch holds
+        // max_digis u64; the slot list is null or written by the sort phase; shared memory
+        // for the scan.
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_CHARGE_CUT,
@@ -1200,6 +1239,9 @@ impl<'g> Clusterer<'g> {
         s.memcpy_dtoh(&self.fallback.slice(0..1), &mut fallback[..])
             .ctx(what)?;
         s.synchronize().ctx(what)?;
+        // The sort lists the modules over the shared-memory capacity for the fallback
+        // directly (the shared-memory kernel's list holds the others).
+        medium[0] += fallback[0];
         if let Some(first) = decode_first_index(bad[0]) {
             return Err(invalid(
                 "digis",
