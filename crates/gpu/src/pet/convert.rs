@@ -17,6 +17,32 @@ pub(crate) unsafe fn load_frame(frames: *const u32, idx: u64) -> DataFrameV2 {
     bytemuck::cast(w)
 }
 
+/// Runs `$body` with `$q` = 0, 1, 2, 3 as literal constants.
+macro_rules! unroll4 {
+    ($q:ident, $body:block) => {{
+        let $q: usize = 0;
+        $body
+    }
+    {
+        let $q: usize = 1;
+        $body
+    }
+    {
+        let $q: usize = 2;
+        $body
+    }
+    {
+        let $q: usize = 3;
+        $body
+    }};
+}
+
+/// Shared-state-space address of staged single `slot` (after the scan storage).
+#[inline(always)]
+fn staged_single(slot: u32) -> u32 {
+    i::shared_base() + crate::scan::device_scan_smem_bytes(4) as u32 + 16 * slot
+}
+
 /// Raw frames to accepted singles, in input order, plus statistics.
 ///
 /// # Safety
@@ -55,42 +81,97 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     let tile = i::block_idx_x();
     let lane = i::lane_id();
     let warp_start = tile as u64 * CONVERT_TILE + i::warp_id() as u64 * 32 * N as u64;
-    let mut singles = [Single::default(); N];
+    let warp_local = i::warp_id() * 32 * N as u32;
     let mut masks = [0u32; N];
     let mut warp_total = 0u32;
     let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
-    // Unrolled by hand (constant indices keep `singles` and `masks` in registers).
-    unroll8!(j, {
-        let idx = warp_start + (j as u64) * 32 + lane as u64;
-        let mut keep = false;
-        if idx < n {
-            // SAFETY: idx < n.
-            let f = unsafe { load_frame(frames, idx) };
-            let (s, st) = convert_frame_with(
-                &f,
-                &p,
-                &divs,
-                // SAFETY: convert_frame only asks for indices inside the tables.
-                |k| unsafe { position.add(k as usize).read() },
-                // SAFETY: as above.
-                |k| unsafe { correction.add(k as usize).read() },
-            );
-            singles[j] = s;
-            keep = st & CONVERT_ACCEPTED != 0;
-            if st & CONVERT_BAD_ADDRESS != 0 {
-                bad += 1;
-                // SAFETY: stats holds STAT_WORDS words.
-                unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
-            } else if !keep {
-                rejected += 1;
-            }
-            if st & CONVERT_CLAMPED != 0 {
-                clamped += 1;
-            }
-        }
-        masks[j] = i::ballot(keep);
-        warp_total += i::popc(masks[j]);
-    });
+    // Each frame's reads depend on each other (frame, position table, correction table):
+    // four frames at a time issue their four frame loads, then their four position reads,
+    // then their four correction reads, so that four of each are in flight per thread. The
+    // singles wait in shared memory (not registers) until their offsets are known.
+    // (Written as a macro over the literal first item, 0 and 4: every array index a
+    // constant, so that nothing goes to local memory.)
+    macro_rules! four_frames {
+        ($first:literal) => {{
+            let first: u32 = $first;
+            let mut f = [[0u32; 4]; 4];
+            let mut live = 0u32;
+            unroll4!(q, {
+                let idx = warp_start + ((first + q as u32) as u64) * 32 + lane as u64;
+                if idx < n {
+                    // SAFETY: idx < n.
+                    f[q] = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
+                    live |= 1 << q;
+                }
+            });
+            let mut du_index = [0u64; 4];
+            let mut origin = [0u8; 4];
+            let mut addressed = 0u32;
+            unroll4!(q, {
+                if live & 1 << q != 0 {
+                    let fr: DataFrameV2 = bytemuck::cast(f[q]);
+                    if let Some((du, at)) = frame_position_index(&fr, &p) {
+                        du_index[q] = du;
+                        // SAFETY: frame_position_index gives indices inside the table.
+                        origin[q] = unsafe { position.add(at as usize).read() };
+                        addressed |= 1 << q;
+                    }
+                }
+            });
+            let mut local = [0u32; 4];
+            let mut factor = [0f32; 4];
+            let mut clamp = 0u32;
+            unroll4!(q, {
+                if addressed & 1 << q != 0 {
+                    let fr: DataFrameV2 = bytemuck::cast(f[q]);
+                    match frame_energy_index(&fr, &p, &divs, du_index[q], origin[q]) {
+                        Some((l, at, c)) => {
+                            local[q] = l;
+                            clamp |= (c as u32) << q;
+                            // SAFETY: frame_energy_index gives indices inside the table.
+                            factor[q] = unsafe { correction.add(at as usize).read() };
+                        }
+                        None => addressed &= !(1 << q),
+                    }
+                }
+            });
+            unroll4!(q, {
+                let j = first + q as u32;
+                let mut keep = false;
+                if addressed & 1 << q != 0 {
+                    let fr: DataFrameV2 = bytemuck::cast(f[q]);
+                    let (s, st) =
+                        frame_single(&fr, &p, &divs, local[q], factor[q], clamp & 1 << q != 0);
+                    keep = st & CONVERT_ACCEPTED != 0;
+                    if keep {
+                        // SAFETY: the slot lies inside `convert_smem_bytes()`; only this thread
+                        // uses it.
+                        unsafe {
+                            i::st_shared_v4_u32(
+                                staged_single(warp_local + j * 32 + lane),
+                                bytemuck::cast(s),
+                            )
+                        };
+                    } else {
+                        rejected += 1;
+                    }
+                    if st & CONVERT_CLAMPED != 0 {
+                        clamped += 1;
+                    }
+                } else if live & 1 << q != 0 {
+                    bad += 1;
+                    let idx = warp_start + (j as u64) * 32 + lane as u64;
+                    // SAFETY: stats holds STAT_WORDS words.
+                    unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
+                }
+                let m = i::ballot(keep);
+                masks[j as usize] = m;
+                warp_total += i::popc(m);
+            });
+        }};
+    }
+    four_frames!(0);
+    four_frames!(4);
     // Statistics: one atomic per warp and counter.
     let r = crate::scan::device::warp_reduce_sum(rejected);
     let c = crate::scan::device::warp_reduce_sum(clamped);
@@ -123,8 +204,11 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
         let m = masks[j];
         if m & (1 << lane) != 0 {
             let pos = base + i::popc(m & below);
+            // SAFETY: this thread staged the slot (the scan's barriers lie between).
+            let s =
+                unsafe { i::ld_shared_v4_u32(staged_single(warp_local + j as u32 * 32 + lane)) };
             // SAFETY: pos < number accepted <= n.
-            unsafe { out.add(pos as usize).write(singles[j]) };
+            unsafe { (out.add(pos as usize) as *mut [u32; 4]).write(s) };
         }
         base += i::popc(m);
     });

@@ -489,9 +489,10 @@ pub const CONVERT_ITEMS: u32 = 8; // `unroll8!` in the kernel matches
 /// Frames per tile (block).
 pub const CONVERT_TILE: u64 = (CONVERT_THREADS * CONVERT_ITEMS) as u64;
 
-/// Shared-memory bytes of the conversion (the Foundation's tile-scan layout, `u32`).
+/// Shared-memory bytes of the conversion: the Foundation's tile-scan layout (`u32`), then the
+/// tile's singles (16 bytes each) waiting for their offsets.
 pub const fn convert_smem_bytes() -> usize {
-    crate::scan::device_scan_smem_bytes(4)
+    crate::scan::device_scan_smem_bytes(4) + 16 * CONVERT_TILE as usize
 }
 
 // ---------------------------------------------------------------------------------------
