@@ -173,6 +173,31 @@ fn walk_slot(slot: u32) -> u32 {
     i::shared_base() + crate::scan::device_scan_smem_bytes(4) as u32 + 4 * slot
 }
 
+/// Single `k` as four words (one 16-byte load).
+///
+/// # Safety
+/// `k` inside the array (16-byte aligned), read-only during the kernel.
+#[inline(always)]
+unsafe fn load_single(s: *const Single, k: u64) -> [u32; 4] {
+    // SAFETY: caller contract.
+    unsafe { i::ldg_v4_u32((s as *const u32).add(4 * k as usize)) }
+}
+
+/// Writes pair `at` from its two singles' words (two 16-byte stores; no `Coincidence` built
+/// in local memory).
+///
+/// # Safety
+/// `at < p.capacity`.
+#[inline(always)]
+unsafe fn store_pair(p: &PetCoincideTilesParams, at: u64, a: [u32; 4], b: [u32; 4]) {
+    let d = p.pairs.ptr_mut() as *mut u32;
+    // SAFETY: pair `at` lies inside the buffer (32 bytes, 16-byte aligned).
+    unsafe {
+        i::st_v4_u32(d.add(8 * at as usize), a);
+        i::st_v4_u32(d.add(8 * at as usize + 4), b);
+    }
+}
+
 /// A time from lane `src`.
 #[inline(always)]
 fn shfl_idx_f64(v: f64, src: u32) -> f64 {
@@ -402,21 +427,37 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
             };
         }
     });
-    unroll8!(j, {
-        if two & 1 << j != 0 && counts[j] != 0 {
-            let idx = warp_start + (j as u64) * 32 + lane as u64;
-            let at = base.wrapping_add(offs[j]) as u64;
-            if at < p.capacity {
-                // SAFETY: idx + 1 < n; `at` below the capacity.
-                unsafe {
-                    p.pairs.ptr_mut().add(at as usize).write(Coincidence {
-                        a: singles.add(idx as usize).read(),
-                        b: singles.add(idx as usize + 1).read(),
-                    })
-                };
-            }
-        }
-    });
+    // The two-single windows' pairs, four items at a time: their eight 16-byte loads in
+    // flight together, then the stores. (A macro over the literal first item: constant
+    // array indices.)
+    macro_rules! write_twos {
+        ($first:literal) => {{
+            let mut v = [[0u32; 4]; 8];
+            unroll4!(q, {
+                let j = $first + q;
+                if two & 1 << j != 0 && counts[j] != 0 {
+                    let idx = warp_start + (j as u64) * 32 + lane as u64;
+                    // SAFETY: idx + 1 < n (the window holds it).
+                    unsafe {
+                        v[2 * q] = load_single(singles, idx);
+                        v[2 * q + 1] = load_single(singles, idx + 1);
+                    }
+                }
+            });
+            unroll4!(q, {
+                let j = $first + q;
+                if two & 1 << j != 0 && counts[j] != 0 {
+                    let at = base.wrapping_add(offs[j]) as u64;
+                    if at < p.capacity {
+                        // SAFETY: `at` below the capacity.
+                        unsafe { store_pair(&p, at, v[2 * q], v[2 * q + 1]) };
+                    }
+                }
+            });
+        }};
+    }
+    write_twos!(0);
+    write_twos!(4);
     let mut w = writers;
     while w != 0 {
         let j = i::lowest_bit(w);
@@ -427,12 +468,7 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
         let write = |a: u64, b: u64| {
             if at < p.capacity {
                 // SAFETY: members < n; `at` below the capacity.
-                unsafe {
-                    p.pairs.ptr_mut().add(at as usize).write(Coincidence {
-                        a: singles.add(a as usize).read(),
-                        b: singles.add(b as usize).read(),
-                    })
-                };
+                unsafe { store_pair(&p, at, load_single(singles, a), load_single(singles, b)) };
             }
             at += 1;
         };

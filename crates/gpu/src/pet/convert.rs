@@ -17,26 +17,6 @@ pub(crate) unsafe fn load_frame(frames: *const u32, idx: u64) -> DataFrameV2 {
     bytemuck::cast(w)
 }
 
-/// Runs `$body` with `$q` = 0, 1, 2, 3 as literal constants.
-macro_rules! unroll4 {
-    ($q:ident, $body:block) => {{
-        let $q: usize = 0;
-        $body
-    }
-    {
-        let $q: usize = 1;
-        $body
-    }
-    {
-        let $q: usize = 2;
-        $body
-    }
-    {
-        let $q: usize = 3;
-        $body
-    }};
-}
-
 /// Shared-state-space address of staged single `slot` (after the scan storage).
 #[inline(always)]
 fn staged_single(slot: u32) -> u32 {

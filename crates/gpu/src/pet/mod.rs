@@ -856,6 +856,27 @@ pub const fn coincide_smem_bytes() -> usize {
 /// Threads per block of the coincidence kernels.
 pub const COINCIDE_THREADS: u32 = 256;
 
+/// Runs `$body` with `$q` = 0, 1, 2, 3 as literal constants.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! unroll4 {
+    ($q:ident, $body:block) => {{
+        let $q: usize = 0;
+        $body
+    }
+    {
+        let $q: usize = 1;
+        $body
+    }
+    {
+        let $q: usize = 2;
+        $body
+    }
+    {
+        let $q: usize = 3;
+        $body
+    }};
+}
+
 /// Runs `$body` with `$j` = 0, 1, ..., 7 as literal constants (a loop LLVM would not unroll
 /// keeps its arrays in local memory).
 #[cfg(target_arch = "nvptx64")]
