@@ -627,12 +627,14 @@ pub fn doublet_rz_compatible(
         (o_r - m.r, o_z - m.z)
     };
     let z_origin = m.z * delta_r - m.r * cot_theta;
-    !(delta_r >= cfg.delta_r_max
-        || delta_r <= cfg.delta_r_min
-        || cot_theta.abs() >= cfg.cot_theta_max * delta_r
-        || z_origin <= cfg.collision_min * delta_r
-        || z_origin >= cfg.collision_max * delta_r
-        || cot_theta.abs() >= cfg.delta_z_max)
+    // `|`, not `||`: the same value (no operand has an effect), evaluated without a branch
+    // per cut, so the doublet kernel's candidate loop runs straight through.
+    !((delta_r >= cfg.delta_r_max)
+        | (delta_r <= cfg.delta_r_min)
+        | (cot_theta.abs() >= cfg.cot_theta_max * delta_r)
+        | (z_origin <= cfg.collision_min * delta_r)
+        | (z_origin >= cfg.collision_max * delta_r)
+        | (cot_theta.abs() >= cfg.delta_z_max))
 }
 
 /// The helix-circle cut of [`doublet_compatible`] (reads x and y).
@@ -1173,7 +1175,6 @@ crate::kernel_params!(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingFindDoubletsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
     pub rz: DevPtr<[f32; 2]>,
@@ -1192,15 +1193,17 @@ pub struct SeedingFindDoubletsParams {
     pub n_events: u32,
     pub cap_mb: u32,
     pub cap_mt: u32,
-    pub _pad0: u32,
+    /// The configuration by value: the kernel reads its fields from the parameter space
+    /// (constant-bank operands), with no register held and no load repeated after the
+    /// warp votes and shuffles of the candidate loops (`asm!` that may touch memory).
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
+crate::kernel_params!(SeedingFindDoubletsParams, 288, ["seeding_find_doublets"]);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingTripletsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<BinnedSp>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
@@ -1219,15 +1222,15 @@ pub struct SeedingTripletsParams {
     pub cap_mb: u32,
     pub cap_mt: u32,
     pub cap_tri: u32,
-    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
+crate::kernel_params!(SeedingTripletsParams, 272, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingSelectSeedsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
     /// Launch size: `n + 1` counts are written (0 past the valid middles).
@@ -1244,8 +1247,11 @@ pub struct SeedingSelectSeedsParams {
     pub cap_mb: u32,
     pub cap_mt: u32,
     pub cap_tri: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
+    pub cfg: SeedingConfig,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 112, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 272, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

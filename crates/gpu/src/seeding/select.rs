@@ -23,8 +23,7 @@ use crate::intrinsics as i;
 /// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (cfg, sps, n, tri_cnt, tri_start, tri, slots, counts) = (
-        p.cfg.ptr(),
+    let (sps, n, tri_cnt, tri_start, tri, slots, counts) = (
         p.sps.ptr(),
         p.n,
         p.tri_cnt.ptr(),
@@ -40,7 +39,7 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
     let lane = i::lane_id();
     // SAFETY: launch contract.
     unsafe {
-        let c = &*cfg;
+        let c = &p.cfg;
         let fits = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri) != 0;
         let nb = if g < n_valid(c, p.grid.ptr(), p.n_events) && fits {
             p.n_bot.ptr().add(g as usize).read()
