@@ -102,6 +102,13 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    // Seeding doublets: at most 64 registers (61 on sm_90, no spill) for 8 blocks of 128
+    // per multiprocessor; 0.113 → 0.108 ms at ⟨μ⟩ = 200 on an H200 (docs/benchmarks.md).
+    (
+        seeding::KERNEL_FIND_DOUBLETS,
+        seeding::SEEDING_THREADS,
+        seeding::DOUBLETS_MIN_BLOCKS,
+    ),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 3),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),

@@ -18,27 +18,38 @@ pub(crate) struct Window {
     total: u32,
 }
 
-/// The [`Window`] of middle `m` (batch bin `m.bin`) for `window`: each lane reads one
+/// This lane's neighbour bin of middle `m` (batch bin `m.bin`): `(number of neighbour bins,
+/// the bin's first grid key)`; the key is meaningless on lanes past the number. Computed
+/// once per middle (it takes integer divisions) for the four [`window_runs`].
+#[inline(always)]
+pub(crate) fn lane_bin(c: &SeedingConfig, m: &BinnedSp) -> (u32, usize) {
+    let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+    let event_bin = m.bin / nbins * nbins;
+    let (nb_len, nb_bin) = neighbour_bin(c, m.bin - event_bin, i::lane_id());
+    (
+        nb_len,
+        event_bin.wrapping_add(nb_bin) as usize * c.n_r as usize,
+    )
+}
+
+/// The [`Window`] of a middle for `window`, `lanes` its [`lane_bin`]: each lane reads one
 /// neighbour bin's two grid offsets (in parallel), then a warp scan joins the runs.
 ///
 /// # Safety
-/// All 32 lanes, the same `m` and `window`; `grid` holds the batch's offsets
-/// (`n_events * nkeys + 2`), `m.bin` a batch bin.
+/// All 32 lanes, the same middle and `window`; `grid` holds the batch's offsets
+/// (`n_events * nkeys + 2`), `lanes` from [`lane_bin`] of a middle of the batch.
 #[inline(always)]
 pub(crate) unsafe fn window_runs(
     c: &SeedingConfig,
-    m: &BinnedSp,
+    lanes: (u32, usize),
     window: (f32, f32),
     grid: *const u32,
 ) -> Window {
     let lane = i::lane_id();
-    let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
-    let event_bin = m.bin / nbins * nbins;
-    let (nb_len, nb_bin) = neighbour_bin(c, m.bin % nbins, lane);
+    let (nb_len, key) = lanes;
     let (s0, s1) = slice_range(c, window.0, window.1);
     let (mut lo, mut len) = (0u32, 0u32);
     if s0 < s1 && lane < nb_len {
-        let key = (event_bin + nb_bin) as usize * c.n_r as usize;
         // SAFETY: key + s1 <= the event's last key + 1; grid holds every offset.
         let hi = unsafe {
             lo = grid.add(key + s0 as usize).read();
@@ -259,7 +270,7 @@ unsafe fn write_side(
             r += 32;
         }
         if count > DOUBLET_STAGE {
-            let w = window_runs(c, m, window, grid);
+            let w = window_runs(c, lane_bin(c, m), window, grid);
             warp_candidates(c, m, &w, bottom, rz, sps, queue, |rank, q, o| {
                 if rank >= DOUBLET_STAGE {
                     write_doublet(
@@ -323,8 +334,9 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         // other. Warp-uniform: every lane holds the same totals.
         // The runs are computed again for the walks (holding both windows' runs across
         // the walks costs registers: 72 → 83 per thread, ptxas sm_90).
-        let tb = window_runs(c, &m, wb, grid).total;
-        let tt = window_runs(c, &m, wt, grid).total;
+        let lanes = lane_bin(c, &m);
+        let tb = window_runs(c, lanes, wb, grid).total;
+        let tt = window_runs(c, lanes, wt, grid).total;
         let first_bottom = tb <= tt;
         let walk = tb != 0 && tt != 0;
         let (w1, s1, w2, s2) = if first_bottom {
@@ -334,10 +346,10 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         };
         let (mut n1, mut n2) = (0, 0);
         if walk {
-            let runs = window_runs(c, &m, w1, grid);
+            let runs = window_runs(c, lanes, w1, grid);
             n1 = warp_candidates(c, &m, &runs, first_bottom, rz, sps, queue, stage(s1));
             if n1 != 0 {
-                let runs = window_runs(c, &m, w2, grid);
+                let runs = window_runs(c, lanes, w2, grid);
                 n2 = warp_candidates(c, &m, &runs, !first_bottom, rz, sps, queue, stage(s2));
             }
         }

@@ -72,6 +72,10 @@ pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
 
 /// Threads per block of every seeding kernel (one thread per item).
 pub const SEEDING_THREADS: u32 = 128;
+
+/// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
+/// `crate::LAUNCH_BOUNDS`): 8 blocks of `SEEDING_THREADS` leave it 64 registers.
+pub const DOUBLETS_MIN_BLOCKS: u32 = 8;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
 /// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).
@@ -464,12 +468,13 @@ fn clamp_bin(v: i32, n: u32) -> u32 {
 /// contiguous range per bin.
 #[inline(always)]
 pub fn r_slice(cfg: &SeedingConfig, r: f32) -> u32 {
-    let w = if cfg.r_slice_width == 0 {
-        1
+    // Width 1 mm (traccc's r_max 200 mm gives 1) without the integer division, which the
+    // GPU computes in about twenty instructions (the doublet kernel needs four per middle).
+    let s = if cfg.r_slice_width <= 1 {
+        r as u32
     } else {
-        cfg.r_slice_width
+        (r as u32) / cfg.r_slice_width
     };
-    let s = (r as u32) / w;
     if s >= cfg.n_r {
         cfg.n_r.saturating_sub(1)
     } else {
@@ -585,14 +590,23 @@ pub fn neighbour_bin(cfg: &SeedingConfig, bin: u32, j: u32) -> (u32, u32) {
     let zb = bin / n_phi;
     let z_lo = if zb == 0 { 0 } else { zb - 1 };
     let z_hi = if zb + 1 >= n_z { n_z - 1 } else { zb + 1 };
-    let per_z = if n_phi < 3 { n_phi } else { 3 };
-    let len = (z_hi - z_lo + 1) * per_z;
-    let z = z_lo + j / per_z;
-    let k = j % per_z;
-    let p = if n_phi < 3 {
-        k
+    // Three phi bins per z bin (a division by the constant 3, a multiplication on the GPU),
+    // or every phi bin once when there are fewer than three.
+    let (len, z, p) = if n_phi < 3 {
+        ((z_hi - z_lo + 1) * n_phi, z_lo + j / n_phi, j % n_phi)
     } else {
-        (pb + n_phi - 1 + k) % n_phi
+        let k = j % 3;
+        let p = pb + k;
+        // (pb + n_phi - 1 + k) % n_phi with pb < n_phi, k < 3: one conditional subtraction
+        // or addition.
+        let p = if p == 0 {
+            n_phi - 1
+        } else if p > n_phi {
+            p - 1 - n_phi
+        } else {
+            p - 1
+        };
+        ((z_hi - z_lo + 1) * 3, z_lo + j / 3, p)
     };
     (len, p + n_phi * z)
 }
