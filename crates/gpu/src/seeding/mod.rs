@@ -75,7 +75,7 @@ pub const SEEDING_THREADS: u32 = 128;
 
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
 /// `crate::LAUNCH_BOUNDS`): 8 blocks of `SEEDING_THREADS` leave it 64 registers.
-pub const DOUBLETS_MIN_BLOCKS: u32 = 8;
+pub const DOUBLETS_MIN_BLOCKS: u32 = 9;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
 /// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).

@@ -760,11 +760,12 @@ impl GpuContext {
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
             // (total <= n * max_seeds_per_spm = the output sizes); the seeds' indices are
             // inside their events of sps; events n_events records of the summary; one thread
-            // per middle and per event.
+            // per seed slot (n * max_seeds_per_spm) and per event.
+            let slots_n = n64 * cfg.max_seeds_per_spm as u64;
             unsafe {
                 self.launch(
                     k::KERNEL_GATHER_SEEDS,
-                    self.launch_items(n64.max(n_events as u64)),
+                    self.launch_items(slots_n.max(n_events as u64)),
                     &params,
                 )
             }
