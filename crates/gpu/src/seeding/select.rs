@@ -41,18 +41,24 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
     unsafe {
         let c = &p.cfg;
         let fits = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri) != 0;
-        let nb = if g < n_valid(c, p.grid.ptr(), p.n_events) && fits {
-            p.n_bot.ptr().add(g as usize).read()
-        } else {
-            0
-        };
+        // The middle's count and start are loaded together (the start is written only for
+        // a middle with doublets, and used only then): one memory latency instead of two
+        // in a row, in a kernel that mostly waits on them (Nsight Compute: no eligible
+        // warp 61 % of the cycles).
+        let (mut nb, mut bs) = (0, 0);
+        if g < n {
+            nb = p.n_bot.ptr().add(g as usize).read();
+            bs = p.bot_start.ptr().add(g as usize).read();
+        }
+        if !(g < n_valid(c, p.grid.ptr(), p.n_events) && fits) {
+            nb = 0;
+        }
         if nb == 0 {
             if lane == 0 {
                 counts.add(g as usize).write(0);
             }
             return; // warp-uniform
         }
-        let bs = p.bot_start.ptr().add(g as usize).read();
         let mut best = SeedKeeper::new(c.max_seeds_per_spm);
         let mut base = 0u32;
         // Warp-uniform loops: every lane reaches every ballot and shuffle.
@@ -60,10 +66,9 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             let j = base + lane;
             let (mut cnt, mut start) = (0u32, 0u32);
             if j < nb {
+                // Both at once (the start is meaningful only when the count is not 0).
                 cnt = tri_cnt.add((bs + j) as usize).read();
-                if cnt != 0 {
-                    start = tri_start.add((bs + j) as usize).read();
-                }
+                start = tri_start.add((bs + j) as usize).read();
             }
             let mut with = i::ballot(cnt != 0);
             while with != 0 {
