@@ -74,7 +74,7 @@ pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
 pub const SEEDING_THREADS: u32 = 128;
 
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
-/// `crate::LAUNCH_BOUNDS`): 8 blocks of `SEEDING_THREADS` leave it 64 registers.
+/// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.
 pub const DOUBLETS_MIN_BLOCKS: u32 = 9;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;

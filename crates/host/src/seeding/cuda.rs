@@ -757,11 +757,11 @@ impl GpuContext {
                 n_events: ne,
                 _pad0: 0,
             };
+            let slots_n = n64 * cfg.max_seeds_per_spm as u64;
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
             // (total <= n * max_seeds_per_spm = the output sizes); the seeds' indices are
             // inside their events of sps; events n_events records of the summary; one thread
             // per seed slot (n * max_seeds_per_spm) and per event.
-            let slots_n = n64 * cfg.max_seeds_per_spm as u64;
             unsafe {
                 self.launch(
                     k::KERNEL_GATHER_SEEDS,
