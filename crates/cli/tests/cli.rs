@@ -1019,3 +1019,51 @@ fn seed_takes_several_inputs_like_single_runs() {
         .stderr(contains("--params needs a single --input"));
     assert!(!d.path("x1.csv").exists() && !d.path("p.csv").exists());
 }
+
+/// Issue 14: `detkit seed --config` with an unknown key or a `[section]` (which traccc-style
+/// configs have, and which were once ignored silently) fails, names the key and the file, and
+/// writes no output; a known key is accepted.
+#[test]
+fn seed_config_unknown_key_or_section_is_an_error_naming_it() {
+    let d = Dir::new();
+    let sp = d.write("sp.csv", "x,y,z\n34,0,10\n70,0,20.588\n116,0,34.118\n");
+    let out = d.path("seeds.csv");
+    for (name, text, key) in [
+        ("unknown.toml", "min_pt = 0.9\nmin_ptt = 1.0\n", "min_ptt"),
+        ("section.toml", "[seedfinder]\nmin_pt = 0.9\n", "seedfinder"),
+    ] {
+        let cfg = d.write(name, text);
+        detkit()
+            .args([
+                "seed",
+                "--backend",
+                "cpu",
+                "--input",
+                s(&sp),
+                "--output",
+                s(&out),
+                "--config",
+                s(&cfg),
+            ])
+            .assert()
+            .code(1)
+            .stderr(contains(format!("`{key}`")).and(contains(name)));
+        assert!(!out.exists(), "{name}: an output was written");
+    }
+    let cfg = d.write("good.toml", "min_pt = 0.9\n");
+    detkit()
+        .args([
+            "seed",
+            "--backend",
+            "cpu",
+            "--input",
+            s(&sp),
+            "--output",
+            s(&out),
+            "--config",
+            s(&cfg),
+        ])
+        .assert()
+        .success();
+    assert!(out.exists());
+}

@@ -103,6 +103,14 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    // Seeding doublets: 9 blocks of 128 per multiprocessor (at most 56 registers; sm_90:
+    // 56 and 16 bytes of spill stores). ⟨μ⟩ = 200 on an H200: 69 registers unbounded
+    // 0.113 ms, 8 blocks 0.108 ms, 9 blocks 0.102 ms (docs/benchmarks.md, issue 14).
+    (
+        seeding::KERNEL_FIND_DOUBLETS,
+        seeding::SEEDING_THREADS,
+        seeding::DOUBLETS_MIN_BLOCKS,
+    ),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),

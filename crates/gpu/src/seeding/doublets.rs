@@ -11,33 +11,45 @@ use crate::intrinsics as i;
 /// joined sequence of all runs, scan order), every lane the starts of runs 1..8 and the
 /// total. Position `v` of the joined sequence is binned index `v + delta_k`, `k` the last
 /// run with `start_k <= v`.
+#[derive(Clone, Copy)]
 pub(crate) struct Window {
     delta: u32,
     starts: [u32; 8],
     total: u32,
 }
 
-/// The [`Window`] of middle `m` (batch bin `m.bin`) for `window`: each lane reads one
+/// This lane's neighbour bin of middle `m` (batch bin `m.bin`): `(number of neighbour bins,
+/// the bin's first grid key)`; the key is meaningless on lanes past the number. Computed
+/// once per middle (it takes integer divisions) for the four [`window_runs`].
+#[inline(always)]
+pub(crate) fn lane_bin(c: &SeedingConfig, m: &BinnedSp) -> (u32, usize) {
+    let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
+    let event_bin = m.bin / nbins * nbins;
+    let (nb_len, nb_bin) = neighbour_bin(c, m.bin - event_bin, i::lane_id());
+    (
+        nb_len,
+        event_bin.wrapping_add(nb_bin) as usize * c.n_r as usize,
+    )
+}
+
+/// The [`Window`] of a middle for `window`, `lanes` its [`lane_bin`]: each lane reads one
 /// neighbour bin's two grid offsets (in parallel), then a warp scan joins the runs.
 ///
 /// # Safety
-/// All 32 lanes, the same `m` and `window`; `grid` holds the batch's offsets
-/// (`n_events * nkeys + 2`), `m.bin` a batch bin.
+/// All 32 lanes, the same middle and `window`; `grid` holds the batch's offsets
+/// (`n_events * nkeys + 2`), `lanes` from [`lane_bin`] of a middle of the batch.
 #[inline(always)]
 pub(crate) unsafe fn window_runs(
     c: &SeedingConfig,
-    m: &BinnedSp,
+    lanes: (u32, usize),
     window: (f32, f32),
     grid: *const u32,
 ) -> Window {
     let lane = i::lane_id();
-    let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
-    let event_bin = m.bin / nbins * nbins;
-    let (nb_len, nb_bin) = neighbour_bin(c, m.bin % nbins, lane);
+    let (nb_len, key) = lanes;
     let (s0, s1) = slice_range(c, window.0, window.1);
     let (mut lo, mut len) = (0u32, 0u32);
     if s0 < s1 && lane < nb_len {
-        let key = (event_bin + nb_bin) as usize * c.n_r as usize;
         // SAFETY: key + s1 <= the event's last key + 1; grid holds every offset.
         let hi = unsafe {
             lo = grid.add(key + s0 as usize).read();
@@ -71,8 +83,31 @@ pub(crate) unsafe fn window_runs(
     w
 }
 
+/// `*p` as two 16-byte read-only loads (the generic read of a 4-aligned record is eight
+/// 32-bit loads).
+///
+/// # Safety
+/// `p` valid and 16-byte aligned (a device allocation of 32-byte records), not written
+/// during the kernel.
+#[inline(always)]
+pub(crate) unsafe fn read_binned(p: *const BinnedSp) -> BinnedSp {
+    let w = p as *const u32;
+    // SAFETY: caller's contract: the record's two aligned halves.
+    let (a, b) = unsafe { (i::ldg_v4_u32(w), i::ldg_v4_u32(w.add(4))) };
+    BinnedSp {
+        x: f32::from_bits(a[0]),
+        y: f32::from_bits(a[1]),
+        z: f32::from_bits(a[2]),
+        r: f32::from_bits(a[3]),
+        var_z: f32::from_bits(b[0]),
+        var_r: f32::from_bits(b[1]),
+        index: b[2],
+        bin: b[3],
+    }
+}
+
 /// Warp-cooperative walk over the candidates of one middle `m` (the same for all 32
-/// lanes): every spacepoint of the window's runs in scan order (bins, then slices, then
+/// lanes): every spacepoint of the window's runs `w` (from [`window_runs`]) in scan order (bins, then slices, then
 /// index), the runs joined so that the 32 lanes always test 32 consecutive candidates.
 /// A candidate is tested first with [`doublet_rz_compatible`] from the compact `rz` array;
 /// those that pass go, in scan order, into a ring of 64 binned indices in the warp's shared
@@ -84,17 +119,18 @@ pub(crate) unsafe fn window_runs(
 /// lane).
 ///
 /// # Safety
-/// Called by all 32 lanes of a warp with the same `m` and `window`; `grid` holds the
-/// batch's offsets into `sps` and `rz` (the same records); `queue` is this warp's
-/// `DOUBLET_QUEUE` words of shared memory.
+/// Called by all 32 lanes of a warp with the same `m` and `w` (the window's runs in the
+/// batch's grid); `rz` and `sps` hold the same binned records; `queue` is this warp's
+/// `DOUBLET_QUEUE` words of shared memory. `c` should be a local copy of the config (the
+/// warp votes and shuffles are `asm!` that may touch memory, so fields read through a
+/// pointer to global memory are loaded again after each of them).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(crate) unsafe fn warp_candidates(
     c: &SeedingConfig,
     m: &BinnedSp,
-    window: (f32, f32),
+    w: &Window,
     bottom: bool,
-    grid: *const u32,
     rz: *const [f32; 2],
     sps: *const BinnedSp,
     queue: u32,
@@ -102,8 +138,6 @@ pub(crate) unsafe fn warp_candidates(
 ) -> u32 {
     let lane = i::lane_id();
     let below = i::lanemask_lt();
-    // SAFETY: caller's contract.
-    let w = unsafe { window_runs(c, m, window, grid) };
     let mut passed = 0u32;
     let mut base = 0u32;
     // The ring holds the rz-passing candidates [head, head + queued) (mod DOUBLET_QUEUE).
@@ -121,8 +155,11 @@ pub(crate) unsafe fn warp_candidates(
         let q = v.wrapping_add(i::shfl_idx(w.delta, k));
         let mut ok = false;
         if v < w.total {
-            // SAFETY: q < grid[last key of the batch] = number of binned records.
-            let [r, z] = unsafe { rz.add(q as usize).read() };
+            // SAFETY: q < grid[last key of the batch] = number of binned records; the
+            // array is 8-byte aligned (device allocation), so the pair is one 64-bit load.
+            let rz2 = unsafe { (rz as *const u64).add(q as usize).read() };
+            let r = f32::from_bits(rz2 as u32);
+            let z = f32::from_bits((rz2 >> 32) as u32);
             ok = doublet_rz_compatible(c, m, r, z, bottom);
         }
         let mask = i::ballot(ok);
@@ -145,7 +182,7 @@ pub(crate) unsafe fn warp_candidates(
                 // SAFETY: a live ring entry, holding a binned index.
                 unsafe {
                     q2 = i::ld_shared_u32(queue + ((head + lane) % DOUBLET_QUEUE) * 4);
-                    o = sps.add(q2 as usize).read();
+                    o = read_binned(sps.add(q2 as usize));
                 }
                 ok2 = doublet_helix_compatible(c, m, &o);
             }
@@ -161,6 +198,31 @@ pub(crate) unsafe fn warp_candidates(
         }
     }
     passed
+}
+
+/// Writes the doublet `(middle, other)` and its `LinCircle` with 64-bit stores (a 4-aligned
+/// record is written as 32-bit stores otherwise): one for the doublet, three for `l`.
+///
+/// # Safety
+/// `d` and `lc` valid for writing and 8-byte aligned (device allocations of 8- and 24-byte
+/// records).
+#[inline(always)]
+unsafe fn write_doublet(
+    d: *mut Doublet,
+    lc: *mut LinCircle,
+    middle: u32,
+    other: u32,
+    l: &LinCircle,
+) {
+    let w = |lo: f32, hi: f32| lo.to_bits() as u64 | (hi.to_bits() as u64) << 32;
+    let q = lc as *mut u64;
+    // SAFETY: caller's contract.
+    unsafe {
+        (d as *mut u64).write(middle as u64 | (other as u64) << 32);
+        q.write(w(l.cot_theta, l.zo));
+        q.add(1).write(w(l.u, l.v));
+        q.add(2).write(w(l.er, l.i_delta_r));
+    }
 }
 
 /// Writes the doublets of one side of middle `pm`: ranks below `DOUBLET_STAGE` from the
@@ -197,24 +259,27 @@ unsafe fn write_side(
     unsafe {
         while r < staged {
             let q = i::ld_shared_u32(stage + r * 4);
-            let o = sps.add(q as usize).read();
-            out.add(at + r as usize).write(Doublet {
-                middle: pm,
-                other: q,
-            });
-            lc.add(at + r as usize)
-                .write(transform_coordinates(m, &o, bottom));
+            let o = read_binned(sps.add(q as usize));
+            write_doublet(
+                out.add(at + r as usize),
+                lc.add(at + r as usize),
+                pm,
+                q,
+                &transform_coordinates(m, &o, bottom),
+            );
             r += 32;
         }
         if count > DOUBLET_STAGE {
-            warp_candidates(c, m, window, bottom, grid, rz, sps, queue, |rank, q, o| {
+            let w = window_runs(c, lane_bin(c, m), window, grid);
+            warp_candidates(c, m, &w, bottom, rz, sps, queue, |rank, q, o| {
                 if rank >= DOUBLET_STAGE {
-                    out.add(at + rank as usize).write(Doublet {
-                        middle: pm,
-                        other: q,
-                    });
-                    lc.add(at + rank as usize)
-                        .write(transform_coordinates(m, o, bottom));
+                    write_doublet(
+                        out.add(at + rank as usize),
+                        lc.add(at + rank as usize),
+                        pm,
+                        q,
+                        &transform_coordinates(m, o, bottom),
+                    );
                 }
             });
         }
@@ -238,26 +303,19 @@ unsafe fn write_side(
 /// `doublet_smem_bytes()` of dynamic shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsParams) {
-    let (cfg, grid, rz, sps, n, n_events) = (
-        p.cfg.ptr(),
-        p.grid.ptr(),
-        p.rz.ptr(),
-        p.sps.ptr(),
-        p.n,
-        p.n_events,
-    );
+    let (grid, rz, sps, n, n_events) = (p.grid.ptr(), p.rz.ptr(), p.sps.ptr(), p.n, p.n_events);
     let warp = index() / 32;
     if warp >= n {
         return; // warp-uniform
     }
     // SAFETY: launch contract; ranks stay below the reserved counts.
     unsafe {
-        let c = &*cfg;
+        let c = &p.cfg;
         if warp >= n_valid(c, grid, n_events) {
             return; // warp-uniform
         }
         let pm = warp as u32;
-        let m = sps.add(pm as usize).read();
+        let m = read_binned(sps.add(pm as usize));
         let lane = i::lane_id();
         let stage_b = i::shared_base() + i::warp_id() * DOUBLET_WARP_WORDS * 4;
         let stage_t = stage_b + DOUBLET_STAGE * 4;
@@ -274,8 +332,11 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         // the first found a doublet (a middle with no bottom or no top keeps none): middles
         // with an empty side (the outermost layer has no tops) skip the full walk of the
         // other. Warp-uniform: every lane holds the same totals.
-        let tb = window_runs(c, &m, wb, grid).total;
-        let tt = window_runs(c, &m, wt, grid).total;
+        // The runs are computed again for the walks (holding both windows' runs across
+        // the walks costs registers: 72 → 83 per thread, ptxas sm_90).
+        let lanes = lane_bin(c, &m);
+        let tb = window_runs(c, lanes, wb, grid).total;
+        let tt = window_runs(c, lanes, wt, grid).total;
         let first_bottom = tb <= tt;
         let walk = tb != 0 && tt != 0;
         let (w1, s1, w2, s2) = if first_bottom {
@@ -285,9 +346,11 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         };
         let (mut n1, mut n2) = (0, 0);
         if walk {
-            n1 = warp_candidates(c, &m, w1, first_bottom, grid, rz, sps, queue, stage(s1));
+            let runs = window_runs(c, lanes, w1, grid);
+            n1 = warp_candidates(c, &m, &runs, first_bottom, rz, sps, queue, stage(s1));
             if n1 != 0 {
-                n2 = warp_candidates(c, &m, w2, !first_bottom, grid, rz, sps, queue, stage(s2));
+                let runs = window_runs(c, lanes, w2, grid);
+                n2 = warp_candidates(c, &m, &runs, !first_bottom, rz, sps, queue, stage(s2));
             }
         }
         let (mut nb, mut nt) = if first_bottom { (n1, n2) } else { (n2, n1) };

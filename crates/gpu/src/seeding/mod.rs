@@ -72,6 +72,10 @@ pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
 
 /// Threads per block of every seeding kernel (one thread per item).
 pub const SEEDING_THREADS: u32 = 128;
+
+/// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
+/// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.
+pub const DOUBLETS_MIN_BLOCKS: u32 = 9;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
 /// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).
@@ -464,12 +468,13 @@ fn clamp_bin(v: i32, n: u32) -> u32 {
 /// contiguous range per bin.
 #[inline(always)]
 pub fn r_slice(cfg: &SeedingConfig, r: f32) -> u32 {
-    let w = if cfg.r_slice_width == 0 {
-        1
+    // Width 1 mm (traccc's r_max 200 mm gives 1) without the integer division, which the
+    // GPU computes in about twenty instructions (the doublet kernel needs four per middle).
+    let s = if cfg.r_slice_width <= 1 {
+        r as u32
     } else {
-        cfg.r_slice_width
+        (r as u32) / cfg.r_slice_width
     };
-    let s = (r as u32) / w;
     if s >= cfg.n_r {
         cfg.n_r.saturating_sub(1)
     } else {
@@ -585,14 +590,23 @@ pub fn neighbour_bin(cfg: &SeedingConfig, bin: u32, j: u32) -> (u32, u32) {
     let zb = bin / n_phi;
     let z_lo = if zb == 0 { 0 } else { zb - 1 };
     let z_hi = if zb + 1 >= n_z { n_z - 1 } else { zb + 1 };
-    let per_z = if n_phi < 3 { n_phi } else { 3 };
-    let len = (z_hi - z_lo + 1) * per_z;
-    let z = z_lo + j / per_z;
-    let k = j % per_z;
-    let p = if n_phi < 3 {
-        k
+    // Three phi bins per z bin (a division by the constant 3, a multiplication on the GPU),
+    // or every phi bin once when there are fewer than three.
+    let (len, z, p) = if n_phi < 3 {
+        ((z_hi - z_lo + 1) * n_phi, z_lo + j / n_phi, j % n_phi)
     } else {
-        (pb + n_phi - 1 + k) % n_phi
+        let k = j % 3;
+        let p = pb + k;
+        // (pb + n_phi - 1 + k) % n_phi with pb < n_phi, k < 3: one conditional subtraction
+        // or addition.
+        let p = if p == 0 {
+            n_phi - 1
+        } else if p > n_phi {
+            p - 1 - n_phi
+        } else {
+            p - 1
+        };
+        ((z_hi - z_lo + 1) * 3, z_lo + j / 3, p)
     };
     (len, p + n_phi * z)
 }
@@ -627,12 +641,14 @@ pub fn doublet_rz_compatible(
         (o_r - m.r, o_z - m.z)
     };
     let z_origin = m.z * delta_r - m.r * cot_theta;
-    !(delta_r >= cfg.delta_r_max
-        || delta_r <= cfg.delta_r_min
-        || cot_theta.abs() >= cfg.cot_theta_max * delta_r
-        || z_origin <= cfg.collision_min * delta_r
-        || z_origin >= cfg.collision_max * delta_r
-        || cot_theta.abs() >= cfg.delta_z_max)
+    // `|`, not `||`: the same value (no operand has an effect), evaluated without a branch
+    // per cut, so the doublet kernel's candidate loop runs straight through.
+    !((delta_r >= cfg.delta_r_max)
+        | (delta_r <= cfg.delta_r_min)
+        | (cot_theta.abs() >= cfg.cot_theta_max * delta_r)
+        | (z_origin <= cfg.collision_min * delta_r)
+        | (z_origin >= cfg.collision_max * delta_r)
+        | (cot_theta.abs() >= cfg.delta_z_max))
 }
 
 /// The helix-circle cut of [`doublet_compatible`] (reads x and y).
@@ -1173,7 +1189,6 @@ crate::kernel_params!(
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingFindDoubletsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
     pub rz: DevPtr<[f32; 2]>,
@@ -1192,15 +1207,17 @@ pub struct SeedingFindDoubletsParams {
     pub n_events: u32,
     pub cap_mb: u32,
     pub cap_mt: u32,
-    pub _pad0: u32,
+    /// The configuration by value: the kernel reads its fields from the parameter space
+    /// (constant-bank operands), with no register held and no load repeated after the
+    /// warp votes and shuffles of the candidate loops (`asm!` that may touch memory).
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 136, ["seeding_find_doublets"]);
+crate::kernel_params!(SeedingFindDoubletsParams, 288, ["seeding_find_doublets"]);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingTripletsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<BinnedSp>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
@@ -1219,15 +1236,15 @@ pub struct SeedingTripletsParams {
     pub cap_mb: u32,
     pub cap_mt: u32,
     pub cap_tri: u32,
-    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingTripletsParams, 120, ["seeding_find_triplets"]);
+crate::kernel_params!(SeedingTripletsParams, 272, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingSelectSeedsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub sps: DevPtr<BinnedSp>,
     /// Launch size: `n + 1` counts are written (0 past the valid middles).
@@ -1244,8 +1261,11 @@ pub struct SeedingSelectSeedsParams {
     pub cap_mb: u32,
     pub cap_mt: u32,
     pub cap_tri: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
+    pub cfg: SeedingConfig,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 112, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 272, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

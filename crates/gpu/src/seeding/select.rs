@@ -23,8 +23,7 @@ use crate::intrinsics as i;
 /// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (cfg, sps, n, tri_cnt, tri_start, tri, slots, counts) = (
-        p.cfg.ptr(),
+    let (sps, n, tri_cnt, tri_start, tri, slots, counts) = (
         p.sps.ptr(),
         p.n,
         p.tri_cnt.ptr(),
@@ -40,20 +39,26 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
     let lane = i::lane_id();
     // SAFETY: launch contract.
     unsafe {
-        let c = &*cfg;
+        let c = &p.cfg;
         let fits = triplets_fit(p.totals.ptr(), p.cap_mb, p.cap_mt, p.cap_tri) != 0;
-        let nb = if g < n_valid(c, p.grid.ptr(), p.n_events) && fits {
-            p.n_bot.ptr().add(g as usize).read()
-        } else {
-            0
-        };
+        // The middle's count and start are loaded together (the start is written only for
+        // a middle with doublets, and used only then): one memory latency instead of two
+        // in a row, in a kernel that mostly waits on them (Nsight Compute: no eligible
+        // warp 61 % of the cycles).
+        let (mut nb, mut bs) = (0, 0);
+        if g < n {
+            nb = p.n_bot.ptr().add(g as usize).read();
+            bs = p.bot_start.ptr().add(g as usize).read();
+        }
+        if !(g < n_valid(c, p.grid.ptr(), p.n_events) && fits) {
+            nb = 0;
+        }
         if nb == 0 {
             if lane == 0 {
                 counts.add(g as usize).write(0);
             }
             return; // warp-uniform
         }
-        let bs = p.bot_start.ptr().add(g as usize).read();
         let mut best = SeedKeeper::new(c.max_seeds_per_spm);
         let mut base = 0u32;
         // Warp-uniform loops: every lane reaches every ballot and shuffle.
@@ -61,10 +66,9 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             let j = base + lane;
             let (mut cnt, mut start) = (0u32, 0u32);
             if j < nb {
+                // Both at once (the start is meaningful only when the count is not 0).
                 cnt = tri_cnt.add((bs + j) as usize).read();
-                if cnt != 0 {
-                    start = tri_start.add((bs + j) as usize).read();
-                }
+                start = tri_start.add((bs + j) as usize).read();
             }
             let mut with = i::ballot(cnt != 0);
             while with != 0 {
@@ -149,16 +153,18 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
     }
 }
 
-/// Per valid middle `p` (one thread each): copies its `counts[p]` seeds from the slots to
-/// `out[off[p]..]` and writes their bound parameters (from the input spacepoints of the
-/// middle's event) to `params[off[p]..]`. Thread `e < n_events` also writes event `e`'s valid
-/// spacepoints and seed range to `events[e]`.
+/// Per seed slot `j` of valid middle `p` (one thread each, thread `p * cap + j`, `cap =
+/// max_seeds_per_spm`): when `j < counts[p]`, copies the seed from its slot to
+/// `out[off[p] + j]` and writes its bound parameters (from the input spacepoints of the
+/// middle's event) to `params[off[p] + j]`. Thread `e < n_events` also writes event `e`'s
+/// valid spacepoints and seed range to `events[e]`. (One thread per middle, walking its
+/// seeds, left most of the GPU idle: 7.7 % achieved occupancy, Nsight Compute.)
 ///
 /// # Safety
 /// `grid`, `binned` the batch's; `sps` the input (`ev_off` its event offsets); `slots` for
 /// `n * cap`; `counts`, `off` for `n + 1` (`off` their exclusive scan); `out`, `params` for the
 /// seed total; `events` for `n_events`. `SEEDING_THREADS` threads per block,
-/// `ceil(max(n, n_events) / SEEDING_THREADS)` blocks.
+/// `ceil(max(n * cap, n_events) / SEEDING_THREADS)` blocks.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsParams) {
     let g = index();
@@ -168,34 +174,34 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsPara
         if g < p.n_events as u64 {
             event_stats(c, p.grid.ptr(), p.off.ptr(), p.events.ptr_mut(), g as usize);
         }
-        if g >= p.n || g >= n_valid(c, p.grid.ptr(), p.n_events) {
+        let cap = c.max_seeds_per_spm as u64;
+        if cap == 0 {
+            return; // rejected by the host; no division by zero
+        }
+        let (mid, j) = (g / cap, g % cap);
+        if mid >= p.n || mid >= n_valid(c, p.grid.ptr(), p.n_events) {
             return;
         }
-        let cnt = p.counts.ptr().add(g as usize).read() as usize;
-        if cnt == 0 {
+        let cnt = p.counts.ptr().add(mid as usize).read() as u64;
+        if j >= cnt {
             return;
         }
-        let o = p.off.ptr().add(g as usize).read() as usize;
+        let at = p.off.ptr().add(mid as usize).read() as usize + j as usize;
         let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
-        let e = (*p.binned.ptr().add(g as usize)).bin / nbins;
+        let e = (*p.binned.ptr().add(mid as usize)).bin / nbins;
         let base = p.ev_off.ptr().add(e as usize).read() as usize;
         let sps = p.sps.ptr();
         let pos = |k: u32| {
             let s = &*sps.add(base + k as usize);
             [s.x, s.y, s.z]
         };
-        let cap = c.max_seeds_per_spm as usize;
-        let mut j = 0;
-        while j < cnt {
-            let s = p.slots.ptr().add(g as usize * cap + j).read();
-            p.out.ptr_mut().add(o + j).write(s);
-            p.params.ptr_mut().add(o + j).write(estimate_params(
-                c.bfield,
-                pos(s.bottom),
-                pos(s.middle),
-                pos(s.top),
-            ));
-            j += 1;
-        }
+        let s = p.slots.ptr().add((mid * cap + j) as usize).read();
+        p.out.ptr_mut().add(at).write(s);
+        p.params.ptr_mut().add(at).write(estimate_params(
+            c.bfield,
+            pos(s.bottom),
+            pos(s.middle),
+            pos(s.top),
+        ));
     }
 }

@@ -7,6 +7,28 @@ use super::device::*;
 use super::*;
 use crate::intrinsics as i;
 
+/// `*p` as three 64-bit loads (the generic read of a 4-aligned record is six 32-bit loads).
+///
+/// # Safety
+/// `p` valid and 8-byte aligned (a device allocation of `LinCircle`s: 24-byte records from a
+/// 256-byte aligned base).
+#[inline(always)]
+pub(crate) unsafe fn read_lin_circle(p: *const LinCircle) -> LinCircle {
+    let q = p as *const u64;
+    // SAFETY: caller's contract: three aligned words of the record.
+    let (a, b, c) = unsafe { (q.read(), q.add(1).read(), q.add(2).read()) };
+    let lo = |w: u64| f32::from_bits(w as u32);
+    let hi = |w: u64| f32::from_bits((w >> 32) as u32);
+    LinCircle {
+        cot_theta: lo(a),
+        zo: hi(a),
+        u: lo(b),
+        v: hi(b),
+        er: lo(c),
+        i_delta_r: hi(c),
+    }
+}
+
 /// The number of middle–bottom doublets when both doublet totals fit their capacities,
 /// else 0.
 ///
@@ -39,7 +61,7 @@ pub(crate) unsafe fn doublets_fit(totals: *const SeedingTotals, cap_mb: u32, cap
 pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams) {
     // SAFETY: launch contract.
     unsafe {
-        let c = &*p.cfg.ptr();
+        let c = &p.cfg;
         let (sps, bot, lc_bot, lc_top, top) = (
             p.sps.ptr(),
             p.bot.ptr(),
@@ -54,7 +76,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
         while d < n_mb {
             let db = bot.add(d as usize).read();
             let m = &*sps.add(db.middle as usize);
-            let lb = lc_bot.add(d as usize).read();
+            let lb = read_lin_circle(lc_bot.add(d as usize));
             let (isin, scat) = bottom_scattering(c, &lb);
             let lo = p.top_start.ptr().add(db.middle as usize).read();
             let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
@@ -62,7 +84,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             let (mut first, mut last) = (hi, lo);
             let mut t = lo;
             while t < hi {
-                let lt = lc_top.add(t as usize).read();
+                let lt = read_lin_circle(lc_top.add(t as usize));
                 if triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() {
                     if cnt == 0 {
                         first = t;
@@ -83,7 +105,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
                     let mut w = start as usize;
                     let mut t = first;
                     while t <= last {
-                        let lt = lc_top.add(t as usize).read();
+                        let lt = read_lin_circle(lc_top.add(t as usize));
                         if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat)
                         {
                             let dt = top.add(t as usize).read();

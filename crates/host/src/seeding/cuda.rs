@@ -625,7 +625,6 @@ impl GpuContext {
         ) = (p!(B::Bot), p!(B::LcBot), p!(B::Top), p!(B::LcTop));
         tm.stage("find_doublets", || {
             let params = k::SeedingFindDoubletsParams {
-                cfg: d_cfg,
                 grid,
                 sps: binned,
                 rz,
@@ -643,7 +642,7 @@ impl GpuContext {
                 n_events: ne,
                 cap_mb,
                 cap_mt,
-                _pad0: 0,
+                cfg: *cfg,
             };
             let mut lc = self.launch_items(32 * n64);
             lc.shared_mem_bytes = k::doublet_smem_bytes() as u32;
@@ -662,7 +661,6 @@ impl GpuContext {
         ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri));
         tm.stage("find_triplets", || {
             let params = k::SeedingTripletsParams {
-                cfg: d_cfg,
                 sps: binned,
                 bot,
                 lc_bot,
@@ -678,7 +676,7 @@ impl GpuContext {
                 cap_mb,
                 cap_mt,
                 cap_tri,
-                _pad0: 0,
+                cfg: *cfg,
             };
             let blocks = stride_blocks(self, cmb as u64);
             // SAFETY: doublet arrays of the capacities, read only below the totals (checked
@@ -703,7 +701,6 @@ impl GpuContext {
         tm.start("select_seeds")?;
         {
             let params = k::SeedingSelectSeedsParams {
-                cfg: d_cfg,
                 grid,
                 sps: binned,
                 n: n64,
@@ -719,6 +716,8 @@ impl GpuContext {
                 cap_mb,
                 cap_mt,
                 cap_tri,
+                cfg: *cfg,
+                _pad0: 0,
             };
             // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
             // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
@@ -758,14 +757,15 @@ impl GpuContext {
                 n_events: ne,
                 _pad0: 0,
             };
+            let slots_n = n64 * cfg.max_seeds_per_spm as u64;
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
             // (total <= n * max_seeds_per_spm = the output sizes); the seeds' indices are
             // inside their events of sps; events n_events records of the summary; one thread
-            // per middle and per event.
+            // per seed slot (n * max_seeds_per_spm) and per event.
             unsafe {
                 self.launch(
                     k::KERNEL_GATHER_SEEDS,
-                    self.launch_items(n64.max(n_events as u64)),
+                    self.launch_items(slots_n.max(n_events as u64)),
                     &params,
                 )
             }
