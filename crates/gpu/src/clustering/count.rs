@@ -82,31 +82,9 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
         }
         idx += stride;
     }
-    // The digis in one contiguous chunk per warp (lane-interleaved, so loads stay
-    // coalesced): a thread's digis only grow, so its event is found by one binary search
-    // at its first digi and then followed forward (one compare per digi), instead of a
-    // binary search over the batch's events per digi (issue 13, session 5: 7 levels at 128
-    // events per launch, about a third of the phase's instructions per digi).
-    let nwarps = stride / 32;
-    let chunk = (n as u64).div_ceil(nwarps.max(1)).next_multiple_of(32);
-    let lo = (first / 32) * chunk;
-    let hi = (lo + chunk).min(n as u64);
-    let mut idx = lo + i::lane_id() as u64;
-    // SAFETY: idx < n: a digi of some event (offsets from 0 to n).
-    let (mut ev, mut start, mut ev_end) = if idx < hi {
-        unsafe { event_bounds(event_offsets, nevents, idx as u32) }
-    } else {
-        (0, 0, 0)
-    };
-    while idx < hi {
+    let mut idx = first;
+    while idx < n as u64 {
         let k = idx as u32;
-        // The event of digi k: a later one than the previous digi's, or the same.
-        while k >= ev_end {
-            ev += 1;
-            start = ev_end;
-            // SAFETY: k < n = offsets[nevents], so ev < nevents here and ev + 1 <= nevents.
-            ev_end = unsafe { event_offsets.add(ev as usize + 1).read() };
-        }
         // SAFETY: k < n for every array; j < ev_end <= n; ev < nevents and m < nmodules.
         unsafe {
             clus.add(k as usize).write(NOT_CLUSTERED);
@@ -115,6 +93,7 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
                 if m as u32 >= nmodules {
                     i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
                 } else {
+                    let (ev, start, ev_end) = event_bounds(event_offsets, nevents, k);
                     // The module's end, from its last non-invalid digi (a digi with bad
                     // coordinates too: the later kernels' module end counts it).
                     let mut j = k + 1;
@@ -148,7 +127,7 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
                 }
             }
         }
-        idx += 32;
+        idx += stride;
     }
 }
 
