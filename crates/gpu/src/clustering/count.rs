@@ -82,78 +82,52 @@ pub unsafe extern "ptx-kernel" fn clustering_count_modules(p: ClusteringCountMod
         }
         idx += stride;
     }
-    // Module starts are appended warp-aggregated (one atomic per warp and step on the
-    // single slot counter instead of one per start: issue 13, session 5), so the loop is
-    // warp-uniform: every lane runs the steps of its warp's first lane.
-    let lane = i::lane_id();
-    let lt_mask = i::lanemask_lt();
-    let mut base = first - lane as u64;
-    while base < n as u64 {
-        let idx = base + lane as u64;
+    let mut idx = first;
+    while idx < n as u64 {
         let k = idx as u32;
-        // This digi's slot record if it starts a module.
-        let mut starts = None;
-        if idx < n as u64 {
-            // SAFETY: k < n for every array; j < ev_end <= n; ev < nevents and m < nmodules.
-            unsafe {
-                clus.add(k as usize).write(NOT_CLUSTERED);
-                let m = module.add(k as usize).read();
-                if m != INVALID_MODULE {
-                    if m as u32 >= nmodules {
+        // SAFETY: k < n for every array; j < ev_end <= n; ev < nevents and m < nmodules.
+        unsafe {
+            clus.add(k as usize).write(NOT_CLUSTERED);
+            let m = module.add(k as usize).read();
+            if m != INVALID_MODULE {
+                if m as u32 >= nmodules {
+                    i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
+                } else {
+                    let (ev, start, ev_end) = event_bounds(event_offsets, nevents, k);
+                    // The module's end, from its last non-invalid digi (a digi with bad
+                    // coordinates too: the later kernels' module end counts it).
+                    let mut j = k + 1;
+                    while j < ev_end && module.add(j as usize).read() == INVALID_MODULE {
+                        j += 1;
+                    }
+                    if j == ev_end || module.add(j as usize).read() != m {
+                        module_end.add((ev * nmodules + m as u32) as usize).write(j);
+                    }
+                    if x.add(k as usize).read() as u32 >= rows
+                        || y.add(k as usize).read() as u32 >= cols
+                    {
                         i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
                     } else {
-                        let (ev, start, ev_end) = event_bounds(event_offsets, nevents, k);
-                        // The module's end, from its last non-invalid digi (a digi with bad
-                        // coordinates too: the later kernels' module end counts it).
-                        let mut j = k + 1;
-                        while j < ev_end && module.add(j as usize).read() == INVALID_MODULE {
-                            j += 1;
-                        }
-                        if j == ev_end || module.add(j as usize).read() != m {
-                            module_end.add((ev * nmodules + m as u32) as usize).write(j);
-                        }
-                        if x.add(k as usize).read() as u32 >= rows
-                            || y.add(k as usize).read() as u32 >= cols
-                        {
-                            i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
-                        } else {
-                            let mut j = k;
-                            let mut prev = INVALID_MODULE;
-                            while j > start {
-                                j -= 1;
-                                let mj = module.add(j as usize).read();
-                                if mj != INVALID_MODULE {
-                                    prev = mj;
-                                    break;
-                                }
+                        let mut j = k;
+                        let mut prev = INVALID_MODULE;
+                        while j > start {
+                            j -= 1;
+                            let mj = module.add(j as usize).read();
+                            if mj != INVALID_MODULE {
+                                prev = mj;
+                                break;
                             }
-                            if prev != m {
-                                starts = Some(m as u32 | (ev << 16));
-                            }
+                        }
+                        if prev != m {
+                            let slot = i::atomic_add_u32(module_start, 1);
+                            module_start.add(1 + slot as usize).write(k);
+                            slot_info.add(slot as usize).write(m as u32 | (ev << 16));
                         }
                     }
                 }
             }
         }
-        let mask = i::ballot(starts.is_some());
-        if mask != 0 {
-            let leader = i::lowest_bit(mask);
-            let mut at = 0u32;
-            if lane == leader {
-                // SAFETY: the slot counter (contract).
-                at = unsafe { i::atomic_add_u32(module_start, i::popc(mask)) };
-            }
-            let at = i::shfl_idx(at, leader);
-            if let Some(info) = starts {
-                let slot = at + i::popc(mask & lt_mask);
-                // SAFETY: at most one slot per digi, so slot < n.
-                unsafe {
-                    module_start.add(1 + slot as usize).write(k);
-                    slot_info.add(slot as usize).write(info);
-                }
-            }
-        }
-        base += stride;
+        idx += stride;
     }
 }
 
