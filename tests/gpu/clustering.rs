@@ -347,6 +347,17 @@ fn test_phase2(c: &Ctx) -> R {
         cut,
         (8, 6000),
     )?;
+    // Every module over 16 digis through the fallback, whose Phase-2 status words live in
+    // a global slab per block (left zeroed for the block's next module).
+    check(
+        c,
+        "phase2 event, capacities 8/16",
+        &d,
+        &single(&d),
+        &g,
+        cut,
+        (8, 16),
+    )?;
     let kinds: &[Adversarial] = if c.quick {
         &[Adversarial::Lattice]
     } else {

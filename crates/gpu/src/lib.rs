@@ -111,6 +111,9 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
         seeding::SEEDING_THREADS,
         seeding::DOUBLETS_MIN_BLOCKS,
     ),
+    // 32 registers: 2048 threads per SM (issue 13: 8 blocks of the last pass, 16 of the
+    // middle one); the kernel runs blocks of up to 1024 threads.
+    (clustering::KERNEL_FIND_CLUS_SMALL, 1024, 2),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),

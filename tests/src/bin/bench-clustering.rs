@@ -29,7 +29,8 @@
 //! (resident grids, `set_tight_grids(false)`), `last<N>` (`set_small_threads(N)`),
 //! `larger<S>x<F>` (`set_larger_threads(S, F)`), `table<M>x<L>` (`set_table_scale(M, L)`),
 //! `shared<C>` (the shared-memory kernel's capacity, `Clusterer::with_capacity(.., C)`;
-//! modules over it take the fallback). Sections (2) and (4) run once per
+//! modules over it take the fallback), `small<C>` (the small-module passes' capacity,
+//! `Clusterer::with_capacity(.., C, ..)`; modules over it take the shared-memory kernel). Sections (2) and (4) run once per
 //! `--variants` entry, section (6) once per `--dense-variants` entry.
 
 use std::collections::HashMap;
@@ -280,8 +281,9 @@ fn wall(reps: usize, g: &GpuContext, mut f: impl FnMut() -> Result<()>) -> Resul
     Ok(median(t))
 }
 
-/// A `Clusterer` for a variant: its `shared<C>` part (the shared-memory kernel's capacity,
-/// digis) at construction, the rest by [`apply_variant`].
+/// A `Clusterer` for a variant: its `shared<C>` and `small<C>` parts (the shared-memory
+/// kernel's and the small-module passes' capacities, digis) at construction, the rest by
+/// [`apply_variant`].
 fn clusterer_for<'g>(
     g: &'g GpuContext,
     geo: &Geometry,
@@ -289,22 +291,21 @@ fn clusterer_for<'g>(
     events: usize,
     v: &str,
 ) -> Result<Clusterer<'g>> {
-    let shared = v
-        .split('+')
-        .find_map(|t| t.strip_prefix("shared"))
-        .map(str::parse::<u32>)
-        .transpose()?;
-    let mut c = match shared {
-        Some(cap) => Clusterer::with_capacity(
-            g,
-            geo,
-            digis,
-            events,
-            detkit_gpu::clustering::SMALL_CAPACITY,
-            cap,
-        )?,
-        None => Clusterer::new(g, geo, digis, events)?,
+    let part = |prefix: &str| {
+        v.split('+')
+            .find_map(|t| t.strip_prefix(prefix))
+            .map(str::parse::<u32>)
+            .transpose()
     };
+    let (shared, small) = (part("shared")?, part("small")?);
+    let mut c = Clusterer::with_capacity(
+        g,
+        geo,
+        digis,
+        events,
+        small.unwrap_or(detkit_gpu::clustering::SMALL_CAPACITY),
+        shared.unwrap_or(detkit::clustering::DEFAULT_CAPACITY),
+    )?;
     apply_variant(&mut c, v)?;
     Ok(c)
 }
@@ -312,7 +313,7 @@ fn clusterer_for<'g>(
 /// Applies a variant (see the usage) to a fresh `Clusterer`.
 fn apply_variant(c: &mut Clusterer, v: &str) -> Result<()> {
     for t in v.split('+') {
-        if t == "default" || t.starts_with("shared") {
+        if t == "default" || t.starts_with("shared") || t.starts_with("small") {
         } else if t == "resident" {
             c.set_tight_grids(false);
         } else if let Some(n) = t.strip_prefix("last") {

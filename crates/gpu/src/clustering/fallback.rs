@@ -8,18 +8,25 @@ use crate::scan::device::BlockScan;
 use core::ptr::{read_volatile, write_volatile};
 
 /// The same result as [`clustering_find_clus`] for the modules it listed in `fallback`,
-/// of any size: duplicate detection and neighbour lookup on a dense pixel grid (one per
-/// block, `rows * cols` words in global memory, [`GRID_EMPTY`] between modules),
-/// union-find on `clus` itself.
+/// of any size: duplicate detection with the 2-bit status words of the shared-memory
+/// kernel (in shared memory when they fit, [`STATUS_SMEM_MAX_WORDS`], else a slab of global
+/// memory per block), neighbour lookup through the status words first and a dense pixel
+/// grid (one per block, `rows * cols` words in global memory) only for neighbours that are
+/// there: a pixel seen exactly once has its digi written to its grid cell, and the grid is
+/// read only at cells whose status says so, so stale cells of earlier modules are never
+/// read and the grid is never cleaned (issue 13, session 5: the grid used to take a CAS per
+/// digi, four scattered reads and a clean-up store). Union-find on `clus` itself.
 ///
-/// Barriers: after the grid insertion, after the duplicate check, after the unions,
-/// after the compression, between numbering chunks, after the copy from the roots,
-/// and at the end of a module (grid clean before the next).
+/// Barriers: after the status promotion, after the duplicate check (grid written), after
+/// the unions, after the compression, between numbering chunks, after the copy from the
+/// roots, and at the end of a module (status words clean before the next).
 ///
 /// # Safety
 /// Launched after `clustering_find_clus` on the same arrays; `grid` valid for
-/// `gridDim.x * rows * cols` words all [`GRID_EMPTY`]; dynamic shared memory
-/// [`scan_only_smem_bytes`]; `blockDim.x` a multiple of 32.
+/// `gridDim.x * rows * cols` words (any content); `status_global` null or valid for
+/// `gridDim.x * status_words(rows, cols)` words, all zero; dynamic shared memory
+/// [`fallback_smem_bytes`]`(rows, cols, status_global.is_null())`; `blockDim.x` a multiple
+/// of 32.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
     p: ClusteringFindClusFallbackParams,
@@ -55,6 +62,7 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
         p.fallback.ptr(),
         p.grid.ptr_mut(),
     );
+    let status_global = p.status_global.ptr_mut();
     let tid = i::thread_idx_x();
     let bd = i::block_dim_x();
     let smem = i::dynamic_shared_ptr() as *mut u32;
@@ -63,6 +71,28 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
     let parent = clus as *mut u32;
     // SAFETY: one grid per block (launch contract).
     let grid = unsafe { grid.add(i::block_idx_x() as usize * (rows * cols) as usize) };
+    let nwords = status_words(rows, cols);
+    let status = if status_global.is_null() {
+        // SAFETY: the status words follow the scan storage (launch contract).
+        let s = unsafe { smem.add(scan_only_smem_bytes() / 4) };
+        let mut w = tid;
+        while w < nwords {
+            // SAFETY: w < nwords.
+            unsafe { s.add(w as usize).write(STATUS_EMPTY) };
+            w += bd;
+        }
+        s
+    } else {
+        // SAFETY: one zeroed slab per block (launch contract).
+        unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
+    };
+    // State of pixel (x, y) (x < rows, y < cols).
+    let state = |xv: u32, yv: u32| -> u32 {
+        let (w, sh) = status_position(rows, xv, yv);
+        // SAFETY: w < nwords.
+        (unsafe { read_volatile(status.add(w as usize)) } >> sh) & 3
+    };
+    i::sync_threads();
     // SAFETY: written by find_clus.
     let nfb = unsafe { fallback.read() };
     let mut f = i::block_idx_x();
@@ -88,26 +118,14 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
                 (id == mid && xv < rows && yv < cols).then_some((xv, yv))
             }
         };
-        // 1. Insert into the grid; parent = self for valid digis.
+        // 1. Promote every valid pixel's status; parent = self for valid digis.
         let mut d = first + tid;
         while d < msize {
-            // SAFETY: d < n; the cell is inside this block's grid.
+            // SAFETY: d < n; the status word is inside this block's status words.
             unsafe {
                 if let Some((xv, yv)) = pixel(d) {
                     write_volatile(parent.add(d as usize), d);
-                    let cell = grid.add((yv * rows + xv) as usize);
-                    let mut old = read_volatile(cell);
-                    loop {
-                        if old == GRID_DUPLICATE {
-                            break;
-                        }
-                        let new = if old == GRID_EMPTY { d } else { GRID_DUPLICATE };
-                        let seen = i::atomic_cas_u32(cell, old, new);
-                        if seen == old {
-                            break;
-                        }
-                        old = seen;
-                    }
+                    promote_pixel(status, rows, xv, yv);
                 } else {
                     write_volatile(parent.add(d as usize), u32::MAX);
                 }
@@ -115,33 +133,36 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
             d += bd;
         }
         i::sync_threads();
-        // 2. Every copy of a duplicated pixel leaves.
+        // 2. Every copy of a duplicated pixel leaves; a pixel seen once writes its digi
+        // into its grid cell.
         let mut d = first + tid;
         while d < msize {
             if let Some((xv, yv)) = pixel(d) {
                 // SAFETY: cell inside the grid; d < n.
                 unsafe {
-                    if read_volatile(grid.add((yv * rows + xv) as usize)) != d {
+                    if state(xv, yv) == STATUS_DUPLICATE {
                         write_volatile(parent.add(d as usize), u32::MAX);
+                    } else {
+                        write_volatile(grid.add((yv * rows + xv) as usize), d);
                     }
                 }
             }
             d += bd;
         }
         i::sync_threads();
-        // 3. Union with the forward neighbours (x+1,y), (x-1,y+1), (x,y+1), (x+1,y+1).
+        // 3. Union with the forward neighbours (x+1,y), (x-1,y+1), (x,y+1), (x+1,y+1) that
+        // were seen exactly once (their cells were written in step 2 of this module).
         let mut d = first + tid;
         while d < msize {
-            // SAFETY: d < n; cells inside the grid; grid entries are digis of the module.
+            // SAFETY: d < n; cells inside the grid; cells of found pixels hold digis of
+            // the module.
             unsafe {
                 if read_volatile(parent.add(d as usize)) != u32::MAX {
                     if let Some((xv, yv)) = pixel(d) {
                         let look = |nx: u32, ny: u32| {
-                            if nx < rows && ny < cols {
+                            if nx < rows && ny < cols && state(nx, ny) == STATUS_FOUND {
                                 let c = read_volatile(grid.add((ny * rows + nx) as usize));
-                                if c < GRID_DUPLICATE {
-                                    union(parent, d, c);
-                                }
+                                union(parent, d, c);
                             }
                         };
                         look(xv + 1, yv);
@@ -199,17 +220,19 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
             d += bd;
         }
         i::sync_threads();
-        // 7. Decode the roots; clean the grid.
+        // 7. Decode the roots; clear the status words (no status is read after step 3;
+        // every pixel of a word being cleared belongs to this module).
         let mut d = first + tid;
         while d < msize {
-            // SAFETY: d < n; cells inside the grid.
+            // SAFETY: d < n; status words inside this block's.
             unsafe {
                 let v = read_volatile(clus.add(d as usize));
                 if v <= -2 {
                     write_volatile(clus.add(d as usize), -v - 2);
                 }
                 if let Some((xv, yv)) = pixel(d) {
-                    write_volatile(grid.add((yv * rows + xv) as usize), GRID_EMPTY);
+                    let (w, _) = status_position(rows, xv, yv);
+                    write_volatile(status.add(w as usize), STATUS_EMPTY);
                 }
             }
             d += bd;

@@ -182,8 +182,12 @@ pub const fn find_clus_words_before_status(cols: u32, capacity: u32) -> u32 {
     4 + 36 + (cols + 1).div_ceil(4) * 4 + 3 * capacity
 }
 
-/// Default capacity of [`KERNEL_FIND_CLUS_SMALL`] (digis per module).
-pub const SMALL_CAPACITY: u32 = 1024;
+/// Default capacity of [`KERNEL_FIND_CLUS_SMALL`] (digis per module): 960 since issue 13,
+/// session 5 (1,024 before), so that the last pass's 256-thread blocks (three words per
+/// digi and a 2,048-slot table: 27.4 KiB) fit eight per SM instead of seven. Run-3-like
+/// modules stay far below it; dense modules of 961 to 1,024 digis take the shared-memory
+/// kernel instead.
+pub const SMALL_CAPACITY: u32 = 960;
 /// Default threads per block of [`KERNEL_FIND_CLUS_SMALL`].
 pub const SMALL_THREADS: u32 = 256;
 /// Default capacity of [`KERNEL_FIND_CLUS`] (CMSSW's `maxPixInModule`).
@@ -213,17 +217,18 @@ pub const fn table_hash(v: u32, shift: u32) -> u32 {
 }
 
 /// Words of one group of [`KERNEL_FIND_CLUS_SMALL`]: header (4), the pixel table (keys and
-/// values, [`small_table_size`] u32 each), then `xy`, `parent`, `number`, `cl` and `charge`
-/// (`capacity` u32 each; a module of at most [`MAX_SMALL_CAPACITY`] digis of at most
-/// 65535 e⁻ sums below 2^32), rounded up to a multiple of 4 words so that every group's
-/// table is 16-byte aligned (cleared by 16-byte stores).
+/// values, [`small_table_size`] u32 each; after the unions its first words hold the
+/// cluster charges of the cut: a module of at most [`MAX_SMALL_CAPACITY`] digis of at most
+/// 65535 e⁻ sums below 2^32), then `xy`, `parent` (the roots' numbers after the
+/// numbering) and `cl` (`capacity` u32 each), rounded up to a multiple of 4 words so that
+/// every group's table is 16-byte aligned (cleared by 16-byte stores).
 pub const fn small_group_words(capacity: u32) -> u32 {
     small_group_words_slots(capacity, small_table_size(capacity))
 }
 
 /// As [`small_group_words`] with a table of `slots` slots.
 pub const fn small_group_words_slots(capacity: u32, slots: u32) -> u32 {
-    (4 + 5 * capacity + 2 * slots).next_multiple_of(4)
+    (4 + 3 * capacity + 2 * slots).next_multiple_of(4)
 }
 
 /// Table slots of a block pass of `capacity` with table scale `scale`: [`small_table_size`]
@@ -308,6 +313,18 @@ pub const fn find_clus_smem_bytes(
 pub const fn scan_only_smem_bytes() -> usize {
     // 33 u64 words of BlockScan<u64> storage plus the module-end word, padded.
     36 * 8
+}
+
+/// Dynamic shared-memory bytes of the fallback kernel: the block-scan storage, then the
+/// status words of a `rows × cols` module when `status_in_smem` (else they are in global
+/// memory, `status_global`).
+pub const fn fallback_smem_bytes(rows: u32, cols: u32, status_in_smem: bool) -> usize {
+    scan_only_smem_bytes()
+        + if status_in_smem {
+            status_words(rows, cols) as usize * 4
+        } else {
+            0
+        }
 }
 
 /// Event of digi `i`: the largest `e < nevents` with `offset(e) <= i`, returned with the
@@ -576,8 +593,12 @@ pub struct ClusteringFindClusFallbackParams {
     /// Slot list to cluster (`fallback[0]` = count), from `clustering_find_clus` or the seed
     /// kernel.
     pub fallback: DevPtr<u32>,
-    /// `gridDim.x * rows * cols` words, all [`GRID_EMPTY`]: one pixel grid per block (left empty).
+    /// `gridDim.x * rows * cols` words (any content): one pixel grid per block, read only at
+    /// the cells of pixels the status words show were written for the current module.
     pub grid: DevPtr<u32>,
+    /// Null (status words in shared memory, [`fallback_smem_bytes`]) or
+    /// `gridDim.x * status_words(rows, cols)` zeroed words (left zeroed).
+    pub status_global: DevPtr<u32>,
     /// Module ids per event (the geometry's).
     pub nmodules: u32,
     /// Rows per module.
@@ -589,7 +610,7 @@ pub struct ClusteringFindClusFallbackParams {
 }
 crate::kernel_params!(
     ClusteringFindClusFallbackParams,
-    104,
+    112,
     ["clustering_find_clus_fallback"]
 );
 
@@ -662,8 +683,9 @@ mod tests {
     use super::*;
 
     /// Every group of the small-module kernel starts its pixel table on a 16-byte boundary
-    /// (the first clear uses 16-byte stores), and every table a block can hold keeps a
-    /// digi's slot in the 15 bits the kernel stores it in.
+    /// (the clear uses 16-byte stores), every table holds the cut's charges of a module of
+    /// the capacity, and every table a block can hold keeps a digi's slot in the 15 bits
+    /// the kernel stores it in.
     #[test]
     fn small_groups_aligned_and_table_slots_bounded() {
         for capacity in 1..=1100u32 {
@@ -671,8 +693,10 @@ mod tests {
                 let slots = small_table_slots(capacity, scale);
                 let words = small_group_words_slots(capacity, slots);
                 assert_eq!(words % 4, 0, "capacity {capacity} scale {scale}");
-                assert!(words >= 4 + 5 * capacity + 2 * slots);
-                assert!(slots.is_power_of_two() && slots >= 32);
+                assert!(words >= 4 + 3 * capacity + 2 * slots);
+                // The cut's charges (one per cluster, at most one per digi) go in the
+                // table's first words.
+                assert!(slots.is_power_of_two() && slots >= 32 && slots >= capacity);
                 if find_clus_small_smem_bytes_slots(capacity, 1, slots) <= 228 * 1024 {
                     assert!(
                         slots <= MAX_TABLE_SLOTS,
@@ -681,6 +705,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The last block pass at its default capacity, 256 threads and table scale keeps eight
+    /// blocks per SM (2,048 threads) within an SM's 228 KiB of shared memory, with the 1 KiB
+    /// the driver reserves per block (issue 13, session 5: six at 1,024 digis and five
+    /// arrays per digi).
+    #[test]
+    fn last_pass_eight_blocks_per_sm() {
+        let slots = small_table_slots(SMALL_CAPACITY, LAST_TABLE_SCALE);
+        let bytes = find_clus_small_smem_bytes_slots(SMALL_CAPACITY, 1, slots);
+        assert!(8 * (bytes + 1024) <= 228 * 1024, "{bytes} bytes per block");
+        assert_eq!(SMALL_THREADS * 8, 2048);
     }
 
     /// The sort phase's size limits of the default configuration are non-decreasing, the

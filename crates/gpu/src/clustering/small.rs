@@ -228,18 +228,39 @@ unsafe fn warp_shuffle_body(p: ClusteringFindClusSmallParams) {
     }
 }
 
-/// Marks a digi's table slot (kept in the high half of `cl[j]`) when the digi's insert put
-/// its pixel into the slot: the owner clears it after the module; later copies of the
-/// pixel do not.
-const SLOT_OWNER: u32 = 1 << 15;
+/// Marks a root's entry of `parent` after the numbering: `ROOT_TAG | number` (indices and
+/// numbers stay below [`MAX_SMALL_CAPACITY`] < 2^31), so that no separate array of root
+/// numbers is needed.
+const ROOT_TAG: u32 = 1 << 31;
+
+/// The cluster number of a numbered digi: its root's tagged `parent` entry.
+///
+/// # Safety
+/// `j` a valid, non-duplicated digi of the module, every root of the module tagged (after
+/// the numbering and its barrier); the forest is no longer written.
+#[inline(always)]
+unsafe fn root_number(parent: SharedWords, mut j: u32) -> u32 {
+    loop {
+        // SAFETY: j is a module-local index (contract).
+        let pj = unsafe { parent.ld(j) };
+        if pj & ROOT_TAG != 0 {
+            return pj & !ROOT_TAG;
+        }
+        j = pj;
+    }
+}
 
 /// The body of both small-module entry points; `WARP` selects warp groups.
 ///
 /// Shared memory is addressed in the shared state space (32-bit addresses, `ld.shared`,
 /// `atom.shared.cas`), not through generic pointers: fewer address instructions and
-/// registers per access (issue 13, session 5). A group clears its whole table before its
-/// first module only; after a module that is not its last, each pixel's owner resets its
-/// own key and value (two stores per digi instead of the whole table).
+/// registers per access (issue 13, session 5). Three words per digi of the capacity
+/// (`xy`, `parent`, `cl`) beside the table (issue 13, session 5, second helper: five
+/// before): the roots' cluster numbers are kept in `parent` itself ([`ROOT_TAG`]), and the
+/// cluster charges of the cut in the table's first words, which are no longer read after
+/// the unions; so a group clears its whole table (16-byte stores) before every module.
+/// With 3 × 960 words the last pass's 256-thread blocks take 27.4 KiB instead of 36.2 KiB,
+/// eight per SM instead of six.
 ///
 /// # Safety
 /// As [`clustering_find_clus_small`].
@@ -295,18 +316,14 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         .offset(36 + group * small_group_words_slots(capacity, tsize) + 4);
     let vals = keys.offset(tsize);
     let xy = vals.offset(tsize);
-    let (parent, number, cl, charge) = (
-        xy.offset(capacity),
-        xy.offset(2 * capacity),
-        xy.offset(3 * capacity),
-        xy.offset(4 * capacity),
-    );
+    let (parent, cl) = (xy.offset(capacity), xy.offset(2 * capacity));
+    // The cluster charges of the cut: the table's first words (tsize >= 2 * capacity),
+    // zeroed after the unions.
+    let charge = keys;
     // SAFETY: the slot count, written by the sort phase of count_modules.
     let nslots = unsafe { slots.read() };
     let mut idx = i::block_idx_x() * ngroups + group;
     let step = i::grid_dim_x() * ngroups;
-    // Whether the table is all empty (group-uniform): not before the group's first module.
-    let mut clean = false;
     while idx < nslots {
         // SAFETY: idx < nslots; slot k < n; first < msize <= n; ev < nevents.
         let (k, first, mid, ev, msize) = unsafe {
@@ -334,21 +351,18 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             }
             continue;
         }
-        if !clean {
-            // Keys and values are 2 * tsize consecutive words (tsize >= 32, a power of
-            // two): tsize / 2 16-byte stores.
-            let mut t = lt;
-            while t < tsize / 2 {
-                // SAFETY: 16-byte aligned, inside the table.
-                unsafe { i::st_shared_v4_u32(keys.addr(4 * t), [TABLE_EMPTY; 4]) };
-                t += gsize;
-            }
-            clean = true;
-            gsync();
+        // Keys and values are 2 * tsize consecutive words (tsize >= 32, a power of two):
+        // tsize / 2 16-byte stores. (The previous module's last reads of the charges, in
+        // the table's first words, were before the group barrier that ended it.)
+        let mut t = lt;
+        while t < tsize / 2 {
+            // SAFETY: 16-byte aligned, inside the table.
+            unsafe { i::st_shared_v4_u32(keys.addr(4 * t), [TABLE_EMPTY; 4]) };
+            t += gsize;
         }
+        gsync();
         // Load, and insert every valid pixel; `cl` holds the charge (low half) and the
-        // pixel's table slot with its owner bit (high half: slots < 2^15) until it holds
-        // the cluster.
+        // pixel's table slot (high half: slots < 2^15) until it holds the cluster.
         let mut j = lt;
         while j < size {
             let d = (first + j) as usize;
@@ -365,27 +379,23 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
                 };
                 xy.st(j, v);
                 parent.st(j, j);
-                charge.st(j, 0);
                 if v == INVALID_XY {
                     cl.st(j, q);
                 } else {
                     let mut h = table_hash(v, tshift);
-                    let owner = loop {
+                    loop {
                         let old = keys.cas(h, TABLE_EMPTY, v);
-                        if old == TABLE_EMPTY {
-                            break SLOT_OWNER;
-                        }
-                        if old == v {
-                            break 0;
+                        if old == TABLE_EMPTY || old == v {
+                            break;
                         }
                         h = (h + 1) & tmask;
-                    };
+                    }
                     if vals.cas(h, TABLE_EMPTY, j) != TABLE_EMPTY {
                         vals.exch(h, TABLE_DUPLICATE);
                     }
                     // The pixel's table slot, so that the union step reads its state
-                    // without a second probe and its owner clears it afterwards.
-                    cl.st(j, q | (h | owner) << 16);
+                    // without a second probe.
+                    cl.st(j, q | h << 16);
                 }
             }
             j += gsize;
@@ -409,13 +419,13 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         let mut j = lt;
         while j < size {
             // SAFETY: j < size <= capacity; cl[j] of a valid pixel holds its table slot
-            // (< tsize) with the owner bit; table values are module-local indices.
+            // (< tsize); table values are module-local indices.
             unsafe {
                 let v = xy.ld(j);
                 if v != INVALID_XY {
                     // This thread's own slot (written above, by this thread); the value is
                     // final after the barrier.
-                    let h = (cl.ld(j) >> 16) & !SLOT_OWNER;
+                    let h = cl.ld(j) >> 16;
                     if vals.ld(h) == TABLE_DUPLICATE {
                         xy.st(j, v | DUPLICATE_BIT);
                     } else {
@@ -438,11 +448,9 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             j += gsize;
         }
         gsync();
-        // The table is no longer read: unless this was the group's last module, each
-        // pixel's owner empties its slot (the group barriers below order these stores
-        // before the next module's inserts).
-        let more = idx < nslots;
-        // Number the roots in digi order.
+        // Number the roots in digi order: a root's parent entry becomes its tagged number
+        // (each thread reads and writes only its own digis' entries here). The table is no
+        // longer read: its first `size` words become the zeroed charges of the cut.
         let mut nclus = 0u32;
         let mut c = 0u32;
         while c < size {
@@ -452,7 +460,11 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
             let (e, tot) = gscan(root as u32);
             if root {
                 // SAFETY: j < size.
-                unsafe { number.st(j, nclus + e) };
+                unsafe { parent.st(j, ROOT_TAG | (nclus + e)) };
+            }
+            if j < size {
+                // SAFETY: j < size <= capacity < tsize.
+                unsafe { charge.st(j, 0) };
             }
             nclus += tot;
             gsync();
@@ -467,25 +479,20 @@ unsafe fn small_body<const WARP: bool>(p: ClusteringFindClusSmallParams) {
         // Cluster of each digi; with a cut, the cluster charges.
         let mut j = lt;
         while j < size {
-            // SAFETY: j < size; cluster numbers < nclus <= size; table slots < tsize.
+            // SAFETY: j < size; cluster numbers < nclus <= size <= tsize; every root is
+            // tagged (barrier above).
             unsafe {
                 let v = xy.ld(j);
-                let qh = cl.ld(j);
                 let c = if v & DUPLICATE_BIT == 0 {
-                    let c = number.ld(find_root(parent, j));
+                    let c = root_number(parent, j);
                     if cut {
-                        charge.red_add(c, qh & 0xffff);
+                        charge.red_add(c, cl.ld(j) & 0xffff);
                     }
                     c
                 } else {
                     u32::MAX
                 };
                 cl.st(j, c);
-                let h = qh >> 16;
-                if more && v != INVALID_XY && h & SLOT_OWNER != 0 {
-                    keys.st(h & !SLOT_OWNER, TABLE_EMPTY);
-                    vals.st(h & !SLOT_OWNER, TABLE_EMPTY);
-                }
             }
             j += gsize;
         }

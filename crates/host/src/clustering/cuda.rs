@@ -169,6 +169,8 @@ pub struct Clusterer<'g> {
     find_grid: u32,
     smem: usize,
     fallback_grid: u32,
+    /// Dynamic shared memory of the fallback kernel (its status words when they fit).
+    fallback_smem: usize,
     cut_grid: u32,
     /// Table scales of the middle and the last block pass ([`Clusterer::set_table_scale`]).
     table_scale: (u32, u32),
@@ -199,6 +201,8 @@ pub struct Clusterer<'g> {
     scratch: DeviceBuffer<u64>,
     status: Option<DeviceBuffer<u32>>,
     grid: DeviceBuffer<u32>,
+    /// The fallback's status slabs (one per block) when they do not fit in shared memory.
+    fallback_status: Option<DeviceBuffer<u32>>,
     graph: Option<(GraphKey, SendGraph)>,
     grid_limit: Option<u32>,
     /// Side streams (forks of `gpu`) of the concurrent passes, and the events that fork them
@@ -402,7 +406,8 @@ impl<'g> Clusterer<'g> {
             warp_smem,
         )?;
         let cells = (rows * cols) as usize;
-        let fallback_grid = fallback_grid(gpu, cells, larger_threads.1)?;
+        let fallback_smem = k::fallback_smem_bytes(rows, cols, status_in_smem);
+        let fallback_grid = fallback_grid(gpu, cells, larger_threads.1, fallback_smem)?;
         let n = max_digis.max(1);
         let slots = max_events.max(1) * geometry.modules as usize;
         // One entry per module start: at most one per digi (also for unvalidated input,
@@ -438,6 +443,7 @@ impl<'g> Clusterer<'g> {
             find_grid,
             smem,
             fallback_grid,
+            fallback_smem,
             cut_grid: gpu.sm_count() * 8,
             table_scale,
             larger_threads,
@@ -457,6 +463,11 @@ impl<'g> Clusterer<'g> {
             scratch: gpu.zeros(n)?,
             status,
             grid: gpu.filled_u32(fallback_grid as usize * cells, k::GRID_EMPTY)?,
+            fallback_status: if status_in_smem {
+                None
+            } else {
+                Some(gpu.zeros::<u32>(fallback_grid as usize * words as usize)?)
+            },
             graph: None,
             grid_limit: None,
             side,
@@ -592,11 +603,7 @@ impl<'g> Clusterer<'g> {
         crate::scan::check_block_size(fallback)?;
         for (kernel, threads, smem) in [
             (k::KERNEL_FIND_CLUS, shared, self.smem),
-            (
-                k::KERNEL_FIND_CLUS_FALLBACK,
-                fallback,
-                k::scan_only_smem_bytes(),
-            ),
+            (k::KERNEL_FIND_CLUS_FALLBACK, fallback, self.fallback_smem),
         ] {
             let per_sm = self
                 .gpu
@@ -615,10 +622,18 @@ impl<'g> Clusterer<'g> {
             resident_grid(self.gpu, k::KERNEL_FIND_CLUS, shared, self.smem)?.min(limit);
         let cells = (self.geometry.rows * self.geometry.cols) as usize;
         // At most the blocks whose pixel grids the buffer holds.
-        self.fallback_grid = fallback_grid(self.gpu, cells, fallback)?
+        self.fallback_grid = fallback_grid(self.gpu, cells, fallback, self.fallback_smem)?
             .min(limit)
             .min((self.grid.len() / cells.max(1)) as u32)
             .max(1);
+        if let Some(st) = &self.fallback_status {
+            // At most the blocks whose status slabs the buffer holds.
+            let words = k::status_words(self.geometry.rows, self.geometry.cols) as usize;
+            self.fallback_grid = self
+                .fallback_grid
+                .min((st.len() / words.max(1)) as u32)
+                .max(1);
+        }
         if let Some(st) = &self.status {
             // The status slabs: one per block of the shared-memory kernel.
             let words = k::status_words(self.geometry.rows, self.geometry.cols) as usize;
@@ -1047,20 +1062,21 @@ impl<'g> Clusterer<'g> {
             module_first: g.ptr_mut(&mut self.module_first),
             fallback: g.ptr(&self.fallback),
             grid: g.ptr_mut(&mut self.grid),
+            status_global: self
+                .fallback_status
+                .as_mut()
+                .map_or(DevPtr::NULL, |st| g.ptr_mut(st)),
             _pad0: 0,
         };
         // SAFETY: launched after find_clus (in stream order on the same lane);
-        // `blocks` (at most the buffer's) grids of rows*cols cells, all GRID_EMPTY (the
-        // kernel cleans up); shared memory for the block scan; threads checked (a multiple
-        // of 32 up to 1024).
+        // `blocks` (at most the buffers') grids of rows*cols cells and, without status
+        // words in shared memory, zeroed status slabs (the kernel leaves them zeroed);
+        // shared memory for the block scan and the status words; threads checked (a
+        // multiple of 32 up to 1024).
         unsafe {
             self.on(lane).launch(
                 k::KERNEL_FIND_CLUS_FALLBACK,
-                cfg(
-                    blocks as u64,
-                    self.larger_threads.1,
-                    k::scan_only_smem_bytes(),
-                ),
+                cfg(blocks as u64, self.larger_threads.1, self.fallback_smem),
                 &params,
             )
         }
@@ -1419,13 +1435,8 @@ impl<'g> ClusterQueue<'g> {
 /// Blocks of the fallback kernel of `threads` threads: [`k::FALLBACK_BLOCKS_PER_SM`] per
 /// multiprocessor, at most the resident ones, and at most [`k::FALLBACK_GRID_BYTES`] of pixel
 /// grids (`cells` words each).
-fn fallback_grid(gpu: &GpuContext, cells: usize, threads: u32) -> Result<u32> {
-    let resident = resident_grid(
-        gpu,
-        k::KERNEL_FIND_CLUS_FALLBACK,
-        threads,
-        k::scan_only_smem_bytes(),
-    )?;
+fn fallback_grid(gpu: &GpuContext, cells: usize, threads: u32, smem: usize) -> Result<u32> {
+    let resident = resident_grid(gpu, k::KERNEL_FIND_CLUS_FALLBACK, threads, smem)?;
     Ok((k::FALLBACK_BLOCKS_PER_SM * gpu.sm_count())
         .min(resident)
         .min((k::FALLBACK_GRID_BYTES / (4 * cells)).max(1) as u32))
