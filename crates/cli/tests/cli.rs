@@ -1028,11 +1028,7 @@ fn seed_config_unknown_key_or_section_is_an_error_naming_it() {
     let d = Dir::new();
     let sp = d.write("sp.csv", "x,y,z\n34,0,10\n70,0,20.588\n116,0,34.118\n");
     let out = d.path("seeds.csv");
-    for (name, text, key) in [
-        ("unknown.toml", "min_pt = 0.9\nmin_ptt = 1.0\n", "min_ptt"),
-        ("section.toml", "[seedfinder]\nmin_pt = 0.9\n", "seedfinder"),
-    ] {
-        let cfg = d.write(name, text);
+    let seed_with = |cfg: &Path| {
         detkit()
             .args([
                 "seed",
@@ -1043,27 +1039,20 @@ fn seed_config_unknown_key_or_section_is_an_error_naming_it() {
                 "--output",
                 s(&out),
                 "--config",
-                s(&cfg),
+                s(cfg),
             ])
             .assert()
+    };
+    for (name, text, key) in [
+        ("unknown.toml", "min_pt = 0.9\nmin_ptt = 1.0\n", "min_ptt"),
+        ("section.toml", "[seedfinder]\nmin_pt = 0.9\n", "seedfinder"),
+    ] {
+        let cfg = d.write(name, text);
+        seed_with(&cfg)
             .code(1)
             .stderr(contains(format!("`{key}`")).and(contains(name)));
         assert!(!out.exists(), "{name}: an output was written");
     }
-    let cfg = d.write("good.toml", "min_pt = 0.9\n");
-    detkit()
-        .args([
-            "seed",
-            "--backend",
-            "cpu",
-            "--input",
-            s(&sp),
-            "--output",
-            s(&out),
-            "--config",
-            s(&cfg),
-        ])
-        .assert()
-        .success();
+    seed_with(&d.write("good.toml", "min_pt = 0.9\n")).success();
     assert!(out.exists());
 }

@@ -286,3 +286,30 @@ pub(crate) unsafe fn promote_pixel(status: *mut u32, rows: u32, x: u32, y: u32) 
         old = seen;
     }
 }
+
+/// The block's pixel status words: `nwords` words at `in_smem`, cleared to `STATUS_EMPTY` by
+/// the block's threads (the caller synchronises before reading them), or, when
+/// `status_global` is not null, the block's own zeroed slab of global memory.
+///
+/// # Safety
+/// `in_smem` valid for `nwords` words of this block's shared memory when `status_global` is
+/// null; otherwise `status_global` holds `nwords` zeroed words per block of the grid.
+#[inline(always)]
+pub(crate) unsafe fn status_area(
+    in_smem: *mut u32,
+    status_global: *mut u32,
+    nwords: u32,
+) -> *mut u32 {
+    if status_global.is_null() {
+        let mut w = i::thread_idx_x();
+        while w < nwords {
+            // SAFETY: w < nwords.
+            unsafe { in_smem.add(w as usize).write(STATUS_EMPTY) };
+            w += i::block_dim_x();
+        }
+        in_smem
+    } else {
+        // SAFETY: one zeroed slab per block (caller contract).
+        unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
+    }
+}

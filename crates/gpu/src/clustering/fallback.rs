@@ -72,20 +72,9 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus_fallback(
     // SAFETY: one grid per block (launch contract).
     let grid = unsafe { grid.add(i::block_idx_x() as usize * (rows * cols) as usize) };
     let nwords = status_words(rows, cols);
-    let status = if status_global.is_null() {
-        // SAFETY: the status words follow the scan storage (launch contract).
-        let s = unsafe { smem.add(scan_only_smem_bytes() / 4) };
-        let mut w = tid;
-        while w < nwords {
-            // SAFETY: w < nwords.
-            unsafe { s.add(w as usize).write(STATUS_EMPTY) };
-            w += bd;
-        }
-        s
-    } else {
-        // SAFETY: one zeroed slab per block (launch contract).
-        unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
-    };
+    // SAFETY: the status words follow the scan storage (launch contract).
+    let status =
+        unsafe { status_area(smem.add(scan_only_smem_bytes() / 4), status_global, nwords) };
     // State of pixel (x, y) (x < rows, y < cols).
     let state = |xv: u32, yv: u32| -> u32 {
         let (w, sh) = status_position(rows, xv, yv);

@@ -89,20 +89,8 @@ pub unsafe extern "ptx-kernel" fn clustering_find_clus(p: ClusteringFindClusPara
     // SAFETY: 36 words of scan storage after the header.
     let bs = unsafe { BlockScan::<u32>::new(smem.add(4)) };
     let nwords = status_words(rows, cols);
-    let status = if status_global.is_null() {
-        // SAFETY: the status words follow the other areas (launch contract).
-        let s = unsafe { smem.add(before_status as usize) };
-        let mut w = tid;
-        while w < nwords {
-            // SAFETY: w < nwords.
-            unsafe { s.add(w as usize).write(STATUS_EMPTY) };
-            w += bd;
-        }
-        s
-    } else {
-        // SAFETY: one zeroed slab per block (launch contract).
-        unsafe { status_global.add(i::block_idx_x() as usize * nwords as usize) }
-    };
+    // SAFETY: the status words follow the other areas (launch contract).
+    let status = unsafe { status_area(smem.add(before_status as usize), status_global, nwords) };
     i::sync_threads();
     let mut idx = i::block_idx_x();
     while idx < nslots {
