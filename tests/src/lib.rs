@@ -141,6 +141,47 @@ pub fn pet_singles(w: &[u64]) -> Vec<detkit_gpu::pet::Single> {
     bytemuck::cast_slice::<u64, detkit_gpu::pet::Single>(w).to_vec()
 }
 
+/// A PET sort on the device, as the benchmarks time it: `(context, input, other buffer, n)`,
+/// returning whether the sorted singles ended in the other buffer.
+pub type PetSortFn<'r> = Box<
+    dyn Fn(
+            &detkit::GpuContext,
+            &mut detkit::pet::SinglesBuffer,
+            &mut detkit::pet::SinglesBuffer,
+            usize,
+        ) -> detkit::Result<bool>
+        + 'r,
+>;
+
+/// Runs `sort` on a fresh copy of `input` (in `a`, `b` the other buffer), checks the result
+/// against `want`, then returns its median time in ms less the copy's `copy_ms`.
+#[allow(clippy::too_many_arguments)]
+pub fn time_pet_sort(
+    g: &detkit::GpuContext,
+    what: &str,
+    sort: &PetSortFn,
+    input: &detkit::pet::SinglesBuffer,
+    a: &mut detkit::pet::SinglesBuffer,
+    b: &mut detkit::pet::SinglesBuffer,
+    n: usize,
+    want: &[detkit_gpu::pet::Single],
+    reps: usize,
+    copy_ms: f64,
+) -> anyhow::Result<f64> {
+    use detkit::error::DriverContext;
+    g.stream().memcpy_dtod(input, a)?;
+    let in_b = sort(g, a, b, n)?;
+    check(
+        what,
+        &pet_singles(&g.download(if in_b { &*b } else { &*a })?),
+        want,
+    )?;
+    Ok(median_ms(g, 3, reps, || {
+        g.stream().memcpy_dtod(input, a).ctx("copy")?;
+        sort(g, a, b, n).map(|_| ())
+    })? - copy_ms)
+}
+
 /// Compiles `bench/pet_cub.cu` with nvcc into `dir` and runs it on the key files (raw `u64`
 /// time keys); returns its `(algo, file, median ms)` rows, or why not (no nvcc, a failed
 /// build or check).

@@ -12,14 +12,10 @@
 use anyhow::{bail, Context, Result};
 use detkit::error::DriverContext;
 use detkit::pet::cpu as oracle;
-use detkit::pet::{gen, SinglesBuffer};
-use detkit::{Backend, GpuContext};
+use detkit::pet::gen;
+use detkit::Backend;
 use detkit_gpu::pet::Single;
-use detkit_tests::{check, median_ms, parse_list};
-
-type SortFn<'r> = Box<
-    dyn Fn(&GpuContext, &mut SinglesBuffer, &mut SinglesBuffer, usize) -> detkit::Result<bool> + 'r,
->;
+use detkit_tests::{median_ms, parse_list, time_pet_sort, PetSortFn};
 
 fn main() -> Result<()> {
     let mut sizes = vec![20u32, 22, 24];
@@ -78,7 +74,7 @@ fn main() -> Result<()> {
             32.0 * n as f64 / copy_ms / 1e6
         );
         let nr = runs.len() - 1;
-        let methods: Vec<(String, SortFn)> = vec![
+        let methods: Vec<(String, PetSortFn)> = vec![
             (
                 format!("multiway merge of {nr} runs (tile 4608)"),
                 Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, false)),
@@ -101,17 +97,9 @@ fn main() -> Result<()> {
             ),
         ];
         for (what, sort) in &methods {
-            g.stream().memcpy_dtod(&host, &mut a)?;
-            let in_b = sort(g, &mut a, &mut b, n)?;
-            check(
-                what,
-                &detkit_tests::pet_singles(&g.download(if in_b { &b } else { &a })?),
-                &want,
+            let ms = time_pet_sort(
+                g, what, sort, &host, &mut a, &mut b, n, &want, reps, copy_ms,
             )?;
-            let ms = median_ms(g, 3, reps, || {
-                g.stream().memcpy_dtod(&host, &mut a).ctx("copy")?;
-                sort(g, &mut a, &mut b, n).map(|_| ())
-            })? - copy_ms;
             println!(
                 "{:<36} {:>10} {:>9.3} {:>9.1}",
                 what,

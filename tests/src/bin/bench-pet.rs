@@ -202,16 +202,7 @@ fn main() -> Result<()> {
                 // The seed's merge sort, the radix path (time keys, argsort over the differing
                 // bits, gather) and, for the per-BDM streams, the merge of the presorted runs;
                 // each from a fresh copy of the input, one row each.
-                type SortFn<'r> = Box<
-                    dyn Fn(
-                            &detkit::cuda::GpuContext,
-                            &mut detkit::pet::SinglesBuffer,
-                            &mut detkit::pet::SinglesBuffer,
-                            usize,
-                        ) -> detkit::Result<bool>
-                        + 'r,
-                >;
-                let mut methods: Vec<(String, SortFn)> = vec![
+                let mut methods: Vec<(String, detkit_tests::PetSortFn)> = vec![
                     (
                         format!("merge sort, {label}"),
                         Box::new(|g, a, b, n| g.pet_sort_device(a, b, 0, n)),
@@ -228,17 +219,9 @@ fn main() -> Result<()> {
                     ));
                 }
                 for (method, sort) in &methods {
-                    g.stream().memcpy_dtod(&host, &mut a)?;
-                    let in_b = sort(g, &mut a, &mut b, n)?;
-                    check(
-                        method,
-                        &detkit_tests::pet_singles(&g.download(if in_b { &b } else { &a })?),
-                        &want,
+                    let ms = detkit_tests::time_pet_sort(
+                        g, method, sort, &host, &mut a, &mut b, n, &want, reps, copy_ms,
                     )?;
-                    let ms = median_ms(g, 3, reps, || {
-                        g.stream().memcpy_dtod(&host, &mut a).ctx("copy")?;
-                        sort(g, &mut a, &mut b, n).map(|_| ())
-                    })? - copy_ms;
                     push(
                         &mut rows,
                         Row {
