@@ -270,8 +270,9 @@ pub fn frame_energy(f: &DataFrameV2) -> u32 {
 /// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`. In three pieces:
 /// [`frame_position_index`], [`frame_energy_index`], [`frame_single`].
 ///
-/// The divisions by the scanner's crystal, block and ring sizes are plain `/` and `%` here;
-/// the kernel runs [`convert_frame_with`] and [`ScannerDivisors`] (multiplier and shift).
+/// The divisions by the scanner's crystal, block and ring sizes are plain `/` and `%` here
+/// (`p` as [`Divisors`]); the kernel runs the three pieces itself, four frames at a time,
+/// with [`ScannerDivisors`] (multiplier and shift).
 #[inline(always)]
 pub fn convert_frame(
     f: &DataFrameV2,
@@ -279,26 +280,14 @@ pub fn convert_frame(
     position: impl Fn(u64) -> u8,
     correction: impl Fn(u64) -> f32,
 ) -> (Single, u32) {
-    convert_frame_with(f, p, p, position, correction)
-}
-
-/// [`convert_frame`] with the divisions done by `d`.
-#[inline(always)]
-pub fn convert_frame_with(
-    f: &DataFrameV2,
-    p: &ScannerParams,
-    d: &impl Divisors,
-    position: impl Fn(u64) -> u8,
-    correction: impl Fn(u64) -> f32,
-) -> (Single, u32) {
     let Some((du_index, at)) = frame_position_index(f, p) else {
         return (Single::default(), CONVERT_BAD_ADDRESS);
     };
-    let Some((local, factor_at, clamped)) = frame_energy_index(f, p, d, du_index, position(at))
+    let Some((local, factor_at, clamped)) = frame_energy_index(f, p, p, du_index, position(at))
     else {
         return (Single::default(), CONVERT_BAD_ADDRESS);
     };
-    frame_single(f, p, d, local, correction(factor_at), clamped)
+    frame_single(f, p, p, local, correction(factor_at), clamped)
 }
 
 /// The conversion's divisions, `(x / divisor, x % divisor)`, by the scanner's crystals per
