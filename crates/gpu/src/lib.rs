@@ -115,6 +115,9 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // middle one); the kernel runs blocks of up to 1024 threads.
     (clustering::KERNEL_FIND_CLUS_SMALL, 1024, 2),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
+    // 64 registers: 4 blocks of 256 per multiprocessor (unbounded the conversion takes 70,
+    // which leaves room for 3).
+    (pet::KERNEL_CONVERT, pet::CONVERT_THREADS, 4),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
     (

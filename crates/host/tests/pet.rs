@@ -939,14 +939,90 @@ fn parallel_conversion_equals_the_sequential_oracle() {
     );
 }
 
-// The kernel's division by the scanner's fixed divisors (multiplier and shift) against the
-// plain `/` and `%` the oracle uses.
+// The kernel's conversion (32-bit, branch-free steps on the frame's four words, divisions by
+// multiplier) against the oracle's `convert_frame`, frame by frame: random scanner shapes
+// inside the parameter check's limits (divisors 1 to 256, the largest position and DU
+// fields), random tables (position entries past the DU's crystals included: bad addresses),
+// random frames with the address fields mostly in range, energies past the table's end.
+fn arb_params() -> impl Strategy<Value = detkit_gpu::pet::ScannerParams> {
+    // (channels, module_num_y, module_num_z, block_num_y, block_num_z, crystal_num_y,
+    // crystal_num_z, position_size)
+    (
+        prop_oneof![Just(1u32), 1u32..=16, Just(16u32)],
+        prop_oneof![Just(1u32), 1u32..=4, Just(16u32)],
+        1u32..=2,
+        prop_oneof![Just(1u32), 1u32..=4],
+        prop_oneof![Just(1u32), 1u32..=4, Just(16u32)],
+        prop_oneof![Just(1u32), 1u32..=16],
+        prop_oneof![Just(1u32), 1u32..=16, Just(256u32)],
+        prop_oneof![Just(1u32), 1u32..=8, Just(256u32)],
+    )
+        .prop_map(|(ch, my, mz, by, bz, cy, cz, ps)| {
+            // Keep to the parameter check's limits (BDMs, DUs, crystals per DU).
+            let my = if ch * my * mz > 256 { 1 } else { my };
+            let by = if by * bz > 16 { 1 } else { by };
+            let cy = if cy * cz > 256 { 1 } else { cy };
+            detkit_gpu::pet::ScannerParams {
+                channels: ch,
+                module_num_y: my,
+                module_num_z: mz,
+                block_num_y: by,
+                block_num_z: bz,
+                crystal_num_y: cy,
+                crystal_num_z: cz,
+                position_size: ps,
+                energy_lo: 300.0,
+                energy_hi: 700.0,
+                _pad: [0; 2],
+            }
+        })
+        .prop_filter("tables small enough for a test", |p| {
+            p.position_entries() <= 1 << 22 && p.energy_entries() <= 1 << 24
+        })
+}
+
 proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
     #[test]
-    fn fast_division_equals_plain_division(d in 1u32.., x: u32, small in 1u32..4096) {
-        for d in [d, small] {
-            let f = detkit_gpu::fastdiv::FastDiv::new(d);
-            prop_assert_eq!(f.div_rem(x), (x / d, x % d));
+    fn kernel_conversion_steps_equal_the_oracle(
+        p in arb_params(),
+        seed: u64,
+        words in prop::collection::vec(any::<[u32; 4]>(), 1..200),
+    ) {
+        prop_assert!(pet::validate_params(&p).is_ok());
+        let cpd = p.crystals_per_du();
+        // Mostly valid origins, some past the DU (bad addresses).
+        let position: Vec<u8> =
+            detkit::rng::random_below(seed, p.position_entries() as usize, cpd + cpd / 8 + 1)
+                .into_iter()
+                .map(|o| o.min(255) as u8)
+                .collect();
+        let energy: Vec<f32> =
+            detkit::rng::random_below(seed ^ 1, p.energy_entries() as usize, 1000)
+                .into_iter()
+                .map(|e| 0.5 + e as f32 / 1000.0)
+                .collect();
+        let c = detkit_gpu::pet::ConvertConsts::new(&p);
+        for mut w in words {
+            // Address fields mostly in range: BDM byte, DU nibble, x, y; raw energy as drawn.
+            let pick = |v: u32, range: u32| if v & 0x100 != 0 { v & 0xff } else { (v & 0xff) % range };
+            let bdm = pick(w[0] >> 8 & 0x1ff, p.bdm_count());
+            let du = pick(w[0] & 0x1ff, p.du_count()) & 0xf;
+            let x = pick(w[2] >> 16 & 0x1ff, p.position_size);
+            let y = pick(w[2] >> 7 & 0x1ff, p.position_size);
+            w[0] = (w[0] & 0xffff_0000) | bdm << 8 | (w[0] & 0xf0) | du;
+            w[2] = (w[2] & 0x0000_ffff) | x << 16 | y << 24;
+            let f: DataFrameV2 = bytemuck::cast(w);
+            let want = convert_frame(&f, &p, |i| position[i as usize], |i| energy[i as usize]);
+            let got = detkit_gpu::pet::convert_words(
+                &w,
+                &c,
+                |i| position[i as usize],
+                |i| energy[i as usize],
+            );
+            prop_assert_eq!(got.1, want.1, "status of {:?}", f);
+            prop_assert_eq!(got.0, want.0, "single of {:?}", f);
+            prop_assert_eq!(detkit_gpu::pet::words_time(&w), detkit_gpu::pet::frame_time(&f));
         }
     }
 }

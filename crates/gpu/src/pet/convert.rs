@@ -28,18 +28,18 @@ fn staged_single(slot: u32) -> u32 {
 /// # Safety
 /// `blockDim.x == CONVERT_THREADS`, `gridDim.x == ceil(n / CONVERT_TILE) >= 1`,
 /// `convert_smem_bytes()` of shared memory; `n < 2^32`; `frames` valid for `n` frames,
-/// 16-byte aligned; `params` one `ScannerParams`; `position` and `correction` hold
-/// `params.position_entries()` / `energy_entries()` entries; `divs` those of `params`; `out` valid for `n` singles;
-/// `stats` `STAT_WORDS` words, zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as
-/// in `compact_select_range_u32`.
+/// 16-byte aligned; `consts` those of a scanner that passed the host's parameter check,
+/// whose `position` and `correction` tables hold `position_entries` / `energy_entries`
+/// entries (at least one each); `out` valid for `n` singles; `stats` `STAT_WORDS` words,
+/// zero except `STAT_FIRST_BAD = u32::MAX`; look-back arrays as in
+/// `compact_select_range_u32`.
 #[allow(unused_assignments)] // see `base` below
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) {
-    let divs = p.divs;
-    let (frames, n, params, position, correction, out, stats, flags, aggregates, inclusive) = (
+    let c = p.consts;
+    let (frames, n, position, correction, out, stats, flags, aggregates, inclusive) = (
         p.frames.ptr(),
         p.n,
-        p.params.ptr(),
         p.position.ptr(),
         p.correction.ptr(),
         p.out.ptr_mut(),
@@ -55,8 +55,6 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
         aggregates,
         inclusive,
     };
-    // SAFETY: one ScannerParams.
-    let p = unsafe { params.read() };
     let (scan_storage, prefix_slot) = tile_smem::<u32>();
     let tile = i::block_idx_x();
     let lane = i::lane_id();
@@ -65,93 +63,79 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     let mut masks = [0u32; N];
     let mut warp_total = 0u32;
     let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
-    // Each frame's reads depend on each other (frame, position table, correction table):
-    // four frames at a time issue their four frame loads, then their four position reads,
-    // then their four correction reads, so that four of each are in flight per thread. The
-    // singles wait in shared memory (not registers) until their offsets are known.
-    // (Written as a macro over the literal first item, 0 and 4: every array index a
-    // constant, so that nothing goes to local memory.)
-    macro_rules! four_frames {
-        ($first:literal) => {{
-            let first: u32 = $first;
-            let mut f = [[0u32; 4]; 4];
-            let mut live = 0u32;
-            unroll4!(q, {
-                let idx = warp_start + ((first + q as u32) as u64) * 32 + lane as u64;
-                if idx < n {
-                    // SAFETY: idx < n.
-                    f[q] = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
-                    live |= 1 << q;
-                }
-            });
-            let mut du_index = [0u64; 4];
-            let mut origin = [0u8; 4];
-            let mut addressed = 0u32;
-            unroll4!(q, {
-                if live & 1 << q != 0 {
-                    let fr: DataFrameV2 = bytemuck::cast(f[q]);
-                    if let Some((du, at)) = frame_position_index(&fr, &p) {
-                        du_index[q] = du;
-                        // SAFETY: frame_position_index gives indices inside the table.
-                        origin[q] = unsafe { position.add(at as usize).read() };
-                        addressed |= 1 << q;
-                    }
-                }
-            });
-            let mut local = [0u32; 4];
-            let mut factor = [0f32; 4];
-            let mut clamp = 0u32;
-            unroll4!(q, {
-                if addressed & 1 << q != 0 {
-                    let fr: DataFrameV2 = bytemuck::cast(f[q]);
-                    match frame_energy_index(&fr, &p, &divs, du_index[q], origin[q]) {
-                        Some((l, at, c)) => {
-                            local[q] = l;
-                            clamp |= (c as u32) << q;
-                            // SAFETY: frame_energy_index gives indices inside the table.
-                            factor[q] = unsafe { correction.add(at as usize).read() };
-                        }
-                        None => addressed &= !(1 << q),
-                    }
-                }
-            });
-            unroll4!(q, {
-                let j = first + q as u32;
-                let mut keep = false;
-                if addressed & 1 << q != 0 {
-                    let fr: DataFrameV2 = bytemuck::cast(f[q]);
-                    let (s, st) =
-                        frame_single(&fr, &p, &divs, local[q], factor[q], clamp & 1 << q != 0);
-                    keep = st & CONVERT_ACCEPTED != 0;
-                    if keep {
-                        // SAFETY: the slot lies inside `convert_smem_bytes()`; only this thread
-                        // uses it.
-                        unsafe {
-                            i::st_shared_v4_u32(
-                                staged_single(warp_local + j * 32 + lane),
-                                bytemuck::cast(s),
-                            )
-                        };
-                    } else {
-                        rejected += 1;
-                    }
-                    if st & CONVERT_CLAMPED != 0 {
-                        clamped += 1;
-                    }
-                } else if live & 1 << q != 0 {
-                    bad += 1;
-                    let idx = warp_start + (j as u64) * 32 + lane as u64;
-                    // SAFETY: stats holds STAT_WORDS words.
-                    unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
-                }
-                let m = i::ballot(keep);
-                masks[j as usize] = m;
-                warp_total += i::popc(m);
-            });
-        }};
+    // Each frame's reads depend on each other (frame, position table, correction table).
+    // Phase 1 issues all eight frame loads of the thread at once (32 registers, live only
+    // here) and parks the frames in shared memory, so that a whole tile is in flight; then
+    // eight position reads at once, then eight correction reads, each step re-reading the
+    // frame's words from shared memory (the 32-bit, branch-free `words_*` functions: a frame
+    // that is not ok reads entry 0 of a table instead of branching around the read). Each
+    // accepted single overwrites its own frame's slot and waits there for its offset.
+    let slot = |j: usize| staged_single(warp_local + j as u32 * 32 + lane);
+    let mut live = 0u32;
+    {
+        let mut f = [[0u32; 4]; N];
+        unroll8!(j, {
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            if idx < n {
+                // SAFETY: idx < n.
+                f[j] = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
+                live |= 1 << j;
+            }
+        });
+        unroll8!(j, {
+            // SAFETY: the slot lies inside `convert_smem_bytes()`; only this thread uses it.
+            unsafe { i::st_shared_v4_u32(slot(j), f[j]) };
+        });
     }
-    four_frames!(0);
-    four_frames!(4);
+    let mut origin = [0u32; N];
+    let mut ok = 0u32;
+    unroll8!(j, {
+        // SAFETY: this thread's slot, written in phase 1.
+        let w = unsafe { i::ld_shared_v4_u32(slot(j)) };
+        let (at, _, good) = words_position(&w, &c);
+        let good = good & (live & 1 << j != 0);
+        ok |= (good as u32) << j;
+        let at = if good { at } else { 0 };
+        // SAFETY: at < position_entries (checked in `words_position`) or 0.
+        origin[j] = unsafe { position.add(at as usize).read() } as u32;
+    });
+    // The local crystal (< 256) and the clamp bit, packed where the origin was.
+    let mut factor = [0f32; N];
+    unroll8!(j, {
+        // SAFETY: this thread's slot, written in phase 1.
+        let w = unsafe { i::ld_shared_v4_u32(slot(j)) };
+        let (_, du_index, _) = words_position(&w, &c);
+        let (at, local, good, cl) = words_energy(&w, &c, du_index, origin[j], ok & 1 << j != 0);
+        origin[j] = local & 0xff | (cl as u32) << 8;
+        if !good {
+            ok &= !(1 << j);
+        }
+        let at = if good { at } else { 0 };
+        // SAFETY: at < energy_entries (checked in `words_energy`) or 0.
+        factor[j] = unsafe { correction.add(at as usize).read() };
+    });
+    unroll8!(j, {
+        // SAFETY: this thread's slot, written in phase 1.
+        let w = unsafe { i::ld_shared_v4_u32(slot(j)) };
+        let good = ok & 1 << j != 0;
+        let (s, st) = words_single(&w, &c, origin[j] & 0xff, factor[j], origin[j] & 0x100 != 0);
+        let keep = good & (st & CONVERT_ACCEPTED != 0);
+        if keep {
+            // SAFETY: this thread's slot (its frame is no longer needed).
+            unsafe { i::st_shared_v4_u32(slot(j), bytemuck::cast(s)) };
+        }
+        rejected += (good & !keep) as u32;
+        clamped += (good & (st & CONVERT_CLAMPED != 0)) as u32;
+        if live & !ok & 1 << j != 0 {
+            bad += 1;
+            let idx = warp_start + (j as u64) * 32 + lane as u64;
+            // SAFETY: stats holds STAT_WORDS words.
+            unsafe { i::atomic_min_u32(stats.add(STAT_FIRST_BAD), idx as u32) };
+        }
+        let m = i::ballot(keep);
+        masks[j] = m;
+        warp_total += i::popc(m);
+    });
     // Statistics: one atomic per warp and counter.
     let r = crate::scan::device::warp_reduce_sum(rejected);
     let c = crate::scan::device::warp_reduce_sum(clamped);
@@ -185,8 +169,7 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
         if m & (1 << lane) != 0 {
             let pos = base + i::popc(m & below);
             // SAFETY: this thread staged the slot (the scan's barriers lie between).
-            let s =
-                unsafe { i::ld_shared_v4_u32(staged_single(warp_local + j as u32 * 32 + lane)) };
+            let s = unsafe { i::ld_shared_v4_u32(slot(j)) };
             // SAFETY: pos < number accepted <= n.
             unsafe { (out.add(pos as usize) as *mut [u32; 4]).write(s) };
         }

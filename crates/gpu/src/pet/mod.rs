@@ -259,20 +259,17 @@ pub fn frame_energy(f: &DataFrameV2) -> u32 {
     (f.energy[0] as u32) << 8 | f.energy[1] as u32
 }
 
-/// Converts one frame; `position(i)` and `correction(i)` read the tables (indices are
-/// always inside them: the function checks every address first). Returns the single and
-/// the outcome bits.
+/// Converts one frame (the oracle's conversion); `position(i)` and `correction(i)` read the
+/// tables (indices are always inside them: the function checks every address first).
+/// Returns the single and the outcome bits.
 ///
 /// Steps (seed `convertUdpToSinglesKernel`): time = counter as `f64`; origin crystal =
 /// position table at `(bdm, du, x + y * size)`; local crystal = `ox + (cy - 1 - oy) * cz`
 /// with `ox = origin % cz`, `oy = origin / cz`; crystal in ring and ring index; global index
 /// `in_ring + ring * crystals_per_ring`; energy = raw * factor with factor index
-/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`. In three pieces:
-/// [`frame_position_index`], [`frame_energy_index`], [`frame_single`].
-///
-/// The divisions by the scanner's crystal, block and ring sizes are plain `/` and `%` here
-/// (`p` as [`Divisors`]); the kernel runs the three pieces itself, four frames at a time,
-/// with [`ScannerDivisors`] (multiplier and shift).
+/// `min(raw / 10, 999)`; accepted when `energy_lo <= energy <= energy_hi`. The kernel runs
+/// the same steps on the frame's four words ([`ConvertConsts`], [`words_position`],
+/// [`words_energy`], [`words_single`]), compared with this function by the host's tests.
 #[inline(always)]
 pub fn convert_frame(
     f: &DataFrameV2,
@@ -280,162 +277,42 @@ pub fn convert_frame(
     position: impl Fn(u64) -> u8,
     correction: impl Fn(u64) -> f32,
 ) -> (Single, u32) {
-    let Some((du_index, at)) = frame_position_index(f, p) else {
-        return (Single::default(), CONVERT_BAD_ADDRESS);
-    };
-    let Some((local, factor_at, clamped)) = frame_energy_index(f, p, p, du_index, position(at))
-    else {
-        return (Single::default(), CONVERT_BAD_ADDRESS);
-    };
-    frame_single(f, p, p, local, correction(factor_at), clamped)
-}
-
-/// The conversion's divisions, `(x / divisor, x % divisor)`, by the scanner's crystals per
-/// block along the axis (`crystal_num_z`), blocks per module along the axis
-/// (`block_num_z`) and modules per ring (`channels * module_num_y`). A zero divisor counts
-/// as 1 (frames are rejected before any division when one is zero).
-pub trait Divisors {
-    /// By `crystal_num_z`.
-    fn crystal_z(&self, x: u32) -> (u32, u32);
-    /// By `block_num_z`.
-    fn block_z(&self, x: u32) -> (u32, u32);
-    /// By `channels * module_num_y`.
-    fn ring_modules(&self, x: u32) -> (u32, u32);
-}
-
-/// Plain division (what the oracle runs).
-impl Divisors for ScannerParams {
-    fn crystal_z(&self, x: u32) -> (u32, u32) {
-        let d = self.crystal_num_z.max(1);
-        (x / d, x % d)
-    }
-    fn block_z(&self, x: u32) -> (u32, u32) {
-        let d = self.block_num_z.max(1);
-        (x / d, x % d)
-    }
-    fn ring_modules(&self, x: u32) -> (u32, u32) {
-        let d = (self.channels * self.module_num_y).max(1);
-        (x / d, x % d)
-    }
-}
-
-/// The three divisors as multipliers and shifts ([`crate::fastdiv::FastDiv`]), computed by
-/// the host once per launch and passed in the kernel's parameters.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct ScannerDivisors {
-    pub crystal_z: crate::fastdiv::FastDiv,
-    pub block_z: crate::fastdiv::FastDiv,
-    pub ring_modules: crate::fastdiv::FastDiv,
-}
-
-impl ScannerDivisors {
-    /// The divisors of `p`.
-    pub const fn new(p: &ScannerParams) -> Self {
-        use crate::fastdiv::FastDiv;
-        Self {
-            crystal_z: FastDiv::new(p.crystal_num_z),
-            block_z: FastDiv::new(p.block_num_z),
-            ring_modules: FastDiv::new(p.channels.wrapping_mul(p.module_num_y)),
-        }
-    }
-}
-
-impl Divisors for ScannerDivisors {
-    #[inline(always)]
-    fn crystal_z(&self, x: u32) -> (u32, u32) {
-        self.crystal_z.div_rem(x)
-    }
-    #[inline(always)]
-    fn block_z(&self, x: u32) -> (u32, u32) {
-        self.block_z.div_rem(x)
-    }
-    #[inline(always)]
-    fn ring_modules(&self, x: u32) -> (u32, u32) {
-        self.ring_modules.div_rem(x)
-    }
-}
-
-/// First piece of [`convert_frame`]: checks the frame's BDM, DU, x and y against the scanner
-/// and gives the DU's index and the frame's position-table index; `None` is a bad address.
-#[inline(always)]
-pub fn frame_position_index(f: &DataFrameV2, p: &ScannerParams) -> Option<(u64, u64)> {
     let bdm = f.bdm as u32;
     let du = (f.head_du & 0x0f) as u32;
     let (x, y) = (f.x as u32, f.y as u32);
     let ps = p.position_size;
+    let (cy, cz, bz) = (p.crystal_num_y, p.crystal_num_z, p.block_num_z);
     let ring_modules = p.channels * p.module_num_y;
     // Zero divisors are rejected by the host's parameter check; testing them here as well
-    // keeps the kernel free of division-by-zero paths.
-    if p.crystal_num_z == 0 || p.crystal_num_y == 0 || p.block_num_z == 0 || ring_modules == 0 {
-        return None;
+    // keeps this function free of division-by-zero paths.
+    if cz == 0 || cy == 0 || bz == 0 || ring_modules == 0 {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
     }
     if bdm >= p.bdm_count() || du >= p.du_count() || x >= ps || y >= ps {
-        return None;
+        return (Single::default(), CONVERT_BAD_ADDRESS);
     }
     let du_index = bdm as u64 * p.du_count() as u64 + du as u64;
-    Some((
-        du_index,
-        du_index * (ps as u64 * ps as u64) + (x + y * ps) as u64,
-    ))
-}
-
-/// Second piece of [`convert_frame`]: from the origin crystal the position table gives, the
-/// local crystal, the energy-correction index and whether the energy bin was clamped; `None`
-/// when the origin lies outside the DU (a bad address).
-#[inline(always)]
-pub fn frame_energy_index(
-    f: &DataFrameV2,
-    p: &ScannerParams,
-    d: &impl Divisors,
-    du_index: u64,
-    origin: u8,
-) -> Option<(u32, u64, bool)> {
-    // `max(1)`: never 0 after frame_position_index (nor after the host's parameter check);
-    // it keeps this piece free of division-by-zero paths on its own.
-    let (cy, cz) = (p.crystal_num_y, p.crystal_num_z.max(1));
-    let origin = origin as u32;
+    let origin = position(du_index * (ps as u64 * ps as u64) + (x + y * ps) as u64) as u32;
     if origin >= cy * cz {
-        return None;
+        return (Single::default(), CONVERT_BAD_ADDRESS);
     }
-    let (oy, ox) = d.crystal_z(origin);
+    let (oy, ox) = (origin / cz, origin % cz);
     let local = ox + (cy - 1 - oy) * cz;
     let mut bin = frame_energy(f) / 10;
-    let clamped = bin >= ENERGY_BINS;
-    if clamped {
+    let mut status = 0;
+    if bin >= ENERGY_BINS {
         bin = ENERGY_BINS - 1;
+        status |= CONVERT_CLAMPED;
     }
-    let at =
-        (du_index * p.crystals_per_du() as u64 + local as u64) * ENERGY_BINS as u64 + bin as u64;
-    Some((local, at, clamped))
-}
-
-/// Last piece of [`convert_frame`]: the single (crystal number, corrected energy, time) and
-/// the outcome bits, from the local crystal and the correction factor.
-#[inline(always)]
-pub fn frame_single(
-    f: &DataFrameV2,
-    p: &ScannerParams,
-    d: &impl Divisors,
-    local: u32,
-    factor: f32,
-    clamped: bool,
-) -> (Single, u32) {
-    let bdm = f.bdm as u32;
-    let du = (f.head_du & 0x0f) as u32;
-    // `max(1)`: as in frame_energy_index (divisors never 0 for a checked frame).
-    let (cy, cz, bz) = (
-        p.crystal_num_y,
-        p.crystal_num_z.max(1),
-        p.block_num_z.max(1),
+    let factor = correction(
+        (du_index * p.crystals_per_du() as u64 + local as u64) * ENERGY_BINS as u64 + bin as u64,
     );
-    let (bdm_ring, bdm_in_ring) = d.ring_modules(bdm);
-    let (du_y, du_z) = d.block_z(du);
-    let (local_y, local_z) = d.crystal_z(local);
+    let (bdm_ring, bdm_in_ring) = (bdm / ring_modules, bdm % ring_modules);
+    let (du_y, du_z) = (du / bz, du % bz);
+    let (local_y, local_z) = (local / cz, local % cz);
     let in_ring = bdm_in_ring * (p.block_num_y * cy) + du_y * cy + local_y;
     let ring = bdm_ring * (bz * cz) + du_z * cz + local_z;
     let crystal = in_ring + ring * p.crystals_per_ring();
-    let mut status = if clamped { CONVERT_CLAMPED } else { 0 };
     let energy = frame_energy(f) as f32 * factor;
     if p.energy_lo <= energy && energy <= p.energy_hi {
         status |= CONVERT_ACCEPTED;
@@ -446,6 +323,199 @@ pub fn frame_single(
         time: frame_time(f) as f64,
     };
     (single, status)
+}
+
+/// The conversion's constants for one launch, computed by the host from a scanner that passed
+/// its parameter check (at most 256 BDMs, 16 DUs per BDM, 256 crystals per DU, position size
+/// at most 256): then every table index fits `u32` (position table at most 2^28 entries,
+/// energy table at most 2^30) and every division is of a byte by at most 256 ([`ByteDiv`]).
+/// Passed by value in the kernel's parameters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable)]
+pub struct ConvertConsts {
+    /// BDMs.
+    pub bdms: u32,
+    /// DUs per BDM.
+    pub dus: u32,
+    /// Side of the position map.
+    pub ps: u32,
+    /// `ps * ps`.
+    pub ps2: u32,
+    /// Crystals per DU around the ring.
+    pub cy: u32,
+    /// Crystals per DU along the axis.
+    pub cz: u32,
+    /// Crystals per DU.
+    pub cpd: u32,
+    /// Crystals around the ring per module (`block_num_y * cy`).
+    pub by_cy: u32,
+    /// Rings per module (`block_num_z * cz`).
+    pub bz_cz: u32,
+    /// Crystals per ring.
+    pub cpr: u32,
+    /// Energy window.
+    pub energy_lo: f32,
+    /// Energy window.
+    pub energy_hi: f32,
+    /// Entries of the position table (saturated at `u32::MAX`): an index at or past it is
+    /// a bad address (never, for a checked scanner; it keeps the reads in bounds whatever the
+    /// parameters).
+    pub position_entries: u32,
+    /// Entries of the energy table (saturated at `u32::MAX`), as `position_entries`.
+    pub energy_entries: u32,
+    /// Division by `cz`.
+    pub crystal_z: crate::fastdiv::ByteDiv,
+    /// Division by `block_num_z`.
+    pub block_z: crate::fastdiv::ByteDiv,
+    /// Division by the modules per ring (`channels * module_num_y`).
+    pub ring_modules: crate::fastdiv::ByteDiv,
+}
+
+impl ConvertConsts {
+    /// The constants of a checked scanner's parameters (the host's `validate_params`; the
+    /// kernel's safety contract requires it).
+    pub const fn new(p: &ScannerParams) -> Self {
+        use crate::fastdiv::ByteDiv;
+        Self {
+            bdms: p.bdm_count(),
+            dus: p.du_count(),
+            ps: p.position_size,
+            ps2: p.position_size.wrapping_mul(p.position_size),
+            cy: p.crystal_num_y,
+            cz: p.crystal_num_z,
+            cpd: p.crystals_per_du(),
+            by_cy: p.block_num_y.wrapping_mul(p.crystal_num_y),
+            bz_cz: p.block_num_z.wrapping_mul(p.crystal_num_z),
+            cpr: p.crystals_per_ring(),
+            energy_lo: p.energy_lo,
+            energy_hi: p.energy_hi,
+            position_entries: saturate_u32(p.position_entries()),
+            energy_entries: saturate_u32(p.energy_entries()),
+            crystal_z: ByteDiv::new(p.crystal_num_z),
+            block_z: ByteDiv::new(p.block_num_z),
+            ring_modules: ByteDiv::new(p.channels.wrapping_mul(p.module_num_y)),
+        }
+    }
+}
+
+const fn saturate_u32(v: u64) -> u32 {
+    if v > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        v as u32
+    }
+}
+
+/// The frame's time counter from its four little-endian words (bytes 2..10, big-endian):
+/// two byte swaps of funnel-shifted words ([`frame_time`] byte by byte).
+#[inline(always)]
+pub fn words_time(w: &[u32; 4]) -> u64 {
+    let hi = (w[0] >> 16 | w[1] << 16).swap_bytes();
+    let lo = (w[1] >> 16 | w[2] << 16).swap_bytes();
+    (hi as u64) << 32 | lo as u64
+}
+
+/// The raw energy from the frame's words (bytes 12, 13, big-endian).
+#[inline(always)]
+pub fn words_energy_raw(w: &[u32; 4]) -> u32 {
+    (w[3] & 0xff) << 8 | (w[3] >> 8) & 0xff
+}
+
+/// First step of the kernel's conversion: `(position-table index, DU index, address ok)`.
+/// Indices of a frame that is not ok are meaningless (wrapping arithmetic): the kernel reads
+/// entry 0 instead.
+#[inline(always)]
+pub fn words_position(w: &[u32; 4], c: &ConvertConsts) -> (u32, u32, bool) {
+    let bdm = w[0] >> 8 & 0xff;
+    let du = w[0] & 0x0f;
+    let (x, y) = (w[2] >> 16 & 0xff, w[2] >> 24);
+    // `&`, not `&&`: four compares and no branch.
+    let du_index = bdm.wrapping_mul(c.dus).wrapping_add(du);
+    let at = du_index
+        .wrapping_mul(c.ps2)
+        .wrapping_add(x)
+        .wrapping_add(y.wrapping_mul(c.ps));
+    let ok = (bdm < c.bdms) & (du < c.dus) & (x < c.ps) & (y < c.ps) & (at < c.position_entries);
+    (at, du_index, ok)
+}
+
+/// Second step: from the origin crystal of the position table, `(energy-table index, local
+/// crystal, ok, clamped)`; ok is `ok_address` and the origin inside the DU.
+#[inline(always)]
+pub fn words_energy(
+    w: &[u32; 4],
+    c: &ConvertConsts,
+    du_index: u32,
+    origin: u32,
+    ok_address: bool,
+) -> (u32, u32, bool, bool) {
+    let (oy, ox) = c.crystal_z.div_rem(origin & 0xff);
+    let local = ox.wrapping_add(c.cy.wrapping_sub(1).wrapping_sub(oy).wrapping_mul(c.cz));
+    let raw = words_energy_raw(w);
+    let clamped = raw >= 10 * ENERGY_BINS;
+    // raw < 2^16: `/ 10` is a multiply and a shift.
+    let bin = (raw / 10).min(ENERGY_BINS - 1);
+    let at = du_index
+        .wrapping_mul(c.cpd)
+        .wrapping_add(local)
+        .wrapping_mul(ENERGY_BINS)
+        .wrapping_add(bin);
+    let ok = ok_address & (origin < c.cpd) & (at < c.energy_entries);
+    (at, local, ok, clamped)
+}
+
+/// Last step: the single and the outcome bits of an ok frame, from its local crystal and
+/// correction factor.
+#[inline(always)]
+pub fn words_single(
+    w: &[u32; 4],
+    c: &ConvertConsts,
+    local: u32,
+    factor: f32,
+    clamped: bool,
+) -> (Single, u32) {
+    let bdm = w[0] >> 8 & 0xff;
+    let du = w[0] & 0x0f;
+    let (bdm_ring, bdm_in_ring) = c.ring_modules.div_rem(bdm);
+    let (du_y, du_z) = c.block_z.div_rem(du);
+    let (local_y, local_z) = c.crystal_z.div_rem(local & 0xff);
+    let in_ring = bdm_in_ring
+        .wrapping_mul(c.by_cy)
+        .wrapping_add(du_y.wrapping_mul(c.cy))
+        .wrapping_add(local_y);
+    let ring = bdm_ring
+        .wrapping_mul(c.bz_cz)
+        .wrapping_add(du_z.wrapping_mul(c.cz))
+        .wrapping_add(local_z);
+    let crystal = in_ring.wrapping_add(ring.wrapping_mul(c.cpr));
+    let energy = words_energy_raw(w) as f32 * factor;
+    let accepted = (c.energy_lo <= energy) & (energy <= c.energy_hi);
+    let status = (accepted as u32 * CONVERT_ACCEPTED) | (clamped as u32 * CONVERT_CLAMPED);
+    let single = Single {
+        crystal,
+        energy,
+        time: words_time(w) as f64,
+    };
+    (single, status)
+}
+
+/// The kernel's conversion of one frame (its words) composed on the host: what the host's
+/// tests compare with [`convert_frame`].
+pub fn convert_words(
+    w: &[u32; 4],
+    c: &ConvertConsts,
+    position: impl Fn(u32) -> u8,
+    correction: impl Fn(u32) -> f32,
+) -> (Single, u32) {
+    let (at, du_index, ok) = words_position(w, c);
+    if !ok {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    }
+    let (at, local, ok, clamped) = words_energy(w, c, du_index, position(at) as u32, ok);
+    if !ok {
+        return (Single::default(), CONVERT_BAD_ADDRESS);
+    }
+    words_single(w, c, local, correction(at), clamped)
 }
 
 /// Conversion statistics words written by [`KERNEL_CONVERT`].
@@ -911,7 +981,6 @@ macro_rules! unroll8 {
 pub struct PetConvertFramesParams {
     pub frames: DevPtr<u32>,
     pub n: u64,
-    pub params: DevPtr<ScannerParams>,
     pub position: DevPtr<u8>,
     pub correction: DevPtr<f32>,
     pub out: DevPtr<Single>,
@@ -919,10 +988,10 @@ pub struct PetConvertFramesParams {
     pub flags: DevPtr<u32>,
     pub aggregates: DevPtr<u32>,
     pub inclusive: DevPtr<u32>,
-    /// The scanner's divisors as multipliers ([`ScannerDivisors::new`] of `params`).
-    pub divs: ScannerDivisors,
+    /// The scanner's constants ([`ConvertConsts::new`] of its checked parameters).
+    pub consts: ConvertConsts,
 }
-crate::kernel_params!(PetConvertFramesParams, 128, ["pet_convert_frames"]);
+crate::kernel_params!(PetConvertFramesParams, 152, ["pet_convert_frames"]);
 
 /// Parameters of the `pet_merge_sort_block` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

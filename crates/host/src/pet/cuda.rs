@@ -55,7 +55,6 @@ pub(crate) fn radix_plan(w: &[u64]) -> Option<(u32, u64, u32)> {
 
 /// A scanner's parameters and tables on the device.
 pub struct DeviceScanner {
-    params: CudaSlice<u32>,
     position: CudaSlice<u8>,
     energy: CudaSlice<f32>,
     /// The parameters, on the host.
@@ -115,9 +114,7 @@ pub(crate) fn singles_of(words: &[u64]) -> Vec<Single> {
 impl GpuContext {
     /// Uploads a scanner.
     pub fn pet_scanner(&self, s: &Scanner) -> Result<DeviceScanner> {
-        let words: &[u32] = bytemuck::cast_slice(std::slice::from_ref(&s.params));
         Ok(DeviceScanner {
-            params: self.upload(words)?,
             position: self.upload(&s.position)?,
             energy: self.upload(&s.energy)?,
             host: s.params,
@@ -158,7 +155,6 @@ impl GpuContext {
         let params = k::PetConvertFramesParams {
             frames: self.ptr(frames).cast(),
             n: n64,
-            params: self.ptr(&scanner.params).cast(),
             position: self.ptr(&scanner.position),
             correction: self.ptr(&scanner.energy),
             out: self.ptr_mut(&mut outv).cast(),
@@ -166,7 +162,7 @@ impl GpuContext {
             flags: self.ptr_mut(&mut lb.flags),
             aggregates: self.ptr_mut(&mut lb.agg),
             inclusive: self.ptr_mut(&mut lb.inc),
-            divs: k::ScannerDivisors::new(&scanner.host),
+            consts: k::ConvertConsts::new(&scanner.host),
         };
         // SAFETY: CONVERT_THREADS threads, one block per tile, `convert_smem_bytes`; n < 2^32;
         // frames hold 16 n bytes (256-byte aligned cudarc allocation); the tables were
