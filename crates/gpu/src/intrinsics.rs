@@ -374,6 +374,25 @@ pub unsafe fn ldg_v4_u32(p: *const u32) -> [u32; 4] {
     };
     [a, b, c, d]
 }
+/// As [`ldg_v4_u32`], marked streaming (`ld.global.cs.nc.v4.u32`: read once, its lines
+/// allocated evict-first in L1 and L2, so that a stream does not push out a table that other
+/// reads keep hitting).
+///
+/// # Safety
+/// As [`ldg_v4_u32`].
+#[inline(always)]
+pub unsafe fn ldg_cs_v4_u32(p: *const u32) -> [u32; 4] {
+    let (a, b, c, d): (u32, u32, u32, u32);
+    // SAFETY: caller guarantees alignment, validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.cs.nc.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
+            p = in(reg64) p, a = out(reg32) a, b = out(reg32) b, c = out(reg32) c, d = out(reg32) d,
+            options(pure, readonly, nostack)
+        )
+    };
+    [a, b, c, d]
+}
 /// Two consecutive `u64` through the read-only path (`ld.global.nc.v2.u64`).
 ///
 /// # Safety
@@ -401,6 +420,22 @@ pub unsafe fn st_v4_u32(p: *mut u32, v: [u32; 4]) {
     unsafe {
         asm!(
             "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.v4.u32 [g], {{{a}, {b}, {c}, {d}}}; }}",
+            p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
+            options(nostack)
+        )
+    };
+}
+/// As [`st_v4_u32`], marked streaming (`st.global.cs.v4.u32`: written once, not read again
+/// soon; evict-first in L2).
+///
+/// # Safety
+/// As [`st_v4_u32`].
+#[inline(always)]
+pub unsafe fn st_cs_v4_u32(p: *mut u32, v: [u32; 4]) {
+    // SAFETY: caller guarantees alignment and validity.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; st.global.cs.v4.u32 [g], {{{a}, {b}, {c}, {d}}}; }}",
             p = in(reg64) p, a = in(reg32) v[0], b = in(reg32) v[1], c = in(reg32) v[2], d = in(reg32) v[3],
             options(nostack)
         )

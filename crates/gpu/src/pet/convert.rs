@@ -6,17 +6,6 @@ use super::*;
 use crate::intrinsics as i;
 use crate::scan::device::{tile_exclusive_prefix, tile_smem, BlockScan, TileStatus};
 
-/// Reads frame `idx` with one 16-byte load.
-///
-/// # Safety
-/// `frames` valid for `idx + 1` frames, 16-byte aligned, read-only during the kernel.
-#[inline(always)]
-pub(crate) unsafe fn load_frame(frames: *const u32, idx: u64) -> DataFrameV2 {
-    // SAFETY: caller contract.
-    let w = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
-    bytemuck::cast(w)
-}
-
 /// Shared-state-space address of staged single `slot` (after the scan storage).
 #[inline(always)]
 fn staged_single(slot: u32) -> u32 {
@@ -65,7 +54,8 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
     // Each frame's reads depend on each other (frame, position table, correction table).
     // Phase 1 issues all eight frame loads of the thread at once (32 registers, live only
-    // here) and parks the frames in shared memory, so that a whole tile is in flight; then
+    // here; streaming loads, so that the frames do not push the energy table out of L2) and
+    // parks the frames in shared memory, so that a whole tile is in flight; then
     // eight position reads at once, then eight correction reads, each step re-reading the
     // frame's words from shared memory (the 32-bit, branch-free `words_*` functions: a frame
     // that is not ok reads entry 0 of a table instead of branching around the read). Each
@@ -78,7 +68,7 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
             let idx = warp_start + (j as u64) * 32 + lane as u64;
             if idx < n {
                 // SAFETY: idx < n.
-                f[j] = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
+                f[j] = unsafe { i::ldg_cs_v4_u32(frames.add(idx as usize * 4)) };
                 live |= 1 << j;
             }
         });
@@ -171,7 +161,7 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
             // SAFETY: this thread staged the slot (the scan's barriers lie between).
             let s = unsafe { i::ld_shared_v4_u32(slot(j)) };
             // SAFETY: pos < number accepted <= n.
-            unsafe { (out.add(pos as usize) as *mut [u32; 4]).write(s) };
+            unsafe { i::st_cs_v4_u32(out.add(pos as usize) as *mut u32, s) };
         }
         base += i::popc(m);
     });

@@ -66,11 +66,12 @@ pub unsafe extern "ptx-kernel" fn pet_order_blocks(p: PetOrderBlocksParams) {
             // An invalid frame gets a key no other lane holds.
             keys[j] = BDMS + lane;
             if idx < end {
-                // SAFETY: idx < n.
-                let f = unsafe { load_frame(frames, idx) };
-                if (f.bdm as u32) < bdms {
-                    keys[j] = f.bdm as u32;
-                    times[j] = frame_time(&f);
+                // SAFETY: idx < n (16-byte aligned frames, read-only here).
+                let w = unsafe { i::ldg_v4_u32(frames.add(idx as usize * 4)) };
+                let bdm = w[0] >> 8 & 0xff;
+                if bdm < bdms {
+                    keys[j] = bdm;
+                    times[j] = words_time(&w);
                 }
             }
         }
