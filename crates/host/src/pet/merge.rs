@@ -177,10 +177,11 @@ pub fn merge_runs_emulated(
 /// shift`, each a stable counting sort), `None` for the merge rounds.
 pub fn segment_radix_emulated(seg: &[Single], runs: u32, radix_bits: u32) -> Option<Vec<Single>> {
     let keys: Vec<u64> = seg.iter().map(|x| k::time_key(x.time)).collect();
-    let (min, max, and, or) = keys.iter().fold(
-        (u64::MAX, 0u64, u64::MAX, 0u64),
-        |(a, b, c, d), &x| (a.min(x), b.max(x), c & x, d | x),
-    );
+    let (min, max, and, or) = keys
+        .iter()
+        .fold((u64::MAX, 0u64, u64::MAX, 0u64), |(a, b, c, d), &x| {
+            (a.min(x), b.max(x), c & x, d | x)
+        });
     let (shift, bits) = k::mw_radix_plan(min, max, and, or, runs, radix_bits)?;
     let mut order: Vec<(u64, usize)> = keys
         .iter()
@@ -803,9 +804,11 @@ mod tests {
     fn radix_plan_bits_and_limit() {
         let plan = |ts: &[f64], runs, limit| {
             let ks: Vec<u64> = ts.iter().map(|&t| k::time_key(t)).collect();
-            let (a, b, c, d) = ks.iter().fold((u64::MAX, 0, u64::MAX, 0), |(a, b, c, d), &x| {
-                (x.min(a), x.max(b), c & x, d | x)
-            });
+            let (a, b, c, d) = ks
+                .iter()
+                .fold((u64::MAX, 0, u64::MAX, 0), |(a, b, c, d), &x| {
+                    (x.min(a), x.max(b), c & x, d | x)
+                });
             k::mw_radix_plan(a, b, c, d, runs, limit)
         };
         let t0 = 2f64.powi(52);
