@@ -1274,6 +1274,40 @@ pub fn mw_split(
     rank_in(len, key, run > splitter_run, |q| time_key(get(q)))
 }
 
+/// [`mw_split`] found through the run's samples: element `j * step` of the run is its
+/// sample `j` (`sample(j)`, `ceil(len / step)` of them, in a compact array), so the
+/// number `c` of samples before the splitter tells that the split `x` lies in
+/// `((c - 1) step, c step]`, and a search of those `step` elements (`get`) finds it: as many
+/// probes as one search of the run, but most of them in the samples (1/`step` of the
+/// bytes, mostly in L2) rather than spread over the run. Same result as `mw_split`
+/// (`step >= 1`; 0 counts as 1).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn mw_split_sampled(
+    run: u32,
+    len: u32,
+    splitter_run: u32,
+    pos: u32,
+    key: u64,
+    step: u32,
+    sample: impl Fn(u32) -> f64,
+    get: impl Fn(u32) -> f64,
+) -> u32 {
+    if run == splitter_run {
+        return if pos < len { pos } else { len };
+    }
+    let strict = run > splitter_run;
+    // (A step of 0 counts as 1.)
+    let step = if step > 1 { step } else { 1 };
+    let c = rank_in(len.div_ceil(step), key, strict, |j| time_key(sample(j)));
+    if c == 0 {
+        return 0;
+    }
+    let lo = (c - 1) * step + 1;
+    let hi = if c * step < len { c * step } else { len };
+    lo + rank_in(hi - lo, key, strict, |q| time_key(get(lo + q)))
+}
+
 /// Parameters of the `pet_multiway_sample` kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1310,16 +1344,22 @@ pub struct PetMwSplitParams {
     /// `(nsplit + 2) * nruns` words written: row `k` holds every run's split at splitter `k`
     /// (row 0: zeros, row `nsplit + 1`: the run lengths).
     pub rows: DevPtr<u32>,
+    /// The level's samples in run order (the records written by `pet_multiway_sample`,
+    /// before their sort): run `r`'s are `sstarts[r]..sstarts[r + 1]`, `ceil(len_r / step)`
+    /// of them ([`mw_split_sampled`]).
+    pub samples: DevPtr<Single>,
+    /// `nruns + 1` sample starts.
+    pub sstarts: DevPtr<u32>,
     /// Number of runs (`1..=MW_MAX_RUNS`).
     pub nruns: u32,
     /// Samples per segment.
     pub every: u32,
     /// Number of splitters.
     pub nsplit: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// The level's sampling step (`>= 1`).
+    pub step: u32,
 }
-crate::kernel_params!(PetMwSplitParams, 48, ["pet_multiway_split"]);
+crate::kernel_params!(PetMwSplitParams, 64, ["pet_multiway_split"]);
 
 /// Parameters of the `pet_multiway_merge` and `pet_multiway_merge_wide` kernels.
 #[repr(C)]

@@ -58,13 +58,17 @@ pub unsafe extern "ptx-kernel" fn pet_multiway_sample(p: PetMwSampleParams) {
 
 /// Split rows: block `k` of `nsplit + 2` writes row `k` (`nruns` words): row 0 zeros, row
 /// `nsplit + 1` the run lengths, row `k` in between every run's [`mw_split`] at splitter
-/// `k` (sorted sample `k * every`). Rows never decrease when the runs are sorted.
+/// `k` (sorted sample `k * every`), found through the run's samples
+/// ([`mw_split_sampled`]). Rows never decrease when the runs are sorted.
 ///
 /// # Safety
 /// `blockDim.x == MW_SPLIT_THREADS`, `gridDim.x == nsplit + 2`; `starts` `nruns + 1`
 /// non-decreasing words, `input` valid for `starts[nruns]` singles; `sorted` for
 /// `nsplit * every + 1` records of `pet_multiway_sample` (their run below `nruns`);
-/// `rows` for `(nsplit + 2) * nruns` words; `1 <= nruns <= MW_MAX_RUNS`.
+/// `rows` for `(nsplit + 2) * nruns` words; `1 <= nruns <= MW_MAX_RUNS`; when `nsplit >
+/// 0`: `step >= 1`, `sstarts` `nruns + 1` words with `sstarts[r + 1] - sstarts[r] =
+/// ceil(len_r / step)` and `samples` the level's sample records in run order (as
+/// `pet_multiway_sample` wrote them).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_multiway_split(p: PetMwSplitParams) {
     let (input, starts, sorted, rows) = (
@@ -95,10 +99,21 @@ pub unsafe extern "ptx-kernel" fn pet_multiway_split(p: PetMwSplitParams) {
         let w = unsafe { i::ldg_v2_u64(sorted.add(2 * (k * p.every) as usize)) };
         let (srun, pos) = (w[0] as u32, (w[0] >> 32) as u32);
         let key = time_key(f64::from_bits(w[1]));
-        // SAFETY: q < len, so a + q < starts[nruns].
-        mw_split(run, len, srun, pos, key, |q| {
-            f64::from_bits(unsafe { i::ldg_u64(input.add(2 * (a + q) as usize + 1)) })
-        })
+        // SAFETY: run + 1 <= nruns.
+        let s0 = unsafe { i::ldg_u32(p.sstarts.ptr().add(run as usize)) };
+        let samples = p.samples.ptr() as *const u64;
+        // SAFETY (closures): j < ceil(len / step), the run's samples; q < len, so
+        // a + q < starts[nruns].
+        mw_split_sampled(
+            run,
+            len,
+            srun,
+            pos,
+            key,
+            p.step,
+            |j| f64::from_bits(unsafe { i::ldg_u64(samples.add(2 * (s0 + j) as usize + 1)) }),
+            |q| f64::from_bits(unsafe { i::ldg_u64(input.add(2 * (a + q) as usize + 1)) }),
+        )
     };
     // SAFETY: k <= nsplit + 1, run < nruns.
     unsafe { rows.add((k * p.nruns + run) as usize).write(v) };
@@ -252,14 +267,14 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usi
                     if lane == 31 - i::clz(peers[u]) {
                         let d = digit(c + u, keys[c + u]);
                         // SAFETY: d < RADIX: this warp's counters.
-                        old[u] = unsafe { i::atom_shared_add_u32(hist_w + d * 4, i::popc(peers[u])) };
+                        old[u] =
+                            unsafe { i::atom_shared_add_u32(hist_w + d * 4, i::popc(peers[u])) };
                     }
                     u += 1;
                 }
                 let mut u = 0;
                 while u < CH && c + u < VT {
-                    let r =
-                        i::shfl_idx(old[u], 31 - i::clz(peers[u])) + i::popc(peers[u] & lt);
+                    let r = i::shfl_idx(old[u], 31 - i::clz(peers[u])) + i::popc(peers[u] & lt);
                     // SAFETY: r < TILE: keys (K::BYTES each) inside the first key array, u32
                     // indices inside the two index arrays (4 TILE bytes).
                     unsafe {

@@ -225,7 +225,9 @@ fn emulate_level(
     } else {
         // Samples as records, sorted by the same merge one level down.
         let mut samples = Vec::new();
+        let mut run_samples = Vec::with_capacity(runs);
         for r in 0..runs {
+            run_samples.push(samples.len());
             let mut p = 0;
             while p < s[r + 1] - s[r] {
                 samples.push(Single {
@@ -245,12 +247,15 @@ fn emulate_level(
                 (0..runs)
                     .map(|r| {
                         let run = &v[s[r] as usize..s[r + 1] as usize];
-                        k::mw_split(
+                        let s0 = run_samples[r];
+                        k::mw_split_sampled(
                             r as u32,
                             run.len() as u32,
                             sp.crystal,
                             sp.energy.to_bits(),
                             key,
+                            lv.step,
+                            |j| samples[s0 + j as usize].time,
                             |q| run[q as usize].time,
                         )
                     })
@@ -553,19 +558,29 @@ impl GpuContext {
         for l in (0..=last).rev() {
             let lv = &plan[l];
             let sorted = if l < last { output(l + 1) } else { input(l) };
+            // The last level has no splitter: its samples are never read.
+            let (samples, sstarts) = if l < last {
+                (input(l + 1), starts_at[l + 1])
+            } else {
+                (input(l), starts_at[l])
+            };
             let p = k::PetMwSplitParams {
                 input: DevPtr::from_addr(input(l)),
                 starts: word(starts_at[l]),
                 sorted: DevPtr::from_addr(sorted),
                 rows: word(rows_at[l]),
+                samples: DevPtr::from_addr(samples),
+                sstarts: word(sstarts),
                 nruns: lv.runs(),
                 every: lv.every,
                 nsplit: lv.nsplit,
-                _pad: 0,
+                step: lv.step.max(1),
             };
             // SAFETY: MW_SPLIT_THREADS >= runs threads, nsplit + 2 blocks; the sorted samples
             // (written by the merge of level l + 1 above) hold nsplit * every + 1 records at
-            // least (nsplit = ceil(ns / every) - 1); rows (nsplit + 2) * runs words.
+            // least (nsplit = ceil(ns / every) - 1); rows (nsplit + 2) * runs words; the
+            // unsorted samples (level l + 1's input, written by the sample kernel above) with
+            // their starts, ceil(len_r / step) per run.
             unsafe {
                 self.launch(
                     k::KERNEL_MW_SPLIT,
@@ -831,6 +846,36 @@ mod tests {
         assert_eq!(plan(&[t0, t0 + 255.0], 2, 64), Some((0, 8)));
         assert_eq!(plan(&[-f64::MAX, f64::MAX], 256, 64), Some((0, 64)));
         assert_eq!(plan(&[-f64::MAX, f64::MAX], 128, 64), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// The split found through the samples equals the plain search.
+        #[test]
+        fn sampled_split_equals_the_search(
+            mut run in prop::collection::vec(0u32..40, 0..200),
+            step in 1u32..20,
+            t in 0u32..45,
+            srun in 0u32..3,
+            pos in 0u32..210,
+        ) {
+            run.sort_unstable();
+            let len = run.len() as u32;
+            let key = k::time_key(t as f64);
+            let samples: Vec<u32> = run.iter().copied().step_by(step as usize).collect();
+            let want = k::mw_split(1, len, srun, pos, key, |q| run[q as usize] as f64);
+            let got = k::mw_split_sampled(
+                1,
+                len,
+                srun,
+                pos,
+                key,
+                step,
+                |j| samples[j as usize] as f64,
+                |q| run[q as usize] as f64,
+            );
+            prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
