@@ -62,6 +62,12 @@ impl MergeLevel {
 /// one tile. `runs` in `1..=MW_MAX_RUNS`, `tile >= 6 * MW_MAX_RUNS` (so `step >= 2`
 /// and every level is smaller than the one before).
 pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
+    merge_plan_div(starts, tile, 3)
+}
+
+/// [`merge_plan`] with the first level's `div` of [`k::mw_sampling`] (`>= 2`; the levels
+/// of samples use 2).
+pub fn merge_plan_div(starts: &[u32], tile: u32, div0: u32) -> Vec<MergeLevel> {
     let mut levels = Vec::new();
     let mut s = starts.to_vec();
     loop {
@@ -76,7 +82,7 @@ pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
             });
             return levels;
         }
-        let div = if levels.is_empty() { 3 } else { 2 };
+        let div = if levels.is_empty() { div0.max(2) } else { 2 };
         let (step, every) = k::mw_sampling(runs, tile, div);
         debug_assert!(step >= 2, "tile below 6 * MW_MAX_RUNS");
         let mut next = Vec::with_capacity(s.len());
@@ -119,6 +125,18 @@ fn radix_bits() -> u32 {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(k::MW_RADIX_BITS)
+    })
+}
+
+/// The first level's `div` ([`merge_plan_div`]): 3 unless `DETKIT_PET_MERGE_DIV0` says
+/// otherwise (a tuning knob for benchmarks).
+fn first_div() -> u32 {
+    static DIV: OnceLock<u32> = OnceLock::new();
+    *DIV.get_or_init(|| {
+        std::env::var("DETKIT_PET_MERGE_DIV0")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3)
     })
 }
 
@@ -475,7 +493,7 @@ impl GpuContext {
         } else {
             (k::MW_TILE, k::MW_THREADS, k::KERNEL_MW_MERGE)
         };
-        let plan = merge_plan(s, tile);
+        let plan = merge_plan_div(s, tile, first_div());
         // Word layout: status, radix count, starts of every level, rows of every level.
         let mut header = vec![0u32, 0];
         let mut starts_at = Vec::new();
