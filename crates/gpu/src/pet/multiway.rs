@@ -307,13 +307,19 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usi
 }
 
 /// Merge of segment `k` = block `k`: run `r`'s slice `rows[k][r] .. rows[k + 1][r]` of every
-/// run, `TILE` singles at most. The keys ([`time_key`]) and local indices of the slices are
-/// loaded in run order into shared memory; then rounds merge neighbouring groups pairwise
-/// (the groups start as the slices, with their variable lengths; empty ones included):
-/// each thread takes `MW_VT` consecutive outputs, finds its pair of groups and its
-/// merge-path split there (ties to the left group: earlier run first, the stable order),
-/// and merges serially into the other buffer. Finally the singles are gathered from the
-/// input by local index (16-byte loads and stores) into `output[sum(rows[k]) ..]`.
+/// run, `TILE` singles at most. The keys ([`time_key`]), local indices and global indices
+/// of the slices are loaded in run order into shared memory, and the keys' min, max, AND
+/// and OR reduced over the block (every warp finishes the reduction itself: no second
+/// barrier). Then, as [`mw_radix_plan`] says (the same for the whole block):
+/// - radix: [`segment_radix`] sorts `(key - min) >> shift` stably, and each thread gathers
+///   the singles of its warp-striped sorted positions through their global indices;
+/// - merge rounds: neighbouring groups merge pairwise (the groups start as the slices, with
+///   their variable lengths; empty ones included): each thread takes `MW_VT` consecutive
+///   outputs, finds its pair of groups and its merge-path split there (ties to the left
+///   group: earlier run first, the stable order), and merges serially into the other
+///   buffer; finally the singles are gathered by local index.
+///
+/// Both store into `output[sum(rows[k]) ..]` (16-byte loads and stores).
 ///
 /// # Safety
 /// `blockDim.x == NT`, `TILE == NT * MW_VT`, `mw_smem_bytes(TILE)` of shared memory;

@@ -8,11 +8,13 @@
 //! 2. The samples are sorted by the same merge, one level down (recursively, until one tile
 //!    holds a level: that level is a single segment).
 //! 3. `pet_multiway_split`: sorted sample `k * every` is splitter `k`; one block per
-//!    splitter, one thread per run, finds each run's split ([`k::mw_split`]): row `k`.
+//!    splitter, one thread per run, finds each run's split through the run's samples
+//!    ([`k::mw_split_sampled`], equal to [`k::mw_split`]): row `k`.
 //! 4. `pet_multiway_merge`: one block per segment (rows `k`..`k + 1`), at most
 //!    `every * step + runs * (step - 1) <= tile` singles ([`k::mw_sampling`]: a deterministic
-//!    bound, whatever the times), merges the slices in shared memory and writes them at the
-//!    segment's offset (the sum of row `k`).
+//!    bound, whatever the times), sorts the slices in shared memory (a block radix sort of
+//!    the keys' differing bits, or merge rounds when they span too many bits:
+//!    [`k::mw_radix_plan`]) and writes them at the segment's offset (the sum of row `k`).
 //!
 //! Everything is asynchronous on the stream (no read-back). More than [`k::MW_MAX_RUNS`]
 //! runs: the radix sort instead.
