@@ -240,26 +240,18 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usi
             // Stable warp ranking as `onesweep::rank_items` does it (the lanes of equal
             // digit found by one ballot per digit bit; the highest adds their number to the
             // warp's counter of the digit, which holds the tile position of the warp's next
-            // key of that digit), but in three sweeps over the items instead of one item at
-            // a time, so that the items' shared-memory round trips overlap: all ballots,
-            // then every item's atomic (issued in item order by this warp, so each sees the
-            // counts of the items before it), then the broadcasts and the scatter.
+            // key of that digit), but in three sweeps over a chunk of `CH` items instead of
+            // one item at a time, so that the items' shared-memory round trips overlap: all
+            // ballots, then every item's atomic (issued in item order by this warp, so each
+            // sees the counts of the items before it), then the broadcasts and the scatter.
             let mut c = 0;
             while c < VT {
                 let mut peers = [0u32; CH];
                 let mut old = [0u32; CH];
                 let mut u = 0;
                 while u < CH && c + u < VT {
-                    let d = digit(c + u, keys[c + u]);
-                    let mut m = u32::MAX;
-                    let mut bit = 0;
-                    while bit < b {
-                        let on = (d >> bit) & 1 != 0;
-                        let bal = i::ballot(on);
-                        m &= if on { bal } else { !bal };
-                        bit += 1;
-                    }
-                    peers[u] = m;
+                    // SAFETY: all lanes converged (warp-uniform branches only).
+                    peers[u] = unsafe { i::match_peers_u8(digit(c + u, keys[c + u])) };
                     u += 1;
                 }
                 let mut u = 0;
