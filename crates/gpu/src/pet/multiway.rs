@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::intrinsics as i;
-use crate::sort::onesweep::{digit_starts, Key};
+use crate::sort::onesweep::{count_digits, digit_starts, rank_items, DigitFn, Key};
 use crate::sort::{pass_bits, passes, RADIX};
 
 /// Sample records: sample `j` of run `r` is single `j * step` of run `r`, written as
@@ -154,7 +154,7 @@ impl SegKey for u64 {
 /// `(key - min) >> shift < 2^bits`, `bits <= 8 * K::BYTES`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usize>(
+unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
     sb: u32,
     hist: u32,
     scan: u32,
@@ -188,21 +188,10 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usi
         j += 1;
     }
     let np = passes(0, bits);
-    let lt = i::lanemask_lt();
     let mut pass = 0;
     while pass < np {
         let (s, b) = pass_bits(0, bits, pass);
-        // The item's digit; padding (position >= l) takes the largest digit of the pass and
-        // comes after every key in the warp's item order (it lies only in the last warp
-        // holding keys), so it sorts after them.
-        let mask = (1u32 << b) - 1;
-        let digit = |k: usize, key: K| {
-            if local0 + 32 * (k as u32) < l {
-                key.field(s, b)
-            } else {
-                mask
-            }
-        };
+        let f = DigitFn::new(s, b, false);
         let mut q = lane;
         while q < RADIX {
             // SAFETY: this warp's counters.
@@ -211,23 +200,8 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usi
         }
         i::sync_warp();
         if active {
-            // Runs of equal digits counted at once (as `onesweep::count_digits`).
-            let mut cur = digit(0, keys[0]);
-            let mut cnt = 0u32;
-            let mut k = 0;
-            while k < VT {
-                let d = digit(k, keys[k]);
-                if d != cur {
-                    // SAFETY: cur < RADIX: this warp's counters.
-                    unsafe { i::red_shared_add_u32(hist_w + cur * 4, cnt) };
-                    cur = d;
-                    cnt = 0;
-                }
-                cnt += 1;
-                k += 1;
-            }
-            // SAFETY: as above.
-            unsafe { i::red_shared_add_u32(hist_w + cur * 4, cnt) };
+            // SAFETY: this warp's counters; padding (position >= l) sorts last.
+            unsafe { count_digits::<K, VT, true>(&keys, hist_w, f, local0, l) };
         }
         // Every warp's counts (and, on the first pass, every thread's initial key reads)
         // before the digit starts and the scatter.
@@ -237,46 +211,14 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32, const CH: usi
         unsafe { digit_starts(hist, NT / 32, scan, t, t < RADIX) };
         i::sync_threads();
         if active {
-            // Stable warp ranking as `onesweep::rank_items` does it (the lanes of equal
-            // digit found by one ballot per digit bit; the highest adds their number to the
-            // warp's counter of the digit, which holds the tile position of the warp's next
-            // key of that digit), but in three sweeps over a chunk of `CH` items instead of
-            // one item at a time, so that the items' shared-memory round trips overlap: all
-            // ballots, then every item's atomic (issued in item order by this warp, so each
-            // sees the counts of the items before it), then the broadcasts and the scatter.
-            let mut c = 0;
-            while c < VT {
-                let mut peers = [0u32; CH];
-                let mut old = [0u32; CH];
-                let mut u = 0;
-                while u < CH && c + u < VT {
-                    // SAFETY: all lanes converged (warp-uniform branches only).
-                    peers[u] = unsafe { i::match_peers_u8(digit(c + u, keys[c + u])) };
-                    u += 1;
-                }
-                let mut u = 0;
-                while u < CH && c + u < VT {
-                    if lane == 31 - i::clz(peers[u]) {
-                        let d = digit(c + u, keys[c + u]);
-                        // SAFETY: d < RADIX: this warp's counters.
-                        old[u] =
-                            unsafe { i::atom_shared_add_u32(hist_w + d * 4, i::popc(peers[u])) };
-                    }
-                    u += 1;
-                }
-                let mut u = 0;
-                while u < CH && c + u < VT {
-                    let r = i::shfl_idx(old[u], 31 - i::clz(peers[u])) + i::popc(peers[u] & lt);
-                    // SAFETY: r < TILE: keys (K::BYTES each) inside the first key array, u32
-                    // indices inside the two index arrays (4 TILE bytes).
-                    unsafe {
-                        K::sts(keys_sa + r * K::BYTES, keys[c + u]);
-                        i::st_shared_u32(idx_sa + r * 4, idx[c + u]);
-                    }
-                    u += 1;
-                }
-                c += CH;
-            }
+            // SAFETY: this warp's counters; positions < TILE: keys (K::BYTES each) inside
+            // the first key array, u32 indices inside the two index arrays (4 TILE bytes).
+            unsafe {
+                rank_items::<K, VT, true, _>(&keys, hist_w, f, local0, l, |k, r| {
+                    K::sts(keys_sa + r * K::BYTES, keys[k]);
+                    i::st_shared_u32(idx_sa + r * 4, idx[k]);
+                })
+            };
         }
         // The scatter before the reload. The next pass's scatter comes after its count
         // barrier, which every thread reaches after its reload.
@@ -536,9 +478,9 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         // SAFETY: the layout above; keys written before the barrier above.
         let idx = unsafe {
             if bits <= 32 {
-                segment_radix::<u32, NT, TILE, 5>(sb, r_hist, r_scan, l, kmin, shift, bits)
+                segment_radix::<u32, NT, TILE>(sb, r_hist, r_scan, l, kmin, shift, bits)
             } else {
-                segment_radix::<u64, NT, TILE, 3>(sb, r_hist, r_scan, l, kmin, shift, bits)
+                segment_radix::<u64, NT, TILE>(sb, r_hist, r_scan, l, kmin, shift, bits)
             }
         };
         // Gather the singles in sorted order (sorted position local0 + 32 j holds local
