@@ -1033,36 +1033,6 @@ pub unsafe fn match_fetch_add_shared(key: u32, saddr: u32) -> u32 {
     r
 }
 
-/// The lanes whose `key` equals this lane's (low 8 bits): `match.any` over 8 bits by one
-/// ballot per bit, as in [`match_fetch_add_shared`], without its atomic, so that a caller
-/// can find the groups of several items before it issues their atomics.
-///
-/// # Safety
-/// All 32 lanes converged (full mask).
-#[inline(always)]
-pub unsafe fn match_peers_u8(key: u32) -> u32 {
-    let r: u32;
-    // SAFETY: caller contract (converged warp).
-    unsafe {
-        asm!(
-            "{{ .reg .b32 peers, t, bal; .reg .pred p;",
-            "mov.u32 peers, -1;",
-            "and.b32 t, {k}, 1; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 2; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 4; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 8; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 16; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 32; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 64; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "and.b32 t, {k}, 128; setp.ne.u32 p, t, 0; vote.sync.ballot.b32 bal, p, -1; @!p not.b32 bal, bal; and.b32 peers, peers, bal;",
-            "mov.u32 {r}, peers; }}",
-            k = in(reg32) key, r = out(reg32) r,
-            options(nostack)
-        )
-    };
-    r
-}
-
 /// `x`, through a `mov` the compiler cannot see through: values computed from the result are
 /// recomputed rather than kept live from an earlier computation from `x` (a register-pressure
 /// tool for long kernels: cheap index arithmetic is redone in each phase).
