@@ -19,6 +19,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_stream", test_stream),
     ("pet_order_check", test_order_check),
     ("pet_merge_multiway", test_merge_multiway),
+    ("pet_merge_radix", test_merge_radix),
     ("pet_sort_auto", test_sort_auto),
 ];
 
@@ -834,16 +835,32 @@ fn runs_input(lens: &[usize], time: impl Fn(usize, usize) -> f64) -> (Vec<Single
     (v, starts)
 }
 
-/// The multiway merge of `v` (runs `starts`) with both tiles, from poisoned outputs at an
-/// offset inside larger buffers, against the oracle; the status word must stay clear and the
-/// poison outside the range intact. Also the default entry points.
+/// The multiway merge of `v` (runs `starts`) with both tiles, the default radix limit and
+/// merge rounds only (`radix_bits` 0: no segment may take the radix path), from poisoned
+/// outputs at an offset inside larger buffers, against the oracle; the status word must stay
+/// clear and the poison outside the range intact. Also the default entry points.
 fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     let g = c.gpu();
     let n = v.len();
     let want = oracle::sort(v).map_err(e)?;
     let words: &[u64] = bytemuck::cast_slice(v);
     let off = 5;
-    for wide in [false, true] {
+    // Quick (sanitizer) runs: each tile once, one with each path.
+    let variants = if c.quick {
+        vec![(false, kp::MW_RADIX_BITS), (true, 0)]
+    } else {
+        vec![
+            (false, kp::MW_RADIX_BITS),
+            (true, kp::MW_RADIX_BITS),
+            (false, 0),
+            (true, 0),
+        ]
+    };
+    // Whether the merge kernels run at all (2 to MW_MAX_RUNS non-empty runs).
+    let mut distinct = starts.to_vec();
+    distinct.dedup();
+    let merged = distinct.len() >= 3 && distinct.len() - 1 <= kp::MW_MAX_RUNS as usize;
+    for (wide, bits) in variants {
         let mut a = g.poisoned(2 * (n + off) + 4, POISON).map_err(e)?;
         if n > 0 {
             g.stream()
@@ -852,11 +869,18 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
         }
         let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
         let in_b = g
-            .pet_merge_runs_multiway_with(&mut a, &mut b, off, n, starts, wide)
+            .pet_merge_runs_multiway_opts(&mut a, &mut b, off, n, starts, wide, bits)
             .map_err(e)?;
         let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
-        let label = format!("{what} n={n} runs={} wide={wide}", starts.len() - 1);
+        let label = format!(
+            "{what} n={n} runs={} wide={wide} radix_bits={bits}",
+            starts.len() - 1
+        );
         exact(&label, &singles(&got[2 * off..2 * (off + n)]), &want)?;
+        if bits == 0 && merged {
+            let r = g.pet_merge_radix_segments().map_err(e)?;
+            ensure(r == 0, || format!("{label}: {r} radix segments"))?;
+        }
         ensure(
             got[..2 * off]
                 .iter()
@@ -1000,6 +1024,101 @@ fn test_merge_multiway(c: &Ctx) -> R {
         ),
         || "NaN accepted by the multiway merge".into(),
     )
+}
+
+/// The merge of `v` (runs `starts`) with one tile and radix limit, checked against the
+/// oracle; returns how many segments took the radix path.
+fn multiway_radix_count(
+    c: &Ctx,
+    what: &str,
+    v: &[Single],
+    starts: &[u32],
+    wide: bool,
+    bits: u32,
+) -> Result<u32, String> {
+    let g = c.gpu();
+    let n = v.len();
+    let want = oracle::sort(v).map_err(e)?;
+    let mut a = g
+        .upload(bytemuck::cast_slice::<Single, u64>(v))
+        .map_err(e)?;
+    let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
+    let in_b = g
+        .pet_merge_runs_multiway_opts(&mut a, &mut b, 0, n, starts, wide, bits)
+        .map_err(e)?;
+    let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+    exact(
+        &format!("{what} wide={wide} radix_bits={bits}"),
+        &singles(&got),
+        &want,
+    )?;
+    g.pet_merge_radix_segments().map_err(e)
+}
+
+/// The radix path of the merge blocks (`mw_radix_plan`): segments whose keys span exactly
+/// the limit and one bit more, the 32/33-bit edge between `u32` and `u64` sort keys, all
+/// times equal, two runs (merge rounds), integral times in ps (13 common low bits) over
+/// several levels.
+fn test_merge_radix(c: &Ctx) -> R {
+    let t0 = 2f64.powi(52);
+    // 256 runs in one segment (n below both tiles): times t0 + x, unit steps, so the key
+    // span is max x - min x.
+    let one_segment = |seed: u64, span: u64| {
+        let n = 4000usize;
+        let r = c.rand(seed, n, u32::MAX);
+        let lens = vec![n / 256; 256];
+        runs_input(&lens, |run, i| {
+            let j = run * (n / 256) + i;
+            let x = match j {
+                0 => 0,
+                1 => 1,
+                2 => span,
+                _ => (r[j] as u64 * 7919) % (span + 1),
+            };
+            t0 + x as f64
+        })
+    };
+    for wide in [false, true] {
+        for limit in [12u32, 20] {
+            let (v, s) = one_segment(60, (1 << limit) - 1);
+            let got = multiway_radix_count(c, "span at the limit", &v, &s, wide, limit)?;
+            ensure(got == 1, || {
+                format!("span at the limit {limit}: {got} radix segments")
+            })?;
+            let (v, s) = one_segment(61, 1 << limit);
+            let got = multiway_radix_count(c, "span one over", &v, &s, wide, limit)?;
+            ensure(got == 0, || {
+                format!("span one over {limit}: {got} radix segments")
+            })?;
+        }
+        for span in [(1u64 << 32) - 1, 1 << 32, (1 << 33) - 1] {
+            let (v, s) = one_segment(62, span);
+            let got = multiway_radix_count(c, "u32/u64 keys", &v, &s, wide, kp::MW_RADIX_BITS)?;
+            ensure(got == 1, || format!("span {span}: {got} radix segments"))?;
+        }
+        // All times equal: radix with no pass, input order kept.
+        let (v, s) = runs_input(&vec![15; 256], |_, _| 1e9);
+        let got = multiway_radix_count(c, "all equal", &v, &s, wide, kp::MW_RADIX_BITS)?;
+        ensure(got == 1, || format!("all equal: {got} radix segments"))?;
+        // Two runs: one merge round beats the radix passes.
+        let (v, s) = runs_input(&[2000, 2100], |run, i| (1000 * i + run) as f64);
+        let got = multiway_radix_count(c, "two runs", &v, &s, wide, kp::MW_RADIX_BITS)?;
+        ensure(got == 0, || format!("two runs: {got} radix segments"))?;
+        // Integral times in ps (one binade: 13 common low bits), several levels.
+        let n = if c.quick { 60_000 } else { 1 << 20 };
+        let r = c.rand(63, n, 100_000);
+        let lens = vec![n / 256; 256];
+        let (v, s) = runs_input(&lens, |run, i| {
+            6e11 + (r[run * (n / 256) + i] as f64) * (n as f64 / 256.0)
+        });
+        let got = multiway_radix_count(c, "times in ps", &v, &s, wide, kp::MW_RADIX_BITS)?;
+        ensure(got > 0, || "times in ps: no radix segment".into())?;
+        let got = multiway_radix_count(c, "times in ps", &v, &s, wide, 0)?;
+        ensure(got == 0, || {
+            format!("times in ps, radix off: {got} radix segments")
+        })?;
+    }
+    Ok(())
 }
 
 fn test_sort_auto(c: &Ctx) -> R {

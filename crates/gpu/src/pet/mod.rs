@@ -1234,11 +1234,73 @@ pub const MW_SPLIT_THREADS: u32 = MW_MAX_RUNS;
 pub const MW_SAMPLE_THREADS: u32 = 256;
 
 /// Shared-memory bytes of a merge kernel of tile `tile`: two key arrays (`u64`), two local
-/// index arrays (`u16`), slice starts, slice bases, two group-boundary arrays, 16 words.
+/// index arrays (`u16`), slice starts, slice bases, two group-boundary arrays, 16 words,
+/// and the key-range reduction (four `u64` per warp, 32 warps).
 pub const fn mw_smem_bytes(tile: u32) -> usize {
     let t = tile as usize;
     let r = MW_MAX_RUNS as usize + 1;
-    2 * 8 * t + 2 * 2 * t + 4 * 4 * r + 4 * 16
+    2 * 8 * t + 2 * 2 * t + 4 * 4 * r + 4 * 16 + 8 * 4 * 32
+}
+
+/// Default largest key span (in bits, after the common low bits are dropped) that a merge
+/// block sorts by radix rather than by merge rounds ([`mw_radix_plan`]); the host passes
+/// the limit per launch ([`PetMwMergeParams::radix_bits`]; 0: merge rounds only).
+pub const MW_RADIX_BITS: u32 = 64;
+
+/// Byte offsets, inside a merge block's second key array (`8 * tile` bytes, unused by the
+/// radix path), of the radix path's warp digit counters (`RADIX` words per warp), its
+/// block-scan words (33, padded to 256 bytes) and the global index of every local index
+/// (`u32`, `tile` of them): `(counters, scan, global indices, end)`.
+pub const fn mw_radix_layout(threads: u32, tile: u32) -> (u32, u32, u32, u32) {
+    let hist = 0;
+    let scan = hist + threads / 32 * crate::sort::RADIX * 4;
+    let global = scan + 256;
+    (hist, scan, global, global + 4 * tile)
+}
+const _: () = assert!(mw_radix_layout(MW_THREADS, MW_TILE).3 <= 8 * MW_TILE);
+const _: () = assert!(mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).3 <= 8 * MW_WIDE_TILE);
+
+/// How a merge block orders its segment, from the smallest and largest [`time_key`] of the
+/// segment and the AND and OR of all its keys: `Some((shift, bits))` when it sorts by radix
+/// the keys `(key - min) >> shift` over their low `bits` bits, `None` for the merge rounds.
+///
+/// Every key of the segment agrees with the others below bit `shift` (the lowest bit where
+/// AND and OR differ), so `key - min` has `shift` zero low bits and `(key - min) >> shift`
+/// is in the order of the keys, below `2^bits` (`bits` = the bit length of
+/// `(max - min) >> shift`). Integral times of one binade, for example, share their low
+/// mantissa bits. A stable LSD sort of the segment loaded in run order then gives the order
+/// (time, run, position), as the merge does. Radix when `bits <= limit` and its
+/// `ceil(bits / 8)` passes are no more than the merge's `ceil(log2 runs)` rounds (each pass
+/// costs less than a round; two runs merge in one round). All keys equal (or none):
+/// `Some((0, 0))`, no pass at all. `limit == 0`: always the merge rounds.
+#[inline(always)]
+pub fn mw_radix_plan(
+    min: u64,
+    max: u64,
+    and: u64,
+    or: u64,
+    runs: u32,
+    limit: u32,
+) -> Option<(u32, u32)> {
+    let diff = and ^ or;
+    if limit == 0 {
+        return None;
+    }
+    if max <= min || diff == 0 {
+        return Some((0, 0));
+    }
+    let shift = diff.trailing_zeros();
+    let bits = 64 - ((max - min) >> shift).leading_zeros();
+    let rounds = if runs > 1 {
+        32 - (runs - 1).leading_zeros()
+    } else {
+        0
+    };
+    if bits <= limit && bits.div_ceil(crate::sort::RADIX_BITS) <= rounds {
+        Some((shift, bits))
+    } else {
+        None
+    }
 }
 
 /// Sampling of one merge level: every `step`-th single of each run is a sample, and every
@@ -1281,6 +1343,40 @@ pub fn mw_split(
     rank_in(len, key, run > splitter_run, |q| time_key(get(q)))
 }
 
+/// [`mw_split`] found through the run's samples: element `j * step` of the run is its
+/// sample `j` (`sample(j)`, `ceil(len / step)` of them, in a compact array), so the
+/// number `c` of samples before the splitter tells that the split `x` lies in
+/// `((c - 1) step, c step]`, and a search of those `step` elements (`get`) finds it: as many
+/// probes as one search of the run, but most of them in the samples (1/`step` of the
+/// bytes, mostly in L2) rather than spread over the run. Same result as `mw_split`
+/// (`step >= 1`; 0 counts as 1).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn mw_split_sampled(
+    run: u32,
+    len: u32,
+    splitter_run: u32,
+    pos: u32,
+    key: u64,
+    step: u32,
+    sample: impl Fn(u32) -> f64,
+    get: impl Fn(u32) -> f64,
+) -> u32 {
+    if run == splitter_run {
+        return if pos < len { pos } else { len };
+    }
+    let strict = run > splitter_run;
+    // (A step of 0 counts as 1.)
+    let step = if step > 1 { step } else { 1 };
+    let c = rank_in(len.div_ceil(step), key, strict, |j| time_key(sample(j)));
+    if c == 0 {
+        return 0;
+    }
+    let lo = (c - 1) * step + 1;
+    let hi = if c * step < len { c * step } else { len };
+    lo + rank_in(hi - lo, key, strict, |q| time_key(get(lo + q)))
+}
+
 /// Parameters of the `pet_multiway_sample` kernel.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1317,16 +1413,22 @@ pub struct PetMwSplitParams {
     /// `(nsplit + 2) * nruns` words written: row `k` holds every run's split at splitter `k`
     /// (row 0: zeros, row `nsplit + 1`: the run lengths).
     pub rows: DevPtr<u32>,
+    /// The level's samples in run order (the records written by `pet_multiway_sample`,
+    /// before their sort): run `r`'s are `sstarts[r]..sstarts[r + 1]`, `ceil(len_r / step)`
+    /// of them ([`mw_split_sampled`]).
+    pub samples: DevPtr<Single>,
+    /// `nruns + 1` sample starts.
+    pub sstarts: DevPtr<u32>,
     /// Number of runs (`1..=MW_MAX_RUNS`).
     pub nruns: u32,
     /// Samples per segment.
     pub every: u32,
     /// Number of splitters.
     pub nsplit: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// The level's sampling step (`>= 1`).
+    pub step: u32,
 }
-crate::kernel_params!(PetMwSplitParams, 48, ["pet_multiway_split"]);
+crate::kernel_params!(PetMwSplitParams, 64, ["pet_multiway_split"]);
 
 /// Parameters of the `pet_multiway_merge` and `pet_multiway_merge_wide` kernels.
 #[repr(C)]
@@ -1340,13 +1442,14 @@ pub struct PetMwMergeParams {
     pub starts: DevPtr<u32>,
     /// The split rows of [`PetMwSplitParams::rows`] (`gridDim.x + 1` rows).
     pub rows: DevPtr<u32>,
-    /// One word, set to 1 by a block whose segment is larger than the tile or whose rows
-    /// decrease (input not sorted within its runs); that block writes nothing.
+    /// Two words: the first set to 1 by a block whose segment is larger than the tile or
+    /// whose rows decrease (input not sorted within its runs; that block writes nothing),
+    /// the second counts the segments sorted by radix ([`mw_radix_plan`]).
     pub status: DevPtr<u32>,
     /// Number of runs (`1..=MW_MAX_RUNS`).
     pub nruns: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Largest key span sorted by radix ([`mw_radix_plan`]'s `limit`; 0: merge rounds only).
+    pub radix_bits: u32,
 }
 crate::kernel_params!(
     PetMwMergeParams,

@@ -4,6 +4,8 @@
 
 use super::*;
 use crate::intrinsics as i;
+use crate::sort::onesweep::{count_digits, digit_starts, rank_items, DigitFn, Key};
+use crate::sort::{pass_bits, passes, RADIX};
 
 /// Sample records: sample `j` of run `r` is single `j * step` of run `r`, written as
 /// `{crystal: r, energy: f32::from_bits(j * step), time}`. The samples of a run are in the
@@ -56,13 +58,17 @@ pub unsafe extern "ptx-kernel" fn pet_multiway_sample(p: PetMwSampleParams) {
 
 /// Split rows: block `k` of `nsplit + 2` writes row `k` (`nruns` words): row 0 zeros, row
 /// `nsplit + 1` the run lengths, row `k` in between every run's [`mw_split`] at splitter
-/// `k` (sorted sample `k * every`). Rows never decrease when the runs are sorted.
+/// `k` (sorted sample `k * every`), found through the run's samples
+/// ([`mw_split_sampled`]). Rows never decrease when the runs are sorted.
 ///
 /// # Safety
 /// `blockDim.x == MW_SPLIT_THREADS`, `gridDim.x == nsplit + 2`; `starts` `nruns + 1`
 /// non-decreasing words, `input` valid for `starts[nruns]` singles; `sorted` for
 /// `nsplit * every + 1` records of `pet_multiway_sample` (their run below `nruns`);
-/// `rows` for `(nsplit + 2) * nruns` words; `1 <= nruns <= MW_MAX_RUNS`.
+/// `rows` for `(nsplit + 2) * nruns` words; `1 <= nruns <= MW_MAX_RUNS`; when `nsplit >
+/// 0`: `step >= 1`, `sstarts` `nruns + 1` words with `sstarts[r + 1] - sstarts[r] =
+/// ceil(len_r / step)` and `samples` the level's sample records in run order (as
+/// `pet_multiway_sample` wrote them).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_multiway_split(p: PetMwSplitParams) {
     let (input, starts, sorted, rows) = (
@@ -93,23 +99,161 @@ pub unsafe extern "ptx-kernel" fn pet_multiway_split(p: PetMwSplitParams) {
         let w = unsafe { i::ldg_v2_u64(sorted.add(2 * (k * p.every) as usize)) };
         let (srun, pos) = (w[0] as u32, (w[0] >> 32) as u32);
         let key = time_key(f64::from_bits(w[1]));
-        // SAFETY: q < len, so a + q < starts[nruns].
-        mw_split(run, len, srun, pos, key, |q| {
-            f64::from_bits(unsafe { i::ldg_u64(input.add(2 * (a + q) as usize + 1)) })
-        })
+        // SAFETY: run + 1 <= nruns.
+        let s0 = unsafe { i::ldg_u32(p.sstarts.ptr().add(run as usize)) };
+        let samples = p.samples.ptr() as *const u64;
+        // SAFETY (closures): j < ceil(len / step), the run's samples; q < len, so
+        // a + q < starts[nruns].
+        mw_split_sampled(
+            run,
+            len,
+            srun,
+            pos,
+            key,
+            p.step,
+            |j| f64::from_bits(unsafe { i::ldg_u64(samples.add(2 * (s0 + j) as usize + 1)) }),
+            |q| f64::from_bits(unsafe { i::ldg_u64(input.add(2 * (a + q) as usize + 1)) }),
+        )
     };
     // SAFETY: k <= nsplit + 1, run < nruns.
     unsafe { rows.add((k * p.nruns + run) as usize).write(v) };
 }
 
+/// A segment's sort key: `(key - min) >> shift` in a `u32` (spans of at most 32 bits) or a
+/// `u64`.
+trait SegKey: Key {
+    fn of_u64(v: u64) -> Self;
+}
+impl SegKey for u32 {
+    #[inline(always)]
+    fn of_u64(v: u64) -> Self {
+        v as u32
+    }
+}
+impl SegKey for u64 {
+    #[inline(always)]
+    fn of_u64(v: u64) -> Self {
+        v
+    }
+}
+
+/// The radix path of a merge block: a stable LSD sort, in shared memory, of the segment's
+/// `l` keys (loaded in run order in the first key array) as `(key - min) >> shift` over
+/// their low `bits` bits, as the sort primitives' one-tile sort does it (`sort::single`):
+/// per pass, per-warp digit counts, the block's digit starts, `match`-based stable ranking,
+/// keys and local indices scattered to their sorted positions and reloaded. Items are
+/// warp-striped (item `j` of lane `ln` of warp `w` at position `32 (w MW_VT + j) + ln`);
+/// positions past `l` are padding that sorts last. Returns the local index at each item's
+/// sorted position. The first key array is overwritten (keys, then `u32` local indices in
+/// the index arrays); the counters and scan words lie at `hist` and `scan` bytes into the
+/// second key array.
+///
+/// # Safety
+/// All `NT` threads call it, after a barrier that follows the keys' writes; `mw_smem_bytes
+/// (TILE)` of shared memory at `sb`; `l <= TILE = NT * MW_VT`; every key `>= min`, with
+/// `(key - min) >> shift < 2^bits`, `bits <= 8 * K::BYTES`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
+    sb: u32,
+    hist: u32,
+    scan: u32,
+    l: u32,
+    min: u64,
+    shift: u32,
+    bits: u32,
+) -> [u32; MW_VT as usize] {
+    const VT: usize = MW_VT as usize;
+    let t = i::thread_idx_x();
+    let (lane, warp) = (t & 31, t >> 5);
+    let keys_sa = sb;
+    let idx_sa = sb + 16 * TILE;
+    let hist = sb + 8 * TILE + hist;
+    let hist_w = hist + warp * RADIX * 4;
+    // SAFETY: the scan words inside the second key array (caller contract).
+    let scan = unsafe { i::dynamic_shared_ptr().add((8 * TILE + scan) as usize) } as *mut u32;
+    let local0 = warp * 32 * MW_VT + lane;
+    // Warps holding padding only keep to the barriers but neither count nor rank.
+    let active = warp * 32 * MW_VT < l;
+    let mut keys = [K::ZERO; VT];
+    let mut idx = [0u32; VT];
+    let mut j = 0;
+    while j < VT {
+        let q = local0 + 32 * j as u32;
+        idx[j] = q;
+        if q < l {
+            // SAFETY: q < l: a key written before the caller's barrier.
+            keys[j] = K::of_u64((unsafe { i::ld_shared_u64(keys_sa + 8 * q) } - min) >> shift);
+        }
+        j += 1;
+    }
+    let np = passes(0, bits);
+    let mut pass = 0;
+    while pass < np {
+        let (s, b) = pass_bits(0, bits, pass);
+        let f = DigitFn::new(s, b, false);
+        let mut q = lane;
+        while q < RADIX {
+            // SAFETY: this warp's counters.
+            unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
+            q += 32;
+        }
+        i::sync_warp();
+        if active {
+            // SAFETY: this warp's counters; padding (position >= l) sorts last.
+            unsafe { count_digits::<K, VT, true>(&keys, hist_w, f, local0, l) };
+        }
+        // Every warp's counts (and, on the first pass, every thread's initial key reads)
+        // before the digit starts and the scatter.
+        i::sync_threads();
+        // SAFETY: threads below RADIX own one digit each (NT >= RADIX); the scan words are
+        // this block's.
+        unsafe { digit_starts(hist, NT / 32, scan, t, t < RADIX) };
+        i::sync_threads();
+        if active {
+            // SAFETY: this warp's counters; positions < TILE: keys (K::BYTES each) inside
+            // the first key array, u32 indices inside the two index arrays (4 TILE bytes).
+            unsafe {
+                rank_items::<K, VT, true, _>(&keys, hist_w, f, local0, l, |k, r| {
+                    K::sts(keys_sa + r * K::BYTES, keys[k]);
+                    i::st_shared_u32(idx_sa + r * 4, idx[k]);
+                })
+            };
+        }
+        // The scatter before the reload. The next pass's scatter comes after its count
+        // barrier, which every thread reaches after its reload.
+        i::sync_threads();
+        if active {
+            let mut j = 0;
+            while j < VT {
+                let q = local0 + 32 * j as u32;
+                // SAFETY: q < TILE.
+                unsafe {
+                    keys[j] = K::lds(keys_sa + q * K::BYTES);
+                    idx[j] = i::ld_shared_u32(idx_sa + q * 4);
+                }
+                j += 1;
+            }
+        }
+        pass += 1;
+    }
+    idx
+}
+
 /// Merge of segment `k` = block `k`: run `r`'s slice `rows[k][r] .. rows[k + 1][r]` of every
-/// run, `TILE` singles at most. The keys ([`time_key`]) and local indices of the slices are
-/// loaded in run order into shared memory; then rounds merge neighbouring groups pairwise
-/// (the groups start as the slices, with their variable lengths; empty ones included):
-/// each thread takes `MW_VT` consecutive outputs, finds its pair of groups and its
-/// merge-path split there (ties to the left group: earlier run first, the stable order),
-/// and merges serially into the other buffer. Finally the singles are gathered from the
-/// input by local index (16-byte loads and stores) into `output[sum(rows[k]) ..]`.
+/// run, `TILE` singles at most. The keys ([`time_key`]), local indices and global indices
+/// of the slices are loaded in run order into shared memory, and the keys' min, max, AND
+/// and OR reduced over the block (every warp finishes the reduction itself: no second
+/// barrier). Then, as [`mw_radix_plan`] says (the same for the whole block):
+/// - radix: [`segment_radix`] sorts `(key - min) >> shift` stably, and each thread gathers
+///   the singles of its warp-striped sorted positions through their global indices;
+/// - merge rounds: neighbouring groups merge pairwise (the groups start as the slices, with
+///   their variable lengths; empty ones included): each thread takes `MW_VT` consecutive
+///   outputs, finds its pair of groups and its merge-path split there (ties to the left
+///   group: earlier run first, the stable order), and merges serially into the other
+///   buffer; finally the singles are gathered by local index.
+///
+/// Both store into `output[sum(rows[k]) ..]` (16-byte loads and stores).
 ///
 /// # Safety
 /// `blockDim.x == NT`, `TILE == NT * MW_VT`, `mw_smem_bytes(TILE)` of shared memory;
@@ -131,7 +275,7 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
     let nr = MW_MAX_RUNS as usize + 1;
     // SAFETY: the layout of `mw_smem_bytes(TILE)` (8-byte arrays first, then 2-byte, then
     // 4-byte ones: every array aligned).
-    let (keys0, keys1, idx0, idx1, pre, base, bnd0, bnd1, misc) = unsafe {
+    let (keys0, keys1, idx0, idx1, pre, base, bnd0, bnd1, misc, red) = unsafe {
         let keys0 = smem as *mut u64;
         let keys1 = keys0.add(tile);
         let idx0 = keys1.add(tile) as *mut u16;
@@ -141,8 +285,14 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         let bnd0 = base.add(nr);
         let bnd1 = bnd0.add(nr);
         let misc = bnd1.add(nr);
-        (keys0, keys1, idx0, idx1, pre, base, bnd0, bnd1, misc)
+        // 8-byte aligned: it starts 20 tile + 4 (4 nr + 16) bytes in, a multiple of 8.
+        let red = misc.add(16) as *mut u64;
+        (keys0, keys1, idx0, idx1, pre, base, bnd0, bnd1, misc, red)
     };
+    // The radix path's arrays in the second key array (`mw_radix_layout`).
+    let (r_hist, r_scan, r_global, _) = mw_radix_layout(NT, TILE);
+    let sb = i::shared_base();
+    let global_sa = sb + 8 * TILE + r_global;
     let t = i::thread_idx_x();
     let k = i::block_idx_x() as usize;
     let (lane, warp) = (t & 31, t >> 5);
@@ -233,7 +383,10 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         a
     };
     // 2. Load the keys: item j of thread t is q = t + j NT; all addresses first, then all
-    //    loads, then all stores (one memory latency per thread instead of MW_VT).
+    //    loads, then all stores (one memory latency per thread instead of MW_VT). The
+    //    global index of every local one is kept for the radix path, and the keys' range
+    //    (min, max, AND, OR) reduced per warp.
+    let (mut kmin, mut kmax, mut kand, mut kor) = (u64::MAX, 0u64, u64::MAX, 0u64);
     {
         let mut g = [0u32; MW_VT as usize];
         let mut j = 0;
@@ -262,16 +415,107 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         while j < MW_VT as usize {
             let q = t + j as u32 * NT;
             if q < l {
-                // SAFETY: q < l <= TILE.
+                // SAFETY: q < l <= TILE; the global indices end inside the second key
+                // array (`mw_radix_layout`).
                 unsafe {
                     keys0.add(q as usize).write(key[j]);
                     idx0.add(q as usize).write(q as u16);
+                    i::st_shared_u32(global_sa + 4 * q, g[j]);
                 }
+                let x = key[j];
+                kmin = if x < kmin { x } else { kmin };
+                kmax = if x > kmax { x } else { kmax };
+                kand &= x;
+                kor |= x;
             }
             j += 1;
         }
     }
+    let reduce = |a: &mut u64, b: &mut u64, c: &mut u64, e: &mut u64| {
+        let mut d = 16;
+        while d > 0 {
+            let (x0, x1, x2, x3) = (
+                i::shfl_xor_u64(*a, d),
+                i::shfl_xor_u64(*b, d),
+                i::shfl_xor_u64(*c, d),
+                i::shfl_xor_u64(*e, d),
+            );
+            *a = if x0 < *a { x0 } else { *a };
+            *b = if x1 > *b { x1 } else { *b };
+            *c &= x2;
+            *e |= x3;
+            d /= 2;
+        }
+    };
+    reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
+    if lane == 0 {
+        // SAFETY: warp < 32: inside the 4 * 32 words of `red`.
+        unsafe {
+            let r = red.add(4 * warp as usize);
+            r.write(kmin);
+            r.add(1).write(kmax);
+            r.add(2).write(kand);
+            r.add(3).write(kor);
+        }
+    }
     i::sync_threads();
+    // Every warp reduces the warps' four values itself (no further barrier).
+    if lane < NT / 32 {
+        // SAFETY: lane < NT / 32 <= 32 warps, written before the barrier.
+        unsafe {
+            let r = red.add(4 * lane as usize);
+            (kmin, kmax, kand, kor) = (r.read(), r.add(1).read(), r.add(2).read(), r.add(3).read());
+        }
+    } else {
+        (kmin, kmax, kand, kor) = (u64::MAX, 0, u64::MAX, 0);
+    }
+    reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
+    if let Some((shift, bits)) = mw_radix_plan(kmin, kmax, kand, kor, nruns, p.radix_bits) {
+        if t == 0 {
+            // SAFETY: the status holds two words.
+            unsafe { i::atomic_add_u32(p.status.ptr_mut().add(1), 1) };
+        }
+        // SAFETY: the layout above; keys written before the barrier above.
+        let idx = unsafe {
+            if bits <= 32 {
+                segment_radix::<u32, NT, TILE>(sb, r_hist, r_scan, l, kmin, shift, bits)
+            } else {
+                segment_radix::<u64, NT, TILE>(sb, r_hist, r_scan, l, kmin, shift, bits)
+            }
+        };
+        // Gather the singles in sorted order (sorted position local0 + 32 j holds local
+        // index idx[j]) and store them, warp-striped: each store of a warp covers 32
+        // consecutive singles.
+        let local0 = warp * 32 * MW_VT + lane;
+        let mut g = [0u32; MW_VT as usize];
+        let mut j = 0;
+        while j < MW_VT as usize {
+            if local0 + 32 * (j as u32) < l {
+                // SAFETY: idx[j] < l: a local index written in step 2.
+                g[j] = unsafe { i::ld_shared_u32(global_sa + 4 * idx[j]) };
+            }
+            j += 1;
+        }
+        let mut v = [[0u64; 2]; MW_VT as usize];
+        let mut j = 0;
+        while j < MW_VT as usize {
+            if local0 + 32 * (j as u32) < l {
+                // SAFETY: global index inside the run (as in the load).
+                v[j] = unsafe { i::ldg_v2_u64(input.add(2 * g[j] as usize)) };
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < MW_VT as usize {
+            let q = local0 + 32 * j as u32;
+            if q < l {
+                // SAFETY: as in the merge path's store.
+                unsafe { i::st_v2_u64(output.add(2 * (out0 + q) as usize), v[j]) };
+            }
+            j += 1;
+        }
+        return;
+    }
     // 3. Rounds: groups (2g, 2g + 1) merge into group g.
     let (mut ks, mut kd, mut is, mut id, mut bs, mut bd) = (keys0, keys1, idx0, idx1, bnd0, bnd1);
     let mut groups = nruns;

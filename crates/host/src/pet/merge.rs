@@ -8,11 +8,13 @@
 //! 2. The samples are sorted by the same merge, one level down (recursively, until one tile
 //!    holds a level: that level is a single segment).
 //! 3. `pet_multiway_split`: sorted sample `k * every` is splitter `k`; one block per
-//!    splitter, one thread per run, finds each run's split ([`k::mw_split`]): row `k`.
+//!    splitter, one thread per run, finds each run's split through the run's samples
+//!    ([`k::mw_split_sampled`], equal to [`k::mw_split`]): row `k`.
 //! 4. `pet_multiway_merge`: one block per segment (rows `k`..`k + 1`), at most
 //!    `every * step + runs * (step - 1) <= tile` singles ([`k::mw_sampling`]: a deterministic
-//!    bound, whatever the times), merges the slices in shared memory and writes them at the
-//!    segment's offset (the sum of row `k`).
+//!    bound, whatever the times), sorts the slices in shared memory (a block radix sort of
+//!    the keys' differing bits, or merge rounds when they span too many bits:
+//!    [`k::mw_radix_plan`]) and writes them at the segment's offset (the sum of row `k`).
 //!
 //! Everything is asynchronous on the stream (no read-back). More than [`k::MW_MAX_RUNS`]
 //! runs: the radix sort instead.
@@ -62,6 +64,12 @@ impl MergeLevel {
 /// one tile. `runs` in `1..=MW_MAX_RUNS`, `tile >= 6 * MW_MAX_RUNS` (so `step >= 2`
 /// and every level is smaller than the one before).
 pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
+    merge_plan_div(starts, tile, 3)
+}
+
+/// [`merge_plan`] with the first level's `div` of [`k::mw_sampling`] (`>= 2`; the levels
+/// of samples use 2).
+pub fn merge_plan_div(starts: &[u32], tile: u32, div0: u32) -> Vec<MergeLevel> {
     let mut levels = Vec::new();
     let mut s = starts.to_vec();
     loop {
@@ -76,7 +84,7 @@ pub fn merge_plan(starts: &[u32], tile: u32) -> Vec<MergeLevel> {
             });
             return levels;
         }
-        let div = if levels.is_empty() { 3 } else { 2 };
+        let div = if levels.is_empty() { div0.max(2) } else { 2 };
         let (step, every) = k::mw_sampling(runs, tile, div);
         debug_assert!(step >= 2, "tile below 6 * MW_MAX_RUNS");
         let mut next = Vec::with_capacity(s.len());
@@ -109,6 +117,31 @@ fn wide_tile() -> bool {
     })
 }
 
+/// The largest key span (bits) that a merge block sorts by radix ([`k::mw_radix_plan`]):
+/// [`k::MW_RADIX_BITS`] unless `DETKIT_PET_MERGE_RADIX_BITS` says otherwise (0: the merge
+/// rounds only; a tuning knob for benchmarks).
+fn radix_bits() -> u32 {
+    static BITS: OnceLock<u32> = OnceLock::new();
+    *BITS.get_or_init(|| {
+        std::env::var("DETKIT_PET_MERGE_RADIX_BITS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(k::MW_RADIX_BITS)
+    })
+}
+
+/// The first level's `div` ([`merge_plan_div`]): 3 unless `DETKIT_PET_MERGE_DIV0` says
+/// otherwise (a tuning knob for benchmarks).
+fn first_div() -> u32 {
+    static DIV: OnceLock<u32> = OnceLock::new();
+    *DIV.get_or_init(|| {
+        std::env::var("DETKIT_PET_MERGE_DIV0")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3)
+    })
+}
+
 /// What a multiway merge does with run boundaries `starts`: nothing (at most one non-empty
 /// run), the radix sort (more than [`k::MW_MAX_RUNS`] non-empty runs), or the merge of the
 /// distinct boundaries.
@@ -130,10 +163,18 @@ fn multiway_path(starts: &[u32]) -> MultiwayPath {
     }
 }
 
-/// The CPU mirror of the GPU merge (same plan, samples, splits and segments; segments
-/// merged by a stable sort): the host tests compare it with the oracle and check every
-/// segment against the tile. `CapacityExceeded` if a segment were larger than `tile`.
-pub fn merge_runs_emulated(singles: &[Single], starts: &[u32], tile: u32) -> Result<Vec<Single>> {
+/// The CPU mirror of the GPU merge (same plan, samples, splits and segments; a segment
+/// sorted as the block sorts it: by LSD radix over [`k::mw_radix_plan`]'s bits of its keys
+/// loaded in run order, or when the plan says merge rounds, by a stable sort): the host
+/// tests compare it with the oracle and check every segment against the tile.
+/// `CapacityExceeded` if a segment were larger than `tile`. `radix_bits` as in
+/// [`GpuContext::pet_merge_runs_multiway_opts`].
+pub fn merge_runs_emulated(
+    singles: &[Single],
+    starts: &[u32],
+    tile: u32,
+    radix_bits: u32,
+) -> Result<Vec<Single>> {
     if tile < 6 * k::MW_MAX_RUNS {
         return Err(invalid(
             "multiway tile",
@@ -148,10 +189,54 @@ pub fn merge_runs_emulated(singles: &[Single], starts: &[u32], tile: u32) -> Res
         MultiwayPath::Merge(s) => s,
     };
     let plan = merge_plan(&s, tile);
-    emulate_level(singles, &plan, 0, tile)
+    emulate_level(singles, &plan, 0, tile, radix_bits)
 }
 
-fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Result<Vec<Single>> {
+/// A segment (in run order) sorted as a merge block sorts it: `Some` when
+/// [`k::mw_radix_plan`] chose the radix path (LSD passes of 8 bits over `(key - min) >>
+/// shift`, each a stable counting sort), `None` for the merge rounds.
+pub fn segment_radix_emulated(seg: &[Single], runs: u32, radix_bits: u32) -> Option<Vec<Single>> {
+    let keys: Vec<u64> = seg.iter().map(|x| k::time_key(x.time)).collect();
+    let (min, max, and, or) = keys
+        .iter()
+        .fold((u64::MAX, 0u64, u64::MAX, 0u64), |(a, b, c, d), &x| {
+            (a.min(x), b.max(x), c & x, d | x)
+        });
+    let (shift, bits) = k::mw_radix_plan(min, max, and, or, runs, radix_bits)?;
+    let mut order: Vec<(u64, usize)> = keys
+        .iter()
+        .enumerate()
+        .map(|(q, &x)| ((x - min) >> shift, q))
+        .collect();
+    let mut lo = 0;
+    while lo < bits {
+        let b = (bits - lo).min(8);
+        let digit = |x: u64| ((x >> lo) & ((1 << b) - 1)) as usize;
+        let mut start = [0usize; 257];
+        for &(x, _) in &order {
+            start[digit(x) + 1] += 1;
+        }
+        for d in 0..256 {
+            start[d + 1] += start[d];
+        }
+        let mut next = vec![(0u64, 0usize); order.len()];
+        for &(x, q) in &order {
+            next[start[digit(x)]] = (x, q);
+            start[digit(x)] += 1;
+        }
+        order = next;
+        lo += b;
+    }
+    Some(order.iter().map(|&(_, q)| seg[q]).collect())
+}
+
+fn emulate_level(
+    v: &[Single],
+    plan: &[MergeLevel],
+    l: usize,
+    tile: u32,
+    radix_bits: u32,
+) -> Result<Vec<Single>> {
     let lv = &plan[l];
     let s = &lv.starts;
     let runs = lv.runs() as usize;
@@ -160,7 +245,9 @@ fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Resu
     } else {
         // Samples as records, sorted by the same merge one level down.
         let mut samples = Vec::new();
+        let mut run_samples = Vec::with_capacity(runs);
         for r in 0..runs {
+            run_samples.push(samples.len());
             let mut p = 0;
             while p < s[r + 1] - s[r] {
                 samples.push(Single {
@@ -171,7 +258,7 @@ fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Resu
                 p += lv.step;
             }
         }
-        let sorted = emulate_level(&samples, plan, l + 1, tile)?;
+        let sorted = emulate_level(&samples, plan, l + 1, tile, radix_bits)?;
         let mut rows = vec![vec![0; runs]];
         for j in 1..=lv.nsplit {
             let sp = sorted[(j * lv.every) as usize];
@@ -180,12 +267,15 @@ fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Resu
                 (0..runs)
                     .map(|r| {
                         let run = &v[s[r] as usize..s[r + 1] as usize];
-                        k::mw_split(
+                        let s0 = run_samples[r];
+                        k::mw_split_sampled(
                             r as u32,
                             run.len() as u32,
                             sp.crystal,
                             sp.energy.to_bits(),
                             key,
+                            lv.step,
+                            |j| samples[s0 + j as usize].time,
                             |q| run[q as usize].time,
                         )
                     })
@@ -214,8 +304,13 @@ fn emulate_level(v: &[Single], plan: &[MergeLevel], l: usize, tile: u32) -> Resu
         if out.len() != w[0].iter().map(|&x| x as usize).sum::<usize>() {
             return Err(invalid("multiway merge", "segment offset differs"));
         }
-        seg.sort_by_key(|a| k::time_key(a.time));
-        out.extend(seg);
+        match segment_radix_emulated(&seg, runs as u32, radix_bits) {
+            Some(sorted) => out.extend(sorted),
+            None => {
+                seg.sort_by_key(|a| k::time_key(a.time));
+                out.extend(seg);
+            }
+        }
     }
     Ok(out)
 }
@@ -247,7 +342,7 @@ impl std::fmt::Display for PetSortPath {
 /// Reusable device buffers of the merge (grown on demand).
 #[derive(Default)]
 struct MergeTemp {
-    /// Status word, every level's starts, then every level's rows.
+    /// Status word, radix-segment count, every level's starts, then every level's rows.
     words: Option<CudaSlice<u32>>,
     /// Every level's sample records (input, then merged output), two words per record.
     recs: Option<CudaSlice<u64>>,
@@ -306,6 +401,25 @@ impl GpuContext {
         starts: &[u32],
         wide: bool,
     ) -> Result<bool> {
+        self.pet_merge_runs_multiway_opts(a, b, off, n, starts, wide, radix_bits())
+    }
+
+    /// [`GpuContext::pet_merge_runs_multiway_with`] with a chosen radix limit: a segment
+    /// whose keys span at most `radix_bits` bits is sorted by radix, the others by merge
+    /// rounds ([`k::mw_radix_plan`]; 0: merge rounds only). After it (and before the next
+    /// merge on this context), [`GpuContext::pet_merge_radix_segments`] tells how many
+    /// segments went the radix way.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pet_merge_runs_multiway_opts(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        starts: &[u32],
+        wide: bool,
+        radix_bits: u32,
+    ) -> Result<bool> {
         check_merge(a, b, off, n, starts)?;
         let s = match multiway_path(starts) {
             MultiwayPath::Nothing => return Ok(false),
@@ -313,7 +427,7 @@ impl GpuContext {
             MultiwayPath::Merge(s) => s,
         };
         let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
-        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide);
+        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide, radix_bits);
         self.with_scratch(|x: &mut MergeTemp| *x = t);
         r.map(|()| true)
     }
@@ -350,6 +464,20 @@ impl GpuContext {
         Ok(in_b)
     }
 
+    /// The number of segments (of every level) that the last multiway merge on this context
+    /// that ran its kernels sorted by radix rather than by merge rounds. Synchronises.
+    pub fn pet_merge_radix_segments(&self) -> Result<u32> {
+        self.with_scratch(|x: &mut MergeTemp| -> Result<u32> {
+            match x.words.as_ref() {
+                Some(w) => Ok(self
+                    .stream()
+                    .clone_dtoh(&w.slice(1..2))
+                    .ctx("reading the merge's radix count")?[0]),
+                None => Ok(0),
+            }
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn pet_merge_in(
         &self,
@@ -360,15 +488,16 @@ impl GpuContext {
         n: usize,
         s: &[u32],
         wide: bool,
+        radix_bits: u32,
     ) -> Result<()> {
         let (tile, threads, kernel) = if wide {
             (k::MW_WIDE_TILE, k::MW_WIDE_THREADS, k::KERNEL_MW_MERGE_WIDE)
         } else {
             (k::MW_TILE, k::MW_THREADS, k::KERNEL_MW_MERGE)
         };
-        let plan = merge_plan(s, tile);
-        // Word layout: status, starts of every level, rows of every level.
-        let mut header = vec![0u32];
+        let plan = merge_plan_div(s, tile, first_div());
+        // Word layout: status, radix count, starts of every level, rows of every level.
+        let mut header = vec![0u32, 0];
         let mut starts_at = Vec::new();
         for lv in &plan {
             starts_at.push(header.len());
@@ -449,19 +578,29 @@ impl GpuContext {
         for l in (0..=last).rev() {
             let lv = &plan[l];
             let sorted = if l < last { output(l + 1) } else { input(l) };
+            // The last level has no splitter: its samples are never read.
+            let (samples, sstarts) = if l < last {
+                (input(l + 1), starts_at[l + 1])
+            } else {
+                (input(l), starts_at[l])
+            };
             let p = k::PetMwSplitParams {
                 input: DevPtr::from_addr(input(l)),
                 starts: word(starts_at[l]),
                 sorted: DevPtr::from_addr(sorted),
                 rows: word(rows_at[l]),
+                samples: DevPtr::from_addr(samples),
+                sstarts: word(sstarts),
                 nruns: lv.runs(),
                 every: lv.every,
                 nsplit: lv.nsplit,
-                _pad: 0,
+                step: lv.step.max(1),
             };
             // SAFETY: MW_SPLIT_THREADS >= runs threads, nsplit + 2 blocks; the sorted samples
             // (written by the merge of level l + 1 above) hold nsplit * every + 1 records at
-            // least (nsplit = ceil(ns / every) - 1); rows (nsplit + 2) * runs words.
+            // least (nsplit = ceil(ns / every) - 1); rows (nsplit + 2) * runs words; the
+            // unsorted samples (level l + 1's input, written by the sample kernel above) with
+            // their starts, ceil(len_r / step) per run.
             unsafe {
                 self.launch(
                     k::KERNEL_MW_SPLIT,
@@ -476,7 +615,7 @@ impl GpuContext {
                 rows: word(rows_at[l]),
                 status: word(0),
                 nruns: lv.runs(),
-                _pad: 0,
+                radix_bits,
             };
             if l == last {
                 // All the shared memory for the merge: two narrow blocks per multiprocessor.
@@ -490,7 +629,7 @@ impl GpuContext {
             // SAFETY: `threads` threads with the matching kernel and tile, `mw_smem_bytes`;
             // rows written by the split kernel just before (nsplit + 2 rows, each word at
             // most its run's length); input and output distinct buffers of the level's
-            // length; status one word.
+            // length; status two words.
             unsafe {
                 self.launch(
                     kernel,
@@ -697,6 +836,69 @@ mod tests {
     }
 
     #[test]
+    fn radix_plan_bits_and_limit() {
+        let plan = |ts: &[f64], runs, limit| {
+            let ks: Vec<u64> = ts.iter().map(|&t| k::time_key(t)).collect();
+            let (a, b, c, d) = ks
+                .iter()
+                .fold((u64::MAX, 0, u64::MAX, 0), |(a, b, c, d), &x| {
+                    (x.min(a), x.max(b), c & x, d | x)
+                });
+            k::mw_radix_plan(a, b, c, d, runs, limit)
+        };
+        let t0 = 2f64.powi(52);
+        // Integers of one binade above 2^52: unit steps, span exactly 20 and 21 bits.
+        let at = [t0, t0 + 1.0, t0 + ((1 << 20) - 1) as f64];
+        let over = [t0, t0 + 1.0, t0 + (1 << 20) as f64];
+        assert_eq!(plan(&at, 256, 20), Some((0, 20)));
+        assert_eq!(plan(&over, 256, 20), None);
+        assert_eq!(plan(&over, 256, 21), Some((0, 21)));
+        // Integral times in ps of one binade (2^39..2^40): 13 common low bits.
+        let ps = [6e11, 6e11 + 1.0, 6e11 + 3.2e8];
+        assert_eq!(plan(&ps, 256, 64), Some((13, 29)));
+        // All equal, or no key: no pass.
+        assert_eq!(plan(&[3.5; 4], 2, 1), Some((0, 0)));
+        assert_eq!(plan(&[], 2, 1), Some((0, 0)));
+        // Limit 0: the merge rounds only.
+        assert_eq!(plan(&[3.5; 4], 2, 0), None);
+        // More passes than merge rounds: rounds (two runs merge in one round).
+        assert_eq!(plan(&at, 2, 64), None);
+        assert_eq!(plan(&[t0, t0 + 255.0], 2, 64), Some((0, 8)));
+        assert_eq!(plan(&[-f64::MAX, f64::MAX], 256, 64), Some((0, 64)));
+        assert_eq!(plan(&[-f64::MAX, f64::MAX], 128, 64), None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        /// The split found through the samples equals the plain search.
+        #[test]
+        fn sampled_split_equals_the_search(
+            mut run in prop::collection::vec(0u32..40, 0..200),
+            step in 1u32..20,
+            t in 0u32..45,
+            srun in 0u32..3,
+            pos in 0u32..210,
+        ) {
+            run.sort_unstable();
+            let len = run.len() as u32;
+            let key = k::time_key(t as f64);
+            let samples: Vec<u32> = run.iter().copied().step_by(step as usize).collect();
+            let want = k::mw_split(1, len, srun, pos, key, |q| run[q as usize] as f64);
+            let got = k::mw_split_sampled(
+                1,
+                len,
+                srun,
+                pos,
+                key,
+                step,
+                |j| samples[j as usize] as f64,
+                |q| run[q as usize] as f64,
+            );
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
     fn plan_shrinks_to_one_tile() {
         let s: Vec<u32> = (0..=256).map(|r| r * 65_536).collect();
         let plan = merge_plan(&s, k::MW_TILE);
@@ -714,13 +916,13 @@ mod tests {
         // All times equal, 256 runs.
         let (v, s) = runs_of(&vec![vec![7; 40]; 256]);
         assert_eq!(
-            merge_runs_emulated(&v, &s, tile).unwrap(),
+            merge_runs_emulated(&v, &s, tile, k::MW_RADIX_BITS).unwrap(),
             crate::pet::cpu::sort(&v).unwrap()
         );
         // Identical sequences in every run (each run's S - 1 hidden singles in one segment).
         let (v, s) = runs_of(&vec![(0..300).collect(); 200]);
         assert_eq!(
-            merge_runs_emulated(&v, &s, tile).unwrap(),
+            merge_runs_emulated(&v, &s, tile, k::MW_RADIX_BITS).unwrap(),
             crate::pet::cpu::sort(&v).unwrap()
         );
         // One huge run and 255 tiny ones packed just after one of its times.
@@ -728,7 +930,7 @@ mod tests {
         t.extend((0..255).map(|r| vec![10_001 + (r % 3); 3]));
         let (v, s) = runs_of(&t);
         assert_eq!(
-            merge_runs_emulated(&v, &s, tile).unwrap(),
+            merge_runs_emulated(&v, &s, tile, k::MW_RADIX_BITS).unwrap(),
             crate::pet::cpu::sort(&v).unwrap()
         );
     }
@@ -741,8 +943,39 @@ mod tests {
             tile in 1536u32..3000,
         ) {
             let (v, s) = runs_of(&times);
-            let got = merge_runs_emulated(&v, &s, tile).unwrap();
-            prop_assert_eq!(got, crate::pet::cpu::sort(&v).unwrap());
+            for bits in [0, 3, k::MW_RADIX_BITS] {
+                let got = merge_runs_emulated(&v, &s, tile, bits).unwrap();
+                prop_assert_eq!(got, crate::pet::cpu::sort(&v).unwrap());
+            }
+        }
+
+        /// The radix path of a segment equals the stable sort, for times of every kind
+        /// (integral ones of one binade share low bits: `shift > 0`).
+        #[test]
+        fn segment_radix_equals_the_stable_sort(
+            raw in prop::collection::vec((0u64..1 << 40, 0u8..4), 1..300),
+            base in prop::sample::select(vec![0.0f64, 1e12, -3.5e9, 2f64.powi(52)]),
+            runs in 2u32..=256,
+        ) {
+            let seg: Vec<Single> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(x, kind))| Single {
+                    crystal: i as u32,
+                    energy: 0.0,
+                    time: match kind {
+                        0 => base + (x % 1000) as f64,
+                        1 => base + x as f64,
+                        2 => base + x as f64 * 0.125,
+                        _ => f64::from_bits(x),
+                    },
+                })
+                .collect();
+            let mut want = seg.clone();
+            want.sort_by(|a, b| a.time.partial_cmp(&b.time).unwrap());
+            if let Some(got) = segment_radix_emulated(&seg, runs, 64) {
+                prop_assert_eq!(got, want);
+            }
         }
     }
 }
