@@ -30,7 +30,8 @@
 //!    atomic on [`SeedingTotals`]; `Doublet` and `LinCircle` arrays (bottoms and tops apart),
 //!    each middle's contiguous and in neighbour-bin scan order;
 //! 5. [`KERNEL_FIND_TRIPLETS`]: per middle–bottom doublet, one pass, space reserved per
-//!    doublet; its `Triplet`s contiguous, in top order;
+//!    doublet; its `Triplet`s contiguous, in top order (each with its spacepoints' input
+//!    indices and radii);
 //! 6. weights: one `f32` per triplet; 7. seeds: per middle at most `max_seeds_per_spm` into
 //!    fixed slots, counts scanned, gathered into `Seed[n_seeds]` with `BoundParams[n_seeds]`;
 //!    8. per event [`EventCounts`].
@@ -255,26 +256,30 @@ pub struct LinCircle {
 }
 const _: () = assert!(core::mem::size_of::<LinCircle>() == 24);
 
-/// A triplet (binned indices), before the weight update.
+/// A triplet, before the weight update, with everything the seed selection reads: the
+/// input indices of its spacepoints (the seed's key) and both radii, so that the selection
+/// reads no spacepoint record behind the triplet's load. Two 16-byte halves; `curvature` and
+/// `r_top` (what the weight update reads of the other triplets of a doublet) are one aligned
+/// 8-byte word.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Triplet {
-    /// Bottom (binned index).
+    /// Bottom spacepoint (input index).
     pub bottom: u32,
-    /// Middle (binned index).
+    /// Middle spacepoint (input index).
     pub middle: u32,
-    /// Top (binned index).
+    /// Top spacepoint (input index).
     pub top: u32,
-    /// The middle–bottom doublet it belongs to.
-    pub mb: u32,
+    /// Radius of the bottom spacepoint.
+    pub r_bottom: f32,
     /// Signed curvature `B / sqrt(S2)`.
     pub curvature: f32,
+    /// Radius of the top spacepoint.
+    pub r_top: f32,
     /// `-impact * impact_weight_factor`.
     pub weight: f32,
     /// z at the beam line (`lb.zo`).
     pub z_vertex: f32,
-    /// Radius of the top spacepoint.
-    pub r_top: f32,
 }
 const _: () = assert!(core::mem::size_of::<Triplet>() == 32);
 
@@ -719,6 +724,37 @@ pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
     (i_sin_theta2, scat)
 }
 
+/// The first cut of [`triplet_compatible`] (the cot θ difference against the scattering in
+/// the region, from `cot_theta`, `er` and `i_delta_r` of both doublets): `None` when it
+/// rejects the pair, else `Some((over, d_cot_minus_err2))` with `over` = `delta_cot2 -
+/// error2 > 0`. [`triplet_compatible`] starts with exactly this (it calls it), so a pair
+/// this rejects is never a triplet; the triplet kernel runs only this per pair and the rest
+/// for the few pairs that pass, together.
+#[inline(always)]
+pub fn triplet_cot_cut(
+    m: &BinnedSp,
+    lb: &LinCircle,
+    lt: &LinCircle,
+    scattering_in_region2: f32,
+) -> Option<(bool, f32)> {
+    let error2 = lt.er
+        + lb.er
+        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+    let mut delta_cot = lb.cot_theta - lt.cot_theta;
+    let delta_cot2 = delta_cot * delta_cot;
+    let mut d_cot_minus_err2 = 0.0;
+    let over = delta_cot2 - error2 > 0.0;
+    if over {
+        delta_cot = delta_cot.abs();
+        let error = sqrt(error2);
+        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
+        if d_cot_minus_err2 > scattering_in_region2 {
+            return None;
+        }
+    }
+    Some((over, d_cot_minus_err2))
+}
+
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
@@ -730,20 +766,7 @@ pub fn triplet_compatible(
     i_sin_theta2: f32,
     scattering_in_region2: f32,
 ) -> Option<(f32, f32)> {
-    let error2 = lt.er
-        + lb.er
-        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
-    let mut delta_cot = lb.cot_theta - lt.cot_theta;
-    let delta_cot2 = delta_cot * delta_cot;
-    let mut d_cot_minus_err2 = 0.0;
-    if delta_cot2 - error2 > 0.0 {
-        delta_cot = delta_cot.abs();
-        let error = sqrt(error2);
-        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
-        if d_cot_minus_err2 > scattering_in_region2 {
-            return None;
-        }
-    }
+    let (over, d_cot_minus_err2) = triplet_cot_cut(m, lb, lt, scattering_in_region2)?;
     let du = lt.u - lb.u;
     if du == 0.0 {
         return None;
@@ -763,9 +786,7 @@ pub fn triplet_compatible(
         pt2scatter = pt_scatter * pt_scatter;
     }
     let p2scatter = pt2scatter * i_sin_theta2;
-    if delta_cot2 - error2 > 0.0
-        && d_cot_minus_err2 > p2scatter * cfg.sigma_scattering * cfg.sigma_scattering
-    {
+    if over && d_cot_minus_err2 > p2scatter * cfg.sigma_scattering * cfg.sigma_scattering {
         return None;
     }
     let curvature = b / sqrt(s2);
@@ -1246,7 +1267,6 @@ crate::kernel_params!(SeedingTripletsParams, 272, ["seeding_find_triplets"]);
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingSelectSeedsParams {
     pub grid: DevPtr<u32>,
-    pub sps: DevPtr<BinnedSp>,
     /// Launch size: `n + 1` counts are written (0 past the valid middles).
     pub n: u64,
     pub n_bot: DevPtr<u32>,
@@ -1265,7 +1285,7 @@ pub struct SeedingSelectSeedsParams {
     pub cfg: SeedingConfig,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 272, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 264, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

@@ -702,7 +702,6 @@ impl GpuContext {
         {
             let params = k::SeedingSelectSeedsParams {
                 grid,
-                sps: binned,
                 n: n64,
                 n_bot,
                 bot_start,
