@@ -724,37 +724,6 @@ pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
     (i_sin_theta2, scat)
 }
 
-/// The first cut of [`triplet_compatible`] (the cot θ difference against the scattering in
-/// the region, from `cot_theta`, `er` and `i_delta_r` of both doublets): `None` when it
-/// rejects the pair, else `Some((over, d_cot_minus_err2))` with `over` = `delta_cot2 -
-/// error2 > 0`. [`triplet_compatible`] starts with exactly this (it calls it), so a pair
-/// this rejects is never a triplet; the triplet kernel runs only this per pair and the rest
-/// for the few pairs that pass, together.
-#[inline(always)]
-pub fn triplet_cot_cut(
-    m: &BinnedSp,
-    lb: &LinCircle,
-    lt: &LinCircle,
-    scattering_in_region2: f32,
-) -> Option<(bool, f32)> {
-    let error2 = lt.er
-        + lb.er
-        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
-    let mut delta_cot = lb.cot_theta - lt.cot_theta;
-    let delta_cot2 = delta_cot * delta_cot;
-    let mut d_cot_minus_err2 = 0.0;
-    let over = delta_cot2 - error2 > 0.0;
-    if over {
-        delta_cot = delta_cot.abs();
-        let error = sqrt(error2);
-        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
-        if d_cot_minus_err2 > scattering_in_region2 {
-            return None;
-        }
-    }
-    Some((over, d_cot_minus_err2))
-}
-
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
@@ -766,7 +735,20 @@ pub fn triplet_compatible(
     i_sin_theta2: f32,
     scattering_in_region2: f32,
 ) -> Option<(f32, f32)> {
-    let (over, d_cot_minus_err2) = triplet_cot_cut(m, lb, lt, scattering_in_region2)?;
+    let error2 = lt.er
+        + lb.er
+        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+    let mut delta_cot = lb.cot_theta - lt.cot_theta;
+    let delta_cot2 = delta_cot * delta_cot;
+    let mut d_cot_minus_err2 = 0.0;
+    if delta_cot2 - error2 > 0.0 {
+        delta_cot = delta_cot.abs();
+        let error = sqrt(error2);
+        d_cot_minus_err2 = delta_cot2 + error2 - 2.0 * delta_cot * error;
+        if d_cot_minus_err2 > scattering_in_region2 {
+            return None;
+        }
+    }
     let du = lt.u - lb.u;
     if du == 0.0 {
         return None;
@@ -786,7 +768,9 @@ pub fn triplet_compatible(
         pt2scatter = pt_scatter * pt_scatter;
     }
     let p2scatter = pt2scatter * i_sin_theta2;
-    if over && d_cot_minus_err2 > p2scatter * cfg.sigma_scattering * cfg.sigma_scattering {
+    if delta_cot2 - error2 > 0.0
+        && d_cot_minus_err2 > p2scatter * cfg.sigma_scattering * cfg.sigma_scattering
+    {
         return None;
     }
     let curvature = b / sqrt(s2);

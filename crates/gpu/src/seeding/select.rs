@@ -59,16 +59,25 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             return; // warp-uniform
         }
         let mut best = SeedKeeper::new(c.max_seeds_per_spm);
+        // The triplet count and start of bottom `j` of the middle (both at once; the start
+        // is meaningful only when the count is not 0), (0, 0) past the last.
+        let counts_of = |j: u32| {
+            if j < nb {
+                (
+                    tri_cnt.add((bs + j) as usize).read(),
+                    tri_start.add((bs + j) as usize).read(),
+                )
+            } else {
+                (0, 0)
+            }
+        };
         let mut base = 0u32;
+        let (mut cnt, mut start) = counts_of(lane);
         // Warp-uniform loops: every lane reaches every ballot and shuffle.
         while base < nb {
-            let j = base + lane;
-            let (mut cnt, mut start) = (0u32, 0u32);
-            if j < nb {
-                // Both at once (the start is meaningful only when the count is not 0).
-                cnt = tri_cnt.add((bs + j) as usize).read();
-                start = tri_start.add((bs + j) as usize).read();
-            }
+            // The next 32 bottoms' counts are loaded before this round's triplets are read,
+            // so a middle with more than 32 bottoms waits on one round of loads fewer.
+            let (next_cnt, next_start) = counts_of(base + 32 + lane);
             let mut with = i::ballot(cnt != 0);
             while with != 0 {
                 let b = i::lowest_bit(with);
@@ -106,10 +115,11 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
                             };
                         }
                     }
-                    let passing = i::ballot(pass);
-                    let here = if n_t - c0 < 32 { n_t - c0 } else { 32 };
-                    let mut q = 0u32;
-                    while q < here {
+                    // Only the lanes whose candidate passed, in lane (= triplet) order.
+                    let mut passing = i::ballot(pass);
+                    while passing != 0 {
+                        let q = i::lowest_bit(passing);
+                        passing &= passing - 1;
                         let got = Candidate {
                             weight: f32::from_bits(i::shfl_idx(cand.weight.to_bits(), q)),
                             key: [
@@ -120,14 +130,14 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
                             r_bottom: f32::from_bits(i::shfl_idx(cand.r_bottom.to_bits(), q)),
                             z_vertex: f32::from_bits(i::shfl_idx(cand.z_vertex.to_bits(), q)),
                         };
-                        if lane == 0 && (passing >> q) & 1 != 0 {
+                        if lane == 0 {
                             best.offer(got);
                         }
-                        q += 1;
                     }
                     c0 += 32;
                 }
             }
+            (cnt, start) = (next_cnt, next_start);
             base += 32;
         }
         if lane == 0 {
