@@ -528,9 +528,9 @@ fn test_variance_scales(c: &Ctx) -> R {
 
 /// The triplet kernel's lanes at chosen sizes: one middle with exactly `k` bottoms and `k`
 /// tops (`gen::fan`), so `k` middle–bottom doublets (no doublet, a partial warp, 31, 32,
-/// 33, several warps); with no variance few pairs pass the first cut, with a large one every
-/// pair does (every lane defers a pair at every step, so the deferred tests run at every
-/// step), also inside a batch after an empty event and with a noise event.
+/// 33, several warps); with no variance few pairs pass the first (cot θ) cut, with a large
+/// one every pair does (every lane runs the whole test at every step); also in one batch
+/// with an empty event and a one-bin event, so that a warp's lanes span events.
 fn test_triplet_lanes(c: &Ctx) -> R {
     let cfg = default_cfg();
     for k in [0usize, 1, 31, 32, 33, 200] {

@@ -71,8 +71,14 @@ pub const KERNEL_SELECT_SEEDS: &str = "seeding_select_seeds";
 /// track parameters, and per event of a batch its valid spacepoints and seeds.
 pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
 
-/// Threads per block of every seeding kernel (one thread per item).
+/// Threads per block of every seeding kernel (one thread per item), except
+/// [`KERNEL_SELECT_SEEDS`].
 pub const SEEDING_THREADS: u32 = 128;
+
+/// Threads per block of [`KERNEL_SELECT_SEEDS`] (one warp per middle): two warps, so that a
+/// block, whose slot on the multiprocessor is held until its slowest warp ends, holds fewer
+/// middles (their work varies from nothing to hundreds of triplets). Any multiple of 32.
+pub const SELECT_THREADS: u32 = 64;
 
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
 /// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.

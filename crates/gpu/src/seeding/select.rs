@@ -20,7 +20,7 @@ use crate::intrinsics as i;
 /// `grid` the batch's offsets; `n_bot`, `bot_start` give each valid
 /// middle's doublets; `tri_cnt`, `tri_start` each doublet's triplets in `tri` and
 /// (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
-/// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
+/// `32 (n + 1)` threads or more, in blocks of a multiple of 32 (`SELECT_THREADS`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
     let (n, tri_cnt, tri_start, tri, slots, counts) = (

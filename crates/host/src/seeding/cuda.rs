@@ -720,11 +720,16 @@ impl GpuContext {
             };
             // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
             // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
-            // one warp per middle.
+            // one warp per middle (32 (n + 1) threads, blocks of SELECT_THREADS, a multiple of
+            // 32).
             unsafe {
                 self.launch(
                     k::KERNEL_SELECT_SEEDS,
-                    self.launch_items(32 * (n64 + 1)),
+                    launch_cfg(
+                        (32 * (n64 + 1)).div_ceil(k::SELECT_THREADS as u64),
+                        k::SELECT_THREADS,
+                        0,
+                    ),
                     &params,
                 )?
             };

@@ -467,7 +467,8 @@ pub fn efficiency_bins(
 /// (mm²). Only the middle has both bottoms and tops, so the event has exactly `k`
 /// middle–bottom and `k` middle–top doublets: for tests of the triplet kernel's lanes at
 /// chosen sizes (a partial warp, 31, 32, 33, many). With a large variance every
-/// bottom–top pair passes the first triplet cut, so every lane defers a pair at every step.
+/// bottom–top pair passes the first (cot θ) triplet cut, so every lane of the triplet kernel
+/// runs the whole test at every step.
 pub fn fan(k: usize, var: f32) -> Vec<SpacePoint> {
     let mut out = vec![SpacePoint {
         x: 70.0,
