@@ -23,6 +23,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_events_in_flight", test_in_flight),
     ("seeding_capacity_retry", test_capacity_retry),
     ("seeding_variance_scales", test_variance_scales),
+    ("seeding_triplet_lanes", test_triplet_lanes),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -521,6 +522,50 @@ fn test_variance_scales(c: &Ctx) -> R {
             })
             .collect();
         compare(c, label, &cfg, &sps)?;
+    }
+    Ok(())
+}
+
+/// The triplet kernel's lanes at chosen sizes: one middle with exactly `k` bottoms and `k`
+/// tops (`gen::fan`), so `k` middle–bottom doublets (no doublet, a partial warp, 31, 32,
+/// 33, several warps); with no variance few pairs pass the first (cot θ) cut, with a large
+/// one every pair does (every lane runs the whole test at every step); also in one batch
+/// with an empty event and a one-bin event, so that a warp's lanes span events.
+fn test_triplet_lanes(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    for k in [0usize, 1, 31, 32, 33, 200] {
+        for var in [0.0f32, 100.0] {
+            let fan = gen::fan(k, var);
+            compare(c, &format!("fan k={k} var={var}"), &cfg, &fan)?;
+            let got = c.backend.seed(&fan, &cfg).map_err(e)?;
+            let want = if k == 0 { 0 } else { k as u64 };
+            ensure(got.stats.mid_bot == want, || {
+                format!("fan k={k} var={var}: {:?}", got.stats)
+            })?;
+        }
+    }
+    // Fans and a one-bin event in one batch (lanes of one warp then span events).
+    let g = c.gpu();
+    let mut all = Vec::new();
+    let mut offsets = vec![0usize];
+    let events = [
+        Vec::new(),
+        gen::fan(33, 100.0),
+        tracks_in_window(c, 41, 300, 0.01, 0.05),
+        gen::fan(31, 0.0),
+    ];
+    for ev in &events {
+        all.extend_from_slice(ev);
+        offsets.push(all.len());
+    }
+    let d = g.upload(bytemuck_words(&all)).map_err(e)?;
+    let mut ws = SeedingWorkspace::new();
+    g.seed_batch_device(&mut ws, &cfg, &d, &offsets, None)
+        .map_err(e)?;
+    let out = g.download_batch(&ws).map_err(e)?;
+    for (j, ev) in events.iter().enumerate() {
+        let (seeds, _) = detkit::seeding::cpu::seeds(&cfg, ev);
+        exact(&format!("batch event {j} seeds"), &out[j].0, &seeds)?;
     }
     Ok(())
 }

@@ -814,3 +814,20 @@ fn events_in_flight_seed_like_one_at_a_time() {
         .unwrap();
     assert_eq!(got, want);
 }
+
+/// The fan event of `gen::fan` has exactly `k` middle–bottom and `k` middle–top doublets
+/// (the GPU test `seeding_triplet_lanes` relies on it for its sizes) and triplets.
+#[test]
+fn fan_event_has_the_chosen_doublet_counts() {
+    for k in [1usize, 31, 32, 33, 200] {
+        for var in [0.0f32, 100.0] {
+            let (_, st) = detkit::seeding::cpu::seeds(&cfg(), &gen::fan(k, var));
+            assert_eq!(
+                (st.mid_bot, st.mid_top),
+                (k as u64, k as u64),
+                "k={k} var={var}"
+            );
+            assert!(st.triplets >= k as u64, "k={k} var={var}: {st:?}");
+        }
+    }
+}

@@ -16,6 +16,10 @@ pub(crate) struct Window {
     delta: u32,
     starts: [u32; 8],
     total: u32,
+    /// More than three runs (a grid with more than one z bin): the walk then compares a
+    /// candidate's position with all eight run starts, else with the two that exist (the
+    /// default grid has one z bin, so three neighbour bins).
+    many: bool,
 }
 
 /// This lane's neighbour bin of middle `m` (batch bin `m.bin`): `(number of neighbour bins,
@@ -71,6 +75,7 @@ pub(crate) unsafe fn window_runs(
         delta: lo.wrapping_sub(start),
         starts: [u32::MAX; 8],
         total: i::shfl_idx(incl, 31),
+        many: nb_len > 3,
     };
     let mut j = 1;
     while j < 9 {
@@ -146,11 +151,16 @@ pub(crate) unsafe fn warp_candidates(
     // Warp-uniform loops: every lane reaches every shuffle, ballot and warp barrier.
     while base < w.total {
         let v = base + lane;
-        let mut k = 0u32;
-        let mut j = 0;
-        while j < 8 {
-            k += (v >= w.starts[j]) as u32;
-            j += 1;
+        // The run holding position v: the number of run starts (after the first) at or
+        // below it. Starts past the last run are u32::MAX; with at most three runs only
+        // two can be below v (warp-uniform branch).
+        let mut k = (v >= w.starts[0]) as u32 + (v >= w.starts[1]) as u32;
+        if w.many {
+            let mut j = 2;
+            while j < 8 {
+                k += (v >= w.starts[j]) as u32;
+                j += 1;
+            }
         }
         let q = v.wrapping_add(i::shfl_idx(w.delta, k));
         let mut ok = false;

@@ -30,7 +30,8 @@
 //!    atomic on [`SeedingTotals`]; `Doublet` and `LinCircle` arrays (bottoms and tops apart),
 //!    each middle's contiguous and in neighbour-bin scan order;
 //! 5. [`KERNEL_FIND_TRIPLETS`]: per middle–bottom doublet, one pass, space reserved per
-//!    doublet; its `Triplet`s contiguous, in top order;
+//!    doublet; its `Triplet`s contiguous, in top order (each with its spacepoints' input
+//!    indices and radii);
 //! 6. weights: one `f32` per triplet; 7. seeds: per middle at most `max_seeds_per_spm` into
 //!    fixed slots, counts scanned, gathered into `Seed[n_seeds]` with `BoundParams[n_seeds]`;
 //!    8. per event [`EventCounts`].
@@ -70,8 +71,15 @@ pub const KERNEL_SELECT_SEEDS: &str = "seeding_select_seeds";
 /// track parameters, and per event of a batch its valid spacepoints and seeds.
 pub const KERNEL_GATHER_SEEDS: &str = "seeding_gather_seeds";
 
-/// Threads per block of every seeding kernel (one thread per item).
+/// Threads per block of every seeding kernel (one thread per item), except
+/// [`KERNEL_SELECT_SEEDS`].
 pub const SEEDING_THREADS: u32 = 128;
+
+/// Threads per block of [`KERNEL_SELECT_SEEDS`] (one warp per middle); any multiple of 32.
+/// Two warps per block (a block's slot is held until its slowest middle ends) measured the
+/// same as four and as one (0.046–0.047 ms at ⟨μ⟩ = 200, achieved occupancy 38.4 → 38.6 %,
+/// H200, issue 14 session 6): the occupancy is not lost to blocks waiting on one warp.
+pub const SELECT_THREADS: u32 = 64;
 
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
 /// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.
@@ -255,26 +263,30 @@ pub struct LinCircle {
 }
 const _: () = assert!(core::mem::size_of::<LinCircle>() == 24);
 
-/// A triplet (binned indices), before the weight update.
+/// A triplet, before the weight update, with everything the seed selection reads: the
+/// input indices of its spacepoints (the seed's key) and both radii, so that the selection
+/// reads no spacepoint record behind the triplet's load. Two 16-byte halves; `curvature` and
+/// `r_top` (what the weight update reads of the other triplets of a doublet) are one aligned
+/// 8-byte word.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct Triplet {
-    /// Bottom (binned index).
+    /// Bottom spacepoint (input index).
     pub bottom: u32,
-    /// Middle (binned index).
+    /// Middle spacepoint (input index).
     pub middle: u32,
-    /// Top (binned index).
+    /// Top spacepoint (input index).
     pub top: u32,
-    /// The middle–bottom doublet it belongs to.
-    pub mb: u32,
+    /// Radius of the bottom spacepoint.
+    pub r_bottom: f32,
     /// Signed curvature `B / sqrt(S2)`.
     pub curvature: f32,
+    /// Radius of the top spacepoint.
+    pub r_top: f32,
     /// `-impact * impact_weight_factor`.
     pub weight: f32,
     /// z at the beam line (`lb.zo`).
     pub z_vertex: f32,
-    /// Radius of the top spacepoint.
-    pub r_top: f32,
 }
 const _: () = assert!(core::mem::size_of::<Triplet>() == 32);
 
@@ -1246,7 +1258,6 @@ crate::kernel_params!(SeedingTripletsParams, 272, ["seeding_find_triplets"]);
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingSelectSeedsParams {
     pub grid: DevPtr<u32>,
-    pub sps: DevPtr<BinnedSp>,
     /// Launch size: `n + 1` counts are written (0 past the valid middles).
     pub n: u64,
     pub n_bot: DevPtr<u32>,
@@ -1265,7 +1276,7 @@ pub struct SeedingSelectSeedsParams {
     pub cfg: SeedingConfig,
     pub _pad0: u32,
 }
-crate::kernel_params!(SeedingSelectSeedsParams, 272, ["seeding_select_seeds"]);
+crate::kernel_params!(SeedingSelectSeedsParams, 264, ["seeding_select_seeds"]);
 
 /// Parameters of the `seeding_gather_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

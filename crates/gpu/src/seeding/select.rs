@@ -17,14 +17,13 @@ use crate::intrinsics as i;
 /// offers them to its best-N keeper one by one, in order.
 ///
 /// # Safety
-/// `grid` the batch's offsets; `sps` valid for `n`; `n_bot`, `bot_start` give each valid
+/// `grid` the batch's offsets; `n_bot`, `bot_start` give each valid
 /// middle's doublets; `tri_cnt`, `tri_start` each doublet's triplets in `tri` and
 /// (`cap_tri`); `slots` for `n * cap`; `counts` for `n + 1`.
-/// `SEEDING_THREADS` threads per block, `ceil(32 (n + 1) / SEEDING_THREADS)` blocks.
+/// `32 (n + 1)` threads or more, in blocks of a multiple of 32 (`SELECT_THREADS`).
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsParams) {
-    let (sps, n, tri_cnt, tri_start, tri, slots, counts) = (
-        p.sps.ptr(),
+    let (n, tri_cnt, tri_start, tri, slots, counts) = (
         p.n,
         p.tri_cnt.ptr(),
         p.tri_start.ptr(),
@@ -60,16 +59,25 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             return; // warp-uniform
         }
         let mut best = SeedKeeper::new(c.max_seeds_per_spm);
+        // The triplet count and start of bottom `j` of the middle (both at once; the start
+        // is meaningful only when the count is not 0), (0, 0) past the last.
+        let counts_of = |j: u32| {
+            if j < nb {
+                (
+                    tri_cnt.add((bs + j) as usize).read(),
+                    tri_start.add((bs + j) as usize).read(),
+                )
+            } else {
+                (0, 0)
+            }
+        };
         let mut base = 0u32;
+        let (mut cnt, mut start) = counts_of(lane);
         // Warp-uniform loops: every lane reaches every ballot and shuffle.
         while base < nb {
-            let j = base + lane;
-            let (mut cnt, mut start) = (0u32, 0u32);
-            if j < nb {
-                // Both at once (the start is meaningful only when the count is not 0).
-                cnt = tri_cnt.add((bs + j) as usize).read();
-                start = tri_start.add((bs + j) as usize).read();
-            }
+            // The next 32 bottoms' counts are loaded before this round's triplets are read,
+            // so a middle with more than 32 bottoms waits on one round of loads fewer.
+            let (next_cnt, next_start) = counts_of(base + 32 + lane);
             let mut with = i::ballot(cnt != 0);
             while with != 0 {
                 let b = i::lowest_bit(with);
@@ -82,35 +90,36 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
                     let mut pass = false;
                     if c0 + lane < n_t {
                         let k = (lo + c0 + lane) as usize;
-                        let t = tri.add(k).read();
-                        let sb = &*sps.add(t.bottom as usize);
+                        // The triplet as two 16-byte read-only loads: it carries the
+                        // seed's input indices and both radii (no spacepoint record read).
+                        let w = tri.add(k) as *const u32;
+                        let (a, b) = (i::ldg_v4_u32(w), i::ldg_v4_u32(w.add(4)));
+                        let r_bottom = f32::from_bits(a[3]);
+                        let f = |x: u32| f32::from_bits(x);
                         // The compatible-seed update over the doublet's triplets
                         // [lo, lo + n_t) (traccc's update_triplet_weights), then the seed
-                        // weight.
-                        let group = tri.add(lo as usize);
-                        let updated = updated_weight(c, c0 + lane, n_t, t.weight, |q| {
-                            let o = &*group.add(q as usize);
-                            (o.curvature, o.r_top)
+                        // weight; each other triplet's (curvature, r_top) is one 8-byte load.
+                        let group = tri.add(lo as usize) as *const u64;
+                        let updated = updated_weight(c, c0 + lane, n_t, f(b[2]), |q| {
+                            let cr = i::ldg_u64(group.add(4 * q as usize + 2));
+                            (f32::from_bits(cr as u32), f32::from_bits((cr >> 32) as u32))
                         });
-                        let w = seed_weight(c, updated, sb.r, t.r_top);
-                        if single_seed_cut(c, w, sb.r) {
+                        let wt = seed_weight(c, updated, r_bottom, f(b[1]));
+                        if single_seed_cut(c, wt, r_bottom) {
                             pass = true;
                             cand = Candidate {
-                                weight: w,
-                                key: [
-                                    sb.index,
-                                    (*sps.add(t.middle as usize)).index,
-                                    (*sps.add(t.top as usize)).index,
-                                ],
-                                r_bottom: sb.r,
-                                z_vertex: t.z_vertex,
+                                weight: wt,
+                                key: [a[0], a[1], a[2]],
+                                r_bottom,
+                                z_vertex: f(b[3]),
                             };
                         }
                     }
-                    let passing = i::ballot(pass);
-                    let here = if n_t - c0 < 32 { n_t - c0 } else { 32 };
-                    let mut q = 0u32;
-                    while q < here {
+                    // Only the lanes whose candidate passed, in lane (= triplet) order.
+                    let mut passing = i::ballot(pass);
+                    while passing != 0 {
+                        let q = i::lowest_bit(passing);
+                        passing &= passing - 1;
                         let got = Candidate {
                             weight: f32::from_bits(i::shfl_idx(cand.weight.to_bits(), q)),
                             key: [
@@ -121,14 +130,14 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
                             r_bottom: f32::from_bits(i::shfl_idx(cand.r_bottom.to_bits(), q)),
                             z_vertex: f32::from_bits(i::shfl_idx(cand.z_vertex.to_bits(), q)),
                         };
-                        if lane == 0 && (passing >> q) & 1 != 0 {
+                        if lane == 0 {
                             best.offer(got);
                         }
-                        q += 1;
                     }
                     c0 += 32;
                 }
             }
+            (cnt, start) = (next_cnt, next_start);
             base += 32;
         }
         if lane == 0 {

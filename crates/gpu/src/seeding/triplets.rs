@@ -49,9 +49,11 @@ pub(crate) unsafe fn doublets_fit(totals: *const SeedingTotals, cap_mb: u32, cap
 /// compatible tops of its middle are counted (`tri_cnt[d]`, summed into `totals.triplets`
 /// and the event's count), space for them is reserved with one 64-bit atomic
 /// (`tri_start[d]`; each doublet's triplets are contiguous, in top order, doublets in any
-/// order), and, when the reservation fits `cap_tri`, a second walk over the tops between the
-/// first and the last compatible one writes them. Triplets are rare (about one per 16
-/// doublets at ⟨μ⟩ = 200), so the second walk is short and seldom taken.
+/// order), and, when the reservation fits `cap_tri`, a second walk from the last compatible
+/// top down writes them, last first, until all `cnt` are written (it stops at the first
+/// compatible top). Triplets are rare (about one per 16 doublets at ⟨μ⟩ = 200), so the
+/// second walk is short and seldom taken. The counting walk keeps only the count and the
+/// last compatible top (two instructions per top beside the cuts).
 ///
 /// # Safety
 /// `bot`, `lc_bot` valid for `cap_mb`, `top_start`/`n_top` give each middle's tops in
@@ -81,14 +83,11 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             let lo = p.top_start.ptr().add(db.middle as usize).read();
             let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
             let mut cnt = 0u32;
-            let (mut first, mut last) = (hi, lo);
+            let mut last = lo;
             let mut t = lo;
             while t < hi {
                 let lt = read_lin_circle(lc_top.add(t as usize));
                 if triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() {
-                    if cnt == 0 {
-                        first = t;
-                    }
                     last = t;
                     cnt += 1;
                 }
@@ -102,26 +101,29 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
                 i::atomic_add_u32(core::ptr::addr_of_mut!((*ev).triplets), cnt);
                 p.tri_start.ptr_mut().add(d as usize).write(start as u32);
                 if start + cnt as u64 <= p.cap_tri as u64 {
-                    let mut w = start as usize;
-                    let mut t = first;
-                    while t <= last {
+                    let sb = &*sps.add(db.other as usize);
+                    let (b_index, r_bottom, m_index) = (sb.index, sb.r, m.index);
+                    // Positions start + cnt - 1 down to start, tops from `last` down.
+                    let mut w = start as usize + cnt as usize;
+                    let mut t = last + 1;
+                    while w > start as usize && t > lo {
+                        t -= 1;
                         let lt = read_lin_circle(lc_top.add(t as usize));
                         if let Some((curv, impact)) = triplet_compatible(c, m, &lb, &lt, isin, scat)
                         {
-                            let dt = top.add(t as usize).read();
+                            let st = &*sps.add(top.add(t as usize).read().other as usize);
+                            w -= 1;
                             out.add(w).write(Triplet {
-                                bottom: db.other,
-                                middle: db.middle,
-                                top: dt.other,
-                                mb: d as u32,
+                                bottom: b_index,
+                                middle: m_index,
+                                top: st.index,
+                                r_bottom,
                                 curvature: curv,
+                                r_top: st.r,
                                 weight: impact_weight(c, impact),
                                 z_vertex: lb.zo,
-                                r_top: (*sps.add(dt.other as usize)).r,
                             });
-                            w += 1;
                         }
-                        t += 1;
                     }
                 }
             }

@@ -266,10 +266,15 @@ impl Timer<'_> {
     }
 }
 
-/// `n` items at `threads` per block, grid-stride: at most 16 blocks per multiprocessor.
+/// Blocks for `n` items (a capacity: the kernel strides over the actual count) at
+/// `SEEDING_THREADS` per block: one thread per item, at most 1024 blocks per multiprocessor.
+/// (The triplet kernel's former bound, 16 blocks per multiprocessor, had each thread walk
+/// about 90 doublets in a batch of 32 ⟨μ⟩ = 200 events: 4,234–4,283 events/s, 4,514 with one
+/// thread per doublet of the capacity; 9 per multiprocessor, all resident at once, was slower;
+/// H200, issue 14 session 6.)
 fn stride_blocks(gpu: &GpuContext, n: u64) -> u64 {
     n.div_ceil(k::SEEDING_THREADS as u64)
-        .clamp(1, gpu.sm_count() as u64 * 16)
+        .clamp(1, gpu.sm_count() as u64 * 1024)
 }
 
 impl GpuContext {
@@ -702,7 +707,6 @@ impl GpuContext {
         {
             let params = k::SeedingSelectSeedsParams {
                 grid,
-                sps: binned,
                 n: n64,
                 n_bot,
                 bot_start,
@@ -721,11 +725,16 @@ impl GpuContext {
             };
             // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
             // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
-            // one warp per middle.
+            // one warp per middle (32 (n + 1) threads, blocks of SELECT_THREADS, a multiple of
+            // 32).
             unsafe {
                 self.launch(
                     k::KERNEL_SELECT_SEEDS,
-                    self.launch_items(32 * (n64 + 1)),
+                    launch_cfg(
+                        (32 * (n64 + 1)).div_ceil(k::SELECT_THREADS as u64),
+                        k::SELECT_THREADS,
+                        0,
+                    ),
                     &params,
                 )?
             };

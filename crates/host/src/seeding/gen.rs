@@ -460,3 +460,40 @@ pub fn efficiency_bins(
     }
     out
 }
+
+/// A fan: one middle at (70, 0, 0) mm with `k` bottoms at r = 40 mm and `k` tops at r = 120
+/// mm, bottom `j` and top `j` on one straight line through the middle (cot θ spread over
+/// [-0.5, 0.5], phi within ±0.0025 rad); every spacepoint gets `var_z` and `var_r`
+/// (mm²). Only the middle has both bottoms and tops, so the event has exactly `k`
+/// middle–bottom and `k` middle–top doublets: for tests of the triplet kernel's lanes at
+/// chosen sizes (a partial warp, 31, 32, 33, many). With a large variance every
+/// bottom–top pair passes the first (cot θ) triplet cut, so every lane of the triplet kernel
+/// runs the whole test at every step.
+pub fn fan(k: usize, var: f32) -> Vec<SpacePoint> {
+    let mut out = vec![SpacePoint {
+        x: 70.0,
+        y: 0.0,
+        z: 0.0,
+        var_z: var,
+        var_r: var,
+    }];
+    let at = |r: f32, phi: f32, z: f32| SpacePoint {
+        x: r * phi.cos(),
+        y: r * phi.sin(),
+        z,
+        var_z: var,
+        var_r: var,
+    };
+    for j in 0..k {
+        let f = if k > 1 {
+            j as f32 / (k - 1) as f32
+        } else {
+            0.5
+        };
+        let cot = f - 0.5;
+        let phi = 0.005 * (f - 0.5);
+        out.push(at(40.0, phi, -30.0 * cot));
+        out.push(at(120.0, -phi, 50.0 * cot));
+    }
+    out
+}
