@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::intrinsics as i;
-use crate::sort::onesweep::{count_digits, digit_starts, rank_items, DigitFn, Key};
+use crate::sort::onesweep::{block_sort_pass, BlockSortSmem, DigitFn, Key};
 use crate::sort::{pass_bits, passes, RADIX};
 
 /// Sample records: sample `j` of run `r` is single `j * step` of run `r`, written as
@@ -187,54 +187,31 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
         }
         j += 1;
     }
+    let sm = BlockSortSmem {
+        hist,
+        hist_w,
+        scan,
+        warps: NT / 32,
+        keys: keys_sa,
+        values: idx_sa,
+    };
     let np = passes(0, bits);
     let mut pass = 0;
     while pass < np {
         let (s, b) = pass_bits(0, bits, pass);
-        let f = DigitFn::new(s, b, false);
-        let mut q = lane;
-        while q < RADIX {
-            // SAFETY: this warp's counters.
-            unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
-            q += 32;
-        }
-        i::sync_warp();
-        if active {
-            // SAFETY: this warp's counters; padding (position >= l) sorts last.
-            unsafe { count_digits::<K, VT, true>(&keys, hist_w, f, local0, l) };
-        }
-        // Every warp's counts (and, on the first pass, every thread's initial key reads)
-        // before the digit starts and the scatter.
-        i::sync_threads();
-        // SAFETY: threads below RADIX own one digit each (NT >= RADIX); the scan words are
-        // this block's.
-        unsafe { digit_starts(hist, NT / 32, scan, t, t < RADIX) };
-        i::sync_threads();
-        if active {
-            // SAFETY: this warp's counters; positions < TILE: keys (K::BYTES each) inside
-            // the first key array, u32 indices inside the two index arrays (4 TILE bytes).
-            unsafe {
-                rank_items::<K, VT, true, _>(&keys, hist_w, f, local0, l, |k, r| {
-                    K::sts(keys_sa + r * K::BYTES, keys[k]);
-                    i::st_shared_u32(idx_sa + r * 4, idx[k]);
-                })
-            };
-        }
-        // The scatter before the reload. The next pass's scatter comes after its count
-        // barrier, which every thread reaches after its reload.
-        i::sync_threads();
-        if active {
-            let mut j = 0;
-            while j < VT {
-                let q = local0 + 32 * j as u32;
-                // SAFETY: q < TILE.
-                unsafe {
-                    keys[j] = K::lds(keys_sa + q * K::BYTES);
-                    idx[j] = i::ld_shared_u32(idx_sa + q * 4);
-                }
-                j += 1;
-            }
-        }
+        // SAFETY: the layout above (keys and indices for TILE = NT * VT positions); all
+        // threads call it with the same pass.
+        unsafe {
+            block_sort_pass(
+                &mut keys,
+                &mut idx,
+                DigitFn::new(s, b, false),
+                &sm,
+                local0,
+                l,
+                active,
+            )
+        };
         pass += 1;
     }
     idx

@@ -404,6 +404,89 @@ pub unsafe fn lookback(status: *const u64, tile: u32, d: u32, epoch: u32) -> u32
     }
 }
 
+/// Shared memory of a block-wide radix sort pass ([`block_sort_pass`]): the warps' digit
+/// counters, the block-scan words and the sorted keys and values (shared-state-space
+/// addresses, except `scan`).
+#[derive(Clone, Copy)]
+pub struct BlockSortSmem {
+    /// `warps * RADIX` counters, warp-major.
+    pub hist: u32,
+    /// This warp's `RADIX` counters.
+    pub hist_w: u32,
+    /// The 33 words of [`digit_starts`].
+    pub scan: *mut u32,
+    /// Warps of the block.
+    pub warps: u32,
+    /// The keys in sorted order (`K::BYTES` each).
+    pub keys: u32,
+    /// The values in sorted order (`u32` each).
+    pub values: u32,
+}
+
+/// One pass of a block-wide stable radix sort: each thread holds `ITEMS` keys and `u32`
+/// values at the warp-striped positions `local0 + 32 j` (positions `>= n` are padding, which
+/// sorts last); zeroes this warp's counters, counts the digits of `f`, finds the digit
+/// starts, scatters keys and values into shared memory in sorted order and reloads each
+/// thread's positions. Warps that hold padding only (`active == false`) keep to the barriers
+/// but neither count nor rank. Four barriers inside (two in [`digit_starts`]); the next
+/// pass's scatter comes after its count barrier, which every thread reaches after its reload.
+///
+/// # Safety
+/// Every thread of the block calls it with the same `f`, `n` and `sm`; `sm` as its fields
+/// say, with room for `warps * 32 * ITEMS` keys and values; `blockDim.x >= RADIX`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn block_sort_pass<K: Key, const ITEMS: usize>(
+    keys: &mut [K; ITEMS],
+    values: &mut [u32; ITEMS],
+    f: DigitFn,
+    sm: &BlockSortSmem,
+    local0: u32,
+    n: u32,
+    active: bool,
+) {
+    let (lane, t) = (i::lane_id(), i::thread_idx_x());
+    let mut q = lane;
+    while q < RADIX {
+        // SAFETY: this warp's counters.
+        unsafe { i::st_shared_u32(sm.hist_w + q * 4, 0) };
+        q += 32;
+    }
+    i::sync_warp();
+    if active {
+        // SAFETY: this warp's counters; padding (position >= n) sorts last.
+        unsafe { count_digits::<K, ITEMS, true>(keys, sm.hist_w, f, local0, n) };
+    }
+    // Every warp's counts before the digit starts.
+    i::sync_threads();
+    // SAFETY: threads below RADIX own one digit each; the scan words are the block's.
+    unsafe { digit_starts(sm.hist, sm.warps, sm.scan, t, t < RADIX) };
+    i::sync_threads();
+    if active {
+        // SAFETY: this warp's counters; ranks < warps * 32 * ITEMS (caller contract).
+        unsafe {
+            rank_items::<K, ITEMS, true, _>(keys, sm.hist_w, f, local0, n, |k, r| {
+                K::sts(sm.keys + r * K::BYTES, keys[k]);
+                i::st_shared_u32(sm.values + r * 4, values[k]);
+            })
+        };
+    }
+    // The scatter before the reload.
+    i::sync_threads();
+    if active {
+        let mut j = 0;
+        while j < ITEMS {
+            let q = local0 + 32 * j as u32;
+            // SAFETY: q < warps * 32 * ITEMS.
+            unsafe {
+                keys[j] = K::lds(sm.keys + q * K::BYTES);
+                values[j] = i::ld_shared_u32(sm.values + q * 4);
+            }
+            j += 1;
+        }
+    }
+}
+
 /// The block's digit bookkeeping after counting (thread `d` = digit `d`): turns the warp
 /// counters of digit `d` into the tile position of each warp's first key of that digit and
 /// returns `(tile count of d, tile start of d)`. Contains the block scan's two barriers; the

@@ -8,7 +8,7 @@
 //! written out and each value is gathered from its original index (values never move between
 //! passes, only a 4-byte index does).
 
-use super::onesweep::{count_digits, digit_starts, rank_items, DigitFn, Key};
+use super::onesweep::{block_sort_pass, BlockSortSmem, DigitFn, Key};
 use super::*;
 use crate::intrinsics as i;
 
@@ -50,49 +50,31 @@ pub unsafe fn single_tile<K: Key>(p: &SortSingleTileParams) {
         index[k] = l;
         k += 1;
     }
+    let sm = BlockSortSmem {
+        hist,
+        hist_w,
+        scan,
+        warps: SINGLE_WARPS,
+        keys: keys_s,
+        values: index_s,
+    };
     let passes = passes(p.begin_bit, p.end_bit);
     let mut pass = 0;
     while pass < passes {
         let (shift, bits) = pass_bits(p.begin_bit, p.end_bit, pass);
-        let f = DigitFn::new(shift, bits, p.descending != 0);
-        let mut q = lane;
-        while q < RADIX {
-            // SAFETY: this warp's counters.
-            unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
-            q += 32;
-        }
-        i::sync_warp();
-        if active {
-            // SAFETY: this warp's counters. Padding (position >= n) sorts last in every
-            // pass, so positions below n always hold the real keys.
-            unsafe { count_digits::<K, ITEMS, true>(&keys, hist_w, f, local0, n) };
-        }
-        i::sync_threads();
-        // SAFETY: threads < 256 own one digit each; the scan words are ours.
-        unsafe { digit_starts(hist, SINGLE_WARPS, scan, tid, tid < RADIX) };
-        i::sync_threads();
-        if active {
-            // SAFETY: this warp's counters; positions < SINGLE_TILE.
-            unsafe {
-                rank_items::<K, ITEMS, true, _>(&keys, hist_w, f, local0, n, |k, r| {
-                    K::sts(keys_s + r * K::BYTES, keys[k]);
-                    i::st_shared_u32(index_s + r * 4, index[k]);
-                })
-            };
-        }
-        i::sync_threads();
-        if active {
-            let mut k = 0;
-            while k < ITEMS {
-                let l = local0 + 32 * k as u32;
-                // SAFETY: l < SINGLE_TILE.
-                unsafe {
-                    keys[k] = K::lds(keys_s + l * K::BYTES);
-                    index[k] = i::ld_shared_u32(index_s + l * 4);
-                }
-                k += 1;
-            }
-        }
+        // SAFETY: the layout's counters, scan words, keys and indices (SINGLE_TILE
+        // positions); all threads call it with the same pass.
+        unsafe {
+            block_sort_pass(
+                &mut keys,
+                &mut index,
+                DigitFn::new(shift, bits, p.descending != 0),
+                &sm,
+                local0,
+                n,
+                active,
+            )
+        };
         // Before the next pass overwrites the sorted keys.
         i::sync_threads();
         pass += 1;
