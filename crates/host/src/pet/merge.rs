@@ -131,13 +131,15 @@ fn radix_bits() -> u32 {
 }
 
 /// The first level's `div` ([`merge_plan_div`]): 3 unless `DETKIT_PET_MERGE_DIV0` says
-/// otherwise (a tuning knob for benchmarks).
+/// otherwise (a tuning knob for benchmarks; a value that is not a number from 1 to 64 is
+/// ignored).
 fn first_div() -> u32 {
     static DIV: OnceLock<u32> = OnceLock::new();
     *DIV.get_or_init(|| {
         std::env::var("DETKIT_PET_MERGE_DIV0")
             .ok()
             .and_then(|v| v.parse().ok())
+            .filter(|d| (1..=64).contains(d))
             .unwrap_or(3)
     })
 }
