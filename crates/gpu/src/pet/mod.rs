@@ -936,41 +936,19 @@ macro_rules! unroll4 {
     }};
 }
 
-/// Runs `$body` with `$j` = 0, 1, ..., 7 as literal constants (a loop LLVM would not unroll
-/// keeps its arrays in local memory).
+/// Runs `$body` with `$j` = 0, 1, ..., 7 as constants (two [`unroll4!`]s; a loop LLVM would
+/// not unroll keeps its arrays in local memory).
 #[cfg(target_arch = "nvptx64")]
 macro_rules! unroll8 {
     ($j:ident, $body:block) => {{
-        let $j: usize = 0;
-        $body
-    }
-    {
-        let $j: usize = 1;
-        $body
-    }
-    {
-        let $j: usize = 2;
-        $body
-    }
-    {
-        let $j: usize = 3;
-        $body
-    }
-    {
-        let $j: usize = 4;
-        $body
-    }
-    {
-        let $j: usize = 5;
-        $body
-    }
-    {
-        let $j: usize = 6;
-        $body
-    }
-    {
-        let $j: usize = 7;
-        $body
+        unroll4!(q, {
+            let $j: usize = q;
+            $body
+        });
+        unroll4!(q, {
+            let $j: usize = q + 4;
+            $body
+        });
     }};
 }
 
