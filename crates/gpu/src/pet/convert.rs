@@ -94,6 +94,8 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     unroll8!(j, {
         // SAFETY: this thread's slot, written in phase 1.
         let w = unsafe { i::ld_shared_v4_u32(slot(j)) };
+        // The DU index again (a few integer operations) rather than eight more registers
+        // held across the position reads.
         let (_, du_index, _) = words_position(&w, &c);
         let (at, local, good, cl) = words_energy(&w, &c, du_index, origin[j], ok & 1 << j != 0);
         origin[j] = local & 0xff | (cl as u32) << 8;
