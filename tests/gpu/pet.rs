@@ -16,6 +16,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_sort_runs", test_sort_runs),
     ("pet_coincide", test_coincide),
     ("pet_coincide_adversarial", test_coincide_adversarial),
+    ("pet_coincide_enqueue", test_coincide_enqueue),
     ("pet_stream", test_stream),
     ("pet_order_check", test_order_check),
     ("pet_merge_multiway", test_merge_multiway),
@@ -465,6 +466,123 @@ fn test_coincide(c: &Ctx) -> R {
         }
     }
     Ok(())
+}
+
+/// `pet_coincide_enqueue` / `pet_coincide_finish`: two launches in flight on two scratch
+/// buffers, finished in the opposite order, each equal to the oracle (every policy, delayed
+/// window, `TakeAllGoods`' relaunch on a first buffer too small); a finish before any launch is
+/// a typed error; an unsorted input is reported by the finish.
+fn test_coincide_enqueue(c: &Ctx) -> R {
+    let gpu = c.gpu();
+    let sizes: &[usize] = if c.quick {
+        &[0, 1, 2049, 70_000]
+    } else {
+        &[0, 1, 2047, 2049, 70_000, 1 << 21]
+    };
+    for &n in sizes {
+        let (a, b) = (sorted_singles(c, n, 5e7), sorted_singles(c, n / 2 + 1, 1e6));
+        for cfg in configs() {
+            let what = format!("enqueue n={n} {cfg:?}");
+            let (want_a, want_b) = (oracle::coincide(&a, &cfg), oracle::coincide(&b, &cfg));
+            let (Ok(want_a), Ok(want_b)) = (want_a, want_b) else {
+                continue; // an oversize window: covered by pet_coincide
+            };
+            let (da, db) = (
+                gpu.upload(&words_of(&a)).map_err(e)?,
+                gpu.upload(&words_of(&b)).map_err(e)?,
+            );
+            let (mut sa, mut sb) = (
+                detkit::pet::CoincideScratch::default(),
+                detkit::pet::CoincideScratch::default(),
+            );
+            let la = gpu
+                .pet_coincide_enqueue(&mut sa, &da, 0, a.len(), &cfg, f64::INFINITY)
+                .map_err(e)?;
+            let lb = gpu
+                .pet_coincide_enqueue(&mut sb, &db, 0, b.len(), &cfg, f64::INFINITY)
+                .map_err(e)?;
+            for (label, scratch, d, l, want) in [
+                ("b", &mut sb, &db, lb, &want_b),
+                ("a", &mut sa, &da, la, &want_a),
+            ] {
+                let (total, resume) = gpu.pet_coincide_finish(scratch, d, l).map_err(e)?;
+                ensure(resume == l_len(label, &a, &b), || {
+                    format!("{what} {label}: resume {resume}")
+                })?;
+                let mut got = vec![<Coincidence as bytemuck::Zeroable>::zeroed(); total];
+                gpu.pet_download_pairs(scratch, &mut got).map_err(e)?;
+                exact(&format!("{what} {label}"), &got, want)?;
+            }
+        }
+    }
+    // A finish with a scratch whose last launch is another (or none): typed error, no panic.
+    let d = gpu
+        .upload(&words_of(&[sgl(1, 1.0, 0.0), sgl(2, 1.0, 1.0)]))
+        .map_err(e)?;
+    let mut fresh = detkit::pet::CoincideScratch::default();
+    let mut other = detkit::pet::CoincideScratch::default();
+    let l = gpu
+        .pet_coincide_enqueue(
+            &mut other,
+            &d,
+            0,
+            2,
+            &CoincideConfig::prompt(5.0),
+            f64::INFINITY,
+        )
+        .map_err(e)?;
+    match gpu.pet_coincide_finish(&mut fresh, &d, l) {
+        Err(Error::InvalidInput { .. }) => {}
+        r => return Err(format!("finish on a scratch without a launch: {r:?}")),
+    }
+    let _newer = gpu
+        .pet_coincide_enqueue(
+            &mut other,
+            &d,
+            0,
+            2,
+            &CoincideConfig::prompt(5.0),
+            f64::INFINITY,
+        )
+        .map_err(e)?;
+    match gpu.pet_coincide_finish(&mut other, &d, l) {
+        Err(Error::InvalidInput { .. }) => {}
+        r => return Err(format!("finish of a launch replaced by a newer one: {r:?}")),
+    }
+    // Unsorted singles: the finish names the first one out of order.
+    let bad = [sgl(1, 1.0, 0.0), sgl(2, 1.0, 10.0), sgl(3, 1.0, 5.0)];
+    let d = gpu.upload(&words_of(&bad)).map_err(e)?;
+    let l = gpu
+        .pet_coincide_enqueue(
+            &mut fresh,
+            &d,
+            0,
+            3,
+            &CoincideConfig::prompt(5.0),
+            f64::INFINITY,
+        )
+        .map_err(e)?;
+    match gpu.pet_coincide_finish(&mut fresh, &d, l) {
+        Err(Error::InvalidInput { detail, .. }) if detail.contains("single 2") => Ok(()),
+        r => Err(format!("unsorted singles through enqueue/finish: {r:?}")),
+    }
+}
+
+/// The resume index a complete run reports: the input's length.
+fn l_len(label: &str, a: &[Single], b: &[Single]) -> usize {
+    if label == "a" {
+        a.len()
+    } else {
+        b.len()
+    }
+}
+
+/// The singles as device words (two zero words for none: no empty allocation).
+fn words_of(v: &[Single]) -> Vec<u64> {
+    if v.is_empty() {
+        return vec![0; 2];
+    }
+    bytemuck::cast_slice::<Single, u64>(v).to_vec()
 }
 
 fn sgl(crystal: u32, energy: f32, time: f64) -> Single {

@@ -287,6 +287,46 @@ fn main() -> Result<()> {
                 baseline: Some(("CPU oracle".into(), cpu_ms)),
             },
         );
+        // The kernel alone (issue 12's "kernels only"): the status and flag memsets and the
+        // launch, enqueued; the status read-back of `pet_coincide_finish` outside the timing.
+        let launch =
+            g.pet_coincide_enqueue(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
+        let (total_k, _) = g.pet_coincide_finish(&mut scratch, &ds_sorted, launch)?;
+        let mut reused_k =
+            vec![<detkit::pet::Coincidence as bytemuck::Zeroable>::zeroed(); total_k];
+        g.pet_download_pairs(&scratch, &mut reused_k)?;
+        check("coincide kernel only", &reused_k, &want_p)?;
+        let mut last = None;
+        let ms_k = median_ms(g, 3, reps, || {
+            last = Some(g.pet_coincide_enqueue(
+                &mut scratch,
+                &ds_sorted,
+                0,
+                sorted.len(),
+                &c,
+                f64::INFINITY,
+            )?);
+            Ok(())
+        })?;
+        if let Some(l) = last {
+            let (t, _) = g.pet_coincide_finish(&mut scratch, &ds_sorted, l)?;
+            if t != want_p.len() {
+                bail!(
+                    "CHECK FAILED coincide kernel only: {t} pairs in the timed launches, want {}",
+                    want_p.len()
+                );
+            }
+        }
+        push(
+            &mut rows,
+            Row {
+                what: "coincide, kernel only (enqueued)".into(),
+                n: sorted.len(),
+                ms: ms_k,
+                bytes: 16.0 * sorted.len() as f64,
+                baseline: Some(("CPU oracle".into(), cpu_ms)),
+            },
+        );
         let ms_dl = median_ms(g, 3, reps, || {
             g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
             g.pet_download_pairs(&scratch, &mut reused)

@@ -543,6 +543,25 @@ impl GpuContext {
         c: &CoincideConfig,
         watermark: f64,
     ) -> Result<(usize, usize)> {
+        let launch = self.pet_coincide_enqueue(scratch, s, off, n, c, watermark)?;
+        self.pet_coincide_finish(scratch, s, launch)
+    }
+
+    /// The first half of [`GpuContext::pet_coincide_resident`]: checks the arguments and
+    /// enqueues the coincidence kernel on the context's stream (the status words and the
+    /// look-back flags are set by device memsets), without waiting for it. The pairs and the
+    /// status stay in `scratch` until [`GpuContext::pet_coincide_finish`] reads the status,
+    /// so the host can prepare the next chunk meanwhile. The singles must stay unchanged
+    /// until then.
+    pub fn pet_coincide_enqueue(
+        &self,
+        scratch: &mut CoincideScratch,
+        s: &SinglesBuffer,
+        off: usize,
+        n: usize,
+        c: &CoincideConfig,
+        watermark: f64,
+    ) -> Result<CoincideLaunch> {
         c.validate()?;
         check_u32_len("singles to pair", n)?;
         if s.len() < 2 * (off + n) {
@@ -551,80 +570,127 @@ impl GpuContext {
                 "shorter than off + n singles",
             ));
         }
-        if n == 0 {
-            return Ok((0, 0));
-        }
-        let sv = s.slice(2 * off..2 * (off + n));
-        let tiles = (n as u64).div_ceil(k::COINCIDE_TILE);
         let bounded = k::policy_bounded(c.policy);
         let delayed = c.delay.is_some();
-        ensure_len(self, &mut scratch.status, k::CO_WORDS)?;
         // A one-pair-per-window policy yields at most n / 2 prompt pairs (disjoint windows
         // of two or more singles) or n delayed ones; TakeAllGoods starts from n (or the
         // buffer it has) and grows to what a launch reports.
-        let mut capacity = match (bounded, delayed) {
+        let capacity = match (bounded, delayed) {
             (true, true) => n,
             (true, false) => n / 2 + 1,
             (false, _) => n.max(scratch.pairs.as_ref().map_or(0, |p| p.len() / 4)),
         };
+        static NEXT_LAUNCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let launch = CoincideLaunch {
+            off,
+            n,
+            config: *c,
+            watermark,
+            capacity,
+            id: NEXT_LAUNCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        };
+        self.coincide_launch(scratch, s, &launch)?;
+        Ok(launch)
+    }
+
+    /// Waits for a launch of [`GpuContext::pet_coincide_enqueue`] and reads its status (one
+    /// read-back): typed errors for singles out of order or a window over the policies'
+    /// limit; for `TakeAllGoods`, whose pairs have no bound known before, a launch that found
+    /// more pairs than its buffer holds is repeated once with a buffer of the size it
+    /// reported. Returns `(total, resume)` as [`GpuContext::pet_coincide_resident`] does.
+    pub fn pet_coincide_finish(
+        &self,
+        scratch: &mut CoincideScratch,
+        s: &SinglesBuffer,
+        mut launch: CoincideLaunch,
+    ) -> Result<(usize, usize)> {
+        if launch.id != scratch.launch_id {
+            return Err(invalid(
+                "coincidence launch",
+                "finished with a scratch whose last launch is another one",
+            ));
+        }
+        if launch.n == 0 {
+            return Ok((0, 0));
+        }
         loop {
-            ensure_len(self, &mut scratch.pairs, 4 * capacity)?;
-            let (pairs, status) = (
-                scratch.pairs.as_mut().expect("grown"),
-                scratch.status.as_mut().expect("grown"),
-            );
-            let mut w = [0u32; k::CO_WORDS];
-            w[k::CO_FIRST_UNSORTED] = u32::MAX;
-            w[k::CO_RESUME] = u32::MAX;
-            self.stream()
-                .memcpy_htod(&w, status)
-                .ctx("initialising coincidence status")?;
-            let mut lb = self.take_lookback::<u32>(tiles)?;
-            let params = k::PetCoincideTilesParams {
-                singles: self.ptr(&sv).cast(),
-                n: n as u64,
-                reach: c.reach(),
-                delay: c.delay.unwrap_or(0.0),
-                watermark,
-                pairs: self.ptr_mut(&mut *pairs).cast(),
-                capacity: capacity as u64,
-                status: self.ptr_mut(&mut *status),
-                flags: self.ptr_mut(&mut lb.flags),
-                aggregates: self.ptr_mut(&mut lb.agg),
-                inclusive: self.ptr_mut(&mut lb.inc),
-                delayed: delayed as u32,
-                policy: c.policy as u32,
-            };
-            // SAFETY: COINCIDE_THREADS threads, one block per tile, the tile-scan shared
-            // memory; n < 2^32 (checked); the singles hold n (checked); pairs hold 4 capacity
-            // words and the kernel writes none at or past the capacity; status initialised
-            // above; look-back arrays for `tiles` tiles with zeroed flags.
-            let r = unsafe {
-                self.launch(
-                    k::KERNEL_COINCIDE_TILES,
-                    cfg(tiles, k::COINCIDE_THREADS, k::coincide_smem_bytes()),
-                    &params,
-                )
-            };
-            self.put_lookback(lb);
-            r?;
+            let status = scratch
+                .status
+                .as_ref()
+                .ok_or_else(|| invalid("coincidence status", "no launch was enqueued"))?;
             let mut st = self.download(status)?;
-            if !bounded {
+            if !k::policy_bounded(launch.config.policy) {
                 // The 64-bit sum (atomics) is the total; the scan's u32 total wraps past 2^32.
                 st[k::CO_TOTAL_LO] = st[k::CO_SUM64_LO];
                 st[k::CO_TOTAL_LO + 1] = st[k::CO_SUM64_LO + 1];
             }
-            self.coincide_status_errors(s, off, &st)?;
+            self.coincide_status_errors(s, launch.off, &st)?;
             let total =
                 (st[k::CO_TOTAL_LO] as u64 | (st[k::CO_TOTAL_LO + 1] as u64) << 32) as usize;
-            if total > capacity {
+            if total > launch.capacity {
                 // Only TakeAllGoods (bounded policies cannot exceed their bound on sorted
                 // input, and unsorted input is an error above): again, with room for all.
-                capacity = total;
+                launch.capacity = total;
+                self.coincide_launch(scratch, s, &launch)?;
                 continue;
             }
-            return Ok((total, resume_of(&st, n)));
+            return Ok((total, resume_of(&st, launch.n)));
         }
+    }
+
+    /// Enqueues one launch of the coincidence kernel for `launch` (nothing for no singles).
+    fn coincide_launch(
+        &self,
+        scratch: &mut CoincideScratch,
+        s: &SinglesBuffer,
+        launch: &CoincideLaunch,
+    ) -> Result<()> {
+        let (off, n, c, capacity) = (launch.off, launch.n, &launch.config, launch.capacity);
+        scratch.launch_id = launch.id;
+        if n == 0 {
+            return Ok(());
+        }
+        let sv = s.slice(2 * off..2 * (off + n));
+        let tiles = (n as u64).div_ceil(k::COINCIDE_TILE);
+        ensure_len(self, &mut scratch.status, k::CO_WORDS)?;
+        ensure_len(self, &mut scratch.pairs, 4 * capacity)?;
+        let (pairs, status) = (
+            scratch.pairs.as_mut().expect("grown"),
+            scratch.status.as_mut().expect("grown"),
+        );
+        // Status: the first unsorted index and the first incomplete opener start at u32::MAX,
+        // the rest at 0 (device memsets: no host copy, no wait).
+        self.fill_u32(status, k::CO_WORDS, 0)?;
+        self.fill_u32(status, k::CO_RESUME + 1, u32::MAX)?;
+        let mut lb = self.take_lookback::<u32>(tiles)?;
+        let params = k::PetCoincideTilesParams {
+            singles: self.ptr(&sv).cast(),
+            n: n as u64,
+            reach: c.reach(),
+            delay: c.delay.unwrap_or(0.0),
+            watermark: launch.watermark,
+            pairs: self.ptr_mut(&mut *pairs).cast(),
+            capacity: capacity as u64,
+            status: self.ptr_mut(&mut *status),
+            flags: self.ptr_mut(&mut lb.flags),
+            aggregates: self.ptr_mut(&mut lb.agg),
+            inclusive: self.ptr_mut(&mut lb.inc),
+            delayed: c.delay.is_some() as u32,
+            policy: c.policy as u32,
+        };
+        // SAFETY: COINCIDE_THREADS threads, one block per tile, the tile-scan shared memory;
+        // n < 2^32 (checked by the enqueue); the singles hold n (checked there); pairs hold 4
+        // capacity words and the kernel writes none at or past the capacity; status set above
+        // (stream order); look-back arrays for `tiles` tiles with zeroed flags.
+        let r = unsafe {
+            self.launch(
+                k::KERNEL_COINCIDE_TILES,
+                cfg(tiles, k::COINCIDE_THREADS, k::coincide_smem_bytes()),
+                &params,
+            )
+        };
+        self.put_lookback(lb);
+        r
     }
 
     /// The typed errors a coincidence status reports: a single out of order (or NaN), a
@@ -685,11 +751,27 @@ fn resume_of(st: &[u32], n: usize) -> usize {
     }
 }
 
+/// A coincidence launch enqueued by [`GpuContext::pet_coincide_enqueue`], to be finished by
+/// [`GpuContext::pet_coincide_finish`] with the same scratch and singles.
+#[derive(Debug, Clone, Copy)]
+#[must_use = "a launch is finished by pet_coincide_finish, which reads its status"]
+pub struct CoincideLaunch {
+    off: usize,
+    n: usize,
+    config: CoincideConfig,
+    watermark: f64,
+    capacity: usize,
+    id: u64,
+}
+
 /// Reusable device buffers of the coincidence kernels.
 #[derive(Default)]
 pub struct CoincideScratch {
     pairs: Option<CudaSlice<u64>>,
     status: Option<CudaSlice<u32>>,
+    /// A number unique to the last launch enqueued on this scratch (0: none yet), so that a
+    /// finish with another scratch's launch is an error, not another launch's status.
+    launch_id: u64,
 }
 
 impl CoincideScratch {

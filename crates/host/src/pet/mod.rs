@@ -25,7 +25,7 @@ pub mod merge;
 use std::io::Read;
 use std::path::Path;
 
-pub use cuda::{CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
+pub use cuda::{CoincideLaunch, CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
 pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
 pub use io::*;
 pub use merge::PetSortPath;
