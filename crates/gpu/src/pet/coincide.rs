@@ -198,20 +198,21 @@ unsafe fn store_pair(p: &PetCoincideTilesParams, at: u64, a: [u32; 4], b: [u32; 
     }
 }
 
-/// A time from lane `src`.
+/// Time of single `k` through the read-only data path.
+///
+/// # Safety
+/// `k` inside the array, read-only during the kernel.
 #[inline(always)]
-fn shfl_idx_f64(v: f64, src: u32) -> f64 {
-    f64::from_bits(i::shfl_idx_u64(v.to_bits(), src))
+unsafe fn time_ldg(s: *const Single, k: u64) -> f64 {
+    // SAFETY: caller contract; the time is the single's second 8-byte word (after the
+    // crystal and the energy), 8-byte aligned.
+    f64::from_bits(unsafe { i::ldg_u64((s.add(k as usize) as *const u64).add(1)) })
 }
-/// A time from lane `lane - 1` (lane 0 gets its own).
+
+/// Shared-state-space address of time slot `slot` of the tile (see `coincide_tiles`).
 #[inline(always)]
-fn shfl_up_f64(v: f64) -> f64 {
-    f64::from_bits(i::shfl_up_u64(v.to_bits(), 1))
-}
-/// A time from lane `lane + d` (the top `d` lanes get their own).
-#[inline(always)]
-fn shfl_down_f64(v: f64, d: u32) -> f64 {
-    f64::from_bits(i::shfl_down_u64(v.to_bits(), d))
+fn time_slot(slot: u32) -> u32 {
+    i::shared_base() + coincide_times_offset() as u32 + 8 * slot
 }
 
 /// The coincidences of `n` sorted singles in one pass. Each tile of [`COINCIDE_TILE`]
@@ -254,17 +255,49 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     let (scan_storage, prefix_slot) = tile_smem::<u32>();
     let tile = i::block_idx_x();
     let lane = i::lane_id();
-    let warp_start = tile as u64 * COINCIDE_TILE + i::warp_id() as u64 * 32 * N as u64;
-    // Times first (8 loads in flight; past the end +inf, so that the last single has no
-    // neighbour within reach), then each single's neighbours by shuffles.
-    let mut times = [f64::INFINITY; N];
+    let tile_start = tile as u64 * COINCIDE_TILE;
+    let warp_start = tile_start + i::warp_id() as u64 * 32 * N as u64;
+    let warp_local = (warp_start - tile_start) as u32;
+    // The tile's times into shared memory (8 loads in flight per thread; past the end +inf,
+    // so that the last single has no neighbour within reach): slot q + 1 holds the tile's
+    // single q, slot 0 the single before the tile (-inf before single 0), slots TILE + 1 and
+    // TILE + 2 the two after it. Every single's neighbours are then read from there.
     unroll8!(j, {
-        let idx = warp_start + (j as u64) * 32 + lane as u64;
-        if idx < n {
-            // SAFETY: idx < n.
-            times[j] = unsafe { time_at(singles, idx) };
-        }
+        let q = warp_local + j as u32 * 32 + lane;
+        let idx = tile_start + q as u64;
+        let t = if idx < n {
+            // SAFETY: idx < n; read-only during the kernel.
+            unsafe { time_ldg(singles, idx) }
+        } else {
+            f64::INFINITY
+        };
+        // SAFETY: slot q + 1 < TILE + 3 lies inside `coincide_smem_bytes()`.
+        unsafe { i::st_shared_u64(time_slot(q + 1), t.to_bits()) };
     });
+    let tid = i::thread_idx_x();
+    if tid < 3 {
+        let (slot, t) = if tid == 0 {
+            // SAFETY: tile_start - 1 < n when tile_start > 0.
+            (0, unsafe { time_before(singles, tile_start) })
+        } else {
+            let k = tile_start + COINCIDE_TILE + tid as u64 - 1;
+            // SAFETY: k < n.
+            let t = if k < n {
+                unsafe { time_ldg(singles, k) }
+            } else {
+                f64::INFINITY
+            };
+            (COINCIDE_TILE as u32 + tid, t)
+        };
+        // SAFETY: slot < TILE + 3.
+        unsafe { i::st_shared_u64(time_slot(slot), t.to_bits()) };
+    }
+    i::sync_threads();
+    // The time in slot `s`.
+    let slot_time = |s: u32| {
+        // SAFETY: every slot below TILE + 3 was written before the barrier.
+        f64::from_bits(unsafe { i::ld_shared_u64(time_slot(s)) })
+    };
     let (reach, watermark, delayed) = (p.reach, p.watermark, p.delayed != 0);
     let mut counts = [0u32; N];
     let (mut unsorted, mut resume, mut oversize) = (u64::MAX, u64::MAX, 0u32);
@@ -275,40 +308,10 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     // segment ends (bit j): the usual true coincidence, paired without a walk.
     let mut two = 0u32;
     unroll8!(j, {
-        let idx = warp_start + (j as u64) * 32 + lane as u64;
-        let t = times[j];
-        // Single idx - 1 is lane - 1's item j, or lane 31's item j - 1; idx + d (d = 1, 2)
-        // is lane + d's item j, or lane (lane + d) % 32 of item j + 1. (Every lane takes part
-        // in the shuffles.)
-        let up = shfl_up_f64(t);
-        let from_before = shfl_idx_f64(times[j.saturating_sub(1)], 31);
-        let down = shfl_down_f64(t, 1);
-        let from_after = shfl_idx_f64(times[(j + 1).min(N - 1)], (lane + 1) % 32);
-        let down2 = shfl_down_f64(t, 2);
-        let from_after2 = shfl_idx_f64(times[(j + 1).min(N - 1)], (lane + 2) % 32);
+        let q = warp_local + j as u32 * 32 + lane;
+        let idx = tile_start + q as u64;
         if idx < n {
-            let prev = if lane > 0 {
-                up
-            } else if j > 0 {
-                from_before
-            } else {
-                // SAFETY: idx - 1 < n when idx > 0.
-                unsafe { time_before(singles, idx) }
-            };
-            // The time of single idx + d, +inf past the end.
-            let ahead = |d: u64, own: f64, after: f64| {
-                if lane as u64 + d < 32 {
-                    own
-                } else if j < N - 1 {
-                    after
-                } else if idx + d < n {
-                    // SAFETY: idx + d < n.
-                    unsafe { time_at(singles, idx + d) }
-                } else {
-                    f64::INFINITY
-                }
-            };
-            let next = ahead(1, down, from_after);
+            let (prev, t, next) = (slot_time(q), slot_time(q + 1), slot_time(q + 2));
             if (t.is_nan() || !(t >= prev)) && unsorted == u64::MAX {
                 unsorted = idx;
             }
@@ -320,7 +323,7 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
                         resume = resume.min(idx);
                     }
                 } else {
-                    let next2 = ahead(2, down2, from_after2);
+                    let next2 = slot_time(q + 3);
                     if !delayed && next2 - t > reach && next2 - next > reach {
                         // Window {idx, idx + 1}; single idx + 2 starts a new segment.
                         if window_complete(t, watermark, reach) {
@@ -360,7 +363,6 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
     // One rolled loop over the marked items (one copy of the walk in the code, and lanes
     // walking different items walk together); each count goes to the item's slot in shared
     // memory.
-    let warp_local = (warp_start - tile as u64 * COINCIDE_TILE) as u32;
     let mut w = walk;
     while w != 0 {
         let j = i::lowest_bit(w);

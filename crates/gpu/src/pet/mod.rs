@@ -907,8 +907,14 @@ pub const COINCIDE_ITEMS: u32 = 8;
 /// Singles per tile of [`KERNEL_COINCIDE_TILES`].
 pub const COINCIDE_TILE: u64 = (COINCIDE_THREADS * COINCIDE_ITEMS) as u64;
 /// Shared memory of [`KERNEL_COINCIDE_TILES`]: the tile-scan layout (`u32`), then one `u32`
-/// per single of the tile (the walking openers' counts, then their offsets).
+/// per single of the tile (the walking openers' counts, then their offsets), then the
+/// tile's times (`f64`) with the single before the tile and the two after it.
 pub const fn coincide_smem_bytes() -> usize {
+    coincide_times_offset() + 8 * (COINCIDE_TILE as usize + 3)
+}
+
+/// Byte offset of the times in the shared memory of [`KERNEL_COINCIDE_TILES`].
+pub const fn coincide_times_offset() -> usize {
     crate::scan::device_scan_smem_bytes(4) + 4 * COINCIDE_TILE as usize
 }
 
