@@ -57,20 +57,15 @@ unsafe fn walk_windows(
     idx: u64,
     t: f64,
     prev: f64,
+    time: impl Fn(u64) -> f64,
     mut visit: impl FnMut(u64, u64, u64),
 ) -> u64 {
-    let (singles, n, reach) = (p.singles.ptr(), p.n, p.reach);
+    let (n, reach) = (p.n, p.reach);
     // The end of the window opened at `o` (time `to`): first j > o past the reach.
     let end = |o: u64, to: f64| {
         let rest = (n - o - 1) as u32;
         // SAFETY: o + 1 + q < n.
-        o + 1
-            + gallop_rank(
-                rest,
-                reach,
-                false,
-                |q| unsafe { time_at(singles, o + 1 + q as u64) } - to,
-            ) as u64
+        o + 1 + gallop_rank(rest, reach, false, |q| time(o + 1 + q as u64) - to) as u64
     };
     if p.delayed != 0 {
         if !window_complete(t, p.watermark, reach) {
@@ -78,14 +73,7 @@ unsafe fn walk_windows(
         }
         let rest = (n - idx - 1) as u32;
         // SAFETY: idx + 1 + q < n.
-        let s = idx
-            + 1
-            + gallop_rank(
-                rest,
-                p.delay,
-                true,
-                |q| unsafe { time_at(singles, idx + 1 + q as u64) } - t,
-            ) as u64;
+        let s = idx + 1 + gallop_rank(rest, p.delay, true, |q| time(idx + 1 + q as u64) - t) as u64;
         let e = end(idx, t);
         visit(idx, e, s.min(e));
         return u64::MAX;
@@ -103,8 +91,7 @@ unsafe fn walk_windows(
         if e >= n {
             return u64::MAX;
         }
-        // SAFETY: e < n, e - 1 < n.
-        let (te, tp) = unsafe { (time_at(singles, e), time_at(singles, e - 1)) };
+        let (te, tp) = (time(e), time(e - 1));
         if te - tp > reach {
             return u64::MAX; // a segment start: its own thread walks on
         }
@@ -139,11 +126,18 @@ unsafe fn time_before(s: *const Single, idx: u64) -> f64 {
 unsafe fn opener_pairs(
     p: &PetCoincideTilesParams,
     idx: u64,
+    time: impl Fn(u64) -> f64 + Copy,
     mut emit: impl FnMut(u64, u64),
 ) -> (u32, u64, u32) {
     let (singles, pol, delayed) = (p.singles.ptr(), Policy::from_u32(p.policy), p.delayed != 0);
-    // SAFETY: idx < n, idx - 1 < n.
-    let (t, prev) = unsafe { (time_at(singles, idx), time_before(singles, idx)) };
+    let (t, prev) = (
+        time(idx),
+        if idx > 0 {
+            time(idx - 1)
+        } else {
+            f64::NEG_INFINITY
+        },
+    );
     let (mut count, mut oversize) = (0u32, 0u32);
     let visit = |o: u64, e: u64, s: u64| {
         let (len, base) = window_shape(o, e, s, delayed);
@@ -162,7 +156,7 @@ unsafe fn opener_pairs(
         );
     };
     // SAFETY: caller contract.
-    let resume = unsafe { walk_windows(p, idx, t, prev, visit) };
+    let resume = unsafe { walk_windows(p, idx, t, prev, time, visit) };
     (count, resume, oversize)
 }
 
@@ -298,6 +292,17 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
         // SAFETY: every slot below TILE + 3 was written before the barrier.
         f64::from_bits(unsafe { i::ld_shared_u64(time_slot(s)) })
     };
+    // The time of any single `k < n` for the walks: from shared memory inside the tile and
+    // its three neighbour slots, else from global memory.
+    let time = |k: u64| {
+        let s = k.wrapping_sub(tile_start).wrapping_add(1);
+        if s < COINCIDE_TILE + 3 {
+            slot_time(s as u32)
+        } else {
+            // SAFETY: the walks read only singles below n.
+            unsafe { time_at(singles, k) }
+        }
+    };
     let (reach, watermark, delayed) = (p.reach, p.watermark, p.delayed != 0);
     let mut counts = [0u32; N];
     let (mut unsorted, mut resume, mut oversize) = (u64::MAX, u64::MAX, 0u32);
@@ -369,7 +374,7 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
         w &= w - 1;
         let idx = warp_start + (j as u64) * 32 + lane as u64;
         // SAFETY: idx < n (only such items are marked).
-        let (c, r, o) = unsafe { opener_pairs(&p, idx, |_, _| {}) };
+        let (c, r, o) = unsafe { opener_pairs(&p, idx, time, |_, _| {}) };
         // SAFETY: the slot lies inside `coincide_smem_bytes()`; only this thread uses it.
         unsafe { i::st_shared_u32(walk_slot(warp_local + j * 32 + lane), c) };
         sum64 += c as u64;
@@ -475,7 +480,7 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
             at += 1;
         };
         // SAFETY: idx < n (a count was made).
-        unsafe { opener_pairs(&p, idx, write) };
+        unsafe { opener_pairs(&p, idx, time, write) };
     }
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
         // SAFETY: the u64 at CO_TOTAL_LO is 8-byte aligned (word 4).
