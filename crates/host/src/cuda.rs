@@ -217,21 +217,39 @@ impl GpuContext {
     /// Sets the first `n` words of `buf` to `value` on the device (`cuMemsetD32Async` on
     /// the stream; no host copy).
     pub fn fill_u32(&self, buf: &mut DeviceBuffer<u32>, n: usize, value: u32) -> Result<()> {
-        if n > buf.len() {
+        self.fill_u32_range(buf, 0..n, value)
+    }
+
+    /// Sets the words `range` of `buf` to `value` on the device (`cuMemsetD32Async` on the
+    /// stream; no host copy, no wait).
+    pub fn fill_u32_range(
+        &self,
+        buf: &mut DeviceBuffer<u32>,
+        range: std::ops::Range<usize>,
+        value: u32,
+    ) -> Result<()> {
+        if range.start > range.end || range.end > buf.len() {
             return Err(crate::error::invalid(
                 "fill_u32",
-                format!("{n} words requested in a buffer of {}", buf.len()),
+                format!("words {range:?} requested in a buffer of {}", buf.len()),
             ));
         }
-        if n == 0 {
+        if range.is_empty() {
             return Ok(());
         }
         let (ptr, _record) = buf.device_ptr_mut(&self.stream);
-        // SAFETY: `ptr` addresses at least `n` words of this allocation (checked above); the
-        // memset runs on our stream.
-        unsafe { sys::cuMemsetD32Async(ptr, value, n, self.stream.cu_stream()) }
-            .result()
-            .ctx("filling device memory")
+        // SAFETY: `ptr + 4 start` addresses at least `end - start` words of this allocation
+        // (checked above); the memset runs on our stream.
+        unsafe {
+            sys::cuMemsetD32Async(
+                ptr + 4 * range.start as u64,
+                value,
+                range.end - range.start,
+                self.stream.cu_stream(),
+            )
+        }
+        .result()
+        .ctx("filling device memory")
     }
 
     /// Zeroes a device buffer.

@@ -137,14 +137,11 @@ impl GpuContext {
         {
             return Err(invalid("convert buffers", "shorter than the frame count"));
         }
-        let mut init = [0u32; k::STAT_WORDS];
-        init[k::STAT_FIRST_BAD] = u32::MAX;
-        // The order check's watermark (a minimum by atomics) starts at u64::MAX.
-        init[k::STAT_MARK_LO] = u32::MAX;
-        init[k::STAT_MARK_LO + 1] = u32::MAX;
-        self.stream()
-            .memcpy_htod(&init, stats)
-            .ctx("initialising conversion statistics")?;
+        // Statistics by device memsets (no host copy): zero, the first bad frame at
+        // u32::MAX, the order check's watermark (a minimum by atomics) at u64::MAX.
+        self.fill_u32(stats, k::STAT_WORDS, 0)?;
+        self.fill_u32_range(stats, k::STAT_FIRST_BAD..k::STAT_FIRST_BAD + 1, u32::MAX)?;
+        self.fill_u32_range(stats, k::STAT_MARK_LO..k::STAT_MARK_LO + 2, u32::MAX)?;
         if n == 0 {
             return Ok(());
         }
@@ -661,7 +658,7 @@ impl GpuContext {
         // Status: the first unsorted index and the first incomplete opener start at u32::MAX,
         // the rest at 0 (device memsets: no host copy, no wait).
         self.fill_u32(status, k::CO_WORDS, 0)?;
-        self.fill_u32(status, k::CO_RESUME + 1, u32::MAX)?;
+        self.fill_u32_range(status, k::CO_FIRST_UNSORTED..k::CO_RESUME + 1, u32::MAX)?;
         let mut lb = self.take_lookback::<u32>(tiles)?;
         let params = k::PetCoincideTilesParams {
             singles: self.ptr(&sv).cast(),
