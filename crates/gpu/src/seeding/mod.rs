@@ -56,8 +56,41 @@
 
 use crate::params::DevPtr;
 
-/// Kernel: grid key of every spacepoint of a batch (`n_events * nkeys` when it is not valid).
+/// Kernel: grid key of every spacepoint of a batch (`n_events * nkeys` when it is not valid);
+/// the radix-sort binning (the fallback when a grid key holds more than [`BIN_RANK_MAX`]).
 pub const KERNEL_BIN: &str = "seeding_bin_spacepoints";
+
+/// Kernel: grid key of every spacepoint of a batch, its count per key (a global atomic whose
+/// old value is the spacepoint's slot in its key, in no particular order) and, when the
+/// keys fit one tile of [`BIN_SCAN_TILE`], the grid offsets (the last block to finish scans
+/// the counts).
+pub const KERNEL_BIN_COUNT: &str = "seeding_bin_count";
+
+/// Kernel: every spacepoint's index into its key's range of the content (grid offset +
+/// slot), and the counts cleared for the next call.
+pub const KERNEL_BIN_PLACE: &str = "seeding_bin_place";
+
+/// Threads per block of [`KERNEL_BIN_COUNT`] (its last block scans up to [`BIN_SCAN_TILE`]
+/// grid counts, [`BIN_SCAN_ITEMS`] per thread).
+pub const BIN_COUNT_THREADS: u32 = 1024;
+
+/// Grid counts per thread of the scan in [`KERNEL_BIN_COUNT`].
+pub const BIN_SCAN_ITEMS: u32 = 16;
+
+/// Most grid offsets (`n_events * nkeys + 2`) that [`KERNEL_BIN_COUNT`] scans itself; a
+/// larger batch scans them with the Foundation's device scan (one more launch).
+pub const BIN_SCAN_TILE: u64 = (BIN_COUNT_THREADS * BIN_SCAN_ITEMS) as u64;
+
+/// Largest grid key (spacepoints) whose order [`KERNEL_GATHER_SPACEPOINTS`] restores by
+/// counting (each spacepoint compares its index with every other of its key); a key with more
+/// sets [`SeedingTotals::unranked`] and the host repeats the chain with the radix-sort binning.
+pub const BIN_RANK_MAX: u32 = 512;
+
+/// Dynamic shared memory of [`KERNEL_BIN_COUNT`]: the block scan's 33 words and the flag of
+/// the last block.
+pub const fn bin_count_smem_bytes() -> usize {
+    34 * 4
+}
 /// Kernel: binned spacepoint records in grid order.
 pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 /// Kernel: per middle spacepoint, its middle–bottom and middle–top doublets in one pass.
@@ -1113,8 +1146,10 @@ pub struct SeedingTotals {
     pub mid_top: u64,
     /// Triplets needed (0 when the doublets did not fit).
     pub triplets: u64,
-    /// Reserved (0).
-    pub reserved: u64,
+    /// Non-zero when a grid key held more than [`BIN_RANK_MAX`] spacepoints: the gather did
+    /// not restore the order inside that key, and the host repeats the chain with the
+    /// radix-sort binning.
+    pub unranked: u64,
 }
 const _: () = assert!(core::mem::size_of::<SeedingTotals>() == 32);
 
@@ -1173,6 +1208,48 @@ pub struct SeedingBinSpacepointsParams {
 }
 crate::kernel_params!(SeedingBinSpacepointsParams, 48, ["seeding_bin_spacepoints"]);
 
+/// Parameters of the `seeding_bin_count` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingBinCountParams {
+    pub cfg: DevPtr<SeedingConfig>,
+    pub sps: DevPtr<SpacePoint>,
+    /// `n_events + 1` offsets of the events in `sps` (non-decreasing, last = n).
+    pub ev_off: DevPtr<u32>,
+    pub n: u64,
+    pub keys: DevPtr<u32>,
+    /// Each spacepoint's slot in its key (order of the atomics).
+    pub slot: DevPtr<u32>,
+    /// `n_events * nkeys + 2` counts, zero on entry.
+    pub counts: DevPtr<u32>,
+    /// `n_events * nkeys + 2` grid offsets, written when `scan_keys != 0`.
+    pub grid: DevPtr<u32>,
+    /// Finished blocks (zero on entry, left zero).
+    pub ticket: DevPtr<u32>,
+    pub n_events: u32,
+    /// `n_events * nkeys + 2` when the last block scans the counts (at most
+    /// [`BIN_SCAN_TILE`]), else 0.
+    pub scan_keys: u32,
+}
+crate::kernel_params!(SeedingBinCountParams, 80, ["seeding_bin_count"]);
+
+/// Parameters of the `seeding_bin_place` kernel (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingBinPlaceParams {
+    pub keys: DevPtr<u32>,
+    pub slot: DevPtr<u32>,
+    pub grid: DevPtr<u32>,
+    /// `n` spacepoint indices, grouped by key (any order inside a key).
+    pub content: DevPtr<u32>,
+    /// Counts to clear.
+    pub counts: DevPtr<u32>,
+    pub n: u64,
+    /// Counts to clear: `n_events * nkeys + 1`.
+    pub n_counts: u64,
+}
+crate::kernel_params!(SeedingBinPlaceParams, 56, ["seeding_bin_place"]);
+
 /// Parameters of the `seeding_gather_spacepoints` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
@@ -1188,12 +1265,16 @@ pub struct SeedingGatherSpacepointsParams {
     pub out: DevPtr<BinnedSp>,
     /// `(r, z)` of every binned record (the doublet cuts' first test).
     pub rz: DevPtr<[f32; 2]>,
+    /// [`SeedingTotals::unranked`] is set here.
+    pub totals: DevPtr<SeedingTotals>,
     pub n_events: u32,
-    pub _pad0: u32,
+    /// Non-zero: `content` is grouped by key in any order inside a key and the gather puts
+    /// each key's spacepoints in input order (by counting); zero: `content` is already stable.
+    pub rank: u32,
 }
 crate::kernel_params!(
     SeedingGatherSpacepointsParams,
-    80,
+    88,
     ["seeding_gather_spacepoints"]
 );
 
