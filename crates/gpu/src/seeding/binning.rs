@@ -68,6 +68,8 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(p: SeedingBinSpacepoin
 /// (the atomic's old value plus its rank among those lanes; the order of the warps' atomics
 /// is arbitrary, so the slots are a permutation of `0..count` in no set order).
 ///
+/// It also zeroes the chain's `summary_words` summary words (grid-stride).
+///
 /// With `scan_keys != 0` the last block to finish (a ticket: every thread fences its atomics,
 /// a barrier, then thread 0 takes the ticket) writes the exclusive scan of the `scan_keys`
 /// counts into `grid` and returns the ticket to zero. Barriers: one after the atomics (all of
@@ -77,12 +79,20 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(p: SeedingBinSpacepoin
 /// # Safety
 /// As [`seeding_bin_spacepoints`]; `slot` for `n`; `counts` for `n_events * nkeys + 2`
 /// words, zero; `ticket` one word, zero; with `scan_keys != 0`: `scan_keys == n_events * nkeys
-/// + 2 <= BIN_SCAN_TILE`, `grid` for `scan_keys` words, 16-byte aligned. `BIN_COUNT_THREADS`
+/// + 2 <= BIN_SCAN_TILE`, `grid` for `scan_keys` words, 16-byte aligned; `summary` for
+/// `summary_words`. `BIN_COUNT_THREADS`
 /// threads, `ceil(n / BIN_COUNT_THREADS)` blocks, `bin_count_smem_bytes()` of shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_bin_count(p: SeedingBinCountParams) {
     let g = index();
     let active = g < p.n;
+    // The chain's totals and per-event counts start at zero (no memset launch).
+    let mut w = g;
+    while w < p.summary_words as u64 {
+        // SAFETY: w < summary_words.
+        unsafe { p.summary.ptr_mut().add(w as usize).write(0) };
+        w += stride();
+    }
     // SAFETY: launch contract (one config).
     let c = unsafe { &*p.cfg.ptr() };
     let key = if active {

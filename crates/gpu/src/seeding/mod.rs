@@ -1226,12 +1226,16 @@ pub struct SeedingBinCountParams {
     pub grid: DevPtr<u32>,
     /// Finished blocks (zero on entry, left zero).
     pub ticket: DevPtr<u32>,
+    /// The chain's [`SeedingTotals`] and [`EventCounts`], zeroed here (`summary_words`).
+    pub summary: DevPtr<u32>,
     pub n_events: u32,
     /// `n_events * nkeys + 2` when the last block scans the counts (at most
     /// [`BIN_SCAN_TILE`]), else 0.
     pub scan_keys: u32,
+    pub summary_words: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingBinCountParams, 80, ["seeding_bin_count"]);
+crate::kernel_params!(SeedingBinCountParams, 96, ["seeding_bin_count"]);
 
 /// Parameters of the `seeding_bin_place` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

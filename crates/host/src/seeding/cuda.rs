@@ -564,7 +564,10 @@ impl GpuContext {
             }
             ws.counts_zero = true;
         }
-        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+        if radix {
+            // The counting binning's first kernel zeroes the summary itself.
+            self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+        }
         let n64 = n as u64;
         let ne = n_events as u32;
         // Addresses (the buffers stay put during the chain).
@@ -833,14 +836,18 @@ impl GpuContext {
             counts: p!(B::Counts),
             grid: p!(B::Grid),
             ticket: p!(B::Ticket),
+            summary: p!(B::Summary),
             n_events: ne,
             scan_keys: if fused { scan_keys as u32 } else { 0 },
+            summary_words: 8 * (ne + 1),
+            _pad0: 0,
         };
         // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller); ev_off
         // n_events + 1 offsets ending at n; keys and slots n words; counts nkeys_total + 1
         // words and the ticket, zero (cleared when not known to be zero); grid nkeys_total + 1
-        // words (a cudarc allocation: aligned); (n_events + 1) * nkeys < 2^32 (caller);
-        // BIN_COUNT_THREADS threads, one per spacepoint, bin_count_smem_bytes().
+        // words (a cudarc allocation: aligned); the summary 8 (n_events + 1) words;
+        // (n_events + 1) * nkeys < 2^32 (caller); BIN_COUNT_THREADS threads, one per
+        // spacepoint, bin_count_smem_bytes().
         unsafe {
             self.launch(
                 k::KERNEL_BIN_COUNT,
