@@ -764,6 +764,52 @@ pub fn bottom_scattering(cfg: &SeedingConfig, lb: &LinCircle) -> (f32, f32) {
     (i_sin_theta2, scat)
 }
 
+/// The threshold [`triplet_surely_rejected`] compares with, from a doublet's
+/// `scatteringInRegion2` `s`: `s` itself when `s >= 1e-30`, `1e-30` below (so that the
+/// values compared stay normal floats), `+inf` for NaN (no pair is then surely rejected: the
+/// exact cut rejects nothing, `NaN > x` being false).
+#[inline(always)]
+pub fn triplet_reject_threshold(s: f32) -> f32 {
+    if s >= 1e-30 {
+        s
+    } else if s.is_nan() {
+        f32::INFINITY
+    } else {
+        1e-30
+    }
+}
+
+/// A sufficient condition, without a square root, for [`triplet_compatible`]'s first cut
+/// (`d = Δcot² + error² - 2 |Δcot| sqrt(error²) > scatteringInRegion2`) to reject the pair:
+/// `0 <= error² <= Δcot² / 4`, `Δcot²` finite and `0.2499 Δcot² > threshold`
+/// ([`triplet_reject_threshold`]). Proof (u = 2⁻²⁴, every operation rounded to nearest):
+/// with `e2 = error²`, `D = fl(Δcot²)` and `s = sqrt(e2) <= sqrt(D) / 2`, the first cut's
+/// `A = fl(D + e2) >= (D + e2)(1 - u)` and `P = fl(2 |Δcot| fl(sqrt(e2))) <= 2 sqrt(D) s (1 +
+/// 2.6 u)`, so `A - P >= (sqrt(D) - s)² - u (D + s² + 5.2 sqrt(D) s) >= D (1/4 - 3.85 u)`
+/// and `d = fl(A - P) >= D (1/4 - 4.2 u) > 0.2499 D (1 + u) >= fl(0.2499 D) > threshold >=
+/// scatteringInRegion2` (all values normal: `D > 4e-30`, `s = 0` or `s >= 2^-74.5`). The
+/// cut's precondition `fl(D - e2) > 0` holds since `D - e2 >= 3 D / 4 > 0`. At ⟨μ⟩ = 200 it
+/// holds for 97.3 % of the 22.6 million pairs (all lanes of 54 % of the triplet kernel's warp
+/// steps; counted on the CPU); the first cut rejects 98.6 %.
+#[inline(always)]
+pub fn triplet_surely_rejected(
+    m: &BinnedSp,
+    lb: &LinCircle,
+    lt: &LinCircle,
+    threshold: f32,
+) -> bool {
+    // The same expressions as `triplet_compatible` (bit-identical values).
+    let error2 = lt.er
+        + lb.er
+        + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+    let delta_cot = lb.cot_theta - lt.cot_theta;
+    let delta_cot2 = delta_cot * delta_cot;
+    error2 >= 0.0
+        && 4.0 * error2 <= delta_cot2
+        && delta_cot2 <= f32::MAX
+        && delta_cot2 * 0.2499 > threshold
+}
+
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
