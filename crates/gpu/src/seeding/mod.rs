@@ -19,12 +19,16 @@
 //! A call seeds a batch of `n_events` events (one or more): consecutive runs of one
 //! spacepoint array, `ev_off[e]..ev_off[e + 1]`, each with its own range of grid keys.
 //! 1. input `SpacePoint[n]` (x, y, z in mm, variances);
-//! 2. [`KERNEL_BIN`] writes each spacepoint's batch grid key (`e * nkeys + bin * n_r + radius
-//!    slice`, or `n_events * nkeys` when invalid); the radix sort and the Foundation's
-//!    `bucket_offsets_sorted` group them: `grid_offsets[n_events * nkeys + 2]` and the
-//!    spacepoint indices in key order, ascending input index inside a key. A middle's bottom
-//!    (top) candidates in one neighbour bin are then one contiguous range ([`slice_range`]);
-//! 3. [`KERNEL_GATHER_SPACEPOINTS`] writes `BinnedSp[n_valid]` in that order (the "binned
+//! 2. [`KERNEL_BIN_COUNT`] writes each spacepoint's batch grid key (`e * nkeys + bin * n_r +
+//!    radius slice`, or `n_events * nkeys` when invalid), counts the keys (global atomics;
+//!    each spacepoint's slot in its key is the atomic's old value, in no set order) and, for
+//!    one tile of keys, scans them into `grid_offsets[n_events * nkeys + 2]` in its last
+//!    block; [`KERNEL_BIN_PLACE`] groups the spacepoint indices by key. (Fallback for a key of
+//!    more than [`BIN_RANK_MAX`]: [`KERNEL_BIN`], the radix sort and the Foundation's
+//!    `bucket_offsets_sorted`, stable.) A middle's bottom (top) candidates in one neighbour
+//!    bin are one contiguous range of the binned records ([`slice_range`]);
+//! 3. [`KERNEL_GATHER_SPACEPOINTS`] writes `BinnedSp[n_valid]` in key order, ascending input
+//!    index inside a key (each spacepoint's rank among its key's, by counting; the "binned
 //!    index" used below) and their `(r, z)`;
 //! 4. [`KERNEL_FIND_DOUBLETS`]: per middle, one pass; space reserved per middle with a 64-bit
 //!    atomic on [`SeedingTotals`]; `Doublet` and `LinCircle` arrays (bottoms and tops apart),
@@ -47,7 +51,8 @@
 //! impact 0, so it passes with weight 0 (`-impact`), no weight bonus, `rT < 150` gives +200:
 //! one seed `(0, 1, 2, weight 200, z_vertex ≈ 0)` (see the host tests).
 //!
-//! No block barriers: every kernel is one thread per item, except the doublet kernel and the
+//! No block barriers except in [`KERNEL_BIN_COUNT`] (the last block's ticket and scan, see
+//! there): every kernel is one thread per item, except the doublet kernel and the
 //! selection and gather (one warp per middle: warp-synchronous ballots, shuffles and, in the
 //! doublet kernel, `bar.warp.sync` around the warp's own shared-memory stages). Atomics are
 //! the 64-bit reservations and the per-event sums (order-independent); positions of doublets
