@@ -24,7 +24,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_capacity_retry", test_capacity_retry),
     ("seeding_variance_scales", test_variance_scales),
     ("seeding_triplet_lanes", test_triplet_lanes),
-    ("seeding_binning_fallback", test_binning_fallback),
+    ("seeding_binning_paths", test_binning_paths),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -571,12 +571,14 @@ fn test_triplet_lanes(c: &Ctx) -> R {
     Ok(())
 }
 
-/// The counting binning restores the input order inside a grid key by counting, up to
-/// `BIN_RANK_MAX` spacepoints per key: a key with more (here 620 spacepoints at r = 34.2 mm
-/// in one phi bin, 20 of them the bottoms of tracks) makes the chain repeat once with the
-/// radix-sort binning, with the oracle's seeds; a normal event in the same workspace then
-/// needs no repeat. Alone and inside a batch.
-fn test_binning_fallback(c: &Ctx) -> R {
+/// The binning's paths. The counting binning restores the input order inside a grid key by
+/// counting, up to `BIN_RANK_MAX` spacepoints per key: a key with more (here 620 spacepoints
+/// at r = 34.2 mm in one phi bin, 20 of them the bottoms of tracks) makes the chain repeat
+/// once with the radix-sort binning, with the oracle's seeds; a normal event in the same
+/// workspace then needs no repeat. Alone and inside a batch. An event of more than
+/// `BIN_PLACE_MAX` spacepoints (70,000 invalid ones, all in the extra key, around 400 of
+/// tracks) is placed by its own launch instead of the first kernel's last block.
+fn test_binning_paths(c: &Ctx) -> R {
     let cfg = default_cfg();
     let mut rng = detkit::rng::rng(c.seed ^ 0xb1);
     let mut big: Vec<SpacePoint> = (0..600)
@@ -638,5 +640,25 @@ fn test_binning_fallback(c: &Ctx) -> R {
     ensure(ws.radix_binnings() == 2, || {
         format!("batch: {} radix binnings, want 2", ws.radix_binnings())
     })?;
-    compare(c, "crowded key (backend)", &cfg, &big)
+    compare(c, "crowded key (backend)", &cfg, &big)?;
+    let tracks = tracks_in_window(c, 64, 100, 0.5, 0.3);
+    let mut large: Vec<SpacePoint> = (0..70_000)
+        .map(|i| sp(50.0 + (i % 100) as f32, 0.0, 2500.0))
+        .collect();
+    for (i, t) in tracks.into_iter().enumerate() {
+        large[i * 170 + 3] = t;
+    }
+    compare_batch(
+        c,
+        "large event",
+        &mut ws,
+        &cfg,
+        std::slice::from_ref(&large),
+    )?;
+    ensure(ws.radix_binnings() == 2, || {
+        format!(
+            "large event: {} radix binnings, want 2",
+            ws.radix_binnings()
+        )
+    })
 }
