@@ -575,9 +575,9 @@ fn test_triplet_lanes(c: &Ctx) -> R {
 /// counting, up to `BIN_RANK_MAX` spacepoints per key: a key with more (here 620 spacepoints
 /// at r = 34.2 mm in one phi bin, 20 of them the bottoms of tracks) makes the chain repeat
 /// once with the radix-sort binning, with the oracle's seeds; a normal event in the same
-/// workspace then needs no repeat. Alone and inside a batch. An event of more than
-/// `BIN_PLACE_MAX` spacepoints (70,000 invalid ones, all in the extra key, around 400 of
-/// tracks) is placed by its own launch instead of the first kernel's last block.
+/// workspace then needs no repeat. Alone and inside a batch. A large event (70,000
+/// spacepoints, all but the 400 of tracks invalid: one key holds them, counted by the
+/// warp-aggregated atomics, not ranked, no repeat).
 fn test_binning_paths(c: &Ctx) -> R {
     let cfg = default_cfg();
     let mut rng = detkit::rng::rng(c.seed ^ 0xb1);

@@ -72,9 +72,7 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(p: SeedingBinSpacepoin
 ///
 /// With `scan_keys != 0` the last block to finish (a ticket: every thread fences its atomics,
 /// a barrier, then thread 0 takes the ticket) writes the exclusive scan of the `scan_keys`
-/// counts into `grid` and returns the ticket to zero; with `place != 0` it also clears the
-/// counts and does [`seeding_bin_place`]'s work (a barrier after the scan: the grid offsets
-/// it wrote are read by all its threads), so that one event is binned in two launches. Barriers: one after the atomics (all of
+/// counts into `grid` and returns the ticket to zero. Barriers: one after the atomics (all of
 /// the block's atomics precede the ticket), one to share the last-block flag, two inside the
 /// block scan.
 ///
@@ -82,7 +80,7 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_spacepoints(p: SeedingBinSpacepoin
 /// As [`seeding_bin_spacepoints`]; `slot` for `n`; `counts` for `n_events * nkeys + 2`
 /// words, zero; `ticket` one word, zero; with `scan_keys != 0`: `scan_keys == n_events * nkeys
 /// + 2 <= BIN_SCAN_TILE`, `grid` for `scan_keys` words, 16-byte aligned; `summary` for
-/// `summary_words`; with `place != 0`: `scan_keys != 0`, `content` for `n`. `BIN_COUNT_THREADS`
+/// `summary_words`. `BIN_COUNT_THREADS`
 /// threads, `ceil(n / BIN_COUNT_THREADS)` blocks, `bin_count_smem_bytes()` of shared memory.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_bin_count(p: SeedingBinCountParams) {
@@ -173,17 +171,6 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_count(p: SeedingBinCountParams) {
         sum += v[j as usize];
         j += 1;
     }
-    if p.place != 0 {
-        // The counts this thread read are cleared for the next call (no one else reads them).
-        let mut j = 0;
-        while j < BIN_SCAN_ITEMS {
-            if first + j < nk {
-                // SAFETY: as above.
-                unsafe { p.counts.ptr_mut().add((first + j) as usize).write(0) };
-            }
-            j += 1;
-        }
-    }
     let (mut run, _) = bs.exclusive_sum(sum);
     let out = p.grid.ptr_mut();
     if first + BIN_SCAN_ITEMS <= nk {
@@ -211,46 +198,6 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_count(p: SeedingBinCountParams) {
             run += v[q as usize];
             q += 1;
         }
-    }
-    if p.place == 0 {
-        return;
-    }
-    // The block's grid offsets are visible to all its threads after the barrier.
-    i::sync_threads();
-    // Place every spacepoint (as `seeding_bin_place`), eight per thread at a time so that
-    // their loads are in flight together.
-    const U: usize = 8;
-    let bd = BIN_COUNT_THREADS as u64;
-    let mut base = i::thread_idx_x() as u64;
-    while base < p.n {
-        let mut key = [0u32; U];
-        let mut slot = [0u32; U];
-        let mut u = 0;
-        while u < U {
-            let g = base + u as u64 * bd;
-            if g < p.n {
-                // SAFETY: g < n; written by other blocks before their tickets (relaxed
-                // device-scope loads after this block's fence).
-                unsafe {
-                    key[u] = i::load_relaxed_u32(p.keys.ptr().add(g as usize));
-                    slot[u] = i::load_relaxed_u32(p.slot.ptr().add(g as usize));
-                }
-            }
-            u += 1;
-        }
-        let mut u = 0;
-        while u < U {
-            let g = base + u as u64 * bd;
-            if g < p.n {
-                // SAFETY: key < scan_keys; the position is inside the key's range.
-                unsafe {
-                    let at = out.add(key[u] as usize).read() + slot[u];
-                    p.content.ptr_mut().add(at as usize).write(g as u32);
-                }
-            }
-            u += 1;
-        }
-        base += U as u64 * bd;
     }
 }
 

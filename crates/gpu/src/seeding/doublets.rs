@@ -88,41 +88,6 @@ pub(crate) unsafe fn window_runs(
     w
 }
 
-/// The number of candidates of a middle's `window` ([`Window::total`] of [`window_runs`]),
-/// without the runs: each lane reads its neighbour bin's two grid offsets, then a warp sum
-/// (five `shfl.xor`; [`window_runs`] takes a five-step scan, eight run starts and more
-/// registers). A shorter sum over three lanes for the default grid, and a two-step scan in
-/// `window_runs`, gave ptxas more spill code (84 bytes stored, was 52): not kept.
-///
-/// # Safety
-/// As [`window_runs`].
-#[inline(always)]
-pub(crate) unsafe fn window_total(
-    c: &SeedingConfig,
-    lanes: (u32, usize),
-    window: (f32, f32),
-    grid: *const u32,
-) -> u32 {
-    let lane = i::lane_id();
-    let (nb_len, key) = lanes;
-    let (s0, s1) = slice_range(c, window.0, window.1);
-    let mut len = 0u32;
-    if s0 < s1 && lane < nb_len {
-        // SAFETY: as in `window_runs`.
-        len = unsafe {
-            grid.add(key + s1 as usize)
-                .read()
-                .saturating_sub(grid.add(key + s0 as usize).read())
-        };
-    }
-    let mut d = 16;
-    while d > 0 {
-        len += i::shfl_xor(len, d);
-        d /= 2;
-    }
-    len
-}
-
 /// `*p` as two 16-byte read-only loads (the generic read of a 4-aligned record is eight
 /// 32-bit loads).
 ///
@@ -377,12 +342,11 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
         // the first found a doublet (a middle with no bottom or no top keeps none): middles
         // with an empty side (the outermost layer has no tops) skip the full walk of the
         // other. Warp-uniform: every lane holds the same totals.
-        // The totals alone first ([`window_total`]); the runs are computed for the walks
-        // (holding both windows' runs across the walks costs registers: 72 → 83 per
-        // thread, ptxas sm_90).
+        // The runs are computed again for the walks (holding both windows' runs across
+        // the walks costs registers: 72 → 83 per thread, ptxas sm_90).
         let lanes = lane_bin(c, &m);
-        let tb = window_total(c, lanes, wb, grid);
-        let tt = window_total(c, lanes, wt, grid);
+        let tb = window_runs(c, lanes, wb, grid).total;
+        let tt = window_runs(c, lanes, wt, grid).total;
         let first_bottom = tb <= tt;
         let walk = tb != 0 && tt != 0;
         let (w1, s1, w2, s2) = if first_bottom {

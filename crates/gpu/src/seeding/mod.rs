@@ -86,10 +86,6 @@ pub const BIN_SCAN_ITEMS: u32 = 16;
 /// larger batch scans them with the Foundation's device scan (one more launch).
 pub const BIN_SCAN_TILE: u64 = (BIN_COUNT_THREADS * BIN_SCAN_ITEMS) as u64;
 
-/// Most spacepoints for which the last block of [`KERNEL_BIN_COUNT`] also places them (64
-/// per thread; a larger event is placed by [`KERNEL_BIN_PLACE`], all multiprocessors).
-pub const BIN_PLACE_MAX: u64 = 64 * BIN_COUNT_THREADS as u64;
-
 /// Largest grid key (spacepoints) whose order [`KERNEL_GATHER_SPACEPOINTS`] restores by
 /// counting (each spacepoint compares its index with every other of its key); a key with more
 /// sets [`SeedingTotals::unranked`] and the host repeats the chain with the radix-sort binning.
@@ -1283,18 +1279,14 @@ pub struct SeedingBinCountParams {
     pub ticket: DevPtr<u32>,
     /// The chain's [`SeedingTotals`] and [`EventCounts`], zeroed here (`summary_words`).
     pub summary: DevPtr<u32>,
-    /// `n` spacepoint indices grouped by key, written by the last block when `place != 0`.
-    pub content: DevPtr<u32>,
     pub n_events: u32,
     /// `n_events * nkeys + 2` when the last block scans the counts (at most
     /// [`BIN_SCAN_TILE`]), else 0.
     pub scan_keys: u32,
     pub summary_words: u32,
-    /// Non-zero (only with `scan_keys != 0` and `n <= BIN_PLACE_MAX`): the last block also
-    /// does [`KERNEL_BIN_PLACE`]'s work (the content, the counts cleared), one launch fewer.
-    pub place: u32,
+    pub _pad0: u32,
 }
-crate::kernel_params!(SeedingBinCountParams, 104, ["seeding_bin_count"]);
+crate::kernel_params!(SeedingBinCountParams, 96, ["seeding_bin_count"]);
 
 /// Parameters of the `seeding_bin_place` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

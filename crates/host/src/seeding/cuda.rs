@@ -819,9 +819,6 @@ impl GpuContext {
         let n64 = n as u64;
         let scan_keys = nkeys_total + 1;
         let fused = scan_keys <= k::BIN_SCAN_TILE;
-        // One event of the default grid: the first kernel's last block also places the
-        // spacepoints (two launches in all).
-        let place = fused && n64 <= k::BIN_PLACE_MAX;
         macro_rules! p {
             ($b:expr) => {
                 self.ptr(ws.buf($b)).cast()
@@ -840,17 +837,15 @@ impl GpuContext {
             grid: p!(B::Grid),
             ticket: p!(B::Ticket),
             summary: p!(B::Summary),
-            content: p!(B::Content),
             n_events: ne,
             scan_keys: if fused { scan_keys as u32 } else { 0 },
             summary_words: 8 * (ne + 1),
-            place: place as u32,
+            _pad0: 0,
         };
         // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller); ev_off
         // n_events + 1 offsets ending at n; keys and slots n words; counts nkeys_total + 1
         // words and the ticket, zero (cleared when not known to be zero); grid nkeys_total + 1
-        // words (a cudarc allocation: aligned); the summary 8 (n_events + 1) words; content
-        // n words;
+        // words (a cudarc allocation: aligned); the summary 8 (n_events + 1) words;
         // (n_events + 1) * nkeys < 2^32 (caller); BIN_COUNT_THREADS threads, one per
         // spacepoint, bin_count_smem_bytes().
         unsafe {
@@ -877,10 +872,6 @@ impl GpuContext {
             };
             ws.bufs[B::Grid as usize] = grid;
             r?;
-        }
-        if place {
-            ws.counts_zero = true;
-            return Ok(());
         }
         let params = k::SeedingBinPlaceParams {
             keys: p!(B::Keys),
