@@ -24,6 +24,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_capacity_retry", test_capacity_retry),
     ("seeding_variance_scales", test_variance_scales),
     ("seeding_triplet_lanes", test_triplet_lanes),
+    ("seeding_binning_paths", test_binning_paths),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -568,4 +569,96 @@ fn test_triplet_lanes(c: &Ctx) -> R {
         exact(&format!("batch event {j} seeds"), &out[j].0, &seeds)?;
     }
     Ok(())
+}
+
+/// The binning's paths. The counting binning restores the input order inside a grid key by
+/// counting, up to `BIN_RANK_MAX` spacepoints per key: a key with more (here 620 spacepoints
+/// at r = 34.2 mm in one phi bin, 20 of them the bottoms of tracks) makes the chain repeat
+/// once with the radix-sort binning, with the oracle's seeds; a normal event in the same
+/// workspace then needs no repeat. Alone and inside a batch. A large event (70,000
+/// spacepoints, all but the 400 of tracks invalid: one key holds them, counted by the
+/// warp-aggregated atomics, not ranked, no repeat).
+fn test_binning_paths(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let mut rng = detkit::rng::rng(c.seed ^ 0xb1);
+    let mut big: Vec<SpacePoint> = (0..600)
+        .map(|_| {
+            let p = 0.020 + 0.001 * rng.uniform();
+            sp(
+                (34.2 * p.cos()) as f32,
+                (34.2 * p.sin()) as f32,
+                (100.0 * (rng.uniform() - 0.5)) as f32,
+            )
+        })
+        .collect();
+    for (i, mut t) in tracks_in_window(c, 62, 20, 0.0202, 0.0005)
+        .into_iter()
+        .enumerate()
+    {
+        if i % 4 == 0 {
+            // The bottom layer: into the crowded key's radius slice.
+            let r = (t.x * t.x + t.y * t.y).sqrt();
+            t.x *= 34.2 / r;
+            t.y *= 34.2 / r;
+        }
+        big.push(t);
+    }
+    // Interleave (620 and 7919 are coprime: a permutation), so that the key's spacepoints
+    // are spread over the input.
+    let n = big.len();
+    let big: Vec<SpacePoint> = (0..n).map(|i| big[(i * 7919) % n]).collect();
+    let normal = gen::generate(c.seed ^ 63, 20.0, true).spacepoints;
+    let mut ws = SeedingWorkspace::new();
+    ws.set_poison(true);
+    compare_batch(c, "crowded key", &mut ws, &cfg, std::slice::from_ref(&big))?;
+    ensure(ws.radix_binnings() == 1, || {
+        format!(
+            "crowded key: {} radix binnings, want 1",
+            ws.radix_binnings()
+        )
+    })?;
+    compare_batch(
+        c,
+        "normal after",
+        &mut ws,
+        &cfg,
+        std::slice::from_ref(&normal),
+    )?;
+    ensure(ws.radix_binnings() == 1, || {
+        format!(
+            "normal event: {} radix binnings, want 1",
+            ws.radix_binnings()
+        )
+    })?;
+    compare_batch(
+        c,
+        "crowded key in a batch",
+        &mut ws,
+        &cfg,
+        &[normal.clone(), big.clone(), Vec::new(), normal],
+    )?;
+    ensure(ws.radix_binnings() == 2, || {
+        format!("batch: {} radix binnings, want 2", ws.radix_binnings())
+    })?;
+    compare(c, "crowded key (backend)", &cfg, &big)?;
+    let tracks = tracks_in_window(c, 64, 100, 0.5, 0.3);
+    let mut large: Vec<SpacePoint> = (0..70_000)
+        .map(|i| sp(50.0 + (i % 100) as f32, 0.0, 2500.0))
+        .collect();
+    for (i, t) in tracks.into_iter().enumerate() {
+        large[i * 170 + 3] = t;
+    }
+    compare_batch(
+        c,
+        "large event",
+        &mut ws,
+        &cfg,
+        std::slice::from_ref(&large),
+    )?;
+    ensure(ws.radix_binnings() == 2, || {
+        format!(
+            "large event: {} radix binnings, want 2",
+            ws.radix_binnings()
+        )
+    })
 }

@@ -75,6 +75,8 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_ORDER_BLOCKS,
     pet::KERNEL_ORDER_JOIN,
     seeding::KERNEL_BIN,
+    seeding::KERNEL_BIN_COUNT,
+    seeding::KERNEL_BIN_PLACE,
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,
     seeding::KERNEL_FIND_TRIPLETS,
@@ -114,6 +116,8 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // 32 registers: 2048 threads per SM (issue 13: 8 blocks of the last pass, 16 of the
     // middle one); the kernel runs blocks of up to 1024 threads.
     (clustering::KERNEL_FIND_CLUS_SMALL, 1024, 2),
+    // Seeding binning: blocks of 1024 threads (at most 64 registers).
+    (seeding::KERNEL_BIN_COUNT, seeding::BIN_COUNT_THREADS, 1),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
     // 64 registers: 4 blocks of 256 per multiprocessor (unbounded the conversion takes 70,
     // which leaves room for 3).

@@ -761,7 +761,7 @@ fn seeding_ptx_has_no_fused_multiply_add() {
             );
         }
     }
-    assert_eq!(n, 6);
+    assert_eq!(n, 8);
 }
 
 /// Issue 14: the variances of a CSV give the seeds of the same event given through the API,
@@ -830,4 +830,107 @@ fn fan_event_has_the_chosen_doublet_counts() {
             assert!(st.triplets >= k as u64, "k={k} var={var}: {st:?}");
         }
     }
+}
+
+/// `triplet_surely_rejected` (the triplet kernel's test without a square root) holds only for
+/// pairs that the first cut of `triplet_compatible` rejects: random pairs spread over many
+/// scales around the cut's boundary, negative errors (negative `var_r` terms), zero, huge,
+/// infinite and NaN values. Also checks that the samples reach the boundary closely (the
+/// bound is tight within a factor of about 4 of the cut).
+#[test]
+fn triplet_fast_reject_is_sound() {
+    let cfg = cfg();
+    fn next(x: &mut u64) -> u64 {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        *x
+    }
+    // Uniform in [0, 1); 2^(lo..hi), log-uniform.
+    fn r(x: &mut u64) -> f32 {
+        (next(x) >> 40) as f32 / (1u64 << 24) as f32
+    }
+    fn lg(x: &mut u64, lo: f32, hi: f32) -> f32 {
+        (lo + (hi - lo) * r(x)).exp2()
+    }
+    let mut x = 0x1234_5678_9abc_def0u64;
+    let x = &mut x;
+    let specials = [
+        0.0f32,
+        -0.0,
+        1e-38,
+        1e-45,
+        1e-30,
+        f32::MAX,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -1.0,
+    ];
+    let (mut surely, mut tight) = (0u64, 0u64);
+    for round in 0..1_000_000u32 {
+        // Log-uniform magnitudes from 1e-12 to 1e2, random sign where it matters.
+        let mut v = [0f32; 9];
+        for (j, s) in v.iter_mut().enumerate() {
+            *s = lg(x, -40.0, 7.0);
+            if j == 2 && next(x) & 1 == 0 {
+                *s = -*s;
+            }
+        }
+        if round % 16 == 0 {
+            let j = (next(x) % 9) as usize;
+            v[j] = specials[(next(x) % specials.len() as u64) as usize];
+        }
+        let cot_b = (r(x) - 0.5) * 6.0;
+        let sign = if next(x) & 1 == 0 { 1.0 } else { -1.0 };
+        let m = BinnedSp {
+            var_r: v[2],
+            var_z: v[3],
+            ..Default::default()
+        };
+        let lb = k::LinCircle {
+            cot_theta: cot_b,
+            er: v[4],
+            i_delta_r: v[5],
+            ..Default::default()
+        };
+        let mut lt = k::LinCircle {
+            cot_theta: cot_b + sign * v[0],
+            er: v[6],
+            i_delta_r: v[7],
+            ..Default::default()
+        };
+        if round % 64 == 1 {
+            lt.cot_theta = specials[(next(x) % specials.len() as u64) as usize];
+        }
+        let (_, scat) = k::bottom_scattering(&cfg, &lb);
+        let scat = if round % 32 == 3 { v[8] } else { scat };
+        if !k::triplet_surely_rejected(&m, &lb, &lt, k::triplet_reject_threshold(scat)) {
+            continue;
+        }
+        surely += 1;
+        // The first cut, as `triplet_compatible` computes it.
+        let error2 = lt.er
+            + lb.er
+            + 2.0 * (lb.cot_theta * lt.cot_theta * m.var_r + m.var_z) * lb.i_delta_r * lt.i_delta_r;
+        let delta_cot = lb.cot_theta - lt.cot_theta;
+        let delta_cot2 = delta_cot * delta_cot;
+        assert!(
+            delta_cot2 - error2 > 0.0,
+            "round {round}: {m:?} {lb:?} {lt:?} {scat}"
+        );
+        let d = delta_cot2 + error2 - 2.0 * delta_cot.abs() * error2.sqrt();
+        assert!(
+            d > scat,
+            "round {round}: d {d} <= {scat}: {m:?} {lb:?} {lt:?}"
+        );
+        assert!(k::triplet_compatible(&cfg, &m, &lb, &lt, 1.0, scat).is_none());
+        if d < 4.01 * scat {
+            tight += 1;
+        }
+    }
+    assert!(
+        surely > 100_000 && tight > 1000,
+        "{surely} surely, {tight} tight"
+    );
 }

@@ -255,6 +255,30 @@ fn in_flight(
                 g.seed_batch_device(ws, cfg, &d, &offsets, None)?;
                 t.push(s.elapsed().as_secs_f64() * 1e3);
             }
+            // Where a batch's GPU time goes: per-stage medians per call (binning summed).
+            let mut per_stage: Vec<(&'static str, Vec<f64>)> = Vec::new();
+            for _ in 0..reps.clamp(5, 20) {
+                let mut tm = StageTimes::default();
+                g.seed_batch_device(ws, cfg, &d, &offsets, Some(&mut tm))?;
+                let mut merged: Vec<(&'static str, f64)> = Vec::new();
+                for (name, ms) in tm.stages.into_iter().chain([("chain", tm.chain_ms)]) {
+                    match merged.iter_mut().find(|(m, _)| *m == name) {
+                        Some(e) => e.1 += ms,
+                        None => merged.push((name, ms)),
+                    }
+                }
+                for (name, ms) in merged {
+                    match per_stage.iter_mut().find(|(m, _)| *m == name) {
+                        Some(e) => e.1.push(ms),
+                        None => per_stage.push((name, vec![ms])),
+                    }
+                }
+            }
+            let parts: Vec<String> = per_stage
+                .iter()
+                .map(|(name, v)| format!("{name} {:.4}", median(v.clone())))
+                .collect();
+            println!("  batch {b}, GPU ms per call: {}", parts.join(", "));
             (median(t), format!("{b}"))
         };
         let per = ms / b as f64;

@@ -80,6 +80,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             let m = &*sps.add(db.middle as usize);
             let lb = read_lin_circle(lc_bot.add(d as usize));
             let (isin, scat) = bottom_scattering(c, &lb);
+            let threshold = triplet_reject_threshold(scat);
             let lo = p.top_start.ptr().add(db.middle as usize).read();
             let hi = lo + p.n_top.ptr().add(db.middle as usize).read();
             let mut cnt = 0u32;
@@ -87,7 +88,11 @@ pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams
             let mut t = lo;
             while t < hi {
                 let lt = read_lin_circle(lc_top.add(t as usize));
-                if triplet_compatible(c, m, &lb, &lt, isin, scat).is_some() {
+                // Most pairs are rejected by the first cut: decided without its square root
+                // when that is certain (the same decision, see `triplet_surely_rejected`).
+                if !triplet_surely_rejected(m, &lb, &lt, threshold)
+                    && triplet_compatible(c, m, &lb, &lt, isin, scat).is_some()
+                {
                     last = t;
                     cnt += 1;
                 }

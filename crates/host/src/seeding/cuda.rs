@@ -67,6 +67,11 @@ pub struct SeedingWorkspace {
     bufs: Vec<Option<DeviceBuffer<u32>>>,
     event_seeds: Vec<Range<usize>>,
     n_seeds: usize,
+    /// The counting binning's counts and ticket are known to be zero (they are left zero by
+    /// every chain; cleared again after an allocation or a chain that stopped between its
+    /// launches).
+    counts_zero: bool,
+    radix_binnings: u64,
 }
 
 /// The buffers of a [`SeedingWorkspace`], by index into `bufs`.
@@ -76,9 +81,12 @@ enum B {
     EvOff,
     Input,
     Keys,
+    /// The radix sort's sorted keys, or the counting binning's slots.
     Sorted,
     Content,
     Bad,
+    Counts,
+    Ticket,
     Grid,
     Binned,
     NBot,
@@ -124,6 +132,8 @@ impl SeedingWorkspace {
             bufs: (0..NBUF).map(|_| None).collect(),
             event_seeds: Vec::new(),
             n_seeds: 0,
+            counts_zero: false,
+            radix_binnings: 0,
         }
     }
 
@@ -146,6 +156,12 @@ impl SeedingWorkspace {
     /// Number of repeated chains so far (a capacity overflowed and was raised).
     pub fn retries(&self) -> u64 {
         self.retries
+    }
+
+    /// Number of chains repeated with the radix-sort binning so far (a grid key held more
+    /// than [`k::BIN_RANK_MAX`] spacepoints).
+    pub fn radix_binnings(&self) -> u64 {
+        self.radix_binnings
     }
 
     /// The current capacity factors (entries per spacepoint).
@@ -185,13 +201,17 @@ impl SeedingWorkspace {
             .expect("workspace buffer allocated by `ensure` before use")
     }
 
-    /// Makes buffer `b` hold at least `words` words (new allocations are poisoned).
+    /// Makes buffer `b` hold at least `words` words (new allocations are poisoned; the
+    /// counting binning's counts are then no longer known to be zero).
     fn ensure(&mut self, gpu: &GpuContext, b: B, words: usize) -> Result<()> {
         let words = words.max(1);
         let slot = &mut self.bufs[b as usize];
         if slot.as_ref().is_none_or(|x| x.len() < words) {
             *slot = None; // free before allocating the larger one
             *slot = Some(gpu.filled_u32(words, POISON)?);
+            if matches!(b, B::Counts | B::Ticket) {
+                self.counts_zero = false;
+            }
         }
         Ok(())
     }
@@ -410,10 +430,11 @@ impl GpuContext {
                     .ctx("uploading event offsets")?;
                 ws.ev_off_host = ev_off.clone();
             }
+            let mut radix = false;
             loop {
                 attempts += 1;
                 tm.marks.clear();
-                let counts = self.seed_chain(ws, cfg, sps, n, n_events, &mut tm)?;
+                let counts = self.seed_chain(ws, cfg, sps, n, n_events, radix, &mut tm)?;
                 let (totals, events) = counts;
                 let caps = [ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?];
                 let over = [
@@ -422,7 +443,15 @@ impl GpuContext {
                     !(totals.mid_bot > caps[0] as u64 || totals.mid_top > caps[1] as u64)
                         && totals.triplets > caps[2] as u64,
                 ];
-                if !over.iter().any(|&o| o) {
+                // A grid key of more than BIN_RANK_MAX spacepoints was not put in input
+                // order: repeat with the radix-sort binning (the doublet and triplet totals
+                // do not depend on that order, so a capacity can grow in the same step).
+                let unranked = totals.unranked != 0 && !radix;
+                if unranked {
+                    radix = true;
+                    ws.radix_binnings += 1;
+                }
+                if !over.iter().any(|&o| o) && !unranked {
                     for (s, ev) in stats.iter_mut().zip(&events) {
                         s.valid = ev.valid as u64;
                         s.invalid = s.spacepoints - s.valid;
@@ -445,12 +474,13 @@ impl GpuContext {
                     }
                 }
                 ws.retries += 1;
-                if attempts >= 4 {
-                    // Each attempt computes one more stage exactly: cannot happen.
+                if attempts >= 5 {
+                    // Each attempt computes one more stage exactly, and the radix binning
+                    // is taken at most once: cannot happen.
                     return Err(Error::CapacityExceeded {
                         what: "seeding retries",
                         needed: attempts as u64,
-                        capacity: 3,
+                        capacity: 4,
                     });
                 }
             }
@@ -472,8 +502,10 @@ impl GpuContext {
         Ok(stats)
     }
 
-    /// One attempt of the chain for `n >= 1` spacepoints of `n_events` events; returns the
-    /// totals and per-event counts (the one read-back).
+    /// One attempt of the chain for `n >= 1` spacepoints of `n_events` events, binned by
+    /// counting (or, with `radix`, by the radix sort); returns the totals and per-event counts
+    /// (the one read-back).
+    #[allow(clippy::too_many_arguments)]
     fn seed_chain(
         &self,
         ws: &mut SeedingWorkspace,
@@ -481,17 +513,20 @@ impl GpuContext {
         sps: &DeviceBuffer<u32>,
         n: usize,
         n_events: usize,
+        radix: bool,
         tm: &mut Timer,
     ) -> Result<(SeedingTotals, Vec<EventCounts>)> {
         let (cap_mb, cap_mt, cap_tri) = (ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?);
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 24] = [
+        let sizes: [(B, usize); 26] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
             (B::Bad, 1),
+            (B::Counts, nkeys_total as usize + 1),
+            (B::Ticket, 1),
             (B::Grid, nkeys_total as usize + 1),
             (B::Binned, words::<k::BinnedSp>(n)),
             (B::Rz, 2 * n),
@@ -518,12 +553,21 @@ impl GpuContext {
         }
         if ws.poison {
             for (b, w) in sizes {
-                if !matches!(b, B::Summary) {
+                if !matches!(b, B::Summary | B::Counts | B::Ticket) {
                     self.fill_u32(ws.buf_mut(b), w.max(1), POISON)?;
                 }
             }
         }
-        self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+        if !ws.counts_zero {
+            for b in [B::Counts, B::Ticket] {
+                self.memset_zero(ws.buf_mut(b))?;
+            }
+            ws.counts_zero = true;
+        }
+        if radix {
+            // The counting binning's first kernel zeroes the summary itself.
+            self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+        }
         let n64 = n as u64;
         let ne = n_events as u32;
         // Addresses (the buffers stay put during the chain).
@@ -542,53 +586,19 @@ impl GpuContext {
         let ev_off: detkit_gpu::DevPtr<u32> = p!(B::EvOff);
         let sps_ptr: detkit_gpu::DevPtr<SpacePoint> = self.ptr(sps).cast();
 
-        // 1. binning: batch grid key per spacepoint, stable bucket (the last key holds the
-        //    invalid ones), binned records in grid order.
-        tm.stage("bin_spacepoints", || {
-            let params = k::SeedingBinSpacepointsParams {
-                cfg: d_cfg,
-                sps: sps_ptr,
-                ev_off,
-                n: n64,
-                keys: p!(B::Keys),
-                n_events: ne,
-                _pad0: 0,
-            };
-            // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller);
-            // ev_off n_events + 1 offsets ending at n; keys n words; (n_events + 1) * nkeys
-            // < 2^32 (checked by the caller).
-            unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params) }
-        })?;
-        tm.start("bin_spacepoints")?;
-        {
-            let mut keys = ws.bufs[B::Keys as usize].take();
-            let mut sorted = ws.bufs[B::Sorted as usize].take();
-            let mut content = ws.bufs[B::Content as usize].take();
-            let mut bad = ws.bufs[B::Bad as usize].take();
-            let mut grid = ws.bufs[B::Grid as usize].take();
-            let r = match (&mut keys, &mut sorted, &mut content, &mut bad, &mut grid) {
-                (Some(kk), Some(s), Some(c), Some(b), Some(g)) => self.bucket_launch(
-                    kk,
-                    n,
-                    nkeys_total as u32,
-                    bin_bits(nkeys_total as u32),
-                    s,
-                    b,
-                    g,
-                    c,
-                ),
-                _ => Err(invalid("seeding workspace", "bucket buffers missing")),
-            };
-            ws.bufs[B::Keys as usize] = keys;
-            ws.bufs[B::Sorted as usize] = sorted;
-            ws.bufs[B::Content as usize] = content;
-            ws.bufs[B::Bad as usize] = bad;
-            ws.bufs[B::Grid as usize] = grid;
-            r?;
-        }
+        // 1. binning: batch grid key per spacepoint, grouped by key (the last key holds the
+        //    invalid ones), binned records in grid order, ascending input index inside a key.
+        //    By counting (count + scan in one launch when the keys fit one tile, place,
+        //    gather with the rank inside the key), or by the radix sort (fallback).
         let grid: detkit_gpu::DevPtr<u32> = p!(B::Grid);
         let binned: detkit_gpu::DevPtr<k::BinnedSp> = p!(B::Binned);
         let rz: detkit_gpu::DevPtr<[f32; 2]> = p!(B::Rz);
+        tm.start("bin_spacepoints")?;
+        if radix {
+            self.bin_radix(ws, d_cfg, sps_ptr, ev_off, n, ne, nkeys_total)?;
+        } else {
+            self.bin_counting(ws, d_cfg, sps_ptr, ev_off, n, ne, nkeys_total)?;
+        }
         {
             let params = k::SeedingGatherSpacepointsParams {
                 cfg: d_cfg,
@@ -600,11 +610,13 @@ impl GpuContext {
                 n: n64,
                 out: binned,
                 rz,
+                totals,
                 n_events: ne,
-                _pad0: 0,
+                rank: (!radix) as u32,
             };
-            // SAFETY: content and grid are the stable bucket of the n keys (above); binned
-            // and rz hold n records.
+            // SAFETY: content and grid group the n keys (stable with the radix sort; any
+            // order inside a key by counting, rank = 1); binned and rz hold n records; totals
+            // the summary's record.
             unsafe {
                 self.launch(
                     k::KERNEL_GATHER_SPACEPOINTS,
@@ -788,6 +800,153 @@ impl GpuContext {
         let totals = *bytemuck::from_bytes::<SeedingTotals>(bytemuck::cast_slice(&words[..8]));
         let events = bytemuck::cast_slice::<u32, EventCounts>(&words[8..]).to_vec();
         Ok((totals, events))
+    }
+
+    /// Counting binning: keys, counts and slots (one launch, which also scans the counts
+    /// into the grid offsets when they fit one tile; else the Foundation's device scan), then
+    /// each spacepoint's index into its key's range (the counts cleared for the next call).
+    #[allow(clippy::too_many_arguments)]
+    fn bin_counting(
+        &self,
+        ws: &mut SeedingWorkspace,
+        d_cfg: detkit_gpu::DevPtr<SeedingConfig>,
+        sps_ptr: detkit_gpu::DevPtr<SpacePoint>,
+        ev_off: detkit_gpu::DevPtr<u32>,
+        n: usize,
+        ne: u32,
+        nkeys_total: u64,
+    ) -> Result<()> {
+        let n64 = n as u64;
+        let scan_keys = nkeys_total + 1;
+        let fused = scan_keys <= k::BIN_SCAN_TILE;
+        macro_rules! p {
+            ($b:expr) => {
+                self.ptr(ws.buf($b)).cast()
+            };
+        }
+        // Until the place kernel is launched the counts may be left non-zero.
+        ws.counts_zero = false;
+        let params = k::SeedingBinCountParams {
+            cfg: d_cfg,
+            sps: sps_ptr,
+            ev_off,
+            n: n64,
+            keys: p!(B::Keys),
+            slot: p!(B::Sorted),
+            counts: p!(B::Counts),
+            grid: p!(B::Grid),
+            ticket: p!(B::Ticket),
+            summary: p!(B::Summary),
+            n_events: ne,
+            scan_keys: if fused { scan_keys as u32 } else { 0 },
+            summary_words: 8 * (ne + 1),
+            _pad0: 0,
+        };
+        // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller); ev_off
+        // n_events + 1 offsets ending at n; keys and slots n words; counts nkeys_total + 1
+        // words and the ticket, zero (cleared when not known to be zero); grid nkeys_total + 1
+        // words (a cudarc allocation: aligned); the summary 8 (n_events + 1) words;
+        // (n_events + 1) * nkeys < 2^32 (caller); BIN_COUNT_THREADS threads, one per
+        // spacepoint, bin_count_smem_bytes().
+        unsafe {
+            self.launch(
+                k::KERNEL_BIN_COUNT,
+                launch_cfg(
+                    n64.div_ceil(k::BIN_COUNT_THREADS as u64),
+                    k::BIN_COUNT_THREADS,
+                    k::bin_count_smem_bytes(),
+                ),
+                &params,
+            )?
+        };
+        if !fused {
+            let mut grid = ws.bufs[B::Grid as usize].take();
+            let r = match &mut grid {
+                Some(g) => self.scan_device(
+                    ws.buf(B::Counts),
+                    g,
+                    scan_keys as usize,
+                    ScanKind::Exclusive,
+                ),
+                None => Err(invalid("seeding workspace", "grid buffer missing")),
+            };
+            ws.bufs[B::Grid as usize] = grid;
+            r?;
+        }
+        let params = k::SeedingBinPlaceParams {
+            keys: p!(B::Keys),
+            slot: p!(B::Sorted),
+            grid: p!(B::Grid),
+            content: p!(B::Content),
+            counts: p!(B::Counts),
+            n: n64,
+            n_counts: nkeys_total,
+        };
+        // SAFETY: keys, slots and grid from the launches above (slot < its key's count, so
+        // every position is inside content's n words); counts nkeys_total + 1 words; one
+        // thread per spacepoint and per count.
+        unsafe {
+            self.launch(
+                k::KERNEL_BIN_PLACE,
+                self.launch_items(n64.max(nkeys_total)),
+                &params,
+            )?
+        };
+        ws.counts_zero = true;
+        Ok(())
+    }
+
+    /// Radix-sort binning (the fallback when a grid key holds more than
+    /// [`k::BIN_RANK_MAX`] spacepoints): keys, then the stable bucket container.
+    #[allow(clippy::too_many_arguments)]
+    fn bin_radix(
+        &self,
+        ws: &mut SeedingWorkspace,
+        d_cfg: detkit_gpu::DevPtr<SeedingConfig>,
+        sps_ptr: detkit_gpu::DevPtr<SpacePoint>,
+        ev_off: detkit_gpu::DevPtr<u32>,
+        n: usize,
+        ne: u32,
+        nkeys_total: u64,
+    ) -> Result<()> {
+        let n64 = n as u64;
+        let params = k::SeedingBinSpacepointsParams {
+            cfg: d_cfg,
+            sps: sps_ptr,
+            ev_off,
+            n: n64,
+            keys: self.ptr(ws.buf(B::Keys)).cast(),
+            n_events: ne,
+            _pad0: 0,
+        };
+        // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller);
+        // ev_off n_events + 1 offsets ending at n; keys n words; (n_events + 1) * nkeys
+        // < 2^32 (checked by the caller).
+        unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params)? };
+        let mut keys = ws.bufs[B::Keys as usize].take();
+        let mut sorted = ws.bufs[B::Sorted as usize].take();
+        let mut content = ws.bufs[B::Content as usize].take();
+        let mut bad = ws.bufs[B::Bad as usize].take();
+        let mut grid = ws.bufs[B::Grid as usize].take();
+        let r = match (&mut keys, &mut sorted, &mut content, &mut bad, &mut grid) {
+            (Some(kk), Some(s), Some(c), Some(b), Some(g)) => self.bucket_launch(
+                kk,
+                n,
+                nkeys_total as u32,
+                bin_bits(nkeys_total as u32),
+                s,
+                b,
+                g,
+                c,
+            ),
+            _ => Err(invalid("seeding workspace", "bucket buffers missing")),
+        };
+        ws.bufs[B::Keys as usize] = keys;
+        ws.bufs[B::Sorted as usize] = sorted;
+        ws.bufs[B::Content as usize] = content;
+        ws.bufs[B::Bad as usize] = bad;
+        ws.bufs[B::Grid as usize] = grid;
+        r
     }
 
     /// Downloads device seeds.
