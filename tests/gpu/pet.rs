@@ -521,30 +521,17 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
         .map_err(e)?;
     let mut fresh = detkit::pet::CoincideScratch::default();
     let mut other = detkit::pet::CoincideScratch::default();
-    let l = gpu
-        .pet_coincide_enqueue(
-            &mut other,
-            &d,
-            0,
-            2,
-            &CoincideConfig::prompt(5.0),
-            f64::INFINITY,
-        )
-        .map_err(e)?;
+    let prompt = CoincideConfig::prompt(5.0);
+    let enqueue_two = |s: &mut detkit::pet::CoincideScratch| {
+        gpu.pet_coincide_enqueue(s, &d, 0, 2, &prompt, f64::INFINITY)
+            .map_err(e)
+    };
+    let l = enqueue_two(&mut other)?;
     match gpu.pet_coincide_finish(&mut fresh, &d, l) {
         Err(Error::InvalidInput { .. }) => {}
         r => return Err(format!("finish on a scratch without a launch: {r:?}")),
     }
-    let _newer = gpu
-        .pet_coincide_enqueue(
-            &mut other,
-            &d,
-            0,
-            2,
-            &CoincideConfig::prompt(5.0),
-            f64::INFINITY,
-        )
-        .map_err(e)?;
+    let _newer = enqueue_two(&mut other)?;
     match gpu.pet_coincide_finish(&mut other, &d, l) {
         Err(Error::InvalidInput { .. }) => {}
         r => return Err(format!("finish of a launch replaced by a newer one: {r:?}")),
