@@ -67,6 +67,7 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_TIME_KEYS,
     pet::KERNEL_GATHER,
     pet::KERNEL_COINCIDE_TILES,
+    pet::KERNEL_COINCIDE_KILLALL,
     pet::KERNEL_MW_SAMPLE,
     pet::KERNEL_MW_SPLIT,
     pet::KERNEL_MW_MERGE,
@@ -119,6 +120,7 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // Seeding binning: blocks of 1024 threads (at most 64 registers).
     (seeding::KERNEL_BIN_COUNT, seeding::BIN_COUNT_THREADS, 1),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
+    (pet::KERNEL_COINCIDE_KILLALL, pet::COINCIDE_THREADS, 4),
     // 64 registers: 4 blocks of 256 per multiprocessor (unbounded the conversion takes 70,
     // which leaves room for 3).
     (pet::KERNEL_CONVERT, pet::CONVERT_THREADS, 4),

@@ -231,6 +231,21 @@ pub unsafe extern "ptx-kernel" fn pet_coincide_tiles(p: PetCoincideTilesParams) 
     unsafe { coincide_tiles(p) }
 }
 
+/// [`pet_coincide_tiles`] for prompt windows under `KillAll` (the seed's rule), whatever
+/// `p.policy` and `p.delayed` say: the policy code of the other rules compiled out, so that
+/// the kernel needs fewer registers.
+///
+/// # Safety
+/// As [`pet_coincide_tiles`].
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_coincide_tiles_killall(p: PetCoincideTilesParams) {
+    let mut q = p;
+    q.policy = Policy::KillAll as u32;
+    q.delayed = 0;
+    // SAFETY: caller contract.
+    unsafe { coincide_tiles(q) }
+}
+
 /// The body of [`pet_coincide_tiles`].
 ///
 /// # Safety

@@ -902,6 +902,8 @@ pub const CO_SUM64_LO: usize = 6;
 pub const CO_WORDS: usize = 8;
 /// Kernel: the single-pass coincidences (windows, counts, look-back scan, pairs).
 pub const KERNEL_COINCIDE_TILES: &str = "pet_coincide_tiles";
+/// Kernel: [`KERNEL_COINCIDE_TILES`] for prompt windows under `KillAll` only.
+pub const KERNEL_COINCIDE_KILLALL: &str = "pet_coincide_tiles_killall";
 /// Singles per thread of [`KERNEL_COINCIDE_TILES`] (`unroll8!`).
 pub const COINCIDE_ITEMS: u32 = 8;
 /// Singles per tile of [`KERNEL_COINCIDE_TILES`].
@@ -1073,7 +1075,11 @@ pub struct PetCoincideTilesParams {
     pub delayed: u32,
     pub policy: u32,
 }
-crate::kernel_params!(PetCoincideTilesParams, 96, ["pet_coincide_tiles"]);
+crate::kernel_params!(
+    PetCoincideTilesParams,
+    96,
+    ["pet_coincide_tiles", "pet_coincide_tiles_killall"]
+);
 
 /// Whether a policy yields at most one pair per window, so that a prompt chain yields at most
 /// `n / 2` pairs and a delayed one at most `n` (the pairs buffer is sized from that bound, and

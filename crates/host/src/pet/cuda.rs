@@ -675,13 +675,21 @@ impl GpuContext {
             delayed: c.delay.is_some() as u32,
             policy: c.policy as u32,
         };
-        // SAFETY: COINCIDE_THREADS threads, one block per tile, the tile-scan shared memory;
-        // n < 2^32 (checked by the enqueue); the singles hold n (checked there); pairs hold 4
-        // capacity words and the kernel writes none at or past the capacity; status set above
-        // (stream order); look-back arrays for `tiles` tiles with zeroed flags.
+        // Prompt killAll (the seed's rule) has its own build of the kernel, without the other
+        // policies' code: fewer registers, more blocks per multiprocessor.
+        let kernel = if c.delay.is_none() && c.policy == Policy::KillAll {
+            k::KERNEL_COINCIDE_KILLALL
+        } else {
+            k::KERNEL_COINCIDE_TILES
+        };
+        // SAFETY: COINCIDE_THREADS threads, one block per tile, the kernels' shared memory (the
+        // same for both builds); n < 2^32 (checked by the enqueue); the singles hold n (checked
+        // there); pairs hold 4 capacity words and the kernel writes none at or past the
+        // capacity; status set above (stream order); look-back arrays for `tiles` tiles with
+        // zeroed flags.
         let r = unsafe {
             self.launch(
-                k::KERNEL_COINCIDE_TILES,
+                kernel,
                 cfg(tiles, k::COINCIDE_THREADS, k::coincide_smem_bytes()),
                 &params,
             )
