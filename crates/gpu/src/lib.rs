@@ -120,7 +120,7 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // Seeding binning: blocks of 1024 threads (at most 64 registers).
     (seeding::KERNEL_BIN_COUNT, seeding::BIN_COUNT_THREADS, 1),
     (pet::KERNEL_COINCIDE_TILES, pet::COINCIDE_THREADS, 4),
-    (pet::KERNEL_COINCIDE_KILLALL, pet::COINCIDE_THREADS, 5),
+    (pet::KERNEL_COINCIDE_KILLALL, pet::COINCIDE_THREADS, 6),
     // 64 registers: 4 blocks of 256 per multiprocessor (unbounded the conversion takes 70,
     // which leaves room for 3).
     (pet::KERNEL_CONVERT, pet::CONVERT_THREADS, 4),
