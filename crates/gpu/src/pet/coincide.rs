@@ -379,7 +379,8 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
             sum64 += 1;
         }
     });
-    // The openers of other windows with members walk them (times read again: L1/L2 hits).
+    // The openers of other windows with members walk them (times from the tile's shared
+    // memory, global memory past it).
     // One rolled loop over the marked items (one copy of the walk in the code, and lanes
     // walking different items walk together); each count goes to the item's slot in shared
     // memory.
