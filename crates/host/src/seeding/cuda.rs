@@ -594,10 +594,18 @@ impl GpuContext {
         let binned: detkit_gpu::DevPtr<k::BinnedSp> = p!(B::Binned);
         let rz: detkit_gpu::DevPtr<[f32; 2]> = p!(B::Rz);
         tm.start("bin_spacepoints")?;
+        let inputs = BinInputs {
+            cfg: d_cfg,
+            sps: sps_ptr,
+            ev_off,
+            n,
+            n_events: ne,
+            nkeys_total,
+        };
         if radix {
-            self.bin_radix(ws, d_cfg, sps_ptr, ev_off, n, ne, nkeys_total)?;
+            self.bin_radix(ws, inputs)?;
         } else {
-            self.bin_counting(ws, d_cfg, sps_ptr, ev_off, n, ne, nkeys_total)?;
+            self.bin_counting(ws, inputs)?;
         }
         {
             let params = k::SeedingGatherSpacepointsParams {
@@ -805,17 +813,15 @@ impl GpuContext {
     /// Counting binning: keys, counts and slots (one launch, which also scans the counts
     /// into the grid offsets when they fit one tile; else the Foundation's device scan), then
     /// each spacepoint's index into its key's range (the counts cleared for the next call).
-    #[allow(clippy::too_many_arguments)]
-    fn bin_counting(
-        &self,
-        ws: &mut SeedingWorkspace,
-        d_cfg: detkit_gpu::DevPtr<SeedingConfig>,
-        sps_ptr: detkit_gpu::DevPtr<SpacePoint>,
-        ev_off: detkit_gpu::DevPtr<u32>,
-        n: usize,
-        ne: u32,
-        nkeys_total: u64,
-    ) -> Result<()> {
+    fn bin_counting(&self, ws: &mut SeedingWorkspace, inputs: BinInputs) -> Result<()> {
+        let BinInputs {
+            cfg: d_cfg,
+            sps: sps_ptr,
+            ev_off,
+            n,
+            n_events: ne,
+            nkeys_total,
+        } = inputs;
         let n64 = n as u64;
         let scan_keys = nkeys_total + 1;
         let fused = scan_keys <= k::BIN_SCAN_TILE;
@@ -898,17 +904,15 @@ impl GpuContext {
 
     /// Radix-sort binning (the fallback when a grid key holds more than
     /// [`k::BIN_RANK_MAX`] spacepoints): keys, then the stable bucket container.
-    #[allow(clippy::too_many_arguments)]
-    fn bin_radix(
-        &self,
-        ws: &mut SeedingWorkspace,
-        d_cfg: detkit_gpu::DevPtr<SeedingConfig>,
-        sps_ptr: detkit_gpu::DevPtr<SpacePoint>,
-        ev_off: detkit_gpu::DevPtr<u32>,
-        n: usize,
-        ne: u32,
-        nkeys_total: u64,
-    ) -> Result<()> {
+    fn bin_radix(&self, ws: &mut SeedingWorkspace, inputs: BinInputs) -> Result<()> {
+        let BinInputs {
+            cfg: d_cfg,
+            sps: sps_ptr,
+            ev_off,
+            n,
+            n_events: ne,
+            nkeys_total,
+        } = inputs;
         let n64 = n as u64;
         let params = k::SeedingBinSpacepointsParams {
             cfg: d_cfg,
@@ -1049,6 +1053,18 @@ impl GpuContext {
         }
         Ok(out)
     }
+}
+
+/// What both binning paths take: the config, the spacepoints and the events' offsets on the
+/// device, the spacepoint and event counts, and the batch grid's key count.
+#[derive(Clone, Copy)]
+struct BinInputs {
+    cfg: detkit_gpu::DevPtr<SeedingConfig>,
+    sps: detkit_gpu::DevPtr<SpacePoint>,
+    ev_off: detkit_gpu::DevPtr<u32>,
+    n: usize,
+    n_events: u32,
+    nkeys_total: u64,
 }
 
 #[cfg(test)]
