@@ -21,6 +21,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_order_check", test_order_check),
     ("pet_merge_multiway", test_merge_multiway),
     ("pet_merge_radix", test_merge_radix),
+    ("pet_merge_bucket", test_merge_bucket),
     ("pet_sort_auto", test_sort_auto),
 ];
 
@@ -941,9 +942,11 @@ fn runs_input(lens: &[usize], time: impl Fn(usize, usize) -> f64) -> (Vec<Single
 }
 
 /// The multiway merge of `v` (runs `starts`) with both tiles, the default radix limit and
-/// merge rounds only (`radix_bits` 0: no segment may take the radix path), from poisoned
-/// outputs at an offset inside larger buffers, against the oracle; the status word must stay
-/// clear and the poison outside the range intact. Also the default entry points.
+/// merge rounds only (`radix_bits` 0: no segment may take the radix path), the bucket path
+/// on (default bound), off (`bucket_max` 0: no segment may take it) and forced back to the
+/// radix passes (`bucket_max` 1), from poisoned outputs at an offset inside larger buffers,
+/// against the oracle; the status word must stay clear and the poison outside the range
+/// intact. Also the default entry points.
 fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     let g = c.gpu();
     let n = v.len();
@@ -951,21 +954,25 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     let words: &[u64] = bytemuck::cast_slice(v);
     let off = 5;
     // Quick (sanitizer) runs: each tile once, one with each path.
+    let (rb, bm) = (kp::MW_RADIX_BITS, kp::MW_BUCKET_MAX);
     let variants = if c.quick {
-        vec![(false, kp::MW_RADIX_BITS), (true, 0)]
+        vec![(false, rb, bm), (true, 0, bm), (true, rb, 1)]
     } else {
         vec![
-            (false, kp::MW_RADIX_BITS),
-            (true, kp::MW_RADIX_BITS),
-            (false, 0),
-            (true, 0),
+            (false, rb, bm),
+            (true, rb, bm),
+            (false, rb, 0),
+            (true, rb, 0),
+            (true, rb, 1),
+            (false, 0, bm),
+            (true, 0, bm),
         ]
     };
     // Whether the merge kernels run at all (2 to MW_MAX_RUNS non-empty runs).
     let mut distinct = starts.to_vec();
     distinct.dedup();
     let merged = distinct.len() >= 3 && distinct.len() - 1 <= kp::MW_MAX_RUNS as usize;
-    for (wide, bits) in variants {
+    for (wide, bits, bmax) in variants {
         let mut a = g.poisoned(2 * (n + off) + 4, POISON).map_err(e)?;
         if n > 0 {
             g.stream()
@@ -974,17 +981,26 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
         }
         let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
         let in_b = g
-            .pet_merge_runs_multiway_opts(&mut a, &mut b, off, n, starts, wide, bits)
+            .pet_merge_runs_multiway_buckets(&mut a, &mut b, off, n, starts, wide, bits, bmax)
             .map_err(e)?;
         let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
         let label = format!(
-            "{what} n={n} runs={} wide={wide} radix_bits={bits}",
+            "{what} n={n} runs={} wide={wide} radix_bits={bits} bucket_max={bmax}",
             starts.len() - 1
         );
         exact(&label, &singles(&got[2 * off..2 * (off + n)]), &want)?;
-        if bits == 0 && merged {
+        if merged {
             let r = g.pet_merge_radix_segments().map_err(e)?;
-            ensure(r == 0, || format!("{label}: {r} radix segments"))?;
+            let k = g.pet_merge_bucket_segments().map_err(e)?;
+            ensure(bits != 0 || r == 0, || {
+                format!("{label}: {r} radix segments")
+            })?;
+            ensure(k <= r, || {
+                format!("{label}: {k} bucket of {r} radix segments")
+            })?;
+            ensure(bmax != 0 || k == 0, || {
+                format!("{label}: {k} bucket segments with the bucket path off")
+            })?;
         }
         ensure(
             got[..2 * off]
@@ -1141,6 +1157,21 @@ fn multiway_radix_count(
     wide: bool,
     bits: u32,
 ) -> Result<u32, String> {
+    multiway_counts(c, what, v, starts, wide, bits, kp::MW_BUCKET_MAX).map(|x| x.0)
+}
+
+/// The merge of `v` (runs `starts`) with one tile, radix limit and bucket bound, checked
+/// against the oracle; returns how many segments took the radix way (radix passes or
+/// buckets) and how many of them the bucket path.
+fn multiway_counts(
+    c: &Ctx,
+    what: &str,
+    v: &[Single],
+    starts: &[u32],
+    wide: bool,
+    bits: u32,
+    bmax: u32,
+) -> Result<(u32, u32), String> {
     let g = c.gpu();
     let n = v.len();
     let want = oracle::sort(v).map_err(e)?;
@@ -1149,15 +1180,117 @@ fn multiway_radix_count(
         .map_err(e)?;
     let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
     let in_b = g
-        .pet_merge_runs_multiway_opts(&mut a, &mut b, 0, n, starts, wide, bits)
+        .pet_merge_runs_multiway_buckets(&mut a, &mut b, 0, n, starts, wide, bits, bmax)
         .map_err(e)?;
     let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
     exact(
-        &format!("{what} wide={wide} radix_bits={bits}"),
+        &format!("{what} wide={wide} radix_bits={bits} bucket_max={bmax}"),
         &singles(&got),
         &want,
     )?;
-    g.pet_merge_radix_segments().map_err(e)
+    Ok((
+        g.pet_merge_radix_segments().map_err(e)?,
+        g.pet_merge_bucket_segments().map_err(e)?,
+    ))
+}
+
+/// The bucket path of the merge blocks (`mw_bucket_plan`): one segment of 256 runs whose
+/// keys span exactly 29 bits (bucket path) and 30 (radix passes), 11 and 12 bits (no low
+/// bits, one low bit), one bucket of exactly the bound and one over (equal times across
+/// runs: ties in input order), all times equal (one bucket: radix passes with no pass),
+/// a bound of 1 (every segment back to the radix passes), bound 0 (path off), and the
+/// bench's kind of data (integral times in ps, several levels) where every level-0
+/// segment must take it.
+fn test_merge_bucket(c: &Ctx) -> R {
+    let t0 = 2f64.powi(52);
+    let bm = kp::MW_BUCKET_MAX;
+    // 256 runs in one segment: times t0 + x (unit steps), x spread over [0, span].
+    let one_segment = |seed: u64, span: u64| {
+        let n = 4000usize;
+        let r = c.rand(seed, n, u32::MAX);
+        let lens = vec![n / 256; 256];
+        runs_input(&lens, |run, i| {
+            let j = run * (n / 256) + i;
+            let x = match j {
+                0 => 0,
+                1 => span,
+                _ => (r[j] as u64 * 7919) % (span + 1),
+            };
+            t0 + x as f64
+        })
+    };
+    // Times t0 + 512 m (at most 2 per bucket of a 20-bit span: buckets of 512) and `k`
+    // equal ones at t0 + 512 * 2047 + 5, spread over the runs: one bucket of exactly k.
+    let one_bucket = |k: usize| {
+        let n = 3000 + k;
+        let per = n.div_ceil(256);
+        let lens: Vec<usize> = (0..256)
+            .map(|r| per.min(n.saturating_sub(r * per)))
+            .collect();
+        let starts: Vec<usize> = lens
+            .iter()
+            .scan(0, |a, &l| {
+                *a += l;
+                Some(*a - l)
+            })
+            .collect();
+        runs_input(&lens, |run, i| {
+            // Input index j; the equal ones every (n / k)-th, so most runs hold some.
+            let j = starts[run] + i;
+            if j.is_multiple_of(n / k) && j / (n / k) < k {
+                t0 + (512 * 2047 + 5) as f64
+            } else {
+                t0 + (512 * (j % 2047)) as f64
+            }
+        })
+    };
+    for wide in [false, true] {
+        for (span, bucket) in [
+            ((1u64 << 29) - 1, 1u32),
+            (1 << 29, 0),
+            ((1 << 11) - 1, 1),
+            ((1 << 12) - 1, 1),
+        ] {
+            let (v, s) = one_segment(70, span);
+            let got = multiway_counts(c, "span", &v, &s, wide, kp::MW_RADIX_BITS, bm)?;
+            ensure(got == (1, bucket), || {
+                format!("span {span} wide={wide}: (radix, bucket) segments {got:?}")
+            })?;
+        }
+        for (k, bucket) in [(bm as usize, 1u32), (bm as usize + 1, 0)] {
+            let (v, s) = one_bucket(k);
+            let got = multiway_counts(c, "one bucket", &v, &s, wide, kp::MW_RADIX_BITS, bm)?;
+            ensure(got == (1, bucket), || {
+                format!("bucket of {k} wide={wide}: (radix, bucket) segments {got:?}")
+            })?;
+        }
+        let (v, s) = runs_input(&vec![15; 256], |_, _| 1e9);
+        let got = multiway_counts(c, "all equal", &v, &s, wide, kp::MW_RADIX_BITS, bm)?;
+        ensure(got == (1, 0), || {
+            format!("all equal wide={wide}: (radix, bucket) segments {got:?}")
+        })?;
+        // The bench's kind of data: integral times in ps, 20 M singles/s over 256 runs.
+        let n = if c.quick { 60_000 } else { 1 << 20 };
+        let r = c.rand(71, n, u32::MAX);
+        let lens = vec![n / 256; 256];
+        let (v, s) = runs_input(&lens, |run, i| {
+            6e11 + (r[run * (n / 256) + i] as u64 * 13 % (n as u64 * 50_000)) as f64
+        });
+        let (radix, bucket) =
+            multiway_counts(c, "times in ps", &v, &s, wide, kp::MW_RADIX_BITS, bm)?;
+        let tile = if wide { kp::MW_WIDE_TILE } else { kp::MW_TILE };
+        let first = detkit::pet::merge::merge_plan(&s, tile)[0].nsplit + 1;
+        ensure(bucket >= first && radix >= bucket, || {
+            format!("times in ps wide={wide}: {bucket} bucket, {radix} radix segments, {first} on level 0")
+        })?;
+        for bmax in [0, 1] {
+            let got = multiway_counts(c, "times in ps", &v, &s, wide, kp::MW_RADIX_BITS, bmax)?;
+            ensure(got == (radix, 0), || {
+                format!("times in ps wide={wide} bucket_max={bmax}: {got:?}, want ({radix}, 0)")
+            })?;
+        }
+    }
+    Ok(())
 }
 
 /// The radix path of the merge blocks (`mw_radix_plan`): segments whose keys span exactly

@@ -1,8 +1,9 @@
 //! bench-pet-merge: the merge of presorted per-BDM runs (issue 12) on the GPU, on the data
 //! of `bench-pet` (one readout slice of the bench scanner, 256 time-ordered BDM streams,
 //! 20 M singles/s, no energy cut), every method checked against the oracle before its time
-//! is printed: the multiway merge (both tiles; the wide one also with merge rounds only,
-//! no radix path), natural-run detection plus merge, the
+//! is printed: the multiway merge (both tiles; the wide one also without the bucket path,
+//! radix passes only, and with merge rounds only, no radix path), natural-run detection
+//! plus merge, the
 //! pairwise merge it replaces, the radix sort, and CUB's radix SortPairs on the same keys
 //! (`bench/pet_cub.cu`, compiled with nvcc when present). Timed as `bench-pet` times its
 //! sorts: CUDA events around (copy of the input + sort), median of `--reps`, minus the
@@ -83,6 +84,12 @@ fn main() -> Result<()> {
             (
                 format!("multiway merge of {nr} runs (tile 9216)"),
                 Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, true)),
+            ),
+            (
+                "multiway, radix passes only (9216)".into(),
+                Box::new(|g, a, b, n| {
+                    g.pet_merge_runs_multiway_buckets(a, b, 0, n, &runs, true, 64, 0)
+                }),
             ),
             (
                 "multiway, merge rounds only (9216)".into(),

@@ -1250,6 +1250,54 @@ pub const fn mw_radix_layout(threads: u32, tile: u32) -> (u32, u32, u32, u32) {
 const _: () = assert!(mw_radix_layout(MW_THREADS, MW_TILE).3 <= 8 * MW_TILE);
 const _: () = assert!(mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).3 <= 8 * MW_WIDE_TILE);
 
+/// Buckets of the bucket path of a merge block ([`mw_bucket_plan`]): a key's bucket is
+/// the top `MW_BUCKET_BITS` bits of its span.
+pub const MW_BUCKET_BITS: u32 = 11;
+/// Number of buckets (`2^MW_BUCKET_BITS`).
+pub const MW_BUCKETS: u32 = 1 << MW_BUCKET_BITS;
+/// Bits of a local index in a bucket path's packed key (every tile below `2^14`).
+pub const MW_BUCKET_IDX_BITS: u32 = 14;
+/// Default largest bucket the bucket path ranks by counting ([`mw_bucket_plan`]); a
+/// segment with a larger bucket goes the radix way. The host passes the bound per launch
+/// ([`PetMwMergeParams::bucket_max`]; 0: no bucket path).
+pub const MW_BUCKET_MAX: u32 = 64;
+const _: () = assert!(MW_WIDE_TILE <= 1 << MW_BUCKET_IDX_BITS && MW_TILE <= MW_WIDE_TILE);
+// The bucket counters (and the total after them) fit before the radix path's scan words;
+// each thread scans at most 4 of them.
+const _: () = assert!(4 * (MW_BUCKETS + 1) <= mw_radix_layout(MW_THREADS, MW_TILE).1);
+const _: () = assert!(4 * (MW_BUCKETS + 1) <= mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).1);
+const _: () = assert!(MW_BUCKETS / MW_THREADS <= 4 && MW_BUCKETS.is_multiple_of(MW_THREADS));
+const _: () =
+    assert!(MW_BUCKETS / MW_WIDE_THREADS <= 4 && MW_BUCKETS.is_multiple_of(MW_WIDE_THREADS));
+
+/// Whether a merge block that sorts by radix ([`mw_radix_plan`] gave `Some((shift, bits))`)
+/// takes the bucket path instead, and with which `s2`: `Some(s2)` when `bucket_max > 0` and
+/// the span's low `s2 = bits - MW_BUCKET_BITS` bits (0 when `bits` is smaller) and a local
+/// index fit 32 bits (`bits <= 29`). The block then puts each key `x = (key - min) >>
+/// shift` in bucket `x >> s2` (one counting pass, buckets in key order) and ranks it inside
+/// its bucket by counting the bucket's smaller packed keys ([`mw_bucket_item`]); a bucket
+/// larger than `bucket_max` sends the segment back to the radix passes (the ranking costs
+/// the bucket's size per key).
+#[inline(always)]
+pub fn mw_bucket_plan(bits: u32, bucket_max: u32) -> Option<u32> {
+    if bucket_max == 0 || bits > MW_BUCKET_BITS + 32 - MW_BUCKET_IDX_BITS {
+        None
+    } else {
+        Some(bits.saturating_sub(MW_BUCKET_BITS))
+    }
+}
+
+/// Bucket and packed key of the bucket path ([`mw_bucket_plan`]) for the key `x` (`x <
+/// 2^(s2 + MW_BUCKET_BITS)`) at local index `q` (`q < 2^MW_BUCKET_IDX_BITS`, the segment's
+/// run order): `(x >> s2, (x mod 2^s2) << MW_BUCKET_IDX_BITS | q)`. Inside a bucket the packed
+/// keys are distinct and in the order (key, run, position), so a key's sorted position is its
+/// bucket's start plus the number of smaller packed keys in the bucket.
+#[inline(always)]
+pub fn mw_bucket_item(x: u32, s2: u32, q: u32) -> (u32, u32) {
+    let low = if s2 == 0 { 0 } else { x & ((1u32 << s2) - 1) };
+    (x >> s2, (low << MW_BUCKET_IDX_BITS) | q)
+}
+
 /// How a merge block orders its segment, from the smallest and largest [`time_key`] of the
 /// segment and the AND and OR of all its keys: `Some((shift, bits))` when it sorts by radix
 /// the keys `(key - min) >> shift` over their low `bits` bits, `None` for the merge rounds.
@@ -1432,18 +1480,24 @@ pub struct PetMwMergeParams {
     pub starts: DevPtr<u32>,
     /// The split rows of [`PetMwSplitParams::rows`] (`gridDim.x + 1` rows).
     pub rows: DevPtr<u32>,
-    /// Two words: the first set to 1 by a block whose segment is larger than the tile or
+    /// Three words: the first set to 1 by a block whose segment is larger than the tile or
     /// whose rows decrease (input not sorted within its runs; that block writes nothing),
-    /// the second counts the segments sorted by radix ([`mw_radix_plan`]).
+    /// the second counts the segments sorted by radix ([`mw_radix_plan`]: the radix passes
+    /// or the bucket path), the third those of them that took the bucket path
+    /// ([`mw_bucket_plan`], no bucket over `bucket_max`).
     pub status: DevPtr<u32>,
     /// Number of runs (`1..=MW_MAX_RUNS`).
     pub nruns: u32,
     /// Largest key span sorted by radix ([`mw_radix_plan`]'s `limit`; 0: merge rounds only).
     pub radix_bits: u32,
+    /// Largest bucket of the bucket path ([`mw_bucket_plan`]; 0: radix passes only).
+    pub bucket_max: u32,
+    /// Padding (zero).
+    pub pad: u32,
 }
 crate::kernel_params!(
     PetMwMergeParams,
-    48,
+    56,
     ["pet_multiway_merge", "pet_multiway_merge_wide"]
 );
 

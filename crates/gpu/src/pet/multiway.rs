@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::intrinsics as i;
+use crate::scan::device::BlockScan;
 use crate::sort::onesweep::{block_sort_pass, BlockSortSmem, DigitFn, Key};
 use crate::sort::{pass_bits, passes, RADIX};
 
@@ -217,11 +218,166 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
     idx
 }
 
+/// The bucket path of a merge block ([`mw_bucket_plan`]): the segment's `l` keys (in run
+/// order in the first key array, `x = (key - min) >> shift < 2^(s2 + MW_BUCKET_BITS)`) are
+/// counted into `MW_BUCKETS` buckets (`x >> s2`, [`mw_bucket_item`]; the counters at
+/// `cnt`, zeroed before the caller's barrier), each key taking a slot of its bucket by a
+/// shared atomic (in no particular order), the counters scanned into bucket starts, and
+/// the packed keys scattered to their slots (with their bucket in the high word). Then
+/// the thread of sorted slot `p` counts the packed keys of `p`'s bucket smaller than its
+/// own: the bucket's start plus that count is the key's position in the order (key, run,
+/// position), whatever the slots' order. It gathers the single through the stored global
+/// index and stores it at the segment's offset `out0` plus that position. Returns `false`,
+/// having written nothing, when a bucket holds more than `bucket_max` keys (the same in
+/// every thread): the first key array, the global indices and the radix path's shared
+/// memory are then as the caller left them, apart from the counters and scan words.
+///
+/// # Safety
+/// All `NT` threads call it, after a barrier that follows the keys' and global indices'
+/// writes and the counters' zeroing; `mw_smem_bytes(TILE)` of shared memory at `sb`; `cnt`
+/// (the radix path's counters) `MW_BUCKETS + 1` words, `scan` 33 words of shared memory,
+/// `global_sa` `l` words (global index of each local index); `l <= TILE = NT * MW_VT`;
+/// every key `>= min` with `(key - min) >> shift < 2^(s2 + MW_BUCKET_BITS) <= 2^32`,
+/// `s2 + MW_BUCKET_IDX_BITS <= 32`; `input` valid at every global index, `output` for
+/// `out0 + l` singles.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
+    sb: u32,
+    cnt: u32,
+    scan: *mut u32,
+    global_sa: u32,
+    l: u32,
+    min: u64,
+    shift: u32,
+    s2: u32,
+    bucket_max: u32,
+    input: *const u64,
+    output: *mut u64,
+    out0: u32,
+) -> bool {
+    const VT: usize = MW_VT as usize;
+    let t = i::thread_idx_x();
+    let keys_sa = sb;
+    // 1. Bucket, packed key and slot in the bucket of each item (q = t + j NT).
+    let (mut d, mut pk, mut off) = ([0u32; VT], [0u32; VT], [0u32; VT]);
+    let mut j = 0;
+    while j < VT {
+        let q = t + j as u32 * NT;
+        if q < l {
+            // SAFETY: q < l: a key written before the caller's barrier.
+            let x = ((unsafe { i::ld_shared_u64(keys_sa + 8 * q) } - min) >> shift) as u32;
+            (d[j], pk[j]) = mw_bucket_item(x, s2, q);
+            // SAFETY: d < MW_BUCKETS: one of the counters.
+            off[j] = unsafe { i::atom_shared_add_u32(cnt + 4 * d[j], 1) };
+        }
+        j += 1;
+    }
+    // Every count before the scan.
+    i::sync_threads();
+    // 2. Bucket starts: thread t scans the counters t PER .. (t + 1) PER (in place).
+    let per = MW_BUCKETS / NT;
+    let mut c = [0u32; 4];
+    let mut sum = 0u32;
+    let mut over = false;
+    let mut b = 0;
+    while b < 4 {
+        if (b as u32) < per {
+            // SAFETY: t PER + b < MW_BUCKETS.
+            c[b] = unsafe { i::ld_shared_u32(cnt + 4 * (t * per + b as u32)) };
+            sum += c[b];
+            over |= c[b] > bucket_max;
+        }
+        b += 1;
+    }
+    // SAFETY: the scan words are ours (caller contract).
+    let bs = unsafe { BlockScan::<u32>::new(scan) };
+    let (mut run, _) = bs.exclusive_sum(sum);
+    let mut b = 0;
+    while b < 4 {
+        if (b as u32) < per {
+            // SAFETY: as above; only this thread reads or writes these counters.
+            unsafe { i::st_shared_u32(cnt + 4 * (t * per + b as u32), run) };
+            run += c[b];
+        }
+        b += 1;
+    }
+    if t == 0 {
+        // SAFETY: counter MW_BUCKETS: the end of the last bucket.
+        unsafe { i::st_shared_u32(cnt + 4 * MW_BUCKETS, l) };
+    }
+    // The starts before the scatter; the same verdict in every thread.
+    if i::sync_threads_or(over) {
+        return false;
+    }
+    // 3. Scatter the packed keys (bucket in the high word) to their slots, over the first
+    //    key array (every key was read before the count barrier).
+    let mut j = 0;
+    while j < VT {
+        if t + j as u32 * NT < l {
+            // SAFETY: start of bucket d plus a slot below its count: a slot below l.
+            unsafe {
+                let slot = i::ld_shared_u32(cnt + 4 * d[j]) + off[j];
+                i::st_shared_u64(keys_sa + 8 * slot, (d[j] as u64) << 32 | pk[j] as u64);
+            }
+        }
+        j += 1;
+    }
+    i::sync_threads();
+    // 4. Rank slot p = t + j NT in its bucket, the global index of its local index.
+    let (mut rank, mut g) = ([0u32; VT], [0u32; VT]);
+    let mut j = 0;
+    while j < VT {
+        let p = t + j as u32 * NT;
+        if p < l {
+            // SAFETY: p < l, written in step 3; its bucket's start and end (the next
+            // bucket's start, or l) are counters 0..=MW_BUCKETS; the bucket's slots below l.
+            unsafe {
+                let w = i::ld_shared_u64(keys_sa + 8 * p);
+                let (bk, me) = ((w >> 32) as u32, w as u32);
+                let start = i::ld_shared_u32(cnt + 4 * bk);
+                let end = i::ld_shared_u32(cnt + 4 * bk + 4);
+                let mut less = 0u32;
+                let mut x = start;
+                while x < end {
+                    less += (i::ld_shared_u32(keys_sa + 8 * x) < me) as u32;
+                    x += 1;
+                }
+                rank[j] = start + less;
+                g[j] = i::ld_shared_u32(global_sa + 4 * (me & ((1 << MW_BUCKET_IDX_BITS) - 1)));
+            }
+        }
+        j += 1;
+    }
+    // 5. Gather and store (all loads, then all stores).
+    let mut v = [[0u64; 2]; VT];
+    let mut j = 0;
+    while j < VT {
+        if t + j as u32 * NT < l {
+            // SAFETY: a global index inside the run (caller contract).
+            v[j] = unsafe { i::ldg_v2_u64(input.add(2 * g[j] as usize)) };
+        }
+        j += 1;
+    }
+    let mut j = 0;
+    while j < VT {
+        if t + j as u32 * NT < l {
+            // SAFETY: rank < l: inside the segment's output range.
+            unsafe { i::st_v2_u64(output.add(2 * (out0 + rank[j]) as usize), v[j]) };
+        }
+        j += 1;
+    }
+    true
+}
+
 /// Merge of segment `k` = block `k`: run `r`'s slice `rows[k][r] .. rows[k + 1][r]` of every
 /// run, `TILE` singles at most. The keys ([`time_key`]), local indices and global indices
 /// of the slices are loaded in run order into shared memory, and the keys' min, max, AND
 /// and OR reduced over the block (every warp finishes the reduction itself: no second
 /// barrier). Then, as [`mw_radix_plan`] says (the same for the whole block):
+/// - radix, buckets: when [`mw_bucket_plan`] allows it, [`segment_bucket`] puts the keys in
+///   buckets by the top bits of their span and ranks each inside its bucket by counting
+///   (no bucket larger than the bound; otherwise the radix passes below);
 /// - radix: [`segment_radix`] sorts `(key - min) >> shift` stably, and each thread gathers
 ///   the singles of its warp-striped sorted positions through their global indices;
 /// - merge rounds: neighbouring groups merge pairwise (the groups start as the slices, with
@@ -236,7 +392,7 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
 /// `blockDim.x == NT`, `TILE == NT * MW_VT`, `mw_smem_bytes(TILE)` of shared memory;
 /// `starts` `nruns + 1` non-decreasing words, `input` valid for `starts[nruns]` singles and
 /// `output` for as many, not overlapping; `rows` `gridDim.x + 1` rows of `nruns` words, each
-/// word of row `k` at most the run's length; `status` one word; `1 <= nruns <=
+/// word of row `k` at most the run's length; `status` three words; `1 <= nruns <=
 /// MW_MAX_RUNS`.
 #[inline(always)]
 unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
@@ -425,6 +581,13 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         }
     };
     reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
+    // The bucket path's counters, zeroed before the barrier below.
+    let mut z = t;
+    while z < MW_BUCKETS {
+        // SAFETY: counter z < MW_BUCKETS inside the radix path's counters.
+        unsafe { i::st_shared_u32(sb + 8 * TILE + r_hist + 4 * z, 0) };
+        z += NT;
+    }
     if lane == 0 {
         // SAFETY: warp < 32: inside the 4 * 32 words of `red`.
         unsafe {
@@ -449,10 +612,38 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
     reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
     if let Some((shift, bits)) = mw_radix_plan(kmin, kmax, kand, kor, nruns, p.radix_bits) {
         if t == 0 {
-            // SAFETY: the status holds two words.
+            // SAFETY: the status holds three words.
             unsafe { i::atomic_add_u32(p.status.ptr_mut().add(1), 1) };
         }
-        // SAFETY: the layout above; keys written before the barrier above.
+        if let Some(s2) = mw_bucket_plan(bits, p.bucket_max) {
+            // SAFETY: keys, global indices and zeroed counters written before the barrier
+            // above; bits <= 29 (the plan), so x < 2^(s2 + MW_BUCKET_BITS) fits 32 bits.
+            let done = unsafe {
+                segment_bucket::<NT, TILE>(
+                    sb,
+                    sb + 8 * TILE + r_hist,
+                    i::dynamic_shared_ptr().add((8 * TILE + r_scan) as usize) as *mut u32,
+                    global_sa,
+                    l,
+                    kmin,
+                    shift,
+                    s2,
+                    p.bucket_max,
+                    input,
+                    output,
+                    out0,
+                )
+            };
+            if done {
+                if t == 0 {
+                    // SAFETY: the status holds three words.
+                    unsafe { i::atomic_add_u32(p.status.ptr_mut().add(2), 1) };
+                }
+                return;
+            }
+        }
+        // SAFETY: the layout above; keys written before the barrier above (and the bucket
+        // path, when it gave up, left them there after a barrier).
         let idx = unsafe {
             if bits <= 32 {
                 segment_radix::<u32, NT, TILE>(sb, r_hist, r_scan, l, kmin, shift, bits)

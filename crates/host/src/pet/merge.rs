@@ -130,6 +130,19 @@ fn radix_bits() -> u32 {
     })
 }
 
+/// The largest bucket of a merge block's bucket path ([`k::mw_bucket_plan`]):
+/// [`k::MW_BUCKET_MAX`] unless `DETKIT_PET_MERGE_BUCKET_MAX` says otherwise (0: the radix
+/// passes only; a tuning knob for benchmarks).
+fn bucket_max() -> u32 {
+    static MAX: OnceLock<u32> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("DETKIT_PET_MERGE_BUCKET_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(k::MW_BUCKET_MAX)
+    })
+}
+
 /// The first level's `div` ([`merge_plan_div`]): 3 unless `DETKIT_PET_MERGE_DIV0` says
 /// otherwise (a tuning knob for benchmarks; a value that is not a number from 1 to 64 is
 /// ignored).
@@ -230,6 +243,57 @@ pub fn segment_radix_emulated(seg: &[Single], runs: u32, radix_bits: u32) -> Opt
         lo += b;
     }
     Some(order.iter().map(|&(_, q)| seg[q]).collect())
+}
+
+/// A segment (in run order, at most `2^MW_BUCKET_IDX_BITS` singles) sorted as a merge
+/// block's bucket path sorts it ([`k::mw_bucket_plan`]): `None` when the block would not
+/// take it (merge rounds, a span over the bucket path's bits, `bucket_max` 0, or a bucket
+/// over `bucket_max`). As on the GPU, the keys take the slots of their bucket in an order
+/// that is not the input's (here the reverse), and each key's position is its bucket's
+/// start plus the number of smaller packed keys ([`k::mw_bucket_item`]) in its bucket.
+pub fn segment_bucket_emulated(
+    seg: &[Single],
+    runs: u32,
+    radix_bits: u32,
+    bucket_max: u32,
+) -> Option<Vec<Single>> {
+    let keys: Vec<u64> = seg.iter().map(|x| k::time_key(x.time)).collect();
+    let (min, max, and, or) = keys
+        .iter()
+        .fold((u64::MAX, 0u64, u64::MAX, 0u64), |(a, b, c, d), &x| {
+            (a.min(x), b.max(x), c & x, d | x)
+        });
+    let (shift, bits) = k::mw_radix_plan(min, max, and, or, runs, radix_bits)?;
+    let s2 = k::mw_bucket_plan(bits, bucket_max)?;
+    let items: Vec<(u32, u32)> = keys
+        .iter()
+        .enumerate()
+        .map(|(q, &x)| k::mw_bucket_item(((x - min) >> shift) as u32, s2, q as u32))
+        .collect();
+    let mut start = vec![0u32; k::MW_BUCKETS as usize + 1];
+    for &(d, _) in &items {
+        start[d as usize + 1] += 1;
+    }
+    if start.iter().any(|&c| c > bucket_max) {
+        return None;
+    }
+    for d in 0..k::MW_BUCKETS as usize {
+        start[d + 1] += start[d];
+    }
+    let mut next = start.clone();
+    let mut slots = vec![(0u32, 0u32); seg.len()];
+    for &(d, pk) in items.iter().rev() {
+        slots[next[d as usize] as usize] = (d, pk);
+        next[d as usize] += 1;
+    }
+    let mut out = vec![seg[0]; seg.len()];
+    for &(d, pk) in &slots {
+        let bucket = &slots[start[d as usize] as usize..start[d as usize + 1] as usize];
+        let less = bucket.iter().filter(|&&(_, x)| x < pk).count() as u32;
+        let q = pk & ((1 << k::MW_BUCKET_IDX_BITS) - 1);
+        out[(start[d as usize] + less) as usize] = seg[q as usize];
+    }
+    Some(out)
 }
 
 fn emulate_level(
@@ -344,7 +408,7 @@ impl std::fmt::Display for PetSortPath {
 /// Reusable device buffers of the merge (grown on demand).
 #[derive(Default)]
 struct MergeTemp {
-    /// Status word, radix-segment count, every level's starts, then every level's rows.
+    /// Status word, radix-segment count, bucket-segment count, every level's starts, then every level's rows.
     words: Option<CudaSlice<u32>>,
     /// Every level's sample records (input, then merged output), two words per record.
     recs: Option<CudaSlice<u64>>,
@@ -422,6 +486,25 @@ impl GpuContext {
         wide: bool,
         radix_bits: u32,
     ) -> Result<bool> {
+        self.pet_merge_runs_multiway_buckets(a, b, off, n, starts, wide, radix_bits, bucket_max())
+    }
+
+    /// [`GpuContext::pet_merge_runs_multiway_opts`] with a chosen bucket bound: a segment
+    /// that sorts by radix takes the bucket path when [`k::mw_bucket_plan`] allows it and
+    /// no bucket holds more than `bucket_max` keys (0: the radix passes only). After it,
+    /// [`GpuContext::pet_merge_bucket_segments`] tells how many segments took it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pet_merge_runs_multiway_buckets(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        starts: &[u32],
+        wide: bool,
+        radix_bits: u32,
+        bucket_max: u32,
+    ) -> Result<bool> {
         check_merge(a, b, off, n, starts)?;
         let s = match multiway_path(starts) {
             MultiwayPath::Nothing => return Ok(false),
@@ -429,7 +512,7 @@ impl GpuContext {
             MultiwayPath::Merge(s) => s,
         };
         let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
-        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide, radix_bits);
+        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide, radix_bits, bucket_max);
         self.with_scratch(|x: &mut MergeTemp| *x = t);
         r.map(|()| true)
     }
@@ -467,14 +550,25 @@ impl GpuContext {
     }
 
     /// The number of segments (of every level) that the last multiway merge on this context
-    /// that ran its kernels sorted by radix rather than by merge rounds. Synchronises.
+    /// that ran its kernels sorted by radix (the radix passes or the bucket path) rather
+    /// than by merge rounds. Synchronises.
     pub fn pet_merge_radix_segments(&self) -> Result<u32> {
+        self.merge_status_word(1)
+    }
+
+    /// The number of segments (of every level) that the last multiway merge on this context
+    /// that ran its kernels sorted by the bucket path ([`k::mw_bucket_plan`]). Synchronises.
+    pub fn pet_merge_bucket_segments(&self) -> Result<u32> {
+        self.merge_status_word(2)
+    }
+
+    fn merge_status_word(&self, i: usize) -> Result<u32> {
         self.with_scratch(|x: &mut MergeTemp| -> Result<u32> {
             match x.words.as_ref() {
                 Some(w) => Ok(self
                     .stream()
-                    .clone_dtoh(&w.slice(1..2))
-                    .ctx("reading the merge's radix count")?[0]),
+                    .clone_dtoh(&w.slice(i..i + 1))
+                    .ctx("reading the merge's status words")?[0]),
                 None => Ok(0),
             }
         })
@@ -491,6 +585,7 @@ impl GpuContext {
         s: &[u32],
         wide: bool,
         radix_bits: u32,
+        bucket_max: u32,
     ) -> Result<()> {
         let (tile, threads, kernel) = if wide {
             (k::MW_WIDE_TILE, k::MW_WIDE_THREADS, k::KERNEL_MW_MERGE_WIDE)
@@ -498,8 +593,9 @@ impl GpuContext {
             (k::MW_TILE, k::MW_THREADS, k::KERNEL_MW_MERGE)
         };
         let plan = merge_plan_div(s, tile, first_div());
-        // Word layout: status, radix count, starts of every level, rows of every level.
-        let mut header = vec![0u32, 0];
+        // Word layout: status, radix count, bucket count, starts of every level, rows of
+        // every level.
+        let mut header = vec![0u32, 0, 0];
         let mut starts_at = Vec::new();
         for lv in &plan {
             starts_at.push(header.len());
@@ -618,6 +714,8 @@ impl GpuContext {
                 status: word(0),
                 nruns: lv.runs(),
                 radix_bits,
+                bucket_max,
+                pad: 0,
             };
             if l == last {
                 // All the shared memory for the merge: two narrow blocks per multiprocessor.
@@ -631,7 +729,7 @@ impl GpuContext {
             // SAFETY: `threads` threads with the matching kernel and tile, `mw_smem_bytes`;
             // rows written by the split kernel just before (nsplit + 2 rows, each word at
             // most its run's length); input and output distinct buffers of the level's
-            // length; status two words.
+            // length; status three words.
             unsafe {
                 self.launch(
                     kernel,
@@ -979,5 +1077,103 @@ mod tests {
                 prop_assert_eq!(got, want);
             }
         }
+
+        /// The bucket path of a segment equals the stable sort (spans below and at the
+        /// bucket path's 29 bits, ties, small and large bucket bounds).
+        #[test]
+        fn segment_bucket_equals_the_stable_sort(
+            raw in prop::collection::vec((0u64..1 << 29, 0u8..4), 1..2000),
+            base in prop::sample::select(vec![0.0f64, 6e11, -3.5e9, 2f64.powi(52)]),
+            bucket_max in prop::sample::select(vec![1u32, 4, 64, 10_000]),
+        ) {
+            let seg: Vec<Single> = raw
+                .iter()
+                .enumerate()
+                .map(|(i, &(x, kind))| Single {
+                    crystal: i as u32,
+                    energy: 0.0,
+                    time: match kind {
+                        0 => base + (x % 1000) as f64,
+                        1 => base + x as f64,
+                        2 => base + (x % 50) as f64,
+                        _ => base + (x >> 18) as f64,
+                    },
+                })
+                .collect();
+            let mut want = seg.clone();
+            want.sort_by(|a, b| a.time.partial_cmp(&b.time).unwrap());
+            if let Some(got) = segment_bucket_emulated(&seg, 256, 64, bucket_max) {
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+
+    #[test]
+    fn bucket_plan_bits_and_items() {
+        // Spans up to 29 bits (18 low bits and a 14-bit local index in 32 bits).
+        assert_eq!(k::mw_bucket_plan(29, 64), Some(18));
+        assert_eq!(k::mw_bucket_plan(30, 64), None);
+        assert_eq!(k::mw_bucket_plan(12, 64), Some(1));
+        assert_eq!(k::mw_bucket_plan(11, 64), Some(0));
+        assert_eq!(k::mw_bucket_plan(0, 64), Some(0));
+        assert_eq!(k::mw_bucket_plan(20, 0), None);
+        // Bucket = top bits, packed = low bits then the local index.
+        assert_eq!(
+            k::mw_bucket_item(0b101_1101, 4, 9),
+            (0b101, (0b1101 << 14) | 9)
+        );
+        assert_eq!(k::mw_bucket_item(2047, 0, 3), (2047, 3));
+        let x = (1u32 << 29) - 1;
+        assert_eq!(k::mw_bucket_item(x, 18, (1 << 14) - 1), (2047, u32::MAX));
+        // The bench's segments: times in ps of one binade, span 29 bits: the bucket path.
+        let keys = [6e11, 6e11 + 1.0, 6e11 + 3.2e8].map(k::time_key);
+        let (shift, bits) = k::mw_radix_plan(
+            keys[0],
+            keys[2],
+            keys.iter().fold(u64::MAX, |a, &b| a & b),
+            keys.iter().fold(0, |a, &b| a | b),
+            256,
+            64,
+        )
+        .unwrap();
+        assert_eq!((shift, bits), (13, 29));
+        assert_eq!(k::mw_bucket_plan(bits, k::MW_BUCKET_MAX), Some(18));
+    }
+
+    #[test]
+    fn segment_bucket_overflow_and_all_equal() {
+        // All equal: one bucket of every key, over any bound below the segment.
+        let seg: Vec<Single> = (0..100)
+            .map(|i| Single {
+                crystal: i,
+                energy: 0.0,
+                time: 3.5,
+            })
+            .collect();
+        assert!(segment_bucket_emulated(&seg, 256, 64, 64).is_none());
+        assert_eq!(segment_bucket_emulated(&seg, 256, 64, 100).unwrap(), seg);
+        // Exactly the bound in one bucket, then one over (integers above 2^52: unit steps,
+        // span 20 bits, buckets of 512).
+        let t0 = 2f64.powi(52);
+        let mk = |k: usize| -> Vec<Single> {
+            let mut v: Vec<Single> = (0..1000u32)
+                .map(|j| Single {
+                    crystal: j,
+                    energy: 0.0,
+                    time: t0 + (512 * (j % 2047)) as f64,
+                })
+                .collect();
+            v.extend((0..k as u32).map(|j| Single {
+                crystal: 5000 + j,
+                energy: 0.0,
+                time: t0 + (512 * 2047 + 5) as f64,
+            }));
+            v
+        };
+        let seg = mk(64);
+        let mut want = seg.clone();
+        want.sort_by(|a, b| a.time.partial_cmp(&b.time).unwrap());
+        assert_eq!(segment_bucket_emulated(&seg, 256, 64, 64).unwrap(), want);
+        assert!(segment_bucket_emulated(&mk(65), 256, 64, 64).is_none());
     }
 }
