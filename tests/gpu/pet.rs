@@ -1195,8 +1195,9 @@ fn multiway_counts(
 }
 
 /// The bucket path of the merge blocks (`mw_bucket_plan`): one segment of 256 runs whose
-/// keys span exactly 29 bits (bucket path) and 30 (radix passes), 11 and 12 bits (no low
-/// bits, one low bit), one bucket of exactly the bound and one over (equal times across
+/// keys span exactly the path's limit (30 bits narrow, 31 wide) and one bit over (radix
+/// passes), the bucket bits and one more (no low bits, one low bit), one bucket of exactly
+/// the bound and one over (equal times across
 /// runs: ties in input order), all times equal (one bucket: radix passes with no pass),
 /// a bound of 1 (every segment back to the radix passes), bound 0 (path off), and the
 /// bench's kind of data (integral times in ps, several levels) where every level-0
@@ -1219,8 +1220,8 @@ fn test_merge_bucket(c: &Ctx) -> R {
             t0 + x as f64
         })
     };
-    // Times t0 + 512 m (at most 2 per bucket of a 20-bit span: buckets of 512) and `k`
-    // equal ones at t0 + 512 * 2047 + 5, spread over the runs: one bucket of exactly k.
+    // Times t0 + 512 m (at most 2 per bucket of a 20-bit span: buckets of 256 or 128) and
+    // `k` equal ones at t0 + 512 * 2047 + 5, spread over the runs: one bucket of exactly k.
     let one_bucket = |k: usize| {
         let n = 3000 + k;
         let per = n.div_ceil(256);
@@ -1245,11 +1246,18 @@ fn test_merge_bucket(c: &Ctx) -> R {
         })
     };
     for wide in [false, true] {
+        // 2^12 buckets narrow, 2^13 wide: spans up to 30 and 31 bits.
+        let bb = kp::mw_bucket_bits(if wide {
+            kp::MW_WIDE_THREADS
+        } else {
+            kp::MW_THREADS
+        });
+        let top = bb + 32 - kp::MW_BUCKET_IDX_BITS;
         for (span, bucket) in [
-            ((1u64 << 29) - 1, 1u32),
-            (1 << 29, 0),
-            ((1 << 11) - 1, 1),
-            ((1 << 12) - 1, 1),
+            ((1u64 << top) - 1, 1u32),
+            (1 << top, 0),
+            ((1 << bb) - 1, 1),
+            ((1 << (bb + 1)) - 1, 1),
         ] {
             let (v, s) = one_segment(70, span);
             let got = multiway_counts(c, "span", &v, &s, wide, kp::MW_RADIX_BITS, bm)?;

@@ -1250,45 +1250,46 @@ pub const fn mw_radix_layout(threads: u32, tile: u32) -> (u32, u32, u32, u32) {
 const _: () = assert!(mw_radix_layout(MW_THREADS, MW_TILE).3 <= 8 * MW_TILE);
 const _: () = assert!(mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).3 <= 8 * MW_WIDE_TILE);
 
-/// Buckets of the bucket path of a merge block ([`mw_bucket_plan`]): a key's bucket is
-/// the top `MW_BUCKET_BITS` bits of its span.
-pub const MW_BUCKET_BITS: u32 = 11;
-/// Number of buckets (`2^MW_BUCKET_BITS`).
-pub const MW_BUCKETS: u32 = 1 << MW_BUCKET_BITS;
 /// Bits of a local index in a bucket path's packed key (every tile below `2^14`).
 pub const MW_BUCKET_IDX_BITS: u32 = 14;
 /// Default largest bucket the bucket path ranks by counting ([`mw_bucket_plan`]); a
 /// segment with a larger bucket goes the radix way. The host passes the bound per launch
 /// ([`PetMwMergeParams::bucket_max`]; 0: no bucket path).
 pub const MW_BUCKET_MAX: u32 = 64;
+
+/// Bucket bits of a merge block of `threads` threads: its bucket path has `8 * threads`
+/// buckets (`2^12` narrow, `2^13` wide), one counter each in the radix path's digit
+/// counters (`threads / 32 * RADIX` words); each thread scans 8 of them.
+pub const fn mw_bucket_bits(threads: u32) -> u32 {
+    (8 * threads).trailing_zeros()
+}
 const _: () = assert!(MW_WIDE_TILE <= 1 << MW_BUCKET_IDX_BITS && MW_TILE <= MW_WIDE_TILE);
-// The bucket counters (and the total after them) fit before the radix path's scan words;
-// each thread scans at most 4 of them.
-const _: () = assert!(4 * (MW_BUCKETS + 1) <= mw_radix_layout(MW_THREADS, MW_TILE).1);
-const _: () = assert!(4 * (MW_BUCKETS + 1) <= mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).1);
-const _: () = assert!(MW_BUCKETS / MW_THREADS <= 4 && MW_BUCKETS.is_multiple_of(MW_THREADS));
-const _: () =
-    assert!(MW_BUCKETS / MW_WIDE_THREADS <= 4 && MW_BUCKETS.is_multiple_of(MW_WIDE_THREADS));
+const _: () = assert!(1 << mw_bucket_bits(MW_THREADS) == 8 * MW_THREADS);
+const _: () = assert!(1 << mw_bucket_bits(MW_WIDE_THREADS) == 8 * MW_WIDE_THREADS);
+// The counters fit the radix path's digit counters.
+const _: () = assert!(4 * 8 * MW_THREADS <= mw_radix_layout(MW_THREADS, MW_TILE).1);
+const _: () = assert!(4 * 8 * MW_WIDE_THREADS <= mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).1);
 
 /// Whether a merge block that sorts by radix ([`mw_radix_plan`] gave `Some((shift, bits))`)
 /// takes the bucket path instead, and with which `s2`: `Some(s2)` when `bucket_max > 0` and
-/// the span's low `s2 = bits - MW_BUCKET_BITS` bits (0 when `bits` is smaller) and a local
-/// index fit 32 bits (`bits <= 29`). The block then puts each key `x = (key - min) >>
-/// shift` in bucket `x >> s2` (one counting pass, buckets in key order) and ranks it inside
-/// its bucket by counting the bucket's smaller packed keys ([`mw_bucket_item`]); a bucket
-/// larger than `bucket_max` sends the segment back to the radix passes (the ranking costs
-/// the bucket's size per key).
+/// the span's low `s2 = bits - bucket_bits` bits (0 when `bits` is smaller) and a local
+/// index fit 32 bits (`bits <= bucket_bits + 18`: 30 narrow, 31 wide). The block then puts
+/// each key `x = (key - min) >> shift` in bucket `x >> s2` (one counting pass, buckets in
+/// key order; `bucket_bits` = [`mw_bucket_bits`]) and ranks it inside its bucket by
+/// counting the bucket's smaller packed keys ([`mw_bucket_item`]); a bucket larger than
+/// `bucket_max` sends the segment back to the radix passes (the ranking costs the bucket's
+/// size per key).
 #[inline(always)]
-pub fn mw_bucket_plan(bits: u32, bucket_max: u32) -> Option<u32> {
-    if bucket_max == 0 || bits > MW_BUCKET_BITS + 32 - MW_BUCKET_IDX_BITS {
+pub fn mw_bucket_plan(bits: u32, bucket_max: u32, bucket_bits: u32) -> Option<u32> {
+    if bucket_max == 0 || bits > bucket_bits + 32 - MW_BUCKET_IDX_BITS {
         None
     } else {
-        Some(bits.saturating_sub(MW_BUCKET_BITS))
+        Some(bits.saturating_sub(bucket_bits))
     }
 }
 
 /// Bucket and packed key of the bucket path ([`mw_bucket_plan`]) for the key `x` (`x <
-/// 2^(s2 + MW_BUCKET_BITS)`) at local index `q` (`q < 2^MW_BUCKET_IDX_BITS`, the segment's
+/// 2^(s2 + bucket_bits)`) at local index `q` (`q < 2^MW_BUCKET_IDX_BITS`, the segment's
 /// run order): `(x >> s2, (x mod 2^s2) << MW_BUCKET_IDX_BITS | q)`. Inside a bucket the packed
 /// keys are distinct and in the order (key, run, position), so a key's sorted position is its
 /// bucket's start plus the number of smaller packed keys in the bucket.

@@ -219,13 +219,13 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
 }
 
 /// The bucket path of a merge block ([`mw_bucket_plan`]): the segment's `l` keys (in run
-/// order in the first key array, `x = (key - min) >> shift < 2^(s2 + MW_BUCKET_BITS)`) are
-/// counted into `MW_BUCKETS` buckets (`x >> s2`, [`mw_bucket_item`]; the counters at
-/// `cnt`, zeroed before the caller's barrier), each key taking a slot of its bucket by a
-/// shared atomic (in no particular order), the counters scanned into bucket starts, and
-/// the packed keys scattered to their slots (with their bucket in the high word). Then
-/// the thread of sorted slot `p` counts the packed keys of `p`'s bucket smaller than its
-/// own: the bucket's start plus that count is the key's position in the order (key, run,
+/// order in the first key array, `x = (key - min) >> shift < 2^(s2 + bucket bits)`) are
+/// counted into `NB = 8 NT` buckets (`x >> s2`, [`mw_bucket_item`]; the counters at `cnt`,
+/// zeroed before the caller's barrier), each key taking a slot of its bucket by a shared
+/// atomic (in no particular order), the counters scanned into bucket starts, and the
+/// packed keys scattered to their slots (with their bucket in the high word). Then the
+/// thread of sorted slot `p` counts the packed keys of `p`'s bucket smaller than its own:
+/// the bucket's start plus that count is the key's position in the order (key, run,
 /// position), whatever the slots' order. It gathers the single through the stored global
 /// index and stores it at the segment's offset `out0` plus that position. Returns `false`,
 /// having written nothing, when a bucket holds more than `bucket_max` keys (the same in
@@ -235,11 +235,11 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
 /// # Safety
 /// All `NT` threads call it, after a barrier that follows the keys' and global indices'
 /// writes and the counters' zeroing; `mw_smem_bytes(TILE)` of shared memory at `sb`; `cnt`
-/// (the radix path's counters) `MW_BUCKETS + 1` words, `scan` 33 words of shared memory,
-/// `global_sa` `l` words (global index of each local index); `l <= TILE = NT * MW_VT`;
-/// every key `>= min` with `(key - min) >> shift < 2^(s2 + MW_BUCKET_BITS) <= 2^32`,
-/// `s2 + MW_BUCKET_IDX_BITS <= 32`; `input` valid at every global index, `output` for
-/// `out0 + l` singles.
+/// (the radix path's counters) `8 NT` words, `scan` 33 words of shared memory, `global_sa`
+/// `l` words (global index of each local index); `l <= TILE = NT * MW_VT`; every key `>=
+/// min` with `(key - min) >> shift < 2^(s2 + mw_bucket_bits(NT)) <= 2^32`, `s2 +
+/// MW_BUCKET_IDX_BITS <= 32`; `input` valid at every global index, `output` for `out0 + l`
+/// singles.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
@@ -268,43 +268,39 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
             // SAFETY: q < l: a key written before the caller's barrier.
             let x = ((unsafe { i::ld_shared_u64(keys_sa + 8 * q) } - min) >> shift) as u32;
             (d[j], pk[j]) = mw_bucket_item(x, s2, q);
-            // SAFETY: d < MW_BUCKETS: one of the counters.
+            // SAFETY: d < 8 NT: one of the counters.
             off[j] = unsafe { i::atom_shared_add_u32(cnt + 4 * d[j], 1) };
         }
         j += 1;
     }
     // Every count before the scan.
     i::sync_threads();
-    // 2. Bucket starts: thread t scans the counters t PER .. (t + 1) PER (in place).
-    let per = MW_BUCKETS / NT;
-    let mut c = [0u32; 4];
+    // 2. Bucket starts: thread t scans the counters 8 t .. 8 t + 8 (in place).
+    // (The counts are read twice rather than kept: registers are short here.)
+    let nb = 8 * NT;
     let mut sum = 0u32;
     let mut over = false;
     let mut b = 0;
-    while b < 4 {
-        if (b as u32) < per {
-            // SAFETY: t PER + b < MW_BUCKETS.
-            c[b] = unsafe { i::ld_shared_u32(cnt + 4 * (t * per + b as u32)) };
-            sum += c[b];
-            over |= c[b] > bucket_max;
-        }
+    while b < 8 {
+        // SAFETY: 8 t + b < 8 NT.
+        let c = unsafe { i::ld_shared_u32(cnt + 4 * (8 * t + b)) };
+        sum += c;
+        over |= c > bucket_max;
         b += 1;
     }
     // SAFETY: the scan words are ours (caller contract).
     let bs = unsafe { BlockScan::<u32>::new(scan) };
     let (mut run, _) = bs.exclusive_sum(sum);
     let mut b = 0;
-    while b < 4 {
-        if (b as u32) < per {
-            // SAFETY: as above; only this thread reads or writes these counters.
-            unsafe { i::st_shared_u32(cnt + 4 * (t * per + b as u32), run) };
-            run += c[b];
+    while b < 8 {
+        // SAFETY: as above; only this thread reads or writes these counters.
+        unsafe {
+            let a = cnt + 4 * (8 * t + b);
+            let c = i::ld_shared_u32(a);
+            i::st_shared_u32(a, run);
+            run += c;
         }
         b += 1;
-    }
-    if t == 0 {
-        // SAFETY: counter MW_BUCKETS: the end of the last bucket.
-        unsafe { i::st_shared_u32(cnt + 4 * MW_BUCKETS, l) };
     }
     // The starts before the scatter; the same verdict in every thread.
     if i::sync_threads_or(over) {
@@ -331,14 +327,28 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
         let p = t + j as u32 * NT;
         if p < l {
             // SAFETY: p < l, written in step 3; its bucket's start and end (the next
-            // bucket's start, or l) are counters 0..=MW_BUCKETS; the bucket's slots below l.
+            // bucket's start, or l) are counters below nb; the bucket's slots below l.
             unsafe {
                 let w = i::ld_shared_u64(keys_sa + 8 * p);
                 let (bk, me) = ((w >> 32) as u32, w as u32);
                 let start = i::ld_shared_u32(cnt + 4 * bk);
-                let end = i::ld_shared_u32(cnt + 4 * bk + 4);
+                let end = if bk + 1 < nb {
+                    i::ld_shared_u32(cnt + 4 * bk + 4)
+                } else {
+                    l
+                };
+                // The first 4 keys of the bucket without a loop (most buckets hold fewer),
+                // then a loop over the rest.
+                let len = end - start;
                 let mut less = 0u32;
-                let mut x = start;
+                let mut x = 0u32;
+                while x < 4 {
+                    if x < len {
+                        less += (i::ld_shared_u32(keys_sa + 8 * (start + x)) < me) as u32;
+                    }
+                    x += 1;
+                }
+                let mut x = start + 4;
                 while x < end {
                     less += (i::ld_shared_u32(keys_sa + 8 * x) < me) as u32;
                     x += 1;
@@ -515,6 +525,29 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         }
         a
     };
+    // The slice of every local index, as bytes in the second index array (unused until the
+    // merge rounds): thread t searches the slice of q = MW_VT t once and walks on over its
+    // MW_VT consecutive indices (past empty slices), instead of a search per item below.
+    let sof_sa = sb + 18 * TILE;
+    let q0 = t * MW_VT;
+    if q0 < l {
+        let mut s = slice_of(q0);
+        let mut j = 0;
+        while j < MW_VT {
+            let q = q0 + j;
+            if q < l {
+                // SAFETY: s + 1 < nruns: a slice start written before the barrier above.
+                while s + 1 < nruns && unsafe { pre.add(s as usize + 1).read() } <= q {
+                    s += 1;
+                }
+                // SAFETY: q < l <= TILE: a byte of the second index array.
+                unsafe { i::st_shared_u8(sof_sa + q, s) };
+            }
+            j += 1;
+        }
+    }
+    // The table before the loads.
+    i::sync_threads();
     // 2. Load the keys: item j of thread t is q = t + j NT; all addresses first, then all
     //    loads, then all stores (one memory latency per thread instead of MW_VT). The
     //    global index of every local one is kept for the radix path, and the keys' range
@@ -526,9 +559,11 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         while j < MW_VT as usize {
             let q = t + j as u32 * NT;
             if q < l {
-                let s = slice_of(q);
-                // SAFETY: s < nruns.
-                g[j] = unsafe { base.add(s as usize).read() + (q - pre.add(s as usize).read()) };
+                // SAFETY: q < l: written above; s < nruns.
+                g[j] = unsafe {
+                    let s = i::ld_shared_u8(sof_sa + q) as usize;
+                    base.add(s).read() + (q - pre.add(s).read())
+                };
             }
             j += 1;
         }
@@ -583,8 +618,8 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
     reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
     // The bucket path's counters, zeroed before the barrier below.
     let mut z = t;
-    while z < MW_BUCKETS {
-        // SAFETY: counter z < MW_BUCKETS inside the radix path's counters.
+    while z < 8 * NT {
+        // SAFETY: counter z < 8 NT: the radix path's counters.
         unsafe { i::st_shared_u32(sb + 8 * TILE + r_hist + 4 * z, 0) };
         z += NT;
     }
@@ -615,9 +650,10 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
             // SAFETY: the status holds three words.
             unsafe { i::atomic_add_u32(p.status.ptr_mut().add(1), 1) };
         }
-        if let Some(s2) = mw_bucket_plan(bits, p.bucket_max) {
+        if let Some(s2) = mw_bucket_plan(bits, p.bucket_max, mw_bucket_bits(NT)) {
             // SAFETY: keys, global indices and zeroed counters written before the barrier
-            // above; bits <= 29 (the plan), so x < 2^(s2 + MW_BUCKET_BITS) fits 32 bits.
+            // above; bits <= bucket bits + 18 (the plan), so x < 2^(s2 + bucket bits) fits
+            // 32 bits.
             let done = unsafe {
                 segment_bucket::<NT, TILE>(
                     sb,

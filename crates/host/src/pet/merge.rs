@@ -246,7 +246,8 @@ pub fn segment_radix_emulated(seg: &[Single], runs: u32, radix_bits: u32) -> Opt
 }
 
 /// A segment (in run order, at most `2^MW_BUCKET_IDX_BITS` singles) sorted as a merge
-/// block's bucket path sorts it ([`k::mw_bucket_plan`]): `None` when the block would not
+/// block with `2^bucket_bits` buckets ([`k::mw_bucket_bits`]) sorts it on its bucket path
+/// ([`k::mw_bucket_plan`]): `None` when the block would not
 /// take it (merge rounds, a span over the bucket path's bits, `bucket_max` 0, or a bucket
 /// over `bucket_max`). As on the GPU, the keys take the slots of their bucket in an order
 /// that is not the input's (here the reverse), and each key's position is its bucket's
@@ -256,6 +257,7 @@ pub fn segment_bucket_emulated(
     runs: u32,
     radix_bits: u32,
     bucket_max: u32,
+    bucket_bits: u32,
 ) -> Option<Vec<Single>> {
     let keys: Vec<u64> = seg.iter().map(|x| k::time_key(x.time)).collect();
     let (min, max, and, or) = keys
@@ -264,20 +266,21 @@ pub fn segment_bucket_emulated(
             (a.min(x), b.max(x), c & x, d | x)
         });
     let (shift, bits) = k::mw_radix_plan(min, max, and, or, runs, radix_bits)?;
-    let s2 = k::mw_bucket_plan(bits, bucket_max)?;
+    let s2 = k::mw_bucket_plan(bits, bucket_max, bucket_bits)?;
+    let nb = 1usize << bucket_bits;
     let items: Vec<(u32, u32)> = keys
         .iter()
         .enumerate()
         .map(|(q, &x)| k::mw_bucket_item(((x - min) >> shift) as u32, s2, q as u32))
         .collect();
-    let mut start = vec![0u32; k::MW_BUCKETS as usize + 1];
+    let mut start = vec![0u32; nb + 1];
     for &(d, _) in &items {
         start[d as usize + 1] += 1;
     }
     if start.iter().any(|&c| c > bucket_max) {
         return None;
     }
-    for d in 0..k::MW_BUCKETS as usize {
+    for d in 0..nb {
         start[d + 1] += start[d];
     }
     let mut next = start.clone();
@@ -1085,6 +1088,7 @@ mod tests {
             raw in prop::collection::vec((0u64..1 << 29, 0u8..4), 1..2000),
             base in prop::sample::select(vec![0.0f64, 6e11, -3.5e9, 2f64.powi(52)]),
             bucket_max in prop::sample::select(vec![1u32, 4, 64, 10_000]),
+            bucket_bits in 11u32..=13,
         ) {
             let seg: Vec<Single> = raw
                 .iter()
@@ -1102,7 +1106,7 @@ mod tests {
                 .collect();
             let mut want = seg.clone();
             want.sort_by(|a, b| a.time.partial_cmp(&b.time).unwrap());
-            if let Some(got) = segment_bucket_emulated(&seg, 256, 64, bucket_max) {
+            if let Some(got) = segment_bucket_emulated(&seg, 256, 64, bucket_max, bucket_bits) {
                 prop_assert_eq!(got, want);
             }
         }
@@ -1110,21 +1114,26 @@ mod tests {
 
     #[test]
     fn bucket_plan_bits_and_items() {
-        // Spans up to 29 bits (18 low bits and a 14-bit local index in 32 bits).
-        assert_eq!(k::mw_bucket_plan(29, 64), Some(18));
-        assert_eq!(k::mw_bucket_plan(30, 64), None);
-        assert_eq!(k::mw_bucket_plan(12, 64), Some(1));
-        assert_eq!(k::mw_bucket_plan(11, 64), Some(0));
-        assert_eq!(k::mw_bucket_plan(0, 64), Some(0));
-        assert_eq!(k::mw_bucket_plan(20, 0), None);
+        // 4096 buckets narrow, 8192 wide.
+        assert_eq!(k::mw_bucket_bits(k::MW_THREADS), 12);
+        assert_eq!(k::mw_bucket_bits(k::MW_WIDE_THREADS), 13);
+        // Spans up to bucket bits + 18 (18 low bits and a 14-bit local index in 32 bits).
+        assert_eq!(k::mw_bucket_plan(31, 64, 13), Some(18));
+        assert_eq!(k::mw_bucket_plan(32, 64, 13), None);
+        assert_eq!(k::mw_bucket_plan(30, 64, 12), Some(18));
+        assert_eq!(k::mw_bucket_plan(31, 64, 12), None);
+        assert_eq!(k::mw_bucket_plan(14, 64, 13), Some(1));
+        assert_eq!(k::mw_bucket_plan(13, 64, 13), Some(0));
+        assert_eq!(k::mw_bucket_plan(0, 64, 13), Some(0));
+        assert_eq!(k::mw_bucket_plan(20, 0, 13), None);
         // Bucket = top bits, packed = low bits then the local index.
         assert_eq!(
             k::mw_bucket_item(0b101_1101, 4, 9),
             (0b101, (0b1101 << 14) | 9)
         );
-        assert_eq!(k::mw_bucket_item(2047, 0, 3), (2047, 3));
-        let x = (1u32 << 29) - 1;
-        assert_eq!(k::mw_bucket_item(x, 18, (1 << 14) - 1), (2047, u32::MAX));
+        assert_eq!(k::mw_bucket_item(8191, 0, 3), (8191, 3));
+        let x = (1u32 << 31) - 1;
+        assert_eq!(k::mw_bucket_item(x, 18, (1 << 14) - 1), (8191, u32::MAX));
         // The bench's segments: times in ps of one binade, span 29 bits: the bucket path.
         let keys = [6e11, 6e11 + 1.0, 6e11 + 3.2e8].map(k::time_key);
         let (shift, bits) = k::mw_radix_plan(
@@ -1137,7 +1146,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!((shift, bits), (13, 29));
-        assert_eq!(k::mw_bucket_plan(bits, k::MW_BUCKET_MAX), Some(18));
+        assert_eq!(k::mw_bucket_plan(bits, k::MW_BUCKET_MAX, 13), Some(16));
     }
 
     #[test]
@@ -1150,10 +1159,13 @@ mod tests {
                 time: 3.5,
             })
             .collect();
-        assert!(segment_bucket_emulated(&seg, 256, 64, 64).is_none());
-        assert_eq!(segment_bucket_emulated(&seg, 256, 64, 100).unwrap(), seg);
+        assert!(segment_bucket_emulated(&seg, 256, 64, 64, 13).is_none());
+        assert_eq!(
+            segment_bucket_emulated(&seg, 256, 64, 100, 13).unwrap(),
+            seg
+        );
         // Exactly the bound in one bucket, then one over (integers above 2^52: unit steps,
-        // span 20 bits, buckets of 512).
+        // span 20 bits, buckets of 256 or 128: the keys t0 + 512 m at most 2 per bucket).
         let t0 = 2f64.powi(52);
         let mk = |k: usize| -> Vec<Single> {
             let mut v: Vec<Single> = (0..1000u32)
@@ -1173,7 +1185,12 @@ mod tests {
         let seg = mk(64);
         let mut want = seg.clone();
         want.sort_by(|a, b| a.time.partial_cmp(&b.time).unwrap());
-        assert_eq!(segment_bucket_emulated(&seg, 256, 64, 64).unwrap(), want);
-        assert!(segment_bucket_emulated(&mk(65), 256, 64, 64).is_none());
+        for bb in [12, 13] {
+            assert_eq!(
+                segment_bucket_emulated(&seg, 256, 64, 64, bb).unwrap(),
+                want
+            );
+            assert!(segment_bucket_emulated(&mk(65), 256, 64, 64, bb).is_none());
+        }
     }
 }
