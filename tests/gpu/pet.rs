@@ -1195,8 +1195,9 @@ fn multiway_counts(
 }
 
 /// The bucket path of the merge blocks (`mw_bucket_plan`): one segment of 256 runs whose
-/// keys span exactly the path's limit (30 bits narrow, 31 wide) and one bit over (radix
-/// passes), the bucket bits and one more (no low bits, one low bit), one bucket of exactly
+/// keys span exactly the path's limit (50 bits) and one bit over (radix passes), the last
+/// span whose slot words compare in 32 bits (30 bits narrow, 31 wide) and one bit over, the
+/// bucket bits and one more (no low bits, one low bit), one bucket of exactly
 /// the bound and one over (equal times across
 /// runs: ties in input order), all times equal (one bucket: radix passes with no pass),
 /// a bound of 1 (every segment back to the radix passes), bound 0 (path off), and the
@@ -1215,7 +1216,7 @@ fn test_merge_bucket(c: &Ctx) -> R {
             let x = match j {
                 0 => 0,
                 1 => span,
-                _ => (r[j] as u64 * 7919) % (span + 1),
+                _ => (r[j] as u64 * 7919 + ((r[(j * 31) % n] as u64) << 21)) % (span + 1),
             };
             t0 + x as f64
         })
@@ -1246,16 +1247,20 @@ fn test_merge_bucket(c: &Ctx) -> R {
         })
     };
     for wide in [false, true] {
-        // 2^12 buckets narrow, 2^13 wide: spans up to 30 and 31 bits.
+        // 2^12 buckets narrow, 2^13 wide; slot words compared in 32 bits up to 30 and 31
+        // bits of span, in 64 bits up to 50.
         let bb = kp::mw_bucket_bits(if wide {
             kp::MW_WIDE_THREADS
         } else {
             kp::MW_THREADS
         });
-        let top = bb + 32 - kp::MW_BUCKET_IDX_BITS;
+        let low32 = bb + 32 - kp::MW_BUCKET_IDX_BITS;
+        let top = 64 - kp::MW_BUCKET_IDX_BITS;
         for (span, bucket) in [
             ((1u64 << top) - 1, 1u32),
             (1 << top, 0),
+            ((1 << low32) - 1, 1),
+            (1 << low32, 1),
             ((1 << bb) - 1, 1),
             ((1 << (bb + 1)) - 1, 1),
         ] {

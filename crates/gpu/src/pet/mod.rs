@@ -1272,31 +1272,32 @@ const _: () = assert!(4 * 8 * MW_WIDE_THREADS <= mw_radix_layout(MW_WIDE_THREADS
 
 /// Whether a merge block that sorts by radix ([`mw_radix_plan`] gave `Some((shift, bits))`)
 /// takes the bucket path instead, and with which `s2`: `Some(s2)` when `bucket_max > 0` and
-/// the span's low `s2 = bits - bucket_bits` bits (0 when `bits` is smaller) and a local
-/// index fit 32 bits (`bits <= bucket_bits + 18`: 30 narrow, 31 wide). The block then puts
-/// each key `x = (key - min) >> shift` in bucket `x >> s2` (one counting pass, buckets in
-/// key order; `bucket_bits` = [`mw_bucket_bits`]) and ranks it inside its bucket by
-/// counting the bucket's smaller packed keys ([`mw_bucket_item`]); a bucket larger than
-/// `bucket_max` sends the segment back to the radix passes (the ranking costs the bucket's
-/// size per key).
+/// a key and a local index fit a `u64` (`bits <= 64 - MW_BUCKET_IDX_BITS = 50`), with `s2
+/// = bits - bucket_bits` (0 when `bits` is smaller; `bucket_bits` = [`mw_bucket_bits`]).
+/// The block then puts each key `x = (key - min) >> shift` in bucket `x >> s2` (one
+/// counting pass, buckets in key order) and ranks it inside its bucket by counting the
+/// bucket's smaller slot words `x << MW_BUCKET_IDX_BITS | q` ([`mw_bucket_item`]); the
+/// low 32 bits of them suffice when `s2 + MW_BUCKET_IDX_BITS <= 32` (spans up to 30 bits
+/// narrow, 31 wide). A bucket larger than `bucket_max` sends the segment back to the radix
+/// passes (the ranking costs the bucket's size per key).
 #[inline(always)]
 pub fn mw_bucket_plan(bits: u32, bucket_max: u32, bucket_bits: u32) -> Option<u32> {
-    if bucket_max == 0 || bits > bucket_bits + 32 - MW_BUCKET_IDX_BITS {
+    if bucket_max == 0 || bits > 64 - MW_BUCKET_IDX_BITS {
         None
     } else {
         Some(bits.saturating_sub(bucket_bits))
     }
 }
 
-/// Bucket and packed key of the bucket path ([`mw_bucket_plan`]) for the key `x` (`x <
-/// 2^(s2 + bucket_bits)`) at local index `q` (`q < 2^MW_BUCKET_IDX_BITS`, the segment's
-/// run order): `(x >> s2, (x mod 2^s2) << MW_BUCKET_IDX_BITS | q)`. Inside a bucket the packed
-/// keys are distinct and in the order (key, run, position), so a key's sorted position is its
-/// bucket's start plus the number of smaller packed keys in the bucket.
+/// Bucket and slot word of the bucket path ([`mw_bucket_plan`]) for the key `x` (`x <
+/// 2^(s2 + bucket_bits)`, `x < 2^50`) at local index `q` (`q < 2^MW_BUCKET_IDX_BITS`, the
+/// segment's run order): `(x >> s2, x << MW_BUCKET_IDX_BITS | q)`. The slot words are
+/// distinct and in the order (key, run, position), so a key's sorted position is its
+/// bucket's start plus the number of smaller slot words in the bucket; inside a bucket they
+/// agree above bit `s2 + MW_BUCKET_IDX_BITS`.
 #[inline(always)]
-pub fn mw_bucket_item(x: u32, s2: u32, q: u32) -> (u32, u32) {
-    let low = if s2 == 0 { 0 } else { x & ((1u32 << s2) - 1) };
-    (x >> s2, (low << MW_BUCKET_IDX_BITS) | q)
+pub fn mw_bucket_item(x: u64, s2: u32, q: u32) -> (u32, u64) {
+    ((x >> s2) as u32, (x << MW_BUCKET_IDX_BITS) | q as u64)
 }
 
 /// How a merge block orders its segment, from the smallest and largest [`time_key`] of the

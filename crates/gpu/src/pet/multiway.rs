@@ -222,27 +222,28 @@ unsafe fn segment_radix<K: SegKey, const NT: u32, const TILE: u32>(
 /// order in the first key array, `x = (key - min) >> shift < 2^(s2 + bucket bits)`) are
 /// counted into `NB = 8 NT` buckets (`x >> s2`, [`mw_bucket_item`]; the counters at `cnt`,
 /// zeroed before the caller's barrier), each key taking a slot of its bucket by a shared
-/// atomic (in no particular order), the counters scanned into bucket starts, and the
-/// packed keys scattered to their slots (with their bucket in the high word). Then the
-/// thread of sorted slot `p` counts the packed keys of `p`'s bucket smaller than its own:
-/// the bucket's start plus that count is the key's position in the order (key, run,
-/// position), whatever the slots' order. It gathers the single through the stored global
-/// index and stores it at the segment's offset `out0` plus that position. Returns `false`,
-/// having written nothing, when a bucket holds more than `bucket_max` keys (the same in
-/// every thread): the first key array, the global indices and the radix path's shared
-/// memory are then as the caller left them, apart from the counters and scan words.
+/// atomic (in no particular order), the counters scanned into bucket starts, and the slot
+/// words `x << MW_BUCKET_IDX_BITS | q` scattered to their slots. Then the thread of sorted
+/// slot `p` counts the slot words of `p`'s bucket smaller than its own (their low 32 bits
+/// when `LOW32`: `s2 + MW_BUCKET_IDX_BITS <= 32`, the bucket fixing the rest): the bucket's
+/// start plus that count is the key's position in the order (key, run, position),
+/// whatever the slots' order. It gathers the single through the stored global index and
+/// stores it at the segment's offset `out0` plus that position. Returns `false`, having
+/// written nothing, when a bucket holds more than `bucket_max` keys (the same in every
+/// thread): the first key array, the global indices and the radix path's shared memory are
+/// then as the caller left them, apart from the counters and scan words.
 ///
 /// # Safety
 /// All `NT` threads call it, after a barrier that follows the keys' and global indices'
 /// writes and the counters' zeroing; `mw_smem_bytes(TILE)` of shared memory at `sb`; `cnt`
 /// (the radix path's counters) `8 NT` words, `scan` 33 words of shared memory, `global_sa`
 /// `l` words (global index of each local index); `l <= TILE = NT * MW_VT`; every key `>=
-/// min` with `(key - min) >> shift < 2^(s2 + mw_bucket_bits(NT)) <= 2^32`, `s2 +
-/// MW_BUCKET_IDX_BITS <= 32`; `input` valid at every global index, `output` for `out0 + l`
-/// singles.
+/// min` with `(key - min) >> shift < 2^(s2 + mw_bucket_bits(NT))` and `< 2^50`; `LOW32`
+/// only if `s2 + MW_BUCKET_IDX_BITS <= 32`; `input` valid at every global index, `output`
+/// for `out0 + l` singles.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
+unsafe fn segment_bucket<const NT: u32, const TILE: u32, const LOW32: bool>(
     sb: u32,
     cnt: u32,
     scan: *mut u32,
@@ -259,17 +260,19 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
     const VT: usize = MW_VT as usize;
     let t = i::thread_idx_x();
     let keys_sa = sb;
-    // 1. Bucket, packed key and slot in the bucket of each item (q = t + j NT).
-    let (mut d, mut pk, mut off) = ([0u32; VT], [0u32; VT], [0u32; VT]);
+    let sh = s2 + MW_BUCKET_IDX_BITS;
+    // 1. Slot word and slot in the bucket of each item (q = t + j NT).
+    let (mut w, mut off) = ([0u64; VT], [0u32; VT]);
     let mut j = 0;
     while j < VT {
         let q = t + j as u32 * NT;
         if q < l {
             // SAFETY: q < l: a key written before the caller's barrier.
-            let x = ((unsafe { i::ld_shared_u64(keys_sa + 8 * q) } - min) >> shift) as u32;
-            (d[j], pk[j]) = mw_bucket_item(x, s2, q);
+            let x = (unsafe { i::ld_shared_u64(keys_sa + 8 * q) } - min) >> shift;
+            let (d, v) = mw_bucket_item(x, s2, q);
+            w[j] = v;
             // SAFETY: d < 8 NT: one of the counters.
-            off[j] = unsafe { i::atom_shared_add_u32(cnt + 4 * d[j], 1) };
+            off[j] = unsafe { i::atom_shared_add_u32(cnt + 4 * d, 1) };
         }
         j += 1;
     }
@@ -306,15 +309,15 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
     if i::sync_threads_or(over) {
         return false;
     }
-    // 3. Scatter the packed keys (bucket in the high word) to their slots, over the first
-    //    key array (every key was read before the count barrier).
+    // 3. Scatter the slot words to their slots, over the first key array (every key was
+    //    read before the count barrier).
     let mut j = 0;
     while j < VT {
         if t + j as u32 * NT < l {
-            // SAFETY: start of bucket d plus a slot below its count: a slot below l.
+            // SAFETY: start of bucket w >> sh plus a slot below its count: a slot below l.
             unsafe {
-                let slot = i::ld_shared_u32(cnt + 4 * d[j]) + off[j];
-                i::st_shared_u64(keys_sa + 8 * slot, (d[j] as u64) << 32 | pk[j] as u64);
+                let slot = i::ld_shared_u32(cnt + 4 * (w[j] >> sh) as u32) + off[j];
+                i::st_shared_u64(keys_sa + 8 * slot, w[j]);
             }
         }
         j += 1;
@@ -329,8 +332,16 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
             // SAFETY: p < l, written in step 3; its bucket's start and end (the next
             // bucket's start, or l) are counters below nb; the bucket's slots below l.
             unsafe {
-                let w = i::ld_shared_u64(keys_sa + 8 * p);
-                let (bk, me) = ((w >> 32) as u32, w as u32);
+                let me = i::ld_shared_u64(keys_sa + 8 * p);
+                let bk = (me >> sh) as u32;
+                // Slot word x is below mine.
+                let below = |x: u32| {
+                    if LOW32 {
+                        i::ld_shared_u32(keys_sa + 8 * x) < me as u32
+                    } else {
+                        i::ld_shared_u64(keys_sa + 8 * x) < me
+                    }
+                };
                 let start = i::ld_shared_u32(cnt + 4 * bk);
                 let end = if bk + 1 < nb {
                     i::ld_shared_u32(cnt + 4 * bk + 4)
@@ -344,17 +355,18 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32>(
                 let mut x = 0u32;
                 while x < 4 {
                     if x < len {
-                        less += (i::ld_shared_u32(keys_sa + 8 * (start + x)) < me) as u32;
+                        less += below(start + x) as u32;
                     }
                     x += 1;
                 }
                 let mut x = start + 4;
                 while x < end {
-                    less += (i::ld_shared_u32(keys_sa + 8 * x) < me) as u32;
+                    less += below(x) as u32;
                     x += 1;
                 }
                 rank[j] = start + less;
-                g[j] = i::ld_shared_u32(global_sa + 4 * (me & ((1 << MW_BUCKET_IDX_BITS) - 1)));
+                let q = me as u32 & ((1 << MW_BUCKET_IDX_BITS) - 1);
+                g[j] = i::ld_shared_u32(global_sa + 4 * q);
             }
         }
         j += 1;
@@ -651,24 +663,44 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
             unsafe { i::atomic_add_u32(p.status.ptr_mut().add(1), 1) };
         }
         if let Some(s2) = mw_bucket_plan(bits, p.bucket_max, mw_bucket_bits(NT)) {
+            let cnt = sb + 8 * TILE + r_hist;
+            // SAFETY: the radix path's scan words.
+            let scan = unsafe { i::dynamic_shared_ptr().add((8 * TILE + r_scan) as usize) };
             // SAFETY: keys, global indices and zeroed counters written before the barrier
-            // above; bits <= bucket bits + 18 (the plan), so x < 2^(s2 + bucket bits) fits
-            // 32 bits.
+            // above; x < 2^bits <= 2^(s2 + bucket bits) and bits <= 50 (the plan); LOW32
+            // when s2 + MW_BUCKET_IDX_BITS <= 32.
             let done = unsafe {
-                segment_bucket::<NT, TILE>(
-                    sb,
-                    sb + 8 * TILE + r_hist,
-                    i::dynamic_shared_ptr().add((8 * TILE + r_scan) as usize) as *mut u32,
-                    global_sa,
-                    l,
-                    kmin,
-                    shift,
-                    s2,
-                    p.bucket_max,
-                    input,
-                    output,
-                    out0,
-                )
+                if s2 + MW_BUCKET_IDX_BITS <= 32 {
+                    segment_bucket::<NT, TILE, true>(
+                        sb,
+                        cnt,
+                        scan as *mut u32,
+                        global_sa,
+                        l,
+                        kmin,
+                        shift,
+                        s2,
+                        p.bucket_max,
+                        input,
+                        output,
+                        out0,
+                    )
+                } else {
+                    segment_bucket::<NT, TILE, false>(
+                        sb,
+                        cnt,
+                        scan as *mut u32,
+                        global_sa,
+                        l,
+                        kmin,
+                        shift,
+                        s2,
+                        p.bucket_max,
+                        input,
+                        output,
+                        out0,
+                    )
+                }
             };
             if done {
                 if t == 0 {

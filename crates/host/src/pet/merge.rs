@@ -251,7 +251,8 @@ pub fn segment_radix_emulated(seg: &[Single], runs: u32, radix_bits: u32) -> Opt
 /// take it (merge rounds, a span over the bucket path's bits, `bucket_max` 0, or a bucket
 /// over `bucket_max`). As on the GPU, the keys take the slots of their bucket in an order
 /// that is not the input's (here the reverse), and each key's position is its bucket's
-/// start plus the number of smaller packed keys ([`k::mw_bucket_item`]) in its bucket.
+/// start plus the number of smaller slot words ([`k::mw_bucket_item`]) in its bucket (their
+/// low 32 bits when `s2 + MW_BUCKET_IDX_BITS <= 32`, as the kernel compares them).
 pub fn segment_bucket_emulated(
     seg: &[Single],
     runs: u32,
@@ -268,10 +269,10 @@ pub fn segment_bucket_emulated(
     let (shift, bits) = k::mw_radix_plan(min, max, and, or, runs, radix_bits)?;
     let s2 = k::mw_bucket_plan(bits, bucket_max, bucket_bits)?;
     let nb = 1usize << bucket_bits;
-    let items: Vec<(u32, u32)> = keys
+    let items: Vec<(u32, u64)> = keys
         .iter()
         .enumerate()
-        .map(|(q, &x)| k::mw_bucket_item(((x - min) >> shift) as u32, s2, q as u32))
+        .map(|(q, &x)| k::mw_bucket_item((x - min) >> shift, s2, q as u32))
         .collect();
     let mut start = vec![0u32; nb + 1];
     for &(d, _) in &items {
@@ -284,7 +285,7 @@ pub fn segment_bucket_emulated(
         start[d + 1] += start[d];
     }
     let mut next = start.clone();
-    let mut slots = vec![(0u32, 0u32); seg.len()];
+    let mut slots = vec![(0u32, 0u64); seg.len()];
     for &(d, pk) in items.iter().rev() {
         slots[next[d as usize] as usize] = (d, pk);
         next[d as usize] += 1;
@@ -292,7 +293,14 @@ pub fn segment_bucket_emulated(
     let mut out = vec![seg[0]; seg.len()];
     for &(d, pk) in &slots {
         let bucket = &slots[start[d as usize] as usize..start[d as usize + 1] as usize];
-        let less = bucket.iter().filter(|&&(_, x)| x < pk).count() as u32;
+        let less = if s2 + k::MW_BUCKET_IDX_BITS <= 32 {
+            bucket
+                .iter()
+                .filter(|&&(_, x)| (x as u32) < pk as u32)
+                .count() as u32
+        } else {
+            bucket.iter().filter(|&&(_, x)| x < pk).count() as u32
+        };
         let q = pk & ((1 << k::MW_BUCKET_IDX_BITS) - 1);
         out[(start[d as usize] + less) as usize] = seg[q as usize];
     }
@@ -1081,32 +1089,38 @@ mod tests {
             }
         }
 
-        /// The bucket path of a segment equals the stable sort (spans below and at the
-        /// bucket path's 29 bits, ties, small and large bucket bounds).
+        /// The bucket path of a segment equals the stable sort: spans from a few bits to
+        /// 50 (slot words compared in 32 or 64 bits), ties, small and large bucket bounds.
         #[test]
         fn segment_bucket_equals_the_stable_sort(
-            raw in prop::collection::vec((0u64..1 << 29, 0u8..4), 1..2000),
-            base in prop::sample::select(vec![0.0f64, 6e11, -3.5e9, 2f64.powi(52)]),
+            raw in prop::collection::vec(0u64..1 << 50, 1..2000),
+            kind in 0u8..5,
+            wide in prop::bool::ANY,
             bucket_max in prop::sample::select(vec![1u32, 4, 64, 10_000]),
-            bucket_bits in 11u32..=13,
         ) {
+            let t0 = 2f64.powi(52);
             let seg: Vec<Single> = raw
                 .iter()
                 .enumerate()
-                .map(|(i, &(x, kind))| Single {
+                .map(|(i, &x)| Single {
                     crystal: i as u32,
                     energy: 0.0,
                     time: match kind {
-                        0 => base + (x % 1000) as f64,
-                        1 => base + x as f64,
-                        2 => base + (x % 50) as f64,
-                        _ => base + (x >> 18) as f64,
+                        0 => t0 + (x % 1000) as f64,
+                        1 => t0 + (x >> 21) as f64,
+                        2 => t0 + (x % 50) as f64,
+                        3 => 6e11 + (x >> 21) as f64,
+                        _ => t0 + x as f64,
                     },
                 })
                 .collect();
             let mut want = seg.clone();
             want.sort_by(|a, b| a.time.partial_cmp(&b.time).unwrap());
-            if let Some(got) = segment_bucket_emulated(&seg, 256, 64, bucket_max, bucket_bits) {
+            let bb = k::mw_bucket_bits(if wide { k::MW_WIDE_THREADS } else { k::MW_THREADS });
+            let got = segment_bucket_emulated(&seg, 256, 64, bucket_max, bb);
+            // Only an overflowing bucket sends it back (spans of at most 50 bits).
+            prop_assert!(got.is_some() || bucket_max < 10_000);
+            if let Some(got) = got {
                 prop_assert_eq!(got, want);
             }
         }
@@ -1117,23 +1131,22 @@ mod tests {
         // 4096 buckets narrow, 8192 wide.
         assert_eq!(k::mw_bucket_bits(k::MW_THREADS), 12);
         assert_eq!(k::mw_bucket_bits(k::MW_WIDE_THREADS), 13);
-        // Spans up to bucket bits + 18 (18 low bits and a 14-bit local index in 32 bits).
+        // Spans up to 50 bits (a key and a 14-bit local index in a u64).
+        assert_eq!(k::mw_bucket_plan(50, 64, 13), Some(37));
+        assert_eq!(k::mw_bucket_plan(51, 64, 13), None);
         assert_eq!(k::mw_bucket_plan(31, 64, 13), Some(18));
-        assert_eq!(k::mw_bucket_plan(32, 64, 13), None);
-        assert_eq!(k::mw_bucket_plan(30, 64, 12), Some(18));
-        assert_eq!(k::mw_bucket_plan(31, 64, 12), None);
         assert_eq!(k::mw_bucket_plan(14, 64, 13), Some(1));
         assert_eq!(k::mw_bucket_plan(13, 64, 13), Some(0));
         assert_eq!(k::mw_bucket_plan(0, 64, 13), Some(0));
         assert_eq!(k::mw_bucket_plan(20, 0, 13), None);
-        // Bucket = top bits, packed = low bits then the local index.
+        // Bucket = top bits, slot word = key then the local index.
         assert_eq!(
             k::mw_bucket_item(0b101_1101, 4, 9),
-            (0b101, (0b1101 << 14) | 9)
+            (0b101, (0b101_1101 << 14) | 9)
         );
-        assert_eq!(k::mw_bucket_item(8191, 0, 3), (8191, 3));
-        let x = (1u32 << 31) - 1;
-        assert_eq!(k::mw_bucket_item(x, 18, (1 << 14) - 1), (8191, u32::MAX));
+        assert_eq!(k::mw_bucket_item(8191, 0, 3), (8191, (8191 << 14) | 3));
+        let x = (1u64 << 50) - 1;
+        assert_eq!(k::mw_bucket_item(x, 37, (1 << 14) - 1), (8191, u64::MAX));
         // The bench's segments: times in ps of one binade, span 29 bits: the bucket path.
         let keys = [6e11, 6e11 + 1.0, 6e11 + 3.2e8].map(k::time_key);
         let (shift, bits) = k::mw_radix_plan(
