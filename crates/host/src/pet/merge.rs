@@ -12,9 +12,12 @@
 //!    ([`k::mw_split_sampled`], equal to [`k::mw_split`]): row `k`.
 //! 4. `pet_multiway_merge`: one block per segment (rows `k`..`k + 1`), at most
 //!    `every * step + runs * (step - 1) <= tile` singles ([`k::mw_sampling`]: a deterministic
-//!    bound, whatever the times), sorts the slices in shared memory (a block radix sort of
-//!    the keys' differing bits, or merge rounds when they span too many bits:
-//!    [`k::mw_radix_plan`]) and writes them at the segment's offset (the sum of row `k`).
+//!    bound, whatever the times), sorts the slices in shared memory (buckets by the top
+//!    bits of the keys' span, each key ranked by counting inside its bucket:
+//!    [`k::mw_bucket_plan`]; or a block radix sort of the keys' differing bits when a
+//!    bucket overflows or the span is wider; or merge rounds when the radix passes would
+//!    outnumber them: [`k::mw_radix_plan`]) and writes them at the segment's offset (the
+//!    sum of row `k`).
 //!
 //! Everything is asynchronous on the stream (no read-back). More than [`k::MW_MAX_RUNS`]
 //! runs: the radix sort instead.
