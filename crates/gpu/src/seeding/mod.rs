@@ -878,6 +878,24 @@ pub fn impact_weight(cfg: &SeedingConfig, impact: f32) -> f32 {
     -impact * cfg.impact_weight_factor
 }
 
+/// The owner of position `pos` of a flattened list of 32 runs (the selection's triplets of
+/// 32 bottoms, each bottom's triplets one run): the first lane `j` with `incl(j) > pos`, where
+/// `incl(j)` is the inclusive sum of the run lengths of lanes `0..=j` (non-decreasing). Five
+/// steps of a binary search, each one `incl` (a warp shuffle in the kernel, so every lane
+/// takes all five steps); 31 when `pos >= incl(31)`.
+#[inline(always)]
+pub fn flat_owner(pos: u32, incl: impl Fn(u32) -> u32) -> u32 {
+    let mut b = 0u32;
+    let mut step = 16u32;
+    while step > 0 {
+        if incl(b + step - 1) <= pos {
+            b += step;
+        }
+        step /= 2;
+    }
+    b
+}
+
 /// traccc's `update_triplet_weights` for triplet `this` of a group of `len` triplets that
 /// share its middle–bottom doublet; `get(k)` returns `(curvature, r_top)` of the group's
 /// `k`-th triplet. Walks the others in group order; returns the updated weight.
@@ -1418,7 +1436,6 @@ crate::kernel_params!(SeedingSelectSeedsParams, 264, ["seeding_select_seeds"]);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingGatherSeedsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub binned: DevPtr<BinnedSp>,
     pub sps: DevPtr<SpacePoint>,
@@ -1432,9 +1449,11 @@ pub struct SeedingGatherSeedsParams {
     /// Per event: valid spacepoints and its seed range are written here.
     pub events: DevPtr<EventCounts>,
     pub n_events: u32,
-    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]): read through a
+    /// pointer it was one more memory round trip before every thread's first load.
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingGatherSeedsParams, 104, ["seeding_gather_seeds"]);
+crate::kernel_params!(SeedingGatherSeedsParams, 256, ["seeding_gather_seeds"]);
 
 /// The event of item `g` of a batch: the last `e < n_events` with `ev_off[e] <= g`
 /// (empty events, equal offsets, are skipped). Binary search over `n_events + 1` offsets.
@@ -1480,6 +1499,45 @@ pub mod device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`flat_owner`] equals a linear search for the first lane whose inclusive sum exceeds
+    /// the position, for every position of random run lengths (many zeros, long runs, all
+    /// zero but one lane, all 32 lanes non-empty).
+    #[test]
+    fn flat_owner_equals_linear_search() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..3000u32 {
+            let mut len = [0u32; 32];
+            for (j, l) in len.iter_mut().enumerate() {
+                *l = match round % 4 {
+                    0 => (next() % 3) as u32 * (next() % 2) as u32,
+                    1 => (next() % 40) as u32,
+                    2 => (j as u32 == round % 32) as u32 * (1 + (next() % 70) as u32),
+                    _ => 1 + (next() % 2) as u32,
+                };
+            }
+            let mut incl = [0u32; 32];
+            let mut s = 0;
+            for j in 0..32 {
+                s += len[j];
+                incl[j] = s;
+            }
+            for pos in 0..s + 2 {
+                let want = (0..32u32).find(|&j| incl[j as usize] > pos).unwrap_or(31);
+                assert_eq!(
+                    flat_owner(pos, |j| incl[j as usize]),
+                    want,
+                    "round {round}, pos {pos}, lengths {len:?}"
+                );
+            }
+        }
+    }
 
     /// The kernels' keeper equals [`BestN`] on random streams of candidates (duplicate
     /// weights, every capacity).

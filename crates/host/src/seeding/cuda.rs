@@ -771,7 +771,6 @@ impl GpuContext {
         tm.stop()?;
         tm.stage("gather_seeds", || {
             let params = k::SeedingGatherSeedsParams {
-                cfg: d_cfg,
                 grid,
                 binned,
                 sps: sps_ptr,
@@ -784,7 +783,7 @@ impl GpuContext {
                 params: p!(B::Params),
                 events,
                 n_events: ne,
-                _pad0: 0,
+                cfg: *cfg,
             };
             let slots_n = n64 * cfg.max_seeds_per_spm as u64;
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
