@@ -815,6 +815,140 @@ pub fn triplet_surely_rejected(
         && delta_cot2 * 0.2499 > threshold
 }
 
+/// Bounds over the middle–top doublets of one middle, for [`triplet_reject_bound`]: the
+/// largest and smallest `er`, the largest `i_delta_r` and `|cot_theta|`. Written by the
+/// doublet kernel with the tops ([`TopBounds::add`], NaN-sticky: one NaN field of one top
+/// makes the bound NaN, and the doublets of that middle then take the exact test).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TopBounds {
+    /// Largest `er` of the middle's tops.
+    pub max_er: f32,
+    /// Largest `i_delta_r`.
+    pub max_i_delta_r: f32,
+    /// Largest `|cot_theta|`.
+    pub max_abs_cot: f32,
+    /// Smallest `er`.
+    pub min_er: f32,
+}
+const _: () = assert!(core::mem::size_of::<TopBounds>() == 16);
+
+/// `x` when it is larger than `m` or NaN, else `m` (a NaN, once in, stays).
+#[inline(always)]
+pub fn max_nan(m: f32, x: f32) -> f32 {
+    if x > m || x.is_nan() {
+        x
+    } else {
+        m
+    }
+}
+
+/// `x` when it is smaller than `m` or NaN, else `m` (a NaN, once in, stays).
+#[inline(always)]
+pub fn min_nan(m: f32, x: f32) -> f32 {
+    if x < m || x.is_nan() {
+        x
+    } else {
+        m
+    }
+}
+
+impl TopBounds {
+    /// The bounds of no top (the identity of [`TopBounds::join`]).
+    pub const EMPTY: Self = Self {
+        max_er: 0.0,
+        max_i_delta_r: 0.0,
+        max_abs_cot: 0.0,
+        min_er: f32::INFINITY,
+    };
+
+    /// The bounds with one more top.
+    #[inline(always)]
+    pub fn add(self, lt: &LinCircle) -> Self {
+        Self {
+            max_er: max_nan(self.max_er, lt.er),
+            max_i_delta_r: max_nan(self.max_i_delta_r, lt.i_delta_r),
+            max_abs_cot: max_nan(self.max_abs_cot, lt.cot_theta.abs()),
+            min_er: min_nan(self.min_er, lt.er),
+        }
+    }
+
+    /// The bounds of two sets of tops.
+    #[inline(always)]
+    pub fn join(self, o: &Self) -> Self {
+        Self {
+            max_er: max_nan(self.max_er, o.max_er),
+            max_i_delta_r: max_nan(self.max_i_delta_r, o.max_i_delta_r),
+            max_abs_cot: max_nan(self.max_abs_cot, o.max_abs_cot),
+            min_er: min_nan(self.min_er, o.min_er),
+        }
+    }
+}
+
+/// Per middle–bottom doublet `lb` of middle `m`, from the bounds `tb` of the middle's tops:
+/// `c1 = 4 e_hi`, where `e_hi` bounds from above the `error2` that [`triplet_compatible`]
+/// computes for every top of the middle, or `+inf` when the bounds do not prove both
+/// `0 <= error2 <= e_hi` (a NaN or an infinity anywhere, a negative variance). Then
+/// [`triplet_bound_rejects`] decides most pairs from `lt.cot_theta` alone.
+///
+/// Proof. Rounding to nearest is monotone (`x <= y` implies `fl(x) <= fl(y)`), and the
+/// kernels compute every operation separately (no `fma`). `error2 = fl(A + B)` with
+/// `A = fl(lt.er + lb.er)`, `B = fl(v lt.i_delta_r)`, `v = fl(fl(2 X) lb.i_delta_r)`,
+/// `X = fl(fl(q m.var_r) + m.var_z)`, `q = fl(lb.cot lt.cot)`. With `p = fl(|lb.cot|
+/// max|cot|)`: `-p <= q <= p` (rounding is symmetric), so with `var_r >= 0` and
+/// `lb.i_delta_r >= 0` (both checked below through `v_hi >= 0` and the finite values)
+/// `v_lo <= v <= v_hi`, where `v_lo`, `v_hi` are `v` computed from `-p` and `p`. Every
+/// top has `0 <= min_er <= lt.er <= max_er` and `0 <= lt.i_delta_r <= max_i_delta_r`
+/// (none NaN: the bounds are NaN-sticky). With `v_hi >= 0`: `B <= fl(v_hi max_i_delta_r)`,
+/// so `error2 <= e_hi = fl(fl(max_er + lb.er) + fl(v_hi max_i_delta_r))`. From below,
+/// `B >= fl(v_lo max_i_delta_r)` when `v_lo < 0`, else `B >= 0`, and `A >= fl(min_er +
+/// lb.er)`, so `error2 >= e_lo >= 0` when the computed `e_lo >= 0`. `c1 = fl(4 e_hi) = 4 e_hi`
+/// when finite (a power of two), so `4 error2 <= c1` exactly. A host test checks the bound on
+/// random middles and the edge cases.
+#[inline(always)]
+pub fn triplet_reject_bound(m: &BinnedSp, lb: &LinCircle, tb: &TopBounds) -> f32 {
+    let p = lb.cot_theta.abs() * tb.max_abs_cot;
+    let x_hi = p * m.var_r + m.var_z;
+    let x_lo = -p * m.var_r + m.var_z;
+    let v_hi = 2.0 * x_hi * lb.i_delta_r;
+    let v_lo = 2.0 * x_lo * lb.i_delta_r;
+    let e_hi = (tb.max_er + lb.er) + v_hi * tb.max_i_delta_r;
+    let b_lo = if v_lo < 0.0 {
+        v_lo * tb.max_i_delta_r
+    } else {
+        0.0
+    };
+    let e_lo = (tb.min_er + lb.er) + b_lo;
+    let c1 = 4.0 * e_hi;
+    // Every comparison is false for NaN; `c1 <= f32::MAX` also excludes an infinite e_hi.
+    let ok = c1 <= f32::MAX
+        && e_lo >= 0.0
+        && v_hi >= 0.0
+        && v_lo <= v_hi
+        && m.var_r >= 0.0
+        && tb.min_er >= 0.0
+        && lb.i_delta_r >= 0.0
+        && tb.max_i_delta_r <= f32::MAX
+        && tb.max_abs_cot <= f32::MAX;
+    if ok {
+        c1
+    } else {
+        f32::INFINITY
+    }
+}
+
+/// The pair `(lb, lt)` is rejected by [`triplet_compatible`]'s first cut, decided from
+/// `lt.cot_theta` and the doublet's `c1` ([`triplet_reject_bound`]) and `threshold`
+/// ([`triplet_reject_threshold`]): `c1 <= Δcot²` gives `0 <= error2 <= Δcot²/4`, so the
+/// conditions of [`triplet_surely_rejected`] hold (the same `Δcot²`, the same last two
+/// tests).
+#[inline(always)]
+pub fn triplet_bound_rejects(c1: f32, lb_cot: f32, lt_cot: f32, threshold: f32) -> bool {
+    let delta_cot = lb_cot - lt_cot;
+    let delta_cot2 = delta_cot * delta_cot;
+    c1 <= delta_cot2 && delta_cot2 <= f32::MAX && delta_cot2 * 0.2499 > threshold
+}
+
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
@@ -1281,7 +1415,6 @@ crate::kernel_params!(SeedingBinSpacepointsParams, 48, ["seeding_bin_spacepoints
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingBinCountParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<SpacePoint>,
     /// `n_events + 1` offsets of the events in `sps` (non-decreasing, last = n).
     pub ev_off: DevPtr<u32>,
@@ -1302,9 +1435,10 @@ pub struct SeedingBinCountParams {
     /// [`BIN_SCAN_TILE`]), else 0.
     pub scan_keys: u32,
     pub summary_words: u32,
-    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingBinCountParams, 96, ["seeding_bin_count"]);
+crate::kernel_params!(SeedingBinCountParams, 248, ["seeding_bin_count"]);
 
 /// Parameters of the `seeding_bin_place` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1327,7 +1461,6 @@ crate::kernel_params!(SeedingBinPlaceParams, 56, ["seeding_bin_place"]);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingGatherSpacepointsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<SpacePoint>,
     pub ev_off: DevPtr<u32>,
     pub keys: DevPtr<u32>,
@@ -1344,10 +1477,14 @@ pub struct SeedingGatherSpacepointsParams {
     /// Non-zero: `content` is grouped by key in any order inside a key and the gather puts
     /// each key's spacepoints in input order (by counting); zero: `content` is already stable.
     pub rank: u32,
+    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]): read through a
+    /// pointer it was one more memory round trip before every thread's first load.
+    pub cfg: SeedingConfig,
 }
 crate::kernel_params!(
     SeedingGatherSpacepointsParams,
-    88,
+    248,
     ["seeding_gather_spacepoints"]
 );
 

@@ -596,6 +596,7 @@ impl GpuContext {
         tm.start("bin_spacepoints")?;
         let inputs = BinInputs {
             cfg: d_cfg,
+            cfg_val: *cfg,
             sps: sps_ptr,
             ev_off,
             n,
@@ -609,7 +610,6 @@ impl GpuContext {
         }
         {
             let params = k::SeedingGatherSpacepointsParams {
-                cfg: d_cfg,
                 sps: sps_ptr,
                 ev_off,
                 keys: p!(B::Keys),
@@ -621,6 +621,8 @@ impl GpuContext {
                 totals,
                 n_events: ne,
                 rank: (!radix) as u32,
+                _pad0: 0,
+                cfg: *cfg,
             };
             // SAFETY: content and grid group the n keys (stable with the radix sort; any
             // order inside a key by counting, rank = 1); binned and rz hold n records; totals
@@ -814,7 +816,8 @@ impl GpuContext {
     /// each spacepoint's index into its key's range (the counts cleared for the next call).
     fn bin_counting(&self, ws: &mut SeedingWorkspace, inputs: BinInputs) -> Result<()> {
         let BinInputs {
-            cfg: d_cfg,
+            cfg: _,
+            cfg_val,
             sps: sps_ptr,
             ev_off,
             n,
@@ -832,7 +835,6 @@ impl GpuContext {
         // Until the place kernel is launched the counts may be left non-zero.
         ws.counts_zero = false;
         let params = k::SeedingBinCountParams {
-            cfg: d_cfg,
             sps: sps_ptr,
             ev_off,
             n: n64,
@@ -845,7 +847,7 @@ impl GpuContext {
             n_events: ne,
             scan_keys: if fused { scan_keys as u32 } else { 0 },
             summary_words: 8 * (ne + 1),
-            _pad0: 0,
+            cfg: cfg_val,
         };
         // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller); ev_off
         // n_events + 1 offsets ending at n; keys and slots n words; counts nkeys_total + 1
@@ -906,6 +908,7 @@ impl GpuContext {
     fn bin_radix(&self, ws: &mut SeedingWorkspace, inputs: BinInputs) -> Result<()> {
         let BinInputs {
             cfg: d_cfg,
+            cfg_val: _,
             sps: sps_ptr,
             ev_off,
             n,
@@ -1059,6 +1062,8 @@ impl GpuContext {
 #[derive(Clone, Copy)]
 struct BinInputs {
     cfg: detkit_gpu::DevPtr<SeedingConfig>,
+    /// The same configuration by value (the counting binning's kernels take it so).
+    cfg_val: SeedingConfig,
     sps: detkit_gpu::DevPtr<SpacePoint>,
     ev_off: detkit_gpu::DevPtr<u32>,
     n: usize,
