@@ -236,11 +236,13 @@ unsafe fn write_doublet(
 }
 
 /// Writes the doublets of one side of middle `pm`: ranks below `DOUBLET_STAGE` from the
-/// warp's shared-memory stage, the rest (when more passed) from a second walk.
+/// warp's shared-memory stage, the rest (when more passed) from a second walk. For the tops
+/// (`!bottom`) also the middle's [`TopBounds`] (a warp reduction, lane 0 writes `*bounds`).
 ///
 /// # Safety
 /// All 32 lanes; `stage` holds the first `min(count, DOUBLET_STAGE)` candidates of the
-/// first walk (visible after `sync_warp`); `out`, `lc` valid for `at + count`.
+/// first walk (visible after `sync_warp`); `out`, `lc` valid for `at + count`; for the
+/// tops `bounds` valid for one 16-byte aligned record (unused for the bottoms).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn write_side(
@@ -258,7 +260,10 @@ unsafe fn write_side(
     at: usize,
     out: *mut Doublet,
     lc: *mut LinCircle,
+    bounds: *mut TopBounds,
 ) {
+    // The tops' bounds for the triplet kernel's test without `er` (`triplet_reject_bound`).
+    let mut tb = TopBounds::EMPTY;
     let staged = if count < DOUBLET_STAGE {
         count
     } else {
@@ -270,28 +275,57 @@ unsafe fn write_side(
         while r < staged {
             let q = i::ld_shared_u32(stage + r * 4);
             let o = read_binned(sps.add(q as usize));
-            write_doublet(
-                out.add(at + r as usize),
-                lc.add(at + r as usize),
-                pm,
-                q,
-                &transform_coordinates(m, &o, bottom),
-            );
+            let l = transform_coordinates(m, &o, bottom);
+            if !bottom {
+                tb = tb.add(&l);
+            }
+            write_doublet(out.add(at + r as usize), lc.add(at + r as usize), pm, q, &l);
             r += 32;
         }
         if count > DOUBLET_STAGE {
             let w = window_runs(c, lane_bin(c, m), window, grid);
             warp_candidates(c, m, &w, bottom, rz, sps, queue, |rank, q, o| {
                 if rank >= DOUBLET_STAGE {
+                    let l = transform_coordinates(m, o, bottom);
+                    if !bottom {
+                        tb = tb.add(&l);
+                    }
                     write_doublet(
                         out.add(at + rank as usize),
                         lc.add(at + rank as usize),
                         pm,
                         q,
-                        &transform_coordinates(m, o, bottom),
+                        &l,
                     );
                 }
             });
+        }
+        if !bottom {
+            let mut d = 16;
+            while d > 0 {
+                let x = |v: f32| f32::from_bits(i::shfl_xor(v.to_bits(), d));
+                let o = TopBounds {
+                    max_er: x(tb.max_er),
+                    max_i_delta_r: x(tb.max_i_delta_r),
+                    max_abs_cot: x(tb.max_abs_cot),
+                    min_er_idr: x(tb.min_er_idr),
+                };
+                tb = tb.join(&o);
+                d /= 2;
+            }
+            if i::lane_id() == 0 {
+                // SAFETY: caller's contract: bounds valid for the middle's record.
+                let w = bounds as *mut u32;
+                i::st_v4_u32(
+                    w,
+                    [
+                        tb.max_er.to_bits(),
+                        tb.max_i_delta_r.to_bits(),
+                        tb.max_abs_cot.to_bits(),
+                        tb.min_er_idr.to_bits(),
+                    ],
+                );
+            }
         }
     }
 }
@@ -411,6 +445,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
             ob as usize,
             p.bot.ptr_mut(),
             p.lc_bot.ptr_mut(),
+            core::ptr::null_mut(),
         );
         write_side(
             c,
@@ -427,6 +462,7 @@ pub unsafe extern "ptx-kernel" fn seeding_find_doublets(p: SeedingFindDoubletsPa
             ot as usize,
             p.top.ptr_mut(),
             p.lc_top.ptr_mut(),
+            p.top_bounds.ptr_mut().add(pm as usize),
         );
     }
 }

@@ -816,7 +816,7 @@ pub fn triplet_surely_rejected(
 }
 
 /// Bounds over the middle–top doublets of one middle, for [`triplet_reject_bound`]: the
-/// largest and smallest `er`, the largest `i_delta_r` and `|cot_theta|`. Written by the
+/// largest `er`, `i_delta_r` and `|cot_theta|`, and the smallest `er` or `i_delta_r`. Written by the
 /// doublet kernel with the tops ([`TopBounds::add`], NaN-sticky: one NaN field of one top
 /// makes the bound NaN, and the doublets of that middle then take the exact test).
 #[repr(C)]
@@ -828,8 +828,8 @@ pub struct TopBounds {
     pub max_i_delta_r: f32,
     /// Largest `|cot_theta|`.
     pub max_abs_cot: f32,
-    /// Smallest `er`.
-    pub min_er: f32,
+    /// Smallest `er` or `i_delta_r` (both bounds need them non-negative).
+    pub min_er_idr: f32,
 }
 const _: () = assert!(core::mem::size_of::<TopBounds>() == 16);
 
@@ -859,7 +859,7 @@ impl TopBounds {
         max_er: 0.0,
         max_i_delta_r: 0.0,
         max_abs_cot: 0.0,
-        min_er: f32::INFINITY,
+        min_er_idr: f32::INFINITY,
     };
 
     /// The bounds with one more top.
@@ -869,7 +869,7 @@ impl TopBounds {
             max_er: max_nan(self.max_er, lt.er),
             max_i_delta_r: max_nan(self.max_i_delta_r, lt.i_delta_r),
             max_abs_cot: max_nan(self.max_abs_cot, lt.cot_theta.abs()),
-            min_er: min_nan(self.min_er, lt.er),
+            min_er_idr: min_nan(min_nan(self.min_er_idr, lt.er), lt.i_delta_r),
         }
     }
 
@@ -880,7 +880,7 @@ impl TopBounds {
             max_er: max_nan(self.max_er, o.max_er),
             max_i_delta_r: max_nan(self.max_i_delta_r, o.max_i_delta_r),
             max_abs_cot: max_nan(self.max_abs_cot, o.max_abs_cot),
-            min_er: min_nan(self.min_er, o.min_er),
+            min_er_idr: min_nan(self.min_er_idr, o.min_er_idr),
         }
     }
 }
@@ -898,10 +898,10 @@ impl TopBounds {
 /// max|cot|)`: `-p <= q <= p` (rounding is symmetric), so with `var_r >= 0` and
 /// `lb.i_delta_r >= 0` (both checked below through `v_hi >= 0` and the finite values)
 /// `v_lo <= v <= v_hi`, where `v_lo`, `v_hi` are `v` computed from `-p` and `p`. Every
-/// top has `0 <= min_er <= lt.er <= max_er` and `0 <= lt.i_delta_r <= max_i_delta_r`
-/// (none NaN: the bounds are NaN-sticky). With `v_hi >= 0`: `B <= fl(v_hi max_i_delta_r)`,
+/// top has `0 <= min_er_idr <= lt.er <= max_er` and `0 <= min_er_idr <= lt.i_delta_r <=
+/// max_i_delta_r` (none NaN: the bounds are NaN-sticky). With `v_hi >= 0`: `B <= fl(v_hi max_i_delta_r)`,
 /// so `error2 <= e_hi = fl(fl(max_er + lb.er) + fl(v_hi max_i_delta_r))`. From below,
-/// `B >= fl(v_lo max_i_delta_r)` when `v_lo < 0`, else `B >= 0`, and `A >= fl(min_er +
+/// `B >= fl(v_lo max_i_delta_r)` when `v_lo < 0`, else `B >= 0`, and `A >= fl(min_er_idr +
 /// lb.er)`, so `error2 >= e_lo >= 0` when the computed `e_lo >= 0`. `c1 = fl(4 e_hi) = 4 e_hi`
 /// when finite (a power of two), so `4 error2 <= c1` exactly. A host test checks the bound on
 /// random middles and the edge cases.
@@ -918,7 +918,7 @@ pub fn triplet_reject_bound(m: &BinnedSp, lb: &LinCircle, tb: &TopBounds) -> f32
     } else {
         0.0
     };
-    let e_lo = (tb.min_er + lb.er) + b_lo;
+    let e_lo = (tb.min_er_idr + lb.er) + b_lo;
     let c1 = 4.0 * e_hi;
     // Every comparison is false for NaN; `c1 <= f32::MAX` also excludes an infinite e_hi.
     let ok = c1 <= f32::MAX
@@ -926,7 +926,7 @@ pub fn triplet_reject_bound(m: &BinnedSp, lb: &LinCircle, tb: &TopBounds) -> f32
         && v_hi >= 0.0
         && v_lo <= v_hi
         && m.var_r >= 0.0
-        && tb.min_er >= 0.0
+        && tb.min_er_idr >= 0.0
         && lb.i_delta_r >= 0.0
         && tb.max_i_delta_r <= f32::MAX
         && tb.max_abs_cot <= f32::MAX;
@@ -1501,6 +1501,8 @@ pub struct SeedingFindDoubletsParams {
     pub n_top: DevPtr<u32>,
     pub bot_start: DevPtr<u32>,
     pub top_start: DevPtr<u32>,
+    /// Per middle with doublets: the [`TopBounds`] of its tops.
+    pub top_bounds: DevPtr<TopBounds>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
     pub top: DevPtr<Doublet>,
@@ -1515,7 +1517,7 @@ pub struct SeedingFindDoubletsParams {
     /// warp votes and shuffles of the candidate loops (`asm!` that may touch memory).
     pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 288, ["seeding_find_doublets"]);
+crate::kernel_params!(SeedingFindDoubletsParams, 296, ["seeding_find_doublets"]);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1526,6 +1528,8 @@ pub struct SeedingTripletsParams {
     pub lc_bot: DevPtr<LinCircle>,
     pub n_top: DevPtr<u32>,
     pub top_start: DevPtr<u32>,
+    /// Per middle with doublets: the [`TopBounds`] of its tops.
+    pub top_bounds: DevPtr<TopBounds>,
     pub top: DevPtr<Doublet>,
     pub lc_top: DevPtr<LinCircle>,
     /// Per middle–bottom doublet: its number of triplets (`cap_mb`).
@@ -1542,7 +1546,7 @@ pub struct SeedingTripletsParams {
     /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
     pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingTripletsParams, 272, ["seeding_find_triplets"]);
+crate::kernel_params!(SeedingTripletsParams, 280, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

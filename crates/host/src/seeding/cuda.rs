@@ -93,6 +93,7 @@ enum B {
     NTop,
     BotStart,
     TopStart,
+    TopBounds,
     Bot,
     LcBot,
     Top,
@@ -520,7 +521,7 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 26] = [
+        let sizes: [(B, usize); 27] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
@@ -534,6 +535,7 @@ impl GpuContext {
             (B::NTop, n),
             (B::BotStart, n),
             (B::TopStart, n),
+            (B::TopBounds, words::<k::TopBounds>(n)),
             (B::Bot, words::<k::Doublet>(cmb)),
             (B::LcBot, words::<k::LinCircle>(cmb)),
             (B::Top, words::<k::Doublet>(cmt)),
@@ -644,6 +646,7 @@ impl GpuContext {
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
         ) = (p!(B::NBot), p!(B::NTop), p!(B::BotStart), p!(B::TopStart));
+        let top_bounds: detkit_gpu::DevPtr<k::TopBounds> = p!(B::TopBounds);
         let (bot, lc_bot, top, lc_top): (
             detkit_gpu::DevPtr<k::Doublet>,
             detkit_gpu::DevPtr<k::LinCircle>,
@@ -660,6 +663,7 @@ impl GpuContext {
                 n_top,
                 bot_start,
                 top_start,
+                top_bounds,
                 bot,
                 lc_bot,
                 top,
@@ -693,6 +697,7 @@ impl GpuContext {
                 lc_bot,
                 n_top,
                 top_start,
+                top_bounds,
                 top,
                 lc_top,
                 tri_cnt,
