@@ -122,6 +122,8 @@ pub const SELECT_THREADS: u32 = 64;
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
 /// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.
 pub const DOUBLETS_MIN_BLOCKS: u32 = 9;
+/// Tops whose cot θ the triplet kernel's count walk loads at once (then tests in order).
+pub const TRIPLET_GROUP: u32 = 4;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
 /// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).
