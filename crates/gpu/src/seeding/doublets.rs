@@ -149,7 +149,11 @@ pub(crate) unsafe fn warp_candidates(
     let mut head = 0u32;
     let mut queued = 0u32;
     // Warp-uniform loops: every lane reaches every shuffle, ballot and warp barrier.
-    while base < w.total {
+    // Position `base + lane`'s binned index and `(r, z)` (the pair is loaded only inside
+    // the window). The next step's are loaded before this step is tested, so the load's
+    // latency overlaps the step (the `(r, z)` test waited on it in 13 % of the stall
+    // samples, Nsight Compute). Every lane calls it (it shuffles).
+    let fetch = |base: u32| -> (u32, u64) {
         let v = base + lane;
         // The run holding position v: the number of run starts (after the first) at or
         // below it. Starts past the last run are u32::MAX; with at most three runs only
@@ -163,11 +167,20 @@ pub(crate) unsafe fn warp_candidates(
             }
         }
         let q = v.wrapping_add(i::shfl_idx(w.delta, k));
-        let mut ok = false;
+        let mut rz2 = 0u64;
         if v < w.total {
             // SAFETY: q < grid[last key of the batch] = number of binned records; the
             // array is 8-byte aligned (device allocation), so the pair is one 64-bit load.
-            let rz2 = unsafe { (rz as *const u64).add(q as usize).read() };
+            rz2 = unsafe { (rz as *const u64).add(q as usize).read() };
+        }
+        (q, rz2)
+    };
+    let (mut q, mut rz2) = fetch(0);
+    while base < w.total {
+        let v = base + lane;
+        let (q_next, rz_next) = fetch(base + 32);
+        let mut ok = false;
+        if v < w.total {
             let r = f32::from_bits(rz2 as u32);
             let z = f32::from_bits((rz2 >> 32) as u32);
             ok = doublet_rz_compatible(c, m, r, z, bottom);
@@ -181,6 +194,7 @@ pub(crate) unsafe fn warp_candidates(
         }
         queued += i::popc(mask);
         base += 32;
+        (q, rz2) = (q_next, rz_next);
         while queued >= 32 || (base >= w.total && queued > 0) {
             // The ring entries written above are read by other lanes below.
             i::sync_warp();

@@ -120,8 +120,10 @@ pub const SEEDING_THREADS: u32 = 128;
 pub const SELECT_THREADS: u32 = 64;
 
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
-/// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.
-pub const DOUBLETS_MIN_BLOCKS: u32 = 9;
+/// `crate::LAUNCH_BOUNDS`): 8 blocks of `SEEDING_THREADS` leave it 64 registers (9 blocks,
+/// 56 registers, were faster before its walk loaded the next step's `(r, z)` ahead, which
+/// at 56 registers doubled its spills: 52 → 112 bytes of stores, ptxas sm_90).
+pub const DOUBLETS_MIN_BLOCKS: u32 = 8;
 /// Tops whose cot θ the triplet kernel's count walk loads at once (then tests in order).
 pub const TRIPLET_GROUP: u32 = 4;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
