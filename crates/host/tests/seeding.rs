@@ -1018,7 +1018,7 @@ fn triplet_bound_reject_is_sound() {
         }
         let mut tb = k::TopBounds::EMPTY;
         for lt in &lts {
-            tb = tb.add(lt);
+            tb = tb.with_top(lt);
         }
         let (_, scat) = k::bottom_scattering(&cfg, &lb);
         let thr = k::triplet_reject_threshold(scat);

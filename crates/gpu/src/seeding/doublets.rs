@@ -291,7 +291,7 @@ unsafe fn write_side(
             let o = read_binned(sps.add(q as usize));
             let l = transform_coordinates(m, &o, bottom);
             if !bottom {
-                tb = tb.add(&l);
+                tb = tb.with_top(&l);
             }
             write_doublet(out.add(at + r as usize), lc.add(at + r as usize), pm, q, &l);
             r += 32;
@@ -302,7 +302,7 @@ unsafe fn write_side(
                 if rank >= DOUBLET_STAGE {
                     let l = transform_coordinates(m, o, bottom);
                     if !bottom {
-                        tb = tb.add(&l);
+                        tb = tb.with_top(&l);
                     }
                     write_doublet(
                         out.add(at + rank as usize),

@@ -821,7 +821,7 @@ pub fn triplet_surely_rejected(
 
 /// Bounds over the middle–top doublets of one middle, for [`triplet_reject_bound`]: the
 /// largest `er`, `i_delta_r` and `|cot_theta|`, and the smallest `er` or `i_delta_r`. Written by the
-/// doublet kernel with the tops ([`TopBounds::add`], NaN-sticky: one NaN field of one top
+/// doublet kernel with the tops ([`TopBounds::with_top`], NaN-sticky: one NaN field of one top
 /// makes the bound NaN, and the doublets of that middle then take the exact test).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -868,7 +868,7 @@ impl TopBounds {
 
     /// The bounds with one more top.
     #[inline(always)]
-    pub fn add(self, lt: &LinCircle) -> Self {
+    pub fn with_top(self, lt: &LinCircle) -> Self {
         Self {
             max_er: max_nan(self.max_er, lt.er),
             max_i_delta_r: max_nan(self.max_i_delta_r, lt.i_delta_r),
