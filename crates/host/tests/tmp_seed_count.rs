@@ -149,7 +149,7 @@ fn bound() {
                 .collect();
             let mut tb = k::TopBounds::EMPTY;
             for lt in &lts {
-                tb = tb.add(lt);
+                tb = tb.with_top(lt);
             }
             let ti = tops_of.len();
             tops_of.push(lts);

@@ -125,7 +125,9 @@ pub const SELECT_THREADS: u32 = 64;
 /// at 56 registers doubled its spills: 52 → 112 bytes of stores, ptxas sm_90).
 pub const DOUBLETS_MIN_BLOCKS: u32 = 8;
 /// Tops whose cot θ the triplet kernel's count walk loads at once (then tests in order).
-pub const TRIPLET_GROUP: u32 = 4;
+/// 8: the stage 0.0937 → 0.0920 ms at ⟨μ⟩ = 200 and 18.26 → 15.99 ms per batch of 256 events
+/// against 4 (H200, issue 14 session 8).
+pub const TRIPLET_GROUP: u32 = 8;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
 /// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).
