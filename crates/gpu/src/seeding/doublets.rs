@@ -349,13 +349,15 @@ unsafe fn write_side(
 /// the other only when the first found some), their counts `n_bot[p]`, `n_top[p]`, space reserved with
 /// one 64-bit atomic per side on `totals` (so each middle's doublets are contiguous, in
 /// scan order; middles may come in any order), the starts `bot_start[p]`, `top_start[p]`,
-/// and the doublets with their `LinCircle`s. Per-event counts go to `events`. When a
+/// the doublets with their `LinCircle`s, and the [`TopBounds`] of the tops in
+/// `top_bounds[p]` (for the triplet kernel). Per-event counts go to `events`. When a
 /// reservation does not fit the capacity nothing is written for that middle (the totals
 /// then exceed the capacity and the host repeats the call with larger buffers).
 ///
 /// # Safety
 /// `grid` holds the batch's `n_events * nkeys + 2` offsets into `sps` (`n` records at most);
-/// `n_bot`, `n_top`, `bot_start`, `top_start` valid for `n`; `bot`, `lc_bot` for `cap_mb`,
+/// `n_bot`, `n_top`, `bot_start`, `top_start` valid for `n`, `top_bounds` for `n` 16-byte
+/// aligned records; `bot`, `lc_bot` for `cap_mb`,
 /// `top`, `lc_top` for `cap_mt`; `totals` one zeroed record, `events` `n_events` records.
 /// `SEEDING_THREADS` threads per block, `ceil(32 n / SEEDING_THREADS)` blocks,
 /// `doublet_smem_bytes()` of dynamic shared memory.

@@ -53,12 +53,14 @@ pub(crate) unsafe fn doublets_fit(totals: *const SeedingTotals, cap_mb: u32, cap
 /// top down writes them, last first, until all `cnt` are written (it stops at the first
 /// compatible top). Triplets are rare (about one per 16 doublets at ⟨μ⟩ = 200), so the
 /// second walk is short and seldom taken. The counting walk keeps only the count and the
-/// last compatible top (two instructions per top beside the cuts).
+/// last compatible top; it takes the tops `TRIPLET_GROUP` at a time and decides most of them
+/// from their cot θ and the middle's `top_bounds` ([`triplet_bound_rejects`]).
 ///
 /// # Safety
 /// `bot`, `lc_bot` valid for `cap_mb`, `top_start`/`n_top` give each middle's tops in
 /// `top`, `lc_top` (`cap_mt`); `tri_cnt`, `tri_start` for `cap_mb`; `out` for `cap_tri`;
-/// `totals` and `events` as written by the doublet kernel.
+/// `totals`, `events` and `top_bounds` (each middle's [`TopBounds`], 16-byte aligned) as
+/// written by the doublet kernel.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_find_triplets(p: SeedingTripletsParams) {
     // SAFETY: launch contract.
