@@ -543,6 +543,20 @@ fn test_triplet_lanes(c: &Ctx) -> R {
             ensure(got.stats.mid_bot == want, || {
                 format!("fan k={k} var={var}: {:?}", got.stats)
             })?;
+            // The selection takes a middle's triplets of 32 bottoms as one flat list, 32 at a
+            // time: with var 0 each bottom has one triplet (a round of exactly 31, 32 or 33
+            // positions), with var 100 about 27 to 180 (runs crossing the 32-triplet chunks,
+            // runs longer than a chunk, several rounds of bottoms for k = 200; CPU counts:
+            // 851, 902, 961, 35,794 triplets for k = 31, 32, 33, 200).
+            if k >= 31 {
+                let t = got.stats.triplets;
+                let ok = if var == 0.0 {
+                    t == want
+                } else {
+                    t >= 25 * want
+                };
+                ensure(ok, || format!("fan k={k} var={var}: {t} triplets"))?;
+            }
         }
     }
     // Fans and a one-bin event in one batch (lanes of one warp then span events).

@@ -106,9 +106,11 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
-    // Seeding doublets: 9 blocks of 128 per multiprocessor (at most 56 registers; sm_90:
-    // 56 and 16 bytes of spill stores). ⟨μ⟩ = 200 on an H200: 69 registers unbounded
-    // 0.113 ms, 8 blocks 0.108 ms, 9 blocks 0.102 ms (docs/benchmarks.md, issue 14).
+    // Seeding doublets: 8 blocks of 128 per multiprocessor (at most 64 registers; sm_90:
+    // 64 and 24 bytes of spill stores). ⟨μ⟩ = 200 on an H200: 69 registers unbounded
+    // 0.113 ms, 8 blocks 0.108 ms, 9 blocks 0.102 ms (issue 14 session 5); 9 blocks again
+    // since, 8 from session 8 (its walk loads the next step ahead: 112 bytes of spill
+    // stores at 9 blocks) (docs/benchmarks.md, issue 14).
     (
         seeding::KERNEL_FIND_DOUBLETS,
         seeding::SEEDING_THREADS,

@@ -93,8 +93,7 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_count(p: SeedingBinCountParams) {
         unsafe { p.summary.ptr_mut().add(w as usize).write(0) };
         w += stride();
     }
-    // SAFETY: launch contract (one config).
-    let c = unsafe { &*p.cfg.ptr() };
+    let c = &p.cfg;
     let key = if active {
         // SAFETY: g < n.
         unsafe {
@@ -242,8 +241,7 @@ pub unsafe extern "ptx-kernel" fn seeding_bin_place(p: SeedingBinPlaceParams) {
 /// `n`; `totals` one record. One thread per spacepoint.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(p: SeedingGatherSpacepointsParams) {
-    let (cfg, sps, ev_off, keys, content, grid, n, out, rz, n_events) = (
-        p.cfg.ptr(),
+    let (sps, ev_off, keys, content, grid, n, out, rz, n_events) = (
         p.sps.ptr(),
         p.ev_off.ptr(),
         p.keys.ptr(),
@@ -260,11 +258,14 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_spacepoints(p: SeedingGatherSpa
     }
     // SAFETY: launch contract.
     unsafe {
-        let c = &*cfg;
-        if q >= n_valid(c, grid, n_events) {
+        let c = &p.cfg;
+        // The entry is read with the number of valid spacepoints (one memory round trip,
+        // not two in a row): q < n, inside content either way.
+        let nv = n_valid(c, grid, n_events);
+        let idx = content.add(q as usize).read();
+        if q >= nv {
             return;
         }
-        let idx = content.add(q as usize).read();
         let key = keys.add(idx as usize).read();
         let mut at = q;
         if p.rank != 0 {

@@ -120,8 +120,14 @@ pub const SEEDING_THREADS: u32 = 128;
 pub const SELECT_THREADS: u32 = 64;
 
 /// Blocks per multiprocessor that `seeding_find_doublets` is compiled for (its launch bound,
-/// `crate::LAUNCH_BOUNDS`): 9 blocks of `SEEDING_THREADS` leave it 56 registers.
-pub const DOUBLETS_MIN_BLOCKS: u32 = 9;
+/// `crate::LAUNCH_BOUNDS`): 8 blocks of `SEEDING_THREADS` leave it 64 registers (9 blocks,
+/// 56 registers, were faster before its walk loaded the next step's `(r, z)` ahead, which
+/// at 56 registers doubled its spills: 52 → 112 bytes of stores, ptxas sm_90).
+pub const DOUBLETS_MIN_BLOCKS: u32 = 8;
+/// Tops whose cot θ the triplet kernel's count walk loads at once (then tests in order).
+/// 8: the stage 0.0937 → 0.0920 ms at ⟨μ⟩ = 200 and 18.26 → 15.99 ms per batch of 256 events
+/// against 4 (H200, issue 14 session 8).
+pub const TRIPLET_GROUP: u32 = 8;
 /// Largest `max_seeds_per_spm` (size of the per-thread best-N array).
 pub const MAX_SEEDS_PER_SPM_CAP: u32 = 16;
 /// Largest `compat_seed_limit` (size of the per-thread compatible-radius array).
@@ -815,6 +821,140 @@ pub fn triplet_surely_rejected(
         && delta_cot2 * 0.2499 > threshold
 }
 
+/// Bounds over the middle–top doublets of one middle, for [`triplet_reject_bound`]: the
+/// largest `er`, `i_delta_r` and `|cot_theta|`, and the smallest `er` or `i_delta_r`. Written by the
+/// doublet kernel with the tops ([`TopBounds::with_top`], NaN-sticky: one NaN field of one top
+/// makes the bound NaN, and the doublets of that middle then take the exact test).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TopBounds {
+    /// Largest `er` of the middle's tops.
+    pub max_er: f32,
+    /// Largest `i_delta_r`.
+    pub max_i_delta_r: f32,
+    /// Largest `|cot_theta|`.
+    pub max_abs_cot: f32,
+    /// Smallest `er` or `i_delta_r` (both bounds need them non-negative).
+    pub min_er_idr: f32,
+}
+const _: () = assert!(core::mem::size_of::<TopBounds>() == 16);
+
+/// `x` when it is larger than `m` or NaN, else `m` (a NaN, once in, stays).
+#[inline(always)]
+pub fn max_nan(m: f32, x: f32) -> f32 {
+    if x > m || x.is_nan() {
+        x
+    } else {
+        m
+    }
+}
+
+/// `x` when it is smaller than `m` or NaN, else `m` (a NaN, once in, stays).
+#[inline(always)]
+pub fn min_nan(m: f32, x: f32) -> f32 {
+    if x < m || x.is_nan() {
+        x
+    } else {
+        m
+    }
+}
+
+impl TopBounds {
+    /// The bounds of no top (the identity of [`TopBounds::join`]).
+    pub const EMPTY: Self = Self {
+        max_er: 0.0,
+        max_i_delta_r: 0.0,
+        max_abs_cot: 0.0,
+        min_er_idr: f32::INFINITY,
+    };
+
+    /// The bounds with one more top.
+    #[inline(always)]
+    pub fn with_top(self, lt: &LinCircle) -> Self {
+        Self {
+            max_er: max_nan(self.max_er, lt.er),
+            max_i_delta_r: max_nan(self.max_i_delta_r, lt.i_delta_r),
+            max_abs_cot: max_nan(self.max_abs_cot, lt.cot_theta.abs()),
+            min_er_idr: min_nan(min_nan(self.min_er_idr, lt.er), lt.i_delta_r),
+        }
+    }
+
+    /// The bounds of two sets of tops.
+    #[inline(always)]
+    pub fn join(self, o: &Self) -> Self {
+        Self {
+            max_er: max_nan(self.max_er, o.max_er),
+            max_i_delta_r: max_nan(self.max_i_delta_r, o.max_i_delta_r),
+            max_abs_cot: max_nan(self.max_abs_cot, o.max_abs_cot),
+            min_er_idr: min_nan(self.min_er_idr, o.min_er_idr),
+        }
+    }
+}
+
+/// Per middle–bottom doublet `lb` of middle `m`, from the bounds `tb` of the middle's tops:
+/// `c1 = 4 e_hi`, where `e_hi` bounds from above the `error2` that [`triplet_compatible`]
+/// computes for every top of the middle, or `+inf` when the bounds do not prove both
+/// `0 <= error2 <= e_hi` (a NaN or an infinity anywhere, a negative variance). Then
+/// [`triplet_bound_rejects`] decides most pairs from `lt.cot_theta` alone.
+///
+/// Proof. Rounding to nearest is monotone (`x <= y` implies `fl(x) <= fl(y)`), and the
+/// kernels compute every operation separately (no `fma`). `error2 = fl(A + B)` with
+/// `A = fl(lt.er + lb.er)`, `B = fl(v lt.i_delta_r)`, `v = fl(fl(2 X) lb.i_delta_r)`,
+/// `X = fl(fl(q m.var_r) + m.var_z)`, `q = fl(lb.cot lt.cot)`. With `p = fl(|lb.cot|
+/// max|cot|)`: `-p <= q <= p` (rounding is symmetric), so with `var_r >= 0` and
+/// `lb.i_delta_r >= 0` (both checked below through `v_hi >= 0` and the finite values)
+/// `v_lo <= v <= v_hi`, where `v_lo`, `v_hi` are `v` computed from `-p` and `p`. Every
+/// top has `0 <= min_er_idr <= lt.er <= max_er` and `0 <= min_er_idr <= lt.i_delta_r <=
+/// max_i_delta_r` (none NaN: the bounds are NaN-sticky). With `v_hi >= 0`: `B <= fl(v_hi max_i_delta_r)`,
+/// so `error2 <= e_hi = fl(fl(max_er + lb.er) + fl(v_hi max_i_delta_r))`. From below,
+/// `B >= fl(v_lo max_i_delta_r)` when `v_lo < 0`, else `B >= 0`, and `A >= fl(min_er_idr +
+/// lb.er)`, so `error2 >= e_lo >= 0` when the computed `e_lo >= 0`. `c1 = fl(4 e_hi) = 4 e_hi`
+/// when finite (a power of two), so `4 error2 <= c1` exactly. A host test checks the bound on
+/// random middles and the edge cases.
+#[inline(always)]
+pub fn triplet_reject_bound(m: &BinnedSp, lb: &LinCircle, tb: &TopBounds) -> f32 {
+    let p = lb.cot_theta.abs() * tb.max_abs_cot;
+    let x_hi = p * m.var_r + m.var_z;
+    let x_lo = -p * m.var_r + m.var_z;
+    let v_hi = 2.0 * x_hi * lb.i_delta_r;
+    let v_lo = 2.0 * x_lo * lb.i_delta_r;
+    let e_hi = (tb.max_er + lb.er) + v_hi * tb.max_i_delta_r;
+    let b_lo = if v_lo < 0.0 {
+        v_lo * tb.max_i_delta_r
+    } else {
+        0.0
+    };
+    let e_lo = (tb.min_er_idr + lb.er) + b_lo;
+    let c1 = 4.0 * e_hi;
+    // Every comparison is false for NaN; `c1 <= f32::MAX` also excludes an infinite e_hi.
+    let ok = c1 <= f32::MAX
+        && e_lo >= 0.0
+        && v_hi >= 0.0
+        && v_lo <= v_hi
+        && m.var_r >= 0.0
+        && tb.min_er_idr >= 0.0
+        && lb.i_delta_r >= 0.0
+        && tb.max_i_delta_r <= f32::MAX
+        && tb.max_abs_cot <= f32::MAX;
+    if ok {
+        c1
+    } else {
+        f32::INFINITY
+    }
+}
+
+/// The pair `(lb, lt)` is rejected by [`triplet_compatible`]'s first cut, decided from
+/// `lt.cot_theta` and the doublet's `c1` ([`triplet_reject_bound`]) and `threshold`
+/// ([`triplet_reject_threshold`]): `c1 <= Δcot²` gives `0 <= error2 <= Δcot²/4`, so the
+/// conditions of [`triplet_surely_rejected`] hold (the same `Δcot²`, the same last two
+/// tests).
+#[inline(always)]
+pub fn triplet_bound_rejects(c1: f32, lb_cot: f32, lt_cot: f32, threshold: f32) -> bool {
+    let delta_cot = lb_cot - lt_cot;
+    let delta_cot2 = delta_cot * delta_cot;
+    c1 <= delta_cot2 && delta_cot2 <= f32::MAX && delta_cot2 * 0.2499 > threshold
+}
+
 /// traccc's `triplet_finding_helper::isCompatible`: `Some((curvature, impact))` when the
 /// middle–bottom doublet `lb` and middle–top doublet `lt` of middle `m` form a triplet.
 #[inline(always)]
@@ -876,6 +1016,24 @@ pub fn triplet_compatible(
 #[inline(always)]
 pub fn impact_weight(cfg: &SeedingConfig, impact: f32) -> f32 {
     -impact * cfg.impact_weight_factor
+}
+
+/// The owner of position `pos` of a flattened list of 32 runs (the selection's triplets of
+/// 32 bottoms, each bottom's triplets one run): the first lane `j` with `incl(j) > pos`, where
+/// `incl(j)` is the inclusive sum of the run lengths of lanes `0..=j` (non-decreasing). Five
+/// steps of a binary search, each one `incl` (a warp shuffle in the kernel, so every lane
+/// takes all five steps); 31 when `pos >= incl(31)`.
+#[inline(always)]
+pub fn flat_owner(pos: u32, incl: impl Fn(u32) -> u32) -> u32 {
+    let mut b = 0u32;
+    let mut step = 16u32;
+    while step > 0 {
+        if incl(b + step - 1) <= pos {
+            b += step;
+        }
+        step /= 2;
+    }
+    b
 }
 
 /// traccc's `update_triplet_weights` for triplet `this` of a group of `len` triplets that
@@ -1263,7 +1421,6 @@ crate::kernel_params!(SeedingBinSpacepointsParams, 48, ["seeding_bin_spacepoints
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingBinCountParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<SpacePoint>,
     /// `n_events + 1` offsets of the events in `sps` (non-decreasing, last = n).
     pub ev_off: DevPtr<u32>,
@@ -1284,9 +1441,10 @@ pub struct SeedingBinCountParams {
     /// [`BIN_SCAN_TILE`]), else 0.
     pub scan_keys: u32,
     pub summary_words: u32,
-    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingBinCountParams, 96, ["seeding_bin_count"]);
+crate::kernel_params!(SeedingBinCountParams, 248, ["seeding_bin_count"]);
 
 /// Parameters of the `seeding_bin_place` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1309,7 +1467,6 @@ crate::kernel_params!(SeedingBinPlaceParams, 56, ["seeding_bin_place"]);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingGatherSpacepointsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub sps: DevPtr<SpacePoint>,
     pub ev_off: DevPtr<u32>,
     pub keys: DevPtr<u32>,
@@ -1326,10 +1483,14 @@ pub struct SeedingGatherSpacepointsParams {
     /// Non-zero: `content` is grouped by key in any order inside a key and the gather puts
     /// each key's spacepoints in input order (by counting); zero: `content` is already stable.
     pub rank: u32,
+    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]): read through a
+    /// pointer it was one more memory round trip before every thread's first load.
+    pub cfg: SeedingConfig,
 }
 crate::kernel_params!(
     SeedingGatherSpacepointsParams,
-    88,
+    248,
     ["seeding_gather_spacepoints"]
 );
 
@@ -1346,6 +1507,8 @@ pub struct SeedingFindDoubletsParams {
     pub n_top: DevPtr<u32>,
     pub bot_start: DevPtr<u32>,
     pub top_start: DevPtr<u32>,
+    /// Per middle with doublets: the [`TopBounds`] of its tops.
+    pub top_bounds: DevPtr<TopBounds>,
     pub bot: DevPtr<Doublet>,
     pub lc_bot: DevPtr<LinCircle>,
     pub top: DevPtr<Doublet>,
@@ -1360,7 +1523,7 @@ pub struct SeedingFindDoubletsParams {
     /// warp votes and shuffles of the candidate loops (`asm!` that may touch memory).
     pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingFindDoubletsParams, 288, ["seeding_find_doublets"]);
+crate::kernel_params!(SeedingFindDoubletsParams, 296, ["seeding_find_doublets"]);
 
 /// Parameters of the `seeding_find_triplets` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1371,6 +1534,8 @@ pub struct SeedingTripletsParams {
     pub lc_bot: DevPtr<LinCircle>,
     pub n_top: DevPtr<u32>,
     pub top_start: DevPtr<u32>,
+    /// Per middle with doublets: the [`TopBounds`] of its tops.
+    pub top_bounds: DevPtr<TopBounds>,
     pub top: DevPtr<Doublet>,
     pub lc_top: DevPtr<LinCircle>,
     /// Per middle–bottom doublet: its number of triplets (`cap_mb`).
@@ -1387,7 +1552,7 @@ pub struct SeedingTripletsParams {
     /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]).
     pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingTripletsParams, 272, ["seeding_find_triplets"]);
+crate::kernel_params!(SeedingTripletsParams, 280, ["seeding_find_triplets"]);
 
 /// Parameters of the `seeding_select_seeds` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]
@@ -1418,7 +1583,6 @@ crate::kernel_params!(SeedingSelectSeedsParams, 264, ["seeding_select_seeds"]);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct SeedingGatherSeedsParams {
-    pub cfg: DevPtr<SeedingConfig>,
     pub grid: DevPtr<u32>,
     pub binned: DevPtr<BinnedSp>,
     pub sps: DevPtr<SpacePoint>,
@@ -1432,9 +1596,11 @@ pub struct SeedingGatherSeedsParams {
     /// Per event: valid spacepoints and its seed range are written here.
     pub events: DevPtr<EventCounts>,
     pub n_events: u32,
-    pub _pad0: u32,
+    /// The configuration by value (see [`SeedingFindDoubletsParams::cfg`]): read through a
+    /// pointer it was one more memory round trip before every thread's first load.
+    pub cfg: SeedingConfig,
 }
-crate::kernel_params!(SeedingGatherSeedsParams, 104, ["seeding_gather_seeds"]);
+crate::kernel_params!(SeedingGatherSeedsParams, 256, ["seeding_gather_seeds"]);
 
 /// The event of item `g` of a batch: the last `e < n_events` with `ev_off[e] <= g`
 /// (empty events, equal offsets, are skipped). Binary search over `n_events + 1` offsets.
@@ -1480,6 +1646,45 @@ pub mod device {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`flat_owner`] equals a linear search for the first lane whose inclusive sum exceeds
+    /// the position, for every position of random run lengths (many zeros, long runs, all
+    /// zero but one lane, all 32 lanes non-empty).
+    #[test]
+    fn flat_owner_equals_linear_search() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..3000u32 {
+            let mut len = [0u32; 32];
+            for (j, l) in len.iter_mut().enumerate() {
+                *l = match round % 4 {
+                    0 => (next() % 3) as u32 * (next() % 2) as u32,
+                    1 => (next() % 40) as u32,
+                    2 => (j as u32 == round % 32) as u32 * (1 + (next() % 70) as u32),
+                    _ => 1 + (next() % 2) as u32,
+                };
+            }
+            let mut incl = [0u32; 32];
+            let mut s = 0;
+            for j in 0..32 {
+                s += len[j];
+                incl[j] = s;
+            }
+            for pos in 0..s + 2 {
+                let want = (0..32u32).find(|&j| incl[j as usize] > pos).unwrap_or(31);
+                assert_eq!(
+                    flat_owner(pos, |j| incl[j as usize]),
+                    want,
+                    "round {round}, pos {pos}, lengths {len:?}"
+                );
+            }
+        }
+    }
 
     /// The kernels' keeper equals [`BestN`] on random streams of candidates (duplicate
     /// weights, every capacity).

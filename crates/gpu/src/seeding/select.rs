@@ -13,8 +13,9 @@ use crate::intrinsics as i;
 /// that the `n + 1` counts can be scanned, and for every middle when a total overflowed).
 /// The middle's triplets are visited in the oracle's order (bottoms in scan order, each
 /// bottom's triplets in top order): the lanes read 32 bottoms' triplet counts at once, and
-/// for each bottom with triplets, 32 triplets at once (weight updates and cuts in parallel); lane 0
-/// offers them to its best-N keeper one by one, in order.
+/// the triplets of those 32 bottoms, flattened into one list by a warp scan of the counts
+/// ([`flat_owner`] finds each position's bottom), 32 at once (weight updates and cuts in
+/// parallel); lane 0 offers them to its best-N keeper one by one, in order.
 ///
 /// # Safety
 /// `grid` the batch's offsets; `n_bot`, `bot_start` give each valid
@@ -78,64 +79,78 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             // The next 32 bottoms' counts are loaded before this round's triplets are read,
             // so a middle with more than 32 bottoms waits on one round of loads fewer.
             let (next_cnt, next_start) = counts_of(base + 32 + lane);
-            let mut with = i::ballot(cnt != 0);
-            while with != 0 {
-                let b = i::lowest_bit(with);
-                with &= with - 1;
+            // The round's triplets as one flat list (bottoms in lane order, each bottom's
+            // triplets in order: the oracle's order), taken 32 at a time whatever bottom
+            // they belong to; a bottom with triplets has 1.1 on average at ⟨μ⟩ = 200, so
+            // one bottom at a time left most lanes idle and cost a round of loads each.
+            let mut incl = cnt;
+            let mut d = 1;
+            while d < 32 {
+                let y = i::shfl_up(incl, d);
+                if lane >= d {
+                    incl += y;
+                }
+                d *= 2;
+            }
+            let total = i::shfl_idx(incl, 31);
+            let mut c0 = 0u32;
+            while c0 < total {
+                let pos = c0 + lane;
+                // The lane holding this position's bottom, its triplet count and start,
+                // and the position's rank among that bottom's triplets.
+                let b = flat_owner(pos, |j| i::shfl_idx(incl, j));
                 let n_t = i::shfl_idx(cnt, b);
                 let lo = i::shfl_idx(start, b);
-                let mut c0 = 0u32;
-                while c0 < n_t {
-                    let mut cand = Candidate::default();
-                    let mut pass = false;
-                    if c0 + lane < n_t {
-                        let k = (lo + c0 + lane) as usize;
-                        // The triplet as two 16-byte read-only loads: it carries the
-                        // seed's input indices and both radii (no spacepoint record read).
-                        let w = tri.add(k) as *const u32;
-                        let (a, b) = (i::ldg_v4_u32(w), i::ldg_v4_u32(w.add(4)));
-                        let r_bottom = f32::from_bits(a[3]);
-                        let f = |x: u32| f32::from_bits(x);
-                        // The compatible-seed update over the doublet's triplets
-                        // [lo, lo + n_t) (traccc's update_triplet_weights), then the seed
-                        // weight; each other triplet's (curvature, r_top) is one 8-byte load.
-                        let group = tri.add(lo as usize) as *const u64;
-                        let updated = updated_weight(c, c0 + lane, n_t, f(b[2]), |q| {
-                            let cr = i::ldg_u64(group.add(4 * q as usize + 2));
-                            (f32::from_bits(cr as u32), f32::from_bits((cr >> 32) as u32))
-                        });
-                        let wt = seed_weight(c, updated, r_bottom, f(b[1]));
-                        if single_seed_cut(c, wt, r_bottom) {
-                            pass = true;
-                            cand = Candidate {
-                                weight: wt,
-                                key: [a[0], a[1], a[2]],
-                                r_bottom,
-                                z_vertex: f(b[3]),
-                            };
-                        }
-                    }
-                    // Only the lanes whose candidate passed, in lane (= triplet) order.
-                    let mut passing = i::ballot(pass);
-                    while passing != 0 {
-                        let q = i::lowest_bit(passing);
-                        passing &= passing - 1;
-                        let got = Candidate {
-                            weight: f32::from_bits(i::shfl_idx(cand.weight.to_bits(), q)),
-                            key: [
-                                i::shfl_idx(cand.key[0], q),
-                                i::shfl_idx(cand.key[1], q),
-                                i::shfl_idx(cand.key[2], q),
-                            ],
-                            r_bottom: f32::from_bits(i::shfl_idx(cand.r_bottom.to_bits(), q)),
-                            z_vertex: f32::from_bits(i::shfl_idx(cand.z_vertex.to_bits(), q)),
+                let this = pos.wrapping_sub(i::shfl_idx(incl, b).wrapping_sub(n_t));
+                let mut cand = Candidate::default();
+                let mut pass = false;
+                if pos < total {
+                    let k = (lo + this) as usize;
+                    // The triplet as two 16-byte read-only loads: it carries the seed's
+                    // input indices and both radii (no spacepoint record read).
+                    let w = tri.add(k) as *const u32;
+                    let (a, b) = (i::ldg_v4_u32(w), i::ldg_v4_u32(w.add(4)));
+                    let r_bottom = f32::from_bits(a[3]);
+                    let f = |x: u32| f32::from_bits(x);
+                    // The compatible-seed update over the doublet's triplets [lo, lo + n_t)
+                    // (traccc's update_triplet_weights), then the seed weight; each other
+                    // triplet's (curvature, r_top) is one 8-byte load.
+                    let group = tri.add(lo as usize) as *const u64;
+                    let updated = updated_weight(c, this, n_t, f(b[2]), |q| {
+                        let cr = i::ldg_u64(group.add(4 * q as usize + 2));
+                        (f32::from_bits(cr as u32), f32::from_bits((cr >> 32) as u32))
+                    });
+                    let wt = seed_weight(c, updated, r_bottom, f(b[1]));
+                    if single_seed_cut(c, wt, r_bottom) {
+                        pass = true;
+                        cand = Candidate {
+                            weight: wt,
+                            key: [a[0], a[1], a[2]],
+                            r_bottom,
+                            z_vertex: f(b[3]),
                         };
-                        if lane == 0 {
-                            best.offer(got);
-                        }
                     }
-                    c0 += 32;
                 }
+                // Only the lanes whose candidate passed, in lane (= list) order.
+                let mut passing = i::ballot(pass);
+                while passing != 0 {
+                    let q = i::lowest_bit(passing);
+                    passing &= passing - 1;
+                    let got = Candidate {
+                        weight: f32::from_bits(i::shfl_idx(cand.weight.to_bits(), q)),
+                        key: [
+                            i::shfl_idx(cand.key[0], q),
+                            i::shfl_idx(cand.key[1], q),
+                            i::shfl_idx(cand.key[2], q),
+                        ],
+                        r_bottom: f32::from_bits(i::shfl_idx(cand.r_bottom.to_bits(), q)),
+                        z_vertex: f32::from_bits(i::shfl_idx(cand.z_vertex.to_bits(), q)),
+                    };
+                    if lane == 0 {
+                        best.offer(got);
+                    }
+                }
+                c0 += 32;
             }
             (cnt, start) = (next_cnt, next_start);
             base += 32;
@@ -179,7 +194,7 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsPara
     let g = index();
     // SAFETY: launch contract.
     unsafe {
-        let c = &*p.cfg.ptr();
+        let c = &p.cfg;
         if g < p.n_events as u64 {
             event_stats(c, p.grid.ptr(), p.off.ptr(), p.events.ptr_mut(), g as usize);
         }
@@ -188,23 +203,27 @@ pub unsafe extern "ptx-kernel" fn seeding_gather_seeds(p: SeedingGatherSeedsPara
             return; // rejected by the host; no division by zero
         }
         let (mid, j) = (g / cap, g % cap);
-        if mid >= p.n || mid >= n_valid(c, p.grid.ptr(), p.n_events) {
+        if mid >= p.n {
             return;
         }
+        // Everything that depends only on the slot is loaded at once (one memory round
+        // trip instead of four in a row); the slot is read even when it holds no seed
+        // (inside the slots buffer, the value then unused).
+        let nv = n_valid(c, p.grid.ptr(), p.n_events);
         let cnt = p.counts.ptr().add(mid as usize).read() as u64;
-        if j >= cnt {
+        let at = p.off.ptr().add(mid as usize).read() as usize + j as usize;
+        let bin = (*p.binned.ptr().add(mid as usize)).bin;
+        let s = p.slots.ptr().add((mid * cap + j) as usize).read();
+        if mid >= nv || j >= cnt {
             return;
         }
-        let at = p.off.ptr().add(mid as usize).read() as usize + j as usize;
         let nbins = if c.nbins() == 0 { 1 } else { c.nbins() };
-        let e = (*p.binned.ptr().add(mid as usize)).bin / nbins;
-        let base = p.ev_off.ptr().add(e as usize).read() as usize;
+        let base = p.ev_off.ptr().add((bin / nbins) as usize).read() as usize;
         let sps = p.sps.ptr();
         let pos = |k: u32| {
             let s = &*sps.add(base + k as usize);
             [s.x, s.y, s.z]
         };
-        let s = p.slots.ptr().add((mid * cap + j) as usize).read();
         p.out.ptr_mut().add(at).write(s);
         p.params.ptr_mut().add(at).write(estimate_params(
             c.bfield,

@@ -93,6 +93,7 @@ enum B {
     NTop,
     BotStart,
     TopStart,
+    TopBounds,
     Bot,
     LcBot,
     Top,
@@ -520,7 +521,7 @@ impl GpuContext {
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 26] = [
+        let sizes: [(B, usize); 27] = [
             (B::Keys, n),
             (B::Sorted, n),
             (B::Content, n),
@@ -534,6 +535,7 @@ impl GpuContext {
             (B::NTop, n),
             (B::BotStart, n),
             (B::TopStart, n),
+            (B::TopBounds, words::<k::TopBounds>(n)),
             (B::Bot, words::<k::Doublet>(cmb)),
             (B::LcBot, words::<k::LinCircle>(cmb)),
             (B::Top, words::<k::Doublet>(cmt)),
@@ -596,6 +598,7 @@ impl GpuContext {
         tm.start("bin_spacepoints")?;
         let inputs = BinInputs {
             cfg: d_cfg,
+            cfg_val: *cfg,
             sps: sps_ptr,
             ev_off,
             n,
@@ -609,7 +612,6 @@ impl GpuContext {
         }
         {
             let params = k::SeedingGatherSpacepointsParams {
-                cfg: d_cfg,
                 sps: sps_ptr,
                 ev_off,
                 keys: p!(B::Keys),
@@ -621,6 +623,8 @@ impl GpuContext {
                 totals,
                 n_events: ne,
                 rank: (!radix) as u32,
+                _pad0: 0,
+                cfg: *cfg,
             };
             // SAFETY: content and grid group the n keys (stable with the radix sort; any
             // order inside a key by counting, rank = 1); binned and rz hold n records; totals
@@ -642,6 +646,7 @@ impl GpuContext {
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
         ) = (p!(B::NBot), p!(B::NTop), p!(B::BotStart), p!(B::TopStart));
+        let top_bounds: detkit_gpu::DevPtr<k::TopBounds> = p!(B::TopBounds);
         let (bot, lc_bot, top, lc_top): (
             detkit_gpu::DevPtr<k::Doublet>,
             detkit_gpu::DevPtr<k::LinCircle>,
@@ -658,6 +663,7 @@ impl GpuContext {
                 n_top,
                 bot_start,
                 top_start,
+                top_bounds,
                 bot,
                 lc_bot,
                 top,
@@ -691,6 +697,7 @@ impl GpuContext {
                 lc_bot,
                 n_top,
                 top_start,
+                top_bounds,
                 top,
                 lc_top,
                 tri_cnt,
@@ -771,7 +778,6 @@ impl GpuContext {
         tm.stop()?;
         tm.stage("gather_seeds", || {
             let params = k::SeedingGatherSeedsParams {
-                cfg: d_cfg,
                 grid,
                 binned,
                 sps: sps_ptr,
@@ -784,7 +790,7 @@ impl GpuContext {
                 params: p!(B::Params),
                 events,
                 n_events: ne,
-                _pad0: 0,
+                cfg: *cfg,
             };
             let slots_n = n64 * cfg.max_seeds_per_spm as u64;
             // SAFETY: counts <= max_seeds_per_spm per middle; s_off their exclusive scan
@@ -815,7 +821,8 @@ impl GpuContext {
     /// each spacepoint's index into its key's range (the counts cleared for the next call).
     fn bin_counting(&self, ws: &mut SeedingWorkspace, inputs: BinInputs) -> Result<()> {
         let BinInputs {
-            cfg: d_cfg,
+            cfg: _,
+            cfg_val,
             sps: sps_ptr,
             ev_off,
             n,
@@ -833,7 +840,6 @@ impl GpuContext {
         // Until the place kernel is launched the counts may be left non-zero.
         ws.counts_zero = false;
         let params = k::SeedingBinCountParams {
-            cfg: d_cfg,
             sps: sps_ptr,
             ev_off,
             n: n64,
@@ -846,7 +852,7 @@ impl GpuContext {
             n_events: ne,
             scan_keys: if fused { scan_keys as u32 } else { 0 },
             summary_words: 8 * (ne + 1),
-            _pad0: 0,
+            cfg: cfg_val,
         };
         // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller); ev_off
         // n_events + 1 offsets ending at n; keys and slots n words; counts nkeys_total + 1
@@ -907,6 +913,7 @@ impl GpuContext {
     fn bin_radix(&self, ws: &mut SeedingWorkspace, inputs: BinInputs) -> Result<()> {
         let BinInputs {
             cfg: d_cfg,
+            cfg_val: _,
             sps: sps_ptr,
             ev_off,
             n,
@@ -1060,6 +1067,8 @@ impl GpuContext {
 #[derive(Clone, Copy)]
 struct BinInputs {
     cfg: detkit_gpu::DevPtr<SeedingConfig>,
+    /// The same configuration by value (the counting binning's kernels take it so).
+    cfg_val: SeedingConfig,
     sps: detkit_gpu::DevPtr<SpacePoint>,
     ev_off: detkit_gpu::DevPtr<u32>,
     n: usize,
