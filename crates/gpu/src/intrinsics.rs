@@ -879,6 +879,32 @@ pub unsafe fn ldg_u32(p: *const u32) -> u32 {
     };
     r
 }
+/// `__ldg` of one byte (`ld.global.nc.u8`), zero-extended.
+///
+/// # Safety
+/// `p` is a byte of global memory that no thread writes during the kernel.
+#[inline(always)]
+pub unsafe fn ldg_u8(p: *const u8) -> u32 {
+    let r: u32;
+    // SAFETY: caller guarantees validity and read-only use.
+    unsafe {
+        asm!(
+            "{{ .reg .u64 g; .reg .u16 b; cvta.to.global.u64 g, {p}; ld.global.nc.u8 b, [g]; cvt.u32.u16 {r}, b; }}",
+            p = in(reg64) p, r = out(reg32) r,
+            options(pure, readonly, nostack)
+        )
+    };
+    r
+}
+/// `__ldg` of one `f32` (`ld.global.nc.f32`).
+///
+/// # Safety
+/// As [`ldg_u32`].
+#[inline(always)]
+pub unsafe fn ldg_f32(p: *const f32) -> f32 {
+    // SAFETY: as the caller guarantees for `ldg_u32`.
+    f32::from_bits(unsafe { ldg_u32(p as *const u32) })
+}
 /// `__ldg` of one `u64` (`ld.global.nc.u64`).
 ///
 /// # Safety

@@ -125,9 +125,10 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     // The killAll build: 40 registers, 6 blocks per multiprocessor (H200, 2^24 singles:
     // 0.144 ms against 0.155 at 4 blocks and 0.210 at 8, which spill in the loop).
     (pet::KERNEL_COINCIDE_KILLALL, pet::COINCIDE_THREADS, 6),
-    // 64 registers: 4 blocks of 256 per multiprocessor (unbounded the conversion takes 70,
-    // which leaves room for 3).
-    (pet::KERNEL_CONVERT, pet::CONVERT_THREADS, 4),
+    // 64 registers: 2 blocks of 512 per multiprocessor, 32 warps as with 4 blocks of 256
+    // (unbounded the conversion takes 70, which leaves room for fewer); half the tiles, so half
+    // the look-backs (session 8: 1-5 % faster than blocks of 256).
+    (pet::KERNEL_CONVERT, pet::CONVERT_THREADS, 2),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
     (

@@ -86,8 +86,9 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
         let good = good & (live & 1 << j != 0);
         ok |= (good as u32) << j;
         let at = if good { at } else { 0 };
-        // SAFETY: at < position_entries (checked in `words_position`) or 0.
-        origin[j] = unsafe { position.add(at as usize).read() } as u32;
+        // SAFETY: at < position_entries (checked in `words_position`) or 0; the table is
+        // read-only during the kernel.
+        origin[j] = unsafe { i::ldg_u8(position.add(at as usize)) };
     });
     // The local crystal (< 256) and the clamp bit, packed where the origin was.
     let mut factor = [0f32; N];
@@ -103,8 +104,9 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
             ok &= !(1 << j);
         }
         let at = if good { at } else { 0 };
-        // SAFETY: at < energy_entries (checked in `words_energy`) or 0.
-        factor[j] = unsafe { correction.add(at as usize).read() };
+        // SAFETY: at < energy_entries (checked in `words_energy`) or 0; the table is
+        // read-only during the kernel.
+        factor[j] = unsafe { i::ldg_f32(correction.add(at as usize)) };
     });
     unroll8!(j, {
         // SAFETY: this thread's slot, written in phase 1.

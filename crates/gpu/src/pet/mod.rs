@@ -541,8 +541,9 @@ pub const STAT_MARK_LO: usize = 6;
 /// Words of the statistics array.
 pub const STAT_WORDS: usize = 8;
 
-/// Threads per block of the conversion.
-pub const CONVERT_THREADS: u32 = 256;
+/// Threads per block of the conversion (512 rather than 256: half the tiles and look-backs
+/// at the same occupancy, `docs/benchmarks.md`, PET session 8).
+pub const CONVERT_THREADS: u32 = 512;
 /// Frames per thread of the conversion.
 pub const CONVERT_ITEMS: u32 = 8; // `unroll8!` in the kernel matches
 /// Frames per tile (block).
