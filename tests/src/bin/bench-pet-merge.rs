@@ -86,6 +86,12 @@ fn main() -> Result<()> {
                 Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, true)),
             ),
             (
+                "multiway, no bucket kernel (9216)".into(),
+                Box::new(|g, a, b, n| {
+                    g.pet_merge_runs_multiway_first(a, b, 0, n, &runs, true, 64, 64, false)
+                }),
+            ),
+            (
                 "multiway, radix passes only (9216)".into(),
                 Box::new(|g, a, b, n| {
                     g.pet_merge_runs_multiway_buckets(a, b, 0, n, &runs, true, 64, 0)

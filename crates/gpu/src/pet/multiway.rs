@@ -8,6 +8,13 @@ use crate::scan::device::BlockScan;
 use crate::sort::onesweep::{block_sort_pass, BlockSortSmem, DigitFn, Key};
 use crate::sort::{pass_bits, passes, RADIX};
 
+/// Calls `$f(j)` for each listed `j`, written out (each call inlined with a constant `j`).
+macro_rules! each_item {
+    ($f:ident; $($j:literal)*) => {
+        $($f($j);)*
+    };
+}
+
 /// Sample records: sample `j` of run `r` is single `j * step` of run `r`, written as
 /// `{crystal: r, energy: f32::from_bits(j * step), time}`. The samples of a run are in the
 /// run's order, runs back to back: the same kind of input (presorted runs) one level down.
@@ -417,7 +424,7 @@ unsafe fn segment_bucket<const NT: u32, const TILE: u32, const LOW32: bool>(
 /// word of row `k` at most the run's length; `status` three words; `1 <= nruns <=
 /// MW_MAX_RUNS`.
 #[inline(always)]
-unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
+unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams, k: usize) {
     let (input, output, starts, rows, nruns) = (
         p.input.ptr() as *const u64,
         p.output.ptr_mut() as *mut u64,
@@ -449,7 +456,6 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
     let sb = i::shared_base();
     let global_sa = sb + 8 * TILE + r_global;
     let t = i::thread_idx_x();
-    let k = i::block_idx_x() as usize;
     let (lane, warp) = (t & 31, t >> 5);
     // 1. Slice lengths, their exclusive prefix (local starts), the output offset.
     let mut len = 0u32;
@@ -871,24 +877,453 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
     }
 }
 
+/// The segments of a merge launch: block `b` merges segment `b` ([`PetMwMergeParams::list`]
+/// null), or the listed segments `b`, `b + gridDim.x`, ... (a barrier between two: they
+/// reuse the shared memory).
+///
+/// # Safety
+/// As [`multiway_merge`] for every segment merged; a list holds `1 + list[0]` words, each
+/// listed segment below the rows' `gridDim.x`-independent count (`rows` has a row after it).
+#[inline(always)]
+unsafe fn merge_segments<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
+    let list = p.list.ptr();
+    if list.is_null() {
+        // SAFETY: the caller's contract, segment blockIdx.x. (A copy of its own, without
+        // the loop: one loop for both costs the plain launch spills.)
+        unsafe { multiway_merge::<NT, TILE>(p, i::block_idx_x() as usize) };
+        return;
+    }
+    let grid = i::grid_dim_x();
+    // SAFETY: word 0 of the list (contract).
+    let n = unsafe { list.read() };
+    let mut idx = i::block_idx_x();
+    while idx < n {
+        // SAFETY: idx < list[0]: an entry of the list.
+        let k = unsafe { list.add(1 + idx as usize).read() };
+        // SAFETY: the caller's contract, segment k.
+        unsafe { multiway_merge::<NT, TILE>(p, k as usize) };
+        idx += grid;
+        // The same in every thread: the next segment after every thread is done with this
+        // one's shared memory.
+        if idx < n {
+            i::sync_threads();
+        }
+    }
+}
+
 /// [`multiway_merge`] with `MW_THREADS` threads (tile `MW_TILE`).
 ///
 /// # Safety
-/// As `multiway_merge` with `NT = MW_THREADS`, `TILE = MW_TILE`.
+/// As `merge_segments` with `NT = MW_THREADS`, `TILE = MW_TILE`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_multiway_merge(p: PetMwMergeParams) {
     // SAFETY: the caller's contract.
-    unsafe { multiway_merge::<MW_THREADS, MW_TILE>(p) }
+    unsafe { merge_segments::<MW_THREADS, MW_TILE>(p) }
 }
 
 /// [`multiway_merge`] with `MW_WIDE_THREADS` threads (tile `MW_WIDE_TILE`).
 ///
 /// # Safety
-/// As `multiway_merge` with `NT = MW_WIDE_THREADS`, `TILE = MW_WIDE_TILE`.
+/// As `merge_segments` with `NT = MW_WIDE_THREADS`, `TILE = MW_WIDE_TILE`.
 #[unsafe(no_mangle)]
 pub unsafe extern "ptx-kernel" fn pet_multiway_merge_wide(p: PetMwMergeParams) {
     // SAFETY: the caller's contract.
-    unsafe { multiway_merge::<MW_WIDE_THREADS, MW_WIDE_TILE>(p) }
+    unsafe { merge_segments::<MW_WIDE_THREADS, MW_WIDE_TILE>(p) }
+}
+
+/// Bucket-only merge of segment `k` = block `k` (the segments of [`multiway_merge`] with
+/// tile `TILE`, `NT` threads of `VT` items, two blocks per multiprocessor): the slices'
+/// keys are loaded into shared memory as there and their range reduced; when
+/// [`mw_radix_plan`] and [`mw_bucket_plan`] (with `mw_bucket_bits(NT)` bits) give a span
+/// whose slot words compare in 32 bits (`s2 + MW_BUCKET_IDX_BITS <= 32`), each thread puts
+/// its items in buckets (one shared atomic each: a slot in the bucket), the counters are
+/// scanned into bucket starts, the low 32 bits of the slot words ([`mw_bucket_item`]) are
+/// scattered to their slots over the keys, and each thread ranks its own items by counting
+/// the smaller slot words of their bucket: the exact position in (time, run, position). The
+/// singles are then read in local-index order (the runs' order: coalesced) and stored at
+/// their positions. Any other segment (merge rounds, a wider span, a bucket over
+/// `bucket_max`, bad rows, a segment over the tile) is appended to `p.list` untouched, for
+/// [`pet_multiway_merge_wide`] to merge (the same segments: tile `MW_WIDE_TILE`).
+///
+/// # Safety
+/// As [`multiway_merge`] with `blockDim.x == NT`, `TILE == NT * VT`, `VT % 9 == 0`,
+/// `mw_bucket_layout(NT, TILE)[7]` bytes of shared memory, `TILE <= 2^MW_BUCKET_IDX_BITS`;
+/// `p.list` valid for `gridDim.x + 1` words, word 0 zero at the start of the launch.
+#[inline(always)]
+unsafe fn multiway_bucket<const NT: u32, const TILE: u32, const VT: usize>(p: PetMwMergeParams) {
+    let (input, output, starts, rows, nruns) = (
+        p.input.ptr() as *const u64,
+        p.output.ptr_mut() as *mut u64,
+        p.starts.ptr(),
+        p.rows.ptr(),
+        p.nruns,
+    );
+    let [o_red, o_pre, o_base, o_misc, o_cnt, o_scan, o_sof, _] = mw_bucket_layout(NT, TILE);
+    let smem = i::dynamic_shared_ptr();
+    // SAFETY: the layout of `mw_bucket_layout` (every array aligned to its element).
+    let (pre, base, misc, red) = unsafe {
+        (
+            smem.add(o_pre as usize) as *mut u32,
+            smem.add(o_base as usize) as *mut u32,
+            smem.add(o_misc as usize) as *mut u32,
+            smem.add(o_red as usize) as *mut u64,
+        )
+    };
+    let sb = i::shared_base();
+    let (cnt, sof_sa) = (sb + o_cnt, sb + o_sof);
+    let t = i::thread_idx_x();
+    let k = i::block_idx_x() as usize;
+    let (lane, warp) = (t & 31, t >> 5);
+    // The segment goes to the list (block-uniform; before anything is written).
+    let defer = || {
+        if t == 0 {
+            // SAFETY: the list holds gridDim.x + 1 words; at most one entry per block.
+            unsafe {
+                let list = p.list.ptr_mut();
+                let at = i::atomic_add_u32(list, 1);
+                list.add(1 + at as usize).write(k as u32);
+            }
+        }
+    };
+    // 1. Slice lengths, local starts, the output offset (as in `multiway_merge`).
+    let mut len = 0u32;
+    let mut lo = 0u32;
+    let mut bad = false;
+    if t < nruns {
+        // SAFETY: rows k and k + 1 exist (gridDim.x + 1 rows); t < nruns.
+        let (l, h, s) = unsafe {
+            (
+                rows.add(k * nruns as usize + t as usize).read(),
+                rows.add((k + 1) * nruns as usize + t as usize).read(),
+                starts.add(t as usize).read(),
+            )
+        };
+        lo = l;
+        if h >= l {
+            len = h - l;
+        } else {
+            bad = true;
+        }
+        // SAFETY: t < MW_MAX_RUNS.
+        unsafe { base.add(t as usize).write(s + l) };
+    }
+    let mut inc = len;
+    let mut sum = lo;
+    let mut d = 1;
+    while d < 32 {
+        let v = i::shfl_up(inc, d);
+        if lane >= d {
+            inc = inc.wrapping_add(v);
+        }
+        sum = sum.wrapping_add(i::shfl_xor(sum, d));
+        d *= 2;
+    }
+    if lane == 31 && warp < 8 {
+        // SAFETY: misc holds 16 words.
+        unsafe {
+            misc.add(warp as usize).write(inc);
+            misc.add(8 + warp as usize).write(sum);
+        }
+    }
+    let bad = i::sync_threads_or(bad);
+    let (mut total, mut out0, mut before) = (0u32, 0u32, 0u32);
+    let mut w = 0;
+    while w < 8 {
+        // SAFETY: 16 words written before the barrier.
+        let (c, s) = unsafe { (misc.add(w).read(), misc.add(8 + w).read()) };
+        if (w as u32) < warp {
+            before = before.wrapping_add(c);
+        }
+        total = total.wrapping_add(c);
+        out0 = out0.wrapping_add(s);
+        w += 1;
+    }
+    if bad || total > TILE {
+        defer();
+        return;
+    }
+    let l = total;
+    if t <= nruns {
+        let excl = if t < nruns { before + inc - len } else { l };
+        // SAFETY: t <= MW_MAX_RUNS.
+        unsafe { pre.add(t as usize).write(excl) };
+    }
+    i::sync_threads();
+    // The slice of every local index as a byte: thread t searches the slice of q = 9 t
+    // (binary lifting) and walks on over its 9 consecutive indices.
+    let q0 = t * 9;
+    let mut q0 = q0;
+    while q0 < l {
+        let mut s = 0u32;
+        let mut step = MW_MAX_RUNS / 2;
+        while step > 0 {
+            let c = s + step;
+            // SAFETY: c < nruns <= MW_MAX_RUNS.
+            if c < nruns && unsafe { pre.add(c as usize).read() } <= q0 {
+                s = c;
+            }
+            step /= 2;
+        }
+        let mut j = 0;
+        while j < 9 {
+            let q = q0 + j;
+            if q < l {
+                // SAFETY: s + 1 < nruns: a slice start written before the barrier above.
+                while s + 1 < nruns && unsafe { pre.add(s as usize + 1).read() } <= q {
+                    s += 1;
+                }
+                // SAFETY: q < l <= TILE: a byte of the slice table.
+                unsafe { i::st_shared_u8(sof_sa + q, s) };
+            }
+            j += 1;
+        }
+        q0 += 9 * NT;
+    }
+    i::sync_threads();
+    // The global index of local index q (its slice's base plus its offset in the slice).
+    // SAFETY (closure): q < l: a table byte and slice words written before a barrier.
+    let global = |q: u32| unsafe {
+        let s = i::ld_shared_u8(sof_sa + q) as usize;
+        base.add(s).read() + (q - pre.add(s).read())
+    };
+    // 2. Keys (item j of thread t is q = t + j NT), 9 items at a time: addresses, loads,
+    //    stores; the range reduced per warp.
+    let (mut kmin, mut kmax, mut kand, mut kor) = (u64::MAX, 0u64, u64::MAX, 0u64);
+    let mut h = 0;
+    while h < VT {
+        let mut g = [0u32; 9];
+        let mut j = 0;
+        while j < 9 {
+            let q = t + (h + j) as u32 * NT;
+            if q < l {
+                g[j] = global(q);
+            }
+            j += 1;
+        }
+        let mut key = [0u64; 9];
+        let mut j = 0;
+        while j < 9 {
+            if t + (h + j) as u32 * NT < l {
+                // SAFETY: inside the run (rows at most the run's length), so in `input`.
+                key[j] = time_key(f64::from_bits(unsafe {
+                    i::ldg_u64(input.add(2 * g[j] as usize + 1))
+                }));
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < 9 {
+            let q = t + (h + j) as u32 * NT;
+            if q < l {
+                // SAFETY: q < l <= TILE: a key slot.
+                unsafe { i::st_shared_u64(sb + 8 * q, key[j]) };
+                let x = key[j];
+                kmin = if x < kmin { x } else { kmin };
+                kmax = if x > kmax { x } else { kmax };
+                kand &= x;
+                kor |= x;
+            }
+            j += 1;
+        }
+        h += 9;
+    }
+    let reduce = |a: &mut u64, b: &mut u64, c: &mut u64, e: &mut u64| {
+        let mut d = 16;
+        while d > 0 {
+            let (x0, x1, x2, x3) = (
+                i::shfl_xor_u64(*a, d),
+                i::shfl_xor_u64(*b, d),
+                i::shfl_xor_u64(*c, d),
+                i::shfl_xor_u64(*e, d),
+            );
+            *a = if x0 < *a { x0 } else { *a };
+            *b = if x1 > *b { x1 } else { *b };
+            *c &= x2;
+            *e |= x3;
+            d /= 2;
+        }
+    };
+    reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
+    let nb = 8 * NT;
+    let mut z = t;
+    while z < nb {
+        // SAFETY: counter z < 8 NT.
+        unsafe { i::st_shared_u32(cnt + 4 * z, 0) };
+        z += NT;
+    }
+    if lane == 0 {
+        // SAFETY: warp < NT / 32: inside `red`.
+        unsafe {
+            let r = red.add(4 * warp as usize);
+            r.write(kmin);
+            r.add(1).write(kmax);
+            r.add(2).write(kand);
+            r.add(3).write(kor);
+        }
+    }
+    i::sync_threads();
+    if lane < NT / 32 {
+        // SAFETY: lane < NT / 32, written before the barrier.
+        unsafe {
+            let r = red.add(4 * lane as usize);
+            (kmin, kmax, kand, kor) = (r.read(), r.add(1).read(), r.add(2).read(), r.add(3).read());
+        }
+    } else {
+        (kmin, kmax, kand, kor) = (u64::MAX, 0, u64::MAX, 0);
+    }
+    reduce(&mut kmin, &mut kmax, &mut kand, &mut kor);
+    let plan = match mw_radix_plan(kmin, kmax, kand, kor, nruns, p.radix_bits) {
+        Some((shift, bits)) => match mw_bucket_plan(bits, p.bucket_max, mw_bucket_bits(NT)) {
+            Some(s2) if s2 + MW_BUCKET_IDX_BITS <= 32 => Some((shift, s2)),
+            _ => None,
+        },
+        None => None,
+    };
+    let Some((shift, s2)) = plan else {
+        defer();
+        return;
+    };
+    // 3. Bucket and slot of each item: `w` the slot word's low 32 bits, `dof` the bucket
+    //    (12 bits) above the slot in it (14 bits).
+    let (mut w, mut dof) = ([0u32; VT], [0u32; VT]);
+    let mut j = 0;
+    while j < VT {
+        let q = t + j as u32 * NT;
+        if q < l {
+            // SAFETY: q < l: a key written before the barrier above.
+            let x = (unsafe { i::ld_shared_u64(sb + 8 * q) } - kmin) >> shift;
+            let (d, v) = mw_bucket_item(x, s2, q);
+            w[j] = v as u32;
+            // SAFETY: d < 8 NT: one of the counters.
+            let off = unsafe { i::atom_shared_add_u32(cnt + 4 * d, 1) };
+            dof[j] = d << MW_BUCKET_IDX_BITS | off;
+        }
+        j += 1;
+    }
+    // Every count before the scan.
+    i::sync_threads();
+    // 4. Bucket starts: thread t scans counters 8 t .. 8 t + 8 in place.
+    let mut sum = 0u32;
+    let mut over = false;
+    let mut b = 0;
+    while b < 8 {
+        // SAFETY: 8 t + b < 8 NT.
+        let c = unsafe { i::ld_shared_u32(cnt + 4 * (8 * t + b)) };
+        sum += c;
+        over |= c > p.bucket_max;
+        b += 1;
+    }
+    // SAFETY: the scan words are ours (layout).
+    let bs = unsafe { BlockScan::<u32>::new(smem.add(o_scan as usize) as *mut u32) };
+    let (mut run, _) = bs.exclusive_sum(sum);
+    let mut b = 0;
+    while b < 8 {
+        // SAFETY: as above; only this thread reads or writes these counters.
+        unsafe {
+            let a = cnt + 4 * (8 * t + b);
+            let c = i::ld_shared_u32(a);
+            i::st_shared_u32(a, run);
+            run += c;
+        }
+        b += 1;
+    }
+    // The starts before the scatter; the same verdict in every thread.
+    if i::sync_threads_or(over) {
+        defer();
+        return;
+    }
+    // 5. Scatter the slot words over the keys (every key was read before the count barrier).
+    let mask = (1u32 << MW_BUCKET_IDX_BITS) - 1;
+    let mut j = 0;
+    while j < VT {
+        if t + j as u32 * NT < l {
+            // SAFETY: bucket start plus a slot below its count: a slot below l.
+            unsafe {
+                let slot =
+                    i::ld_shared_u32(cnt + 4 * (dof[j] >> MW_BUCKET_IDX_BITS)) + (dof[j] & mask);
+                i::st_shared_u32(sb + 4 * slot, w[j]);
+            }
+        }
+        j += 1;
+    }
+    i::sync_threads();
+    // 6. Rank each own item in its bucket (the bucket fixes the slot words above bit 32).
+    //    Written out per item (`each_item!`): a loop over the items with a loop inside is
+    //    not unrolled, and `w` and `dof` would go to local memory.
+    let mut rank_item = |j: usize| {
+        if j < VT && t + j as u32 * NT < l {
+            let bk = dof[j] >> MW_BUCKET_IDX_BITS;
+            let me = w[j];
+            // SAFETY: the bucket's start and end (the next start, or l) are counters below
+            // nb; its slots are below l, written in step 5.
+            unsafe {
+                let start = i::ld_shared_u32(cnt + 4 * bk);
+                let end = if bk + 1 < nb {
+                    i::ld_shared_u32(cnt + 4 * bk + 4)
+                } else {
+                    l
+                };
+                let len = end - start;
+                let mut less = 0u32;
+                let mut x = 0u32;
+                while x < 4 {
+                    if x < len {
+                        less += (i::ld_shared_u32(sb + 4 * (start + x)) < me) as u32;
+                    }
+                    x += 1;
+                }
+                let mut x = start + 4;
+                while x < end {
+                    less += (i::ld_shared_u32(sb + 4 * x) < me) as u32;
+                    x += 1;
+                }
+                dof[j] = start + less;
+            }
+        }
+    };
+    each_item!(rank_item; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
+    const _: () = assert!(MW_BUCKET_VT == 18);
+    // 7. Read the singles in local-index order (coalesced along the runs) and store them
+    //    at their positions, 6 at a time.
+    let mut h = 0;
+    while h < VT {
+        let mut v = [[0u64; 2]; 6];
+        let mut j = 0;
+        while j < 6 {
+            let q = t + (h + j) as u32 * NT;
+            if q < l {
+                // SAFETY: a global index inside the run (as in the key load).
+                v[j] = unsafe { i::ldg_v2_u64(input.add(2 * global(q) as usize)) };
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < 6 {
+            if t + (h + j) as u32 * NT < l {
+                // SAFETY: position < l: inside the segment's output range.
+                unsafe { i::st_v2_u64(output.add(2 * (out0 + dof[h + j]) as usize), v[j]) };
+            }
+            j += 1;
+        }
+        h += 6;
+    }
+    if t == 0 {
+        // SAFETY: the status holds three words.
+        unsafe {
+            i::atomic_add_u32(p.status.ptr_mut().add(1), 1);
+            i::atomic_add_u32(p.status.ptr_mut().add(2), 1);
+        }
+    }
+}
+
+/// [`multiway_bucket`] with `MW_BUCKET_THREADS` threads (tile `MW_WIDE_TILE`).
+///
+/// # Safety
+/// As `multiway_bucket` with `NT = MW_BUCKET_THREADS`, `TILE = MW_WIDE_TILE`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn pet_multiway_merge_bucket(p: PetMwMergeParams) {
+    // SAFETY: the caller's contract.
+    unsafe { multiway_bucket::<MW_BUCKET_THREADS, MW_WIDE_TILE, { MW_BUCKET_VT as usize }>(p) }
 }
 
 /// Natural run starts: every `i` in `1..n` with `!(t[i] >= t[i - 1])` (a descent, or a NaN)
