@@ -936,12 +936,12 @@ pub unsafe extern "ptx-kernel" fn pet_multiway_merge_wide(p: PetMwMergeParams) {
 /// keys are loaded into shared memory as there and their range reduced; when
 /// [`mw_radix_plan`] and [`mw_bucket_plan`] (with `mw_bucket_bits(NT)` bits) give a span
 /// whose slot words compare in 32 bits (`s2 + MW_BUCKET_IDX_BITS <= 32`), each thread puts
-/// its items in buckets (one shared atomic each: a slot in the bucket), the counters are
-/// scanned into bucket starts, the low 32 bits of the slot words ([`mw_bucket_item`]) are
-/// scattered to their slots over the keys, and each thread ranks its own items by counting
-/// the smaller slot words of their bucket: the exact position in (time, run, position). The
-/// singles are then read in local-index order (the runs' order: coalesced) and stored at
-/// their positions. Any other segment (merge rounds, a wider span, a bucket over
+/// its items in buckets (one shared atomic each: a slot in the bucket; the key's offset
+/// kept in 32 bits), the counters are scanned into bucket starts, the slot words
+/// ([`mw_bucket_item`]) are scattered to their slots over the keys, and each slot is ranked
+/// by counting the smaller slot words of its bucket: the exact position in (time, run,
+/// position), as in [`segment_bucket`]. The singles are gathered through the slot's local
+/// index and stored at their positions. Any other segment (merge rounds, a wider span, a bucket over
 /// `bucket_max`, bad rows, a segment over the tile) is appended to `p.list` untouched, for
 /// [`pet_multiway_merge_wide`] to merge (the same segments: tile `MW_WIDE_TILE`).
 ///
@@ -1183,17 +1183,17 @@ unsafe fn multiway_bucket<const NT: u32, const TILE: u32, const VT: usize>(p: Pe
         defer();
         return;
     };
-    // 3. Bucket and slot of each item: `w` the slot word's low 32 bits, `dof` the bucket
-    //    (12 bits) above the slot in it (14 bits).
-    let (mut w, mut dof) = ([0u32; VT], [0u32; VT]);
+    // 3. Bucket and slot of each item: `x` its key's offset (at most 30 bits: the plan),
+    //    `dof` the bucket (12 bits) above the slot in it (14 bits).
+    let (mut xs, mut dof) = ([0u32; VT], [0u32; VT]);
     let mut j = 0;
     while j < VT {
         let q = t + j as u32 * NT;
         if q < l {
             // SAFETY: q < l: a key written before the barrier above.
             let x = (unsafe { i::ld_shared_u64(sb + 8 * q) } - kmin) >> shift;
-            let (d, v) = mw_bucket_item(x, s2, q);
-            w[j] = v as u32;
+            let (d, _) = mw_bucket_item(x, s2, q);
+            xs[j] = x as u32;
             // SAFETY: d < 8 NT: one of the counters.
             let off = unsafe { i::atom_shared_add_u32(cnt + 4 * d, 1) };
             dof[j] = d << MW_BUCKET_IDX_BITS | off;
@@ -1232,76 +1232,82 @@ unsafe fn multiway_bucket<const NT: u32, const TILE: u32, const VT: usize>(p: Pe
         defer();
         return;
     }
-    // 5. Scatter the slot words over the keys (every key was read before the count barrier).
+    // 5. Scatter the slot words (`mw_bucket_item`) over the keys (every key was read
+    //    before the count barrier).
     let mask = (1u32 << MW_BUCKET_IDX_BITS) - 1;
     let mut j = 0;
     while j < VT {
-        if t + j as u32 * NT < l {
+        let q = t + j as u32 * NT;
+        if q < l {
+            let (_, v) = mw_bucket_item(xs[j] as u64, s2, q);
             // SAFETY: bucket start plus a slot below its count: a slot below l.
             unsafe {
                 let slot =
                     i::ld_shared_u32(cnt + 4 * (dof[j] >> MW_BUCKET_IDX_BITS)) + (dof[j] & mask);
-                i::st_shared_u32(sb + 4 * slot, w[j]);
+                i::st_shared_u64(sb + 8 * slot, v);
             }
         }
         j += 1;
     }
     i::sync_threads();
-    // 6. Rank each own item in its bucket (the bucket fixes the slot words above bit 32).
-    //    Written out per item (`each_item!`): a loop over the items with a loop inside is
-    //    not unrolled, and `w` and `dof` would go to local memory.
-    let mut rank_item = |j: usize| {
-        if j < VT && t + j as u32 * NT < l {
-            let bk = dof[j] >> MW_BUCKET_IDX_BITS;
-            let me = w[j];
-            // SAFETY: the bucket's start and end (the next start, or l) are counters below
-            // nb; its slots are below l, written in step 5.
-            unsafe {
-                let start = i::ld_shared_u32(cnt + 4 * bk);
-                let end = if bk + 1 < nb {
-                    i::ld_shared_u32(cnt + 4 * bk + 4)
-                } else {
-                    l
-                };
-                let len = end - start;
-                let mut less = 0u32;
-                let mut x = 0u32;
-                while x < 4 {
-                    if x < len {
-                        less += (i::ld_shared_u32(sb + 4 * (start + x)) < me) as u32;
-                    }
-                    x += 1;
-                }
-                let mut x = start + 4;
-                while x < end {
-                    less += (i::ld_shared_u32(sb + 4 * x) < me) as u32;
-                    x += 1;
-                }
-                dof[j] = start + less;
-            }
-        }
-    };
-    each_item!(rank_item; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17);
-    const _: () = assert!(MW_BUCKET_VT == 18);
-    // 7. Read the singles in local-index order (coalesced along the runs) and store them
-    //    at their positions, 6 at a time.
+    // 6. Slots p = t + j NT, 6 at a time: rank each in its bucket by counting the smaller
+    //    slot words (their low 32 bits: the bucket fixes the rest), read its single through
+    //    its local index, store it at its position (slots in bucket order: the stores of a
+    //    warp nearly consecutive; the lanes of a warp in neighbouring buckets, so the
+    //    counting loops about as long).
+    let sh = s2 + MW_BUCKET_IDX_BITS;
     let mut h = 0;
     while h < VT {
+        let (mut rank, mut g) = ([0u32; 6], [0u32; 6]);
+        let mut rank_slot = |j: usize| {
+            let p = t + (h + j) as u32 * NT;
+            if p < l {
+                // SAFETY: p < l, written in step 5; its bucket's start and end (the next
+                // start, or l) are counters below nb; the bucket's slots below l.
+                unsafe {
+                    let me = i::ld_shared_u64(sb + 8 * p);
+                    let bk = (me >> sh) as u32;
+                    let start = i::ld_shared_u32(cnt + 4 * bk);
+                    let end = if bk + 1 < nb {
+                        i::ld_shared_u32(cnt + 4 * bk + 4)
+                    } else {
+                        l
+                    };
+                    let len = end - start;
+                    let m = me as u32;
+                    let mut less = 0u32;
+                    let mut x = 0u32;
+                    while x < 4 {
+                        if x < len {
+                            less += (i::ld_shared_u32(sb + 8 * (start + x)) < m) as u32;
+                        }
+                        x += 1;
+                    }
+                    let mut x = start + 4;
+                    while x < end {
+                        less += (i::ld_shared_u32(sb + 8 * x) < m) as u32;
+                        x += 1;
+                    }
+                    rank[j] = start + less;
+                    g[j] = global(m & mask);
+                }
+            }
+        };
+        each_item!(rank_slot; 0 1 2 3 4 5);
         let mut v = [[0u64; 2]; 6];
         let mut j = 0;
         while j < 6 {
-            let q = t + (h + j) as u32 * NT;
-            if q < l {
+            if t + (h + j) as u32 * NT < l {
                 // SAFETY: a global index inside the run (as in the key load).
-                v[j] = unsafe { i::ldg_v2_u64(input.add(2 * global(q) as usize)) };
+                v[j] = unsafe { i::ldg_v2_u64(input.add(2 * g[j] as usize)) };
             }
             j += 1;
         }
         let mut j = 0;
         while j < 6 {
             if t + (h + j) as u32 * NT < l {
-                // SAFETY: position < l: inside the segment's output range.
-                unsafe { i::st_v2_u64(output.add(2 * (out0 + dof[h + j]) as usize), v[j]) };
+                // SAFETY: rank < l: inside the segment's output range.
+                unsafe { i::st_v2_u64(output.add(2 * (out0 + rank[j]) as usize), v[j]) };
             }
             j += 1;
         }
