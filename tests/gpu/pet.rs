@@ -22,7 +22,6 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_merge_multiway", test_merge_multiway),
     ("pet_merge_radix", test_merge_radix),
     ("pet_merge_bucket", test_merge_bucket),
-    ("pet_merge_first", test_merge_first),
     ("pet_sort_auto", test_sort_auto),
 ];
 
@@ -956,31 +955,24 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     let off = 5;
     // Quick (sanitizer) runs: each tile once, one with each path.
     let (rb, bm) = (kp::MW_RADIX_BITS, kp::MW_BUCKET_MAX);
-    // (wide, radix limit, bucket bound, bucket kernel first on the wide tile's first level)
     let variants = if c.quick {
-        vec![
-            (false, rb, bm, true),
-            (true, 0, bm, true),
-            (true, rb, 1, true),
-            (true, rb, bm, true),
-        ]
+        vec![(false, rb, bm), (true, 0, bm), (true, rb, 1)]
     } else {
         vec![
-            (false, rb, bm, true),
-            (true, rb, bm, true),
-            (true, rb, bm, false),
-            (false, rb, 0, true),
-            (true, rb, 0, true),
-            (true, rb, 1, true),
-            (false, 0, bm, true),
-            (true, 0, bm, true),
+            (false, rb, bm),
+            (true, rb, bm),
+            (false, rb, 0),
+            (true, rb, 0),
+            (true, rb, 1),
+            (false, 0, bm),
+            (true, 0, bm),
         ]
     };
     // Whether the merge kernels run at all (2 to MW_MAX_RUNS non-empty runs).
     let mut distinct = starts.to_vec();
     distinct.dedup();
     let merged = distinct.len() >= 3 && distinct.len() - 1 <= kp::MW_MAX_RUNS as usize;
-    for (wide, bits, bmax, first) in variants {
+    for (wide, bits, bmax) in variants {
         let mut a = g.poisoned(2 * (n + off) + 4, POISON).map_err(e)?;
         if n > 0 {
             g.stream()
@@ -989,11 +981,11 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
         }
         let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
         let in_b = g
-            .pet_merge_runs_multiway_first(&mut a, &mut b, off, n, starts, wide, bits, bmax, first)
+            .pet_merge_runs_multiway_buckets(&mut a, &mut b, off, n, starts, wide, bits, bmax)
             .map_err(e)?;
         let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
         let label = format!(
-            "{what} n={n} runs={} wide={wide} radix_bits={bits} bucket_max={bmax} first={first}",
+            "{what} n={n} runs={} wide={wide} radix_bits={bits} bucket_max={bmax}",
             starts.len() - 1
         );
         exact(&label, &singles(&got[2 * off..2 * (off + n)]), &want)?;
@@ -1311,123 +1303,6 @@ fn test_merge_bucket(c: &Ctx) -> R {
             })?;
         }
     }
-    Ok(())
-}
-
-/// The wide merge of `v` (runs `starts`, default radix limit) with bucket bound `bmax`,
-/// the bucket kernel first or not, checked against the oracle: (radix segments, bucket
-/// segments, first-level segments left to the wide kernel).
-fn first_counts(
-    c: &Ctx,
-    what: &str,
-    v: &[Single],
-    starts: &[u32],
-    bmax: u32,
-    first: bool,
-) -> Result<(u32, u32, u32), String> {
-    let g = c.gpu();
-    let n = v.len();
-    let want = oracle::sort(v).map_err(e)?;
-    let mut a = g
-        .upload(bytemuck::cast_slice::<Single, u64>(v))
-        .map_err(e)?;
-    let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
-    let in_b = g
-        .pet_merge_runs_multiway_first(
-            &mut a,
-            &mut b,
-            0,
-            n,
-            starts,
-            true,
-            kp::MW_RADIX_BITS,
-            bmax,
-            first,
-        )
-        .map_err(e)?;
-    let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
-    exact(
-        &format!("{what} bucket_max={bmax} first={first}"),
-        &singles(&got),
-        &want,
-    )?;
-    Ok((
-        g.pet_merge_radix_segments().map_err(e)?,
-        g.pet_merge_bucket_segments().map_err(e)?,
-        g.pet_merge_deferred_segments().map_err(e)?,
-    ))
-}
-
-/// The bucket kernel before the wide merge (`pet_multiway_merge_bucket`, two blocks per
-/// multiprocessor, 4096 buckets, slot words compared in 32 bits): on the bench's kind of
-/// data (integral times in ps, several levels) it sorts every first-level segment and
-/// leaves none to the wide kernel; a segment spanning 30 bits it takes, 31 bits (which the
-/// wide kernel still compares in 32 bits) it leaves; a bucket bound of 1, merge rounds (two
-/// runs) and a bucket over the bound leave every segment to the wide kernel. Each time the
-/// result is the oracle's and the path counters equal those of the wide kernel alone.
-fn test_merge_first(c: &Ctx) -> R {
-    let bm = kp::MW_BUCKET_MAX;
-    let both = |what: &str, v: &[Single], s: &[u32], bmax: u32| -> Result<u32, String> {
-        let (r1, k1, d1) = first_counts(c, what, v, s, bmax, true)?;
-        let (r0, k0, d0) = first_counts(c, what, v, s, bmax, false)?;
-        ensure((r1, k1) == (r0, k0) && d0 == 0, || {
-            format!(
-                "{what} bucket_max={bmax}: first ({r1}, {k1}, {d1}), wide alone ({r0}, {k0}, {d0})"
-            )
-        })?;
-        Ok(d1)
-    };
-    // Integral times in ps, 20 M singles/s over 256 runs.
-    let n = if c.quick { 60_000 } else { 1 << 20 };
-    let r = c.rand(81, n, u32::MAX);
-    let lens = vec![n / 256; 256];
-    let (v, s) = runs_input(&lens, |run, i| {
-        6e11 + (r[run * (n / 256) + i] as u64 * 13 % (n as u64 * 50_000)) as f64
-    });
-    let segs = detkit::pet::merge::merge_plan(&s, kp::MW_WIDE_TILE)[0].nsplit + 1;
-    let d = both("times in ps", &v, &s, bm)?;
-    ensure(d == 0, || format!("times in ps: {d} of {segs} deferred"))?;
-    let d = both("times in ps", &v, &s, 1)?;
-    ensure(d == segs, || {
-        format!("times in ps, bound 1: {d} of {segs} deferred")
-    })?;
-    // One segment of 256 runs spanning 2^bits - 1 (unit steps above 2^52).
-    let t0 = 2f64.powi(52);
-    let one_segment = |bits: u32| {
-        let n = 4000usize;
-        let r = c.rand(82, n, u32::MAX);
-        let span = (1u64 << bits) - 1;
-        runs_input(&vec![n / 256; 256], |run, i| {
-            let j = run * (n / 256) + i;
-            let x = match j {
-                0 => 0,
-                1 => span,
-                _ => (r[j] as u64 * 7919 + ((r[(j * 31) % n] as u64) << 21)) % (span + 1),
-            };
-            t0 + x as f64
-        })
-    };
-    let low32 = kp::mw_bucket_bits(kp::MW_BUCKET_THREADS) + 32 - kp::MW_BUCKET_IDX_BITS;
-    for (bits, want) in [(low32, 0u32), (low32 + 1, 1), (12, 0)] {
-        let (v, s) = one_segment(bits);
-        let d = both("one segment", &v, &s, bm)?;
-        ensure(d == want, || {
-            format!("span of {bits} bits: {d} deferred, want {want}")
-        })?;
-    }
-    // Two runs (merge rounds), and 100 equal times in one bucket.
-    let (v, s) = runs_input(&[3000, 2500], |run, i| (2 * i + run) as f64);
-    let d = both("two runs", &v, &s, bm)?;
-    ensure(d == 1, || format!("two runs: {d} deferred"))?;
-    let (v, s) = runs_input(&vec![20; 256], |run, i| {
-        if (run + i) % 50 == 0 {
-            t0 + 7.0
-        } else {
-            t0 + (1000 * (run * 20 + i)) as f64
-        }
-    });
-    let d = both("one full bucket", &v, &s, bm)?;
-    ensure(d == 1, || format!("one full bucket: {d} deferred"))?;
     Ok(())
 }
 

@@ -72,7 +72,6 @@ pub const ALL_KERNELS: &[&str] = &[
     pet::KERNEL_MW_SPLIT,
     pet::KERNEL_MW_MERGE,
     pet::KERNEL_MW_MERGE_WIDE,
-    pet::KERNEL_MW_MERGE_BUCKET,
     pet::KERNEL_DETECT_RUNS,
     pet::KERNEL_ORDER_BLOCKS,
     pet::KERNEL_ORDER_JOIN,
@@ -129,7 +128,6 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     (pet::KERNEL_CONVERT, pet::CONVERT_THREADS, 4),
     (pet::KERNEL_MW_MERGE, pet::MW_THREADS, 2),
     (pet::KERNEL_MW_MERGE_WIDE, pet::MW_WIDE_THREADS, 1),
-    (pet::KERNEL_MW_MERGE_BUCKET, pet::MW_BUCKET_THREADS, 2),
     (
         sort::KERNEL_SORT_ONESWEEP_U32,
         sort::ONESWEEP_THREADS,

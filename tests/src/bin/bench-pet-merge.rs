@@ -86,12 +86,6 @@ fn main() -> Result<()> {
                 Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, true)),
             ),
             (
-                "multiway, no bucket kernel (9216)".into(),
-                Box::new(|g, a, b, n| {
-                    g.pet_merge_runs_multiway_first(a, b, 0, n, &runs, true, 64, 64, false)
-                }),
-            ),
-            (
                 "multiway, radix passes only (9216)".into(),
                 Box::new(|g, a, b, n| {
                     g.pet_merge_runs_multiway_buckets(a, b, 0, n, &runs, true, 64, 0)
@@ -126,14 +120,6 @@ fn main() -> Result<()> {
                 32.0 * n as f64 / ms / 1e6
             );
         }
-        // Where the wide merge's segments went (the default path, once more).
-        g.pet_merge_runs_multiway_with(&mut a, &mut b, 0, n, &runs, true)?;
-        println!(
-            "# n={n}: {} radix, {} bucket segments, {} first-level segments left by the bucket kernel",
-            g.pet_merge_radix_segments()?,
-            g.pet_merge_bucket_segments()?,
-            g.pet_merge_deferred_segments()?
-        );
         let p = tmp.join(format!("streams-{n}.keys"));
         let k: Vec<u64> = v.iter().map(|s| s.time.to_bits()).collect();
         std::fs::write(&p, bytemuck::cast_slice::<u64, u8>(&k))?;

@@ -1202,10 +1202,6 @@ pub const KERNEL_MW_SPLIT: &str = "pet_multiway_split";
 pub const KERNEL_MW_MERGE: &str = "pet_multiway_merge";
 /// Kernel: as [`KERNEL_MW_MERGE`] with [`MW_WIDE_THREADS`] threads, tile [`MW_WIDE_TILE`].
 pub const KERNEL_MW_MERGE_WIDE: &str = "pet_multiway_merge_wide";
-/// Kernel: the bucket path alone ([`MW_BUCKET_THREADS`] threads, tile [`MW_WIDE_TILE`], two
-/// blocks per multiprocessor); a segment it cannot sort goes on a list for
-/// [`KERNEL_MW_MERGE_WIDE`] ([`PetMwMergeParams::list`]).
-pub const KERNEL_MW_MERGE_BUCKET: &str = "pet_multiway_merge_bucket";
 /// Kernel: positions where the time goes down (`!(t[i] >= t[i - 1])`): natural run starts.
 pub const KERNEL_DETECT_RUNS: &str = "pet_detect_runs";
 
@@ -1222,13 +1218,6 @@ pub const MW_TILE: u32 = MW_THREADS * MW_VT;
 pub const MW_WIDE_THREADS: u32 = 1024;
 /// Largest segment of [`KERNEL_MW_MERGE_WIDE`].
 pub const MW_WIDE_TILE: u32 = MW_WIDE_THREADS * MW_VT;
-/// Threads per block of [`KERNEL_MW_MERGE_BUCKET`] (two blocks per multiprocessor, tile
-/// [`MW_WIDE_TILE`]: [`MW_BUCKET_VT`] items per thread).
-pub const MW_BUCKET_THREADS: u32 = 512;
-/// Items per thread of [`KERNEL_MW_MERGE_BUCKET`].
-pub const MW_BUCKET_VT: u32 = MW_WIDE_TILE / MW_BUCKET_THREADS;
-const _: () =
-    assert!(MW_BUCKET_VT * MW_BUCKET_THREADS == MW_WIDE_TILE && MW_BUCKET_VT.is_multiple_of(9));
 /// Threads per block of [`KERNEL_MW_SPLIT`] (one per run).
 pub const MW_SPLIT_THREADS: u32 = MW_MAX_RUNS;
 /// Threads per block of [`KERNEL_MW_SAMPLE`] and [`KERNEL_DETECT_RUNS`].
@@ -1280,27 +1269,6 @@ const _: () = assert!(1 << mw_bucket_bits(MW_WIDE_THREADS) == 8 * MW_WIDE_THREAD
 // The counters fit the radix path's digit counters.
 const _: () = assert!(4 * 8 * MW_THREADS <= mw_radix_layout(MW_THREADS, MW_TILE).1);
 const _: () = assert!(4 * 8 * MW_WIDE_THREADS <= mw_radix_layout(MW_WIDE_THREADS, MW_WIDE_TILE).1);
-
-/// Byte offsets in the shared memory of [`KERNEL_MW_MERGE_BUCKET`] (`threads` threads, tile
-/// `tile`): the keys (`u64`, `tile`, from 0; the slot words, `u32`, overwrite them), the
-/// key-range reduction (four `u64` per warp), slice starts and slice bases (`MW_MAX_RUNS +
-/// 1` words each), 16 words, the bucket counters (`8 * threads` words), the block-scan words
-/// (256 bytes) and the slice of every local index (`tile` bytes): `(red, pre, base, misc,
-/// counters, scan, slices, end)`; `end` is the kernel's dynamic shared memory.
-pub const fn mw_bucket_layout(threads: u32, tile: u32) -> [u32; 8] {
-    let red = 8 * tile;
-    let pre = red + 32 * (threads / 32);
-    let base = pre + 4 * (MW_MAX_RUNS + 1);
-    let misc = base + 4 * (MW_MAX_RUNS + 1);
-    let cnt = misc + 64;
-    let scan = cnt + 4 * 8 * threads;
-    let sof = scan + 256;
-    [red, pre, base, misc, cnt, scan, sof, sof + tile]
-}
-// Two blocks per multiprocessor (228 KB, 1 KB reserved per block).
-const _: () =
-    assert!(2 * (mw_bucket_layout(MW_BUCKET_THREADS, MW_WIDE_TILE)[7] + 1024) <= 228 * 1024);
-const _: () = assert!(crate::scan::block_scan_smem_bytes(4) <= 256 && MW_BUCKET_THREADS <= 32 * 32);
 
 /// Whether a merge block that sorts by radix ([`mw_radix_plan`] gave `Some((shift, bits))`)
 /// takes the bucket path instead, and with which `s2`: `Some(s2)` when `bucket_max > 0` and
@@ -1528,20 +1496,11 @@ pub struct PetMwMergeParams {
     pub bucket_max: u32,
     /// Padding (zero).
     pub pad: u32,
-    /// Deferred segments: word 0 counts them, word `1 + i` is the `i`-th. Null: block `k`
-    /// merges segment `k`. [`KERNEL_MW_MERGE_BUCKET`] appends each segment it does not sort
-    /// (`gridDim.x + 1` words, word 0 zero before it); the other merge kernels, given the
-    /// list, merge its segments instead (block `b` takes entries `b`, `b + gridDim.x`, ...).
-    pub list: DevPtr<u32>,
 }
 crate::kernel_params!(
     PetMwMergeParams,
-    64,
-    [
-        "pet_multiway_merge",
-        "pet_multiway_merge_wide",
-        "pet_multiway_merge_bucket"
-    ]
+    56,
+    ["pet_multiway_merge", "pet_multiway_merge_wide"]
 );
 
 /// Parameters of the `pet_detect_runs` kernel.

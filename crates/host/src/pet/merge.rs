@@ -146,20 +146,6 @@ fn bucket_max() -> u32 {
     })
 }
 
-/// Whether the wide merge's first level runs the bucket kernel first
-/// ([`k::KERNEL_MW_MERGE_BUCKET`], two blocks per multiprocessor), the wide kernel then
-/// merging only the segments it left: yes unless `DETKIT_PET_MERGE_BUCKET_FIRST=0` (a tuning
-/// knob for benchmarks).
-fn bucket_first() -> bool {
-    static FIRST: OnceLock<bool> = OnceLock::new();
-    *FIRST.get_or_init(|| {
-        !matches!(
-            std::env::var("DETKIT_PET_MERGE_BUCKET_FIRST").as_deref(),
-            Ok("0")
-        )
-    })
-}
-
 /// The first level's `div` ([`merge_plan_div`]): 3 unless `DETKIT_PET_MERGE_DIV0` says
 /// otherwise (a tuning knob for benchmarks; a value that is not a number from 1 to 64 is
 /// ignored).
@@ -442,9 +428,6 @@ struct MergeTemp {
     recs: Option<CudaSlice<u64>>,
     /// Natural-run detection: count and positions.
     detect: Option<CudaSlice<u32>>,
-    /// Where in `words` the last merge kept its list of deferred first-level segments
-    /// (count, then entries; 0: it ran no bucket kernel).
-    list_at: usize,
 }
 
 use super::cuda::ensure_len as ensure;
@@ -536,40 +519,6 @@ impl GpuContext {
         radix_bits: u32,
         bucket_max: u32,
     ) -> Result<bool> {
-        self.pet_merge_runs_multiway_first(
-            a,
-            b,
-            off,
-            n,
-            starts,
-            wide,
-            radix_bits,
-            bucket_max,
-            bucket_first(),
-        )
-    }
-
-    /// [`GpuContext::pet_merge_runs_multiway_buckets`] choosing whether the wide merge's
-    /// first level runs [`k::KERNEL_MW_MERGE_BUCKET`] first (`bucket_first`; the default
-    /// unless `DETKIT_PET_MERGE_BUCKET_FIRST=0`): two blocks of 512 threads per
-    /// multiprocessor sort the segments they can on the bucket path (spans up to 30 bits,
-    /// no bucket over `bucket_max`), and the wide kernel merges the rest, listed
-    /// ([`GpuContext::pet_merge_deferred_segments`] tells how many). Only with `wide`,
-    /// `radix_bits > 0` and `bucket_max > 0`; the result and the path counters are the same
-    /// either way.
-    #[allow(clippy::too_many_arguments)]
-    pub fn pet_merge_runs_multiway_first(
-        &self,
-        a: &mut SinglesBuffer,
-        b: &mut SinglesBuffer,
-        off: usize,
-        n: usize,
-        starts: &[u32],
-        wide: bool,
-        radix_bits: u32,
-        bucket_max: u32,
-        bucket_first: bool,
-    ) -> Result<bool> {
         check_merge(a, b, off, n, starts)?;
         let s = match multiway_path(starts) {
             MultiwayPath::Nothing => return Ok(false),
@@ -577,10 +526,7 @@ impl GpuContext {
             MultiwayPath::Merge(s) => s,
         };
         let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
-        let first = bucket_first && wide && radix_bits > 0 && bucket_max > 0;
-        let r = self.pet_merge_in(
-            &mut t, a, b, off, n, &s, wide, radix_bits, bucket_max, first,
-        );
+        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide, radix_bits, bucket_max);
         self.with_scratch(|x: &mut MergeTemp| *x = t);
         r.map(|()| true)
     }
@@ -630,16 +576,6 @@ impl GpuContext {
         self.merge_status_word(2)
     }
 
-    /// The number of first-level segments that the last multiway merge on this context left
-    /// to the wide kernel after its bucket kernel ([`GpuContext::pet_merge_runs_multiway_first`];
-    /// 0 when it ran none). Synchronises.
-    pub fn pet_merge_deferred_segments(&self) -> Result<u32> {
-        match self.with_scratch(|x: &mut MergeTemp| x.list_at) {
-            0 => Ok(0),
-            at => self.merge_status_word(at),
-        }
-    }
-
     fn merge_status_word(&self, i: usize) -> Result<u32> {
         self.with_scratch(|x: &mut MergeTemp| -> Result<u32> {
             match x.words.as_ref() {
@@ -664,7 +600,6 @@ impl GpuContext {
         wide: bool,
         radix_bits: u32,
         bucket_max: u32,
-        first: bool,
     ) -> Result<()> {
         let (tile, threads, kernel) = if wide {
             (k::MW_WIDE_TILE, k::MW_WIDE_THREADS, k::KERNEL_MW_MERGE_WIDE)
@@ -686,13 +621,6 @@ impl GpuContext {
             rows_at.push(words);
             words += (lv.nsplit as usize + 2) * lv.runs() as usize;
         }
-        // The first level's deferred segments (count, entries) when the bucket kernel runs.
-        t.list_at = 0;
-        if first {
-            t.list_at = words;
-            words += plan[0].nsplit as usize + 2;
-        }
-        let list_at = t.list_at;
         // Record layout: level l >= 1 has its input then its output, 2 words per record.
         let mut recs_at = vec![(0usize, 0usize)];
         let mut recs = 0usize;
@@ -709,11 +637,6 @@ impl GpuContext {
         self.stream()
             .memcpy_htod(&header, &mut wbuf.slice_mut(0..header.len()))
             .ctx("uploading run starts")?;
-        if list_at > 0 {
-            self.stream()
-                .memset_zeros(&mut wbuf.slice_mut(list_at..list_at + 1))
-                .ctx("clearing the merge's segment list")?;
-        }
         let w0 = self.ptr_mut(wbuf).addr();
         let r0 = self.ptr_mut(rbuf).addr();
         let av = a.slice(2 * off..2 * (off + n));
@@ -807,7 +730,6 @@ impl GpuContext {
                 radix_bits,
                 bucket_max,
                 pad: 0,
-                list: DevPtr::from_addr(0),
             };
             if l == last {
                 // All the shared memory for the merge: two narrow blocks per multiprocessor.
@@ -818,45 +740,17 @@ impl GpuContext {
                     )
                     .ctx("setting the shared-memory carveout of the merge")?;
             }
-            let segs = lv.nsplit as u64 + 1;
-            if l == 0 && list_at > 0 {
-                let kb = k::KERNEL_MW_MERGE_BUCKET;
-                let smem = k::mw_bucket_layout(k::MW_BUCKET_THREADS, k::MW_WIDE_TILE)[7];
-                // Two blocks per multiprocessor: all the shared memory.
-                self.kernel(kb)?
-                    .set_attribute(
-                        cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
-                        100,
-                    )
-                    .ctx("setting the shared-memory carveout of the bucket merge")?;
-                let p = k::PetMwMergeParams {
-                    list: word(list_at),
-                    ..p
-                };
-                // SAFETY: MW_BUCKET_THREADS threads, tile MW_WIDE_TILE (the plan's), the
-                // layout's shared memory; rows, input, output, status as below; the list
-                // holds segs + 1 words, its count cleared above.
-                unsafe { self.launch(kb, cfg(segs, k::MW_BUCKET_THREADS, smem as usize), &p)? };
-                let grid = segs.min(self.sm_count() as u64).max(1);
-                // SAFETY: as below, with the list the bucket kernel wrote (each entry a
-                // segment below segs).
-                unsafe {
-                    self.launch(
-                        kernel,
-                        cfg(grid, threads, k::mw_smem_bytes(tile)),
-                        &k::PetMwMergeParams {
-                            list: word(list_at),
-                            ..p
-                        },
-                    )?
-                };
-                continue;
-            }
             // SAFETY: `threads` threads with the matching kernel and tile, `mw_smem_bytes`;
             // rows written by the split kernel just before (nsplit + 2 rows, each word at
             // most its run's length); input and output distinct buffers of the level's
             // length; status three words.
-            unsafe { self.launch(kernel, cfg(segs, threads, k::mw_smem_bytes(tile)), &p)? };
+            unsafe {
+                self.launch(
+                    kernel,
+                    cfg(lv.nsplit as u64 + 1, threads, k::mw_smem_bytes(tile)),
+                    &p,
+                )?
+            };
         }
         Ok(())
     }
