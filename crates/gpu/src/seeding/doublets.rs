@@ -61,15 +61,7 @@ pub(crate) unsafe fn window_runs(
         };
         len = hi.saturating_sub(lo);
     }
-    let mut incl = len;
-    let mut d = 1;
-    while d < 32 {
-        let y = i::shfl_up(incl, d);
-        if lane >= d {
-            incl += y;
-        }
-        d *= 2;
-    }
+    let incl = crate::scan::device::warp_inclusive_sum(len);
     let start = incl - len;
     let mut w = Window {
         delta: lo.wrapping_sub(start),

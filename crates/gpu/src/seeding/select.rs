@@ -83,15 +83,7 @@ pub unsafe extern "ptx-kernel" fn seeding_select_seeds(p: SeedingSelectSeedsPara
             // triplets in order: the oracle's order), taken 32 at a time whatever bottom
             // they belong to; a bottom with triplets has 1.1 on average at ⟨μ⟩ = 200, so
             // one bottom at a time left most lanes idle and cost a round of loads each.
-            let mut incl = cnt;
-            let mut d = 1;
-            while d < 32 {
-                let y = i::shfl_up(incl, d);
-                if lane >= d {
-                    incl += y;
-                }
-                d *= 2;
-            }
+            let incl = crate::scan::device::warp_inclusive_sum(cnt);
             let total = i::shfl_idx(incl, 31);
             let mut c0 = 0u32;
             while c0 < total {
