@@ -832,6 +832,22 @@ fn fan_event_has_the_chosen_doublet_counts() {
     }
 }
 
+/// The soundness tests' sampler (xorshift64, a fixed sequence per seed): the next state.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+/// Uniform in [0, 1).
+fn unit(x: &mut u64) -> f32 {
+    (xorshift(x) >> 40) as f32 / (1u64 << 24) as f32
+}
+/// 2^(lo..hi), log-uniform.
+fn log_uniform(x: &mut u64, lo: f32, hi: f32) -> f32 {
+    (lo + (hi - lo) * unit(x)).exp2()
+}
+
 /// `triplet_surely_rejected` (the triplet kernel's test without a square root) holds only for
 /// pairs that the first cut of `triplet_compatible` rejects: random pairs spread over many
 /// scales around the cut's boundary, negative errors (negative `var_r` terms), zero, huge,
@@ -840,19 +856,6 @@ fn fan_event_has_the_chosen_doublet_counts() {
 #[test]
 fn triplet_fast_reject_is_sound() {
     let cfg = cfg();
-    fn next(x: &mut u64) -> u64 {
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
-    }
-    // Uniform in [0, 1); 2^(lo..hi), log-uniform.
-    fn r(x: &mut u64) -> f32 {
-        (next(x) >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn lg(x: &mut u64, lo: f32, hi: f32) -> f32 {
-        (lo + (hi - lo) * r(x)).exp2()
-    }
     let mut x = 0x1234_5678_9abc_def0u64;
     let x = &mut x;
     let specials = [
@@ -872,17 +875,17 @@ fn triplet_fast_reject_is_sound() {
         // Log-uniform magnitudes from 1e-12 to 1e2, random sign where it matters.
         let mut v = [0f32; 9];
         for (j, s) in v.iter_mut().enumerate() {
-            *s = lg(x, -40.0, 7.0);
-            if j == 2 && next(x) & 1 == 0 {
+            *s = log_uniform(x, -40.0, 7.0);
+            if j == 2 && xorshift(x) & 1 == 0 {
                 *s = -*s;
             }
         }
         if round % 16 == 0 {
-            let j = (next(x) % 9) as usize;
-            v[j] = specials[(next(x) % specials.len() as u64) as usize];
+            let j = (xorshift(x) % 9) as usize;
+            v[j] = specials[(xorshift(x) % specials.len() as u64) as usize];
         }
-        let cot_b = (r(x) - 0.5) * 6.0;
-        let sign = if next(x) & 1 == 0 { 1.0 } else { -1.0 };
+        let cot_b = (unit(x) - 0.5) * 6.0;
+        let sign = if xorshift(x) & 1 == 0 { 1.0 } else { -1.0 };
         let m = BinnedSp {
             var_r: v[2],
             var_z: v[3],
@@ -901,7 +904,7 @@ fn triplet_fast_reject_is_sound() {
             ..Default::default()
         };
         if round % 64 == 1 {
-            lt.cot_theta = specials[(next(x) % specials.len() as u64) as usize];
+            lt.cot_theta = specials[(xorshift(x) % specials.len() as u64) as usize];
         }
         let (_, scat) = k::bottom_scattering(&cfg, &lb);
         let scat = if round % 32 == 3 { v[8] } else { scat };
@@ -946,18 +949,6 @@ fn triplet_fast_reject_is_sound() {
 #[test]
 fn triplet_bound_reject_is_sound() {
     let cfg = cfg();
-    fn next(x: &mut u64) -> u64 {
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
-    }
-    fn r(x: &mut u64) -> f32 {
-        (next(x) >> 40) as f32 / (1u64 << 24) as f32
-    }
-    fn lg(x: &mut u64, lo: f32, hi: f32) -> f32 {
-        (lo + (hi - lo) * r(x)).exp2()
-    }
     let mut x = 0x0ddc_0ffe_e15e_a5e5u64;
     let x = &mut x;
     let specials = [
@@ -972,14 +963,14 @@ fn triplet_bound_reject_is_sound() {
         -1.0,
         -1e-30,
     ];
-    let special = |x: &mut u64| specials[(next(x) % specials.len() as u64) as usize];
+    let special = |x: &mut u64| specials[(xorshift(x) % specials.len() as u64) as usize];
     let (mut rejected, mut bounded, mut pairs, mut close) = (0u64, 0u64, 0u64, 0u64);
     for round in 0..300_000u32 {
         // Variances mostly 0 or small (as in events), sometimes of any scale.
-        let var = |x: &mut u64| match next(x) % 4 {
+        let var = |x: &mut u64| match xorshift(x) % 4 {
             0 => 0.0,
-            1 => lg(x, -60.0, 10.0),
-            _ => lg(x, -16.0, -8.0),
+            1 => log_uniform(x, -60.0, 10.0),
+            _ => log_uniform(x, -16.0, -8.0),
         };
         let mut m = BinnedSp {
             var_r: var(x),
@@ -987,25 +978,25 @@ fn triplet_bound_reject_is_sound() {
             ..Default::default()
         };
         let mut lb = k::LinCircle {
-            cot_theta: (r(x) - 0.5) * 6.0,
-            er: lg(x, -40.0, 0.0),
-            i_delta_r: lg(x, -8.0, -4.0),
+            cot_theta: (unit(x) - 0.5) * 6.0,
+            er: log_uniform(x, -40.0, 0.0),
+            i_delta_r: log_uniform(x, -8.0, -4.0),
             ..Default::default()
         };
-        let tops = 1 + (next(x) % 9) as usize;
+        let tops = 1 + (xorshift(x) % 9) as usize;
         let mut lts: Vec<k::LinCircle> = (0..tops)
             .map(|_| k::LinCircle {
-                cot_theta: lb.cot_theta + (r(x) - 0.5) * lg(x, -12.0, 3.0),
-                er: lg(x, -40.0, 0.0),
-                i_delta_r: lg(x, -8.0, -4.0),
+                cot_theta: lb.cot_theta + (unit(x) - 0.5) * log_uniform(x, -12.0, 3.0),
+                er: log_uniform(x, -40.0, 0.0),
+                i_delta_r: log_uniform(x, -8.0, -4.0),
                 ..Default::default()
             })
             .collect();
         if round % 8 == 0 {
             // One special value in one field of the middle, the bottom or a top.
             let v = special(x);
-            let t = (next(x) % tops as u64) as usize;
-            match next(x) % 8 {
+            let t = (xorshift(x) % tops as u64) as usize;
+            match xorshift(x) % 8 {
                 0 => m.var_r = v,
                 1 => m.var_z = v,
                 2 => lb.cot_theta = v,
