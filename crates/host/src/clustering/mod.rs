@@ -548,3 +548,127 @@ impl Backend {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng as _;
+
+    /// The plain sequential validation (one pass over the digis in order): the reference the
+    /// parallel [`validate`] must agree with, error for error.
+    fn validate_sequential(
+        digis: &Digis,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+    ) -> Result<()> {
+        let mut seen = vec![0u32; geometry.modules as usize];
+        for e in 0..event_offsets.len() - 1 {
+            let mut current: Option<(u16, usize)> = None;
+            for d in event_offsets[e] as usize..event_offsets[e + 1] as usize {
+                let m = digis.module[d];
+                if m == INVALID_MODULE {
+                    continue;
+                }
+                if m as u32 >= geometry.modules {
+                    return Err(module_out_of_range(d, m, geometry));
+                }
+                let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
+                if x >= geometry.rows || y >= geometry.cols {
+                    return Err(Error::InvalidItem {
+                        what: "digi",
+                        index: d,
+                        column: if x >= geometry.rows { "x" } else { "y" },
+                        detail: format!(
+                            "pixel (x {x}, y {y}) outside the {} × {} module {m}",
+                            geometry.rows, geometry.cols
+                        ),
+                    });
+                }
+                match current {
+                    Some((cm, _)) if cm == m => {}
+                    _ => {
+                        if seen[m as usize] == e as u32 + 1 {
+                            return Err(Error::InvalidItem {
+                                what: "digi",
+                                index: d,
+                                column: "module",
+                                detail: format!(
+                                    "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {})",
+                                    current.map_or(d, |(_, start)| start)
+                                ),
+                            });
+                        }
+                        seen[m as usize] = e as u32 + 1;
+                        current = Some((m, d));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Events of a few modules with long runs (runs cross the validation's pieces), invalid
+    /// digis inside runs, empty events; then one fault of each kind at random places.
+    #[test]
+    fn parallel_validation_reports_what_a_sequential_pass_reports() {
+        let g = Geometry::custom(40, 64, 64, 256, ChargeCut::uniform(0)).unwrap();
+        let mut r = crate::rng::rng(7);
+        let mut errors = 0;
+        for case in 0..60 {
+            let mut d = Digis::default();
+            let mut offsets = vec![0u32];
+            let events = 1 + case % 5;
+            for _ in 0..events {
+                if r.gen_range(0..6) == 0 {
+                    offsets.push(d.len() as u32); // an empty event
+                    continue;
+                }
+                let mut modules: Vec<u16> = (0..40).collect();
+                for i in (1..modules.len()).rev() {
+                    modules.swap(i, r.gen_range(0..=i));
+                }
+                for &m in &modules[..r.gen_range(1..12)] {
+                    let len = r.gen_range(1..(3 * VALIDATE_PIECE / 2));
+                    for _ in 0..len {
+                        let inv = r.gen_range(0..50) == 0;
+                        d.push(
+                            if inv { INVALID_MODULE } else { m },
+                            r.gen_range(0..64),
+                            r.gen_range(0..64),
+                            100,
+                        );
+                    }
+                }
+                offsets.push(d.len() as u32);
+            }
+            let n = d.len();
+            assert_eq!(
+                validate(&d, &offsets, &g).map_err(|e| e.to_string()),
+                Ok(()),
+                "case {case}"
+            );
+            // Up to three faults of random kinds at random digis.
+            for _ in 0..r.gen_range(1..4) {
+                if n == 0 {
+                    break;
+                }
+                let at = r.gen_range(0..n);
+                match r.gen_range(0..4) {
+                    0 => d.module[at] = 40 + r.gen_range(0..10),
+                    1 => d.x[at] = 64 + r.gen_range(0..10),
+                    2 => d.y[at] = 64,
+                    // Another module's id: non-consecutive unless it lands next to its run.
+                    _ => d.module[at] = r.gen_range(0..40),
+                }
+            }
+            let want = validate_sequential(&d, &offsets, &g).map_err(|e| e.to_string());
+            let got = validate(&d, &offsets, &g).map_err(|e| e.to_string());
+            errors += got.is_err() as u32;
+            assert_eq!(got, want, "case {case}: {n} digis, offsets {offsets:?}");
+        }
+        assert!(
+            errors >= 40,
+            "only {errors} of 60 cases had a fault that validation found"
+        );
+    }
+}
