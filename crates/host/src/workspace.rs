@@ -59,4 +59,5 @@ pub(crate) fn fork(gpu: &GpuContext) -> Result<Arc<GpuContext>> {
 #[derive(Default)]
 pub(crate) struct Workspaces {
     pub(crate) clustering: Pool<crate::clustering::door::ClusterWorkspace>,
+    pub(crate) seeding: Pool<crate::seeding::door::SeedWorkspace>,
 }
