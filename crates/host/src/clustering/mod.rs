@@ -619,22 +619,22 @@ mod tests {
             let mut offsets = vec![0u32];
             let events = 1 + case % 5;
             for _ in 0..events {
-                if r.gen_range(0..6) == 0 {
+                if r.random_range(0..6) == 0 {
                     offsets.push(d.len() as u32); // an empty event
                     continue;
                 }
                 let mut modules: Vec<u16> = (0..40).collect();
                 for i in (1..modules.len()).rev() {
-                    modules.swap(i, r.gen_range(0..=i));
+                    modules.swap(i, r.random_range(0..=i));
                 }
-                for &m in &modules[..r.gen_range(1..12)] {
-                    let len = r.gen_range(1..(3 * VALIDATE_PIECE / 2));
+                for &m in &modules[..r.random_range(1..12)] {
+                    let len = r.random_range(1..(3 * VALIDATE_PIECE / 2));
                     for _ in 0..len {
-                        let inv = r.gen_range(0..50) == 0;
+                        let inv = r.random_range(0..50) == 0;
                         d.push(
                             if inv { INVALID_MODULE } else { m },
-                            r.gen_range(0..64),
-                            r.gen_range(0..64),
+                            r.random_range(0..64),
+                            r.random_range(0..64),
                             100,
                         );
                     }
@@ -648,17 +648,17 @@ mod tests {
                 "case {case}"
             );
             // Up to three faults of random kinds at random digis.
-            for _ in 0..r.gen_range(1..4) {
+            for _ in 0..r.random_range(1..4) {
                 if n == 0 {
                     break;
                 }
-                let at = r.gen_range(0..n);
-                match r.gen_range(0..4) {
-                    0 => d.module[at] = 40 + r.gen_range(0..10),
-                    1 => d.x[at] = 64 + r.gen_range(0..10),
+                let at = r.random_range(0..n);
+                match r.random_range(0..4) {
+                    0 => d.module[at] = 40 + r.random_range(0..10),
+                    1 => d.x[at] = 64 + r.random_range(0..10),
                     2 => d.y[at] = 64,
                     // Another module's id: non-consecutive unless it lands next to its run.
-                    _ => d.module[at] = r.gen_range(0..40),
+                    _ => d.module[at] = r.random_range(0..40),
                 }
             }
             let want = validate_sequential(&d, &offsets, &g).map_err(|e| e.to_string());
