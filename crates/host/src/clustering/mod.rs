@@ -386,6 +386,10 @@ struct Run {
     start: u32,
 }
 
+/// What a piece of the validation found: its first range error (digi index and error) and
+/// its module runs up to there.
+type PieceResult = (Option<(usize, Error)>, Vec<Run>);
+
 /// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
@@ -394,7 +398,7 @@ fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometr
     let n = digis.len();
     let pieces = n.div_ceil(VALIDATE_PIECE);
     // Each piece: its first range error (digi index and error) and its runs.
-    let check_piece = |p: usize| -> (Option<(usize, Error)>, Vec<Run>) {
+    let check_piece = |p: usize| -> PieceResult {
         let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
         // The event of digi `lo`: the last event starting at or before it (empty events
         // skipped).
@@ -437,7 +441,7 @@ fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometr
         }
         (None, runs)
     };
-    let mut results: Vec<(Option<(usize, Error)>, Vec<Run>)> = if pieces <= 1 {
+    let mut results: Vec<PieceResult> = if pieces <= 1 {
         (0..pieces).map(check_piece).collect()
     } else {
         (0..pieces).into_par_iter().map(check_piece).collect()
