@@ -23,17 +23,19 @@ pub enum HostCopies {
     Pageable,
 }
 
-/// Elements per piece of a parallel host copy: below this a copy is done by one thread.
-const PAR_COPY: usize = 1 << 17;
+/// Bytes per piece of a parallel host copy (below this a copy is done by one thread): about
+/// 5 µs of one core's copying, a few times what handing a piece to a thread costs.
+const PAR_COPY_BYTES: usize = 64 << 10;
 
 /// Copies `src` into `dst` (equal lengths), in pieces on several threads when large.
 pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     use rayon::prelude::*;
-    if src.len() <= PAR_COPY {
+    let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+    if src.len() <= piece {
         dst.copy_from_slice(src);
     } else {
-        dst.par_chunks_mut(PAR_COPY)
-            .zip(src.par_chunks(PAR_COPY))
+        dst.par_chunks_mut(piece)
+            .zip(src.par_chunks(piece))
             .for_each(|(d, s)| d.copy_from_slice(s));
     }
 }

@@ -85,18 +85,20 @@ impl DeviceDigis {
         digis: impl Into<DigisRef<'a>>,
         event_offsets: &[u32],
     ) -> Result<()> {
-        self.copy_in(gpu, digis.into(), event_offsets, None)
+        self.copy_in(gpu, digis.into(), event_offsets, None, false)
     }
 
     /// [`DeviceDigis::copy_from`], through `stage` when given (copied into its pinned
     /// buffers, then asynchronous DMA; the caller makes sure no earlier copy still reads
-    /// them).
+    /// them). `staged`: the digis are in the stage's pinned buffer already
+    /// ([`ClusterStaging::digis_buffer`]).
     pub(crate) fn copy_in(
         &mut self,
         gpu: &GpuContext,
         digis: DigisRef<'_>,
         event_offsets: &[u32],
         stage: Option<&mut ClusterStaging>,
+        staged: bool,
     ) -> Result<()> {
         let n = digis.len();
         if event_offsets.len() < 2 || event_offsets.len() - 1 > self.max_events {
@@ -142,8 +144,15 @@ impl DeviceDigis {
                     None,
                 )?;
                 let pinned = st.digis.get(gpu, 4 * n)?;
-                for ((src, dst), p) in arrays.into_iter().zip(pinned.chunks_mut(n.max(1))) {
-                    upload_into(gpu, src, &mut dst.slice_mut(0..n), Some(p))?;
+                if staged {
+                    // Already in the pinned buffer (copied by the validation's threads).
+                    for ((_, dst), p) in arrays.into_iter().zip(pinned.chunks(n.max(1))) {
+                        upload_into(gpu, p, &mut dst.slice_mut(0..n), None)?;
+                    }
+                } else {
+                    for ((src, dst), p) in arrays.into_iter().zip(pinned.chunks_mut(n.max(1))) {
+                        upload_into(gpu, src, &mut dst.slice_mut(0..n), Some(p))?;
+                    }
                 }
             }
             None => {
@@ -194,6 +203,14 @@ pub(crate) struct ClusterStaging {
     clus: Pinned<i32>,
     /// Clusters per slot, first digi per slot, then the three status words.
     slots: Pinned<u32>,
+}
+
+impl ClusterStaging {
+    /// The pinned buffer of the four digi arrays of `n` digis (one after the other), to be
+    /// filled before [`DeviceDigis::copy_in`] with `staged`.
+    pub(crate) fn digis_buffer(&mut self, gpu: &GpuContext, n: usize) -> Result<&mut [u16]> {
+        self.digis.get(gpu, 4 * n)
+    }
 }
 
 impl Default for ClusterStaging {
@@ -1633,7 +1650,7 @@ impl<'g> ClusterQueue<'g> {
         let l = &mut self.lanes[k];
         let g = l.clusterer.gpu.clone();
         l.digis
-            .copy_in(&g, digis.into(), event_offsets, Some(&mut l.stage))?;
+            .copy_in(&g, digis.into(), event_offsets, Some(&mut l.stage), false)?;
         l.clusterer.run_graph(&l.digis, cut)?;
         l.clusterer.enqueue_results(&l.digis, &mut l.stage)?;
         l.pending = Some(self.submitted);

@@ -334,6 +334,17 @@ pub fn validate<'a>(
     geometry: &Geometry,
 ) -> Result<()> {
     let digis = digis.into();
+    validate_shape(digis, event_offsets, geometry)?;
+    validate_digis(digis, event_offsets, geometry, None)
+}
+
+/// [`validate`] without the per-digi checks (array lengths, digi count, event offsets): the
+/// checks that come before [`validate_digis`].
+pub(crate) fn validate_shape(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+) -> Result<()> {
     geometry.check()?;
     let n = digis.len();
     if digis.x.len() != n || digis.y.len() != n || digis.adc.len() != n {
@@ -374,7 +385,7 @@ pub fn validate<'a>(
             ),
         ));
     }
-    validate_digis(digis, event_offsets, geometry)
+    Ok(())
 }
 
 /// A run of digis of one module within one event, as a piece of the validation saw it
@@ -393,7 +404,16 @@ type PieceResult = (Option<(usize, Error)>, Vec<Run>);
 /// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
-fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometry) -> Result<()> {
+///
+/// With `stage` (`4 n` elements: room for the four arrays one after the other), each piece
+/// also copies its digis there while they are in cache: the pinned staging of an upload
+/// filled by the validation's threads.
+pub(crate) fn validate_digis(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    stage: Option<&mut [u16]>,
+) -> Result<()> {
     use rayon::prelude::*;
     let n = digis.len();
     let pieces = n.div_ceil(VALIDATE_PIECE);
@@ -441,10 +461,33 @@ fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometr
         }
         (None, runs)
     };
-    let mut results: Vec<PieceResult> = if pieces <= 1 {
-        (0..pieces).map(check_piece).collect()
-    } else {
-        (0..pieces).into_par_iter().map(check_piece).collect()
+    let mut results: Vec<PieceResult> = match stage {
+        None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
+        None => (0..pieces).into_par_iter().map(check_piece).collect(),
+        Some(pin) => {
+            let (m, rest) = pin[..4 * n].split_at_mut(n);
+            let (x, rest) = rest.split_at_mut(n);
+            let (y, a) = rest.split_at_mut(n);
+            fn chunks(v: &mut [u16]) -> Vec<&mut [u16]> {
+                v.chunks_mut(VALIDATE_PIECE).collect()
+            }
+            let (cm, cx, cy, ca) = (chunks(m), chunks(x), chunks(y), chunks(a));
+            cm.into_par_iter()
+                .zip(cx)
+                .zip(cy)
+                .zip(ca)
+                .enumerate()
+                .map(|(p, (((m, x), y), a))| {
+                    let lo = p * VALIDATE_PIECE;
+                    let hi = lo + m.len();
+                    m.copy_from_slice(&digis.module[lo..hi]);
+                    x.copy_from_slice(&digis.x[lo..hi]);
+                    y.copy_from_slice(&digis.y[lo..hi]);
+                    a.copy_from_slice(&digis.adc[lo..hi]);
+                    check_piece(p)
+                })
+                .collect()
+        }
     };
     // The first range error in digi order (the pieces are in order, so the first piece with
     // one); the runs after it do not matter (a sequential pass stops there).
@@ -539,9 +582,9 @@ impl Backend {
         out: &mut Clusters,
     ) -> Result<()> {
         let digis = digis.into();
-        validate(digis, event_offsets, geometry)?;
         match self.gpu() {
             None => {
+                validate(digis, event_offsets, geometry)?;
                 *out = cpu::cluster(digis, event_offsets, geometry, cut);
                 Ok(())
             }
@@ -651,6 +694,11 @@ mod tests {
                 Ok(()),
                 "case {case}"
             );
+            // The staged variant copies the four arrays, one after the other.
+            let mut stage = vec![0u16; 4 * n];
+            validate_digis((&d).into(), &offsets, &g, Some(&mut stage)).unwrap();
+            let want: Vec<u16> = [&d.module, &d.x, &d.y, &d.adc].concat();
+            assert!(stage == want, "case {case}: staged copy differs");
             // Up to three faults of random kinds at random digis.
             for _ in 0..r.random_range(1..4) {
                 if n == 0 {
@@ -667,6 +715,9 @@ mod tests {
             }
             let want = validate_sequential(&d, &offsets, &g).map_err(|e| e.to_string());
             let got = validate(&d, &offsets, &g).map_err(|e| e.to_string());
+            let staged = validate_digis((&d).into(), &offsets, &g, Some(&mut stage))
+                .map_err(|e| e.to_string());
+            assert_eq!(staged, got, "case {case}: staged validation differs");
             errors += got.is_err() as u32;
             assert_eq!(got, want, "case {case}: {n} digis, offsets {offsets:?}");
         }
