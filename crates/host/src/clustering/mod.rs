@@ -697,7 +697,7 @@ mod tests {
             // The staged variant copies the four arrays, one after the other.
             let mut stage = vec![0u16; 4 * n];
             validate_digis((&d).into(), &offsets, &g, Some(&mut stage)).unwrap();
-            let want: Vec<u16> = [&d.module, &d.x, &d.y, &d.adc].concat();
+            let want: Vec<u16> = [&d.module[..], &d.x[..], &d.y[..], &d.adc[..]].concat();
             assert!(stage == want, "case {case}: staged copy differs");
             // Up to three faults of random kinds at random digis.
             for _ in 0..r.random_range(1..4) {
