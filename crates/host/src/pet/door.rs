@@ -13,7 +13,7 @@ use super::cuda::{ensure_len, PetStreamBuffers};
 use super::Scanner;
 use crate::cuda::GpuContext;
 use crate::error::{invalid, DriverContext, Result};
-use crate::staging::{par_copy, upload_into, HostCopies, Pinned};
+use crate::staging::{download_into, upload_into, HostCopies, Pinned};
 use crate::Backend;
 
 /// A scanner loaded for one [`Backend`]: its description and, on CUDA, its position and
@@ -187,10 +187,13 @@ impl PetWorkspace {
         match copies {
             HostCopies::Pinned => {
                 let w = self.words_out.get(g, 2 * n)?;
-                g.stream().memcpy_dtoh(&src, w).ctx(what)?;
-                g.synchronize()?;
                 out.resize(n, bytemuck::Zeroable::zeroed());
-                par_copy(bytemuck::cast_slice_mut::<Single, u64>(out), w);
+                download_into(
+                    g,
+                    &src,
+                    bytemuck::cast_slice_mut::<Single, u64>(out),
+                    Some(w),
+                )?;
             }
             HostCopies::Pageable => {
                 out.resize(n, bytemuck::Zeroable::zeroed());
@@ -297,12 +300,12 @@ impl PetWorkspace {
                     .filter(|p| p.len() >= 4 * total)
                     .ok_or_else(|| invalid("pairs", "fewer pairs on the device than counted"))?;
                 let w = self.words_out.get(&g, 4 * total)?;
-                g.stream()
-                    .memcpy_dtoh(&pairs.slice(0..4 * total), w)
-                    .ctx("copying the pairs")?;
-                g.synchronize()?;
-                par_copy(bytemuck::cast_slice_mut::<Coincidence, u64>(out), w);
-                Ok(())
+                download_into(
+                    &g,
+                    &pairs.slice(0..4 * total),
+                    bytemuck::cast_slice_mut::<Coincidence, u64>(out),
+                    Some(w),
+                )
             }
         }
     }
