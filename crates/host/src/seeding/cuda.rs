@@ -1042,23 +1042,22 @@ impl GpuContext {
             let sp_words = std::mem::size_of::<SpacePoint>() / 4;
             match stage.as_deref_mut() {
                 Some(st) if n > 0 => {
+                    // Events gathered into pinned memory; every 4 MiB gathered goes to the
+                    // device at once (DMA while the host gathers the next events).
                     let pin = st.input.get(self, n * sp_words)?;
-                    {
-                        use rayon::prelude::*;
-                        let mut parts = Vec::with_capacity(chunk.len());
-                        let mut rest = &mut pin[..];
-                        for ev in chunk {
-                            let (head, tail) = rest.split_at_mut(ev.len() * sp_words);
-                            parts.push((head, as_words(ev)));
-                            rest = tail;
+                    let input = ws.buf_mut(B::Input);
+                    let (mut at, mut sent) = (0usize, 0usize);
+                    for (e, ev) in chunk.iter().enumerate() {
+                        let w = as_words(ev);
+                        crate::staging::par_copy(&mut pin[at..at + w.len()], w);
+                        at += w.len();
+                        if at > sent && (at - sent >= (4 << 20) / 4 || e + 1 == chunk.len()) {
+                            self.stream()
+                                .memcpy_htod(&pin[sent..at], &mut input.slice_mut(sent..at))
+                                .ctx("uploading spacepoints")?;
+                            sent = at;
                         }
-                        parts
-                            .into_par_iter()
-                            .for_each(|(d, s)| crate::staging::par_copy(d, s));
                     }
-                    self.stream()
-                        .memcpy_htod(&*pin, &mut ws.buf_mut(B::Input).slice_mut(0..n * sp_words))
-                        .ctx("uploading spacepoints")?;
                 }
                 _ => {
                     for (e, ev) in chunk.iter().enumerate() {
