@@ -100,6 +100,9 @@ where
     }
     let what = "copying to the device";
     let s = gpu.stream();
+    // The raw copies below need the context current on this thread (cudarc's own calls bind
+    // it themselves).
+    gpu.context().bind_to_thread().ctx(what)?;
     match stage {
         Some(p) => {
             if dst.len() < src.len() {
@@ -150,6 +153,7 @@ where
         ));
     }
     let s = gpu.stream();
+    gpu.context().bind_to_thread().ctx(what)?;
     match stage {
         Some(p) => {
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);

@@ -59,6 +59,13 @@ impl ClusterWorkspace {
     ) -> Result<()> {
         validate_shape(digis, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        if ne > MAX_EVENTS_PER_LAUNCH {
+            return Err(crate::Error::CapacityExceeded {
+                what: "events per launch",
+                needed: ne as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
         let g = &self.gpu;
         // Device digis: one set for every clusterer of the workspace.
         let fits = |d: &DeviceDigis| {
