@@ -6,7 +6,9 @@
 
 use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Clusters, Digis, DigisRef, Geometry};
 use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single};
-use detkit::seeding::{gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint};
+use detkit::seeding::{
+    gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
+};
 use detkit::{Backend, HostCopies};
 use detkit_tests::{ensure, exact};
 
@@ -196,6 +198,17 @@ fn test_seed_reuse(c: &Ctx) -> R {
                     )?;
                 }
             }
+            // The same events as five columns each.
+            let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+            let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+            b.seed_columns_into(&col_refs, &cfg, &mut many).map_err(e)?;
+            for (j, got) in many.iter().enumerate() {
+                compare_seeds(
+                    &format!("{label} pass {pass} columns event {j}"),
+                    got,
+                    &want_events[j],
+                )?;
+            }
             let made = b.allocations() - before;
             ensure(pass == 0 || made == 0, || {
                 format!("{label} pass {pass}: {made} allocations in calls that fit")
@@ -203,6 +216,26 @@ fn test_seed_reuse(c: &Ctx) -> R {
         }
     }
     Ok(())
+}
+
+fn columns(sps: &[SpacePoint]) -> [Vec<f32>; 5] {
+    [
+        sps.iter().map(|s| s.x).collect(),
+        sps.iter().map(|s| s.y).collect(),
+        sps.iter().map(|s| s.z).collect(),
+        sps.iter().map(|s| s.var_r).collect(),
+        sps.iter().map(|s| s.var_z).collect(),
+    ]
+}
+
+fn col_ref(c: &[Vec<f32>; 5]) -> SpacePointsRef<'_> {
+    SpacePointsRef {
+        x: &c[0],
+        y: &c[1],
+        z: &c[2],
+        var_r: &c[3],
+        var_z: &c[4],
+    }
 }
 
 fn test_pet_reuse(c: &Ctx) -> R {
@@ -367,6 +400,17 @@ fn test_bad_batch(c: &Ctx) -> R {
     let got = c.backend.seed_events(&refs, &cfg).map(|_| ()).map_err(e);
     ensure(want.is_err() && got == want, || {
         format!("bad spacepoint: GPU {got:?}, CPU {want:?}")
+    })?;
+    // The same batch as columns (checked while gathered into pinned memory).
+    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+    let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+    let mut out = Vec::new();
+    let got = c
+        .backend
+        .seed_columns_into(&col_refs, &cfg, &mut out)
+        .map_err(e);
+    ensure(got == want, || {
+        format!("bad spacepoint as columns: GPU {got:?}, CPU {want:?}")
     })
 }
 
