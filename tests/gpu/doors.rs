@@ -457,5 +457,61 @@ fn test_queue(c: &Ctx) -> R {
             )?;
         }
     }
-    Ok(())
+    // The backend's door over the same batches (its own queue, kept between calls), twice.
+    let refs: Vec<(DigisRef, &[u32])> = inputs
+        .iter()
+        .map(|(d, o)| (DigisRef::from(d), o.as_slice()))
+        .collect();
+    for round in 0..2 {
+        let mut seen = 0;
+        c.backend
+            .cluster_batches(&refs, &g, cut, |i, r| {
+                let (d, o) = &inputs[i];
+                let want = cl::cpu::cluster(d, o, &g, cut);
+                if i != seen || r.clus != want.clus || r.clus_in_module != want.clus_in_module {
+                    return Err(detkit::Error::InvalidInput {
+                        what: "test",
+                        detail: format!("round {round}: batch {i} (expected {seen}) differs"),
+                    });
+                }
+                seen += 1;
+                Ok(())
+            })
+            .map_err(e)?;
+        ensure(seen == inputs.len(), || {
+            format!("round {round}: {seen} batches came back")
+        })?;
+    }
+    // A bad digi in the middle batch: the error of that batch alone; the door works after.
+    let mut bad = inputs[4].0.clone();
+    let mid = bad.len() / 2;
+    bad.x[mid] = 999;
+    let mut refs_bad = refs.clone();
+    refs_bad[4].0 = DigisRef::from(&bad);
+    let want = Backend::cpu()
+        .cluster_events(&bad, &inputs[4].1, &g, cut)
+        .map(|_| ())
+        .map_err(e);
+    let mut got_batches = Vec::new();
+    let got = c
+        .backend
+        .cluster_batches(&refs_bad, &g, cut, |i, _| {
+            got_batches.push(i);
+            Ok(())
+        })
+        .map_err(e);
+    ensure(want.is_err() && got == want, || {
+        format!("bad middle batch: GPU {got:?}, CPU {want:?}")
+    })?;
+    ensure(got_batches.iter().all(|&i| i < 4), || {
+        format!("batches after the bad one came back: {got_batches:?}")
+    })?;
+    let mut n = 0;
+    c.backend
+        .cluster_batches(&refs, &g, cut, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .map_err(e)?;
+    ensure(n == refs.len(), || format!("after the error: {n} batches"))
 }

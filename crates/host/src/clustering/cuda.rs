@@ -1671,6 +1671,12 @@ impl<'g> ClusterQueue<'g> {
         }
     }
 
+    /// Numbers the next submission 0 again (after [`ClusterQueue::finish`]).
+    pub fn restart(&mut self) {
+        self.next = 0;
+        self.submitted = 0;
+    }
+
     /// Waits for every batch still in flight and returns their results in submission order.
     pub fn finish(&mut self) -> Result<Vec<(u64, Clusters)>> {
         let mut out = Vec::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use detkit_gpu::clustering as k;
 
-use super::cuda::{ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
+use super::cuda::{ClusterQueue, ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
 use super::{validate_digis, validate_shape, ChargeCut, Clusters, DigisRef, Geometry};
 use crate::cuda::GpuContext;
 use crate::error::Result;
@@ -22,7 +22,21 @@ pub(crate) struct ClusterWorkspace {
     /// Most recently used last.
     clusterers: Vec<Clusterer<'static>>,
     stage: ClusterStaging,
+    /// The queue of [`ClusterWorkspace::cluster_batches`]: its geometry, cut and capacity
+    /// (digis, events per batch).
+    queue: Option<BatchQueue>,
 }
+
+/// A batch queue with its geometry, cut and capacity (digis, events per batch).
+type BatchQueue = (
+    Geometry,
+    Option<ChargeCut>,
+    (usize, usize),
+    ClusterQueue<'static>,
+);
+
+/// Lanes of the batch queue: one batch uploading, one running, one coming back.
+const QUEUE_LANES: usize = 3;
 
 /// Whether a batch of `events` events takes the latency settings (a `Clusterer` sized for
 /// at most [`k::FEW_EVENTS_PER_LAUNCH`] events chooses them).
@@ -43,6 +57,7 @@ impl ClusterWorkspace {
             digis: None,
             clusterers: Vec::new(),
             stage: ClusterStaging::default(),
+            queue: None,
         })
     }
 
@@ -137,6 +152,65 @@ impl ClusterWorkspace {
             }
         })();
         self.clusterers.push(c);
+        r
+    }
+
+    /// Validates and clusters many batches through the queue's lanes (each batch's upload,
+    /// chain and download on its lane's stream, the host validating the next batch
+    /// meanwhile); `sink` gets every batch's results in order.
+    pub(crate) fn cluster_batches(
+        &mut self,
+        batches: &[(DigisRef<'_>, &[u32])],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        sink: &mut dyn FnMut(usize, &Clusters) -> Result<()>,
+    ) -> Result<()> {
+        for (d, o) in batches {
+            validate_shape(*d, o, geometry)?;
+        }
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let need = batches.iter().fold((0, 0), |(n, e), (d, o)| {
+            (n.max(d.len()), e.max(o.len() - 1))
+        });
+        if need.1 > MAX_EVENTS_PER_LAUNCH {
+            return Err(crate::Error::CapacityExceeded {
+                what: "events per launch",
+                needed: need.1 as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
+        let fits =
+            |q: &BatchQueue| q.0 == *geometry && q.1 == cut && need.0 <= q.2 .0 && need.1 <= q.2 .1;
+        if !self.queue.as_ref().is_some_and(fits) {
+            let old = self.queue.as_ref().map_or((0, 0), |q| q.2);
+            self.queue = None;
+            let caps = (
+                grown(need.0, old.0),
+                grown(need.1, old.1).min(MAX_EVENTS_PER_LAUNCH),
+            );
+            let q = ClusterQueue::shared(&self.gpu, QUEUE_LANES, geometry, caps.0, caps.1, cut)?;
+            self.queue = Some((geometry.clone(), cut, caps, q));
+        }
+        let q = &mut self.queue.as_mut().expect("made above").3;
+        let r = (|| {
+            for (d, o) in batches {
+                validate_digis(*d, o, geometry, None)?;
+                if let Some((id, c)) = q.submit(*d, o)? {
+                    sink(id as usize, &c)?;
+                }
+            }
+            for (id, c) in q.finish()? {
+                sink(id as usize, &c)?;
+            }
+            Ok(())
+        })();
+        if r.is_err() {
+            // Batches still in flight are waited for and dropped; the queue starts again.
+            let _ = q.finish();
+            q.restart();
+        }
         r
     }
 }

@@ -542,6 +542,36 @@ fn module_out_of_range(d: usize, m: u16, geometry: &Geometry) -> Error {
 }
 
 impl Backend {
+    /// Clusters many batches (each its digis and event offsets, as for
+    /// [`Backend::cluster_events`]) with copies overlapped with work: on CUDA each batch goes
+    /// to one of three lanes (streams) with pinned buffers, so one batch uploads while another
+    /// runs and a third comes back, and the host validates the next batch meanwhile. `sink`
+    /// gets `(batch index, results)` in batch order. The array lengths and event offsets of
+    /// every batch are checked before anything runs; a bad digi stops the run at its batch
+    /// (later batches are not clustered), with the error [`Backend::cluster_events`] gives
+    /// for that batch alone (digi indices within the batch).
+    pub fn cluster_batches(
+        &self,
+        batches: &[(DigisRef<'_>, &[u32])],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        mut sink: impl FnMut(usize, &Clusters) -> Result<()>,
+    ) -> Result<()> {
+        match self.gpu() {
+            None => {
+                for (i, (d, o)) in batches.iter().enumerate() {
+                    validate(*d, o, geometry)?;
+                    sink(i, &cpu::cluster(*d, o, geometry, cut))?;
+                }
+                Ok(())
+            }
+            Some(gpu) => self.ws.clustering.run(
+                || door::ClusterWorkspace::new(gpu),
+                |w| w.cluster_batches(batches, geometry, cut, &mut sink),
+            ),
+        }
+    }
+
     /// Clusters one event's digis (`None`: no charge cut; `Some(geometry.default_cut)`:
     /// the CMS defaults). Input is validated first. `digis` is a `&Digis` or a [`DigisRef`]
     /// over the caller's arrays.
@@ -725,5 +755,46 @@ mod tests {
             errors >= 40,
             "only {errors} of 60 cases had a fault that validation found"
         );
+    }
+
+    #[test]
+    fn cpu_batches_equal_single_calls_and_stop_at_a_bad_batch() {
+        let b = Backend::cpu();
+        let g = Geometry::phase1();
+        let evs: Vec<Digis> = (0..4).map(|i| gen::run3_event(40 + i)).collect();
+        let offs: Vec<Vec<u32>> = evs.iter().map(|d| vec![0, d.len() as u32]).collect();
+        let mut batches: Vec<(DigisRef, &[u32])> = evs
+            .iter()
+            .zip(&offs)
+            .map(|(d, o)| (DigisRef::from(d), o.as_slice()))
+            .collect();
+        let mut got = Vec::new();
+        b.cluster_batches(&batches, &g, Some(g.default_cut), |i, c| {
+            got.push((i, c.clone()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got.len(), 4);
+        for (i, c) in &got {
+            let want = b
+                .cluster_events(&evs[*i], &offs[*i], &g, Some(g.default_cut))
+                .unwrap();
+            assert!(c.same_clusters(&want), "batch {i}");
+        }
+        let mut bad = evs[2].clone();
+        bad.y[7] = 5000;
+        batches[2].0 = DigisRef::from(&bad);
+        let mut seen = Vec::new();
+        let err = b
+            .cluster_batches(&batches, &g, None, |i, _| {
+                seen.push(i);
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            b.cluster(&bad, &g, None).unwrap_err().to_string()
+        );
+        assert_eq!(seen, [0, 1]);
     }
 }
