@@ -18,9 +18,8 @@ const MAX_CLUSTERERS: usize = 4;
 /// The clustering workspace of one stream.
 pub(crate) struct ClusterWorkspace {
     gpu: Arc<GpuContext>,
-    digis: Option<DeviceDigis>,
-    /// Most recently used last.
-    clusterers: Vec<Clusterer<'static>>,
+    /// Clusterers with their device digis, most recently used last.
+    clusterers: Vec<(Clusterer<'static>, DeviceDigis)>,
     stage: ClusterStaging,
     /// The queue of [`ClusterWorkspace::cluster_batches`]: its geometry, cut and capacity
     /// (digis, events per batch).
@@ -54,7 +53,6 @@ impl ClusterWorkspace {
     pub(crate) fn new(gpu: &GpuContext) -> Result<Self> {
         Ok(Self {
             gpu: crate::workspace::fork(gpu)?,
-            digis: None,
             clusterers: Vec::new(),
             stage: ClusterStaging::default(),
             queue: None,
@@ -82,55 +80,44 @@ impl ClusterWorkspace {
             });
         }
         let g = &self.gpu;
-        // Device digis: one set for every clusterer of the workspace.
-        let fits = |d: &DeviceDigis| {
-            let (cn, ce) = d.capacity();
-            n <= cn && ne <= ce
-        };
-        if !self.digis.as_ref().is_some_and(fits) {
-            let (cn, ce) = self.digis.as_ref().map_or((0, 0), |d| d.capacity());
-            self.digis = None;
-            self.digis = Some(DeviceDigis::with_capacity(
-                g,
-                grown(n, cn),
-                grown(ne, ce).min(MAX_EVENTS_PER_LAUNCH),
-            )?);
-        }
-        let d = self.digis.as_mut().expect("made above");
-        // The clusterer of this geometry and call shape, grown when the batch is larger.
+        // The clusterer of this geometry and call shape with its device digis (of the same
+        // capacity: a clusterer's captured graph serves any batch up to the digis'
+        // capacity), grown when the batch is larger.
         let shape = few(ne);
         let found = self
             .clusterers
             .iter()
-            .position(|c| c.geometry() == geometry && few(c.capacity().1) == shape);
-        let mut c = match found {
+            .position(|(c, _)| c.geometry() == geometry && few(c.capacity().1) == shape);
+        // The capacity of a new clusterer, when none of this shape fits.
+        let make = match found {
             Some(i) => {
-                let c = self.clusterers.remove(i);
-                let (cn, ce) = c.capacity();
+                let (cn, ce) = self.clusterers[i].0.capacity();
+                let entry = self.clusterers.remove(i);
                 if n <= cn && ne <= ce {
-                    c
+                    self.clusterers.push(entry);
+                    None
                 } else {
-                    drop(c);
-                    let events = if shape {
-                        k::FEW_EVENTS_PER_LAUNCH as usize
-                    } else {
-                        grown(ne, ce).min(MAX_EVENTS_PER_LAUNCH)
-                    };
-                    Clusterer::shared(g.clone(), geometry, grown(n, cn), events.max(ne))?
+                    Some((grown(n, cn), grown(ne, ce)))
                 }
             }
             None => {
                 if self.clusterers.len() >= MAX_CLUSTERERS {
                     self.clusterers.remove(0);
                 }
-                let events = if shape {
-                    k::FEW_EVENTS_PER_LAUNCH as usize
-                } else {
-                    ne
-                };
-                Clusterer::shared(g.clone(), geometry, n, events)?
+                Some((n, ne))
             }
         };
+        if let Some((digis, events)) = make {
+            let events = if shape {
+                k::FEW_EVENTS_PER_LAUNCH as usize
+            } else {
+                events.min(MAX_EVENTS_PER_LAUNCH)
+            };
+            let c = Clusterer::shared(g.clone(), geometry, digis, events)?;
+            let d = DeviceDigis::with_capacity(g, digis, events)?;
+            self.clusterers.push((c, d));
+        }
+        let (c, d) = self.clusterers.last_mut().expect("pushed above");
         let stage = match copies {
             HostCopies::Pinned => Some(&mut self.stage),
             HostCopies::Pageable => None,
@@ -151,7 +138,6 @@ impl ClusterWorkspace {
                 c.download_results(d, out, None)
             }
         })();
-        self.clusterers.push(c);
         r
     }
 
