@@ -1063,16 +1063,13 @@ impl GpuContext {
                     }
                 }
                 _ => {
-                    for e in first..last {
+                    for e in (first..last).filter(|&e| events.len(e) > 0) {
                         let Some(ev) = events.rows(e) else {
                             return Err(invalid(
                                 "seeding events",
                                 "columns need pinned staging (the backend converts them otherwise)",
                             ));
                         };
-                        if ev.is_empty() {
-                            continue;
-                        }
                         let w = as_words(ev);
                         let at = offsets[e - first] * sp_words;
                         self.stream()
