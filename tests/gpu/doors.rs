@@ -17,6 +17,7 @@ use super::{e, Ctx, Test, R};
 pub(crate) const TESTS: &[Test] = &[
     ("doors_cluster_reuse", test_cluster_reuse),
     ("doors_seed_reuse", test_seed_reuse),
+    ("doors_seed_split", test_seed_split),
     ("doors_pet_reuse", test_pet_reuse),
     ("doors_threads", test_threads),
     ("doors_bad_batch", test_bad_batch),
@@ -214,6 +215,45 @@ fn test_seed_reuse(c: &Ctx) -> R {
                 format!("{label} pass {pass}: {made} allocations in calls that fit")
             })?;
         }
+    }
+    Ok(())
+}
+
+/// A call of more than 2^20 spacepoints runs as two halves side by side (two workspaces):
+/// every event equals the same event seeded on its own, rows and columns alike.
+fn test_seed_split(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let distinct: Vec<Vec<SpacePoint>> = (0..6u64)
+        .map(|i| sgen::generate(c.seed ^ (i + 77) << 28, 200.0, true).spacepoints)
+        .collect();
+    let one: Vec<SeedingOutput> = distinct
+        .iter()
+        .map(|d| c.backend.seed(d, &cfg).map_err(e))
+        .collect::<Result<_, _>>()?;
+    compare_seeds("event 0 alone", &one[0], &seed_oracle(&cfg, &distinct[0]))?;
+    let idx: Vec<usize> = (0..40).map(|k| (k * 5 + k / 6) % distinct.len()).collect();
+    let refs: Vec<&[SpacePoint]> = idx.iter().map(|&k| distinct[k].as_slice()).collect();
+    let total: usize = refs.iter().map(|r| r.len()).sum();
+    ensure(total > 1 << 20, || {
+        format!("only {total} spacepoints: no split")
+    })?;
+    let mut out = Vec::new();
+    for round in 0..2 {
+        c.backend
+            .seed_events_into(&refs, &cfg, &mut out)
+            .map_err(e)?;
+        ensure(out.len() == refs.len(), || format!("{} outputs", out.len()))?;
+        for (j, got) in out.iter().enumerate() {
+            compare_seeds(&format!("round {round} event {j}"), got, &one[idx[j]])?;
+        }
+    }
+    let cols: Vec<[Vec<f32>; 5]> = distinct.iter().map(|e| columns(e)).collect();
+    let col_refs: Vec<SpacePointsRef> = idx.iter().map(|&k| col_ref(&cols[k])).collect();
+    c.backend
+        .seed_columns_into(&col_refs, &cfg, &mut out)
+        .map_err(e)?;
+    for (j, got) in out.iter().enumerate() {
+        compare_seeds(&format!("columns event {j}"), got, &one[idx[j]])?;
     }
     Ok(())
 }
