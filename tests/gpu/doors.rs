@@ -99,6 +99,19 @@ fn test_cluster_reuse(c: &Ctx) -> R {
                 b.cluster_events_into(d, o, &g, cut, &mut out)
                     .map_err(|err| format!("{what}: {err}"))?;
                 compare_clusters(&what, &out, want)?;
+                // Into the caller's arrays (allocated once per shape here, as numpy would).
+                if pass == 1 {
+                    let slots = (o.len() - 1) * g.modules as usize;
+                    let mut c = Clusters {
+                        clus: vec![-7; d.len()],
+                        clus_in_module: vec![7; slots],
+                        module_first: vec![7; slots],
+                        ..Default::default()
+                    };
+                    b.cluster_events_into_slices(d, o, &g, cut, c.as_mut())
+                        .map_err(e)?;
+                    compare_clusters(&format!("{what} (slices)"), &c, want)?;
+                }
                 // The allocating door gives the same.
                 if pass == 2 && i % 3 == 0 {
                     let again = b.cluster_events(d, o, &g, cut).map_err(e)?;

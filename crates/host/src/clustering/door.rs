@@ -7,7 +7,10 @@ use std::sync::Arc;
 use detkit_gpu::clustering as k;
 
 use super::cuda::{ClusterQueue, ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
-use super::{validate_digis, validate_shape, ChargeCut, Clusters, DigisRef, Geometry};
+use super::{
+    validate_digis, validate_shape, ChargeCut, ClusterCounts, Clusters, ClustersMut, DigisRef,
+    Geometry,
+};
 use crate::cuda::GpuContext;
 use crate::error::Result;
 use crate::staging::HostCopies;
@@ -33,6 +36,14 @@ type BatchQueue = (
     (usize, usize),
     ClusterQueue<'static>,
 );
+
+/// Where a call's results go.
+pub(crate) enum Out<'a> {
+    /// Vectors, resized.
+    Clusters(&'a mut Clusters),
+    /// The caller's arrays (lengths checked).
+    Slices(ClustersMut<'a>),
+}
 
 /// Lanes of the batch queue: one batch uploading, one running, one coming back.
 const QUEUE_LANES: usize = 3;
@@ -68,8 +79,8 @@ impl ClusterWorkspace {
         geometry: &Geometry,
         cut: Option<ChargeCut>,
         copies: HostCopies,
-        out: &mut Clusters,
-    ) -> Result<()> {
+        out: Out<'_>,
+    ) -> Result<ClusterCounts> {
         validate_shape(digis, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
         if ne > MAX_EVENTS_PER_LAUNCH {
@@ -122,23 +133,32 @@ impl ClusterWorkspace {
             HostCopies::Pinned => Some(&mut self.stage),
             HostCopies::Pageable => None,
         };
-        let r = (|| match stage {
+        let staged = match stage {
             Some(st) => {
                 // The validation's threads fill the pinned buffer as they check.
                 let pin = st.digis_buffer(g, n)?;
                 validate_digis(digis, event_offsets, geometry, Some(pin))?;
                 d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
-                c.run_graph(d, cut)?;
-                c.download_results(d, out, Some(st))
+                Some(st)
             }
             None => {
                 validate_digis(digis, event_offsets, geometry, None)?;
                 d.copy_in(g, digis, event_offsets, None, false)?;
-                c.run_graph(d, cut)?;
-                c.download_results(d, out, None)
+                None
             }
-        })();
-        r
+        };
+        c.run_graph(d, cut)?;
+        let (medium_modules, fallback_modules) = match out {
+            Out::Clusters(o) => {
+                c.download_results(d, o, staged)?;
+                (o.medium_modules, o.fallback_modules)
+            }
+            Out::Slices(s) => c.download_results_to(d, s, staged)?,
+        };
+        Ok(ClusterCounts {
+            medium_modules,
+            fallback_modules,
+        })
     }
 
     /// Validates and clusters many batches through the queue's lanes (each batch's upload,

@@ -239,7 +239,38 @@ pub struct Clusters {
     pub fallback_modules: u32,
 }
 
+/// Clustering results written into the caller's arrays (numpy arrays allocated once, a
+/// memory map): `clus` of the digi count, `clus_in_module` and `module_first` of
+/// `events × modules`, as in [`Clusters`]. What [`Backend::cluster_events_into_slices`] takes.
+#[derive(Debug)]
+pub struct ClustersMut<'a> {
+    /// Per digi: cluster index within its module, or -1.
+    pub clus: &'a mut [i32],
+    /// Per event and module id: number of clusters.
+    pub clus_in_module: &'a mut [u32],
+    /// Per event and module id: first digi index, or `u32::MAX` for an absent module.
+    pub module_first: &'a mut [u32],
+}
+
+/// What [`Backend::cluster_events_into_slices`] returns beside the arrays it filled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterCounts {
+    /// As [`Clusters::medium_modules`].
+    pub medium_modules: u32,
+    /// As [`Clusters::fallback_modules`].
+    pub fallback_modules: u32,
+}
+
 impl Clusters {
+    /// The three arrays as a [`ClustersMut`].
+    pub fn as_mut(&mut self) -> ClustersMut<'_> {
+        ClustersMut {
+            clus: &mut self.clus,
+            clus_in_module: &mut self.clus_in_module,
+            module_first: &mut self.module_first,
+        }
+    }
+
     /// Total number of clusters.
     pub fn total(&self) -> u64 {
         self.clus_in_module.iter().map(|&c| c as u64).sum()
@@ -572,6 +603,63 @@ impl Backend {
         }
     }
 
+    /// [`Backend::cluster_events_into`] into the caller's arrays: `out.clus` of exactly the
+    /// digi count, `out.clus_in_module` and `out.module_first` of exactly
+    /// `events × geometry.modules` (a typed error otherwise). No vector is allocated on the
+    /// way out: the results go from the pinned staging straight into the arrays.
+    pub fn cluster_events_into_slices<'a>(
+        &self,
+        digis: impl Into<DigisRef<'a>>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        out: ClustersMut<'_>,
+    ) -> Result<ClusterCounts> {
+        let digis = digis.into();
+        validate_shape(digis, event_offsets, geometry)?;
+        let slots = (event_offsets.len() - 1) * geometry.modules as usize;
+        let lens = [
+            out.clus.len(),
+            out.clus_in_module.len(),
+            out.module_first.len(),
+        ];
+        if lens != [digis.len(), slots, slots] {
+            return Err(invalid(
+                "output arrays",
+                format!(
+                    "clus {}, clus_in_module {}, module_first {}: expected {} (digis), {slots} and {slots} (events × modules)",
+                    lens[0],
+                    lens[1],
+                    lens[2],
+                    digis.len()
+                ),
+            ));
+        }
+        match self.gpu() {
+            None => {
+                validate(digis, event_offsets, geometry)?;
+                let c = cpu::cluster(digis, event_offsets, geometry, cut);
+                out.clus.copy_from_slice(&c.clus);
+                out.clus_in_module.copy_from_slice(&c.clus_in_module);
+                out.module_first.copy_from_slice(&c.module_first);
+                Ok(ClusterCounts::default())
+            }
+            Some(gpu) => self.ws.clustering.run(
+                || door::ClusterWorkspace::new(gpu),
+                |w| {
+                    w.cluster(
+                        digis,
+                        event_offsets,
+                        geometry,
+                        cut,
+                        self.host_copies(),
+                        door::Out::Slices(out),
+                    )
+                },
+            ),
+        }
+    }
+
     /// Clusters one event's digis (`None`: no charge cut; `Some(geometry.default_cut)`:
     /// the CMS defaults). Input is validated first. `digis` is a `&Digis` or a [`DigisRef`]
     /// over the caller's arrays.
@@ -618,10 +706,23 @@ impl Backend {
                 *out = cpu::cluster(digis, event_offsets, geometry, cut);
                 Ok(())
             }
-            Some(gpu) => self.ws.clustering.run(
-                || door::ClusterWorkspace::new(gpu),
-                |w| w.cluster(digis, event_offsets, geometry, cut, self.host_copies(), out),
-            ),
+            Some(gpu) => self
+                .ws
+                .clustering
+                .run(
+                    || door::ClusterWorkspace::new(gpu),
+                    |w| {
+                        w.cluster(
+                            digis,
+                            event_offsets,
+                            geometry,
+                            cut,
+                            self.host_copies(),
+                            door::Out::Clusters(out),
+                        )
+                    },
+                )
+                .map(|_| ()),
         }
     }
 }
@@ -796,5 +897,28 @@ mod tests {
             b.cluster(&bad, &g, None).unwrap_err().to_string()
         );
         assert_eq!(seen, [0, 1]);
+    }
+
+    #[test]
+    fn slices_door_equals_vectors_and_checks_lengths() {
+        let b = Backend::cpu();
+        let g = Geometry::phase1();
+        let d = gen::run3_event(3);
+        let o = [0, d.len() as u32];
+        let want = b.cluster_events(&d, &o, &g, Some(g.default_cut)).unwrap();
+        let mut c = Clusters {
+            clus: vec![7; d.len()],
+            clus_in_module: vec![7; g.modules as usize],
+            module_first: vec![7; g.modules as usize],
+            ..Default::default()
+        };
+        b.cluster_events_into_slices(&d, &o, &g, Some(g.default_cut), c.as_mut())
+            .unwrap();
+        assert!(c.same_clusters(&want));
+        c.clus.pop();
+        let err = b
+            .cluster_events_into_slices(&d, &o, &g, None, c.as_mut())
+            .unwrap_err();
+        assert!(err.to_string().contains("output arrays"), "{err}");
     }
 }
