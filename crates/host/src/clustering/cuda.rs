@@ -90,8 +90,9 @@ impl DeviceDigis {
 
     /// [`DeviceDigis::copy_from`], through `stage` when given (copied into its pinned
     /// buffers, then asynchronous DMA; the caller makes sure no earlier copy still reads
-    /// them). `staged`: the digis are in the stage's pinned buffer already
-    /// ([`ClusterStaging::digis_buffer`]).
+    /// them). `staged`: the four arrays were sent already (from the stage's pinned buffer,
+    /// [`ClusterStaging::digis_buffer`], by the validation's waves); only the sizes and
+    /// event offsets are copied.
     pub(crate) fn copy_in(
         &mut self,
         gpu: &GpuContext,
@@ -143,13 +144,8 @@ impl DeviceDigis {
                     &mut self.event_offsets.slice_mut(0..ne + 1),
                     None,
                 )?;
-                let pinned = st.digis.get(gpu, 4 * n)?;
-                if staged {
-                    // Already in the pinned buffer (copied by the validation's threads).
-                    for ((_, dst), p) in arrays.into_iter().zip(pinned.chunks(n.max(1))) {
-                        upload_into(gpu, p, &mut dst.slice_mut(0..n), None)?;
-                    }
-                } else {
+                if !staged {
+                    let pinned = st.digis.get(gpu, 4 * n)?;
                     for ((src, dst), p) in arrays.into_iter().zip(pinned.chunks_mut(n.max(1))) {
                         upload_into(gpu, src, &mut dst.slice_mut(0..n), Some(p))?;
                     }
@@ -171,6 +167,11 @@ impl DeviceDigis {
         self.n = n;
         self.nevents = ne;
         Ok(())
+    }
+
+    /// The four digi buffers (module, x, y, adc), for copies into them.
+    pub(crate) fn arrays_mut(&mut self) -> [&mut DeviceBuffer<u16>; 4] {
+        [&mut self.module, &mut self.x, &mut self.y, &mut self.adc]
     }
 
     /// Number of digis.
