@@ -204,6 +204,8 @@ pub(crate) struct ClusterStaging {
     clus: Pinned<i32>,
     /// Clusters per slot, first digi per slot, then the three status words.
     slots: Pinned<u32>,
+    /// Events behind the pieces of the cluster indices' copy back (large batches).
+    landed: Vec<CudaEvent>,
 }
 
 impl ClusterStaging {
@@ -221,6 +223,7 @@ impl Default for ClusterStaging {
             words: Pinned::new(true),
             clus: Pinned::new(false),
             slots: Pinned::new(false),
+            landed: Vec::new(),
         }
     }
 }
@@ -1522,8 +1525,22 @@ impl<'g> Clusterer<'g> {
         let s = g.stream();
         let what = "copying clusters from the device";
         let clus = stage.clus.get(g, d.n)?;
-        if d.n > 0 {
-            s.memcpy_dtoh(&self.clus.slice(0..d.n), clus).ctx(what)?;
+        // In pieces, an event behind each, so that the host copies a piece out while the
+        // next one moves (one piece for an event or a few).
+        stage.landed.clear();
+        let piece = crate::staging::PIPELINE_BYTES / 4;
+        for (i, h) in clus.chunks_mut(piece).enumerate() {
+            let lo = i * piece;
+            s.memcpy_dtoh(&self.clus.slice(lo..lo + h.len()), h)
+                .ctx(what)?;
+            if d.n > piece {
+                stage.landed.push(
+                    s.record_event(Some(
+                        cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                    ))
+                    .ctx(what)?,
+                );
+            }
         }
         let w = stage.slots.get(g, 2 * slots + 3)?;
         let (cim, rest) = w.split_at_mut(slots);
@@ -1569,8 +1586,22 @@ impl<'g> Clusterer<'g> {
     ) -> Result<(u32, u32)> {
         let slots = d.nevents * self.geometry.modules as usize;
         let g = &*self.gpu;
-        g.synchronize()?;
-        par_copy(&mut out.clus[..d.n], stage.clus.get(g, d.n)?);
+        let piece = crate::staging::PIPELINE_BYTES / 4;
+        let landed = std::mem::take(&mut stage.landed);
+        if landed.is_empty() {
+            g.synchronize()?;
+            par_copy(&mut out.clus[..d.n], stage.clus.get(g, d.n)?);
+        } else {
+            // Each piece is copied out as soon as it has landed.
+            let clus = stage.clus.get(g, d.n)?;
+            let pieces = out.clus[..d.n].chunks_mut(piece).zip(clus.chunks(piece));
+            for ((dst, src), e) in pieces.zip(&landed) {
+                e.synchronize().ctx("waiting for the clusters")?;
+                par_copy(dst, src);
+            }
+            g.synchronize()?;
+        }
+        stage.landed = landed;
         let w = stage.slots.get(g, 2 * slots + 3)?;
         out.clus_in_module[..slots].copy_from_slice(&w[..slots]);
         out.module_first[..slots].copy_from_slice(&w[slots..2 * slots]);
