@@ -19,11 +19,13 @@
 //! assert_eq!(c.clus_in_module[7], 3);
 //! ```
 
+mod clusterer;
 pub mod cpu;
 pub mod cuda;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
+mod queue;
 
 pub use cuda::{
     ClusterQueue, ClusterTuning, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH,
