@@ -347,7 +347,9 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
         let nseeds: usize = resident.iter().map(|(s, _)| s.len()).sum();
         let bytes = (
             20 * all.len(),
-            nseeds * (std::mem::size_of::<detkit::seeding::Seed>() + 20),
+            nseeds
+                * (std::mem::size_of::<detkit::seeding::Seed>()
+                    + std::mem::size_of::<detkit::seeding::BoundParams>()),
         );
         let (cp, cq) = copies(g, o, bytes.0, bytes.1)?;
         let r = Row {
