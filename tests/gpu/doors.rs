@@ -130,6 +130,15 @@ fn test_cluster_reuse(c: &Ctx) -> R {
                 })?;
             }
         }
+        // Released workspaces: the next call allocates again and gives the same results.
+        b.release_workspaces();
+        let before = b.allocations();
+        b.cluster_events_into(&inputs[1].0, &inputs[1].1, &g, cut, &mut out)
+            .map_err(e)?;
+        compare_clusters(&format!("{label} after release"), &out, &wants[1])?;
+        ensure(b.allocations() > before, || {
+            format!("{label}: no allocation after release_workspaces")
+        })?;
         // Without the cut (another captured graph), then with it again: still no allocation.
         let before = b.allocations();
         let (d, o) = &inputs[1];
