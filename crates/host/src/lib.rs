@@ -78,6 +78,9 @@ impl std::fmt::Display for BackendKind {
 pub struct Backend {
     gpu: Option<GpuContext>,
     description: String,
+    /// The CPU threads of this backend (`None`: rayon's global pool, `RAYON_NUM_THREADS`
+    /// or every core); see [`Backend::with_threads`].
+    threads: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
 impl Backend {
@@ -89,6 +92,7 @@ impl Backend {
             Err(e) => Self {
                 gpu: None,
                 description: format!("backend: cpu (CUDA not used: {e})"),
+                threads: None,
             },
         }
     }
@@ -98,7 +102,13 @@ impl Backend {
         Self {
             gpu: None,
             description: "backend: cpu (requested)".into(),
+            threads: None,
         }
+    }
+
+    /// The CPU backend on `threads` threads of its own (see [`Backend::with_threads`]).
+    pub fn cpu_with_threads(threads: usize) -> Result<Self> {
+        Self::cpu().with_threads(threads)
     }
 
     /// CUDA on device `ordinal`, or an error saying why not.
@@ -112,7 +122,41 @@ impl Backend {
         Ok(Self {
             gpu: Some(gpu),
             description,
+            threads: None,
         })
+    }
+
+    /// This backend with its CPU work (the CPU backend's kernels, and the host-side parts of
+    /// the GPU's: reading, conversion of inputs) on a pool of `threads` threads of its own;
+    /// `0` means rayon's global pool, the default: `RAYON_NUM_THREADS` when set, else one
+    /// thread per core. Results never depend on the thread count.
+    pub fn with_threads(mut self, threads: usize) -> Result<Self> {
+        self.threads = if threads == 0 {
+            None
+        } else {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("detkit-cpu-{i}"))
+                .build()
+                .map_err(|e| error::invalid("threads", e.to_string()))?;
+            Some(std::sync::Arc::new(pool))
+        };
+        Ok(self)
+    }
+
+    /// The number of CPU threads the backend's CPU work runs on.
+    pub fn threads(&self) -> usize {
+        self.threads
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
+    /// Runs `f` on the backend's CPU threads (its pool, or the caller's current pool).
+    pub(crate) fn on_cpu<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.threads {
+            Some(p) => p.install(f),
+            None => f(),
+        }
     }
 
     /// Which implementation runs.

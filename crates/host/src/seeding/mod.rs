@@ -19,6 +19,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod gen;
 pub mod io;
+pub mod par;
 
 pub use cpu::SeedingStats;
 pub use cuda::{DeviceSeeds, SeedingWorkspace, StageTimes};
@@ -445,15 +446,7 @@ impl Backend {
         check_spacepoints(sps)?;
         check_config(cfg)?;
         match self.gpu() {
-            None => {
-                let (seeds, stats) = crate::seeding::cpu::seeds(cfg, sps);
-                let params = crate::seeding::cpu::params(cfg, sps, &seeds);
-                Ok(SeedingOutput {
-                    seeds,
-                    params,
-                    stats,
-                })
-            }
+            None => Ok(self.on_cpu(|| par::seed_event(cfg, sps))),
             Some(gpu) => {
                 let mut v = self.seed_events(&[sps], cfg)?;
                 let _ = gpu;
@@ -475,18 +468,7 @@ impl Backend {
             check_spacepoints(ev)?;
         }
         match self.gpu() {
-            None => Ok(events
-                .iter()
-                .map(|sps| {
-                    let (seeds, stats) = crate::seeding::cpu::seeds(cfg, sps);
-                    let params = crate::seeding::cpu::params(cfg, sps, &seeds);
-                    SeedingOutput {
-                        seeds,
-                        params,
-                        stats,
-                    }
-                })
-                .collect()),
+            None => Ok(self.on_cpu(|| par::seed_events(cfg, events))),
             Some(gpu) => {
                 if events.is_empty() {
                     return Ok(Vec::new());

