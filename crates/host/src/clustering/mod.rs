@@ -23,6 +23,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod gen;
 pub mod io;
+pub mod par;
 
 pub use cuda::{ClusterQueue, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH};
 pub use io::{
@@ -374,7 +375,7 @@ impl Backend {
     ) -> Result<Clusters> {
         validate(digis, event_offsets, geometry)?;
         match self.gpu() {
-            None => Ok(cpu::cluster(digis, event_offsets, geometry, cut)),
+            None => Ok(self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut))),
             Some(gpu) => {
                 let d = DeviceDigis::upload(gpu, digis, event_offsets)?;
                 let mut c = Clusterer::new(gpu, geometry, digis.len(), event_offsets.len() - 1)?;

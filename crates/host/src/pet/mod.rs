@@ -21,6 +21,7 @@ pub mod cuda;
 pub mod gen;
 pub mod io;
 pub mod merge;
+pub mod par;
 
 use std::io::Read;
 use std::path::Path;
@@ -32,7 +33,7 @@ pub use merge::PetSortPath;
 
 use detkit_gpu::pet as k;
 
-use self::cpu::{self as oracle, CoincideConfig, ConvertStats};
+use self::cpu::{CoincideConfig, ConvertStats};
 use self::cuda::{check_u32_len, download_view, pod_vec, singles_of, stats_from_words};
 use self::io::read_chunk;
 use crate::error::{invalid, Error, Result};
@@ -186,12 +187,9 @@ impl Backend {
     ) -> Result<(Vec<Single>, ConvertStats)> {
         check_u32_len("frames", frames.len())?;
         match self.gpu() {
-            None => Ok(oracle::convert_par(
-                frames,
-                &scanner.params,
-                &scanner.position,
-                &scanner.energy,
-            )),
+            None => Ok(self.on_cpu(|| {
+                par::convert(frames, &scanner.params, &scanner.position, &scanner.energy)
+            })),
             Some(g) => {
                 let n = frames.len();
                 let ds = g.pet_scanner(scanner)?;
@@ -224,7 +222,7 @@ impl Backend {
         crate::pet::cpu::check_times(singles, "singles to sort")?;
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
-            None => oracle::sort(singles),
+            None => self.on_cpu(|| par::sort(singles)),
             Some(g) => {
                 let n = singles.len();
                 let mut a = g.upload_singles(singles)?;
@@ -247,7 +245,7 @@ impl Backend {
         check_run_starts(starts, singles.len())?;
         check_runs_sorted(singles, starts)?;
         match self.gpu() {
-            None => oracle::sort(singles),
+            None => self.on_cpu(|| par::sort(singles)),
             Some(g) => {
                 let n = singles.len();
                 let mut a = g.upload_singles(singles)?;
@@ -266,7 +264,7 @@ impl Backend {
         c.validate()?;
         crate::pet::cpu::check_sorted(singles)?;
         match self.gpu() {
-            None => oracle::coincide(singles, c),
+            None => self.on_cpu(|| par::coincide(singles, c)),
             Some(g) => {
                 let s = g.upload_singles(singles)?;
                 Ok(
@@ -616,23 +614,20 @@ impl Backend {
                 let mut buf = vec![0u8; 16 * sc.chunk_frames];
                 let mut offset = 0u64;
                 loop {
-                    let chunk = input.next_chunk(&mut buf)?;
+                    let chunk = self.on_cpu(|| input.next_chunk(&mut buf))?;
                     let nf = chunk.len() / 16;
-                    wm.update(chunk, offset)?;
+                    self.on_cpu(|| wm.update(chunk, offset))?;
                     let frames = frames_from_bytes(chunk)?;
                     let last = nf < sc.chunk_frames;
-                    let (singles, st) = oracle::convert_par(
-                        &frames,
-                        &scanner.params,
-                        &scanner.position,
-                        &scanner.energy,
-                    );
+                    let (singles, st) = self.on_cpu(|| {
+                        par::convert(&frames, &scanner.params, &scanner.position, &scanner.energy)
+                    });
                     stats.convert.add(&st, offset);
                     offset += nf as u64;
-                    let sorted = oracle::sort(&singles)?;
-                    let merged = oracle::merge(&pending, &sorted);
+                    let sorted = self.on_cpu(|| par::sort(&singles))?;
+                    let merged = self.on_cpu(|| par::merge(&pending, &sorted));
                     let w = if last { f64::INFINITY } else { wm.value() };
-                    let (pairs, resume) = oracle::coincide_until(&merged, c, w)?;
+                    let (pairs, resume) = self.on_cpu(|| par::coincide_until(&merged, c, w))?;
                     pending = merged[resume..].to_vec();
                     if pending.len() > sc.pending_capacity {
                         return Err(pending_overflow(pending.len(), sc.pending_capacity));
