@@ -264,7 +264,9 @@ impl Backend {
         c.validate()?;
         crate::pet::cpu::check_sorted(singles)?;
         match self.gpu() {
-            None => self.on_cpu(|| par::coincide(singles, c)),
+            None => self.on_cpu(|| {
+                Ok(par::coincide_unchecked(singles, c, f64::INFINITY, par::PIECE)?.0)
+            }),
             Some(g) => {
                 let s = g.upload_singles(singles)?;
                 Ok(
@@ -617,17 +619,27 @@ impl Backend {
                     let chunk = self.on_cpu(|| input.next_chunk(&mut buf))?;
                     let nf = chunk.len() / 16;
                     self.on_cpu(|| wm.update(chunk, offset))?;
-                    let frames = frames_from_bytes(chunk)?;
+                    if !chunk.len().is_multiple_of(16) {
+                        frames_from_bytes(chunk)?;
+                    }
+                    // Frames are byte-aligned: the chunk is read in place.
+                    let frames: &[DataFrameV2] = bytemuck::cast_slice(chunk);
                     let last = nf < sc.chunk_frames;
                     let (singles, st) = self.on_cpu(|| {
-                        par::convert(&frames, &scanner.params, &scanner.position, &scanner.energy)
+                        par::convert(frames, &scanner.params, &scanner.position, &scanner.energy)
                     });
                     stats.convert.add(&st, offset);
                     offset += nf as u64;
                     let sorted = self.on_cpu(|| par::sort(&singles))?;
-                    let merged = self.on_cpu(|| par::merge(&pending, &sorted));
+                    let merged = if pending.is_empty() {
+                        sorted
+                    } else {
+                        self.on_cpu(|| par::merge(&pending, &sorted))
+                    };
                     let w = if last { f64::INFINITY } else { wm.value() };
-                    let (pairs, resume) = self.on_cpu(|| par::coincide_until(&merged, c, w))?;
+                    // `merged` is sorted (and its times finite: frame counters), `c` checked above.
+                    let (pairs, resume) =
+                        self.on_cpu(|| par::coincide_unchecked(&merged, c, w, par::PIECE))?;
                     pending = merged[resume..].to_vec();
                     if pending.len() > sc.pending_capacity {
                         return Err(pending_overflow(pending.len(), sc.pending_capacity));

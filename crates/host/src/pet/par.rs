@@ -23,7 +23,7 @@
 
 use detkit_gpu::pet::{
     self as k, Coincidence, ConvertConsts, DataFrameV2, ScannerParams, Single,
-    CONVERT_ACCEPTED, CONVERT_BAD_ADDRESS, CONVERT_CLAMPED,
+    CONVERT_ACCEPTED, CONVERT_CLAMPED,
 };
 use rayon::prelude::*;
 
@@ -86,54 +86,130 @@ pub fn convert_in_pieces(
         return oracle::convert_par(frames, p, position, energy);
     }
     let c = ConvertConsts::new(p);
-    let pieces: Vec<(Vec<Single>, ConvertStats)> = frames
-        .par_chunks(piece)
-        .map(|f| convert_piece(f, &c, position, energy))
+    // Each piece writes its singles at its own frame offset of the output (room for all of
+    // its frames), then the pieces are moved down in order: one allocation, no copy of the
+    // singles through per-piece vectors.
+    let n = frames.len();
+    let mut out: Vec<Single> = Vec::with_capacity(n);
+    let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
+        .par_chunks_mut(piece)
+        .zip(frames.par_chunks(piece))
+        .map(|(dst, f)| convert_piece(f, &c, position, energy, dst))
         .collect();
     let mut st = ConvertStats::default();
-    let mut singles = Vec::with_capacity(pieces.len());
-    for (i, (s, stats)) in pieces.into_iter().enumerate() {
-        st.add(&stats, (i * piece) as u64);
-        singles.push(s);
+    let mut len = 0;
+    let base = out.as_mut_ptr();
+    for (i, (cnt, stats)) in pieces.iter().enumerate() {
+        st.add(stats, (i * piece) as u64);
+        if i * piece != len {
+            // SAFETY: piece i wrote `cnt` singles at `i * piece` (inside the capacity `n`);
+            // `len <= i * piece` (each earlier piece kept at most `piece`), so the move is
+            // down, within the allocation; `ptr::copy` allows the overlap.
+            unsafe { std::ptr::copy(base.add(i * piece), base.add(len), *cnt) };
+        }
+        len += cnt;
     }
-    (concat(&singles), st)
+    // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
+    unsafe { out.set_len(len) };
+    (out, st)
 }
 
+/// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
+/// loop of independent loads, so that many cache misses of the (tens of MB) energy table
+/// are in flight at once instead of one or two per frame.
+const STEP: usize = 64;
+
+/// Converts `frames`, writing the accepted singles to the start of `out` (as long as
+/// `frames`); returns their number and the statistics.
 fn convert_piece(
     frames: &[DataFrameV2],
     c: &ConvertConsts,
     position: &[u8],
     energy: &[f32],
-) -> (Vec<Single>, ConvertStats) {
-    let words: &[[u32; 4]] = bytemuck::cast_slice(frames);
-    let mut out = Vec::with_capacity(frames.len());
+    out: &mut [std::mem::MaybeUninit<Single>],
+) -> (usize, ConvertStats) {
+    let mut kept = 0;
     let mut st = ConvertStats {
         frames: frames.len() as u64,
         ..Default::default()
     };
-    for (i, w) in words.iter().enumerate() {
-        // `position_entries` and `energy_entries` bound the indices (checked by
-        // `words_position` / `words_energy`; the tables are at least that long).
-        let (s, status) = k::convert_words(
-            w,
-            c,
-            |at| position[at as usize],
-            |at| energy[at as usize],
-        );
-        if status & CONVERT_BAD_ADDRESS != 0 {
-            st.bad_address += 1;
-            st.first_bad_address.get_or_insert(i as u64);
-            continue;
+    let mut origin = [0u32; STEP];
+    let mut du = [0u32; STEP];
+    let mut ok = [false; STEP];
+    let mut at = [0u32; STEP];
+    let mut local = [0u32; STEP];
+    let mut clamped = [false; STEP];
+    let mut factor = [0f32; STEP];
+    let mut words = [[0u32; 4]; STEP];
+    for (b, fs) in frames.chunks(STEP).enumerate() {
+        // The frame as the kernel reads it: four little-endian words (a copy: frames are
+        // only byte-aligned).
+        for (w, f) in words.iter_mut().zip(fs) {
+            *w = bytemuck::cast(*f);
         }
-        st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
-        if status & CONVERT_ACCEPTED != 0 {
-            st.accepted += 1;
-            out.push(s);
-        } else {
-            st.rejected_energy += 1;
+        let ws = &words[..fs.len()];
+        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
+        // by `words_position` / `words_energy`; the tables are at least that long).
+        for (j, w) in ws.iter().enumerate() {
+            let (pat, du_index, pok) = k::words_position(w, c);
+            origin[j] = if pok { position[pat as usize] as u32 } else { 0 };
+            du[j] = du_index;
+            ok[j] = pok;
+        }
+        for (j, w) in ws.iter().enumerate() {
+            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], ok[j]);
+            at[j] = eat;
+            local[j] = l;
+            ok[j] = eok;
+            clamped[j] = cl;
+        }
+        for j in 0..ws.len() {
+            factor[j] = if ok[j] { energy[at[j] as usize] } else { 0.0 };
+        }
+        for (j, w) in ws.iter().enumerate() {
+            if !ok[j] {
+                st.bad_address += 1;
+                st.first_bad_address.get_or_insert((b * STEP + j) as u64);
+                continue;
+            }
+            let (s, status) = k::words_single(w, c, local[j], factor[j], clamped[j]);
+            st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
+            if status & CONVERT_ACCEPTED != 0 {
+                st.accepted += 1;
+                out[kept].write(s);
+                kept += 1;
+            } else {
+                st.rejected_energy += 1;
+            }
         }
     }
-    (out, st)
+    (kept, st)
+}
+
+/// [`oracle::check_times`] with the scan on every core (the error, if any, is the oracle's).
+pub fn check_times(singles: &[Single], what: &'static str) -> Result<()> {
+    if singles
+        .par_chunks(PIECE)
+        .any(|c| c.iter().any(|s| !s.time.is_finite()))
+    {
+        return oracle::check_times(singles, what);
+    }
+    Ok(())
+}
+
+/// [`oracle::check_sorted`] with the scan on every core (the error, if any, is the
+/// oracle's).
+pub fn check_sorted(singles: &[Single]) -> Result<()> {
+    let bad = singles.par_chunks(PIECE).enumerate().any(|(k, c)| {
+        let before = (k > 0).then(|| singles[k * PIECE - 1].time);
+        c.iter().any(|s| !s.time.is_finite())
+            || before.is_some_and(|t| !(c[0].time >= t))
+            || c.windows(2).any(|w| !(w[1].time >= w[0].time))
+    });
+    if bad {
+        return oracle::check_sorted(singles);
+    }
+    Ok(())
 }
 
 /// Order-preserving key of a finite time (`-0.0` and `+0.0` the same key).
@@ -156,7 +232,7 @@ pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
 #[doc(hidden)]
 pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     let piece = piece.max(1);
-    oracle::check_times(singles, "singles to sort")?;
+    check_times(singles, "singles to sort")?;
     let n = singles.len();
     if n < 2 {
         return Ok(singles.to_vec());
@@ -281,9 +357,10 @@ pub fn merge_in_pieces(a: &[Single], b: &[Single], piece: usize) -> Vec<Single> 
 struct Walk {
     /// Openers in increasing order.
     opens: Vec<usize>,
-    /// Per opener: where its pairs start in `pairs`, and its error (then it has none).
+    /// Per opener: where its pairs start in `pairs`.
     starts: Vec<usize>,
-    errs: Vec<Option<Error>>,
+    /// The windows with an error (walk position, error): they have no pairs.
+    errs: Vec<(usize, Error)>,
     pairs: Vec<Coincidence>,
     /// Where the walk leaves the piece: the first opener at or past the piece's end (or
     /// past `cut`).
@@ -349,9 +426,20 @@ pub fn coincide_in_pieces(
     watermark: f64,
     piece: usize,
 ) -> Result<(Vec<Coincidence>, usize)> {
-    let piece = piece.max(1);
     c.validate()?;
-    oracle::check_sorted(singles)?;
+    check_sorted(singles)?;
+    coincide_unchecked(singles, c, watermark, piece)
+}
+
+/// [`coincide_in_pieces`] on input known to pass [`check_sorted`] and a checked
+/// configuration (the CPU backend checks both first).
+pub(crate) fn coincide_unchecked(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    piece: usize,
+) -> Result<(Vec<Coincidence>, usize)> {
+    let piece = piece.max(1);
     let reach = c.reach();
     // `window_complete` is monotone in the opener's time: openers below `cut` are complete.
     let cut = singles.partition_point(|s| k::window_complete(s.time, watermark, reach));
@@ -374,7 +462,9 @@ pub fn coincide_in_pieces(
                 w.opens.push(open);
                 w.starts.push(w.pairs.len());
                 let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
-                w.errs.push(r.err());
+                if let Err(e) = r {
+                    w.errs.push((w.opens.len() - 1, e));
+                }
                 open = end;
             }
             w.exit = open;
@@ -392,9 +482,9 @@ pub fn coincide_in_pieces(
             Ok(at) => {
                 // The chains have met: the walk's windows from `at` are the true ones, up to
                 // the first error among them.
-                if let Some(bad) = (at..w.opens.len()).find(|&i| w.errs[i].is_some()) {
-                    out.extend_from_slice(&w.pairs[w.starts[at]..w.starts[bad]]);
-                    return Err(clone_err(w.errs[bad].as_ref().expect("found")));
+                if let Some((bad, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
+                    out.extend_from_slice(&w.pairs[w.starts[at]..w.starts[*bad]]);
+                    return Err(clone_err(e));
                 }
                 out.extend_from_slice(&w.pairs[w.starts[at]..]);
                 open = w.exit;
