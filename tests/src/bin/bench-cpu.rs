@@ -65,12 +65,18 @@ impl Bench<'_> {
     {
         let reps = self.o.reps;
         let time = |f: &dyn Fn() -> Result<T>| -> Result<(T, f64)> {
+            let t = Instant::now();
             let first = f()?;
-            let mut v = Vec::new();
+            let mut v = vec![t.elapsed().as_secs_f64()];
+            // Slow rows (over 2 s) are timed once.
+            let reps = if v[0] > 2.0 { 0 } else { reps };
             for _ in 0..reps {
                 let t = Instant::now();
                 std::hint::black_box(f()?);
                 v.push(t.elapsed().as_secs_f64());
+            }
+            if v.len() > 1 {
+                v.remove(0); // the warm-up run
             }
             Ok((first, best(v)))
         };

@@ -4,8 +4,8 @@
 //! - **Grid as one array.** Spacepoints are counted into their grid keys (bin × radius
 //!   slice) and placed stably, so the binned records are in the oracle's middle order (key,
 //!   then input index), and a middle's bottom (top) candidates in one neighbour bin are one
-//!   contiguous range of them ([`k::slice_range`]), with their `(r, z)` in a compact array
-//!   for the first cuts ([`k::doublet_rz_compatible`]).
+//!   contiguous range of them ([`k::slice_range`]), with their `r` and `z` in compact arrays
+//!   for the first cuts ([`k::doublet_rz_compatible`], 16 candidates at a time).
 //! - **Middles in parallel.** Chunks of middles run on the rayon pool of the calling
 //!   [`crate::Backend`]; each chunk's seeds are joined in middle order.
 //! - **Tops sorted by cot θ.** The oracle tries every (bottom, top) pair of a middle, which
@@ -39,7 +39,9 @@ const COT_LIMIT: f32 = 1e18;
 /// The binned event: records in grid order, their `(r, z)`, and the grid offsets.
 struct Grid {
     recs: Vec<BinnedSp>,
-    rz: Vec<[f32; 2]>,
+    /// Radii and z of `recs` (the doublet cuts' first test, in lanes).
+    r: Vec<f32>,
+    z: Vec<f32>,
     /// `nkeys + 1` offsets into `recs`.
     off: Vec<u32>,
 }
@@ -71,8 +73,9 @@ fn grid(cfg: &SeedingConfig, sps: &[SpacePoint]) -> Grid {
         }
     }
     off.truncate(nkeys + 1);
-    let rz = recs.iter().map(|r| [r.r, r.z]).collect();
-    Grid { recs, rz, off }
+    let r = recs.iter().map(|r| r.r).collect();
+    let z = recs.iter().map(|r| r.z).collect();
+    Grid { recs, r, z, off }
 }
 
 /// Per-thread scratch of one middle.
@@ -143,22 +146,56 @@ pub fn params(cfg: &SeedingConfig, sps: &[SpacePoint], seeds: &[Seed]) -> Vec<Bo
 /// The doublet candidates of middle `m` in the oracle's order: neighbour bins in scan
 /// order, then radius slices, then input index (one contiguous range of records per bin).
 fn doublets(cfg: &SeedingConfig, g: &Grid, m: &BinnedSp, bottom: bool, out: &mut Vec<u32>) {
+    if bottom {
+        doublets_side::<true>(cfg, g, m, out)
+    } else {
+        doublets_side::<false>(cfg, g, m, out)
+    }
+}
+
+/// Candidates tested at once by the `(r, z)` cuts (a mask, then the helix cut per set bit).
+const LANES: usize = 16;
+
+fn doublets_side<const BOTTOM: bool>(
+    cfg: &SeedingConfig,
+    g: &Grid,
+    m: &BinnedSp,
+    out: &mut Vec<u32>,
+) {
     out.clear();
     let [wb, wt] = k::radial_windows(cfg, m.r);
-    let (s0, s1) = k::slice_range(cfg, if bottom { wb.0 } else { wt.0 }, if bottom { wb.1 } else { wt.1 });
+    let (lo_r, hi_r) = if BOTTOM { wb } else { wt };
+    let (s0, s1) = k::slice_range(cfg, lo_r, hi_r);
     if s0 >= s1 {
         return;
     }
     let nb = k::neighbour_bins(cfg, m.bin);
     let n_r = cfg.n_r as usize;
+    let take = |at: usize, out: &mut Vec<u32>| {
+        if k::doublet_helix_compatible(cfg, m, &g.recs[at]) {
+            out.push(at as u32);
+        }
+    };
     for &ob in &nb.bins[..nb.len as usize] {
         let lo = g.off[ob as usize * n_r + s0 as usize] as usize;
         let hi = g.off[ob as usize * n_r + s1 as usize] as usize;
-        for (o, &[r, z]) in g.rz[lo..hi].iter().enumerate() {
-            if k::doublet_rz_compatible(cfg, m, r, z, bottom)
-                && k::doublet_helix_compatible(cfg, m, &g.recs[lo + o])
-            {
-                out.push((lo + o) as u32);
+        let (r, z) = (&g.r[lo..hi], &g.z[lo..hi]);
+        let full = r.len() / LANES * LANES;
+        for base in (0..full).step_by(LANES) {
+            let (rc, zc) = (&r[base..base + LANES], &z[base..base + LANES]);
+            let mut mask = 0u32;
+            for j in 0..LANES {
+                mask |= (k::doublet_rz_compatible(cfg, m, rc[j], zc[j], BOTTOM) as u32) << j;
+            }
+            while mask != 0 {
+                let j = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                take(lo + base + j, out);
+            }
+        }
+        for j in full..r.len() {
+            if k::doublet_rz_compatible(cfg, m, r[j], z[j], BOTTOM) {
+                take(lo + j, out);
             }
         }
     }
