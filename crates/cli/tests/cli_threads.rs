@@ -30,25 +30,27 @@ fn cpu_backend_output_is_the_oracles_on_any_thread_count() {
         .assert()
         .success();
     detkit()
-        .args(["-q", "pet", "generate", "--scanner", "tiny", "--singles", "3000"])
+        .args([
+            "-q",
+            "pet",
+            "generate",
+            "--scanner",
+            "tiny",
+            "--singles",
+            "3000",
+        ])
         .arg("--dir")
         .arg(p("acq"))
         .assert()
         .success();
 
     // The oracle's bytes.
-    let digis = detkit::clustering::read_csv(
-        std::fs::File::open(p("digis.csv")).unwrap(),
-        "digis.csv",
-    )
-    .unwrap();
+    let digis =
+        detkit::clustering::read_csv(std::fs::File::open(p("digis.csv")).unwrap(), "digis.csv")
+            .unwrap();
     let g = detkit::clustering::Geometry::phase1();
-    let c = detkit::clustering::cpu::cluster(
-        &digis,
-        &[0, digis.len() as u32],
-        &g,
-        Some(g.default_cut),
-    );
+    let c =
+        detkit::clustering::cpu::cluster(&digis, &[0, digis.len() as u32], &g, Some(g.default_cut));
     let mut want_clusters = Vec::new();
     detkit::clustering::write_csv(&mut want_clusters, &digis, &c.clus).unwrap();
     let sps =
@@ -60,8 +62,9 @@ fn cpu_backend_output_is_the_oracles_on_any_thread_count() {
     let mut want_seeds = Vec::new();
     detkit::seeding::io::write_seeds_csv(&mut want_seeds, &seeds).unwrap();
     let scanner = detkit::pet::Scanner::from_toml_file(&p("acq").join("scanner.toml")).unwrap();
-    let frames = detkit::pet::frames_from_bytes(&std::fs::read(p("acq").join("frames.bin")).unwrap())
-        .unwrap();
+    let frames =
+        detkit::pet::frames_from_bytes(&std::fs::read(p("acq").join("frames.bin")).unwrap())
+            .unwrap();
     let (singles, _) =
         poracle::convert(&frames, &scanner.params, &scanner.position, &scanner.energy);
     let sorted = poracle::sort(&singles).unwrap();
@@ -72,7 +75,15 @@ fn cpu_backend_output_is_the_oracles_on_any_thread_count() {
     for threads in ["1", "2", "7"] {
         let out = |n: &str| p(&format!("{n}-{threads}"));
         detkit()
-            .args(["-q", "--threads", threads, "cluster", "--backend", "cpu", "--input"])
+            .args([
+                "-q",
+                "--threads",
+                threads,
+                "cluster",
+                "--backend",
+                "cpu",
+                "--input",
+            ])
             .arg(p("digis.csv"))
             .arg("--output")
             .arg(out("clusters.csv"))
@@ -83,7 +94,15 @@ fn cpu_backend_output_is_the_oracles_on_any_thread_count() {
             "clusters, {threads} threads"
         );
         detkit()
-            .args(["-q", "--threads", threads, "seed", "--backend", "cpu", "--input"])
+            .args([
+                "-q",
+                "--threads",
+                threads,
+                "seed",
+                "--backend",
+                "cpu",
+                "--input",
+            ])
             .arg(p("sp.csv"))
             .arg("--output")
             .arg(out("seeds.csv"))

@@ -312,7 +312,12 @@ fn clustering_adversarial_modules() {
             Adversarial::FullDuplicated,
         ] {
             let d = cgen::adversarial(kind, geo, m, 5);
-            check_clusters(&format!("{kind:?} in module {m}"), &d, &[0, d.len() as u32], geo);
+            check_clusters(
+                &format!("{kind:?} in module {m}"),
+                &d,
+                &[0, d.len() as u32],
+                geo,
+            );
         }
     }
     // Invalid digis inside and between modules, and a module id reused in a later event.
@@ -391,13 +396,18 @@ fn pet_conversion() {
             }
         }
         for (t, b) in backends() {
-            assert!(b.pet_convert(&frames, &scanner).unwrap() == want, "{t} threads");
+            assert!(
+                b.pet_convert(&frames, &scanner).unwrap() == want,
+                "{t} threads"
+            );
         }
     }
     // An empty input, and a scanner whose tables are too short: the oracle's way.
     let s = pgen::tiny_scanner(7);
     let none: [DataFrameV2; 0] = [];
-    assert!(pet::par::convert(&none, &s.params, &s.position, &s.energy).0.is_empty());
+    assert!(pet::par::convert(&none, &s.params, &s.position, &s.energy)
+        .0
+        .is_empty());
 }
 
 fn singles(seed: u64, n: usize, step: u32, crystals: u32) -> Vec<Single> {
@@ -455,7 +465,10 @@ fn pet_sort_and_merge() {
         for piece in PIECES {
             for (a, b) in [(&x, &y), (&y, &x)] {
                 let want = poracle::merge(a, b);
-                assert!(pet::par::merge_in_pieces(a, b, piece) == want, "merge, piece {piece}");
+                assert!(
+                    pet::par::merge_in_pieces(a, b, piece) == want,
+                    "merge, piece {piece}"
+                );
             }
         }
         assert!(pet::par::merge(&x, &y) == want);

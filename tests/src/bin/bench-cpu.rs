@@ -50,6 +50,7 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// Times `oracle` and `fast` on every pool; `items` counts events (or singles/frames)
     /// per call, `unit` names them; `same` checks a fast result against the oracle's.
+    #[allow(clippy::too_many_arguments)]
     fn row<T>(
         &mut self,
         family: &str,
@@ -97,14 +98,26 @@ impl Bench<'_> {
             best(v)
         };
         let csv = &mut self.o.csv;
-        print(csv, family, label, "oracle", oracle_s, items, unit, oracle_s, None)?;
+        print(
+            csv, family, label, "oracle", oracle_s, items, unit, oracle_s, None,
+        )?;
         let mut one = None;
         for (t, b) in &self.pools {
             let (got, s) = time(&|| fast(b))?;
             same(&got, &want).with_context(|| format!("{family} {label}: {t} threads"))?;
             let one_s = *one.get_or_insert(s * *t as f64);
             let eff = one_s / (s * *t as f64);
-            print(csv, family, label, &t.to_string(), s, items, unit, oracle_s, Some(eff))?;
+            print(
+                csv,
+                family,
+                label,
+                &t.to_string(),
+                s,
+                items,
+                unit,
+                oracle_s,
+                Some(eff),
+            )?;
         }
         Ok(())
     }
@@ -112,35 +125,35 @@ impl Bench<'_> {
 
 #[allow(clippy::too_many_arguments)]
 fn print(
-        csv: &mut Option<std::fs::File>,
-        family: &str,
-        label: &str,
-        threads: &str,
-        s: f64,
-        items: f64,
-        unit: &str,
-        oracle_s: f64,
-        eff: Option<f64>,
-    ) -> Result<()> {
-        let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
-        println!(
-            "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6}",
+    csv: &mut Option<std::fs::File>,
+    family: &str,
+    label: &str,
+    threads: &str,
+    s: f64,
+    items: f64,
+    unit: &str,
+    oracle_s: f64,
+    eff: Option<f64>,
+) -> Result<()> {
+    let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
+    println!(
+        "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6}",
+        s * 1e3,
+        items / s,
+        oracle_s / s,
+        eff_s
+    );
+    if let Some(f) = csv {
+        writeln!(
+            f,
+            "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{}",
             s * 1e3,
             items / s,
             oracle_s / s,
-            eff_s
-        );
-        if let Some(f) = csv {
-            writeln!(
-                f,
-                "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{}",
-                s * 1e3,
-                items / s,
-                oracle_s / s,
-                eff.map_or(String::new(), |e| format!("{e:.4}"))
-            )?;
-        }
-        Ok(())
+            eff.map_or(String::new(), |e| format!("{e:.4}"))
+        )?;
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -191,7 +204,10 @@ fn main() -> Result<()> {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown".into());
-    println!("# bench-cpu: {model}, {cores} cores available; threads {:?}", o.threads);
+    println!(
+        "# bench-cpu: {model}, {cores} cores available; threads {:?}",
+        o.threads
+    );
     println!(
         "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6}",
         "family", "case", "threads", "time/call", "rate", "/oracle", "eff"
@@ -346,11 +362,27 @@ fn pet(b: &mut Bench) -> Result<()> {
             |bk| Ok(bk.pet_coincide(&sorted, &c)?),
             same_pairs,
         )?;
+        // The chain as bench-pet runs it: readout slices of 100 us (each slice BDM by BDM),
+        // streamed in 8 chunks.
+        let sliced = gen::acquisition_par(
+            &scanner,
+            &gen::AcquisitionConfig {
+                seed: 6,
+                singles: n,
+                singles_rate: 2e7,
+                slice: 100_000_000,
+                ..Default::default()
+            },
+        );
+        let frames = &sliced.frames[..n.min(sliced.frames.len())];
         let bytes = gen::frame_bytes(frames);
-        let sc = StreamConfig::default();
+        let sc = StreamConfig {
+            chunk_frames: (n / 8).max(1 << 16),
+            pending_capacity: 1 << 22,
+        };
         b.row(
             "pet",
-            &format!("chain 2^{log} frames"),
+            &format!("chain 2^{log} frames, 8 chunks"),
             frames.len() as f64,
             "frame",
             || {

@@ -29,8 +29,8 @@ struct Run {
 /// The runs of one event, in digi order.
 fn runs(digis: &Digis, s: usize, t: usize, e: usize, nm: usize, out: &mut Vec<Run>) {
     let mut cur: Option<Run> = None;
-    for d in s..t {
-        let m = digis.module[d];
+    for (i, &m) in digis.module[s..t].iter().enumerate() {
+        let d = s + i;
         if m == INVALID_MODULE {
             continue;
         }

@@ -264,9 +264,8 @@ impl Backend {
         c.validate()?;
         crate::pet::cpu::check_sorted(singles)?;
         match self.gpu() {
-            None => self.on_cpu(|| {
-                Ok(par::coincide_unchecked(singles, c, f64::INFINITY, par::PIECE)?.0)
-            }),
+            None => self
+                .on_cpu(|| Ok(par::coincide_unchecked(singles, c, f64::INFINITY, par::PIECE)?.0)),
             Some(g) => {
                 let s = g.upload_singles(singles)?;
                 Ok(

@@ -7,8 +7,10 @@
 //!   Scanners that fail [`super::validate_params`] or whose tables are shorter than their
 //!   parameters say take the oracle's conversion (its result, its panics).
 //! - **Sort**: a parallel stable LSD radix sort on order-preserving `u64` keys of the times
-//!   (`-0.0` as `+0.0`: they compare equal, so keep input order), over the bits that differ
-//!   only, 8 bits per pass: per pass, per piece histograms, their offsets, a scatter.
+//!   (the integer value when every time is a non-negative integer below 2^53, as frame
+//!   counters are; else the float's bits, `-0.0` as `+0.0`: they compare equal, so keep
+//!   input order), over the bits that differ only, 11 bits per pass: per pass, per piece
+//!   histograms, their offsets, a scatter.
 //! - **Coincidence**: the prompt rule is a chain (a window opens where the last one ended),
 //!   which the pieces walk speculatively from their own first single in parallel; one
 //!   sequential pass then joins them: where the true chain enters a piece at an opener of
@@ -22,8 +24,8 @@
 //!   pieces in parallel.
 
 use detkit_gpu::pet::{
-    self as k, Coincidence, ConvertConsts, DataFrameV2, ScannerParams, Single,
-    CONVERT_ACCEPTED, CONVERT_CLAMPED,
+    self as k, Coincidence, ConvertConsts, DataFrameV2, ScannerParams, Single, CONVERT_ACCEPTED,
+    CONVERT_CLAMPED,
 };
 use rayon::prelude::*;
 
@@ -152,7 +154,11 @@ fn convert_piece(
         // by `words_position` / `words_energy`; the tables are at least that long).
         for (j, w) in ws.iter().enumerate() {
             let (pat, du_index, pok) = k::words_position(w, c);
-            origin[j] = if pok { position[pat as usize] as u32 } else { 0 };
+            origin[j] = if pok {
+                position[pat as usize] as u32
+            } else {
+                0
+            };
             du[j] = du_index;
             ok[j] = pok;
         }
@@ -200,11 +206,12 @@ pub fn check_times(singles: &[Single], what: &'static str) -> Result<()> {
 /// [`oracle::check_sorted`] with the scan on every core (the error, if any, is the
 /// oracle's).
 pub fn check_sorted(singles: &[Single]) -> Result<()> {
+    // Non-finite times are caught by the first test, so `<` sees only finite ones.
     let bad = singles.par_chunks(PIECE).enumerate().any(|(k, c)| {
         let before = (k > 0).then(|| singles[k * PIECE - 1].time);
         c.iter().any(|s| !s.time.is_finite())
-            || before.is_some_and(|t| !(c[0].time >= t))
-            || c.windows(2).any(|w| !(w[1].time >= w[0].time))
+            || before.is_some_and(|t| c[0].time < t)
+            || c.windows(2).any(|w| w[1].time < w[0].time)
     });
     if bad {
         return oracle::check_sorted(singles);
@@ -214,7 +221,7 @@ pub fn check_sorted(singles: &[Single]) -> Result<()> {
 
 /// Order-preserving key of a finite time (`-0.0` and `+0.0` the same key).
 #[inline(always)]
-fn key(t: f64) -> u64 {
+fn float_key(t: f64) -> u64 {
     let b = if t == 0.0 { 0 } else { t.to_bits() };
     if b >> 63 == 1 {
         !b
@@ -223,10 +230,28 @@ fn key(t: f64) -> u64 {
     }
 }
 
+/// Largest time sorted by its integer value (every integer up to it is an exact `f64`).
+const INT_LIMIT: f64 = (1u64 << 53) as f64;
+
+/// The sort key of a time: its integer value when every time of the input is a
+/// non-negative integer below 2^53 (frame counters: fewer key bits differ, fewer passes),
+/// else [`float_key`].
+#[inline(always)]
+fn sort_key(t: f64, integers: bool) -> u64 {
+    if integers {
+        t as u64
+    } else {
+        float_key(t)
+    }
+}
+
 /// Stable sort by time: [`oracle::sort`]'s result (and its error for a non-finite time).
 pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
     sort_in_pieces(singles, PIECE)
 }
+
+/// Key bits per radix pass.
+const RADIX_BITS: u32 = 11;
 
 /// [`sort`] with passes in pieces of `piece` singles (tests use small pieces).
 #[doc(hidden)]
@@ -237,11 +262,18 @@ pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     if n < 2 {
         return Ok(singles.to_vec());
     }
+    let integers = singles.par_chunks(piece).all(|c| {
+        c.iter()
+            .all(|s| s.time >= 0.0 && s.time < INT_LIMIT && s.time.fract() == 0.0)
+    });
     // The bits that differ between the keys.
-    let k0 = key(singles[0].time);
+    let k0 = sort_key(singles[0].time, integers);
     let diff = singles
         .par_chunks(piece)
-        .map(|c| c.iter().fold(0u64, |a, s| a | (key(s.time) ^ k0)))
+        .map(|c| {
+            c.iter()
+                .fold(0u64, |a, s| a | (sort_key(s.time, integers) ^ k0))
+        })
         .reduce(|| 0, |a, b| a | b);
     let mut a = singles.to_vec();
     if diff == 0 {
@@ -252,20 +284,21 @@ pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     let mut b = a.clone();
     let mut shift = lo;
     while shift < hi {
-        radix_pass(&a, &mut b, shift, piece);
+        radix_pass(&a, &mut b, shift, piece, integers);
         std::mem::swap(&mut a, &mut b);
-        shift += 8;
+        shift += RADIX_BITS;
     }
     Ok(a)
 }
 
-/// One stable counting pass on the 8 key bits at `shift`: `src` to `dst`.
-fn radix_pass(src: &[Single], dst: &mut [Single], shift: u32, piece: usize) {
-    let digit = |s: &Single| ((key(s.time) >> shift) & 0xff) as usize;
-    let hist: Vec<[usize; 256]> = src
+/// One stable counting pass on the `RADIX_BITS` key bits at `shift`: `src` to `dst`.
+fn radix_pass(src: &[Single], dst: &mut [Single], shift: u32, piece: usize, integers: bool) {
+    const BUCKETS: usize = 1 << RADIX_BITS;
+    let digit = |s: &Single| ((sort_key(s.time, integers) >> shift) as usize) & (BUCKETS - 1);
+    let hist: Vec<[usize; BUCKETS]> = src
         .par_chunks(piece)
         .map(|c| {
-            let mut h = [0usize; 256];
+            let mut h = [0usize; BUCKETS];
             for s in c {
                 h[digit(s)] += 1;
             }
@@ -273,9 +306,9 @@ fn radix_pass(src: &[Single], dst: &mut [Single], shift: u32, piece: usize) {
         })
         .collect();
     // Offsets: digit-major, piece-minor (stable).
-    let mut offs = vec![[0usize; 256]; hist.len()];
+    let mut offs = vec![[0usize; BUCKETS]; hist.len()];
     let mut sum = 0;
-    for d in 0..256 {
+    for d in 0..BUCKETS {
         for (p, h) in hist.iter().enumerate() {
             offs[p][d] = sum;
             sum += h[d];
