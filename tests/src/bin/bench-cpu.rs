@@ -208,6 +208,8 @@ fn main() -> Result<()> {
         "# bench-cpu: {model}, {cores} cores available; threads {:?}",
         o.threads
     );
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("# load average at start: {}", load().trim());
     println!(
         "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6}",
         "family", "case", "threads", "time/call", "rate", "/oracle", "eff"
@@ -236,6 +238,7 @@ fn main() -> Result<()> {
     if run_seed {
         seeding(&mut b)?;
     }
+    println!("# load average at end: {}", load().trim());
     Ok(())
 }
 
