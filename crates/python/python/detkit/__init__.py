@@ -138,7 +138,7 @@ class Backend:
         self._members = []
         for d in ordinals:
             m = Backend.__new__(Backend)
-            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d)
+            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d, threads)
             m._members = [m]
             self._members.append(m)
         self._b = self._members[0]._b
