@@ -127,10 +127,11 @@ impl Backend {
         })
     }
 
-    /// This backend with its CPU work (the CPU backend's kernels, and the host-side parts of
-    /// the GPU's: reading, conversion of inputs) on a pool of `threads` threads of its own;
-    /// `0` means rayon's global pool, the default: `RAYON_NUM_THREADS` when set, else one
-    /// thread per core. Results never depend on the thread count.
+    /// This backend with the CPU backend's work (the fast paths of `<family>/par.rs`, and the
+    /// streamed PET chain's reading) on a pool of `threads` threads of its own; `0` means
+    /// the caller's pool (rayon's global pool unless called inside another: `RAYON_NUM_THREADS`
+    /// when set, else one thread per core), the default. The host-side loops of the CUDA
+    /// backend run on the caller's pool. Results never depend on the thread count.
     pub fn with_threads(mut self, threads: usize) -> Result<Self> {
         self.threads = if threads == 0 {
             None
