@@ -30,7 +30,8 @@ tasks:
       --require-ptxas).
 
   gpu-bundle [DIR]
-      Refresh the embedded PTX, build the CLI, the benchmark and the GPU tests in
+      Refresh the embedded PTX, build the CLI, the benchmarks (every `bench-*` binary,
+      `bench-cpu` included: the CPU backend on the host's cores) and the GPU tests in
       release mode, and gather them with the CUB baseline and a run.sh into DIR
       (default: gpu-bundle/), a folder to run on a GPU host that has no Rust:
       `./run.sh` runs the GPU tests, the benchmarks against CUB, the tests under

@@ -43,6 +43,10 @@ pub struct Cli {
     /// Say more: the backend picked and why, per-stage figures; errors in full.
     #[arg(short, long, global = true)]
     verbose: bool,
+    /// CPU threads (the CPU backend's kernels, reading and conversions on every backend);
+    /// default: `RAYON_NUM_THREADS` when set, else one per core. Results never depend on it.
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
     #[command(subcommand)]
     command: Command,
 }
@@ -141,6 +145,13 @@ pub fn locate(e: detkit::Error, file: &std::path::Path, lines: Option<&[u64]>) -
 
 fn run(cli: Cli) -> Result<()> {
     let ui = ui::Ui::new(cli.quiet, cli.verbose);
+    if let Some(n) = cli.threads {
+        // One process, one pool: every rayon loop of the command runs on these threads.
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n as usize)
+            .build_global()
+            .context("--threads")?;
+    }
     match cli.command {
         Command::Demo(a) => demo::run(&ui, a),
         Command::Cluster(c) => cluster::run(&ui, c),

@@ -26,9 +26,10 @@
 //!
 //! Every algorithm family is one folder with the same five names: `<family>/mod.rs` (public
 //! types, validation, the [`Backend`] methods), `cuda.rs` (launchers on [`GpuContext`]),
-//! `cpu.rs` (the oracle, also the CPU backend), `io.rs` (file formats), `gen.rs`
-//! (generators), `door.rs` (the workspace a [`Backend`] keeps for the family's host calls);
-//! a family has the ones that apply. The families: [`scan`], [`compact`],
+//! `cpu.rs` (the oracle), `io.rs` (file formats), `gen.rs` (generators), `door.rs` (the
+//! workspace a [`Backend`] keeps for the family's host calls); a family has the ones that
+//! apply. Where it pays, `par.rs` is the CPU backend's fast path (every core, equal to the
+//! oracle bit for bit; threads: [`Backend::with_threads`]). The families: [`scan`], [`compact`],
 //! [`histogram`], [`bucket`], [`clustering`], [`pet`], [`seeding`], [`sort`]. Each is mirrored by the
 //! module of the same name in `detkit-gpu`. [`cuda`] (the context and the launch helper),
 //! [`rng`], [`csvio`] and [`error`] are shared and depend on no family.
@@ -89,6 +90,9 @@ pub struct Backend {
     description: String,
     copies: HostCopies,
     pub(crate) ws: workspace::Workspaces,
+    /// The CPU threads of this backend (`None`: rayon's global pool, `RAYON_NUM_THREADS`
+    /// or every core); see [`Backend::with_threads`].
+    threads: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -107,6 +111,7 @@ impl Backend {
             description,
             copies: HostCopies::default(),
             ws: Default::default(),
+            threads: None,
         }
     }
 
@@ -122,6 +127,11 @@ impl Backend {
     /// The CPU references.
     pub fn cpu() -> Self {
         Self::with_gpu(None, "backend: cpu (requested)".into())
+    }
+
+    /// The CPU backend on `threads` threads of its own (see [`Backend::with_threads`]).
+    pub fn cpu_with_threads(threads: usize) -> Result<Self> {
+        Self::cpu().with_threads(threads)
     }
 
     /// CUDA on device `ordinal`, or an error saying why not.
@@ -164,6 +174,40 @@ impl Backend {
     /// The shared handle of the CUDA context, when the backend is CUDA.
     pub fn gpu_shared(&self) -> Option<&std::sync::Arc<GpuContext>> {
         self.gpu.as_ref()
+    }
+
+    /// This backend with the CPU backend's work (the fast paths of `<family>/par.rs`, and the
+    /// streamed PET chain's reading) on a pool of `threads` threads of its own; `0` means
+    /// the caller's pool (rayon's global pool unless called inside another: `RAYON_NUM_THREADS`
+    /// when set, else one thread per core), the default. The host-side loops of the CUDA
+    /// backend run on the caller's pool. Results never depend on the thread count.
+    pub fn with_threads(mut self, threads: usize) -> Result<Self> {
+        self.threads = if threads == 0 {
+            None
+        } else {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("detkit-cpu-{i}"))
+                .build()
+                .map_err(|e| error::invalid("threads", e.to_string()))?;
+            Some(std::sync::Arc::new(pool))
+        };
+        Ok(self)
+    }
+
+    /// The number of CPU threads the backend's CPU work runs on.
+    pub fn threads(&self) -> usize {
+        self.threads
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
+    /// Runs `f` on the backend's CPU threads (its pool, or the caller's current pool).
+    pub(crate) fn on_cpu<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.threads {
+            Some(p) => p.install(f),
+            None => f(),
+        }
     }
 
     /// Which implementation runs.

@@ -59,10 +59,11 @@ struct Backend {
 #[pymethods]
 impl Backend {
     /// `kind`: "auto" (CUDA when a driver and a device are present, else the CPU), "cpu" or
-    /// "cuda"; `device`: the CUDA device ordinal.
+    /// "cuda"; `device`: the CUDA device ordinal; `threads`: CPU threads of this backend (its
+    /// own pool; `None`: `RAYON_NUM_THREADS`, else one per core).
     #[new]
-    #[pyo3(signature = (kind = "auto", device = 0))]
-    fn new(kind: &str, device: usize) -> PyResult<Self> {
+    #[pyo3(signature = (kind = "auto", device = 0, threads = None))]
+    fn new(kind: &str, device: usize, threads: Option<usize>) -> PyResult<Self> {
         let inner = match kind {
             "auto" if device == 0 => Inner::auto(),
             "auto" => Inner::cuda(device).unwrap_or_else(|_| Inner::cpu()),
@@ -74,7 +75,18 @@ impl Backend {
                 )))
             }
         };
+        let inner = match threads {
+            Some(0) => return Err(PyValueError::new_err("threads must be at least 1")),
+            Some(n) => inner.with_threads(n).map_err(err)?,
+            None => inner,
+        };
         Ok(Self { inner })
+    }
+
+    /// CPU threads the backend's CPU work runs on.
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.threads()
     }
 
     /// "cpu" or "cuda".

@@ -25,6 +25,7 @@ pub mod cuda;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
+pub mod par;
 mod queue;
 
 pub use cuda::{
@@ -625,7 +626,7 @@ impl Backend {
             None => {
                 for (i, (d, o)) in batches.iter().enumerate() {
                     validate(*d, o, geometry)?;
-                    sink(i, &cpu::cluster(*d, o, geometry, cut))?;
+                    sink(i, &self.on_cpu(|| par::cluster(*d, o, geometry, cut)))?;
                 }
                 Ok(())
             }
@@ -671,7 +672,7 @@ impl Backend {
         match self.gpu() {
             None => {
                 validate(digis, event_offsets, geometry)?;
-                let c = cpu::cluster(digis, event_offsets, geometry, cut);
+                let c = self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut));
                 out.clus.copy_from_slice(&c.clus);
                 out.clus_in_module.copy_from_slice(&c.clus_in_module);
                 out.module_first.copy_from_slice(&c.module_first);
@@ -736,7 +737,7 @@ impl Backend {
         match self.gpu() {
             None => {
                 validate(digis, event_offsets, geometry)?;
-                *out = cpu::cluster(digis, event_offsets, geometry, cut);
+                *out = self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut));
                 Ok(())
             }
             Some(gpu) => self

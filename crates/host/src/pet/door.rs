@@ -7,7 +7,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaSlice;
 use detkit_gpu::pet::{self as k, Coincidence, DataFrameV2, Single};
 
-use super::cpu::{self as oracle, CoincideConfig, ConvertStats};
+use super::cpu::{CoincideConfig, ConvertStats};
 use super::cuda::{check_u32_len, stats_from_words, CoincideScratch, DeviceScanner};
 use super::cuda::{ensure_len, PetStreamBuffers};
 use super::Scanner;
@@ -367,7 +367,8 @@ impl Backend {
                     }
                 };
                 debug_assert_eq!(f.len(), n);
-                let (singles, st) = oracle::convert_par(f, &s.params, &s.position, &s.energy);
+                let (singles, st) =
+                    self.on_cpu(|| super::par::convert(f, &s.params, &s.position, &s.energy));
                 *out = singles;
                 Ok(st)
             }
@@ -387,7 +388,7 @@ impl Backend {
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
             None => {
-                *out = oracle::sort(singles)?;
+                *out = self.on_cpu(|| super::par::sort(singles))?;
                 Ok(())
             }
             Some(g) => {
@@ -411,7 +412,17 @@ impl Backend {
         check_u32_len("singles", singles.len())?;
         match self.gpu() {
             None => {
-                *out = oracle::coincide(singles, c)?;
+                *out = self.on_cpu(|| {
+                    Ok::<_, crate::Error>(
+                        super::par::coincide_unchecked(
+                            singles,
+                            c,
+                            f64::INFINITY,
+                            super::par::PIECE,
+                        )?
+                        .0,
+                    )
+                })?;
                 Ok(())
             }
             Some(g) => {

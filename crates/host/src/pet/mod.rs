@@ -22,6 +22,7 @@ pub(crate) mod door;
 pub mod gen;
 pub mod io;
 pub mod merge;
+pub mod par;
 
 use std::io::Read;
 use std::path::Path;
@@ -32,7 +33,7 @@ pub use door::{PetScanner, ScannerArg};
 pub use io::*;
 pub use merge::PetSortPath;
 
-use self::cpu::{self as oracle, CoincideConfig, ConvertStats};
+use self::cpu::{CoincideConfig, ConvertStats};
 use self::cuda::{check_u32_len, download_view, pod_vec, singles_of};
 use self::io::read_chunk;
 use crate::error::{invalid, Error, Result};
@@ -202,7 +203,7 @@ impl Backend {
         crate::pet::cpu::check_times(singles, "singles to sort")?;
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
-            None => oracle::sort(singles),
+            None => self.on_cpu(|| par::sort(singles)),
             Some(_) if method == PetSortMethod::Radix => {
                 let mut out = Vec::new();
                 self.pet_sort_into(singles, &mut out)?;
@@ -227,7 +228,7 @@ impl Backend {
         check_run_starts(starts, singles.len())?;
         check_runs_sorted(singles, starts)?;
         match self.gpu() {
-            None => oracle::sort(singles),
+            None => self.on_cpu(|| par::sort(singles)),
             Some(g) => {
                 let n = singles.len();
                 let mut a = g.upload_singles(singles)?;
@@ -588,23 +589,30 @@ impl Backend {
                 let mut buf = vec![0u8; 16 * sc.chunk_frames];
                 let mut offset = 0u64;
                 loop {
-                    let chunk = input.next_chunk(&mut buf)?;
+                    let chunk = self.on_cpu(|| input.next_chunk(&mut buf))?;
                     let nf = chunk.len() / 16;
-                    wm.update(chunk, offset)?;
-                    let frames = frames_from_bytes(chunk)?;
+                    self.on_cpu(|| wm.update(chunk, offset))?;
+                    if !chunk.len().is_multiple_of(16) {
+                        frames_from_bytes(chunk)?;
+                    }
+                    // Frames are byte-aligned: the chunk is read in place.
+                    let frames: &[DataFrameV2] = bytemuck::cast_slice(chunk);
                     let last = nf < sc.chunk_frames;
-                    let (singles, st) = oracle::convert_par(
-                        &frames,
-                        &scanner.params,
-                        &scanner.position,
-                        &scanner.energy,
-                    );
+                    let (singles, st) = self.on_cpu(|| {
+                        par::convert(frames, &scanner.params, &scanner.position, &scanner.energy)
+                    });
                     stats.convert.add(&st, offset);
                     offset += nf as u64;
-                    let sorted = oracle::sort(&singles)?;
-                    let merged = oracle::merge(&pending, &sorted);
+                    let sorted = self.on_cpu(|| par::sort(&singles))?;
+                    let merged = if pending.is_empty() {
+                        sorted
+                    } else {
+                        self.on_cpu(|| par::merge(&pending, &sorted))
+                    };
                     let w = if last { f64::INFINITY } else { wm.value() };
-                    let (pairs, resume) = oracle::coincide_until(&merged, c, w)?;
+                    // `merged` is sorted (and its times finite: frame counters), `c` checked above.
+                    let (pairs, resume) =
+                        self.on_cpu(|| par::coincide_unchecked(&merged, c, w, par::PIECE))?;
                     pending = merged[resume..].to_vec();
                     if pending.len() > sc.pending_capacity {
                         return Err(pending_overflow(pending.len(), sc.pending_capacity));

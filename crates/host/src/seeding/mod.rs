@@ -20,6 +20,7 @@ pub mod cuda;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
+pub mod par;
 
 pub use cpu::SeedingStats;
 pub use cuda::{DeviceSeeds, SeedingWorkspace, StageTimes};
@@ -509,16 +510,7 @@ impl Backend {
         check_events(events)?;
         match self.gpu() {
             None => {
-                out.clear();
-                out.extend(events.iter().map(|sps| {
-                    let (seeds, stats) = crate::seeding::cpu::seeds(cfg, sps);
-                    let params = crate::seeding::cpu::params(cfg, sps, &seeds);
-                    SeedingOutput {
-                        seeds,
-                        params,
-                        stats,
-                    }
-                }));
+                *out = self.on_cpu(|| par::seed_events(cfg, events));
                 Ok(())
             }
             Some(gpu) => {

@@ -122,11 +122,15 @@ class Backend:
     ``devices`` makes a pool of several GPUs (``"all"``, ``"0,1"`` or ``[0, 1]``; with
     ``"cpu"``, the number of CPU backends): :meth:`map` spreads work over them, one host
     thread per device, results in input order; the other methods run on the first device.
+
+    ``threads``: CPU threads of this backend, a pool of its own (``None``, the default: the
+    process's shared pool, ``RAYON_NUM_THREADS`` threads or one per core). Results never
+    depend on it.
     """
 
-    def __init__(self, kind: str = "auto", device: int = 0, devices=None) -> None:
+    def __init__(self, kind: str = "auto", device: int = 0, devices=None, threads=None) -> None:
         if devices is None:
-            self._b = _detkit.Backend(kind, device)
+            self._b = _detkit.Backend(kind, device, threads)
             self._members = [self]
             return
         ordinals = _device_list(kind, devices)
@@ -134,7 +138,7 @@ class Backend:
         self._members = []
         for d in ordinals:
             m = Backend.__new__(Backend)
-            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d)
+            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d, threads)
             m._members = [m]
             self._members.append(m)
         self._b = self._members[0]._b
@@ -187,6 +191,11 @@ class Backend:
     def kind(self) -> str:
         """``"cpu"`` or ``"cuda"``."""
         return self._b.kind
+
+    @property
+    def threads(self) -> int:
+        """CPU threads the backend's CPU work runs on."""
+        return self._b.threads
 
     @property
     def description(self) -> str:

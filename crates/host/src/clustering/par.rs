@@ -1,0 +1,253 @@
+//! The CPU backend's clustering: the oracle's result ([`super::cpu::cluster`], the same
+//! cluster numbers, counts and module starts) on every core.
+//!
+//! The modules of every event of the batch (maximal runs of valid digis of one module id)
+//! are independent: they are found per event in parallel, then clustered in parallel, each
+//! writing only its own range of `clus`. Inside a module, instead of the oracle's hash maps
+//! and breadth-first search: the module's pixels are sorted by `(x, y)` (duplicates are then
+//! neighbours in that order and are dropped, every copy, as in the oracle); each pixel is
+//! joined (union-find) with its already-seen 8-neighbours — the one before it in its row
+//! and the three of the previous row, found with a pointer that only moves forward; the
+//! clusters are then numbered in the order of their smallest digi index by one pass in digi
+//! order, which is the oracle's numbering. The charge cut is applied in the same task.
+
+use detkit_gpu::clustering::{INVALID_MODULE, NOT_CLUSTERED, NO_MODULE_START};
+use rayon::prelude::*;
+
+use super::{ChargeCut, Clusters, DigisRef, Geometry};
+
+/// A module of an event: digis `start..end` (the first and one past the last of the run;
+/// invalid digis inside are skipped), at `slot = e * modules + m`.
+#[derive(Clone, Copy)]
+struct Run {
+    slot: usize,
+    module: u16,
+    start: usize,
+    end: usize,
+}
+
+/// The runs of one event, in digi order.
+fn runs(digis: DigisRef<'_>, s: usize, t: usize, e: usize, nm: usize, out: &mut Vec<Run>) {
+    let mut cur: Option<Run> = None;
+    for (i, &m) in digis.module[s..t].iter().enumerate() {
+        let d = s + i;
+        if m == INVALID_MODULE {
+            continue;
+        }
+        match &mut cur {
+            Some(r) if r.module == m => r.end = d + 1,
+            _ => {
+                if let Some(r) = cur.take() {
+                    out.push(r);
+                }
+                cur = Some(Run {
+                    slot: e * nm + m as usize,
+                    module: m,
+                    start: d,
+                    end: d + 1,
+                });
+            }
+        }
+    }
+    out.extend(cur);
+}
+
+/// Per-thread scratch of one module.
+#[derive(Default)]
+struct Scratch {
+    /// `(x << 16 | y) << 32 | local index`, sorted.
+    sorted: Vec<u64>,
+    /// Local index of each digi of the run (`u32::MAX`: invalid digi or removed duplicate).
+    parent: Vec<u32>,
+    label: Vec<i32>,
+    charge: Vec<u64>,
+}
+
+fn find(parent: &mut [u32], mut i: u32) -> u32 {
+    while parent[i as usize] != i {
+        let p = parent[parent[i as usize] as usize];
+        parent[i as usize] = p;
+        i = p;
+    }
+    i
+}
+
+fn union(parent: &mut [u32], a: u32, b: u32) {
+    let (ra, rb) = (find(parent, a), find(parent, b));
+    if ra != rb {
+        // The smaller root wins (any rule gives the same components).
+        let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
+        parent[hi as usize] = lo;
+    }
+}
+
+/// Clusters one module (`clus` is its range `r.start..r.end`, all `NOT_CLUSTERED` on
+/// entry); returns its number of clusters (after the cut, when given).
+fn module(
+    digis: DigisRef<'_>,
+    r: &Run,
+    clus: &mut [i32],
+    threshold: Option<u64>,
+    s: &mut Scratch,
+) -> u32 {
+    const NONE: u32 = u32::MAX;
+    let n = r.end - r.start;
+    s.sorted.clear();
+    s.parent.clear();
+    s.parent.resize(n, NONE);
+    for j in 0..n {
+        let d = r.start + j;
+        if digis.module[d] == r.module {
+            let key = (digis.x[d] as u64) << 16 | digis.y[d] as u64;
+            s.sorted.push(key << 32 | j as u64);
+        }
+    }
+    s.sorted.sort_unstable();
+    let key = |v: u64| (v >> 32) as u32;
+    let local = |v: u64| v as u32;
+    // Duplicates: every copy of a pixel that occurs twice or more is dropped.
+    let m = s.sorted.len();
+    let mut w = 0;
+    let mut i = 0;
+    while i < m {
+        let mut j = i + 1;
+        while j < m && key(s.sorted[j]) == key(s.sorted[i]) {
+            j += 1;
+        }
+        if j == i + 1 {
+            s.sorted[w] = s.sorted[i];
+            s.parent[local(s.sorted[i]) as usize] = local(s.sorted[i]);
+            w += 1;
+        }
+        i = j;
+    }
+    s.sorted.truncate(w);
+    // Union with the neighbours already seen: (x, y - 1) and (x - 1, y - 1 ..= y + 1).
+    let mut p = 0;
+    for i in 0..s.sorted.len() {
+        let k = key(s.sorted[i]);
+        let (x, y) = (k >> 16, k & 0xffff);
+        let li = local(s.sorted[i]);
+        if i > 0 && y > 0 && key(s.sorted[i - 1]) == k - 1 {
+            union(&mut s.parent, li, local(s.sorted[i - 1]));
+        }
+        if x > 0 {
+            let lo = (x - 1) << 16 | y.saturating_sub(1);
+            let hi = (x - 1) << 16 | (y + 1);
+            while p < i && key(s.sorted[p]) < lo {
+                p += 1;
+            }
+            let mut q = p;
+            while q < i && key(s.sorted[q]) <= hi {
+                union(&mut s.parent, li, local(s.sorted[q]));
+                q += 1;
+            }
+        }
+    }
+    // Numbers in the order of each cluster's smallest digi index.
+    s.label.clear();
+    s.label.resize(n, NOT_CLUSTERED);
+    let mut next = 0i32;
+    for j in 0..n {
+        if s.parent[j] == NONE {
+            continue;
+        }
+        let root = find(&mut s.parent, j as u32) as usize;
+        if s.label[root] == NOT_CLUSTERED {
+            s.label[root] = next;
+            next += 1;
+        }
+        clus[j] = s.label[root];
+    }
+    let Some(threshold) = threshold else {
+        return next as u32;
+    };
+    s.charge.clear();
+    s.charge.resize(next as usize, 0);
+    for (j, &c) in clus.iter().enumerate() {
+        if c >= 0 {
+            s.charge[c as usize] += digis.adc[r.start + j] as u64;
+        }
+    }
+    // Renumber the kept clusters in order (reusing `label` as the map).
+    let mut kept = 0;
+    s.label.clear();
+    for &q in &s.charge {
+        if q >= threshold {
+            s.label.push(kept);
+            kept += 1;
+        } else {
+            s.label.push(NOT_CLUSTERED);
+        }
+    }
+    for c in clus.iter_mut() {
+        if *c >= 0 {
+            *c = s.label[*c as usize];
+        }
+    }
+    kept as u32
+}
+
+/// Clusters every event (`event_offsets[e] .. event_offsets[e + 1]`) and applies `cut`,
+/// equal to [`super::cpu::cluster`]. Runs on the current rayon pool. The input must have
+/// passed [`super::validate`].
+pub fn cluster<'a>(
+    digis: impl Into<DigisRef<'a>>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    cut: Option<ChargeCut>,
+) -> Clusters {
+    let digis = digis.into();
+    let n = digis.len();
+    let nevents = event_offsets.len().saturating_sub(1);
+    let nm = geometry.modules as usize;
+    let per_event: Vec<Vec<Run>> = (0..nevents)
+        .into_par_iter()
+        .map(|e| {
+            let mut v = Vec::new();
+            runs(
+                digis,
+                event_offsets[e] as usize,
+                event_offsets[e + 1] as usize,
+                e,
+                nm,
+                &mut v,
+            );
+            v
+        })
+        .collect();
+    let all: Vec<Run> = per_event.into_iter().flatten().collect();
+    let mut clus = vec![NOT_CLUSTERED; n];
+    // Each run's own range of `clus` (runs are disjoint and in digi order).
+    let mut parts: Vec<(&Run, &mut [i32])> = Vec::with_capacity(all.len());
+    let mut rest: &mut [i32] = &mut clus;
+    let mut at = 0;
+    for r in &all {
+        let (_, tail) = rest.split_at_mut(r.start - at);
+        let (mine, tail) = tail.split_at_mut(r.end - r.start);
+        parts.push((r, mine));
+        rest = tail;
+        at = r.end;
+    }
+    let counts: Vec<u32> = parts
+        .into_par_iter()
+        .with_min_len(8)
+        .map_init(Scratch::default, |s, (r, c)| {
+            let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
+            module(digis, r, c, threshold, s)
+        })
+        .collect();
+    let mut out = Clusters {
+        clus,
+        clus_in_module: vec![0; nevents * nm],
+        module_first: vec![NO_MODULE_START; nevents * nm],
+        modules: nm,
+        medium_modules: 0,
+        fallback_modules: 0,
+    };
+    for (r, c) in all.iter().zip(counts) {
+        out.clus_in_module[r.slot] = c;
+        out.module_first[r.slot] = r.start as u32;
+    }
+    out
+}

@@ -1,0 +1,594 @@
+//! The CPU backend's PET chain: the oracles' results ([`super::cpu`]: the same singles,
+//! statistics, order and pairs, and the same errors) on every core.
+//!
+//! - **Conversion**: the kernel's word-level steps ([`k::convert_words`]: the frame read as
+//!   four little-endian words, divisions by table sizes as multiply-shifts), pieces of
+//!   [`PIECE`] frames in parallel, each piece's singles written straight to its offset.
+//!   Scanners that fail [`super::validate_params`] or whose tables are shorter than their
+//!   parameters say take the oracle's conversion (its result, its panics).
+//! - **Sort**: a parallel stable LSD radix sort on order-preserving `u64` keys of the times
+//!   (the integer value when every time is a non-negative integer below 2^53, as frame
+//!   counters are; else the float's bits, `-0.0` as `+0.0`: they compare equal, so keep
+//!   input order), over the bits that differ only, 11 bits per pass: per pass, per piece
+//!   histograms, their offsets, a scatter.
+//! - **Coincidence**: the prompt rule is a chain (a window opens where the last one ended),
+//!   which the pieces walk speculatively from their own first single in parallel; one
+//!   sequential pass then joins them: where the true chain enters a piece at an opener of
+//!   that walk, the walk's windows are the true ones from there (the chains have met); else
+//!   the true chain is walked until it meets the speculative one. In the generated data
+//!   nearly every single opens a window in both walks, so they meet at once. A window's
+//!   error (a multiple over [`detkit_gpu::pet::MAX_MULTIPLE`]) is kept with the window and
+//!   raised only if the true chain reaches it, first in chain order, as in the oracle.
+//!   Delayed windows (one per single) are independent.
+//! - **Merge** (the streamed chain's pending singles with a sorted chunk): merge path,
+//!   pieces in parallel.
+
+use detkit_gpu::pet::{
+    self as k, Coincidence, ConvertConsts, DataFrameV2, ScannerParams, Single, CONVERT_ACCEPTED,
+    CONVERT_CLAMPED,
+};
+use rayon::prelude::*;
+
+use super::cpu::{self as oracle, policy_pairs, CoincideConfig, ConvertStats};
+use crate::error::{Error, Result};
+
+/// Items per parallel piece (conversion, sort passes, coincidence, merge).
+pub const PIECE: usize = 1 << 16;
+
+/// Appends the pieces to one vector, each copied to its offset in parallel.
+fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
+    let total = pieces.iter().map(Vec::len).sum();
+    let mut out: Vec<T> = Vec::with_capacity(total);
+    {
+        let mut rest = &mut out.spare_capacity_mut()[..total];
+        let mut dst = Vec::with_capacity(pieces.len());
+        for p in pieces {
+            let (d, r) = rest.split_at_mut(p.len());
+            dst.push(d);
+            rest = r;
+        }
+        dst.into_par_iter().zip(pieces).for_each(|(d, p)| {
+            for (d, s) in d.iter_mut().zip(p) {
+                d.write(*s);
+            }
+        });
+    }
+    // SAFETY: the pieces' lengths sum to `total`, and every one of the first `total` slots
+    // was written above (each piece into its own disjoint range).
+    unsafe { out.set_len(total) };
+    out
+}
+
+/// Converts every frame, keeps the accepted singles in input order: [`oracle::convert`]'s
+/// result on every core.
+pub fn convert(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+) -> (Vec<Single>, ConvertStats) {
+    convert_in_pieces(frames, p, position, energy, PIECE)
+}
+
+/// [`convert`] in pieces of `piece` frames (tests use small pieces).
+#[doc(hidden)]
+pub fn convert_in_pieces(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    piece: usize,
+) -> (Vec<Single>, ConvertStats) {
+    let piece = piece.max(1);
+    let usable = cfg!(target_endian = "little")
+        && super::validate_params(p).is_ok()
+        && position.len() as u64 >= p.position_entries()
+        && energy.len() as u64 >= p.energy_entries();
+    if !usable {
+        return oracle::convert_par(frames, p, position, energy);
+    }
+    let c = ConvertConsts::new(p);
+    // Each piece writes its singles at its own frame offset of the output (room for all of
+    // its frames), then the pieces are moved down in order: one allocation, no copy of the
+    // singles through per-piece vectors.
+    let n = frames.len();
+    let mut out: Vec<Single> = Vec::with_capacity(n);
+    let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
+        .par_chunks_mut(piece)
+        .zip(frames.par_chunks(piece))
+        .map(|(dst, f)| convert_piece(f, &c, position, energy, dst))
+        .collect();
+    let mut st = ConvertStats::default();
+    let mut len = 0;
+    let base = out.as_mut_ptr();
+    for (i, (cnt, stats)) in pieces.iter().enumerate() {
+        st.add(stats, (i * piece) as u64);
+        if i * piece != len {
+            // SAFETY: piece i wrote `cnt` singles at `i * piece` (inside the capacity `n`);
+            // `len <= i * piece` (each earlier piece kept at most `piece`), so the move is
+            // down, within the allocation; `ptr::copy` allows the overlap.
+            unsafe { std::ptr::copy(base.add(i * piece), base.add(len), *cnt) };
+        }
+        len += cnt;
+    }
+    // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
+    unsafe { out.set_len(len) };
+    (out, st)
+}
+
+/// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
+/// loop of independent loads, so that many cache misses of the (tens of MB) energy table
+/// are in flight at once instead of one or two per frame.
+const STEP: usize = 64;
+
+/// Converts `frames`, writing the accepted singles to the start of `out` (as long as
+/// `frames`); returns their number and the statistics.
+fn convert_piece(
+    frames: &[DataFrameV2],
+    c: &ConvertConsts,
+    position: &[u8],
+    energy: &[f32],
+    out: &mut [std::mem::MaybeUninit<Single>],
+) -> (usize, ConvertStats) {
+    let mut kept = 0;
+    let mut st = ConvertStats {
+        frames: frames.len() as u64,
+        ..Default::default()
+    };
+    let mut origin = [0u32; STEP];
+    let mut du = [0u32; STEP];
+    let mut ok = [false; STEP];
+    let mut at = [0u32; STEP];
+    let mut local = [0u32; STEP];
+    let mut clamped = [false; STEP];
+    let mut factor = [0f32; STEP];
+    let mut words = [[0u32; 4]; STEP];
+    for (b, fs) in frames.chunks(STEP).enumerate() {
+        // The frame as the kernel reads it: four little-endian words (a copy: frames are
+        // only byte-aligned).
+        for (w, f) in words.iter_mut().zip(fs) {
+            *w = bytemuck::cast(*f);
+        }
+        let ws = &words[..fs.len()];
+        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
+        // by `words_position` / `words_energy`; the tables are at least that long).
+        for (j, w) in ws.iter().enumerate() {
+            let (pat, du_index, pok) = k::words_position(w, c);
+            origin[j] = if pok {
+                position[pat as usize] as u32
+            } else {
+                0
+            };
+            du[j] = du_index;
+            ok[j] = pok;
+        }
+        for (j, w) in ws.iter().enumerate() {
+            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], ok[j]);
+            at[j] = eat;
+            local[j] = l;
+            ok[j] = eok;
+            clamped[j] = cl;
+        }
+        for j in 0..ws.len() {
+            factor[j] = if ok[j] { energy[at[j] as usize] } else { 0.0 };
+        }
+        for (j, w) in ws.iter().enumerate() {
+            if !ok[j] {
+                st.bad_address += 1;
+                st.first_bad_address.get_or_insert((b * STEP + j) as u64);
+                continue;
+            }
+            let (s, status) = k::words_single(w, c, local[j], factor[j], clamped[j]);
+            st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
+            if status & CONVERT_ACCEPTED != 0 {
+                st.accepted += 1;
+                out[kept].write(s);
+                kept += 1;
+            } else {
+                st.rejected_energy += 1;
+            }
+        }
+    }
+    (kept, st)
+}
+
+/// [`oracle::check_times`] with the scan on every core (the error, if any, is the oracle's).
+pub fn check_times(singles: &[Single], what: &'static str) -> Result<()> {
+    if singles
+        .par_chunks(PIECE)
+        .any(|c| c.iter().any(|s| !s.time.is_finite()))
+    {
+        return oracle::check_times(singles, what);
+    }
+    Ok(())
+}
+
+/// [`oracle::check_sorted`] with the scan on every core (the error, if any, is the
+/// oracle's).
+pub fn check_sorted(singles: &[Single]) -> Result<()> {
+    // Non-finite times are caught by the first test, so `<` sees only finite ones.
+    let bad = singles.par_chunks(PIECE).enumerate().any(|(k, c)| {
+        let before = (k > 0).then(|| singles[k * PIECE - 1].time);
+        c.iter().any(|s| !s.time.is_finite())
+            || before.is_some_and(|t| c[0].time < t)
+            || c.windows(2).any(|w| w[1].time < w[0].time)
+    });
+    if bad {
+        return oracle::check_sorted(singles);
+    }
+    Ok(())
+}
+
+/// Order-preserving key of a finite time (`-0.0` and `+0.0` the same key).
+#[inline(always)]
+fn float_key(t: f64) -> u64 {
+    let b = if t == 0.0 { 0 } else { t.to_bits() };
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | 1 << 63
+    }
+}
+
+/// Largest time sorted by its integer value (every integer up to it is an exact `f64`).
+const INT_LIMIT: f64 = (1u64 << 53) as f64;
+
+/// The sort key of a time: its integer value when every time of the input is a
+/// non-negative integer below 2^53 (frame counters: fewer key bits differ, fewer passes),
+/// else [`float_key`].
+#[inline(always)]
+fn sort_key(t: f64, integers: bool) -> u64 {
+    if integers {
+        t as u64
+    } else {
+        float_key(t)
+    }
+}
+
+/// Stable sort by time: [`oracle::sort`]'s result (and its error for a non-finite time).
+pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
+    sort_in_pieces(singles, PIECE)
+}
+
+/// Key bits per radix pass.
+const RADIX_BITS: u32 = 11;
+
+/// [`sort`] with passes in pieces of `piece` singles (tests use small pieces).
+#[doc(hidden)]
+pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
+    let piece = piece.max(1);
+    check_times(singles, "singles to sort")?;
+    let n = singles.len();
+    if n < 2 {
+        return Ok(singles.to_vec());
+    }
+    let integers = singles.par_chunks(piece).all(|c| {
+        c.iter()
+            .all(|s| s.time >= 0.0 && s.time < INT_LIMIT && s.time.fract() == 0.0)
+    });
+    // The bits that differ between the keys.
+    let k0 = sort_key(singles[0].time, integers);
+    let diff = singles
+        .par_chunks(piece)
+        .map(|c| {
+            c.iter()
+                .fold(0u64, |a, s| a | (sort_key(s.time, integers) ^ k0))
+        })
+        .reduce(|| 0, |a, b| a | b);
+    let mut a = singles.to_vec();
+    if diff == 0 {
+        return Ok(a);
+    }
+    let lo = diff.trailing_zeros();
+    let hi = 64 - diff.leading_zeros();
+    let mut b = a.clone();
+    let mut shift = lo;
+    while shift < hi {
+        radix_pass(&a, &mut b, shift, piece, integers);
+        std::mem::swap(&mut a, &mut b);
+        shift += RADIX_BITS;
+    }
+    Ok(a)
+}
+
+/// One stable counting pass on the `RADIX_BITS` key bits at `shift`: `src` to `dst`.
+fn radix_pass(src: &[Single], dst: &mut [Single], shift: u32, piece: usize, integers: bool) {
+    const BUCKETS: usize = 1 << RADIX_BITS;
+    let digit = |s: &Single| ((sort_key(s.time, integers) >> shift) as usize) & (BUCKETS - 1);
+    let hist: Vec<[usize; BUCKETS]> = src
+        .par_chunks(piece)
+        .map(|c| {
+            let mut h = [0usize; BUCKETS];
+            for s in c {
+                h[digit(s)] += 1;
+            }
+            h
+        })
+        .collect();
+    // Offsets: digit-major, piece-minor (stable).
+    let mut offs = vec![[0usize; BUCKETS]; hist.len()];
+    let mut sum = 0;
+    for d in 0..BUCKETS {
+        for (p, h) in hist.iter().enumerate() {
+            offs[p][d] = sum;
+            sum += h[d];
+        }
+    }
+    let out = SendPtr(dst.as_mut_ptr());
+    src.par_chunks(piece)
+        .zip(offs.into_par_iter())
+        .for_each(|(c, mut o)| {
+            let out = &out;
+            for s in c {
+                let d = digit(s);
+                // SAFETY: the offsets give every (piece, digit) its own range of `dst`, of
+                // exactly that piece's count of that digit, and the ranges cover `dst` once
+                // (their sizes sum to `src.len() == dst.len()`): each slot is written by one
+                // thread, once, in bounds.
+                unsafe { out.0.add(o[d]).write(*s) };
+                o[d] += 1;
+            }
+        });
+}
+
+struct SendPtr(*mut Single);
+// SAFETY: used only for the disjoint writes of `radix_pass`.
+unsafe impl Sync for SendPtr {}
+// SAFETY: as above.
+unsafe impl Send for SendPtr {}
+
+/// Stable merge of two sorted lists, `a` first on equal times: [`oracle::merge`]'s result.
+pub fn merge(a: &[Single], b: &[Single]) -> Vec<Single> {
+    merge_in_pieces(a, b, PIECE)
+}
+
+/// [`merge`] in pieces of `piece` singles of the longer list (tests use small pieces).
+#[doc(hidden)]
+pub fn merge_in_pieces(a: &[Single], b: &[Single], piece: usize) -> Vec<Single> {
+    let piece = piece.max(1);
+    if a.is_empty() {
+        return b.to_vec();
+    }
+    if b.is_empty() {
+        return a.to_vec();
+    }
+    // Split points: pieces of the longer list, the matching point in the other (an `a`
+    // equal to a `b` goes first).
+    let n = a.len() + b.len();
+    let splits: Vec<(usize, usize)> = if a.len() >= b.len() {
+        (0..a.len().div_ceil(piece))
+            .map(|p| {
+                let i = p * piece;
+                (i, b.partition_point(|x| x.time < a[i].time))
+            })
+            .collect()
+    } else {
+        (0..b.len().div_ceil(piece))
+            .map(|p| {
+                let j = p * piece;
+                (a.partition_point(|x| x.time <= b[j].time), j)
+            })
+            .collect()
+    };
+    // The first piece starts at the beginning of both.
+    let mut splits = splits;
+    splits[0] = (0, 0);
+    let pieces: Vec<Vec<Single>> = (0..splits.len())
+        .into_par_iter()
+        .map(|p| {
+            let (i0, j0) = splits[p];
+            let (i1, j1) = splits.get(p + 1).copied().unwrap_or((a.len(), b.len()));
+            oracle::merge(&a[i0..i1], &b[j0..j1])
+        })
+        .collect();
+    let out = concat(&pieces);
+    debug_assert_eq!(out.len(), n);
+    out
+}
+
+/// The windows of one speculative walk over a piece, in walk order.
+struct Walk {
+    /// Openers in increasing order.
+    opens: Vec<usize>,
+    /// Per opener: where its pairs start in `pairs`.
+    starts: Vec<usize>,
+    /// The windows with an error (walk position, error): they have no pairs.
+    errs: Vec<(usize, Error)>,
+    pairs: Vec<Coincidence>,
+    /// Where the walk leaves the piece: the first opener at or past the piece's end (or
+    /// past `cut`).
+    exit: usize,
+}
+
+/// The prompt window opened at `open`: `(end, pairs appended or the error)`.
+fn prompt_window(
+    singles: &[Single],
+    c: &CoincideConfig,
+    reach: f64,
+    open: usize,
+    out: &mut Vec<Coincidence>,
+) -> (usize, Result<()>) {
+    let n = singles.len();
+    let t0 = singles[open].time;
+    let mut end = open + 1;
+    while end < n && singles[end].time - t0 <= reach {
+        end += 1;
+    }
+    let members = &singles[open..end];
+    let r = match members.len() {
+        1 => Ok(()),
+        2 => {
+            if members[0].crystal != members[1].crystal {
+                out.push(Coincidence {
+                    a: members[0],
+                    b: members[1],
+                });
+            }
+            Ok(())
+        }
+        _ => policy_pairs(members, false, c.policy).map(|v| {
+            out.extend(v.into_iter().map(|(i, j)| Coincidence {
+                a: members[i],
+                b: members[j],
+            }))
+        }),
+    };
+    (end, r)
+}
+
+/// Coincidences of singles sorted by time ([`oracle::coincide`]'s pairs, in its order).
+/// The input must have passed [`oracle::check_sorted`] and the configuration its check.
+pub fn coincide(singles: &[Single], c: &CoincideConfig) -> Result<Vec<Coincidence>> {
+    Ok(coincide_until(singles, c, f64::INFINITY)?.0)
+}
+
+/// [`oracle::coincide_until`] (the same pairs and resume index) on every core.
+pub fn coincide_until(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+) -> Result<(Vec<Coincidence>, usize)> {
+    coincide_in_pieces(singles, c, watermark, PIECE)
+}
+
+/// [`coincide_until`] walking pieces of `piece` singles (tests use small pieces).
+#[doc(hidden)]
+pub fn coincide_in_pieces(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    piece: usize,
+) -> Result<(Vec<Coincidence>, usize)> {
+    c.validate()?;
+    check_sorted(singles)?;
+    coincide_unchecked(singles, c, watermark, piece)
+}
+
+/// [`coincide_in_pieces`] on input known to pass [`check_sorted`] and a checked
+/// configuration (the CPU backend checks both first).
+pub(crate) fn coincide_unchecked(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    piece: usize,
+) -> Result<(Vec<Coincidence>, usize)> {
+    let piece = piece.max(1);
+    let reach = c.reach();
+    // `window_complete` is monotone in the opener's time: openers below `cut` are complete.
+    let cut = singles.partition_point(|s| k::window_complete(s.time, watermark, reach));
+    if let Some(d) = c.delay {
+        return delayed(singles, c, reach, d, cut, piece);
+    }
+    let walks: Vec<Walk> = (0..cut.div_ceil(piece))
+        .into_par_iter()
+        .map(|p| {
+            let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
+            let mut w = Walk {
+                opens: Vec::new(),
+                starts: Vec::new(),
+                errs: Vec::new(),
+                pairs: Vec::new(),
+                exit: start,
+            };
+            let mut open = start;
+            while open < stop {
+                w.opens.push(open);
+                w.starts.push(w.pairs.len());
+                let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
+                if let Err(e) = r {
+                    w.errs.push((w.opens.len() - 1, e));
+                }
+                open = end;
+            }
+            w.exit = open;
+            w
+        })
+        .collect();
+    // Join: follow the true chain from 0.
+    let mut out = Vec::new();
+    let mut open = 0;
+    let mut scratch = Vec::new();
+    while open < cut {
+        let p = open / piece;
+        let w = &walks[p];
+        match w.opens.binary_search(&open) {
+            Ok(at) => {
+                // The chains have met: the walk's windows from `at` are the true ones, up to
+                // the first error among them.
+                if let Some((bad, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
+                    out.extend_from_slice(&w.pairs[w.starts[at]..w.starts[*bad]]);
+                    return Err(clone_err(e));
+                }
+                out.extend_from_slice(&w.pairs[w.starts[at]..]);
+                open = w.exit;
+            }
+            Err(_) => {
+                scratch.clear();
+                let (end, r) = prompt_window(singles, c, reach, open, &mut scratch);
+                r?;
+                out.extend_from_slice(&scratch);
+                open = end;
+            }
+        }
+    }
+    Ok((out, open))
+}
+
+/// Delayed windows (every single below `cut` opens one, paired with its opener only).
+fn delayed(
+    singles: &[Single],
+    c: &CoincideConfig,
+    reach: f64,
+    d: f64,
+    cut: usize,
+    piece: usize,
+) -> Result<(Vec<Coincidence>, usize)> {
+    let n = singles.len();
+    let pieces: Vec<Result<Vec<Coincidence>>> = (0..cut.div_ceil(piece))
+        .into_par_iter()
+        .map(|p| {
+            let mut out = Vec::new();
+            let mut members = Vec::new();
+            for open in p * piece..((p + 1) * piece).min(cut) {
+                let t0 = singles[open].time;
+                members.clear();
+                members.push(singles[open]);
+                let mut end = open + 1;
+                while end < n && singles[end].time - t0 <= reach {
+                    if singles[end].time - t0 >= d {
+                        members.push(singles[end]);
+                    }
+                    end += 1;
+                }
+                for (i, j) in policy_pairs(&members, true, c.policy)? {
+                    out.push(Coincidence {
+                        a: members[i],
+                        b: members[j],
+                    });
+                }
+            }
+            Ok(out)
+        })
+        .collect();
+    let mut ok = Vec::with_capacity(pieces.len());
+    for p in pieces {
+        ok.push(p?);
+    }
+    Ok((concat(&ok), cut))
+}
+
+/// The error of a speculative window, raised when the true chain reaches it.
+fn clone_err(e: &Error) -> Error {
+    match e {
+        Error::CapacityExceeded {
+            what,
+            needed,
+            capacity,
+        } => Error::CapacityExceeded {
+            what,
+            needed: *needed,
+            capacity: *capacity,
+        },
+        other => crate::error::invalid("coincidence", other.to_string()),
+    }
+}

@@ -1,0 +1,462 @@
+//! bench-cpu: the CPU backend (`Backend::cpu_with_threads(t)`, the rayon fast paths of
+//! `<family>/par.rs`) beside the oracle (`<family>/cpu.rs`, sequential), on 1, 2, 4, 8 and
+//! 16 threads (capped at the cores available). No GPU needed.
+//!
+//! Rows: clustering (a batch of Run-3-like events, a batch of dense events, and one Run-3
+//! event alone), PET (conversion, stable time sort, prompt coincidence, and the streamed
+//! chain frames → pairs, at 2^20 and 2^24 frames or singles), seeding (⟨μ⟩ = 50, 100, 200,
+//! 300, 1000: one event per call, and a batch of events per call at μ = 200).
+//! For every row the oracle runs first (its output is the reference and its time the
+//! baseline); each thread count's result is checked equal to it before any time is printed
+//! (a mismatch aborts). Times are the best of `--reps` runs (after one warm-up run, which
+//! is also the checked one; the oracle: of up to 3 runs, or its one run when over 2 s). Columns: time per call, events (or items) per second, speed-up
+//! over the oracle, and the scaling efficiency `rate(t) / (t × rate(1))`.
+//!
+//! Usage: `bench-cpu [--threads 1,2,4,8,16] [--reps 5] [--mu 50,100,200,300,1000]
+//! [--pet 20,24] [--batch 16] [--only clustering,pet,seeding] [--quick] [--csv FILE]`.
+//! `--quick`: the sizes of a 2-core CI-class machine (μ up to 300 plus 1000 once, PET 2^20
+//! and 2^22, batches of 4 events, 3 repetitions).
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use detkit::Backend;
+
+/// The best of the timed runs: the machine may be shared, and the least disturbed run is
+/// the closest to the code's own speed.
+fn best(v: Vec<f64>) -> f64 {
+    v.into_iter().fold(f64::INFINITY, f64::min)
+}
+
+struct Opts {
+    threads: Vec<usize>,
+    reps: usize,
+    mus: Vec<f64>,
+    pet: Vec<u32>,
+    batch: usize,
+    only: Vec<String>,
+    csv: Option<std::fs::File>,
+}
+
+/// One row per thread count (t = 0: the oracle).
+struct Bench<'a> {
+    o: &'a mut Opts,
+    pools: Vec<(usize, Backend)>,
+    /// One thread: the oracle runs here (the oracle's sort would use every core).
+    one: rayon::ThreadPool,
+}
+
+impl Bench<'_> {
+    /// Times `oracle` and `fast` on every pool; `items` counts events (or singles/frames)
+    /// per call, `unit` names them; `same` checks a fast result against the oracle's.
+    #[allow(clippy::too_many_arguments)]
+    fn row<T>(
+        &mut self,
+        family: &str,
+        label: &str,
+        items: f64,
+        unit: &str,
+        oracle: impl Fn() -> Result<T> + Sync,
+        fast: impl Fn(&Backend) -> Result<T>,
+        same: impl Fn(&T, &T) -> Result<()>,
+    ) -> Result<()>
+    where
+        T: Send,
+    {
+        let reps = self.o.reps;
+        let time = |f: &dyn Fn() -> Result<T>| -> Result<(T, f64)> {
+            let t = Instant::now();
+            let first = f()?;
+            let mut v = vec![t.elapsed().as_secs_f64()];
+            // Slow rows (over 2 s) are timed once.
+            let reps = if v[0] > 2.0 { 0 } else { reps };
+            for _ in 0..reps {
+                let t = Instant::now();
+                std::hint::black_box(f()?);
+                v.push(t.elapsed().as_secs_f64());
+            }
+            if v.len() > 1 {
+                v.remove(0); // the warm-up run
+            }
+            Ok((first, best(v)))
+        };
+        // The oracle is sequential: fewer repetitions of the slow rows.
+        let oracle = || self.one.install(&oracle);
+        let t0 = Instant::now();
+        let want = oracle()?;
+        let first = t0.elapsed().as_secs_f64();
+        let oracle_s = if first > 2.0 || reps <= 1 {
+            first
+        } else {
+            let mut v = vec![first];
+            for _ in 0..reps.min(3) {
+                let t = Instant::now();
+                std::hint::black_box(oracle()?);
+                v.push(t.elapsed().as_secs_f64());
+            }
+            best(v)
+        };
+        let csv = &mut self.o.csv;
+        print(
+            csv, family, label, "oracle", oracle_s, items, unit, oracle_s, None,
+        )?;
+        let mut one = None;
+        for (t, b) in &self.pools {
+            let (got, s) = time(&|| fast(b))?;
+            same(&got, &want).with_context(|| format!("{family} {label}: {t} threads"))?;
+            let one_s = *one.get_or_insert(s * *t as f64);
+            let eff = one_s / (s * *t as f64);
+            print(
+                csv,
+                family,
+                label,
+                &t.to_string(),
+                s,
+                items,
+                unit,
+                oracle_s,
+                Some(eff),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print(
+    csv: &mut Option<std::fs::File>,
+    family: &str,
+    label: &str,
+    threads: &str,
+    s: f64,
+    items: f64,
+    unit: &str,
+    oracle_s: f64,
+    eff: Option<f64>,
+) -> Result<()> {
+    let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
+    println!(
+        "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6}",
+        s * 1e3,
+        items / s,
+        oracle_s / s,
+        eff_s
+    );
+    if let Some(f) = csv {
+        writeln!(
+            f,
+            "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{}",
+            s * 1e3,
+            items / s,
+            oracle_s / s,
+            eff.map_or(String::new(), |e| format!("{e:.4}"))
+        )?;
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut o = Opts {
+        threads: vec![1, 2, 4, 8, 16],
+        reps: 5,
+        mus: vec![50.0, 100.0, 200.0, 300.0, 1000.0],
+        pet: vec![20, 24],
+        batch: 16,
+        only: vec![],
+        csv: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().with_context(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--threads" => o.threads = detkit_tests::parse_list(&val()?)?,
+            "--reps" => o.reps = val()?.parse()?,
+            "--mu" => o.mus = detkit_tests::parse_list(&val()?)?,
+            "--pet" => o.pet = detkit_tests::parse_list(&val()?)?,
+            "--batch" => o.batch = val()?.parse()?,
+            "--only" => o.only = val()?.split(',').map(str::to_string).collect(),
+            "--csv" => {
+                let mut f = std::fs::File::create(val()?)?;
+                writeln!(f, "family,case,threads,ms,rate,unit,vs_oracle,efficiency")?;
+                o.csv = Some(f);
+            }
+            "--quick" => {
+                o.reps = 3;
+                o.mus = vec![50.0, 100.0, 200.0, 300.0, 1000.0];
+                o.pet = vec![20, 22];
+                o.batch = 4;
+            }
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    o.threads.retain(|&t| t >= 1 && t <= cores);
+    if o.threads.is_empty() {
+        o.threads = vec![1];
+    }
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    println!(
+        "# bench-cpu: {model}, {cores} cores available; threads {:?}",
+        o.threads
+    );
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("# load average at start: {}", load().trim());
+    println!(
+        "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6}",
+        "family", "case", "threads", "time/call", "rate", "/oracle", "eff"
+    );
+    let pools = o
+        .threads
+        .iter()
+        .map(|&t| Ok((t, Backend::cpu_with_threads(t)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let want = |f: &str, o: &Opts| o.only.is_empty() || o.only.iter().any(|x| x == f);
+    let run_cl = want("clustering", &o);
+    let run_pet = want("pet", &o);
+    let run_seed = want("seeding", &o);
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
+    let mut b = Bench {
+        o: &mut o,
+        pools,
+        one,
+    };
+    if run_cl {
+        clustering(&mut b)?;
+    }
+    if run_pet {
+        pet(&mut b)?;
+    }
+    if run_seed {
+        seeding(&mut b)?;
+    }
+    println!("# load average at end: {}", load().trim());
+    Ok(())
+}
+
+fn clustering(b: &mut Bench) -> Result<()> {
+    use detkit::clustering::{cpu, gen, Digis, Geometry};
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    let n = b.o.batch;
+    let batch = |events: Vec<Digis>| {
+        let mut all = Digis::default();
+        let mut off = vec![0u32];
+        for e in &events {
+            all.extend(e);
+            off.push(all.len() as u32);
+        }
+        (all, off)
+    };
+    let same = |x: &detkit::clustering::Clusters, y: &detkit::clustering::Clusters| {
+        if x != y {
+            bail!("clusters differ from the oracle's");
+        }
+        Ok(())
+    };
+    let one = gen::run3_event(1000);
+    let off1 = [0, one.len() as u32];
+    b.row(
+        "clustering",
+        "Run-3 event, alone",
+        1.0,
+        "ev",
+        || Ok(cpu::cluster(&one, &off1, &g, cut)),
+        |bk| Ok(bk.cluster_events(&one, &off1, &g, cut)?),
+        same,
+    )?;
+    let (all, off) = batch((0..n).map(|s| gen::run3_event(1000 + s as u64)).collect());
+    b.row(
+        "clustering",
+        &format!("Run-3 batch of {n}"),
+        n as f64,
+        "ev",
+        || Ok(cpu::cluster(&all, &off, &g, cut)),
+        |bk| Ok(bk.cluster_events(&all, &off, &g, cut)?),
+        same,
+    )?;
+    let nd = n.div_ceil(4).max(2);
+    let (all, off) = batch((0..nd).map(|s| gen::dense_event(2000 + s as u64)).collect());
+    b.row(
+        "clustering",
+        &format!("dense batch of {nd}"),
+        nd as f64,
+        "ev",
+        || Ok(cpu::cluster(&all, &off, &g, cut)),
+        |bk| Ok(bk.cluster_events(&all, &off, &g, cut)?),
+        same,
+    )?;
+    Ok(())
+}
+
+fn pet(b: &mut Bench) -> Result<()> {
+    use detkit::pet::cpu::{self as oracle, CoincideConfig};
+    use detkit::pet::{gen, StreamConfig};
+    let scanner = gen::bench_scanner(11);
+    let c = CoincideConfig::prompt(scanner.time_window);
+    let (pos, en) = (&scanner.position, &scanner.energy);
+    for &log in &b.o.pet.clone() {
+        let n = 1usize << log;
+        let acq = gen::acquisition_par(
+            &scanner,
+            &gen::AcquisitionConfig {
+                seed: 5,
+                singles: n,
+                singles_rate: 2e7,
+                slice: u64::MAX,
+                ..Default::default()
+            },
+        );
+        let frames = &acq.frames[..n.min(acq.frames.len())];
+        let p = &scanner.params;
+        b.row(
+            "pet",
+            &format!("convert 2^{log} frames"),
+            frames.len() as f64,
+            "frame",
+            || Ok(oracle::convert(frames, p, pos, en)),
+            |bk| Ok(bk.pet_convert(frames, &scanner)?),
+            |x, y| {
+                if x != y {
+                    bail!("singles differ");
+                }
+                Ok(())
+            },
+        )?;
+        // Sort and coincidence on 2^log singles (the accepted singles of more frames).
+        let (mut singles, _) = oracle::convert_par(&acq.frames, p, pos, en);
+        singles.truncate(n);
+        let same_singles = |x: &Vec<detkit::pet::Single>, y: &Vec<detkit::pet::Single>| {
+            if x != y {
+                bail!("singles differ");
+            }
+            Ok(())
+        };
+        b.row(
+            "pet",
+            &format!("sort 2^{log} singles"),
+            singles.len() as f64,
+            "single",
+            || Ok(oracle::sort(&singles)?),
+            |bk| Ok(bk.pet_sort(&singles)?),
+            same_singles,
+        )?;
+        let sorted = oracle::sort(&singles)?;
+        let same_pairs = |x: &Vec<detkit::pet::Coincidence>, y: &Vec<detkit::pet::Coincidence>| {
+            if x.len() != y.len() || x.iter().zip(y).any(|(a, b)| a.a != b.a || a.b != b.b) {
+                bail!("pairs differ");
+            }
+            Ok(())
+        };
+        b.row(
+            "pet",
+            &format!("coincide 2^{log} singles"),
+            sorted.len() as f64,
+            "single",
+            || Ok(oracle::coincide(&sorted, &c)?),
+            |bk| Ok(bk.pet_coincide(&sorted, &c)?),
+            same_pairs,
+        )?;
+        // The chain as bench-pet runs it: readout slices of 100 us (each slice BDM by BDM),
+        // streamed in 8 chunks.
+        let sliced = gen::acquisition_par(
+            &scanner,
+            &gen::AcquisitionConfig {
+                seed: 6,
+                singles: n,
+                singles_rate: 2e7,
+                slice: 100_000_000,
+                ..Default::default()
+            },
+        );
+        let frames = &sliced.frames[..n.min(sliced.frames.len())];
+        let bytes = gen::frame_bytes(frames);
+        let sc = StreamConfig {
+            chunk_frames: (n / 8).max(1 << 16),
+            pending_capacity: 1 << 22,
+        };
+        b.row(
+            "pet",
+            &format!("chain 2^{log} frames, 8 chunks"),
+            frames.len() as f64,
+            "frame",
+            || {
+                let (s, _) = oracle::convert(frames, p, pos, en);
+                Ok(oracle::coincide(&oracle::sort(&s)?, &c)?)
+            },
+            |bk| {
+                let mut out = Vec::new();
+                bk.pet_run_frames(
+                    bytes,
+                    &scanner,
+                    &c,
+                    &sc,
+                    |x| {
+                        out.extend_from_slice(x);
+                        Ok(())
+                    },
+                    |_| {},
+                )?;
+                Ok(out)
+            },
+            same_pairs,
+        )?;
+    }
+    Ok(())
+}
+
+fn seeding(b: &mut Bench) -> Result<()> {
+    use detkit::seeding::{cpu, gen, SeedingOutput, SeedingSettings};
+    let cfg = SeedingSettings::default().to_config()?;
+    let same = |g: &Vec<SeedingOutput>, w: &Vec<SeedingOutput>| -> Result<()> {
+        if g != w {
+            bail!("seeds differ from the oracle's");
+        }
+        Ok(())
+    };
+    let oracle_of = |sps: &[detkit::seeding::SpacePoint]| {
+        let (seeds, stats) = cpu::seeds(&cfg, sps);
+        let params = cpu::params(&cfg, sps, &seeds);
+        SeedingOutput {
+            seeds,
+            params,
+            stats,
+        }
+    };
+    for &mu in &b.o.mus.clone() {
+        let ev = gen::generate(7 + mu as u64, mu, true).spacepoints;
+        let evs = [ev.as_slice()];
+        b.row(
+            "seeding",
+            &format!("mu={mu} ({} sps)", ev.len()),
+            1.0,
+            "ev",
+            || Ok(vec![oracle_of(&ev)]),
+            |bk| Ok(bk.seed_events(&evs, &cfg)?),
+            same,
+        )?;
+    }
+    let n = b.o.batch;
+    let batch: Vec<Vec<_>> = (0..n)
+        .map(|s| gen::generate(300 + s as u64, 200.0, true).spacepoints)
+        .collect();
+    let refs: Vec<&[_]> = batch.iter().map(|v| v.as_slice()).collect();
+    b.row(
+        "seeding",
+        &format!("batch {n} x mu=200"),
+        n as f64,
+        "ev",
+        || Ok(refs.iter().map(|e| oracle_of(e)).collect()),
+        |bk| Ok(bk.seed_events(&refs, &cfg)?),
+        same,
+    )?;
+    Ok(())
+}
