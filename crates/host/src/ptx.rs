@@ -152,12 +152,14 @@ impl fmt::Display for Image {
 
 static IMAGES: &[Image] = include!(concat!(env!("OUT_DIR"), "/images.rs"));
 
-/// Every embedded image, cubins first, by architecture.
+/// Every embedded image: the cubins by ascending architecture, then the PTX, newest first.
 pub fn images() -> impl Iterator<Item = &'static Image> {
-    IMAGES
-        .iter()
-        .filter(|i| i.kind == ImageKind::Cubin)
-        .chain(IMAGES.iter().filter(|i| i.kind == ImageKind::Ptx))
+    let mut v: Vec<&'static Image> = IMAGES.iter().collect();
+    v.sort_by_key(|i| match i.kind {
+        ImageKind::Cubin => (0, i.arch.major, i.arch.minor),
+        ImageKind::Ptx => (1, u32::MAX - i.arch.major, u32::MAX - i.arch.minor),
+    });
+    v.into_iter()
 }
 
 /// The architectures of the embedded cubins, ascending.
