@@ -5,11 +5,16 @@
 //! visible `skipped: no CUDA driver` line, and so that the same binary runs in the GPU
 //! bundle and under compute-sanitizer. Arguments: `--quick` (skip 2^26 sizes, for the
 //! sanitizer runs), and an optional substring that selects tests by name.
+//!
+//! Every test runs on the kernel image the context loads: the default choice (a cubin for
+//! the card), or the one `DETKIT_IMAGE` forces (`DETKIT_IMAGE=ptx70`: the sm_70 fallback), so
+//! running the binary twice tests both images (`run.sh` does).
 
 use std::time::Instant;
 
 // One module per algorithm family added after the Foundation; each exports `TESTS`.
 mod clustering;
+mod image;
 mod pet;
 mod seeding;
 mod sort;
@@ -544,6 +549,9 @@ fn test_block_bucket(c: &Ctx) -> R {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == image::PROBE_ARG) {
+        std::process::exit(image::probe());
+    }
     let quick = args.iter().any(|a| a == "--quick");
     let filter = args.iter().find(|a| !a.starts_with("--")).cloned();
     if !detkit::driver_present() {
@@ -583,8 +591,9 @@ fn main() {
         ("bucket", test_bucket),
         ("block_bucket", test_block_bucket),
     ];
-    let tests = foundation
+    let tests = image::TESTS
         .iter()
+        .chain(foundation)
         .chain(clustering::TESTS)
         .chain(pet::TESTS)
         .chain(seeding::TESTS)
