@@ -983,6 +983,10 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   SKIP_CUB=1         skip the primitive benchmark and its CUB baseline (family benches still run)
 #   GPU_TEST_FILTER=S  run only the GPU tests whose name contains S (also under the sanitizer)
 #   BENCH_FILTER=S     run only the bin/bench-* benchmarks whose name contains S
+#   IMAGES="auto ptx70" the kernel images to run everything on (DETKIT_IMAGE values): the
+#                      default choice (a cubin for this card) and the forced sm_70 PTX; logs
+#                      and CSVs of a non-default image carry its name (gpu-tests-ptx70.log)
+#   SKIP_COLD_START=1  skip bench/cold_start.sh (first `detkit cluster`, JIT cache disabled)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 HERE="$(pwd)"
@@ -1020,6 +1024,9 @@ record_gpu() {
   fi
 }
 banner() { printf '\n==== %s ====\n' "$*"; }
+IMAGES="${IMAGES:-auto ptx70}"
+# suffix IMAGE: "" for the default choice, "-IMAGE" for a forced image (file names, steps).
+suffix() { if [ "$1" = auto ]; then echo ""; else echo "-$1"; fi; }
 
 main() {
   banner "detkit gpu bundle"
@@ -1029,9 +1036,14 @@ main() {
   nvidia-smi -L || echo "nvidia-smi -L failed"
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
-  banner "GPU tests: bin/gpu-tests ${GPU_TEST_FILTER:-}"
-  bin/gpu-tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu-tests.log"
-  record_gpu "gpu tests" "${PIPESTATUS[0]}" "$OUT/gpu-tests.log"
+  bin/detkit info 2>&1 | tee "$OUT/info.log"
+  local image sfx
+  for image in $IMAGES; do
+    sfx="$(suffix "$image")"
+    banner "GPU tests: DETKIT_IMAGE=$image bin/gpu-tests ${GPU_TEST_FILTER:-}"
+    DETKIT_IMAGE="$image" bin/gpu-tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu-tests$sfx.log"
+    record_gpu "gpu tests$sfx" "${PIPESTATUS[0]}" "$OUT/gpu-tests$sfx.log"
+  done
 
   banner "CUB baseline: nvcc -arch=$CUDA_ARCH"
   local have_cub=0
@@ -1054,11 +1066,22 @@ main() {
     skip "bench cub" "SKIP_BENCH or SKIP_CUB"
     skip "compare" "SKIP_BENCH or SKIP_CUB"
   else
-    banner "benchmark: bin/detkit-bench"
-    rm -f "$OUT/detkit.csv" "$OUT/cub.csv"
-    bin/detkit-bench --csv "$OUT/detkit.csv" 2>&1 | tee "$OUT/detkit-bench.log"
-    local st_detkit="${PIPESTATUS[0]}"
-    record "bench detkit" "$st_detkit"
+    rm -f "$OUT"/detkit*.csv "$OUT/cub.csv"
+    # compare.py compares the default image's run (else the first image's) with CUB.
+    local st_detkit=1 st_image first=1 cmp_csv="$OUT/detkit.csv"
+    for image in $IMAGES; do
+      sfx="$(suffix "$image")"
+      banner "benchmark: DETKIT_IMAGE=$image bin/detkit-bench"
+      DETKIT_IMAGE="$image" bin/detkit-bench --csv "$OUT/detkit$sfx.csv" 2>&1 \
+        | tee "$OUT/detkit-bench$sfx.log"
+      st_image="${PIPESTATUS[0]}"
+      record "bench detkit$sfx" "$st_image"
+      if [ -z "$sfx" ] || [ "$first" -eq 1 ]; then
+        st_detkit="$st_image"
+        cmp_csv="$OUT/detkit$sfx.csv"
+      fi
+      first=0
+    done
 
     banner "benchmark: bench/cub_baseline"
     local st_cub=1
@@ -1073,7 +1096,7 @@ main() {
 
     banner "compare: bench/compare.py"
     if [ "$st_detkit" -eq 0 ] && [ "$st_cub" -eq 0 ]; then
-      python3 bench/compare.py "$OUT/detkit.csv" "$OUT/cub.csv" --out "$OUT/compare.md" 2>&1 \
+      python3 bench/compare.py "$cmp_csv" "$OUT/cub.csv" --out "$OUT/compare.md" 2>&1 \
         | tee "$OUT/compare.log"
       record "compare" "${PIPESTATUS[0]}"
     else
@@ -1089,9 +1112,12 @@ main() {
       local name
       name="$(basename "$b")"
       if [ -n "${BENCH_FILTER:-}" ] && [[ "$name" != *"$BENCH_FILTER"* ]]; then continue; fi
-      banner "benchmark: $b"
-      "$b" --csv "$OUT/$name.csv" 2>&1 | tee "$OUT/$name.log"
-      record "$name" "${PIPESTATUS[0]}"
+      for image in $IMAGES; do
+        sfx="$(suffix "$image")"
+        banner "benchmark: DETKIT_IMAGE=$image $b"
+        DETKIT_IMAGE="$image" "$b" --csv "$OUT/$name$sfx.csv" 2>&1 | tee "$OUT/$name$sfx.log"
+        record "$name$sfx" "${PIPESTATUS[0]}"
+      done
     done
   fi
 
@@ -1102,18 +1128,30 @@ main() {
     banner "compute-sanitizer: not found"
     for tool in memcheck racecheck synccheck; do record "sanitizer $tool" 127; done
   else
-    for tool in memcheck racecheck synccheck; do
-      local log="$OUT/sanitizer-$tool.log"
-      banner "compute-sanitizer --tool $tool (log: $log)"
-      compute-sanitizer --tool "$tool" --error-exitcode 1 bin/gpu-tests --quick ${GPU_TEST_FILTER:-} > "$log" 2>&1
-      local st=$?
-      grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
-      if [ "$st" -ne 0 ]; then
-        echo "--- last 40 lines of $log ---"
-        tail -n 40 "$log"
-      fi
-      record_gpu "sanitizer $tool" "$st" "$log"
+    for image in $IMAGES; do
+      sfx="$(suffix "$image")"
+      for tool in memcheck racecheck synccheck; do
+        local log="$OUT/sanitizer-$tool$sfx.log"
+        banner "DETKIT_IMAGE=$image compute-sanitizer --tool $tool (log: $log)"
+        DETKIT_IMAGE="$image" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          bin/gpu-tests --quick ${GPU_TEST_FILTER:-} > "$log" 2>&1
+        local st=$?
+        grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
+        if [ "$st" -ne 0 ]; then
+          echo "--- last 40 lines of $log ---"
+          tail -n 40 "$log"
+        fi
+        record_gpu "sanitizer $tool$sfx" "$st" "$log"
+      done
     done
+  fi
+
+  if [ "${SKIP_COLD_START:-0}" = "1" ]; then
+    skip "cold start" "SKIP_COLD_START=1"
+  else
+    banner "cold start: bench/cold_start.sh (CUDA_CACHE_DISABLE=1)"
+    IMAGES="$IMAGES" bench/cold_start.sh "$OUT" 2>&1 | tee "$OUT/cold_start.log"
+    record "cold start" "${PIPESTATUS[0]}"
   fi
 
   banner "demo: bin/detkit demo"
