@@ -987,6 +987,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #                      default choice (a cubin for this card) and the forced sm_70 PTX; logs
 #                      and CSVs of a non-default image carry its name (gpu-tests-ptx70.log)
 #   SKIP_COLD_START=1  skip bench/cold_start.sh (first `detkit cluster`, JIT cache disabled)
+#   SANITIZER_ISOLATE=0  run the sanitized tests in one process (default 1: `--isolate`, each
+#                      test group in a fresh child process, all under one compute-sanitizer)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 HERE="$(pwd)"
@@ -1133,8 +1135,10 @@ main() {
       for tool in memcheck racecheck synccheck; do
         local log="$OUT/sanitizer-$tool$sfx.log"
         banner "DETKIT_IMAGE=$image compute-sanitizer --tool $tool (log: $log)"
+        local isolate=""
+        [ "${SANITIZER_ISOLATE:-1}" = "1" ] && isolate="--isolate"
         DETKIT_IMAGE="$image" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-          bin/gpu-tests --quick ${GPU_TEST_FILTER:-} > "$log" 2>&1
+          --target-processes all bin/gpu-tests --quick $isolate ${GPU_TEST_FILTER:-} > "$log" 2>&1
         local st=$?
         grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
         if [ "$st" -ne 0 ]; then
