@@ -107,8 +107,10 @@ pub(crate) fn build_images(check: bool) -> Result<Vec<PathBuf>> {
             .with_context(|| format!("writing {}", report_path.display()))?;
         if job.arch == FALLBACK_ARCH || job.arch == "sm_90" {
             print!("{}", r.report);
-        } else if let Some(w) = r.report.lines().find(|l| l.starts_with("warning:")) {
-            println!("{}: {w}", job.arch);
+        } else {
+            for w in r.report.lines().filter(|l| l.starts_with("warning:")) {
+                println!("{}: {w}", job.arch);
+            }
         }
         println!(
             "{} from {}: {:.1} s, report in {}",
@@ -202,7 +204,13 @@ fn assemble(ptxas: &Path, version: &str, job: &Job) -> Result<Assembled> {
         rel(&job.ptx),
         out.status
     );
-    let report = format_ptxas_report(job.arch, ptxas, version, &format!("{stdout}\n{stderr}"));
+    let mut report =
+        format_ptxas_report(job.arch, ptxas, version, &format!("{stdout}\n{stderr}"));
+    // E.g. a `.minnctapersm` above what the architecture holds (sm_86/sm_89/sm_120 run 1,536
+    // threads per SM, sm_80/sm_90 2,048): ptxas ignores the bound there.
+    for w in stderr.lines().filter(|l| l.contains("warning")) {
+        report.push_str(&format!("warning: {}\n", w.trim()));
+    }
     Ok(Assembled { report, elapsed })
 }
 
