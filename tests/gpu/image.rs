@@ -24,19 +24,39 @@ pub(crate) const PROBE_ARG: &str = "--load-probe";
 /// cold-start budget of the whole `detkit cluster` command.
 const CUBIN_LOAD_LIMIT: Duration = Duration::from_secs(1);
 
-/// The probe: opens device 0 and prints `image=NAME kind=cubin|ptx load_ms=X cc=M.N`.
+/// The probe: opens device 0, runs one kernel and prints `image=NAME kind=cubin|ptx
+/// load_ms=X first_launch_ms=Y cc=M.N refused=K` (the first launch too, in case a driver
+/// defers work from the load to it).
 pub(crate) fn probe() -> i32 {
     match GpuContext::new(0) {
         Ok(g) => {
             let l = g.loaded_image();
+            let t = std::time::Instant::now();
+            let p = detkit_gpu::params::ParamsProbeParams {
+                out: detkit_gpu::DevPtr::NULL,
+                wide: 1,
+                other: detkit_gpu::DevPtr::NULL,
+                count: 2,
+                signed: -3,
+                real: 4.0,
+                short: 5,
+                byte: 6,
+                _pad: 0,
+            };
+            if let Err(err) = g.params_probe(p) {
+                println!("error=first launch: {err}");
+                return 1;
+            }
+            let first = t.elapsed();
             println!(
-                "image={} kind={} load_ms={:.3} cc={}.{} refused={}",
+                "image={} kind={} load_ms={:.3} first_launch_ms={:.3} cc={}.{} refused={}",
                 l.image.name(),
                 match l.image.kind() {
                     ImageKind::Cubin => "cubin",
                     ImageKind::Ptx => "ptx",
                 },
                 l.load_time.as_secs_f64() * 1e3,
+                first.as_secs_f64() * 1e3,
                 l.compute_capability.major,
                 l.compute_capability.minor,
                 l.refused.len()
@@ -87,6 +107,7 @@ fn test_choice(c: &Ctx) -> R {
 struct Probe {
     image: String,
     kind: String,
+    /// Loading the image plus the first kernel launch.
     load: Duration,
 }
 
@@ -113,9 +134,10 @@ fn run_probe(image: &str) -> Result<Probe, String> {
             .map(str::to_string)
             .ok_or_else(|| format!("probe printed no `{k}=`: {text}"))
     };
-    let load: f64 = field("load_ms")?
-        .parse()
-        .map_err(|err| format!("load_ms: {err}"))?;
+    let ms =
+        |k: &str| -> Result<f64, String> { field(k)?.parse().map_err(|err| format!("{k}: {err}")) };
+    // The load and the first launch together: where a JIT would show.
+    let load = ms("load_ms")? + ms("first_launch_ms")?;
     Ok(Probe {
         image: field("image")?,
         kind: field("kind")?,
@@ -142,7 +164,7 @@ fn test_no_jit(c: &Ctx) -> R {
     let auto = run_probe("auto")?;
     let ptx70 = run_probe("ptx70")?;
     println!(
-        "  CUDA_CACHE_DISABLE=1: {} ({}) loads in {:.1} ms; the sm_70 PTX ({}) in {:.1} ms",
+        "  CUDA_CACHE_DISABLE=1, load + first launch: {} ({}) {:.1} ms; the sm_70 PTX ({}) {:.1} ms",
         auto.image,
         auto.kind,
         auto.load.as_secs_f64() * 1e3,

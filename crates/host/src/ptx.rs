@@ -302,6 +302,31 @@ mod tests {
         assert!(f(a(7, 0), "ptx80").is_err());
     }
 
+    /// ptxas (building the cubins) and the driver's JIT fuse a float multiply and add
+    /// into an FMA unless the PTX pins their rounding (`.rn`); results equal to the CPU
+    /// oracle need every one pinned, in both PTX builds.
+    #[test]
+    fn float_arithmetic_is_never_contracted() {
+        for (name, ptx) in [("sm_70", PTX), ("sm_80", PTX_SM80)] {
+            let mut unpinned = Vec::new();
+            for (i, line) in ptx.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("").trim();
+                let op = code.split_whitespace().next().unwrap_or("");
+                let parts: Vec<&str> = op.split('.').collect();
+                let float = parts.last().is_some_and(|t| *t == "f32" || *t == "f64");
+                let arith = matches!(parts[0], "add" | "sub" | "mul" | "fma" | "mad");
+                if float && arith && !parts.contains(&"rn") {
+                    unpinned.push(format!("line {}: {code}", i + 1));
+                }
+            }
+            assert!(
+                unpinned.is_empty(),
+                "{name} PTX: float arithmetic without `.rn`: {:?}",
+                &unpinned[..unpinned.len().min(5)]
+            );
+        }
+    }
+
     #[test]
     fn images_inflate() {
         for i in images() {
