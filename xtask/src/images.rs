@@ -204,8 +204,7 @@ fn assemble(ptxas: &Path, version: &str, job: &Job) -> Result<Assembled> {
         rel(&job.ptx),
         out.status
     );
-    let mut report =
-        format_ptxas_report(job.arch, ptxas, version, &format!("{stdout}\n{stderr}"));
+    let mut report = format_ptxas_report(job.arch, ptxas, version, &format!("{stdout}\n{stderr}"));
     // E.g. a `.minnctapersm` above what the architecture holds (sm_86/sm_89/sm_120 run 1,536
     // threads per SM, sm_80/sm_90 2,048): ptxas ignores the bound there.
     for w in stderr.lines().filter(|l| l.contains("warning")) {

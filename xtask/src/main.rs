@@ -39,12 +39,13 @@ tasks:
       .tools/ptxas-venv/, else `ptxas` on PATH.
 
   gpu-bundle [DIR]
-      Refresh the embedded PTX, build the CLI, the benchmark and the GPU tests in
-      release mode, and gather them with the CUB baseline and a run.sh into DIR
-      (default: gpu-bundle/), a folder to run on a GPU host that has no Rust:
-      `./run.sh` runs the GPU tests, the benchmarks against CUB, the tests under
-      compute-sanitizer and the demo (env: OUT_DIR, CUDA_ARCH, SKIP_BENCH,
-      SKIP_SANITIZER).
+      Refresh the embedded kernel images (as build-ptx), build the CLI, the
+      benchmarks and the GPU tests in release mode, and gather them with the CUB
+      baseline and a run.sh into DIR (default: gpu-bundle/), a folder to run on a GPU
+      host that has no Rust: `./run.sh` runs the GPU tests, the benchmarks against
+      CUB, the tests under compute-sanitizer, the cold start and the demo, on each
+      kernel image of IMAGES (env: OUT_DIR, CUDA_ARCH, IMAGES, SKIP_BENCH,
+      SKIP_SANITIZER, SANITIZER_ISOLATE, SKIP_COLD_START; see run.sh).
 
   help
       Print this text.
