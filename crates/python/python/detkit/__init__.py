@@ -22,10 +22,11 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _detkit
-from ._detkit import CapacityError, CudaError, InvalidInputError
+from ._detkit import CapacityError, CudaError, InvalidInputError, Scanner
 
 __all__ = [
     "Backend",
+    "Scanner",
     "InvalidInputError",
     "CapacityError",
     "CudaError",
@@ -125,17 +126,17 @@ class Backend:
     """
 
     def __init__(self, kind: str = "auto", device: int = 0, devices=None) -> None:
+        self._pool = None
         if devices is None:
             self._b = _detkit.Backend(kind, device)
             self._members = [self]
             return
         ordinals = _device_list(kind, devices)
-        member_kind = "cpu" if kind == "cpu" else "cuda"
+        self._pool = _detkit.DevicePool("cpu" if kind == "cpu" else "cuda", ordinals)
         self._members = []
-        for d in ordinals:
+        for inner in self._pool.members():
             m = Backend.__new__(Backend)
-            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d)
-            m._members = [m]
+            m._b, m._members, m._pool = inner, [m], None
             self._members.append(m)
         self._b = self._members[0]._b
 
@@ -146,42 +147,14 @@ class Backend:
 
     def map(self, fn, items) -> list:
         """``[fn(backend, item) for item in items]`` with the items spread over the pool's
-        devices (one thread each; detkit releases the GIL while it computes, so the devices
-        work at the same time). Results are in input order. The first failure (lowest index
-        among those run) is raised after the running items finish; no new items start."""
+        devices by the library's ``DevicePool`` (one host thread per device, each taking the
+        next item when done; detkit releases the GIL while it computes, so the devices work
+        at the same time). Results are in input order. The first failure (lowest index among
+        those run) is raised after the running items finish; no new items start."""
         items = list(items)
-        if len(self._members) == 1:
-            return [fn(self._members[0], x) for x in items]
-        import threading
-
-        results = [None] * len(items)
-        errors = [None] * len(items)
-        lock = threading.Lock()
-        stop = threading.Event()
-        order = iter(range(len(items)))
-
-        def work(member):
-            while not stop.is_set():
-                with lock:
-                    i = next(order, None)
-                if i is None:
-                    return
-                try:
-                    results[i] = fn(member, items[i])
-                except BaseException as e:  # re-raised in the caller's thread below
-                    errors[i] = e
-                    stop.set()
-                    return
-
-        threads = [threading.Thread(target=work, args=(m,), daemon=True) for m in self._members]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for e in errors:
-            if e is not None:
-                raise e
-        return results
+        if self._pool is None:
+            return [fn(self, x) for x in items]
+        return self._pool.map(fn, items, self._members)
 
     @property
     def kind(self) -> str:
@@ -280,10 +253,11 @@ class Backend:
 
     def convert(self, frames, scanner) -> Tuple[np.ndarray, dict]:
         """Raw frames (bytes, ``uint8`` or ``FRAME_DTYPE`` array, 16 bytes a frame) to singles
-        (``SINGLE_DTYPE``), with the scanner description at path ``scanner`` (TOML); also
-        returns the conversion statistics."""
+        (``SINGLE_DTYPE``), with the scanner ``scanner``: a :class:`Scanner` (its tables read
+        once, the fast way for repeated calls) or the path of its TOML file (read on every
+        call); also returns the conversion statistics."""
         raw = np.frombuffer(frames, dtype=np.uint8) if isinstance(frames, (bytes, bytearray, memoryview)) else np.ascontiguousarray(np.asarray(frames)).reshape(-1).view(np.uint8)
-        out, stats = self._b.pet_convert(raw, os.fspath(scanner))
+        out, stats = self._b.pet_convert(raw, scanner if isinstance(scanner, Scanner) else os.fspath(scanner))
         return out.view(SINGLE_DTYPE), stats
 
     def sort(self, singles) -> np.ndarray:
@@ -308,7 +282,7 @@ class Backend:
         indices (bottom, middle, top), ``weight`` and ``z_vertex`` (mm) ``float32``, ``params``
         ``(n, 5)`` ``float32`` (loc0 mm, loc1 mm, phi rad, theta rad, qop e/GeV).
         """
-        return self._b.seed(*_seed_columns(x, y, z, var_r, var_z), _settings_toml(settings))
+        return self._b.seed(*_seed_columns(x, y, z, var_r, var_z), settings)
 
     def seed_events(self, events, **settings):
         """Seeds several events in one call: ``events`` is a sequence of ``(x, y, z)`` or
@@ -326,7 +300,7 @@ class Backend:
                 cols.append(_seed_columns(*ev))
             except InvalidInputError as e:
                 raise InvalidInputError(f"event {i}: {e}") from None
-        return self._b.seed_events(cols, _settings_toml(settings))
+        return self._b.seed_events(cols, settings)
 
 
 def _seed_columns(x, y, z, var_r=None, var_z=None):
@@ -342,11 +316,6 @@ def _seed_columns(x, y, z, var_r=None, var_z=None):
         if c.shape[0] != n:
             raise InvalidInputError(f"{name} has {c.shape[0]} values, x has {n}")
     return cols
-
-
-def _settings_toml(settings):
-    """Seeding settings as the TOML lines the library reads (unknown names are its error)."""
-    return "".join(f"{k} = {float(v) if isinstance(v, float) else int(v)!r}\n" for k, v in settings.items())
 
 
 class generate:
@@ -368,3 +337,6 @@ class generate:
         """Writes ``scanner.toml``, its tables and ``frames.bin`` into ``directory`` (which
         must exist); returns the number of frames."""
         return _detkit.generate_pet_acquisition(os.fspath(directory), singles, seed)
+
+
+from . import io  # noqa: E402  (detkit.io: the library's file readers; needs the dtypes above)
