@@ -7,7 +7,7 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
@@ -49,6 +49,8 @@ pub struct GpuContext {
     sm_count: u32,
     scratch: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     capturing: AtomicBool,
+    /// Device and pinned host allocations made through this context and its forks.
+    allocations: Arc<AtomicU64>,
 }
 
 /// A kernel parameter struct as the driver's one kernel argument: its bytes, by value.
@@ -114,6 +116,7 @@ impl GpuContext {
             sm_count,
             scratch: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
+            allocations: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -133,7 +136,45 @@ impl GpuContext {
             sm_count: self.sm_count,
             scratch: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
+            allocations: self.allocations.clone(),
         })
+    }
+
+    /// Number of device allocations (buffers made by [`GpuContext::upload`],
+    /// [`GpuContext::zeros`], [`GpuContext::filled_u32`], [`GpuContext::poisoned`]) and pinned
+    /// host allocations ([`GpuContext::pinned`]) made so far through this context and every
+    /// fork of it. Tests read it before and after a call to check that a call whose sizes fit
+    /// the workspace allocates nothing.
+    pub fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
+    }
+
+    fn count_allocation(&self) {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `n` elements of page-locked (pinned) host memory, zeroed, for staging copies: copies
+    /// from and to it are asynchronous DMA. `write_combined` suits memory the host only
+    /// writes (uploads); memory the host reads back must not be write-combined.
+    pub fn pinned<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+        write_combined: bool,
+    ) -> Result<cudarc::driver::PinnedHostSlice<T>> {
+        let flags = if write_combined {
+            sys::CU_MEMHOSTALLOC_WRITECOMBINED
+        } else {
+            0
+        };
+        // SAFETY: the memory is zeroed below before any slice of it is made.
+        let mut p = unsafe { self.ctx.alloc_pinned_with_flags::<T>(n.max(1), flags) }
+            .ctx("allocating pinned host memory")?;
+        self.count_allocation();
+        let ptr = p.as_mut_ptr().ctx("mapping pinned host memory")?;
+        // SAFETY: `ptr` addresses `n.max(1)` elements of this allocation; all-zero bytes are a
+        // valid `T` (`ValidAsZeroBits`).
+        unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
+        Ok(p)
     }
 
     /// Records what `f` issues on the stream as a CUDA graph (stream capture, relaxed
@@ -186,6 +227,7 @@ impl GpuContext {
 
     /// Copies `data` to a new device buffer.
     pub fn upload<T: DeviceRepr>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
+        self.count_allocation();
         self.stream.clone_htod(data).ctx("copying to the device")
     }
 
@@ -196,6 +238,7 @@ impl GpuContext {
 
     /// A zeroed device buffer of `n` elements.
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DeviceBuffer<T>> {
+        self.count_allocation();
         self.stream.alloc_zeros(n).ctx("allocating device memory")
     }
 
@@ -210,6 +253,7 @@ impl GpuContext {
     pub fn filled_u32(&self, n: usize, value: u32) -> Result<DeviceBuffer<u32>> {
         // SAFETY: every element is written by the memset below before anyone reads it.
         let mut buf = unsafe { self.stream.alloc::<u32>(n) }.ctx("allocating device memory")?;
+        self.count_allocation();
         self.fill_u32(&mut buf, n, value)?;
         Ok(buf)
     }

@@ -47,6 +47,8 @@ pub mod rng;
 pub mod scan;
 pub mod seeding;
 pub mod sort;
+pub mod staging;
+pub(crate) mod workspace;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};
 pub use cuda::{driver_present, DeviceBuffer, GpuContext};
@@ -54,6 +56,7 @@ pub use error::{Error, Result};
 pub use histogram::Histogram;
 pub use scan::ScanKind;
 pub use sort::SortOptions;
+pub use staging::HostCopies;
 
 /// Which implementation runs the kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,31 +77,50 @@ impl std::fmt::Display for BackendKind {
 }
 
 /// The backend every detkit operation runs on: the same public API on CPU and CUDA.
-#[derive(Debug)]
+///
+/// A CUDA backend keeps a workspace per family (device buffers, cached launch plans, pinned
+/// staging) between calls, grown on demand: a call whose sizes fit what an earlier call
+/// left allocates nothing. It is safe to call from several threads at once: each call takes
+/// a workspace of its own, with its own stream, out of the family's pool (see
+/// [`Backend::allocations`] and `docs/host.md`).
 pub struct Backend {
-    gpu: Option<GpuContext>,
+    gpu: Option<std::sync::Arc<GpuContext>>,
     description: String,
+    copies: HostCopies,
+    pub(crate) ws: workspace::Workspaces,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("description", &self.description)
+            .field("copies", &self.copies)
+            .finish()
+    }
 }
 
 impl Backend {
+    fn with_gpu(gpu: Option<GpuContext>, description: String) -> Self {
+        Self {
+            gpu: gpu.map(std::sync::Arc::new),
+            description,
+            copies: HostCopies::default(),
+            ws: Default::default(),
+        }
+    }
+
     /// CUDA on device 0 when a driver and a device are present, else the CPU. Never fails;
     /// [`Backend::description`] says which was picked and why.
     pub fn auto() -> Self {
         match Self::cuda(0) {
             Ok(b) => b,
-            Err(e) => Self {
-                gpu: None,
-                description: format!("backend: cpu (CUDA not used: {e})"),
-            },
+            Err(e) => Self::with_gpu(None, format!("backend: cpu (CUDA not used: {e})")),
         }
     }
 
     /// The CPU references.
     pub fn cpu() -> Self {
-        Self {
-            gpu: None,
-            description: "backend: cpu (requested)".into(),
-        }
+        Self::with_gpu(None, "backend: cpu (requested)".into())
     }
 
     /// CUDA on device `ordinal`, or an error saying why not.
@@ -109,10 +131,31 @@ impl Backend {
             gpu.device_name(),
             gpu.sm_count()
         );
-        Ok(Self {
-            gpu: Some(gpu),
-            description,
-        })
+        Ok(Self::with_gpu(Some(gpu), description))
+    }
+
+    /// This backend with host data copied as `copies` says (default: through pinned
+    /// staging buffers; `bench-host` measures both).
+    pub fn with_host_copies(mut self, copies: HostCopies) -> Self {
+        self.copies = copies;
+        self
+    }
+
+    /// How host data is copied to and from the device.
+    pub fn host_copies(&self) -> HostCopies {
+        self.copies
+    }
+
+    /// Device and pinned host allocations made so far by this backend's context and its
+    /// workspaces (0 on the CPU). A call whose sizes fit its workspace adds nothing: tests
+    /// and benchmarks read it around a call.
+    pub fn allocations(&self) -> u64 {
+        self.gpu.as_ref().map_or(0, |g| g.allocations())
+    }
+
+    /// The shared handle of the CUDA context, when the backend is CUDA.
+    pub fn gpu_shared(&self) -> Option<&std::sync::Arc<GpuContext>> {
+        self.gpu.as_ref()
     }
 
     /// Which implementation runs.
@@ -131,7 +174,7 @@ impl Backend {
 
     /// The CUDA context, when the backend is CUDA.
     pub fn gpu(&self) -> Option<&GpuContext> {
-        self.gpu.as_ref()
+        self.gpu.as_deref()
     }
 }
 

@@ -16,10 +16,15 @@ use std::collections::{HashMap, VecDeque};
 
 use detkit_gpu::clustering::{INVALID_MODULE, NOT_CLUSTERED, NO_MODULE_START};
 
-use super::{ChargeCut, Clusters, Digis, Geometry};
+use super::{ChargeCut, Clusters, DigisRef, Geometry};
 
 /// Clusters every event (`event_offsets[e] .. event_offsets[e + 1]`), without charge cut.
-pub fn find_clusters(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Clusters {
+pub fn find_clusters<'a>(
+    digis: impl Into<DigisRef<'a>>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+) -> Clusters {
+    let digis = digis.into();
     let n = digis.len();
     let nevents = event_offsets.len().saturating_sub(1);
     let nm = geometry.modules as usize;
@@ -94,13 +99,14 @@ pub fn find_clusters(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) 
 
 /// Removes clusters whose summed `adc` is below the module's threshold and renumbers the
 /// others consecutively in their previous order.
-pub fn charge_cut(
-    digis: &Digis,
+pub fn charge_cut<'a>(
+    digis: impl Into<DigisRef<'a>>,
     event_offsets: &[u32],
     geometry: &Geometry,
     cut: ChargeCut,
     clusters: &mut Clusters,
 ) {
+    let digis = digis.into();
     let nm = geometry.modules as usize;
     for e in 0..event_offsets.len().saturating_sub(1) {
         let (s, t) = (event_offsets[e] as usize, event_offsets[e + 1] as usize);
@@ -141,12 +147,13 @@ pub fn charge_cut(
 }
 
 /// [`find_clusters`] then, unless `cut` is `None`, [`charge_cut`].
-pub fn cluster(
-    digis: &Digis,
+pub fn cluster<'a>(
+    digis: impl Into<DigisRef<'a>>,
     event_offsets: &[u32],
     geometry: &Geometry,
     cut: Option<ChargeCut>,
 ) -> Clusters {
+    let digis = digis.into();
     let mut c = find_clusters(digis, event_offsets, geometry);
     if let Some(cut) = cut {
         charge_cut(digis, event_offsets, geometry, cut, &mut c);

@@ -7,9 +7,12 @@ use detkit_gpu::DevPtr;
 
 use cudarc::driver::CudaEvent;
 
-use super::{ChargeCut, Clusters, Digis, Geometry};
+use std::sync::Arc;
+
+use super::{ChargeCut, Clusters, DigisRef, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
+use crate::staging::{par_copy, upload_into, Pinned};
 
 /// Device-resident digis of one or more events, in buffers of a fixed capacity: upload a
 /// new batch into the same buffers with [`DeviceDigis::copy_from`] (no allocation). The
@@ -36,7 +39,12 @@ pub struct DeviceDigis {
 
 impl DeviceDigis {
     /// Copies validated digis to new device buffers of exactly their size.
-    pub fn upload(gpu: &GpuContext, digis: &Digis, event_offsets: &[u32]) -> Result<Self> {
+    pub fn upload<'a>(
+        gpu: &GpuContext,
+        digis: impl Into<DigisRef<'a>>,
+        event_offsets: &[u32],
+    ) -> Result<Self> {
+        let digis = digis.into();
         let nevents = event_offsets.len().saturating_sub(1);
         let mut d = Self::with_capacity(gpu, digis.len(), nevents)?;
         d.copy_from(gpu, digis, event_offsets)?;
@@ -71,11 +79,24 @@ impl DeviceDigis {
     /// buffers, on `gpu`'s stream (the stream the buffers were made on, or one ordered
     /// after it). The copies are issued in stream order: a chain launched earlier on the
     /// same stream has read the previous batch before they land.
-    pub fn copy_from(
+    pub fn copy_from<'a>(
         &mut self,
         gpu: &GpuContext,
-        digis: &Digis,
+        digis: impl Into<DigisRef<'a>>,
         event_offsets: &[u32],
+    ) -> Result<()> {
+        self.copy_in(gpu, digis.into(), event_offsets, None)
+    }
+
+    /// [`DeviceDigis::copy_from`], through `stage` when given (copied into its pinned
+    /// buffers, then asynchronous DMA; the caller makes sure no earlier copy still reads
+    /// them).
+    pub(crate) fn copy_in(
+        &mut self,
+        gpu: &GpuContext,
+        digis: DigisRef<'_>,
+        event_offsets: &[u32],
+        stage: Option<&mut ClusterStaging>,
     ) -> Result<()> {
         let n = digis.len();
         if event_offsets.len() < 2 || event_offsets.len() - 1 > self.max_events {
@@ -92,9 +113,7 @@ impl DeviceDigis {
                 capacity: self.max_digis as u64,
             });
         }
-        if [&digis.x, &digis.y, &digis.adc]
-            .iter()
-            .any(|v| v.len() != n)
+        if [digis.x, digis.y, digis.adc].iter().any(|v| v.len() != n)
             || event_offsets.last().copied() != Some(n as u32)
         {
             return Err(invalid(
@@ -102,24 +121,44 @@ impl DeviceDigis {
                 "arrays of different lengths, or event offsets not ending at the digi count",
             ));
         }
-        let s = gpu.stream();
-        let what = "copying digis to the device";
-        if n > 0 {
-            for (src, dst) in [
-                (&digis.module, &mut self.module),
-                (&digis.x, &mut self.x),
-                (&digis.y, &mut self.y),
-                (&digis.adc, &mut self.adc),
-            ] {
-                s.memcpy_htod(src.as_slice(), &mut dst.slice_mut(0..n))
-                    .ctx(what)?;
+        let ne = event_offsets.len() - 1;
+        let arrays = [
+            (digis.module, &mut self.module),
+            (digis.x, &mut self.x),
+            (digis.y, &mut self.y),
+            (digis.adc, &mut self.adc),
+        ];
+        match stage {
+            Some(st) => {
+                let words = st.words.get(gpu, ne + 3)?;
+                words[0] = n as u32;
+                words[1] = ne as u32;
+                words[2..].copy_from_slice(event_offsets);
+                upload_into(gpu, &words[..2], &mut self.dims, None)?;
+                upload_into(
+                    gpu,
+                    &words[2..],
+                    &mut self.event_offsets.slice_mut(0..ne + 1),
+                    None,
+                )?;
+                let pinned = st.digis.get(gpu, 4 * n)?;
+                for ((src, dst), p) in arrays.into_iter().zip(pinned.chunks_mut(n.max(1))) {
+                    upload_into(gpu, src, &mut dst.slice_mut(0..n), Some(p))?;
+                }
+            }
+            None => {
+                for (src, dst) in arrays {
+                    upload_into(gpu, src, &mut dst.slice_mut(0..n), None)?;
+                }
+                upload_into(
+                    gpu,
+                    event_offsets,
+                    &mut self.event_offsets.slice_mut(0..ne + 1),
+                    None,
+                )?;
+                upload_into(gpu, &[n as u32, ne as u32], &mut self.dims, None)?;
             }
         }
-        let ne = event_offsets.len() - 1;
-        s.memcpy_htod(event_offsets, &mut self.event_offsets.slice_mut(0..ne + 1))
-            .ctx(what)?;
-        s.memcpy_htod(&[n as u32, ne as u32], &mut self.dims)
-            .ctx(what)?;
         self.n = n;
         self.nevents = ne;
         Ok(())
@@ -146,6 +185,46 @@ impl DeviceDigis {
     }
 }
 
+/// Pinned host buffers of the clustering calls: digis and event offsets in, results out.
+pub(crate) struct ClusterStaging {
+    /// The four digi arrays, one after the other.
+    digis: Pinned<u16>,
+    /// `[n, nevents, event offsets…]`.
+    words: Pinned<u32>,
+    clus: Pinned<i32>,
+    /// Clusters per slot, first digi per slot, then the three status words.
+    slots: Pinned<u32>,
+}
+
+impl Default for ClusterStaging {
+    fn default() -> Self {
+        Self {
+            digis: Pinned::new(true),
+            words: Pinned::new(true),
+            clus: Pinned::new(false),
+            slots: Pinned::new(false),
+        }
+    }
+}
+
+/// The context a [`Clusterer`] launches on: borrowed (device-resident pipelines) or shared
+/// (a `Clusterer` the backend keeps in its workspace between calls).
+#[derive(Clone)]
+enum GpuRef<'g> {
+    Borrowed(&'g GpuContext),
+    Shared(Arc<GpuContext>),
+}
+
+impl std::ops::Deref for GpuRef<'_> {
+    type Target = GpuContext;
+    fn deref(&self) -> &GpuContext {
+        match self {
+            GpuRef::Borrowed(g) => g,
+            GpuRef::Shared(g) => g,
+        }
+    }
+}
+
 /// Device workspace and outputs of the clustering chain for up to `max_digis` digis and
 /// `max_events` events per launch. Steps can be launched one by one (for timing) or with
 /// [`Clusterer::run`] (one memset, the two phases of `count_modules`, then the small-module
@@ -156,7 +235,7 @@ impl DeviceDigis {
 /// stream (its own side streams are joined back into it); for several, give each its own
 /// fork of the context ([`GpuContext::fork`]) or use [`ClusterQueue`].
 pub struct Clusterer<'g> {
-    gpu: &'g GpuContext,
+    gpu: GpuRef<'g>,
     geometry: Geometry,
     warp_capacity: u32,
     warp_grid: u32,
@@ -263,6 +342,27 @@ pub const MAX_EVENTS_PER_LAUNCH: usize = 1 << 16;
 /// status words and column buckets, larger ones the global-memory fallback.
 pub const DEFAULT_CAPACITY: u32 = k::MEDIUM_CAPACITY;
 
+impl Clusterer<'static> {
+    /// As [`Clusterer::new`], holding a shared handle to the context instead of a borrow:
+    /// a `Clusterer` that can be kept in a workspace (the [`crate::Backend`] keeps one per
+    /// geometry) or moved to another thread with its context.
+    pub fn shared(
+        gpu: Arc<GpuContext>,
+        geometry: &Geometry,
+        max_digis: usize,
+        max_events: usize,
+    ) -> Result<Self> {
+        Self::build(
+            GpuRef::Shared(gpu),
+            geometry,
+            max_digis,
+            max_events,
+            k::SMALL_CAPACITY,
+            DEFAULT_CAPACITY,
+        )
+    }
+}
+
 impl<'g> Clusterer<'g> {
     /// Allocates everything for `geometry` with the default capacities.
     pub fn new(
@@ -292,6 +392,25 @@ impl<'g> Clusterer<'g> {
         small_capacity: u32,
         capacity: u32,
     ) -> Result<Self> {
+        Self::build(
+            GpuRef::Borrowed(gpu),
+            geometry,
+            max_digis,
+            max_events,
+            small_capacity,
+            capacity,
+        )
+    }
+
+    fn build(
+        handle: GpuRef<'g>,
+        geometry: &Geometry,
+        max_digis: usize,
+        max_events: usize,
+        small_capacity: u32,
+        capacity: u32,
+    ) -> Result<Self> {
+        let gpu: &GpuContext = &handle;
         geometry.check()?;
         if max_digis >= 1 << 31 {
             return Err(Error::CapacityExceeded {
@@ -431,7 +550,7 @@ impl<'g> Clusterer<'g> {
             .map(|_| event())
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            gpu,
+            gpu: handle.clone(),
             geometry: geometry.clone(),
             warp_capacity,
             warp_grid,
@@ -482,7 +601,7 @@ impl<'g> Clusterer<'g> {
     pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
         let smem = self.block_pass_smem(self.small_capacity, self.table_scale.1);
-        self.small_grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
+        self.small_grid = resident_grid(&self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
             .min(self.grid_limit.unwrap_or(u32::MAX));
         self.small_threads = threads;
         self.graph = None;
@@ -508,7 +627,7 @@ impl<'g> Clusterer<'g> {
             let smem = k::find_clus_small_smem_bytes(capacity, k::WARP_PASS_THREADS / 32);
             self.gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL_WARP, smem)?;
             self.warp_grid = resident_grid(
-                self.gpu,
+                &self.gpu,
                 k::KERNEL_FIND_CLUS_SMALL_WARP,
                 k::WARP_PASS_THREADS,
                 smem,
@@ -545,7 +664,7 @@ impl<'g> Clusterer<'g> {
                 let last = self.block_pass_smem(self.small_capacity, self.table_scale.1);
                 self.gpu
                     .allow_smem(k::KERNEL_FIND_CLUS_SMALL, smem.max(last))?;
-                let grid = resident_grid(self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
+                let grid = resident_grid(&self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
                     .min(self.grid_limit.unwrap_or(u32::MAX));
                 Some((cap, threads, grid))
             }
@@ -619,10 +738,10 @@ impl<'g> Clusterer<'g> {
         }
         let limit = self.grid_limit.unwrap_or(u32::MAX);
         self.find_grid =
-            resident_grid(self.gpu, k::KERNEL_FIND_CLUS, shared, self.smem)?.min(limit);
+            resident_grid(&self.gpu, k::KERNEL_FIND_CLUS, shared, self.smem)?.min(limit);
         let cells = (self.geometry.rows * self.geometry.cols) as usize;
         // At most the blocks whose pixel grids the buffer holds.
-        self.fallback_grid = fallback_grid(self.gpu, cells, fallback, self.fallback_smem)?
+        self.fallback_grid = fallback_grid(&self.gpu, cells, fallback, self.fallback_smem)?
             .min(limit)
             .min((self.grid.len() / cells.max(1)) as u32)
             .max(1);
@@ -753,7 +872,7 @@ impl<'g> Clusterer<'g> {
     /// `count_modules` in `phase`: the count (one thread per digi and per event × module)
     /// or the sort of the module slots into the pass lists (one thread per slot).
     fn launch_count(&mut self, d: &DeviceDigis, phase: u32) -> Result<()> {
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let (nm, rows, cols) = (
             self.geometry.modules,
             self.geometry.rows,
@@ -904,7 +1023,7 @@ impl<'g> Clusterer<'g> {
 
     /// The context to launch on: side stream `lane`, or the main one.
     fn on(&self, lane: Option<usize>) -> &GpuContext {
-        lane.map_or(self.gpu, |i| &self.side[i])
+        lane.map_or(&*self.gpu, |i| &self.side[i])
     }
 
     fn launch_small(
@@ -914,7 +1033,7 @@ impl<'g> Clusterer<'g> {
         pass: Pass,
         lane: Option<usize>,
     ) -> Result<()> {
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let geo = &self.geometry;
         let (nm, rows, cols, l1) = (geo.modules, geo.rows, geo.cols, geo.layer1_modules);
         let caps = self.pass_caps();
@@ -996,7 +1115,7 @@ impl<'g> Clusterer<'g> {
     }
 
     fn launch_shared(&mut self, d: &DeviceDigis, lane: Option<usize>) -> Result<()> {
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let geo = &self.geometry;
         let (nm, rows, cols, cap) = (geo.modules, geo.rows, geo.cols, self.capacity);
         let status_ptr = self.status.as_ref();
@@ -1043,7 +1162,7 @@ impl<'g> Clusterer<'g> {
 
     /// The fallback over its list, whose modules have over `above` digis.
     fn launch_fallback(&mut self, d: &DeviceDigis, lane: Option<usize>, above: u32) -> Result<()> {
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let blocks = self.grid_for(self.fallback_grid, above, 1);
         let geo = &self.geometry;
         let (nm, rows, cols) = (geo.modules, geo.rows, geo.cols);
@@ -1093,7 +1212,7 @@ impl<'g> Clusterer<'g> {
         if d.n == 0 {
             return Ok(());
         }
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let geo = &self.geometry;
         let smem = k::find_clus_seed_smem_bytes(geo.rows, geo.cols);
         if k::status_words(geo.rows, geo.cols) > k::STATUS_SMEM_MAX_WORDS
@@ -1165,7 +1284,7 @@ impl<'g> Clusterer<'g> {
         list: CutList,
         lane: Option<usize>,
     ) -> Result<()> {
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let geo = &self.geometry;
         let (nm, l1) = (geo.modules, geo.layer1_modules);
         let above = match list {
@@ -1230,7 +1349,7 @@ impl<'g> Clusterer<'g> {
         };
         if self.graph.as_ref().map(|(k, _)| *k) != Some(key) {
             self.graph = None;
-            let gpu = self.gpu;
+            let gpu = self.gpu.clone();
             self.capturing = true;
             let graph = gpu.capture(|| self.run(d, cut));
             self.capturing = false;
@@ -1255,10 +1374,11 @@ impl<'g> Clusterer<'g> {
         s.memcpy_dtoh(&self.fallback.slice(0..1), &mut fallback[..])
             .ctx(what)?;
         s.synchronize().ctx(what)?;
-        // The sort lists the modules over the shared-memory capacity for the fallback
-        // directly (the shared-memory kernel's list holds the others).
-        medium[0] += fallback[0];
-        if let Some(first) = decode_first_index(bad[0]) {
+        self.decode_status(bad[0], medium[0], fallback[0])
+    }
+
+    fn decode_status(&self, bad: u32, medium: u32, fallback: u32) -> Result<(u32, u32)> {
+        if let Some(first) = decode_first_index(bad) {
             return Err(invalid(
                 "digis",
                 format!(
@@ -1267,14 +1387,16 @@ impl<'g> Clusterer<'g> {
                 ),
             ));
         }
-        Ok((medium[0], fallback[0]))
+        // The sort lists the modules over the shared-memory capacity for the fallback
+        // directly (the shared-memory kernel's list holds the others).
+        Ok((medium + fallback, fallback))
     }
 
     /// Fills the per-digi outputs with a poison value (tests: an element the kernels fail to
     /// write shows up).
     pub fn poison_outputs(&mut self) -> Result<()> {
         let n = self.clus.len();
-        let g = self.gpu;
+        let g = self.gpu.clone();
         let s = g.stream();
         s.memcpy_htod(&vec![0x5a5a_5a5a_i32; n], &mut self.clus)
             .ctx("poisoning outputs")?;
@@ -1303,6 +1425,82 @@ impl<'g> Clusterer<'g> {
     /// As [`Clusterer::results`] into `out`, reusing its vectors (no allocation once they
     /// have grown to the batch's size).
     pub fn results_into(&self, d: &DeviceDigis, out: &mut Clusters) -> Result<()> {
+        self.download_results(d, out, None)
+    }
+
+    /// The largest batch this workspace takes: digis and events.
+    pub fn capacity(&self) -> (usize, usize) {
+        (self.max_digis, self.max_events)
+    }
+
+    /// Issues the copies of the last run's results into `stage`'s pinned buffers, without
+    /// waiting ([`Clusterer::finish_results`] waits and reads them).
+    pub(crate) fn enqueue_results(
+        &self,
+        d: &DeviceDigis,
+        stage: &mut ClusterStaging,
+    ) -> Result<()> {
+        let slots = d.nevents * self.geometry.modules as usize;
+        let g = &*self.gpu;
+        let s = g.stream();
+        let what = "copying clusters from the device";
+        let clus = stage.clus.get(g, d.n)?;
+        if d.n > 0 {
+            s.memcpy_dtoh(&self.clus.slice(0..d.n), clus).ctx(what)?;
+        }
+        let w = stage.slots.get(g, 2 * slots + 3)?;
+        let (cim, rest) = w.split_at_mut(slots);
+        let (mf, status) = rest.split_at_mut(slots);
+        s.memcpy_dtoh(&self.clus_in_module.slice(0..slots), cim)
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.module_first.slice(0..slots), mf)
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.head.slice(0..1), &mut status[0..1])
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.larger.slice(0..1), &mut status[1..2])
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.fallback.slice(0..1), &mut status[2..3])
+            .ctx(what)
+    }
+
+    /// Waits for the copies of [`Clusterer::enqueue_results`] and moves the results into
+    /// `out` (its vectors reused).
+    pub(crate) fn finish_results(
+        &self,
+        d: &DeviceDigis,
+        stage: &mut ClusterStaging,
+        out: &mut Clusters,
+    ) -> Result<()> {
+        let slots = d.nevents * self.geometry.modules as usize;
+        let g = &*self.gpu;
+        g.synchronize()?;
+        out.clus.resize(d.n, 0);
+        out.clus_in_module.resize(slots, 0);
+        out.module_first.resize(slots, 0);
+        par_copy(&mut out.clus, stage.clus.get(g, d.n)?);
+        let w = stage.slots.get(g, 2 * slots + 3)?;
+        out.clus_in_module.copy_from_slice(&w[..slots]);
+        out.module_first.copy_from_slice(&w[slots..2 * slots]);
+        let (medium, fallback) =
+            self.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2])?;
+        out.modules = self.geometry.modules as usize;
+        out.medium_modules = medium;
+        out.fallback_modules = fallback;
+        Ok(())
+    }
+
+    /// The results of the last run on `d` into `out`: through `stage` (asynchronous copies
+    /// into pinned memory, one wait, host copies) or, without one, straight into `out`.
+    pub(crate) fn download_results(
+        &self,
+        d: &DeviceDigis,
+        out: &mut Clusters,
+        stage: Option<&mut ClusterStaging>,
+    ) -> Result<()> {
+        if let Some(st) = stage {
+            self.enqueue_results(d, st)?;
+            return self.finish_results(d, st, out);
+        }
         let slots = d.nevents * self.geometry.modules as usize;
         let s = self.gpu.stream();
         let what = "copying clusters from the device";
@@ -1394,9 +1592,9 @@ impl<'g> ClusterQueue<'g> {
     /// Submits a batch (validated digis and event offsets). Returns the results of the
     /// batch that was submitted `lanes` submissions earlier, with its submission number
     /// (0-based), if there was one.
-    pub fn submit(
+    pub fn submit<'a>(
         &mut self,
-        digis: &Digis,
+        digis: impl Into<DigisRef<'a>>,
         event_offsets: &[u32],
     ) -> Result<Option<(u64, Clusters)>> {
         let k = self.next;
@@ -1404,7 +1602,7 @@ impl<'g> ClusterQueue<'g> {
         let done = self.collect(k)?;
         let cut = self.cut;
         let (d, c, pending) = &mut self.lanes[k];
-        d.copy_from(c.gpu, digis, event_offsets)?;
+        d.copy_from(&c.gpu, digis, event_offsets)?;
         c.run_graph(d, cut)?;
         *pending = Some(self.submitted);
         self.submitted += 1;

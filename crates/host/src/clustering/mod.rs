@@ -21,6 +21,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod door;
 pub mod gen;
 pub mod io;
 
@@ -220,7 +221,7 @@ impl Digis {
 }
 
 /// Clustering results.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Clusters {
     /// Per digi: cluster index within its module, or -1.
     pub clus: Vec<i32>,
@@ -252,11 +253,87 @@ impl Clusters {
     }
 }
 
+/// Digis as four borrowed arrays (the caller's memory: a [`Digis`], numpy arrays, a memory
+/// map): what [`Backend::cluster`] and [`Backend::cluster_events`] take, so that no copy is
+/// made on the way in. `&Digis` converts into it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DigisRef<'a> {
+    /// Module id, or [`INVALID_MODULE`].
+    pub module: &'a [u16],
+    /// Row.
+    pub x: &'a [u16],
+    /// Column.
+    pub y: &'a [u16],
+    /// Charge (electrons after calibration).
+    pub adc: &'a [u16],
+}
+
+impl<'a> From<&'a Digis> for DigisRef<'a> {
+    fn from(d: &'a Digis) -> Self {
+        Self {
+            module: &d.module,
+            x: &d.x,
+            y: &d.y,
+            adc: &d.adc,
+        }
+    }
+}
+
+impl<'a> From<&'a mut Digis> for DigisRef<'a> {
+    fn from(d: &'a mut Digis) -> Self {
+        DigisRef::from(&*d)
+    }
+}
+
+impl DigisRef<'_> {
+    /// Number of digis (of `module`; [`validate`] checks the other arrays agree).
+    pub fn len(&self) -> usize {
+        self.module.len()
+    }
+
+    /// Whether there is no digi.
+    pub fn is_empty(&self) -> bool {
+        self.module.is_empty()
+    }
+
+    /// An owned copy.
+    pub fn to_digis(&self) -> Digis {
+        Digis {
+            module: self.module.to_vec(),
+            x: self.x.to_vec(),
+            y: self.y.to_vec(),
+            adc: self.adc.to_vec(),
+        }
+    }
+
+    /// The digis `range` (all four arrays sliced alike).
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Self {
+        Self {
+            module: &self.module[range.clone()],
+            x: &self.x[range.clone()],
+            y: &self.y[range.clone()],
+            adc: &self.adc[range],
+        }
+    }
+}
+
+/// Digis per piece of the parallel validation: large enough that a piece's work (a few µs)
+/// outweighs handing it to a thread.
+const VALIDATE_PIECE: usize = 1 << 14;
+
 /// Checks the preconditions of clustering, naming the first offending digi:
 /// equal array lengths; fewer than 2^31 digis; event offsets from 0 to `n`, non-decreasing;
 /// module ids below the geometry's count (or [`INVALID_MODULE`]); coordinates inside the
 /// module; the digis of one module consecutive within an event.
-pub fn validate(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Result<()> {
+///
+/// The digis are checked in pieces on several threads (rayon); the error is the one a
+/// sequential pass over the digis in order meets first (the same message and index).
+pub fn validate<'a>(
+    digis: impl Into<DigisRef<'a>>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+) -> Result<()> {
+    let digis = digis.into();
     geometry.check()?;
     let n = digis.len();
     if digis.x.len() != n || digis.y.len() != n || digis.adc.len() != n {
@@ -297,29 +374,48 @@ pub fn validate(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Re
             ),
         ));
     }
-    // seen[m] = 1 + last event in which module m's run ended (0 = never).
-    let mut seen = vec![0u32; geometry.modules as usize];
-    for e in 0..event_offsets.len() - 1 {
-        let mut current: Option<(u16, usize)> = None;
-        for d in event_offsets[e] as usize..event_offsets[e + 1] as usize {
+    validate_digis(digis, event_offsets, geometry)
+}
+
+/// A run of digis of one module within one event, as a piece of the validation saw it
+/// (invalid digis inside it skipped): the module, its event, its first digi.
+#[derive(Clone, Copy)]
+struct Run {
+    module: u16,
+    event: u32,
+    start: u32,
+}
+
+/// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
+/// module runs; then one pass over the runs (a few per module and event) for the rule that a
+/// module's digis are consecutive within an event.
+fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometry) -> Result<()> {
+    use rayon::prelude::*;
+    let n = digis.len();
+    let pieces = n.div_ceil(VALIDATE_PIECE);
+    // Each piece: its first range error (digi index and error) and its runs.
+    let check_piece = |p: usize| -> (Option<(usize, Error)>, Vec<Run>) {
+        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        // The event of digi `lo`: the last event starting at or before it (empty events
+        // skipped).
+        let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
+        let mut runs = Vec::new();
+        let mut current: Option<u16> = None;
+        for d in lo..hi {
+            while event_offsets[e + 1] as usize <= d {
+                e += 1;
+                current = None;
+            }
             let m = digis.module[d];
             if m == INVALID_MODULE {
                 continue;
             }
             if m as u32 >= geometry.modules {
-                return Err(Error::InvalidItem {
-                    what: "digi",
-                    index: d,
-                    column: "module",
-                    detail: format!(
-                        "module id {m} out of range ({} modules in {}; {INVALID_MODULE} marks an invalid digi)",
-                        geometry.modules, geometry.name
-                    ),
-                });
+                return (Some((d, module_out_of_range(d, m, geometry))), runs);
             }
             let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
             if x >= geometry.rows || y >= geometry.cols {
-                return Err(Error::InvalidItem {
+                let err = Error::InvalidItem {
                     what: "digi",
                     index: d,
                     column: if x >= geometry.rows { "x" } else { "y" },
@@ -327,60 +423,252 @@ pub fn validate(digis: &Digis, event_offsets: &[u32], geometry: &Geometry) -> Re
                         "pixel (x {x}, y {y}) outside the {} × {} module {m}",
                         geometry.rows, geometry.cols
                     ),
-                });
+                };
+                return (Some((d, err)), runs);
             }
-            match current {
-                Some((cm, _)) if cm == m => {}
-                _ => {
-                    if seen[m as usize] == e as u32 + 1 {
-                        return Err(Error::InvalidItem {
-                            what: "digi",
-                            index: d,
-                            column: "module",
-                            detail: format!(
-                                "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {})",
-                                current.map_or(d, |(_, start)| start)
-                            ),
-                        });
-                    }
-                    seen[m as usize] = e as u32 + 1;
-                    current = Some((m, d));
-                }
+            if current != Some(m) {
+                runs.push(Run {
+                    module: m,
+                    event: e as u32,
+                    start: d as u32,
+                });
+                current = Some(m);
             }
         }
+        (None, runs)
+    };
+    let mut results: Vec<(Option<(usize, Error)>, Vec<Run>)> = if pieces <= 1 {
+        (0..pieces).map(check_piece).collect()
+    } else {
+        (0..pieces).into_par_iter().map(check_piece).collect()
+    };
+    // The first range error in digi order (the pieces are in order, so the first piece with
+    // one); the runs after it do not matter (a sequential pass stops there).
+    let range_error = results.iter_mut().find_map(|(err, _)| err.take());
+    let limit = range_error.as_ref().map_or(usize::MAX, |(d, _)| *d);
+    // seen[m] = 1 + last event in which module m's run ended (0 = never).
+    let mut seen = vec![0u32; geometry.modules as usize];
+    let mut current: Option<(u16, u32, u32)> = None; // module, event, start
+    for run in results.iter().flat_map(|(_, runs)| runs.iter()) {
+        if run.start as usize >= limit {
+            break;
+        }
+        let (m, e) = (run.module, run.event);
+        match current {
+            // The same run continued across a piece boundary.
+            Some((cm, ce, _)) if cm == m && ce == e => continue,
+            _ => {}
+        }
+        if seen[m as usize] == e + 1 {
+            let before = match current {
+                Some((_, ce, start)) if ce == e => start as usize,
+                _ => run.start as usize,
+            };
+            return Err(Error::InvalidItem {
+                what: "digi",
+                index: run.start as usize,
+                column: "module",
+                detail: format!(
+                    "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {before})"
+                ),
+            });
+        }
+        seen[m as usize] = e + 1;
+        current = Some((m, e, run.start));
     }
-    Ok(())
+    match range_error {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn module_out_of_range(d: usize, m: u16, geometry: &Geometry) -> Error {
+    Error::InvalidItem {
+        what: "digi",
+        index: d,
+        column: "module",
+        detail: format!(
+            "module id {m} out of range ({} modules in {}; {INVALID_MODULE} marks an invalid digi)",
+            geometry.modules, geometry.name
+        ),
+    }
 }
 
 impl Backend {
     /// Clusters one event's digis (`None`: no charge cut; `Some(geometry.default_cut)`:
-    /// the CMS defaults). Input is validated first.
-    pub fn cluster(
+    /// the CMS defaults). Input is validated first. `digis` is a `&Digis` or a [`DigisRef`]
+    /// over the caller's arrays.
+    pub fn cluster<'a>(
         &self,
-        digis: &Digis,
+        digis: impl Into<DigisRef<'a>>,
         geometry: &Geometry,
         cut: Option<ChargeCut>,
     ) -> Result<Clusters> {
+        let digis = digis.into();
         self.cluster_events(digis, &[0, digis.len() as u32], geometry, cut)
     }
 
     /// Clusters several events at once (`event_offsets[e] .. event_offsets[e + 1]`).
-    pub fn cluster_events(
+    pub fn cluster_events<'a>(
         &self,
-        digis: &Digis,
+        digis: impl Into<DigisRef<'a>>,
         event_offsets: &[u32],
         geometry: &Geometry,
         cut: Option<ChargeCut>,
     ) -> Result<Clusters> {
+        let mut out = Clusters::default();
+        self.cluster_events_into(digis, event_offsets, geometry, cut, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Backend::cluster_events`] into `out`, whose vectors are reused (resized to the
+    /// batch; no allocation once they have grown to it). On CUDA the call runs in the
+    /// backend's clustering workspace (device digis, a cached [`Clusterer`] replayed as a
+    /// CUDA graph, pinned staging), so a batch that fits an earlier one allocates nothing.
+    /// On an error `out` holds no meaningful result.
+    pub fn cluster_events_into<'a>(
+        &self,
+        digis: impl Into<DigisRef<'a>>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        out: &mut Clusters,
+    ) -> Result<()> {
+        let digis = digis.into();
         validate(digis, event_offsets, geometry)?;
         match self.gpu() {
-            None => Ok(cpu::cluster(digis, event_offsets, geometry, cut)),
-            Some(gpu) => {
-                let d = DeviceDigis::upload(gpu, digis, event_offsets)?;
-                let mut c = Clusterer::new(gpu, geometry, digis.len(), event_offsets.len() - 1)?;
-                c.run(&d, cut)?;
-                c.results(&d)
+            None => {
+                *out = cpu::cluster(digis, event_offsets, geometry, cut);
+                Ok(())
+            }
+            Some(gpu) => self.ws.clustering.run(
+                || door::ClusterWorkspace::new(gpu),
+                |w| w.cluster(digis, event_offsets, geometry, cut, self.host_copies(), out),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::Rng as _;
+
+    /// The plain sequential validation (one pass over the digis in order): the reference the
+    /// parallel [`validate`] must agree with, error for error.
+    fn validate_sequential(
+        digis: &Digis,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+    ) -> Result<()> {
+        let mut seen = vec![0u32; geometry.modules as usize];
+        for e in 0..event_offsets.len() - 1 {
+            let mut current: Option<(u16, usize)> = None;
+            for d in event_offsets[e] as usize..event_offsets[e + 1] as usize {
+                let m = digis.module[d];
+                if m == INVALID_MODULE {
+                    continue;
+                }
+                if m as u32 >= geometry.modules {
+                    return Err(module_out_of_range(d, m, geometry));
+                }
+                let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
+                if x >= geometry.rows || y >= geometry.cols {
+                    return Err(Error::InvalidItem {
+                        what: "digi",
+                        index: d,
+                        column: if x >= geometry.rows { "x" } else { "y" },
+                        detail: format!(
+                            "pixel (x {x}, y {y}) outside the {} × {} module {m}",
+                            geometry.rows, geometry.cols
+                        ),
+                    });
+                }
+                match current {
+                    Some((cm, _)) if cm == m => {}
+                    _ => {
+                        if seen[m as usize] == e as u32 + 1 {
+                            return Err(Error::InvalidItem {
+                                what: "digi",
+                                index: d,
+                                column: "module",
+                                detail: format!(
+                                    "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {})",
+                                    current.map_or(d, |(_, start)| start)
+                                ),
+                            });
+                        }
+                        seen[m as usize] = e as u32 + 1;
+                        current = Some((m, d));
+                    }
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Events of a few modules with long runs (runs cross the validation's pieces), invalid
+    /// digis inside runs, empty events; then one fault of each kind at random places.
+    #[test]
+    fn parallel_validation_reports_what_a_sequential_pass_reports() {
+        let g = Geometry::custom(40, 64, 64, 256, ChargeCut::uniform(0)).unwrap();
+        let mut r = crate::rng::rng(7);
+        let mut errors = 0;
+        for case in 0..60 {
+            let mut d = Digis::default();
+            let mut offsets = vec![0u32];
+            let events = 1 + case % 5;
+            for _ in 0..events {
+                if r.gen_range(0..6) == 0 {
+                    offsets.push(d.len() as u32); // an empty event
+                    continue;
+                }
+                let mut modules: Vec<u16> = (0..40).collect();
+                for i in (1..modules.len()).rev() {
+                    modules.swap(i, r.gen_range(0..=i));
+                }
+                for &m in &modules[..r.gen_range(1..12)] {
+                    let len = r.gen_range(1..(3 * VALIDATE_PIECE / 2));
+                    for _ in 0..len {
+                        let inv = r.gen_range(0..50) == 0;
+                        d.push(
+                            if inv { INVALID_MODULE } else { m },
+                            r.gen_range(0..64),
+                            r.gen_range(0..64),
+                            100,
+                        );
+                    }
+                }
+                offsets.push(d.len() as u32);
+            }
+            let n = d.len();
+            assert_eq!(
+                validate(&d, &offsets, &g).map_err(|e| e.to_string()),
+                Ok(()),
+                "case {case}"
+            );
+            // Up to three faults of random kinds at random digis.
+            for _ in 0..r.gen_range(1..4) {
+                if n == 0 {
+                    break;
+                }
+                let at = r.gen_range(0..n);
+                match r.gen_range(0..4) {
+                    0 => d.module[at] = 40 + r.gen_range(0..10),
+                    1 => d.x[at] = 64 + r.gen_range(0..10),
+                    2 => d.y[at] = 64,
+                    // Another module's id: non-consecutive unless it lands next to its run.
+                    _ => d.module[at] = r.gen_range(0..40),
+                }
+            }
+            let want = validate_sequential(&d, &offsets, &g).map_err(|e| e.to_string());
+            let got = validate(&d, &offsets, &g).map_err(|e| e.to_string());
+            errors += got.is_err() as u32;
+            assert_eq!(got, want, "case {case}: {n} digis, offsets {offsets:?}");
+        }
+        assert!(
+            errors >= 40,
+            "only {errors} of 60 cases had a fault that validation found"
+        );
     }
 }

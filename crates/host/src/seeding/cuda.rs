@@ -1005,16 +1005,23 @@ impl GpuContext {
 
     /// Seeds of events given in host memory, in chunks of whole events (at most
     /// `CHUNK_SPACEPOINTS` spacepoints and as many events as the grid allows per chunk), each
-    /// chunk one chain of launches in `ws`.
+    /// chunk one chain of launches in `ws`, into `out` (one output per event; the vectors of
+    /// the outputs already there are reused). Through `stage` when given: the chunk's
+    /// spacepoints are gathered into pinned memory and copied in one DMA, the seeds and
+    /// parameters come back the same way.
     pub(crate) fn seed_events_host(
         &self,
         ws: &mut SeedingWorkspace,
         events: &[&[SpacePoint]],
         cfg: &SeedingConfig,
-    ) -> Result<Vec<SeedingOutput>> {
+        mut stage: Option<&mut SeedStaging>,
+        out: &mut Vec<SeedingOutput>,
+    ) -> Result<()> {
         let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
-        let mut out = Vec::with_capacity(events.len());
+        out.truncate(events.len());
+        out.resize_with(events.len(), SeedingOutput::default);
         let mut first = 0;
+        let mut offsets = Vec::new();
         while first < events.len() {
             let mut last = first;
             let mut n = 0usize;
@@ -1026,20 +1033,45 @@ impl GpuContext {
                 last += 1;
             }
             let chunk = &events[first..last];
-            let mut offsets = vec![0usize];
+            offsets.clear();
+            offsets.push(0usize);
             for e in chunk {
                 offsets.push(offsets[offsets.len() - 1] + e.len());
             }
             ws.ensure(self, B::Input, words::<SpacePoint>(n))?;
-            for (e, ev) in chunk.iter().enumerate() {
-                if ev.is_empty() {
-                    continue;
+            let sp_words = std::mem::size_of::<SpacePoint>() / 4;
+            match stage.as_deref_mut() {
+                Some(st) if n > 0 => {
+                    let pin = st.input.get(self, n * sp_words)?;
+                    {
+                        use rayon::prelude::*;
+                        let mut parts = Vec::with_capacity(chunk.len());
+                        let mut rest = &mut pin[..];
+                        for ev in chunk {
+                            let (head, tail) = rest.split_at_mut(ev.len() * sp_words);
+                            parts.push((head, as_words(ev)));
+                            rest = tail;
+                        }
+                        parts
+                            .into_par_iter()
+                            .for_each(|(d, s)| crate::staging::par_copy(d, s));
+                    }
+                    self.stream()
+                        .memcpy_htod(&*pin, &mut ws.buf_mut(B::Input).slice_mut(0..n * sp_words))
+                        .ctx("uploading spacepoints")?;
                 }
-                let w = as_words(ev);
-                let at = offsets[e] * std::mem::size_of::<SpacePoint>() / 4;
-                self.stream()
-                    .memcpy_htod(w, &mut ws.buf_mut(B::Input).slice_mut(at..at + w.len()))
-                    .ctx("uploading spacepoints")?;
+                _ => {
+                    for (e, ev) in chunk.iter().enumerate() {
+                        if ev.is_empty() {
+                            continue;
+                        }
+                        let w = as_words(ev);
+                        let at = offsets[e] * sp_words;
+                        self.stream()
+                            .memcpy_htod(w, &mut ws.buf_mut(B::Input).slice_mut(at..at + w.len()))
+                            .ctx("uploading spacepoints")?;
+                    }
+                }
             }
             let mut input = ws.bufs[B::Input as usize].take();
             let stats = match &input {
@@ -1048,17 +1080,92 @@ impl GpuContext {
             };
             ws.bufs[B::Input as usize] = input.take();
             let stats = stats?;
-            let res = self.download_batch(ws)?;
-            for (s, (seeds, params)) in stats.into_iter().zip(res) {
-                out.push(SeedingOutput {
-                    seeds,
-                    params,
-                    stats: s,
-                });
+            let outs = &mut out[first..last];
+            for (o, s) in outs.iter_mut().zip(stats) {
+                o.stats = s;
             }
+            self.download_batch_into(ws, stage.as_deref_mut(), outs)?;
             first = last;
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The seeds and parameters of the last call of `ws`, split by event into `outs` (their
+    /// vectors reused), through `stage`'s pinned buffers when given.
+    fn download_batch_into(
+        &self,
+        ws: &SeedingWorkspace,
+        stage: Option<&mut SeedStaging>,
+        outs: &mut [SeedingOutput],
+    ) -> Result<()> {
+        let ns = ws.total_seeds();
+        let (sw, pw) = (words::<Seed>(ns), words::<BoundParams>(ns));
+        let fill = |outs: &mut [SeedingOutput], s: &[u32], p: &[u32]| {
+            let (all_s, all_p) = if ns == 0 {
+                (&[][..], &[][..])
+            } else {
+                (
+                    bytemuck::cast_slice::<u32, Seed>(&s[..sw]),
+                    bytemuck::cast_slice::<u32, BoundParams>(&p[..pw]),
+                )
+            };
+            for (o, r) in outs.iter_mut().zip(ws.event_seeds()) {
+                o.seeds.clear();
+                o.seeds.extend_from_slice(&all_s[r.clone()]);
+                o.params.clear();
+                o.params.extend_from_slice(&all_p[r.clone()]);
+            }
+        };
+        if ns == 0 {
+            fill(outs, &[], &[]);
+            return Ok(());
+        }
+        match stage {
+            Some(st) => {
+                let what = "copying seeds";
+                let s = st.seeds.get(self, sw)?;
+                self.stream()
+                    .memcpy_dtoh(&ws.buf(B::Seeds).slice(..sw), s)
+                    .ctx(what)?;
+                let p = st.params.get(self, pw)?;
+                self.stream()
+                    .memcpy_dtoh(&ws.buf(B::Params).slice(..pw), p)
+                    .ctx(what)?;
+                self.synchronize()?;
+                let s = st.seeds.get(self, sw)?;
+                let p = &st.params.get(self, pw)?;
+                fill(outs, s, p);
+            }
+            None => {
+                let s = self
+                    .stream()
+                    .clone_dtoh(&ws.buf(B::Seeds).slice(..sw))
+                    .ctx("copying seeds")?;
+                let p = self
+                    .stream()
+                    .clone_dtoh(&ws.buf(B::Params).slice(..pw))
+                    .ctx("copying parameters")?;
+                fill(outs, &s, &p);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pinned host buffers of the seeding calls: spacepoints in, seeds and parameters out.
+pub(crate) struct SeedStaging {
+    input: crate::staging::Pinned<u32>,
+    seeds: crate::staging::Pinned<u32>,
+    params: crate::staging::Pinned<u32>,
+}
+
+impl Default for SeedStaging {
+    fn default() -> Self {
+        Self {
+            input: crate::staging::Pinned::new(true),
+            seeds: crate::staging::Pinned::new(false),
+            params: crate::staging::Pinned::new(false),
+        }
     }
 }
 

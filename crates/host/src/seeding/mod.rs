@@ -17,6 +17,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod door;
 pub mod gen;
 pub mod io;
 
@@ -348,7 +349,7 @@ impl SeedingSettings {
 }
 
 /// Seeds, their parameters and the stage counts.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SeedingOutput {
     /// Seeds in output order (middles by grid bin then input index, best first).
     pub seeds: Vec<Seed>,
@@ -366,7 +367,21 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
             format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
         ));
     }
+    use rayon::prelude::*;
+    if sps.len() < 2 * CHECK_PIECE {
+        return check_piece(sps, 0);
+    }
+    sps.par_chunks(CHECK_PIECE)
+        .enumerate()
+        .map(|(p, c)| check_piece(c, p * CHECK_PIECE))
+        .find_first(|r| r.is_err())
+        .unwrap_or(Ok(()))
+}
+
+/// The checks of [`check_spacepoints`] on `sps`, the spacepoints from index `base` on.
+fn check_piece(sps: &[SpacePoint], base: usize) -> Result<()> {
     for (i, s) in sps.iter().enumerate() {
+        let i = base + i;
         let fields = [
             ("x", s.x, false),
             ("y", s.y, false),
@@ -442,24 +457,25 @@ impl Backend {
     /// Seeds of one event (input indices, output order documented in `docs/seeding.md`),
     /// their bound parameters and the stage counts; identical on both backends.
     pub fn seed(&self, sps: &[SpacePoint], cfg: &SeedingConfig) -> Result<SeedingOutput> {
-        check_spacepoints(sps)?;
-        check_config(cfg)?;
-        match self.gpu() {
-            None => {
-                let (seeds, stats) = crate::seeding::cpu::seeds(cfg, sps);
-                let params = crate::seeding::cpu::params(cfg, sps, &seeds);
-                Ok(SeedingOutput {
-                    seeds,
-                    params,
-                    stats,
-                })
-            }
-            Some(gpu) => {
-                let mut v = self.seed_events(&[sps], cfg)?;
-                let _ = gpu;
-                Ok(v.pop().expect("one event in, one out"))
-            }
+        let mut out = SeedingOutput::default();
+        self.seed_into(sps, cfg, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Backend::seed`] into `out`, whose vectors are reused (no allocation once they have
+    /// grown to the event's seeds).
+    pub fn seed_into(
+        &self,
+        sps: &[SpacePoint],
+        cfg: &SeedingConfig,
+        out: &mut SeedingOutput,
+    ) -> Result<()> {
+        let mut v = vec![std::mem::take(out)];
+        let r = self.seed_events_into(&[sps], cfg, &mut v);
+        if let Some(o) = v.pop() {
+            *out = o;
         }
+        r
     }
 
     /// Seeds of many events (each as [`Backend::seed`] gives it, in the same order). On the
@@ -470,14 +486,26 @@ impl Backend {
         events: &[&[SpacePoint]],
         cfg: &SeedingConfig,
     ) -> Result<Vec<SeedingOutput>> {
+        let mut out = Vec::new();
+        self.seed_events_into(events, cfg, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Backend::seed_events`] into `out` (one output per event: resized to the event
+    /// count, the vectors of the outputs already there reused). On CUDA the call runs in the
+    /// backend's seeding workspace (device buffers and pinned staging, kept between calls).
+    pub fn seed_events_into(
+        &self,
+        events: &[&[SpacePoint]],
+        cfg: &SeedingConfig,
+        out: &mut Vec<SeedingOutput>,
+    ) -> Result<()> {
         check_config(cfg)?;
-        for ev in events {
-            check_spacepoints(ev)?;
-        }
+        check_events(events)?;
         match self.gpu() {
-            None => Ok(events
-                .iter()
-                .map(|sps| {
+            None => {
+                out.clear();
+                out.extend(events.iter().map(|sps| {
                     let (seeds, stats) = crate::seeding::cpu::seeds(cfg, sps);
                     let params = crate::seeding::cpu::params(cfg, sps, &seeds);
                     SeedingOutput {
@@ -485,19 +513,41 @@ impl Backend {
                         params,
                         stats,
                     }
-                })
-                .collect()),
+                }));
+                Ok(())
+            }
             Some(gpu) => {
                 if events.is_empty() {
-                    return Ok(Vec::new());
+                    out.clear();
+                    return Ok(());
                 }
-                let mut ws = gpu
-                    .with_scratch(|s: &mut Option<SeedingWorkspace>| s.take())
-                    .unwrap_or_default();
-                let r = gpu.seed_events_host(&mut ws, events, cfg);
-                gpu.with_scratch(|s: &mut Option<SeedingWorkspace>| *s = Some(ws));
-                r
+                let copies = self.host_copies();
+                self.ws.seeding.run(
+                    || door::SeedWorkspace::new(gpu),
+                    |w| w.seed_events(events, cfg, copies, out),
+                )
             }
         }
     }
 }
+
+/// [`check_spacepoints`] of every event, on several threads when there are many
+/// spacepoints; the error is the one of the first bad event (as a loop in order gives).
+fn check_events(events: &[&[SpacePoint]]) -> Result<()> {
+    use rayon::prelude::*;
+    let total: usize = events.iter().map(|e| e.len()).sum();
+    if total < CHECK_PIECE {
+        return events.iter().try_for_each(|e| check_spacepoints(e));
+    }
+    // Pieces of events of about CHECK_PIECE spacepoints; a large event is one piece, checked
+    // by check_spacepoints's own pieces.
+    events
+        .par_iter()
+        .with_min_len((CHECK_PIECE * events.len() / total).max(1))
+        .map(|e| check_spacepoints(e))
+        .find_first(|r| r.is_err())
+        .unwrap_or(Ok(()))
+}
+
+/// Spacepoints per piece of the parallel checks.
+const CHECK_PIECE: usize = 1 << 13;

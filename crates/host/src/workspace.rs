@@ -1,0 +1,63 @@
+//! The workspaces a [`crate::Backend`] keeps between calls: one pool per family, of typed
+//! workspaces (device buffers, pinned staging, cached launch plans), each with a stream of
+//! its own.
+//!
+//! Thread safety: per-call workspaces out of a pool. A call takes a workspace from its
+//! family's pool (a lock held only for the `pop`), runs on the workspace's own stream
+//! without holding any lock, and puts it back. One thread calling again and again reuses
+//! the same workspace, so a call whose sizes fit allocates nothing; several threads calling
+//! at once each get one (made on first need), and their copies and kernels overlap on the
+//! GPU instead of queueing behind one lock. The pool keeps as many workspaces as calls were
+//! ever in flight at once.
+
+use std::sync::{Arc, Mutex};
+
+use crate::cuda::GpuContext;
+use crate::error::{Error, Result};
+
+/// Workspaces of one family, for reuse.
+pub(crate) struct Pool<W> {
+    free: Mutex<Vec<W>>,
+}
+
+impl<W> Default for Pool<W> {
+    fn default() -> Self {
+        Self {
+            free: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<W> Pool<W> {
+    /// Runs `f` on a free workspace (made by `make` when none is free) and keeps the
+    /// workspace for the next call, unless the driver failed (its state is then unknown).
+    pub(crate) fn run<R>(
+        &self,
+        make: impl FnOnce() -> Result<W>,
+        f: impl FnOnce(&mut W) -> Result<R>,
+    ) -> Result<R> {
+        let free = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut w = match free {
+            Some(w) => w,
+            None => make()?,
+        };
+        let r = f(&mut w);
+        if !matches!(r, Err(Error::Driver { .. })) {
+            self.free.lock().unwrap_or_else(|e| e.into_inner()).push(w);
+        }
+        r
+    }
+}
+
+/// A context of its own for a new workspace: a fork of the backend's (its own stream, the
+/// loaded kernels shared).
+pub(crate) fn fork(gpu: &GpuContext) -> Result<Arc<GpuContext>> {
+    Ok(Arc::new(gpu.fork()?))
+}
+
+/// The typed workspaces of every family.
+#[derive(Default)]
+pub(crate) struct Workspaces {
+    pub(crate) clustering: Pool<crate::clustering::door::ClusterWorkspace>,
+    pub(crate) seeding: Pool<crate::seeding::door::SeedWorkspace>,
+}
