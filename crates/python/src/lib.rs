@@ -15,7 +15,7 @@ mod settings;
 
 use std::path::PathBuf;
 
-use detkit::clustering::{ChargeCut, Digis, Geometry};
+use detkit::clustering::{ChargeCut, Digis, DigisRef, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Single};
 use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint};
@@ -220,18 +220,16 @@ impl Backend {
             Some(o) => o.as_slice()?,
             None => &whole[..],
         };
+        // numpy's memory goes to the library as borrowed slices (no copy); the results are
+        // the library's vectors, moved into numpy arrays.
+        let digis = DigisRef {
+            module: m,
+            x: xs,
+            y: ys,
+            adc: a,
+        };
         let c = py
-            .detach(|| {
-                // The library takes owned columns until its borrowed `DigisRef` lands: one
-                // copy here, made without the GIL.
-                let digis = Digis {
-                    module: m.to_vec(),
-                    x: xs.to_vec(),
-                    y: ys.to_vec(),
-                    adc: a.to_vec(),
-                };
-                self.inner().cluster_events(&digis, offsets, &g, cut)
-            })
+            .detach(|| self.inner().cluster_events(digis, offsets, &g, cut))
             .map_err(err)?;
         Ok((c.clus.into_pyarray(py), c.clus_in_module.into_pyarray(py)))
     }
