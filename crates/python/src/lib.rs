@@ -645,6 +645,41 @@ fn generate_pet_acquisition(
     .map_err(err)
 }
 
+/// A generated PET scanner (`"tiny"`, `"small_animal"` or `"bench"`: the benchmarks' scanner,
+/// ~110 MB of tables) and `singles` singles of an acquisition on it, in memory: `(scanner,
+/// frames as uint8)`.
+#[pyfunction]
+fn generate_pet_frames<'py>(
+    py: Python<'py>,
+    scanner: &str,
+    singles: usize,
+    seed: u64,
+) -> PyResult<(Scanner, Bound<'py, PyArray1<u8>>)> {
+    use detkit::pet::gen;
+    let s = match scanner {
+        "tiny" => gen::tiny_scanner(seed),
+        "small_animal" => gen::small_animal_scanner(seed),
+        "bench" => gen::bench_scanner(seed),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown scanner `{other}` (tiny, small_animal or bench)"
+            )))
+        }
+    };
+    let frames = py.detach(|| {
+        let acq = gen::acquisition_par(
+            &s,
+            &gen::AcquisitionConfig {
+                seed,
+                singles,
+                ..Default::default()
+            },
+        );
+        gen::frame_bytes(&acq.frames).to_vec()
+    });
+    Ok((Scanner::from_inner(s), frames.into_pyarray(py)))
+}
+
 /// The body of `Backend.radix_sort_u32/_u64`: keys alone, or with raw values.
 #[allow(clippy::type_complexity)]
 fn radix_sort<'py, K: detkit::sort::SortKey + numpy::Element>(
@@ -740,6 +775,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_cluster_event, m)?)?;
     m.add_function(wrap_pyfunction!(generate_seeding_event, m)?)?;
     m.add_function(wrap_pyfunction!(generate_pet_acquisition, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_pet_frames, m)?)?;
     m.add_function(wrap_pyfunction!(record_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_digis, m)?)?;

@@ -338,5 +338,13 @@ class generate:
         must exist); returns the number of frames."""
         return _detkit.generate_pet_acquisition(os.fspath(directory), singles, seed)
 
+    @staticmethod
+    def pet_frames(scanner: str = "tiny", singles: int = 100_000, seed: int = 1):
+        """A generated scanner (``"tiny"``, ``"small_animal"`` or ``"bench"``, the benchmarks'
+        scanner with ~110 MB of tables) and an acquisition on it, in memory: ``(Scanner,
+        frames)`` (``FRAME_DTYPE``)."""
+        s, frames = _detkit.generate_pet_frames(scanner, singles, seed)
+        return s, frames.view(FRAME_DTYPE)
+
 
 from . import io  # noqa: E402  (detkit.io: the library's file readers; needs the dtypes above)
