@@ -7,6 +7,8 @@
 //! [`errors`]). Modules: [`io`] (`detkit.io`, the library's file readers), [`pool`]
 //! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments).
 
+mod device;
+mod dlpack;
 mod errors;
 mod io;
 mod pool;
@@ -769,6 +771,10 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Backend>()?;
     m.add_class::<pool::DevicePool>()?;
     m.add_class::<Scanner>()?;
+    m.add_class::<device::DeviceArray>()?;
+    m.add_class::<dlpack::HostView>()?;
+    m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
+    m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;
     m.add("CapacityError", m.py().get_type::<CapacityError>())?;
     m.add("CudaError", m.py().get_type::<CudaError>())?;

@@ -22,11 +22,12 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _detkit
-from ._detkit import CapacityError, CudaError, InvalidInputError, Scanner
+from ._detkit import CapacityError, CudaError, DeviceArray, InvalidInputError, Scanner
 
 __all__ = [
     "Backend",
     "Scanner",
+    "DeviceArray",
     "InvalidInputError",
     "CapacityError",
     "CudaError",
@@ -80,8 +81,11 @@ def _as(a, dtype, name: str) -> np.ndarray:
 
 
 def _records(a, dtype, name: str) -> np.ndarray:
-    """A 1-D array of the structured ``dtype`` as its raw bytes (``uint8``)."""
+    """A 1-D array of the structured ``dtype`` as its raw bytes (``uint8``); ``uint8`` rows of
+    ``dtype.itemsize`` bytes (a :class:`DeviceArray` of records) are the same bytes."""
     arr = np.ascontiguousarray(np.asarray(a))
+    if arr.dtype == np.uint8 and arr.ndim == 2 and arr.shape[1] == dtype.itemsize:
+        return arr.reshape(-1)
     if arr.dtype != dtype:
         raise TypeError(f"{name}: expected dtype detkit.{_dtype_name(dtype)}, got {arr.dtype}")
     return arr.reshape(-1).view(np.uint8)
@@ -171,48 +175,55 @@ class Backend:
 
     # -- primitives ---------------------------------------------------------------------
 
-    def scan(self, values, inclusive: bool = False) -> np.ndarray:
+    def scan(self, values, inclusive: bool = False, *, stream=None) -> np.ndarray:
         """Prefix sums (wrapping, as CUB) of a ``uint32`` or ``uint64`` array."""
-        arr = np.asarray(values)
+        c = _Call(self, stream)
+        arr = np.asarray(c.host(values, "values"))
         if arr.dtype == np.uint64:
-            return self._b.scan_u64(_as(arr, np.uint64, "values"), inclusive)
-        return self._b.scan_u32(_as(arr, np.uint32, "values"), inclusive)
+            return c.out(self._b.scan_u64(_as(arr, np.uint64, "values"), inclusive))
+        return c.out(self._b.scan_u32(_as(arr, np.uint32, "values"), inclusive))
 
-    def select(self, values, lo: int, hi: int) -> np.ndarray:
+    def select(self, values, lo: int, hi: int, *, stream=None) -> np.ndarray:
         """The ``uint32`` values ``v`` with ``lo <= v < hi``, in input order."""
-        return self._b.select_in_range(_as(values, np.uint32, "values"), lo, hi)
+        c = _Call(self, stream)
+        return c.out(self._b.select_in_range(c.arr(values, np.uint32, "values"), lo, hi))
 
-    def histogram(self, keys, nbins: int) -> Tuple[np.ndarray, int, Optional[int]]:
+    def histogram(self, keys, nbins: int, *, stream=None) -> Tuple[np.ndarray, int, Optional[int]]:
         """``(counts, out_of_range, first_out_of_range)``: key ``k < nbins`` counts in bin
         ``k``; other keys are counted apart and the index of the first is returned."""
-        return self._b.histogram(_as(keys, np.uint32, "keys"), nbins)
+        c = _Call(self, stream)
+        counts, out, first = self._b.histogram(c.arr(keys, np.uint32, "keys"), nbins)
+        return c.out(counts), out, first
 
-    def radix_sort(self, keys, values=None, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False):
+    def radix_sort(self, keys, values=None, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False, *, stream=None):
         """Stable LSD radix sort of ``uint32`` or ``uint64`` keys by their bits
         ``begin_bit .. end_bit`` (``None``: all; bits outside the range take no part in the
         order and are kept). ``values`` (any dtype of 4, 8, 12 or 16 bytes per key, e.g.
         ``uint32`` indices, ``float64``, a 16-byte record) follow their keys. Returns the
         sorted keys, or ``(keys, values)``. Equal keys keep their input order, also with
         ``descending``."""
-        k = np.asarray(keys)
+        c = _Call(self, stream)
+        k = np.asarray(c.host(keys, "keys"))
         if k.dtype == np.uint64:
             k, fn = _as(k, np.uint64, "keys"), self._b.radix_sort_u64
         else:
             k, fn = _as(k, np.uint32, "keys"), self._b.radix_sort_u32
         if values is None:
             out, _ = fn(k, None, 0, int(begin_bit), None if end_bit is None else int(end_bit), bool(descending))
-            return out
-        v = np.ascontiguousarray(values)
+            return c.out(out)
+        v = np.ascontiguousarray(c.host(values, "values"))
         if v.ndim != 1 or v.shape[0] != k.shape[0]:
             raise InvalidInputError(f"values: expected {k.shape[0]} values in one dimension, got shape {v.shape}")
         raw = v.view(np.uint8).reshape(-1)
         out, vraw = fn(k, raw, v.dtype.itemsize, int(begin_bit), None if end_bit is None else int(end_bit), bool(descending))
-        return out, vraw.view(v.dtype)
+        return c.out(out), c.out(vraw.view(v.dtype))
 
-    def argsort(self, keys, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False) -> np.ndarray:
+    def argsort(self, keys, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False, *, stream=None) -> np.ndarray:
         """``uint32`` indices that stably sort ``keys`` (as :meth:`radix_sort`)."""
-        k = np.asarray(keys)
-        return self.radix_sort(k, np.arange(k.shape[0], dtype=np.uint32), begin_bit, end_bit, descending)[1]
+        c = _Call(self, stream)
+        k = np.asarray(c.host(keys, "keys"))
+        idx = self.radix_sort(k, np.arange(k.shape[0], dtype=np.uint32), begin_bit, end_bit, descending)[1]
+        return c.out(idx)
 
     # -- CMS pixel clustering -------------------------------------------------------------
 
@@ -225,6 +236,8 @@ class Backend:
         geometry: str = "phase1",
         charge_cut=None,
         event_offsets=None,
+        *,
+        stream=None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """Clusters digis (``uint16`` arrays; ``module`` 65534 = invalid digi; one module's
         digis consecutive; ``adc`` = charge in electrons).
@@ -237,43 +250,52 @@ class Backend:
         module (-1: invalid, duplicate pixel or cut), and the cluster count of every
         (event, module).
         """
+        c = _Call(self, stream)
         cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
-        offs = None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets")
-        return self._b.cluster(
-            _as(module, np.uint16, "module"),
-            _as(x, np.uint16, "x"),
-            _as(y, np.uint16, "y"),
-            _as(adc, np.uint16, "adc"),
+        offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
+        clus, per_module = self._b.cluster(
+            c.arr(module, np.uint16, "module"),
+            c.arr(x, np.uint16, "x"),
+            c.arr(y, np.uint16, "y"),
+            c.arr(adc, np.uint16, "adc"),
             geometry,
             cut,
             offs,
         )
+        return c.out(clus), c.out(per_module)
 
     # -- PET --------------------------------------------------------------------------------
 
-    def convert(self, frames, scanner) -> Tuple[np.ndarray, dict]:
+    def convert(self, frames, scanner, *, stream=None) -> Tuple[np.ndarray, dict]:
         """Raw frames (bytes, ``uint8`` or ``FRAME_DTYPE`` array, 16 bytes a frame) to singles
         (``SINGLE_DTYPE``), with the scanner ``scanner``: a :class:`Scanner` (its tables read
         once, the fast way for repeated calls) or the path of its TOML file (read on every
         call); also returns the conversion statistics."""
-        raw = np.frombuffer(frames, dtype=np.uint8) if isinstance(frames, (bytes, bytearray, memoryview)) else np.ascontiguousarray(np.asarray(frames)).reshape(-1).view(np.uint8)
+        c = _Call(self, stream)
+        if isinstance(frames, (bytes, bytearray, memoryview)):
+            raw = np.frombuffer(frames, dtype=np.uint8)
+        else:
+            raw = np.ascontiguousarray(np.asarray(c.host(frames, "frames"))).reshape(-1).view(np.uint8)
         out, stats = self._b.pet_convert(raw, scanner if isinstance(scanner, Scanner) else os.fspath(scanner))
-        return out.view(SINGLE_DTYPE), stats
+        return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE), stats
 
-    def sort(self, singles) -> np.ndarray:
+    def sort(self, singles, *, stream=None) -> np.ndarray:
         """Singles (``SINGLE_DTYPE``) stably sorted by time."""
-        return self._b.pet_sort(_records(singles, SINGLE_DTYPE, "singles")).view(SINGLE_DTYPE)
+        c = _Call(self, stream)
+        out = self._b.pet_sort(_records(c.host(singles, "singles"), SINGLE_DTYPE, "singles"))
+        return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE)
 
-    def coincide(self, singles, window: float, delay: Optional[float] = None, policy: str = "killAll") -> np.ndarray:
+    def coincide(self, singles, window: float, delay: Optional[float] = None, policy: str = "killAll", *, stream=None) -> np.ndarray:
         """Coincidence pairs (``COINCIDENCE_DTYPE``) of time-sorted singles: a single opens a
         window of ``window`` ticks (a delayed window ``delay`` ticks later when given);
         ``policy`` (one of ``POLICIES``) decides windows of more than two singles."""
-        out = self._b.pet_coincide(_records(singles, SINGLE_DTYPE, "singles"), float(window), None if delay is None else float(delay), policy)
-        return out.view(COINCIDENCE_DTYPE)
+        c = _Call(self, stream)
+        out = self._b.pet_coincide(_records(c.host(singles, "singles"), SINGLE_DTYPE, "singles"), float(window), None if delay is None else float(delay), policy)
+        return c.out(out.view(COINCIDENCE_DTYPE), COINCIDENCE_DTYPE)
 
     # -- track seeding --------------------------------------------------------------------
 
-    def seed(self, x, y, z, var_r=None, var_z=None, **settings):
+    def seed(self, x, y, z, var_r=None, var_z=None, *, stream=None, **settings):
         """traccc-style triplet seeding of spacepoints (mm, global frame; variances in mm²,
         0 when not given). ``settings``: fields of traccc's configuration over its defaults
         (e.g. ``min_pt=0.9`` GeV); an unknown name is an ``InvalidInputError``.
@@ -282,39 +304,82 @@ class Backend:
         indices (bottom, middle, top), ``weight`` and ``z_vertex`` (mm) ``float32``, ``params``
         ``(n, 5)`` ``float32`` (loc0 mm, loc1 mm, phi rad, theta rad, qop e/GeV).
         """
-        return self._b.seed(*_seed_columns(x, y, z, var_r, var_z), settings)
+        c = _Call(self, stream)
+        out = self._b.seed(*_seed_columns(c, x, y, z, var_r, var_z), settings)
+        return tuple(c.out(a) for a in out)
 
-    def seed_events(self, events, **settings):
+    def seed_events(self, events, *, stream=None, **settings):
         """Seeds several events in one call: ``events`` is a sequence of ``(x, y, z)`` or
         ``(x, y, z, var_r, var_z)`` tuples, one per event; the result is a list of what
         :meth:`seed` returns, one per event, in the same order. On CUDA the events share one
         pass of the device chain (no host synchronisation per event), which is how an H200
         reaches its events/s; the seeds equal those of one :meth:`seed` call per event.
         """
+        c = _Call(self, stream)
         cols = []
         for i, ev in enumerate(events):
             ev = tuple(ev)
             if len(ev) not in (3, 5):
                 raise InvalidInputError(f"event {i}: expected (x, y, z) or (x, y, z, var_r, var_z), got {len(ev)} arrays")
             try:
-                cols.append(_seed_columns(*ev))
+                cols.append(_seed_columns(c, *ev))
             except InvalidInputError as e:
                 raise InvalidInputError(f"event {i}: {e}") from None
-        return self._b.seed_events(cols, settings)
+        return [tuple(c.out(a) for a in r) for r in self._b.seed_events(cols, settings)]
 
 
-def _seed_columns(x, y, z, var_r=None, var_z=None):
+class _Call:
+    """One call's array arguments and results. Numpy arrays (and anything that is not a
+    DLPack or CUDA-array-interface producer) take the numpy path. A DLPack producer on the
+    CPU (numpy >= 1.22, a CPU torch tensor, ...) is read through the protocol as a view of its
+    memory; a CUDA array (DLPack or ``__cuda_array_interface__`` v3, on the backend's device)
+    is ordered after its producer's stream and read by the library
+    (``_detkit.import_array``). When any input came from the device, the results go back to
+    the device as :class:`DeviceArray` (made on the backend's stream; ``stream``, when given,
+    waits for them)."""
+
+    __slots__ = ("b", "stream", "device")
+
+    def __init__(self, backend: "Backend", stream) -> None:
+        self.b, self.stream, self.device = backend._b, stream, False
+
+    def host(self, a, name: str):
+        if isinstance(a, (np.ndarray, np.generic, bytes, bytearray, memoryview, list, tuple, range)) or not (
+            hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__")
+        ):
+            return a
+        arr, on_device = _detkit.import_array(self.b, a, name, self.stream)
+        self.device = self.device or on_device
+        return arr
+
+    def arr(self, a, dtype, name: str) -> np.ndarray:
+        return _as(self.host(a, name), dtype, name)
+
+    def out(self, x, record=None):
+        """``x`` as the call's result: itself, or a :class:`DeviceArray` (records of a
+        structured dtype as ``uint8`` rows of ``record.itemsize`` bytes, ``get()`` giving the
+        records back)."""
+        if not self.device:
+            return x
+        x = np.ascontiguousarray(x)
+        raw = x.reshape(-1).view(np.uint8)
+        if record is not None:
+            return DeviceArray.from_host(self.b, raw, "|u1", (x.shape[0], record.itemsize), record, self.stream)
+        return DeviceArray.from_host(self.b, raw, x.dtype.str, x.shape, None, self.stream)
+
+
+def _seed_columns(c: _Call, x, y, z, var_r=None, var_z=None):
     """The five float32 columns of one seeding event (variances 0 when not given), checked
     for equal lengths."""
-    x = _as(x, np.float32, "x")
+    x = c.arr(x, np.float32, "x")
     n = x.shape[0]
     zeros = np.zeros(n, dtype=np.float32)
-    cols = [x, _as(y, np.float32, "y"), _as(z, np.float32, "z"),
-            zeros if var_r is None else _as(var_r, np.float32, "var_r"),
-            zeros if var_z is None else _as(var_z, np.float32, "var_z")]
-    for name, c in zip(("y", "z", "var_r", "var_z"), cols[1:]):
-        if c.shape[0] != n:
-            raise InvalidInputError(f"{name} has {c.shape[0]} values, x has {n}")
+    cols = [x, c.arr(y, np.float32, "y"), c.arr(z, np.float32, "z"),
+            zeros if var_r is None else c.arr(var_r, np.float32, "var_r"),
+            zeros if var_z is None else c.arr(var_z, np.float32, "var_z")]
+    for name, col in zip(("y", "z", "var_r", "var_z"), cols[1:]):
+        if col.shape[0] != n:
+            raise InvalidInputError(f"{name} has {col.shape[0]} values, x has {n}")
     return cols
 
 
