@@ -19,6 +19,8 @@ Rows (the call shapes of issue 30's table):
 ``coincide``   ``Backend.coincide``, the sorted singles
 ``dask-cluster`` / ``dask-seed``  ``detkit.dask.map_files`` with ``--dask N`` local GPU
                workers (one per GPU): 64 binary Run-3 files / 32 ⟨μ⟩ = 200 CSVs
+``*-dev``      issue 27: the same calls with device arrays in and out (``DeviceArray``
+               inputs made once by ``Backend.to_device``; results stay on the device)
 =============  =================================================================
 
 Every row checks its result against the CPU backend (the first event(s)) before it prints a
@@ -42,7 +44,7 @@ import numpy as np
 import detkit
 
 ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
-        "dask-cluster", "dask-seed")
+        "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev")
 
 
 def median_time(fn, reps):
@@ -141,6 +143,35 @@ def pet_rows(b, cpu, reps, rows):
     return out
 
 
+def device_rows(b, cpu, reps, rows):
+    """Issue 27's shapes with device arrays in and out (CUDA backends only)."""
+    out = []
+    if b.kind != "cuda" or not {"cluster1-dev", "cluster64-dev", "seed64-dev"} & set(rows):
+        return out
+    events = [detkit.generate.cluster_event(seed=s) for s in range(1, 65)]
+    if "cluster1-dev" in rows:
+        ev = events[0]
+        d = [b.to_device(a) for a in ev]
+        same([r.get() for r in b.cluster(*d)], cpu.cluster(*ev), "cluster1-dev")
+        out.append(("cluster1-dev", median_time(lambda: b.cluster(*d), reps), 1, float("nan")))
+    if "cluster64-dev" in rows:
+        cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
+        offs = np.zeros(65, np.uint32)
+        offs[1:] = np.cumsum([len(e[0]) for e in events])
+        d = [b.to_device(c) for c in cols] + [b.to_device(offs)]
+        same([r.get() for r in b.cluster(*d[:4], event_offsets=d[4])],
+             b.cluster(*cols, event_offsets=offs), "cluster64-dev")
+        out.append(("cluster64-dev", median_time(lambda: b.cluster(*d[:4], event_offsets=d[4]), reps),
+                    64, float("nan")))
+    if "seed64-dev" in rows:
+        evs = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
+        d = [[b.to_device(c) for c in e] for e in evs]
+        got = b.seed_events(d)
+        same([a.get() for a in got[0]], cpu.seed(*evs[0]), "seed64-dev")
+        out.append(("seed64-dev", median_time(lambda: b.seed_events(d), reps), 64, float("nan")))
+    return out
+
+
 def dask_rows(workers, reps, rows):
     out = []
     if not workers or not {"dask-cluster", "dask-seed"} & set(rows):
@@ -195,7 +226,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rows", default=",".join(ROWS[:7]))
+    ap.add_argument("--rows", default=",".join(ROWS[:7] + ROWS[9:]))
     ap.add_argument("--rust", help="CSV with columns row,device_ms (Rust device-resident)")
     ap.add_argument("--csv", help="write the table as CSV here too")
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
@@ -211,7 +242,8 @@ def main(argv=None):
         with open(a.rust, newline="") as f:
             device = {r["row"]: float(r["device_ms"]) for r in csv.DictReader(f)}
     results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
-               + pet_rows(b, cpu, a.reps, rows) + dask_rows(a.dask, a.reps, rows))
+               + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows)
+               + dask_rows(a.dask, a.reps, rows))
     header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_device_ms",
               "vs_device")
     lines = []

@@ -173,6 +173,15 @@ class Backend:
     def __repr__(self) -> str:
         return f"detkit.Backend({self.kind!r})"
 
+    def to_device(self, a, *, stream=None) -> "DeviceArray":
+        """A :class:`DeviceArray` copy of the numpy array ``a`` on this backend's device
+        (CUDA backends only), made on the backend's stream (``stream`` waits for it)."""
+        a = np.ascontiguousarray(a)
+        if a.dtype.fields is not None:
+            return DeviceArray.from_host(self._b, a.reshape(-1).view(np.uint8), "|u1",
+                                         (a.size, a.dtype.itemsize), a.dtype, stream)
+        return DeviceArray.from_host(self._b, a.reshape(-1).view(np.uint8), a.dtype.str, a.shape, None, stream)
+
     # -- primitives ---------------------------------------------------------------------
 
     def scan(self, values, inclusive: bool = False, *, stream=None) -> np.ndarray:
