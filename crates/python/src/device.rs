@@ -128,8 +128,10 @@ fn read_device(g: &detkit::GpuContext, d: &Desc, name: &str) -> PyResult<Vec<u8>
         // SAFETY: `ptr` is a device allocation of at least `n * itemsize` bytes (the
         // producer's array, kept alive by the caller until this returns); `out` is that
         // size and outlives the copy (the stream is synchronised below).
-        unsafe { result::memcpy_dtoh_async(&mut out[..], d.ptr as sys::CUdeviceptr, stream.cu_stream()) }
-            .map_err(|e| cuda("copying a device array", e))?;
+        unsafe {
+            result::memcpy_dtoh_async(&mut out[..], d.ptr as sys::CUdeviceptr, stream.cu_stream())
+        }
+        .map_err(|e| cuda("copying a device array", e))?;
     } else {
         let stride = match (d.shape.len(), d.strides.as_deref()) {
             (1, Some(&[s])) if s >= d.itemsize as isize => s as usize,
@@ -439,7 +441,9 @@ impl DeviceArray {
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         match &self.descr {
             Some(d) => Ok(d.bind(py).clone()),
-            None => py.import("numpy")?.call_method1("dtype", (self.typestr.as_str(),)),
+            None => py
+                .import("numpy")?
+                .call_method1("dtype", (self.typestr.as_str(),)),
         }
     }
 
@@ -479,7 +483,9 @@ impl DeviceArray {
             .call_method1("view", (self.typestr.as_str(),))?
             .call_method1("reshape", (PyTuple::new(py, &self.shape)?,))?;
         match &self.descr {
-            Some(d) => arr.call_method1("view", (d.bind(py),))?.call_method1("reshape", (-1,)),
+            Some(d) => arr
+                .call_method1("view", (d.bind(py),))?
+                .call_method1("reshape", (-1,)),
             None => Ok(arr),
         }
     }

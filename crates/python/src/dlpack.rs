@@ -161,7 +161,7 @@ impl Imported {
                 )))
             }
         };
-        if dt.lanes != 1 || dt.bits == 0 || dt.bits % 8 != 0 {
+        if dt.lanes != 1 || dt.bits == 0 || !dt.bits.is_multiple_of(8) {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                 "{name}: DLPack dtype of {} bits x {} lanes is not a plain scalar type",
                 dt.bits, dt.lanes
@@ -193,7 +193,11 @@ impl Imported {
         });
         Ok(Desc {
             ptr: t.data as usize + t.byte_offset as usize,
-            typestr: format!("{}{}{itemsize}", if itemsize == 1 { '|' } else { '<' }, kind),
+            typestr: format!(
+                "{}{}{itemsize}",
+                if itemsize == 1 { '|' } else { '<' },
+                kind
+            ),
             itemsize,
             shape: shape.into_iter().map(|d| d as usize).collect(),
             strides,
@@ -292,9 +296,7 @@ pub fn export(
 pub fn dtype_of(typestr: &str) -> PyResult<DLDataType> {
     let b = typestr.as_bytes();
     let bad = || {
-        pyo3::exceptions::PyTypeError::new_err(format!(
-            "type `{typestr}` has no DLPack equivalent"
-        ))
+        pyo3::exceptions::PyTypeError::new_err(format!("type `{typestr}` has no DLPack equivalent"))
     };
     if b.len() < 3 {
         return Err(bad());
@@ -337,7 +339,10 @@ impl HostView {
 #[pymethods]
 impl HostView {
     #[getter]
-    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    fn __array_interface__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         let d = pyo3::types::PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("typestr", &self.desc.typestr)?;

@@ -191,7 +191,9 @@ impl Backend {
         nbins: u32,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, u32, Option<usize>)> {
         let k = keys.as_slice()?;
-        let h = py.detach(|| self.inner().histogram(k, nbins)).map_err(err)?;
+        let h = py
+            .detach(|| self.inner().histogram(k, nbins))
+            .map_err(err)?;
         Ok((
             h.counts.into_pyarray(py),
             h.out_of_range,
@@ -216,7 +218,12 @@ impl Backend {
     ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u32>>)> {
         let g = Geometry::by_name(geometry).map_err(err)?;
         let cut = cut_of(&g, charge_cut)?;
-        let (m, xs, ys, a) = (module.as_slice()?, x.as_slice()?, y.as_slice()?, adc.as_slice()?);
+        let (m, xs, ys, a) = (
+            module.as_slice()?,
+            x.as_slice()?,
+            y.as_slice()?,
+            adc.as_slice()?,
+        );
         let whole = [0, m.len() as u32];
         let offsets = match &event_offsets {
             Some(o) => o.as_slice()?,
@@ -251,7 +258,8 @@ impl Backend {
         let g = Geometry::by_name(geometry).map_err(err)?;
         let cut = cut_of(&g, charge_cut)?;
         let b = self.inner();
-        let read: Vec<PyResult<Digis>> = py.detach(|| paths.iter().map(|p| io::load_digis(p)).collect());
+        let read: Vec<PyResult<Digis>> =
+            py.detach(|| paths.iter().map(|p| io::load_digis(p)).collect());
         let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
         let batch = py.detach(|| -> detkit::Result<Vec<(Vec<i32>, Vec<u32>)>> {
             let mut all = Digis::default();
@@ -350,7 +358,9 @@ impl Backend {
             delay,
             policy: detkit::pet::policy_from_name(policy).map_err(err)?,
         };
-        let out: Vec<Coincidence> = py.detach(|| self.inner().pet_coincide(&s, &c)).map_err(err)?;
+        let out: Vec<Coincidence> = py
+            .detach(|| self.inner().pet_coincide(&s, &c))
+            .map_err(err)?;
         Ok(io::record_words(py, out))
     }
 
@@ -369,7 +379,13 @@ impl Backend {
         var_z: PyReadonlyArray1<'py, f32>,
         settings: Settings,
     ) -> PyResult<SeedArrays<'py>> {
-        let cols = [x.as_slice()?, y.as_slice()?, z.as_slice()?, var_r.as_slice()?, var_z.as_slice()?];
+        let cols = [
+            x.as_slice()?,
+            y.as_slice()?,
+            z.as_slice()?,
+            var_r.as_slice()?,
+            var_z.as_slice()?,
+        ];
         let out = py
             .detach(|| -> detkit::Result<Option<SeedingOutput>> {
                 let sps = spacepoints(cols);
@@ -396,7 +412,13 @@ impl Backend {
         let cols: Vec<[&[f32]; 5]> = events
             .iter()
             .map(|e| -> PyResult<[&[f32]; 5]> {
-                Ok([e[0].as_slice()?, e[1].as_slice()?, e[2].as_slice()?, e[3].as_slice()?, e[4].as_slice()?])
+                Ok([
+                    e[0].as_slice()?,
+                    e[1].as_slice()?,
+                    e[2].as_slice()?,
+                    e[3].as_slice()?,
+                    e[4].as_slice()?,
+                ])
             })
             .collect::<PyResult<_>>()?;
         let outs = py
@@ -423,7 +445,10 @@ impl Backend {
         let cfg = &settings.0;
         let read: Vec<PyResult<Vec<SpacePoint>>> =
             py.detach(|| paths.iter().map(|p| io::load_spacepoints(p)).collect());
-        let good: Vec<Vec<SpacePoint>> = read.iter().filter_map(|r| r.as_ref().ok().cloned()).collect();
+        let good: Vec<Vec<SpacePoint>> = read
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect();
         let batch = py.detach(|| seed_many(b, &good, cfg)).ok();
         let mut batch = batch.map(Vec::into_iter);
         let list = PyList::empty(py);
@@ -476,7 +501,7 @@ fn seed_many(
 /// `None`: the geometry's CMS defaults; -1 (the Python wrapper's `charge_cut=False`): no cut.
 fn cut_of(g: &Geometry, charge_cut: Option<i64>) -> PyResult<Option<ChargeCut>> {
     Ok(match charge_cut {
-        None => Some(g.default_cut.clone()),
+        None => Some(g.default_cut),
         Some(c) if c < 0 => None,
         Some(c) => Some(ChargeCut::uniform(u32::try_from(c).map_err(|_| {
             InvalidInputError::new_err(format!("charge_cut {c} does not fit in 32 bits"))
@@ -532,7 +557,10 @@ fn scan_kind(inclusive: bool) -> ScanKind {
 /// Frames borrowed from raw bytes (a frame is 16 bytes of alignment 1: any whole number of
 /// frames casts); a length that is not a multiple of 16 is the library's error.
 fn frames_of(bytes: &[u8]) -> detkit::Result<&[DataFrameV2]> {
-    if !bytes.len().is_multiple_of(std::mem::size_of::<DataFrameV2>()) {
+    if !bytes
+        .len()
+        .is_multiple_of(std::mem::size_of::<DataFrameV2>())
+    {
         // The library's check and message (it fails before it copies anything).
         return detkit::pet::frames_from_bytes(bytes).map(|_| &[][..]);
     }
@@ -541,7 +569,10 @@ fn frames_of(bytes: &[u8]) -> detkit::Result<&[DataFrameV2]> {
 
 /// Records of `T` from bytes: borrowed when numpy's buffer is aligned for `T` (it is for
 /// arrays numpy allocates), else one copy.
-fn records<'a, T: bytemuck::Pod>(bytes: &'a [u8], what: &str) -> PyResult<std::borrow::Cow<'a, [T]>> {
+fn records<'a, T: bytemuck::Pod>(
+    bytes: &'a [u8],
+    what: &str,
+) -> PyResult<std::borrow::Cow<'a, [T]>> {
     let size = std::mem::size_of::<T>();
     if !bytes.len().is_multiple_of(size) {
         return Err(InvalidInputError::new_err(format!(

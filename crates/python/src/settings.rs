@@ -41,7 +41,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Settings {
                         _ => toml::Value::Float(v.extract::<f64>().map_err(|_| {
                             PyTypeError::new_err(format!(
                                 "seeding setting `{name}`: expected a number, got {}",
-                                v.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+                                v.get_type()
+                                    .name()
+                                    .map_or_else(|_| "?".into(), |n| n.to_string())
                             ))
                         })?),
                     }
@@ -49,14 +51,15 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Settings {
                 table.insert(name, value);
             }
         }
-        let settings: SeedingSettings = toml::Value::Table(table).try_into().map_err(
-            |e: toml::de::Error| {
-                InvalidInputError::new_err(format!(
-                    "invalid input `seeding config`: {}",
-                    e.message()
-                ))
-            },
-        )?;
+        let settings: SeedingSettings =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    InvalidInputError::new_err(format!(
+                        "invalid input `seeding config`: {}",
+                        e.message()
+                    ))
+                })?;
         settings.to_config().map(Settings).map_err(err)
     }
 }
