@@ -10,6 +10,7 @@ use std::time::Instant;
 
 // One module per algorithm family added after the Foundation; each exports `TESTS`.
 mod clustering;
+mod doors;
 mod pet;
 mod seeding;
 mod sort;
@@ -586,6 +587,7 @@ fn main() {
     let tests = foundation
         .iter()
         .chain(clustering::TESTS)
+        .chain(doors::TESTS)
         .chain(pet::TESTS)
         .chain(seeding::TESTS)
         .chain(sort::TESTS);

@@ -24,6 +24,7 @@ mod output;
 mod pet;
 mod seed;
 mod ui;
+mod write_behind;
 
 use std::process::ExitCode;
 

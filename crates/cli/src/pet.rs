@@ -344,25 +344,20 @@ fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
     let mut out = PairsOut::create(&a.output)?;
     let bar = ui.bar(bytes / 16, "frames");
     let start = Instant::now();
-    // Each chunk is read by several threads at its offset in the file.
-    let st = b
-        .pet_run_file(
-            &a.input,
-            &scanner,
-            &c,
-            &sc,
-            |p| {
-                out.write(p).map_err(|e| detkit::Error::Io {
-                    file: a.output.display().to_string(),
-                    source: e,
-                })
-            },
-            |s| {
+    // Each chunk is read by several threads at its offset in the file; the pairs are written
+    // by another thread while the next chunk runs.
+    let output = a.output.display().to_string();
+    let (st, written) = crate::write_behind::write_behind(
+        |p| out.write(p),
+        |sink| {
+            b.pet_run_file(&a.input, &scanner, &c, &sc, sink, |s| {
                 bar.set_position(s.convert.frames);
                 bar.set_message(format!("{} pairs", s.pairs));
-            },
-        )
-        .with_context(|| a.input.display().to_string())?;
+            })
+        },
+    );
+    written.with_context(|| format!("cannot write `{output}`"))?;
+    let st = st.with_context(|| a.input.display().to_string())?;
     drop(bar);
     let count = out.count;
     out.f.commit()?;

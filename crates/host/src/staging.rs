@@ -8,7 +8,9 @@
 //! copies back run back to back on the stream. [`HostCopies::Pageable`] copies straight from
 //! and to the caller's memory instead (`bench-host` measures both).
 
-use cudarc::driver::{DevicePtrMut, DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaView, DevicePtr, DevicePtrMut, DeviceRepr, PinnedHostSlice, ValidAsZeroBits,
+};
 
 use crate::cuda::GpuContext;
 use crate::error::{DriverContext, Result};
@@ -23,17 +25,19 @@ pub enum HostCopies {
     Pageable,
 }
 
-/// Elements per piece of a parallel host copy: below this a copy is done by one thread.
-const PAR_COPY: usize = 1 << 17;
+/// Bytes per piece of a parallel host copy (below this a copy is done by one thread): about
+/// 5 µs of one core's copying, a few times what handing a piece to a thread costs.
+const PAR_COPY_BYTES: usize = 64 << 10;
 
 /// Copies `src` into `dst` (equal lengths), in pieces on several threads when large.
 pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     use rayon::prelude::*;
-    if src.len() <= PAR_COPY {
+    let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+    if src.len() <= piece {
         dst.copy_from_slice(src);
     } else {
-        dst.par_chunks_mut(PAR_COPY)
-            .zip(src.par_chunks(PAR_COPY))
+        dst.par_chunks_mut(piece)
+            .zip(src.par_chunks(piece))
             .for_each(|(d, s)| d.copy_from_slice(s));
     }
 }
@@ -73,8 +77,14 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> Pinned<T> {
     }
 }
 
+/// Bytes per piece of a pipelined copy through pinned memory: the host copies piece `i + 1`
+/// while the DMA engine moves piece `i`, so a large copy takes about the longer of the two
+/// instead of their sum.
+const PIPELINE_BYTES: usize = 4 << 20;
+
 /// Copies `src` to `dst[..src.len()]` on `gpu`'s stream: through `stage` (copied into pinned
-/// memory, then one asynchronous DMA) or, without one, straight from `src`.
+/// memory piece by piece, each piece's DMA launched at once, so host copies and DMA overlap)
+/// or, without one, straight from `src`.
 pub(crate) fn upload_into<T, D>(
     gpu: &GpuContext,
     src: &[T],
@@ -89,12 +99,85 @@ where
         return Ok(());
     }
     let what = "copying to the device";
+    let s = gpu.stream();
+    // The raw copies below need the context current on this thread (cudarc's own calls bind
+    // it themselves).
+    gpu.context().bind_to_thread().ctx(what)?;
     match stage {
         Some(p) => {
+            if dst.len() < src.len() {
+                return Err(crate::error::invalid(
+                    "upload",
+                    format!("{} elements into a buffer of {}", src.len(), dst.len()),
+                ));
+            }
+            let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..src.len()];
-            par_copy(p, src);
-            gpu.stream().memcpy_htod(&*p, dst).ctx(what)
+            let (base, _record) = dst.device_ptr_mut(s);
+            for (i, (d, h)) in p.chunks_mut(piece).zip(src.chunks(piece)).enumerate() {
+                par_copy(d, h);
+                let at = base + (i * piece * std::mem::size_of::<T>()) as u64;
+                // SAFETY: `dst` holds at least `src.len()` elements (checked above), so
+                // `at .. at + size_of_val(d)` lies inside it; `d` is pinned host memory that
+                // nobody writes until the stream has finished this copy (the callers wait
+                // before reusing a stage).
+                unsafe { cudarc::driver::result::memcpy_htod_async(at, &*d, s.cu_stream()) }
+                    .ctx(what)?;
+            }
+            Ok(())
         }
-        None => gpu.stream().memcpy_htod(src, dst).ctx(what),
+        None => s.memcpy_htod(src, dst).ctx(what),
+    }
+}
+
+/// Copies `src` (device) into `dst` (host, the same length) on `gpu`'s stream and waits:
+/// through `stage` (DMA into pinned memory piece by piece, each piece copied out by the host
+/// as soon as it has landed while the next one moves) or, without one, straight into `dst`.
+pub(crate) fn download_into<T>(
+    gpu: &GpuContext,
+    src: &CudaView<'_, T>,
+    dst: &mut [T],
+    stage: Option<&mut [T]>,
+) -> Result<()>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+{
+    let what = "copying from the device";
+    if dst.is_empty() {
+        return Ok(());
+    }
+    if src.len() < dst.len() {
+        return Err(crate::error::invalid(
+            "download",
+            format!("{} elements asked of a buffer of {}", dst.len(), src.len()),
+        ));
+    }
+    let s = gpu.stream();
+    gpu.context().bind_to_thread().ctx(what)?;
+    match stage {
+        Some(p) => {
+            let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
+            let p = &mut p[..dst.len()];
+            let (base, _record) = src.device_ptr(s);
+            let mut landed = Vec::new();
+            for (i, h) in p.chunks_mut(piece).enumerate() {
+                let at = base + (i * piece * std::mem::size_of::<T>()) as u64;
+                // SAFETY: `src` holds at least `dst.len()` elements (checked above), so
+                // `at .. at + size_of_val(h)` lies inside it; `h` is pinned host memory read
+                // only after the event recorded behind this copy has completed.
+                unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *h, at, s.cu_stream()) }
+                    .ctx(what)?;
+                landed.push(s.record_event(None).ctx(what)?);
+            }
+            for ((h, d), e) in p.chunks(piece).zip(dst.chunks_mut(piece)).zip(&landed) {
+                e.synchronize().ctx(what)?;
+                par_copy(d, h);
+            }
+            Ok(())
+        }
+        None => {
+            s.memcpy_dtoh(&src.slice(0..dst.len()), dst).ctx(what)?;
+            s.synchronize().ctx(what)
+        }
     }
 }

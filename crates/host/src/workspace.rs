@@ -60,4 +60,5 @@ pub(crate) fn fork(gpu: &GpuContext) -> Result<Arc<GpuContext>> {
 pub(crate) struct Workspaces {
     pub(crate) clustering: Pool<crate::clustering::door::ClusterWorkspace>,
     pub(crate) seeding: Pool<crate::seeding::door::SeedWorkspace>,
+    pub(crate) pet: Pool<crate::pet::door::PetWorkspace>,
 }

@@ -85,18 +85,20 @@ impl DeviceDigis {
         digis: impl Into<DigisRef<'a>>,
         event_offsets: &[u32],
     ) -> Result<()> {
-        self.copy_in(gpu, digis.into(), event_offsets, None)
+        self.copy_in(gpu, digis.into(), event_offsets, None, false)
     }
 
     /// [`DeviceDigis::copy_from`], through `stage` when given (copied into its pinned
     /// buffers, then asynchronous DMA; the caller makes sure no earlier copy still reads
-    /// them).
+    /// them). `staged`: the digis are in the stage's pinned buffer already
+    /// ([`ClusterStaging::digis_buffer`]).
     pub(crate) fn copy_in(
         &mut self,
         gpu: &GpuContext,
         digis: DigisRef<'_>,
         event_offsets: &[u32],
         stage: Option<&mut ClusterStaging>,
+        staged: bool,
     ) -> Result<()> {
         let n = digis.len();
         if event_offsets.len() < 2 || event_offsets.len() - 1 > self.max_events {
@@ -142,8 +144,15 @@ impl DeviceDigis {
                     None,
                 )?;
                 let pinned = st.digis.get(gpu, 4 * n)?;
-                for ((src, dst), p) in arrays.into_iter().zip(pinned.chunks_mut(n.max(1))) {
-                    upload_into(gpu, src, &mut dst.slice_mut(0..n), Some(p))?;
+                if staged {
+                    // Already in the pinned buffer (copied by the validation's threads).
+                    for ((_, dst), p) in arrays.into_iter().zip(pinned.chunks(n.max(1))) {
+                        upload_into(gpu, p, &mut dst.slice_mut(0..n), None)?;
+                    }
+                } else {
+                    for ((src, dst), p) in arrays.into_iter().zip(pinned.chunks_mut(n.max(1))) {
+                        upload_into(gpu, src, &mut dst.slice_mut(0..n), Some(p))?;
+                    }
                 }
             }
             None => {
@@ -194,6 +203,14 @@ pub(crate) struct ClusterStaging {
     clus: Pinned<i32>,
     /// Clusters per slot, first digi per slot, then the three status words.
     slots: Pinned<u32>,
+}
+
+impl ClusterStaging {
+    /// The pinned buffer of the four digi arrays of `n` digis (one after the other), to be
+    /// filled before [`DeviceDigis::copy_in`] with `staged`.
+    pub(crate) fn digis_buffer(&mut self, gpu: &GpuContext, n: usize) -> Result<&mut [u16]> {
+        self.digis.get(gpu, 4 * n)
+    }
 }
 
 impl Default for ClusterStaging {
@@ -1537,10 +1554,19 @@ impl<'g> Clusterer<'g> {
 /// with at most `lanes` batches in flight. [`ClusterQueue::finish`] drains the rest.
 /// While lane `k` copies or runs, the other lanes' chains run on the GPU.
 pub struct ClusterQueue<'g> {
-    lanes: Vec<(DeviceDigis, Clusterer<'g>, Option<u64>)>,
+    lanes: Vec<Lane<'g>>,
     cut: Option<ChargeCut>,
     next: usize,
     submitted: u64,
+}
+
+/// One lane of a [`ClusterQueue`]: its digis, clusterer, pinned staging (digis in, results
+/// out) and the submission number of the batch in flight.
+struct Lane<'g> {
+    digis: DeviceDigis,
+    clusterer: Clusterer<'g>,
+    stage: ClusterStaging,
+    pending: Option<u64>,
 }
 
 impl<'g> ClusterQueue<'g> {
@@ -1553,24 +1579,38 @@ impl<'g> ClusterQueue<'g> {
         max_events: usize,
         cut: Option<ChargeCut>,
     ) -> Result<Self> {
-        if forks.is_empty() {
-            return Err(invalid(
-                "cluster queue",
-                "no lane (give at least one context)",
-            ));
-        }
         let lanes = forks
             .iter()
             .map(|g| {
                 Ok((
                     DeviceDigis::with_capacity(g, max_digis, max_events)?,
                     Clusterer::new(g, geometry, max_digis, max_events)?,
-                    None,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        Self::from_lanes(lanes, cut)
+    }
+
+    fn from_lanes(
+        lanes: Vec<(DeviceDigis, Clusterer<'g>)>,
+        cut: Option<ChargeCut>,
+    ) -> Result<Self> {
+        if lanes.is_empty() {
+            return Err(invalid(
+                "cluster queue",
+                "no lane (give at least one context)",
+            ));
+        }
         Ok(Self {
-            lanes,
+            lanes: lanes
+                .into_iter()
+                .map(|(digis, clusterer)| Lane {
+                    digis,
+                    clusterer,
+                    stage: ClusterStaging::default(),
+                    pending: None,
+                })
+                .collect(),
             cut,
             next: 0,
             submitted: 0,
@@ -1579,8 +1619,8 @@ impl<'g> ClusterQueue<'g> {
 
     /// [`Clusterer::limit_grids`] on every lane.
     pub fn limit_grids(&mut self, blocks: u32) {
-        for (_, c, _) in &mut self.lanes {
-            c.limit_grids(blocks);
+        for l in &mut self.lanes {
+            l.clusterer.limit_grids(blocks);
         }
     }
 
@@ -1589,9 +1629,15 @@ impl<'g> ClusterQueue<'g> {
         self.lanes.len()
     }
 
-    /// Submits a batch (validated digis and event offsets). Returns the results of the
-    /// batch that was submitted `lanes` submissions earlier, with its submission number
-    /// (0-based), if there was one.
+    /// Submits a batch (validated digis and event offsets, in host memory). Returns the
+    /// results of the batch that was submitted `lanes` submissions earlier, with its
+    /// submission number (0-based), if there was one.
+    ///
+    /// The lane's stream gets the whole round trip without a wait: the digis are copied into
+    /// the lane's pinned buffers and sent by DMA, the chain is replayed, and the results are
+    /// copied back into pinned buffers; the host waits for a lane only when it comes round
+    /// again. So while batch `k` runs, batch `k + 1` uploads on the next lane and batch
+    /// `k − 1`'s results come back on the previous one.
     pub fn submit<'a>(
         &mut self,
         digis: impl Into<DigisRef<'a>>,
@@ -1601,19 +1647,27 @@ impl<'g> ClusterQueue<'g> {
         self.next = (k + 1) % self.lanes.len();
         let done = self.collect(k)?;
         let cut = self.cut;
-        let (d, c, pending) = &mut self.lanes[k];
-        d.copy_from(&c.gpu, digis, event_offsets)?;
-        c.run_graph(d, cut)?;
-        *pending = Some(self.submitted);
+        let l = &mut self.lanes[k];
+        let g = l.clusterer.gpu.clone();
+        l.digis
+            .copy_in(&g, digis.into(), event_offsets, Some(&mut l.stage), false)?;
+        l.clusterer.run_graph(&l.digis, cut)?;
+        l.clusterer.enqueue_results(&l.digis, &mut l.stage)?;
+        l.pending = Some(self.submitted);
         self.submitted += 1;
         Ok(done)
     }
 
     fn collect(&mut self, k: usize) -> Result<Option<(u64, Clusters)>> {
-        let (d, c, pending) = &mut self.lanes[k];
-        match pending.take() {
+        let l = &mut self.lanes[k];
+        match l.pending.take() {
             None => Ok(None),
-            Some(id) => Ok(Some((id, c.results(d)?))),
+            Some(id) => {
+                let mut out = Clusters::default();
+                l.clusterer
+                    .finish_results(&l.digis, &mut l.stage, &mut out)?;
+                Ok(Some((id, out)))
+            }
         }
     }
 
@@ -1627,6 +1681,30 @@ impl<'g> ClusterQueue<'g> {
             }
         }
         Ok(out)
+    }
+}
+
+impl ClusterQueue<'static> {
+    /// A queue of `lanes` lanes, each on a fork of `gpu` (its own stream) holding a shared
+    /// handle of it: a queue that owns its contexts (no borrow), for pipelines that keep it.
+    pub fn shared(
+        gpu: &GpuContext,
+        lanes: usize,
+        geometry: &Geometry,
+        max_digis: usize,
+        max_events: usize,
+        cut: Option<ChargeCut>,
+    ) -> Result<Self> {
+        let lanes = (0..lanes)
+            .map(|_| {
+                let f = Arc::new(gpu.fork()?);
+                Ok((
+                    DeviceDigis::with_capacity(&f, max_digis, max_events)?,
+                    Clusterer::shared(f, geometry, max_digis, max_events)?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Self::from_lanes(lanes, cut)
     }
 }
 

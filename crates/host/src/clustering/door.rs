@@ -7,7 +7,7 @@ use std::sync::Arc;
 use detkit_gpu::clustering as k;
 
 use super::cuda::{ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
-use super::{ChargeCut, Clusters, DigisRef, Geometry};
+use super::{validate_digis, validate_shape, ChargeCut, Clusters, DigisRef, Geometry};
 use crate::cuda::GpuContext;
 use crate::error::Result;
 use crate::staging::HostCopies;
@@ -46,7 +46,7 @@ impl ClusterWorkspace {
         })
     }
 
-    /// Clusters a validated batch into `out`. Allocates only when the batch is larger than
+    /// Validates and clusters a batch into `out`. Allocates only when the batch is larger than
     /// any before it (or a new geometry or call shape comes).
     pub(crate) fn cluster(
         &mut self,
@@ -57,7 +57,15 @@ impl ClusterWorkspace {
         copies: HostCopies,
         out: &mut Clusters,
     ) -> Result<()> {
+        validate_shape(digis, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        if ne > MAX_EVENTS_PER_LAUNCH {
+            return Err(crate::Error::CapacityExceeded {
+                what: "events per launch",
+                needed: ne as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
         let g = &self.gpu;
         // Device digis: one set for every clusterer of the workspace.
         let fits = |d: &DeviceDigis| {
@@ -114,12 +122,16 @@ impl ClusterWorkspace {
         };
         let r = (|| match stage {
             Some(st) => {
-                d.copy_in(g, digis, event_offsets, Some(&mut *st))?;
+                // The validation's threads fill the pinned buffer as they check.
+                let pin = st.digis_buffer(g, n)?;
+                validate_digis(digis, event_offsets, geometry, Some(pin))?;
+                d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
                 c.run_graph(d, cut)?;
                 c.download_results(d, out, Some(st))
             }
             None => {
-                d.copy_in(g, digis, event_offsets, None)?;
+                validate_digis(digis, event_offsets, geometry, None)?;
+                d.copy_in(g, digis, event_offsets, None, false)?;
                 c.run_graph(d, cut)?;
                 c.download_results(d, out, None)
             }

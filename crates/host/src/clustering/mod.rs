@@ -334,6 +334,17 @@ pub fn validate<'a>(
     geometry: &Geometry,
 ) -> Result<()> {
     let digis = digis.into();
+    validate_shape(digis, event_offsets, geometry)?;
+    validate_digis(digis, event_offsets, geometry, None)
+}
+
+/// [`validate`] without the per-digi checks (array lengths, digi count, event offsets): the
+/// checks that come before [`validate_digis`].
+pub(crate) fn validate_shape(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+) -> Result<()> {
     geometry.check()?;
     let n = digis.len();
     if digis.x.len() != n || digis.y.len() != n || digis.adc.len() != n {
@@ -374,7 +385,7 @@ pub fn validate<'a>(
             ),
         ));
     }
-    validate_digis(digis, event_offsets, geometry)
+    Ok(())
 }
 
 /// A run of digis of one module within one event, as a piece of the validation saw it
@@ -386,15 +397,28 @@ struct Run {
     start: u32,
 }
 
+/// What a piece of the validation found: its first range error (digi index and error) and
+/// its module runs up to there.
+type PieceResult = (Option<(usize, Error)>, Vec<Run>);
+
 /// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
-fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometry) -> Result<()> {
+///
+/// With `stage` (`4 n` elements: room for the four arrays one after the other), each piece
+/// also copies its digis there while they are in cache: the pinned staging of an upload
+/// filled by the validation's threads.
+pub(crate) fn validate_digis(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    stage: Option<&mut [u16]>,
+) -> Result<()> {
     use rayon::prelude::*;
     let n = digis.len();
     let pieces = n.div_ceil(VALIDATE_PIECE);
     // Each piece: its first range error (digi index and error) and its runs.
-    let check_piece = |p: usize| -> (Option<(usize, Error)>, Vec<Run>) {
+    let check_piece = |p: usize| -> PieceResult {
         let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
         // The event of digi `lo`: the last event starting at or before it (empty events
         // skipped).
@@ -437,10 +461,33 @@ fn validate_digis(digis: DigisRef<'_>, event_offsets: &[u32], geometry: &Geometr
         }
         (None, runs)
     };
-    let mut results: Vec<(Option<(usize, Error)>, Vec<Run>)> = if pieces <= 1 {
-        (0..pieces).map(check_piece).collect()
-    } else {
-        (0..pieces).into_par_iter().map(check_piece).collect()
+    let mut results: Vec<PieceResult> = match stage {
+        None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
+        None => (0..pieces).into_par_iter().map(check_piece).collect(),
+        Some(pin) => {
+            let (m, rest) = pin[..4 * n].split_at_mut(n);
+            let (x, rest) = rest.split_at_mut(n);
+            let (y, a) = rest.split_at_mut(n);
+            fn chunks(v: &mut [u16]) -> Vec<&mut [u16]> {
+                v.chunks_mut(VALIDATE_PIECE).collect()
+            }
+            let (cm, cx, cy, ca) = (chunks(m), chunks(x), chunks(y), chunks(a));
+            cm.into_par_iter()
+                .zip(cx)
+                .zip(cy)
+                .zip(ca)
+                .enumerate()
+                .map(|(p, (((m, x), y), a))| {
+                    let lo = p * VALIDATE_PIECE;
+                    let hi = lo + m.len();
+                    m.copy_from_slice(&digis.module[lo..hi]);
+                    x.copy_from_slice(&digis.x[lo..hi]);
+                    y.copy_from_slice(&digis.y[lo..hi]);
+                    a.copy_from_slice(&digis.adc[lo..hi]);
+                    check_piece(p)
+                })
+                .collect()
+        }
     };
     // The first range error in digi order (the pieces are in order, so the first piece with
     // one); the runs after it do not matter (a sequential pass stops there).
@@ -535,9 +582,9 @@ impl Backend {
         out: &mut Clusters,
     ) -> Result<()> {
         let digis = digis.into();
-        validate(digis, event_offsets, geometry)?;
         match self.gpu() {
             None => {
+                validate(digis, event_offsets, geometry)?;
                 *out = cpu::cluster(digis, event_offsets, geometry, cut);
                 Ok(())
             }
@@ -619,22 +666,22 @@ mod tests {
             let mut offsets = vec![0u32];
             let events = 1 + case % 5;
             for _ in 0..events {
-                if r.gen_range(0..6) == 0 {
+                if r.random_range(0..6) == 0 {
                     offsets.push(d.len() as u32); // an empty event
                     continue;
                 }
                 let mut modules: Vec<u16> = (0..40).collect();
                 for i in (1..modules.len()).rev() {
-                    modules.swap(i, r.gen_range(0..=i));
+                    modules.swap(i, r.random_range(0..=i));
                 }
-                for &m in &modules[..r.gen_range(1..12)] {
-                    let len = r.gen_range(1..(3 * VALIDATE_PIECE / 2));
+                for &m in &modules[..r.random_range(1..12)] {
+                    let len = r.random_range(1..(3 * VALIDATE_PIECE / 2));
                     for _ in 0..len {
-                        let inv = r.gen_range(0..50) == 0;
+                        let inv = r.random_range(0..50) == 0;
                         d.push(
                             if inv { INVALID_MODULE } else { m },
-                            r.gen_range(0..64),
-                            r.gen_range(0..64),
+                            r.random_range(0..64),
+                            r.random_range(0..64),
                             100,
                         );
                     }
@@ -647,22 +694,30 @@ mod tests {
                 Ok(()),
                 "case {case}"
             );
+            // The staged variant copies the four arrays, one after the other.
+            let mut stage = vec![0u16; 4 * n];
+            validate_digis((&d).into(), &offsets, &g, Some(&mut stage)).unwrap();
+            let want: Vec<u16> = [&d.module[..], &d.x[..], &d.y[..], &d.adc[..]].concat();
+            assert!(stage == want, "case {case}: staged copy differs");
             // Up to three faults of random kinds at random digis.
-            for _ in 0..r.gen_range(1..4) {
+            for _ in 0..r.random_range(1..4) {
                 if n == 0 {
                     break;
                 }
-                let at = r.gen_range(0..n);
-                match r.gen_range(0..4) {
-                    0 => d.module[at] = 40 + r.gen_range(0..10),
-                    1 => d.x[at] = 64 + r.gen_range(0..10),
+                let at = r.random_range(0..n);
+                match r.random_range(0..4) {
+                    0 => d.module[at] = 40 + r.random_range(0..10),
+                    1 => d.x[at] = 64 + r.random_range(0..10),
                     2 => d.y[at] = 64,
                     // Another module's id: non-consecutive unless it lands next to its run.
-                    _ => d.module[at] = r.gen_range(0..40),
+                    _ => d.module[at] = r.random_range(0..40),
                 }
             }
             let want = validate_sequential(&d, &offsets, &g).map_err(|e| e.to_string());
             let got = validate(&d, &offsets, &g).map_err(|e| e.to_string());
+            let staged = validate_digis((&d).into(), &offsets, &g, Some(&mut stage))
+                .map_err(|e| e.to_string());
+            assert_eq!(staged, got, "case {case}: staged validation differs");
             errors += got.is_err() as u32;
             assert_eq!(got, want, "case {case}: {n} digis, offsets {offsets:?}");
         }

@@ -3,6 +3,7 @@
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use detkit_gpu::pet::{self as k, Coincidence, Single};
+use std::sync::Arc;
 
 use super::cpu::{CoincideConfig, ConvertStats};
 use super::*;
@@ -898,7 +899,7 @@ impl GpuContext {
 /// Buffers of the streamed chain, kept in the context between calls (pinned host memory is
 /// slow to allocate: about 40 ms for the two 32 MiB frame buffers of 2^21-frame chunks).
 #[derive(Default)]
-struct PetStreamBuffers {
+pub(crate) struct PetStreamBuffers {
     /// Frame bytes per chunk that `pinned` and `dframes` hold.
     fbytes: usize,
     /// Singles that `a` and `b` hold (chunk + pending capacity).
@@ -913,7 +914,7 @@ struct PetStreamBuffers {
     copy: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
     scratch: CoincideScratch,
     /// The last run's scanner and its tables on the device.
-    scanner: Option<(Scanner, DeviceScanner)>,
+    scanner: Option<(Scanner, Arc<DeviceScanner>)>,
     /// The order check's block summaries and per-BDM state.
     order: Option<OrderCheck>,
 }
@@ -991,7 +992,7 @@ pub(crate) fn order_verdict(st: &[u32]) -> OrderVerdict {
 /// Whether two scanners are equal (parameters, window, tables): tables that are the same
 /// allocation (a clone of the scanner, or the same scanner again) are equal at once, others
 /// are compared by several threads.
-fn same_scanner(a: &Scanner, b: &Scanner) -> bool {
+pub(crate) fn same_scanner(a: &Scanner, b: &Scanner) -> bool {
     use rayon::prelude::*;
     let same = |x: &[u8], y: &[u8]| {
         std::ptr::eq(x, y)
@@ -1086,6 +1087,8 @@ impl GpuContext {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn pet_run_stream_gpu(
         &self,
+        bufs: &mut PetStreamBuffers,
+        preloaded: Option<&Arc<DeviceScanner>>,
         input: &mut impl FrameSource,
         scanner: &Scanner,
         c: &CoincideConfig,
@@ -1097,24 +1100,55 @@ impl GpuContext {
         let t0 = std::time::Instant::now();
         let cap = sc.chunk_frames + sc.pending_capacity;
         let fbytes = 16 * sc.chunk_frames;
-        // The buffers leave the context's cache for the run and go back after it (dropped
-        // on an error: the next run allocates them again).
-        let mut bufs = self.with_scratch(std::mem::take::<PetStreamBuffers>);
+        // On an error the buffers are dropped (the next run allocates them again).
+        let r = self.pet_run_stream_in(
+            bufs, preloaded, input, scanner, c, sc, stats, sink, progress, t0, fbytes, cap,
+        );
+        if r.is_err() {
+            *bufs = PetStreamBuffers::default();
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pet_run_stream_in(
+        &self,
+        bufs: &mut PetStreamBuffers,
+        preloaded: Option<&Arc<DeviceScanner>>,
+        input: &mut impl FrameSource,
+        scanner: &Scanner,
+        c: &CoincideConfig,
+        sc: &StreamConfig,
+        stats: &mut StreamStats,
+        sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
+        progress: &mut impl FnMut(&StreamStats),
+        t0: std::time::Instant,
+        fbytes: usize,
+        cap: usize,
+    ) -> Result<StreamStats> {
         bufs.fit(self, fbytes, cap)?;
-        // The scanner's tables on the device are reused when the scanner equals the last
-        // run's (compared in parallel: about 1 ms for a 37 MB energy table, against 5 ms to
-        // upload it from pageable memory). The comparison runs on another thread while the
-        // first chunk is read and copied; the loop asks for the tables after that.
-        // The (scanner, device tables) pair leaves the cache for the run, like the buffers.
-        let cached = bufs.scanner.take();
+        // A scanner handle's tables are on the device already. Otherwise the tables on the
+        // device are reused when the scanner equals the last run's (compared in parallel:
+        // about 1 ms for a 37 MB energy table, against 5 ms to upload it from pageable
+        // memory). The comparison runs on another thread while the first chunk is read and
+        // copied; the loop asks for the tables after that.
+        let cached = match preloaded {
+            Some(ds) => {
+                bufs.scanner = None;
+                Some((scanner.clone(), ds.clone()))
+            }
+            None => bufs.scanner.take(),
+        };
+        let known = preloaded.is_some();
         let (r, pair) = std::thread::scope(|scope| {
-            let compared = cached
-                .map(|pair| scope.spawn(move || same_scanner(&pair.0, scanner).then_some(pair)));
-            let resolve = move || -> Result<(Scanner, DeviceScanner)> {
+            let compared = cached.map(|pair| {
+                scope.spawn(move || (known || same_scanner(&pair.0, scanner)).then_some(pair))
+            });
+            let resolve = move || -> Result<(Scanner, Arc<DeviceScanner>)> {
                 let same = compared.and_then(|h| h.join().ok().flatten());
                 let pair = match same {
                     Some(pair) => pair,
-                    None => (scanner.clone(), self.pet_scanner(scanner)?),
+                    None => (scanner.clone(), Arc::new(self.pet_scanner(scanner)?)),
                 };
                 if std::env::var_os("DETKIT_PET_PROFILE").is_some() {
                     eprintln!(
@@ -1127,13 +1161,12 @@ impl GpuContext {
             };
             let mut pair = None;
             let r = self.pet_stream_loop(
-                &mut bufs, input, resolve, &mut pair, c, sc, stats, sink, progress,
+                bufs, input, resolve, &mut pair, c, sc, stats, sink, progress,
             );
             (r, pair)
         });
-        if r.is_ok() {
+        if r.is_ok() && !known {
             bufs.scanner = pair;
-            self.with_scratch(|s: &mut PetStreamBuffers| *s = bufs);
         }
         r
     }
@@ -1143,8 +1176,8 @@ impl GpuContext {
         &self,
         bufs: &mut PetStreamBuffers,
         input: &mut impl FrameSource,
-        scanner: impl FnOnce() -> Result<(Scanner, DeviceScanner)>,
-        pair: &mut Option<(Scanner, DeviceScanner)>,
+        scanner: impl FnOnce() -> Result<(Scanner, Arc<DeviceScanner>)>,
+        pair: &mut Option<(Scanner, Arc<DeviceScanner>)>,
         c: &CoincideConfig,
         sc: &StreamConfig,
         stats: &mut StreamStats,
@@ -1205,7 +1238,7 @@ impl GpuContext {
             let chunk = start_chunk(input, pb, db, &copy, &mut copied[0], &None)?;
             counts[0] = chunk.len() / 16;
         }
-        let ds = &pair.insert(scanner()?).1;
+        let ds: &DeviceScanner = &pair.insert(scanner()?).1;
         let bdms = ds.host.bdm_count();
         let mut slot = 0;
         let result = loop {

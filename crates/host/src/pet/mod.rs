@@ -18,6 +18,7 @@
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod door;
 pub mod gen;
 pub mod io;
 pub mod merge;
@@ -27,13 +28,12 @@ use std::path::Path;
 
 pub use cuda::{CoincideLaunch, CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
 pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
+pub use door::{PetScanner, ScannerArg};
 pub use io::*;
 pub use merge::PetSortPath;
 
-use detkit_gpu::pet as k;
-
 use self::cpu::{self as oracle, CoincideConfig, ConvertStats};
-use self::cuda::{check_u32_len, download_view, pod_vec, singles_of, stats_from_words};
+use self::cuda::{check_u32_len, download_view, pod_vec, singles_of};
 use self::io::read_chunk;
 use crate::error::{invalid, Error, Result};
 use crate::Backend;
@@ -178,38 +178,16 @@ pub enum PetSortMethod {
 }
 
 impl Backend {
-    /// Converts raw frames into accepted singles (input order) with statistics.
+    /// Converts raw frames into accepted singles (input order) with statistics. `scanner`
+    /// is a [`Scanner`] or a [`PetScanner`] handle ([`Backend::load_scanner`]: tables
+    /// already on the device); [`Backend::pet_convert_frames`] takes the frames as bytes.
     pub fn pet_convert(
         &self,
         frames: &[DataFrameV2],
-        scanner: &Scanner,
+        scanner: &(impl ScannerArg + ?Sized),
     ) -> Result<(Vec<Single>, ConvertStats)> {
         check_u32_len("frames", frames.len())?;
-        match self.gpu() {
-            None => Ok(oracle::convert_par(
-                frames,
-                &scanner.params,
-                &scanner.position,
-                &scanner.energy,
-            )),
-            Some(g) => {
-                let n = frames.len();
-                let ds = g.pet_scanner(scanner)?;
-                let bytes: &[u8] = bytemuck::cast_slice(frames);
-                let d_frames = if n == 0 {
-                    g.zeros::<u8>(16)?
-                } else {
-                    g.upload(bytes)?
-                };
-                let mut out = g.zeros::<u64>(2 * n.max(1))?;
-                let mut stats = g.zeros::<u32>(k::STAT_WORDS)?;
-                g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut stats)?;
-                let st = g.download(&stats)?;
-                let accepted = st[k::STAT_ACCEPTED] as usize;
-                let words = download_view(g, &out.slice(0..2 * accepted))?;
-                Ok((singles_of(&words), stats_from_words(&st, n)))
-            }
-        }
+        self.pet_convert_frames(bytemuck::cast_slice(frames), scanner)
     }
 
     /// Stable sort by time (ties keep input order). Non-finite times are a typed error.
@@ -225,14 +203,16 @@ impl Backend {
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
             None => oracle::sort(singles),
+            Some(_) if method == PetSortMethod::Radix => {
+                let mut out = Vec::new();
+                self.pet_sort_into(singles, &mut out)?;
+                Ok(out)
+            }
             Some(g) => {
                 let n = singles.len();
                 let mut a = g.upload_singles(singles)?;
                 let mut b = g.zeros::<u64>(a.len())?;
-                let in_b = match method {
-                    PetSortMethod::Radix => g.pet_sort_radix_device(&mut a, &mut b, 0, n)?,
-                    PetSortMethod::Merge => g.pet_sort_device(&mut a, &mut b, 0, n)?,
-                };
+                let in_b = g.pet_sort_device(&mut a, &mut b, 0, n)?;
                 let words = download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
                 Ok(singles_of(&words))
             }
@@ -263,18 +243,9 @@ impl Backend {
     /// [`crate::pet::cpu::coincide`]). Unsorted input is a typed error naming the first single out of
     /// order.
     pub fn pet_coincide(&self, singles: &[Single], c: &CoincideConfig) -> Result<Vec<Coincidence>> {
-        c.validate()?;
-        crate::pet::cpu::check_sorted(singles)?;
-        match self.gpu() {
-            None => oracle::coincide(singles, c),
-            Some(g) => {
-                let s = g.upload_singles(singles)?;
-                Ok(
-                    g.pet_coincide_device(&s, 0, singles.len(), c, f64::INFINITY)?
-                        .0,
-                )
-            }
-        }
+        let mut out = Vec::new();
+        self.pet_coincide_into(singles, c, &mut out)?;
+        Ok(out)
     }
 }
 
@@ -521,7 +492,7 @@ impl Backend {
     pub fn pet_run_frames(
         &self,
         frames: &[u8],
-        scanner: &Scanner,
+        scanner: &(impl ScannerArg + ?Sized),
         c: &CoincideConfig,
         sc: &StreamConfig,
         sink: impl FnMut(&[Coincidence]) -> Result<()>,
@@ -546,7 +517,7 @@ impl Backend {
     pub fn pet_run_file(
         &self,
         path: &Path,
-        scanner: &Scanner,
+        scanner: &(impl ScannerArg + ?Sized),
         c: &CoincideConfig,
         sc: &StreamConfig,
         sink: impl FnMut(&[Coincidence]) -> Result<()>,
@@ -585,7 +556,7 @@ impl Backend {
     pub fn pet_run_stream(
         &self,
         input: &mut (impl Read + Send),
-        scanner: &Scanner,
+        scanner: &(impl ScannerArg + ?Sized),
         c: &CoincideConfig,
         sc: &StreamConfig,
         sink: impl FnMut(&[Coincidence]) -> Result<()>,
@@ -597,7 +568,7 @@ impl Backend {
     pub(crate) fn pet_run_source(
         &self,
         input: &mut impl FrameSource,
-        scanner: &Scanner,
+        scanner: &(impl ScannerArg + ?Sized),
         c: &CoincideConfig,
         sc: &StreamConfig,
         mut sink: impl FnMut(&[Coincidence]) -> Result<()>,
@@ -611,6 +582,7 @@ impl Backend {
         let mut stats = StreamStats::default();
         match self.gpu() {
             None => {
+                let scanner = scanner.host();
                 let mut wm = Watermark::new(scanner.params.bdm_count());
                 let mut pending: Vec<Single> = Vec::new();
                 let mut buf = vec![0u8; 16 * sc.chunk_frames];
@@ -647,9 +619,23 @@ impl Backend {
                     }
                 }
             }
-            Some(g) => {
-                g.pet_run_stream_gpu(input, scanner, c, sc, &mut stats, &mut sink, &mut progress)
-            }
+            Some(g) => self.ws.pet.run(
+                || door::PetWorkspace::new(g),
+                |w| {
+                    let pre = scanner.device_for(g);
+                    w.gpu.pet_run_stream_gpu(
+                        &mut w.stream,
+                        pre,
+                        input,
+                        scanner.host(),
+                        c,
+                        sc,
+                        &mut stats,
+                        &mut sink,
+                        &mut progress,
+                    )
+                },
+            ),
         }
     }
 }

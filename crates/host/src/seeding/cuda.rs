@@ -1012,61 +1012,69 @@ impl GpuContext {
     pub(crate) fn seed_events_host(
         &self,
         ws: &mut SeedingWorkspace,
-        events: &[&[SpacePoint]],
+        events: Events<'_>,
         cfg: &SeedingConfig,
         mut stage: Option<&mut SeedStaging>,
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
+        let n_ev = events.count();
         let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
-        out.truncate(events.len());
-        out.resize_with(events.len(), SeedingOutput::default);
+        out.truncate(n_ev);
+        out.resize_with(n_ev, SeedingOutput::default);
         let mut first = 0;
         let mut offsets = Vec::new();
-        while first < events.len() {
+        while first < n_ev {
             let mut last = first;
             let mut n = 0usize;
-            while last < events.len()
+            while last < n_ev
                 && ((last - first) as u64) < max_events
-                && (last == first || n + events[last].len() <= CHUNK_SPACEPOINTS)
+                && (last == first || n + events.len(last) <= CHUNK_SPACEPOINTS)
             {
-                n += events[last].len();
+                n += events.len(last);
                 last += 1;
             }
-            let chunk = &events[first..last];
             offsets.clear();
             offsets.push(0usize);
-            for e in chunk {
-                offsets.push(offsets[offsets.len() - 1] + e.len());
+            for e in first..last {
+                offsets.push(offsets[offsets.len() - 1] + events.len(e));
             }
             ws.ensure(self, B::Input, words::<SpacePoint>(n))?;
             let sp_words = std::mem::size_of::<SpacePoint>() / 4;
             match stage.as_deref_mut() {
                 Some(st) if n > 0 => {
+                    // Events gathered into pinned memory; every 4 MiB gathered goes to the
+                    // device at once (DMA while the host gathers the next events).
                     let pin = st.input.get(self, n * sp_words)?;
-                    {
-                        use rayon::prelude::*;
-                        let mut parts = Vec::with_capacity(chunk.len());
-                        let mut rest = &mut pin[..];
-                        for ev in chunk {
-                            let (head, tail) = rest.split_at_mut(ev.len() * sp_words);
-                            parts.push((head, as_words(ev)));
-                            rest = tail;
+                    let input = ws.buf_mut(B::Input);
+                    let (mut at, mut sent) = (0usize, 0usize);
+                    for e in first..last {
+                        let w = events.len(e) * sp_words;
+                        events.gather(
+                            e,
+                            bytemuck::cast_slice_mut::<u32, SpacePoint>(&mut pin[at..at + w]),
+                        )?;
+                        at += w;
+                        if at > sent && (at - sent >= (4 << 20) / 4 || e + 1 == last) {
+                            self.stream()
+                                .memcpy_htod(&pin[sent..at], &mut input.slice_mut(sent..at))
+                                .ctx("uploading spacepoints")?;
+                            sent = at;
                         }
-                        parts
-                            .into_par_iter()
-                            .for_each(|(d, s)| crate::staging::par_copy(d, s));
                     }
-                    self.stream()
-                        .memcpy_htod(&*pin, &mut ws.buf_mut(B::Input).slice_mut(0..n * sp_words))
-                        .ctx("uploading spacepoints")?;
                 }
                 _ => {
-                    for (e, ev) in chunk.iter().enumerate() {
+                    for e in first..last {
+                        let Some(ev) = events.rows(e) else {
+                            return Err(invalid(
+                                "seeding events",
+                                "columns need pinned staging (the backend converts them otherwise)",
+                            ));
+                        };
                         if ev.is_empty() {
                             continue;
                         }
                         let w = as_words(ev);
-                        let at = offsets[e] * sp_words;
+                        let at = offsets[e - first] * sp_words;
                         self.stream()
                             .memcpy_htod(w, &mut ws.buf_mut(B::Input).slice_mut(at..at + w.len()))
                             .ctx("uploading spacepoints")?;
@@ -1149,6 +1157,45 @@ impl GpuContext {
             }
         }
         Ok(())
+    }
+}
+
+/// The events of a host call: slices of spacepoints, or five columns per event.
+#[derive(Clone, Copy)]
+pub(crate) enum Events<'a> {
+    Rows(&'a [&'a [SpacePoint]]),
+    Columns(&'a [SpacePointsRef<'a>]),
+}
+
+impl Events<'_> {
+    fn count(&self) -> usize {
+        match self {
+            Events::Rows(e) => e.len(),
+            Events::Columns(e) => e.len(),
+        }
+    }
+    fn len(&self, e: usize) -> usize {
+        match self {
+            Events::Rows(v) => v[e].len(),
+            Events::Columns(v) => v[e].len(),
+        }
+    }
+    fn rows(&self, e: usize) -> Option<&[SpacePoint]> {
+        match self {
+            Events::Rows(v) => Some(v[e]),
+            Events::Columns(_) => None,
+        }
+    }
+    /// Event `e`'s spacepoints into `dst` (its length): copied, or gathered from the
+    /// columns and checked on the way ([`SpacePointsRef::gather_checked`]).
+    fn gather(&self, e: usize, dst: &mut [SpacePoint]) -> Result<()> {
+        match self {
+            Events::Rows(v) => {
+                crate::staging::par_copy(dst, v[e]);
+                Ok(())
+            }
+            Events::Columns(v) => v[e].gather_checked(dst),
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::cuda::{SeedStaging, SeedingWorkspace};
-use super::{SeedingConfig, SeedingOutput, SpacePoint};
+use super::cuda::{Events, SeedStaging, SeedingWorkspace};
+use super::{SeedingConfig, SeedingOutput};
 use crate::cuda::GpuContext;
 use crate::error::Result;
 use crate::staging::HostCopies;
@@ -25,10 +25,11 @@ impl SeedWorkspace {
         })
     }
 
-    /// Seeds validated events into `out`.
+    /// Seeds events into `out` (spacepoint slices validated by the caller; columns checked
+    /// as they are gathered).
     pub(crate) fn seed_events(
         &mut self,
-        events: &[&[SpacePoint]],
+        events: Events<'_>,
         cfg: &SeedingConfig,
         copies: HostCopies,
         out: &mut Vec<SeedingOutput>,

@@ -524,8 +524,144 @@ impl Backend {
                 let copies = self.host_copies();
                 self.ws.seeding.run(
                     || door::SeedWorkspace::new(gpu),
-                    |w| w.seed_events(events, cfg, copies, out),
+                    |w| w.seed_events(cuda::Events::Rows(events), cfg, copies, out),
                 )
+            }
+        }
+    }
+}
+
+/// One event's spacepoints as five borrowed columns (numpy arrays, a columnar file): what
+/// [`Backend::seed_columns_into`] takes. With pinned staging, the columns are interleaved
+/// straight into the pinned upload buffer (and checked on the way): no intermediate copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SpacePointsRef<'a> {
+    /// x (mm).
+    pub x: &'a [f32],
+    /// y (mm).
+    pub y: &'a [f32],
+    /// z (mm).
+    pub z: &'a [f32],
+    /// Variance of r (mm²).
+    pub var_r: &'a [f32],
+    /// Variance of z (mm²).
+    pub var_z: &'a [f32],
+}
+
+impl SpacePointsRef<'_> {
+    /// Number of spacepoints (of `x`; [`SpacePointsRef::check_lengths`] checks the others).
+    pub fn len(&self) -> usize {
+        self.x.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.x.is_empty()
+    }
+
+    /// A typed error unless the five columns have the same length.
+    pub fn check_lengths(&self) -> Result<()> {
+        let n = self.len();
+        let lens = [
+            self.y.len(),
+            self.z.len(),
+            self.var_r.len(),
+            self.var_z.len(),
+        ];
+        if lens.iter().any(|&l| l != n) {
+            return Err(invalid(
+                "spacepoints",
+                format!(
+                    "columns of different lengths: x {n}, y {}, z {}, var_r {}, var_z {}",
+                    lens[0], lens[1], lens[2], lens[3]
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The spacepoints as rows.
+    pub fn to_vec(&self) -> Vec<SpacePoint> {
+        let mut v = vec![SpacePoint::default(); self.len()];
+        self.gather(&mut v, 0);
+        v
+    }
+
+    fn gather(&self, dst: &mut [SpacePoint], base: usize) {
+        for (i, d) in dst.iter_mut().enumerate() {
+            let k = base + i;
+            *d = SpacePoint {
+                x: self.x[k],
+                y: self.y[k],
+                z: self.z[k],
+                var_z: self.var_z[k],
+                var_r: self.var_r[k],
+            };
+        }
+    }
+
+    /// Interleaves the columns into `dst` (`len()` spacepoints) on several threads, checking
+    /// every spacepoint as [`check_spacepoints`] does (the same first error).
+    pub(crate) fn gather_checked(&self, dst: &mut [SpacePoint]) -> Result<()> {
+        use rayon::prelude::*;
+        self.check_lengths()?;
+        if self.len() as u64 >= 1 << 31 {
+            return Err(invalid(
+                "spacepoints",
+                format!("{} spacepoints; at most 2^31 - 1 are supported", self.len()),
+            ));
+        }
+        dst.par_chunks_mut(CHECK_PIECE)
+            .enumerate()
+            .map(|(p, d)| {
+                self.gather(d, p * CHECK_PIECE);
+                check_piece(d, p * CHECK_PIECE)
+            })
+            .find_first(|r| r.is_err())
+            .unwrap_or(Ok(()))
+    }
+}
+
+impl Backend {
+    /// [`Backend::seed_events_into`] with every event as five columns ([`SpacePointsRef`]):
+    /// on CUDA with pinned staging the columns are interleaved straight into the upload
+    /// buffer; otherwise they are converted to rows first. Results and errors are those of
+    /// [`Backend::seed_events_into`] on the same spacepoints.
+    pub fn seed_columns_into(
+        &self,
+        events: &[SpacePointsRef<'_>],
+        cfg: &SeedingConfig,
+        out: &mut Vec<SeedingOutput>,
+    ) -> Result<()> {
+        check_config(cfg)?;
+        match self.gpu() {
+            Some(gpu) if self.host_copies() == crate::HostCopies::Pinned => {
+                for e in events {
+                    e.check_lengths()?;
+                }
+                if events.is_empty() {
+                    out.clear();
+                    return Ok(());
+                }
+                self.ws.seeding.run(
+                    || door::SeedWorkspace::new(gpu),
+                    |w| {
+                        w.seed_events(
+                            cuda::Events::Columns(events),
+                            cfg,
+                            crate::HostCopies::Pinned,
+                            out,
+                        )
+                    },
+                )
+            }
+            _ => {
+                for e in events {
+                    e.check_lengths()?;
+                }
+                let rows: Vec<Vec<SpacePoint>> = events.iter().map(|e| e.to_vec()).collect();
+                let refs: Vec<&[SpacePoint]> = rows.iter().map(|v| v.as_slice()).collect();
+                self.seed_events_into(&refs, cfg, out)
             }
         }
     }
@@ -551,3 +687,71 @@ fn check_events(events: &[&[SpacePoint]]) -> Result<()> {
 
 /// Spacepoints per piece of the parallel checks.
 const CHECK_PIECE: usize = 1 << 13;
+
+#[cfg(test)]
+mod door_tests {
+    use super::*;
+
+    /// Columns gathered and checked give the rows and the errors of `check_spacepoints`.
+    #[test]
+    fn gathered_columns_check_as_rows_do() {
+        let n = 5 * CHECK_PIECE + 17;
+        let rows: Vec<SpacePoint> = (0..n)
+            .map(|i| SpacePoint {
+                x: i as f32,
+                y: -(i as f32),
+                z: 0.5 * i as f32,
+                var_z: 0.01,
+                var_r: 0.02,
+            })
+            .collect();
+        for bad in [
+            None,
+            Some((3, 0)),
+            Some((CHECK_PIECE + 1, 3)),
+            Some((n - 1, 4)),
+            Some((2 * CHECK_PIECE, 2)),
+        ] {
+            let mut r = rows.clone();
+            if let Some((i, col)) = bad {
+                match col {
+                    0 => r[i].x = f32::NAN,
+                    2 => r[i].z = f32::INFINITY,
+                    3 => r[i].var_r = -1.0,
+                    _ => r[i].var_z = f32::NAN,
+                }
+                // A later fault too: the first one is reported.
+                r[n - 2].y = f32::NAN;
+            }
+            let cols: [Vec<f32>; 5] = [
+                r.iter().map(|s| s.x).collect(),
+                r.iter().map(|s| s.y).collect(),
+                r.iter().map(|s| s.z).collect(),
+                r.iter().map(|s| s.var_r).collect(),
+                r.iter().map(|s| s.var_z).collect(),
+            ];
+            let c = SpacePointsRef {
+                x: &cols[0],
+                y: &cols[1],
+                z: &cols[2],
+                var_r: &cols[3],
+                var_z: &cols[4],
+            };
+            let mut dst = vec![SpacePoint::default(); n];
+            let got = c.gather_checked(&mut dst).map_err(|e| e.to_string());
+            let want = check_spacepoints(&r).map_err(|e| e.to_string());
+            assert_eq!(want.is_err(), bad.is_some(), "fault {bad:?} not seen");
+            assert_eq!(got, want, "fault {bad:?}");
+            if bad.is_none() {
+                assert!(dst == r);
+                assert!(c.to_vec() == r);
+            }
+        }
+        let short = SpacePointsRef {
+            x: &[1.0, 2.0],
+            y: &[1.0],
+            ..Default::default()
+        };
+        assert!(short.check_lengths().is_err());
+    }
+}

@@ -1,0 +1,426 @@
+//! The PET doors: [`PetScanner`] (a scanner whose tables are on the device, loaded once) and
+//! the workspace a [`Backend`] keeps between PET calls (device buffers, pinned staging, the
+//! streamed chain's buffers), with the host-path calls that use them.
+
+use std::sync::Arc;
+
+use cudarc::driver::CudaSlice;
+use detkit_gpu::pet::{self as k, Coincidence, DataFrameV2, Single};
+
+use super::cpu::{self as oracle, CoincideConfig, ConvertStats};
+use super::cuda::{check_u32_len, stats_from_words, CoincideScratch, DeviceScanner};
+use super::cuda::{ensure_len, PetStreamBuffers};
+use super::Scanner;
+use crate::cuda::GpuContext;
+use crate::error::{invalid, DriverContext, Result};
+use crate::staging::{download_into, upload_into, HostCopies, Pinned};
+use crate::Backend;
+
+/// A scanner loaded for one [`Backend`]: its description and, on CUDA, its position and
+/// energy tables in device memory (uploaded once by [`Backend::load_scanner`], about 110 MB
+/// for a full-size scanner). Every PET call takes one (or a plain [`Scanner`], whose tables
+/// the backend then uploads, or reuses when they equal the last ones). Cloning a handle
+/// shares the device tables.
+///
+/// ```
+/// use detkit::pet::{gen, cpu::CoincideConfig};
+/// use detkit::Backend;
+///
+/// let b = Backend::auto();
+/// let scanner = gen::tiny_scanner(7);
+/// let handle = b.load_scanner(&scanner).unwrap(); // tables uploaded once
+/// let acq = gen::acquisition(&scanner, &gen::AcquisitionConfig { singles: 1000, ..Default::default() });
+/// let frames = gen::frame_bytes(&acq.frames); // the file format, borrowed
+/// let (singles, stats) = b.pet_convert_frames(frames, &handle).unwrap();
+/// assert_eq!(stats.frames, acq.frames.len() as u64);
+/// assert_eq!(singles, b.pet_convert(&acq.frames, &scanner).unwrap().0);
+/// let sorted = b.pet_sort(&singles).unwrap();
+/// let pairs = b.pet_coincide(&sorted, &CoincideConfig::prompt(5.0)).unwrap();
+/// assert!(pairs.len() <= sorted.len());
+/// ```
+#[derive(Clone)]
+pub struct PetScanner {
+    scanner: Scanner,
+    device: Option<Arc<DeviceScanner>>,
+    /// The CUDA context the tables live in (its address), to refuse them on another device.
+    owner: usize,
+}
+
+impl std::fmt::Debug for PetScanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PetScanner")
+            .field("params", &self.scanner.params)
+            .field("on_device", &self.device.is_some())
+            .finish()
+    }
+}
+
+impl PetScanner {
+    /// The scanner's description (parameters, window, host tables).
+    pub fn scanner(&self) -> &Scanner {
+        &self.scanner
+    }
+
+    /// Whether the tables are in device memory.
+    pub fn on_device(&self) -> bool {
+        self.device.is_some()
+    }
+}
+
+/// What the PET calls take as a scanner: a [`Scanner`] (tables uploaded by the call, or
+/// reused when equal to the last ones) or a [`PetScanner`] handle (tables already there).
+pub trait ScannerArg {
+    /// The scanner's description.
+    fn host(&self) -> &Scanner;
+    /// The device tables, when this is a handle loaded on `gpu`'s device.
+    fn device_for(&self, gpu: &GpuContext) -> Option<&Arc<DeviceScanner>>;
+}
+
+impl ScannerArg for Scanner {
+    fn host(&self) -> &Scanner {
+        self
+    }
+    fn device_for(&self, _gpu: &GpuContext) -> Option<&Arc<DeviceScanner>> {
+        None
+    }
+}
+
+impl ScannerArg for PetScanner {
+    fn host(&self) -> &Scanner {
+        &self.scanner
+    }
+    fn device_for(&self, gpu: &GpuContext) -> Option<&Arc<DeviceScanner>> {
+        self.device.as_ref().filter(|_| self.owner == owner_of(gpu))
+    }
+}
+
+fn owner_of(gpu: &GpuContext) -> usize {
+    Arc::as_ptr(gpu.context()) as usize
+}
+
+/// Frames as bytes (16 per frame), or the typed error of a cut frame.
+fn frame_count(frames: &[u8]) -> Result<usize> {
+    if !frames.len().is_multiple_of(16) {
+        return Err(invalid(
+            "frames",
+            format!(
+                "{} bytes, not a whole number of 16-byte frames",
+                frames.len()
+            ),
+        ));
+    }
+    let n = frames.len() / 16;
+    check_u32_len("frames", n)?;
+    Ok(n)
+}
+
+/// The PET workspace of one stream.
+pub(crate) struct PetWorkspace {
+    pub(crate) gpu: Arc<GpuContext>,
+    frames: Option<CudaSlice<u8>>,
+    a: Option<CudaSlice<u64>>,
+    b: Option<CudaSlice<u64>>,
+    stats: Option<CudaSlice<u32>>,
+    coincide: CoincideScratch,
+    bytes_in: Pinned<u8>,
+    words_in: Pinned<u64>,
+    words_out: Pinned<u64>,
+    stats_out: Pinned<u32>,
+    /// The streamed chain's buffers.
+    pub(crate) stream: PetStreamBuffers,
+    /// The last plain [`Scanner`] a call was given, and its tables on the device.
+    last: Option<(Scanner, Arc<DeviceScanner>)>,
+}
+
+impl PetWorkspace {
+    pub(crate) fn new(gpu: &GpuContext) -> Result<Self> {
+        Ok(Self {
+            gpu: crate::workspace::fork(gpu)?,
+            frames: None,
+            a: None,
+            b: None,
+            stats: None,
+            coincide: CoincideScratch::default(),
+            bytes_in: Pinned::new(true),
+            words_in: Pinned::new(true),
+            words_out: Pinned::new(false),
+            stats_out: Pinned::new(false),
+            stream: PetStreamBuffers::default(),
+            last: None,
+        })
+    }
+
+    /// The device tables of `scanner`: the handle's, or the last plain scanner's when equal,
+    /// or uploaded now.
+    fn tables(&mut self, scanner: &(impl ScannerArg + ?Sized)) -> Result<Arc<DeviceScanner>> {
+        if let Some(ds) = scanner.device_for(&self.gpu) {
+            return Ok(ds.clone());
+        }
+        let s = scanner.host();
+        if let Some((last, ds)) = &self.last {
+            if super::cuda::same_scanner(last, s) {
+                return Ok(ds.clone());
+            }
+        }
+        self.last = None;
+        let ds = Arc::new(self.gpu.pet_scanner(s)?);
+        self.last = Some((s.clone(), ds.clone()));
+        Ok(ds)
+    }
+
+    /// `n` singles (`2 n` words) of `buf` into `out`, through pinned memory or straight.
+    fn download_singles(
+        &mut self,
+        from_b: bool,
+        n: usize,
+        copies: HostCopies,
+        out: &mut Vec<Single>,
+    ) -> Result<()> {
+        let g = &*self.gpu;
+        out.clear();
+        if n == 0 {
+            return Ok(());
+        }
+        let buf = if from_b { &self.b } else { &self.a };
+        let src = buf.as_ref().expect("sized by the call").slice(0..2 * n);
+        let what = "copying singles from the device";
+        match copies {
+            HostCopies::Pinned => {
+                let w = self.words_out.get(g, 2 * n)?;
+                out.resize(n, bytemuck::Zeroable::zeroed());
+                download_into(
+                    g,
+                    &src,
+                    bytemuck::cast_slice_mut::<Single, u64>(out),
+                    Some(w),
+                )?;
+            }
+            HostCopies::Pageable => {
+                out.resize(n, bytemuck::Zeroable::zeroed());
+                g.stream()
+                    .memcpy_dtoh(&src, bytemuck::cast_slice_mut::<Single, u64>(out))
+                    .ctx(what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Uploads `singles` into `a` (and sizes `b` alike).
+    fn upload_singles(&mut self, singles: &[Single], copies: HostCopies) -> Result<()> {
+        let g = &*self.gpu;
+        let n = singles.len();
+        ensure_len(g, &mut self.a, 2 * n)?;
+        ensure_len(g, &mut self.b, 2 * n)?;
+        let words = bytemuck::cast_slice::<Single, u64>(singles);
+        let stage = match copies {
+            HostCopies::Pinned => Some(self.words_in.get(g, 2 * n)?),
+            HostCopies::Pageable => None,
+        };
+        let a = self.a.as_mut().expect("sized above");
+        upload_into(g, words, &mut a.slice_mut(0..2 * n), stage)
+    }
+
+    pub(crate) fn convert(
+        &mut self,
+        frames: &[u8],
+        scanner: &(impl ScannerArg + ?Sized),
+        copies: HostCopies,
+        out: &mut Vec<Single>,
+    ) -> Result<ConvertStats> {
+        let n = frame_count(frames)?;
+        let ds = self.tables(scanner)?;
+        let g = self.gpu.clone();
+        ensure_len(&g, &mut self.frames, 16 * n.max(1))?;
+        ensure_len(&g, &mut self.a, 2 * n.max(1))?;
+        ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
+        {
+            let stage = match copies {
+                HostCopies::Pinned => Some(self.bytes_in.get(&g, frames.len())?),
+                HostCopies::Pageable => None,
+            };
+            let d = self.frames.as_mut().expect("sized above");
+            upload_into(&g, frames, &mut d.slice_mut(0..16 * n), stage)?;
+        }
+        let (d_frames, a, stats) = (
+            self.frames.as_ref().expect("sized above"),
+            self.a.as_mut().expect("sized above"),
+            self.stats.as_mut().expect("sized above"),
+        );
+        g.pet_convert_device(d_frames, n, &ds, a, 0, stats)?;
+        let st = self.stats_out.get(&g, k::STAT_WORDS)?;
+        g.stream()
+            .memcpy_dtoh(&stats.slice(0..k::STAT_WORDS), st)
+            .ctx("copying the conversion statistics")?;
+        g.synchronize()?;
+        let st = stats_from_words(st, n);
+        self.download_singles(false, st.accepted as usize, copies, out)?;
+        Ok(st)
+    }
+
+    pub(crate) fn sort(
+        &mut self,
+        singles: &[Single],
+        copies: HostCopies,
+        out: &mut Vec<Single>,
+    ) -> Result<()> {
+        let n = singles.len();
+        self.upload_singles(singles, copies)?;
+        let g = self.gpu.clone();
+        let (a, b) = (
+            self.a.as_mut().expect("sized above"),
+            self.b.as_mut().expect("sized above"),
+        );
+        let in_b = g.pet_sort_radix_device(a, b, 0, n)?;
+        self.download_singles(in_b, n, copies, out)
+    }
+
+    pub(crate) fn coincide(
+        &mut self,
+        singles: &[Single],
+        c: &CoincideConfig,
+        copies: HostCopies,
+        out: &mut Vec<Coincidence>,
+    ) -> Result<()> {
+        let n = singles.len();
+        self.upload_singles(singles, copies)?;
+        let g = self.gpu.clone();
+        let a = self.a.as_ref().expect("sized above");
+        let (total, _) = g.pet_coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY)?;
+        out.clear();
+        out.resize(total, bytemuck::Zeroable::zeroed());
+        match copies {
+            HostCopies::Pageable => g.pet_download_pairs(&self.coincide, out),
+            HostCopies::Pinned => {
+                if total == 0 {
+                    return Ok(());
+                }
+                let pairs = self
+                    .coincide
+                    .pairs()
+                    .filter(|p| p.len() >= 4 * total)
+                    .ok_or_else(|| invalid("pairs", "fewer pairs on the device than counted"))?;
+                let w = self.words_out.get(&g, 4 * total)?;
+                download_into(
+                    &g,
+                    &pairs.slice(0..4 * total),
+                    bytemuck::cast_slice_mut::<Coincidence, u64>(out),
+                    Some(w),
+                )
+            }
+        }
+    }
+}
+
+impl Backend {
+    /// Loads a scanner for this backend: on CUDA its tables are copied to the device once
+    /// and stay there for every call that takes the handle ([`Backend::pet_convert_frames`],
+    /// [`Backend::pet_run_file`] and the other streamed runs). On the CPU the handle holds
+    /// the scanner only.
+    pub fn load_scanner(&self, scanner: &Scanner) -> Result<PetScanner> {
+        super::validate_params(&scanner.params)?;
+        let (device, owner) = match self.gpu() {
+            None => (None, 0),
+            Some(g) => {
+                let ds = g.pet_scanner(scanner)?;
+                // Other streams (the workspaces') read the tables: the upload is finished
+                // before the handle exists.
+                g.synchronize()?;
+                (Some(Arc::new(ds)), owner_of(g))
+            }
+        };
+        Ok(PetScanner {
+            scanner: scanner.clone(),
+            device,
+            owner,
+        })
+    }
+
+    /// Converts raw frames (`16 × n` bytes, the file format, borrowed) into accepted singles
+    /// (input order) with statistics; the same result as [`Backend::pet_convert`].
+    pub fn pet_convert_frames(
+        &self,
+        frames: &[u8],
+        scanner: &(impl ScannerArg + ?Sized),
+    ) -> Result<(Vec<Single>, ConvertStats)> {
+        let mut out = Vec::new();
+        let st = self.pet_convert_into(frames, scanner, &mut out)?;
+        Ok((out, st))
+    }
+
+    /// [`Backend::pet_convert_frames`] into `out` (cleared, its allocation reused).
+    pub fn pet_convert_into(
+        &self,
+        frames: &[u8],
+        scanner: &(impl ScannerArg + ?Sized),
+        out: &mut Vec<Single>,
+    ) -> Result<ConvertStats> {
+        let n = frame_count(frames)?;
+        match self.gpu() {
+            None => {
+                let s = scanner.host();
+                let owned;
+                let f: &[DataFrameV2] = match bytemuck::try_cast_slice(frames) {
+                    Ok(f) => f,
+                    Err(_) => {
+                        owned = super::pod_vec::<DataFrameV2>(frames);
+                        &owned
+                    }
+                };
+                debug_assert_eq!(f.len(), n);
+                let (singles, st) = oracle::convert_par(f, &s.params, &s.position, &s.energy);
+                *out = singles;
+                Ok(st)
+            }
+            Some(g) => {
+                let copies = self.host_copies();
+                self.ws.pet.run(
+                    || PetWorkspace::new(g),
+                    |w| w.convert(frames, scanner, copies, out),
+                )
+            }
+        }
+    }
+
+    /// [`Backend::pet_sort`] into `out` (cleared, its allocation reused).
+    pub fn pet_sort_into(&self, singles: &[Single], out: &mut Vec<Single>) -> Result<()> {
+        crate::pet::cpu::check_times(singles, "singles to sort")?;
+        check_u32_len("singles to sort", singles.len())?;
+        match self.gpu() {
+            None => {
+                *out = oracle::sort(singles)?;
+                Ok(())
+            }
+            Some(g) => {
+                let copies = self.host_copies();
+                self.ws
+                    .pet
+                    .run(|| PetWorkspace::new(g), |w| w.sort(singles, copies, out))
+            }
+        }
+    }
+
+    /// [`Backend::pet_coincide`] into `out` (cleared, its allocation reused).
+    pub fn pet_coincide_into(
+        &self,
+        singles: &[Single],
+        c: &CoincideConfig,
+        out: &mut Vec<Coincidence>,
+    ) -> Result<()> {
+        c.validate()?;
+        crate::pet::cpu::check_sorted(singles)?;
+        check_u32_len("singles", singles.len())?;
+        match self.gpu() {
+            None => {
+                *out = oracle::coincide(singles, c)?;
+                Ok(())
+            }
+            Some(g) => {
+                let copies = self.host_copies();
+                self.ws.pet.run(
+                    || PetWorkspace::new(g),
+                    |w| w.coincide(singles, c, copies, out),
+                )
+            }
+        }
+    }
+}

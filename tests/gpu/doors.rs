@@ -1,0 +1,461 @@
+//! The host doors (issue 30): `Backend` calls on host data, run in the backend's workspaces.
+//! Repeated calls of growing and shrinking sizes give the oracle's results and allocate
+//! nothing once the sizes fit; both host-copy paths (pinned staging, pageable); several
+//! threads on one backend; errors of a bad event in the middle of a batch as the CPU
+//! backend gives them.
+
+use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Clusters, Digis, DigisRef, Geometry};
+use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single};
+use detkit::seeding::{
+    gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
+};
+use detkit::{Backend, HostCopies};
+use detkit_tests::{ensure, exact};
+
+use super::{e, Ctx, Test, R};
+
+pub(crate) const TESTS: &[Test] = &[
+    ("doors_cluster_reuse", test_cluster_reuse),
+    ("doors_seed_reuse", test_seed_reuse),
+    ("doors_pet_reuse", test_pet_reuse),
+    ("doors_threads", test_threads),
+    ("doors_bad_batch", test_bad_batch),
+    ("doors_queue", test_queue),
+];
+
+/// Two fresh backends on the test's device: one with pinned staging (the default), one that
+/// copies straight from and to pageable memory.
+fn backends(_c: &Ctx) -> Result<Vec<(&'static str, Backend)>, String> {
+    Ok(vec![
+        ("pinned", Backend::cuda(0).map_err(e)?),
+        (
+            "pageable",
+            Backend::cuda(0)
+                .map_err(e)?
+                .with_host_copies(HostCopies::Pageable),
+        ),
+    ])
+}
+
+fn compare_clusters(what: &str, got: &Clusters, want: &Clusters) -> R {
+    exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
+    exact(
+        &format!("{what}: clus_in_module"),
+        &got.clus_in_module,
+        &want.clus_in_module,
+    )?;
+    exact(
+        &format!("{what}: module_first"),
+        &got.module_first,
+        &want.module_first,
+    )
+}
+
+/// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
+fn batch(seed: u64, events: usize, digis: usize) -> (Digis, Vec<u32>) {
+    let mut all = Digis::default();
+    let mut offsets = vec![0u32];
+    for i in 0..events {
+        let ev = cgen::run3_event(seed ^ (i as u64 * 7919));
+        let n = ev.len().min(digis);
+        all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
+        offsets.push(all.len() as u32);
+    }
+    (all, offsets)
+}
+
+fn test_cluster_reuse(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    // (events, digis per event at most): growing, shrinking, growing again; one event per
+    // call and batches, with and without the cut.
+    let shapes: &[(usize, usize)] = &[
+        (1, 1000),
+        (1, usize::MAX),
+        (1, 40_000),
+        (1, 0),
+        (3, 20_000),
+        (16, usize::MAX),
+        (5, 5000),
+        (16, 60_000),
+    ];
+    let inputs: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(ev, n))| batch(c.seed ^ (i as u64) << 20, ev, n))
+        .collect();
+    let wants: Vec<_> = inputs
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
+        .collect();
+    for (label, b) in backends(c)? {
+        let mut out = Clusters::default();
+        let mut allocs_after_first_pass = 0;
+        for pass in 0..3 {
+            let before = b.allocations();
+            for (i, ((d, o), want)) in inputs.iter().zip(&wants).enumerate() {
+                let what = format!("{label} pass {pass} shape {i} ({} digis)", d.len());
+                b.cluster_events_into(d, o, &g, cut, &mut out)
+                    .map_err(|err| format!("{what}: {err}"))?;
+                compare_clusters(&what, &out, want)?;
+                // The allocating door gives the same.
+                if pass == 2 && i % 3 == 0 {
+                    let again = b.cluster_events(d, o, &g, cut).map_err(e)?;
+                    compare_clusters(&format!("{what} (cluster_events)"), &again, want)?;
+                }
+            }
+            let made = b.allocations() - before;
+            if pass == 0 {
+                allocs_after_first_pass = made;
+            } else {
+                ensure(made == 0, || {
+                    format!(
+                        "{label} pass {pass}: {made} allocations in calls that fit the workspace \
+                         (first pass made {allocs_after_first_pass})"
+                    )
+                })?;
+            }
+        }
+        // Without the cut (another captured graph), then with it again: still no allocation.
+        let before = b.allocations();
+        let (d, o) = &inputs[1];
+        let got = b.cluster_events(d, o, &g, None).map_err(e)?;
+        compare_clusters(
+            &format!("{label} no cut"),
+            &got,
+            &cl::cpu::cluster(d, o, &g, None),
+        )?;
+        b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
+        compare_clusters(&format!("{label} cut again"), &out, &wants[1])?;
+        ensure(b.allocations() == before, || {
+            format!("{label}: switching the cut allocated")
+        })?;
+    }
+    Ok(())
+}
+
+fn seed_cfg() -> SeedingConfig {
+    SeedingSettings::default()
+        .to_config()
+        .expect("default config")
+}
+
+fn seed_oracle(cfg: &SeedingConfig, sps: &[SpacePoint]) -> SeedingOutput {
+    let (seeds, stats) = detkit::seeding::cpu::seeds(cfg, sps);
+    let params = detkit::seeding::cpu::params(cfg, sps, &seeds);
+    SeedingOutput {
+        seeds,
+        params,
+        stats,
+    }
+}
+
+fn compare_seeds(what: &str, got: &SeedingOutput, want: &SeedingOutput) -> R {
+    ensure(got.stats == want.stats, || {
+        format!("{what}: stats {:?}, oracle {:?}", got.stats, want.stats)
+    })?;
+    exact(&format!("{what}: seeds"), &got.seeds, &want.seeds)?;
+    exact(&format!("{what}: params"), &got.params, &want.params)
+}
+
+fn test_seed_reuse(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let big = sgen::generate(c.seed, 200.0, true).spacepoints;
+    let events: Vec<Vec<SpacePoint>> = [50.0, 200.0, 10.0, 100.0]
+        .iter()
+        .enumerate()
+        .map(|(i, &mu)| sgen::generate(c.seed ^ (i as u64 + 1) << 32, mu, true).spacepoints)
+        .collect();
+    // One event per call, growing and shrinking.
+    let singles: Vec<&[SpacePoint]> =
+        vec![&big[..1000], &big, &big[..0], &big[..20_000], &big[..3]];
+    let want_single: Vec<_> = singles.iter().map(|s| seed_oracle(&cfg, s)).collect();
+    let want_events: Vec<_> = events.iter().map(|s| seed_oracle(&cfg, s)).collect();
+    let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
+    for (label, b) in backends(c)? {
+        let mut one = SeedingOutput::default();
+        let mut many = Vec::new();
+        for pass in 0..3 {
+            let before = b.allocations();
+            for (i, (sps, want)) in singles.iter().zip(&want_single).enumerate() {
+                let what = format!("{label} pass {pass} event {i} ({} spacepoints)", sps.len());
+                b.seed_into(sps, &cfg, &mut one)
+                    .map_err(|err| format!("{what}: {err}"))?;
+                compare_seeds(&what, &one, want)?;
+            }
+            // Batches: all four events, then two, then all again.
+            for (k, part) in [&refs[..], &refs[1..3], &refs[..]].iter().enumerate() {
+                b.seed_events_into(part, &cfg, &mut many).map_err(e)?;
+                ensure(many.len() == part.len(), || {
+                    format!("{label}: {} outputs for {} events", many.len(), part.len())
+                })?;
+                let first = if k == 1 { 1 } else { 0 };
+                for (j, got) in many.iter().enumerate() {
+                    compare_seeds(
+                        &format!("{label} pass {pass} batch {k} event {j}"),
+                        got,
+                        &want_events[first + j],
+                    )?;
+                }
+            }
+            // The same events as five columns each.
+            let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+            let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+            b.seed_columns_into(&col_refs, &cfg, &mut many).map_err(e)?;
+            for (j, got) in many.iter().enumerate() {
+                compare_seeds(
+                    &format!("{label} pass {pass} columns event {j}"),
+                    got,
+                    &want_events[j],
+                )?;
+            }
+            let made = b.allocations() - before;
+            ensure(pass == 0 || made == 0, || {
+                format!("{label} pass {pass}: {made} allocations in calls that fit")
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn columns(sps: &[SpacePoint]) -> [Vec<f32>; 5] {
+    [
+        sps.iter().map(|s| s.x).collect(),
+        sps.iter().map(|s| s.y).collect(),
+        sps.iter().map(|s| s.z).collect(),
+        sps.iter().map(|s| s.var_r).collect(),
+        sps.iter().map(|s| s.var_z).collect(),
+    ]
+}
+
+fn col_ref(c: &[Vec<f32>; 5]) -> SpacePointsRef<'_> {
+    SpacePointsRef {
+        x: &c[0],
+        y: &c[1],
+        z: &c[2],
+        var_r: &c[3],
+        var_z: &c[4],
+    }
+}
+
+fn test_pet_reuse(c: &Ctx) -> R {
+    let scanner = pgen::tiny_scanner(c.seed);
+    let acq = |singles: usize, seed: u64| {
+        pgen::acquisition(
+            &scanner,
+            &pgen::AcquisitionConfig {
+                singles,
+                seed,
+                ..Default::default()
+            },
+        )
+        .frames
+    };
+    let runs: Vec<_> = [20_000usize, 200_000, 0, 5_000, 100_000]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| acq(n, c.seed ^ i as u64))
+        .collect();
+    let cpu = Backend::cpu();
+    let cc = CoincideConfig::prompt(5.0);
+    let wants: Vec<_> = runs
+        .iter()
+        .map(|f| {
+            let (s, st) = cpu.pet_convert(f, &scanner).map_err(e)?;
+            let sorted = cpu.pet_sort(&s).map_err(e)?;
+            let pairs = cpu.pet_coincide(&sorted, &cc).map_err(e)?;
+            Ok((s, st, sorted, pairs))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    for (label, b) in backends(c)? {
+        let handle = b.load_scanner(&scanner).map_err(e)?;
+        ensure(handle.on_device(), || {
+            "handle tables not on the device".into()
+        })?;
+        let (mut singles, mut sorted, mut pairs) = (Vec::new(), Vec::<Single>::new(), Vec::new());
+        for pass in 0..3 {
+            let before = b.allocations();
+            for (i, (frames, (ws, wst, wsorted, wpairs))) in runs.iter().zip(&wants).enumerate() {
+                let what = format!("{label} pass {pass} run {i} ({} frames)", frames.len());
+                let bytes = pgen::frame_bytes(frames);
+                let st = b
+                    .pet_convert_into(bytes, &handle, &mut singles)
+                    .map_err(|err| format!("{what}: {err}"))?;
+                ensure(st == *wst, || {
+                    format!("{what}: stats {st:?}, oracle {wst:?}")
+                })?;
+                exact(&format!("{what}: singles"), &singles, ws)?;
+                b.pet_sort_into(&singles, &mut sorted).map_err(e)?;
+                exact(&format!("{what}: sorted"), &sorted, wsorted)?;
+                b.pet_coincide_into(&sorted, &cc, &mut pairs).map_err(e)?;
+                exact(&format!("{what}: pairs"), &pairs, wpairs)?;
+            }
+            let made = b.allocations() - before;
+            ensure(pass == 0 || made == 0, || {
+                format!("{label} pass {pass}: {made} allocations in calls that fit")
+            })?;
+        }
+        // A plain scanner (tables compared with the last ones, then reused) gives the same.
+        let (s, _) = b.pet_convert(&runs[1], &scanner).map_err(e)?;
+        exact(&format!("{label}: plain scanner"), &s, &wants[1].0)?;
+        let before = b.allocations();
+        let (s, _) = b.pet_convert(&runs[1], &scanner).map_err(e)?;
+        exact(&format!("{label}: plain scanner again"), &s, &wants[1].0)?;
+        ensure(b.allocations() == before, || {
+            format!("{label}: a plain scanner equal to the last one was uploaded again")
+        })?;
+    }
+    Ok(())
+}
+
+/// Four threads share one backend, each clustering and seeding its own events many times;
+/// every result equals the oracle's.
+fn test_threads(c: &Ctx) -> R {
+    let b = &c.backend;
+    let g = Geometry::phase1();
+    let cfg = seed_cfg();
+    let cut = Some(ChargeCut::uniform(3000));
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let g = &g;
+                let cfg = &cfg;
+                s.spawn(move || -> R {
+                    let (d, o) = batch(c.seed ^ (t + 11) << 24, 1 + t as usize * 3, 50_000);
+                    let want = cl::cpu::cluster(&d, &o, g, cut);
+                    let sps = sgen::generate(c.seed ^ (t + 3) << 36, 50.0, true).spacepoints;
+                    let want_s = seed_oracle(cfg, &sps);
+                    let mut out = Clusters::default();
+                    let mut so = SeedingOutput::default();
+                    for round in 0..20 {
+                        let what = format!("thread {t} round {round}");
+                        b.cluster_events_into(&d, &o, g, cut, &mut out)
+                            .map_err(|err| format!("{what}: {err}"))?;
+                        compare_clusters(&what, &out, &want)?;
+                        b.seed_into(&sps, cfg, &mut so).map_err(e)?;
+                        compare_seeds(&what, &so, &want_s)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+    })
+}
+
+/// A batch of five events whose third event has a bad digi: the GPU backend's error is the CPU
+/// backend's (the same digi index, column and message), for each kind of fault; the same for
+/// a bad spacepoint in the middle event of a seeding batch. The workspaces keep working after.
+fn test_bad_batch(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let (d, o) = batch(c.seed ^ 0xbad, 5, 30_000);
+    let cpu = Backend::cpu();
+    let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
+    type Fault = fn(&mut Digis, usize);
+    let faults: [(&str, Fault); 4] = [
+        ("module out of range", |d, i| d.module[i] = 5000),
+        ("x out of range", |d, i| d.x[i] = 160),
+        ("y out of range", |d, i| d.y[i] = 416),
+        ("module not consecutive", |d, i| d.module[i] = d.module[0]),
+    ];
+    for (what, f) in faults {
+        let mut bad = d.clone();
+        f(&mut bad, mid);
+        let want = cpu
+            .cluster_events(&bad, &o, &g, None)
+            .map(|_| ())
+            .map_err(e);
+        let got = c
+            .backend
+            .cluster_events(&bad, &o, &g, None)
+            .map(|_| ())
+            .map_err(e);
+        ensure(want.is_err(), || {
+            format!("{what}: the CPU backend accepted it")
+        })?;
+        ensure(got == want, || format!("{what}: GPU {got:?}, CPU {want:?}"))?;
+        ensure(
+            want.as_ref()
+                .err()
+                .is_some_and(|m| m.contains(&mid.to_string())),
+            || format!("{what}: error {want:?} does not name digi {mid}"),
+        )?;
+    }
+    let good = c.backend.cluster_events(&d, &o, &g, None).map_err(e)?;
+    compare_clusters(
+        "after the errors",
+        &good,
+        &cl::cpu::cluster(&d, &o, &g, None),
+    )?;
+    let cfg = seed_cfg();
+    let mut events: Vec<Vec<SpacePoint>> = (0..5)
+        .map(|i| sgen::generate(c.seed ^ i << 8, 10.0, true).spacepoints)
+        .collect();
+    let k = events[2].len() / 2;
+    events[2][k].z = f32::NAN;
+    let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
+    let want = cpu.seed_events(&refs, &cfg).map(|_| ()).map_err(e);
+    let got = c.backend.seed_events(&refs, &cfg).map(|_| ()).map_err(e);
+    ensure(want.is_err() && got == want, || {
+        format!("bad spacepoint: GPU {got:?}, CPU {want:?}")
+    })?;
+    // The same batch as columns (checked while gathered into pinned memory).
+    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+    let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+    let mut out = Vec::new();
+    let got = c
+        .backend
+        .seed_columns_into(&col_refs, &cfg, &mut out)
+        .map_err(e);
+    ensure(got == want, || {
+        format!("bad spacepoint as columns: GPU {got:?}, CPU {want:?}")
+    })
+}
+
+/// A queue that owns its lanes (`ClusterQueue::shared`), fed from host memory through each
+/// lane's pinned buffers: ten batches of varying sizes come back in order, equal to the oracle.
+fn test_queue(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    let inputs: Vec<_> = (0..10u64)
+        .map(|i| {
+            batch(
+                c.seed ^ (i + 101) << 16,
+                1 + (i as usize * 5) % 9,
+                30_000 + 9000 * i as usize,
+            )
+        })
+        .collect();
+    let max_digis = inputs.iter().map(|(d, _)| d.len()).max().unwrap_or(1);
+    for lanes in [1, 3] {
+        let mut q = cl::ClusterQueue::shared(c.gpu(), lanes, &g, max_digis, 9, cut).map_err(e)?;
+        let mut got = Vec::new();
+        for (d, o) in &inputs {
+            if let Some(r) = q.submit(d, o).map_err(e)? {
+                got.push(r);
+            }
+        }
+        got.extend(q.finish().map_err(e)?);
+        ensure(got.len() == inputs.len(), || {
+            format!(
+                "{lanes} lanes: {} results for {} batches",
+                got.len(),
+                inputs.len()
+            )
+        })?;
+        for (k, (id, r)) in got.iter().enumerate() {
+            ensure(*id == k as u64, || {
+                format!("{lanes} lanes: result {k} has id {id}")
+            })?;
+            let (d, o) = &inputs[k];
+            compare_clusters(
+                &format!("{lanes} lanes batch {k}"),
+                r,
+                &cl::cpu::cluster(d, o, &g, cut),
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,604 @@
+//! bench-host: the host doors (issue 30) against the kernels and the copies, in one run.
+//!
+//! For every family and call shape it prints: the public call on host data (`Backend`
+//! method, results back in host memory) with pinned staging (the default) and with
+//! pageable copies ([`HostCopies::Pageable`]); the same work device-resident (CUDA events
+//! around the kernels); and a plain copy of the same bytes (input to the device, output
+//! back) from pinned and from pageable memory. Every result is checked (against the CPU
+//! oracle, or against the device-resident result where the oracle is too slow) before a
+//! time is printed. Host rows are wall times of whole calls (the calls synchronise), median
+//! of `--reps` after `--warmup` calls; the allocations the timed calls made are printed too
+//! (0 expected: the workspace is warm).
+//!
+//! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24]
+//! [--csv FILE]`
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use detkit::clustering::{self as cl, gen as cgen, Clusterer, Clusters, DeviceDigis, Digis};
+use detkit::error::DriverContext;
+use detkit::pet::cpu::{self as oracle, CoincideConfig};
+use detkit::pet::{gen as pgen, Coincidence, Single, StreamConfig};
+use detkit::seeding::{
+    as_words, gen as sgen, SeedingOutput, SeedingSettings, SeedingWorkspace, SpacePoint,
+};
+use detkit::{Backend, GpuContext, HostCopies};
+use detkit_tests::{check, median, median_ms};
+
+struct Opts {
+    reps: usize,
+    warmup: usize,
+    only: Option<String>,
+    pet_run_log: u32,
+}
+
+/// One printed row.
+#[derive(Default)]
+struct Row {
+    what: String,
+    /// Events (or items) per call.
+    items: usize,
+    pinned_ms: f64,
+    pageable_ms: f64,
+    device_ms: Option<f64>,
+    copy_pinned_ms: f64,
+    copy_pageable_ms: f64,
+    bytes: (usize, usize),
+    allocations: u64,
+}
+
+fn header() {
+    println!(
+        "{:<44} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8} {:>12} {:>6}",
+        "call",
+        "items",
+        "pinned ms",
+        "pageable",
+        "device ms",
+        "copy pin",
+        "copy page",
+        "x copy",
+        "items/s",
+        "allocs"
+    );
+}
+
+fn print_row(r: &Row) {
+    let best = r.pinned_ms.min(r.pageable_ms);
+    println!(
+        "{:<44} {:>6} {:>10.3} {:>10.3} {:>10} {:>10.3} {:>10.3} {:>8.2} {:>12.0} {:>6}",
+        r.what,
+        r.items,
+        r.pinned_ms,
+        r.pageable_ms,
+        r.device_ms.map_or("-".to_string(), |d| format!("{d:.3}")),
+        r.copy_pinned_ms,
+        r.copy_pageable_ms,
+        r.pinned_ms / r.copy_pinned_ms.min(r.copy_pageable_ms),
+        r.items as f64 / best * 1e3,
+        r.allocations
+    );
+    let _ = std::io::stdout().flush();
+}
+
+/// Median wall time (ms) of `f` over `reps` calls after `warmup` calls.
+fn wall_ms(warmup: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut t = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t0 = Instant::now();
+        f()?;
+        t.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(median(t))
+}
+
+/// The plain copies of a call's bytes: `bytes_in` to the device and `bytes_out` back, from
+/// and to pinned memory, then pageable memory; median wall ms of each (with the sync).
+fn copies(g: &GpuContext, o: &Opts, bytes_in: usize, bytes_out: usize) -> Result<(f64, f64)> {
+    let mut d_in = g.zeros::<u8>(bytes_in.max(1))?;
+    let d_out = g.zeros::<u8>(bytes_out.max(1))?;
+    let mut p_in = g.pinned::<u8>(bytes_in.max(1), true)?;
+    let mut p_out = g.pinned::<u8>(bytes_out.max(1), false)?;
+    let pin_in: &mut [u8] = &mut p_in.as_mut_slice()?[..bytes_in];
+    let pin_out: &mut [u8] = &mut p_out.as_mut_slice()?[..bytes_out];
+    let s = g.stream();
+    let pinned = wall_ms(o.warmup, o.reps, || {
+        if bytes_in > 0 {
+            s.memcpy_htod(&*pin_in, &mut d_in.slice_mut(0..bytes_in))?;
+        }
+        if bytes_out > 0 {
+            s.memcpy_dtoh(&d_out.slice(0..bytes_out), &mut *pin_out)?;
+        }
+        s.synchronize()?;
+        Ok(())
+    })?;
+    let h_in = vec![1u8; bytes_in];
+    let mut h_out = vec![0u8; bytes_out];
+    let pageable = wall_ms(o.warmup, o.reps, || {
+        if bytes_in > 0 {
+            s.memcpy_htod(&h_in[..], &mut d_in.slice_mut(0..bytes_in))?;
+        }
+        if bytes_out > 0 {
+            s.memcpy_dtoh(&d_out.slice(0..bytes_out), &mut h_out[..])?;
+        }
+        s.synchronize()?;
+        Ok(())
+    })?;
+    Ok((pinned, pageable))
+}
+
+/// The two backends (pinned staging, pageable copies) on device 0.
+fn backends() -> Result<[Backend; 2]> {
+    Ok([
+        Backend::cuda(0)?,
+        Backend::cuda(0)?.with_host_copies(HostCopies::Pageable),
+    ])
+}
+
+/// Times `f` on both backends (warm-up first); returns (pinned ms, pageable ms, allocations
+/// during the timed pinned calls).
+fn both(
+    bs: &[Backend; 2],
+    o: &Opts,
+    mut f: impl FnMut(&Backend) -> Result<()>,
+) -> Result<(f64, f64, u64)> {
+    for _ in 0..o.warmup {
+        f(&bs[0])?;
+    }
+    let before = bs[0].allocations();
+    let p = wall_ms(0, o.reps, || f(&bs[0]))?;
+    let allocs = bs[0].allocations() - before;
+    let q = wall_ms(o.warmup, o.reps, || f(&bs[1]))?;
+    Ok((p, q, allocs))
+}
+
+/// The element of `of` that belongs to backend `b` of `bs`.
+fn pick<'a, T>(bs: &[Backend; 2], b: &Backend, of: &'a [T; 2]) -> &'a T {
+    if std::ptr::eq(b, &bs[0]) {
+        &of[0]
+    } else {
+        &of[1]
+    }
+}
+
+fn cluster_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
+    let geo = cl::Geometry::phase1();
+    let cut = Some(geo.default_cut);
+    let events: Vec<Digis> = (0..16).map(|s| cgen::run3_event(100 + s)).collect();
+    for per_call in [1usize, 64] {
+        let mut d = Digis::default();
+        let mut offs = vec![0u32];
+        for k in 0..per_call {
+            d.extend(&events[k % events.len()]);
+            offs.push(d.len() as u32);
+        }
+        let want = if per_call == 1 {
+            cl::cpu::cluster(&d, &offs, &geo, cut)
+        } else {
+            // The oracle per distinct event, concatenated.
+            let parts: Vec<Clusters> = events
+                .iter()
+                .map(|e| cl::cpu::cluster(e, &[0, e.len() as u32], &geo, cut))
+                .collect();
+            let refs: Vec<&Clusters> = (0..per_call).map(|k| &parts[k % parts.len()]).collect();
+            detkit_tests::concat_clusters(&refs)
+        };
+        let mut out = Clusters::default();
+        for b in bs.iter() {
+            b.cluster_events_into(&d, &offs, &geo, cut, &mut out)?;
+            check("cluster clus", &out.clus, &want.clus)?;
+            check(
+                "cluster clus_in_module",
+                &out.clus_in_module,
+                &want.clus_in_module,
+            )?;
+        }
+        let (pinned_ms, pageable_ms, allocations) = both(bs, o, |b| {
+            b.cluster_events_into(&d, &offs, &geo, cut, &mut out)?;
+            Ok(())
+        })?;
+        // Device-resident: the same batch already on the device, the chain as one graph.
+        let dd = DeviceDigis::upload(g, &d, &offs)?;
+        let mut c = Clusterer::new(g, &geo, d.len(), per_call)?;
+        c.run_graph(&dd, cut)?;
+        check("cluster device-resident", &c.results(&dd)?.clus, &want.clus)?;
+        let device = median_ms(g, o.warmup, o.reps, || c.run_graph(&dd, cut))?;
+        let slots = per_call * geo.modules as usize;
+        let bytes = (8 * d.len() + 4 * (per_call + 1), 4 * d.len() + 8 * slots);
+        let (cp, cq) = copies(g, o, bytes.0, bytes.1)?;
+        let r = Row {
+            what: format!(
+                "cluster_events_into, {per_call} Run-3 event{}",
+                if per_call > 1 { "s" } else { "" }
+            ),
+            items: per_call,
+            pinned_ms,
+            pageable_ms,
+            device_ms: Some(device),
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes,
+            allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+    }
+    Ok(())
+}
+
+fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
+    let cfg = SeedingSettings::default().to_config()?;
+    let distinct: Vec<Vec<SpacePoint>> = (0..8)
+        .map(|s| sgen::generate(300 + s, 200.0, true).spacepoints)
+        .collect();
+    let (seeds0, _) = detkit::seeding::cpu::seeds(&cfg, &distinct[0]);
+    let params0 = detkit::seeding::cpu::params(&cfg, &distinct[0], &seeds0);
+    for per_call in [1usize, 64] {
+        let events: Vec<&[SpacePoint]> = (0..per_call)
+            .map(|k| distinct[k % distinct.len()].as_slice())
+            .collect();
+        // Device-resident: the events concatenated on the device, one chain per batch.
+        let mut all = Vec::new();
+        let mut offsets = vec![0usize];
+        for e in &events {
+            all.extend_from_slice(e);
+            offsets.push(all.len());
+        }
+        let d_sps = g.upload(as_words(&all))?;
+        let mut ws = SeedingWorkspace::new();
+        g.seed_batch_device(&mut ws, &cfg, &d_sps, &offsets, None)?;
+        let resident = g.download_batch(&ws)?;
+        check("seed device-resident event 0", &resident[0].0, &seeds0)?;
+        let mut out: Vec<SeedingOutput> = Vec::new();
+        for b in bs.iter() {
+            b.seed_events_into(&events, &cfg, &mut out)?;
+            check("seed event 0 seeds", &out[0].seeds, &seeds0)?;
+            check("seed event 0 params", &out[0].params, &params0)?;
+            for (k, (got, (s, p))) in out.iter().zip(&resident).enumerate() {
+                check(&format!("seed event {k} seeds"), &got.seeds, s)?;
+                check(&format!("seed event {k} params"), &got.params, p)?;
+            }
+        }
+        let mut one = SeedingOutput::default();
+        let (pinned_ms, pageable_ms, allocations) = both(bs, o, |b| {
+            if per_call == 1 {
+                b.seed_into(events[0], &cfg, &mut one)?;
+            } else {
+                b.seed_events_into(&events, &cfg, &mut out)?;
+            }
+            Ok(())
+        })?;
+        let device = median_ms(g, o.warmup, o.reps, || {
+            g.seed_batch_device(&mut ws, &cfg, &d_sps, &offsets, None)
+                .map(|_| ())
+        })?;
+        let nseeds: usize = resident.iter().map(|(s, _)| s.len()).sum();
+        let bytes = (
+            20 * all.len(),
+            nseeds * (std::mem::size_of::<detkit::seeding::Seed>() + 20),
+        );
+        let (cp, cq) = copies(g, o, bytes.0, bytes.1)?;
+        let r = Row {
+            what: if per_call == 1 {
+                "seed_into, 1 <mu>=200 event".into()
+            } else {
+                format!("seed_events_into, {per_call} <mu>=200 events")
+            },
+            items: per_call,
+            pinned_ms,
+            pageable_ms,
+            device_ms: Some(device),
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes,
+            allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+    }
+    Ok(())
+}
+
+fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
+    let scanner = pgen::small_animal_scanner(11);
+    let n = 1usize << 22;
+    eprintln!("pet: generating 2^22 frames");
+    let acq = pgen::acquisition_par(
+        &scanner,
+        &pgen::AcquisitionConfig {
+            seed: 5,
+            singles: n,
+            singles_rate: 2e7,
+            slice: u64::MAX,
+            ..Default::default()
+        },
+    );
+    let frames = &acq.frames[..n.min(acq.frames.len())];
+    let nf = frames.len();
+    let bytes = pgen::frame_bytes(frames);
+    let (want_s, _) =
+        oracle::convert_par(frames, &scanner.params, &scanner.position, &scanner.energy);
+    let want_sorted = oracle::sort(&want_s)?;
+    let c = CoincideConfig::prompt(scanner.time_window);
+    let want_pairs = oracle::coincide(&want_sorted, &c)?;
+    let handles = [bs[0].load_scanner(&scanner)?, bs[1].load_scanner(&scanner)?];
+    let mut singles: Vec<Single> = Vec::new();
+    for (b, h) in bs.iter().zip(&handles) {
+        b.pet_convert_into(bytes, h, &mut singles)?;
+        check("pet convert", &singles, &want_s)?;
+    }
+    // convert
+    let (pinned_ms, pageable_ms, allocations) = both(bs, o, |b| {
+        b.pet_convert_into(bytes, pick(bs, b, &handles), &mut singles)?;
+        Ok(())
+    })?;
+    let ds = g.pet_scanner(&scanner)?;
+    let d_frames = g.upload(bytes)?;
+    let mut d_out = g.zeros::<u64>(2 * nf)?;
+    let mut d_stats = g.zeros::<u32>(detkit_gpu::pet::STAT_WORDS)?;
+    let device = median_ms(g, o.warmup, o.reps, || {
+        g.pet_convert_device(&d_frames, nf, &ds, &mut d_out, 0, &mut d_stats)
+    })?;
+    let b_out = 16 * want_s.len();
+    let (cp, cq) = copies(g, o, bytes.len(), b_out)?;
+    let mut push = |r: Row| {
+        print_row(&r);
+        rows.push(r);
+    };
+    push(Row {
+        what: "pet_convert_into, 2^22 frames, handle".into(),
+        items: nf,
+        pinned_ms,
+        pageable_ms,
+        device_ms: Some(device),
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (bytes.len(), b_out),
+        allocations,
+    });
+    // The same with a plain Scanner (tables compared with the last ones on every call).
+    let (pp, pq, pa) = both(bs, o, |b| {
+        b.pet_convert(frames, &scanner)?;
+        Ok(())
+    })?;
+    push(Row {
+        what: "pet_convert, 2^22 frames, plain Scanner".into(),
+        items: nf,
+        pinned_ms: pp,
+        pageable_ms: pq,
+        device_ms: Some(device),
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (bytes.len(), b_out),
+        allocations: pa,
+    });
+    // sort
+    let ns = want_s.len();
+    let mut sorted = Vec::new();
+    for b in bs.iter() {
+        b.pet_sort_into(&want_s, &mut sorted)?;
+        check("pet sort", &sorted, &want_sorted)?;
+    }
+    let (sp, sq, sa) = both(bs, o, |b| {
+        b.pet_sort_into(&want_s, &mut sorted)?;
+        Ok(())
+    })?;
+    let pristine = g.upload(bytemuck::cast_slice::<Single, u64>(&want_s))?;
+    let mut a = g.zeros::<u64>(2 * ns.max(1))?;
+    let mut bb = g.zeros::<u64>(2 * ns.max(1))?;
+    // Each timed sort starts from the unsorted singles (restored outside the timing).
+    let mut times = Vec::new();
+    for rep in 0..o.warmup + o.reps {
+        g.stream()
+            .memcpy_dtod(&pristine, &mut a)
+            .ctx("restoring the singles")?;
+        let t = median_ms(g, 0, 1, || {
+            g.pet_sort_radix_device(&mut a, &mut bb, 0, ns).map(|_| ())
+        })?;
+        if rep >= o.warmup {
+            times.push(t);
+        }
+    }
+    let sort_device = median(times);
+    let (cp, cq) = copies(g, o, 16 * ns, 16 * ns)?;
+    push(Row {
+        what: format!("pet_sort_into, {ns} singles"),
+        items: ns,
+        pinned_ms: sp,
+        pageable_ms: sq,
+        device_ms: Some(sort_device),
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (16 * ns, 16 * ns),
+        allocations: sa,
+    });
+    // coincide
+    let mut pairs: Vec<Coincidence> = Vec::new();
+    for b in bs.iter() {
+        b.pet_coincide_into(&want_sorted, &c, &mut pairs)?;
+        check("pet coincide", &pairs, &want_pairs)?;
+    }
+    let (qp, qq, qa) = both(bs, o, |b| {
+        b.pet_coincide_into(&want_sorted, &c, &mut pairs)?;
+        Ok(())
+    })?;
+    let d_sorted = g.upload(bytemuck::cast_slice::<Single, u64>(&want_sorted))?;
+    let mut scratch = detkit::pet::CoincideScratch::default();
+    let co_device = median_ms(g, o.warmup, o.reps, || {
+        g.pet_coincide_resident(&mut scratch, &d_sorted, 0, ns, &c, f64::INFINITY)
+            .map(|_| ())
+    })?;
+    let b_pairs = 32 * want_pairs.len();
+    let (cp, cq) = copies(g, o, 16 * ns, b_pairs)?;
+    push(Row {
+        what: format!("pet_coincide_into, {ns} singles"),
+        items: ns,
+        pinned_ms: qp,
+        pageable_ms: qq,
+        device_ms: Some(co_device),
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (16 * ns, b_pairs),
+        allocations: qa,
+    });
+    drop(acq);
+    // pet run: frames streamed from a file (in the page cache after the first run).
+    let log = o.pet_run_log;
+    let n = 1usize << log;
+    eprintln!("pet run: generating 2^{log} frames");
+    let scanner = pgen::bench_scanner(11);
+    let sliced = pgen::acquisition_par(
+        &scanner,
+        &pgen::AcquisitionConfig {
+            seed: 6,
+            singles: n,
+            singles_rate: 2e7,
+            slice: 100_000_000,
+            ..Default::default()
+        },
+    );
+    let frames = &sliced.frames[..n.min(sliced.frames.len())];
+    let bytes = pgen::frame_bytes(frames);
+    let (s, _) = oracle::convert_par(frames, &scanner.params, &scanner.position, &scanner.energy);
+    let c = CoincideConfig::prompt(scanner.time_window);
+    let want = oracle::coincide(&oracle::sort(&s)?, &c)?;
+    let tmp = std::env::temp_dir().join(format!("bench-host-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let file = tmp.join("frames.bin");
+    std::fs::write(&file, bytes)?;
+    let sc = StreamConfig {
+        chunk_frames: (frames.len() / 8).max(1 << 16),
+        pending_capacity: 1 << 22,
+    };
+    let handles = [bs[0].load_scanner(&scanner)?, bs[1].load_scanner(&scanner)?];
+    for (b, h) in bs.iter().zip(&handles) {
+        let mut got = Vec::new();
+        b.pet_run_file(
+            &file,
+            h,
+            &c,
+            &sc,
+            |p| {
+                got.extend_from_slice(p);
+                Ok(())
+            },
+            |_| {},
+        )?;
+        check("pet run", &got, &want)?;
+    }
+    let out_file = tmp.join("pairs.bin");
+    let (rp, rq, ra) = both(bs, o, |b| {
+        let h = pick(bs, b, &handles);
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&out_file)?);
+        b.pet_run_file(
+            &file,
+            h,
+            &c,
+            &sc,
+            |p| {
+                w.write_all(bytemuck::cast_slice(p))
+                    .map_err(|e| detkit::Error::Io {
+                        file: "pairs.bin".into(),
+                        source: e,
+                    })
+            },
+            |_| {},
+        )?;
+        w.flush()?;
+        Ok(())
+    })?;
+    let b_pairs = 32 * want.len();
+    let (cp, cq) = copies(g, o, bytes.len(), b_pairs)?;
+    std::fs::remove_dir_all(&tmp).ok();
+    push(Row {
+        what: format!("pet_run_file, 2^{log} frames, pairs to a file"),
+        items: frames.len(),
+        pinned_ms: rp,
+        pageable_ms: rq,
+        device_ms: None,
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (bytes.len(), b_pairs),
+        allocations: ra,
+    });
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut o = Opts {
+        reps: 20,
+        warmup: 3,
+        only: None,
+        pet_run_log: 24,
+    };
+    let mut csv: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24] [--csv FILE]";
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--reps" => o.reps = args.next().context("--reps needs a number")?.parse()?,
+            "--warmup" => o.warmup = args.next().context("--warmup needs a number")?.parse()?,
+            "--only" => o.only = Some(args.next().context("--only needs a family")?),
+            "--pet-run-log" => {
+                o.pet_run_log = args
+                    .next()
+                    .context("--pet-run-log needs a number")?
+                    .parse()?
+            }
+            "--csv" => csv = Some(args.next().context("--csv needs a file")?),
+            _ => bail!("{usage}"),
+        }
+    }
+    if !detkit::driver_present() {
+        println!("skipped: no CUDA driver");
+        return Ok(());
+    }
+    let reference = Backend::cuda(0)?;
+    let g = reference.gpu().context("CUDA backend")?;
+    println!("# {}", reference.description());
+    println!(
+        "# host calls: wall ms, median of {} after {} warm-up calls; device: CUDA events; \
+         copies: input to the device and output back, wall ms with the sync",
+        o.reps, o.warmup
+    );
+    let bs = backends()?;
+    let mut rows = Vec::new();
+    header();
+    let want = |f: &str| o.only.as_deref().is_none_or(|x| x == f);
+    if want("cluster") {
+        cluster_rows(g, &bs, &o, &mut rows)?;
+    }
+    if want("seed") {
+        seed_rows(g, &bs, &o, &mut rows)?;
+    }
+    if want("pet") {
+        pet_rows(g, &bs, &o, &mut rows)?;
+    }
+    if let Some(path) = csv {
+        let mut s = String::from(
+            "call,items,pinned_ms,pageable_ms,device_ms,copy_pinned_ms,copy_pageable_ms,bytes_in,bytes_out,allocations\n",
+        );
+        for r in &rows {
+            s += &format!(
+                "{},{},{:.4},{:.4},{},{:.4},{:.4},{},{},{}\n",
+                r.what,
+                r.items,
+                r.pinned_ms,
+                r.pageable_ms,
+                r.device_ms.map_or(String::new(), |d| format!("{d:.4}")),
+                r.copy_pinned_ms,
+                r.copy_pageable_ms,
+                r.bytes.0,
+                r.bytes.1,
+                r.allocations
+            );
+        }
+        std::fs::write(&path, s).with_context(|| format!("writing {path}"))?;
+    }
+    Ok(())
+}
