@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use detkit::clustering::{ChargeCut, Digis, DigisRef, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Single};
-use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint};
+use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
 use detkit::sort::SortOptions;
 use detkit::{Backend as Inner, BackendKind, ScanKind};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
@@ -307,18 +307,23 @@ impl Backend {
         frames: PyReadonlyArray1<'py, u8>,
         scanner: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyArray1<u64>>, Bound<'py, PyDict>)> {
-        let frames = frames_of(frames.as_slice()?).map_err(err)?;
+        let frames = frames.as_slice()?;
         let owned;
         let s = match scanner.cast::<Scanner>() {
-            Ok(s) => &s.get().inner,
+            Ok(s) => s.get(),
             Err(_) => {
                 let path: PathBuf = scanner.extract()?;
                 owned = Scanner::new(py, path)?;
-                &owned.inner
+                &owned
             }
         };
+        let b = self.inner();
         let (singles, st) = py
-            .detach(|| self.inner().pet_convert(frames, s))
+            .detach(|| match s.handle(b)? {
+                // The tables loaded on this backend's device once, for every call.
+                Some(h) => b.pet_convert_frames(frames, &*h),
+                None => b.pet_convert_frames(frames, &s.inner),
+            })
             .map_err(err)?;
         let d = PyDict::new(py);
         d.set_item("frames", st.frames)?;
@@ -387,14 +392,10 @@ impl Backend {
             var_z.as_slice()?,
         ];
         let out = py
-            .detach(|| -> detkit::Result<Option<SeedingOutput>> {
-                let sps = spacepoints(cols);
-                if sps.is_empty() {
-                    return Ok(None);
-                }
-                self.inner().seed(&sps, &settings.0).map(Some)
-            })
-            .map_err(err)?;
+            .detach(|| seed_cols(self.inner(), &[cols], &settings.0))
+            .map_err(err)?
+            .pop()
+            .flatten();
         seed_arrays(py, out)
     }
 
@@ -422,10 +423,7 @@ impl Backend {
             })
             .collect::<PyResult<_>>()?;
         let outs = py
-            .detach(|| {
-                let sps: Vec<Vec<SpacePoint>> = cols.iter().map(|c| spacepoints(*c)).collect();
-                seed_many(self.inner(), &sps, &settings.0)
-            })
+            .detach(|| seed_cols(self.inner(), &cols, &settings.0))
             .map_err(err)?;
         outs.into_iter().map(|o| seed_arrays(py, o)).collect()
     }
@@ -497,6 +495,34 @@ fn seed_many(
         .collect())
 }
 
+/// `Backend::seed_columns_into` over the non-empty events given as borrowed columns (x, y,
+/// z, var_r, var_z: numpy's memory, no copy before the library's own gather into its
+/// staging); an event without spacepoints has no seeds (`None`). Results in event order.
+fn seed_cols(
+    b: &Inner,
+    events: &[[&[f32]; 5]],
+    cfg: &SeedingConfig,
+) -> detkit::Result<Vec<Option<SeedingOutput>>> {
+    let refs: Vec<SpacePointsRef<'_>> = events
+        .iter()
+        .filter(|e| !e[0].is_empty())
+        .map(|&[x, y, z, var_r, var_z]| SpacePointsRef {
+            x,
+            y,
+            z,
+            var_r,
+            var_z,
+        })
+        .collect();
+    let mut out = Vec::new();
+    b.seed_columns_into(&refs, cfg, &mut out)?;
+    let mut outs = out.into_iter();
+    Ok(events
+        .iter()
+        .map(|e| if e[0].is_empty() { None } else { outs.next() })
+        .collect())
+}
+
 /// The charge cut of `Backend.cluster`'s `charge_cut`: a number of electrons for every module;
 /// `None`: the geometry's CMS defaults; -1 (the Python wrapper's `charge_cut=False`): no cut.
 fn cut_of(g: &Geometry, charge_cut: Option<i64>) -> PyResult<Option<ChargeCut>> {
@@ -507,21 +533,6 @@ fn cut_of(g: &Geometry, charge_cut: Option<i64>) -> PyResult<Option<ChargeCut>> 
             InvalidInputError::new_err(format!("charge_cut {c} does not fit in 32 bits"))
         })?)),
     })
-}
-
-/// Spacepoints from the columns x, y, z, var_r, var_z (equal lengths: the Python layer
-/// checks them and names the column).
-fn spacepoints(cols: [&[f32]; 5]) -> Vec<SpacePoint> {
-    let [x, y, z, vr, vz] = cols;
-    (0..x.len())
-        .map(|i| SpacePoint {
-            x: x[i],
-            y: y[i],
-            z: z[i],
-            var_z: vz[i],
-            var_r: vr[i],
-        })
-        .collect()
 }
 
 /// One event's seeding output as numpy arrays (`None`: no spacepoints, no seeds).

@@ -2,8 +2,9 @@
 //! kept in Rust, for every `convert` / `run` call that names it.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use detkit::pet::Scanner as Inner;
+use detkit::pet::{PetScanner, Scanner as Inner};
 use pyo3::prelude::*;
 
 use crate::errors::err;
@@ -14,6 +15,10 @@ use crate::errors::err;
 pub struct Scanner {
     pub inner: Inner,
     path: Option<PathBuf>,
+    /// The tables loaded on each CUDA backend this scanner was used with (keyed by the
+    /// backend's context handle, which the loaded tables keep alive, so a key is never
+    /// reused while its entry exists).
+    handles: Mutex<Vec<(usize, Arc<PetScanner>)>>,
 }
 
 #[pymethods]
@@ -29,6 +34,7 @@ impl Scanner {
         Ok(Self {
             inner,
             path: Some(path),
+            handles: Mutex::new(Vec::new()),
         })
     }
 
@@ -61,6 +67,26 @@ impl Scanner {
 impl Scanner {
     /// A scanner made in Rust (e.g. a generated one).
     pub fn from_inner(inner: Inner) -> Self {
-        Self { inner, path: None }
+        Self {
+            inner,
+            path: None,
+            handles: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// This scanner's tables on `backend`'s device, loaded on first use and kept (`None` on
+    /// the CPU backend, which reads the host tables).
+    pub fn handle(&self, backend: &detkit::Backend) -> detkit::Result<Option<Arc<PetScanner>>> {
+        let Some(g) = backend.gpu() else {
+            return Ok(None);
+        };
+        let key = Arc::as_ptr(g.context()) as usize;
+        let mut hs = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, h)) = hs.iter().find(|(k, _)| *k == key) {
+            return Ok(Some(h.clone()));
+        }
+        let h = Arc::new(backend.load_scanner(&self.inner)?);
+        hs.push((key, h.clone()));
+        Ok(Some(h))
     }
 }
