@@ -24,10 +24,12 @@ Rows (the call shapes of issue 30's table):
 =============  =================================================================
 
 Every row checks its result against the CPU backend (the first event(s)) before it prints a
-time. Columns: ``median_ms`` per call, ``events_per_s``, ``memcpy_ms`` (numpy copy of the
-call's input and output bytes in host memory: the floor of any host path), ``rust_device_ms``
-(``--rust FILE``: a CSV with columns ``row,device_ms``, e.g. from ``bench-host --csv``, joined
-by row name) and ``vs_device`` (median / device).
+time. Columns: ``median_ms`` per call, ``items_per_s``, ``memcpy_ms`` (numpy copy of the
+call's input and output bytes in host memory: the floor of any host path) and, with ``--rust
+FILE`` (the CSV of ``bench-host --csv FILE`` from the same run of the same card), the Rust
+rows of the same call shape: ``rust_host_ms`` (the Rust door, pinned staging),
+``rust_device_ms`` (device-resident), ``copy_pin_ms`` (plain pinned copy of the same bytes
+in and out), and ``vs_device`` (median / device).
 """
 
 from __future__ import annotations
@@ -45,6 +47,31 @@ import detkit
 
 ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
         "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev")
+
+
+# bench-host's `call` column (its first words) -> our rows.
+RUST_ROWS = {
+    "cluster_events_into, 1 Run-3 event": ("cluster1", "cluster1-dev"),
+    "cluster_events_into, 64 Run-3 events": ("cluster64", "cluster64-dev"),
+    "seed_into, 1 <mu>=200 event": ("seed1",),
+    "seed_events_into, 64 <mu>=200 events": ("seed64", "seed64-dev"),
+    "pet_convert_into, 2^22 frames, handle": ("convert",),
+    "pet_sort_into": ("sort",),
+    "pet_coincide_into": ("coincide",),
+}
+
+
+def read_rust(path):
+    """``{row: (host_ms, device_ms or None, copy_pinned_ms)}`` from ``bench-host --csv``."""
+    out = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for prefix, rows in RUST_ROWS.items():
+                if r["call"].startswith(prefix):
+                    dev = float(r["device_ms"]) if r.get("device_ms") else None
+                    for row in rows:
+                        out[row] = (float(r["pinned_ms"]), dev, float(r["copy_pinned_ms"]))
+    return out
 
 
 def median_time(fn, reps):
@@ -227,7 +254,7 @@ def main(argv=None):
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS[:7] + ROWS[9:]))
-    ap.add_argument("--rust", help="CSV with columns row,device_ms (Rust device-resident)")
+    ap.add_argument("--rust", help="bench-host --csv output of the same card (Rust rows)")
     ap.add_argument("--csv", help="write the table as CSV here too")
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
     a = ap.parse_args(argv)
@@ -237,21 +264,18 @@ def main(argv=None):
         ap.error(f"unknown rows {bad}; known: {', '.join(ROWS)}")
     b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
     print(f"# {b.description}")
-    device = {}
-    if a.rust:
-        with open(a.rust, newline="") as f:
-            device = {r["row"]: float(r["device_ms"]) for r in csv.DictReader(f)}
+    rust = read_rust(a.rust) if a.rust else {}
     results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
                + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows)
                + dask_rows(a.dask, a.reps, rows))
-    header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_device_ms",
-              "vs_device")
+    header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_host_ms",
+              "rust_device_ms", "copy_pin_ms", "vs_device")
     lines = []
     for row, t, items, copy in results:
-        dev = device.get(row)
+        host, dev, pin = rust.get(row, (None, None, None))
+        fmt = lambda v: "-" if v is None or v != v else f"{v:.3f}"  # noqa: E731
         lines.append((row, f"{t * 1e3:.3f}", str(items), f"{items / t:.0f}",
-                      "-" if copy != copy else f"{copy * 1e3:.3f}",
-                      "-" if dev is None else f"{dev:.3f}",
+                      fmt(copy * 1e3), fmt(host), fmt(dev), fmt(pin),
                       "-" if dev is None else f"{t * 1e3 / dev:.2f}x"))
     widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
               for i, h in enumerate(header)]
