@@ -244,3 +244,37 @@ def test_batched_cluster_and_seed_files_equal_one_call_per_file(tmp_path, b, cpu
         want = cpu.seed(*dio.read_spacepoints(p), min_pt=0.9)
         for g, w in zip(out[i], want):
             np.testing.assert_array_equal(g, w)
+
+
+def test_calls_from_several_threads_on_one_backend(b, cpu):
+    from concurrent.futures import ThreadPoolExecutor
+
+    events = [detkit.generate.cluster_event(seed=s) for s in range(1, 9)]
+    sps = [detkit.generate.seeding_event(seed=s, mu=10.0)[:5] for s in range(1, 9)]
+    want_c = [cpu.cluster(*e) for e in events]
+    want_s = [cpu.seed(*e) for e in sps]
+
+    def work(i):
+        return b.cluster(*events[i % 8]), b.seed(*sps[i % 8])
+
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(work, range(32)))
+    for i, (c, s) in enumerate(got):
+        for g, w in zip(c, want_c[i % 8]):
+            np.testing.assert_array_equal(g, w)
+        for g, w in zip(s, want_s[i % 8]):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_a_bad_digi_in_the_middle_event_of_a_batch_is_named_as_on_the_cpu(b, cpu):
+    events = [detkit.generate.cluster_event(seed=s) for s in (1, 2, 3)]
+    cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
+    offs = np.array([0, len(events[0][0]), len(events[0][0]) + len(events[1][0]), len(cols[0])],
+                    dtype=np.uint32)
+    bad = int(offs[1]) + 17
+    cols[1][bad] = 60000  # x outside the module
+    with pytest.raises(detkit.InvalidInputError) as want:
+        cpu.cluster(*cols, event_offsets=offs)
+    with pytest.raises(detkit.InvalidInputError) as got:
+        b.cluster(*cols, event_offsets=offs)
+    assert str(got.value) == str(want.value) and str(bad) in str(got.value)
