@@ -258,8 +258,7 @@ impl Backend {
         let g = Geometry::by_name(geometry).map_err(err)?;
         let cut = cut_of(&g, charge_cut)?;
         let b = self.inner();
-        let read: Vec<PyResult<Digis>> =
-            py.detach(|| paths.iter().map(|p| io::load_digis(p)).collect());
+        let read: Vec<PyResult<Digis>> = py.detach(|| read_all(&paths, io::load_digis));
         let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
         let batch = py.detach(|| -> detkit::Result<Vec<(Vec<i32>, Vec<u32>)>> {
             let mut all = Digis::default();
@@ -442,7 +441,7 @@ impl Backend {
         let b = self.inner();
         let cfg = &settings.0;
         let read: Vec<PyResult<Vec<SpacePoint>>> =
-            py.detach(|| paths.iter().map(|p| io::load_spacepoints(p)).collect());
+            py.detach(|| read_all(&paths, io::load_spacepoints));
         let good: Vec<Vec<SpacePoint>> = read
             .iter()
             .filter_map(|r| r.as_ref().ok().cloned())
@@ -493,6 +492,15 @@ fn seed_many(
         .iter()
         .map(|e| if e.is_empty() { None } else { outs.next() })
         .collect())
+}
+
+/// Every file read and parsed, on the host's cores (rayon), results in path order.
+fn read_all<T: Send>(
+    paths: &[PathBuf],
+    load: fn(&std::path::Path) -> PyResult<T>,
+) -> Vec<PyResult<T>> {
+    use rayon::prelude::*;
+    paths.par_iter().map(|p| load(p)).collect()
 }
 
 /// `Backend::seed_columns_into` over the non-empty events given as borrowed columns (x, y,
