@@ -61,7 +61,7 @@ def produce(dev, a, stream, kind="dlpack", pending=True):
     copy is queued behind a long fill, and the destination first holds 0xFF bytes, so a
     consumer that does not wait for ``stream`` reads the wrong values."""
     a = np.ascontiguousarray(a)
-    n = max(a.nbytes, 4)
+    n = a.nbytes or 4  # copies need equal sizes; an empty array still has an allocation
     buf = dev.allocate(n, stream=stream)
     buf.fill(0xFF, stream=stream)
     stream.sync()
