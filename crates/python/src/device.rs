@@ -275,10 +275,16 @@ pub fn import_array<'py>(
     };
     if obj.hasattr("__cuda_array_interface__")? {
         let (d, producer_stream) = cai_desc(obj, name)?;
-        let ordinal = if d.len() == 0 || backend.inner().gpu().is_none() {
-            None
-        } else {
-            pointer_device(d.ptr).ok()
+        // The pointer's device, by the driver (with detkit's context current on this thread);
+        // an empty array's pointer may be null, and the CPU backend has no driver to ask.
+        let ordinal = match backend.inner().gpu() {
+            Some(g) if d.len() > 0 => {
+                g.context()
+                    .bind_to_thread()
+                    .map_err(|e| cuda("binding the context", e))?;
+                pointer_device(d.ptr).ok()
+            }
+            _ => None,
         };
         check_device(backend, ordinal, name)?;
         let Some(g) = backend.inner().gpu() else {
