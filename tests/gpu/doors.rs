@@ -17,6 +17,7 @@ use super::{e, Ctx, Test, R};
 pub(crate) const TESTS: &[Test] = &[
     ("doors_cluster_reuse", test_cluster_reuse),
     ("doors_seed_reuse", test_seed_reuse),
+    ("doors_seed_split", test_seed_split),
     ("doors_pet_reuse", test_pet_reuse),
     ("doors_threads", test_threads),
     ("doors_bad_batch", test_bad_batch),
@@ -98,6 +99,19 @@ fn test_cluster_reuse(c: &Ctx) -> R {
                 b.cluster_events_into(d, o, &g, cut, &mut out)
                     .map_err(|err| format!("{what}: {err}"))?;
                 compare_clusters(&what, &out, want)?;
+                // Into the caller's arrays (allocated once per shape here, as numpy would).
+                if pass == 1 {
+                    let slots = (o.len() - 1) * g.modules as usize;
+                    let mut c = Clusters {
+                        clus: vec![-7; d.len()],
+                        clus_in_module: vec![7; slots],
+                        module_first: vec![7; slots],
+                        ..Default::default()
+                    };
+                    b.cluster_events_into_slices(d, o, &g, cut, c.as_mut())
+                        .map_err(e)?;
+                    compare_clusters(&format!("{what} (slices)"), &c, want)?;
+                }
                 // The allocating door gives the same.
                 if pass == 2 && i % 3 == 0 {
                     let again = b.cluster_events(d, o, &g, cut).map_err(e)?;
@@ -214,6 +228,45 @@ fn test_seed_reuse(c: &Ctx) -> R {
                 format!("{label} pass {pass}: {made} allocations in calls that fit")
             })?;
         }
+    }
+    Ok(())
+}
+
+/// A call of more than 2^20 spacepoints runs as two halves side by side (two workspaces):
+/// every event equals the same event seeded on its own, rows and columns alike.
+fn test_seed_split(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let distinct: Vec<Vec<SpacePoint>> = (0..6u64)
+        .map(|i| sgen::generate(c.seed ^ (i + 77) << 28, 200.0, true).spacepoints)
+        .collect();
+    let one: Vec<SeedingOutput> = distinct
+        .iter()
+        .map(|d| c.backend.seed(d, &cfg).map_err(e))
+        .collect::<Result<_, _>>()?;
+    compare_seeds("event 0 alone", &one[0], &seed_oracle(&cfg, &distinct[0]))?;
+    let idx: Vec<usize> = (0..40).map(|k| (k * 5 + k / 6) % distinct.len()).collect();
+    let refs: Vec<&[SpacePoint]> = idx.iter().map(|&k| distinct[k].as_slice()).collect();
+    let total: usize = refs.iter().map(|r| r.len()).sum();
+    ensure(total > 1 << 20, || {
+        format!("only {total} spacepoints: no split")
+    })?;
+    let mut out = Vec::new();
+    for round in 0..2 {
+        c.backend
+            .seed_events_into(&refs, &cfg, &mut out)
+            .map_err(e)?;
+        ensure(out.len() == refs.len(), || format!("{} outputs", out.len()))?;
+        for (j, got) in out.iter().enumerate() {
+            compare_seeds(&format!("round {round} event {j}"), got, &one[idx[j]])?;
+        }
+    }
+    let cols: Vec<[Vec<f32>; 5]> = distinct.iter().map(|e| columns(e)).collect();
+    let col_refs: Vec<SpacePointsRef> = idx.iter().map(|&k| col_ref(&cols[k])).collect();
+    c.backend
+        .seed_columns_into(&col_refs, &cfg, &mut out)
+        .map_err(e)?;
+    for (j, got) in out.iter().enumerate() {
+        compare_seeds(&format!("columns event {j}"), got, &one[idx[j]])?;
     }
     Ok(())
 }
@@ -457,5 +510,61 @@ fn test_queue(c: &Ctx) -> R {
             )?;
         }
     }
-    Ok(())
+    // The backend's door over the same batches (its own queue, kept between calls), twice.
+    let refs: Vec<(DigisRef, &[u32])> = inputs
+        .iter()
+        .map(|(d, o)| (DigisRef::from(d), o.as_slice()))
+        .collect();
+    for round in 0..2 {
+        let mut seen = 0;
+        c.backend
+            .cluster_batches(&refs, &g, cut, |i, r| {
+                let (d, o) = &inputs[i];
+                let want = cl::cpu::cluster(d, o, &g, cut);
+                if i != seen || r.clus != want.clus || r.clus_in_module != want.clus_in_module {
+                    return Err(detkit::Error::InvalidInput {
+                        what: "test",
+                        detail: format!("round {round}: batch {i} (expected {seen}) differs"),
+                    });
+                }
+                seen += 1;
+                Ok(())
+            })
+            .map_err(e)?;
+        ensure(seen == inputs.len(), || {
+            format!("round {round}: {seen} batches came back")
+        })?;
+    }
+    // A bad digi in the middle batch: the error of that batch alone; the door works after.
+    let mut bad = inputs[4].0.clone();
+    let mid = bad.len() / 2;
+    bad.x[mid] = 999;
+    let mut refs_bad = refs.clone();
+    refs_bad[4].0 = DigisRef::from(&bad);
+    let want = Backend::cpu()
+        .cluster_events(&bad, &inputs[4].1, &g, cut)
+        .map(|_| ())
+        .map_err(e);
+    let mut got_batches = Vec::new();
+    let got = c
+        .backend
+        .cluster_batches(&refs_bad, &g, cut, |i, _| {
+            got_batches.push(i);
+            Ok(())
+        })
+        .map_err(e);
+    ensure(want.is_err() && got == want, || {
+        format!("bad middle batch: GPU {got:?}, CPU {want:?}")
+    })?;
+    ensure(got_batches.iter().all(|&i| i < 4), || {
+        format!("batches after the bad one came back: {got_batches:?}")
+    })?;
+    let mut n = 0;
+    c.backend
+        .cluster_batches(&refs, &g, cut, |_, _| {
+            n += 1;
+            Ok(())
+        })
+        .map_err(e)?;
+    ensure(n == refs.len(), || format!("after the error: {n} batches"))
 }

@@ -68,11 +68,15 @@ fn header() {
 fn print_row(r: &Row) {
     let best = r.pinned_ms.min(r.pageable_ms);
     println!(
-        "{:<44} {:>6} {:>10.3} {:>10.3} {:>10} {:>10.3} {:>10.3} {:>8.2} {:>12.0} {:>6}",
+        "{:<44} {:>6} {:>10.3} {:>10} {:>10} {:>10.3} {:>10.3} {:>8.2} {:>12.0} {:>6}",
         r.what,
         r.items,
         r.pinned_ms,
-        r.pageable_ms,
+        if r.pageable_ms.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:.3}", r.pageable_ms)
+        },
         r.device_ms.map_or("-".to_string(), |d| format!("{d:.3}")),
         r.copy_pinned_ms,
         r.copy_pageable_ms,
@@ -220,6 +224,69 @@ fn cluster_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>
             pinned_ms,
             pageable_ms,
             device_ms: Some(device),
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes,
+            allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+    }
+    // Streams of batches through `cluster_batches` (three lanes: upload, run and download of
+    // different batches overlap): 64 batches of 1 and of 16 events per call.
+    let parts: Vec<Clusters> = events
+        .iter()
+        .map(|e| cl::cpu::cluster(e, &[0, e.len() as u32], &geo, cut))
+        .collect();
+    for per_batch in [1usize, 16] {
+        let nb = 64;
+        let built: Vec<(Digis, Vec<u32>, Clusters)> = (0..nb)
+            .map(|i| {
+                let mut d = Digis::default();
+                let mut offs = vec![0u32];
+                let mut want = Vec::new();
+                for k in 0..per_batch {
+                    let j = (i * per_batch + k) % events.len();
+                    d.extend(&events[j]);
+                    offs.push(d.len() as u32);
+                    want.push(&parts[j]);
+                }
+                (d, offs, detkit_tests::concat_clusters(&want))
+            })
+            .collect();
+        let batches: Vec<(cl::DigisRef, &[u32])> = built
+            .iter()
+            .map(|(d, o, _)| (cl::DigisRef::from(d), o.as_slice()))
+            .collect();
+        let mut bad = None;
+        bs[0].cluster_batches(&batches, &geo, cut, |i, c| {
+            if c.clus != built[i].2.clus {
+                bad = Some(i);
+            }
+            Ok(())
+        })?;
+        if let Some(i) = bad {
+            bail!("CHECK FAILED cluster_batches batch {i} differs from the oracle");
+        }
+        for _ in 0..o.warmup {
+            bs[0].cluster_batches(&batches, &geo, cut, |_, _| Ok(()))?;
+        }
+        let before = bs[0].allocations();
+        let pinned_ms = wall_ms(0, o.reps, || {
+            bs[0].cluster_batches(&batches, &geo, cut, |_, _| Ok(()))?;
+            Ok(())
+        })?;
+        let allocations = bs[0].allocations() - before;
+        let n: usize = built.iter().map(|(d, _, _)| d.len()).sum();
+        let slots = nb * per_batch * geo.modules as usize;
+        let bytes = (8 * n + 4 * (nb * (per_batch + 1)), 4 * n + 8 * slots);
+        let (cp, cq) = copies(g, o, bytes.0, bytes.1)?;
+        let r = Row {
+            what: format!("cluster_batches, {nb} x {per_batch} Run-3 events"),
+            items: nb * per_batch,
+            pinned_ms,
+            pageable_ms: f64::NAN,
+            device_ms: None,
             copy_pinned_ms: cp,
             copy_pageable_ms: cq,
             bytes,

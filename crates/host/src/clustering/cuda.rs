@@ -9,7 +9,7 @@ use cudarc::driver::CudaEvent;
 
 use std::sync::Arc;
 
-use super::{ChargeCut, Clusters, DigisRef, Geometry};
+use super::{ChargeCut, Clusters, ClustersMut, DigisRef, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::staging::{par_copy, upload_into, Pinned};
@@ -1489,21 +1489,32 @@ impl<'g> Clusterer<'g> {
         out: &mut Clusters,
     ) -> Result<()> {
         let slots = d.nevents * self.geometry.modules as usize;
-        let g = &*self.gpu;
-        g.synchronize()?;
         out.clus.resize(d.n, 0);
         out.clus_in_module.resize(slots, 0);
         out.module_first.resize(slots, 0);
-        par_copy(&mut out.clus, stage.clus.get(g, d.n)?);
-        let w = stage.slots.get(g, 2 * slots + 3)?;
-        out.clus_in_module.copy_from_slice(&w[..slots]);
-        out.module_first.copy_from_slice(&w[slots..2 * slots]);
-        let (medium, fallback) =
-            self.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2])?;
+        let (medium, fallback) = self.finish_results_to(d, stage, out.as_mut())?;
         out.modules = self.geometry.modules as usize;
         out.medium_modules = medium;
         out.fallback_modules = fallback;
         Ok(())
+    }
+
+    /// [`Clusterer::finish_results`] into the caller's slices (of the batch's lengths,
+    /// checked by the caller); returns the medium and fallback module counts.
+    pub(crate) fn finish_results_to(
+        &self,
+        d: &DeviceDigis,
+        stage: &mut ClusterStaging,
+        out: ClustersMut<'_>,
+    ) -> Result<(u32, u32)> {
+        let slots = d.nevents * self.geometry.modules as usize;
+        let g = &*self.gpu;
+        g.synchronize()?;
+        par_copy(&mut out.clus[..d.n], stage.clus.get(g, d.n)?);
+        let w = stage.slots.get(g, 2 * slots + 3)?;
+        out.clus_in_module[..slots].copy_from_slice(&w[..slots]);
+        out.module_first[..slots].copy_from_slice(&w[slots..2 * slots]);
+        self.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2])
     }
 
     /// The results of the last run on `d` into `out`: through `stage` (asynchronous copies
@@ -1514,35 +1525,47 @@ impl<'g> Clusterer<'g> {
         out: &mut Clusters,
         stage: Option<&mut ClusterStaging>,
     ) -> Result<()> {
-        if let Some(st) = stage {
-            self.enqueue_results(d, st)?;
-            return self.finish_results(d, st, out);
-        }
         let slots = d.nevents * self.geometry.modules as usize;
-        let s = self.gpu.stream();
-        let what = "copying clusters from the device";
         out.clus.resize(d.n, 0);
         out.clus_in_module.resize(slots, 0);
         out.module_first.resize(slots, 0);
-        if d.n > 0 {
-            s.memcpy_dtoh(&self.clus.slice(0..d.n), &mut out.clus[..])
-                .ctx(what)?;
-        }
-        s.memcpy_dtoh(
-            &self.clus_in_module.slice(0..slots),
-            &mut out.clus_in_module[..],
-        )
-        .ctx(what)?;
-        s.memcpy_dtoh(
-            &self.module_first.slice(0..slots),
-            &mut out.module_first[..],
-        )
-        .ctx(what)?;
-        let (medium, fallback) = self.status()?;
+        let (medium, fallback) = self.download_results_to(d, out.as_mut(), stage)?;
         out.modules = self.geometry.modules as usize;
         out.medium_modules = medium;
         out.fallback_modules = fallback;
         Ok(())
+    }
+
+    /// [`Clusterer::download_results`] into the caller's slices (of the batch's lengths,
+    /// checked by the caller); returns the medium and fallback module counts.
+    pub(crate) fn download_results_to(
+        &self,
+        d: &DeviceDigis,
+        out: ClustersMut<'_>,
+        stage: Option<&mut ClusterStaging>,
+    ) -> Result<(u32, u32)> {
+        if let Some(st) = stage {
+            self.enqueue_results(d, st)?;
+            return self.finish_results_to(d, st, out);
+        }
+        let slots = d.nevents * self.geometry.modules as usize;
+        let s = self.gpu.stream();
+        let what = "copying clusters from the device";
+        if d.n > 0 {
+            s.memcpy_dtoh(&self.clus.slice(0..d.n), &mut out.clus[..d.n])
+                .ctx(what)?;
+        }
+        s.memcpy_dtoh(
+            &self.clus_in_module.slice(0..slots),
+            &mut out.clus_in_module[..slots],
+        )
+        .ctx(what)?;
+        s.memcpy_dtoh(
+            &self.module_first.slice(0..slots),
+            &mut out.module_first[..slots],
+        )
+        .ctx(what)?;
+        self.status()
     }
 }
 
@@ -1669,6 +1692,12 @@ impl<'g> ClusterQueue<'g> {
                 Ok(Some((id, out)))
             }
         }
+    }
+
+    /// Numbers the next submission 0 again (after [`ClusterQueue::finish`]).
+    pub fn restart(&mut self) {
+        self.next = 0;
+        self.submitted = 0;
     }
 
     /// Waits for every batch still in flight and returns their results in submission order.

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use detkit_gpu::clustering as k;
 
-use super::cuda::{ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
-use super::{validate_digis, validate_shape, ChargeCut, Clusters, DigisRef, Geometry};
+use super::cuda::{ClusterQueue, ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
+use super::{
+    validate_digis, validate_shape, ChargeCut, ClusterCounts, Clusters, ClustersMut, DigisRef,
+    Geometry,
+};
 use crate::cuda::GpuContext;
 use crate::error::Result;
 use crate::staging::HostCopies;
@@ -18,11 +21,32 @@ const MAX_CLUSTERERS: usize = 4;
 /// The clustering workspace of one stream.
 pub(crate) struct ClusterWorkspace {
     gpu: Arc<GpuContext>,
-    digis: Option<DeviceDigis>,
-    /// Most recently used last.
-    clusterers: Vec<Clusterer<'static>>,
+    /// Clusterers with their device digis, most recently used last.
+    clusterers: Vec<(Clusterer<'static>, DeviceDigis)>,
     stage: ClusterStaging,
+    /// The queue of [`ClusterWorkspace::cluster_batches`]: its geometry, cut and capacity
+    /// (digis, events per batch).
+    queue: Option<BatchQueue>,
 }
+
+/// A batch queue with its geometry, cut and capacity (digis, events per batch).
+type BatchQueue = (
+    Geometry,
+    Option<ChargeCut>,
+    (usize, usize),
+    ClusterQueue<'static>,
+);
+
+/// Where a call's results go.
+pub(crate) enum Out<'a> {
+    /// Vectors, resized.
+    Clusters(&'a mut Clusters),
+    /// The caller's arrays (lengths checked).
+    Slices(ClustersMut<'a>),
+}
+
+/// Lanes of the batch queue: one batch uploading, one running, one coming back.
+const QUEUE_LANES: usize = 3;
 
 /// Whether a batch of `events` events takes the latency settings (a `Clusterer` sized for
 /// at most [`k::FEW_EVENTS_PER_LAUNCH`] events chooses them).
@@ -40,9 +64,9 @@ impl ClusterWorkspace {
     pub(crate) fn new(gpu: &GpuContext) -> Result<Self> {
         Ok(Self {
             gpu: crate::workspace::fork(gpu)?,
-            digis: None,
             clusterers: Vec::new(),
             stage: ClusterStaging::default(),
+            queue: None,
         })
     }
 
@@ -55,8 +79,8 @@ impl ClusterWorkspace {
         geometry: &Geometry,
         cut: Option<ChargeCut>,
         copies: HostCopies,
-        out: &mut Clusters,
-    ) -> Result<()> {
+        out: Out<'_>,
+    ) -> Result<ClusterCounts> {
         validate_shape(digis, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
         if ne > MAX_EVENTS_PER_LAUNCH {
@@ -67,76 +91,132 @@ impl ClusterWorkspace {
             });
         }
         let g = &self.gpu;
-        // Device digis: one set for every clusterer of the workspace.
-        let fits = |d: &DeviceDigis| {
-            let (cn, ce) = d.capacity();
-            n <= cn && ne <= ce
-        };
-        if !self.digis.as_ref().is_some_and(fits) {
-            let (cn, ce) = self.digis.as_ref().map_or((0, 0), |d| d.capacity());
-            self.digis = None;
-            self.digis = Some(DeviceDigis::with_capacity(
-                g,
-                grown(n, cn),
-                grown(ne, ce).min(MAX_EVENTS_PER_LAUNCH),
-            )?);
-        }
-        let d = self.digis.as_mut().expect("made above");
-        // The clusterer of this geometry and call shape, grown when the batch is larger.
+        // The clusterer of this geometry and call shape with its device digis (of the same
+        // capacity: a clusterer's captured graph serves any batch up to the digis'
+        // capacity), grown when the batch is larger.
         let shape = few(ne);
         let found = self
             .clusterers
             .iter()
-            .position(|c| c.geometry() == geometry && few(c.capacity().1) == shape);
-        let mut c = match found {
+            .position(|(c, _)| c.geometry() == geometry && few(c.capacity().1) == shape);
+        // The capacity of a new clusterer, when none of this shape fits.
+        let make = match found {
             Some(i) => {
-                let c = self.clusterers.remove(i);
-                let (cn, ce) = c.capacity();
+                let (cn, ce) = self.clusterers[i].0.capacity();
+                let entry = self.clusterers.remove(i);
                 if n <= cn && ne <= ce {
-                    c
+                    self.clusterers.push(entry);
+                    None
                 } else {
-                    drop(c);
-                    let events = if shape {
-                        k::FEW_EVENTS_PER_LAUNCH as usize
-                    } else {
-                        grown(ne, ce).min(MAX_EVENTS_PER_LAUNCH)
-                    };
-                    Clusterer::shared(g.clone(), geometry, grown(n, cn), events.max(ne))?
+                    Some((grown(n, cn), grown(ne, ce)))
                 }
             }
             None => {
                 if self.clusterers.len() >= MAX_CLUSTERERS {
                     self.clusterers.remove(0);
                 }
-                let events = if shape {
-                    k::FEW_EVENTS_PER_LAUNCH as usize
-                } else {
-                    ne
-                };
-                Clusterer::shared(g.clone(), geometry, n, events)?
+                Some((n, ne))
             }
         };
+        if let Some((digis, events)) = make {
+            let events = if shape {
+                k::FEW_EVENTS_PER_LAUNCH as usize
+            } else {
+                events.min(MAX_EVENTS_PER_LAUNCH)
+            };
+            let c = Clusterer::shared(g.clone(), geometry, digis, events)?;
+            let d = DeviceDigis::with_capacity(g, digis, events)?;
+            self.clusterers.push((c, d));
+        }
+        let (c, d) = self.clusterers.last_mut().expect("pushed above");
         let stage = match copies {
             HostCopies::Pinned => Some(&mut self.stage),
             HostCopies::Pageable => None,
         };
-        let r = (|| match stage {
+        let staged = match stage {
             Some(st) => {
                 // The validation's threads fill the pinned buffer as they check.
                 let pin = st.digis_buffer(g, n)?;
                 validate_digis(digis, event_offsets, geometry, Some(pin))?;
                 d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
-                c.run_graph(d, cut)?;
-                c.download_results(d, out, Some(st))
+                Some(st)
             }
             None => {
                 validate_digis(digis, event_offsets, geometry, None)?;
                 d.copy_in(g, digis, event_offsets, None, false)?;
-                c.run_graph(d, cut)?;
-                c.download_results(d, out, None)
+                None
             }
+        };
+        c.run_graph(d, cut)?;
+        let (medium_modules, fallback_modules) = match out {
+            Out::Clusters(o) => {
+                c.download_results(d, o, staged)?;
+                (o.medium_modules, o.fallback_modules)
+            }
+            Out::Slices(s) => c.download_results_to(d, s, staged)?,
+        };
+        Ok(ClusterCounts {
+            medium_modules,
+            fallback_modules,
+        })
+    }
+
+    /// Validates and clusters many batches through the queue's lanes (each batch's upload,
+    /// chain and download on its lane's stream, the host validating the next batch
+    /// meanwhile); `sink` gets every batch's results in order.
+    pub(crate) fn cluster_batches(
+        &mut self,
+        batches: &[(DigisRef<'_>, &[u32])],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        sink: &mut dyn FnMut(usize, &Clusters) -> Result<()>,
+    ) -> Result<()> {
+        for (d, o) in batches {
+            validate_shape(*d, o, geometry)?;
+        }
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let need = batches.iter().fold((0, 0), |(n, e), (d, o)| {
+            (n.max(d.len()), e.max(o.len() - 1))
+        });
+        if need.1 > MAX_EVENTS_PER_LAUNCH {
+            return Err(crate::Error::CapacityExceeded {
+                what: "events per launch",
+                needed: need.1 as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
+        let fits =
+            |q: &BatchQueue| q.0 == *geometry && q.1 == cut && need.0 <= q.2 .0 && need.1 <= q.2 .1;
+        if !self.queue.as_ref().is_some_and(fits) {
+            let old = self.queue.as_ref().map_or((0, 0), |q| q.2);
+            self.queue = None;
+            let caps = (
+                grown(need.0, old.0),
+                grown(need.1, old.1).min(MAX_EVENTS_PER_LAUNCH),
+            );
+            let q = ClusterQueue::shared(&self.gpu, QUEUE_LANES, geometry, caps.0, caps.1, cut)?;
+            self.queue = Some((geometry.clone(), cut, caps, q));
+        }
+        let q = &mut self.queue.as_mut().expect("made above").3;
+        let r = (|| {
+            for (d, o) in batches {
+                validate_digis(*d, o, geometry, None)?;
+                if let Some((id, c)) = q.submit(*d, o)? {
+                    sink(id as usize, &c)?;
+                }
+            }
+            for (id, c) in q.finish()? {
+                sink(id as usize, &c)?;
+            }
+            Ok(())
         })();
-        self.clusterers.push(c);
+        if r.is_err() {
+            // Batches still in flight are waited for and dropped; the queue starts again.
+            let _ = q.finish();
+            q.restart();
+        }
         r
     }
 }

@@ -239,7 +239,38 @@ pub struct Clusters {
     pub fallback_modules: u32,
 }
 
+/// Clustering results written into the caller's arrays (numpy arrays allocated once, a
+/// memory map): `clus` of the digi count, `clus_in_module` and `module_first` of
+/// `events × modules`, as in [`Clusters`]. What [`Backend::cluster_events_into_slices`] takes.
+#[derive(Debug)]
+pub struct ClustersMut<'a> {
+    /// Per digi: cluster index within its module, or -1.
+    pub clus: &'a mut [i32],
+    /// Per event and module id: number of clusters.
+    pub clus_in_module: &'a mut [u32],
+    /// Per event and module id: first digi index, or `u32::MAX` for an absent module.
+    pub module_first: &'a mut [u32],
+}
+
+/// What [`Backend::cluster_events_into_slices`] returns beside the arrays it filled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterCounts {
+    /// As [`Clusters::medium_modules`].
+    pub medium_modules: u32,
+    /// As [`Clusters::fallback_modules`].
+    pub fallback_modules: u32,
+}
+
 impl Clusters {
+    /// The three arrays as a [`ClustersMut`].
+    pub fn as_mut(&mut self) -> ClustersMut<'_> {
+        ClustersMut {
+            clus: &mut self.clus,
+            clus_in_module: &mut self.clus_in_module,
+            module_first: &mut self.module_first,
+        }
+    }
+
     /// Total number of clusters.
     pub fn total(&self) -> u64 {
         self.clus_in_module.iter().map(|&c| c as u64).sum()
@@ -542,6 +573,93 @@ fn module_out_of_range(d: usize, m: u16, geometry: &Geometry) -> Error {
 }
 
 impl Backend {
+    /// Clusters many batches (each its digis and event offsets, as for
+    /// [`Backend::cluster_events`]) with copies overlapped with work: on CUDA each batch goes
+    /// to one of three lanes (streams) with pinned buffers, so one batch uploads while another
+    /// runs and a third comes back, and the host validates the next batch meanwhile. `sink`
+    /// gets `(batch index, results)` in batch order. The array lengths and event offsets of
+    /// every batch are checked before anything runs; a bad digi stops the run at its batch
+    /// (later batches are not clustered), with the error [`Backend::cluster_events`] gives
+    /// for that batch alone (digi indices within the batch).
+    pub fn cluster_batches(
+        &self,
+        batches: &[(DigisRef<'_>, &[u32])],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        mut sink: impl FnMut(usize, &Clusters) -> Result<()>,
+    ) -> Result<()> {
+        match self.gpu() {
+            None => {
+                for (i, (d, o)) in batches.iter().enumerate() {
+                    validate(*d, o, geometry)?;
+                    sink(i, &cpu::cluster(*d, o, geometry, cut))?;
+                }
+                Ok(())
+            }
+            Some(gpu) => self.ws.clustering.run(
+                || door::ClusterWorkspace::new(gpu),
+                |w| w.cluster_batches(batches, geometry, cut, &mut sink),
+            ),
+        }
+    }
+
+    /// [`Backend::cluster_events_into`] into the caller's arrays: `out.clus` of exactly the
+    /// digi count, `out.clus_in_module` and `out.module_first` of exactly
+    /// `events × geometry.modules` (a typed error otherwise). No vector is allocated on the
+    /// way out: the results go from the pinned staging straight into the arrays.
+    pub fn cluster_events_into_slices<'a>(
+        &self,
+        digis: impl Into<DigisRef<'a>>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        out: ClustersMut<'_>,
+    ) -> Result<ClusterCounts> {
+        let digis = digis.into();
+        validate_shape(digis, event_offsets, geometry)?;
+        let slots = (event_offsets.len() - 1) * geometry.modules as usize;
+        let lens = [
+            out.clus.len(),
+            out.clus_in_module.len(),
+            out.module_first.len(),
+        ];
+        if lens != [digis.len(), slots, slots] {
+            return Err(invalid(
+                "output arrays",
+                format!(
+                    "clus {}, clus_in_module {}, module_first {}: expected {} (digis), {slots} and {slots} (events × modules)",
+                    lens[0],
+                    lens[1],
+                    lens[2],
+                    digis.len()
+                ),
+            ));
+        }
+        match self.gpu() {
+            None => {
+                validate(digis, event_offsets, geometry)?;
+                let c = cpu::cluster(digis, event_offsets, geometry, cut);
+                out.clus.copy_from_slice(&c.clus);
+                out.clus_in_module.copy_from_slice(&c.clus_in_module);
+                out.module_first.copy_from_slice(&c.module_first);
+                Ok(ClusterCounts::default())
+            }
+            Some(gpu) => self.ws.clustering.run(
+                || door::ClusterWorkspace::new(gpu),
+                |w| {
+                    w.cluster(
+                        digis,
+                        event_offsets,
+                        geometry,
+                        cut,
+                        self.host_copies(),
+                        door::Out::Slices(out),
+                    )
+                },
+            ),
+        }
+    }
+
     /// Clusters one event's digis (`None`: no charge cut; `Some(geometry.default_cut)`:
     /// the CMS defaults). Input is validated first. `digis` is a `&Digis` or a [`DigisRef`]
     /// over the caller's arrays.
@@ -588,10 +706,23 @@ impl Backend {
                 *out = cpu::cluster(digis, event_offsets, geometry, cut);
                 Ok(())
             }
-            Some(gpu) => self.ws.clustering.run(
-                || door::ClusterWorkspace::new(gpu),
-                |w| w.cluster(digis, event_offsets, geometry, cut, self.host_copies(), out),
-            ),
+            Some(gpu) => self
+                .ws
+                .clustering
+                .run(
+                    || door::ClusterWorkspace::new(gpu),
+                    |w| {
+                        w.cluster(
+                            digis,
+                            event_offsets,
+                            geometry,
+                            cut,
+                            self.host_copies(),
+                            door::Out::Clusters(out),
+                        )
+                    },
+                )
+                .map(|_| ()),
         }
     }
 }
@@ -725,5 +856,69 @@ mod tests {
             errors >= 40,
             "only {errors} of 60 cases had a fault that validation found"
         );
+    }
+
+    #[test]
+    fn cpu_batches_equal_single_calls_and_stop_at_a_bad_batch() {
+        let b = Backend::cpu();
+        let g = Geometry::phase1();
+        let evs: Vec<Digis> = (0..4).map(|i| gen::run3_event(40 + i)).collect();
+        let offs: Vec<Vec<u32>> = evs.iter().map(|d| vec![0, d.len() as u32]).collect();
+        let mut batches: Vec<(DigisRef, &[u32])> = evs
+            .iter()
+            .zip(&offs)
+            .map(|(d, o)| (DigisRef::from(d), o.as_slice()))
+            .collect();
+        let mut got = Vec::new();
+        b.cluster_batches(&batches, &g, Some(g.default_cut), |i, c| {
+            got.push((i, c.clone()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got.len(), 4);
+        for (i, c) in &got {
+            let want = b
+                .cluster_events(&evs[*i], &offs[*i], &g, Some(g.default_cut))
+                .unwrap();
+            assert!(c.same_clusters(&want), "batch {i}");
+        }
+        let mut bad = evs[2].clone();
+        bad.y[7] = 5000;
+        batches[2].0 = DigisRef::from(&bad);
+        let mut seen = Vec::new();
+        let err = b
+            .cluster_batches(&batches, &g, None, |i, _| {
+                seen.push(i);
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            b.cluster(&bad, &g, None).unwrap_err().to_string()
+        );
+        assert_eq!(seen, [0, 1]);
+    }
+
+    #[test]
+    fn slices_door_equals_vectors_and_checks_lengths() {
+        let b = Backend::cpu();
+        let g = Geometry::phase1();
+        let d = gen::run3_event(3);
+        let o = [0, d.len() as u32];
+        let want = b.cluster_events(&d, &o, &g, Some(g.default_cut)).unwrap();
+        let mut c = Clusters {
+            clus: vec![7; d.len()],
+            clus_in_module: vec![7; g.modules as usize],
+            module_first: vec![7; g.modules as usize],
+            ..Default::default()
+        };
+        b.cluster_events_into_slices(&d, &o, &g, Some(g.default_cut), c.as_mut())
+            .unwrap();
+        assert!(c.same_clusters(&want));
+        c.clus.pop();
+        let err = b
+            .cluster_events_into_slices(&d, &o, &g, None, c.as_mut())
+            .unwrap_err();
+        assert!(err.to_string().contains("output arrays"), "{err}");
     }
 }

@@ -1063,16 +1063,13 @@ impl GpuContext {
                     }
                 }
                 _ => {
-                    for e in first..last {
+                    for e in (first..last).filter(|&e| events.len(e) > 0) {
                         let Some(ev) = events.rows(e) else {
                             return Err(invalid(
                                 "seeding events",
                                 "columns need pinned staging (the backend converts them otherwise)",
                             ));
                         };
-                        if ev.is_empty() {
-                            continue;
-                        }
                         let w = as_words(ev);
                         let at = offsets[e - first] * sp_words;
                         self.stream()
@@ -1167,14 +1164,28 @@ pub(crate) enum Events<'a> {
     Columns(&'a [SpacePointsRef<'a>]),
 }
 
-impl Events<'_> {
-    fn count(&self) -> usize {
+impl<'a> Events<'a> {
+    /// The events `..mid` and `mid..`.
+    pub(crate) fn split_at(self, mid: usize) -> (Self, Self) {
+        match self {
+            Events::Rows(v) => {
+                let (a, b) = v.split_at(mid);
+                (Events::Rows(a), Events::Rows(b))
+            }
+            Events::Columns(v) => {
+                let (a, b) = v.split_at(mid);
+                (Events::Columns(a), Events::Columns(b))
+            }
+        }
+    }
+
+    pub(crate) fn count(&self) -> usize {
         match self {
             Events::Rows(e) => e.len(),
             Events::Columns(e) => e.len(),
         }
     }
-    fn len(&self, e: usize) -> usize {
+    pub(crate) fn len(&self, e: usize) -> usize {
         match self {
             Events::Rows(v) => v[e].len(),
             Events::Columns(v) => v[e].len(),

@@ -521,13 +521,72 @@ impl Backend {
                     out.clear();
                     return Ok(());
                 }
-                let copies = self.host_copies();
-                self.ws.seeding.run(
-                    || door::SeedWorkspace::new(gpu),
-                    |w| w.seed_events(cuda::Events::Rows(events), cfg, copies, out),
+                self.seed_on_gpu(
+                    gpu,
+                    cuda::Events::Rows(events),
+                    cfg,
+                    self.host_copies(),
+                    out,
                 )
             }
         }
+    }
+}
+
+/// Spacepoints of a call above which its events are split in two halves run side by side
+/// (two workspaces, two streams, two host threads): one half's host copies overlap the
+/// other's chain.
+const SPLIT_SPACEPOINTS: usize = 1 << 20;
+
+impl Backend {
+    /// Validated events through the seeding workspaces: one, or for a large call two halves
+    /// side by side, each on a workspace of its own.
+    fn seed_on_gpu(
+        &self,
+        gpu: &crate::GpuContext,
+        events: cuda::Events<'_>,
+        cfg: &SeedingConfig,
+        copies: crate::HostCopies,
+        out: &mut Vec<SeedingOutput>,
+    ) -> Result<()> {
+        let run = |ev: cuda::Events<'_>, out: &mut Vec<SeedingOutput>| {
+            self.ws.seeding.run(
+                || door::SeedWorkspace::new(gpu),
+                |w| w.seed_events(ev, cfg, copies, out),
+            )
+        };
+        let total: usize = (0..events.count()).map(|e| events.len(e)).sum();
+        if events.count() < 2 || total < SPLIT_SPACEPOINTS {
+            return run(events, out);
+        }
+        // Split where the first half holds about half the spacepoints.
+        let mut acc = 0;
+        let mid = (0..events.count())
+            .position(|e| {
+                acc += events.len(e);
+                2 * acc >= total
+            })
+            .map_or(1, |e| e + 1)
+            .clamp(1, events.count() - 1);
+        let (a, b) = events.split_at(mid);
+        out.truncate(events.count());
+        let mut tail = if out.len() > mid {
+            out.split_off(mid)
+        } else {
+            Vec::new()
+        };
+        let (ra, rb) = std::thread::scope(|s| {
+            let h = s.spawn(|| run(b, &mut tail));
+            let ra = run(a, out);
+            let rb = h
+                .join()
+                .unwrap_or_else(|_| Err(invalid("seeding", "a seeding thread panicked")));
+            (ra, rb)
+        });
+        ra?;
+        rb?;
+        out.append(&mut tail);
+        Ok(())
     }
 }
 
@@ -643,16 +702,12 @@ impl Backend {
                     out.clear();
                     return Ok(());
                 }
-                self.ws.seeding.run(
-                    || door::SeedWorkspace::new(gpu),
-                    |w| {
-                        w.seed_events(
-                            cuda::Events::Columns(events),
-                            cfg,
-                            crate::HostCopies::Pinned,
-                            out,
-                        )
-                    },
+                self.seed_on_gpu(
+                    gpu,
+                    cuda::Events::Columns(events),
+                    cfg,
+                    crate::HostCopies::Pinned,
+                    out,
                 )
             }
             _ => {
