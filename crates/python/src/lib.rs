@@ -17,7 +17,7 @@ mod settings;
 
 use std::path::PathBuf;
 
-use detkit::clustering::{ChargeCut, Digis, DigisRef, Geometry};
+use detkit::clustering::{ChargeCut, ClustersMut, Digis, DigisRef, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Single};
 use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
@@ -229,18 +229,39 @@ impl Backend {
             Some(o) => o.as_slice()?,
             None => &whole[..],
         };
-        // numpy's memory goes to the library as borrowed slices (no copy); the results are
-        // the library's vectors, moved into numpy arrays.
+        // numpy's memory goes to the library as borrowed slices (no copy), and the library
+        // writes the results straight into the numpy arrays returned (allocated once here).
         let digis = DigisRef {
             module: m,
             x: xs,
             y: ys,
             adc: a,
         };
-        let c = py
-            .detach(|| self.inner().cluster_events(digis, offsets, &g, cut))
+        let slots = offsets.len().saturating_sub(1) * g.modules as usize;
+        let clus = PyArray1::<i32>::zeros(py, m.len(), false);
+        let per_module = PyArray1::<u32>::zeros(py, slots, false);
+        {
+            let mut c = clus.readwrite();
+            let mut p = per_module.readwrite();
+            let (c, p) = (c.as_slice_mut()?, p.as_slice_mut()?);
+            py.detach(|| {
+                MODULE_FIRST.with(|first| {
+                    let mut first = first.borrow_mut();
+                    if first.len() < slots {
+                        first.resize(slots, 0); // grown once; the library overwrites it
+                    }
+                    let out = ClustersMut {
+                        clus: c,
+                        clus_in_module: p,
+                        module_first: &mut first[..slots],
+                    };
+                    self.inner()
+                        .cluster_events_into_slices(digis, offsets, &g, cut, out)
+                })
+            })
             .map_err(err)?;
-        Ok((c.clus.into_pyarray(py), c.clus_in_module.into_pyarray(py)))
+        }
+        Ok((clus, per_module))
     }
 
     /// Clusters the digis files `paths` (`detkit.io.read_digis`) as one batch of events (one
@@ -465,6 +486,12 @@ impl Backend {
         }
         Ok(list)
     }
+}
+
+thread_local! {
+    /// `Backend.cluster`'s `module_first` output, which Python does not return: one buffer
+    /// per calling thread, reused.
+    static MODULE_FIRST: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// What `seed` returns: seeds `(n, 3)`, weights, z vertices, parameters `(n, 5)`.
