@@ -96,7 +96,7 @@ fn wait_foreign(g: &detkit::GpuContext, foreign: usize) -> PyResult<()> {
 }
 
 /// The foreign stream `foreign` waits for the work issued so far on `stream`.
-fn foreign_waits(stream: &Arc<CudaStream>, foreign: usize) -> PyResult<()> {
+pub fn foreign_waits(stream: &Arc<CudaStream>, foreign: usize) -> PyResult<()> {
     let ev = stream
         .record_event(None)
         .map_err(|e| cuda("recording an event", e))?;
@@ -253,26 +253,30 @@ fn check_device(backend: &Backend, ordinal: Option<i32>, name: &str) -> PyResult
     }
 }
 
-/// One array argument given as a DLPack or CUDA-array-interface object: `(numpy array,
-/// came_from_device)`. See the module docs.
-#[pyfunction]
-#[pyo3(signature = (backend, obj, name, stream = None))]
-pub fn import_array<'py>(
-    py: Python<'py>,
+/// A CUDA array argument, checked to be on the backend's device, with detkit's stream
+/// ordered after its producer's pending work; a consumed DLPack tensor is kept (and so the
+/// producer's memory) until this is dropped.
+pub struct DeviceInput {
+    pub desc: Desc,
+    _tensor: Option<Imported>,
+}
+
+/// What one array argument is.
+pub enum Arg {
+    /// A CUDA array on the backend's device (see [`DeviceInput`]).
+    Device(DeviceInput),
+    /// A CPU DLPack producer: a producer-memory view for numpy.
+    Host(Py<HostView>),
+}
+
+/// Reads one DLPack / CUDA-array-interface argument (not consumed when its device is wrong).
+pub fn open_arg(
+    py: Python<'_>,
     backend: &Backend,
-    obj: &Bound<'py, PyAny>,
+    obj: &Bound<'_, PyAny>,
     name: &str,
-    stream: Option<&Bound<'py, PyAny>>,
-) -> PyResult<(Bound<'py, PyAny>, bool)> {
-    let user_stream = stream_handle(stream)?;
-    let np = py.import("numpy")?;
-    let as_numpy = |bytes: Vec<u8>, d: &Desc| -> PyResult<Bound<'py, PyAny>> {
-        bytes
-            .into_pyarray(py)
-            .into_any()
-            .call_method1("view", (d.typestr.as_str(),))?
-            .call_method1("reshape", (PyTuple::new(py, &d.shape)?,))
-    };
+    user_stream: Option<usize>,
+) -> PyResult<Arg> {
     if obj.hasattr("__cuda_array_interface__")? {
         let (d, producer_stream) = cai_desc(obj, name)?;
         // The pointer's device, by the driver (with detkit's context current on this thread);
@@ -293,8 +297,10 @@ pub fn import_array<'py>(
         for s in [producer_stream, user_stream].into_iter().flatten() {
             wait_foreign(g, s)?;
         }
-        let bytes = py.detach(|| read_device(g, &d, name))?;
-        return Ok((as_numpy(bytes, &d)?, true));
+        return Ok(Arg::Device(DeviceInput {
+            desc: d,
+            _tensor: None,
+        }));
     }
     if !(obj.hasattr("__dlpack__")? && obj.hasattr("__dlpack_device__")?) {
         return Err(PyTypeError::new_err(format!(
@@ -308,8 +314,7 @@ pub fn import_array<'py>(
             let cap = obj.call_method0("__dlpack__")?;
             let t = Imported::from_capsule(&cap, name)?;
             let d = t.desc(name)?;
-            let view = Py::new(py, HostView::new(t, d, true))?;
-            Ok((np.call_method1("asarray", (view,))?, false))
+            Ok(Arg::Host(Py::new(py, HostView::new(t, d, true))?))
         }
         dlpack::DL_CUDA | dlpack::DL_CUDA_MANAGED => {
             check_device(backend, Some(dev_id), name)?;
@@ -325,9 +330,10 @@ pub fn import_array<'py>(
             let cap = obj.call_method("__dlpack__", (), Some(&kw))?;
             let t = Imported::from_capsule(&cap, name)?;
             let d = t.desc(name)?;
-            let bytes = py.detach(|| read_device(g, &d, name))?;
-            drop(t);
-            Ok((as_numpy(bytes, &d)?, true))
+            Ok(Arg::Device(DeviceInput {
+                desc: d,
+                _tensor: Some(t),
+            }))
         }
         t => Err(InvalidInputError::new_err(format!(
             "{name}: the array is on {}, the backend on {}",
@@ -340,6 +346,37 @@ pub fn import_array<'py>(
                     g.context().ordinal()
                 ))
         ))),
+    }
+}
+
+/// One array argument given as a DLPack or CUDA-array-interface object: `(numpy array,
+/// came_from_device)`. See the module docs.
+#[pyfunction]
+#[pyo3(signature = (backend, obj, name, stream = None))]
+pub fn import_array<'py>(
+    py: Python<'py>,
+    backend: &Backend,
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyAny>, bool)> {
+    let user_stream = stream_handle(stream)?;
+    match open_arg(py, backend, obj, name, user_stream)? {
+        Arg::Host(view) => Ok((py.import("numpy")?.call_method1("asarray", (view,))?, false)),
+        Arg::Device(input) => {
+            let Some(g) = backend.inner().gpu() else {
+                unreachable!("open_arg gives device inputs on CUDA backends only")
+            };
+            let d = input.desc.clone();
+            let bytes = py.detach(|| read_device(g, &d, name))?;
+            drop(input);
+            let arr = bytes
+                .into_pyarray(py)
+                .into_any()
+                .call_method1("view", (d.typestr.as_str(),))?
+                .call_method1("reshape", (PyTuple::new(py, &d.shape)?,))?;
+            Ok((arr, true))
+        }
     }
 }
 
@@ -371,7 +408,7 @@ pub fn primary_context(backend: &Backend) -> PyResult<bool> {
 /// (a DLPack export holds a reference), also after the backend that made it is gone.
 #[pyclass(module = "detkit._detkit", frozen, name = "DeviceArray")]
 pub struct DeviceArray {
-    buf: CudaSlice<u8>,
+    buf: Box<dyn Hold>,
     nbytes: usize,
     stream: Arc<CudaStream>,
     ordinal: usize,
@@ -381,13 +418,45 @@ pub struct DeviceArray {
     descr: Option<Py<PyAny>>,
 }
 
+/// Device memory a `DeviceArray` owns: a typed cudarc buffer (freed when dropped).
+pub trait Hold: Send + Sync {
+    /// The buffer's device address.
+    fn address(&self, stream: &Arc<CudaStream>) -> usize;
+}
+
+impl<T: cudarc::driver::DeviceRepr + Send + Sync> Hold for CudaSlice<T> {
+    fn address(&self, stream: &Arc<CudaStream>) -> usize {
+        let (p, _sync) = self.device_ptr(stream);
+        p as usize
+    }
+}
+
 impl DeviceArray {
     fn ptr(&self) -> usize {
         if self.nbytes == 0 {
             return 0;
         }
-        let (p, _sync) = self.buf.device_ptr(&self.stream);
-        p as usize
+        self.buf.address(&self.stream)
+    }
+
+    /// A `DeviceArray` owning `buf` (its first `nbytes` bytes hold `shape` of `typestr`,
+    /// written on `g`'s stream), made with `g`'s stream and device.
+    pub fn from_buffer(
+        g: &detkit::GpuContext,
+        buf: Box<dyn Hold>,
+        nbytes: usize,
+        typestr: &str,
+        shape: Vec<usize>,
+    ) -> Self {
+        Self {
+            buf,
+            nbytes,
+            stream: g.stream().clone(),
+            ordinal: g.context().ordinal(),
+            typestr: typestr.to_string(),
+            shape,
+            descr: None,
+        }
     }
 }
 
@@ -427,7 +496,7 @@ impl DeviceArray {
             foreign_waits(g.stream(), s)?;
         }
         Ok(Self {
-            buf,
+            buf: Box::new(buf),
             nbytes,
             stream: g.stream().clone(),
             ordinal: g.context().ordinal(),
@@ -477,12 +546,25 @@ impl DeviceArray {
 
     /// A numpy copy (waits for detkit's stream only).
     fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let bytes: Vec<u8> = if self.nbytes == 0 {
-            Vec::new()
-        } else {
-            py.detach(|| self.stream.clone_dtoh(&self.buf.slice(0..self.nbytes)))
-                .map_err(|e| cuda("copying a DeviceArray to the host", e))?
-        };
+        let mut bytes = vec![0u8; self.nbytes];
+        if self.nbytes > 0 {
+            let ptr = self.ptr();
+            py.detach(|| -> Result<(), cudarc::driver::DriverError> {
+                self.stream.context().bind_to_thread()?;
+                // SAFETY: `ptr` is this array's own allocation of at least `nbytes` bytes
+                // (alive while `self` is), `bytes` is `nbytes` long and outlives the copy:
+                // the stream is synchronised before it is read.
+                unsafe {
+                    result::memcpy_dtoh_async(
+                        &mut bytes[..],
+                        ptr as sys::CUdeviceptr,
+                        self.stream.cu_stream(),
+                    )
+                }?;
+                self.stream.synchronize()
+            })
+            .map_err(|e| cuda("copying a DeviceArray to the host", e))?;
+        }
         let arr = bytes
             .into_pyarray(py)
             .into_any()

@@ -8,6 +8,7 @@
 //! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments).
 
 mod device;
+mod device_ops;
 mod dlpack;
 mod errors;
 mod io;
@@ -852,6 +853,8 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::HostView>()?;
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;
     m.add("CapacityError", m.py().get_type::<CapacityError>())?;
     m.add("CudaError", m.py().get_type::<CudaError>())?;

@@ -215,3 +215,24 @@ def test_typed_errors(b, dev):
         dev.set_current()
         with pytest.raises(detkit.InvalidInputError, match="CUDA device 1, the backend on CUDA device 0"):
             b.scan(a)
+
+
+def test_scan_and_sort_of_exact_dtypes_stay_on_the_device(b, dev):
+    s = dev.create_stream()
+    rng = np.random.default_rng(7)
+    for dt in (np.uint32, np.uint64):
+        v = rng.integers(0, np.iinfo(dt).max, 70_000, dtype=dt)
+        for kind in ("dlpack", "cai"):
+            d = produce(dev, v, s, kind)
+            out = _detkit.device_scan(b._b, d, "values", True, stream=s)
+            assert isinstance(out, detkit.DeviceArray)  # the device-resident path, no staging
+            same(out, b.scan(v, inclusive=True))
+            keys, idx = _detkit.device_sort(b._b, produce(dev, v, s, kind), "keys", 0, None, True, True, stream=s)
+            same(keys, b.radix_sort(v, descending=True))
+            same(idx, b.argsort(v, descending=True))
+    # Other dtypes and layouts take the general path (converted on the host): same results.
+    v = np.arange(1000, dtype=np.int64)
+    assert _detkit.device_scan(b._b, produce(dev, v, s), "values", False) is None
+    same(b.scan(produce(dev, v, s)), b.scan(v.astype(np.uint32)))
+    with pytest.raises(detkit.InvalidInputError):
+        b.radix_sort(produce(dev, v.astype(np.uint32), s), end_bit=33)

@@ -187,6 +187,9 @@ class Backend:
     def scan(self, values, inclusive: bool = False, *, stream=None) -> np.ndarray:
         """Prefix sums (wrapping, as CUB) of a ``uint32`` or ``uint64`` array."""
         c = _Call(self, stream)
+        d = c.native(_detkit.device_scan, values, "values", inclusive)
+        if d is not None:
+            return d
         arr = np.asarray(c.host(values, "values"))
         if arr.dtype == np.uint64:
             return c.out(self._b.scan_u64(_as(arr, np.uint64, "values"), inclusive))
@@ -212,6 +215,11 @@ class Backend:
         sorted keys, or ``(keys, values)``. Equal keys keep their input order, also with
         ``descending``."""
         c = _Call(self, stream)
+        if values is None:
+            d = c.native(_detkit.device_sort, keys, "keys", int(begin_bit),
+                         None if end_bit is None else int(end_bit), bool(descending), False)
+            if d is not None:
+                return d[0]
         k = np.asarray(c.host(keys, "keys"))
         if k.dtype == np.uint64:
             k, fn = _as(k, np.uint64, "keys"), self._b.radix_sort_u64
@@ -230,6 +238,10 @@ class Backend:
     def argsort(self, keys, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False, *, stream=None) -> np.ndarray:
         """``uint32`` indices that stably sort ``keys`` (as :meth:`radix_sort`)."""
         c = _Call(self, stream)
+        d = c.native(_detkit.device_sort, keys, "keys", int(begin_bit),
+                     None if end_bit is None else int(end_bit), bool(descending), True)
+        if d is not None:
+            return d[1]
         k = np.asarray(c.host(keys, "keys"))
         idx = self.radix_sort(k, np.arange(k.shape[0], dtype=np.uint32), begin_bit, end_bit, descending)[1]
         return c.out(idx)
@@ -353,13 +365,24 @@ class _Call:
         self.b, self.stream, self.device = backend._b, stream, False
 
     def host(self, a, name: str):
-        if isinstance(a, (np.ndarray, np.generic, bytes, bytearray, memoryview, list, tuple, range)) or not (
-            hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__")
-        ):
+        if not self._foreign(a):
             return a
         arr, on_device = _detkit.import_array(self.b, a, name, self.stream)
         self.device = self.device or on_device
         return arr
+
+    @staticmethod
+    def _foreign(a) -> bool:
+        return not isinstance(a, (np.ndarray, np.generic, bytes, bytearray, memoryview, list, tuple, range)) and (
+            hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__")
+        )
+
+    def native(self, fn, a, name: str, *args):
+        """The device-resident form of a call (``_detkit.device_*``) for a CUDA array of the
+        exact dtype on a CUDA backend: its result, or ``None`` for the general path."""
+        if self.b.kind != "cuda" or not self._foreign(a) or getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] not in (2, 13):
+            return None
+        return fn(self.b, a, name, *args, stream=self.stream)
 
     def arr(self, a, dtype, name: str) -> np.ndarray:
         return _as(self.host(a, name), dtype, name)
