@@ -5,7 +5,7 @@
 
 use detkit::clustering::gen::{self, Adversarial, EventConfig};
 use detkit::clustering::{
-    self as cl, ChargeCut, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
+    self as cl, ChargeCut, ClusterTuning, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
 };
 use detkit::rng::Draw as _;
 use detkit::Error;
@@ -118,7 +118,11 @@ const SANITIZER_GRID: u32 = 48;
 
 fn sanitizer_grids(c: &Ctx, run: &mut Clusterer) {
     if c.quick {
-        run.limit_grids(SANITIZER_GRID);
+        run.tune(&ClusterTuning {
+            grid_limit: Some(SANITIZER_GRID),
+            ..Default::default()
+        })
+        .expect("a grid limit is always accepted");
     }
 }
 
@@ -639,9 +643,13 @@ fn test_passes(c: &Ctx) -> R {
         for &(warp, mid, threads) in configs {
             let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
             sanitizer_grids(c, &mut run);
-            run.set_warp_capacity(warp).map_err(e)?;
-            run.set_mid_pass(mid).map_err(e)?;
-            run.set_small_threads(threads).map_err(e)?;
+            run.tune(&ClusterTuning {
+                warp_capacity: Some(warp),
+                mid_pass: Some(mid),
+                small_threads: Some(threads),
+                ..Default::default()
+            })
+            .map_err(e)?;
             for &graph in graphs {
                 run.poison_outputs().map_err(e)?;
                 if graph {
@@ -658,7 +666,7 @@ fn test_passes(c: &Ctx) -> R {
             }
         }
     }
-    // Larger pixel tables in the middle and the last pass (`set_table_scale`).
+    // Larger pixel tables in the middle and the last pass (`ClusterTuning::table_scale`).
     let scales: &[(u32, u32)] = if c.quick {
         &[(2, 1)]
     } else {
@@ -669,7 +677,11 @@ fn test_passes(c: &Ctx) -> R {
     for &(mid, last) in scales {
         let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
         sanitizer_grids(c, &mut run);
-        run.set_table_scale(mid, last).map_err(e)?;
+        run.tune(&ClusterTuning {
+            table_scale: Some((mid, last)),
+            ..Default::default()
+        })
+        .map_err(e)?;
         run_both_ways(&mut run, &dd, cut, |got, graph| {
             compare(
                 &format!("table scale {mid}/{last}, graph {graph}"),
@@ -690,8 +702,12 @@ fn test_passes(c: &Ctx) -> R {
         let done = DeviceDigis::upload(gpu, one, &offs).map_err(e)?;
         let want_one = detkit::clustering::cpu::cluster(one, &offs, &g, cut);
         let mut run = Clusterer::new(gpu, &g, one.len(), 1).map_err(e)?;
-        run.set_warp_capacity(128).map_err(e)?;
-        run.limit_grids(8);
+        run.tune(&ClusterTuning {
+            warp_capacity: Some(128),
+            grid_limit: Some(8),
+            ..Default::default()
+        })
+        .map_err(e)?;
         run.poison_outputs().map_err(e)?;
         run.run(&done, cut).map_err(e)?;
         let got = run.results(&done).map_err(e)?;
@@ -700,8 +716,12 @@ fn test_passes(c: &Ctx) -> R {
         for limit in [1u32, 3] {
             for warp in [32u32, 128] {
                 let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
-                run.set_warp_capacity(warp).map_err(e)?;
-                run.limit_grids(limit);
+                run.tune(&ClusterTuning {
+                    warp_capacity: Some(warp),
+                    grid_limit: Some(limit),
+                    ..Default::default()
+                })
+                .map_err(e)?;
                 run_both_ways(&mut run, &dd, cut, |got, graph| {
                     compare(
                         &format!("grids of {limit} block(s), warp pass {warp}, graph {graph}"),
@@ -713,14 +733,18 @@ fn test_passes(c: &Ctx) -> R {
         }
     }
     let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
-    ensure(run.set_table_scale(4, 0).is_err(), || {
+    let too_large = ClusterTuning {
+        table_scale: Some((4, 0)),
+        ..Default::default()
+    };
+    ensure(run.tune(&too_large).is_err(), || {
         "table scale 4 accepted".to_string()
     })?;
     Ok(())
 }
 
-/// The larger-module kernels at other block sizes (`set_larger_threads`) and the resident
-/// grids (`set_tight_grids(false)`) give the oracle's results: a batch of generated events
+/// The larger-module kernels at other block sizes (`ClusterTuning::larger_threads`) and the resident
+/// grids (`tight_grids: Some(false)`) give the oracle's results: a batch of generated events
 /// (with an empty and an invalid-only event) at tiny capacities, so that the shared-memory
 /// kernel and the fallback take many modules, and at the default capacities; `run`, then
 /// the graph. Block sizes the kernels cannot take are refused.
@@ -751,8 +775,12 @@ fn test_larger_threads(c: &Ctx) -> R {
         let mut run = Clusterer::with_capacity(gpu, &g, d.len(), offsets.len() - 1, caps.0, caps.1)
             .map_err(e)?;
         sanitizer_grids(c, &mut run);
-        run.set_larger_threads(shared, fallback).map_err(e)?;
-        run.set_tight_grids(tight);
+        run.tune(&ClusterTuning {
+            larger_threads: Some((shared, fallback)),
+            tight_grids: Some(tight),
+            ..Default::default()
+        })
+        .map_err(e)?;
         run_both_ways(&mut run, &dd, cut, |got, graph| {
             compare(&format!("{what}, graph {graph}"), &got, &want)?;
             if caps != DEFAULT {
@@ -768,7 +796,11 @@ fn test_larger_threads(c: &Ctx) -> R {
     }
     let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
     for (shared, fallback) in [(48, 256), (256, 0), (2048, 256)] {
-        ensure(run.set_larger_threads(shared, fallback).is_err(), || {
+        let t = ClusterTuning {
+            larger_threads: Some((shared, fallback)),
+            ..Default::default()
+        };
+        ensure(run.tune(&t).is_err(), || {
             format!("larger threads {shared}/{fallback} accepted")
         })?;
     }

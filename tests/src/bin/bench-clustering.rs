@@ -26,8 +26,8 @@
 //! [--dense-variants default,...]`
 //!
 //! A variant is `default` or `+`-joined changes to the default `Clusterer`: `resident`
-//! (resident grids, `set_tight_grids(false)`), `last<N>` (`set_small_threads(N)`),
-//! `larger<S>x<F>` (`set_larger_threads(S, F)`), `table<M>x<L>` (`set_table_scale(M, L)`),
+//! (resident grids, `ClusterTuning::tight_grids`), `last<N>` (`ClusterTuning::small_threads`),
+//! `larger<S>x<F>` (`ClusterTuning::larger_threads`), `table<M>x<L>` (`ClusterTuning::table_scale`),
 //! `shared<C>` (the shared-memory kernel's capacity, `Clusterer::with_capacity(.., C)`;
 //! modules over it take the fallback), `small<C>` (the small-module passes' capacity,
 //! `Clusterer::with_capacity(.., C, ..)`; modules over it take the shared-memory kernel). Sections (2) and (4) run once per
@@ -41,7 +41,7 @@ use anyhow::{bail, Context, Result};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::CudaEvent;
 use detkit::clustering::{
-    gen, ChargeCut, ClusterQueue, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
+    gen, ChargeCut, ClusterQueue, ClusterTuning, Clusterer, Clusters, DeviceDigis, Digis, Geometry,
 };
 use detkit::{Backend, GpuContext};
 use detkit_tests::{concat_clusters, median};
@@ -312,22 +312,24 @@ fn clusterer_for<'g>(
 
 /// Applies a variant (see the usage) to a fresh `Clusterer`.
 fn apply_variant(c: &mut Clusterer, v: &str) -> Result<()> {
-    for t in v.split('+') {
-        if t == "default" || t.starts_with("shared") || t.starts_with("small") {
-        } else if t == "resident" {
-            c.set_tight_grids(false);
-        } else if let Some(n) = t.strip_prefix("last") {
-            c.set_small_threads(n.parse()?)?;
-        } else if let Some(st) = t.strip_prefix("table") {
+    let mut t = ClusterTuning::default();
+    for p in v.split('+') {
+        if p == "default" || p.starts_with("shared") || p.starts_with("small") {
+        } else if p == "resident" {
+            t.tight_grids = Some(false);
+        } else if let Some(n) = p.strip_prefix("last") {
+            t.small_threads = Some(n.parse()?);
+        } else if let Some(st) = p.strip_prefix("table") {
             let (a, b) = st.split_once('x').context("table<M>x<L>")?;
-            c.set_table_scale(a.parse()?, b.parse()?)?;
-        } else if let Some(st) = t.strip_prefix("larger") {
+            t.table_scale = Some((a.parse()?, b.parse()?));
+        } else if let Some(st) = p.strip_prefix("larger") {
             let (a, b) = st.split_once('x').context("larger<S>x<F>")?;
-            c.set_larger_threads(a.parse()?, b.parse()?)?;
+            t.larger_threads = Some((a.parse()?, b.parse()?));
         } else {
-            bail!("unknown variant `{t}`");
+            bail!("unknown variant `{p}`");
         }
     }
+    c.tune(&t)?;
     Ok(())
 }
 
@@ -586,9 +588,12 @@ fn main() -> Result<()> {
                 (64, Some((128, 128)), 512),
             ] {
                 let mut c = Clusterer::new(g, &geo, bt.digis.len(), b)?;
-                c.set_warp_capacity(warp)?;
-                c.set_mid_pass(mid)?;
-                c.set_small_threads(threads)?;
+                c.tune(&ClusterTuning {
+                    warp_capacity: Some(warp),
+                    mid_pass: Some(mid),
+                    small_threads: Some(threads),
+                    ..Default::default()
+                })?;
                 c.run_graph(&d, Some(cut))?;
                 check_exact(
                     &format!("run3 x{b} passes {:?}", c.passes()),
@@ -670,9 +675,12 @@ fn main() -> Result<()> {
             for f in &forks[..lanes] {
                 let d = DeviceDigis::upload(f, &bt.digis, &bt.offsets)?;
                 let mut c = Clusterer::new(f, &geo, bt.digis.len(), 1)?;
-                c.set_warp_capacity(128)?;
-                c.set_mid_pass(None)?;
-                c.set_small_threads(256)?;
+                c.tune(&ClusterTuning {
+                    warp_capacity: Some(128),
+                    mid_pass: Some(None),
+                    small_threads: Some(256),
+                    ..Default::default()
+                })?;
                 c.run_graph(&d, Some(cut))?;
                 check_exact(&format!("4b lanes {lanes}"), &c.results(&d)?, &bt.want)?;
                 ls.push((f, d, c, None::<CudaEvent>));

@@ -268,12 +268,12 @@ pub struct Clusterer<'g> {
     /// Dynamic shared memory of the fallback kernel (its status words when they fit).
     fallback_smem: usize,
     cut_grid: u32,
-    /// Table scales of the middle and the last block pass ([`Clusterer::set_table_scale`]).
+    /// Table scales of the middle and the last block pass ([`ClusterTuning::table_scale`]).
     table_scale: (u32, u32),
     /// Threads per block of the shared-memory kernel and of the fallback kernel.
     larger_threads: (u32, u32),
     /// Whether each persistent grid is cut to the most blocks that can find work in a batch
-    /// of this workspace's capacity ([`Clusterer::set_tight_grids`]).
+    /// of this workspace's capacity ([`ClusterTuning::tight_grids`]).
     tight_grids: bool,
     max_digis: usize,
     max_events: usize,
@@ -349,6 +349,34 @@ struct GraphKey {
     module: u64,
     capacity: (usize, usize),
     cut: Option<ChargeCut>,
+}
+
+/// The launch settings of a [`Clusterer`] (as CUB's tuning policies): `None` keeps the
+/// default, chosen from the geometry and the batch capacity when the `Clusterer` is made.
+/// Results never depend on them; `bench-clustering` sweeps them. Applied with
+/// [`Clusterer::tune`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterTuning {
+    /// Capacity of the warp pass (one warp per module, modules up to this many digis; 0: no
+    /// warp pass), at most the small-module capacity.
+    pub warp_capacity: Option<u32>,
+    /// The middle block pass: `Some((capacity, threads))` (capacity below the small-module
+    /// capacity, threads a multiple of 32 up to 1024), or `None` for no middle pass.
+    pub mid_pass: Option<Option<(u32, u32)>>,
+    /// Threads per block of the last block pass (a multiple of 32 up to 1024).
+    pub small_threads: Option<u32>,
+    /// Table scales of the middle and the last block pass (0 to
+    /// [`detkit_gpu::clustering::MAX_TABLE_SCALE`]): each module's pixel table gets
+    /// `2^scale` times the slots of [`detkit_gpu::clustering::small_table_size`].
+    pub table_scale: Option<(u32, u32)>,
+    /// Threads per block of the shared-memory kernel and of the fallback kernel.
+    pub larger_threads: Option<(u32, u32)>,
+    /// Whether each persistent grid is cut to the blocks that can find work in a batch of
+    /// the capacity (default `true`; `false`: the resident grids).
+    pub tight_grids: Option<bool>,
+    /// A cap on the grid of every persistent kernel (at least one block; the sanitizer runs
+    /// use it).
+    pub grid_limit: Option<u32>,
 }
 
 /// Most events in one launch (the slot records keep the event in 16 bits).
@@ -615,7 +643,7 @@ impl<'g> Clusterer<'g> {
 
     /// Sets the block size of the small-module kernel's block pass (a multiple of 32 up to
     /// 1024).
-    pub fn set_small_threads(&mut self, threads: u32) -> Result<()> {
+    fn set_small_threads(&mut self, threads: u32) -> Result<()> {
         crate::scan::check_block_size(threads)?;
         let smem = self.block_pass_smem(self.small_capacity, self.table_scale.1);
         self.small_grid = resident_grid(&self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
@@ -630,7 +658,7 @@ impl<'g> Clusterer<'g> {
     /// block of threads shares the work of one module: shorter per-module latency when
     /// there are too few modules to fill the GPU with warps). At most the small-module
     /// capacity.
-    pub fn set_warp_capacity(&mut self, capacity: u32) -> Result<()> {
+    fn set_warp_capacity(&mut self, capacity: u32) -> Result<()> {
         if capacity > self.small_capacity {
             return Err(invalid(
                 "warp capacity",
@@ -659,7 +687,7 @@ impl<'g> Clusterer<'g> {
     /// Sets the middle block pass between the warp pass and the last block pass: `Some((capacity,
     /// threads))` takes the modules up to `capacity` digis (below the small-module capacity)
     /// with blocks of `threads` (a multiple of 32 up to 1024); `None` removes it.
-    pub fn set_mid_pass(&mut self, pass: Option<(u32, u32)>) -> Result<()> {
+    fn set_mid_pass(&mut self, pass: Option<(u32, u32)>) -> Result<()> {
         self.mid = match pass {
             None => None,
             Some((cap, threads)) => {
@@ -703,7 +731,7 @@ impl<'g> Clusterer<'g> {
     /// [`detkit_gpu::clustering::LAST_TABLE_SCALE`] beyond): each module's pixel table gets
     /// `2^scale` times the slots of the capacity's [`detkit_gpu::clustering::small_table_size`]
     /// (fewer probes, more shared memory and more slots to clear). Results do not change.
-    pub fn set_table_scale(&mut self, mid: u32, last: u32) -> Result<()> {
+    fn set_table_scale(&mut self, mid: u32, last: u32) -> Result<()> {
         if mid > k::MAX_TABLE_SCALE || last > k::MAX_TABLE_SCALE {
             return Err(invalid(
                 "table scale",
@@ -734,7 +762,7 @@ impl<'g> Clusterer<'g> {
     /// [`detkit_gpu::clustering::FALLBACK_THREADS`]):
     /// multiples of 32 up to 1024 that the device can run (one block per multiprocessor at
     /// least). Results do not change.
-    pub fn set_larger_threads(&mut self, shared: u32, fallback: u32) -> Result<()> {
+    fn set_larger_threads(&mut self, shared: u32, fallback: u32) -> Result<()> {
         crate::scan::check_block_size(shared)?;
         crate::scan::check_block_size(fallback)?;
         for (kernel, threads, smem) in [
@@ -788,7 +816,7 @@ impl<'g> Clusterer<'g> {
     /// `max_events × modules`, so the blocks beyond that would only be dispatched and leave
     /// (thousands per event with one event per launch). `false` launches the resident grids
     /// (the measurement's baseline). Results do not change.
-    pub fn set_tight_grids(&mut self, tight: bool) {
+    fn set_tight_grids(&mut self, tight: bool) {
         self.tight_grids = tight;
         self.graph = None;
     }
@@ -796,7 +824,7 @@ impl<'g> Clusterer<'g> {
     /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
     /// one). Results do not change; the sanitizer runs use it, since racecheck keeps shadow
     /// state for the shared memory of every resident block.
-    pub fn limit_grids(&mut self, blocks: u32) {
+    fn limit_grids(&mut self, blocks: u32) {
         let b = blocks.max(1);
         for g in [
             &mut self.warp_grid,
@@ -812,6 +840,37 @@ impl<'g> Clusterer<'g> {
         }
         self.grid_limit = Some(b);
         self.graph = None;
+    }
+
+    /// Applies a tuning: every field that is `Some` replaces the current setting (the
+    /// others stay), in the order warp pass, middle pass, block-pass threads, table scales,
+    /// larger-module threads, tight grids, grid limit. Results never change; a setting the
+    /// device or the capacities cannot take is a typed error (the settings before it in
+    /// that order are applied). The captured graph is dropped (recaptured on the next
+    /// [`Clusterer::run_graph`]).
+    pub fn tune(&mut self, t: &ClusterTuning) -> Result<()> {
+        if let Some(w) = t.warp_capacity {
+            self.set_warp_capacity(w)?;
+        }
+        if let Some(m) = t.mid_pass {
+            self.set_mid_pass(m)?;
+        }
+        if let Some(th) = t.small_threads {
+            self.set_small_threads(th)?;
+        }
+        if let Some((m, l)) = t.table_scale {
+            self.set_table_scale(m, l)?;
+        }
+        if let Some((sh, fb)) = t.larger_threads {
+            self.set_larger_threads(sh, fb)?;
+        }
+        if let Some(tight) = t.tight_grids {
+            self.set_tight_grids(tight);
+        }
+        if let Some(b) = t.grid_limit {
+            self.limit_grids(b);
+        }
+        Ok(())
     }
 
     /// The pass configuration: warp-pass capacity (0: no warp pass), the middle block pass
@@ -1640,11 +1699,12 @@ impl<'g> ClusterQueue<'g> {
         })
     }
 
-    /// [`Clusterer::limit_grids`] on every lane.
-    pub fn limit_grids(&mut self, blocks: u32) {
+    /// [`Clusterer::tune`] on every lane.
+    pub fn tune(&mut self, t: &ClusterTuning) -> Result<()> {
         for l in &mut self.lanes {
-            l.clusterer.limit_grids(blocks);
+            l.clusterer.tune(t)?;
         }
+        Ok(())
     }
 
     /// Number of lanes (batches that can be in flight).

@@ -25,7 +25,9 @@ pub(crate) mod door;
 pub mod gen;
 pub mod io;
 
-pub use cuda::{ClusterQueue, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH};
+pub use cuda::{
+    ClusterQueue, ClusterTuning, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH,
+};
 pub use io::{
     read_binary, read_csv, read_csv_with_lines, write_binary, write_binary_clusters, write_csv,
     BINARY_MAGIC,

@@ -381,27 +381,32 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
 /// The checks of [`check_spacepoints`] on `sps`, the spacepoints from index `base` on.
 fn check_piece(sps: &[SpacePoint], base: usize) -> Result<()> {
     for (i, s) in sps.iter().enumerate() {
-        let i = base + i;
-        let fields = [
-            ("x", s.x, false),
-            ("y", s.y, false),
-            ("z", s.z, false),
-            ("var_r", s.var_r, true),
-            ("var_z", s.var_z, true),
-        ];
-        for (column, v, variance) in fields {
-            if !v.is_finite() || (variance && v < 0.0) {
-                return Err(Error::InvalidItem {
-                    what: "spacepoint",
-                    index: i,
-                    column,
-                    detail: if variance {
-                        format!("{v} is not a variance (finite, >= 0)")
-                    } else {
-                        format!("{v} is not a finite coordinate")
-                    },
-                });
-            }
+        check_one(base + i, s)?;
+    }
+    Ok(())
+}
+
+/// The checks of [`check_spacepoints`] on spacepoint `i`.
+fn check_one(i: usize, s: &SpacePoint) -> Result<()> {
+    let fields = [
+        ("x", s.x, false),
+        ("y", s.y, false),
+        ("z", s.z, false),
+        ("var_r", s.var_r, true),
+        ("var_z", s.var_z, true),
+    ];
+    for (column, v, variance) in fields {
+        if !v.is_finite() || (variance && v < 0.0) {
+            return Err(Error::InvalidItem {
+                what: "spacepoint",
+                index: i,
+                column,
+                detail: if variance {
+                    format!("{v} is not a variance (finite, >= 0)")
+                } else {
+                    format!("{v} is not a finite coordinate")
+                },
+            });
         }
     }
     Ok(())
@@ -670,11 +675,25 @@ impl SpacePointsRef<'_> {
                 format!("{} spacepoints; at most 2^31 - 1 are supported", self.len()),
             ));
         }
+        // Each spacepoint is checked as it is built, before it is stored: `dst` may be
+        // write-combined pinned memory, which the host must not read back.
         dst.par_chunks_mut(CHECK_PIECE)
             .enumerate()
             .map(|(p, d)| {
-                self.gather(d, p * CHECK_PIECE);
-                check_piece(d, p * CHECK_PIECE)
+                let base = p * CHECK_PIECE;
+                for (i, slot) in d.iter_mut().enumerate() {
+                    let k = base + i;
+                    let sp = SpacePoint {
+                        x: self.x[k],
+                        y: self.y[k],
+                        z: self.z[k],
+                        var_z: self.var_z[k],
+                        var_r: self.var_r[k],
+                    };
+                    check_one(k, &sp)?;
+                    *slot = sp;
+                }
+                Ok(())
             })
             .find_first(|r| r.is_err())
             .unwrap_or(Ok(()))
