@@ -230,12 +230,17 @@ unsafe extern "C" fn export_deleter(t: *mut DLManagedTensor) {
     }
     // SAFETY: `t` and its `manager_ctx` were made by `Box::into_raw` in `export` and are
     // freed here once (the consumer calls the deleter once, or the capsule destructor does
-    // when it was never consumed). Dropping the owner handle without the GIL is deferred
-    // by pyo3 to the next time the GIL is held.
-    unsafe {
-        drop(Box::from_raw((*t).manager_ctx.cast::<ExportCtx>()));
+    // when it was never consumed).
+    let ctx = unsafe {
+        let ctx = Box::from_raw((*t).manager_ctx.cast::<ExportCtx>());
         drop(Box::from_raw(t));
-    }
+        ctx
+    };
+    // The owner is released now, with the GIL taken for it (consumers may call the deleter
+    // from any thread, with or without the GIL). When the interpreter cannot be attached
+    // (finalizing), the closure is dropped uncalled and the owner with it, pyo3 deferring
+    // the reference count.
+    let _ = Python::try_attach(move |_py| drop(ctx));
 }
 
 unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
@@ -359,5 +364,58 @@ impl HostView {
             None => d.set_item("strides", py.None())?,
         }
         Ok(d)
+    }
+}
+
+/// A C-contiguous numpy array exported through [`export`] as a CPU DLPack tensor: the same
+/// capsule, deleter and keep-alive code as `DeviceArray.__dlpack__`, so CI (no GPU) runs the
+/// export side of the protocol against numpy's `np.from_dlpack`. Private (`_detkit`).
+#[pyclass(module = "detkit._detkit", frozen)]
+pub struct CpuExport {
+    array: Py<PyAny>,
+}
+
+#[pymethods]
+impl CpuExport {
+    #[new]
+    fn new(array: Py<PyAny>) -> Self {
+        Self { array }
+    }
+
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        (DL_CPU, 0)
+    }
+
+    #[pyo3(signature = (stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__(
+        &self,
+        py: Python<'_>,
+        stream: Option<Py<PyAny>>,
+        max_version: Option<Py<PyAny>>,
+        dl_device: Option<Py<PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = (stream, max_version, dl_device, copy);
+        let a = self.array.bind(py);
+        let ai = a.getattr("__array_interface__")?;
+        let (ptr, _readonly): (usize, bool) = ai.get_item("data")?.extract()?;
+        let typestr: String = ai.get_item("typestr")?.extract()?;
+        if !ai.get_item("strides")?.is_none() {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "CpuExport: a C-contiguous array only",
+            ));
+        }
+        let shape: Vec<usize> = ai.get_item("shape")?.extract()?;
+        export(
+            py,
+            self.array.clone_ref(py),
+            ptr,
+            DLDevice {
+                device_type: DL_CPU,
+                device_id: 0,
+            },
+            dtype_of(&typestr)?,
+            &shape,
+        )
     }
 }

@@ -851,6 +851,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Scanner>()?;
     m.add_class::<device::DeviceArray>()?;
     m.add_class::<dlpack::HostView>()?;
+    m.add_class::<dlpack::CpuExport>()?;
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
