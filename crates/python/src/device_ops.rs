@@ -1,8 +1,9 @@
 //! Calls that stay on the device from Python end to end: a CUDA array of the exact dtype
 //! (contiguous, 1-D, on the backend's device) is copied device-to-device into a buffer of
 //! detkit's, the library's device-level launcher runs on it, and its output buffer becomes
-//! the `DeviceArray` returned: no host copy. Today: `scan`, `radix_sort` of keys and
-//! `argsort`, over the library's `scan_device`, `sort_keys_device` and `sort_index_device`.
+//! the `DeviceArray` returned: no host copy. Today: `scan`, `radix_sort` of keys, `argsort`
+//! and `histogram`, over the library's `scan_device`, `sort_keys_device`,
+//! `sort_index_device` and `histogram_device`.
 //! Any other input (another dtype, strided, a CPU array) returns `None`, and the Python layer
 //! takes the general path (`device::import_array`), which converts and checks it.
 
@@ -192,4 +193,58 @@ fn finish(g: &detkit::GpuContext, user: Option<usize>) -> PyResult<()> {
         Some(s) => crate::device::foreign_waits(g.stream(), s),
         None => Ok(()),
     }
+}
+
+/// `Backend.histogram` of CUDA `uint32` keys, on the device: `(counts as a DeviceArray,
+/// out_of_range, first_out_of_range)` (the two numbers read back: 8 bytes); `None`: not
+/// such an array.
+#[pyfunction]
+#[pyo3(signature = (backend, obj, name, nbins, stream = None))]
+#[allow(clippy::type_complexity)]
+pub fn device_histogram(
+    py: Python<'_>,
+    backend: &Backend,
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    nbins: u32,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(DeviceArray, u32, Option<usize>)>> {
+    let Some(g) = backend.inner().gpu() else {
+        return Ok(None);
+    };
+    if nbins == 0 {
+        // The library's own check and message (it fails before any work).
+        return backend.inner().histogram(&[], 0).map(|_| None).map_err(err);
+    }
+    let user = stream_handle(stream)?;
+    let arg = open_arg(py, backend, obj, name, user)?;
+    let Some(input) = exact(&arg, &["<u4"]) else {
+        return Ok(None);
+    };
+    let n = input.desc.len();
+    let keys = copy_in::<u32>(g, input, n)?;
+    // As `Backend::histogram` on host keys: zeroed outputs, the kernel only for keys.
+    let mut out = g.histogram_outputs(nbins).map_err(err)?;
+    if n > 0 {
+        g.histogram_device(
+            &keys,
+            n,
+            nbins,
+            detkit::histogram::HistogramStrategy::Auto,
+            false,
+            &mut out,
+        )
+        .map_err(err)?;
+    }
+    let oor = g.download(&out.out_of_range).map_err(err)?;
+    let first = detkit_gpu::histogram::decode_first_index(oor[1]).map(|i| i as usize);
+    let counts = DeviceArray::from_buffer(
+        g,
+        Box::new(out.counts),
+        nbins as usize * 4,
+        "<u4",
+        vec![nbins as usize],
+    );
+    finish(g, user)?;
+    Ok(Some((counts, oor[0], first)))
 }

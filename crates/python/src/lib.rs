@@ -856,6 +856,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_histogram, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;
     m.add("CapacityError", m.py().get_type::<CapacityError>())?;
     m.add("CudaError", m.py().get_type::<CudaError>())?;

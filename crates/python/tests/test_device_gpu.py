@@ -230,6 +230,13 @@ def test_scan_and_sort_of_exact_dtypes_stay_on_the_device(b, dev):
             keys, idx = _detkit.device_sort(b._b, produce(dev, v, s, kind), "keys", 0, None, True, True, stream=s)
             same(keys, b.radix_sort(v, descending=True))
             same(idx, b.argsort(v, descending=True))
+    keys = rng.integers(0, 300, 50_000, dtype=np.uint32)
+    counts, oor, first = _detkit.device_histogram(b._b, produce(dev, keys, s), "keys", 256)
+    want = b.histogram(keys, 256)
+    same(counts, want[0])
+    assert (oor, first) == want[1:]
+    counts, oor, first = b.histogram(produce(dev, keys[:0], s), 16)
+    assert counts.get().tolist() == [0] * 16 and (oor, first) == (0, None)
     # Other dtypes and layouts take the general path (converted on the host): same results.
     v = np.arange(1000, dtype=np.int64)
     assert _detkit.device_scan(b._b, produce(dev, v, s), "values", False) is None

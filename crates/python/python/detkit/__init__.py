@@ -204,6 +204,9 @@ class Backend:
         """``(counts, out_of_range, first_out_of_range)``: key ``k < nbins`` counts in bin
         ``k``; other keys are counted apart and the index of the first is returned."""
         c = _Call(self, stream)
+        d = c.native(_detkit.device_histogram, keys, "keys", int(nbins))
+        if d is not None:
+            return d
         counts, out, first = self._b.histogram(c.arr(keys, np.uint32, "keys"), nbins)
         return c.out(counts), out, first
 
