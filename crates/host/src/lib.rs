@@ -27,7 +27,8 @@
 //! Every algorithm family is one folder with the same five names: `<family>/mod.rs` (public
 //! types, validation, the [`Backend`] methods), `cuda.rs` (launchers on [`GpuContext`]),
 //! `cpu.rs` (the oracle, also the CPU backend), `io.rs` (file formats), `gen.rs`
-//! (generators); a family has the ones that apply. The families: [`scan`], [`compact`],
+//! (generators), `door.rs` (the workspace a [`Backend`] keeps for the family's host calls);
+//! a family has the ones that apply. The families: [`scan`], [`compact`],
 //! [`histogram`], [`bucket`], [`clustering`], [`pet`], [`seeding`], [`sort`]. Each is mirrored by the
 //! module of the same name in `detkit-gpu`. [`cuda`] (the context and the launch helper),
 //! [`rng`], [`csvio`] and [`error`] are shared and depend on no family.

@@ -80,7 +80,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy> Pinned<T> {
 /// Bytes per piece of a pipelined copy through pinned memory: the host copies piece `i + 1`
 /// while the DMA engine moves piece `i`, so a large copy takes about the longer of the two
 /// instead of their sum.
-const PIPELINE_BYTES: usize = 4 << 20;
+pub(crate) const PIPELINE_BYTES: usize = 4 << 20;
 
 /// Copies `src` to `dst[..src.len()]` on `gpu`'s stream: through `stage` (copied into pinned
 /// memory piece by piece, each piece's DMA launched at once, so host copies and DMA overlap)
@@ -167,7 +167,12 @@ where
                 // only after the event recorded behind this copy has completed.
                 unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *h, at, s.cu_stream()) }
                     .ctx(what)?;
-                landed.push(s.record_event(None).ctx(what)?);
+                landed.push(
+                    s.record_event(Some(
+                        cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+                    ))
+                    .ctx(what)?,
+                );
             }
             for ((h, d), e) in p.chunks(piece).zip(dst.chunks_mut(piece)).zip(&landed) {
                 e.synchronize().ctx(what)?;

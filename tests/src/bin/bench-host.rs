@@ -232,6 +232,68 @@ fn cluster_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>
         print_row(&r);
         rows.push(r);
     }
+    // Several threads on one backend (each call takes a workspace of its own from the pool,
+    // with its own stream): 1 event per call from 1, 2 and 4 threads; a row's time is per
+    // round of one call per thread.
+    let ev = &events[0];
+    let want0 = cl::cpu::cluster(ev, &[0, ev.len() as u32], &geo, cut);
+    for threads in [1usize, 2, 4] {
+        let b = &bs[0];
+        let rounds = o.reps.max(1) * 4;
+        let run = |rounds: usize| -> Result<f64> {
+            let t0 = Instant::now();
+            std::thread::scope(|s| -> Result<()> {
+                let hs: Vec<_> = (0..threads)
+                    .map(|_| {
+                        s.spawn(|| -> Result<()> {
+                            let mut out = Clusters::default();
+                            for _ in 0..rounds {
+                                b.cluster_events_into(
+                                    ev,
+                                    &[0, ev.len() as u32],
+                                    &geo,
+                                    cut,
+                                    &mut out,
+                                )?;
+                            }
+                            if out.clus != want0.clus {
+                                bail!("CHECK FAILED cluster from {threads} threads");
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                for h in hs {
+                    h.join()
+                        .map_err(|_| anyhow::anyhow!("a thread panicked"))??;
+                }
+                Ok(())
+            })?;
+            Ok(t0.elapsed().as_secs_f64() * 1e3 / rounds as f64)
+        };
+        run(o.warmup.max(1))?;
+        let before = b.allocations();
+        let per_round = run(rounds)?;
+        let allocations = b.allocations() - before;
+        let bytes = (
+            threads * 8 * ev.len(),
+            threads * (4 * ev.len() + 8 * geo.modules as usize),
+        );
+        let (cp, cq) = copies(g, o, bytes.0, bytes.1)?;
+        let r = Row {
+            what: format!("cluster_events_into, 1 event/call, {threads} thread(s)"),
+            items: threads,
+            pinned_ms: per_round,
+            pageable_ms: f64::NAN,
+            device_ms: None,
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes,
+            allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+    }
     // Streams of batches through `cluster_batches` (three lanes: upload, run and download of
     // different batches overlap): 64 batches of 1 and of 16 events per call.
     let parts: Vec<Clusters> = events
@@ -347,7 +409,9 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
         let nseeds: usize = resident.iter().map(|(s, _)| s.len()).sum();
         let bytes = (
             20 * all.len(),
-            nseeds * (std::mem::size_of::<detkit::seeding::Seed>() + 20),
+            nseeds
+                * (std::mem::size_of::<detkit::seeding::Seed>()
+                    + std::mem::size_of::<detkit::seeding::BoundParams>()),
         );
         let (cp, cq) = copies(g, o, bytes.0, bytes.1)?;
         let r = Row {

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::cuda::GpuContext;
 use crate::error::Result;
-use crate::staging::HostCopies;
+use crate::staging::{upload_into, HostCopies};
 
 /// Most clusterers kept (geometries × call shapes); the oldest goes first.
 const MAX_CLUSTERERS: usize = 4;
@@ -135,9 +135,24 @@ impl ClusterWorkspace {
         };
         let staged = match stage {
             Some(st) => {
-                // The validation's threads fill the pinned buffer as they check.
+                // The validation's threads fill the pinned buffer as they check, and each
+                // wave goes to the device while the next is checked.
                 let pin = st.digis_buffer(g, n)?;
-                validate_digis(digis, event_offsets, geometry, Some(pin))?;
+                let mut dst = d.arrays_mut();
+                let mut sink = |wave: [&[u16]; 4], r: std::ops::Range<usize>| -> Result<()> {
+                    for (src, dst) in wave.into_iter().zip(dst.iter_mut()) {
+                        upload_into(g, src, &mut dst.slice_mut(r.clone()), None)?;
+                    }
+                    Ok(())
+                };
+                if let Err(e) =
+                    validate_digis(digis, event_offsets, geometry, Some((pin, &mut sink)))
+                {
+                    // The waves sent before the error finish before the stage is reused or
+                    // freed.
+                    let _ = g.synchronize();
+                    return Err(e);
+                }
                 d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
                 Some(st)
             }

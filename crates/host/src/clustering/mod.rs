@@ -19,11 +19,13 @@
 //! assert_eq!(c.clus_in_module[7], 3);
 //! ```
 
+mod clusterer;
 pub mod cpu;
 pub mod cuda;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
+mod queue;
 
 pub use cuda::{
     ClusterQueue, ClusterTuning, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH,
@@ -354,6 +356,14 @@ impl DigisRef<'_> {
 /// outweighs handing it to a thread.
 const VALIDATE_PIECE: usize = 1 << 14;
 
+/// Digis per wave of a staged validation (a multiple of [`VALIDATE_PIECE`]; 8 MiB of the
+/// four arrays): the copy of one wave to the device overlaps the checks of the next.
+pub(crate) const VALIDATE_WAVE: usize = 1 << 20;
+
+/// What a staged validation calls after each wave: the wave's stretches of the four staged
+/// arrays (module, x, y, adc) and its digi range.
+pub(crate) type WaveSink<'a> = dyn FnMut([&[u16]; 4], std::ops::Range<usize>) -> Result<()> + 'a;
+
 /// Checks the preconditions of clustering, naming the first offending digi:
 /// equal array lengths; fewer than 2^31 digis; event offsets from 0 to `n`, non-decreasing;
 /// module ids below the geometry's count (or [`INVALID_MODULE`]); coordinates inside the
@@ -438,14 +448,17 @@ type PieceResult = (Option<(usize, Error)>, Vec<Run>);
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
 ///
-/// With `stage` (`4 n` elements: room for the four arrays one after the other), each piece
-/// also copies its digis there while they are in cache: the pinned staging of an upload
-/// filled by the validation's threads.
+/// With a stage (`4 n` elements: room for the four arrays one after the other), each piece
+/// also copies its digis there while they are in cache (the pinned staging of an upload
+/// filled by the validation's threads), in waves of [`VALIDATE_WAVE`] digis: after each
+/// wave the callback gets the wave's four stretches of the stage and its digi range (to
+/// launch their copy to the device while the next wave is checked). A wave with a range
+/// error is the last.
 pub(crate) fn validate_digis(
     digis: DigisRef<'_>,
     event_offsets: &[u32],
     geometry: &Geometry,
-    stage: Option<&mut [u16]>,
+    stage: Option<(&mut [u16], &mut WaveSink<'_>)>,
 ) -> Result<()> {
     use rayon::prelude::*;
     let n = digis.len();
@@ -497,29 +510,47 @@ pub(crate) fn validate_digis(
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
-        Some(pin) => {
+        Some((pin, on_wave)) => {
             let (m, rest) = pin[..4 * n].split_at_mut(n);
             let (x, rest) = rest.split_at_mut(n);
             let (y, a) = rest.split_at_mut(n);
             fn chunks(v: &mut [u16]) -> Vec<&mut [u16]> {
                 v.chunks_mut(VALIDATE_PIECE).collect()
             }
-            let (cm, cx, cy, ca) = (chunks(m), chunks(x), chunks(y), chunks(a));
-            cm.into_par_iter()
-                .zip(cx)
-                .zip(cy)
-                .zip(ca)
-                .enumerate()
-                .map(|(p, (((m, x), y), a))| {
-                    let lo = p * VALIDATE_PIECE;
-                    let hi = lo + m.len();
-                    m.copy_from_slice(&digis.module[lo..hi]);
-                    x.copy_from_slice(&digis.x[lo..hi]);
-                    y.copy_from_slice(&digis.y[lo..hi]);
-                    a.copy_from_slice(&digis.adc[lo..hi]);
-                    check_piece(p)
-                })
-                .collect()
+            let mut results = Vec::with_capacity(pieces);
+            let waves = m
+                .chunks_mut(VALIDATE_WAVE)
+                .zip(x.chunks_mut(VALIDATE_WAVE))
+                .zip(y.chunks_mut(VALIDATE_WAVE))
+                .zip(a.chunks_mut(VALIDATE_WAVE));
+            for (w, (((mw, xw), yw), aw)) in waves.enumerate() {
+                let first = w * (VALIDATE_WAVE / VALIDATE_PIECE);
+                let part: Vec<PieceResult> = chunks(&mut *mw)
+                    .into_par_iter()
+                    .zip(chunks(&mut *xw))
+                    .zip(chunks(&mut *yw))
+                    .zip(chunks(&mut *aw))
+                    .enumerate()
+                    .map(|(i, (((m, x), y), a))| {
+                        let p = first + i;
+                        let lo = p * VALIDATE_PIECE;
+                        let hi = lo + m.len();
+                        m.copy_from_slice(&digis.module[lo..hi]);
+                        x.copy_from_slice(&digis.x[lo..hi]);
+                        y.copy_from_slice(&digis.y[lo..hi]);
+                        a.copy_from_slice(&digis.adc[lo..hi]);
+                        check_piece(p)
+                    })
+                    .collect();
+                let stop = part.iter().any(|(err, _)| err.is_some());
+                results.extend(part);
+                let lo = w * VALIDATE_WAVE;
+                on_wave([&*mw, &*xw, &*yw, &*aw], lo..lo + mw.len())?;
+                if stop {
+                    break;
+                }
+            }
+            results
         }
     };
     // The first range error in digi order (the pieces are in order, so the first piece with
@@ -829,9 +860,19 @@ mod tests {
             );
             // The staged variant copies the four arrays, one after the other.
             let mut stage = vec![0u16; 4 * n];
-            validate_digis((&d).into(), &offsets, &g, Some(&mut stage)).unwrap();
+            let mut waves = Vec::new();
+            let mut sink = |w: [&[u16]; 4], r: std::ops::Range<usize>| {
+                assert!(w.iter().all(|s| s.len() == r.len()));
+                waves.push(r);
+                Ok(())
+            };
+            validate_digis((&d).into(), &offsets, &g, Some((&mut stage, &mut sink))).unwrap();
             let want: Vec<u16> = [&d.module[..], &d.x[..], &d.y[..], &d.adc[..]].concat();
             assert!(stage == want, "case {case}: staged copy differs");
+            // The waves cover every digi, in order.
+            assert_eq!(waves.first().map_or(0, |r| r.start), 0);
+            assert_eq!(waves.last().map_or(0, |r| r.end), n);
+            assert!(waves.windows(2).all(|w| w[0].end == w[1].start));
             // Up to three faults of random kinds at random digis.
             for _ in 0..r.random_range(1..4) {
                 if n == 0 {
@@ -848,7 +889,8 @@ mod tests {
             }
             let want = validate_sequential(&d, &offsets, &g).map_err(|e| e.to_string());
             let got = validate(&d, &offsets, &g).map_err(|e| e.to_string());
-            let staged = validate_digis((&d).into(), &offsets, &g, Some(&mut stage))
+            let mut sink = |_: [&[u16]; 4], _: std::ops::Range<usize>| Ok(());
+            let staged = validate_digis((&d).into(), &offsets, &g, Some((&mut stage, &mut sink)))
                 .map_err(|e| e.to_string());
             assert_eq!(staged, got, "case {case}: staged validation differs");
             errors += got.is_err() as u32;
@@ -922,5 +964,44 @@ mod tests {
             .cluster_events_into_slices(&d, &o, &g, None, c.as_mut())
             .unwrap_err();
         assert!(err.to_string().contains("output arrays"), "{err}");
+    }
+
+    /// A staged validation of several waves: the waves cover the digis in order, a range
+    /// error stops after its wave, and the errors equal the unstaged ones.
+    #[test]
+    fn staged_validation_in_waves() {
+        let g = Geometry::phase1();
+        let n = 2 * VALIDATE_WAVE + VALIDATE_WAVE / 2 + 5;
+        let mut d = Digis::default();
+        for i in 0..n {
+            // Runs of 1000 digis per module, modules in order, wrapping in one event would
+            // repeat a module: one event per 1,856,000 digis.
+            d.push(
+                ((i / 1000) % 1856) as u16,
+                (i % 160) as u16,
+                (i % 416) as u16,
+                10,
+            );
+        }
+        let offsets = [0, 1_856_000, n as u32];
+        let mut stage = vec![0u16; 4 * n];
+        for fault in [None, Some(VALIDATE_WAVE + 17), Some(2 * VALIDATE_WAVE + 3)] {
+            let mut bad = d.clone();
+            if let Some(f) = fault {
+                bad.x[f] = 200;
+            }
+            let mut waves = Vec::new();
+            let mut sink = |_: [&[u16]; 4], r: std::ops::Range<usize>| {
+                waves.push(r);
+                Ok(())
+            };
+            let got = validate_digis((&bad).into(), &offsets, &g, Some((&mut stage, &mut sink)))
+                .map_err(|e| e.to_string());
+            let want = validate(&bad, &offsets, &g).map_err(|e| e.to_string());
+            assert_eq!(got, want, "fault {fault:?}");
+            assert_eq!(want.is_err(), fault.is_some());
+            let expect_waves = fault.map_or(3, |f| f / VALIDATE_WAVE + 1);
+            assert_eq!(waves.len(), expect_waves, "fault {fault:?}");
+        }
     }
 }
