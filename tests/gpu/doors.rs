@@ -70,16 +70,28 @@ fn test_cluster_reuse(c: &Ctx) -> R {
     let cut = Some(g.default_cut);
     // (events, digis per event at most): growing, shrinking, growing again; one event per
     // call and batches, with and without the cut.
-    let shapes: &[(usize, usize)] = &[
-        (1, 1000),
-        (1, usize::MAX),
-        (1, 40_000),
-        (1, 0),
-        (3, 20_000),
-        (16, usize::MAX),
-        (5, 5000),
-        (16, 60_000),
-    ];
+    let shapes: &[(usize, usize)] = if c.quick {
+        // The sanitizer runs: the same growing and shrinking pattern, smaller.
+        &[
+            (1, 1000),
+            (1, 30_000),
+            (1, 0),
+            (3, 5000),
+            (6, 10_000),
+            (4, 2000),
+        ]
+    } else {
+        &[
+            (1, 1000),
+            (1, usize::MAX),
+            (1, 40_000),
+            (1, 0),
+            (3, 20_000),
+            (16, usize::MAX),
+            (5, 5000),
+            (16, 60_000),
+        ]
+    };
     let inputs: Vec<_> = shapes
         .iter()
         .enumerate()
@@ -130,6 +142,15 @@ fn test_cluster_reuse(c: &Ctx) -> R {
                 })?;
             }
         }
+        // Released workspaces: the next call allocates again and gives the same results.
+        b.release_workspaces();
+        let before = b.allocations();
+        b.cluster_events_into(&inputs[1].0, &inputs[1].1, &g, cut, &mut out)
+            .map_err(e)?;
+        compare_clusters(&format!("{label} after release"), &out, &wants[1])?;
+        ensure(b.allocations() > before, || {
+            format!("{label}: no allocation after release_workspaces")
+        })?;
         // Without the cut (another captured graph), then with it again: still no allocation.
         let before = b.allocations();
         let (d, o) = &inputs[1];
@@ -235,6 +256,12 @@ fn test_seed_reuse(c: &Ctx) -> R {
 /// A call of more than 2^20 spacepoints runs as two halves side by side (two workspaces):
 /// every event equals the same event seeded on its own, rows and columns alike.
 fn test_seed_split(c: &Ctx) -> R {
+    if c.quick {
+        // Over 2^20 spacepoints of seeding under a sanitizer takes too long; the halves
+        // run the same code as one call (doors_seed_reuse).
+        println!("  doors_seed_split: not run under --quick");
+        return Ok(());
+    }
     let cfg = seed_cfg();
     let distinct: Vec<Vec<SpacePoint>> = (0..6u64)
         .map(|i| sgen::generate(c.seed ^ (i + 77) << 28, 200.0, true).spacepoints)
@@ -304,7 +331,12 @@ fn test_pet_reuse(c: &Ctx) -> R {
         )
         .frames
     };
-    let runs: Vec<_> = [20_000usize, 200_000, 0, 5_000, 100_000]
+    let sizes: &[usize] = if c.quick {
+        &[20_000, 50_000, 0, 5_000]
+    } else {
+        &[20_000, 200_000, 0, 5_000, 100_000]
+    };
+    let runs: Vec<_> = sizes
         .iter()
         .enumerate()
         .map(|(i, &n)| acq(n, c.seed ^ i as u64))
@@ -380,7 +412,7 @@ fn test_threads(c: &Ctx) -> R {
                     let want_s = seed_oracle(cfg, &sps);
                     let mut out = Clusters::default();
                     let mut so = SeedingOutput::default();
-                    for round in 0..20 {
+                    for round in 0..if c.quick { 3 } else { 20 } {
                         let what = format!("thread {t} round {round}");
                         b.cluster_events_into(&d, &o, g, cut, &mut out)
                             .map_err(|err| format!("{what}: {err}"))?;
@@ -472,18 +504,20 @@ fn test_bad_batch(c: &Ctx) -> R {
 fn test_queue(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
+    let (events, digis) = if c.quick { (3, 8000) } else { (9, 30_000) };
     let inputs: Vec<_> = (0..10u64)
         .map(|i| {
             batch(
                 c.seed ^ (i + 101) << 16,
-                1 + (i as usize * 5) % 9,
-                30_000 + 9000 * i as usize,
+                1 + (i as usize * 5) % events,
+                digis + 9000 * i as usize,
             )
         })
         .collect();
     let max_digis = inputs.iter().map(|(d, _)| d.len()).max().unwrap_or(1);
     for lanes in [1, 3] {
-        let mut q = cl::ClusterQueue::shared(c.gpu(), lanes, &g, max_digis, 9, cut).map_err(e)?;
+        let mut q =
+            cl::ClusterQueue::shared(c.gpu(), lanes, &g, max_digis, events, cut).map_err(e)?;
         let mut got = Vec::new();
         for (d, o) in &inputs {
             if let Some(r) = q.submit(d, o).map_err(e)? {

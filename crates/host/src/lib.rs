@@ -154,6 +154,13 @@ impl Backend {
         self.gpu.as_ref().map_or(0, |g| g.allocations())
     }
 
+    /// Frees the device and pinned memory the backend's workspaces hold (they grow to the
+    /// largest call and never shrink); the next calls allocate again. Workspaces in use by
+    /// calls running on other threads are kept.
+    pub fn release_workspaces(&self) {
+        self.ws.clear();
+    }
+
     /// The shared handle of the CUDA context, when the backend is CUDA.
     pub fn gpu_shared(&self) -> Option<&std::sync::Arc<GpuContext>> {
         self.gpu.as_ref()

@@ -49,6 +49,14 @@ impl<W> Pool<W> {
     }
 }
 
+impl<W> Pool<W> {
+    /// Drops every free workspace (a workspace in use by a call goes back after it).
+    pub(crate) fn clear(&self) {
+        let free = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(free);
+    }
+}
+
 /// A context of its own for a new workspace: a fork of the backend's (its own stream, the
 /// loaded kernels shared).
 pub(crate) fn fork(gpu: &GpuContext) -> Result<Arc<GpuContext>> {
@@ -61,4 +69,13 @@ pub(crate) struct Workspaces {
     pub(crate) clustering: Pool<crate::clustering::door::ClusterWorkspace>,
     pub(crate) seeding: Pool<crate::seeding::door::SeedWorkspace>,
     pub(crate) pet: Pool<crate::pet::door::PetWorkspace>,
+}
+
+impl Workspaces {
+    /// Drops every free workspace of every family.
+    pub(crate) fn clear(&self) {
+        self.clustering.clear();
+        self.seeding.clear();
+        self.pet.clear();
+    }
 }

@@ -23,6 +23,7 @@ use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{gen as pgen, Coincidence, Single, StreamConfig};
 use detkit::seeding::{
     as_words, gen as sgen, SeedingOutput, SeedingSettings, SeedingWorkspace, SpacePoint,
+    SpacePointsRef,
 };
 use detkit::{Backend, GpuContext, HostCopies};
 use detkit_tests::{check, median, median_ms};
@@ -428,6 +429,56 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
             copy_pageable_ms: cq,
             bytes,
             allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+        // The same events as five columns each (the layout Python holds): interleaved into
+        // the pinned upload buffer and checked on the way.
+        let cols: Vec<[Vec<f32>; 5]> = events
+            .iter()
+            .map(|e| {
+                [
+                    e.iter().map(|s| s.x).collect(),
+                    e.iter().map(|s| s.y).collect(),
+                    e.iter().map(|s| s.z).collect(),
+                    e.iter().map(|s| s.var_r).collect(),
+                    e.iter().map(|s| s.var_z).collect(),
+                ]
+            })
+            .collect();
+        let col_refs: Vec<SpacePointsRef> = cols
+            .iter()
+            .map(|c| SpacePointsRef {
+                x: &c[0],
+                y: &c[1],
+                z: &c[2],
+                var_r: &c[3],
+                var_z: &c[4],
+            })
+            .collect();
+        bs[0].seed_columns_into(&col_refs, &cfg, &mut out)?;
+        for (k, (got, (s, p))) in out.iter().zip(&resident).enumerate() {
+            check(&format!("seed columns event {k} seeds"), &got.seeds, s)?;
+            check(&format!("seed columns event {k} params"), &got.params, p)?;
+        }
+        for _ in 0..o.warmup {
+            bs[0].seed_columns_into(&col_refs, &cfg, &mut out)?;
+        }
+        let before = bs[0].allocations();
+        let cols_ms = wall_ms(0, o.reps, || {
+            bs[0].seed_columns_into(&col_refs, &cfg, &mut out)?;
+            Ok(())
+        })?;
+        let r = Row {
+            what: format!("seed_columns_into, {per_call} <mu>=200 event(s)"),
+            items: per_call,
+            pinned_ms: cols_ms,
+            pageable_ms: f64::NAN,
+            device_ms: Some(device),
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes,
+            allocations: bs[0].allocations() - before,
         };
         print_row(&r);
         rows.push(r);
