@@ -139,6 +139,7 @@ pub fn locate(e: detkit::Error, file: &std::path::Path, lines: Option<&[u64]>) -
 }
 
 fn run(cli: Cli) -> Result<()> {
+    output::install_signal_cleanup()?;
     let ui = ui::Ui::new(cli.quiet, cli.verbose);
     match cli.command {
         Command::Demo(a) => demo::run(&ui, a),
@@ -164,11 +165,28 @@ fn main() -> ExitCode {
             if verbose {
                 eprintln!("error: {e:?}");
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", one_line(&e));
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// The cause chain on one line, `a: b: c`, leaving out a cause whose text its parent's
+/// message already ends with (an I/O error that names the file and its own cause).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if msg.ends_with(&s) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&s);
+    }
+    msg
 }
 
 #[cfg(test)]

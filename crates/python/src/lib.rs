@@ -5,11 +5,15 @@
 //! numpy arrays without copying them, release the GIL around every kernel or oracle call, and
 //! turn the library's typed errors into Python exceptions with the same messages:
 //! `InvalidInputError` (a `ValueError`) for bad input, `CapacityError` (a `ValueError`) for a
-//! fixed capacity the input exceeds, `CudaError` (a `RuntimeError`) for the driver.
+//! fixed capacity the input exceeds, `CudaError` (a `RuntimeError`) for the driver,
+//! `MemoryError` for a size that needs more memory than there is (checked before allocating).
+
+mod args;
+mod files;
 
 use std::path::PathBuf;
 
-use detkit::clustering::{ChargeCut, Digis, Geometry};
+use detkit::clustering::{Digis, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Scanner, Single};
 use detkit::seeding::{SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint};
@@ -46,6 +50,7 @@ fn err(e: detkit::Error) -> PyErr {
     match e {
         E::Driver { .. } | E::NoCuda(_) | E::MissingKernel(_) => CudaError::new_err(msg),
         E::CapacityExceeded { .. } => CapacityError::new_err(msg),
+        E::OutOfMemory { .. } => pyo3::exceptions::PyMemoryError::new_err(msg),
         _ => InvalidInputError::new_err(msg),
     }
 }
@@ -186,6 +191,7 @@ impl Backend {
         nbins: u32,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, u32, Option<usize>)> {
         let k = keys.as_slice()?;
+        args::check_bins(nbins).map_err(err)?;
         let h = py.detach(|| self.inner.histogram(k, nbins)).map_err(err)?;
         Ok((
             h.counts.into_pyarray(py),
@@ -206,19 +212,13 @@ impl Backend {
         y: PyReadonlyArray1<'py, u16>,
         adc: PyReadonlyArray1<'py, u16>,
         geometry: &str,
-        charge_cut: Option<i64>,
+        charge_cut: Option<Bound<'py, PyAny>>,
         event_offsets: Option<PyReadonlyArray1<'py, u32>>,
     ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u32>>)> {
         let g = Geometry::by_name(geometry).map_err(err)?;
         // A cut given: one threshold for every module; None: the geometry's CMS defaults;
-        // -1 (from the Python wrapper's `charge_cut=False`): no cut.
-        let cut = match charge_cut {
-            None => Some(g.default_cut),
-            Some(c) if c < 0 => None,
-            Some(c) => Some(ChargeCut::uniform(u32::try_from(c).map_err(|_| {
-                InvalidInputError::new_err(format!("charge_cut {c} does not fit in 32 bits"))
-            })?)),
-        };
+        // False: no cut (args::charge_cut).
+        let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
         let digis = Digis {
             module: module.as_slice()?.to_vec(),
             x: x.as_slice()?.to_vec(),
@@ -456,25 +456,26 @@ fn generate_cluster_event<'py>(
 fn generate_seeding_event<'py>(
     py: Python<'py>,
     seed: u64,
-    mu: f64,
-) -> (
+    mu: Bound<'py, PyAny>,
+) -> PyResult<(
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<u32>>,
-) {
+)> {
+    let mu = args::pileup(&mu)?;
     let ev = py.detach(|| detkit::seeding::gen::generate(seed, mu, true));
     let col = |f: fn(&SpacePoint) -> f32| -> Vec<f32> { ev.spacepoints.iter().map(f).collect() };
-    (
+    Ok((
         col(|s| s.x).into_pyarray(py),
         col(|s| s.y).into_pyarray(py),
         col(|s| s.z).into_pyarray(py),
         col(|s| s.var_r).into_pyarray(py),
         col(|s| s.var_z).into_pyarray(py),
         ev.truth.clone().into_pyarray(py),
-    )
+    ))
 }
 
 /// Writes a generated PET acquisition into `dir` (`scanner.toml`, its tables, `frames.bin`);
@@ -488,6 +489,7 @@ fn generate_pet_acquisition(
 ) -> PyResult<usize> {
     use detkit::pet::gen;
     py.detach(|| -> detkit::Result<usize> {
+        args::check_acquisition(singles)?;
         let scanner = gen::tiny_scanner(seed);
         scanner.write_files(&dir, "scanner")?;
         let acq = gen::acquisition(
@@ -604,5 +606,10 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_pet_acquisition, m)?)?;
     m.add_function(wrap_pyfunction!(record_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(args::settings_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(files::read_singles_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::read_pairs_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_singles_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_pairs_file, m)?)?;
     Ok(())
 }

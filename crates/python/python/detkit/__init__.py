@@ -5,7 +5,12 @@ device) is used, else on the CPU references; both give the same results, bit for
 is released during every GPU or CPU computation.
 
 Arrays of another integer or float dtype are converted when every value fits (a value that
-does not fit is a ``TypeError``); non-contiguous arrays are copied to contiguous ones.
+does not fit is a ``TypeError`` naming the dtype: an integer converts to ``float32`` only when
+it is exact there, below 2^24 in magnitude for most; a ``float64`` converts to ``float32`` when
+finite there, rounded to the nearest ``float32``); non-contiguous arrays are copied to
+contiguous ones. Numbers are not bools: ``charge_cut=True`` or ``min_pt=True`` is a
+``TypeError``. A size that needs more memory than there is raises ``MemoryError`` before
+anything is allocated.
 Bad input raises ``InvalidInputError`` (a ``ValueError``) with the library's message.
 
 >>> import numpy as np, detkit
@@ -34,10 +39,15 @@ __all__ = [
     "FRAME_DTYPE",
     "POLICIES",
     "generate",
+    "read_singles",
+    "read_pairs",
+    "write_singles",
+    "write_pairs",
 ]
 
-#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): ``np.fromfile`` of a
-#: ``.bin`` singles file gives this dtype.
+#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): the records of a
+#: ``.bin`` singles file after its 16-byte header (:func:`read_singles`, or
+#: ``np.fromfile(path, SINGLE_DTYPE, offset=16)``).
 SINGLE_DTYPE = np.dtype([("crystal", "<u4"), ("energy", "<f4"), ("time", "<f8")], align=True)
 #: A coincidence pair (32 bytes): two singles.
 COINCIDENCE_DTYPE = np.dtype([("a", SINGLE_DTYPE), ("b", SINGLE_DTYPE)], align=True)
@@ -64,6 +74,25 @@ def _as(a, dtype, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise TypeError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if arr.dtype != dtype:
+        if arr.size and dtype.kind == "f" and arr.dtype.kind in "ui":
+            with np.errstate(invalid="ignore", over="ignore"):
+                conv = arr.astype(dtype)
+                back = np.where(np.isfinite(conv), conv, 0).astype(arr.dtype)
+            bad = np.flatnonzero(~np.isfinite(conv) | (back != arr))
+            if bad.size:
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss "
+                    f"(value {arr[bad[0]]} at index {bad[0]} is not exact in {dtype})"
+                )
+        elif arr.size and dtype.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize:
+            with np.errstate(over="ignore"):
+                conv = arr.astype(dtype)
+            bad = np.flatnonzero(np.isfinite(arr) & ~np.isfinite(conv))
+            if bad.size:
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss "
+                    f"(value {arr[bad[0]]} at index {bad[0]} overflows {dtype})"
+                )
         if arr.size and dtype.kind in "ui":
             if arr.dtype.kind not in "uib" or (
                 arr.dtype.kind != "b"
@@ -83,7 +112,9 @@ def _records(a, dtype, name: str) -> np.ndarray:
     arr = np.ascontiguousarray(np.asarray(a))
     if arr.dtype != dtype:
         raise TypeError(f"{name}: expected dtype detkit.{_dtype_name(dtype)}, got {arr.dtype}")
-    return arr.reshape(-1).view(np.uint8)
+    if arr.ndim != 1:
+        raise TypeError(f"{name}: expected a 1-D array of detkit.{_dtype_name(dtype)}, got shape {arr.shape}")
+    return arr.view(np.uint8)
 
 
 def _dtype_name(dtype) -> str:
@@ -264,7 +295,6 @@ class Backend:
         module (-1: invalid, duplicate pixel or cut), and the cluster count of every
         (event, module).
         """
-        cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
         offs = None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets")
         return self._b.cluster(
             _as(module, np.uint16, "module"),
@@ -272,7 +302,7 @@ class Backend:
             _as(y, np.uint16, "y"),
             _as(adc, np.uint16, "adc"),
             geometry,
-            cut,
+            charge_cut,
             offs,
         )
 
@@ -282,7 +312,16 @@ class Backend:
         """Raw frames (bytes, ``uint8`` or ``FRAME_DTYPE`` array, 16 bytes a frame) to singles
         (``SINGLE_DTYPE``), with the scanner description at path ``scanner`` (TOML); also
         returns the conversion statistics."""
-        raw = np.frombuffer(frames, dtype=np.uint8) if isinstance(frames, (bytes, bytearray, memoryview)) else np.ascontiguousarray(np.asarray(frames)).reshape(-1).view(np.uint8)
+        if isinstance(frames, (bytes, bytearray, memoryview)):
+            raw = np.frombuffer(frames, dtype=np.uint8)
+        else:
+            arr = np.asarray(frames)
+            if arr.dtype not in (np.dtype(np.uint8), FRAME_DTYPE) or arr.ndim != 1:
+                raise TypeError(
+                    f"frames: expected raw frame bytes (bytes, a 1-D uint8 or detkit.FRAME_DTYPE "
+                    f"array), got dtype {arr.dtype} of shape {arr.shape}"
+                )
+            raw = np.ascontiguousarray(arr).view(np.uint8)
         out, stats = self._b.pet_convert(raw, os.fspath(scanner))
         return out.view(SINGLE_DTYPE), stats
 
@@ -345,8 +384,35 @@ def _seed_columns(x, y, z, var_r=None, var_z=None):
 
 
 def _settings_toml(settings):
-    """Seeding settings as the TOML lines the library reads (unknown names are its error)."""
-    return "".join(f"{k} = {float(v) if isinstance(v, float) else int(v)!r}\n" for k, v in settings.items())
+    """Seeding settings as the TOML lines the library reads: numbers only, bools refused
+    (unknown names are the library's error)."""
+    return _detkit.settings_toml(dict(settings))
+
+
+def read_singles(path) -> np.ndarray:
+    """The singles of a file written by ``detkit pet convert`` / ``sort`` (``SINGLE_DTYPE``):
+    ``.bin`` is the 16-byte header (magic ``DKSNGL01``, ``u64`` count) and 16-byte records,
+    other names CSV ``crystal,energy,time``. The library's reader: the count is checked
+    against the length, and a pairs or headerless file is refused with a message."""
+    return _detkit.read_singles_file(os.fspath(path)).view(SINGLE_DTYPE)
+
+
+def read_pairs(path) -> np.ndarray:
+    """The pairs of a file written by ``detkit pet coincide`` / ``run``
+    (``COINCIDENCE_DTYPE``): ``.bin`` (header ``DKPAIR01``) or CSV."""
+    return _detkit.read_pairs_file(os.fspath(path)).view(COINCIDENCE_DTYPE)
+
+
+def write_singles(path, singles) -> None:
+    """Writes singles (``SINGLE_DTYPE``) as ``detkit pet`` reads them: ``.bin`` with the
+    header, other names CSV. Converts a headerless singles file of detkit 0.1:
+    ``write_singles("new.bin", np.fromfile("old.bin", SINGLE_DTYPE))``."""
+    _detkit.write_singles_file(os.fspath(path), _records(singles, SINGLE_DTYPE, "singles"))
+
+
+def write_pairs(path, pairs) -> None:
+    """Writes pairs (``COINCIDENCE_DTYPE``): ``.bin`` with the header, other names CSV."""
+    _detkit.write_pairs_file(os.fspath(path), _records(pairs, COINCIDENCE_DTYPE, "pairs"))
 
 
 class generate:

@@ -449,9 +449,10 @@ def read_digis(path: PathLike) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.n
         if data.size < 12:
             raise InvalidInputError(f"{name}: binary digis: no count after the magic")
         n = int(data[8:12].view("<u4")[0])
-        if data.size < 12 + 8 * n:
+        if data.size != 12 + 8 * n:
             raise InvalidInputError(
-                f"{name}: binary digis: {n} digis need {12 + 8 * n} bytes, the file has {data.size}"
+                f"{name}: binary digis: the header counts {n} digis, which take 12 + 8 x {n} = "
+                f"{12 + 8 * n} bytes; the file has {data.size}"
             )
         arrs = data[12 : 12 + 8 * n].view("<u2").reshape(4, n).astype(np.uint16)
         return arrs[0].copy(), arrs[1].copy(), arrs[2].copy(), arrs[3].copy()
