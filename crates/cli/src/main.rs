@@ -9,9 +9,13 @@
 //! - usage errors exit with status 2 (clap); failures with status 1 and one line on stderr,
 //!   `error: ` and the cause chain (`-v` adds the debug form with a backtrace when
 //!   `RUST_BACKTRACE=1`);
-//! - outputs are checked before the work starts (an output that is an input, or in a missing
-//!   directory, is refused), written to a temporary file beside the target and renamed into
-//!   place only on success ([`output`]): a failed command leaves no file behind;
+//! - outputs are checked before the work starts (an output that is an input, the tables named
+//!   in a scanner description included, or in a missing directory, is refused), written to a
+//!   temporary file beside the target and renamed into place only on success ([`output`]): a
+//!   failed or interrupted (SIGINT 130, SIGTERM 143) command leaves no file behind; `-`,
+//!   devices and FIFOs are written directly, a symbolic link writes its target;
+//! - sizes from flags or files are checked against the file's length or a memory estimate
+//!   before anything is allocated (`detkit::mem`);
 //! - file positions in errors are `FILE:LINE` (1-based line in the file) and the column name;
 //! - a CSV input with a header and no rows holds zero items (the output then has a header
 //!   and no rows); an input without a header is an error;

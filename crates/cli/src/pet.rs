@@ -164,7 +164,7 @@ pub(crate) struct RunArgs {
     output: PathBuf,
     #[command(flatten)]
     window: WindowArgs,
-    /// Frames per chunk (at least 1).
+    /// Frames per chunk (at least 1; about 80 bytes of memory each, checked before the run).
     #[arg(long, default_value_t = 1 << 22, value_name = "FRAMES", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     chunk: u64,
     /// Capacity for singles carried between chunks (windows straddling a chunk edge, and every
@@ -377,6 +377,12 @@ fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
         chunk_frames: a.chunk as usize,
         pending_capacity: a.pending as usize,
     };
+    // The chunk buffer, its singles, their sort and merge: about 80 bytes a chunk frame; the
+    // carried singles twice over.
+    detkit::mem::check_estimate(
+        format!("--chunk {} --pending {}", a.chunk, a.pending),
+        a.chunk * 80 + a.pending * 32,
+    )?;
     let b = a.backend.backend.open(ui)?;
     // A regular file is read by several threads at their offsets; a pipe, FIFO or `-`
     // (standard input), whose length is unknown, in order to the end of the stream.

@@ -477,6 +477,29 @@ fn f07_requested_sizes_beyond_memory_are_refused_with_the_need() {
     .code(1)
     .stderr(contains("not enough memory for --singles 4294967295").and(contains("GB available")));
     assert!(d.files().is_empty(), "{:?}", d.files());
+    // `pet run --chunk`: the chunk buffers (16 GB at the largest chunk).
+    let acq = pet_dir(&d);
+    detkit_sh(
+        "ulimit -v 4000000",
+        &[
+            "pet",
+            "run",
+            "--backend",
+            "cpu",
+            "--chunk",
+            "1073741824",
+            "--scanner",
+            s(&acq.join("scanner.toml")),
+            "--input",
+            s(&acq.join("frames.bin")),
+            "--output",
+            s(&d.path("p.csv")),
+        ],
+    )
+    .assert()
+    .code(1)
+    .stderr(contains("not enough memory for --chunk 1073741824"));
+    assert!(!d.path("p.csv").exists());
     detkit_sh(
         "ulimit -v 4000000",
         &["demo", "--backend", "cpu", "--size", "268435456"],
@@ -660,7 +683,7 @@ fn f10_binary_counts_and_magics_are_checked() {
     refuse(&p_as_s, "this is a binary pairs file (magic DKPAIR01)");
     // A CSV with a .bin name (a whole number of 16-byte records long).
     let mut text = b"crystal,energy,time\n".to_vec();
-    while text.len() % 16 != 0 {
+    while !text.len().is_multiple_of(16) {
         text.push(b'\n');
     }
     let c_as_s = d.write("c_as_s.bin", &text);

@@ -14,7 +14,7 @@ fn is_bool(obj: &Bound<'_, PyAny>) -> bool {
         || obj
             .get_type()
             .name()
-            .is_ok_and(|n| n.to_string() == "bool" || n.to_string() == "bool_")
+            .is_ok_and(|n| n == "bool" || n == "bool_")
 }
 
 /// An integer argument (a Python or numpy integer; bools and floats refused).

@@ -128,3 +128,38 @@ pub fn write_binary_clusters(mut w: impl Write, clus: &[i32]) -> std::io::Result
     let bytes: Vec<u8> = clus.iter().flat_map(|v| v.to_le_bytes()).collect();
     w.write_all(&bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_count_must_agree_with_the_length() {
+        let mut d = Digis::default();
+        for i in 0..4 {
+            d.push(0, i, i, 5000);
+        }
+        let mut b = Vec::new();
+        write_binary(&mut b, &d).unwrap();
+        assert_eq!(read_binary(&b[..]).unwrap(), d);
+        let mut two = b.clone();
+        two[8] = 2;
+        let e = read_binary_bytes(&two, "d.bin").unwrap_err().to_string();
+        assert!(e.starts_with("d.bin: "), "{e}");
+        assert!(
+            e.contains("28 bytes; the file has 44 (trailing bytes)"),
+            "{e}"
+        );
+        let mut huge = b[..14].to_vec();
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = read_binary(&huge[..]).unwrap_err().to_string();
+        assert!(
+            e.contains("34359738372 bytes; the file has 14 (truncated)"),
+            "{e}"
+        );
+        let e = read_binary(&b"DKDIGI02\0\0\0\0"[..])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected \"DKDIGI01\""), "{e}");
+    }
+}

@@ -591,3 +591,86 @@ pub(crate) fn read_chunk(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
     }
     Ok(got / 16)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn singles(n: usize) -> Vec<Single> {
+        (0..n)
+            .map(|i| Single {
+                crystal: i as u32,
+                energy: 5110.0,
+                time: i as f64 * 3.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn binary_singles_and_pairs_round_trip_with_their_header() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.bin");
+        let s = singles(5);
+        write_singles(&p, &s).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[..16], &bin_header(SINGLES_MAGIC, 5));
+        assert_eq!(bytes.len(), 16 + 16 * 5);
+        assert_eq!(read_singles(&p).unwrap(), s);
+        let q = d.path().join("p.bin");
+        let pairs: Vec<Coincidence> = (0..3)
+            .map(|i| Coincidence {
+                a: s[i],
+                b: s[i + 1],
+            })
+            .collect();
+        let mut w = PairsWriter::create(&q).unwrap();
+        w.write(&pairs[..1]).unwrap();
+        w.write(&pairs[1..]).unwrap();
+        assert_eq!(w.finish().unwrap(), 3);
+        assert_eq!(
+            &std::fs::read(&q).unwrap()[..16],
+            &bin_header(PAIRS_MAGIC, 3)
+        );
+        assert_eq!(read_pairs(&q).unwrap(), pairs);
+        // Records to the end of the file (a stream that could not be patched).
+        let mut streamed = bin_header(PAIRS_MAGIC, COUNT_TO_END).to_vec();
+        streamed.extend_from_slice(bytemuck::cast_slice(&pairs));
+        std::fs::write(&q, &streamed).unwrap();
+        assert_eq!(read_pairs(&q).unwrap(), pairs);
+        streamed.push(0);
+        std::fs::write(&q, &streamed).unwrap();
+        assert!(read_pairs(&q).is_err());
+    }
+
+    #[test]
+    fn binary_files_are_checked_against_their_length_and_magic() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.bin");
+        let s = singles(4);
+        let mut w = Vec::new();
+        write_singles_bin(&mut w, &s).unwrap();
+        let err = |bytes: &[u8]| {
+            std::fs::write(&p, bytes).unwrap();
+            read_singles(&p).unwrap_err().to_string()
+        };
+        let e = err(&w[..w.len() - 1]);
+        assert!(
+            e.contains("16 + 16 x 4 = 80 bytes; the file has 79 (truncated)"),
+            "{e}"
+        );
+        let mut long = w.clone();
+        long.extend_from_slice(&[0; 16]);
+        assert!(err(&long).contains("the file has 96 (trailing bytes)"));
+        let e = err(&w[16..]);
+        assert!(
+            e.contains("no binary singles header") && e.contains("write_singles"),
+            "{e}"
+        );
+        let mut pairs = w.clone();
+        pairs[..8].copy_from_slice(PAIRS_MAGIC);
+        assert!(err(&pairs).contains("this is a binary pairs file"));
+        assert!(err(b"DKDIGI01\0\0\0\0").contains("a binary digi file"));
+        let e = frames_from_bytes(&[0; 20]).unwrap_err().to_string();
+        assert!(e.contains("expected 16 or 32 bytes"), "{e}");
+    }
+}
