@@ -179,8 +179,12 @@ pub fn check_outputs(outputs: &[&Path], inputs: &[&Path]) -> Result<()> {
                 }
                 let target = canonical_target(&t)?;
                 for &inp in inputs {
-                    let same_inode =
-                        t.exists() && same_file::is_same_file(&t, inp).unwrap_or(false);
+                    // Only a regular input can be the same file as a regular output (and
+                    // opening a FIFO to compare it would block, or take its writer's data).
+                    let regular_input = std::fs::metadata(inp).is_ok_and(|m| m.is_file());
+                    let same_inode = regular_input
+                        && t.exists()
+                        && same_file::is_same_file(&t, inp).unwrap_or(false);
                     let same_path = inp.canonicalize().is_ok_and(|c| c == target);
                     if same_inode || same_path {
                         bail!(

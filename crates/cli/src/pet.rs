@@ -335,16 +335,7 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
             Ok(())
         }
         PetCmd::Coincide(a) => {
-            if a.window.window.is_none() {
-                // A usage error (exit 2), like every other missing argument.
-                use clap::CommandFactory;
-                crate::Cli::command()
-                    .error(
-                        clap::error::ErrorKind::MissingRequiredArgument,
-                        "`pet coincide` needs --window <TICKS>",
-                    )
-                    .exit();
-            }
+            // `--window` is required by clap for `coincide` (a usage error, exit 2).
             check_outputs(&[&a.output], &[&a.input])?;
             let c = a.window.config(None)?;
             let b = a.backend.backend.open(ui)?;
