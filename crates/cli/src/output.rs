@@ -48,6 +48,14 @@ pub fn unregister_temporary(path: &Path) {
     }
 }
 
+/// Holds the registry: a SIGINT/SIGTERM arriving meanwhile is handled (temporaries removed,
+/// exit) only once the guard is dropped, so a step that must not be cut in the middle (moving
+/// several files into place) runs whole. Remove a temporary from the registry through the
+/// guard (`retain`) while holding it.
+pub fn hold_signals() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    live()
+}
+
 /// Removes every registered temporary.
 fn remove_temporaries(l: &mut Vec<PathBuf>) {
     for p in l.drain(..) {

@@ -504,19 +504,37 @@ fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
             return Err(e);
         }
     };
+    // The moves into place run whole: a signal meanwhile waits for them (and for the removal
+    // of the old files set aside), then finds nothing left to remove.
+    let mut held = crate::output::hold_signals();
     if exists {
         let moved = replace_all(tmp.path(), &a.dir);
-        crate::output::unregister_temporary(tmp.path());
+        let path = tmp.path().to_path_buf();
+        let aside = path.join(".replaced");
+        let stranded = std::fs::read_dir(&aside).is_ok_and(|mut d| d.next().is_some());
+        held.retain(|p| *p != path);
+        if moved.is_err() && stranded {
+            // An old file could not be put back: keep it where it is and say so.
+            let kept = tmp.keep();
+            return moved.with_context(|| {
+                format!(
+                    "old files that could not be put back are in `{}`",
+                    kept.join(".replaced").display()
+                )
+            });
+        }
+        drop(tmp); // the new files are in place or back: remove what is left
         moved?;
     } else {
         let tmp = tmp.keep();
         let moved = std::fs::rename(&tmp, &a.dir);
-        crate::output::unregister_temporary(&tmp);
-        if let Err(e) = moved {
+        if moved.is_err() {
             let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e).with_context(|| format!("cannot create `{}`", a.dir.display()));
         }
+        held.retain(|p| *p != tmp);
+        moved.with_context(|| format!("cannot create `{}`", a.dir.display()))?;
     }
+    drop(held);
     let (frames, pairs) = truth;
     ui.info(format!(
         "wrote {}/scanner.toml, its tables and {}/frames.bin ({pairs} truth pairs)",

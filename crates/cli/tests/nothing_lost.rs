@@ -559,7 +559,10 @@ fn f09_pet_run_reads_pipes_and_fifos_to_their_end() {
     };
     // (An existing output: comparing it with the FIFO input must not open the FIFO.)
     let out = d.write("fifo.csv", "old");
-    run(s(&fifo), &out).timeout(Duration::from_secs(120)).assert().success();
+    run(s(&fifo), &out)
+        .timeout(Duration::from_secs(120))
+        .assert()
+        .success();
     writer.join().unwrap();
     assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
 }
