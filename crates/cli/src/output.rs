@@ -352,7 +352,14 @@ impl AtomicFile {
     }
 
     /// Flushes, and renames a temporary into place.
-    pub fn commit(mut self) -> Result<()> {
+    pub fn commit(self) -> Result<()> {
+        let mut l = live();
+        self.commit_locked(&mut l)
+    }
+
+    /// [`AtomicFile::commit`] with the registry held by the caller (several files renamed
+    /// into place with no signal handled between them).
+    fn commit_locked(mut self, l: &mut Vec<PathBuf>) -> Result<()> {
         let name = self.name.clone();
         let sink = self
             .writer
@@ -366,9 +373,8 @@ impl AtomicFile {
                 tmp.as_file()
                     .sync_all()
                     .with_context(|| format!("writing `{}`", name.display()))?;
-                // The lock is held across the rename: a signal handled meanwhile waits, and
-                // one handled before has already exited.
-                let mut l = live();
+                // The registry is held across the rename: a signal handled meanwhile waits,
+                // and one handled before has already exited.
                 let path = tmp.path().to_path_buf();
                 tmp.persist(&self.target)
                     .map_err(|e| e.error)
@@ -392,7 +398,12 @@ impl Drop for AtomicFile {
         // The temporary removes itself (tempfile) when the writer drops.
         drop(self.writer.take());
         if let Some(p) = self.temp.take() {
-            unregister_temporary(&p);
+            // Not waiting for the registry: a commit of this thread may hold it (a failed
+            // commit drops its file), and a signal handler holding it is about to exit. A
+            // stale entry names a removed file, which the handler skips.
+            if let Ok(mut l) = LIVE.try_lock() {
+                l.retain(|q| *q != p);
+            }
         }
     }
 }
@@ -432,10 +443,19 @@ impl OutputSet {
 
     /// Commits every file.
     pub fn commit(self) -> Result<()> {
-        for f in self.files {
-            f.commit()?;
+        // No signal is handled between two renames (it waits for the last).
+        let mut l = live();
+        let mut files = self.files.into_iter();
+        let mut result = Ok(());
+        for f in files.by_ref() {
+            if let Err(e) = f.commit_locked(&mut l) {
+                result = Err(e);
+                break;
+            }
         }
-        Ok(())
+        drop(l);
+        drop(files);
+        result
     }
 }
 
