@@ -387,6 +387,18 @@ fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
         )
     };
     let regular = meta.as_ref().is_some_and(|m| m.is_file());
+    if let Some(m) = meta.as_ref().filter(|m| m.is_file() && m.len() % 16 != 0) {
+        bail!(
+            "{}: {} bytes, not a whole number of 16-byte frames ({} frames and {} bytes over; \
+             expected {} or {} bytes)",
+            a.input.display(),
+            m.len(),
+            m.len() / 16,
+            m.len() % 16,
+            m.len() / 16 * 16,
+            m.len() / 16 * 16 + 16
+        );
+    }
     let mut out = PairsOut::create(&a.output)?;
     let bar = if regular {
         ui.bar(meta.as_ref().map_or(0, |m| m.len()) / 16, "frames")

@@ -796,6 +796,21 @@ fn f13_binary_errors_name_the_magic_and_the_sizes() {
         .assert()
         .code(1)
         .stderr(contains("40 bytes").and(contains("expected 32 or 48 bytes")));
+    detkit()
+        .args(["pet", "run", "--backend", "cpu", "--scanner"])
+        .arg(acq.join("scanner.toml"))
+        .args(["--input", s(&frames), "--output", s(&out)])
+        .assert()
+        .code(1)
+        .stderr(contains("40 bytes").and(contains("expected 32 or 48 bytes")));
+    detkit()
+        .args(["pet", "run", "--backend", "cpu", "--scanner"])
+        .arg(acq.join("scanner.toml"))
+        .args(["--input", "-", "--output", s(&out)])
+        .write_stdin(vec![0u8; 40])
+        .assert()
+        .code(1)
+        .stderr(contains("its last 8 bytes are not a whole 16-byte frame"));
 }
 
 /// Finding 14: output names up to the 255-byte limit work (the temporary's name is cut).

@@ -586,7 +586,11 @@ pub(crate) fn read_chunk(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
     if !got.is_multiple_of(16) {
         return Err(invalid(
             "frame stream",
-            "ends inside a frame (length not a multiple of 16 bytes)",
+            format!(
+                "ends inside a frame: its last {} bytes are not a whole 16-byte frame (the \
+                 stream's length is not a multiple of 16 bytes)",
+                got % 16
+            ),
         ));
     }
     Ok(got / 16)
