@@ -503,8 +503,15 @@ fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
     // leaves nothing behind; SIGINT/SIGTERM remove it too.
     let exists = a.dir.exists();
     let tmp_parent = if exists { a.dir.clone() } else { parent };
-    let tmp = tempfile::Builder::new()
-        .prefix(".detkit-pet-generate.")
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".detkit-pet-generate.");
+    #[cfg(unix)]
+    {
+        // It becomes DIR when DIR is new: `0777 & !umask`, as `mkdir` makes it.
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o777));
+    }
+    let tmp = builder
         .tempdir_in(&tmp_parent)
         .with_context(|| format!("cannot create a directory in `{}`", tmp_parent.display()))?;
     crate::output::register_temporary(tmp.path());

@@ -374,6 +374,27 @@ fn f04_new_outputs_follow_the_umask_and_replaced_ones_keep_their_mode() {
     assert!(std::fs::read_to_string(&old)
         .unwrap()
         .starts_with("module,x,y,adc,cluster"));
+    // A generated directory and its files, as mkdir and a plain write make them.
+    let acq = d.path("acq");
+    detkit_sh(
+        "umask 027",
+        &[
+            "-q",
+            "pet",
+            "generate",
+            "--scanner",
+            "tiny",
+            "--singles",
+            "100",
+            "--dir",
+            s(&acq),
+        ],
+    )
+    .assert()
+    .success();
+    assert_eq!(mode(&acq), 0o750);
+    assert_eq!(mode(&acq.join("frames.bin")), 0o640);
+    assert_eq!(mode(&acq.join("scanner.toml")), 0o640);
 }
 
 /// Finding 5: SIGTERM and SIGINT remove the temporaries (an output's `.NAME.*.partial`, an
