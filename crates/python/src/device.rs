@@ -116,7 +116,9 @@ pub fn foreign_waits(stream: &Arc<CudaStream>, foreign: usize) -> PyResult<()> {
 /// detkit's stream, and waits for that stream only.
 fn read_device(g: &detkit::GpuContext, d: &Desc, name: &str) -> PyResult<Vec<u8>> {
     let n = d.len();
-    let mut out = vec![0u8; n * d.itemsize];
+    let mut out = crate::args::host_bytes(n.saturating_mul(d.itemsize), || {
+        format!("a host copy of `{name}` ({n} elements)")
+    })?;
     if n == 0 {
         return Ok(out);
     }
@@ -546,7 +548,9 @@ impl DeviceArray {
 
     /// A numpy copy (waits for detkit's stream only).
     fn get<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let mut bytes = vec![0u8; self.nbytes];
+        let mut bytes = crate::args::host_bytes(self.nbytes, || {
+            format!("a host copy of a device array of {} bytes", self.nbytes)
+        })?;
         if self.nbytes > 0 {
             let ptr = self.ptr();
             py.detach(|| -> Result<(), cudarc::driver::DriverError> {

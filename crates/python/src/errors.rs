@@ -2,14 +2,15 @@
 //!
 //! `InvalidInputError` (a `ValueError`): bad input, also a malformed file (`FILE:LINE:
 //! column ...`); `CapacityError` (a `ValueError`): a fixed capacity the input exceeds;
-//! `CudaError` (a `RuntimeError`): the driver. A file that cannot be read is an `OSError` of
+//! `CudaError` (a `RuntimeError`): the driver; `MemoryError`: a size that needs more memory
+//! than there is (checked before allocating, see `args`). A file that cannot be read is an `OSError` of
 //! the operating system's kind (`FileNotFoundError`, `PermissionError`, `IsADirectoryError`,
 //! ...) with `errno`, `strerror` and `filename` set, as `open()` raises it.
 
 use std::path::Path;
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -38,6 +39,7 @@ pub fn err(e: detkit::Error) -> PyErr {
         E::Io { file, source } => os_error(Path::new(&file), &source),
         E::Driver { .. } | E::NoCuda(_) | E::MissingKernel(_) => CudaError::new_err(e.to_string()),
         E::CapacityExceeded { .. } => CapacityError::new_err(e.to_string()),
+        E::OutOfMemory { .. } => PyMemoryError::new_err(e.to_string()),
         _ => InvalidInputError::new_err(e.to_string()),
     }
 }

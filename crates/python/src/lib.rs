@@ -5,12 +5,17 @@
 //! numpy arrays without copying them, release the GIL around every kernel or oracle call, and
 //! turn the library's typed errors into Python exceptions with the same messages (see
 //! [`errors`]). Modules: [`io`] (`detkit.io`, the library's file readers), [`pool`]
-//! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments).
+//! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments),
+//! [`args`] (argument checks with the command line's ranges; sizes checked against the memory
+//! there is, a `MemoryError` when they cannot fit), [`files`] (the PET singles and pairs
+//! writers).
 
+mod args;
 mod device;
 mod device_ops;
 mod dlpack;
 mod errors;
+mod files;
 mod io;
 mod pool;
 mod scanner;
@@ -18,7 +23,7 @@ mod settings;
 
 use std::path::PathBuf;
 
-use detkit::clustering::{ChargeCut, ClustersMut, Digis, DigisRef, Geometry};
+use detkit::clustering::{ClustersMut, Digis, DigisRef, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Single};
 use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
@@ -192,6 +197,7 @@ impl Backend {
         nbins: u32,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, u32, Option<usize>)> {
         let k = keys.as_slice()?;
+        args::check_bins(nbins).map_err(err)?;
         let h = py
             .detach(|| self.inner().histogram(k, nbins))
             .map_err(err)?;
@@ -214,11 +220,12 @@ impl Backend {
         y: PyReadonlyArray1<'py, u16>,
         adc: PyReadonlyArray1<'py, u16>,
         geometry: &str,
-        charge_cut: Option<i64>,
+        charge_cut: Option<Bound<'py, PyAny>>,
         event_offsets: Option<PyReadonlyArray1<'py, u32>>,
     ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u32>>)> {
         let g = Geometry::by_name(geometry).map_err(err)?;
-        let cut = cut_of(&g, charge_cut)?;
+        // None: the geometry's CMS defaults; False: no cut; else electrons (args::charge_cut).
+        let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
         let (m, xs, ys, a) = (
             module.as_slice()?,
             x.as_slice()?,
@@ -238,9 +245,16 @@ impl Backend {
             y: ys,
             adc: a,
         };
-        let slots = offsets.len().saturating_sub(1) * g.modules as usize;
-        let clus = PyArray1::<i32>::zeros(py, m.len(), false);
-        let per_module = PyArray1::<u32>::zeros(py, slots, false);
+        let events = offsets.len().saturating_sub(1);
+        let slots = events.saturating_mul(g.modules as usize);
+        // The per-module counts and first digis grow with the number of events: a size
+        // asked for by the caller, checked before anything is allocated.
+        args::check_bytes(
+            || format!("event_offsets of {events} events ({slots} module slots)"),
+            (slots as u64).saturating_mul(8),
+        )?;
+        let clus = args::zeros::<i32>(py, m.len(), || format!("{} digis", m.len()))?;
+        let per_module = args::zeros::<u32>(py, slots, || format!("{events} events"))?;
         {
             let mut c = clus.readwrite();
             let mut p = per_module.readwrite();
@@ -249,7 +263,16 @@ impl Backend {
                 MODULE_FIRST.with(|first| {
                     let mut first = first.borrow_mut();
                     if first.len() < slots {
-                        first.resize(slots, 0); // grown once; the library overwrites it
+                        // Grown once; the library overwrites it.
+                        let more = slots - first.len();
+                        first
+                            .try_reserve_exact(more)
+                            .map_err(|_| detkit::Error::OutOfMemory {
+                                what: format!("{events} events"),
+                                needed: slots as u64 * 4,
+                                available: None,
+                            })?;
+                        first.resize(slots, 0);
                     }
                     let out = ClustersMut {
                         clus: c,
@@ -275,10 +298,10 @@ impl Backend {
         py: Python<'py>,
         paths: Vec<PathBuf>,
         geometry: &str,
-        charge_cut: Option<i64>,
+        charge_cut: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
         let g = Geometry::by_name(geometry).map_err(err)?;
-        let cut = cut_of(&g, charge_cut)?;
+        let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
         let b = self.inner();
         let read: Vec<PyResult<Digis>> = py.detach(|| read_all(&paths, io::load_digis));
         let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
@@ -559,18 +582,6 @@ fn seed_cols(
         .collect())
 }
 
-/// The charge cut of `Backend.cluster`'s `charge_cut`: a number of electrons for every module;
-/// `None`: the geometry's CMS defaults; -1 (the Python wrapper's `charge_cut=False`): no cut.
-fn cut_of(g: &Geometry, charge_cut: Option<i64>) -> PyResult<Option<ChargeCut>> {
-    Ok(match charge_cut {
-        None => Some(g.default_cut),
-        Some(c) if c < 0 => None,
-        Some(c) => Some(ChargeCut::uniform(u32::try_from(c).map_err(|_| {
-            InvalidInputError::new_err(format!("charge_cut {c} does not fit in 32 bits"))
-        })?)),
-    })
-}
-
 /// One event's seeding output as numpy arrays (`None`: no spacepoints, no seeds).
 fn seed_arrays<'py>(py: Python<'py>, out: Option<SeedingOutput>) -> PyResult<SeedArrays<'py>> {
     let (seeds, params) = out.map_or((vec![], vec![]), |o| (o.seeds, o.params));
@@ -672,25 +683,26 @@ fn generate_cluster_event<'py>(
 fn generate_seeding_event<'py>(
     py: Python<'py>,
     seed: u64,
-    mu: f64,
-) -> (
+    mu: Bound<'py, PyAny>,
+) -> PyResult<(
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<u32>>,
-) {
+)> {
+    let mu = args::pileup(&mu)?;
     let ev = py.detach(|| detkit::seeding::gen::generate(seed, mu, true));
     let col = |f: fn(&SpacePoint) -> f32| -> Vec<f32> { ev.spacepoints.iter().map(f).collect() };
-    (
+    Ok((
         col(|s| s.x).into_pyarray(py),
         col(|s| s.y).into_pyarray(py),
         col(|s| s.z).into_pyarray(py),
         col(|s| s.var_r).into_pyarray(py),
         col(|s| s.var_z).into_pyarray(py),
         ev.truth.clone().into_pyarray(py),
-    )
+    ))
 }
 
 /// Writes a generated PET acquisition into `dir` (`scanner.toml`, its tables, `frames.bin`);
@@ -704,6 +716,7 @@ fn generate_pet_acquisition(
 ) -> PyResult<usize> {
     use detkit::pet::gen;
     py.detach(|| -> detkit::Result<usize> {
+        args::check_acquisition(singles)?;
         let scanner = gen::tiny_scanner(seed);
         scanner.write_files(&dir, "scanner")?;
         let acq = gen::acquisition(
@@ -736,6 +749,7 @@ fn generate_pet_frames<'py>(
     seed: u64,
 ) -> PyResult<(Scanner, Bound<'py, PyArray1<u8>>)> {
     use detkit::pet::gen;
+    args::check_acquisition(singles).map_err(err)?;
     let s = match scanner {
         "tiny" => gen::tiny_scanner(seed),
         "small_animal" => gen::small_animal_scanner(seed),
@@ -871,5 +885,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io::read_frames, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_singles, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_singles_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_pairs_file, m)?)?;
     Ok(())
 }

@@ -5,7 +5,12 @@ device) is used, else on the CPU references; both give the same results, bit for
 is released during every GPU or CPU computation.
 
 Arrays of another integer or float dtype are converted when every value fits (a value that
-does not fit is a ``TypeError``); non-contiguous arrays are copied to contiguous ones.
+does not fit is a ``TypeError`` naming the dtype: an integer converts to ``float32`` only when
+it is exact there, below 2^24 in magnitude for most; a ``float64`` converts to ``float32`` when
+finite there, rounded to the nearest ``float32``); non-contiguous arrays are copied to
+contiguous ones. Numbers are not bools: ``charge_cut=True`` or ``min_pt=True`` is a
+``TypeError``. A size that needs more memory than there is raises ``MemoryError`` before
+anything is allocated.
 Bad input raises ``InvalidInputError`` (a ``ValueError``) with the library's message.
 
 >>> import numpy as np, detkit
@@ -36,10 +41,15 @@ __all__ = [
     "FRAME_DTYPE",
     "POLICIES",
     "generate",
+    "read_singles",
+    "read_pairs",
+    "write_singles",
+    "write_pairs",
 ]
 
-#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): ``np.fromfile`` of a
-#: ``.bin`` singles file gives this dtype.
+#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): the records of a
+#: ``.bin`` singles file after its 16-byte header (:func:`read_singles`, or
+#: ``np.fromfile(path, SINGLE_DTYPE, offset=16)``).
 SINGLE_DTYPE = np.dtype([("crystal", "<u4"), ("energy", "<f4"), ("time", "<f8")], align=True)
 #: A coincidence pair (32 bytes): two singles.
 COINCIDENCE_DTYPE = np.dtype([("a", SINGLE_DTYPE), ("b", SINGLE_DTYPE)], align=True)
@@ -66,6 +76,25 @@ def _as(a, dtype, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise TypeError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if arr.dtype != dtype:
+        if arr.size and dtype.kind == "f" and arr.dtype.kind in "ui":
+            with np.errstate(invalid="ignore", over="ignore"):
+                conv = arr.astype(dtype)
+                back = np.where(np.isfinite(conv), conv, 0).astype(arr.dtype)
+            bad = np.flatnonzero(~np.isfinite(conv) | (back != arr))
+            if bad.size:
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss "
+                    f"(value {arr[bad[0]]} at index {bad[0]} is not exact in {dtype})"
+                )
+        elif arr.size and dtype.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize:
+            with np.errstate(over="ignore"):
+                conv = arr.astype(dtype)
+            bad = np.flatnonzero(np.isfinite(arr) & ~np.isfinite(conv))
+            if bad.size:
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss "
+                    f"(value {arr[bad[0]]} at index {bad[0]} overflows {dtype})"
+                )
         if arr.size and dtype.kind in "ui":
             if arr.dtype.kind not in "uib" or (
                 arr.dtype.kind != "b"
@@ -88,7 +117,9 @@ def _records(a, dtype, name: str) -> np.ndarray:
         return arr.reshape(-1)
     if arr.dtype != dtype:
         raise TypeError(f"{name}: expected dtype detkit.{_dtype_name(dtype)}, got {arr.dtype}")
-    return arr.reshape(-1).view(np.uint8)
+    if arr.ndim != 1:
+        raise TypeError(f"{name}: expected a 1-D array of detkit.{_dtype_name(dtype)}, got shape {arr.shape}")
+    return arr.view(np.uint8)
 
 
 def _dtype_name(dtype) -> str:
@@ -275,7 +306,6 @@ class Backend:
         (event, module).
         """
         c = _Call(self, stream)
-        cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
         offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
         clus, per_module = self._b.cluster(
             c.arr(module, np.uint16, "module"),
@@ -283,7 +313,7 @@ class Backend:
             c.arr(y, np.uint16, "y"),
             c.arr(adc, np.uint16, "adc"),
             geometry,
-            cut,
+            charge_cut,
             offs,
         )
         return c.out(clus), c.out(per_module)
@@ -299,7 +329,14 @@ class Backend:
         if isinstance(frames, (bytes, bytearray, memoryview)):
             raw = np.frombuffer(frames, dtype=np.uint8)
         else:
-            raw = np.ascontiguousarray(np.asarray(c.host(frames, "frames"))).reshape(-1).view(np.uint8)
+            arr = np.asarray(c.host(frames, "frames"))
+            rows = arr.dtype == np.uint8 and arr.ndim == 2 and arr.shape[1] == FRAME_DTYPE.itemsize
+            if not rows and (arr.dtype not in (np.dtype(np.uint8), FRAME_DTYPE) or arr.ndim != 1):
+                raise TypeError(
+                    f"frames: expected raw frame bytes (bytes, a 1-D uint8 or detkit.FRAME_DTYPE "
+                    f"array), got dtype {arr.dtype} of shape {arr.shape}"
+                )
+            raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         out, stats = self._b.pet_convert(raw, scanner if isinstance(scanner, Scanner) else os.fspath(scanner))
         return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE), stats
 
@@ -448,3 +485,10 @@ class generate:
 
 
 from . import io  # noqa: E402  (detkit.io: the library's file readers; needs the dtypes above)
+
+#: The PET singles and pairs files (``.bin`` with the 16-byte ``DKSNGL01`` / ``DKPAIR01``
+#: header, other names CSV): the same functions as :mod:`detkit.io`'s, which is their home.
+read_singles = io.read_singles
+read_pairs = io.read_pairs
+write_singles = io.write_singles
+write_pairs = io.write_pairs

@@ -347,8 +347,8 @@ def cluster_file(
 
 
 def _cluster_files(backend: Backend, paths: List[str], *, geometry: str = "phase1", charge_cut=None):
-    cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
-    return backend._b.cluster_files(paths, geometry, cut)
+    # charge_cut as Backend.cluster takes it (None, False or electrons), checked in Rust.
+    return backend._b.cluster_files(paths, geometry, charge_cut)
 
 
 cluster_file._detkit_batch = _cluster_files  # type: ignore[attr-defined]

@@ -1,5 +1,5 @@
-"""Readers of the ``detkit`` command-line tool's file formats: the library's own (Rust)
-readers, so a malformed file is named the same way in Python, in ``detkit.dask`` and by the
+"""Readers of the ``detkit`` command-line tool's file formats (and writers of the PET
+singles and pairs files): the library's own (Rust) readers and writers, so a malformed file is named the same way in Python, in ``detkit.dask`` and by the
 CLI.
 
 A file that cannot be read raises ``OSError`` of the operating system's kind
@@ -23,7 +23,7 @@ from typing import Tuple
 
 import numpy as np
 
-from . import COINCIDENCE_DTYPE, FRAME_DTYPE, SINGLE_DTYPE, Scanner, _detkit
+from . import COINCIDENCE_DTYPE, FRAME_DTYPE, SINGLE_DTYPE, Scanner, _detkit, _records
 
 __all__ = [
     "read_digis",
@@ -32,6 +32,8 @@ __all__ = [
     "read_singles",
     "read_pairs",
     "read_scanner",
+    "write_singles",
+    "write_pairs",
 ]
 
 
@@ -58,15 +60,35 @@ def read_frames(path) -> np.ndarray:
 
 
 def read_singles(path) -> np.ndarray:
-    """PET singles (``SINGLE_DTYPE``): ``.bin`` raw 16-byte records (energies and times must
-    be finite), any other name CSV ``crystal,energy,time``."""
+    """PET singles (``SINGLE_DTYPE``) of a file written by ``detkit pet convert`` / ``sort``
+    (or :func:`write_singles`): ``.bin`` is the 16-byte header (magic ``DKSNGL01``, ``u64``
+    little-endian count) and 16-byte records, the count checked against the length (energies
+    and times must be finite); any other name is CSV ``crystal,energy,time``. A pairs file or
+    a headerless ``.bin`` of detkit 0.1 is refused with a message saying how to convert it.
+    Also ``detkit.read_singles``."""
     return _detkit.read_singles(os.fspath(path)).view(SINGLE_DTYPE)
 
 
 def read_pairs(path) -> np.ndarray:
-    """PET coincidence pairs (``COINCIDENCE_DTYPE``): ``.bin`` raw 32-byte records, any other
-    name the pairs CSV (``crystal_a,energy_a,time_a,crystal_b,energy_b,time_b``)."""
+    """PET coincidence pairs (``COINCIDENCE_DTYPE``) of a file written by ``detkit pet
+    coincide`` / ``run`` (or :func:`write_pairs`): ``.bin`` is the 16-byte header (magic
+    ``DKPAIR01``, ``u64`` count) and 32-byte records; any other name the pairs CSV
+    (``crystal_a,energy_a,time_a,crystal_b,energy_b,time_b``). Also ``detkit.read_pairs``."""
     return _detkit.read_pairs(os.fspath(path)).view(COINCIDENCE_DTYPE)
+
+
+def write_singles(path, singles) -> None:
+    """Writes singles (``SINGLE_DTYPE``) as ``detkit pet`` reads them: ``.bin`` with the
+    ``DKSNGL01`` header, other names CSV. Converts a headerless singles file of detkit 0.1:
+    ``write_singles("new.bin", np.fromfile("old.bin", SINGLE_DTYPE))``. Also
+    ``detkit.write_singles``."""
+    _detkit.write_singles_file(os.fspath(path), _records(singles, SINGLE_DTYPE, "singles"))
+
+
+def write_pairs(path, pairs) -> None:
+    """Writes pairs (``COINCIDENCE_DTYPE``): ``.bin`` with the ``DKPAIR01`` header, other
+    names CSV. Also ``detkit.write_pairs``."""
+    _detkit.write_pairs_file(os.fspath(path), _records(pairs, COINCIDENCE_DTYPE, "pairs"))
 
 
 def read_scanner(path) -> Scanner:
