@@ -119,11 +119,15 @@ pub fn run(ui: &Ui, c: ClusterCmd) -> Result<()> {
 fn read_digis(path: &Path) -> Result<(cl::Digis, Option<Vec<u64>>)> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     let name = path.display().to_string();
-    Ok(if bytes.starts_with(cl::BINARY_MAGIC) {
-        (
-            cl::read_binary(&bytes[..]).with_context(|| name.clone())?,
-            None,
-        )
+    // Binary when it starts with a detkit magic (`DK`) or is not text: then a wrong magic, a
+    // short header or a count that disagrees with the length is named with the sizes.
+    let head = &bytes[..bytes.len().min(4096)];
+    let text = match std::str::from_utf8(head) {
+        Ok(_) => true,
+        Err(e) => e.error_len().is_none(), // cut inside a character at the 4096th byte
+    };
+    Ok(if bytes.starts_with(b"DK") || !text {
+        (cl::io::read_binary_bytes(&bytes, &name)?, None)
     } else {
         let (d, lines) = cl::read_csv_with_lines(&bytes[..], &name)?;
         (d, Some(lines))

@@ -10,8 +10,15 @@ use detkit::{Backend, BucketOrder, ScanKind};
 use crate::ui::{rate, Ui};
 use crate::BackendChoice;
 
-/// Largest `--size`: 2^28 items (the primitives' inputs and outputs then take about 6 GiB).
+/// Largest `--size`: 2^28 items (the primitives' inputs, outputs and oracle results then take
+/// about 27 GB of host memory: [`BYTES_PER_ITEM`]).
 pub const MAX_SIZE: u64 = 1 << 28;
+
+/// Host memory the primitive rows hold per item of `--size` (every row's input, result and
+/// oracle result are kept for the table; measured peak about 94 bytes an item on the CPU).
+pub const BYTES_PER_ITEM: u64 = 100;
+/// Host memory of the chain rows (fixed generated events), and the program itself.
+pub const FIXED_BYTES: u64 = 512 << 20;
 
 /// Arguments of `detkit demo`.
 #[derive(Args, Debug)]
@@ -19,7 +26,8 @@ pub(crate) struct DemoArgs {
     /// Which implementation runs the kernels.
     #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
     backend: BackendChoice,
-    /// Items per primitive (1 to 2^28 = 268435456); the chain rows use fixed generated events.
+    /// Items per primitive (1 to 2^28 = 268435456); about 100 bytes of host memory per item
+    /// (27 GB at 2^28), checked before the run; the chain rows use fixed generated events.
     #[arg(long, default_value_t = 1 << 22, value_parser = clap::value_parser!(u64).range(1..=MAX_SIZE))]
     size: u64,
 }
@@ -190,10 +198,16 @@ fn primitives(
 
 /// Runs `detkit demo`.
 pub fn run(ui: &Ui, a: DemoArgs) -> Result<()> {
+    detkit::mem::check_estimate(
+        format!("demo --size {}", a.size),
+        a.size * BYTES_PER_ITEM + FIXED_BYTES,
+    )?;
     let backend = a.backend.open(ui)?;
     let n = a.size as usize;
     let start = Instant::now();
-    println!("{}", backend.description());
+    if !ui.is_quiet() {
+        println!("{}", backend.description());
+    }
     let mut rows: Vec<Row> = Vec::with_capacity(ROWS);
     let mut done = 0;
     let mut tick = |r: &Row| {
@@ -214,15 +228,20 @@ pub fn run(ui: &Ui, a: DemoArgs) -> Result<()> {
         rows.push(r);
     }
     debug_assert_eq!(rows.len(), ROWS);
+    let all = rows.iter().all(|r| r.ok);
+    // With -q nothing but errors: the table only when a row disagreed with its oracle.
+    let table = |line: String| {
+        if !ui.is_quiet() || !all {
+            println!("{line}");
+        }
+    };
 
-    println!(
+    table(format!(
         "{:<30} {:>10} {:<12} {:>8} {:>7} {:>10} {:>22}",
         "kernel", "items", "unit", "backend", "check", "time", "throughput"
-    );
-    let mut all = true;
+    ));
     for r in &rows {
-        all &= r.ok;
-        println!(
+        table(format!(
             "{:<30} {:>10} {:<12} {:>8} {:>7} {:>10} {:>22}",
             r.name,
             r.items,
@@ -231,12 +250,13 @@ pub fn run(ui: &Ui, a: DemoArgs) -> Result<()> {
             if r.ok { "ok" } else { "MISMATCH" },
             crate::ui::human_secs(r.secs),
             rate(r.items as f64, r.secs, r.unit)
-        );
+        ));
     }
-    println!(
+    table(
         "legend: items = input size; check = result equal to the CPU oracle (bit for bit); \
          time = wall time of one backend call, including host-device copies and, on CUDA, \
          allocation; throughput = items / time. Device-resident timings: `detkit-bench`."
+            .to_string(),
     );
     ui.summary(
         "demo",

@@ -9,9 +9,13 @@
 //! - usage errors exit with status 2 (clap); failures with status 1 and one line on stderr,
 //!   `error: ` and the cause chain (`-v` adds the debug form with a backtrace when
 //!   `RUST_BACKTRACE=1`);
-//! - outputs are checked before the work starts (an output that is an input, or in a missing
-//!   directory, is refused), written to a temporary file beside the target and renamed into
-//!   place only on success ([`output`]): a failed command leaves no file behind;
+//! - outputs are checked before the work starts (an output that is an input, the tables named
+//!   in a scanner description included, or in a missing directory, is refused), written to a
+//!   temporary file beside the target and renamed into place only on success ([`output`]): a
+//!   failed or interrupted (SIGINT 130, SIGTERM 143) command leaves no file behind; `-`,
+//!   devices and FIFOs are written directly, a symbolic link writes its target;
+//! - sizes from flags or files are checked against the file's length or a memory estimate
+//!   before anything is allocated (`detkit::mem`);
 //! - file positions in errors are `FILE:LINE` (1-based line in the file) and the column name;
 //! - a CSV input with a header and no rows holds zero items (the output then has a header
 //!   and no rows); an input without a header is an error;
@@ -148,6 +152,7 @@ pub fn locate(e: detkit::Error, file: &std::path::Path, lines: Option<&[u64]>) -
 }
 
 fn run(cli: Cli) -> Result<()> {
+    output::install_signal_cleanup()?;
     let ui = ui::Ui::new(cli.quiet, cli.verbose);
     if let Some(n) = cli.threads {
         // One process, one pool: every rayon loop of the command runs on these threads.
@@ -181,11 +186,28 @@ fn main() -> ExitCode {
             if verbose {
                 eprintln!("error: {e:?}");
             } else {
-                eprintln!("error: {e:#}");
+                eprintln!("error: {}", one_line(&e));
             }
             ExitCode::FAILURE
         }
     }
+}
+
+/// The cause chain on one line, `a: b: c`, leaving out a cause whose text its parent's
+/// message already ends with (an I/O error that names the file and its own cause).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if msg.ends_with(&s) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&s);
+    }
+    msg
 }
 
 #[cfg(test)]

@@ -8,7 +8,10 @@
 //! detkit pet run      --scanner scanner.toml --input frames.bin --output pairs.csv
 //! ```
 //! Every command takes `--backend auto|cpu|cuda`. Singles and pairs files ending in `.bin`
-//! are raw little-endian records (16 and 32 bytes), others CSV.
+//! are binary (a 16-byte header, magic `DKSNGL01` / `DKPAIR01` and a `u64` record count,
+//! then little-endian records of 16 and 32 bytes), others CSV. Raw frames are the
+//! scanner's headerless stream of 16-byte records; `pet run` reads them from a file, a pipe
+//! or a FIFO (`-`: standard input) to the end of the stream.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -62,13 +65,16 @@ pub(crate) struct BackendArg {
 #[derive(Args, Debug)]
 pub(crate) struct GenerateArgs {
     /// Output directory (created; an existing directory gets the files added, replacing
-    /// ones of the same name).
+    /// ones of the same name, all or none of them).
     #[arg(long, value_name = "DIR")]
     dir: PathBuf,
-    /// About how many singles to generate (at least 1).
+    /// About how many singles to generate (at least 1; about 80 bytes of memory each, checked
+    /// before generating).
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=(1u64 << 32) - 1))]
     singles: u64,
-    /// Singles rate of the acquisition, per second (finite, > 0; 1e6 to 5e7 is typical).
+    /// Singles rate of the acquisition, per second (finite, > 0; 1e6 to 5e7 is typical). The
+    /// acquisition (`--singles` / `--rate` seconds) must span less than 2^53 ticks (about 2.5
+    /// hours), where times in ticks are exact.
     #[arg(long, default_value_t = 1e7, value_name = "PER_S", value_parser = positive_f64)]
     rate: f64,
     /// Random seed: the same seed gives the same acquisition.
@@ -91,7 +97,8 @@ pub(crate) struct ConvertArgs {
     /// Raw frames: 16-byte `DataFrameV2` records.
     #[arg(long, value_name = "FILE")]
     input: PathBuf,
-    /// Singles: CSV `crystal,energy,time`, or raw 16-byte records if the name ends in `.bin`.
+    /// Singles: CSV `crystal,energy,time`, or binary (`DKSNGL01` header, 16-byte records) if
+    /// the name ends in `.bin`; `-` is standard output.
     #[arg(long, value_name = "FILE")]
     output: PathBuf,
     #[command(flatten)]
@@ -100,8 +107,8 @@ pub(crate) struct ConvertArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct SortArgs {
-    /// Singles: CSV `crystal,energy,time` (energy in keV, finite; time in ticks), or raw
-    /// 16-byte records (`.bin`).
+    /// Singles: CSV `crystal,energy,time` (energy in the scanner's corrected units, 0.1 keV
+    /// for the generated scanners, finite; time in ticks), or binary (`.bin`).
     #[arg(long, value_name = "FILE")]
     input: PathBuf,
     /// Time-sorted singles, in the format its name says (`.bin` or CSV).
@@ -115,11 +122,11 @@ pub(crate) struct SortArgs {
 pub(crate) struct WindowArgs {
     /// Coincidence window in frame-counter ticks (1 tick = 1 ps with the generated
     /// scanners): a later single pairs when `t - t_open <= WINDOW`.
-    #[arg(long, value_name = "TICKS", value_parser = nonneg_f64)]
+    #[arg(long, value_name = "TICKS", value_parser = nonneg_f64, allow_negative_numbers = true)]
     window: Option<f64>,
-    /// Delayed window: open it DELAY ticks after each single (random-coincidence estimate);
-    /// default: the prompt window.
-    #[arg(long, value_name = "TICKS", value_parser = nonneg_f64)]
+    /// Delayed window: open it DELAY ticks after each single (random-coincidence estimate;
+    /// finite, > 0); default: the prompt window.
+    #[arg(long, value_name = "TICKS", value_parser = positive_f64, allow_negative_numbers = true)]
     delay: Option<f64>,
     /// What to do with a window of more than two singles.
     #[arg(long, default_value = "killAll", value_parser = parse_policy, value_name = "NAME",
@@ -128,12 +135,13 @@ pub(crate) struct WindowArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(mut_arg("window", |a| a.required(true)))]
 pub(crate) struct CoincideArgs {
     /// Time-sorted singles (CSV or `.bin`).
     #[arg(long, value_name = "FILE")]
     input: PathBuf,
-    /// Pairs: CSV `crystal_a,energy_a,time_a,crystal_b,energy_b,time_b`, or raw 32-byte
-    /// records if the name ends in `.bin`.
+    /// Pairs: CSV `crystal_a,energy_a,time_a,crystal_b,energy_b,time_b`, or binary
+    /// (`DKPAIR01` header, 32-byte records) if the name ends in `.bin`.
     #[arg(long, value_name = "FILE")]
     output: PathBuf,
     #[command(flatten)]
@@ -147,7 +155,8 @@ pub(crate) struct RunArgs {
     /// Scanner description (TOML); its `time_window` is the default window.
     #[arg(long, value_name = "FILE")]
     scanner: PathBuf,
-    /// Raw frames: 16-byte `DataFrameV2` records.
+    /// Raw frames: 16-byte `DataFrameV2` records, from a file, a pipe or a FIFO (read to
+    /// the end of the stream; `-`: standard input).
     #[arg(long, value_name = "FILE")]
     input: PathBuf,
     /// Pairs (CSV or `.bin`).
@@ -155,10 +164,11 @@ pub(crate) struct RunArgs {
     output: PathBuf,
     #[command(flatten)]
     window: WindowArgs,
-    /// Frames per chunk (at least 1).
+    /// Frames per chunk (at least 1; about 80 bytes of memory each, checked before the run).
     #[arg(long, default_value_t = 1 << 22, value_name = "FRAMES", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     chunk: u64,
-    /// Capacity for singles carried between chunks (windows straddling a chunk edge).
+    /// Capacity for singles carried between chunks (windows straddling a chunk edge, and every
+    /// single after the last frame of a BDM that stops reporting).
     #[arg(long, default_value_t = 1 << 22, value_name = "SINGLES", value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pending: u64,
     #[command(flatten)]
@@ -190,6 +200,15 @@ impl WindowArgs {
         let Some(window) = self.window.or(default_window) else {
             bail!("--window TICKS is required");
         };
+        if let Some(d) = self.delay {
+            if !(window + d).is_finite() {
+                crate::usage_error(format!(
+                    "--window {window:e} + --delay {d:e} overflows: a delayed window must end \
+                     at a finite time (the sum must be below {:e})",
+                    f64::MAX
+                ));
+            }
+        }
         let c = CoincideConfig {
             window,
             delay: self.delay,
@@ -207,7 +226,7 @@ fn is_bin(p: &Path) -> bool {
 fn write_singles(path: &Path, singles: &[Single]) -> Result<()> {
     let mut f = AtomicFile::create(path)?;
     if is_bin(path) {
-        f.write_all(bytemuck::cast_slice(singles))?;
+        pet::write_singles_bin(f.writer(), singles)?;
     } else {
         pet::write_singles_csv(f.writer(), singles)?;
     }
@@ -225,7 +244,10 @@ impl PairsOut {
     fn create(path: &Path) -> Result<Self> {
         let mut f = AtomicFile::create(path)?;
         let binary = is_bin(path);
-        if !binary {
+        if binary {
+            // The count is patched in at the end where the output can be rewritten.
+            f.write_all(&pet::bin_header(pet::PAIRS_MAGIC, pet::COUNT_TO_END))?;
+        } else {
             writeln!(f, "{}", pet::PAIRS_HEADER)?;
         }
         Ok(Self {
@@ -242,6 +264,18 @@ impl PairsOut {
             pet::write_pairs_csv(self.f.writer(), pairs)
         }
     }
+    fn commit(mut self) -> Result<()> {
+        if self.binary {
+            self.f.patch(8, &self.count.to_le_bytes())?;
+        }
+        self.f.commit()
+    }
+}
+
+/// Every file a scanner description reads (the TOML and its tables), as inputs of the
+/// same-file check; the TOML alone when it cannot be read (its error comes later).
+fn scanner_files(scanner: &Path) -> Vec<PathBuf> {
+    Scanner::files_of(scanner).unwrap_or_else(|_| vec![scanner.to_path_buf()])
 }
 
 fn read_frames(path: &Path) -> Result<Vec<detkit_gpu::pet::DataFrameV2>> {
@@ -254,7 +288,10 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
     match c {
         PetCmd::Generate(a) => generate(ui, a),
         PetCmd::Convert(a) => {
-            check_outputs(&[&a.output], &[&a.input, &a.scanner])?;
+            let mut inputs = scanner_files(&a.scanner);
+            inputs.push(a.input.clone());
+            let ins: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+            check_outputs(&[&a.output], &ins)?;
             let scanner = Scanner::from_toml_file(&a.scanner)?;
             let b = a.backend.backend.open(ui)?;
             let start = Instant::now();
@@ -298,16 +335,7 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
             Ok(())
         }
         PetCmd::Coincide(a) => {
-            if a.window.window.is_none() {
-                // A usage error (exit 2), like every other missing argument.
-                use clap::CommandFactory;
-                crate::Cli::command()
-                    .error(
-                        clap::error::ErrorKind::MissingRequiredArgument,
-                        "`pet coincide` needs --window <TICKS>",
-                    )
-                    .exit();
-            }
+            // `--window` is required by clap for `coincide` (a usage error, exit 2).
             check_outputs(&[&a.output], &[&a.input])?;
             let c = a.window.config(None)?;
             let b = a.backend.backend.open(ui)?;
@@ -316,7 +344,7 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
             let pairs = b.pet_coincide(&singles, &c)?;
             let mut out = PairsOut::create(&a.output)?;
             out.write(&pairs)?;
-            out.f.commit()?;
+            out.commit()?;
             ui.info(format!(
                 "{} coincidences ({})",
                 pairs.len(),
@@ -330,37 +358,95 @@ pub fn run(ui: &Ui, c: PetCmd) -> Result<()> {
 }
 
 fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
-    check_outputs(&[&a.output], &[&a.input, &a.scanner])?;
+    let mut inputs = scanner_files(&a.scanner);
+    inputs.push(a.input.clone());
+    let ins: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    check_outputs(&[&a.output], &ins)?;
     let scanner = Scanner::from_toml_file(&a.scanner)?;
     let c = a.window.config(Some(scanner.time_window))?;
     let sc = StreamConfig {
         chunk_frames: a.chunk as usize,
         pending_capacity: a.pending as usize,
     };
+    // The chunk buffer, its singles, their sort and merge: about 80 bytes a chunk frame; the
+    // carried singles twice over.
+    detkit::mem::check_estimate(
+        format!("--chunk {} --pending {}", a.chunk, a.pending),
+        a.chunk * 80 + a.pending * 32,
+    )?;
     let b = a.backend.backend.open(ui)?;
-    let bytes = std::fs::metadata(&a.input)
-        .with_context(|| format!("cannot open `{}`", a.input.display()))?
-        .len();
+    // A regular file is read by several threads at their offsets; a pipe, FIFO or `-`
+    // (standard input), whose length is unknown, in order to the end of the stream.
+    let stdin = a.input.as_os_str() == "-";
+    let meta = if stdin {
+        None
+    } else {
+        Some(
+            std::fs::metadata(&a.input)
+                .with_context(|| format!("cannot open `{}`", a.input.display()))?,
+        )
+    };
+    let regular = meta.as_ref().is_some_and(|m| m.is_file());
+    if let Some(m) = meta.as_ref().filter(|m| m.is_file() && m.len() % 16 != 0) {
+        bail!(
+            "{}: {} bytes, not a whole number of 16-byte frames ({} frames and {} bytes over; \
+             expected {} or {} bytes)",
+            a.input.display(),
+            m.len(),
+            m.len() / 16,
+            m.len() % 16,
+            m.len() / 16 * 16,
+            m.len() / 16 * 16 + 16
+        );
+    }
     let mut out = PairsOut::create(&a.output)?;
-    let bar = ui.bar(bytes / 16, "frames");
+    let mut fifo = if regular || stdin {
+        None
+    } else {
+        Some(
+            std::fs::File::open(&a.input)
+                .with_context(|| format!("cannot open `{}`", a.input.display()))?,
+        )
+    };
+    let bar = if regular {
+        ui.bar(meta.as_ref().map_or(0, |m| m.len()) / 16, "frames")
+    } else {
+        ui.spinner("reading frames to the end of the stream")
+    };
     let start = Instant::now();
-    // Each chunk is read by several threads at its offset in the file; the pairs are written
-    // by another thread while the next chunk runs.
+    let progress = |s: &pet::StreamStats| {
+        bar.set_position(s.convert.frames);
+        bar.set_message(format!("{} pairs", s.pairs));
+    };
+    // The pairs are written by another thread (to a file, `-` or a FIFO alike) while the next
+    // chunk runs.
     let output = a.output.display().to_string();
     let (st, written) = crate::write_behind::write_behind(
         |p| out.write(p),
         |sink| {
-            b.pet_run_file(&a.input, &scanner, &c, &sc, sink, |s| {
-                bar.set_position(s.convert.frames);
-                bar.set_message(format!("{} pairs", s.pairs));
-            })
+            if regular {
+                b.pet_run_file(&a.input, &scanner, &c, &sc, sink, progress)
+            } else if let Some(f) = fifo.as_mut() {
+                b.pet_run_stream(f, &scanner, &c, &sc, sink, progress)
+            } else {
+                b.pet_run_stream(&mut std::io::stdin(), &scanner, &c, &sc, sink, progress)
+            }
         },
     );
     written.with_context(|| format!("cannot write `{output}`"))?;
-    let st = st.with_context(|| a.input.display().to_string())?;
+    let st = st.map_err(|e| match e {
+        detkit::Error::CapacityExceeded { what, .. } if what.starts_with("pending") => {
+            anyhow::Error::new(e).context(format!(
+                "{}: raise --pending (now {}) to carry more singles between chunks",
+                a.input.display(),
+                a.pending
+            ))
+        }
+        other => anyhow::Error::new(other).context(a.input.display().to_string()),
+    })?;
     drop(bar);
     let count = out.count;
-    out.f.commit()?;
+    out.commit()?;
     let secs = start.elapsed().as_secs_f64();
     ui.info(format!(
         "{} chunks, {} singles, {count} coincidences; {} frames outside the energy window, {} \
@@ -378,6 +464,9 @@ fn run_stream(ui: &Ui, a: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Largest acquisition span in ticks: times are `f64` ticks in the singles, exact below 2^53.
+const MAX_SPAN_TICKS: f64 = (1u64 << 53) as f64;
+
 fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
     let start = Instant::now();
     if a.dir.exists() && !a.dir.is_dir() {
@@ -394,18 +483,125 @@ fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
             parent.display()
         );
     }
-    // Everything is written into a temporary directory beside the target and moved into
-    // place at the end, so a failure leaves nothing behind.
-    let tmp = tempfile::Builder::new()
-        .prefix(".detkit-pet-generate.")
-        .tempdir_in(&parent)
-        .with_context(|| format!("cannot create a directory in `{}`", parent.display()))?;
+    // The generated frames count ticks of 1 ps; a span past 2^53 ticks saturates or loses
+    // whole ticks in the singles' times.
+    let span = a.singles as f64 / a.rate * 1e12;
+    if !(span.is_finite() && span < MAX_SPAN_TICKS) {
+        crate::usage_error(format!(
+            "--singles {} at --rate {:e} per second spans {:e} s = {span:e} ticks of 1 ps; \
+             times are exact only below 2^53 ticks (about {:.0} s): raise --rate or lower \
+             --singles",
+            a.singles,
+            a.rate,
+            a.singles as f64 / a.rate,
+            MAX_SPAN_TICKS / 1e12
+        ));
+    }
     let scanner = match a.scanner {
         ScannerName::Tiny => gen::tiny_scanner(a.seed),
         ScannerName::SmallAnimal => gen::small_animal_scanner(a.seed),
         ScannerName::Bench => gen::bench_scanner(a.seed),
     };
-    scanner.write_files(tmp.path(), "scanner")?;
+    let tables = scanner.position.len() as u64 + 4 * scanner.energy.len() as u64;
+    detkit::mem::check_estimate(
+        format!("--singles {}", a.singles),
+        gen::acquisition_bytes(a.singles as usize).saturating_add(tables),
+    )?;
+    // Everything is written into a temporary directory (inside DIR when it exists, so the
+    // final renames stay on one file system) and moved into place at the end, so a failure
+    // leaves nothing behind; SIGINT/SIGTERM remove it too.
+    let exists = a.dir.exists();
+    let tmp_parent = if exists { a.dir.clone() } else { parent };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".detkit-pet-generate.");
+    #[cfg(unix)]
+    {
+        // It becomes DIR when DIR is new: `0777 & !umask`, as `mkdir` makes it.
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o777));
+    }
+    let tmp = builder
+        .tempdir_in(&tmp_parent)
+        .with_context(|| format!("cannot create a directory in `{}`", tmp_parent.display()))?;
+    crate::output::register_temporary(tmp.path());
+    let result = generate_into(&scanner, &a, tmp.path(), exists);
+    let truth = match result {
+        Ok(t) => t,
+        Err(e) => {
+            crate::output::unregister_temporary(tmp.path());
+            return Err(e);
+        }
+    };
+    // The moves into place run whole: a signal meanwhile waits for them (and for the removal
+    // of the old files set aside), then finds nothing left to remove.
+    let mut held = crate::output::hold_signals();
+    if exists {
+        let moved = replace_all(tmp.path(), &a.dir);
+        let path = tmp.path().to_path_buf();
+        let aside = path.join(".replaced");
+        let stranded = std::fs::read_dir(&aside).is_ok_and(|mut d| d.next().is_some());
+        held.retain(|p| *p != path);
+        if moved.is_err() && stranded {
+            // An old file could not be put back: keep it where it is and say so.
+            let kept = tmp.keep();
+            return moved.with_context(|| {
+                format!(
+                    "old files that could not be put back are in `{}`",
+                    kept.join(".replaced").display()
+                )
+            });
+        }
+        drop(tmp); // the new files are in place or back: remove what is left
+        moved?;
+    } else {
+        let tmp = tmp.keep();
+        let moved = std::fs::rename(&tmp, &a.dir);
+        if moved.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        held.retain(|p| *p != tmp);
+        moved.with_context(|| format!("cannot create `{}`", a.dir.display()))?;
+    }
+    drop(held);
+    let (frames, pairs) = truth;
+    ui.info(format!(
+        "wrote {}/scanner.toml, its tables and {}/frames.bin ({pairs} truth pairs)",
+        a.dir.display(),
+        a.dir.display(),
+    ));
+    ui.summary("pet generate", frames, "frames", start);
+    Ok(())
+}
+
+/// Writes the scanner files and `frames.bin` into `tmp`; returns the numbers of frames and
+/// truth pairs.
+fn generate_into(
+    scanner: &Scanner,
+    a: &GenerateArgs,
+    tmp: &Path,
+    existing: bool,
+) -> Result<(u64, usize)> {
+    if existing {
+        // Nothing of DIR is replaced unless every file can be: a name taken by a directory
+        // (or anything but a file or link) is refused before the work.
+        for name in [
+            "scanner.toml",
+            "scanner.position.bin",
+            "scanner.energy.bin",
+            "frames.bin",
+        ] {
+            let p = a.dir.join(name);
+            if let Ok(m) = std::fs::symlink_metadata(&p) {
+                if !(m.is_file() || m.file_type().is_symlink()) {
+                    bail!(
+                        "`{}` exists and is not a file: nothing written",
+                        p.display()
+                    );
+                }
+            }
+        }
+    }
+    scanner.write_files(tmp, "scanner")?;
     let cfg = gen::AcquisitionConfig {
         seed: a.seed,
         singles: a.singles as usize,
@@ -413,30 +609,58 @@ fn generate(ui: &Ui, a: GenerateArgs) -> Result<()> {
         slice: a.slice,
         ..Default::default()
     };
-    let acq = gen::acquisition(&scanner, &cfg);
-    std::fs::write(tmp.path().join("frames.bin"), gen::frame_bytes(&acq.frames))
+    let acq = gen::acquisition(scanner, &cfg);
+    std::fs::write(tmp.join("frames.bin"), gen::frame_bytes(&acq.frames))
         .context("writing frames.bin")?;
-    if a.dir.exists() {
-        for e in std::fs::read_dir(tmp.path())? {
-            let e = e?;
-            let to = a.dir.join(e.file_name());
-            std::fs::rename(e.path(), &to)
-                .with_context(|| format!("cannot create `{}`", to.display()))?;
+    Ok((acq.frames.len() as u64, acq.truth.len()))
+}
+
+/// Moves every file of `from` into `dir`, all or none: the files they replace are first
+/// moved aside into `from`, and put back if any move fails.
+fn replace_all(from: &Path, dir: &Path) -> Result<()> {
+    let aside = from.join(".replaced");
+    std::fs::create_dir(&aside)
+        .with_context(|| format!("cannot create a directory in `{}`", from.display()))?;
+    let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(from)?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<std::io::Result<_>>()?;
+    names.retain(|n| n != ".replaced");
+    names.sort();
+    // (name, whether an old file was moved aside, whether the new one is in place)
+    let mut done: Vec<(std::ffi::OsString, bool, bool)> = Vec::new();
+    let step = |name: &std::ffi::OsString,
+                done: &mut Vec<(std::ffi::OsString, bool, bool)>|
+     -> std::io::Result<()> {
+        let to = dir.join(name);
+        let had_old = std::fs::symlink_metadata(&to).is_ok();
+        if had_old {
+            std::fs::rename(&to, aside.join(name))?;
         }
-    } else {
-        let tmp = tmp.keep();
-        if let Err(e) = std::fs::rename(&tmp, &a.dir) {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e).with_context(|| format!("cannot create `{}`", a.dir.display()));
+        done.push((name.clone(), had_old, false));
+        std::fs::rename(from.join(name), &to)?;
+        done.last_mut().expect("just pushed").2 = true;
+        Ok(())
+    };
+    for name in &names {
+        if let Err(e) = step(name, &mut done) {
+            // Undo in reverse order: the new file out, the old one back.
+            for (n, had_old, placed) in done.iter().rev() {
+                if *placed {
+                    let _ = std::fs::rename(dir.join(n), from.join(n));
+                }
+                if *had_old {
+                    let _ = std::fs::rename(aside.join(n), dir.join(n));
+                }
+            }
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot create `{}` (nothing in `{}` was changed)",
+                    dir.join(name).display(),
+                    dir.display()
+                )
+            });
         }
     }
-    ui.info(format!(
-        "wrote {}/scanner.toml, its tables and {}/frames.bin ({} truth pairs)",
-        a.dir.display(),
-        a.dir.display(),
-        acq.truth.len()
-    ));
-    ui.summary("pet generate", acq.frames.len() as u64, "frames", start);
     Ok(())
 }
 

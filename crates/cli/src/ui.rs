@@ -40,6 +40,11 @@ impl Ui {
         }
     }
 
+    /// Whether `-q` was given (nothing but errors).
+    pub fn is_quiet(&self) -> bool {
+        self.quiet
+    }
+
     /// A line on stderr unless quiet.
     pub fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {

@@ -30,6 +30,21 @@ pub fn format_error(
     }
 }
 
+/// A TOML error of `text` on one line: `line L, column C: message` (the `toml` crate's own
+/// form spans several lines, with a drawing of the line).
+pub fn toml_message(e: &toml::de::Error, text: &str) -> String {
+    let msg = e.message().trim().replace('\n', "; ");
+    match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!("line {line}, column {col}: {msg}")
+        }
+        None => msg,
+    }
+}
+
 /// Reads CSV records of type `T` from `input` (named `file` in errors), after checking that
 /// the header has every column of `required`; calls `f(line, record)` for each data row in
 /// file order, `line` being its 1-based line number. `f` may reject a record with its own

@@ -31,11 +31,12 @@ pub enum Error {
     },
     /// A file is malformed: `FILE:LINE` (1-based line in the file) and, where one is at
     /// fault, the column's name.
-    #[error("{file}:{line}: {}{detail}", column.as_ref().map(|c| format!("column `{c}`: ")).unwrap_or_default())]
+    #[error("{file}{}: {}{detail}", if *line > 0 { format!(":{line}") } else { String::new() }, column.as_ref().map(|c| format!("column `{c}`: ")).unwrap_or_default())]
     Format {
         /// The file (as the caller named it).
         file: String,
-        /// 1-based line number in the file (0: the file as a whole, e.g. unreadable).
+        /// 1-based line number in the file (0: the file as a whole, e.g. a binary file; the
+        /// message is then `FILE: ...`).
         line: u64,
         /// The column at fault, by its header name.
         column: Option<String>,
@@ -74,6 +75,32 @@ pub enum Error {
         /// What is available.
         capacity: u64,
     },
+    /// Not enough memory for a request: `needed` bytes by detkit's estimate (or asked of
+    /// the allocator), `available` what the system and the process's limits leave (`None`:
+    /// the allocator refused, nothing is known of what is left). Nothing was allocated for it.
+    #[error("not enough memory for {what}: it needs about {}{}", human_bytes(*needed), available.map(|a| format!(", {} available", human_bytes(a))).unwrap_or_default())]
+    OutOfMemory {
+        /// What the memory was for (naming the size that asked for it).
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available, when known.
+        available: Option<u64>,
+    },
+}
+
+/// `12.3 GB`, `512 MB`, `100 kB`, `17 bytes` (decimal units, as `df -H`).
+pub fn human_bytes(b: u64) -> String {
+    let f = b as f64;
+    if f >= 1e9 {
+        format!("{:.1} GB", f / 1e9)
+    } else if f >= 1e6 {
+        format!("{:.1} MB", f / 1e6)
+    } else if f >= 1e3 {
+        format!("{:.1} kB", f / 1e3)
+    } else {
+        format!("{b} bytes")
+    }
 }
 
 /// `Result` with detkit's [`Error`].

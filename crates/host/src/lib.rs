@@ -42,6 +42,7 @@ pub mod csvio;
 pub mod cuda;
 pub mod error;
 pub mod histogram;
+pub mod mem;
 pub mod pet;
 pub mod pool;
 pub mod ptx;

@@ -1,59 +1,68 @@
 //! `detkit._detkit`: the Python extension behind the `detkit` package (PyO3 + numpy).
 //!
 //! The Python package (`python/detkit/__init__.py`) normalises arguments (dtype, contiguity,
-//! structured dtypes of the PET records) and calls these functions, which take contiguous
+//! structured dtypes of the PET records) and calls these functions, which borrow contiguous
 //! numpy arrays without copying them, release the GIL around every kernel or oracle call, and
-//! turn the library's typed errors into Python exceptions with the same messages:
-//! `InvalidInputError` (a `ValueError`) for bad input, `CapacityError` (a `ValueError`) for a
-//! fixed capacity the input exceeds, `CudaError` (a `RuntimeError`) for the driver.
+//! turn the library's typed errors into Python exceptions with the same messages (see
+//! [`errors`]). Modules: [`io`] (`detkit.io`, the library's file readers), [`pool`]
+//! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments),
+//! [`args`] (argument checks with the command line's ranges; sizes checked against the memory
+//! there is, a `MemoryError` when they cannot fit), [`files`] (the PET singles and pairs
+//! writers).
+
+mod args;
+mod device;
+mod device_ops;
+mod dlpack;
+mod errors;
+mod files;
+mod io;
+mod pool;
+mod scanner;
+mod settings;
 
 use std::path::PathBuf;
 
-use detkit::clustering::{ChargeCut, Digis, Geometry};
+use detkit::clustering::{ClustersMut, Digis, DigisRef, Geometry};
 use detkit::pet::cpu::CoincideConfig;
-use detkit::pet::{Coincidence, DataFrameV2, Scanner, Single};
-use detkit::seeding::{SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint};
+use detkit::pet::{Coincidence, DataFrameV2, Single};
+use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
 use detkit::sort::SortOptions;
 use detkit::{Backend as Inner, BackendKind, ScanKind};
 use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
-use pyo3::create_exception;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
-create_exception!(
-    _detkit,
-    InvalidInputError,
-    PyValueError,
-    "The input breaks a documented precondition (the message names the element)."
-);
-create_exception!(
-    _detkit,
-    CapacityError,
-    PyValueError,
-    "The input exceeds a fixed capacity (the message gives what is needed and what there is)."
-);
-create_exception!(
-    _detkit,
-    CudaError,
-    PyRuntimeError,
-    "The CUDA driver failed, or CUDA was asked for and is not available."
-);
-
-fn err(e: detkit::Error) -> PyErr {
-    use detkit::Error as E;
-    let msg = e.to_string();
-    match e {
-        E::Driver { .. } | E::NoCuda(_) | E::MissingKernel(_) => CudaError::new_err(msg),
-        E::CapacityExceeded { .. } => CapacityError::new_err(msg),
-        _ => InvalidInputError::new_err(msg),
-    }
-}
+use errors::{err, CapacityError, CudaError, InvalidInputError};
+use scanner::Scanner;
+use settings::Settings;
 
 /// The backend every call runs on: CUDA or the CPU references, with the same results.
 #[pyclass(module = "detkit._detkit", frozen)]
-struct Backend {
-    inner: Inner,
+pub struct Backend {
+    owner: Owner,
+}
+
+/// Where a backend lives: its own, or one device of a `DevicePool` (kept alive by the handle).
+enum Owner {
+    Own(Inner),
+    Pool(Py<pool::DevicePool>, usize),
+}
+
+impl Backend {
+    fn inner(&self) -> &Inner {
+        match &self.owner {
+            Owner::Own(b) => b,
+            Owner::Pool(p, i) => &p.get().inner.backends()[*i],
+        }
+    }
+
+    fn pool_member(pool: Py<pool::DevicePool>, index: usize) -> Self {
+        Self {
+            owner: Owner::Pool(pool, index),
+        }
+    }
 }
 
 #[pymethods]
@@ -80,19 +89,21 @@ impl Backend {
             Some(n) => inner.with_threads(n).map_err(err)?,
             None => inner,
         };
-        Ok(Self { inner })
+        Ok(Self {
+            owner: Owner::Own(inner),
+        })
     }
 
     /// CPU threads the backend's CPU work runs on.
     #[getter]
     fn threads(&self) -> usize {
-        self.inner.threads()
+        self.inner().threads()
     }
 
     /// "cpu" or "cuda".
     #[getter]
     fn kind(&self) -> &'static str {
-        match self.inner.kind() {
+        match self.inner().kind() {
             BackendKind::Cpu => "cpu",
             BackendKind::Cuda => "cuda",
         }
@@ -101,7 +112,7 @@ impl Backend {
     /// Which backend runs and why.
     #[getter]
     fn description(&self) -> String {
-        self.inner.description().to_string()
+        self.inner().description().to_string()
     }
 
     fn __repr__(&self) -> String {
@@ -116,7 +127,7 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let v = values.as_slice()?;
         let kind = scan_kind(inclusive);
-        let out = py.detach(|| self.inner.scan_u32(v, kind)).map_err(err)?;
+        let out = py.detach(|| self.inner().scan_u32(v, kind)).map_err(err)?;
         Ok(out.into_pyarray(py))
     }
 
@@ -128,7 +139,7 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let v = values.as_slice()?;
         let kind = scan_kind(inclusive);
-        let out = py.detach(|| self.inner.scan_u64(v, kind)).map_err(err)?;
+        let out = py.detach(|| self.inner().scan_u64(v, kind)).map_err(err)?;
         Ok(out.into_pyarray(py))
     }
 
@@ -151,7 +162,7 @@ impl Backend {
             end_bit,
             descending,
         };
-        radix_sort(&self.inner, py, keys, values_raw, itemsize, opts)
+        radix_sort(self.inner(), py, keys, values_raw, itemsize, opts)
     }
 
     /// As `radix_sort_u32` for `u64` keys.
@@ -172,7 +183,7 @@ impl Backend {
             end_bit,
             descending,
         };
-        radix_sort(&self.inner, py, keys, values_raw, itemsize, opts)
+        radix_sort(self.inner(), py, keys, values_raw, itemsize, opts)
     }
 
     fn select_in_range<'py>(
@@ -184,7 +195,7 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyArray1<u32>>> {
         let v = values.as_slice()?;
         let out = py
-            .detach(|| self.inner.select_in_range_u32(v, lo, hi))
+            .detach(|| self.inner().select_in_range_u32(v, lo, hi))
             .map_err(err)?;
         Ok(out.into_pyarray(py))
     }
@@ -198,7 +209,10 @@ impl Backend {
         nbins: u32,
     ) -> PyResult<(Bound<'py, PyArray1<u32>>, u32, Option<usize>)> {
         let k = keys.as_slice()?;
-        let h = py.detach(|| self.inner.histogram(k, nbins)).map_err(err)?;
+        args::check_bins(nbins).map_err(err)?;
+        let h = py
+            .detach(|| self.inner().histogram(k, nbins))
+            .map_err(err)?;
         Ok((
             h.counts.into_pyarray(py),
             h.out_of_range,
@@ -218,49 +232,153 @@ impl Backend {
         y: PyReadonlyArray1<'py, u16>,
         adc: PyReadonlyArray1<'py, u16>,
         geometry: &str,
-        charge_cut: Option<i64>,
+        charge_cut: Option<Bound<'py, PyAny>>,
         event_offsets: Option<PyReadonlyArray1<'py, u32>>,
     ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u32>>)> {
         let g = Geometry::by_name(geometry).map_err(err)?;
-        // A cut given: one threshold for every module; None: the geometry's CMS defaults;
-        // -1 (from the Python wrapper's `charge_cut=False`): no cut.
-        let cut = match charge_cut {
-            None => Some(g.default_cut),
-            Some(c) if c < 0 => None,
-            Some(c) => Some(ChargeCut::uniform(u32::try_from(c).map_err(|_| {
-                InvalidInputError::new_err(format!("charge_cut {c} does not fit in 32 bits"))
-            })?)),
+        // None: the geometry's CMS defaults; False: no cut; else electrons (args::charge_cut).
+        let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
+        let (m, xs, ys, a) = (
+            module.as_slice()?,
+            x.as_slice()?,
+            y.as_slice()?,
+            adc.as_slice()?,
+        );
+        let whole = [0, m.len() as u32];
+        let offsets = match &event_offsets {
+            Some(o) => o.as_slice()?,
+            None => &whole[..],
         };
-        let digis = Digis {
-            module: module.as_slice()?.to_vec(),
-            x: x.as_slice()?.to_vec(),
-            y: y.as_slice()?.to_vec(),
-            adc: adc.as_slice()?.to_vec(),
+        // numpy's memory goes to the library as borrowed slices (no copy), and the library
+        // writes the results straight into the numpy arrays returned (allocated once here).
+        let digis = DigisRef {
+            module: m,
+            x: xs,
+            y: ys,
+            adc: a,
         };
-        let offsets: Vec<u32> = match &event_offsets {
-            Some(o) => o.as_slice()?.to_vec(),
-            None => vec![0, digis.len() as u32],
-        };
-        let c = py
-            .detach(|| self.inner.cluster_events(&digis, &offsets, &g, cut))
+        let events = offsets.len().saturating_sub(1);
+        let slots = events.saturating_mul(g.modules as usize);
+        // The per-module counts and first digis grow with the number of events: a size
+        // asked for by the caller, checked before anything is allocated.
+        args::check_bytes(
+            || format!("event_offsets of {events} events ({slots} module slots)"),
+            (slots as u64).saturating_mul(8),
+        )?;
+        let clus = args::zeros::<i32>(py, m.len(), || format!("{} digis", m.len()))?;
+        let per_module = args::zeros::<u32>(py, slots, || format!("{events} events"))?;
+        {
+            let mut c = clus.readwrite();
+            let mut p = per_module.readwrite();
+            let (c, p) = (c.as_slice_mut()?, p.as_slice_mut()?);
+            py.detach(|| {
+                MODULE_FIRST.with(|first| {
+                    let mut first = first.borrow_mut();
+                    if first.len() < slots {
+                        // Grown once; the library overwrites it.
+                        let more = slots - first.len();
+                        first
+                            .try_reserve_exact(more)
+                            .map_err(|_| detkit::Error::OutOfMemory {
+                                what: format!("{events} events"),
+                                needed: slots as u64 * 4,
+                                available: None,
+                            })?;
+                        first.resize(slots, 0);
+                    }
+                    let out = ClustersMut {
+                        clus: c,
+                        clus_in_module: p,
+                        module_first: &mut first[..slots],
+                    };
+                    self.inner()
+                        .cluster_events_into_slices(digis, offsets, &g, cut, out)
+                })
+            })
             .map_err(err)?;
-        Ok((c.clus.into_pyarray(py), c.clus_in_module.into_pyarray(py)))
+        }
+        Ok((clus, per_module))
     }
 
-    /// Raw 16-byte frames (a `uint8` array) to singles (16-byte records, as `uint8`) and the
-    /// conversion statistics.
+    /// Clusters the digis files `paths` (`detkit.io.read_digis`) as one batch of events (one
+    /// library call; a batch that fails is run again file by file to name the failed file).
+    /// Returns one entry per path, in order: `(clus, clus_in_module)`, or the file's exception
+    /// object (not raised).
+    #[pyo3(signature = (paths, geometry, charge_cut))]
+    fn cluster_files<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<PathBuf>,
+        geometry: &str,
+        charge_cut: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let g = Geometry::by_name(geometry).map_err(err)?;
+        let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
+        let b = self.inner();
+        let read: Vec<PyResult<Digis>> = py.detach(|| read_all(&paths, io::load_digis));
+        let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let batch = py.detach(|| -> detkit::Result<Vec<(Vec<i32>, Vec<u32>)>> {
+            let mut all = Digis::default();
+            let mut offsets = vec![0u32];
+            for d in &good {
+                all.extend(d);
+                offsets.push(all.len() as u32);
+            }
+            let c = b.cluster_events(&all, &offsets, &g, cut)?;
+            let mut out = Vec::with_capacity(good.len());
+            for e in 0..good.len() {
+                let (lo, hi) = (offsets[e] as usize, offsets[e + 1] as usize);
+                let per = &c.clus_in_module[e * c.modules..(e + 1) * c.modules];
+                out.push((c.clus[lo..hi].to_vec(), per.to_vec()));
+            }
+            Ok(out)
+        });
+        let list = PyList::empty(py);
+        let mut batch = batch.ok().map(Vec::into_iter);
+        for r in read {
+            let entry: PyResult<Py<PyAny>> = r.and_then(|d| {
+                let (clus, per) = match batch.as_mut() {
+                    Some(it) => it.next().expect("one batch result per file read"),
+                    None => {
+                        let c = py.detach(|| b.cluster(&d, &g, cut)).map_err(err)?;
+                        (c.clus, c.clus_in_module)
+                    }
+                };
+                Ok((clus.into_pyarray(py), per.into_pyarray(py))
+                    .into_pyobject(py)?
+                    .into_any()
+                    .unbind())
+            });
+            list.append(entry.unwrap_or_else(|e| e.into_value(py).into_any()))?;
+        }
+        Ok(list)
+    }
+
+    /// Raw 16-byte frames (a `uint8` array, borrowed) to singles (`uint64` words, two per
+    /// single) and the conversion statistics. `scanner`: a `Scanner` (tables read once) or
+    /// the path of its TOML file (read on this call).
     fn pet_convert<'py>(
         &self,
         py: Python<'py>,
         frames: PyReadonlyArray1<'py, u8>,
-        scanner: PathBuf,
-    ) -> PyResult<(Bound<'py, PyArray1<u8>>, Bound<'py, PyDict>)> {
-        let bytes = frames.as_slice()?;
-        let frames = detkit::pet::frames_from_bytes(bytes).map_err(err)?;
+        scanner: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyArray1<u64>>, Bound<'py, PyDict>)> {
+        let frames = frames.as_slice()?;
+        let owned;
+        let s = match scanner.cast::<Scanner>() {
+            Ok(s) => s.get(),
+            Err(_) => {
+                let path: PathBuf = scanner.extract()?;
+                owned = Scanner::new(py, path)?;
+                &owned
+            }
+        };
+        let b = self.inner();
         let (singles, st) = py
-            .detach(|| -> detkit::Result<_> {
-                let s = Scanner::from_toml_file(&scanner)?;
-                self.inner.pet_convert(&frames, &s)
+            .detach(|| match s.handle(b)? {
+                // The tables loaded on this backend's device once, for every call.
+                Some(h) => b.pet_convert_frames(frames, &*h),
+                None => b.pet_convert_frames(frames, &s.inner),
             })
             .map_err(err)?;
         let d = PyDict::new(py);
@@ -270,21 +388,22 @@ impl Backend {
         d.set_item("clamped", st.clamped)?;
         d.set_item("bad_address", st.bad_address)?;
         d.set_item("first_bad_address", st.first_bad_address)?;
-        Ok((bytes_of(singles).into_pyarray(py), d))
+        Ok((io::record_words(py, singles), d))
     }
 
-    /// Singles (16-byte records as `uint8`) stably sorted by time.
+    /// Singles (16-byte records as `uint8`, borrowed when 8-byte aligned) stably sorted by
+    /// time, as `uint64` words.
     fn pet_sort<'py>(
         &self,
         py: Python<'py>,
         singles: PyReadonlyArray1<'py, u8>,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let s: Vec<Single> = records(singles.as_slice()?, "singles")?;
-        let out = py.detach(|| self.inner.pet_sort(&s)).map_err(err)?;
-        Ok(bytes_of(out).into_pyarray(py))
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let s = records::<Single>(singles.as_slice()?, "singles")?;
+        let out = py.detach(|| self.inner().pet_sort(&s)).map_err(err)?;
+        Ok(io::record_words(py, out))
     }
 
-    /// Time-sorted singles to coincidence pairs (32-byte records as `uint8`).
+    /// Time-sorted singles to coincidence pairs (`uint64` words, four per pair).
     #[pyo3(signature = (singles, window, delay, policy))]
     fn pet_coincide<'py>(
         &self,
@@ -293,20 +412,24 @@ impl Backend {
         window: f64,
         delay: Option<f64>,
         policy: &str,
-    ) -> PyResult<Bound<'py, PyArray1<u8>>> {
-        let s: Vec<Single> = records(singles.as_slice()?, "singles")?;
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let s = records::<Single>(singles.as_slice()?, "singles")?;
         let c = CoincideConfig {
             window,
             delay,
             policy: detkit::pet::policy_from_name(policy).map_err(err)?,
         };
-        let out: Vec<Coincidence> = py.detach(|| self.inner.pet_coincide(&s, &c)).map_err(err)?;
-        Ok(bytes_of(out).into_pyarray(py))
+        let out: Vec<Coincidence> = py
+            .detach(|| self.inner().pet_coincide(&s, &c))
+            .map_err(err)?;
+        Ok(io::record_words(py, out))
     }
 
     /// Seeds `(n, 3)` uint32 (bottom, middle, top: input indices), their weights and z
     /// vertices, and the track parameters `(n, 5)` float32 (loc0, loc1, phi, theta, qop).
+    /// `settings`: a dict of traccc's configuration fields (`None`: the defaults).
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (x, y, z, var_r, var_z, settings))]
     fn seed<'py>(
         &self,
         py: Python<'py>,
@@ -315,15 +438,20 @@ impl Backend {
         z: PyReadonlyArray1<'py, f32>,
         var_r: PyReadonlyArray1<'py, f32>,
         var_z: PyReadonlyArray1<'py, f32>,
-        settings_toml: &str,
+        settings: Settings,
     ) -> PyResult<SeedArrays<'py>> {
-        let cfg = seeding_config(settings_toml)?;
-        let sps = spacepoints(&[x, y, z, var_r, var_z])?;
-        let out = if sps.is_empty() {
-            None
-        } else {
-            Some(py.detach(|| self.inner.seed(&sps, &cfg)).map_err(err)?)
-        };
+        let cols = [
+            x.as_slice()?,
+            y.as_slice()?,
+            z.as_slice()?,
+            var_r.as_slice()?,
+            var_z.as_slice()?,
+        ];
+        let out = py
+            .detach(|| seed_cols(self.inner(), &[cols], &settings.0))
+            .map_err(err)?
+            .pop()
+            .flatten();
         seed_arrays(py, out)
     }
 
@@ -331,23 +459,75 @@ impl Backend {
     /// device chain together, without a host synchronisation per event): one
     /// `(x, y, z, var_r, var_z)` tuple of float32 arrays per event in, one `seed` result per
     /// event out, in the same order.
+    #[pyo3(signature = (events, settings))]
     fn seed_events<'py>(
         &self,
         py: Python<'py>,
         events: Vec<[PyReadonlyArray1<'py, f32>; 5]>,
-        settings_toml: &str,
+        settings: Settings,
     ) -> PyResult<Vec<SeedArrays<'py>>> {
-        let cfg = seeding_config(settings_toml)?;
-        let sps: Vec<Vec<SpacePoint>> = events
+        let cols: Vec<[&[f32]; 5]> = events
             .iter()
-            .map(|e| spacepoints(e))
+            .map(|e| -> PyResult<[&[f32]; 5]> {
+                Ok([
+                    e[0].as_slice()?,
+                    e[1].as_slice()?,
+                    e[2].as_slice()?,
+                    e[3].as_slice()?,
+                    e[4].as_slice()?,
+                ])
+            })
             .collect::<PyResult<_>>()?;
-        let refs: Vec<&[SpacePoint]> = sps.iter().map(Vec::as_slice).collect();
         let outs = py
-            .detach(|| self.inner.seed_events(&refs, &cfg))
+            .detach(|| seed_cols(self.inner(), &cols, &settings.0))
             .map_err(err)?;
-        outs.into_iter().map(|o| seed_arrays(py, Some(o))).collect()
+        outs.into_iter().map(|o| seed_arrays(py, o)).collect()
     }
+
+    /// Seeds the spacepoint CSV files `paths` (`detkit.io.read_spacepoints`) as one batch of
+    /// events (one library call; a batch that fails is run again file by file to name the
+    /// failed file). One entry per path, in order: what `seed` returns, or the file's
+    /// exception object (not raised).
+    #[pyo3(signature = (paths, settings))]
+    fn seed_files<'py>(
+        &self,
+        py: Python<'py>,
+        paths: Vec<PathBuf>,
+        settings: Settings,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let b = self.inner();
+        let cfg = &settings.0;
+        let read: Vec<PyResult<Vec<SpacePoint>>> =
+            py.detach(|| read_all(&paths, io::load_spacepoints));
+        let good: Vec<Vec<SpacePoint>> = read
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect();
+        let batch = py.detach(|| seed_many(b, &good, cfg)).ok();
+        let mut batch = batch.map(Vec::into_iter);
+        let list = PyList::empty(py);
+        for r in read {
+            let entry: PyResult<Py<PyAny>> = r.and_then(|sps| {
+                let out = match batch.as_mut() {
+                    Some(it) => it.next().expect("one batch result per file read"),
+                    None => py
+                        .detach(|| seed_many(b, std::slice::from_ref(&sps), cfg))
+                        .map_err(err)?
+                        .pop()
+                        .flatten(),
+                };
+                Ok(seed_arrays(py, out)?.into_pyobject(py)?.into_any().unbind())
+            });
+            list.append(entry.unwrap_or_else(|e| e.into_value(py).into_any()))?;
+        }
+        Ok(list)
+    }
+}
+
+thread_local! {
+    /// `Backend.cluster`'s `module_first` output, which Python does not return: one buffer
+    /// per calling thread, reused.
+    static MODULE_FIRST: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// What `seed` returns: seeds `(n, 3)`, weights, z vertices, parameters `(n, 5)`.
@@ -358,30 +538,59 @@ type SeedArrays<'py> = (
     Bound<'py, PyArray2<f32>>,
 );
 
-/// The seeding configuration from the settings TOML the Python layer writes.
-fn seeding_config(settings_toml: &str) -> PyResult<SeedingConfig> {
-    let settings = SeedingSettings::from_toml(settings_toml).map_err(err)?;
-    settings.to_config().map_err(err)
+/// `Backend::seed_events` over the non-empty events (an event without spacepoints has no
+/// seeds: `None`), results in event order.
+fn seed_many(
+    b: &Inner,
+    events: &[Vec<SpacePoint>],
+    cfg: &SeedingConfig,
+) -> detkit::Result<Vec<Option<SeedingOutput>>> {
+    let refs: Vec<&[SpacePoint]> = events
+        .iter()
+        .filter(|e| !e.is_empty())
+        .map(Vec::as_slice)
+        .collect();
+    let mut outs = b.seed_events(&refs, cfg)?.into_iter();
+    Ok(events
+        .iter()
+        .map(|e| if e.is_empty() { None } else { outs.next() })
+        .collect())
 }
 
-/// Spacepoints from the columns x, y, z, var_r, var_z (equal lengths: the Python layer
-/// checks them and names the column).
-fn spacepoints(cols: &[PyReadonlyArray1<'_, f32>; 5]) -> PyResult<Vec<SpacePoint>> {
-    let [x, y, z, vr, vz] = [
-        cols[0].as_slice()?,
-        cols[1].as_slice()?,
-        cols[2].as_slice()?,
-        cols[3].as_slice()?,
-        cols[4].as_slice()?,
-    ];
-    Ok((0..x.len())
-        .map(|i| SpacePoint {
-            x: x[i],
-            y: y[i],
-            z: z[i],
-            var_z: vz[i],
-            var_r: vr[i],
+/// Every file read and parsed, on the host's cores (rayon), results in path order.
+fn read_all<T: Send>(
+    paths: &[PathBuf],
+    load: fn(&std::path::Path) -> PyResult<T>,
+) -> Vec<PyResult<T>> {
+    use rayon::prelude::*;
+    paths.par_iter().map(|p| load(p)).collect()
+}
+
+/// `Backend::seed_columns_into` over the non-empty events given as borrowed columns (x, y,
+/// z, var_r, var_z: numpy's memory, no copy before the library's own gather into its
+/// staging); an event without spacepoints has no seeds (`None`). Results in event order.
+fn seed_cols(
+    b: &Inner,
+    events: &[[&[f32]; 5]],
+    cfg: &SeedingConfig,
+) -> detkit::Result<Vec<Option<SeedingOutput>>> {
+    let refs: Vec<SpacePointsRef<'_>> = events
+        .iter()
+        .filter(|e| !e[0].is_empty())
+        .map(|&[x, y, z, var_r, var_z]| SpacePointsRef {
+            x,
+            y,
+            z,
+            var_r,
+            var_z,
         })
+        .collect();
+    let mut out = Vec::new();
+    b.seed_columns_into(&refs, cfg, &mut out)?;
+    let mut outs = out.into_iter();
+    Ok(events
+        .iter()
+        .map(|e| if e[0].is_empty() { None } else { outs.next() })
         .collect())
 }
 
@@ -415,8 +624,25 @@ fn scan_kind(inclusive: bool) -> ScanKind {
     }
 }
 
-/// Records of `T` from bytes (a copy: numpy's buffer need not be aligned for `T`).
-fn records<T: bytemuck::Pod>(bytes: &[u8], what: &str) -> PyResult<Vec<T>> {
+/// Frames borrowed from raw bytes (a frame is 16 bytes of alignment 1: any whole number of
+/// frames casts); a length that is not a multiple of 16 is the library's error.
+fn frames_of(bytes: &[u8]) -> detkit::Result<&[DataFrameV2]> {
+    if !bytes
+        .len()
+        .is_multiple_of(std::mem::size_of::<DataFrameV2>())
+    {
+        // The library's check and message (it fails before it copies anything).
+        return detkit::pet::frames_from_bytes(bytes).map(|_| &[][..]);
+    }
+    Ok(bytemuck::cast_slice(bytes))
+}
+
+/// Records of `T` from bytes: borrowed when numpy's buffer is aligned for `T` (it is for
+/// arrays numpy allocates), else one copy.
+fn records<'a, T: bytemuck::Pod>(
+    bytes: &'a [u8],
+    what: &str,
+) -> PyResult<std::borrow::Cow<'a, [T]>> {
     let size = std::mem::size_of::<T>();
     if !bytes.len().is_multiple_of(size) {
         return Err(InvalidInputError::new_err(format!(
@@ -424,14 +650,15 @@ fn records<T: bytemuck::Pod>(bytes: &[u8], what: &str) -> PyResult<Vec<T>> {
             bytes.len()
         )));
     }
-    Ok(bytes
-        .chunks_exact(size)
-        .map(bytemuck::pod_read_unaligned)
-        .collect())
-}
-
-fn bytes_of<T: bytemuck::Pod>(v: Vec<T>) -> Vec<u8> {
-    bytemuck::cast_slice(&v).to_vec()
+    Ok(match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => std::borrow::Cow::Owned(
+            bytes
+                .chunks_exact(size)
+                .map(bytemuck::pod_read_unaligned)
+                .collect(),
+        ),
+    })
 }
 
 /// A generated Run-3-like CMS Phase-1 event: `(module, x, y, adc)` uint16 arrays.
@@ -468,25 +695,26 @@ fn generate_cluster_event<'py>(
 fn generate_seeding_event<'py>(
     py: Python<'py>,
     seed: u64,
-    mu: f64,
-) -> (
+    mu: Bound<'py, PyAny>,
+) -> PyResult<(
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<f32>>,
     Bound<'py, PyArray1<u32>>,
-) {
+)> {
+    let mu = args::pileup(&mu)?;
     let ev = py.detach(|| detkit::seeding::gen::generate(seed, mu, true));
     let col = |f: fn(&SpacePoint) -> f32| -> Vec<f32> { ev.spacepoints.iter().map(f).collect() };
-    (
+    Ok((
         col(|s| s.x).into_pyarray(py),
         col(|s| s.y).into_pyarray(py),
         col(|s| s.z).into_pyarray(py),
         col(|s| s.var_r).into_pyarray(py),
         col(|s| s.var_z).into_pyarray(py),
         ev.truth.clone().into_pyarray(py),
-    )
+    ))
 }
 
 /// Writes a generated PET acquisition into `dir` (`scanner.toml`, its tables, `frames.bin`);
@@ -500,6 +728,7 @@ fn generate_pet_acquisition(
 ) -> PyResult<usize> {
     use detkit::pet::gen;
     py.detach(|| -> detkit::Result<usize> {
+        args::check_acquisition(singles)?;
         let scanner = gen::tiny_scanner(seed);
         scanner.write_files(&dir, "scanner")?;
         let acq = gen::acquisition(
@@ -519,6 +748,42 @@ fn generate_pet_acquisition(
         Ok(acq.frames.len())
     })
     .map_err(err)
+}
+
+/// A generated PET scanner (`"tiny"`, `"small_animal"` or `"bench"`: the benchmarks' scanner,
+/// ~110 MB of tables) and `singles` singles of an acquisition on it, in memory: `(scanner,
+/// frames as uint8)`.
+#[pyfunction]
+fn generate_pet_frames<'py>(
+    py: Python<'py>,
+    scanner: &str,
+    singles: usize,
+    seed: u64,
+) -> PyResult<(Scanner, Bound<'py, PyArray1<u8>>)> {
+    use detkit::pet::gen;
+    args::check_acquisition(singles).map_err(err)?;
+    let s = match scanner {
+        "tiny" => gen::tiny_scanner(seed),
+        "small_animal" => gen::small_animal_scanner(seed),
+        "bench" => gen::bench_scanner(seed),
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "unknown scanner `{other}` (tiny, small_animal or bench)"
+            )))
+        }
+    };
+    let frames = py.detach(|| {
+        let acq = gen::acquisition_par(
+            &s,
+            &gen::AcquisitionConfig {
+                seed,
+                singles,
+                ..Default::default()
+            },
+        );
+        gen::frame_bytes(&acq.frames).to_vec()
+    });
+    Ok((Scanner::from_inner(s), frames.into_pyarray(py)))
 }
 
 /// The body of `Backend.radix_sort_u32/_u64`: keys alone, or with raw values.
@@ -608,13 +873,31 @@ fn device_count() -> PyResult<usize> {
 #[pymodule]
 fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Backend>()?;
+    m.add_class::<pool::DevicePool>()?;
+    m.add_class::<Scanner>()?;
+    m.add_class::<device::DeviceArray>()?;
+    m.add_class::<dlpack::HostView>()?;
+    m.add_class::<dlpack::CpuExport>()?;
+    m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
+    m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_histogram, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;
     m.add("CapacityError", m.py().get_type::<CapacityError>())?;
     m.add("CudaError", m.py().get_type::<CudaError>())?;
     m.add_function(wrap_pyfunction!(generate_cluster_event, m)?)?;
     m.add_function(wrap_pyfunction!(generate_seeding_event, m)?)?;
     m.add_function(wrap_pyfunction!(generate_pet_acquisition, m)?)?;
+    m.add_function(wrap_pyfunction!(generate_pet_frames, m)?)?;
     m.add_function(wrap_pyfunction!(record_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(io::read_digis, m)?)?;
+    m.add_function(wrap_pyfunction!(io::read_spacepoints, m)?)?;
+    m.add_function(wrap_pyfunction!(io::read_frames, m)?)?;
+    m.add_function(wrap_pyfunction!(io::read_singles, m)?)?;
+    m.add_function(wrap_pyfunction!(io::read_pairs, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_singles_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_pairs_file, m)?)?;
     Ok(())
 }

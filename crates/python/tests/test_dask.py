@@ -297,3 +297,33 @@ def test_map_files_without_a_client_is_a_value_error(monkeypatch, files):
     monkeypatch.setattr(distributed, "default_client", no_client)
     with pytest.raises(ValueError, match="no Dask client"):
         dd.map_files(dd.cluster_file, files["digis"])
+
+
+@needs_distributed
+@pytest.mark.parametrize("chain, func, kwargs", [
+    ("digis", dd.cluster_file, {"charge_cut": 5000}),
+    ("spacepoints", dd.seed_file, {"min_pt": 0.9}),
+    ("frames", dd.pet_file, {}),
+])
+def test_grouped_files_keep_per_file_results_and_failures(client, files, tmp_path, chain, func, kwargs):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("module,x,y,adc\n7,1,1,3000\n7,2,oops,3000\n" if chain == "digis"
+                   else "x,y,z\n1,2,3\n1,NaN,3\n")
+    missing = str(tmp_path / "missing.bin")
+    good = files[chain]
+    paths = good + [str(bad), missing] + good[::-1] if chain != "frames" else good + [missing] + good
+    want = {p: r for p, r in zip(good, single_process(func, good, **kwargs))}
+    for size in (1, 3, len(paths)):
+        out = dd.map_files(func, paths, client=client, backend="cpu", errors="return",
+                           files_per_task=size, **kwargs)
+        assert len(out) == len(paths)
+        for p, r in zip(paths, out):
+            if p in want:
+                assert_same(r, want[p])
+            elif p == missing:
+                assert isinstance(r, dd.FileFailure) and r.error_type == "FileNotFoundError"
+            else:
+                assert isinstance(r, dd.FileFailure) and r.error_type == "InvalidInputError"
+                assert f"{bad}:3: column `y`" in r.message and "InvalidInputError" in r.traceback
+    with pytest.raises(ValueError, match="files_per_task"):
+        dd.map_files(func, paths, client=client, files_per_task=0)

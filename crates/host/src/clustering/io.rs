@@ -54,32 +54,59 @@ pub fn write_csv(mut w: impl Write, digis: &Digis, clus: &[i32]) -> std::io::Res
 }
 
 /// Reads the binary format: magic `DKDIGI01`, `u32` little-endian digi count `n`, then the
-/// arrays `module`, `x`, `y`, `adc`, each `n` little-endian `u16`.
-pub fn read_binary(mut r: impl Read) -> Result<Digis> {
-    let io = |e: std::io::Error| invalid("input", format!("reading binary digis: {e}"));
-    let mut head = [0u8; 12];
-    r.read_exact(&mut head).map_err(io)?;
-    if &head[..8] != BINARY_MAGIC {
-        return Err(invalid(
-            "input",
-            "not a detkit binary digi file (magic DKDIGI01)",
-        ));
+/// arrays `module`, `x`, `y`, `adc`, each `n` little-endian `u16`: exactly `12 + 8 n` bytes.
+/// The count is checked against what the reader holds before anything of its size is
+/// allocated (memory grows with the bytes actually read); a short or long file is an error
+/// giving both sizes.
+pub fn read_binary(r: impl Read) -> Result<Digis> {
+    let mut bytes = Vec::new();
+    let mut r = r;
+    // 12 header bytes, then at most 8 * 2^32 data bytes and one more (to see a long file).
+    r.by_ref()
+        .take(12 + 8 * u32::MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| invalid("binary digis", format!("reading: {e}")))?;
+    read_binary_bytes(&bytes, "binary digis")
+}
+
+/// [`read_binary`] of a file's bytes (`file` names it in errors).
+pub fn read_binary_bytes(bytes: &[u8], file: &str) -> Result<Digis> {
+    let err = |detail: String| crate::csvio::format_error(file, 0, None, detail);
+    if bytes.len() < 12 {
+        return Err(err(format!(
+            "binary digis: the header (magic DKDIGI01 and a u32 count) needs 12 bytes, the file has {}",
+            bytes.len()
+        )));
     }
-    let n = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
-    let mut arr = || -> Result<Vec<u16>> {
-        let mut b = vec![0u8; 2 * n];
-        r.read_exact(&mut b).map_err(io)?;
-        Ok(b.as_chunks::<2>()
+    if &bytes[..8] != BINARY_MAGIC {
+        return Err(err(format!(
+            "not a detkit binary digi file: magic {:?}, expected \"DKDIGI01\"",
+            String::from_utf8_lossy(&bytes[..8])
+        )));
+    }
+    let n = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as u64;
+    let expected = 12 + 8 * n;
+    if bytes.len() as u64 != expected {
+        return Err(err(format!(
+            "binary digis: the header counts {n} digis, which take 12 + 8 x {n} = {expected} bytes; the file has {} ({})",
+            bytes.len(),
+            if (bytes.len() as u64) < expected { "truncated" } else { "trailing bytes" }
+        )));
+    }
+    let n = n as usize;
+    let arr = |k: usize| -> Vec<u16> {
+        bytes[12 + 2 * n * k..12 + 2 * n * (k + 1)]
+            .as_chunks::<2>()
             .0
             .iter()
             .map(|c| u16::from_le_bytes(*c))
-            .collect())
+            .collect()
     };
     Ok(Digis {
-        module: arr()?,
-        x: arr()?,
-        y: arr()?,
-        adc: arr()?,
+        module: arr(0),
+        x: arr(1),
+        y: arr(2),
+        adc: arr(3),
     })
 }
 
@@ -100,4 +127,39 @@ pub fn write_binary_clusters(mut w: impl Write, clus: &[i32]) -> std::io::Result
     w.write_all(&(clus.len() as u32).to_le_bytes())?;
     let bytes: Vec<u8> = clus.iter().flat_map(|v| v.to_le_bytes()).collect();
     w.write_all(&bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_binary_count_must_agree_with_the_length() {
+        let mut d = Digis::default();
+        for i in 0..4 {
+            d.push(0, i, i, 5000);
+        }
+        let mut b = Vec::new();
+        write_binary(&mut b, &d).unwrap();
+        assert_eq!(read_binary(&b[..]).unwrap(), d);
+        let mut two = b.clone();
+        two[8] = 2;
+        let e = read_binary_bytes(&two, "d.bin").unwrap_err().to_string();
+        assert!(e.starts_with("d.bin: "), "{e}");
+        assert!(
+            e.contains("28 bytes; the file has 44 (trailing bytes)"),
+            "{e}"
+        );
+        let mut huge = b[..14].to_vec();
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = read_binary(&huge[..]).unwrap_err().to_string();
+        assert!(
+            e.contains("34359738372 bytes; the file has 14 (truncated)"),
+            "{e}"
+        );
+        let e = read_binary(&b"DKDIGI02\0\0\0\0"[..])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected \"DKDIGI01\""), "{e}");
+    }
 }

@@ -228,6 +228,13 @@ fn bdm_runs_of(
     runs
 }
 
+/// About how many bytes [`acquisition`] holds at its peak for `singles` singles (the hits,
+/// their sort's scratch, the frames, the event map and the truth pairs: 80 bytes a single),
+/// for a memory check before generating ([`crate::mem::check_estimate`]).
+pub fn acquisition_bytes(singles: usize) -> u64 {
+    (singles as u64).saturating_add(2).saturating_mul(80)
+}
+
 /// Generates an acquisition on `scanner`'s geometry.
 pub fn acquisition(scanner: &Scanner, c: &AcquisitionConfig) -> Acquisition {
     let p = &scanner.params;

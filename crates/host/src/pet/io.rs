@@ -1,5 +1,7 @@
 //! PET file formats: the scanner description (TOML + tables), frames, singles and pairs
-//! (CSV, or raw little-endian records for `.bin`).
+//! (CSV, or for `.bin` a 16-byte header, [`SINGLES_MAGIC`] or [`PAIRS_MAGIC`] and a `u64`
+//! record count, then little-endian records). Raw frames stay the scanner's headerless
+//! stream of 16-byte `DataFrameV2` records.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -68,7 +70,8 @@ impl Scanner {
     /// Reads a scanner TOML file and the tables it names.
     pub fn from_toml_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| io_err("scanner file", path, e))?;
-        let t: ScannerToml = toml::from_str(&text).map_err(|e| io_err("scanner file", path, e))?;
+        let t: ScannerToml = toml::from_str(&text)
+            .map_err(|e| io_err("scanner file", path, crate::csvio::toml_message(&e, &text)))?;
         if let Some(d) = t.du_num {
             if d != t.block_num_y * t.block_num_z {
                 return Err(invalid(
@@ -111,10 +114,16 @@ impl Scanner {
             std::fs::read(&pos_path).map_err(|e| io_err("position table", &pos_path, e))?;
         let e_path = dir.join(&t.energy_table);
         let bytes = std::fs::read(&e_path).map_err(|e| io_err("energy table", &e_path, e))?;
-        if !bytes.len().is_multiple_of(4) {
-            return Err(invalid(
+        let want = params.energy_entries().saturating_mul(4);
+        if bytes.len() as u64 != want {
+            return Err(io_err(
                 "energy table",
-                format!("{} bytes, not a whole number of f32", bytes.len()),
+                &e_path,
+                format!(
+                    "{} bytes; the scanner needs {want} ({} f32 factors: BDMs x DUs x crystals x 1000)",
+                    bytes.len(),
+                    params.energy_entries()
+                ),
             ));
         }
         let energy: Vec<f32> = bytes
@@ -123,7 +132,30 @@ impl Scanner {
             .iter()
             .map(|c| f32::from_le_bytes(*c))
             .collect();
-        Self::new(params, t.time_window, position, energy)
+        // Table errors name the table's file.
+        Self::new(params, t.time_window, position, energy).map_err(|e| match e {
+            Error::InvalidInput { what, detail } if what == "position table" => {
+                io_err(what, &pos_path, detail)
+            }
+            Error::InvalidInput { what, detail } if what == "energy table" => {
+                io_err(what, &e_path, detail)
+            }
+            other => other,
+        })
+    }
+
+    /// The files a scanner description reads: the TOML file and the two tables it names
+    /// (what a command must not overwrite).
+    pub fn files_of(path: &Path) -> Result<Vec<std::path::PathBuf>> {
+        let text = std::fs::read_to_string(path).map_err(|e| io_err("scanner file", path, e))?;
+        let t: ScannerToml = toml::from_str(&text)
+            .map_err(|e| io_err("scanner file", path, crate::csvio::toml_message(&e, &text)))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Ok(vec![
+            path.to_path_buf(),
+            dir.join(&t.position_table),
+            dir.join(&t.energy_table),
+        ])
     }
 
     /// Writes `NAME.toml`, `NAME.position.bin` and `NAME.energy.bin` into `dir`; returns the
@@ -171,6 +203,128 @@ pub const SINGLES_HEADER: &str = "crystal,energy,time";
 /// Pairs CSV header.
 pub const PAIRS_HEADER: &str = "crystal_a,energy_a,time_a,crystal_b,energy_b,time_b";
 
+/// Magic of detkit's binary singles files (`.bin`): 8 bytes, the last two the version.
+pub const SINGLES_MAGIC: &[u8; 8] = b"DKSNGL01";
+/// Magic of detkit's binary pairs files (`.bin`).
+pub const PAIRS_MAGIC: &[u8; 8] = b"DKPAIR01";
+/// Bytes before the first record of a binary singles or pairs file: the magic and a `u64`
+/// little-endian record count (16, so the records stay 16-byte aligned in the file).
+pub const BIN_HEADER_BYTES: usize = 16;
+/// The record count of a binary pairs file written where it could not be patched at the
+/// end (standard output, a FIFO): the records run to the end of the file.
+pub const COUNT_TO_END: u64 = u64::MAX;
+
+/// The 16-byte header of a binary singles (`SINGLES_MAGIC`) or pairs (`PAIRS_MAGIC`) file.
+pub fn bin_header(magic: &[u8; 8], count: u64) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[..8].copy_from_slice(magic);
+    h[8..].copy_from_slice(&count.to_le_bytes());
+    h
+}
+
+/// The records of a binary singles or pairs file's bytes, after checking the header (magic,
+/// count) against the file's length. Every error names the file and gives the expected and
+/// actual sizes.
+fn bin_records<'a>(
+    bytes: &'a [u8],
+    magic: &[u8; 8],
+    record: usize,
+    what: &'static str,
+    path: &Path,
+) -> Result<&'a [u8]> {
+    let known: [(&[u8; 8], &str); 4] = [
+        (SINGLES_MAGIC, "a binary singles file"),
+        (PAIRS_MAGIC, "a binary pairs file"),
+        (crate::clustering::BINARY_MAGIC, "a binary digi file"),
+        (b"DKCLUS01", "a binary cluster file"),
+    ];
+    let kind = if magic == SINGLES_MAGIC {
+        "singles"
+    } else {
+        "pairs"
+    };
+    if bytes.len() < BIN_HEADER_BYTES || &bytes[..8] != magic {
+        if let Some((m, name)) = known.iter().find(|(m, _)| bytes.starts_with(&m[..])) {
+            return Err(io_err(
+                what,
+                path,
+                format!(
+                    "this is {name} (magic {}), not a binary {kind} file (magic {})",
+                    String::from_utf8_lossy(&m[..]),
+                    String::from_utf8_lossy(magic)
+                ),
+            ));
+        }
+        return Err(io_err(
+            what,
+            path,
+            format!(
+                "no binary {kind} header (magic {} and a u64 record count, 16 bytes; the file \
+                 has {} bytes). A CSV file needs a name not ending in `.bin`; a headerless file \
+                 of {record}-byte records from detkit 0.1 converts with: python3 -c \"import numpy \
+                 as np, detkit; detkit.write_{kind}('NEW.bin', np.fromfile('OLD.bin', \
+                 detkit.{}))\"",
+                String::from_utf8_lossy(magic),
+                bytes.len(),
+                if kind == "singles" {
+                    "SINGLE_DTYPE"
+                } else {
+                    "COINCIDENCE_DTYPE"
+                }
+            ),
+        ));
+    }
+    let count = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let body = &bytes[BIN_HEADER_BYTES..];
+    if count == COUNT_TO_END {
+        if !body.len().is_multiple_of(record) {
+            return Err(io_err(
+                what,
+                path,
+                format!(
+                    "{} bytes of records (count: to the end of the file) are not a whole number \
+                     of {record}-byte records: expected {} or {} bytes in all, the file has {}",
+                    body.len(),
+                    BIN_HEADER_BYTES + body.len() / record * record,
+                    BIN_HEADER_BYTES + (body.len() / record + 1) * record,
+                    bytes.len()
+                ),
+            ));
+        }
+        return Ok(body);
+    }
+    let expected = (count as u128) * record as u128 + BIN_HEADER_BYTES as u128;
+    if bytes.len() as u128 != expected {
+        return Err(io_err(
+            what,
+            path,
+            format!(
+                "the header counts {count} records, which take 16 + {record} x {count} = \
+                 {expected} bytes; the file has {} ({})",
+                bytes.len(),
+                if (bytes.len() as u128) < expected {
+                    "truncated"
+                } else {
+                    "trailing bytes"
+                }
+            ),
+        ));
+    }
+    Ok(body)
+}
+
+/// Writes binary singles: the header (`SINGLES_MAGIC`, count) and the 16-byte records.
+pub fn write_singles_bin(w: &mut impl Write, singles: &[Single]) -> std::io::Result<()> {
+    w.write_all(&bin_header(SINGLES_MAGIC, singles.len() as u64))?;
+    w.write_all(bytemuck::cast_slice(singles))
+}
+
+/// Writes binary pairs: the header (`PAIRS_MAGIC`, count) and the 32-byte records.
+pub fn write_pairs_bin(w: &mut impl Write, pairs: &[Coincidence]) -> std::io::Result<()> {
+    w.write_all(&bin_header(PAIRS_MAGIC, pairs.len() as u64))?;
+    w.write_all(bytemuck::cast_slice(pairs))
+}
+
 /// Whether a path names a binary file (`.bin`), else CSV.
 pub fn is_binary(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "bin")
@@ -182,8 +336,13 @@ pub fn frames_from_bytes(bytes: &[u8]) -> Result<Vec<DataFrameV2>> {
         return Err(invalid(
             "frame file",
             format!(
-                "{} bytes, not a whole number of 16-byte frames",
-                bytes.len()
+                "{} bytes, not a whole number of 16-byte frames ({} frames and {} bytes over; \
+                 expected {} or {} bytes)",
+                bytes.len(),
+                bytes.len() / 16,
+                bytes.len() % 16,
+                bytes.len() / 16 * 16,
+                bytes.len() / 16 * 16 + 16
             ),
         ));
     }
@@ -275,20 +434,13 @@ fn check_finite(singles: &[Single], path: &Path) -> Result<()> {
     }
 }
 
-/// Reads singles from a file: `.bin` = raw 16-byte little-endian `Single` records, else CSV.
+/// Reads singles from a file: `.bin` = the header (`SINGLES_MAGIC`, `u64` count) and
+/// 16-byte little-endian `Single` records, else CSV.
 pub fn read_singles(path: &Path) -> Result<Vec<Single>> {
     if is_binary(path) {
         let bytes = std::fs::read(path).map_err(|e| io_err("singles file", path, e))?;
-        if !bytes.len().is_multiple_of(16) {
-            return Err(invalid(
-                "singles file",
-                format!(
-                    "{} bytes, not a whole number of 16-byte singles",
-                    bytes.len()
-                ),
-            ));
-        }
-        let singles: Vec<Single> = pod_vec(&bytes);
+        let body = bin_records(&bytes, SINGLES_MAGIC, 16, "singles file", path)?;
+        let singles: Vec<Single> = pod_vec(body);
         check_finite(&singles, path)?;
         Ok(singles)
     } else {
@@ -302,7 +454,7 @@ pub fn write_singles(path: &Path, singles: &[Single]) -> Result<()> {
     let f = std::fs::File::create(path).map_err(|e| io_err("singles file", path, e))?;
     let mut w = std::io::BufWriter::new(f);
     let r = if is_binary(path) {
-        w.write_all(bytemuck::cast_slice(singles))
+        write_singles_bin(&mut w, singles)
     } else {
         write_singles_csv(&mut w, singles)
     };
@@ -310,7 +462,8 @@ pub fn write_singles(path: &Path, singles: &[Single]) -> Result<()> {
         .map_err(|e| io_err("singles file", path, e))
 }
 
-/// A pairs writer (`.bin`: raw 32-byte `Coincidence` records, else CSV with header).
+/// A pairs writer (`.bin`: the header and 32-byte `Coincidence` records, the count written
+/// by [`PairsWriter::finish`]; else CSV with header).
 pub struct PairsWriter {
     w: std::io::BufWriter<std::fs::File>,
     binary: bool,
@@ -325,9 +478,12 @@ impl PairsWriter {
         let f = std::fs::File::create(path).map_err(|e| io_err("pairs file", path, e))?;
         let mut w = std::io::BufWriter::new(f);
         let binary = is_binary(path);
-        if !binary {
-            writeln!(w, "{PAIRS_HEADER}").map_err(|e| io_err("pairs file", path, e))?;
+        if binary {
+            w.write_all(&bin_header(PAIRS_MAGIC, COUNT_TO_END))
+        } else {
+            writeln!(w, "{PAIRS_HEADER}")
         }
+        .map_err(|e| io_err("pairs file", path, e))?;
         Ok(Self {
             w,
             binary,
@@ -345,23 +501,31 @@ impl PairsWriter {
         self.count += pairs.len() as u64;
         r.map_err(|e| io_err("pairs file", &self.path, e))
     }
-    /// Flushes.
+    /// Flushes (and writes the count into a binary file's header).
     pub fn finish(mut self) -> Result<u64> {
-        self.w
-            .flush()
-            .map_err(|e| io_err("pairs file", &self.path, e))?;
-        Ok(self.count)
+        use std::io::{Seek, SeekFrom};
+        let (binary, count) = (self.binary, self.count);
+        let path = self.path.clone();
+        let r = self.w.flush().and_then(|_| {
+            if binary {
+                let f = self.w.get_mut();
+                f.seek(SeekFrom::Start(8))?;
+                f.write_all(&count.to_le_bytes())?;
+            }
+            Ok(())
+        });
+        r.map_err(|e| io_err("pairs file", &path, e))?;
+        Ok(count)
     }
 }
 
-/// Reads pairs (`.bin` raw records, else CSV with the pairs header).
+/// Reads pairs (`.bin`: the header, `PAIRS_MAGIC` and count, and 32-byte records; else CSV
+/// with the pairs header).
 pub fn read_pairs(path: &Path) -> Result<Vec<Coincidence>> {
     if is_binary(path) {
         let bytes = std::fs::read(path).map_err(|e| io_err("pairs file", path, e))?;
-        if !bytes.len().is_multiple_of(32) {
-            return Err(invalid("pairs file", "not a whole number of 32-byte pairs"));
-        }
-        return Ok(pod_vec(&bytes));
+        let body = bin_records(&bytes, PAIRS_MAGIC, 32, "pairs file", path)?;
+        return Ok(pod_vec(body));
     }
     #[derive(serde::Deserialize)]
     struct Row {
@@ -422,8 +586,95 @@ pub(crate) fn read_chunk(r: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
     if !got.is_multiple_of(16) {
         return Err(invalid(
             "frame stream",
-            "ends inside a frame (length not a multiple of 16 bytes)",
+            format!(
+                "ends inside a frame: its last {} bytes are not a whole 16-byte frame (the \
+                 stream's length is not a multiple of 16 bytes)",
+                got % 16
+            ),
         ));
     }
     Ok(got / 16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn singles(n: usize) -> Vec<Single> {
+        (0..n)
+            .map(|i| Single {
+                crystal: i as u32,
+                energy: 5110.0,
+                time: i as f64 * 3.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn binary_singles_and_pairs_round_trip_with_their_header() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.bin");
+        let s = singles(5);
+        write_singles(&p, &s).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[..16], &bin_header(SINGLES_MAGIC, 5));
+        assert_eq!(bytes.len(), 16 + 16 * 5);
+        assert_eq!(read_singles(&p).unwrap(), s);
+        let q = d.path().join("p.bin");
+        let pairs: Vec<Coincidence> = (0..3)
+            .map(|i| Coincidence {
+                a: s[i],
+                b: s[i + 1],
+            })
+            .collect();
+        let mut w = PairsWriter::create(&q).unwrap();
+        w.write(&pairs[..1]).unwrap();
+        w.write(&pairs[1..]).unwrap();
+        assert_eq!(w.finish().unwrap(), 3);
+        assert_eq!(
+            &std::fs::read(&q).unwrap()[..16],
+            &bin_header(PAIRS_MAGIC, 3)
+        );
+        assert_eq!(read_pairs(&q).unwrap(), pairs);
+        // Records to the end of the file (a stream that could not be patched).
+        let mut streamed = bin_header(PAIRS_MAGIC, COUNT_TO_END).to_vec();
+        streamed.extend_from_slice(bytemuck::cast_slice(&pairs));
+        std::fs::write(&q, &streamed).unwrap();
+        assert_eq!(read_pairs(&q).unwrap(), pairs);
+        streamed.push(0);
+        std::fs::write(&q, &streamed).unwrap();
+        assert!(read_pairs(&q).is_err());
+    }
+
+    #[test]
+    fn binary_files_are_checked_against_their_length_and_magic() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s.bin");
+        let s = singles(4);
+        let mut w = Vec::new();
+        write_singles_bin(&mut w, &s).unwrap();
+        let err = |bytes: &[u8]| {
+            std::fs::write(&p, bytes).unwrap();
+            read_singles(&p).unwrap_err().to_string()
+        };
+        let e = err(&w[..w.len() - 1]);
+        assert!(
+            e.contains("16 + 16 x 4 = 80 bytes; the file has 79 (truncated)"),
+            "{e}"
+        );
+        let mut long = w.clone();
+        long.extend_from_slice(&[0; 16]);
+        assert!(err(&long).contains("the file has 96 (trailing bytes)"));
+        let e = err(&w[16..]);
+        assert!(
+            e.contains("no binary singles header") && e.contains("write_singles"),
+            "{e}"
+        );
+        let mut pairs = w.clone();
+        pairs[..8].copy_from_slice(PAIRS_MAGIC);
+        assert!(err(&pairs).contains("this is a binary pairs file"));
+        assert!(err(b"DKDIGI01\0\0\0\0").contains("a binary digi file"));
+        let e = frames_from_bytes(&[0; 20]).unwrap_err().to_string();
+        assert!(e.contains("expected 16 or 32 bytes"), "{e}");
+    }
 }

@@ -187,7 +187,8 @@ impl SeedingSettings {
     pub fn from_toml(text: &str) -> Result<Self> {
         // `toml` + serde: every key must be a field (unknown keys and `[sections]` are errors
         // naming the key, with the line and column); missing keys keep traccc's defaults.
-        toml::from_str(text).map_err(|e| invalid("seeding config", e.to_string()))
+        toml::from_str(text)
+            .map_err(|e| invalid("seeding config", crate::csvio::toml_message(&e, text)))
     }
 
     /// Validates the settings and computes the device configuration.
@@ -282,6 +283,14 @@ impl SeedingSettings {
                 ((self.impact_max / r_in).asin() - (self.impact_max / self.r_max).asin()).abs();
             let delta_phi = (outer - inner + d_d0) / self.phi_bin_deflection_coverage as f64;
             let n = (2.0 * std::f64::consts::PI / delta_phi + 0.5).round();
+            if n.is_nan() {
+                return bad(format!(
+                    "the phi axis bin count is not a number: impact_max {} mm must be at most \
+                     the inner radius r_max - delta_r_max = {r_in} mm (and min_pt, b_field_in_z, \
+                     phi_bin_deflection_coverage give the bin width)",
+                    self.impact_max
+                ));
+            }
             if !(1.0..=4096.0).contains(&n) {
                 return bad(format!(
                     "the phi axis would have {n} bins (1..=4096 supported)"

@@ -5,7 +5,12 @@ device) is used, else on the CPU references; both give the same results, bit for
 is released during every GPU or CPU computation.
 
 Arrays of another integer or float dtype are converted when every value fits (a value that
-does not fit is a ``TypeError``); non-contiguous arrays are copied to contiguous ones.
+does not fit is a ``TypeError`` naming the dtype: an integer converts to ``float32`` only when
+it is exact there, below 2^24 in magnitude for most; a ``float64`` converts to ``float32`` when
+finite there, rounded to the nearest ``float32``); non-contiguous arrays are copied to
+contiguous ones. Numbers are not bools: ``charge_cut=True`` or ``min_pt=True`` is a
+``TypeError``. A size that needs more memory than there is raises ``MemoryError`` before
+anything is allocated.
 Bad input raises ``InvalidInputError`` (a ``ValueError``) with the library's message.
 
 >>> import numpy as np, detkit
@@ -22,10 +27,12 @@ from typing import Optional, Tuple
 import numpy as np
 
 from . import _detkit
-from ._detkit import CapacityError, CudaError, InvalidInputError
+from ._detkit import CapacityError, CudaError, DeviceArray, InvalidInputError, Scanner
 
 __all__ = [
     "Backend",
+    "Scanner",
+    "DeviceArray",
     "InvalidInputError",
     "CapacityError",
     "CudaError",
@@ -34,10 +41,15 @@ __all__ = [
     "FRAME_DTYPE",
     "POLICIES",
     "generate",
+    "read_singles",
+    "read_pairs",
+    "write_singles",
+    "write_pairs",
 ]
 
-#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): ``np.fromfile`` of a
-#: ``.bin`` singles file gives this dtype.
+#: A PET single, identical to the ``#[repr(C)]`` ``Single`` (16 bytes): the records of a
+#: ``.bin`` singles file after its 16-byte header (:func:`read_singles`, or
+#: ``np.fromfile(path, SINGLE_DTYPE, offset=16)``).
 SINGLE_DTYPE = np.dtype([("crystal", "<u4"), ("energy", "<f4"), ("time", "<f8")], align=True)
 #: A coincidence pair (32 bytes): two singles.
 COINCIDENCE_DTYPE = np.dtype([("a", SINGLE_DTYPE), ("b", SINGLE_DTYPE)], align=True)
@@ -64,6 +76,25 @@ def _as(a, dtype, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise TypeError(f"{name}: expected a 1-D array, got shape {arr.shape}")
     if arr.dtype != dtype:
+        if arr.size and dtype.kind == "f" and arr.dtype.kind in "ui":
+            with np.errstate(invalid="ignore", over="ignore"):
+                conv = arr.astype(dtype)
+                back = np.where(np.isfinite(conv), conv, 0).astype(arr.dtype)
+            bad = np.flatnonzero(~np.isfinite(conv) | (back != arr))
+            if bad.size:
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss "
+                    f"(value {arr[bad[0]]} at index {bad[0]} is not exact in {dtype})"
+                )
+        elif arr.size and dtype.kind == "f" and arr.dtype.kind == "f" and arr.dtype.itemsize > dtype.itemsize:
+            with np.errstate(over="ignore"):
+                conv = arr.astype(dtype)
+            bad = np.flatnonzero(np.isfinite(arr) & ~np.isfinite(conv))
+            if bad.size:
+                raise TypeError(
+                    f"{name}: dtype {arr.dtype} does not convert to {dtype} without loss "
+                    f"(value {arr[bad[0]]} at index {bad[0]} overflows {dtype})"
+                )
         if arr.size and dtype.kind in "ui":
             if arr.dtype.kind not in "uib" or (
                 arr.dtype.kind != "b"
@@ -79,11 +110,16 @@ def _as(a, dtype, name: str) -> np.ndarray:
 
 
 def _records(a, dtype, name: str) -> np.ndarray:
-    """A 1-D array of the structured ``dtype`` as its raw bytes (``uint8``)."""
+    """A 1-D array of the structured ``dtype`` as its raw bytes (``uint8``); ``uint8`` rows of
+    ``dtype.itemsize`` bytes (a :class:`DeviceArray` of records) are the same bytes."""
     arr = np.ascontiguousarray(np.asarray(a))
+    if arr.dtype == np.uint8 and arr.ndim == 2 and arr.shape[1] == dtype.itemsize:
+        return arr.reshape(-1)
     if arr.dtype != dtype:
         raise TypeError(f"{name}: expected dtype detkit.{_dtype_name(dtype)}, got {arr.dtype}")
-    return arr.reshape(-1).view(np.uint8)
+    if arr.ndim != 1:
+        raise TypeError(f"{name}: expected a 1-D array of detkit.{_dtype_name(dtype)}, got shape {arr.shape}")
+    return arr.view(np.uint8)
 
 
 def _dtype_name(dtype) -> str:
@@ -129,17 +165,22 @@ class Backend:
     """
 
     def __init__(self, kind: str = "auto", device: int = 0, devices=None, threads=None) -> None:
+        self._pool = None
         if devices is None:
             self._b = _detkit.Backend(kind, device, threads)
             self._members = [self]
             return
+        if threads is not None:
+            raise InvalidInputError(
+                "threads= applies to one backend; the members of a pool (devices=) run their "
+                "CPU work on the process's shared pool (RAYON_NUM_THREADS)"
+            )
         ordinals = _device_list(kind, devices)
-        member_kind = "cpu" if kind == "cpu" else "cuda"
+        self._pool = _detkit.DevicePool("cpu" if kind == "cpu" else "cuda", ordinals)
         self._members = []
-        for d in ordinals:
+        for inner in self._pool.members():
             m = Backend.__new__(Backend)
-            m._b = _detkit.Backend(member_kind, 0 if member_kind == "cpu" else d, threads)
-            m._members = [m]
+            m._b, m._members, m._pool = inner, [m], None
             self._members.append(m)
         self._b = self._members[0]._b
 
@@ -150,42 +191,14 @@ class Backend:
 
     def map(self, fn, items) -> list:
         """``[fn(backend, item) for item in items]`` with the items spread over the pool's
-        devices (one thread each; detkit releases the GIL while it computes, so the devices
-        work at the same time). Results are in input order. The first failure (lowest index
-        among those run) is raised after the running items finish; no new items start."""
+        devices by the library's ``DevicePool`` (one host thread per device, each taking the
+        next item when done; detkit releases the GIL while it computes, so the devices work
+        at the same time). Results are in input order. The first failure (lowest index among
+        those run) is raised after the running items finish; no new items start."""
         items = list(items)
-        if len(self._members) == 1:
-            return [fn(self._members[0], x) for x in items]
-        import threading
-
-        results = [None] * len(items)
-        errors = [None] * len(items)
-        lock = threading.Lock()
-        stop = threading.Event()
-        order = iter(range(len(items)))
-
-        def work(member):
-            while not stop.is_set():
-                with lock:
-                    i = next(order, None)
-                if i is None:
-                    return
-                try:
-                    results[i] = fn(member, items[i])
-                except BaseException as e:  # re-raised in the caller's thread below
-                    errors[i] = e
-                    stop.set()
-                    return
-
-        threads = [threading.Thread(target=work, args=(m,), daemon=True) for m in self._members]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for e in errors:
-            if e is not None:
-                raise e
-        return results
+        if self._pool is None:
+            return [fn(self, x) for x in items]
+        return self._pool.map(fn, items, self._members)
 
     @property
     def kind(self) -> str:
@@ -205,50 +218,81 @@ class Backend:
     def __repr__(self) -> str:
         return f"detkit.Backend({self.kind!r})"
 
+    def to_device(self, a, *, stream=None) -> "DeviceArray":
+        """A :class:`DeviceArray` copy of the numpy array ``a`` on this backend's device
+        (CUDA backends only), made on the backend's stream (``stream`` waits for it)."""
+        a = np.ascontiguousarray(a)
+        if a.dtype.fields is not None:
+            return DeviceArray.from_host(self._b, a.reshape(-1).view(np.uint8), "|u1",
+                                         (a.size, a.dtype.itemsize), a.dtype, stream)
+        return DeviceArray.from_host(self._b, a.reshape(-1).view(np.uint8), a.dtype.str, a.shape, None, stream)
+
     # -- primitives ---------------------------------------------------------------------
 
-    def scan(self, values, inclusive: bool = False) -> np.ndarray:
+    def scan(self, values, inclusive: bool = False, *, stream=None) -> np.ndarray:
         """Prefix sums (wrapping, as CUB) of a ``uint32`` or ``uint64`` array."""
-        arr = np.asarray(values)
+        c = _Call(self, stream)
+        d = c.native(_detkit.device_scan, values, "values", inclusive)
+        if d is not None:
+            return d
+        arr = np.asarray(c.host(values, "values"))
         if arr.dtype == np.uint64:
-            return self._b.scan_u64(_as(arr, np.uint64, "values"), inclusive)
-        return self._b.scan_u32(_as(arr, np.uint32, "values"), inclusive)
+            return c.out(self._b.scan_u64(_as(arr, np.uint64, "values"), inclusive))
+        return c.out(self._b.scan_u32(_as(arr, np.uint32, "values"), inclusive))
 
-    def select(self, values, lo: int, hi: int) -> np.ndarray:
+    def select(self, values, lo: int, hi: int, *, stream=None) -> np.ndarray:
         """The ``uint32`` values ``v`` with ``lo <= v < hi``, in input order."""
-        return self._b.select_in_range(_as(values, np.uint32, "values"), lo, hi)
+        c = _Call(self, stream)
+        return c.out(self._b.select_in_range(c.arr(values, np.uint32, "values"), lo, hi))
 
-    def histogram(self, keys, nbins: int) -> Tuple[np.ndarray, int, Optional[int]]:
+    def histogram(self, keys, nbins: int, *, stream=None) -> Tuple[np.ndarray, int, Optional[int]]:
         """``(counts, out_of_range, first_out_of_range)``: key ``k < nbins`` counts in bin
         ``k``; other keys are counted apart and the index of the first is returned."""
-        return self._b.histogram(_as(keys, np.uint32, "keys"), nbins)
+        c = _Call(self, stream)
+        d = c.native(_detkit.device_histogram, keys, "keys", int(nbins))
+        if d is not None:
+            return d
+        counts, out, first = self._b.histogram(c.arr(keys, np.uint32, "keys"), nbins)
+        return c.out(counts), out, first
 
-    def radix_sort(self, keys, values=None, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False):
+    def radix_sort(self, keys, values=None, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False, *, stream=None):
         """Stable LSD radix sort of ``uint32`` or ``uint64`` keys by their bits
         ``begin_bit .. end_bit`` (``None``: all; bits outside the range take no part in the
         order and are kept). ``values`` (any dtype of 4, 8, 12 or 16 bytes per key, e.g.
         ``uint32`` indices, ``float64``, a 16-byte record) follow their keys. Returns the
         sorted keys, or ``(keys, values)``. Equal keys keep their input order, also with
         ``descending``."""
-        k = np.asarray(keys)
+        c = _Call(self, stream)
+        if values is None:
+            d = c.native(_detkit.device_sort, keys, "keys", int(begin_bit),
+                         None if end_bit is None else int(end_bit), bool(descending), False)
+            if d is not None:
+                return d[0]
+        k = np.asarray(c.host(keys, "keys"))
         if k.dtype == np.uint64:
             k, fn = _as(k, np.uint64, "keys"), self._b.radix_sort_u64
         else:
             k, fn = _as(k, np.uint32, "keys"), self._b.radix_sort_u32
         if values is None:
             out, _ = fn(k, None, 0, int(begin_bit), None if end_bit is None else int(end_bit), bool(descending))
-            return out
-        v = np.ascontiguousarray(values)
+            return c.out(out)
+        v = np.ascontiguousarray(c.host(values, "values"))
         if v.ndim != 1 or v.shape[0] != k.shape[0]:
             raise InvalidInputError(f"values: expected {k.shape[0]} values in one dimension, got shape {v.shape}")
         raw = v.view(np.uint8).reshape(-1)
         out, vraw = fn(k, raw, v.dtype.itemsize, int(begin_bit), None if end_bit is None else int(end_bit), bool(descending))
-        return out, vraw.view(v.dtype)
+        return c.out(out), c.out(vraw.view(v.dtype))
 
-    def argsort(self, keys, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False) -> np.ndarray:
+    def argsort(self, keys, begin_bit: int = 0, end_bit: Optional[int] = None, descending: bool = False, *, stream=None) -> np.ndarray:
         """``uint32`` indices that stably sort ``keys`` (as :meth:`radix_sort`)."""
-        k = np.asarray(keys)
-        return self.radix_sort(k, np.arange(k.shape[0], dtype=np.uint32), begin_bit, end_bit, descending)[1]
+        c = _Call(self, stream)
+        d = c.native(_detkit.device_sort, keys, "keys", int(begin_bit),
+                     None if end_bit is None else int(end_bit), bool(descending), True)
+        if d is not None:
+            return d[1]
+        k = np.asarray(c.host(keys, "keys"))
+        idx = self.radix_sort(k, np.arange(k.shape[0], dtype=np.uint32), begin_bit, end_bit, descending)[1]
+        return c.out(idx)
 
     # -- CMS pixel clustering -------------------------------------------------------------
 
@@ -261,6 +305,8 @@ class Backend:
         geometry: str = "phase1",
         charge_cut=None,
         event_offsets=None,
+        *,
+        stream=None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """Clusters digis (``uint16`` arrays; ``module`` 65534 = invalid digi; one module's
         digis consecutive; ``adc`` = charge in electrons).
@@ -273,42 +319,58 @@ class Backend:
         module (-1: invalid, duplicate pixel or cut), and the cluster count of every
         (event, module).
         """
-        cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
-        offs = None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets")
-        return self._b.cluster(
-            _as(module, np.uint16, "module"),
-            _as(x, np.uint16, "x"),
-            _as(y, np.uint16, "y"),
-            _as(adc, np.uint16, "adc"),
+        c = _Call(self, stream)
+        offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
+        clus, per_module = self._b.cluster(
+            c.arr(module, np.uint16, "module"),
+            c.arr(x, np.uint16, "x"),
+            c.arr(y, np.uint16, "y"),
+            c.arr(adc, np.uint16, "adc"),
             geometry,
-            cut,
+            charge_cut,
             offs,
         )
+        return c.out(clus), c.out(per_module)
 
     # -- PET --------------------------------------------------------------------------------
 
-    def convert(self, frames, scanner) -> Tuple[np.ndarray, dict]:
+    def convert(self, frames, scanner, *, stream=None) -> Tuple[np.ndarray, dict]:
         """Raw frames (bytes, ``uint8`` or ``FRAME_DTYPE`` array, 16 bytes a frame) to singles
-        (``SINGLE_DTYPE``), with the scanner description at path ``scanner`` (TOML); also
-        returns the conversion statistics."""
-        raw = np.frombuffer(frames, dtype=np.uint8) if isinstance(frames, (bytes, bytearray, memoryview)) else np.ascontiguousarray(np.asarray(frames)).reshape(-1).view(np.uint8)
-        out, stats = self._b.pet_convert(raw, os.fspath(scanner))
-        return out.view(SINGLE_DTYPE), stats
+        (``SINGLE_DTYPE``), with the scanner ``scanner``: a :class:`Scanner` (its tables read
+        once, the fast way for repeated calls) or the path of its TOML file (read on every
+        call); also returns the conversion statistics."""
+        c = _Call(self, stream)
+        if isinstance(frames, (bytes, bytearray, memoryview)):
+            raw = np.frombuffer(frames, dtype=np.uint8)
+        else:
+            arr = np.asarray(c.host(frames, "frames"))
+            rows = arr.dtype == np.uint8 and arr.ndim == 2 and arr.shape[1] == FRAME_DTYPE.itemsize
+            if not rows and (arr.dtype not in (np.dtype(np.uint8), FRAME_DTYPE) or arr.ndim != 1):
+                raise TypeError(
+                    f"frames: expected raw frame bytes (bytes, a 1-D uint8 or detkit.FRAME_DTYPE "
+                    f"array), got dtype {arr.dtype} of shape {arr.shape}"
+                )
+            raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        out, stats = self._b.pet_convert(raw, scanner if isinstance(scanner, Scanner) else os.fspath(scanner))
+        return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE), stats
 
-    def sort(self, singles) -> np.ndarray:
+    def sort(self, singles, *, stream=None) -> np.ndarray:
         """Singles (``SINGLE_DTYPE``) stably sorted by time."""
-        return self._b.pet_sort(_records(singles, SINGLE_DTYPE, "singles")).view(SINGLE_DTYPE)
+        c = _Call(self, stream)
+        out = self._b.pet_sort(_records(c.host(singles, "singles"), SINGLE_DTYPE, "singles"))
+        return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE)
 
-    def coincide(self, singles, window: float, delay: Optional[float] = None, policy: str = "killAll") -> np.ndarray:
+    def coincide(self, singles, window: float, delay: Optional[float] = None, policy: str = "killAll", *, stream=None) -> np.ndarray:
         """Coincidence pairs (``COINCIDENCE_DTYPE``) of time-sorted singles: a single opens a
         window of ``window`` ticks (a delayed window ``delay`` ticks later when given);
         ``policy`` (one of ``POLICIES``) decides windows of more than two singles."""
-        out = self._b.pet_coincide(_records(singles, SINGLE_DTYPE, "singles"), float(window), None if delay is None else float(delay), policy)
-        return out.view(COINCIDENCE_DTYPE)
+        c = _Call(self, stream)
+        out = self._b.pet_coincide(_records(c.host(singles, "singles"), SINGLE_DTYPE, "singles"), float(window), None if delay is None else float(delay), policy)
+        return c.out(out.view(COINCIDENCE_DTYPE), COINCIDENCE_DTYPE)
 
     # -- track seeding --------------------------------------------------------------------
 
-    def seed(self, x, y, z, var_r=None, var_z=None, **settings):
+    def seed(self, x, y, z, var_r=None, var_z=None, *, stream=None, **settings):
         """traccc-style triplet seeding of spacepoints (mm, global frame; variances in mm²,
         0 when not given). ``settings``: fields of traccc's configuration over its defaults
         (e.g. ``min_pt=0.9`` GeV); an unknown name is an ``InvalidInputError``.
@@ -317,45 +379,94 @@ class Backend:
         indices (bottom, middle, top), ``weight`` and ``z_vertex`` (mm) ``float32``, ``params``
         ``(n, 5)`` ``float32`` (loc0 mm, loc1 mm, phi rad, theta rad, qop e/GeV).
         """
-        return self._b.seed(*_seed_columns(x, y, z, var_r, var_z), _settings_toml(settings))
+        c = _Call(self, stream)
+        out = self._b.seed(*_seed_columns(c, x, y, z, var_r, var_z), settings)
+        return tuple(c.out(a) for a in out)
 
-    def seed_events(self, events, **settings):
+    def seed_events(self, events, *, stream=None, **settings):
         """Seeds several events in one call: ``events`` is a sequence of ``(x, y, z)`` or
         ``(x, y, z, var_r, var_z)`` tuples, one per event; the result is a list of what
         :meth:`seed` returns, one per event, in the same order. On CUDA the events share one
         pass of the device chain (no host synchronisation per event), which is how an H200
         reaches its events/s; the seeds equal those of one :meth:`seed` call per event.
         """
+        c = _Call(self, stream)
         cols = []
         for i, ev in enumerate(events):
             ev = tuple(ev)
             if len(ev) not in (3, 5):
                 raise InvalidInputError(f"event {i}: expected (x, y, z) or (x, y, z, var_r, var_z), got {len(ev)} arrays")
             try:
-                cols.append(_seed_columns(*ev))
+                cols.append(_seed_columns(c, *ev))
             except InvalidInputError as e:
                 raise InvalidInputError(f"event {i}: {e}") from None
-        return self._b.seed_events(cols, _settings_toml(settings))
+        return [tuple(c.out(a) for a in r) for r in self._b.seed_events(cols, settings)]
 
 
-def _seed_columns(x, y, z, var_r=None, var_z=None):
+class _Call:
+    """One call's array arguments and results. Numpy arrays (and anything that is not a
+    DLPack or CUDA-array-interface producer) take the numpy path. A DLPack producer on the
+    CPU (numpy >= 1.22, a CPU torch tensor, ...) is read through the protocol as a view of its
+    memory; a CUDA array (DLPack or ``__cuda_array_interface__`` v3, on the backend's device)
+    is ordered after its producer's stream and read by the library
+    (``_detkit.import_array``). When any input came from the device, the results go back to
+    the device as :class:`DeviceArray` (made on the backend's stream; ``stream``, when given,
+    waits for them)."""
+
+    __slots__ = ("b", "stream", "device")
+
+    def __init__(self, backend: "Backend", stream) -> None:
+        self.b, self.stream, self.device = backend._b, stream, False
+
+    def host(self, a, name: str):
+        if not self._foreign(a):
+            return a
+        arr, on_device = _detkit.import_array(self.b, a, name, self.stream)
+        self.device = self.device or on_device
+        return arr
+
+    @staticmethod
+    def _foreign(a) -> bool:
+        return not isinstance(a, (np.ndarray, np.generic, bytes, bytearray, memoryview, list, tuple, range)) and (
+            hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__")
+        )
+
+    def native(self, fn, a, name: str, *args):
+        """The device-resident form of a call (``_detkit.device_*``) for a CUDA array of the
+        exact dtype on a CUDA backend: its result, or ``None`` for the general path."""
+        if self.b.kind != "cuda" or not self._foreign(a) or getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] not in (2, 13):
+            return None
+        return fn(self.b, a, name, *args, stream=self.stream)
+
+    def arr(self, a, dtype, name: str) -> np.ndarray:
+        return _as(self.host(a, name), dtype, name)
+
+    def out(self, x, record=None):
+        """``x`` as the call's result: itself, or a :class:`DeviceArray` (records of a
+        structured dtype as ``uint8`` rows of ``record.itemsize`` bytes, ``get()`` giving the
+        records back)."""
+        if not self.device:
+            return x
+        x = np.ascontiguousarray(x)
+        raw = x.reshape(-1).view(np.uint8)
+        if record is not None:
+            return DeviceArray.from_host(self.b, raw, "|u1", (x.shape[0], record.itemsize), record, self.stream)
+        return DeviceArray.from_host(self.b, raw, x.dtype.str, x.shape, None, self.stream)
+
+
+def _seed_columns(c: _Call, x, y, z, var_r=None, var_z=None):
     """The five float32 columns of one seeding event (variances 0 when not given), checked
     for equal lengths."""
-    x = _as(x, np.float32, "x")
+    x = c.arr(x, np.float32, "x")
     n = x.shape[0]
     zeros = np.zeros(n, dtype=np.float32)
-    cols = [x, _as(y, np.float32, "y"), _as(z, np.float32, "z"),
-            zeros if var_r is None else _as(var_r, np.float32, "var_r"),
-            zeros if var_z is None else _as(var_z, np.float32, "var_z")]
-    for name, c in zip(("y", "z", "var_r", "var_z"), cols[1:]):
-        if c.shape[0] != n:
-            raise InvalidInputError(f"{name} has {c.shape[0]} values, x has {n}")
+    cols = [x, c.arr(y, np.float32, "y"), c.arr(z, np.float32, "z"),
+            zeros if var_r is None else c.arr(var_r, np.float32, "var_r"),
+            zeros if var_z is None else c.arr(var_z, np.float32, "var_z")]
+    for name, col in zip(("y", "z", "var_r", "var_z"), cols[1:]):
+        if col.shape[0] != n:
+            raise InvalidInputError(f"{name} has {col.shape[0]} values, x has {n}")
     return cols
-
-
-def _settings_toml(settings):
-    """Seeding settings as the TOML lines the library reads (unknown names are its error)."""
-    return "".join(f"{k} = {float(v) if isinstance(v, float) else int(v)!r}\n" for k, v in settings.items())
 
 
 class generate:
@@ -377,3 +488,21 @@ class generate:
         """Writes ``scanner.toml``, its tables and ``frames.bin`` into ``directory`` (which
         must exist); returns the number of frames."""
         return _detkit.generate_pet_acquisition(os.fspath(directory), singles, seed)
+
+    @staticmethod
+    def pet_frames(scanner: str = "tiny", singles: int = 100_000, seed: int = 1):
+        """A generated scanner (``"tiny"``, ``"small_animal"`` or ``"bench"``, the benchmarks'
+        scanner with ~110 MB of tables) and an acquisition on it, in memory: ``(Scanner,
+        frames)`` (``FRAME_DTYPE``)."""
+        s, frames = _detkit.generate_pet_frames(scanner, singles, seed)
+        return s, frames.view(FRAME_DTYPE)
+
+
+from . import io  # noqa: E402  (detkit.io: the library's file readers; needs the dtypes above)
+
+#: The PET singles and pairs files (``.bin`` with the 16-byte ``DKSNGL01`` / ``DKPAIR01``
+#: header, other names CSV): the same functions as :mod:`detkit.io`'s, which is their home.
+read_singles = io.read_singles
+read_pairs = io.read_pairs
+write_singles = io.write_singles
+write_pairs = io.write_pairs

@@ -36,19 +36,18 @@ GPU workers: start one worker process per GPU with ``CUDA_VISIBLE_DEVICES`` set 
 from __future__ import annotations
 
 import asyncio
-import csv
+import math
 import os
-import re
 import threading
 import traceback
 import uuid
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import numpy as np
 
-from . import Backend, InvalidInputError
+from . import Backend, Scanner
+from .io import read_digis, read_spacepoints
 
 __all__ = [
     "map_files",
@@ -60,6 +59,7 @@ __all__ = [
     "pet_file",
     "read_digis",
     "read_spacepoints",
+    "worker_scanner",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -143,22 +143,47 @@ def _worker_address() -> Optional[str]:
         return None
 
 
-def _run_file(
-    func: Callable[..., Any], path: str, kind: str, device: int, kwargs: Dict[str, Any]
-) -> Any:
-    """One task: ``func(worker_backend(kind, device), path, **kwargs)``, or the file's
-    :class:`FileFailure` when it raises (so that a failure is data, never a retried or
-    lost task)."""
+def _failure(path: str, e: BaseException, tb: Optional[str] = None) -> FileFailure:
+    """The :class:`FileFailure` of ``path`` for the exception ``e``."""
+    if tb is None:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return FileFailure(
+        path=path,
+        error_type=type(e).__name__,
+        message=str(e),
+        worker=_worker_address(),
+        traceback=tb,
+    )
+
+
+def _run_files(
+    func: Callable[..., Any], paths: List[str], kind: str, device: int, kwargs: Dict[str, Any]
+) -> List[Any]:
+    """One task: the results of ``func(worker_backend(kind, device), path, **kwargs)`` for
+    every path of the group, in order, a :class:`FileFailure` in the place of each file that
+    raises (so that a failure is data, never a retried or lost task). A function with a batch
+    form (``func._detkit_batch``, as :func:`cluster_file` and :func:`seed_file` have) gets the
+    whole group in one call: one library call for all the files."""
     try:
-        return func(worker_backend(kind, device), path, **kwargs)
-    except Exception as e:  # every failure of this file is reported, none escapes
-        return FileFailure(
-            path=path,
-            error_type=type(e).__name__,
-            message=str(e),
-            worker=_worker_address(),
-            traceback=traceback.format_exc(),
-        )
+        backend = worker_backend(kind, device)
+    except Exception as e:  # no backend on this worker: every file of the group fails
+        tb = traceback.format_exc()
+        return [_failure(p, e, tb) for p in paths]
+    batch = getattr(func, "_detkit_batch", None)
+    if batch is not None:
+        try:
+            out = batch(backend, paths, **kwargs)
+        except Exception as e:  # e.g. a bad keyword argument: the same for every file
+            tb = traceback.format_exc()
+            return [_failure(p, e, tb) for p in paths]
+        return [_failure(p, r) if isinstance(r, BaseException) else r for p, r in zip(paths, out)]
+    results = []
+    for p in paths:
+        try:
+            results.append(func(backend, p, **kwargs))
+        except Exception as e:  # every failure of this file is reported, none escapes
+            results.append(_failure(p, e, traceback.format_exc()))
+    return results
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,10 +211,11 @@ def map_files(
     device: int = 0,
     resources: Optional[Dict[str, float]] = None,
     errors: str = "raise",
+    files_per_task: Optional[int] = None,
     **kwargs: Any,
 ) -> List[Any]:
     """Runs ``func(backend, path, **kwargs)`` for every path of ``paths`` on a Dask cluster,
-    one task per file, and returns the results in the order of ``paths``.
+    the files grouped into tasks, and returns one result per file in the order of ``paths``.
 
     ``func``: a picklable function (defined at module level, e.g. :func:`cluster_file`,
     :func:`seed_file`, :func:`pet_file`) of a ``detkit.Backend`` and a path (``str``); its
@@ -214,6 +240,12 @@ def map_files(
     result (a :class:`FileFailure` in a failed file's place). ``"return"``: return that list
     instead of raising; test entries with ``isinstance(r, FileFailure)``.
 
+    ``files_per_task``: files per task (``None``: about four tasks per worker, at most 64
+    files a task). A task runs its files one after the other on one worker; the ready-made
+    :func:`cluster_file` and :func:`seed_file` run a task's files as one batch of events
+    (one library call), which is where a GPU worker's files/s comes from. Results and
+    failures stay per file.
+
     ``**kwargs``: passed to ``func`` with every file.
     """
     if errors not in ("raise", "return"):
@@ -230,32 +262,38 @@ def map_files(
                 "no Dask client: pass client=distributed.Client(...) "
                 "(or create one first, which becomes the default)"
             ) from e
+    if files_per_task is not None and (not isinstance(files_per_task, int) or files_per_task < 1):
+        raise ValueError(f"files_per_task must be a positive int, got {files_per_task!r}")
+    size = files_per_task or _auto_group(client, len(paths))
+    groups = [list(range(i, min(i + size, len(paths)))) for i in range(0, len(paths), size)]
     name = getattr(func, "__name__", "task")
     run = uuid.uuid4().hex[:12]
     futures = [
         client.submit(
-            _run_file,
+            _run_files,
             func,
-            p,
+            [paths[i] for i in g],
             backend,
             device,
             kwargs,
-            key=f"detkit-{name}-{run}-{i}",
+            key=f"detkit-{name}-{run}-{k}",
             resources=resources,
             retries=0,
         )
-        for i, p in enumerate(paths)
+        for k, g in enumerate(groups)
     ]
+    results: List[Any] = [None] * len(paths)
     try:
         distributed.wait(futures)
-        done = [i for i, f in enumerate(futures) if f.status == "finished"]
-        values = client.gather([futures[i] for i in done]) if done else []
-        results: List[Any] = [None] * len(paths)
-        for i, v in zip(done, values):
-            results[i] = v
-        for i, f in enumerate(futures):
+        done = [k for k, f in enumerate(futures) if f.status == "finished"]
+        values = client.gather([futures[k] for k in done]) if done else []
+        for k, v in zip(done, values):
+            for i, r in zip(groups[k], v):
+                results[i] = r
+        for k, f in enumerate(futures):
             if f.status != "finished":  # the task itself failed: lost worker, pickling, ...
-                results[i] = _future_failure(paths[i], f)
+                for i in groups[k]:
+                    results[i] = _future_failure(paths[i], f)
     finally:
         for f in futures:
             f.release()
@@ -263,6 +301,16 @@ def map_files(
     if failures and errors == "raise":
         raise DaskFilesError(failures, results, paths)
     return results
+
+
+def _auto_group(client: Any, n: int) -> int:
+    """Files per task when not given: about four tasks per worker (so a slow worker takes
+    fewer), at most 64 files a task."""
+    try:
+        workers = max(1, len(client.scheduler_info().get("workers", {})))
+    except Exception:  # an unusual client: one worker's worth of grouping
+        workers = 1
+    return max(1, min(64, math.ceil(n / (4 * workers))))
 
 
 def _future_failure(path: str, future: Any) -> FileFailure:
@@ -278,230 +326,6 @@ def _future_failure(path: str, future: Any) -> FileFailure:
 
 
 # ---------------------------------------------------------------------------------------
-# Readers of the command-line tool's file formats
-# ---------------------------------------------------------------------------------------
-
-
-def _format_error(path: str, line: int, column: Optional[str], detail: str) -> InvalidInputError:
-    where = f"{path}:{line}: " + (f"column `{column}`: " if column else "")
-    return InvalidInputError(where + detail)
-
-
-def _csv_header(name: str, required: Sequence[str]) -> Tuple[List[str], int]:
-    """The header fields (trimmed) of a CSV file and its 1-based line, after checking that
-    every column of ``required`` is there."""
-    with open(name, newline="", encoding="utf-8-sig") as f:
-        rdr = csv.reader(f)
-        header: Optional[List[str]] = None
-        for row in rdr:
-            if row:
-                header = [h.strip() for h in row]
-                break
-        line = max(rdr.line_num, 1)
-    if header is None or all(h == "" for h in header):
-        raise _format_error(
-            name, 1, None,
-            f"no header: expected a first line naming the columns {','.join(required)}",
-        )
-    for want in required:
-        if want not in header:
-            raise _format_error(
-                name, line, want,
-                f"missing from the header (found: {','.join(header)}; "
-                f"expected at least: {','.join(required)})",
-            )
-    return header, line
-
-
-def _read_csv_columns(
-    name: str, header: List[str], wanted: Sequence[str]
-) -> Tuple[Dict[str, List[str]], List[int]]:
-    """The text of the columns ``wanted`` of a CSV file with ``header`` (see
-    :func:`_read_csv`) and the 1-based line of every data row; a row with another number of
-    fields than the header is an error naming its line."""
-    idx = [header.index(c) for c in wanted]
-    width = len(header)
-    cols: List[List[str]] = [[] for _ in wanted]
-    lines: List[int] = []
-    with open(name, newline="", encoding="utf-8-sig") as f:
-        rdr = csv.reader(f)
-        for row in rdr:  # skip to the header
-            if row:
-                break
-        for row in rdr:
-            if not row or (len(row) == 1 and row[0].strip() == ""):
-                continue
-            if len(row) != width:
-                raise _format_error(
-                    name, rdr.line_num, None, f"{len(row)} fields, the header has {width}"
-                )
-            lines.append(rdr.line_num)
-            for c, j in zip(cols, idx):
-                c.append(row[j].strip())
-    return dict(zip(wanted, cols)), lines
-
-
-def _read_csv_fast(
-    name: str, header: List[str], header_line: int, wanted: Sequence[str], dtype: Any
-) -> Optional[Dict[str, np.ndarray]]:
-    """The columns ``wanted`` parsed by ``np.loadtxt`` (C speed), or ``None`` when the file
-    is not plain (quotes, ragged rows, a value that does not parse or fit), for
-    :func:`_read_csv_columns` to read it again and name the first bad line."""
-    width = len(header)
-    idx = tuple(header.index(c) for c in wanted)
-    wide = np.int64 if np.dtype(dtype).kind in "ui" else np.float64
-    try:
-        with open(name, "rb") as f:
-            data = f.read()
-        if b'"' in data:
-            return None
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "input contained no data"
-            table = np.loadtxt(
-                data.decode("utf-8-sig").splitlines(), delimiter=",", skiprows=header_line,
-                usecols=idx, dtype=wide, comments=None, ndmin=2, encoding=None,
-            )
-    except (ValueError, UnicodeDecodeError, OverflowError):
-        return None
-    rows = table.shape[0]
-    body = data.split(b"\n", header_line)[-1] if data.count(b"\n") >= header_line else b""
-    if body.count(b",") != (width - 1) * rows:  # a ragged row or a quoted comma
-        return None
-    out = {}
-    for j, c in enumerate(wanted):
-        col = table[:, j]
-        if wide is np.int64:
-            info = np.iinfo(dtype)
-            if col.size and (col.min() < info.min or col.max() > info.max):
-                return None
-        out[c] = np.ascontiguousarray(col.astype(dtype))
-    return out
-
-
-def _parse_column(
-    path: str, column: str, text: List[str], lines: List[int], dtype: Any
-) -> np.ndarray:
-    """``text`` as an array of ``dtype`` (integers: in range; floats: any decimal that Python
-    parses), or an ``InvalidInputError`` naming the first bad value's line."""
-    dtype = np.dtype(dtype)
-    number = int if dtype.kind in "ui" else float
-
-    def conv(t: str):
-        if "_" in t:  # Python reads 1_000; Rust, and so the CLI, does not
-            raise ValueError(t)
-        return number(t)
-
-    try:
-        wide = np.array([conv(t) for t in text], dtype=np.int64 if number is int else np.float64)
-    except (ValueError, OverflowError):
-        for i, t in enumerate(text):
-            try:
-                np.array(conv(t), dtype=np.int64 if number is int else np.float64)
-            except (ValueError, OverflowError):
-                raise _format_error(path, lines[i], column, f"`{t}` is not a valid {dtype}") from None
-        raise
-    if number is int:
-        info = np.iinfo(dtype)
-        bad = np.flatnonzero((wide < info.min) | (wide > info.max))
-        if bad.size:
-            i = int(bad[0])
-            raise _format_error(path, lines[i], column, f"{text[i]} is out of range for {dtype}")
-    return wide.astype(dtype)
-
-
-def _read_csv(
-    path: PathLike, required: Sequence[str], optional: Sequence[str], dtype: Any
-) -> Tuple[Dict[str, np.ndarray], Callable[[], List[int]]]:
-    """The columns ``required`` and (those present of) ``optional`` of a CSV file as arrays
-    of ``dtype``, with a function giving the 1-based line of every data row (to name a row
-    that a caller rejects). The CLI's rules (``crates/host/src/csvio.rs``): columns found by
-    header name in any order, other columns ignored, UTF-8 with an optional byte-order mark,
-    fields trimmed, blank lines skipped, every row as many fields as the header, a header
-    with no rows is zero rows, no header is an error; integers in range. Errors are
-    ``InvalidInputError`` naming ``FILE:LINE`` and the column."""
-    name = os.fspath(path)
-    header, header_line = _csv_header(name, required)
-    wanted = list(required) + [c for c in optional if c in header]
-    fast = _read_csv_fast(name, header, header_line, wanted, dtype)
-    if fast is not None:
-        return fast, lambda: _read_csv_columns(name, header, wanted)[1]
-    cols, lines = _read_csv_columns(name, header, wanted)
-    parsed = {c: _parse_column(name, c, cols[c], lines, dtype) for c in wanted}
-    return parsed, lambda: lines
-
-
-_DIGI_MAGIC = b"DKDIGI01"
-
-
-def read_digis(path: PathLike) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The digis of a ``detkit cluster`` input file: ``(module, x, y, adc)``, ``uint16``.
-
-    The binary format (magic ``DKDIGI01``, ``u32`` little-endian count ``n``, then the arrays
-    ``module``, ``x``, ``y``, ``adc`` of ``n`` little-endian ``u16`` each) is detected by its
-    magic; any other file is CSV with the columns ``module,x,y,adc`` (by name, any order,
-    other columns ignored). Errors: ``InvalidInputError`` naming the file (and, for CSV, the
-    line and column), ``OSError`` when the file cannot be read."""
-    name = os.fspath(path)
-    with open(name, "rb") as f:
-        head = f.read(8)
-    if head == _DIGI_MAGIC:
-        data = np.fromfile(name, dtype=np.uint8)
-        if data.size < 12:
-            raise InvalidInputError(f"{name}: binary digis: no count after the magic")
-        n = int(data[8:12].view("<u4")[0])
-        if data.size < 12 + 8 * n:
-            raise InvalidInputError(
-                f"{name}: binary digis: {n} digis need {12 + 8 * n} bytes, the file has {data.size}"
-            )
-        arrs = data[12 : 12 + 8 * n].view("<u2").reshape(4, n).astype(np.uint16)
-        return arrs[0].copy(), arrs[1].copy(), arrs[2].copy(), arrs[3].copy()
-    cols, _ = _read_csv(name, ("module", "x", "y", "adc"), (), np.uint16)
-    return cols["module"], cols["x"], cols["y"], cols["adc"]
-
-
-def read_spacepoints(
-    path: PathLike,
-) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The spacepoints of a ``detkit seed`` input CSV: ``(x, y, z, var_r, var_z)``,
-    ``float32`` (mm, mm²). Columns ``x,y,z`` and the optional ``var_r,var_z`` (0 when absent)
-    are found by name, in any order; other columns are ignored. Coordinates must be finite,
-    variances finite and non-negative. Errors: ``InvalidInputError`` naming ``FILE:LINE`` and
-    the column, ``OSError`` when the file cannot be read."""
-    name = os.fspath(path)
-    cols, lines = _read_csv(name, ("x", "y", "z"), ("var_r", "var_z"), np.float32)
-    n = cols["x"].shape[0]
-    out = []
-    for c in ("x", "y", "z", "var_r", "var_z"):
-        v = cols.get(c)
-        if v is None:
-            out.append(np.zeros(n, dtype=np.float32))
-            continue
-        bad = ~np.isfinite(v) if c in "xyz" else ~(np.isfinite(v) & (v >= 0))
-        if bad.any():
-            i = int(np.argmax(bad))
-            what = "a finite coordinate" if c in "xyz" else "a variance (finite, >= 0)"
-            raise _format_error(name, lines()[i], c, f"{v[i]} is not {what}")
-        out.append(v)
-    return out[0], out[1], out[2], out[3], out[4]
-
-
-def _scanner_time_window(scanner: str) -> float:
-    """The ``time_window`` of a scanner TOML file."""
-    with open(scanner, "rb") as f:
-        text = f.read()
-    try:
-        import tomllib  # Python >= 3.11
-
-        value = tomllib.loads(text.decode("utf-8")).get("time_window")
-    except ImportError:  # Python < 3.11: the key is a top-level number
-        m = re.search(rb"(?m)^\s*time_window\s*=\s*([-+0-9.eE_]+)", text)
-        value = float(m.group(1).replace(b"_", b"")) if m else None
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise InvalidInputError(f"{scanner}: no number `time_window` (pass window=)")
-    return float(value)
-
-
-# ---------------------------------------------------------------------------------------
 # Task functions: one file, one backend
 # ---------------------------------------------------------------------------------------
 
@@ -513,21 +337,56 @@ def cluster_file(
     geometry: str = "phase1",
     charge_cut: Union[None, bool, int] = None,
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """Clusters the digis of ``path`` (:func:`read_digis`), as ``detkit cluster``; returns
-    ``Backend.cluster``'s ``(clus, clus_in_module)``: the ``int32`` cluster index of every
-    digi within its module (-1: invalid, duplicate or cut), in file order, and the cluster
-    count of every module. ``geometry``, ``charge_cut``: as ``Backend.cluster``."""
+    """Clusters the digis of ``path`` (:func:`detkit.io.read_digis`), as ``detkit cluster``;
+    returns ``Backend.cluster``'s ``(clus, clus_in_module)``: the ``int32`` cluster index of
+    every digi within its module (-1: invalid, duplicate or cut), in file order, and the
+    cluster count of every module. ``geometry``, ``charge_cut``: as ``Backend.cluster``.
+    In :func:`map_files` a task's files are clustered as one batch of events."""
     module, x, y, adc = read_digis(path)
     return backend.cluster(module, x, y, adc, geometry=geometry, charge_cut=charge_cut)
 
 
+def _cluster_files(backend: Backend, paths: List[str], *, geometry: str = "phase1", charge_cut=None):
+    # charge_cut as Backend.cluster takes it (None, False or electrons), checked in Rust.
+    return backend._b.cluster_files(paths, geometry, charge_cut)
+
+
+cluster_file._detkit_batch = _cluster_files  # type: ignore[attr-defined]
+
+
 def seed_file(backend: Backend, path: PathLike, **settings: float):
-    """Seeds the spacepoints of ``path`` (:func:`read_spacepoints`), as ``detkit seed``;
-    returns ``Backend.seed``'s ``(seeds, weight, z_vertex, params)`` (seed indices are
+    """Seeds the spacepoints of ``path`` (:func:`detkit.io.read_spacepoints`), as ``detkit
+    seed``; returns ``Backend.seed``'s ``(seeds, weight, z_vertex, params)`` (seed indices are
     0-based data rows of the file). ``settings``: traccc's configuration fields, e.g.
-    ``min_pt=0.9``."""
+    ``min_pt=0.9``. In :func:`map_files` a task's files are seeded as one batch of events
+    (``Backend.seed_events``)."""
     x, y, z, var_r, var_z = read_spacepoints(path)
     return backend.seed(x, y, z, var_r, var_z, **settings)
+
+
+def _seed_files(backend: Backend, paths: List[str], **settings: float):
+    return backend._b.seed_files(paths, settings)
+
+
+seed_file._detkit_batch = _seed_files  # type: ignore[attr-defined]
+
+_SCANNERS: Dict[Tuple[str, int, int], Scanner] = {}
+
+
+def worker_scanner(path: PathLike) -> Scanner:
+    """The :class:`detkit.Scanner` of the TOML file ``path``, read once per process and kept
+    (keyed by the absolute path, the file's size and modification time, so an edited file
+    is read again)."""
+    name = os.path.abspath(os.fspath(path))
+    st = os.stat(name)
+    key = (name, st.st_size, st.st_mtime_ns)
+    with _BACKENDS_LOCK:
+        s = _SCANNERS.get(key)
+    if s is None:
+        s = Scanner(name)
+        with _BACKENDS_LOCK:
+            _SCANNERS[key] = s
+    return s
 
 
 def pet_file(
@@ -542,18 +401,22 @@ def pet_file(
     """The PET chain of the raw ``DataFrameV2`` frames of ``path`` (16 bytes a frame), as
     ``detkit pet run``: convert to singles, stable time sort, coincidences. ``scanner``: the
     scanner TOML (default: ``scanner.toml`` beside ``path``, as ``detkit pet generate``
-    writes them); ``window``: coincidence window in ticks (default: the scanner's
-    ``time_window``); ``delay``, ``policy``: as ``Backend.coincide``.
+    writes them), read once per worker process (:func:`worker_scanner`); ``window``:
+    coincidence window in ticks (default: the scanner's ``time_window``); ``delay``,
+    ``policy``: as ``Backend.coincide``.
 
     Returns ``(pairs, stats)``: the pairs (``COINCIDENCE_DTYPE``) and the conversion
     statistics (dict)."""
+    from .io import read_frames
+
     name = os.fspath(path)
     toml = os.fspath(scanner) if scanner is not None else os.path.join(
         os.path.dirname(os.path.abspath(name)), "scanner.toml"
     )
-    frames = np.fromfile(name, dtype=np.uint8)
-    singles, stats = backend.convert(frames, toml)
+    frames = read_frames(name)
+    s = worker_scanner(toml)
+    singles, stats = backend.convert(frames, s)
     if window is None:
-        window = _scanner_time_window(toml)
+        window = s.time_window
     pairs = backend.coincide(backend.sort(singles), window, delay=delay, policy=policy)
     return pairs, stats

@@ -4,7 +4,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 import numpy as np
 import numpy.typing as npt
 
-from . import Backend
+from . import Backend, Scanner
 
 _Path = Union[str, PathLike[str]]
 
@@ -40,12 +40,14 @@ def map_files(
     device: int = 0,
     resources: Optional[Dict[str, float]] = None,
     errors: str = "raise",
+    files_per_task: Optional[int] = None,
     **kwargs: Any,
 ) -> List[Any]: ...
 def read_digis(path: _Path) -> Tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint16], npt.NDArray[np.uint16], npt.NDArray[np.uint16]]: ...
 def read_spacepoints(
     path: _Path,
 ) -> Tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]: ...
+def worker_scanner(path: _Path) -> Scanner: ...
 def cluster_file(
     backend: Backend,
     path: _Path,

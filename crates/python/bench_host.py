@@ -1,0 +1,294 @@
+"""The Python twin of ``bench-host`` (issue 30): per call shape, the time of the public
+Python call on host data (numpy in, numpy out), beside the host memcpy of the same bytes and,
+when given, the Rust device-resident figure of the same row.
+
+Usage (the GPU host, after ``pip install ./crates/python`` or with the bundle's wheel)::
+
+    python crates/python/bench_host.py [--backend cuda] [--reps 20] [--rows cluster1,seed64,...]
+                                       [--rust bench-host.csv] [--csv out.csv] [--dask 2]
+
+Rows (the call shapes of issue 30's table):
+
+=============  =================================================================
+``cluster1``   ``Backend.cluster``, one Run-3-like event (``run3_event``) per call
+``cluster64``  the same, 64 events per call (``event_offsets``)
+``seed1``      ``Backend.seed``, one ⟨μ⟩ = 200 event per call
+``seed64``     ``Backend.seed_events``, 64 ⟨μ⟩ = 200 events per call
+``convert``    ``Backend.convert``, 2^22 frames, a ``Scanner`` (the bench scanner) held
+``sort``       ``Backend.sort``, the converted singles
+``coincide``   ``Backend.coincide``, the sorted singles
+``dask-cluster`` / ``dask-seed``  ``detkit.dask.map_files`` with ``--dask N`` local GPU
+               workers (one per GPU): 64 binary Run-3 files / 32 ⟨μ⟩ = 200 CSVs
+``*-dev``      issue 27: the same calls with device arrays in and out (``DeviceArray``
+               inputs made once by ``Backend.to_device``; results stay on the device)
+=============  =================================================================
+
+Every row checks its result against the CPU backend (the first event(s)) before it prints a
+time. Columns: ``median_ms`` per call, ``items_per_s``, ``memcpy_ms`` (numpy copy of the
+call's input and output bytes in host memory: the floor of any host path) and, with ``--rust
+FILE`` (the CSV of ``bench-host --csv FILE`` from the same run of the same card), the Rust
+rows of the same call shape: ``rust_host_ms`` (the Rust door, pinned staging),
+``rust_device_ms`` (device-resident), ``copy_pin_ms`` (plain pinned copy of the same bytes
+in and out), and ``vs_device`` (median / device).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import detkit
+
+ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
+        "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev")
+
+
+# bench-host's `call` column (its first words) -> our rows.
+RUST_ROWS = {
+    "cluster_events_into, 1 Run-3 event": ("cluster1", "cluster1-dev"),
+    "cluster_events_into, 64 Run-3 events": ("cluster64", "cluster64-dev"),
+    "seed_into, 1 <mu>=200 event": ("seed1",),
+    "seed_events_into, 64 <mu>=200 events": ("seed64", "seed64-dev"),
+    "pet_convert_into, 2^22 frames, handle": ("convert",),
+    "pet_sort_into": ("sort",),
+    "pet_coincide_into": ("coincide",),
+}
+
+
+def read_rust(path):
+    """``{row: (host_ms, device_ms or None, copy_pinned_ms)}`` from ``bench-host --csv``."""
+    out = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for prefix, rows in RUST_ROWS.items():
+                if r["call"].startswith(prefix):
+                    dev = float(r["device_ms"]) if r.get("device_ms") else None
+                    for row in rows:
+                        out[row] = (float(r["pinned_ms"]), dev, float(r["copy_pinned_ms"]))
+    return out
+
+
+def median_time(fn, reps):
+    fn()  # warm: workspaces grown, kernels loaded
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts))
+
+
+def memcpy_time(arrays, reps):
+    """Median time of copying these arrays' bytes once in host memory (numpy)."""
+    src = [np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in arrays]
+    dst = [np.empty_like(s) for s in src]
+
+    def run():
+        for s, d in zip(src, dst):
+            np.copyto(d, s)
+
+    return median_time(run, reps)
+
+
+def same(a, b, what):
+    for x, y in zip(a, b):
+        if not np.array_equal(np.asarray(x), np.asarray(y)):
+            raise SystemExit(f"{what}: result differs from the CPU backend; no time printed")
+
+
+def cluster_rows(b, cpu, reps, rows):
+    events = [detkit.generate.cluster_event(seed=s) for s in range(1, 65)]
+    out = []
+    if "cluster1" in rows:
+        ev = events[0]
+        same(b.cluster(*ev), cpu.cluster(*ev), "cluster1")
+        t = median_time(lambda: b.cluster(*ev), reps)
+        res = b.cluster(*ev)
+        out.append(("cluster1", t, 1, memcpy_time(list(ev) + list(res), reps)))
+    if "cluster64" in rows:
+        cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
+        offs = np.zeros(65, np.uint32)
+        offs[1:] = np.cumsum([len(e[0]) for e in events])
+        got = b.cluster(*cols, event_offsets=offs)
+        want = cpu.cluster(*[c[: offs[2]] for c in cols], event_offsets=offs[:3])
+        n2 = want[1].size
+        same((got[0][: offs[2]], got[1][:n2]), want, "cluster64")
+        t = median_time(lambda: b.cluster(*cols, event_offsets=offs), reps)
+        out.append(("cluster64", t, 64, memcpy_time(cols + [offs] + list(got), reps)))
+    return out
+
+
+def seed_rows(b, cpu, reps, rows):
+    events = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
+    out = []
+    if "seed1" in rows:
+        ev = events[0]
+        same(b.seed(*ev), cpu.seed(*ev), "seed1")
+        t = median_time(lambda: b.seed(*ev), reps)
+        out.append(("seed1", t, 1, memcpy_time(list(ev) + list(b.seed(*ev)), reps)))
+    if "seed64" in rows:
+        got = b.seed_events(events)
+        for i in (0, 63):
+            same(got[i], cpu.seed(*events[i]), f"seed64 event {i}")
+        t = median_time(lambda: b.seed_events(events), reps)
+        arrays = [c for e in events for c in e] + [a for r in got for a in r]
+        out.append(("seed64", t, 64, memcpy_time(arrays, reps)))
+    return out
+
+
+def pet_rows(b, cpu, reps, rows):
+    out = []
+    if not {"convert", "sort", "coincide"} & set(rows):
+        return out
+    scanner, frames = detkit.generate.pet_frames("bench", singles=1 << 22, seed=11)
+    frames = frames[: 1 << 22]
+    singles, stats = b.convert(frames, scanner)
+    want, _ = cpu.convert(frames, scanner)
+    if singles.tobytes() != want.tobytes():
+        raise SystemExit("convert: result differs from the CPU backend; no time printed")
+    if "convert" in rows:
+        t = median_time(lambda: b.convert(frames, scanner), reps)
+        out.append(("convert", t, frames.size, memcpy_time([frames, singles], reps)))
+    sorted_ = b.sort(singles)
+    if sorted_.tobytes() != cpu.sort(singles).tobytes():
+        raise SystemExit("sort: result differs from the CPU backend; no time printed")
+    if "sort" in rows:
+        t = median_time(lambda: b.sort(singles), reps)
+        out.append(("sort", t, singles.size, memcpy_time([singles, sorted_], reps)))
+    if "coincide" in rows:
+        pairs = b.coincide(sorted_, scanner.time_window)
+        if pairs.tobytes() != cpu.coincide(sorted_, scanner.time_window).tobytes():
+            raise SystemExit("coincide: result differs from the CPU backend; no time printed")
+        t = median_time(lambda: b.coincide(sorted_, scanner.time_window), reps)
+        out.append(("coincide", t, sorted_.size, memcpy_time([sorted_, pairs], reps)))
+    return out
+
+
+def device_rows(b, cpu, reps, rows):
+    """Issue 27's shapes with device arrays in and out (CUDA backends only)."""
+    out = []
+    if b.kind != "cuda" or not {"cluster1-dev", "cluster64-dev", "seed64-dev"} & set(rows):
+        return out
+    events = [detkit.generate.cluster_event(seed=s) for s in range(1, 65)]
+    if "cluster1-dev" in rows:
+        ev = events[0]
+        d = [b.to_device(a) for a in ev]
+        same([r.get() for r in b.cluster(*d)], cpu.cluster(*ev), "cluster1-dev")
+        out.append(("cluster1-dev", median_time(lambda: b.cluster(*d), reps), 1, float("nan")))
+    if "cluster64-dev" in rows:
+        cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
+        offs = np.zeros(65, np.uint32)
+        offs[1:] = np.cumsum([len(e[0]) for e in events])
+        d = [b.to_device(c) for c in cols] + [b.to_device(offs)]
+        same([r.get() for r in b.cluster(*d[:4], event_offsets=d[4])],
+             b.cluster(*cols, event_offsets=offs), "cluster64-dev")
+        out.append(("cluster64-dev", median_time(lambda: b.cluster(*d[:4], event_offsets=d[4]), reps),
+                    64, float("nan")))
+    if "seed64-dev" in rows:
+        evs = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
+        d = [[b.to_device(c) for c in e] for e in evs]
+        got = b.seed_events(d)
+        same([a.get() for a in got[0]], cpu.seed(*evs[0]), "seed64-dev")
+        out.append(("seed64-dev", median_time(lambda: b.seed_events(d), reps), 64, float("nan")))
+    return out
+
+
+def dask_rows(workers, reps, rows):
+    out = []
+    if not workers or not {"dask-cluster", "dask-seed"} & set(rows):
+        return out
+    import distributed
+
+    import detkit.dask as dd
+
+    d = tempfile.mkdtemp(prefix="detkit-bench-host-")
+    digis = []
+    for s in range(64):
+        ev = detkit.generate.cluster_event(seed=s + 1)
+        p = os.path.join(d, f"digis{s}.bin")
+        with open(p, "wb") as f:
+            f.write(b"DKDIGI01" + np.uint32(len(ev[0])).tobytes())
+            for a in ev:
+                f.write(a.astype("<u2").tobytes())
+        digis.append(p)
+    sps = []
+    for s in range(32):
+        ev = detkit.generate.seeding_event(seed=s + 1, mu=200.0)[:5]
+        p = os.path.join(d, f"sp{s}.csv")
+        np.savetxt(p, np.stack(ev, axis=1), fmt="%.9g", delimiter=",",
+                   header="x,y,z,var_r,var_z", comments="")
+        sps.append(p)
+    try:
+        from dask_cuda import LocalCUDACluster  # one worker per GPU when installed
+
+        cluster = LocalCUDACluster(n_workers=workers, threads_per_worker=1)
+    except ImportError:
+        env = {}
+        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                           processes=True, dashboard_address=None, env=env)
+    client = distributed.Client(cluster)
+    try:
+        for row, func, paths in (("dask-cluster", dd.cluster_file, digis),
+                                 ("dask-seed", dd.seed_file, sps)):
+            if row not in rows:
+                continue
+            got = dd.map_files(func, paths, client=client)
+            cpu = detkit.Backend("cpu")
+            same(got[0], func(cpu, paths[0]), row)
+            t = median_time(lambda: dd.map_files(func, paths, client=client), max(1, reps // 5))
+            out.append((row, t, len(paths), float("nan")))
+    finally:
+        client.close()
+        cluster.close()
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rows", default=",".join(ROWS[:7] + ROWS[9:]))
+    ap.add_argument("--rust", help="bench-host --csv output of the same card (Rust rows)")
+    ap.add_argument("--csv", help="write the table as CSV here too")
+    ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
+    a = ap.parse_args(argv)
+    rows = [r.strip() for r in a.rows.split(",") if r.strip()]
+    bad = [r for r in rows if r not in ROWS]
+    if bad:
+        ap.error(f"unknown rows {bad}; known: {', '.join(ROWS)}")
+    b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
+    print(f"# {b.description}")
+    rust = read_rust(a.rust) if a.rust else {}
+    results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
+               + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows)
+               + dask_rows(a.dask, a.reps, rows))
+    header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_host_ms",
+              "rust_device_ms", "copy_pin_ms", "vs_device")
+    lines = []
+    for row, t, items, copy in results:
+        host, dev, pin = rust.get(row, (None, None, None))
+        fmt = lambda v: "-" if v is None or v != v else f"{v:.3f}"  # noqa: E731
+        lines.append((row, f"{t * 1e3:.3f}", str(items), f"{items / t:.0f}",
+                      fmt(copy * 1e3), fmt(host), fmt(dev), fmt(pin),
+                      "-" if dev is None else f"{t * 1e3 / dev:.2f}x"))
+    widths = [max(len(h), *(len(l[i]) for l in lines)) if lines else len(h)
+              for i, h in enumerate(header)]
+    print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for l in lines:
+        print("  ".join(v.rjust(w) for v, w in zip(l, widths)))
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows(lines)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+//! Argument checks of the Python layer: the same ranges and types as the command line, bools
+//! refused where numbers are meant (`True` is not 1 electron), and the memory a requested
+//! size needs checked before it is allocated (a [`detkit::Error::OutOfMemory`] becomes
+//! `MemoryError`). The seeding settings get the same number checks in their conversion
+//! ([`crate::settings`]).
+
+use detkit::clustering::ChargeCut;
+use numpy::{Element, PyArray1, PyArrayDescrMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBool;
+
+use crate::errors::err;
+
+/// Whether `obj` is a Python or numpy bool.
+pub fn is_bool(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<PyBool>()
+        || obj
+            .get_type()
+            .name()
+            .is_ok_and(|n| n == "bool" || n == "bool_")
+}
+
+/// An integer argument (a Python or numpy integer; bools and floats refused).
+pub fn integer(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<i128> {
+    if is_bool(obj) {
+        return Err(PyTypeError::new_err(format!(
+            "{name}={}: a bool is not a number",
+            obj.repr()?
+        )));
+    }
+    // Integers (Python's and numpy's) have `__index__`; floats do not.
+    if !obj.hasattr("__index__")? {
+        return Err(PyTypeError::new_err(format!(
+            "{name}={}: expected an integer",
+            obj.repr()?
+        )));
+    }
+    obj.call_method0("__index__")?
+        .extract::<i128>()
+        .map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{name}={}: expected an integer",
+                obj.repr().map(|r| r.to_string()).unwrap_or_default()
+            ))
+        })
+}
+
+/// A real-number argument (Python or numpy integer or float; bools refused).
+pub fn real(name: &str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    if is_bool(obj) {
+        return Err(PyTypeError::new_err(format!(
+            "{name}={}: a bool is not a number",
+            obj.repr()?
+        )));
+    }
+    obj.extract::<f64>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name}={}: expected a number",
+            obj.repr().map(|r| r.to_string()).unwrap_or_default()
+        ))
+    })
+}
+
+/// `charge_cut` of `Backend.cluster`: `None` (the geometry's CMS cut), `False` (no cut) or
+/// a whole number of electrons in `0..=2^32-1` (`detkit cluster --charge-cut`'s range).
+pub fn charge_cut(
+    obj: Option<&Bound<'_, PyAny>>,
+    default: ChargeCut,
+) -> PyResult<Option<ChargeCut>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(Some(default));
+    };
+    if is_bool(obj) {
+        if obj.is_truthy()? {
+            return Err(PyTypeError::new_err(
+                "charge_cut=True: give a charge in electrons, None for the geometry's cut, or \
+                 False for no cut",
+            ));
+        }
+        return Ok(None);
+    }
+    let c = integer("charge_cut", obj)?;
+    match u32::try_from(c) {
+        Ok(c) => Ok(Some(ChargeCut::uniform(c))),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "charge_cut={c}: a charge in electrons is 0 to 4294967295 (False: no cut)"
+        ))),
+    }
+}
+
+/// The pile-up `mu` of `generate.seeding_event`: finite, 0 to 10000 (as `detkit seed
+/// generate --mu`).
+pub fn pileup(obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    let mu = real("mu", obj)?;
+    if !(mu.is_finite() && (0.0..=10_000.0).contains(&mu)) {
+        return Err(PyValueError::new_err(format!(
+            "mu={mu}: not a pile-up between 0 and 10000"
+        )));
+    }
+    Ok(mu)
+}
+
+/// Checks that the memory of a generated PET acquisition of `singles` singles (and the tiny
+/// scanner's tables) fits, before generating it.
+pub fn check_acquisition(singles: usize) -> detkit::Result<()> {
+    detkit::mem::check_estimate(
+        format!("singles={singles}"),
+        detkit::pet::gen::acquisition_bytes(singles),
+    )
+}
+
+/// Checks that a histogram of `nbins` bins (4-byte counts) fits before it is allocated.
+pub fn check_bins(nbins: u32) -> detkit::Result<()> {
+    detkit::mem::check_estimate(format!("nbins={nbins}"), 4 * nbins as u64)
+}
+
+/// Checks that `bytes` (for `what`, naming the size that asked for them) fit in the memory
+/// there is: a `MemoryError` saying how much it needs when not.
+pub fn check_bytes(what: impl FnOnce() -> String, bytes: u64) -> PyResult<()> {
+    detkit::mem::check_estimate("", bytes)
+        .map_err(|e| match e {
+            detkit::Error::OutOfMemory {
+                needed, available, ..
+            } => detkit::Error::OutOfMemory {
+                what: what(),
+                needed,
+                available,
+            },
+            other => other,
+        })
+        .map_err(err)
+}
+
+/// A zeroed 1-D numpy array of `n` elements for a result the library writes into, its size
+/// checked first ([`check_bytes`]); numpy's own refusal is its `MemoryError` too (never a
+/// panic).
+pub fn zeros<'py, T: Element>(
+    py: Python<'py>,
+    n: usize,
+    what: impl FnOnce() -> String,
+) -> PyResult<Bound<'py, PyArray1<T>>> {
+    check_bytes(
+        what,
+        (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+    )?;
+    let mut dims = [numpy::npyffi::npy_intp::try_from(n)
+        .map_err(|_| pyo3::exceptions::PyMemoryError::new_err(format!("{n} elements")))?];
+    // SAFETY: `PyArray_Zeros` is called with the GIL held (`py`), a one-element dimension
+    // array that outlives the call, and a dtype reference it steals (`into_dtype_ptr` gives
+    // a new one); it returns a new reference or NULL with a Python error set, which
+    // `from_owned_ptr_or_err` turns into that error. The result is a 1-D array of `T`.
+    unsafe {
+        let ptr = numpy::npyffi::PY_ARRAY_API.PyArray_Zeros(
+            py,
+            1,
+            dims.as_mut_ptr(),
+            T::get_dtype(py).into_dtype_ptr(),
+            0,
+        );
+        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked())
+    }
+}
+
+/// A vector of `n` zero bytes for a copy whose size comes from the caller, or a
+/// `MemoryError` (checked first, then the allocator's own refusal).
+pub fn host_bytes(n: usize, what: impl Fn() -> String) -> PyResult<Vec<u8>> {
+    check_bytes(&what, n as u64)?;
+    let mut v = detkit::mem::try_vec::<u8>(n, &what()).map_err(err)?;
+    v.resize(n, 0);
+    Ok(v)
+}
