@@ -10,6 +10,7 @@ use std::time::Instant;
 
 // One module per algorithm family added after the Foundation; each exports `TESTS`.
 mod clustering;
+mod device_views;
 mod doors;
 mod pet;
 mod seeding;
@@ -587,6 +588,7 @@ fn main() {
     let tests = foundation
         .iter()
         .chain(clustering::TESTS)
+        .chain(device_views::TESTS)
         .chain(doors::TESTS)
         .chain(pet::TESTS)
         .chain(seeding::TESTS)

@@ -1,0 +1,210 @@
+//! The device-view entry points (issue 27): digis already on the device in, device buffers
+//! out, compared bit for bit with the host path of the same backend on the same data, and
+//! the same typed error for a bad digi in the middle event of a batch.
+
+use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
+use detkit::{Backend, GpuContext};
+use detkit_tests::{ensure, exact};
+
+use super::{e, Ctx, Test, R};
+
+pub(crate) const TESTS: &[Test] = &[
+    ("device_views_cluster", test_cluster),
+    ("device_views_cluster_errors", test_cluster_errors),
+];
+
+/// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
+fn batch(seed: u64, events: usize, digis: usize) -> (Digis, Vec<u32>) {
+    let mut all = Digis::default();
+    let mut offsets = vec![0u32];
+    for i in 0..events {
+        let ev = cgen::run3_event(seed ^ (i as u64 * 7919));
+        let n = ev.len().min(digis);
+        all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
+        offsets.push(all.len() as u32);
+    }
+    (all, offsets)
+}
+
+/// The four arrays on the device (at least one element each: a zero-length upload).
+fn upload(g: &GpuContext, d: &Digis) -> Result<[detkit::DeviceBuffer<u16>; 4], String> {
+    let up = |v: &[u16]| {
+        if v.is_empty() {
+            g.zeros::<u16>(1)
+        } else {
+            g.upload(v)
+        }
+    };
+    Ok([
+        up(&d.module).map_err(e)?,
+        up(&d.x).map_err(e)?,
+        up(&d.y).map_err(e)?,
+        up(&d.adc).map_err(e)?,
+    ])
+}
+
+/// Clusters `d` through the device view (`n` digis of the uploaded buffers).
+fn cluster_dev(
+    b: &Backend,
+    d: &Digis,
+    o: &[u32],
+    g: &Geometry,
+    cut: Option<ChargeCut>,
+) -> Result<Result<cl::Clusters, String>, String> {
+    let gpu = b.gpu().expect("cuda backend");
+    let bufs = upload(gpu, d)?;
+    let n = d.len();
+    let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[i]).addr());
+    // SAFETY: four buffers of this backend's context, each of at least `n` values, borrowed
+    // (not written, not freed) until the call below has returned; uploaded on the backend's
+    // stream, which the call is ordered after.
+    let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+    Ok(match b.cluster_events_device(view, o, g, cut) {
+        Ok(c) => Ok(c.to_host(gpu).map_err(e)?),
+        Err(err) => Err(e(err)),
+    })
+}
+
+/// Batches of 0, 1, 5 and 64 events (an empty event among them), with and without the cut,
+/// repeated and interleaved in size (the workspace's clusterers reused and grown): the
+/// device view's results equal the host path's, with the same module counts.
+fn test_cluster(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let b = &c.backend;
+    let mut cases = vec![
+        (Digis::default(), vec![0u32, 0]),
+        batch(c.seed, 1, usize::MAX),
+        batch(c.seed ^ 1, 1, 31),
+        batch(c.seed ^ 2, 5, 20_000),
+        batch(c.seed ^ 3, 64, usize::MAX),
+    ];
+    // An empty event in the middle of a batch.
+    let (mut d, mut o) = batch(c.seed ^ 4, 3, 5_000);
+    o.insert(2, o[1]);
+    d.extend(&Digis::default());
+    cases.push((d, o));
+    for round in 0..2 {
+        for (i, (d, o)) in cases.iter().enumerate() {
+            for cut in [None, Some(g.default_cut)] {
+                let what = format!("round {round}, case {i} ({} digis), cut {cut:?}", d.len());
+                let want = b.cluster_events(d, o, &g, cut).map_err(e)?;
+                let got = cluster_dev(b, d, o, &g, cut)?.map_err(|m| format!("{what}: {m}"))?;
+                exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
+                exact(
+                    &format!("{what}: clus_in_module"),
+                    &got.clus_in_module,
+                    &want.clus_in_module,
+                )?;
+                exact(
+                    &format!("{what}: module_first"),
+                    &got.module_first,
+                    &want.module_first,
+                )?;
+                ensure(
+                    (got.medium_modules, got.fallback_modules)
+                        == (want.medium_modules, want.fallback_modules),
+                    || {
+                        format!(
+                            "{what}: module counts {:?} != {:?}",
+                            (got.medium_modules, got.fallback_modules),
+                            (want.medium_modules, want.fallback_modules)
+                        )
+                    },
+                )?;
+            }
+        }
+    }
+    // On the CPU backend: a typed error, not a crash.
+    let cpu = Backend::cpu();
+    // SAFETY: a zero-length view; no address is read.
+    let none = unsafe { DigisDev::from_raw([0; 4], [0; 4]) };
+    ensure(
+        cpu.cluster_events_device(none, &[0, 0], &g, None).is_err(),
+        || "the CPU backend accepted device digis".into(),
+    )
+}
+
+/// A batch of five events whose third event has a digi out of range (module id, x, y): the
+/// device view's error is the host path's (the same digi index, column and message); arrays
+/// of different lengths and bad event offsets as well. The workspace works after.
+fn test_cluster_errors(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let b = &c.backend;
+    let (d, o) = batch(c.seed ^ 0xbad, 5, 30_000);
+    let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
+    type Fault = fn(&mut Digis, usize);
+    let faults: [(&str, Fault); 4] = [
+        ("module out of range", |d, i| d.module[i] = 5000),
+        ("x out of range", |d, i| d.x[i] = 160),
+        ("y out of range", |d, i| d.y[i] = 416),
+        ("two faults, the first wins", |d, i| {
+            d.y[i] = 416;
+            d.module[i + 7] = 6000;
+        }),
+    ];
+    for (what, f) in faults {
+        let mut bad = d.clone();
+        f(&mut bad, mid);
+        let want = b.cluster_events(&bad, &o, &g, None).map(|_| ()).map_err(e);
+        let got = cluster_dev(b, &bad, &o, &g, None)?.map(|_| ());
+        ensure(want.is_err(), || {
+            format!("{what}: the host path accepted it")
+        })?;
+        ensure(got == want, || {
+            format!("{what}: device view {got:?}, host {want:?}")
+        })?;
+    }
+    // Lengths and offsets, checked before anything runs.
+    let gpu = b.gpu().expect("cuda backend");
+    let bufs = upload(gpu, &d)?;
+    let n = d.len();
+    let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[i]).addr());
+    let host = b.cluster_events(
+        DigisRef {
+            x: &d.x[..n - 1],
+            ..DigisRef::from(&d)
+        },
+        &o,
+        &g,
+        None,
+    );
+    // SAFETY: buffers of this context valid for `n` values (the view claims fewer for x),
+    // borrowed until the call returns.
+    let view = unsafe { DigisDev::from_raw(addr, [n, n - 1, n, n]) };
+    let dev = b.cluster_events_device(view, &o, &g, None);
+    ensure(
+        host.is_err()
+            && host.as_ref().err().map(|x| x.to_string())
+                == dev.as_ref().err().map(|x| x.to_string()),
+        || {
+            format!(
+                "lengths: device view {:?}, host {:?}",
+                dev.err(),
+                host.err()
+            )
+        },
+    )?;
+    let mut bad_o = o.clone();
+    bad_o[3] = bad_o[2] - 1;
+    // SAFETY: as above, all four of `n` values.
+    let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+    let host = b
+        .cluster_events(&d, &bad_o, &g, None)
+        .map(|_| ())
+        .map_err(e);
+    let dev = b
+        .cluster_events_device(view, &bad_o, &g, None)
+        .map(|_| ())
+        .map_err(e);
+    ensure(host.is_err() && host == dev, || {
+        format!("offsets: device view {dev:?}, host {host:?}")
+    })?;
+    let want = cl::cpu::cluster(&d, &o, &g, None);
+    let got = cluster_dev(b, &d, &o, &g, None)?.map_err(|m| format!("after the errors: {m}"))?;
+    exact("after the errors: clus", &got.clus, &want.clus)?;
+    exact(
+        "after the errors: clus_in_module",
+        &got.clus_in_module,
+        &want.clus_in_module,
+    )
+}
