@@ -22,7 +22,7 @@ fn cuda(what: &str, e: impl std::fmt::Display) -> PyErr {
 
 /// The argument as a device input usable here: a CUDA array, 1-D, C-contiguous, of one of
 /// `types` (numpy type strings). `None`: take the general path.
-fn exact<'a>(arg: &'a Arg, types: &[&str]) -> Option<&'a DeviceInput> {
+pub(crate) fn exact<'a>(arg: &'a Arg, types: &[&str]) -> Option<&'a DeviceInput> {
     match arg {
         Arg::Device(d)
             if d.desc.shape.len() == 1
@@ -188,7 +188,7 @@ pub fn device_sort(
 }
 
 /// The caller's stream (when given) waits for the results.
-fn finish(g: &detkit::GpuContext, user: Option<usize>) -> PyResult<()> {
+pub(crate) fn finish(g: &detkit::GpuContext, user: Option<usize>) -> PyResult<()> {
     match user {
         Some(s) => crate::device::foreign_waits(g.stream(), s),
         None => Ok(()),

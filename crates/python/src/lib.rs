@@ -8,6 +8,7 @@
 //! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments).
 
 mod device;
+mod device_calls;
 mod device_ops;
 mod dlpack;
 mod errors;
@@ -854,6 +855,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::CpuExport>()?;
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
+    m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_histogram, m)?)?;

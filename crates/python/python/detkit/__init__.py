@@ -277,6 +277,9 @@ class Backend:
         c = _Call(self, stream)
         cut = -1 if charge_cut is False else (None if charge_cut is None else int(charge_cut))
         offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
+        d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, cut, offs)
+        if d is not None:
+            return d
         clus, per_module = self._b.cluster(
             c.arr(module, np.uint16, "module"),
             c.arr(x, np.uint16, "x"),
@@ -386,6 +389,16 @@ class _Call:
         if self.b.kind != "cuda" or not self._foreign(a) or getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] not in (2, 13):
             return None
         return fn(self.b, a, name, *args, stream=self.stream)
+
+    def native_many(self, fn, arrays, *args):
+        """As :meth:`native` for a call of several arrays, all CUDA arrays: ``fn`` gets them
+        all (it returns ``None`` unless each has the exact dtype and layout)."""
+        if self.b.kind != "cuda" or not all(
+            self._foreign(a) and getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] in (2, 13)
+            for a in arrays
+        ):
+            return None
+        return fn(self.b, *arrays, *args, stream=self.stream)
 
     def arr(self, a, dtype, name: str) -> np.ndarray:
         return _as(self.host(a, name), dtype, name)
