@@ -3,6 +3,10 @@
 //! the same typed error for a bad digi in the middle event of a batch.
 
 use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
+use detkit::seeding::{
+    gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsDev,
+    SpacePointsRef,
+};
 use detkit::{Backend, GpuContext};
 use detkit_tests::{ensure, exact};
 
@@ -11,6 +15,8 @@ use super::{e, Ctx, Test, R};
 pub(crate) const TESTS: &[Test] = &[
     ("device_views_cluster", test_cluster),
     ("device_views_cluster_errors", test_cluster_errors),
+    ("device_views_seed", test_seed),
+    ("device_views_seed_errors", test_seed_errors),
 ];
 
 /// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
@@ -207,4 +213,178 @@ fn test_cluster_errors(c: &Ctx) -> R {
         &got.clus_in_module,
         &want.clus_in_module,
     )
+}
+
+fn seed_cfg() -> SeedingConfig {
+    SeedingSettings::default()
+        .to_config()
+        .expect("default config")
+}
+
+fn columns(sps: &[SpacePoint]) -> [Vec<f32>; 5] {
+    [
+        sps.iter().map(|s| s.x).collect(),
+        sps.iter().map(|s| s.y).collect(),
+        sps.iter().map(|s| s.z).collect(),
+        sps.iter().map(|s| s.var_r).collect(),
+        sps.iter().map(|s| s.var_z).collect(),
+    ]
+}
+
+/// Seeds `events` (five host columns each) through device views of uploaded copies.
+fn seed_dev(
+    b: &Backend,
+    events: &[[Vec<f32>; 5]],
+    cfg: &SeedingConfig,
+) -> Result<Result<Vec<SeedingOutput>, String>, String> {
+    let gpu = b.gpu().expect("cuda backend");
+    let up = |v: &[f32]| {
+        if v.is_empty() {
+            gpu.zeros::<f32>(1)
+        } else {
+            gpu.upload(v)
+        }
+    };
+    let bufs: Vec<Vec<detkit::DeviceBuffer<f32>>> = events
+        .iter()
+        .map(|ev| ev.iter().map(|c| up(c)).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let views: Vec<SpacePointsDev> = bufs
+        .iter()
+        .zip(events)
+        .map(|(b, ev)| {
+            let addr = [0, 1, 2, 3, 4].map(|i| gpu.ptr(&b[i]).addr());
+            let lens = [0, 1, 2, 3, 4].map(|i| ev[i].len());
+            // SAFETY: buffers of this backend's context, each of at least `lens[i]`
+            // values, borrowed until the call below has returned; uploaded on the
+            // backend's stream.
+            unsafe { SpacePointsDev::from_raw(addr, lens) }
+        })
+        .collect();
+    Ok(match b.seed_events_device(&views, cfg) {
+        Ok(s) => Ok(s.to_host(gpu).map_err(e)?),
+        Err(err) => Err(e(err)),
+    })
+}
+
+fn compare_outputs(what: &str, got: &[SeedingOutput], want: &[SeedingOutput]) -> R {
+    ensure(got.len() == want.len(), || {
+        format!("{what}: {} outputs for {} events", got.len(), want.len())
+    })?;
+    for (j, (g, w)) in got.iter().zip(want).enumerate() {
+        ensure(g.stats == w.stats, || {
+            format!("{what} event {j}: stats {:?} != {:?}", g.stats, w.stats)
+        })?;
+        exact(&format!("{what} event {j}: seeds"), &g.seeds, &w.seeds)?;
+        exact(&format!("{what} event {j}: params"), &g.params, &w.params)?;
+    }
+    Ok(())
+}
+
+/// Batches of 1, 4 (one empty) and 64 events at ⟨μ⟩ = 10 … 200, repeated: the device
+/// views' seeds, parameters and counts equal the host columns path's (same backend), bit
+/// for bit.
+fn test_seed(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let b = &c.backend;
+    let gen = |i: u64, mu: f64| sgen::generate(c.seed ^ (i + 1) << 32, mu, true).spacepoints;
+    let mut four: Vec<Vec<SpacePoint>> = vec![gen(1, 50.0), gen(2, 200.0), vec![], gen(3, 10.0)];
+    four[3].truncate(33);
+    let batches: Vec<Vec<Vec<SpacePoint>>> = vec![
+        vec![gen(9, 200.0)],
+        four,
+        (0..if c.quick { 8 } else { 64 })
+            .map(|i| gen(100 + i, 200.0))
+            .collect(),
+    ];
+    for round in 0..2 {
+        for (k, evs) in batches.iter().enumerate() {
+            let what = format!("round {round} batch {k} ({} events)", evs.len());
+            let cols: Vec<[Vec<f32>; 5]> = evs.iter().map(|e| columns(e)).collect();
+            let refs: Vec<SpacePointsRef> = cols
+                .iter()
+                .map(|c| SpacePointsRef {
+                    x: &c[0],
+                    y: &c[1],
+                    z: &c[2],
+                    var_r: &c[3],
+                    var_z: &c[4],
+                })
+                .collect();
+            let mut want = Vec::new();
+            b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
+            let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("{what}: {m}"))?;
+            compare_outputs(&what, &got, &want)?;
+        }
+    }
+    Ok(())
+}
+
+/// A bad spacepoint (each kind of fault, each column) in the middle event of five: the
+/// device views' error is the host path's (index within the event, column, message); column
+/// lengths as well; the workspace works after.
+fn test_seed_errors(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let b = &c.backend;
+    let events: Vec<Vec<SpacePoint>> = (0..5)
+        .map(|i| sgen::generate(c.seed ^ i << 8, 10.0, true).spacepoints)
+        .collect();
+    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+    let k = events[2].len() / 2;
+    let faults: [(usize, f32); 6] = [
+        (0, f32::NAN),
+        (1, f32::INFINITY),
+        (2, f32::NEG_INFINITY),
+        (3, -1.0),
+        (4, f32::NAN),
+        (3, f32::INFINITY),
+    ];
+    for (col, v) in faults {
+        let mut bad = cols.clone();
+        bad[2][col][k] = v;
+        // A second fault later in the same event: the first one is named.
+        bad[2][0][k + 1] = f32::NAN;
+        let refs: Vec<SpacePointsRef> = bad
+            .iter()
+            .map(|c| SpacePointsRef {
+                x: &c[0],
+                y: &c[1],
+                z: &c[2],
+                var_r: &c[3],
+                var_z: &c[4],
+            })
+            .collect();
+        let mut out = Vec::new();
+        let want = b.seed_columns_into(&refs, &cfg, &mut out).map_err(e);
+        let got = seed_dev(b, &bad, &cfg)?.map(|_| ());
+        ensure(want.is_err(), || {
+            format!("column {col} = {v}: host accepted it")
+        })?;
+        ensure(got == want, || {
+            format!("column {col} = {v}: device views {got:?}, host {want:?}")
+        })?;
+    }
+    let mut short = cols.clone();
+    short[1][4].pop();
+    let got = seed_dev(b, &short, &cfg)?.map(|_| ());
+    ensure(
+        got.as_ref()
+            .is_err_and(|m| m.contains("columns of different lengths")),
+        || format!("lengths: {got:?}"),
+    )?;
+    let refs: Vec<SpacePointsRef> = cols
+        .iter()
+        .map(|c| SpacePointsRef {
+            x: &c[0],
+            y: &c[1],
+            z: &c[2],
+            var_r: &c[3],
+            var_z: &c[4],
+        })
+        .collect();
+    let mut want = Vec::new();
+    b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
+    let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("after the errors: {m}"))?;
+    compare_outputs("after the errors", &got, &want)
 }

@@ -78,6 +78,7 @@ pub const ALL_KERNELS: &[&str] = &[
     seeding::KERNEL_BIN,
     seeding::KERNEL_BIN_COUNT,
     seeding::KERNEL_BIN_PLACE,
+    seeding::KERNEL_INTERLEAVE_COLUMNS,
     seeding::KERNEL_GATHER_SPACEPOINTS,
     seeding::KERNEL_FIND_DOUBLETS,
     seeding::KERNEL_FIND_TRIPLETS,
