@@ -332,6 +332,9 @@ class Backend:
         ``(n, 5)`` ``float32`` (loc0 mm, loc1 mm, phi rad, theta rad, qop e/GeV).
         """
         c = _Call(self, stream)
+        d = c.native_seed([(x, y, z, var_r, var_z)], settings, False)
+        if d is not None:
+            return d[0]
         out = self._b.seed(*_seed_columns(c, x, y, z, var_r, var_z), settings)
         return tuple(c.out(a) for a in out)
 
@@ -343,6 +346,11 @@ class Backend:
         reaches its events/s; the seeds equal those of one :meth:`seed` call per event.
         """
         c = _Call(self, stream)
+        events = [tuple(ev) for ev in events]
+        if all(len(ev) in (3, 5) for ev in events):
+            d = c.native_seed(events, settings, True)
+            if d is not None:
+                return d
         cols = []
         for i, ev in enumerate(events):
             ev = tuple(ev)
@@ -390,15 +398,28 @@ class _Call:
             return None
         return fn(self.b, a, name, *args, stream=self.stream)
 
+    def all_cuda(self, arrays) -> bool:
+        """Whether this is a CUDA backend and every one of ``arrays`` a CUDA array (DLPack
+        device CUDA or CUDA-managed, or a CUDA-array-interface producer)."""
+        return self.b.kind == "cuda" and len(arrays) > 0 and all(
+            self._foreign(a) and getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] in (2, 13)
+            for a in arrays
+        )
+
     def native_many(self, fn, arrays, *args):
         """As :meth:`native` for a call of several arrays, all CUDA arrays: ``fn`` gets them
         all (it returns ``None`` unless each has the exact dtype and layout)."""
-        if self.b.kind != "cuda" or not all(
-            self._foreign(a) and getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] in (2, 13)
-            for a in arrays
-        ):
+        if not self.all_cuda(arrays):
             return None
         return fn(self.b, *arrays, *args, stream=self.stream)
+
+    def native_seed(self, events, settings, batch: bool):
+        """The device-resident seeding of events whose columns are all CUDA arrays
+        (``_detkit.device_seed_events``): one result tuple per event, or ``None``."""
+        rows = [list(ev) + [None] * (5 - len(ev)) for ev in events]
+        if not self.all_cuda([a for ev in rows for a in ev if a is not None]):
+            return None
+        return _detkit.device_seed_events(self.b, rows, settings, batch, stream=self.stream)
 
     def arr(self, a, dtype, name: str) -> np.ndarray:
         return _as(self.host(a, name), dtype, name)
