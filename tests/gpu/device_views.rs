@@ -130,8 +130,8 @@ fn test_cluster(c: &Ctx) -> R {
     )
 }
 
-/// A batch of five events whose third event has a digi out of range (module id, x, y): the
-/// device view's error is the host path's (the same digi index, column and message); arrays
+/// A batch of five events whose third event has a digi out of range (module id, x, y) or a
+/// module whose digis are not consecutive: the device view's error is the host path's (the same digi index, column and message); arrays
 /// of different lengths and bad event offsets as well. The workspace works after.
 fn test_cluster_errors(c: &Ctx) -> R {
     let g = Geometry::phase1();
@@ -139,13 +139,18 @@ fn test_cluster_errors(c: &Ctx) -> R {
     let (d, o) = batch(c.seed ^ 0xbad, 5, 30_000);
     let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
     type Fault = fn(&mut Digis, usize);
-    let faults: [(&str, Fault); 4] = [
+    let faults: [(&str, Fault); 6] = [
         ("module out of range", |d, i| d.module[i] = 5000),
         ("x out of range", |d, i| d.x[i] = 160),
         ("y out of range", |d, i| d.y[i] = 416),
         ("two faults, the first wins", |d, i| {
             d.y[i] = 416;
             d.module[i + 7] = 6000;
+        }),
+        ("module not consecutive", |d, i| d.module[i] = d.module[0]),
+        ("not consecutive before out of range", |d, i| {
+            d.module[i] = d.module[0];
+            d.x[i + 5] = 160;
         }),
     ];
     for (what, f) in faults {

@@ -54,6 +54,7 @@ pub const ALL_KERNELS: &[&str] = &[
     bucket::KERNEL_BUCKET_OFFSETS_SORTED,
     bucket::KERNEL_BUCKET_BLOCK_FILL,
     clustering::KERNEL_COUNT_MODULES,
+    clustering::KERNEL_CHECK_RUNS,
     clustering::KERNEL_FIND_CLUS_SMALL,
     clustering::KERNEL_FIND_CLUS_SMALL_WARP,
     clustering::KERNEL_FIND_CLUS,

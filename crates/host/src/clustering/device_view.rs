@@ -15,18 +15,20 @@
 //! are made by `clustering_count_modules` on the device, which records the smallest bad digi
 //! index; when it reports one, the digis are copied back and [`super::validate`] runs on
 //! them, so the error is exactly the host path's (the same typed error, message and index)
-//! and costs a copy only on that path. Not checked on the device: that one module's digis
-//! are consecutive within an event (the host path's `not consecutive` error). Such input is
-//! clustered without error, in bounds, with unspecified results for the modules concerned
-//! (docs/python-device.md, "Checks on the device").
+//! and costs a copy only on that path. That one module's digis are consecutive within an
+//! event is checked by `clustering_check_runs` (every run start of a module counted per
+//! event and module, a second run flagged), read back with the status words and named the
+//! same way.
 
 use std::marker::PhantomData;
 
 use cudarc::driver::{result, DevicePtrMut};
+use detkit_gpu::clustering as k;
+use detkit_gpu::histogram::decode_first_index;
 
 use super::door::ClusterWorkspace;
 use super::{validate, validate_lengths, ChargeCut, Digis, Geometry, MAX_EVENTS_PER_LAUNCH};
-use crate::cuda::{DeviceBuffer, GpuContext};
+use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::staging::upload_into;
 use crate::Backend;
@@ -128,6 +130,9 @@ impl ClustersDev {
     }
 }
 
+/// Threads per block of the consecutive-digis check.
+const CHECK_THREADS: u32 = 256;
+
 /// A new device buffer of `n` elements (at least one) whose first `n` are written by the
 /// caller before anyone reads them.
 fn output<T: cudarc::driver::DeviceRepr>(g: &GpuContext, n: usize) -> Result<DeviceBuffer<T>> {
@@ -158,7 +163,7 @@ impl ClusterWorkspace {
             });
         }
         self.select_clusterer(n, ne, geometry)?;
-        let (c, d, g, stage) = self.selected();
+        let (c, d, g, stage, check) = self.selected();
         let s = g.stream();
         let what = "copying device digis";
         // The inputs were made (or ordered) on the caller's stream.
@@ -193,6 +198,42 @@ impl ClusterWorkspace {
         d.nevents = ne;
         c.run_graph(d, cut)?;
         let slots = ne * geometry.modules as usize;
+        // The check that each module's digis are consecutive within an event: `[bad, run
+        // counts of every event and module…]`, zeroed, then one thread per digi.
+        let check = {
+            let have = check.as_ref().map_or(0, |b| b.len());
+            if have < slots + 1 {
+                *check = None;
+                *check = Some(g.zeros::<u32>((slots + 1).max(have + have / 2))?);
+            }
+            check.as_mut().expect("allocated above")
+        };
+        g.fill_u32(check, slots + 1, 0)?;
+        if n > 0 {
+            let params = k::ClusteringCheckRunsParams {
+                module: g.ptr(&d.module),
+                event_offsets: g.ptr(&d.event_offsets),
+                dims: g.ptr(&d.dims),
+                runs: g.ptr_mut(&mut check.slice_mut(1..slots + 1)),
+                bad: g.ptr_mut(&mut check.slice_mut(0..1)),
+                nmodules: geometry.modules,
+                _pad0: 0,
+            };
+            let blocks = n
+                .div_ceil(CHECK_THREADS as usize)
+                .min(16 * g.sm_count() as usize);
+            // SAFETY: `dims` holds `[n, ne]` of this batch and `module` `n` digis (copied
+            // above, on this stream); `event_offsets` `ne + 1` checked offsets from 0 to
+            // `n`; `runs` `ne * modules` zeroed words and `bad` one zeroed word, distinct;
+            // grid-stride over the digis.
+            unsafe {
+                g.launch(
+                    k::KERNEL_CHECK_RUNS,
+                    launch_cfg(blocks.max(1) as u64, CHECK_THREADS, 0),
+                    &params,
+                )?
+            };
+        }
         let mut clus = output::<i32>(g, n)?;
         let mut clus_in_module = output::<u32>(g, slots)?;
         let mut module_first = output::<u32>(g, slots)?;
@@ -211,25 +252,36 @@ impl ClusterWorkspace {
             &mut module_first.slice_mut(0..slots),
         )
         .ctx(what)?;
-        let status = stage.slots.get(g, 3)?;
-        c.enqueue_status(status)?;
+        let status = stage.slots.get(g, 4)?;
+        c.enqueue_status(&mut status[..3])?;
+        s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
+            .ctx("reading the digi check")?;
         g.synchronize()?;
-        let (medium_modules, fallback_modules) =
-            match c.decode_status(status[0], status[1], status[2]) {
-                Ok(counts) => counts,
-                Err(Error::InvalidInput { what, detail }) => {
-                    // A digi out of range: the host path's error, from a host copy.
-                    let host = Digis {
-                        module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
-                        x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
-                        y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
-                        adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
-                    };
-                    validate(&host, event_offsets, geometry)?;
-                    return Err(Error::InvalidInput { what, detail });
-                }
-                Err(e) => return Err(e),
-            };
+        let runs = decode_first_index(status[3]).map(|d| {
+            invalid(
+                "digis",
+                format!("digi {d}: a module's digis not consecutive in its event"),
+            )
+        });
+        let decoded = match (c.decode_status(status[0], status[1], status[2]), runs) {
+            (Ok(_), Some(e)) => Err(e),
+            (r, _) => r,
+        };
+        let (medium_modules, fallback_modules) = match decoded {
+            Ok(counts) => counts,
+            Err(Error::InvalidInput { what, detail }) => {
+                // A digi out of range: the host path's error, from a host copy.
+                let host = Digis {
+                    module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
+                    x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
+                    y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
+                    adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
+                };
+                validate(&host, event_offsets, geometry)?;
+                return Err(Error::InvalidInput { what, detail });
+            }
+            Err(e) => return Err(e),
+        };
         Ok(ClustersDev {
             clus,
             clus_in_module,
@@ -247,11 +299,11 @@ impl Backend {
     /// Clusters digis that are on the device ([`DigisDev`]: borrowed device arrays) into
     /// device buffers ([`ClustersDev`]), with no host round trip: the same results as
     /// [`Backend::cluster_events`] on the same digis, bit for bit, and the same typed error
-    /// for a digi out of range (module id, pixel). `event_offsets` (host memory) as for
-    /// [`Backend::cluster_events`]. The inputs are read in the order of the backend's stream
-    /// ([`GpuContext::stream`]); the results are complete when this returns. Not checked on
-    /// the device: that one module's digis are consecutive within an event (see
-    /// `docs/python-device.md`). CUDA backends only (an `InvalidInput` error on the CPU).
+    /// for bad input (module id or pixel out of range, a module's digis not consecutive in
+    /// an event; checked on the device, named on the host). `event_offsets` (host memory) as
+    /// for [`Backend::cluster_events`]. The inputs are read in the order of the backend's
+    /// stream ([`GpuContext::stream`]); the results are complete when this returns. CUDA
+    /// backends only (an `InvalidInput` error on the CPU).
     pub fn cluster_events_device(
         &self,
         digis: DigisDev<'_>,
@@ -269,5 +321,82 @@ impl Backend {
             || ClusterWorkspace::new(gpu),
             |w| w.cluster_device(gpu, digis, event_offsets, geometry, cut),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use detkit_gpu::clustering::{starts_run, INVALID_MODULE};
+
+    /// `clustering_check_runs` run sequentially on the host (the same predicate and
+    /// counters): the smallest digi that starts a second run of its module in its event.
+    fn check_runs(d: &Digis, offsets: &[u32], modules: u32) -> Option<usize> {
+        let ne = offsets.len() - 1;
+        let mut runs = vec![0u32; ne * modules as usize];
+        let mut bad: Option<usize> = None;
+        for e in 0..ne {
+            for k in offsets[e]..offsets[e + 1] {
+                let m = d.module[k as usize];
+                if m != INVALID_MODULE
+                    && (m as u32) < modules
+                    && starts_run(|j| d.module[j as usize], offsets[e], k)
+                {
+                    let c = &mut runs[e * modules as usize + m as usize];
+                    if *c > 0 {
+                        bad = Some(bad.map_or(k as usize, |b| b.min(k as usize)));
+                    }
+                    *c += 1;
+                }
+            }
+        }
+        bad
+    }
+
+    /// On random small batches (few module ids, invalid digis, empty events), the device
+    /// check flags exactly the batches the host validation rejects as not consecutive, at
+    /// the digi it names.
+    #[test]
+    fn check_runs_flags_what_the_host_rejects() {
+        let g = Geometry::phase1();
+        let mut rejected = 0;
+        for case in 0..4000u64 {
+            let r = crate::rng::random_below(case, 64, 1 << 20);
+            let n = (r[0] % 24) as usize;
+            let ne = 1 + (r[1] % 3) as usize;
+            let mut offsets = vec![0u32];
+            for e in 1..ne {
+                offsets.push((r[1 + e] as usize % (n + 1)) as u32);
+            }
+            offsets.push(n as u32);
+            offsets.sort_unstable();
+            let module: Vec<u16> = (0..n)
+                .map(|i| match r[8 + i] % 5 {
+                    4 => INVALID_MODULE,
+                    m => m as u16,
+                })
+                .collect();
+            let d = Digis {
+                module,
+                x: vec![1; n],
+                y: vec![2; n],
+                adc: vec![100; n],
+            };
+            let host = validate(&d, &offsets, &g);
+            let dev = check_runs(&d, &offsets, g.modules);
+            match (&host, dev) {
+                (Ok(()), None) => {}
+                (Err(Error::InvalidItem { index, detail, .. }), Some(k)) => {
+                    assert!(detail.contains("not consecutive"), "case {case}: {detail}");
+                    assert_eq!(*index, k, "case {case}");
+                    rejected += 1;
+                }
+                _ => panic!("case {case}: host {host:?}, device check {dev:?}"),
+            }
+        }
+        assert!(
+            rejected > 100,
+            "only {rejected} rejected batches: the test is weak"
+        );
     }
 }

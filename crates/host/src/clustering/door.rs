@@ -27,6 +27,8 @@ pub(crate) struct ClusterWorkspace {
     /// The queue of [`ClusterWorkspace::cluster_batches`]: its geometry, cut and capacity
     /// (digis, events per batch).
     queue: Option<BatchQueue>,
+    /// The device-view calls' consecutive-digis check: `[bad, run counts…]`.
+    check: Option<crate::cuda::DeviceBuffer<u32>>,
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
@@ -67,6 +69,7 @@ impl ClusterWorkspace {
             clusterers: Vec::new(),
             stage: ClusterStaging::default(),
             queue: None,
+            check: None,
         })
     }
 
@@ -189,7 +192,8 @@ impl ClusterWorkspace {
     }
 
     /// The clusterer and device digis of the last [`ClusterWorkspace::select_clusterer`],
-    /// the workspace's context and its pinned staging.
+    /// the workspace's context, its pinned staging and the device-view check's buffer.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn selected(
         &mut self,
     ) -> (
@@ -197,9 +201,10 @@ impl ClusterWorkspace {
         &mut DeviceDigis,
         &GpuContext,
         &mut ClusterStaging,
+        &mut Option<crate::cuda::DeviceBuffer<u32>>,
     ) {
         let (c, d) = self.clusterers.last_mut().expect("select_clusterer first");
-        (c, d, &self.gpu, &mut self.stage)
+        (c, d, &self.gpu, &mut self.stage, &mut self.check)
     }
 
     /// Validates and clusters many batches through the queue's lanes (each batch's upload,
