@@ -858,6 +858,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_select, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_histogram, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;

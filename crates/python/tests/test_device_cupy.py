@@ -164,3 +164,11 @@ def test_seed_cupy_bad_spacepoint_in_the_middle_event(b, col, value):
     with pytest.raises(detkit.InvalidInputError) as got:
         b.seed_events([[cp.asarray(c) for c in e] for e in short])
     assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("n", [0, 1, 1000, 1 << 20])
+def test_select_cupy_equals_numpy(b, n):
+    v = np.random.default_rng(n).integers(0, 1 << 20, n, dtype=np.uint32)
+    want = b.select(v, 1000, 500_000)
+    got = b.select(cp.asarray(v), 1000, 500_000)
+    equal(got, want)

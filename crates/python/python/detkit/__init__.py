@@ -198,6 +198,9 @@ class Backend:
     def select(self, values, lo: int, hi: int, *, stream=None) -> np.ndarray:
         """The ``uint32`` values ``v`` with ``lo <= v < hi``, in input order."""
         c = _Call(self, stream)
+        d = c.native(_detkit.device_select, values, "values", lo, hi)
+        if d is not None:
+            return d
         return c.out(self._b.select_in_range(c.arr(values, np.uint32, "values"), lo, hi))
 
     def histogram(self, keys, nbins: int, *, stream=None) -> Tuple[np.ndarray, int, Optional[int]]:
