@@ -3,6 +3,7 @@
 //! the same typed error for a bad digi in the middle event of a batch.
 
 use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
+use detkit::pet::{gen as pgen, FramesDev};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsDev,
     SpacePointsRef,
@@ -17,6 +18,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("device_views_cluster_errors", test_cluster_errors),
     ("device_views_seed", test_seed),
     ("device_views_seed_errors", test_seed_errors),
+    ("device_views_pet_convert", test_pet_convert),
 ];
 
 /// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
@@ -392,4 +394,72 @@ fn test_seed_errors(c: &Ctx) -> R {
     b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
     let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("after the errors: {m}"))?;
     compare_outputs("after the errors", &got, &want)
+}
+
+/// Frames of runs of 0, 1 and many singles (and a cut frame): converted from a device view,
+/// with a plain scanner and with a loaded handle, the singles and statistics equal the host
+/// path's, bit for bit; a byte count that is not a whole number of frames is the host path's
+/// error.
+fn test_pet_convert(c: &Ctx) -> R {
+    let b = &c.backend;
+    let gpu = b.gpu().expect("cuda backend");
+    let scanner = pgen::tiny_scanner(c.seed);
+    let handle = b.load_scanner(&scanner).map_err(e)?;
+    for (i, singles) in [0usize, 1, 5_000, 200_000].into_iter().enumerate() {
+        let frames = pgen::acquisition(
+            &scanner,
+            &pgen::AcquisitionConfig {
+                singles,
+                seed: c.seed ^ i as u64,
+                ..Default::default()
+            },
+        )
+        .frames;
+        let bytes = pgen::frame_bytes(&frames);
+        let what = format!("{singles} singles ({} frames)", frames.len());
+        let (want, want_st) = b.pet_convert_frames(bytes, &handle).map_err(e)?;
+        let d = if bytes.is_empty() {
+            gpu.zeros::<u8>(1).map_err(e)?
+        } else {
+            gpu.upload(bytes).map_err(e)?
+        };
+        // SAFETY: a buffer of this context of at least `bytes.len()` bytes, borrowed until
+        // the calls below have returned.
+        let view = unsafe { FramesDev::from_raw(gpu.ptr(&d).addr(), bytes.len()) };
+        for (arg, (got, st)) in [
+            (
+                "handle",
+                b.pet_convert_frames_device(view, &handle).map_err(e)?,
+            ),
+            (
+                "scanner",
+                b.pet_convert_frames_device(view, &scanner).map_err(e)?,
+            ),
+        ] {
+            ensure(st == want_st, || {
+                format!("{what} ({arg}): stats {st:?} != {want_st:?}")
+            })?;
+            exact(
+                &format!("{what} ({arg}): singles"),
+                &got.to_host(gpu).map_err(e)?,
+                &want,
+            )?;
+        }
+        if bytes.len() > 16 {
+            // SAFETY: as above, fewer bytes.
+            let cut = unsafe { FramesDev::from_raw(gpu.ptr(&d).addr(), bytes.len() - 3) };
+            let want = b
+                .pet_convert_frames(&bytes[..bytes.len() - 3], &handle)
+                .map(|_| ())
+                .map_err(e);
+            let got = b
+                .pet_convert_frames_device(cut, &handle)
+                .map(|_| ())
+                .map_err(e);
+            ensure(want.is_err() && got == want, || {
+                format!("{what}: cut frame {got:?}, host {want:?}")
+            })?;
+        }
+    }
+    Ok(())
 }

@@ -11,13 +11,16 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaStream};
 use detkit::clustering::{DigisDev, Geometry};
+use detkit::pet::FramesDev;
 use detkit::seeding::SpacePointsDev;
 use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::device::{open_arg, stream_handle, Arg, DeviceArray, Hold};
 use crate::device_ops::{exact, finish};
 use crate::errors::{err, CudaError, InvalidInputError};
+use crate::scanner::Scanner;
 use crate::settings::Settings;
 use crate::Backend;
 
@@ -286,4 +289,59 @@ pub fn device_seed_events(
         .collect();
     finish(g, user)?;
     Ok(Some(out))
+}
+
+/// `Backend.convert` of raw frames in a CUDA `uint8` array (16 bytes a frame): the accepted
+/// singles as a `DeviceArray` of `uint8` rows of 16 bytes (`get()` views them as
+/// `descr`, the `SINGLE_DTYPE`), and the statistics; `None`: not such an array.
+#[pyfunction]
+#[pyo3(signature = (backend, frames, scanner, descr, stream = None))]
+pub fn device_pet_convert<'py>(
+    py: Python<'py>,
+    backend: &Backend,
+    frames: &Bound<'py, PyAny>,
+    scanner: &Bound<'py, PyAny>,
+    descr: Py<PyAny>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Option<(DeviceArray, Bound<'py, PyDict>)>> {
+    let Some(g) = backend.inner().gpu() else {
+        return Ok(None);
+    };
+    let user = stream_handle(stream)?;
+    let arg = open_arg(py, backend, frames, "frames", user)?;
+    let Some(input) = exact(&arg, &["|u1", "<u1"]) else {
+        return Ok(None);
+    };
+    let owned;
+    let s = match scanner.cast::<Scanner>() {
+        Ok(s) => s.get(),
+        Err(_) => {
+            let path: std::path::PathBuf = scanner.extract()?;
+            owned = Scanner::new(py, path)?;
+            &owned
+        }
+    };
+    // SAFETY: a 1-D C-contiguous CUDA `uint8` array of `len` bytes on the backend's device
+    // (`open_arg`, `exact`), kept allocated until the call returns (`arg` holds a DLPack
+    // tensor, the caller the Python object) and ordered before the backend's stream.
+    let view = unsafe { FramesDev::from_raw(input.desc.ptr as u64, input.desc.len()) };
+    let b = backend.inner();
+    let r = py.detach(|| match s.handle(b)? {
+        Some(h) => b.pet_convert_frames_device(view, &*h),
+        None => b.pet_convert_frames_device(view, &s.inner),
+    });
+    drop(arg);
+    let (singles, st) = r.map_err(err)?;
+    let m = singles.len;
+    let out = DeviceArray::from_buffer(g, Box::new(singles.words), 16 * m, "|u1", vec![m, 16])
+        .with_descr(descr);
+    let d = PyDict::new(py);
+    d.set_item("frames", st.frames)?;
+    d.set_item("accepted", st.accepted)?;
+    d.set_item("rejected_energy", st.rejected_energy)?;
+    d.set_item("clamped", st.clamped)?;
+    d.set_item("bad_address", st.bad_address)?;
+    d.set_item("first_bad_address", st.first_bad_address)?;
+    finish(g, user)?;
+    Ok(Some((out, d)))
 }

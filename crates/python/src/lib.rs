@@ -856,6 +856,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
+    m.add_function(wrap_pyfunction!(device_calls::device_pet_convert, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_select, m)?)?;

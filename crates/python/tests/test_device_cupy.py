@@ -172,3 +172,20 @@ def test_select_cupy_equals_numpy(b, n):
     want = b.select(v, 1000, 500_000)
     got = b.select(cp.asarray(v), 1000, 500_000)
     equal(got, want)
+
+
+@pytest.mark.parametrize("singles", [0, 1, 50_000])
+def test_convert_cupy_equals_numpy(b, singles):
+    scanner, frames = detkit.generate.pet_frames("tiny", singles=singles, seed=6)
+    want, want_stats = b.convert(frames, scanner)
+    got, stats = b.convert(cp.asarray(frames.view(np.uint8)), scanner)
+    assert isinstance(got, detkit.DeviceArray) and stats == want_stats
+    assert got.get().tobytes() == want.tobytes()
+    assert cp.asnumpy(cp.from_dlpack(got)).tobytes() == want.tobytes()
+    if frames.nbytes > 16:
+        raw = cp.asarray(frames.view(np.uint8))[:-3]
+        with pytest.raises(detkit.InvalidInputError) as w:
+            b.convert(frames.view(np.uint8)[:-3], scanner)
+        with pytest.raises(detkit.InvalidInputError) as g:
+            b.convert(raw, scanner)
+        assert str(g.value) == str(w.value)

@@ -302,6 +302,10 @@ class Backend:
         once, the fast way for repeated calls) or the path of its TOML file (read on every
         call); also returns the conversion statistics."""
         c = _Call(self, stream)
+        d = c.native_many(_detkit.device_pet_convert, (frames,),
+                          scanner if isinstance(scanner, Scanner) else os.fspath(scanner), SINGLE_DTYPE)
+        if d is not None:
+            return d
         if isinstance(frames, (bytes, bytearray, memoryview)):
             raw = np.frombuffer(frames, dtype=np.uint8)
         else:
