@@ -6,6 +6,7 @@ Usage (the GPU host, after ``pip install ./crates/python`` or with the bundle's 
 
     python crates/python/bench_host.py [--backend cuda] [--reps 20] [--rows cluster1,seed64,...]
                                        [--rust bench-host.csv] [--csv out.csv] [--dask 2]
+                                       [--producer detkit|cupy]
 
 Rows (the call shapes of issue 30's table):
 
@@ -19,8 +20,9 @@ Rows (the call shapes of issue 30's table):
 ``coincide``   ``Backend.coincide``, the sorted singles
 ``dask-cluster`` / ``dask-seed``  ``detkit.dask.map_files`` with ``--dask N`` local GPU
                workers (one per GPU): 64 binary Run-3 files / 32 ⟨μ⟩ = 200 CSVs
-``*-dev``      issue 27: the same calls with device arrays in and out (``DeviceArray``
-               inputs made once by ``Backend.to_device``; results stay on the device)
+``*-dev``      issue 27: the same calls with device arrays in and out (inputs made once:
+               ``DeviceArray`` by ``Backend.to_device``, or with ``--producer cupy``
+               CuPy arrays; results stay on the device as ``DeviceArray``)
 =============  =================================================================
 
 Every row checks its result against the CPU backend (the first event(s)) before it prints a
@@ -170,29 +172,37 @@ def pet_rows(b, cpu, reps, rows):
     return out
 
 
-def device_rows(b, cpu, reps, rows):
-    """Issue 27's shapes with device arrays in and out (CUDA backends only)."""
+def device_rows(b, cpu, reps, rows, producer="detkit"):
+    """Issue 27's shapes with device arrays in and out (CUDA backends only), the inputs
+    made by ``producer``: ``detkit`` (``Backend.to_device``) or ``cupy``."""
     out = []
     if b.kind != "cuda" or not {"cluster1-dev", "cluster64-dev", "seed64-dev"} & set(rows):
         return out
+    if producer == "cupy":
+        import cupy as cp
+
+        def put(a):
+            return cp.asarray(a)
+    else:
+        put = b.to_device
     events = [detkit.generate.cluster_event(seed=s) for s in range(1, 65)]
     if "cluster1-dev" in rows:
         ev = events[0]
-        d = [b.to_device(a) for a in ev]
+        d = [put(a) for a in ev]
         same([r.get() for r in b.cluster(*d)], cpu.cluster(*ev), "cluster1-dev")
         out.append(("cluster1-dev", median_time(lambda: b.cluster(*d), reps), 1, float("nan")))
     if "cluster64-dev" in rows:
         cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
         offs = np.zeros(65, np.uint32)
         offs[1:] = np.cumsum([len(e[0]) for e in events])
-        d = [b.to_device(c) for c in cols] + [b.to_device(offs)]
+        d = [put(c) for c in cols] + [put(offs)]
         same([r.get() for r in b.cluster(*d[:4], event_offsets=d[4])],
              b.cluster(*cols, event_offsets=offs), "cluster64-dev")
         out.append(("cluster64-dev", median_time(lambda: b.cluster(*d[:4], event_offsets=d[4]), reps),
                     64, float("nan")))
     if "seed64-dev" in rows:
         evs = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
-        d = [[b.to_device(c) for c in e] for e in evs]
+        d = [[put(c) for c in e] for e in evs]
         got = b.seed_events(d)
         same([a.get() for a in got[0]], cpu.seed(*evs[0]), "seed64-dev")
         out.append(("seed64-dev", median_time(lambda: b.seed_events(d), reps), 64, float("nan")))
@@ -257,6 +267,8 @@ def main(argv=None):
     ap.add_argument("--rust", help="bench-host --csv output of the same card (Rust rows)")
     ap.add_argument("--csv", help="write the table as CSV here too")
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
+    ap.add_argument("--producer", choices=("detkit", "cupy"), default="detkit",
+                    help="who makes the device inputs of the *-dev rows")
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -266,7 +278,7 @@ def main(argv=None):
     print(f"# {b.description}")
     rust = read_rust(a.rust) if a.rust else {}
     results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
-               + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows)
+               + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows, a.producer)
                + dask_rows(a.dask, a.reps, rows))
     header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_host_ms",
               "rust_device_ms", "copy_pin_ms", "vs_device")

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 // One module per algorithm family added after the Foundation; each exports `TESTS`.
 mod clustering;
+mod device_views;
 mod doors;
 mod image;
 mod pet;
@@ -565,6 +566,7 @@ fn all_tests() -> Vec<Test> {
         .iter()
         .chain(foundation)
         .chain(clustering::TESTS)
+        .chain(device_views::TESTS)
         .chain(doors::TESTS)
         .chain(pet::TESTS)
         .chain(seeding::TESTS)

@@ -761,7 +761,7 @@ fn seeding_ptx_has_no_fused_multiply_add() {
             );
         }
     }
-    assert_eq!(n, 8);
+    assert_eq!(n, 9);
 }
 
 /// Issue 14: the variances of a CSV give the seeds of the same event given through the API,

@@ -460,6 +460,13 @@ impl DeviceArray {
             descr: None,
         }
     }
+
+    /// The same array, viewed by `get()` as records of the numpy dtype `descr` (PET
+    /// singles as `uint8` rows of 16 bytes).
+    pub fn with_descr(mut self, descr: Py<PyAny>) -> Self {
+        self.descr = Some(descr);
+        self
+    }
 }
 
 #[pymethods]

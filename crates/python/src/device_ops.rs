@@ -1,9 +1,9 @@
 //! Calls that stay on the device from Python end to end: a CUDA array of the exact dtype
 //! (contiguous, 1-D, on the backend's device) is copied device-to-device into a buffer of
 //! detkit's, the library's device-level launcher runs on it, and its output buffer becomes
-//! the `DeviceArray` returned: no host copy. Today: `scan`, `radix_sort` of keys, `argsort`
-//! and `histogram`, over the library's `scan_device`, `sort_keys_device`,
-//! `sort_index_device` and `histogram_device`.
+//! the `DeviceArray` returned: no host copy. Today: `scan`, `radix_sort` of keys, `argsort`,
+//! `histogram` and `select`, over the library's `scan_device`, `sort_keys_device`,
+//! `sort_index_device`, `histogram_device` and `select_u32`.
 //! Any other input (another dtype, strided, a CPU array) returns `None`, and the Python layer
 //! takes the general path (`device::import_array`), which converts and checks it.
 
@@ -22,7 +22,7 @@ fn cuda(what: &str, e: impl std::fmt::Display) -> PyErr {
 
 /// The argument as a device input usable here: a CUDA array, 1-D, C-contiguous, of one of
 /// `types` (numpy type strings). `None`: take the general path.
-fn exact<'a>(arg: &'a Arg, types: &[&str]) -> Option<&'a DeviceInput> {
+pub(crate) fn exact<'a>(arg: &'a Arg, types: &[&str]) -> Option<&'a DeviceInput> {
     match arg {
         Arg::Device(d)
             if d.desc.shape.len() == 1
@@ -188,7 +188,7 @@ pub fn device_sort(
 }
 
 /// The caller's stream (when given) waits for the results.
-fn finish(g: &detkit::GpuContext, user: Option<usize>) -> PyResult<()> {
+pub(crate) fn finish(g: &detkit::GpuContext, user: Option<usize>) -> PyResult<()> {
     match user {
         Some(s) => crate::device::foreign_waits(g.stream(), s),
         None => Ok(()),
@@ -247,4 +247,44 @@ pub fn device_histogram(
     );
     finish(g, user)?;
     Ok(Some((counts, oor[0], first)))
+}
+
+/// `Backend.select` of a CUDA `uint32` array, on the device: the values `lo <= v < hi` in
+/// input order, as a `DeviceArray` (their count read back: 4 bytes); `None`: not such an
+/// array.
+#[pyfunction]
+#[pyo3(signature = (backend, obj, name, lo, hi, stream = None))]
+pub fn device_select(
+    py: Python<'_>,
+    backend: &Backend,
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    lo: u32,
+    hi: u32,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<DeviceArray>> {
+    let Some(g) = backend.inner().gpu() else {
+        return Ok(None);
+    };
+    let user = stream_handle(stream)?;
+    let arg = open_arg(py, backend, obj, name, user)?;
+    let Some(input) = exact(&arg, &["<u4"]) else {
+        return Ok(None);
+    };
+    let n = input.desc.len();
+    let values = copy_in::<u32>(g, input, n)?;
+    let mut out = g.zeros::<u32>(n.max(1)).map_err(err)?;
+    let mut count = g.zeros::<u32>(1).map_err(err)?;
+    g.select_u32(
+        &values,
+        n,
+        detkit::compact::Selection::Range { lo, hi },
+        &mut out,
+        &mut count,
+    )
+    .map_err(err)?;
+    let kept = g.download(&count).map_err(err)?[0] as usize;
+    let selected = DeviceArray::from_buffer(g, Box::new(out), kept * 4, "<u4", vec![kept]);
+    finish(g, user)?;
+    Ok(Some(selected))
 }

@@ -12,6 +12,7 @@
 
 mod args;
 mod device;
+mod device_calls;
 mod device_ops;
 mod dlpack;
 mod errors;
@@ -880,7 +881,11 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::CpuExport>()?;
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
+    m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
+    m.add_function(wrap_pyfunction!(device_calls::device_pet_convert, m)?)?;
+    m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(device_ops::device_select, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_histogram, m)?)?;
     m.add("InvalidInputError", m.py().get_type::<InvalidInputError>())?;

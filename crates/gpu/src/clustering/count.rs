@@ -209,3 +209,46 @@ unsafe fn sort_slots(p: &ClusteringCountModulesParams) {
         base += stride;
     }
 }
+
+/// One thread per digi (grid-stride): a digi of a valid module id that starts a run of its
+/// module in its event ([`starts_run`]) counts the run in `runs[event * nmodules + m]`; the
+/// second and later runs record their digi in `bad` (the smallest index, by an atomic max of
+/// [`crate::histogram::encode_first_index`]). Digis of out-of-range module ids are left to
+/// [`clustering_count_modules`]'s check.
+///
+/// # Safety
+/// `dims = [n, nevents]`, `nevents >= 1`; `module` valid for `n`; `event_offsets` for
+/// `nevents + 1` non-decreasing entries from 0 to `n`; `runs` for `nevents * nmodules`
+/// words, zero; `bad` one word.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clustering_check_runs(p: ClusteringCheckRunsParams) {
+    let (module, event_offsets, runs, bad, nmodules) = (
+        p.module.ptr(),
+        p.event_offsets.ptr(),
+        p.runs.ptr_mut(),
+        p.bad.ptr_mut(),
+        p.nmodules,
+    );
+    // SAFETY: two words (launch contract).
+    let (n, nevents) = unsafe { (p.dims.ptr().read(), p.dims.ptr().add(1).read()) };
+    let stride = i::grid_threads();
+    let mut idx = i::global_thread_idx();
+    while idx < n as u64 {
+        let k = idx as u32;
+        // SAFETY: k < n; every index read by `starts_run` lies in `start..=k`; ev < nevents
+        // and m < nmodules, so the run counter is in bounds.
+        unsafe {
+            let m = module.add(k as usize).read();
+            if m != INVALID_MODULE && (m as u32) < nmodules {
+                let (ev, start, _) = event_bounds(event_offsets, nevents, k);
+                if starts_run(|j| module.add(j as usize).read(), start, k) {
+                    let old = i::atomic_add_u32(runs.add((ev * nmodules + m as u32) as usize), 1);
+                    if old > 0 {
+                        i::atomic_max_u32(bad, crate::histogram::encode_first_index(k));
+                    }
+                }
+            }
+        }
+        idx += stride;
+    }
+}

@@ -76,6 +76,10 @@ pub const MAX_MODULE_SIDE: u32 = 1 << 15;
 
 /// Kernel: module starts and `clus` initialisation.
 pub const KERNEL_COUNT_MODULES: &str = "clustering_count_modules";
+/// Kernel: the check that one module's digis are consecutive within an event, for digis the
+/// host cannot read (device views): every run start of a module counted per event and module,
+/// a second run flagged.
+pub const KERNEL_CHECK_RUNS: &str = "clustering_check_runs";
 /// Kernel: clustering of small modules by pairwise comparisons in shared memory.
 pub const KERNEL_FIND_CLUS_SMALL: &str = "clustering_find_clus_small";
 /// Kernel: the warp pass of the small-module clustering (one warp per module).
@@ -351,6 +355,43 @@ pub const COUNT_PHASE_COUNT: u32 = 0;
 /// written to `slot_end` and the slot sorted by size into one of the four `lists` (one thread
 /// per slot).
 pub const COUNT_PHASE_SORT: u32 = 1;
+
+/// Parameters of [`KERNEL_CHECK_RUNS`] (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringCheckRunsParams {
+    pub module: DevPtr<u16>,
+    /// `nevents + 1` non-decreasing offsets from 0 to `n`.
+    pub event_offsets: DevPtr<u32>,
+    /// `[n, nevents]`.
+    pub dims: DevPtr<u32>,
+    /// `nevents * nmodules` run counts, zero on entry.
+    pub runs: DevPtr<u32>,
+    /// A digi that starts a second run of its module in its event
+    /// ([`crate::histogram::encode_first_index`], the smallest; zero on entry = none).
+    pub bad: DevPtr<u32>,
+    pub nmodules: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(ClusteringCheckRunsParams, 48, ["clustering_check_runs"]);
+
+/// Whether digi `k` (of a valid module id) starts a run of its module within its event,
+/// whose first digi is `start`: the previous digi of the event that is not
+/// [`INVALID_MODULE`] has another module id, or there is none. `module(j)` reads digi `j`.
+/// The host validation's notion of a run (invalid digis inside a run skipped).
+#[inline(always)]
+pub fn starts_run(module: impl Fn(u32) -> u16, start: u32, k: u32) -> bool {
+    let m = module(k);
+    let mut j = k;
+    while j > start {
+        j -= 1;
+        let mj = module(j);
+        if mj != INVALID_MODULE {
+            return mj != m;
+        }
+    }
+    true
+}
 
 /// Parameters of [`KERNEL_COUNT_MODULES`], both phases: one `#[repr(C)]` struct passed by
 /// value (see `crate::params`).

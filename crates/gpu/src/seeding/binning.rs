@@ -324,3 +324,45 @@ pub(crate) unsafe fn event_stats(
         ev.seed_start = s0;
     }
 }
+
+/// The columns of every event of a batch interleaved into records: spacepoint `g` of event
+/// `e` (`ev_off[e] <= g < ev_off[e + 1]`) from element `g - ev_off[e]` of event `e`'s five
+/// columns. A spacepoint that fails [`spacepoint_ok`] is written too, and its index recorded
+/// in `bad` (the smallest, by an atomic max of [`crate::histogram::encode_first_index`]).
+///
+/// # Safety
+/// `columns` valid for `5 * n_events` addresses, those of event `e` each valid for reads of
+/// `ev_off[e + 1] - ev_off[e]` `f32` values; `ev_off` for `n_events + 1` non-decreasing
+/// offsets from 0 to `n`, `n_events >= 1`, `n < 2^32`; `sps` for `n` records, not
+/// overlapping the columns; `bad` one word. `SEEDING_THREADS` threads,
+/// `ceil(n / SEEDING_THREADS)` blocks.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn seeding_interleave_columns(p: SeedingInterleaveColumnsParams) {
+    let g = index();
+    if g >= p.n {
+        return;
+    }
+    // SAFETY: launch contract: g < n < 2^32; e < n_events, so its five addresses and its
+    // offset are in bounds, and `g - ev_off[e]` is below the event's count.
+    unsafe {
+        let ev_off = p.ev_off.ptr();
+        let e = event_of(ev_off, p.n_events, g as u32) as usize;
+        let i = (g as u32 - ev_off.add(e).read()) as usize;
+        let cols = p.columns.ptr().add(5 * e);
+        let col = |c: usize| (cols.add(c).read() as *const f32).add(i).read();
+        let sp = SpacePoint {
+            x: col(0),
+            y: col(1),
+            z: col(2),
+            var_z: col(4),
+            var_r: col(3),
+        };
+        p.sps.ptr_mut().add(g as usize).write(sp);
+        if !spacepoint_ok(&sp) {
+            i::atomic_max_u32(
+                p.bad.ptr_mut(),
+                crate::histogram::encode_first_index(g as u32),
+            );
+        }
+    }
+}

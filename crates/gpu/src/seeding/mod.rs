@@ -96,7 +96,11 @@ pub const BIN_RANK_MAX: u32 = 512;
 pub const fn bin_count_smem_bytes() -> usize {
     34 * 4
 }
-/// Kernel: binned spacepoint records in grid order.
+/// Kernel: the five float columns of every event of a batch (caller device arrays, a table
+/// of their addresses) interleaved into [`SpacePoint`] records, each checked
+/// ([`spacepoint_ok`]); the smallest bad index recorded in a status word.
+pub const KERNEL_INTERLEAVE_COLUMNS: &str = "seeding_interleave_columns";
+/// Binned spacepoint records in grid order.
 pub const KERNEL_GATHER_SPACEPOINTS: &str = "seeding_gather_spacepoints";
 /// Kernel: per middle spacepoint, its middle–bottom and middle–top doublets in one pass.
 pub const KERNEL_FIND_DOUBLETS: &str = "seeding_find_doublets";
@@ -1601,6 +1605,46 @@ pub struct SeedingGatherSeedsParams {
     pub cfg: SeedingConfig,
 }
 crate::kernel_params!(SeedingGatherSeedsParams, 256, ["seeding_gather_seeds"]);
+
+/// Parameters of the `seeding_interleave_columns` kernel (one `#[repr(C)]` struct, see
+/// `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SeedingInterleaveColumnsParams {
+    /// `5 * n_events` device addresses of `f32` columns: per event x, y, z, var_r, var_z,
+    /// each valid for the event's spacepoint count.
+    pub columns: DevPtr<u64>,
+    /// `n_events + 1` offsets of the events in `sps` (non-decreasing, last = n).
+    pub ev_off: DevPtr<u32>,
+    /// Spacepoints of the batch.
+    pub n: u64,
+    /// `n` records out.
+    pub sps: DevPtr<SpacePoint>,
+    /// The smallest bad spacepoint index ([`crate::histogram::encode_first_index`]; zero on
+    /// entry = none).
+    pub bad: DevPtr<u32>,
+    pub n_events: u32,
+    pub _pad0: u32,
+}
+crate::kernel_params!(
+    SeedingInterleaveColumnsParams,
+    48,
+    ["seeding_interleave_columns"]
+);
+
+/// Whether a spacepoint is one the seeding takes: finite coordinates, finite non-negative
+/// variances (the checks of the host's `check_spacepoints`, in one predicate: the device
+/// flags a bad spacepoint with it, the host names the fault).
+#[inline(always)]
+pub fn spacepoint_ok(sp: &SpacePoint) -> bool {
+    sp.x.is_finite()
+        && sp.y.is_finite()
+        && sp.z.is_finite()
+        && sp.var_r.is_finite()
+        && sp.var_r >= 0.0
+        && sp.var_z.is_finite()
+        && sp.var_z >= 0.0
+}
 
 /// The event of item `g` of a batch: the last `e < n_events` with `ev_off[e] <= g`
 /// (empty events, equal offsets, are skipped). Binary search over `n_events + 1` offsets.

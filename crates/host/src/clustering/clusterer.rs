@@ -1250,7 +1250,21 @@ impl<'g> Clusterer<'g> {
         self.decode_status(bad[0], medium[0], fallback[0])
     }
 
-    fn decode_status(&self, bad: u32, medium: u32, fallback: u32) -> Result<(u32, u32)> {
+    /// Issues the copies of the three status words (bad digi, medium and fallback module
+    /// counts) into `dst` (pinned, three words), without waiting;
+    /// [`Clusterer::decode_status`] reads them once the stream has finished.
+    pub(crate) fn enqueue_status(&self, dst: &mut [u32]) -> Result<()> {
+        let s = self.gpu.stream();
+        let what = "reading the module counts";
+        s.memcpy_dtoh(&self.head.slice(0..1), &mut dst[0..1])
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.larger.slice(0..1), &mut dst[1..2])
+            .ctx(what)?;
+        s.memcpy_dtoh(&self.fallback.slice(0..1), &mut dst[2..3])
+            .ctx(what)
+    }
+
+    pub(crate) fn decode_status(&self, bad: u32, medium: u32, fallback: u32) -> Result<(u32, u32)> {
         if let Some(first) = decode_first_index(bad) {
             return Err(invalid(
                 "digis",

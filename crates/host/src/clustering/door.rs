@@ -27,6 +27,8 @@ pub(crate) struct ClusterWorkspace {
     /// The queue of [`ClusterWorkspace::cluster_batches`]: its geometry, cut and capacity
     /// (digis, events per batch).
     queue: Option<BatchQueue>,
+    /// The device-view calls' consecutive-digis check: `[bad, run counts…]`.
+    check: Option<crate::cuda::DeviceBuffer<u32>>,
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
@@ -67,6 +69,7 @@ impl ClusterWorkspace {
             clusterers: Vec::new(),
             stage: ClusterStaging::default(),
             queue: None,
+            check: None,
         })
     }
 
@@ -90,45 +93,9 @@ impl ClusterWorkspace {
                 capacity: MAX_EVENTS_PER_LAUNCH as u64,
             });
         }
+        self.select_clusterer(n, ne, geometry)?;
         let g = &self.gpu;
-        // The clusterer of this geometry and call shape with its device digis (of the same
-        // capacity: a clusterer's captured graph serves any batch up to the digis'
-        // capacity), grown when the batch is larger.
-        let shape = few(ne);
-        let found = self
-            .clusterers
-            .iter()
-            .position(|(c, _)| c.geometry() == geometry && few(c.capacity().1) == shape);
-        // The capacity of a new clusterer, when none of this shape fits.
-        let make = match found {
-            Some(i) => {
-                let (cn, ce) = self.clusterers[i].0.capacity();
-                let entry = self.clusterers.remove(i);
-                if n <= cn && ne <= ce {
-                    self.clusterers.push(entry);
-                    None
-                } else {
-                    Some((grown(n, cn), grown(ne, ce)))
-                }
-            }
-            None => {
-                if self.clusterers.len() >= MAX_CLUSTERERS {
-                    self.clusterers.remove(0);
-                }
-                Some((n, ne))
-            }
-        };
-        if let Some((digis, events)) = make {
-            let events = if shape {
-                k::FEW_EVENTS_PER_LAUNCH as usize
-            } else {
-                events.min(MAX_EVENTS_PER_LAUNCH)
-            };
-            let c = Clusterer::shared(g.clone(), geometry, digis, events)?;
-            let d = DeviceDigis::with_capacity(g, digis, events)?;
-            self.clusterers.push((c, d));
-        }
-        let (c, d) = self.clusterers.last_mut().expect("pushed above");
+        let (c, d) = self.clusterers.last_mut().expect("selected above");
         let stage = match copies {
             HostCopies::Pinned => Some(&mut self.stage),
             HostCopies::Pageable => None,
@@ -174,6 +141,70 @@ impl ClusterWorkspace {
             medium_modules,
             fallback_modules,
         })
+    }
+
+    /// Puts the clusterer of this geometry and call shape (`ne` events) with its device
+    /// digis last in the list, made or grown to hold `n` digis and `ne` events.
+    pub(crate) fn select_clusterer(
+        &mut self,
+        n: usize,
+        ne: usize,
+        geometry: &Geometry,
+    ) -> Result<()> {
+        // The clusterer of this geometry and call shape with its device digis (of the same
+        // capacity: a clusterer's captured graph serves any batch up to the digis'
+        // capacity), grown when the batch is larger.
+        let shape = few(ne);
+        let found = self
+            .clusterers
+            .iter()
+            .position(|(c, _)| c.geometry() == geometry && few(c.capacity().1) == shape);
+        // The capacity of a new clusterer, when none of this shape fits.
+        let make = match found {
+            Some(i) => {
+                let (cn, ce) = self.clusterers[i].0.capacity();
+                let entry = self.clusterers.remove(i);
+                if n <= cn && ne <= ce {
+                    self.clusterers.push(entry);
+                    None
+                } else {
+                    Some((grown(n, cn), grown(ne, ce)))
+                }
+            }
+            None => {
+                if self.clusterers.len() >= MAX_CLUSTERERS {
+                    self.clusterers.remove(0);
+                }
+                Some((n, ne))
+            }
+        };
+        if let Some((digis, events)) = make {
+            let events = if shape {
+                k::FEW_EVENTS_PER_LAUNCH as usize
+            } else {
+                events.min(MAX_EVENTS_PER_LAUNCH)
+            };
+            let c = Clusterer::shared(self.gpu.clone(), geometry, digis, events)?;
+            let d = DeviceDigis::with_capacity(&self.gpu, digis, events)?;
+            self.clusterers.push((c, d));
+        }
+        Ok(())
+    }
+
+    /// The clusterer and device digis of the last [`ClusterWorkspace::select_clusterer`],
+    /// the workspace's context, its pinned staging and the device-view check's buffer.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn selected(
+        &mut self,
+    ) -> (
+        &mut Clusterer<'static>,
+        &mut DeviceDigis,
+        &GpuContext,
+        &mut ClusterStaging,
+        &mut Option<crate::cuda::DeviceBuffer<u32>>,
+    ) {
+        let (c, d) = self.clusterers.last_mut().expect("select_clusterer first");
+        (c, d, &self.gpu, &mut self.stage, &mut self.check)
     }
 
     /// Validates and clusters many batches through the queue's lanes (each batch's upload,

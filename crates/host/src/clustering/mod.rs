@@ -22,6 +22,7 @@
 mod clusterer;
 pub mod cpu;
 pub mod cuda;
+mod device_view;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
@@ -31,6 +32,7 @@ mod queue;
 pub use cuda::{
     ClusterQueue, ClusterTuning, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH,
 };
+pub use device_view::{ClustersDev, DigisDev};
 pub use io::{
     read_binary, read_csv, read_csv_with_lines, write_binary, write_binary_clusters, write_csv,
     BINARY_MAGIC,
@@ -389,17 +391,30 @@ pub(crate) fn validate_shape(
     event_offsets: &[u32],
     geometry: &Geometry,
 ) -> Result<()> {
+    let lens = [
+        digis.module.len(),
+        digis.x.len(),
+        digis.y.len(),
+        digis.adc.len(),
+    ];
+    validate_lengths(lens, event_offsets, geometry)
+}
+
+/// [`validate_shape`] by the four arrays' lengths (module, x, y, adc): what can be checked
+/// of digis on the device without reading them.
+pub(crate) fn validate_lengths(
+    lens: [usize; 4],
+    event_offsets: &[u32],
+    geometry: &Geometry,
+) -> Result<()> {
     geometry.check()?;
-    let n = digis.len();
-    if digis.x.len() != n || digis.y.len() != n || digis.adc.len() != n {
+    let n = lens[0];
+    if lens[1] != n || lens[2] != n || lens[3] != n {
         return Err(invalid(
             "digis",
             format!(
                 "arrays of different lengths: module {}, x {}, y {}, adc {}",
-                n,
-                digis.x.len(),
-                digis.y.len(),
-                digis.adc.len()
+                n, lens[1], lens[2], lens[3]
             ),
         ));
     }

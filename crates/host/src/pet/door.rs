@@ -100,16 +100,18 @@ fn owner_of(gpu: &GpuContext) -> usize {
 
 /// Frames as bytes (16 per frame), or the typed error of a cut frame.
 fn frame_count(frames: &[u8]) -> Result<usize> {
-    if !frames.len().is_multiple_of(16) {
+    frame_count_of(frames.len())
+}
+
+/// [`frame_count`] of `bytes` bytes.
+pub(crate) fn frame_count_of(bytes: usize) -> Result<usize> {
+    if !bytes.is_multiple_of(16) {
         return Err(invalid(
             "frames",
-            format!(
-                "{} bytes, not a whole number of 16-byte frames",
-                frames.len()
-            ),
+            format!("{} bytes, not a whole number of 16-byte frames", bytes),
         ));
     }
-    let n = frames.len() / 16;
+    let n = bytes / 16;
     check_u32_len("frames", n)?;
     Ok(n)
 }
@@ -117,15 +119,15 @@ fn frame_count(frames: &[u8]) -> Result<usize> {
 /// The PET workspace of one stream.
 pub(crate) struct PetWorkspace {
     pub(crate) gpu: Arc<GpuContext>,
-    frames: Option<CudaSlice<u8>>,
-    a: Option<CudaSlice<u64>>,
+    pub(crate) frames: Option<CudaSlice<u8>>,
+    pub(crate) a: Option<CudaSlice<u64>>,
     b: Option<CudaSlice<u64>>,
-    stats: Option<CudaSlice<u32>>,
+    pub(crate) stats: Option<CudaSlice<u32>>,
     coincide: CoincideScratch,
     bytes_in: Pinned<u8>,
     words_in: Pinned<u64>,
     words_out: Pinned<u64>,
-    stats_out: Pinned<u32>,
+    pub(crate) stats_out: Pinned<u32>,
     /// The streamed chain's buffers.
     pub(crate) stream: PetStreamBuffers,
     /// The last plain [`Scanner`] a call was given, and its tables on the device.
@@ -152,7 +154,10 @@ impl PetWorkspace {
 
     /// The device tables of `scanner`: the handle's, or the last plain scanner's when equal,
     /// or uploaded now.
-    fn tables(&mut self, scanner: &(impl ScannerArg + ?Sized)) -> Result<Arc<DeviceScanner>> {
+    pub(crate) fn tables(
+        &mut self,
+        scanner: &(impl ScannerArg + ?Sized),
+    ) -> Result<Arc<DeviceScanner>> {
         if let Some(ds) = scanner.device_for(&self.gpu) {
             return Ok(ds.clone());
         }

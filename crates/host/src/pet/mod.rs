@@ -18,6 +18,7 @@
 
 pub mod cpu;
 pub mod cuda;
+mod device_view;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
@@ -29,6 +30,7 @@ use std::path::Path;
 
 pub use cuda::{CoincideLaunch, CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
 pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
+pub use device_view::{FramesDev, SinglesDev};
 pub use door::{PetScanner, ScannerArg};
 pub use io::*;
 pub use merge::PetSortPath;

@@ -76,7 +76,7 @@ pub struct SeedingWorkspace {
 
 /// The buffers of a [`SeedingWorkspace`], by index into `bufs`.
 #[derive(Clone, Copy)]
-enum B {
+pub(crate) enum B {
     Cfg,
     EvOff,
     Input,
@@ -190,13 +190,24 @@ impl SeedingWorkspace {
         self.n_seeds
     }
 
-    fn buf(&self, b: B) -> &DeviceBuffer<u32> {
+    /// The input buffer, taken out for a chain that reads it while the workspace is
+    /// borrowed mutably ([`SeedingWorkspace::put_input`] puts it back).
+    pub(crate) fn take_input(&mut self) -> Option<DeviceBuffer<u32>> {
+        self.bufs[B::Input as usize].take()
+    }
+
+    /// Puts back what [`SeedingWorkspace::take_input`] took.
+    pub(crate) fn put_input(&mut self, input: Option<DeviceBuffer<u32>>) {
+        self.bufs[B::Input as usize] = input;
+    }
+
+    pub(crate) fn buf(&self, b: B) -> &DeviceBuffer<u32> {
         self.bufs[b as usize]
             .as_ref()
             .expect("workspace buffer allocated by `ensure` before use")
     }
 
-    fn buf_mut(&mut self, b: B) -> &mut DeviceBuffer<u32> {
+    pub(crate) fn buf_mut(&mut self, b: B) -> &mut DeviceBuffer<u32> {
         self.bufs[b as usize]
             .as_mut()
             .expect("workspace buffer allocated by `ensure` before use")
@@ -204,7 +215,7 @@ impl SeedingWorkspace {
 
     /// Makes buffer `b` hold at least `words` words (new allocations are poisoned; the
     /// counting binning's counts are then no longer known to be zero).
-    fn ensure(&mut self, gpu: &GpuContext, b: B, words: usize) -> Result<()> {
+    pub(crate) fn ensure(&mut self, gpu: &GpuContext, b: B, words: usize) -> Result<()> {
         let words = words.max(1);
         let slot = &mut self.bufs[b as usize];
         if slot.as_ref().is_none_or(|x| x.len() < words) {

@@ -11,9 +11,11 @@ use crate::staging::HostCopies;
 
 /// The seeding workspace of one stream.
 pub(crate) struct SeedWorkspace {
-    gpu: Arc<GpuContext>,
-    ws: SeedingWorkspace,
+    pub(crate) gpu: Arc<GpuContext>,
+    pub(crate) ws: SeedingWorkspace,
     stage: SeedStaging,
+    /// The device-view calls' column table, event offsets and status word.
+    pub(crate) views: super::device_view::ViewBuffers,
 }
 
 impl SeedWorkspace {
@@ -22,6 +24,7 @@ impl SeedWorkspace {
             gpu: crate::workspace::fork(gpu)?,
             ws: SeedingWorkspace::new(),
             stage: SeedStaging::default(),
+            views: Default::default(),
         })
     }
 

@@ -17,6 +17,7 @@
 
 pub mod cpu;
 pub mod cuda;
+mod device_view;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
@@ -25,6 +26,7 @@ pub mod par;
 pub use cpu::SeedingStats;
 pub use cuda::{DeviceSeeds, SeedingWorkspace, StageTimes};
 pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
+pub use device_view::{SeedsDev, SpacePointsDev};
 pub use io::{read_csv, read_csv_with_lines};
 
 use detkit_gpu::seeding as k;
@@ -397,7 +399,7 @@ fn check_piece(sps: &[SpacePoint], base: usize) -> Result<()> {
 }
 
 /// The checks of [`check_spacepoints`] on spacepoint `i`.
-fn check_one(i: usize, s: &SpacePoint) -> Result<()> {
+pub(crate) fn check_one(i: usize, s: &SpacePoint) -> Result<()> {
     let fields = [
         ("x", s.x, false),
         ("y", s.y, false),

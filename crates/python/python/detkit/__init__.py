@@ -243,6 +243,9 @@ class Backend:
     def select(self, values, lo: int, hi: int, *, stream=None) -> np.ndarray:
         """The ``uint32`` values ``v`` with ``lo <= v < hi``, in input order."""
         c = _Call(self, stream)
+        d = c.native(_detkit.device_select, values, "values", lo, hi)
+        if d is not None:
+            return d
         return c.out(self._b.select_in_range(c.arr(values, np.uint32, "values"), lo, hi))
 
     def histogram(self, keys, nbins: int, *, stream=None) -> Tuple[np.ndarray, int, Optional[int]]:
@@ -321,6 +324,9 @@ class Backend:
         """
         c = _Call(self, stream)
         offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
+        d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, cut, offs)
+        if d is not None:
+            return d
         clus, per_module = self._b.cluster(
             c.arr(module, np.uint16, "module"),
             c.arr(x, np.uint16, "x"),
@@ -340,6 +346,10 @@ class Backend:
         once, the fast way for repeated calls) or the path of its TOML file (read on every
         call); also returns the conversion statistics."""
         c = _Call(self, stream)
+        d = c.native_many(_detkit.device_pet_convert, (frames,),
+                          scanner if isinstance(scanner, Scanner) else os.fspath(scanner), SINGLE_DTYPE)
+        if d is not None:
+            return d
         if isinstance(frames, (bytes, bytearray, memoryview)):
             raw = np.frombuffer(frames, dtype=np.uint8)
         else:
@@ -380,6 +390,9 @@ class Backend:
         ``(n, 5)`` ``float32`` (loc0 mm, loc1 mm, phi rad, theta rad, qop e/GeV).
         """
         c = _Call(self, stream)
+        d = c.native_seed([(x, y, z, var_r, var_z)], settings, False)
+        if d is not None:
+            return d[0]
         out = self._b.seed(*_seed_columns(c, x, y, z, var_r, var_z), settings)
         return tuple(c.out(a) for a in out)
 
@@ -391,6 +404,11 @@ class Backend:
         reaches its events/s; the seeds equal those of one :meth:`seed` call per event.
         """
         c = _Call(self, stream)
+        events = [tuple(ev) for ev in events]
+        if all(len(ev) in (3, 5) for ev in events):
+            d = c.native_seed(events, settings, True)
+            if d is not None:
+                return d
         cols = []
         for i, ev in enumerate(events):
             ev = tuple(ev)
@@ -437,6 +455,29 @@ class _Call:
         if self.b.kind != "cuda" or not self._foreign(a) or getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] not in (2, 13):
             return None
         return fn(self.b, a, name, *args, stream=self.stream)
+
+    def all_cuda(self, arrays) -> bool:
+        """Whether this is a CUDA backend and every one of ``arrays`` a CUDA array (DLPack
+        device CUDA or CUDA-managed, or a CUDA-array-interface producer)."""
+        return self.b.kind == "cuda" and len(arrays) > 0 and all(
+            self._foreign(a) and getattr(a, "__dlpack_device__", lambda: (2, 0))()[0] in (2, 13)
+            for a in arrays
+        )
+
+    def native_many(self, fn, arrays, *args):
+        """As :meth:`native` for a call of several arrays, all CUDA arrays: ``fn`` gets them
+        all (it returns ``None`` unless each has the exact dtype and layout)."""
+        if not self.all_cuda(arrays):
+            return None
+        return fn(self.b, *arrays, *args, stream=self.stream)
+
+    def native_seed(self, events, settings, batch: bool):
+        """The device-resident seeding of events whose columns are all CUDA arrays
+        (``_detkit.device_seed_events``): one result tuple per event, or ``None``."""
+        rows = [list(ev) + [None] * (5 - len(ev)) for ev in events]
+        if not self.all_cuda([a for ev in rows for a in ev if a is not None]):
+            return None
+        return _detkit.device_seed_events(self.b, rows, settings, batch, stream=self.stream)
 
     def arr(self, a, dtype, name: str) -> np.ndarray:
         return _as(self.host(a, name), dtype, name)

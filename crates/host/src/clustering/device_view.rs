@@ -1,0 +1,402 @@
+//! Clustering of digis that are already on the device (a CuPy or PyTorch array, another
+//! detkit call's output, the caller's own `cudaMalloc`): borrowed device views in, device
+//! buffers out, no host round trip. What the Python layer calls for CUDA arrays.
+//!
+//! The call copies the four digi arrays device-to-device into the workspace's
+//! [`DeviceDigis`] (the cached [`Clusterer`] graph is captured on those buffers, so it is
+//! replayed unchanged, and the caller's memory is only read while the call runs), sends the
+//! event offsets (host memory: `events + 1` words) through the pinned staging, replays the
+//! graph, copies the three outputs device-to-device into new buffers of exactly their size
+//! (they outlive the workspace's next call) and reads back three status words: one wait per
+//! call, as the host path.
+//!
+//! Validation on the device: the array lengths and the event offsets are checked on the
+//! host as for host digis. The per-digi range checks (module id, pixel inside the module)
+//! are made by `clustering_count_modules` on the device, which records the smallest bad digi
+//! index; when it reports one, the digis are copied back and [`super::validate`] runs on
+//! them, so the error is exactly the host path's (the same typed error, message and index)
+//! and costs a copy only on that path. That one module's digis are consecutive within an
+//! event is checked by `clustering_check_runs` (every run start of a module counted per
+//! event and module, a second run flagged), read back with the status words and named the
+//! same way.
+
+use std::marker::PhantomData;
+
+use cudarc::driver::{result, DevicePtrMut};
+use detkit_gpu::clustering as k;
+use detkit_gpu::histogram::decode_first_index;
+
+use super::door::ClusterWorkspace;
+use super::{validate, validate_lengths, ChargeCut, Digis, Geometry, MAX_EVENTS_PER_LAUNCH};
+use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
+use crate::error::{invalid, DriverContext, Error, Result};
+use crate::staging::upload_into;
+use crate::Backend;
+
+/// Digis on the device as four borrowed arrays of `u16` (module, x, y, adc): device
+/// addresses in the backend's context (the device's primary context, which CuPy, PyTorch,
+/// Numba and `cuda.core` share) and their lengths. What
+/// [`Backend::cluster_events_device`] takes. The lifetime `'a` is the borrow of the memory:
+/// nobody may write or free it while a call that takes this view runs.
+#[derive(Clone, Copy, Debug)]
+pub struct DigisDev<'a> {
+    addr: [u64; 4],
+    lens: [usize; 4],
+    _memory: PhantomData<&'a [u16]>,
+}
+
+impl<'a> DigisDev<'a> {
+    /// A view of four device arrays given by address and length (module, x, y, adc).
+    ///
+    /// # Safety
+    /// For each array, `addr` is a device address in the context of the backend this view
+    /// is given to (the device's primary context), aligned to 2 bytes and valid for reads of
+    /// `len` `u16` values (any address when `len` is 0); the memory stays allocated and is
+    /// not written by anyone (host, kernel or copy on any stream) from the moment the view
+    /// is given to a call until that call returns (`'a` covers at least that). Work that
+    /// produces the memory on another stream must be ordered before the backend's stream
+    /// (an event the backend's stream waits for), since the call reads it in the order of
+    /// the backend's stream.
+    pub unsafe fn from_raw(addr: [u64; 4], lens: [usize; 4]) -> Self {
+        Self {
+            addr,
+            lens,
+            _memory: PhantomData,
+        }
+    }
+
+    /// A view of four device buffers of this process (module, x, y, adc), all their
+    /// elements. Safe: the buffers are borrowed for `'a`, so nobody writes or frees them
+    /// while the view lives, and cudarc orders the call after their pending writes.
+    pub fn from_buffers(gpu: &GpuContext, arrays: [&'a DeviceBuffer<u16>; 4]) -> Self {
+        let addr = arrays.map(|b| gpu.ptr(b).addr());
+        Self {
+            addr,
+            lens: arrays.map(|b| b.len()),
+            _memory: PhantomData,
+        }
+    }
+
+    /// Number of digis (of `module`; the call checks that the other arrays agree).
+    pub fn len(&self) -> usize {
+        self.lens[0]
+    }
+
+    /// Whether there is no digi.
+    pub fn is_empty(&self) -> bool {
+        self.lens[0] == 0
+    }
+}
+
+/// Clustering results on the device: new buffers, owned by the caller (a Python
+/// `DeviceArray` holds them). Each buffer holds at least one element; the first `digis`
+/// (for `clus`) or `slots` (the other two) are the results, as in [`super::Clusters`].
+pub struct ClustersDev {
+    /// Per digi: cluster index within its module, or -1.
+    pub clus: DeviceBuffer<i32>,
+    /// Per event and module id (`e * modules + m`): number of clusters.
+    pub clus_in_module: DeviceBuffer<u32>,
+    /// Per event and module id: first digi index, or `u32::MAX` for an absent module.
+    pub module_first: DeviceBuffer<u32>,
+    /// Number of digis.
+    pub digis: usize,
+    /// `events × modules`.
+    pub slots: usize,
+    /// Module ids per event (the geometry's).
+    pub modules: usize,
+    /// As [`super::Clusters::medium_modules`].
+    pub medium_modules: u32,
+    /// As [`super::Clusters::fallback_modules`].
+    pub fallback_modules: u32,
+}
+
+impl ClustersDev {
+    /// The results copied to the host (synchronises), as [`super::Clusters`].
+    pub fn to_host(&self, gpu: &GpuContext) -> Result<super::Clusters> {
+        let mut clus = gpu.download(&self.clus)?;
+        let mut clus_in_module = gpu.download(&self.clus_in_module)?;
+        let mut module_first = gpu.download(&self.module_first)?;
+        clus.truncate(self.digis);
+        clus_in_module.truncate(self.slots);
+        module_first.truncate(self.slots);
+        Ok(super::Clusters {
+            clus,
+            clus_in_module,
+            module_first,
+            modules: self.modules,
+            medium_modules: self.medium_modules,
+            fallback_modules: self.fallback_modules,
+        })
+    }
+}
+
+/// Threads per block of the consecutive-digis check.
+const CHECK_THREADS: u32 = 256;
+
+/// A new device buffer of `n` elements (at least one) whose first `n` are written by the
+/// caller before anyone reads them.
+fn output<T: cudarc::driver::DeviceRepr>(g: &GpuContext, n: usize) -> Result<DeviceBuffer<T>> {
+    // SAFETY: the elements read later (the first `n`) are written by the device-to-device
+    // copies of `ClusterWorkspace::cluster_device` before the call returns; the rest (one
+    // element when `n` is 0) is never read.
+    unsafe { g.stream().alloc::<T>(n.max(1)) }.ctx("allocating device memory")
+}
+
+impl ClusterWorkspace {
+    /// Clusters digis on the device (see the module doc): `caller` is the backend's context,
+    /// whose stream the inputs are ordered on; the workspace's stream waits for it.
+    pub(crate) fn cluster_device(
+        &mut self,
+        caller: &GpuContext,
+        digis: DigisDev<'_>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<ClustersDev> {
+        validate_lengths(digis.lens, event_offsets, geometry)?;
+        let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        if ne > MAX_EVENTS_PER_LAUNCH {
+            return Err(Error::CapacityExceeded {
+                what: "events per launch",
+                needed: ne as u64,
+                capacity: MAX_EVENTS_PER_LAUNCH as u64,
+            });
+        }
+        self.select_clusterer(n, ne, geometry)?;
+        let (c, d, g, stage, check) = self.selected();
+        let s = g.stream();
+        let what = "copying device digis";
+        // The inputs were made (or ordered) on the caller's stream.
+        s.join(caller.stream())
+            .ctx("ordering after the caller's stream")?;
+        g.context().bind_to_thread().ctx(what)?;
+        if n > 0 {
+            for (src, dst) in digis.addr.into_iter().zip(d.arrays_mut()) {
+                let (dst, _record) = dst.device_ptr_mut(s);
+                // SAFETY: `dst` is a workspace buffer of at least `n` values (the clusterer
+                // was selected for `n` digis); `src` is valid for `n` values and not written
+                // until this call returns (`DigisDev::from_raw`'s contract, lengths checked
+                // above); both in this context; the copy is ordered on the workspace's
+                // stream, which waits at the end of this call.
+                unsafe { result::memcpy_dtod_async(dst, src, 2 * n, s.cu_stream()) }.ctx(what)?;
+            }
+        }
+        // The batch's sizes and event offsets, through the pinned words (the previous call
+        // has finished with them: every call waits before it returns).
+        let words = stage.words.get(g, ne + 3)?;
+        words[0] = n as u32;
+        words[1] = ne as u32;
+        words[2..].copy_from_slice(event_offsets);
+        upload_into(g, &words[..2], &mut d.dims, None)?;
+        upload_into(
+            g,
+            &words[2..],
+            &mut d.event_offsets.slice_mut(0..ne + 1),
+            None,
+        )?;
+        d.n = n;
+        d.nevents = ne;
+        c.run_graph(d, cut)?;
+        let slots = ne * geometry.modules as usize;
+        // The check that each module's digis are consecutive within an event: `[bad, run
+        // counts of every event and module…]`, zeroed, then one thread per digi.
+        let check = {
+            let have = check.as_ref().map_or(0, |b| b.len());
+            if have < slots + 1 {
+                *check = None;
+                *check = Some(g.zeros::<u32>((slots + 1).max(have + have / 2))?);
+            }
+            check.as_mut().expect("allocated above")
+        };
+        g.fill_u32(check, slots + 1, 0)?;
+        if n > 0 {
+            let params = k::ClusteringCheckRunsParams {
+                module: g.ptr(&d.module),
+                event_offsets: g.ptr(&d.event_offsets),
+                dims: g.ptr(&d.dims),
+                runs: g.ptr_mut(&mut check.slice_mut(1..slots + 1)),
+                bad: g.ptr_mut(&mut check.slice_mut(0..1)),
+                nmodules: geometry.modules,
+                _pad0: 0,
+            };
+            let blocks = n
+                .div_ceil(CHECK_THREADS as usize)
+                .min(16 * g.sm_count() as usize);
+            // SAFETY: `dims` holds `[n, ne]` of this batch and `module` `n` digis (copied
+            // above, on this stream); `event_offsets` `ne + 1` checked offsets from 0 to
+            // `n`; `runs` `ne * modules` zeroed words and `bad` one zeroed word, distinct;
+            // grid-stride over the digis.
+            unsafe {
+                g.launch(
+                    k::KERNEL_CHECK_RUNS,
+                    launch_cfg(blocks.max(1) as u64, CHECK_THREADS, 0),
+                    &params,
+                )?
+            };
+        }
+        let mut clus = output::<i32>(g, n)?;
+        let mut clus_in_module = output::<u32>(g, slots)?;
+        let mut module_first = output::<u32>(g, slots)?;
+        let what = "copying the clusters";
+        if n > 0 {
+            s.memcpy_dtod(&c.clus.slice(0..n), &mut clus.slice_mut(0..n))
+                .ctx(what)?;
+        }
+        s.memcpy_dtod(
+            &c.clus_in_module.slice(0..slots),
+            &mut clus_in_module.slice_mut(0..slots),
+        )
+        .ctx(what)?;
+        s.memcpy_dtod(
+            &c.module_first.slice(0..slots),
+            &mut module_first.slice_mut(0..slots),
+        )
+        .ctx(what)?;
+        let status = stage.slots.get(g, 4)?;
+        c.enqueue_status(&mut status[..3])?;
+        s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
+            .ctx("reading the digi check")?;
+        g.synchronize()?;
+        let runs = decode_first_index(status[3]).map(|d| {
+            invalid(
+                "digis",
+                format!("digi {d}: a module's digis not consecutive in its event"),
+            )
+        });
+        let decoded = match (c.decode_status(status[0], status[1], status[2]), runs) {
+            (Ok(_), Some(e)) => Err(e),
+            (r, _) => r,
+        };
+        let (medium_modules, fallback_modules) = match decoded {
+            Ok(counts) => counts,
+            Err(Error::InvalidInput { what, detail }) => {
+                // A digi out of range: the host path's error, from a host copy.
+                let host = Digis {
+                    module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
+                    x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
+                    y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
+                    adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
+                };
+                validate(&host, event_offsets, geometry)?;
+                return Err(Error::InvalidInput { what, detail });
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(ClustersDev {
+            clus,
+            clus_in_module,
+            module_first,
+            digis: n,
+            slots,
+            modules: geometry.modules as usize,
+            medium_modules,
+            fallback_modules,
+        })
+    }
+}
+
+impl Backend {
+    /// Clusters digis that are on the device ([`DigisDev`]: borrowed device arrays) into
+    /// device buffers ([`ClustersDev`]), with no host round trip: the same results as
+    /// [`Backend::cluster_events`] on the same digis, bit for bit, and the same typed error
+    /// for bad input (module id or pixel out of range, a module's digis not consecutive in
+    /// an event; checked on the device, named on the host). `event_offsets` (host memory) as
+    /// for [`Backend::cluster_events`]. The inputs are read in the order of the backend's
+    /// stream ([`GpuContext::stream`]); the results are complete when this returns. CUDA
+    /// backends only (an `InvalidInput` error on the CPU).
+    pub fn cluster_events_device(
+        &self,
+        digis: DigisDev<'_>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<ClustersDev> {
+        let Some(gpu) = self.gpu() else {
+            return Err(invalid(
+                "digis",
+                "device digis need a CUDA backend (this one runs on the CPU)",
+            ));
+        };
+        self.ws.clustering.run(
+            || ClusterWorkspace::new(gpu),
+            |w| w.cluster_device(gpu, digis, event_offsets, geometry, cut),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use detkit_gpu::clustering::{starts_run, INVALID_MODULE};
+
+    /// `clustering_check_runs` run sequentially on the host (the same predicate and
+    /// counters): the smallest digi that starts a second run of its module in its event.
+    fn check_runs(d: &Digis, offsets: &[u32], modules: u32) -> Option<usize> {
+        let ne = offsets.len() - 1;
+        let mut runs = vec![0u32; ne * modules as usize];
+        let mut bad: Option<usize> = None;
+        for e in 0..ne {
+            for k in offsets[e]..offsets[e + 1] {
+                let m = d.module[k as usize];
+                if m != INVALID_MODULE
+                    && (m as u32) < modules
+                    && starts_run(|j| d.module[j as usize], offsets[e], k)
+                {
+                    let c = &mut runs[e * modules as usize + m as usize];
+                    if *c > 0 {
+                        bad = Some(bad.map_or(k as usize, |b| b.min(k as usize)));
+                    }
+                    *c += 1;
+                }
+            }
+        }
+        bad
+    }
+
+    /// On random small batches (few module ids, invalid digis, empty events), the device
+    /// check flags exactly the batches the host validation rejects as not consecutive, at
+    /// the digi it names.
+    #[test]
+    fn check_runs_flags_what_the_host_rejects() {
+        let g = Geometry::phase1();
+        let mut rejected = 0;
+        for case in 0..4000u64 {
+            let r = crate::rng::random_below(case, 64, 1 << 20);
+            let n = (r[0] % 24) as usize;
+            let ne = 1 + (r[1] % 3) as usize;
+            let mut offsets = vec![0u32];
+            for e in 1..ne {
+                offsets.push((r[1 + e] as usize % (n + 1)) as u32);
+            }
+            offsets.push(n as u32);
+            offsets.sort_unstable();
+            let module: Vec<u16> = (0..n)
+                .map(|i| match r[8 + i] % 5 {
+                    4 => INVALID_MODULE,
+                    m => m as u16,
+                })
+                .collect();
+            let d = Digis {
+                module,
+                x: vec![1; n],
+                y: vec![2; n],
+                adc: vec![100; n],
+            };
+            let host = validate(&d, &offsets, &g);
+            let dev = check_runs(&d, &offsets, g.modules);
+            match (&host, dev) {
+                (Ok(()), None) => {}
+                (Err(Error::InvalidItem { index, detail, .. }), Some(k)) => {
+                    assert!(detail.contains("not consecutive"), "case {case}: {detail}");
+                    assert_eq!(*index, k, "case {case}");
+                    rejected += 1;
+                }
+                _ => panic!("case {case}: host {host:?}, device check {dev:?}"),
+            }
+        }
+        assert!(
+            rejected > 100,
+            "only {rejected} rejected batches: the test is weak"
+        );
+    }
+}

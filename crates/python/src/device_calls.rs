@@ -1,0 +1,347 @@
+//! The algorithm calls that stay on the device from Python: clustering (and seeding) of CUDA
+//! arrays through the library's device-view entry points
+//! ([`detkit::Backend::cluster_events_device`]): the producer's memory is read in place by
+//! a device-to-device copy into the backend's workspace, and the results are new device
+//! buffers returned as `DeviceArray`s. Nothing crosses PCIe but the event offsets and three
+//! status words. Any input that is not a 1-D C-contiguous CUDA array of the exact dtype
+//! returns `None`, and the Python layer takes the general (staged) path, which converts and
+//! checks it.
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaStream};
+use detkit::clustering::{DigisDev, Geometry};
+use detkit::pet::FramesDev;
+use detkit::seeding::SpacePointsDev;
+use numpy::PyReadonlyArray1;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::device::{open_arg, stream_handle, Arg, DeviceArray, Hold};
+use crate::device_ops::{exact, finish};
+use crate::errors::{err, CudaError, InvalidInputError};
+use crate::scanner::Scanner;
+use crate::settings::Settings;
+use crate::Backend;
+
+/// `Backend.cluster` of four CUDA `uint16` arrays (module, x, y, adc): `(clus,
+/// clus_in_module)` as `DeviceArray`s (`int32`, `uint32`); `None`: not such arrays.
+#[pyfunction]
+#[pyo3(signature = (backend, module, x, y, adc, geometry, charge_cut, event_offsets, stream = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn device_cluster(
+    py: Python<'_>,
+    backend: &Backend,
+    module: &Bound<'_, PyAny>,
+    x: &Bound<'_, PyAny>,
+    y: &Bound<'_, PyAny>,
+    adc: &Bound<'_, PyAny>,
+    geometry: &str,
+    charge_cut: Option<i64>,
+    event_offsets: Option<PyReadonlyArray1<'_, u32>>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<(DeviceArray, DeviceArray)>> {
+    let Some(g) = backend.inner().gpu() else {
+        return Ok(None);
+    };
+    let geo = Geometry::by_name(geometry).map_err(err)?;
+    let cut = crate::cut_of(&geo, charge_cut)?;
+    let user = stream_handle(stream)?;
+    // Each argument opened holds its producer's memory (a DLPack capsule's tensor until the
+    // argument is dropped; a CUDA-array-interface object through the Python reference the
+    // caller holds for this call) and orders the backend's stream after the producer's.
+    let args: Vec<Arg> = [(module, "module"), (x, "x"), (y, "y"), (adc, "adc")]
+        .into_iter()
+        .map(|(obj, name)| open_arg(py, backend, obj, name, user))
+        .collect::<PyResult<_>>()?;
+    let mut addr = [0u64; 4];
+    let mut lens = [0usize; 4];
+    for (i, arg) in args.iter().enumerate() {
+        let Some(input) = exact(arg, &["<u2"]) else {
+            return Ok(None);
+        };
+        addr[i] = input.desc.ptr as u64;
+        lens[i] = input.desc.len();
+    }
+    let whole = [0, lens[0] as u32];
+    let offsets = match &event_offsets {
+        Some(o) => o.as_slice()?,
+        None => &whole[..],
+    };
+    // SAFETY: each address is a CUDA array on the backend's device (`open_arg` checked the
+    // device; the context is the device's primary one, shared with the producer), 1-D,
+    // C-contiguous, of `lens[i]` `uint16` values (`exact` checked dtype, shape and
+    // strides). The memory stays allocated until the call below returns: `args` (dropped
+    // after it) holds each DLPack tensor, and the caller holds the Python objects for the
+    // duration of this function. The producer's pending writes are ordered before the
+    // backend's stream (`open_arg`), which the call orders its copies after; writes the
+    // caller issues on another stream while the call runs are the caller's race, as for
+    // numpy inputs.
+    let view = unsafe { DigisDev::from_raw(addr, lens) };
+    let r = py.detach(|| {
+        backend
+            .inner()
+            .cluster_events_device(view, offsets, &geo, cut)
+    });
+    drop(args);
+    let c = r.map_err(err)?;
+    let (n, slots) = (c.digis, c.slots);
+    let clus = DeviceArray::from_buffer(g, Box::new(c.clus), n * 4, "<i4", vec![n]);
+    let per_module =
+        DeviceArray::from_buffer(g, Box::new(c.clus_in_module), slots * 4, "<u4", vec![slots]);
+    finish(g, user)?;
+    Ok(Some((clus, per_module)))
+}
+
+/// A stretch of another device buffer (one event's seeds in the batch's arrays): the buffer
+/// stays alive as long as any stretch of it.
+struct Part {
+    base: Arc<dyn Hold>,
+    offset: usize,
+}
+
+impl Hold for Part {
+    fn address(&self, stream: &Arc<CudaStream>) -> usize {
+        self.base.address(stream) + self.offset
+    }
+}
+
+/// One event's seeding results on the device: seeds `(n, 3)` `uint32`, weight and z_vertex
+/// `(n,)` `float32`, params `(n, 5)` `float32`.
+type SeedDev = (DeviceArray, DeviceArray, DeviceArray, DeviceArray);
+
+/// A 2-D device-to-device copy on `stream`: `rows` rows of `width` bytes, from `src + x` at
+/// `src_pitch` bytes apart into `dst` at `width` bytes apart.
+///
+/// # Safety
+/// `src` valid for `rows * src_pitch` bytes (`x + width <= src_pitch`), `dst` for
+/// `rows * width` bytes, both device memory of the current context, alive until the copy
+/// has finished.
+unsafe fn copy_columns(
+    stream: &CudaStream,
+    src: u64,
+    x: usize,
+    src_pitch: usize,
+    dst: u64,
+    width: usize,
+    rows: usize,
+) -> PyResult<()> {
+    let copy = sys::CUDA_MEMCPY2D_st {
+        srcXInBytes: x,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src_pitch,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: width,
+        WidthInBytes: width,
+        Height: rows,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }
+        .result()
+        .map_err(|e| CudaError::new_err(format!("CUDA driver error while splitting seeds: {e}")))
+}
+
+/// `Backend.seed` / `Backend.seed_events` of CUDA `float32` columns: `events` is a list of
+/// five-entry lists (x, y, z, var_r, var_z; a variance `None` is zero). One
+/// `(seeds, weight, z_vertex, params)` of `DeviceArray`s per event; `None`: not all such
+/// arrays. `batch`: the Python layer's `seed_events` (length errors name the event).
+#[pyfunction]
+#[pyo3(signature = (backend, events, settings, batch, stream = None))]
+pub fn device_seed_events(
+    py: Python<'_>,
+    backend: &Backend,
+    events: Vec<Vec<Option<Bound<'_, PyAny>>>>,
+    settings: Settings,
+    batch: bool,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<Vec<SeedDev>>> {
+    let Some(g) = backend.inner().gpu() else {
+        return Ok(None);
+    };
+    const NAMES: [&str; 5] = ["x", "y", "z", "var_r", "var_z"];
+    let user = stream_handle(stream)?;
+    // Every column opened (each holds its producer's memory for the call, see
+    // `device_cluster`); the addresses and lengths of each event, `None` for a zero variance.
+    let mut held: Vec<Arg> = Vec::new();
+    let mut cols: Vec<[Option<(u64, usize)>; 5]> = Vec::with_capacity(events.len());
+    for (e, ev) in events.iter().enumerate() {
+        if ev.len() != 5 || ev[0].is_none() || ev[1].is_none() || ev[2].is_none() {
+            return Ok(None);
+        }
+        let mut c = [None; 5];
+        for (i, obj) in ev.iter().enumerate() {
+            let Some(obj) = obj else { continue };
+            let arg = open_arg(py, backend, obj, NAMES[i], user)?;
+            let Some(input) = exact(&arg, &["<f4"]) else {
+                return Ok(None);
+            };
+            c[i] = Some((input.desc.ptr as u64, input.desc.len()));
+            held.push(arg);
+        }
+        // The Python layer's length check and message.
+        let n = c[0].map_or(0, |(_, l)| l);
+        for i in 1..5 {
+            if let Some((_, l)) = c[i] {
+                if l != n {
+                    let m = format!("{} has {l} values, x has {n}", NAMES[i]);
+                    return Err(InvalidInputError::new_err(if batch {
+                        format!("event {e}: {m}")
+                    } else {
+                        m
+                    }));
+                }
+            }
+        }
+        cols.push(c);
+    }
+    // A zero column for the variances not given.
+    let longest = cols
+        .iter()
+        .map(|c| c[0].map_or(0, |(_, l)| l))
+        .max()
+        .unwrap_or(0);
+    let zeros = if cols.iter().any(|c| c[3].is_none() || c[4].is_none()) {
+        Some(g.zeros::<f32>(longest.max(1)).map_err(err)?)
+    } else {
+        None
+    };
+    let zero_addr = zeros.as_ref().map_or(0, |z| g.ptr(z).addr());
+    let views: Vec<SpacePointsDev> = cols
+        .iter()
+        .map(|c| {
+            let n = c[0].map_or(0, |(_, l)| l);
+            let addr = c.map(|x| x.map_or(zero_addr, |(a, _)| a));
+            // SAFETY: each address is a 1-D C-contiguous CUDA `float32` array of `n` values
+            // on the backend's device (checked by `open_arg` and `exact`; lengths checked
+            // above) or the zero column of `longest >= n` values; all stay allocated until
+            // the call returns (`held` and `zeros` are dropped after it; the caller holds
+            // the Python objects); the producers' pending writes are ordered before the
+            // backend's stream (`open_arg`).
+            unsafe { SpacePointsDev::from_raw(addr, [n; 5]) }
+        })
+        .collect();
+    let r = py.detach(|| backend.inner().seed_events_device(&views, &settings.0));
+    drop(held);
+    drop(zeros);
+    let s = r.map_err(err)?;
+    // The batch's seeds split into their index rows, weights and z vertices (three strided
+    // copies on the device), then one stretch of each per event.
+    let total = s.total();
+    let mut idx = g.zeros::<u32>(3 * total.max(1)).map_err(err)?;
+    let mut weight = g.zeros::<f32>(total.max(1)).map_err(err)?;
+    let mut zv = g.zeros::<f32>(total.max(1)).map_err(err)?;
+    if total > 0 {
+        let stream = g.stream();
+        let src = g.ptr(&s.seeds).addr();
+        let dsts = [
+            (g.ptr_mut(&mut idx).addr(), 0, 12),
+            (g.ptr_mut(&mut weight).addr(), 12, 4),
+            (g.ptr_mut(&mut zv).addr(), 16, 4),
+        ];
+        for (dst, x, width) in dsts {
+            // SAFETY: `seeds` holds `total` 20-byte records (`x + width <= 20`); each
+            // destination `total * width` bytes; all in this context, kept alive until the
+            // stream is synchronised below.
+            unsafe { copy_columns(stream, src, x, 20, dst, width, total)? };
+        }
+        // `s.seeds` is freed on its own stream when dropped: the copies finish first.
+        stream.synchronize().map_err(|e| {
+            CudaError::new_err(format!("CUDA driver error while splitting seeds: {e}"))
+        })?;
+    }
+    let idx: Arc<dyn Hold> = Arc::new(idx);
+    let weight: Arc<dyn Hold> = Arc::new(weight);
+    let zv: Arc<dyn Hold> = Arc::new(zv);
+    let params: Arc<dyn Hold> = Arc::new(s.params);
+    let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
+        DeviceArray::from_buffer(
+            g,
+            Box::new(Part {
+                base: base.clone(),
+                offset,
+            }),
+            nbytes,
+            typestr,
+            shape,
+        )
+    };
+    let out = s
+        .event_seeds
+        .iter()
+        .map(|r| {
+            let (a, n) = (r.start, r.len());
+            (
+                part(&idx, 12 * a, 12 * n, "<u4", vec![n, 3]),
+                part(&weight, 4 * a, 4 * n, "<f4", vec![n]),
+                part(&zv, 4 * a, 4 * n, "<f4", vec![n]),
+                part(&params, 20 * a, 20 * n, "<f4", vec![n, 5]),
+            )
+        })
+        .collect();
+    finish(g, user)?;
+    Ok(Some(out))
+}
+
+/// `Backend.convert` of raw frames in a CUDA `uint8` array (16 bytes a frame): the accepted
+/// singles as a `DeviceArray` of `uint8` rows of 16 bytes (`get()` views them as
+/// `descr`, the `SINGLE_DTYPE`), and the statistics; `None`: not such an array.
+#[pyfunction]
+#[pyo3(signature = (backend, frames, scanner, descr, stream = None))]
+pub fn device_pet_convert<'py>(
+    py: Python<'py>,
+    backend: &Backend,
+    frames: &Bound<'py, PyAny>,
+    scanner: &Bound<'py, PyAny>,
+    descr: Py<PyAny>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Option<(DeviceArray, Bound<'py, PyDict>)>> {
+    let Some(g) = backend.inner().gpu() else {
+        return Ok(None);
+    };
+    let user = stream_handle(stream)?;
+    let arg = open_arg(py, backend, frames, "frames", user)?;
+    let Some(input) = exact(&arg, &["|u1", "<u1"]) else {
+        return Ok(None);
+    };
+    let owned;
+    let s = match scanner.cast::<Scanner>() {
+        Ok(s) => s.get(),
+        Err(_) => {
+            let path: std::path::PathBuf = scanner.extract()?;
+            owned = Scanner::new(py, path)?;
+            &owned
+        }
+    };
+    // SAFETY: a 1-D C-contiguous CUDA `uint8` array of `len` bytes on the backend's device
+    // (`open_arg`, `exact`), kept allocated until the call returns (`arg` holds a DLPack
+    // tensor, the caller the Python object) and ordered before the backend's stream.
+    let view = unsafe { FramesDev::from_raw(input.desc.ptr as u64, input.desc.len()) };
+    let b = backend.inner();
+    let r = py.detach(|| match s.handle(b)? {
+        Some(h) => b.pet_convert_frames_device(view, &*h),
+        None => b.pet_convert_frames_device(view, &s.inner),
+    });
+    drop(arg);
+    let (singles, st) = r.map_err(err)?;
+    let m = singles.len;
+    let out = DeviceArray::from_buffer(g, Box::new(singles.words), 16 * m, "|u1", vec![m, 16])
+        .with_descr(descr);
+    let d = PyDict::new(py);
+    d.set_item("frames", st.frames)?;
+    d.set_item("accepted", st.accepted)?;
+    d.set_item("rejected_energy", st.rejected_energy)?;
+    d.set_item("clamped", st.clamped)?;
+    d.set_item("bad_address", st.bad_address)?;
+    d.set_item("first_bad_address", st.first_bad_address)?;
+    finish(g, user)?;
+    Ok(Some((out, d)))
+}

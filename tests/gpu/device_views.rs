@@ -1,0 +1,465 @@
+//! The device-view entry points (issue 27): digis already on the device in, device buffers
+//! out, compared bit for bit with the host path of the same backend on the same data, and
+//! the same typed error for a bad digi in the middle event of a batch.
+
+use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
+use detkit::pet::{gen as pgen, FramesDev};
+use detkit::seeding::{
+    gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsDev,
+    SpacePointsRef,
+};
+use detkit::{Backend, GpuContext};
+use detkit_tests::{ensure, exact};
+
+use super::{e, Ctx, Test, R};
+
+pub(crate) const TESTS: &[Test] = &[
+    ("device_views_cluster", test_cluster),
+    ("device_views_cluster_errors", test_cluster_errors),
+    ("device_views_seed", test_seed),
+    ("device_views_seed_errors", test_seed_errors),
+    ("device_views_pet_convert", test_pet_convert),
+];
+
+/// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
+fn batch(seed: u64, events: usize, digis: usize) -> (Digis, Vec<u32>) {
+    let mut all = Digis::default();
+    let mut offsets = vec![0u32];
+    for i in 0..events {
+        let ev = cgen::run3_event(seed ^ (i as u64 * 7919));
+        let n = ev.len().min(digis);
+        all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
+        offsets.push(all.len() as u32);
+    }
+    (all, offsets)
+}
+
+/// The four arrays on the device (at least one element each: a zero-length upload).
+fn upload(g: &GpuContext, d: &Digis) -> Result<[detkit::DeviceBuffer<u16>; 4], String> {
+    let up = |v: &[u16]| {
+        if v.is_empty() {
+            g.zeros::<u16>(1)
+        } else {
+            g.upload(v)
+        }
+    };
+    Ok([
+        up(&d.module).map_err(e)?,
+        up(&d.x).map_err(e)?,
+        up(&d.y).map_err(e)?,
+        up(&d.adc).map_err(e)?,
+    ])
+}
+
+/// Clusters `d` through the device view (`n` digis of the uploaded buffers).
+fn cluster_dev(
+    b: &Backend,
+    d: &Digis,
+    o: &[u32],
+    g: &Geometry,
+    cut: Option<ChargeCut>,
+) -> Result<Result<cl::Clusters, String>, String> {
+    let gpu = b.gpu().expect("cuda backend");
+    let bufs = upload(gpu, d)?;
+    let n = d.len();
+    let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[i]).addr());
+    // SAFETY: four buffers of this backend's context, each of at least `n` values, borrowed
+    // (not written, not freed) until the call below has returned; uploaded on the backend's
+    // stream, which the call is ordered after.
+    let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+    Ok(match b.cluster_events_device(view, o, g, cut) {
+        Ok(c) => Ok(c.to_host(gpu).map_err(e)?),
+        Err(err) => Err(e(err)),
+    })
+}
+
+/// Batches of 0, 1, 5 and 64 events (an empty event among them), with and without the cut,
+/// repeated and interleaved in size (the workspace's clusterers reused and grown): the
+/// device view's results equal the host path's, with the same module counts.
+fn test_cluster(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let b = &c.backend;
+    let mut cases = vec![
+        (Digis::default(), vec![0u32, 0]),
+        batch(c.seed, 1, usize::MAX),
+        batch(c.seed ^ 1, 1, 31),
+        batch(c.seed ^ 2, 5, 20_000),
+        batch(c.seed ^ 3, 64, usize::MAX),
+    ];
+    // An empty event in the middle of a batch.
+    let (mut d, mut o) = batch(c.seed ^ 4, 3, 5_000);
+    o.insert(2, o[1]);
+    d.extend(&Digis::default());
+    cases.push((d, o));
+    for round in 0..2 {
+        for (i, (d, o)) in cases.iter().enumerate() {
+            for cut in [None, Some(g.default_cut)] {
+                let what = format!("round {round}, case {i} ({} digis), cut {cut:?}", d.len());
+                let want = b.cluster_events(d, o, &g, cut).map_err(e)?;
+                let got = cluster_dev(b, d, o, &g, cut)?.map_err(|m| format!("{what}: {m}"))?;
+                exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
+                exact(
+                    &format!("{what}: clus_in_module"),
+                    &got.clus_in_module,
+                    &want.clus_in_module,
+                )?;
+                exact(
+                    &format!("{what}: module_first"),
+                    &got.module_first,
+                    &want.module_first,
+                )?;
+                ensure(
+                    (got.medium_modules, got.fallback_modules)
+                        == (want.medium_modules, want.fallback_modules),
+                    || {
+                        format!(
+                            "{what}: module counts {:?} != {:?}",
+                            (got.medium_modules, got.fallback_modules),
+                            (want.medium_modules, want.fallback_modules)
+                        )
+                    },
+                )?;
+            }
+        }
+    }
+    // On the CPU backend: a typed error, not a crash.
+    let cpu = Backend::cpu();
+    // SAFETY: a zero-length view; no address is read.
+    let none = unsafe { DigisDev::from_raw([0; 4], [0; 4]) };
+    ensure(
+        cpu.cluster_events_device(none, &[0, 0], &g, None).is_err(),
+        || "the CPU backend accepted device digis".into(),
+    )
+}
+
+/// A batch of five events whose third event has a digi out of range (module id, x, y) or a
+/// module whose digis are not consecutive: the device view's error is the host path's (the same digi index, column and message); arrays
+/// of different lengths and bad event offsets as well. The workspace works after.
+fn test_cluster_errors(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let b = &c.backend;
+    let (d, o) = batch(c.seed ^ 0xbad, 5, 30_000);
+    let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
+    type Fault = fn(&mut Digis, usize);
+    let faults: [(&str, Fault); 6] = [
+        ("module out of range", |d, i| d.module[i] = 5000),
+        ("x out of range", |d, i| d.x[i] = 160),
+        ("y out of range", |d, i| d.y[i] = 416),
+        ("two faults, the first wins", |d, i| {
+            d.y[i] = 416;
+            d.module[i + 7] = 6000;
+        }),
+        ("module not consecutive", |d, i| d.module[i] = d.module[0]),
+        ("not consecutive before out of range", |d, i| {
+            d.module[i] = d.module[0];
+            d.x[i + 5] = 160;
+        }),
+    ];
+    for (what, f) in faults {
+        let mut bad = d.clone();
+        f(&mut bad, mid);
+        let want = b.cluster_events(&bad, &o, &g, None).map(|_| ()).map_err(e);
+        let got = cluster_dev(b, &bad, &o, &g, None)?.map(|_| ());
+        ensure(want.is_err(), || {
+            format!("{what}: the host path accepted it")
+        })?;
+        ensure(got == want, || {
+            format!("{what}: device view {got:?}, host {want:?}")
+        })?;
+    }
+    // Lengths and offsets, checked before anything runs.
+    let gpu = b.gpu().expect("cuda backend");
+    let bufs = upload(gpu, &d)?;
+    let n = d.len();
+    let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[i]).addr());
+    let host = b.cluster_events(
+        DigisRef {
+            x: &d.x[..n - 1],
+            ..DigisRef::from(&d)
+        },
+        &o,
+        &g,
+        None,
+    );
+    // SAFETY: buffers of this context valid for `n` values (the view claims fewer for x),
+    // borrowed until the call returns.
+    let view = unsafe { DigisDev::from_raw(addr, [n, n - 1, n, n]) };
+    let dev = b.cluster_events_device(view, &o, &g, None);
+    ensure(
+        host.is_err()
+            && host.as_ref().err().map(|x| x.to_string())
+                == dev.as_ref().err().map(|x| x.to_string()),
+        || {
+            format!(
+                "lengths: device view {:?}, host {:?}",
+                dev.err(),
+                host.err()
+            )
+        },
+    )?;
+    let mut bad_o = o.clone();
+    bad_o[3] = bad_o[2] - 1;
+    // SAFETY: as above, all four of `n` values.
+    let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+    let host = b
+        .cluster_events(&d, &bad_o, &g, None)
+        .map(|_| ())
+        .map_err(e);
+    let dev = b
+        .cluster_events_device(view, &bad_o, &g, None)
+        .map(|_| ())
+        .map_err(e);
+    ensure(host.is_err() && host == dev, || {
+        format!("offsets: device view {dev:?}, host {host:?}")
+    })?;
+    let want = cl::cpu::cluster(&d, &o, &g, None);
+    let got = cluster_dev(b, &d, &o, &g, None)?.map_err(|m| format!("after the errors: {m}"))?;
+    exact("after the errors: clus", &got.clus, &want.clus)?;
+    exact(
+        "after the errors: clus_in_module",
+        &got.clus_in_module,
+        &want.clus_in_module,
+    )
+}
+
+fn seed_cfg() -> SeedingConfig {
+    SeedingSettings::default()
+        .to_config()
+        .expect("default config")
+}
+
+fn columns(sps: &[SpacePoint]) -> [Vec<f32>; 5] {
+    [
+        sps.iter().map(|s| s.x).collect(),
+        sps.iter().map(|s| s.y).collect(),
+        sps.iter().map(|s| s.z).collect(),
+        sps.iter().map(|s| s.var_r).collect(),
+        sps.iter().map(|s| s.var_z).collect(),
+    ]
+}
+
+/// Seeds `events` (five host columns each) through device views of uploaded copies.
+fn seed_dev(
+    b: &Backend,
+    events: &[[Vec<f32>; 5]],
+    cfg: &SeedingConfig,
+) -> Result<Result<Vec<SeedingOutput>, String>, String> {
+    let gpu = b.gpu().expect("cuda backend");
+    let up = |v: &[f32]| {
+        if v.is_empty() {
+            gpu.zeros::<f32>(1)
+        } else {
+            gpu.upload(v)
+        }
+    };
+    let bufs: Vec<Vec<detkit::DeviceBuffer<f32>>> = events
+        .iter()
+        .map(|ev| ev.iter().map(|c| up(c)).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<_, _>>()
+        .map_err(e)?;
+    let views: Vec<SpacePointsDev> = bufs
+        .iter()
+        .zip(events)
+        .map(|(b, ev)| {
+            let addr = [0, 1, 2, 3, 4].map(|i| gpu.ptr(&b[i]).addr());
+            let lens = [0, 1, 2, 3, 4].map(|i| ev[i].len());
+            // SAFETY: buffers of this backend's context, each of at least `lens[i]`
+            // values, borrowed until the call below has returned; uploaded on the
+            // backend's stream.
+            unsafe { SpacePointsDev::from_raw(addr, lens) }
+        })
+        .collect();
+    Ok(match b.seed_events_device(&views, cfg) {
+        Ok(s) => Ok(s.to_host(gpu).map_err(e)?),
+        Err(err) => Err(e(err)),
+    })
+}
+
+fn compare_outputs(what: &str, got: &[SeedingOutput], want: &[SeedingOutput]) -> R {
+    ensure(got.len() == want.len(), || {
+        format!("{what}: {} outputs for {} events", got.len(), want.len())
+    })?;
+    for (j, (g, w)) in got.iter().zip(want).enumerate() {
+        ensure(g.stats == w.stats, || {
+            format!("{what} event {j}: stats {:?} != {:?}", g.stats, w.stats)
+        })?;
+        exact(&format!("{what} event {j}: seeds"), &g.seeds, &w.seeds)?;
+        exact(&format!("{what} event {j}: params"), &g.params, &w.params)?;
+    }
+    Ok(())
+}
+
+/// Batches of 1, 4 (one empty) and 64 events at ⟨μ⟩ = 10 … 200, repeated: the device
+/// views' seeds, parameters and counts equal the host columns path's (same backend), bit
+/// for bit.
+fn test_seed(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let b = &c.backend;
+    let gen = |i: u64, mu: f64| sgen::generate(c.seed ^ (i + 1) << 32, mu, true).spacepoints;
+    let mut four: Vec<Vec<SpacePoint>> = vec![gen(1, 50.0), gen(2, 200.0), vec![], gen(3, 10.0)];
+    four[3].truncate(33);
+    let batches: Vec<Vec<Vec<SpacePoint>>> = vec![
+        vec![gen(9, 200.0)],
+        four,
+        (0..if c.quick { 8 } else { 64 })
+            .map(|i| gen(100 + i, 200.0))
+            .collect(),
+    ];
+    for round in 0..2 {
+        for (k, evs) in batches.iter().enumerate() {
+            let what = format!("round {round} batch {k} ({} events)", evs.len());
+            let cols: Vec<[Vec<f32>; 5]> = evs.iter().map(|e| columns(e)).collect();
+            let refs: Vec<SpacePointsRef> = cols
+                .iter()
+                .map(|c| SpacePointsRef {
+                    x: &c[0],
+                    y: &c[1],
+                    z: &c[2],
+                    var_r: &c[3],
+                    var_z: &c[4],
+                })
+                .collect();
+            let mut want = Vec::new();
+            b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
+            let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("{what}: {m}"))?;
+            compare_outputs(&what, &got, &want)?;
+        }
+    }
+    Ok(())
+}
+
+/// A bad spacepoint (each kind of fault, each column) in the middle event of five: the
+/// device views' error is the host path's (index within the event, column, message); column
+/// lengths as well; the workspace works after.
+fn test_seed_errors(c: &Ctx) -> R {
+    let cfg = seed_cfg();
+    let b = &c.backend;
+    let events: Vec<Vec<SpacePoint>> = (0..5)
+        .map(|i| sgen::generate(c.seed ^ i << 8, 10.0, true).spacepoints)
+        .collect();
+    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+    let k = events[2].len() / 2;
+    let faults: [(usize, f32); 6] = [
+        (0, f32::NAN),
+        (1, f32::INFINITY),
+        (2, f32::NEG_INFINITY),
+        (3, -1.0),
+        (4, f32::NAN),
+        (3, f32::INFINITY),
+    ];
+    for (col, v) in faults {
+        let mut bad = cols.clone();
+        bad[2][col][k] = v;
+        // A second fault later in the same event: the first one is named.
+        bad[2][0][k + 1] = f32::NAN;
+        let refs: Vec<SpacePointsRef> = bad
+            .iter()
+            .map(|c| SpacePointsRef {
+                x: &c[0],
+                y: &c[1],
+                z: &c[2],
+                var_r: &c[3],
+                var_z: &c[4],
+            })
+            .collect();
+        let mut out = Vec::new();
+        let want = b.seed_columns_into(&refs, &cfg, &mut out).map_err(e);
+        let got = seed_dev(b, &bad, &cfg)?.map(|_| ());
+        ensure(want.is_err(), || {
+            format!("column {col} = {v}: host accepted it")
+        })?;
+        ensure(got == want, || {
+            format!("column {col} = {v}: device views {got:?}, host {want:?}")
+        })?;
+    }
+    let mut short = cols.clone();
+    short[1][4].pop();
+    let got = seed_dev(b, &short, &cfg)?.map(|_| ());
+    ensure(
+        got.as_ref()
+            .is_err_and(|m| m.contains("columns of different lengths")),
+        || format!("lengths: {got:?}"),
+    )?;
+    let refs: Vec<SpacePointsRef> = cols
+        .iter()
+        .map(|c| SpacePointsRef {
+            x: &c[0],
+            y: &c[1],
+            z: &c[2],
+            var_r: &c[3],
+            var_z: &c[4],
+        })
+        .collect();
+    let mut want = Vec::new();
+    b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
+    let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("after the errors: {m}"))?;
+    compare_outputs("after the errors", &got, &want)
+}
+
+/// Frames of runs of 0, 1 and many singles (and a cut frame): converted from a device view,
+/// with a plain scanner and with a loaded handle, the singles and statistics equal the host
+/// path's, bit for bit; a byte count that is not a whole number of frames is the host path's
+/// error.
+fn test_pet_convert(c: &Ctx) -> R {
+    let b = &c.backend;
+    let gpu = b.gpu().expect("cuda backend");
+    let scanner = pgen::tiny_scanner(c.seed);
+    let handle = b.load_scanner(&scanner).map_err(e)?;
+    for (i, singles) in [0usize, 1, 5_000, 200_000].into_iter().enumerate() {
+        let frames = pgen::acquisition(
+            &scanner,
+            &pgen::AcquisitionConfig {
+                singles,
+                seed: c.seed ^ i as u64,
+                ..Default::default()
+            },
+        )
+        .frames;
+        let bytes = pgen::frame_bytes(&frames);
+        let what = format!("{singles} singles ({} frames)", frames.len());
+        let (want, want_st) = b.pet_convert_frames(bytes, &handle).map_err(e)?;
+        let d = if bytes.is_empty() {
+            gpu.zeros::<u8>(1).map_err(e)?
+        } else {
+            gpu.upload(bytes).map_err(e)?
+        };
+        // SAFETY: a buffer of this context of at least `bytes.len()` bytes, borrowed until
+        // the calls below have returned.
+        let view = unsafe { FramesDev::from_raw(gpu.ptr(&d).addr(), bytes.len()) };
+        for (arg, (got, st)) in [
+            (
+                "handle",
+                b.pet_convert_frames_device(view, &handle).map_err(e)?,
+            ),
+            (
+                "scanner",
+                b.pet_convert_frames_device(view, &scanner).map_err(e)?,
+            ),
+        ] {
+            ensure(st == want_st, || {
+                format!("{what} ({arg}): stats {st:?} != {want_st:?}")
+            })?;
+            exact(
+                &format!("{what} ({arg}): singles"),
+                &got.to_host(gpu).map_err(e)?,
+                &want,
+            )?;
+        }
+        if bytes.len() > 16 {
+            // SAFETY: as above, fewer bytes.
+            let cut = unsafe { FramesDev::from_raw(gpu.ptr(&d).addr(), bytes.len() - 3) };
+            let want = b
+                .pet_convert_frames(&bytes[..bytes.len() - 3], &handle)
+                .map(|_| ())
+                .map_err(e);
+            let got = b
+                .pet_convert_frames_device(cut, &handle)
+                .map(|_| ())
+                .map_err(e);
+            ensure(want.is_err() && got == want, || {
+                format!("{what}: cut frame {got:?}, host {want:?}")
+            })?;
+        }
+    }
+    Ok(())
+}
