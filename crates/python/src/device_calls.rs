@@ -37,7 +37,7 @@ pub fn device_cluster(
     y: &Bound<'_, PyAny>,
     adc: &Bound<'_, PyAny>,
     geometry: &str,
-    charge_cut: Option<i64>,
+    charge_cut: Option<Bound<'_, PyAny>>,
     event_offsets: Option<PyReadonlyArray1<'_, u32>>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<(DeviceArray, DeviceArray)>> {
@@ -45,7 +45,7 @@ pub fn device_cluster(
         return Ok(None);
     };
     let geo = Geometry::by_name(geometry).map_err(err)?;
-    let cut = crate::cut_of(&geo, charge_cut)?;
+    let cut = crate::args::charge_cut(charge_cut.as_ref(), geo.default_cut)?;
     let user = stream_handle(stream)?;
     // Each argument opened holds its producer's memory (a DLPack capsule's tensor until the
     // argument is dropped; a CUDA-array-interface object through the Python reference the

@@ -324,7 +324,7 @@ class Backend:
         """
         c = _Call(self, stream)
         offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
-        d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, cut, offs)
+        d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, charge_cut, offs)
         if d is not None:
             return d
         clus, per_module = self._b.cluster(
