@@ -12,10 +12,14 @@ if ! rustup run "$channel" rustc --version >/dev/null 2>&1 \
   rustup toolchain install "$channel" --profile minimal \
     -c rust-src -c llvm-tools -c llvm-bitcode-linker -c rustfmt -c clippy
 fi
-if [[ "${DETKIT_SKIP_PTXAS:-0}" != 1 ]] && ! ls .tools/ptxas-venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas >/dev/null 2>&1; then
-  echo "== installing ptxas (PyPI nvidia-cuda-nvcc-cu12) into .tools/ptxas-venv"
+# ptxas is pinned to one exact release: the committed cubins (crates/host/ptx/) are its output,
+# and `cargo xtask build-ptx --check` compares bytes (xtask/src/images.rs: PTXAS_RELEASE).
+PTXAS_WHEEL='nvidia-cuda-nvcc-cu12==12.9.86'
+if [[ "${DETKIT_SKIP_PTXAS:-0}" != 1 ]] \
+   && ! .tools/ptxas-venv/bin/python -m pip show nvidia-cuda-nvcc-cu12 2>/dev/null | grep -qx "Version: ${PTXAS_WHEEL#*==}"; then
+  echo "== installing ptxas ($PTXAS_WHEEL from PyPI) into .tools/ptxas-venv"
   python3 -m venv .tools/ptxas-venv
-  .tools/ptxas-venv/bin/python -m pip install --quiet --disable-pip-version-check 'nvidia-cuda-nvcc-cu12>=12.4,<13'
+  .tools/ptxas-venv/bin/python -m pip install --quiet --disable-pip-version-check "$PTXAS_WHEEL"
 fi
 if [[ "${DETKIT_SKIP_PYTHON:-0}" != 1 ]] && ! .tools/py-venv/bin/python -c "import numpy, pytest, distributed" >/dev/null 2>&1; then
   echo "== creating .tools/py-venv (numpy, pytest, distributed) for the Python package's tests"

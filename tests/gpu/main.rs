@@ -3,14 +3,20 @@
 //!
 //! A custom harness (`harness = false`) so that a machine without a CUDA driver prints a
 //! visible `skipped: no CUDA driver` line, and so that the same binary runs in the GPU
-//! bundle and under compute-sanitizer. Arguments: `--quick` (skip 2^26 sizes, for the
-//! sanitizer runs), and an optional substring that selects tests by name.
+//! bundle and under compute-sanitizer. Arguments: `--quick` (smaller sizes, for the
+//! sanitizer runs), an optional substring that selects tests by name or `--exact NAME`, and
+//! `--isolate` (each selected test in a process of its own: see [`run_isolated`]).
+//!
+//! Every test runs on the kernel image the context loads: the default choice (a cubin for
+//! the card), or the one `DETKIT_IMAGE` forces (`DETKIT_IMAGE=ptx70`: the sm_70 fallback), so
+//! running the binary twice tests both images (`run.sh` does).
 
 use std::time::Instant;
 
 // One module per algorithm family added after the Foundation; each exports `TESTS`.
 mod clustering;
 mod doors;
+mod image;
 mod pet;
 mod seeding;
 mod sort;
@@ -543,13 +549,139 @@ fn test_block_bucket(c: &Ctx) -> R {
     )
 }
 
+/// Every test, in the order they run.
+fn all_tests() -> Vec<Test> {
+    let foundation: &[Test] = &[
+        ("params_layout", test_params_layout),
+        ("scan_u32", test_scan_u32),
+        ("scan_u64", test_scan_u64),
+        ("block_scan", test_block_scan),
+        ("select", test_select),
+        ("histogram", test_histogram),
+        ("bucket", test_bucket),
+        ("block_bucket", test_block_bucket),
+    ];
+    image::TESTS
+        .iter()
+        .chain(foundation)
+        .chain(clustering::TESTS)
+        .chain(doors::TESTS)
+        .chain(pet::TESTS)
+        .chain(seeding::TESTS)
+        .chain(sort::TESTS)
+        .copied()
+        .collect()
+}
+
+/// This process's resident and peak resident host memory (`VmRSS`, `VmHWM` of
+/// /proc/self/status), for the PASS lines: under compute-sanitizer the tool's agent lives in
+/// the process, so a growth that ends in the kernel's OOM kill shows here first.
+fn host_memory() -> String {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return String::new();
+    };
+    let field = |k: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(k))?;
+        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / (1024.0 * 1024.0))
+    };
+    match (field("VmRSS:"), field("VmHWM:")) {
+        (Some(rss), Some(hwm)) => format!(", host RSS {rss:.2} GiB, peak {hwm:.2} GiB"),
+        _ => String::new(),
+    }
+}
+
+struct Args {
+    quick: bool,
+    /// Run each selected test in its own child process (`--isolate`).
+    isolate: bool,
+    /// `--exact NAME`: the one test of that name.
+    exact: Option<String>,
+    /// A substring that selects tests by name.
+    filter: Option<String>,
+}
+
+impl Args {
+    fn parse() -> Self {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let exact = args
+            .iter()
+            .position(|a| a == "--exact")
+            .and_then(|i| args.get(i + 1).cloned());
+        let filter = args
+            .iter()
+            .enumerate()
+            .find(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--exact"))
+            .map(|(_, a)| a.clone());
+        Self {
+            quick: args.iter().any(|a| a == "--quick"),
+            isolate: args.iter().any(|a| a == "--isolate"),
+            exact,
+            filter,
+        }
+    }
+
+    fn selects(&self, name: &str) -> bool {
+        match (&self.exact, &self.filter) {
+            (Some(x), _) => name == x,
+            (None, Some(f)) => name.contains(f.as_str()),
+            (None, None) => true,
+        }
+    }
+}
+
+/// `--isolate`: runs each selected test as `THIS [--quick] --exact NAME`, one after the
+/// other, and sums up. Under compute-sanitizer (which follows child processes by default)
+/// each test group gets a fresh process, so state the tool accumulates over a long run
+/// cannot end the run; a child killed by a signal is reported as that test's failure.
+fn run_isolated(a: &Args) -> ! {
+    let exe = std::env::current_exe().unwrap_or_else(|err| {
+        println!("FAIL: current_exe: {err}");
+        std::process::exit(1)
+    });
+    let (mut ran, mut failed) = (0, 0);
+    for (name, _) in all_tests().into_iter().filter(|(n, _)| a.selects(n)) {
+        ran += 1;
+        let mut cmd = std::process::Command::new(&exe);
+        if a.quick {
+            cmd.arg("--quick");
+        }
+        let status = cmd.args(["--exact", name]).status();
+        match status {
+            Ok(s) if s.success() => {}
+            Ok(s) => {
+                failed += 1;
+                use std::os::unix::process::ExitStatusExt;
+                match s.signal() {
+                    Some(sig) => println!("FAIL {name}: its process was killed by signal {sig}"),
+                    None => println!("FAIL {name}: its process exited with {s}"),
+                }
+            }
+            Err(err) => {
+                failed += 1;
+                println!("FAIL {name}: cannot start its process: {err}");
+            }
+        }
+    }
+    println!(
+        "gpu tests (isolated): {} passed, {failed} failed",
+        ran - failed
+    );
+    std::process::exit(if failed > 0 { 1 } else { 0 })
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let filter = args.iter().find(|a| !a.starts_with("--")).cloned();
+    if std::env::args().any(|a| a == image::PROBE_ARG) {
+        std::process::exit(image::probe());
+    }
+    let args = Args::parse();
+    let quick = args.quick;
     if !detkit::driver_present() {
         println!("skipped: no CUDA driver (libcuda not found); GPU tests did not run");
         return;
+    }
+    if args.isolate {
+        run_isolated(&args);
     }
     let backend = match Backend::cuda(0) {
         Ok(b) => b,
@@ -574,33 +706,23 @@ fn main() {
         c.seed,
         if quick { "; quick" } else { "" }
     );
-    let foundation: &[Test] = &[
-        ("params_layout", test_params_layout),
-        ("scan_u32", test_scan_u32),
-        ("scan_u64", test_scan_u64),
-        ("block_scan", test_block_scan),
-        ("select", test_select),
-        ("histogram", test_histogram),
-        ("bucket", test_bucket),
-        ("block_bucket", test_block_bucket),
-    ];
-    let tests = foundation
-        .iter()
-        .chain(clustering::TESTS)
-        .chain(doors::TESTS)
-        .chain(pet::TESTS)
-        .chain(seeding::TESTS)
-        .chain(sort::TESTS);
     let mut failed = 0;
     let mut ran = 0;
-    for (name, f) in tests {
-        if filter.as_ref().is_some_and(|p| !name.contains(p.as_str())) {
+    for (name, f) in all_tests() {
+        if !args.selects(name) {
             continue;
         }
         ran += 1;
+        // A line before each test, so that a run that ends without a message names the test
+        // it was in.
+        println!("RUN  {name}");
         let t = Instant::now();
         match f(&c) {
-            Ok(()) => println!("PASS {name} ({:.1} s)", t.elapsed().as_secs_f64()),
+            Ok(()) => println!(
+                "PASS {name} ({:.1} s{})",
+                t.elapsed().as_secs_f64(),
+                host_memory()
+            ),
             Err(msg) => {
                 failed += 1;
                 println!("FAIL {name}: {msg}");

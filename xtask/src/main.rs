@@ -13,29 +13,39 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, ensure, Context, Result};
 
+mod images;
+
 const USAGE: &str = "\
 usage: cargo xtask <task> [options]
 
 tasks:
-  build-ptx [--arch sm_70|sm_80|sm_90] [--check] [--require-ptxas]
-      Build the kernels (crates/gpu) to PTX in target/ptx-<arch>/, check that its
-      `.entry` kernels are exactly detkit_gpu::ALL_KERNELS and that no kernel can
-      reach a panic, and print ptxas' per-kernel resource report (also written to
-      target/ptx-<arch>/resources.txt).
-      For sm_70 (the default, the arch the host embeds) the PTX is copied to
-      crates/host/ptx/detkit.ptx; with --check nothing is written and the task fails
-      if the committed file is stale.
-      ptxas is $PTXAS, else `ptxas` on PATH, else the one `.ci/install-ptxas` puts in
-      .tools/ptxas-venv/; without one the resource report is skipped (an error with
-      --require-ptxas).
+  build-ptx [--check]
+      Build every kernel image the host embeds into crates/host/ptx/: the kernels
+      (crates/gpu) as PTX for sm_70 (detkit.ptx, the JIT fallback) and for sm_80
+      (detkit-sm_80.ptx), and that sm_80 PTX assembled by ptxas into cubins for
+      sm_80, sm_86, sm_89, sm_90, sm_100 and sm_120 (detkit-sm_XX.cubin). Checks
+      that each PTX's `.entry` kernels are exactly detkit_gpu::ALL_KERNELS and that
+      no kernel can reach a panic; prints ptxas' resource reports for sm_70 and
+      sm_90 (all are written to target/ptx-<arch>/resources-<arch>.txt).
+      With --check nothing is written and the task fails if a committed image is
+      stale. Needs the pinned ptxas (scripts/setup.sh).
+
+  build-ptx --arch sm_70|sm_80|sm_90 [--require-ptxas]
+      Build one PTX in target/ptx-<arch>/ (checked as above) and print its ptxas
+      resource report; nothing in crates/ is written. Without ptxas the report is
+      skipped (an error with --require-ptxas).
+
+      ptxas is $PTXAS, else the pinned one scripts/setup.sh puts in
+      .tools/ptxas-venv/, else `ptxas` on PATH.
 
   gpu-bundle [DIR]
-      Refresh the embedded PTX, build the CLI, the benchmark and the GPU tests in
-      release mode, and gather them with the CUB baseline and a run.sh into DIR
-      (default: gpu-bundle/), a folder to run on a GPU host that has no Rust:
-      `./run.sh` runs the GPU tests, the benchmarks against CUB, the tests under
-      compute-sanitizer and the demo (env: OUT_DIR, CUDA_ARCH, SKIP_BENCH,
-      SKIP_SANITIZER).
+      Refresh the embedded kernel images (as build-ptx), build the CLI, the
+      benchmarks and the GPU tests in release mode, and gather them with the CUB
+      baseline and a run.sh into DIR (default: gpu-bundle/), a folder to run on a GPU
+      host that has no Rust: `./run.sh` runs the GPU tests, the benchmarks against
+      CUB, the tests under compute-sanitizer, the cold start and the demo, on each
+      kernel image of IMAGES (env: OUT_DIR, CUDA_ARCH, IMAGES, SKIP_BENCH,
+      SKIP_SANITIZER, SANITIZER_ISOLATE, SKIP_COLD_START; see run.sh).
 
   help
       Print this text.
@@ -63,7 +73,10 @@ fn try_main() -> Result<()> {
         }
         Some("build-ptx") => {
             let opts = PtxOptions::parse(&rest)?;
-            build_ptx(&opts).map(|_| ())
+            match &opts.arch {
+                None => images::build_images(opts.check).map(|_| ()),
+                Some(arch) => build_single(arch, opts.require_ptxas),
+            }
         }
         Some("gpu-bundle") => {
             let dir = match rest.as_slice() {
@@ -78,7 +91,7 @@ fn try_main() -> Result<()> {
 }
 
 /// The workspace root: xtask lives one level below it.
-fn project_root() -> PathBuf {
+pub(crate) fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask has a parent directory")
@@ -111,7 +124,7 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 /// `path` relative to the project root, for messages.
-fn rel(path: &Path) -> String {
+pub(crate) fn rel(path: &Path) -> String {
     let root = project_root();
     path.strip_prefix(&root)
         .unwrap_or(path)
@@ -123,21 +136,16 @@ fn rel(path: &Path) -> String {
 // build-ptx
 // ---------------------------------------------------------------------------------------
 
-/// The architectures `build-ptx` accepts.
+/// The architectures `build-ptx --arch` accepts.
 const PTX_ARCHES: &[&str] = &["sm_70", "sm_80", "sm_90"];
 
-/// The architecture of the PTX the host crate embeds (`detkit::ptx::PTX_ARCH`).
-const EMBEDDED_ARCH: &str = "sm_70";
-
-/// The committed PTX, relative to the project root.
-const EMBEDDED_PTX: &str = "crates/host/ptx/detkit.ptx";
-
-/// The PTX ISA version each architecture is built with: 7.0 where it suffices (sm_70,
-/// sm_80), else the minimum the architecture needs (sm_90: 7.8).
+/// The PTX ISA version each architecture is built with: 7.0 for the sm_70 fallback (any
+/// driver since CUDA 11.0 JIT-compiles it); 7.8 (CUDA 11.8 drivers) for the sm_80+ build,
+/// whose PTX is only the fallback of the cubins built from it, and for sm_90.
 fn ptx_isa_feature(arch: &str) -> &'static str {
     match arch {
-        "sm_90" => "+ptx78",
-        _ => "+ptx70",
+        "sm_70" => "+ptx70",
+        _ => "+ptx78",
     }
 }
 
@@ -190,12 +198,13 @@ fn ptx_build_command(arch: &str) -> (Command, PathBuf) {
     (cmd, ptx)
 }
 
-fn ptx_target_dir(arch: &str) -> PathBuf {
+pub(crate) fn ptx_target_dir(arch: &str) -> PathBuf {
     project_root().join("target").join(format!("ptx-{arch}"))
 }
 
 struct PtxOptions {
-    arch: String,
+    /// `None`: every embedded image; `Some`: one PTX, for its resource report.
+    arch: Option<String>,
     check: bool,
     require_ptxas: bool,
 }
@@ -203,7 +212,7 @@ struct PtxOptions {
 impl PtxOptions {
     fn parse(args: &[String]) -> Result<Self> {
         let mut opts = PtxOptions {
-            arch: EMBEDDED_ARCH.to_string(),
+            arch: None,
             check: false,
             require_ptxas: false,
         };
@@ -213,33 +222,51 @@ impl PtxOptions {
                 "--check" => opts.check = true,
                 "--require-ptxas" => opts.require_ptxas = true,
                 "--arch" => {
-                    opts.arch = it
-                        .next()
-                        .context("--arch needs a value (sm_70, sm_80 or sm_90)")?
-                        .clone()
+                    opts.arch = Some(
+                        it.next()
+                            .context("--arch needs a value (sm_70, sm_80 or sm_90)")?
+                            .clone(),
+                    )
                 }
                 _ => match a.strip_prefix("--arch=") {
-                    Some(v) => opts.arch = v.to_string(),
+                    Some(v) => opts.arch = Some(v.to_string()),
                     None => bail!(
                         "unknown build-ptx argument `{a}`\n\
-                         usage: cargo xtask build-ptx [--arch sm_70|sm_80|sm_90] [--check] [--require-ptxas]"
+                         usage: cargo xtask build-ptx [--check] | \
+                         cargo xtask build-ptx --arch sm_70|sm_80|sm_90 [--require-ptxas]"
                     ),
                 },
             }
         }
-        ensure!(
-            PTX_ARCHES.contains(&opts.arch.as_str()),
-            "unsupported --arch `{}`: expected one of {}",
-            opts.arch,
-            PTX_ARCHES.join(", ")
-        );
+        if let Some(arch) = &opts.arch {
+            ensure!(
+                PTX_ARCHES.contains(&arch.as_str()),
+                "unsupported --arch `{arch}`: expected one of {}",
+                PTX_ARCHES.join(", ")
+            );
+            ensure!(
+                !opts.check,
+                "--check checks every embedded image: give it without --arch"
+            );
+        }
         Ok(opts)
     }
 }
 
-/// Builds and checks the PTX for `opts.arch`; returns the path of the built PTX.
-fn build_ptx(opts: &PtxOptions) -> Result<PathBuf> {
-    let arch = opts.arch.as_str();
+/// `build-ptx --arch`: builds and checks one PTX and prints its resource report.
+fn build_single(arch: &str, require_ptxas: bool) -> Result<()> {
+    let (ptx_path, _) = build_ptx_module(arch)?;
+    resource_report(arch, &ptx_path, require_ptxas)?;
+    println!(
+        "{}/ left unchanged (`cargo xtask build-ptx` without --arch builds the embedded images)",
+        images::IMAGE_DIR
+    );
+    Ok(())
+}
+
+/// Builds the PTX for `arch`, writes the launch bounds into it and checks its entries and
+/// calls; returns its path and text.
+pub(crate) fn build_ptx_module(arch: &str) -> Result<(PathBuf, String)> {
     let (mut cmd, ptx_path) = ptx_build_command(arch);
     eprintln!("building PTX for {arch} in {}", rel(&ptx_target_dir(arch)));
     run(&mut cmd).context(
@@ -261,9 +288,7 @@ fn build_ptx(opts: &PtxOptions) -> Result<PathBuf> {
 
     check_entries(&ptx)?;
     check_panics_and_locals(&ptx)?;
-    resource_report(opts, &ptx_path)?;
-    sync_embedded(opts, &ptx)?;
-    Ok(ptx_path)
+    Ok((ptx_path, ptx))
 }
 
 /// Writes `detkit_gpu::LAUNCH_BOUNDS` into the PTX: `.maxntid T, 1, 1` and `.minnctapersm B`
@@ -454,52 +479,12 @@ fn symbol_after(s: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-/// Copies the built PTX over the committed one (sm_70), or with `--check` fails if the
-/// committed one differs.
-fn sync_embedded(opts: &PtxOptions, ptx: &str) -> Result<()> {
-    if opts.arch != EMBEDDED_ARCH {
-        println!(
-            "{} embeds {EMBEDDED_ARCH} PTX; left unchanged for --arch {}",
-            EMBEDDED_PTX, opts.arch
-        );
-        return Ok(());
-    }
-    let committed_path = project_root().join(EMBEDDED_PTX);
-    let committed = match fs::read(&committed_path) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("reading {EMBEDDED_PTX}")),
-    };
-    let up_to_date = committed.as_deref() == Some(ptx.as_bytes());
-    if opts.check {
-        ensure!(
-            up_to_date,
-            "{EMBEDDED_PTX} is stale: run `cargo xtask build-ptx` (it {} the PTX the \
-             current crates/gpu sources produce)",
-            if committed.is_some() {
-                "differs from"
-            } else {
-                "is missing; expected"
-            }
-        );
-        println!("{EMBEDDED_PTX} is up to date");
-    } else if up_to_date {
-        println!("{EMBEDDED_PTX} unchanged");
-    } else {
-        if let Some(dir) = committed_path.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        fs::write(&committed_path, ptx).with_context(|| format!("writing {EMBEDDED_PTX}"))?;
-        println!("{EMBEDDED_PTX} UPDATED (commit it)");
-    }
-    Ok(())
-}
-
 // --- ptxas resource report ---------------------------------------------------------------
 
-/// ptxas: `$PTXAS`, else `ptxas` on PATH, else `.tools/ptxas-venv/lib/python3*/
-/// site-packages/nvidia/cuda_nvcc/bin/ptxas` (what `.ci/install-ptxas` installs).
-fn find_ptxas() -> Result<Option<PathBuf>> {
+/// ptxas: `$PTXAS`, else the pinned one scripts/setup.sh installs
+/// (`.tools/ptxas-venv/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas`), else `ptxas`
+/// on PATH.
+pub(crate) fn find_ptxas() -> Result<Option<PathBuf>> {
     if let Some(p) = env::var_os("PTXAS").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
         ensure!(
@@ -510,14 +495,6 @@ fn find_ptxas() -> Result<Option<PathBuf>> {
         return Ok(Some(p));
     }
     let exe = format!("ptxas{}", env::consts::EXE_SUFFIX);
-    if let Some(path) = env::var_os("PATH") {
-        if let Some(p) = env::split_paths(&path)
-            .map(|d| d.join(&exe))
-            .find(|p| p.is_file())
-        {
-            return Ok(Some(p));
-        }
-    }
     let lib = project_root().join(".tools/ptxas-venv/lib");
     let mut pythons: Vec<PathBuf> = fs::read_dir(&lib)
         .map(|rd| {
@@ -528,11 +505,34 @@ fn find_ptxas() -> Result<Option<PathBuf>> {
         })
         .unwrap_or_default();
     pythons.sort();
-    Ok(pythons
+    if let Some(p) = pythons
         .iter()
         .rev()
         .map(|d| d.join("site-packages/nvidia/cuda_nvcc/bin").join(&exe))
-        .find(|p| p.is_file()))
+        .find(|p| p.is_file())
+    {
+        return Ok(Some(p));
+    }
+    Ok(env::var_os("PATH").and_then(|path| {
+        env::split_paths(&path)
+            .map(|d| d.join(&exe))
+            .find(|p| p.is_file())
+    }))
+}
+
+/// The release line of `ptxas --version` ("Cuda compilation tools, release 12.9, V12.9.86").
+pub(crate) fn ptxas_version(ptxas: &Path) -> String {
+    Command::new(ptxas)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .rfind(|l| l.contains("release"))
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "version unknown".to_string())
 }
 
 #[derive(Default, Clone)]
@@ -544,16 +544,17 @@ struct KernelResources {
     spill_loads: Option<u64>,
 }
 
-fn resource_report(opts: &PtxOptions, ptx_path: &Path) -> Result<()> {
-    let arch = opts.arch.as_str();
+/// `build-ptx --arch`: assembles the PTX for `arch` with `ptxas -v` and prints the per-kernel
+/// resource report (also written to `target/ptx-<arch>/resources.txt`).
+fn resource_report(arch: &str, ptx_path: &Path, require_ptxas: bool) -> Result<()> {
     let report_path = ptx_target_dir(arch).join("resources.txt");
     let Some(ptxas) = find_ptxas()? else {
         ensure!(
-            !opts.require_ptxas,
+            !require_ptxas,
             "ptxas not found (and --require-ptxas was given): set PTXAS or run \
-             `.ci/install-ptxas`"
+             scripts/setup.sh"
         );
-        let msg = "ptxas not found: set PTXAS or run `.ci/install-ptxas`; \
+        let msg = "ptxas not found: set PTXAS or run scripts/setup.sh; \
                    skipping the resource report";
         println!("note: {msg}");
         fs::write(&report_path, format!("{msg}\n"))?;
@@ -578,19 +579,18 @@ fn resource_report(opts: &PtxOptions, ptx_path: &Path) -> Result<()> {
         stderr,
         stdout
     );
-    let version = Command::new(&ptxas)
-        .arg("--version")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .rfind(|l| l.contains("release"))
-                .map(|l| l.trim().to_string())
-        })
-        .unwrap_or_else(|| "version unknown".to_string());
+    let version = ptxas_version(&ptxas);
+    let report = format_ptxas_report(arch, &ptxas, &version, &format!("{stdout}\n{stderr}"));
+    print!("{report}");
+    fs::write(&report_path, &report)
+        .with_context(|| format!("writing {}", report_path.display()))?;
+    println!("(written to {})", rel(&report_path));
+    Ok(())
+}
 
-    let kernels = parse_ptxas_verbose(&format!("{stdout}\n{stderr}"));
+/// The per-kernel resource table of `ptxas -v` output (`text`), for `arch`.
+pub(crate) fn format_ptxas_report(arch: &str, ptxas: &Path, version: &str, text: &str) -> String {
+    let kernels = parse_ptxas_verbose(text);
     let mut order: Vec<&str> = detkit_gpu::ALL_KERNELS
         .iter()
         .copied()
@@ -661,11 +661,7 @@ fn resource_report(opts: &PtxOptions, ptx_path: &Path) -> Result<()> {
             unreported.join(", ")
         );
     }
-    print!("{report}");
-    fs::write(&report_path, &report)
-        .with_context(|| format!("writing {}", report_path.display()))?;
-    println!("(written to {})", rel(&report_path));
-    Ok(())
+    report
 }
 
 /// Parses `ptxas -v` output into per-entry resources, in the order ptxas reports them.
@@ -732,12 +728,8 @@ fn entry_index(kernels: &mut Vec<(String, KernelResources)>, name: &str) -> usiz
 // ---------------------------------------------------------------------------------------
 
 fn gpu_bundle(dir: &Path) -> Result<()> {
-    // 1. Refresh the embedded PTX so the binaries carry the current kernels.
-    let ptx = build_ptx(&PtxOptions {
-        arch: EMBEDDED_ARCH.to_string(),
-        check: false,
-        require_ptxas: false,
-    })?;
+    // 1. Refresh the embedded images so the binaries carry the current kernels.
+    let ptx_files = images::build_images(false)?;
 
     // 2. Release binaries: the CLI, the benchmark and the GPU test executable.
     eprintln!("building release binaries");
@@ -792,8 +784,18 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
             &root.join("bench/final_sort_check.sh"),
             dir.join("bench/final_sort_check.sh"),
         ),
-        (&ptx, dir.join("ptx/detkit.ptx")),
+        (
+            &root.join("bench/cold_start.sh"),
+            dir.join("bench/cold_start.sh"),
+        ),
     ];
+    let copies: Vec<(&Path, PathBuf)> = copies
+        .into_iter()
+        .chain(ptx_files.iter().map(|p| {
+            let name = p.file_name().expect("a PTX file name");
+            (p.as_path(), dir.join("ptx").join(name))
+        }))
+        .collect();
     for (from, to) in &copies {
         fs::copy(from, to)
             .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
@@ -804,6 +806,7 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
         "bin/gpu-tests",
         "bench/profile_sort.sh",
         "bench/final_sort_check.sh",
+        "bench/cold_start.sh",
     ] {
         set_mode(&dir.join(exe), 0o755)?;
     }
@@ -957,7 +960,12 @@ fn bundle_info() -> String {
         .map_or(0, |d| d.as_secs());
     format!(
         "detkit gpu bundle\ncommit: {commit} (working tree: {dirty})\n\
-         built: unix time {built}\nptx: {EMBEDDED_ARCH} (ptx/detkit.ptx)\n"
+         built: unix time {built}\nimages: PTX {} (ptx/detkit.ptx) and {} (ptx/detkit-{}.ptx), \
+         cubins {}\n",
+        images::FALLBACK_ARCH,
+        images::MODERN_ARCH,
+        images::MODERN_ARCH,
+        images::CUBIN_ARCHES.join(" ")
     )
 }
 
@@ -976,6 +984,12 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   SKIP_CUB=1         skip the primitive benchmark and its CUB baseline (family benches still run)
 #   GPU_TEST_FILTER=S  run only the GPU tests whose name contains S (also under the sanitizer)
 #   BENCH_FILTER=S     run only the bin/bench-* benchmarks whose name contains S
+#   IMAGES="auto ptx70" the kernel images to run everything on (DETKIT_IMAGE values): the
+#                      default choice (a cubin for this card) and the forced sm_70 PTX; logs
+#                      and CSVs of a non-default image carry its name (gpu-tests-ptx70.log)
+#   SKIP_COLD_START=1  skip bench/cold_start.sh (first `detkit cluster`, JIT cache disabled)
+#   SANITIZER_ISOLATE=0  run the sanitized tests in one process (default 1: `--isolate`, each
+#                      test group in a fresh child process, all under one compute-sanitizer)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 HERE="$(pwd)"
@@ -1013,6 +1027,9 @@ record_gpu() {
   fi
 }
 banner() { printf '\n==== %s ====\n' "$*"; }
+IMAGES="${IMAGES:-auto ptx70}"
+# suffix IMAGE: "" for the default choice, "-IMAGE" for a forced image (file names, steps).
+suffix() { if [ "$1" = auto ]; then echo ""; else echo "-$1"; fi; }
 
 main() {
   banner "detkit gpu bundle"
@@ -1022,9 +1039,14 @@ main() {
   nvidia-smi -L || echo "nvidia-smi -L failed"
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
-  banner "GPU tests: bin/gpu-tests ${GPU_TEST_FILTER:-}"
-  bin/gpu-tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu-tests.log"
-  record_gpu "gpu tests" "${PIPESTATUS[0]}" "$OUT/gpu-tests.log"
+  bin/detkit info 2>&1 | tee "$OUT/info.log"
+  local image sfx
+  for image in $IMAGES; do
+    sfx="$(suffix "$image")"
+    banner "GPU tests: DETKIT_IMAGE=$image bin/gpu-tests ${GPU_TEST_FILTER:-}"
+    DETKIT_IMAGE="$image" bin/gpu-tests ${GPU_TEST_FILTER:-} 2>&1 | tee "$OUT/gpu-tests$sfx.log"
+    record_gpu "gpu tests$sfx" "${PIPESTATUS[0]}" "$OUT/gpu-tests$sfx.log"
+  done
 
   banner "CUB baseline: nvcc -arch=$CUDA_ARCH"
   local have_cub=0
@@ -1047,11 +1069,22 @@ main() {
     skip "bench cub" "SKIP_BENCH or SKIP_CUB"
     skip "compare" "SKIP_BENCH or SKIP_CUB"
   else
-    banner "benchmark: bin/detkit-bench"
-    rm -f "$OUT/detkit.csv" "$OUT/cub.csv"
-    bin/detkit-bench --csv "$OUT/detkit.csv" 2>&1 | tee "$OUT/detkit-bench.log"
-    local st_detkit="${PIPESTATUS[0]}"
-    record "bench detkit" "$st_detkit"
+    rm -f "$OUT"/detkit*.csv "$OUT/cub.csv"
+    # compare.py compares the default image's run (else the first image's) with CUB.
+    local st_detkit=1 st_image first=1 cmp_csv="$OUT/detkit.csv"
+    for image in $IMAGES; do
+      sfx="$(suffix "$image")"
+      banner "benchmark: DETKIT_IMAGE=$image bin/detkit-bench"
+      DETKIT_IMAGE="$image" bin/detkit-bench --csv "$OUT/detkit$sfx.csv" 2>&1 \
+        | tee "$OUT/detkit-bench$sfx.log"
+      st_image="${PIPESTATUS[0]}"
+      record "bench detkit$sfx" "$st_image"
+      if [ -z "$sfx" ] || [ "$first" -eq 1 ]; then
+        st_detkit="$st_image"
+        cmp_csv="$OUT/detkit$sfx.csv"
+      fi
+      first=0
+    done
 
     banner "benchmark: bench/cub_baseline"
     local st_cub=1
@@ -1066,7 +1099,7 @@ main() {
 
     banner "compare: bench/compare.py"
     if [ "$st_detkit" -eq 0 ] && [ "$st_cub" -eq 0 ]; then
-      python3 bench/compare.py "$OUT/detkit.csv" "$OUT/cub.csv" --out "$OUT/compare.md" 2>&1 \
+      python3 bench/compare.py "$cmp_csv" "$OUT/cub.csv" --out "$OUT/compare.md" 2>&1 \
         | tee "$OUT/compare.log"
       record "compare" "${PIPESTATUS[0]}"
     else
@@ -1082,9 +1115,12 @@ main() {
       local name
       name="$(basename "$b")"
       if [ -n "${BENCH_FILTER:-}" ] && [[ "$name" != *"$BENCH_FILTER"* ]]; then continue; fi
-      banner "benchmark: $b"
-      "$b" --csv "$OUT/$name.csv" 2>&1 | tee "$OUT/$name.log"
-      record "$name" "${PIPESTATUS[0]}"
+      for image in $IMAGES; do
+        sfx="$(suffix "$image")"
+        banner "benchmark: DETKIT_IMAGE=$image $b"
+        DETKIT_IMAGE="$image" "$b" --csv "$OUT/$name$sfx.csv" 2>&1 | tee "$OUT/$name$sfx.log"
+        record "$name$sfx" "${PIPESTATUS[0]}"
+      done
     done
   fi
 
@@ -1095,18 +1131,32 @@ main() {
     banner "compute-sanitizer: not found"
     for tool in memcheck racecheck synccheck; do record "sanitizer $tool" 127; done
   else
-    for tool in memcheck racecheck synccheck; do
-      local log="$OUT/sanitizer-$tool.log"
-      banner "compute-sanitizer --tool $tool (log: $log)"
-      compute-sanitizer --tool "$tool" --error-exitcode 1 bin/gpu-tests --quick ${GPU_TEST_FILTER:-} > "$log" 2>&1
-      local st=$?
-      grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
-      if [ "$st" -ne 0 ]; then
-        echo "--- last 40 lines of $log ---"
-        tail -n 40 "$log"
-      fi
-      record_gpu "sanitizer $tool" "$st" "$log"
+    for image in $IMAGES; do
+      sfx="$(suffix "$image")"
+      for tool in memcheck racecheck synccheck; do
+        local log="$OUT/sanitizer-$tool$sfx.log"
+        banner "DETKIT_IMAGE=$image compute-sanitizer --tool $tool (log: $log)"
+        local isolate=""
+        [ "${SANITIZER_ISOLATE:-1}" = "1" ] && isolate="--isolate"
+        DETKIT_IMAGE="$image" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+          --target-processes all bin/gpu-tests --quick $isolate ${GPU_TEST_FILTER:-} > "$log" 2>&1
+        local st=$?
+        grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
+        if [ "$st" -ne 0 ]; then
+          echo "--- last 40 lines of $log ---"
+          tail -n 40 "$log"
+        fi
+        record_gpu "sanitizer $tool$sfx" "$st" "$log"
+      done
     done
+  fi
+
+  if [ "${SKIP_COLD_START:-0}" = "1" ]; then
+    skip "cold start" "SKIP_COLD_START=1"
+  else
+    banner "cold start: bench/cold_start.sh (CUDA_CACHE_DISABLE=1)"
+    IMAGES="$IMAGES" bench/cold_start.sh "$OUT" 2>&1 | tee "$OUT/cold_start.log"
+    record "cold start" "${PIPESTATUS[0]}"
   fi
 
   banner "demo: bin/detkit demo"

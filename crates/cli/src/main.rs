@@ -2,7 +2,7 @@
 //!
 //! Subcommands: `demo` (every kernel on generated data, checked against its CPU oracle),
 //! `cluster` (CMS pixel clustering), `pet` (the PET acquisition chain), `seed` (track
-//! seeding); `detkit help SUBCOMMAND` or `--help` on any of them describes every flag with its
+//! seeding), `info` (the embedded kernel images and the one each device loads); `detkit help SUBCOMMAND` or `--help` on any of them describes every flag with its
 //! unit and default.
 //!
 //! Conventions, the same in every subcommand:
@@ -20,6 +20,7 @@
 
 mod cluster;
 mod demo;
+mod info;
 mod output;
 mod pet;
 mod seed;
@@ -58,6 +59,9 @@ enum Command {
     Pet(pet::PetCmd),
     /// traccc-style track seeding: spacepoints -> triplet seeds and track parameters.
     Seed(seed::SeedCmd),
+    /// The version, the embedded kernel images (cubins per architecture, PTX) and, per CUDA
+    /// device, the image it loads and how long loading took.
+    Info(info::InfoArgs),
 }
 
 /// Which implementation runs the kernels.
@@ -146,6 +150,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Cluster(c) => cluster::run(&ui, c),
         Command::Pet(c) => pet::run(&ui, c),
         Command::Seed(c) => seed::run(&ui, c),
+        Command::Info(a) => info::run(&ui, a),
     }
 }
 

@@ -8,6 +8,13 @@
 //! Warp-synchronous functions (`shfl_*`, `ballot`, `match_any`, ...) take the full-warp
 //! mask `FULL_MASK`: detkit kernels are launched with block sizes that are multiples of
 //! 32 and keep whole warps converged around these calls.
+//!
+//! The kernels are built twice (`cargo xtask build-ptx`): for `sm_70` (the PTX fallback) and
+//! for `sm_80` (the source of every cubin). Where sm_80 has a better instruction, the
+//! function of the section "Architecture-specific paths" below has two bodies, selected by
+//! `cfg(target_feature = "sm_80")` (set by `-C target-cpu=sm_80`), with the same contract and
+//! the same results; nothing else in the crate looks at the architecture. The host can force
+//! the sm_70 image (`DETKIT_IMAGE=ptx70`) to compare the two on one card.
 #![allow(clippy::missing_safety_doc)]
 
 use core::arch::{asm, global_asm, nvptx};
@@ -258,6 +265,146 @@ pub fn shfl_down_u64(v: u64, delta: u32) -> u64 {
 #[inline(always)]
 pub fn shfl_xor_u64(v: u64, lane_mask: u32) -> u64 {
     shfl_halves(v, |h| shfl_xor(h, lane_mask))
+}
+
+// ---------------------------------------------------------------------------------------
+// Architecture-specific paths: one function each, an sm_80 body and its sm_70 twin
+// ---------------------------------------------------------------------------------------
+
+/// Whether this build of the kernels uses the sm_80 paths below.
+pub const SM80_PATHS: bool = cfg!(target_feature = "sm_80");
+
+/// `__reduce_add_sync(FULL_MASK, v)`: the warp's sum (wrapping) in every lane.
+/// sm_80: one `redux.sync.add.u32`; sm_70: a five-step shuffle butterfly.
+#[inline(always)]
+pub fn warp_sum_u32(v: u32) -> u32 {
+    #[cfg(target_feature = "sm_80")]
+    {
+        let r: u32;
+        // SAFETY: warp-synchronous; all lanes converged (module contract).
+        unsafe {
+            asm!("redux.sync.add.u32 {r}, {v}, -1;", v = in(reg32) v, r = out(reg32) r, options(nostack))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_80"))]
+    {
+        let mut v = v;
+        let mut m = 16;
+        while m > 0 {
+            v = v.wrapping_add(shfl_xor(v, m));
+            m >>= 1;
+        }
+        v
+    }
+}
+
+/// `__reduce_max_sync(FULL_MASK, v)`: the warp's maximum in every lane.
+/// sm_80: one `redux.sync.max.u32`; sm_70: a five-step shuffle butterfly.
+#[inline(always)]
+pub fn warp_max_u32(v: u32) -> u32 {
+    #[cfg(target_feature = "sm_80")]
+    {
+        let r: u32;
+        // SAFETY: warp-synchronous; all lanes converged (module contract).
+        unsafe {
+            asm!("redux.sync.max.u32 {r}, {v}, -1;", v = in(reg32) v, r = out(reg32) r, options(nostack))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_80"))]
+    {
+        let mut v = v;
+        let mut m = 16;
+        while m > 0 {
+            v = v.max(shfl_xor(v, m));
+            m >>= 1;
+        }
+        v
+    }
+}
+
+/// `__reduce_or_sync(FULL_MASK, v)`: the warp's bitwise or in every lane.
+/// sm_80: one `redux.sync.or.b32`; sm_70: a five-step shuffle butterfly.
+#[inline(always)]
+pub fn warp_or_u32(v: u32) -> u32 {
+    #[cfg(target_feature = "sm_80")]
+    {
+        let r: u32;
+        // SAFETY: warp-synchronous; all lanes converged (module contract).
+        unsafe {
+            asm!("redux.sync.or.b32 {r}, {v}, -1;", v = in(reg32) v, r = out(reg32) r, options(nostack))
+        };
+        r
+    }
+    #[cfg(not(target_feature = "sm_80"))]
+    {
+        let mut v = v;
+        let mut m = 16;
+        while m > 0 {
+            v |= shfl_xor(v, m);
+            m >>= 1;
+        }
+        v
+    }
+}
+
+/// Copies `N` 16-byte items of global memory that is read once into this thread's slots of
+/// shared memory: item `j` from `src[j]` (null: the slot is zeroed instead) to the
+/// shared-window address `dst[j]`. When it returns, this thread can read its slots; another
+/// thread's slots need a barrier first, as after any shared store.
+///
+/// sm_80: `cp.async.cg` with an L2 evict-first policy for each item (the data goes to shared
+/// memory without passing through registers, all `N` in flight at once), then
+/// `cp.async.wait_all`. sm_70: `N` streaming loads (`ld.global.cs.nc.v4`, all issued before
+/// the first store) into registers, then `N` shared stores.
+///
+/// # Safety
+/// Each non-null `src[j]` is 16-byte aligned and points to 16 bytes of global memory that no
+/// thread writes during the kernel; each `dst[j]` is a 16-byte aligned address inside this
+/// block's shared memory that no other thread accesses until the next barrier.
+#[inline(always)]
+pub unsafe fn stage_streaming_v4_u32<const N: usize>(dst: [u32; N], src: [*const u32; N]) {
+    #[cfg(target_feature = "sm_80")]
+    {
+        // SAFETY: the policy register is local to the asm block; no memory is touched.
+        let policy: u64 = unsafe {
+            let p: u64;
+            asm!("createpolicy.fractional.L2::evict_first.b64 {p}, 1.0;", p = out(reg64) p, options(pure, nomem, nostack));
+            p
+        };
+        for j in 0..N {
+            if src[j].is_null() {
+                // SAFETY: caller's contract on dst.
+                unsafe { st_shared_v4_u32(dst[j], [0; 4]) };
+            } else {
+                // SAFETY: caller's contract on src and dst.
+                unsafe {
+                    asm!(
+                        "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; cp.async.cg.shared.global.L2::cache_hint [{s}], [g], 16, {pol}; }}",
+                        s = in(reg32) dst[j], p = in(reg64) src[j], pol = in(reg64) policy,
+                        options(nostack)
+                    )
+                };
+            }
+        }
+        // SAFETY: waits for this thread's copies above; no memory is accessed.
+        unsafe { asm!("cp.async.wait_all;", options(nostack)) };
+    }
+    #[cfg(not(target_feature = "sm_80"))]
+    {
+        let mut f = [[0u32; 4]; N];
+        for j in 0..N {
+            if !src[j].is_null() {
+                // SAFETY: caller's contract on src.
+                f[j] = unsafe { ldg_cs_v4_u32(src[j]) };
+            }
+        }
+        for j in 0..N {
+            // SAFETY: caller's contract on dst.
+            unsafe { st_shared_v4_u32(dst[j], f[j]) };
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------

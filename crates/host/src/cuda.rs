@@ -1,5 +1,6 @@
-//! The CUDA context: one device, one stream, the PTX module loaded once, and the one typed
-//! launch helper every family's launchers use. This module depends on no family.
+//! The CUDA context: one device, one stream, the kernel image loaded once (a cubin for the
+//! device's architecture when one is embedded, else PTX: see [`crate::ptx`]), and the one
+//! typed launch helper every family's launchers use. This module depends on no family.
 //!
 //! `cudarc` loads `libcuda` at run time (`dynamic-loading`): nothing of CUDA is needed to
 //! build detkit. [`GpuContext::new`] checks that the library is present before touching
@@ -9,15 +10,17 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr,
-    LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use detkit_gpu::{DevPtr, KernelParams};
 
 use crate::error::{DriverContext, Error, Result};
+use crate::ptx::{Arch, Image, ImageKind};
 
 /// A buffer in device memory (cudarc's `CudaSlice`; allocations are 256-byte aligned).
 pub type DeviceBuffer<T> = CudaSlice<T>;
@@ -47,10 +50,27 @@ pub struct GpuContext {
     kernels: HashMap<&'static str, CudaFunction>,
     name: String,
     sm_count: u32,
+    loaded: Arc<LoadedImage>,
     scratch: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
     capturing: AtomicBool,
     /// Device and pinned host allocations made through this context and its forks.
     allocations: Arc<AtomicU64>,
+}
+
+/// Which kernel image a context loaded, and what that cost.
+#[derive(Debug)]
+pub struct LoadedImage {
+    /// The image (a cubin, or PTX the driver compiled).
+    pub image: &'static Image,
+    /// The device's compute capability.
+    pub compute_capability: Arch,
+    /// Wall time of inflating the image, `cuModuleLoadData` and resolving every kernel:
+    /// milliseconds for a cubin; seconds for PTX the driver compiles (unless its cache holds
+    /// the result).
+    pub load_time: Duration,
+    /// Images tried before it that the driver refused, with its reason (an old driver
+    /// refusing a newer cubin or PTX ISA).
+    pub refused: Vec<String>,
 }
 
 /// A kernel parameter struct as the driver's one kernel argument: its bytes, by value.
@@ -94,16 +114,7 @@ impl GpuContext {
         // parameters carry raw device addresses (`DevPtr`), which cudarc could not track.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().ctx("creating the stream")?;
-        let module = ctx
-            .load_module(Ptx::from_src(crate::ptx::PTX))
-            .ctx("loading the detkit PTX module")?;
-        let mut kernels = HashMap::new();
-        for &name in detkit_gpu::ALL_KERNELS {
-            let f = module
-                .load_function(name)
-                .map_err(|_| Error::MissingKernel(name.to_string()))?;
-            kernels.insert(name, f);
-        }
+        let (kernels, loaded) = load_image(&ctx)?;
         let name = ctx.name().ctx("reading the device name")?;
         let sm_count = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -114,10 +125,28 @@ impl GpuContext {
             kernels,
             name,
             sm_count,
+            loaded: Arc::new(loaded),
             scratch: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
             allocations: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// The kernel image this context loaded (see [`crate::ptx`] for the choice).
+    pub fn image(&self) -> &'static Image {
+        self.loaded.image
+    }
+
+    /// How long loading the kernel image took (inflating, `cuModuleLoadData`, resolving the
+    /// kernels): what a JIT compilation of PTX would show up in.
+    pub fn load_time(&self) -> Duration {
+        self.loaded.load_time
+    }
+
+    /// The image, the device's compute capability, the load time and any image the driver
+    /// refused before it.
+    pub fn loaded_image(&self) -> &LoadedImage {
+        &self.loaded
     }
 
     /// A second handle on the same device and the same loaded kernels, with a stream of its
@@ -134,6 +163,7 @@ impl GpuContext {
             kernels: self.kernels.clone(),
             name: self.name.clone(),
             sm_count: self.sm_count,
+            loaded: self.loaded.clone(),
             scratch: Mutex::new(HashMap::new()),
             capturing: AtomicBool::new(false),
             allocations: self.allocations.clone(),
@@ -418,6 +448,77 @@ impl GpuContext {
         }
         Ok(())
     }
+}
+
+/// Loads the kernel image for `ctx`'s device: the candidates of [`crate::ptx::candidates`]
+/// for its compute capability and `DETKIT_IMAGE`, in order, until the driver accepts one;
+/// then resolves every kernel of `detkit_gpu::ALL_KERNELS` (a missing kernel fails here).
+fn load_image(
+    ctx: &Arc<CudaContext>,
+) -> Result<(HashMap<&'static str, CudaFunction>, LoadedImage)> {
+    let major = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+        .ctx("reading the compute capability")?;
+    let minor = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+        .ctx("reading the compute capability")?;
+    let cc = Arch {
+        major: major.max(0) as u32,
+        minor: minor.max(0) as u32,
+    };
+    let forced = std::env::var(crate::ptx::IMAGE_ENV).ok();
+    let candidates = crate::ptx::candidates(cc, forced.as_deref())?;
+    if candidates.is_empty() {
+        return Err(Error::NoCuda(format!(
+            "no detkit kernel image runs on a {cc} device (the oldest is sm_70)"
+        )));
+    }
+    let mut refused = Vec::new();
+    let last = candidates.len() - 1;
+    for (i, &image) in candidates.iter().enumerate() {
+        let t = Instant::now();
+        let module = match load_module(ctx, image) {
+            Ok(m) => m,
+            Err(e) if i < last => {
+                refused.push(format!("{image}: {e}"));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut kernels = HashMap::new();
+        for &name in detkit_gpu::ALL_KERNELS {
+            let f = module
+                .load_function(name)
+                .map_err(|_| Error::MissingKernel(name.to_string()))?;
+            kernels.insert(name, f);
+        }
+        let loaded = LoadedImage {
+            image,
+            compute_capability: cc,
+            load_time: t.elapsed(),
+            refused,
+        };
+        return Ok((kernels, loaded));
+    }
+    unreachable!("the last candidate returns")
+}
+
+/// Inflates `image` and loads it with `cuModuleLoadData` (cudarc's `load_module`: a cubin as
+/// binary data, a PTX as NUL-terminated text).
+fn load_module(ctx: &Arc<CudaContext>, image: &Image) -> Result<Arc<CudaModule>> {
+    let mut bytes = image.bytes()?;
+    let src = match image.kind() {
+        ImageKind::Cubin => Ptx::from_binary(bytes),
+        ImageKind::Ptx => {
+            bytes.pop(); // the NUL: `from_src` adds its own
+            let text = String::from_utf8(bytes).map_err(|_| {
+                crate::error::invalid("kernel image", format!("{} is not UTF-8", image.file()))
+            })?;
+            Ptx::from_src(text)
+        }
+    };
+    ctx.load_module(src)
+        .ctx(format!("loading the detkit kernel image {}", image.file()))
 }
 
 /// A 1-D launch configuration.

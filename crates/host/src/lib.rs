@@ -128,9 +128,11 @@ impl Backend {
     pub fn cuda(ordinal: usize) -> Result<Self> {
         let gpu = GpuContext::new(ordinal)?;
         let description = format!(
-            "backend: cuda (device {ordinal}: {}, {} SMs)",
+            "backend: cuda (device {ordinal}: {}, {} SMs; kernels: {} loaded in {:.0} ms)",
             gpu.device_name(),
-            gpu.sm_count()
+            gpu.sm_count(),
+            gpu.image(),
+            gpu.load_time().as_secs_f64() * 1e3
         );
         Ok(Self::with_gpu(Some(gpu), description))
     }

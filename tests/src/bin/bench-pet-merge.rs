@@ -38,7 +38,7 @@ fn main() -> Result<()> {
     }
     let backend = Backend::cuda(0)?;
     let g = backend.gpu().context("cuda")?;
-    println!("# device: {}", g.device_name());
+    println!("# device: {}; kernels: {}", g.device_name(), g.image());
     let scanner = gen::bench_scanner(11);
     let tmp = std::env::temp_dir().join(format!("bench-pet-merge-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;

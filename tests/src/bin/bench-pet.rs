@@ -110,7 +110,7 @@ fn main() -> Result<()> {
         Err(e) => return Err(e.into()),
     };
     let g = backend.gpu().expect("cuda");
-    println!("# device: {}", g.device_name());
+    println!("# device: {}; kernels: {}", g.device_name(), g.image());
     let scanner = gen::bench_scanner(11);
     let ds = g.pet_scanner(&scanner)?;
     let c = CoincideConfig::prompt(scanner.time_window);

@@ -53,7 +53,7 @@ fn main() -> Result<()> {
     }
     let backend = Backend::cuda(0).context("bench-seeding needs a CUDA device")?;
     let g = backend.gpu().expect("cuda");
-    println!("# device: {}", g.device_name());
+    println!("# device: {}; kernels: {}", g.device_name(), g.image());
     let cfg = SeedingSettings::default().to_config()?;
     let mut rows = Vec::new();
     let mut ws = SeedingWorkspace::new();

@@ -45,7 +45,7 @@ fn main() -> Result<()> {
     }
     let backend = Backend::cuda(0).context("detkit-bench needs a CUDA device")?;
     let g = backend.gpu().expect("cuda");
-    println!("# device: {}", g.device_name());
+    println!("# device: {}; kernels: {}", g.device_name(), g.image());
     let mut rows: Vec<Row> = Vec::new();
     for &log in &sizes {
         let n = 1usize << log;
@@ -206,7 +206,7 @@ fn main() -> Result<()> {
     if let Some(path) = csv {
         let mut f = std::fs::File::create(&path).with_context(|| format!("creating {path}"))?;
         writeln!(f, "impl,primitive,n,median_ms,gbps,gitems")?;
-        writeln!(f, "# device: {}", g.device_name())?;
+        writeln!(f, "# device: {}; kernels: {}", g.device_name(), g.image())?;
         for r in &rows {
             let imp = if r.primitive == "copy" {
                 "copy"

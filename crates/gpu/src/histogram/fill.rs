@@ -58,12 +58,7 @@ pub struct OutOfRange {
 impl OutOfRange {
     fn flush(&self, count_out: *mut u32, first_out: *mut u32) {
         let c = crate::scan::device::warp_reduce_sum(self.count);
-        let mut f = self.first;
-        let mut m = 16;
-        while m > 0 {
-            f = f.max(i::shfl_xor(f, m));
-            m >>= 1;
-        }
+        let f = i::warp_max_u32(self.first);
         if i::lane_id() == 0 && c > 0 {
             // SAFETY: launch contract: both are valid global u32.
             unsafe {

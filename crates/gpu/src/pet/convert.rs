@@ -53,9 +53,10 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     let mut warp_total = 0u32;
     let (mut rejected, mut clamped, mut bad) = (0u32, 0u32, 0u32);
     // Each frame's reads depend on each other (frame, position table, correction table).
-    // Phase 1 issues all eight frame loads of the thread at once (32 registers, live only
-    // here; streaming loads, so that the frames do not push the energy table out of L2) and
-    // parks the frames in shared memory, so that a whole tile is in flight; then
+    // Phase 1 issues all eight frame loads of the thread at once (streaming, so that the
+    // frames do not push the energy table out of L2) and parks the frames in shared memory,
+    // so that a whole tile is in flight (`stage_streaming_v4_u32`: through 32 registers on
+    // sm_70, by `cp.async` without them on sm_80); then
     // eight position reads at once, then eight correction reads, each step re-reading the
     // frame's words from shared memory (the 32-bit, branch-free `words_*` functions: a frame
     // that is not ok reads entry 0 of a table instead of branching around the read). Each
@@ -63,19 +64,21 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
     let slot = |j: usize| staged_single(warp_local + j as u32 * 32 + lane);
     let mut live = 0u32;
     {
-        let mut f = [[0u32; 4]; N];
+        let mut src = [core::ptr::null::<u32>(); N];
+        let mut dst = [0u32; N];
         unroll8!(j, {
             let idx = warp_start + (j as u64) * 32 + lane as u64;
+            dst[j] = slot(j);
             if idx < n {
-                // SAFETY: idx < n.
-                f[j] = unsafe { i::ldg_cs_v4_u32(frames.add(idx as usize * 4)) };
+                // In bounds: idx < n.
+                src[j] = frames.wrapping_add(idx as usize * 4);
                 live |= 1 << j;
             }
         });
-        unroll8!(j, {
-            // SAFETY: the slot lies inside `convert_smem_bytes()`; only this thread uses it.
-            unsafe { i::st_shared_v4_u32(slot(j), f[j]) };
-        });
+        // SAFETY: each non-null source is a whole frame (idx < n, 16-byte aligned, read-only
+        // during the kernel); the slots lie inside `convert_smem_bytes()` and only this
+        // thread uses them.
+        unsafe { i::stage_streaming_v4_u32(dst, src) };
     }
     let mut origin = [0u32; N];
     let mut ok = 0u32;

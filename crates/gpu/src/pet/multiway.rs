@@ -474,16 +474,15 @@ unsafe fn multiway_merge<const NT: u32, const TILE: u32>(p: PetMwMergeParams) {
         unsafe { base.add(t as usize).write(s + l) };
     }
     let mut inc = len;
-    let mut sum = lo;
     let mut d = 1;
     while d < 32 {
         let v = i::shfl_up(inc, d);
         if lane >= d {
             inc = inc.wrapping_add(v);
         }
-        sum = sum.wrapping_add(i::shfl_xor(sum, d));
         d *= 2;
     }
+    let sum = i::warp_sum_u32(lo);
     // Runs live in the first MW_MAX_RUNS / 32 = 8 warps.
     if lane == 31 && warp < 8 {
         // SAFETY: misc holds 16 words.

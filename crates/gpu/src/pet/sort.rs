@@ -279,9 +279,9 @@ pub unsafe extern "ptx-kernel" fn pet_time_range(p: PetTimeRangeParams) {
         hi = hi.max(sh(hi));
         ilo = ilo.min(sh(ilo));
         ihi = ihi.max(sh(ihi));
-        fractional |= i::shfl_xor(fractional, d);
         d /= 2;
     }
+    let fractional = i::warp_or_u32(fractional);
     if i::lane_id() == 0 && lo <= hi {
         // SAFETY: RANGE_WORDS words.
         unsafe {

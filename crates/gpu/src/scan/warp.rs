@@ -20,6 +20,8 @@ pub trait ScanValue: Copy + Default {
     fn shfl_xor(self, m: u32) -> Self;
     /// `__shfl_sync`.
     fn shfl_idx(self, l: u32) -> Self;
+    /// The warp's sum (wrapping) in every lane.
+    fn warp_sum(self) -> Self;
     /// Relaxed device-scope load.
     ///
     /// # Safety
@@ -57,6 +59,10 @@ impl ScanValue for u32 {
     #[inline(always)]
     fn shfl_idx(self, l: u32) -> Self {
         i::shfl_idx(self, l)
+    }
+    #[inline(always)]
+    fn warp_sum(self) -> Self {
+        i::warp_sum_u32(self)
     }
     #[inline(always)]
     unsafe fn load_relaxed(p: *const Self) -> Self {
@@ -103,6 +109,16 @@ impl ScanValue for u64 {
         (hi as u64) << 32 | lo as u64
     }
     #[inline(always)]
+    fn warp_sum(self) -> Self {
+        let mut v = self;
+        let mut m = 16;
+        while m > 0 {
+            v = v.wadd(v.shfl_xor(m));
+            m >>= 1;
+        }
+        v
+    }
+    #[inline(always)]
     unsafe fn load_relaxed(p: *const Self) -> Self {
         // SAFETY: forwarded contract.
         unsafe { i::load_relaxed_u64(p) }
@@ -142,14 +158,9 @@ pub fn warp_exclusive_sum<T: ScanValue>(x: T) -> T {
     }
 }
 
-/// Warp sum, broadcast to all 32 lanes (butterfly).
+/// Warp sum, broadcast to all 32 lanes (`u32`: [`i::warp_sum_u32`], one `redux.sync` on
+/// sm_80; `u64`: a shuffle butterfly).
 #[inline(always)]
 pub fn warp_reduce_sum<T: ScanValue>(x: T) -> T {
-    let mut v = x;
-    let mut m = 16;
-    while m > 0 {
-        v = v.wadd(v.shfl_xor(m));
-        m >>= 1;
-    }
-    v
+    x.warp_sum()
 }
