@@ -561,6 +561,12 @@ impl<'g> Clusterer<'g> {
             (k::KERNEL_FIND_CLUS, shared, self.smem),
             (k::KERNEL_FIND_CLUS_FALLBACK, fallback, self.fallback_smem),
         ] {
+            // The driver's occupancy query (unlike cudarc's own calls) needs the context
+            // current on this thread, which may not be the one that made it.
+            self.gpu
+                .context()
+                .bind_to_thread()
+                .ctx("binding the context")?;
             let per_sm = self
                 .gpu
                 .kernel(kernel)?
@@ -1476,6 +1482,8 @@ fn work_grid(grid: u32, tight: bool, items: u64, per_block: u32) -> u32 {
 /// Blocks of `kernel` that fit on the device at once (occupancy × SMs): the grid of a
 /// persistent, grid-stride launch.
 fn resident_grid(gpu: &GpuContext, kernel: &'static str, threads: u32, smem: usize) -> Result<u32> {
+    // The occupancy query needs the context current on this thread (see above).
+    gpu.context().bind_to_thread().ctx("binding the context")?;
     let per_sm = gpu
         .kernel(kernel)?
         .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)

@@ -215,6 +215,8 @@ impl ClusterWorkspace {
             self.queue = Some((geometry.clone(), cut, caps, q));
         }
         let q = &mut self.queue.as_mut().expect("made above").3;
+        // The sink gets indices into this call's `batches`: number the submissions from 0.
+        q.restart();
         let r = (|| {
             for (d, o) in batches {
                 validate_digis(*d, o, geometry, None)?;

@@ -630,6 +630,7 @@ impl Backend {
                 Ok(())
             }
             Some(gpu) => self.ws.clustering.run(
+                gpu,
                 || door::ClusterWorkspace::new(gpu),
                 |w| w.cluster_batches(batches, geometry, cut, &mut sink),
             ),
@@ -678,6 +679,7 @@ impl Backend {
                 Ok(ClusterCounts::default())
             }
             Some(gpu) => self.ws.clustering.run(
+                gpu,
                 || door::ClusterWorkspace::new(gpu),
                 |w| {
                     w.cluster(
@@ -743,6 +745,7 @@ impl Backend {
                 .ws
                 .clustering
                 .run(
+                    gpu,
                     || door::ClusterWorkspace::new(gpu),
                     |w| {
                         w.cluster(

@@ -374,6 +374,7 @@ impl Backend {
             Some(g) => {
                 let copies = self.host_copies();
                 self.ws.pet.run(
+                    g,
                     || PetWorkspace::new(g),
                     |w| w.convert(frames, scanner, copies, out),
                 )
@@ -394,7 +395,7 @@ impl Backend {
                 let copies = self.host_copies();
                 self.ws
                     .pet
-                    .run(|| PetWorkspace::new(g), |w| w.sort(singles, copies, out))
+                    .run(g, || PetWorkspace::new(g), |w| w.sort(singles, copies, out))
             }
         }
     }
@@ -417,6 +418,7 @@ impl Backend {
             Some(g) => {
                 let copies = self.host_copies();
                 self.ws.pet.run(
+                    g,
                     || PetWorkspace::new(g),
                     |w| w.coincide(singles, c, copies, out),
                 )

@@ -556,6 +556,7 @@ impl Backend {
     ) -> Result<()> {
         let run = |ev: cuda::Events<'_>, out: &mut Vec<SeedingOutput>| {
             self.ws.seeding.run(
+                gpu,
                 || door::SeedWorkspace::new(gpu),
                 |w| w.seed_events(ev, cfg, copies, out),
             )
