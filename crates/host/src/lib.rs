@@ -42,6 +42,7 @@ pub mod cuda;
 pub mod error;
 pub mod histogram;
 pub mod pet;
+pub mod phases;
 pub mod pool;
 pub mod ptx;
 pub mod rng;

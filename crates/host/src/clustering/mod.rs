@@ -544,8 +544,10 @@ pub(crate) fn validate_digis(
                     .collect();
                 let stop = part.iter().any(|(err, _)| err.is_some());
                 results.extend(part);
+                crate::phases::mark(crate::phases::Phase::Validate);
                 let lo = w * VALIDATE_WAVE;
                 on_wave([&*mw, &*xw, &*yw, &*aw], lo..lo + mw.len())?;
+                crate::phases::mark(crate::phases::Phase::Stage);
                 if stop {
                     break;
                 }

@@ -13,6 +13,7 @@ use super::cuda::{ensure_len, PetStreamBuffers};
 use super::Scanner;
 use crate::cuda::GpuContext;
 use crate::error::{invalid, DriverContext, Result};
+use crate::phases::{self, Phase};
 use crate::staging::{download_into, upload_into, HostCopies, Pinned};
 use crate::Backend;
 
@@ -227,12 +228,14 @@ impl PetWorkspace {
         copies: HostCopies,
         out: &mut Vec<Single>,
     ) -> Result<ConvertStats> {
+        phases::begin();
         let n = frame_count(frames)?;
         let ds = self.tables(scanner)?;
         let g = self.gpu.clone();
         ensure_len(&g, &mut self.frames, 16 * n.max(1))?;
         ensure_len(&g, &mut self.a, 2 * n.max(1))?;
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
+        phases::mark(Phase::Prepare);
         {
             let stage = match copies {
                 HostCopies::Pinned => Some(self.bytes_in.get(&g, frames.len())?),
@@ -241,19 +244,23 @@ impl PetWorkspace {
             let d = self.frames.as_mut().expect("sized above");
             upload_into(&g, frames, &mut d.slice_mut(0..16 * n), stage)?;
         }
+        phases::mark_gpu(Phase::Stage, &g);
         let (d_frames, a, stats) = (
             self.frames.as_ref().expect("sized above"),
             self.a.as_mut().expect("sized above"),
             self.stats.as_mut().expect("sized above"),
         );
         g.pet_convert_device(d_frames, n, &ds, a, 0, stats)?;
+        phases::mark_gpu(Phase::Kernels, &g);
         let st = self.stats_out.get(&g, k::STAT_WORDS)?;
         g.stream()
             .memcpy_dtoh(&stats.slice(0..k::STAT_WORDS), st)
             .ctx("copying the conversion statistics")?;
         g.synchronize()?;
+        phases::mark(Phase::Wait);
         let st = stats_from_words(st, n);
         self.download_singles(false, st.accepted as usize, copies, out)?;
+        phases::mark(Phase::CopyOut);
         Ok(st)
     }
 
@@ -263,15 +270,20 @@ impl PetWorkspace {
         copies: HostCopies,
         out: &mut Vec<Single>,
     ) -> Result<()> {
+        phases::begin();
         let n = singles.len();
         self.upload_singles(singles, copies)?;
         let g = self.gpu.clone();
+        phases::mark_gpu(Phase::Stage, &g);
         let (a, b) = (
             self.a.as_mut().expect("sized above"),
             self.b.as_mut().expect("sized above"),
         );
         let in_b = g.pet_sort_radix_device(a, b, 0, n)?;
-        self.download_singles(in_b, n, copies, out)
+        phases::mark_gpu(Phase::Kernels, &g);
+        let r = self.download_singles(in_b, n, copies, out);
+        phases::mark(Phase::CopyOut);
+        r
     }
 
     pub(crate) fn coincide(
@@ -281,11 +293,14 @@ impl PetWorkspace {
         copies: HostCopies,
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
+        phases::begin();
         let n = singles.len();
         self.upload_singles(singles, copies)?;
         let g = self.gpu.clone();
+        phases::mark_gpu(Phase::Stage, &g);
         let a = self.a.as_ref().expect("sized above");
         let (total, _) = g.pet_coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY)?;
+        phases::mark_gpu(Phase::Kernels, &g);
         out.clear();
         out.resize(total, bytemuck::Zeroable::zeroed());
         match copies {

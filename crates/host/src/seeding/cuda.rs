@@ -9,6 +9,7 @@
 //! exceeded its capacity, the call is repeated with the capacity raised to the total plus a
 //! margin (a rare retry: the workspace keeps the larger factor), so nothing is ever lost.
 
+use crate::phases::{self, Phase};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -1039,6 +1040,7 @@ impl GpuContext {
                 offsets.push(offsets[offsets.len() - 1] + events.len(e));
             }
             ws.ensure(self, B::Input, words::<SpacePoint>(n))?;
+            phases::mark(Phase::Prepare);
             let sp_words = std::mem::size_of::<SpacePoint>() / 4;
             match stage.as_deref_mut() {
                 Some(st) if n > 0 => {
@@ -1078,6 +1080,7 @@ impl GpuContext {
                     }
                 }
             }
+            phases::mark(Phase::Stage);
             let mut input = ws.bufs[B::Input as usize].take();
             let stats = match &input {
                 Some(inp) => self.seed_batch_device(ws, cfg, inp, &offsets, None),
@@ -1085,6 +1088,7 @@ impl GpuContext {
             };
             ws.bufs[B::Input as usize] = input.take();
             let stats = stats?;
+            phases::mark_gpu(Phase::Kernels, self);
             let outs = &mut out[first..last];
             for (o, s) in outs.iter_mut().zip(stats) {
                 o.stats = s;
@@ -1137,9 +1141,11 @@ impl GpuContext {
                     .memcpy_dtoh(&ws.buf(B::Params).slice(..pw), p)
                     .ctx(what)?;
                 self.synchronize()?;
+                phases::mark(Phase::Wait);
                 let s = st.seeds.get(self, sw)?;
                 let p = &st.params.get(self, pw)?;
                 fill(outs, s, p);
+                phases::mark(Phase::CopyOut);
             }
             None => {
                 let s = self

@@ -505,8 +505,10 @@ impl Backend {
         cfg: &SeedingConfig,
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
+        crate::phases::begin();
         check_config(cfg)?;
         check_events(events)?;
+        crate::phases::mark(crate::phases::Phase::Validate);
         match self.gpu() {
             None => {
                 out.clear();
