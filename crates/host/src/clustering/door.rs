@@ -227,8 +227,7 @@ impl ClusterWorkspace {
         q.restart();
         let r = (|| {
             for (d, o) in batches {
-                validate_digis(*d, o, geometry, None)?;
-                if let Some((id, c)) = q.submit(*d, o)? {
+                if let Some((id, c)) = q.submit_validated(*d, o, geometry)? {
                     sink(id as usize, &c)?;
                 }
             }

@@ -463,8 +463,8 @@ pub(crate) fn validate_digis(
     use rayon::prelude::*;
     let n = digis.len();
     let pieces = n.div_ceil(VALIDATE_PIECE);
-    // Each piece: its first range error (digi index and error) and its runs.
-    let check_piece = |p: usize| -> PieceResult {
+    // The digi-by-digi pass: the first range error of a piece, and its runs up to it.
+    let check_piece_slow = |p: usize| -> PieceResult {
         let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
         // The event of digi `lo`: the last event starting at or before it (empty events
         // skipped).
@@ -504,6 +504,48 @@ pub(crate) fn validate_digis(
                 });
                 current = Some(m);
             }
+        }
+        (None, runs)
+    };
+    // Each piece: its first range error (digi index and error) and its runs. First a
+    // branch-free (vectorised) range check of the whole piece and a tight pass for its runs;
+    // only a piece with an error takes the digi-by-digi pass that finds the first one.
+    let check_piece = |p: usize| -> PieceResult {
+        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        let (nm, nr, nc) = (geometry.modules, geometry.rows, geometry.cols);
+        let bad = digis.module[lo..hi]
+            .iter()
+            .zip(&digis.x[lo..hi])
+            .zip(&digis.y[lo..hi])
+            .fold(false, |b, ((&m, &x), &y)| {
+                b | ((m != INVALID_MODULE)
+                    & ((m as u32 >= nm) | (x as u32 >= nr) | (y as u32 >= nc)))
+            });
+        if bad {
+            return check_piece_slow(p);
+        }
+        let mut runs = Vec::new();
+        let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
+        let mut d = lo;
+        while d < hi {
+            while event_offsets[e + 1] as usize <= d {
+                e += 1;
+            }
+            let end = (event_offsets[e + 1] as usize).min(hi);
+            // A run starts at each valid digi whose module differs from the last valid
+            // one's in the event (none yet at the start of the piece or the event).
+            let mut current = u32::MAX;
+            for (i, &m) in digis.module[d..end].iter().enumerate() {
+                if m != INVALID_MODULE && m as u32 != current {
+                    runs.push(Run {
+                        module: m,
+                        event: e as u32,
+                        start: (d + i) as u32,
+                    });
+                    current = m as u32;
+                }
+            }
+            d = end;
         }
         (None, runs)
     };

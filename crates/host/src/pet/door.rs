@@ -178,10 +178,13 @@ impl PetWorkspace {
         out: &mut Vec<Single>,
     ) -> Result<()> {
         let g = &*self.gpu;
-        out.clear();
         if n == 0 {
+            out.clear();
             return Ok(());
         }
+        // Every element is overwritten below: no `clear` first, so a vector that holds `n`
+        // already is not filled with zeros again (tens of megabytes for a large call).
+        out.truncate(n);
         let buf = if from_b { &self.b } else { &self.a };
         let src = buf.as_ref().expect("sized by the call").slice(0..2 * n);
         let what = "copying singles from the device";
@@ -301,7 +304,8 @@ impl PetWorkspace {
         let a = self.a.as_ref().expect("sized above");
         let (total, _) = g.pet_coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY)?;
         phases::mark_gpu(Phase::Kernels, &g);
-        out.clear();
+        // Overwritten below (as in `download_singles`): no `clear` first.
+        out.truncate(total);
         out.resize(total, bytemuck::Zeroable::zeroed());
         match copies {
             HostCopies::Pageable => g.pet_download_pairs(&self.coincide, out),
