@@ -1118,11 +1118,18 @@ impl GpuContext {
                     bytemuck::cast_slice::<u32, BoundParams>(&p[..pw]),
                 )
             };
-            for (o, r) in outs.iter_mut().zip(ws.event_seeds()) {
+            let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
                 o.seeds.clear();
                 o.seeds.extend_from_slice(&all_s[r.clone()]);
                 o.params.clear();
                 o.params.extend_from_slice(&all_p[r.clone()]);
+            };
+            // Events side by side when there are many (one event: one thread, no wake-up).
+            if outs.len() > 1 {
+                use rayon::prelude::*;
+                outs.par_iter_mut().zip(ws.event_seeds()).for_each(one);
+            } else {
+                outs.iter_mut().zip(ws.event_seeds()).for_each(one);
             }
         };
         if ns == 0 {
