@@ -55,24 +55,13 @@ pub(crate) struct Pinned<T> {
 }
 
 impl<T> Pinned<T> {
-    /// An empty buffer: `write_combined` for memory the host only writes (uploads), when
-    /// [`upload_write_combined`] says so.
+    /// An empty buffer: `write_combined` for memory the host only writes (uploads).
     pub(crate) fn new(write_combined: bool) -> Self {
         Self {
             buf: None,
-            write_combined: write_combined && upload_write_combined(),
+            write_combined,
         }
     }
-}
-
-/// Whether upload staging is write-combined. Off by default: the host's copies into the
-/// staging buffers run on many threads, and cached pinned memory takes their writes faster
-/// than write-combined memory, while the DMA reads both at the same speed (see
-/// docs/benchmarks.md, "Front door, session 9"). `DETKIT_STAGING_WC=1` turns it on (read
-/// once), for `bench-host` to compare the two.
-pub fn upload_write_combined() -> bool {
-    static WC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *WC.get_or_init(|| std::env::var("DETKIT_STAGING_WC").is_ok_and(|v| v == "1"))
 }
 
 impl<T: DeviceRepr + ValidAsZeroBits + Copy> Pinned<T> {

@@ -791,14 +791,6 @@ fn main() -> Result<()> {
     let g = reference.gpu().context("CUDA backend")?;
     println!("# {}", reference.description());
     println!(
-        "# upload staging: {} pinned memory (DETKIT_STAGING_WC=1: write-combined)",
-        if detkit::staging::upload_write_combined() {
-            "write-combined"
-        } else {
-            "cached"
-        }
-    );
-    println!(
         "# host calls: wall ms, median of {} after {} warm-up calls; device: CUDA events; \
          copies: input to the device and output back, wall ms with the sync",
         o.reps, o.warmup
