@@ -1210,14 +1210,12 @@ impl<'a> Events<'a> {
             Events::Columns(_) => None,
         }
     }
-    /// Event `e`'s spacepoints into `dst` (its length): copied, or gathered from the
-    /// columns and checked on the way ([`SpacePointsRef::gather_checked`]).
+    /// Event `e`'s spacepoints into `dst` (its length), checked on the way: copied
+    /// ([`super::copy_checked`]) or gathered from the columns
+    /// ([`SpacePointsRef::gather_checked`]).
     fn gather(&self, e: usize, dst: &mut [SpacePoint]) -> Result<()> {
         match self {
-            Events::Rows(v) => {
-                crate::staging::par_copy(dst, v[e]);
-                Ok(())
-            }
+            Events::Rows(v) => super::copy_checked(dst, v[e]),
             Events::Columns(v) => v[e].gather_checked(dst),
         }
     }

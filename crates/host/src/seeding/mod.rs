@@ -361,12 +361,7 @@ pub struct SeedingOutput {
 
 /// Checks the event: finite coordinates and variances, fewer than 2^31 spacepoints.
 pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
-    if sps.len() as u64 >= 1 << 31 {
-        return Err(invalid(
-            "spacepoints",
-            format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
-        ));
-    }
+    check_len(sps)?;
     use rayon::prelude::*;
     // Below 8 pieces one thread is quicker than waking the pool (the pass is vectorised).
     if sps.len() < 8 * CHECK_PIECE {
@@ -377,6 +372,38 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
         .map(|(p, c)| check_piece(c, p * CHECK_PIECE))
         .find_first(|r| r.is_err())
         .unwrap_or(Ok(()))
+}
+
+/// Copies `src` into `dst` (of the same length: the pinned upload buffer) with the checks
+/// of [`check_spacepoints`] on the way, each piece checked right after its copy (the
+/// spacepoints are read once); the same error as [`check_spacepoints`].
+pub(crate) fn copy_checked(dst: &mut [SpacePoint], src: &[SpacePoint]) -> Result<()> {
+    use rayon::prelude::*;
+    check_len(src)?;
+    if src.len() < 2 * CHECK_PIECE {
+        dst.copy_from_slice(src);
+        return check_piece(src, 0);
+    }
+    dst.par_chunks_mut(CHECK_PIECE)
+        .zip(src.par_chunks(CHECK_PIECE))
+        .enumerate()
+        .map(|(p, (d, c))| {
+            d.copy_from_slice(c);
+            check_piece(c, p * CHECK_PIECE)
+        })
+        .find_first(|r| r.is_err())
+        .unwrap_or(Ok(()))
+}
+
+/// At most 2^31 - 1 spacepoints per event.
+fn check_len(sps: &[SpacePoint]) -> Result<()> {
+    if sps.len() as u64 >= 1 << 31 {
+        return Err(invalid(
+            "spacepoints",
+            format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// The checks of [`check_spacepoints`] on `sps`, the spacepoints from index `base` on.
@@ -522,7 +549,11 @@ impl Backend {
     ) -> Result<()> {
         crate::phases::begin();
         check_config(cfg)?;
-        check_events(events)?;
+        // With pinned staging on the GPU the spacepoints are checked as they are copied into
+        // the upload buffer (`copy_checked`), events in order: the same first error.
+        if self.gpu().is_none() || self.host_copies() != crate::HostCopies::Pinned {
+            check_events(events)?;
+        }
         crate::phases::mark(crate::phases::Phase::Validate);
         match self.gpu() {
             None => {
@@ -834,7 +865,12 @@ mod door_tests {
             let want = check_spacepoints(&r).map_err(|e| e.to_string());
             assert_eq!(want.is_err(), bad.is_some(), "fault {bad:?} not seen");
             assert_eq!(got, want, "fault {bad:?}");
+            // Rows copied into staging and checked on the way: the same error.
+            let mut dst2 = vec![SpacePoint::default(); n];
+            let got2 = copy_checked(&mut dst2, &r).map_err(|e| e.to_string());
+            assert_eq!(got2, want, "copy_checked, fault {bad:?}");
             if bad.is_none() {
+                assert!(dst2 == r);
                 assert!(dst == r);
                 assert!(c.to_vec() == r);
             }
