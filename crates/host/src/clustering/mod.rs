@@ -444,6 +444,9 @@ struct Run {
 /// its module runs up to there.
 type PieceResult = (Option<(usize, Error)>, Vec<Run>);
 
+/// Digis per block of the validation's run pass (see [`validate_digis`]).
+const RUN_BLOCK: usize = 16;
+
 /// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
@@ -534,8 +537,23 @@ pub(crate) fn validate_digis(
             let end = (event_offsets[e + 1] as usize).min(hi);
             // A run starts at each valid digi whose module differs from the last valid
             // one's in the event (none yet at the start of the piece or the event).
+            // Runs are long (tens of digis): blocks of 16 holding only the current module
+            // (or invalid digis) are skipped by one branch-free comparison.
             let mut current = u32::MAX;
-            for (i, &m) in digis.module[d..end].iter().enumerate() {
+            let ms = &digis.module[d..end];
+            let mut i = 0;
+            while i < ms.len() {
+                if current != u32::MAX && i + RUN_BLOCK <= ms.len() {
+                    let cur = current as u16;
+                    let same = ms[i..i + RUN_BLOCK]
+                        .iter()
+                        .fold(true, |a, &m| a & ((m == cur) | (m == INVALID_MODULE)));
+                    if same {
+                        i += RUN_BLOCK;
+                        continue;
+                    }
+                }
+                let m = ms[i];
                 if m != INVALID_MODULE && m as u32 != current {
                     runs.push(Run {
                         module: m,
@@ -544,6 +562,7 @@ pub(crate) fn validate_digis(
                     });
                     current = m as u32;
                 }
+                i += 1;
             }
             d = end;
         }
