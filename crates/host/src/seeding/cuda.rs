@@ -1173,7 +1173,8 @@ impl GpuContext {
 /// The events of a host call: slices of spacepoints, or five columns per event.
 #[derive(Clone, Copy)]
 pub(crate) enum Events<'a> {
-    Rows(&'a [&'a [SpacePoint]]),
+    /// Slices of spacepoints; `true`: checked already, else checked as they are copied.
+    Rows(&'a [&'a [SpacePoint]], bool),
     Columns(&'a [SpacePointsRef<'a>]),
 }
 
@@ -1181,9 +1182,9 @@ impl<'a> Events<'a> {
     /// The events `..mid` and `mid..`.
     pub(crate) fn split_at(self, mid: usize) -> (Self, Self) {
         match self {
-            Events::Rows(v) => {
+            Events::Rows(v, c) => {
                 let (a, b) = v.split_at(mid);
-                (Events::Rows(a), Events::Rows(b))
+                (Events::Rows(a, c), Events::Rows(b, c))
             }
             Events::Columns(v) => {
                 let (a, b) = v.split_at(mid);
@@ -1194,19 +1195,19 @@ impl<'a> Events<'a> {
 
     pub(crate) fn count(&self) -> usize {
         match self {
-            Events::Rows(e) => e.len(),
+            Events::Rows(e, _) => e.len(),
             Events::Columns(e) => e.len(),
         }
     }
     pub(crate) fn len(&self, e: usize) -> usize {
         match self {
-            Events::Rows(v) => v[e].len(),
+            Events::Rows(v, _) => v[e].len(),
             Events::Columns(v) => v[e].len(),
         }
     }
     fn rows(&self, e: usize) -> Option<&[SpacePoint]> {
         match self {
-            Events::Rows(v) => Some(v[e]),
+            Events::Rows(v, _) => Some(v[e]),
             Events::Columns(_) => None,
         }
     }
@@ -1215,7 +1216,11 @@ impl<'a> Events<'a> {
     /// ([`SpacePointsRef::gather_checked`]).
     fn gather(&self, e: usize, dst: &mut [SpacePoint]) -> Result<()> {
         match self {
-            Events::Rows(v) => super::copy_checked(dst, v[e]),
+            Events::Rows(v, true) => {
+                crate::staging::par_copy(dst, v[e]);
+                Ok(())
+            }
+            Events::Rows(v, false) => super::copy_checked(dst, v[e]),
             Events::Columns(v) => v[e].gather_checked(dst),
         }
     }

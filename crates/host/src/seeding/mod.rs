@@ -549,9 +549,15 @@ impl Backend {
     ) -> Result<()> {
         crate::phases::begin();
         check_config(cfg)?;
-        // With pinned staging on the GPU the spacepoints are checked as they are copied into
-        // the upload buffer (`copy_checked`), events in order: the same first error.
-        if self.gpu().is_none() || self.host_copies() != crate::HostCopies::Pinned {
+        // With pinned staging on the GPU one event's spacepoints are checked as they are
+        // copied into the upload buffer (`copy_checked`: read once, the same error). Many
+        // events are checked first, all at once on every core, then copied: one event's
+        // pieces are too few to keep the cores busy (see docs/benchmarks.md, "Front door,
+        // session 9").
+        let fused = events.len() == 1
+            && self.gpu().is_some()
+            && self.host_copies() == crate::HostCopies::Pinned;
+        if !fused {
             check_events(events)?;
         }
         crate::phases::mark(crate::phases::Phase::Validate);
@@ -576,7 +582,7 @@ impl Backend {
                 }
                 self.seed_on_gpu(
                     gpu,
-                    cuda::Events::Rows(events),
+                    cuda::Events::Rows(events, !fused),
                     cfg,
                     self.host_copies(),
                     out,
