@@ -143,7 +143,7 @@ impl<'g> ClusterQueue<'g> {
         let l = &mut self.lanes[k];
         let g = l.clusterer.context();
         let n = digis.len();
-        let pin = l.stage.digis_buffer(&g, n)?;
+        let pin = l.stage.digis_buffer(g, n)?;
         let mut dst = l.digis.arrays_mut();
         let mut sink = |wave: [&[u16]; 4], r: std::ops::Range<usize>| -> Result<()> {
             for (src, dst) in wave.into_iter().zip(dst.iter_mut()) {
