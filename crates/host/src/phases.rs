@@ -107,3 +107,27 @@ pub(crate) fn mark_gpu(phase: Phase, gpu: &GpuContext) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Marks add to their phase only while the timers are on; `take` clears.
+    #[test]
+    fn marks_add_up_only_when_on() {
+        enable(true, false);
+        take();
+        begin();
+        std::thread::sleep(Duration::from_millis(2));
+        mark(Phase::Validate);
+        mark(Phase::Wait);
+        let t = take();
+        assert!(t[Phase::Validate as usize] >= Duration::from_millis(2));
+        assert!(t[Phase::Wait as usize] < Duration::from_millis(2));
+        assert!(take().iter().all(|d| d.is_zero()));
+        enable(false, false);
+        begin();
+        mark(Phase::Validate);
+        assert!(take().iter().all(|d| d.is_zero()));
+    }
+}
