@@ -44,6 +44,7 @@ pub mod error;
 pub mod histogram;
 pub mod mem;
 pub mod pet;
+pub mod phases;
 pub mod pool;
 pub mod ptx;
 pub mod rng;

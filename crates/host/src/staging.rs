@@ -25,15 +25,20 @@ pub enum HostCopies {
     Pageable,
 }
 
-/// Bytes per piece of a parallel host copy (below this a copy is done by one thread): about
-/// 5 µs of one core's copying, a few times what handing a piece to a thread costs.
+/// Bytes per piece of a parallel host copy: about 5 µs of one core's copying, a few times
+/// what handing a piece to a thread costs.
 const PAR_COPY_BYTES: usize = 64 << 10;
+
+/// Bytes below which one thread copies: waking the pool's sleeping threads costs tens of
+/// µs, about what one core takes to copy this much (see docs/benchmarks.md, "Front door,
+/// session 9").
+const SERIAL_COPY_BYTES: usize = 512 << 10;
 
 /// Copies `src` into `dst` (equal lengths), in pieces on several threads when large.
 pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     use rayon::prelude::*;
     let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-    if src.len() <= piece {
+    if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
         dst.copy_from_slice(src);
     } else {
         dst.par_chunks_mut(piece)

@@ -13,7 +13,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::cuda::GpuContext;
-use crate::error::{Error, Result};
+use crate::error::{DriverContext, Error, Result};
 
 /// Workspaces of one family, for reuse.
 pub(crate) struct Pool<W> {
@@ -31,11 +31,20 @@ impl<W> Default for Pool<W> {
 impl<W> Pool<W> {
     /// Runs `f` on a free workspace (made by `make` when none is free) and keeps the
     /// workspace for the next call, unless the driver failed (its state is then unknown).
+    ///
+    /// `gpu`'s context is made current on the calling thread first: a backend may be called
+    /// from any thread, and the driver calls that cudarc does not wrap (occupancy queries,
+    /// raw copies, graph launches) need it. When it is current already this is one
+    /// `cuCtxGetCurrent`.
     pub(crate) fn run<R>(
         &self,
+        gpu: &GpuContext,
         make: impl FnOnce() -> Result<W>,
         f: impl FnOnce(&mut W) -> Result<R>,
     ) -> Result<R> {
+        gpu.context()
+            .bind_to_thread()
+            .ctx("binding the context to this thread")?;
         let free = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut w = match free {
             Some(w) => w,

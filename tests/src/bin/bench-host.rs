@@ -11,7 +11,7 @@
 //! (0 expected: the workspace is warm).
 //!
 //! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24]
-//! [--csv FILE]`
+//! [--phases] [--csv FILE]` (`--phases`: where the time of each pinned call goes, by phase)
 
 use std::io::Write;
 use std::time::Instant;
@@ -33,6 +33,8 @@ struct Opts {
     warmup: usize,
     only: Option<String>,
     pet_run_log: u32,
+    /// Per-phase host times of the pinned calls (`--phases`).
+    phases: bool,
 }
 
 /// One printed row.
@@ -159,7 +161,50 @@ fn both(
     let p = wall_ms(0, o.reps, || f(&bs[0]))?;
     let allocs = bs[0].allocations() - before;
     let q = wall_ms(o.warmup, o.reps, || f(&bs[1]))?;
+    if o.phases {
+        print_phases(o, || f(&bs[0]))?;
+    }
     Ok((p, q, allocs))
+}
+
+/// `--phases`: where the time of the next row's pinned call goes (ms per call, mean of
+/// `--reps` calls): as it runs (GPU work overlapping, so the GPU's time shows up in `wait`),
+/// then with a wait after each GPU phase (`upload`, `kernels` then hold the DMA's and the
+/// kernels' time; `wait` the copy back).
+fn print_phases(o: &Opts, mut f: impl FnMut() -> Result<()>) -> Result<()> {
+    use detkit::phases;
+    for sync in [false, true] {
+        let mut wall = 0.0;
+        phases::enable(true, sync);
+        phases::take();
+        for _ in 0..o.reps.max(1) {
+            let t0 = Instant::now();
+            let r = f();
+            wall += t0.elapsed().as_secs_f64();
+            if let Err(e) = r {
+                phases::enable(false, false);
+                return Err(e);
+            }
+        }
+        let t = phases::take();
+        phases::enable(false, false);
+        let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / o.reps.max(1) as f64;
+        let parts: Vec<String> = phases::NAMES
+            .iter()
+            .zip(t)
+            .filter(|(_, d)| !d.is_zero())
+            .map(|(n, d)| format!("{n} {:.3}", per(d)))
+            .collect();
+        let sum: f64 = t.iter().map(|d| per(*d)).sum();
+        println!(
+            "  phases{} (next row, pinned, ms/call; wall {:.3}, marked {:.3}): {}",
+            if sync { ", synchronising" } else { "" },
+            wall * 1e3 / o.reps.max(1) as f64,
+            sum,
+            parts.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The element of `of` that belongs to backend `b` of `bs`.
@@ -717,10 +762,11 @@ fn main() -> Result<()> {
         warmup: 3,
         only: None,
         pet_run_log: 24,
+        phases: false,
     };
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
-    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24] [--csv FILE]";
+    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24] [--phases] [--csv FILE]";
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => o.reps = args.next().context("--reps needs a number")?.parse()?,
@@ -732,6 +778,7 @@ fn main() -> Result<()> {
                     .context("--pet-run-log needs a number")?
                     .parse()?
             }
+            "--phases" => o.phases = true,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             _ => bail!("{usage}"),
         }

@@ -14,6 +14,7 @@ use super::cuda::{ClusterStaging, DeviceDigis};
 use super::{ChargeCut, Clusters, ClustersMut, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
+use crate::phases::{self, Phase};
 use crate::staging::par_copy;
 
 /// The context a [`Clusterer`] launches on: borrowed (device-resident pipelines) or shared
@@ -561,6 +562,12 @@ impl<'g> Clusterer<'g> {
             (k::KERNEL_FIND_CLUS, shared, self.smem),
             (k::KERNEL_FIND_CLUS_FALLBACK, fallback, self.fallback_smem),
         ] {
+            // The driver's occupancy query (unlike cudarc's own calls) needs the context
+            // current on this thread, which may not be the one that made it.
+            self.gpu
+                .context()
+                .bind_to_thread()
+                .ctx("binding the context")?;
             let per_sm = self
                 .gpu
                 .kernel(kernel)?
@@ -1397,22 +1404,29 @@ impl<'g> Clusterer<'g> {
         let landed = std::mem::take(&mut stage.landed);
         if landed.is_empty() {
             g.synchronize()?;
+            phases::mark(Phase::Wait);
             par_copy(&mut out.clus[..d.n], stage.clus.get(g, d.n)?);
+            phases::mark(Phase::CopyOut);
         } else {
             // Each piece is copied out as soon as it has landed.
             let clus = stage.clus.get(g, d.n)?;
             let pieces = out.clus[..d.n].chunks_mut(piece).zip(clus.chunks(piece));
             for ((dst, src), e) in pieces.zip(&landed) {
                 e.synchronize().ctx("waiting for the clusters")?;
+                phases::mark(Phase::Wait);
                 par_copy(dst, src);
+                phases::mark(Phase::CopyOut);
             }
             g.synchronize()?;
+            phases::mark(Phase::Wait);
         }
         stage.landed = landed;
         let w = stage.slots.get(g, 2 * slots + 3)?;
         out.clus_in_module[..slots].copy_from_slice(&w[..slots]);
         out.module_first[..slots].copy_from_slice(&w[slots..2 * slots]);
-        self.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2])
+        let r = self.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2]);
+        phases::mark(Phase::Unpack);
+        r
     }
 
     /// The results of the last run on `d` into `out`: through `stage` (asynchronous copies
@@ -1444,6 +1458,7 @@ impl<'g> Clusterer<'g> {
     ) -> Result<(u32, u32)> {
         if let Some(st) = stage {
             self.enqueue_results(d, st)?;
+            phases::mark(Phase::Stage);
             return self.finish_results_to(d, st, out);
         }
         let slots = d.nevents * self.geometry.modules as usize;
@@ -1463,7 +1478,10 @@ impl<'g> Clusterer<'g> {
             &mut out.module_first[..slots],
         )
         .ctx(what)?;
-        self.status()
+        phases::mark(Phase::Stage);
+        let r = self.status();
+        phases::mark(Phase::Wait);
+        r
     }
 }
 
@@ -1490,6 +1508,8 @@ fn work_grid(grid: u32, tight: bool, items: u64, per_block: u32) -> u32 {
 /// Blocks of `kernel` that fit on the device at once (occupancy × SMs): the grid of a
 /// persistent, grid-stride launch.
 fn resident_grid(gpu: &GpuContext, kernel: &'static str, threads: u32, smem: usize) -> Result<u32> {
+    // The occupancy query needs the context current on this thread (see above).
+    gpu.context().bind_to_thread().ctx("binding the context")?;
     let per_sm = gpu
         .kernel(kernel)?
         .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)

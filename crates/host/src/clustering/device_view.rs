@@ -318,6 +318,7 @@ impl Backend {
             ));
         };
         self.ws.clustering.run(
+            gpu,
             || ClusterWorkspace::new(gpu),
             |w| w.cluster_device(gpu, digis, event_offsets, geometry, cut),
         )

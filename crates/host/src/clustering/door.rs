@@ -13,6 +13,7 @@ use super::{
 };
 use crate::cuda::GpuContext;
 use crate::error::Result;
+use crate::phases::{self, Phase};
 use crate::staging::{upload_into, HostCopies};
 
 /// Most clusterers kept (geometries × call shapes); the oldest goes first.
@@ -84,6 +85,7 @@ impl ClusterWorkspace {
         copies: HostCopies,
         out: Out<'_>,
     ) -> Result<ClusterCounts> {
+        phases::begin();
         validate_shape(digis, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
         if ne > MAX_EVENTS_PER_LAUNCH {
@@ -96,6 +98,7 @@ impl ClusterWorkspace {
         self.select_clusterer(n, ne, geometry)?;
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("selected above");
+        phases::mark(Phase::Prepare);
         let stage = match copies {
             HostCopies::Pinned => Some(&mut self.stage),
             HostCopies::Pageable => None,
@@ -120,16 +123,21 @@ impl ClusterWorkspace {
                     let _ = g.synchronize();
                     return Err(e);
                 }
+                phases::mark(Phase::Validate);
                 d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
+                phases::mark_gpu(Phase::Upload, g);
                 Some(st)
             }
             None => {
                 validate_digis(digis, event_offsets, geometry, None)?;
+                phases::mark(Phase::Validate);
                 d.copy_in(g, digis, event_offsets, None, false)?;
+                phases::mark_gpu(Phase::Upload, g);
                 None
             }
         };
         c.run_graph(d, cut)?;
+        phases::mark_gpu(Phase::Kernels, g);
         let (medium_modules, fallback_modules) = match out {
             Out::Clusters(o) => {
                 c.download_results(d, o, staged)?;
@@ -246,10 +254,11 @@ impl ClusterWorkspace {
             self.queue = Some((geometry.clone(), cut, caps, q));
         }
         let q = &mut self.queue.as_mut().expect("made above").3;
+        // The sink gets indices into this call's `batches`: number the submissions from 0.
+        q.restart();
         let r = (|| {
             for (d, o) in batches {
-                validate_digis(*d, o, geometry, None)?;
-                if let Some((id, c)) = q.submit(*d, o)? {
+                if let Some((id, c)) = q.submit_validated(*d, o, geometry)? {
                     sink(id as usize, &c)?;
                 }
             }

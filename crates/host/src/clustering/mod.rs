@@ -460,6 +460,9 @@ struct Run {
 /// its module runs up to there.
 type PieceResult = (Option<(usize, Error)>, Vec<Run>);
 
+/// Digis per block of the validation's run pass (see [`validate_digis`]).
+const RUN_BLOCK: usize = 16;
+
 /// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
@@ -479,8 +482,8 @@ pub(crate) fn validate_digis(
     use rayon::prelude::*;
     let n = digis.len();
     let pieces = n.div_ceil(VALIDATE_PIECE);
-    // Each piece: its first range error (digi index and error) and its runs.
-    let check_piece = |p: usize| -> PieceResult {
+    // The digi-by-digi pass: the first range error of a piece, and its runs up to it.
+    let check_piece_slow = |p: usize| -> PieceResult {
         let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
         // The event of digi `lo`: the last event starting at or before it (empty events
         // skipped).
@@ -523,6 +526,64 @@ pub(crate) fn validate_digis(
         }
         (None, runs)
     };
+    // Each piece: its first range error (digi index and error) and its runs. First a
+    // branch-free (vectorised) range check of the whole piece and a tight pass for its runs;
+    // only a piece with an error takes the digi-by-digi pass that finds the first one.
+    let check_piece = |p: usize| -> PieceResult {
+        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        let (nm, nr, nc) = (geometry.modules, geometry.rows, geometry.cols);
+        let bad = digis.module[lo..hi]
+            .iter()
+            .zip(&digis.x[lo..hi])
+            .zip(&digis.y[lo..hi])
+            .fold(false, |b, ((&m, &x), &y)| {
+                b | ((m != INVALID_MODULE)
+                    & ((m as u32 >= nm) | (x as u32 >= nr) | (y as u32 >= nc)))
+            });
+        if bad {
+            return check_piece_slow(p);
+        }
+        let mut runs = Vec::new();
+        let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
+        let mut d = lo;
+        while d < hi {
+            while event_offsets[e + 1] as usize <= d {
+                e += 1;
+            }
+            let end = (event_offsets[e + 1] as usize).min(hi);
+            // A run starts at each valid digi whose module differs from the last valid
+            // one's in the event (none yet at the start of the piece or the event).
+            // Runs are long (tens of digis): blocks of 16 holding only the current module
+            // (or invalid digis) are skipped by one branch-free comparison.
+            let mut current = u32::MAX;
+            let ms = &digis.module[d..end];
+            let mut i = 0;
+            while i < ms.len() {
+                if current != u32::MAX && i + RUN_BLOCK <= ms.len() {
+                    let cur = current as u16;
+                    let same = ms[i..i + RUN_BLOCK]
+                        .iter()
+                        .fold(true, |a, &m| a & ((m == cur) | (m == INVALID_MODULE)));
+                    if same {
+                        i += RUN_BLOCK;
+                        continue;
+                    }
+                }
+                let m = ms[i];
+                if m != INVALID_MODULE && m as u32 != current {
+                    runs.push(Run {
+                        module: m,
+                        event: e as u32,
+                        start: (d + i) as u32,
+                    });
+                    current = m as u32;
+                }
+                i += 1;
+            }
+            d = end;
+        }
+        (None, runs)
+    };
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
@@ -560,8 +621,10 @@ pub(crate) fn validate_digis(
                     .collect();
                 let stop = part.iter().any(|(err, _)| err.is_some());
                 results.extend(part);
+                crate::phases::mark(crate::phases::Phase::Validate);
                 let lo = w * VALIDATE_WAVE;
                 on_wave([&*mw, &*xw, &*yw, &*aw], lo..lo + mw.len())?;
+                crate::phases::mark(crate::phases::Phase::Stage);
                 if stop {
                     break;
                 }
@@ -646,6 +709,7 @@ impl Backend {
                 Ok(())
             }
             Some(gpu) => self.ws.clustering.run(
+                gpu,
                 || door::ClusterWorkspace::new(gpu),
                 |w| w.cluster_batches(batches, geometry, cut, &mut sink),
             ),
@@ -694,6 +758,7 @@ impl Backend {
                 Ok(ClusterCounts::default())
             }
             Some(gpu) => self.ws.clustering.run(
+                gpu,
                 || door::ClusterWorkspace::new(gpu),
                 |w| {
                     w.cluster(
@@ -759,6 +824,7 @@ impl Backend {
                 .ws
                 .clustering
                 .run(
+                    gpu,
                     || door::ClusterWorkspace::new(gpu),
                     |w| {
                         w.cluster(

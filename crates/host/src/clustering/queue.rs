@@ -5,9 +5,10 @@ use std::sync::Arc;
 
 use super::clusterer::Clusterer;
 use super::cuda::{ClusterStaging, DeviceDigis};
-use super::{ChargeCut, ClusterTuning, Clusters, DigisRef, Geometry};
+use super::{validate_digis, ChargeCut, ClusterTuning, Clusters, DigisRef, Geometry};
 use crate::cuda::GpuContext;
 use crate::error::{invalid, Result};
+use crate::staging::upload_into;
 
 /// Several batches in flight on one device: `lanes` lanes, each a fork of the context (its
 /// own stream, the shared module) with its own [`DeviceDigis`] and [`Clusterer`].
@@ -123,6 +124,45 @@ impl<'g> ClusterQueue<'g> {
         l.clusterer.enqueue_results(&l.digis, &mut l.stage)?;
         l.pending = Some(self.submitted);
         self.submitted += 1;
+        Ok(done)
+    }
+
+    /// [`ClusterQueue::submit`] of a batch not yet validated: the lane's pinned buffer is
+    /// filled by the validation's threads as they check (the digis are read once), each wave
+    /// going to the device while the next is checked, as [`crate::Backend::cluster_events`]
+    /// does. On an error nothing of the batch is left in flight.
+    pub(crate) fn submit_validated(
+        &mut self,
+        digis: DigisRef<'_>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+    ) -> Result<Option<(u64, Clusters)>> {
+        let k = self.next;
+        let done = self.collect(k)?;
+        let cut = self.cut;
+        let l = &mut self.lanes[k];
+        let g = l.clusterer.context();
+        let n = digis.len();
+        let pin = l.stage.digis_buffer(g, n)?;
+        let mut dst = l.digis.arrays_mut();
+        let mut sink = |wave: [&[u16]; 4], r: std::ops::Range<usize>| -> Result<()> {
+            for (src, dst) in wave.into_iter().zip(dst.iter_mut()) {
+                upload_into(g, src, &mut dst.slice_mut(r.clone()), None)?;
+            }
+            Ok(())
+        };
+        if let Err(e) = validate_digis(digis, event_offsets, geometry, Some((pin, &mut sink))) {
+            // The waves sent before the error finish before the stage is reused.
+            let _ = g.synchronize();
+            return Err(e);
+        }
+        l.digis
+            .copy_in(g, digis, event_offsets, Some(&mut l.stage), true)?;
+        l.clusterer.run_graph(&l.digis, cut)?;
+        l.clusterer.enqueue_results(&l.digis, &mut l.stage)?;
+        l.pending = Some(self.submitted);
+        self.submitted += 1;
+        self.next = (k + 1) % self.lanes.len();
         Ok(done)
     }
 

@@ -101,6 +101,18 @@ pub fn convert(
 
 /// The first single whose time is not finite, as a typed error.
 pub fn check_times(singles: &[Single], what: &'static str) -> Result<()> {
+    use rayon::prelude::*;
+    // A branch-free pass per piece on every core; the first bad single is looked for only
+    // when there is one.
+    let bad = |c: &[Single]| c.iter().fold(false, |b, s| b | !s.time.is_finite());
+    let any_bad = if singles.len() <= CHECK_PIECE {
+        bad(singles)
+    } else {
+        singles.par_chunks(CHECK_PIECE).any(bad)
+    };
+    if !any_bad {
+        return Ok(());
+    }
     if let Some(i) = singles.iter().position(|s| !s.time.is_finite()) {
         return Err(invalid(
             what,
@@ -112,6 +124,9 @@ pub fn check_times(singles: &[Single], what: &'static str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Singles per piece of the parallel checks.
+const CHECK_PIECE: usize = 1 << 16;
 
 /// Stable sort by time (ties keep input order). Non-finite times are a typed error.
 /// `rayon`'s `par_sort_by` is a stable sort like `slice::sort_by`, on every core.
@@ -175,7 +190,22 @@ impl CoincideConfig {
 /// The first index where the singles are not sorted by time (or a time is NaN or infinite),
 /// as a typed error.
 pub fn check_sorted(singles: &[Single]) -> Result<()> {
+    use rayon::prelude::*;
     check_times(singles, "singles to pair")?;
+    // As `check_times`: branch-free pieces (each with the last single of the piece before
+    // it) on every core, then the first disorder only when there is one.
+    let disorder = |w: &[Single]| w.windows(2).fold(false, |b, p| b | (p[1].time < p[0].time));
+    let n = singles.len();
+    let any = if n <= CHECK_PIECE {
+        disorder(singles)
+    } else {
+        (0..n.div_ceil(CHECK_PIECE)).into_par_iter().any(|p| {
+            disorder(&singles[(p * CHECK_PIECE).saturating_sub(1)..((p + 1) * CHECK_PIECE).min(n)])
+        })
+    };
+    if !any {
+        return Ok(());
+    }
     for i in 1..singles.len() {
         if singles[i].time < singles[i - 1].time {
             return Err(invalid(

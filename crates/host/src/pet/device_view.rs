@@ -143,6 +143,7 @@ impl Backend {
             ));
         };
         self.ws.pet.run(
+            gpu,
             || PetWorkspace::new(gpu),
             |w| w.convert_device(gpu, frames, scanner),
         )

@@ -13,6 +13,7 @@ use super::cuda::{ensure_len, PetStreamBuffers};
 use super::Scanner;
 use crate::cuda::GpuContext;
 use crate::error::{invalid, DriverContext, Result};
+use crate::phases::{self, Phase};
 use crate::staging::{download_into, upload_into, HostCopies, Pinned};
 use crate::Backend;
 
@@ -182,10 +183,13 @@ impl PetWorkspace {
         out: &mut Vec<Single>,
     ) -> Result<()> {
         let g = &*self.gpu;
-        out.clear();
         if n == 0 {
+            out.clear();
             return Ok(());
         }
+        // Every element is overwritten below: no `clear` first, so a vector that holds `n`
+        // already is not filled with zeros again (tens of megabytes for a large call).
+        out.truncate(n);
         let buf = if from_b { &self.b } else { &self.a };
         let src = buf.as_ref().expect("sized by the call").slice(0..2 * n);
         let what = "copying singles from the device";
@@ -232,12 +236,14 @@ impl PetWorkspace {
         copies: HostCopies,
         out: &mut Vec<Single>,
     ) -> Result<ConvertStats> {
+        phases::begin();
         let n = frame_count(frames)?;
         let ds = self.tables(scanner)?;
         let g = self.gpu.clone();
         ensure_len(&g, &mut self.frames, 16 * n.max(1))?;
         ensure_len(&g, &mut self.a, 2 * n.max(1))?;
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
+        phases::mark(Phase::Prepare);
         {
             let stage = match copies {
                 HostCopies::Pinned => Some(self.bytes_in.get(&g, frames.len())?),
@@ -246,19 +252,23 @@ impl PetWorkspace {
             let d = self.frames.as_mut().expect("sized above");
             upload_into(&g, frames, &mut d.slice_mut(0..16 * n), stage)?;
         }
+        phases::mark_gpu(Phase::Stage, &g);
         let (d_frames, a, stats) = (
             self.frames.as_ref().expect("sized above"),
             self.a.as_mut().expect("sized above"),
             self.stats.as_mut().expect("sized above"),
         );
         g.pet_convert_device(d_frames, n, &ds, a, 0, stats)?;
+        phases::mark_gpu(Phase::Kernels, &g);
         let st = self.stats_out.get(&g, k::STAT_WORDS)?;
         g.stream()
             .memcpy_dtoh(&stats.slice(0..k::STAT_WORDS), st)
             .ctx("copying the conversion statistics")?;
         g.synchronize()?;
+        phases::mark(Phase::Wait);
         let st = stats_from_words(st, n);
         self.download_singles(false, st.accepted as usize, copies, out)?;
+        phases::mark(Phase::CopyOut);
         Ok(st)
     }
 
@@ -268,15 +278,20 @@ impl PetWorkspace {
         copies: HostCopies,
         out: &mut Vec<Single>,
     ) -> Result<()> {
+        phases::begin();
         let n = singles.len();
         self.upload_singles(singles, copies)?;
         let g = self.gpu.clone();
+        phases::mark_gpu(Phase::Stage, &g);
         let (a, b) = (
             self.a.as_mut().expect("sized above"),
             self.b.as_mut().expect("sized above"),
         );
         let in_b = g.pet_sort_radix_device(a, b, 0, n)?;
-        self.download_singles(in_b, n, copies, out)
+        phases::mark_gpu(Phase::Kernels, &g);
+        let r = self.download_singles(in_b, n, copies, out);
+        phases::mark(Phase::CopyOut);
+        r
     }
 
     pub(crate) fn coincide(
@@ -286,12 +301,16 @@ impl PetWorkspace {
         copies: HostCopies,
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
+        phases::begin();
         let n = singles.len();
         self.upload_singles(singles, copies)?;
         let g = self.gpu.clone();
+        phases::mark_gpu(Phase::Stage, &g);
         let a = self.a.as_ref().expect("sized above");
         let (total, _) = g.pet_coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY)?;
-        out.clear();
+        phases::mark_gpu(Phase::Kernels, &g);
+        // Overwritten below (as in `download_singles`): no `clear` first.
+        out.truncate(total);
         out.resize(total, bytemuck::Zeroable::zeroed());
         match copies {
             HostCopies::Pageable => g.pet_download_pairs(&self.coincide, out),
@@ -380,6 +399,7 @@ impl Backend {
             Some(g) => {
                 let copies = self.host_copies();
                 self.ws.pet.run(
+                    g,
                     || PetWorkspace::new(g),
                     |w| w.convert(frames, scanner, copies, out),
                 )
@@ -400,7 +420,7 @@ impl Backend {
                 let copies = self.host_copies();
                 self.ws
                     .pet
-                    .run(|| PetWorkspace::new(g), |w| w.sort(singles, copies, out))
+                    .run(g, || PetWorkspace::new(g), |w| w.sort(singles, copies, out))
             }
         }
     }
@@ -433,6 +453,7 @@ impl Backend {
             Some(g) => {
                 let copies = self.host_copies();
                 self.ws.pet.run(
+                    g,
                     || PetWorkspace::new(g),
                     |w| w.coincide(singles, c, copies, out),
                 )

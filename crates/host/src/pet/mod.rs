@@ -630,6 +630,7 @@ impl Backend {
                 }
             }
             Some(g) => self.ws.pet.run(
+                g,
                 || door::PetWorkspace::new(g),
                 |w| {
                     let pre = scanner.device_for(g);

@@ -9,6 +9,7 @@
 //! exceeded its capacity, the call is repeated with the capacity raised to the total plus a
 //! margin (a rare retry: the workspace keeps the larger factor), so nothing is ever lost.
 
+use crate::phases::{self, Phase};
 use std::ops::Range;
 use std::time::Instant;
 
@@ -1050,6 +1051,7 @@ impl GpuContext {
                 offsets.push(offsets[offsets.len() - 1] + events.len(e));
             }
             ws.ensure(self, B::Input, words::<SpacePoint>(n))?;
+            phases::mark(Phase::Prepare);
             let sp_words = std::mem::size_of::<SpacePoint>() / 4;
             match stage.as_deref_mut() {
                 Some(st) if n > 0 => {
@@ -1089,6 +1091,7 @@ impl GpuContext {
                     }
                 }
             }
+            phases::mark(Phase::Stage);
             let mut input = ws.bufs[B::Input as usize].take();
             let stats = match &input {
                 Some(inp) => self.seed_batch_device(ws, cfg, inp, &offsets, None),
@@ -1096,6 +1099,7 @@ impl GpuContext {
             };
             ws.bufs[B::Input as usize] = input.take();
             let stats = stats?;
+            phases::mark_gpu(Phase::Kernels, self);
             let outs = &mut out[first..last];
             for (o, s) in outs.iter_mut().zip(stats) {
                 o.stats = s;
@@ -1125,11 +1129,18 @@ impl GpuContext {
                     bytemuck::cast_slice::<u32, BoundParams>(&p[..pw]),
                 )
             };
-            for (o, r) in outs.iter_mut().zip(ws.event_seeds()) {
+            let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
                 o.seeds.clear();
                 o.seeds.extend_from_slice(&all_s[r.clone()]);
                 o.params.clear();
                 o.params.extend_from_slice(&all_p[r.clone()]);
+            };
+            // Events side by side when there are many (one event: one thread, no wake-up).
+            if outs.len() > 1 {
+                use rayon::prelude::*;
+                outs.par_iter_mut().zip(ws.event_seeds()).for_each(one);
+            } else {
+                outs.iter_mut().zip(ws.event_seeds()).for_each(one);
             }
         };
         if ns == 0 {
@@ -1148,9 +1159,11 @@ impl GpuContext {
                     .memcpy_dtoh(&ws.buf(B::Params).slice(..pw), p)
                     .ctx(what)?;
                 self.synchronize()?;
+                phases::mark(Phase::Wait);
                 let s = st.seeds.get(self, sw)?;
                 let p = &st.params.get(self, pw)?;
                 fill(outs, s, p);
+                phases::mark(Phase::CopyOut);
             }
             None => {
                 let s = self
@@ -1171,7 +1184,8 @@ impl GpuContext {
 /// The events of a host call: slices of spacepoints, or five columns per event.
 #[derive(Clone, Copy)]
 pub(crate) enum Events<'a> {
-    Rows(&'a [&'a [SpacePoint]]),
+    /// Slices of spacepoints; `true`: checked already, else checked as they are copied.
+    Rows(&'a [&'a [SpacePoint]], bool),
     Columns(&'a [SpacePointsRef<'a>]),
 }
 
@@ -1179,9 +1193,9 @@ impl<'a> Events<'a> {
     /// The events `..mid` and `mid..`.
     pub(crate) fn split_at(self, mid: usize) -> (Self, Self) {
         match self {
-            Events::Rows(v) => {
+            Events::Rows(v, c) => {
                 let (a, b) = v.split_at(mid);
-                (Events::Rows(a), Events::Rows(b))
+                (Events::Rows(a, c), Events::Rows(b, c))
             }
             Events::Columns(v) => {
                 let (a, b) = v.split_at(mid);
@@ -1192,30 +1206,32 @@ impl<'a> Events<'a> {
 
     pub(crate) fn count(&self) -> usize {
         match self {
-            Events::Rows(e) => e.len(),
+            Events::Rows(e, _) => e.len(),
             Events::Columns(e) => e.len(),
         }
     }
     pub(crate) fn len(&self, e: usize) -> usize {
         match self {
-            Events::Rows(v) => v[e].len(),
+            Events::Rows(v, _) => v[e].len(),
             Events::Columns(v) => v[e].len(),
         }
     }
     fn rows(&self, e: usize) -> Option<&[SpacePoint]> {
         match self {
-            Events::Rows(v) => Some(v[e]),
+            Events::Rows(v, _) => Some(v[e]),
             Events::Columns(_) => None,
         }
     }
-    /// Event `e`'s spacepoints into `dst` (its length): copied, or gathered from the
-    /// columns and checked on the way ([`SpacePointsRef::gather_checked`]).
+    /// Event `e`'s spacepoints into `dst` (its length), checked on the way: copied
+    /// ([`super::copy_checked`]) or gathered from the columns
+    /// ([`SpacePointsRef::gather_checked`]).
     fn gather(&self, e: usize, dst: &mut [SpacePoint]) -> Result<()> {
         match self {
-            Events::Rows(v) => {
+            Events::Rows(v, true) => {
                 crate::staging::par_copy(dst, v[e]);
                 Ok(())
             }
+            Events::Rows(v, false) => super::copy_checked(dst, v[e]),
             Events::Columns(v) => v[e].gather_checked(dst),
         }
     }

@@ -346,6 +346,7 @@ impl Backend {
             });
         }
         self.ws.seeding.run(
+            gpu,
             || SeedWorkspace::new(gpu),
             |w| w.seed_device_views(gpu, events, cfg),
         )

@@ -373,14 +373,10 @@ pub struct SeedingOutput {
 
 /// Checks the event: finite coordinates and variances, fewer than 2^31 spacepoints.
 pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
-    if sps.len() as u64 >= 1 << 31 {
-        return Err(invalid(
-            "spacepoints",
-            format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
-        ));
-    }
+    check_len(sps)?;
     use rayon::prelude::*;
-    if sps.len() < 2 * CHECK_PIECE {
+    // Below 8 pieces one thread is quicker than waking the pool (the pass is vectorised).
+    if sps.len() < 8 * CHECK_PIECE {
         return check_piece(sps, 0);
     }
     sps.par_chunks(CHECK_PIECE)
@@ -390,8 +386,54 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
         .unwrap_or(Ok(()))
 }
 
+/// Copies `src` into `dst` (of the same length: the pinned upload buffer) with the checks
+/// of [`check_spacepoints`] on the way, each piece checked right after its copy (the
+/// spacepoints are read once); the same error as [`check_spacepoints`].
+pub(crate) fn copy_checked(dst: &mut [SpacePoint], src: &[SpacePoint]) -> Result<()> {
+    use rayon::prelude::*;
+    check_len(src)?;
+    if src.len() < 2 * CHECK_PIECE {
+        dst.copy_from_slice(src);
+        return check_piece(src, 0);
+    }
+    dst.par_chunks_mut(CHECK_PIECE)
+        .zip(src.par_chunks(CHECK_PIECE))
+        .enumerate()
+        .map(|(p, (d, c))| {
+            d.copy_from_slice(c);
+            check_piece(c, p * CHECK_PIECE)
+        })
+        .find_first(|r| r.is_err())
+        .unwrap_or(Ok(()))
+}
+
+/// At most 2^31 - 1 spacepoints per event.
+fn check_len(sps: &[SpacePoint]) -> Result<()> {
+    if sps.len() as u64 >= 1 << 31 {
+        return Err(invalid(
+            "spacepoints",
+            format!("{} spacepoints; at most 2^31 - 1 are supported", sps.len()),
+        ));
+    }
+    Ok(())
+}
+
 /// The checks of [`check_spacepoints`] on `sps`, the spacepoints from index `base` on.
 fn check_piece(sps: &[SpacePoint], base: usize) -> Result<()> {
+    // A branch-free (vectorised) pass first; the first bad spacepoint is looked for only
+    // when there is one.
+    let bad = sps.iter().fold(false, |b, s| {
+        b | !(s.x.is_finite()
+            & s.y.is_finite()
+            & s.z.is_finite()
+            & s.var_r.is_finite()
+            & s.var_z.is_finite()
+            & (s.var_r >= 0.0)
+            & (s.var_z >= 0.0))
+    });
+    if !bad {
+        return Ok(());
+    }
     for (i, s) in sps.iter().enumerate() {
         check_one(base + i, s)?;
     }
@@ -517,8 +559,20 @@ impl Backend {
         cfg: &SeedingConfig,
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
+        crate::phases::begin();
         check_config(cfg)?;
-        check_events(events)?;
+        // With pinned staging on the GPU one event's spacepoints are checked as they are
+        // copied into the upload buffer (`copy_checked`: read once, the same error). Many
+        // events are checked first, all at once on every core, then copied: one event's
+        // pieces are too few to keep the cores busy (see docs/benchmarks.md, "Front door,
+        // session 9").
+        let fused = events.len() == 1
+            && self.gpu().is_some()
+            && self.host_copies() == crate::HostCopies::Pinned;
+        if !fused {
+            check_events(events)?;
+        }
+        crate::phases::mark(crate::phases::Phase::Validate);
         match self.gpu() {
             None => {
                 *out = self.on_cpu(|| par::seed_events(cfg, events));
@@ -531,7 +585,7 @@ impl Backend {
                 }
                 self.seed_on_gpu(
                     gpu,
-                    cuda::Events::Rows(events),
+                    cuda::Events::Rows(events, !fused),
                     cfg,
                     self.host_copies(),
                     out,
@@ -559,6 +613,7 @@ impl Backend {
     ) -> Result<()> {
         let run = |ev: cuda::Events<'_>, out: &mut Vec<SeedingOutput>| {
             self.ws.seeding.run(
+                gpu,
                 || door::SeedWorkspace::new(gpu),
                 |w| w.seed_events(ev, cfg, copies, out),
             )
@@ -819,7 +874,12 @@ mod door_tests {
             let want = check_spacepoints(&r).map_err(|e| e.to_string());
             assert_eq!(want.is_err(), bad.is_some(), "fault {bad:?} not seen");
             assert_eq!(got, want, "fault {bad:?}");
+            // Rows copied into staging and checked on the way: the same error.
+            let mut dst2 = vec![SpacePoint::default(); n];
+            let got2 = copy_checked(&mut dst2, &r).map_err(|e| e.to_string());
+            assert_eq!(got2, want, "copy_checked, fault {bad:?}");
             if bad.is_none() {
+                assert!(dst2 == r);
                 assert!(dst == r);
                 assert!(c.to_vec() == r);
             }

@@ -1,0 +1,133 @@
+//! Where the host time of a [`crate::Backend`] call goes: wall time by phase, for
+//! `bench-host --phases` (nsys is not available on every machine that runs the benchmark).
+//!
+//! Off by default; a door then pays one relaxed atomic load per mark. When on, every mark
+//! adds the wall time since the previous mark of the calling thread to its phase, in a
+//! thread-local table that [`take`] reads and clears. In *synchronising* mode the marks
+//! after GPU work ([`Phase::Upload`], [`Phase::Kernels`]) first wait for the stream, so the
+//! time of the DMA and of the kernels is attributed to them rather than to the final wait;
+//! the overlap of copies and kernels is then lost, so the sum is larger than the call.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::cuda::GpuContext;
+
+/// A phase of a host call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Argument checks, workspace and plan look-up, growing buffers.
+    Prepare = 0,
+    /// Validation of the input, with its copy into pinned staging where the two are fused.
+    Validate,
+    /// Host copies into pinned staging (not fused with validation) and issuing the DMA.
+    Stage,
+    /// The upload DMA (synchronising mode only; else it overlaps and lands in `Wait`).
+    Upload,
+    /// Launching the kernels or the graph (synchronising mode: and running them).
+    Kernels,
+    /// Waiting for the stream: the DMA back and whatever of the above was still running.
+    Wait,
+    /// Host copies out of pinned staging into the caller's buffers.
+    CopyOut,
+    /// Turning results into the caller's types (splitting by event, status words).
+    Unpack,
+}
+
+/// Number of phases.
+pub const COUNT: usize = 8;
+
+/// The phases' names, in the order of their values.
+pub const NAMES: [&str; COUNT] = [
+    "prepare", "validate", "stage", "upload", "kernels", "wait", "copy-out", "unpack",
+];
+
+/// 0: off, 1: on, 2: on and synchronising.
+static MODE: AtomicU8 = AtomicU8::new(0);
+
+thread_local! {
+    static TOTALS: Cell<[u64; COUNT]> = const { Cell::new([0; COUNT]) };
+    static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// Turns the timers on or off for every thread; `sync`: the synchronising mode.
+pub fn enable(on: bool, sync: bool) {
+    MODE.store(
+        match (on, sync) {
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
+        },
+        Ordering::Relaxed,
+    );
+}
+
+fn mode() -> u8 {
+    MODE.load(Ordering::Relaxed)
+}
+
+/// The calling thread's totals per phase since the last `take`, cleared.
+pub fn take() -> [Duration; COUNT] {
+    TOTALS.with(|t| t.replace([0; COUNT]).map(Duration::from_nanos))
+}
+
+/// Starts a call's timing on this thread.
+pub(crate) fn begin() {
+    if mode() != 0 {
+        LAST.with(|l| l.set(Some(Instant::now())));
+    }
+}
+
+/// Adds the time since the last mark (or `begin`) to `phase`.
+pub(crate) fn mark(phase: Phase) {
+    if mode() == 0 {
+        return;
+    }
+    let now = Instant::now();
+    if let Some(t0) = LAST.with(|l| l.replace(Some(now))) {
+        let ns = now.duration_since(t0).as_nanos() as u64;
+        TOTALS.with(|t| {
+            let mut v = t.get();
+            v[phase as usize] += ns;
+            t.set(v);
+        });
+    }
+}
+
+/// [`mark`] after GPU work issued on `gpu`'s stream: in synchronising mode the stream is
+/// waited for first (an error there shows up again at the call's own wait).
+pub(crate) fn mark_gpu(phase: Phase, gpu: &GpuContext) {
+    match mode() {
+        0 => {}
+        1 => mark(phase),
+        _ => {
+            let _ = gpu.synchronize();
+            mark(phase);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Marks add to their phase only while the timers are on; `take` clears.
+    #[test]
+    fn marks_add_up_only_when_on() {
+        enable(true, false);
+        take();
+        begin();
+        std::thread::sleep(Duration::from_millis(2));
+        mark(Phase::Validate);
+        mark(Phase::Wait);
+        let t = take();
+        assert!(t[Phase::Validate as usize] >= Duration::from_millis(2));
+        assert!(t[Phase::Wait as usize] < Duration::from_millis(2));
+        assert!(take().iter().all(|d| d.is_zero()));
+        enable(false, false);
+        begin();
+        mark(Phase::Validate);
+        assert!(take().iter().all(|d| d.is_zero()));
+    }
+}
