@@ -196,7 +196,6 @@ impl ClusterWorkspace {
         )?;
         d.n = n;
         d.nevents = ne;
-        c.run_graph(d, cut)?;
         let slots = ne * geometry.modules as usize;
         // The check that each module's digis are consecutive within an event: `[bad, run
         // counts of every event and module…]`, zeroed, then one thread per digi.
@@ -234,6 +233,28 @@ impl ClusterWorkspace {
                 )?
             };
         }
+        // The clustering kernels assume each module's digis consecutive in an event: the
+        // check is read before they run (one wait), and a batch that fails it never reaches
+        // them. Its error is the host path's, from a host copy of the digis.
+        let status = stage.slots.get(g, 4)?;
+        s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
+            .ctx("reading the digi check")?;
+        g.synchronize()?;
+        if let Some(bad) = decode_first_index(status[3]) {
+            let what = "copying device digis back for the error";
+            let host = Digis {
+                module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
+                x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
+                y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
+                adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
+            };
+            validate(&host, event_offsets, geometry)?;
+            return Err(invalid(
+                "digis",
+                format!("digi {bad}: a module's digis not consecutive in its event"),
+            ));
+        }
+        c.run_graph(d, cut)?;
         let mut clus = output::<i32>(g, n)?;
         let mut clus_in_module = output::<u32>(g, slots)?;
         let mut module_first = output::<u32>(g, slots)?;
@@ -254,19 +275,8 @@ impl ClusterWorkspace {
         .ctx(what)?;
         let status = stage.slots.get(g, 4)?;
         c.enqueue_status(&mut status[..3])?;
-        s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
-            .ctx("reading the digi check")?;
         g.synchronize()?;
-        let runs = decode_first_index(status[3]).map(|d| {
-            invalid(
-                "digis",
-                format!("digi {d}: a module's digis not consecutive in its event"),
-            )
-        });
-        let decoded = match (c.decode_status(status[0], status[1], status[2]), runs) {
-            (Ok(_), Some(e)) => Err(e),
-            (r, _) => r,
-        };
+        let decoded = c.decode_status(status[0], status[1], status[2]);
         let (medium_modules, fallback_modules) = match decoded {
             Ok(counts) => counts,
             Err(Error::InvalidInput { what, detail }) => {
