@@ -511,6 +511,8 @@ fn pet_sort_of_presorted_runs() {
         runs_of(3, 256, 20, 300),
         runs_of(4, pet::par::MAX_RUNS, 3, 40),
         runs_of(5, pet::par::MAX_RUNS + 1, 3, 40),
+        // Over 4 MiB: the output on huge pages.
+        runs_of(8, 64, 5000, 1000),
     ];
     let mut halves = runs_of(6, 5, 100, 20);
     for s in &mut halves {

@@ -93,6 +93,14 @@ pub fn convert_in_pieces(
     // singles through per-piece vectors.
     let n = frames.len();
     let mut out: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut out);
+    if rayon::current_num_threads() == 1 || n <= piece {
+        // One thread: one piece, its singles written in place (no move down).
+        let (len, st) = convert_piece(frames, &c, position, energy, out.spare_capacity_mut());
+        // SAFETY: `convert_piece` wrote the first `len` slots.
+        unsafe { out.set_len(len) };
+        return (out, st);
+    }
     let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
         .par_chunks_mut(piece)
         .zip(frames.par_chunks(piece))
@@ -116,13 +124,109 @@ pub fn convert_in_pieces(
     (out, st)
 }
 
+/// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
+/// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more): one page fault per 2 MiB
+/// instead of per 4 KiB when the output is first written. A hint: nothing else changes.
+fn huge_pages<T>(v: &mut Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let spare = v.spare_capacity_mut();
+        let bytes = std::mem::size_of_val(spare);
+        if bytes < 2 * HUGE {
+            return;
+        }
+        let start = spare.as_mut_ptr() as usize;
+        let lo = start.next_multiple_of(HUGE);
+        let hi = (start + bytes) / HUGE * HUGE;
+        if hi > lo {
+            // SAFETY: `[lo, hi)` lies inside `v`'s allocation (its spare capacity), which
+            // stays mapped while `v` lives; MADV_HUGEPAGE only changes how the range is
+            // backed, never its contents, and its failure is harmless (ignored).
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
 /// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
 /// loop of independent loads, so that many cache misses of the (tens of MB) energy table
 /// are in flight at once instead of one or two per frame.
 const STEP: usize = 64;
 
+/// One step's frames up to their energy-table indices (see [`convert_piece`]).
+struct Step {
+    len: usize,
+    words: [[u32; 4]; STEP],
+    ok: [bool; STEP],
+    at: [u32; STEP],
+    local: [u32; STEP],
+    clamped: [bool; STEP],
+}
+
+impl Step {
+    fn new() -> Self {
+        Step {
+            len: 0,
+            words: [[0; 4]; STEP],
+            ok: [false; STEP],
+            at: [0; STEP],
+            local: [0; STEP],
+            clamped: [false; STEP],
+        }
+    }
+
+    /// Reads `fs` (at most [`STEP`] frames) up to their energy-table indices, and asks the
+    /// cache for the energy entries (a prefetch: [`convert_piece`] reads them a step later).
+    fn prepare(&mut self, fs: &[DataFrameV2], c: &ConvertConsts, position: &[u8], energy: &[f32]) {
+        self.len = fs.len();
+        // The frame as the kernel reads it: four little-endian words (a copy: frames are
+        // only byte-aligned).
+        for (w, f) in self.words.iter_mut().zip(fs) {
+            *w = bytemuck::cast(*f);
+        }
+        let mut origin = [0u32; STEP];
+        let mut du = [0u32; STEP];
+        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
+        // by `words_position` / `words_energy`; the tables are at least that long).
+        for (j, w) in self.words[..fs.len()].iter().enumerate() {
+            let (pat, du_index, pok) = k::words_position(w, c);
+            origin[j] = if pok {
+                position[pat as usize] as u32
+            } else {
+                0
+            };
+            du[j] = du_index;
+            self.ok[j] = pok;
+        }
+        for (j, w) in self.words[..fs.len()].iter().enumerate() {
+            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], self.ok[j]);
+            self.at[j] = if eok { eat } else { 0 };
+            self.local[j] = l;
+            self.ok[j] = eok;
+            self.clamped[j] = cl;
+            prefetch(energy.as_ptr().wrapping_add(self.at[j] as usize));
+        }
+    }
+}
+
+/// A hint to bring the line of `p` into the cache (not an access: any address is fine).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint, not a memory access: it cannot fault, whatever `p`.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Converts `frames`, writing the accepted singles to the start of `out` (as long as
-/// `frames`); returns their number and the statistics.
+/// `frames`); returns their number and the statistics. Software-pipelined: the next step's
+/// table indices are computed and its energy entries prefetched before this step's are
+/// read, so the misses of one step overlap the work of the other.
 fn convert_piece(
     frames: &[DataFrameV2],
     c: &ConvertConsts,
@@ -135,59 +239,42 @@ fn convert_piece(
         frames: frames.len() as u64,
         ..Default::default()
     };
-    let mut origin = [0u32; STEP];
-    let mut du = [0u32; STEP];
-    let mut ok = [false; STEP];
-    let mut at = [0u32; STEP];
-    let mut local = [0u32; STEP];
-    let mut clamped = [false; STEP];
+    let mut cur = Box::new(Step::new());
+    let mut next = Box::new(Step::new());
+    let mut steps = frames.chunks(STEP).enumerate().peekable();
+    if let Some((_, fs)) = steps.peek() {
+        cur.prepare(fs, c, position, energy);
+    }
     let mut factor = [0f32; STEP];
-    let mut words = [[0u32; 4]; STEP];
-    for (b, fs) in frames.chunks(STEP).enumerate() {
-        // The frame as the kernel reads it: four little-endian words (a copy: frames are
-        // only byte-aligned).
-        for (w, f) in words.iter_mut().zip(fs) {
-            *w = bytemuck::cast(*f);
+    while let Some((b, _)) = steps.next() {
+        if let Some((_, fs)) = steps.peek() {
+            next.prepare(fs, c, position, energy);
         }
-        let ws = &words[..fs.len()];
-        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
-        // by `words_position` / `words_energy`; the tables are at least that long).
-        for (j, w) in ws.iter().enumerate() {
-            let (pat, du_index, pok) = k::words_position(w, c);
-            origin[j] = if pok {
-                position[pat as usize] as u32
+        let s = &*cur;
+        for j in 0..s.len {
+            factor[j] = if s.ok[j] {
+                energy[s.at[j] as usize]
             } else {
-                0
+                0.0
             };
-            du[j] = du_index;
-            ok[j] = pok;
         }
-        for (j, w) in ws.iter().enumerate() {
-            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], ok[j]);
-            at[j] = eat;
-            local[j] = l;
-            ok[j] = eok;
-            clamped[j] = cl;
-        }
-        for j in 0..ws.len() {
-            factor[j] = if ok[j] { energy[at[j] as usize] } else { 0.0 };
-        }
-        for (j, w) in ws.iter().enumerate() {
-            if !ok[j] {
+        for (j, w) in s.words[..s.len].iter().enumerate() {
+            if !s.ok[j] {
                 st.bad_address += 1;
                 st.first_bad_address.get_or_insert((b * STEP + j) as u64);
                 continue;
             }
-            let (s, status) = k::words_single(w, c, local[j], factor[j], clamped[j]);
+            let (single, status) = k::words_single(w, c, s.local[j], factor[j], s.clamped[j]);
             st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
             if status & CONVERT_ACCEPTED != 0 {
                 st.accepted += 1;
-                out[kept].write(s);
+                out[kept].write(single);
                 kept += 1;
             } else {
                 st.rejected_energy += 1;
             }
         }
+        std::mem::swap(&mut cur, &mut next);
     }
     (kept, st)
 }
@@ -351,6 +438,7 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
         .map(|w| w[1].iter().zip(&w[0]).map(|(b, a)| b - a).sum())
         .collect();
     let mut out: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut out);
     {
         let mut rest = &mut out.spare_capacity_mut()[..n];
         let mut dst = Vec::with_capacity(parts);
@@ -466,6 +554,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     // The first pass reads the input: no copy of it; two buffers, each fully written by the
     // pass that fills it.
     let mut a: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut a);
     radix_pass(
         singles,
         &mut a.spare_capacity_mut()[..n],
@@ -476,6 +565,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     // SAFETY: `radix_pass` writes every one of the `n` slots.
     unsafe { a.set_len(n) };
     let mut b: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut b);
     let mut shift = lo + RADIX_BITS;
     while shift < hi {
         b.clear();
