@@ -400,6 +400,33 @@ fn pet_conversion() {
                 b.pet_convert(&frames, &scanner).unwrap() == want,
                 "{t} threads"
             );
+            // Into a reused vector: stale contents, too small and then large enough.
+            let mut out = vec![want.0.first().copied().unwrap_or_default(); 3];
+            for _ in 0..2 {
+                let st = b
+                    .pet_convert_into(bytemuck::cast_slice(&frames), &scanner, &mut out)
+                    .unwrap();
+                assert!(out == want.0 && st == want.1, "into, {t} threads");
+            }
+        }
+        for piece in PIECES {
+            for (t, (got, st)) in on_threads(|| {
+                let mut out = vec![Single::default(); frames.len() + 5];
+                let st = pet::par::convert_into_in_pieces(
+                    &frames,
+                    &scanner.params,
+                    &scanner.position,
+                    &scanner.energy,
+                    piece,
+                    &mut out,
+                );
+                (out, st)
+            }) {
+                assert!(
+                    got == want.0 && st == want.1,
+                    "into, piece {piece}, {t} threads"
+                );
+            }
         }
     }
     // An empty input, and a scanner whose tables are too short: the oracle's way.
@@ -528,7 +555,8 @@ fn pet_sort_of_presorted_runs() {
     cases.push(wide);
     for v in &cases {
         let want = poracle::sort(v).unwrap();
-        for piece in PIECES {
+        // Small pieces of the large case would take minutes (a histogram per piece).
+        for piece in PIECES.into_iter().filter(|&p| v.len() < 10_000 || p >= 64) {
             for (t, got) in on_threads(|| pet::par::sort_in_pieces(v, piece).unwrap()) {
                 assert!(
                     got == want,

@@ -367,10 +367,8 @@ impl Backend {
                     }
                 };
                 debug_assert_eq!(f.len(), n);
-                let (singles, st) =
-                    self.on_cpu(|| super::par::convert(f, &s.params, &s.position, &s.energy));
-                *out = singles;
-                Ok(st)
+                Ok(self
+                    .on_cpu(|| super::par::convert_into(f, &s.params, &s.position, &s.energy, out)))
             }
             Some(g) => {
                 let copies = self.host_copies();

@@ -79,27 +79,59 @@ pub fn convert_in_pieces(
     energy: &[f32],
     piece: usize,
 ) -> (Vec<Single>, ConvertStats) {
+    let mut out = Vec::new();
+    let st = convert_into_in_pieces(frames, p, position, energy, piece, &mut out);
+    (out, st)
+}
+
+/// [`convert`] into `out` (cleared; its allocation reused when large enough: no page
+/// faults on repeated calls).
+pub fn convert_into(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    out: &mut Vec<Single>,
+) -> ConvertStats {
+    convert_into_in_pieces(frames, p, position, energy, PIECE, out)
+}
+
+/// [`convert_into`] in pieces of `piece` frames (tests use small pieces).
+#[doc(hidden)]
+pub fn convert_into_in_pieces(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    piece: usize,
+    out: &mut Vec<Single>,
+) -> ConvertStats {
     let piece = piece.max(1);
     let usable = cfg!(target_endian = "little")
         && super::validate_params(p).is_ok()
         && position.len() as u64 >= p.position_entries()
         && energy.len() as u64 >= p.energy_entries();
     if !usable {
-        return oracle::convert_par(frames, p, position, energy);
+        let (singles, st) = oracle::convert_par(frames, p, position, energy);
+        *out = singles;
+        return st;
     }
     let c = ConvertConsts::new(p);
     // Each piece writes its singles at its own frame offset of the output (room for all of
     // its frames), then the pieces are moved down in order: one allocation, no copy of the
     // singles through per-piece vectors.
     let n = frames.len();
-    let mut out: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut out);
+    out.clear();
+    if out.capacity() < n {
+        *out = Vec::with_capacity(n);
+        huge_pages(out);
+    }
     if rayon::current_num_threads() == 1 || n <= piece {
         // One thread: one piece, its singles written in place (no move down).
         let (len, st) = convert_piece(frames, &c, position, energy, out.spare_capacity_mut());
         // SAFETY: `convert_piece` wrote the first `len` slots.
         unsafe { out.set_len(len) };
-        return (out, st);
+        return st;
     }
     let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
         .par_chunks_mut(piece)
@@ -121,7 +153,7 @@ pub fn convert_in_pieces(
     }
     // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
     unsafe { out.set_len(len) };
-    (out, st)
+    st
 }
 
 /// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
