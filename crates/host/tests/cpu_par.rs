@@ -400,6 +400,33 @@ fn pet_conversion() {
                 b.pet_convert(&frames, &scanner).unwrap() == want,
                 "{t} threads"
             );
+            // Into a reused vector: stale contents, too small and then large enough.
+            let mut out = vec![want.0.first().copied().unwrap_or_default(); 3];
+            for _ in 0..2 {
+                let st = b
+                    .pet_convert_into(bytemuck::cast_slice(&frames), &scanner, &mut out)
+                    .unwrap();
+                assert!(out == want.0 && st == want.1, "into, {t} threads");
+            }
+        }
+        for piece in PIECES {
+            for (t, (got, st)) in on_threads(|| {
+                let mut out = vec![Single::default(); frames.len() + 5];
+                let st = pet::par::convert_into_in_pieces(
+                    &frames,
+                    &scanner.params,
+                    &scanner.position,
+                    &scanner.energy,
+                    piece,
+                    &mut out,
+                );
+                (out, st)
+            }) {
+                assert!(
+                    got == want.0 && st == want.1,
+                    "into, piece {piece}, {t} threads"
+                );
+            }
         }
     }
     // An empty input, and a scanner whose tables are too short: the oracle's way.
@@ -480,6 +507,70 @@ fn pet_sort_and_merge() {
         format!("{:?}", pet::par::sort(&bad).unwrap_err()),
         format!("{:?}", poracle::sort(&bad).unwrap_err())
     );
+}
+
+/// Presorted runs, as PET data come (module by module, each in time order): `runs` runs of
+/// integer times, with ties inside and across runs.
+fn runs_of(seed: u64, runs: usize, per_run: usize, spread: u32) -> Vec<Single> {
+    let mut r = rng(seed);
+    let mut v = Vec::new();
+    for k in 0..runs {
+        let mut t = r.below(spread) as f64;
+        for _ in 0..per_run + r.below(3) as usize {
+            t += r.below(3) as f64;
+            v.push(Single {
+                crystal: k as u32,
+                energy: r.below(1000) as f32,
+                time: t,
+            });
+        }
+    }
+    v
+}
+
+#[test]
+fn pet_sort_of_presorted_runs() {
+    // One run, a few, the GPU chain's 256 modules, the most the multiway merge takes, one
+    // more (radix sort), and runs of non-integer times (radix sort).
+    let mut cases = vec![
+        runs_of(1, 1, 500, 10),
+        runs_of(2, 3, 200, 50),
+        runs_of(3, 256, 20, 300),
+        runs_of(4, pet::par::MAX_RUNS, 3, 40),
+        runs_of(5, pet::par::MAX_RUNS + 1, 3, 40),
+        // Over 4 MiB: the output on huge pages.
+        runs_of(8, 64, 5000, 1000),
+    ];
+    let mut halves = runs_of(6, 5, 100, 20);
+    for s in &mut halves {
+        s.time = s.time / 2.0 - 3.0;
+    }
+    cases.push(halves);
+    // Times near 2^53, a zero among them: the widest integer keys.
+    let mut wide = runs_of(7, 4, 50, 5);
+    for s in &mut wide {
+        s.time += ((1u64 << 53) - (1 << 20)) as f64;
+    }
+    wide[0].time = 0.0;
+    cases.push(wide);
+    for v in &cases {
+        let want = poracle::sort(v).unwrap();
+        // Small pieces of the large case would take minutes (a histogram per piece).
+        for piece in PIECES.into_iter().filter(|&p| v.len() < 10_000 || p >= 64) {
+            for (t, got) in on_threads(|| pet::par::sort_in_pieces(v, piece).unwrap()) {
+                assert!(
+                    got == want,
+                    "runs of {}, piece {piece}, {t} threads",
+                    v.len()
+                );
+            }
+            let radix = pet::par::radix_sort_in_pieces(v, piece).unwrap();
+            assert!(radix == want, "radix, {}, piece {piece}", v.len());
+        }
+        for (t, b) in backends() {
+            assert!(b.pet_sort(v).unwrap() == want, "{t} threads");
+        }
+    }
 }
 
 fn same_pairs(a: &[Coincidence], b: &[Coincidence]) -> bool {

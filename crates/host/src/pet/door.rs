@@ -391,10 +391,8 @@ impl Backend {
                     }
                 };
                 debug_assert_eq!(f.len(), n);
-                let (singles, st) =
-                    self.on_cpu(|| super::par::convert(f, &s.params, &s.position, &s.energy));
-                *out = singles;
-                Ok(st)
+                Ok(self
+                    .on_cpu(|| super::par::convert_into(f, &s.params, &s.position, &s.energy, out)))
             }
             Some(g) => {
                 let copies = self.host_copies();
@@ -409,11 +407,11 @@ impl Backend {
 
     /// [`Backend::pet_sort`] into `out` (cleared, its allocation reused).
     pub fn pet_sort_into(&self, singles: &[Single], out: &mut Vec<Single>) -> Result<()> {
-        crate::pet::cpu::check_times(singles, "singles to sort")?;
+        self.on_cpu(|| super::par::check_times(singles, "singles to sort"))?;
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
             None => {
-                *out = self.on_cpu(|| super::par::sort(singles))?;
+                *out = self.on_cpu(|| super::par::sort_unchecked(singles));
                 Ok(())
             }
             Some(g) => {
@@ -433,7 +431,7 @@ impl Backend {
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
         c.validate()?;
-        crate::pet::cpu::check_sorted(singles)?;
+        self.on_cpu(|| super::par::check_sorted(singles))?;
         check_u32_len("singles", singles.len())?;
         match self.gpu() {
             None => {

@@ -202,10 +202,10 @@ impl Backend {
     /// [`Backend::pet_sort`] by a chosen GPU method (the CPU backend runs the oracle either
     /// way; both methods give the same, stable result).
     pub fn pet_sort_with(&self, singles: &[Single], method: PetSortMethod) -> Result<Vec<Single>> {
-        crate::pet::cpu::check_times(singles, "singles to sort")?;
+        self.on_cpu(|| par::check_times(singles, "singles to sort"))?;
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
-            None => self.on_cpu(|| par::sort(singles)),
+            None => Ok(self.on_cpu(|| par::sort_unchecked(singles))),
             Some(_) if method == PetSortMethod::Radix => {
                 let mut out = Vec::new();
                 self.pet_sort_into(singles, &mut out)?;
@@ -678,7 +678,7 @@ pub fn check_run_starts(starts: &[u32], n: usize) -> Result<()> {
 
 /// Checks that each run is sorted by time (and every time finite).
 pub fn check_runs_sorted(singles: &[Single], starts: &[u32]) -> Result<()> {
-    crate::pet::cpu::check_times(singles, "singles to merge")?;
+    crate::pet::par::check_times(singles, "singles to merge")?;
     for r in 0..starts.len() - 1 {
         let (a, b) = (starts[r] as usize, starts[r + 1] as usize);
         if let Some(i) = (a + 1..b).find(|&i| singles[i].time < singles[i - 1].time) {

@@ -79,20 +79,60 @@ pub fn convert_in_pieces(
     energy: &[f32],
     piece: usize,
 ) -> (Vec<Single>, ConvertStats) {
+    let mut out = Vec::new();
+    let st = convert_into_in_pieces(frames, p, position, energy, piece, &mut out);
+    (out, st)
+}
+
+/// [`convert`] into `out` (cleared; its allocation reused when large enough: no page
+/// faults on repeated calls).
+pub fn convert_into(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    out: &mut Vec<Single>,
+) -> ConvertStats {
+    convert_into_in_pieces(frames, p, position, energy, PIECE, out)
+}
+
+/// [`convert_into`] in pieces of `piece` frames (tests use small pieces).
+#[doc(hidden)]
+pub fn convert_into_in_pieces(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    piece: usize,
+    out: &mut Vec<Single>,
+) -> ConvertStats {
     let piece = piece.max(1);
     let usable = cfg!(target_endian = "little")
         && super::validate_params(p).is_ok()
         && position.len() as u64 >= p.position_entries()
         && energy.len() as u64 >= p.energy_entries();
     if !usable {
-        return oracle::convert_par(frames, p, position, energy);
+        let (singles, st) = oracle::convert_par(frames, p, position, energy);
+        *out = singles;
+        return st;
     }
     let c = ConvertConsts::new(p);
     // Each piece writes its singles at its own frame offset of the output (room for all of
     // its frames), then the pieces are moved down in order: one allocation, no copy of the
     // singles through per-piece vectors.
     let n = frames.len();
-    let mut out: Vec<Single> = Vec::with_capacity(n);
+    out.clear();
+    if out.capacity() < n {
+        *out = Vec::with_capacity(n);
+        huge_pages(out);
+    }
+    if rayon::current_num_threads() == 1 || n <= piece {
+        // One thread: one piece, its singles written in place (no move down).
+        let (len, st) = convert_piece(frames, &c, position, energy, out.spare_capacity_mut());
+        // SAFETY: `convert_piece` wrote the first `len` slots.
+        unsafe { out.set_len(len) };
+        return st;
+    }
     let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
         .par_chunks_mut(piece)
         .zip(frames.par_chunks(piece))
@@ -113,7 +153,33 @@ pub fn convert_in_pieces(
     }
     // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
     unsafe { out.set_len(len) };
-    (out, st)
+    st
+}
+
+/// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
+/// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more): one page fault per 2 MiB
+/// instead of per 4 KiB when the output is first written. A hint: nothing else changes.
+fn huge_pages<T>(v: &mut Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let spare = v.spare_capacity_mut();
+        let bytes = std::mem::size_of_val(spare);
+        if bytes < 2 * HUGE {
+            return;
+        }
+        let start = spare.as_mut_ptr() as usize;
+        let lo = start.next_multiple_of(HUGE);
+        let hi = (start + bytes) / HUGE * HUGE;
+        if hi > lo {
+            // SAFETY: `[lo, hi)` lies inside `v`'s allocation (its spare capacity), which
+            // stays mapped while `v` lives; MADV_HUGEPAGE only changes how the range is
+            // backed, never its contents, and its failure is harmless (ignored).
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
 }
 
 /// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
@@ -121,8 +187,78 @@ pub fn convert_in_pieces(
 /// are in flight at once instead of one or two per frame.
 const STEP: usize = 64;
 
+/// One step's frames up to their energy-table indices (see [`convert_piece`]).
+struct Step {
+    len: usize,
+    words: [[u32; 4]; STEP],
+    ok: [bool; STEP],
+    at: [u32; STEP],
+    local: [u32; STEP],
+    clamped: [bool; STEP],
+}
+
+impl Step {
+    fn new() -> Self {
+        Step {
+            len: 0,
+            words: [[0; 4]; STEP],
+            ok: [false; STEP],
+            at: [0; STEP],
+            local: [0; STEP],
+            clamped: [false; STEP],
+        }
+    }
+
+    /// Reads `fs` (at most [`STEP`] frames) up to their energy-table indices, and asks the
+    /// cache for the energy entries (a prefetch: [`convert_piece`] reads them a step later).
+    fn prepare(&mut self, fs: &[DataFrameV2], c: &ConvertConsts, position: &[u8], energy: &[f32]) {
+        self.len = fs.len();
+        // The frame as the kernel reads it: four little-endian words (a copy: frames are
+        // only byte-aligned).
+        for (w, f) in self.words.iter_mut().zip(fs) {
+            *w = bytemuck::cast(*f);
+        }
+        let mut origin = [0u32; STEP];
+        let mut du = [0u32; STEP];
+        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
+        // by `words_position` / `words_energy`; the tables are at least that long).
+        for (j, w) in self.words[..fs.len()].iter().enumerate() {
+            let (pat, du_index, pok) = k::words_position(w, c);
+            origin[j] = if pok {
+                position[pat as usize] as u32
+            } else {
+                0
+            };
+            du[j] = du_index;
+            self.ok[j] = pok;
+        }
+        for (j, w) in self.words[..fs.len()].iter().enumerate() {
+            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], self.ok[j]);
+            self.at[j] = if eok { eat } else { 0 };
+            self.local[j] = l;
+            self.ok[j] = eok;
+            self.clamped[j] = cl;
+            prefetch(energy.as_ptr().wrapping_add(self.at[j] as usize));
+        }
+    }
+}
+
+/// A hint to bring the line of `p` into the cache (not an access: any address is fine).
+#[inline(always)]
+fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint, not a memory access: it cannot fault, whatever `p`.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Converts `frames`, writing the accepted singles to the start of `out` (as long as
-/// `frames`); returns their number and the statistics.
+/// `frames`); returns their number and the statistics. Software-pipelined: the next step's
+/// table indices are computed and its energy entries prefetched before this step's are
+/// read, so the misses of one step overlap the work of the other.
 fn convert_piece(
     frames: &[DataFrameV2],
     c: &ConvertConsts,
@@ -135,59 +271,42 @@ fn convert_piece(
         frames: frames.len() as u64,
         ..Default::default()
     };
-    let mut origin = [0u32; STEP];
-    let mut du = [0u32; STEP];
-    let mut ok = [false; STEP];
-    let mut at = [0u32; STEP];
-    let mut local = [0u32; STEP];
-    let mut clamped = [false; STEP];
+    let mut cur = Box::new(Step::new());
+    let mut next = Box::new(Step::new());
+    let mut steps = frames.chunks(STEP).enumerate().peekable();
+    if let Some((_, fs)) = steps.peek() {
+        cur.prepare(fs, c, position, energy);
+    }
     let mut factor = [0f32; STEP];
-    let mut words = [[0u32; 4]; STEP];
-    for (b, fs) in frames.chunks(STEP).enumerate() {
-        // The frame as the kernel reads it: four little-endian words (a copy: frames are
-        // only byte-aligned).
-        for (w, f) in words.iter_mut().zip(fs) {
-            *w = bytemuck::cast(*f);
+    while let Some((b, _)) = steps.next() {
+        if let Some((_, fs)) = steps.peek() {
+            next.prepare(fs, c, position, energy);
         }
-        let ws = &words[..fs.len()];
-        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
-        // by `words_position` / `words_energy`; the tables are at least that long).
-        for (j, w) in ws.iter().enumerate() {
-            let (pat, du_index, pok) = k::words_position(w, c);
-            origin[j] = if pok {
-                position[pat as usize] as u32
+        let s = &*cur;
+        for j in 0..s.len {
+            factor[j] = if s.ok[j] {
+                energy[s.at[j] as usize]
             } else {
-                0
+                0.0
             };
-            du[j] = du_index;
-            ok[j] = pok;
         }
-        for (j, w) in ws.iter().enumerate() {
-            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], ok[j]);
-            at[j] = eat;
-            local[j] = l;
-            ok[j] = eok;
-            clamped[j] = cl;
-        }
-        for j in 0..ws.len() {
-            factor[j] = if ok[j] { energy[at[j] as usize] } else { 0.0 };
-        }
-        for (j, w) in ws.iter().enumerate() {
-            if !ok[j] {
+        for (j, w) in s.words[..s.len].iter().enumerate() {
+            if !s.ok[j] {
                 st.bad_address += 1;
                 st.first_bad_address.get_or_insert((b * STEP + j) as u64);
                 continue;
             }
-            let (s, status) = k::words_single(w, c, local[j], factor[j], clamped[j]);
+            let (single, status) = k::words_single(w, c, s.local[j], factor[j], s.clamped[j]);
             st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
             if status & CONVERT_ACCEPTED != 0 {
                 st.accepted += 1;
-                out[kept].write(s);
+                out[kept].write(single);
                 kept += 1;
             } else {
                 st.rejected_energy += 1;
             }
         }
+        std::mem::swap(&mut cur, &mut next);
     }
     (kept, st)
 }
@@ -247,7 +366,182 @@ fn sort_key(t: f64, integers: bool) -> u64 {
 
 /// Stable sort by time: [`oracle::sort`]'s result (and its error for a non-finite time).
 pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
-    sort_in_pieces(singles, PIECE)
+    check_times(singles, "singles to sort")?;
+    Ok(sort_unchecked(singles))
+}
+
+/// [`sort`] of singles whose times are known finite ([`check_times`] passed).
+pub(crate) fn sort_unchecked(singles: &[Single]) -> Vec<Single> {
+    sort_unchecked_in_pieces(singles, PIECE)
+}
+
+/// [`sort_unchecked`] in pieces of `piece` singles: presorted runs (at most [`MAX_RUNS`],
+/// integer times) merged in one pass, else the radix sort.
+fn sort_unchecked_in_pieces(singles: &[Single], piece: usize) -> Vec<Single> {
+    let piece = piece.max(1);
+    match sorted_runs(singles, piece) {
+        Some(starts) if integer_times(singles, piece) => merge_runs(singles, &starts, piece),
+        _ => radix_sort(singles, piece),
+    }
+}
+
+/// Whether every time is a non-negative integer below 2^53 (frame counters).
+fn integer_times(singles: &[Single], piece: usize) -> bool {
+    singles.par_chunks(piece.max(1)).all(|c| {
+        c.iter()
+            .all(|s| s.time >= 0.0 && s.time < INT_LIMIT && s.time.fract() == 0.0)
+    })
+}
+
+/// Most presorted runs that [`sort`] merges in one multiway pass instead of radix sorting.
+pub const MAX_RUNS: usize = 1024;
+
+/// Where the input's maximal non-decreasing runs start (and `len` last), when there are at
+/// most [`MAX_RUNS`] of them: PET data come module by module, each module's singles in time
+/// order.
+fn sorted_runs(singles: &[Single], piece: usize) -> Option<Vec<usize>> {
+    let n = singles.len();
+    if n < 2 {
+        return None;
+    }
+    let piece = piece.max(1);
+    let breaks: Vec<Vec<usize>> = singles
+        .par_chunks(piece)
+        .enumerate()
+        .map(|(k, c)| {
+            let base = k * piece;
+            let mut b = Vec::new();
+            if k > 0 && c[0].time < singles[base - 1].time {
+                b.push(base);
+            }
+            for (i, w) in c.windows(2).enumerate() {
+                if w[1].time < w[0].time {
+                    b.push(base + i + 1);
+                    if b.len() > MAX_RUNS {
+                        break;
+                    }
+                }
+            }
+            b
+        })
+        .collect();
+    let count: usize = breaks.iter().map(Vec::len).sum();
+    if count + 1 > MAX_RUNS {
+        return None;
+    }
+    let mut starts = Vec::with_capacity(count + 2);
+    starts.push(0);
+    starts.extend(breaks.into_iter().flatten());
+    starts.push(n);
+    Some(starts)
+}
+
+/// Stable merge of the sorted runs `singles[starts[r]..starts[r + 1]]` (at most
+/// [`MAX_RUNS`], integer times below 2^53; ties: the earlier run first): the output is cut at splitter times into pieces of about `piece` singles,
+/// each merged on its own (a loser tree over the runs) and written to its offset.
+fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single> {
+    let n = singles.len();
+    let runs = starts.len() - 1;
+    let piece = piece.max(1);
+    // Splitters: quantiles of a sorted sample of the times. Every single of a time `t` falls
+    // in the piece below the first splitter above `t`, so equal times stay in one piece.
+    let parts = n.div_ceil(piece);
+    let sample_n = (parts * 8).min(n);
+    let mut sample: Vec<f64> = (0..sample_n)
+        .map(|i| singles[i * n / sample_n].time)
+        .collect();
+    sample.sort_unstable_by(f64::total_cmp);
+    let splitters: Vec<f64> = (1..parts).map(|p| sample[p * sample_n / parts]).collect();
+    // cuts[p][r]: where piece p starts in run r.
+    let cut = |t: f64| -> Vec<usize> {
+        (0..runs)
+            .map(|r| {
+                let (a, b) = (starts[r], starts[r + 1]);
+                a + singles[a..b].partition_point(|s| s.time < t)
+            })
+            .collect()
+    };
+    let mut cuts: Vec<Vec<usize>> = Vec::with_capacity(parts + 1);
+    cuts.push(starts[..runs].to_vec());
+    cuts.extend(splitters.par_iter().map(|&t| cut(t)).collect::<Vec<_>>());
+    cuts.push(starts[1..].to_vec());
+    let sizes: Vec<usize> = cuts
+        .windows(2)
+        .map(|w| w[1].iter().zip(&w[0]).map(|(b, a)| b - a).sum())
+        .collect();
+    let mut out: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut out);
+    {
+        let mut rest = &mut out.spare_capacity_mut()[..n];
+        let mut dst = Vec::with_capacity(parts);
+        for &len in &sizes {
+            let (d, r) = rest.split_at_mut(len);
+            dst.push(d);
+            rest = r;
+        }
+        dst.into_par_iter()
+            .enumerate()
+            .for_each(|(p, d)| loser_merge(singles, &cuts[p], &cuts[p + 1], d));
+    }
+    // SAFETY: the pieces' sizes sum to `n` (every run is cut into consecutive ranges from its
+    // start to its end), and `loser_merge` writes every slot of its piece.
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// Bits of a merge key that hold the run (below the time): `MAX_RUNS <= 1 << RUN_BITS`.
+const RUN_BITS: u32 = 10;
+
+/// Merges the ranges `singles[lo[r]..hi[r]]` (each sorted, integer times below 2^53) into
+/// `out` (as long as their sum), stably (ties: lower `r` first), by a loser tree of `u64`
+/// keys `time << RUN_BITS | r`: one compare and two selects per level, no branch.
+fn loser_merge(
+    singles: &[Single],
+    lo: &[usize],
+    hi: &[usize],
+    out: &mut [std::mem::MaybeUninit<Single>],
+) {
+    const MASK: u64 = (1 << RUN_BITS) - 1;
+    let k = lo.len();
+    debug_assert!(k <= 1 << RUN_BITS);
+    let leaves = k.next_power_of_two().max(2);
+    let mut pos: Vec<usize> = lo.to_vec();
+    pos.resize(leaves, 0);
+    let mut end: Vec<usize> = hi.to_vec();
+    end.resize(leaves, 0);
+    // An exhausted run's key is `u64::MAX`, above every real key (< 2^63); `out.len()`
+    // bounds the steps, so none is ever taken.
+    let head = |r: usize, at: usize, end: usize| -> u64 {
+        if at < end {
+            (singles[at].time as u64) << RUN_BITS | r as u64
+        } else {
+            u64::MAX
+        }
+    };
+    let mut tree = vec![0u64; leaves];
+    let mut win = vec![0u64; 2 * leaves];
+    for r in 0..leaves {
+        win[leaves + r] = head(r, pos[r], end[r]);
+    }
+    for node in (1..leaves).rev() {
+        let (a, b) = (win[2 * node], win[2 * node + 1]);
+        win[node] = a.min(b);
+        tree[node] = a.max(b);
+    }
+    let mut w = win[1];
+    for slot in out.iter_mut() {
+        let r = (w & MASK) as usize;
+        slot.write(singles[pos[r]]);
+        pos[r] += 1;
+        w = head(r, pos[r], end[r]);
+        let mut node = (r + leaves) / 2;
+        while node >= 1 {
+            let l = tree[node];
+            tree[node] = l.max(w);
+            w = l.min(w);
+            node /= 2;
+        }
+    }
 }
 
 /// Key bits per radix pass.
@@ -256,16 +550,25 @@ const RADIX_BITS: u32 = 11;
 /// [`sort`] with passes in pieces of `piece` singles (tests use small pieces).
 #[doc(hidden)]
 pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
-    let piece = piece.max(1);
     check_times(singles, "singles to sort")?;
+    Ok(sort_unchecked_in_pieces(singles, piece))
+}
+
+/// [`sort_in_pieces`] by the radix sort whatever the input (tests).
+#[doc(hidden)]
+pub fn radix_sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
+    check_times(singles, "singles to sort")?;
+    Ok(radix_sort(singles, piece))
+}
+
+/// The LSD radix sort of finite times.
+fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
+    let piece = piece.max(1);
     let n = singles.len();
     if n < 2 {
-        return Ok(singles.to_vec());
+        return singles.to_vec();
     }
-    let integers = singles.par_chunks(piece).all(|c| {
-        c.iter()
-            .all(|s| s.time >= 0.0 && s.time < INT_LIMIT && s.time.fract() == 0.0)
-    });
+    let integers = integer_times(singles, piece);
     // The bits that differ between the keys.
     let k0 = sort_key(singles[0].time, integers);
     let diff = singles
@@ -275,24 +578,47 @@ pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
                 .fold(0u64, |a, s| a | (sort_key(s.time, integers) ^ k0))
         })
         .reduce(|| 0, |a, b| a | b);
-    let mut a = singles.to_vec();
     if diff == 0 {
-        return Ok(a);
+        return singles.to_vec();
     }
     let lo = diff.trailing_zeros();
     let hi = 64 - diff.leading_zeros();
-    let mut b = a.clone();
-    let mut shift = lo;
+    // The first pass reads the input: no copy of it; two buffers, each fully written by the
+    // pass that fills it.
+    let mut a: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut a);
+    radix_pass(
+        singles,
+        &mut a.spare_capacity_mut()[..n],
+        lo,
+        piece,
+        integers,
+    );
+    // SAFETY: `radix_pass` writes every one of the `n` slots.
+    unsafe { a.set_len(n) };
+    let mut b: Vec<Single> = Vec::with_capacity(n);
+    huge_pages(&mut b);
+    let mut shift = lo + RADIX_BITS;
     while shift < hi {
-        radix_pass(&a, &mut b, shift, piece, integers);
+        b.clear();
+        radix_pass(&a, &mut b.spare_capacity_mut()[..n], shift, piece, integers);
+        // SAFETY: as above.
+        unsafe { b.set_len(n) };
         std::mem::swap(&mut a, &mut b);
         shift += RADIX_BITS;
     }
-    Ok(a)
+    a
 }
 
 /// One stable counting pass on the `RADIX_BITS` key bits at `shift`: `src` to `dst`.
-fn radix_pass(src: &[Single], dst: &mut [Single], shift: u32, piece: usize, integers: bool) {
+fn radix_pass(
+    src: &[Single],
+    dst: &mut [std::mem::MaybeUninit<Single>],
+    shift: u32,
+    piece: usize,
+    integers: bool,
+) {
+    debug_assert_eq!(src.len(), dst.len());
     const BUCKETS: usize = 1 << RADIX_BITS;
     let digit = |s: &Single| ((sort_key(s.time, integers) >> shift) as usize) & (BUCKETS - 1);
     let hist: Vec<[usize; BUCKETS]> = src
@@ -314,7 +640,7 @@ fn radix_pass(src: &[Single], dst: &mut [Single], shift: u32, piece: usize, inte
             sum += h[d];
         }
     }
-    let out = SendPtr(dst.as_mut_ptr());
+    let out = SendPtr(dst.as_mut_ptr().cast::<Single>());
     src.par_chunks(piece)
         .zip(offs.into_par_iter())
         .for_each(|(c, mut o)| {
