@@ -148,7 +148,7 @@ def test_primitives_device_arrays_equal_numpy(b, dev):
     same(b.scan(d), b.scan(v))
     same(b.select(d, 1000, 2**31), b.select(v, 1000, 2**31))
     small = v % 100
-    same(b.histogram(produce(dev, small, s), 64)[0], b.histogram(small, 64)[0])
+    same(b.histogram(produce(dev, small, s), 64, stream=s)[0], b.histogram(small, 64)[0])
     same(b.radix_sort(d), b.radix_sort(v))
     same(b.argsort(d), b.argsort(v))
 
@@ -231,7 +231,7 @@ def test_scan_and_sort_of_exact_dtypes_stay_on_the_device(b, dev):
             same(keys, b.radix_sort(v, descending=True))
             same(idx, b.argsort(v, descending=True))
     keys = rng.integers(0, 300, 50_000, dtype=np.uint32)
-    counts, oor, first = _detkit.device_histogram(b._b, produce(dev, keys, s), "keys", 256)
+    counts, oor, first = _detkit.device_histogram(b._b, produce(dev, keys, s), "keys", 256, stream=s)
     want = b.histogram(keys, 256)
     same(counts, want[0])
     assert (oor, first) == want[1:]
@@ -240,6 +240,6 @@ def test_scan_and_sort_of_exact_dtypes_stay_on_the_device(b, dev):
     # Other dtypes and layouts take the general path (converted on the host): same results.
     v = np.arange(1000, dtype=np.int64)
     assert _detkit.device_scan(b._b, produce(dev, v, s), "values", False) is None
-    same(b.scan(produce(dev, v, s)), b.scan(v.astype(np.uint32)))
+    same(b.scan(produce(dev, v, s), stream=s), b.scan(v.astype(np.uint32)))
     with pytest.raises(detkit.InvalidInputError):
         b.radix_sort(produce(dev, v.astype(np.uint32), s), end_bit=33)
