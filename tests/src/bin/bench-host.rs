@@ -814,8 +814,8 @@ fn main() -> Result<()> {
         );
         for r in &rows {
             s += &format!(
-                "{},{},{:.4},{:.4},{},{:.4},{:.4},{},{},{}\n",
-                r.what,
+                "\"{}\",{},{:.4},{:.4},{},{:.4},{:.4},{},{},{}\n",
+                r.what.replace('"', "\"\""),
                 r.items,
                 r.pinned_ms,
                 r.pageable_ms,
