@@ -4,62 +4,15 @@
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
 use predicates::prelude::*;
 use predicates::str::contains;
 
-fn detkit() -> Command {
-    let mut c = Command::cargo_bin("detkit").expect("the detkit binary");
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
-
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Self {
-        Dir(tempfile::tempdir().expect("a temporary directory"))
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.path().join(name)
-    }
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    }
-    fn files(&self) -> Vec<String> {
-        let mut v: Vec<String> = std::fs::read_dir(self.0.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        v.sort();
-        v
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{detkit, s, Dir};
 
 /// A small PET acquisition: DIR/scanner.toml, tables, DIR/frames.bin.
 fn pet_dir(d: &Dir) -> PathBuf {
-    let dir = d.path("acq");
-    detkit()
-        .args([
-            "-q",
-            "pet",
-            "generate",
-            "--scanner",
-            "tiny",
-            "--singles",
-            "2000",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .assert()
-        .success();
-    dir
+    common::pet_dir(d, 2000)
 }
 
 const DIGIS: &str = "module,x,y,adc\n0,1,1,5000\n0,1,2,5000\n0,50,50,9000\n3,7,7,8000\n";
@@ -255,7 +208,7 @@ fn a_failed_command_leaves_no_output() {
         .stderr(contains("cut.bin"));
     assert!(!pairs.exists());
     // A bad row late in a clustering input.
-    let digis = d.write("bad.csv", &format!("{DIGIS}1,2,x,4\n"));
+    let digis = d.write("bad.csv", format!("{DIGIS}1,2,x,4\n"));
     let out = d.path("clusters.csv");
     detkit()
         .args([
@@ -549,7 +502,7 @@ fn semantic_errors_name_file_line_and_column_too() {
 #[test]
 fn a_byte_order_mark_is_accepted() {
     let d = Dir::new();
-    let digis = d.write("bom.csv", &format!("\u{feff}{DIGIS}"));
+    let digis = d.write("bom.csv", format!("\u{feff}{DIGIS}"));
     let out = d.path("c.csv");
     detkit()
         .args([

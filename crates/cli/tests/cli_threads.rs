@@ -1,18 +1,10 @@
 //! `--backend cpu` writes the oracle's bytes (the results of the sequential references in
 //! `<family>/cpu.rs`, through the library's writers) whatever `--threads` says.
 
-use std::path::Path;
-
-use assert_cmd::Command;
 use detkit::pet::cpu::{self as poracle, CoincideConfig};
 
-fn detkit() -> Command {
-    Command::cargo_bin("detkit").expect("the detkit binary")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
+mod common;
+use common::{detkit, s};
 
 #[test]
 fn cpu_backend_output_is_the_oracles_on_any_thread_count() {

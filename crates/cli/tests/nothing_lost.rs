@@ -11,19 +11,8 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use predicates::str::contains;
 
-/// The binary under test (`DETKIT_TEST_BIN` runs these tests against another build, e.g. to
-/// see them fail on one from before the fixes).
-fn bin() -> PathBuf {
-    std::env::var_os("DETKIT_TEST_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| assert_cmd::cargo::cargo_bin("detkit"))
-}
-
-fn detkit() -> Command {
-    let mut c = Command::new(bin());
-    c.env_remove("RUST_BACKTRACE");
-    c
-}
+mod common;
+use common::{bin, detkit, names_in, s, Dir};
 
 /// `detkit ARGS` under `sh -c` with `prelude` first (`umask 027`, `ulimit -v N`).
 fn detkit_sh(prelude: &str, args: &[&str]) -> Command {
@@ -36,57 +25,9 @@ fn detkit_sh(prelude: &str, args: &[&str]) -> Command {
     c
 }
 
-struct Dir(tempfile::TempDir);
-
-impl Dir {
-    fn new() -> Self {
-        Dir(tempfile::tempdir().expect("a temporary directory"))
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.path().join(name)
-    }
-    fn write(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
-        let p = self.path(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-    /// File names in the directory (hidden ones too), sorted.
-    fn files(&self) -> Vec<String> {
-        names_in(self.0.path())
-    }
-}
-
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 /// A small PET acquisition: DIR/scanner.toml, tables, DIR/frames.bin.
 fn pet_dir(d: &Dir) -> PathBuf {
-    let dir = d.path("acq");
-    detkit()
-        .args([
-            "-q",
-            "pet",
-            "generate",
-            "--scanner",
-            "tiny",
-            "--singles",
-            "3000",
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .assert()
-        .success();
-    dir
+    common::pet_dir(d, 3000)
 }
 
 /// Singles CSV made by `pet convert` from a small acquisition.
