@@ -1,12 +1,12 @@
 //! The CUDA context: one device, one stream, the kernel image loaded once (a cubin for the
 //! device's architecture when one is embedded, else PTX: see [`crate::ptx`]), and the one
-//! typed launch helper every family's launchers use. This module depends on no family.
+//! typed launch helper every family's launchers use. This module calls no family; the
+//! families' reusable buffers are the typed fields of [`crate::scratch::Scratch`].
 //!
 //! `cudarc` loads `libcuda` at run time (`dynamic-loading`): nothing of CUDA is needed to
 //! build detkit. [`GpuContext::new`] checks that the library is present before touching
 //! cudarc (which panics when it is missing) and reports a typed error instead.
 
-use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,7 @@ use detkit_gpu::{DevPtr, KernelParams};
 
 use crate::error::{DriverContext, Error, Result};
 use crate::ptx::{Arch, Image, ImageKind};
+use crate::scratch::{Scratch, ScratchSlot};
 
 /// A buffer in device memory (cudarc's `CudaSlice`; allocations are 256-byte aligned).
 pub type DeviceBuffer<T> = CudaSlice<T>;
@@ -51,7 +52,7 @@ pub struct GpuContext {
     name: String,
     sm_count: u32,
     loaded: Arc<LoadedImage>,
-    scratch: Mutex<HashMap<TypeId, Box<dyn Any + Send>>>,
+    scratch: Mutex<Scratch>,
     capturing: AtomicBool,
     /// Device and pinned host allocations made through this context and its forks.
     allocations: Arc<AtomicU64>,
@@ -126,7 +127,7 @@ impl GpuContext {
             name,
             sm_count,
             loaded: Arc::new(loaded),
-            scratch: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(Scratch::default()),
             capturing: AtomicBool::new(false),
             allocations: Arc::new(AtomicU64::new(0)),
         })
@@ -164,7 +165,7 @@ impl GpuContext {
             name: self.name.clone(),
             sm_count: self.sm_count,
             loaded: self.loaded.clone(),
-            scratch: Mutex::new(HashMap::new()),
+            scratch: Mutex::new(Scratch::default()),
             capturing: AtomicBool::new(false),
             allocations: self.allocations.clone(),
         })
@@ -419,21 +420,12 @@ impl GpuContext {
         DevPtr::from_addr(p)
     }
 
-    /// Runs `f` on this context's scratch state of type `S` (created by `S::default()` on
-    /// first use, kept between calls): temporary device buffers a family reuses, such as the
-    /// scan's tile flags. The context knows nothing of the families that use it.
-    pub(crate) fn with_scratch<S: Default + Send + 'static, R>(
-        &self,
-        f: impl FnOnce(&mut S) -> R,
-    ) -> R {
-        let mut map = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = map
-            .entry(TypeId::of::<S>())
-            .or_insert_with(|| Box::new(S::default()));
-        let s = slot
-            .downcast_mut::<S>()
-            .expect("scratch slot keyed by its own TypeId");
-        f(s)
+    /// Runs `f` on this context's scratch state of type `S` (its own typed field of
+    /// [`Scratch`], created empty with the context and kept between calls): temporary device
+    /// buffers a family reuses, such as the scan's tile flags.
+    pub(crate) fn with_scratch<S: ScratchSlot, R>(&self, f: impl FnOnce(&mut S) -> R) -> R {
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        f(S::slot(&mut scratch))
     }
 
     /// Raises a kernel's dynamic shared-memory limit when a launch needs more than 48 KiB.

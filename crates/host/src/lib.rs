@@ -49,6 +49,7 @@ pub mod pool;
 pub mod ptx;
 pub mod rng;
 pub mod scan;
+pub(crate) mod scratch;
 pub mod seeding;
 pub mod sort;
 pub mod staging;

@@ -12,7 +12,7 @@ use crate::sort::SortOptions;
 /// out-of-range word, kept in the context's scratch (grown on demand) so that a call with
 /// caller-provided outputs allocates nothing.
 #[derive(Default)]
-struct BucketTemp {
+pub(crate) struct BucketTemp {
     sorted_keys: Option<DeviceBuffer<u32>>,
     first_bad: Option<DeviceBuffer<u32>>,
 }

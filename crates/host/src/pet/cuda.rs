@@ -19,7 +19,7 @@ pub type SinglesBuffer = CudaSlice<u64>;
 
 /// Reusable buffers of [`GpuContext::pet_sort_radix_device`] (grown on demand).
 #[derive(Default)]
-struct PetRadixTemp {
+pub(crate) struct PetRadixTemp {
     keys: Option<CudaSlice<u64>>,
     sorted: Option<CudaSlice<u64>>,
     index: Option<CudaSlice<u32>>,

@@ -421,7 +421,7 @@ impl std::fmt::Display for PetSortPath {
 
 /// Reusable device buffers of the merge (grown on demand).
 #[derive(Default)]
-struct MergeTemp {
+pub(crate) struct MergeTemp {
     /// Status word, radix-segment count, bucket-segment count, every level's starts, then every level's rows.
     words: Option<CudaSlice<u32>>,
     /// Every level's sample records (input, then merged output), two words per record.
