@@ -79,6 +79,8 @@ assert (SINGLE_DTYPE.itemsize, COINCIDENCE_DTYPE.itemsize, FRAME_DTYPE.itemsize)
 
 def _as(a, dtype, name: str) -> np.ndarray:
     """``a`` as a contiguous 1-D array of ``dtype``, converting only when every value fits."""
+    if type(a) is np.ndarray and a.dtype == dtype and a.ndim == 1 and a.flags.c_contiguous:
+        return a  # the common case, without numpy's conversion calls
     arr = np.asarray(a)
     dtype = np.dtype(dtype)
     if arr.ndim != 1:
@@ -544,7 +546,7 @@ def _seed_columns(c: _Call, x, y, z, var_r=None, var_z=None):
     for equal lengths."""
     x = c.arr(x, np.float32, "x")
     n = x.shape[0]
-    zeros = np.zeros(n, dtype=np.float32)
+    zeros = np.zeros(n, dtype=np.float32) if var_r is None or var_z is None else None
     cols = [x, c.arr(y, np.float32, "y"), c.arr(z, np.float32, "z"),
             zeros if var_r is None else c.arr(var_r, np.float32, "var_r"),
             zeros if var_z is None else c.arr(var_z, np.float32, "var_z")]
