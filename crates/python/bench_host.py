@@ -89,6 +89,48 @@ def median_time(fn, reps):
     return float(np.median(ts))
 
 
+#: ``--phases``: per row, where the time of a call goes (filled by :func:`host_time`).
+PHASES = {}
+
+
+def host_time(row, fn, reps):
+    """:func:`median_time` of a host-data row; with ``--phases`` also the mean time per call
+    of the library's phases and of the Python layer's parts (``_detkit._timers``) over
+    ``reps`` more calls, and the mean call time they ran in."""
+    t = median_time(fn, reps)
+    if PHASES.get(None):
+        k = detkit._detkit
+        k._timers(True)
+        k._timers_take()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        total = (time.perf_counter() - t0) / reps
+        parts = {n: v / reps for n, v in k._timers_take()}
+        k._timers(False)
+        PHASES[row] = (total, parts)
+    return t
+
+
+def print_phases():
+    """The ``--phases`` table: ms per call; ``python`` is the call's time outside this layer's
+    Rust parts (the Python wrapper, argument conversion and checks)."""
+    if len(PHASES) <= 1:
+        return
+    names = None
+    for row, v in PHASES.items():
+        if row is None:
+            continue
+        total, parts = v
+        if names is None:
+            names = [n for n in parts if parts is not None]
+            print("# phases, ms per call (door phases, then this layer's parts):")
+            print("# " + "  ".join(["row", "call"] + names + ["python"]))
+        layer = sum(parts[n] for n in ("layer:door", "layer:fill", "layer:views"))
+        print("# " + "  ".join([row, f"{total * 1e3:.3f}"] + [f"{parts[n] * 1e3:.3f}" for n in names]
+                               + [f"{(total - layer) * 1e3:.3f}"]))
+
+
 def memcpy_time(arrays, reps):
     """Median time of copying these arrays' bytes once in host memory (numpy)."""
     src = [np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in arrays]
@@ -113,14 +155,14 @@ def cluster_rows(b, cpu, reps, rows):
     if "cluster1" in rows:
         ev = events[0]
         same(b.cluster(*ev), cpu.cluster(*ev), "cluster1")
-        t = median_time(lambda: b.cluster(*ev), reps)
+        t = host_time("cluster1", lambda: b.cluster(*ev), reps)
         res = b.cluster(*ev)
         out.append(("cluster1", t, 1, memcpy_time(list(ev) + list(res), reps)))
     if "cluster1-out" in rows:
         ev = events[0]
         o = (np.empty(len(ev[0]), np.int32), np.empty(1856, np.uint32))
         same(b.cluster(*ev, out=o), cpu.cluster(*ev), "cluster1-out")
-        t = median_time(lambda: b.cluster(*ev, out=o), reps)
+        t = host_time("cluster1-out", lambda: b.cluster(*ev, out=o), reps)
         out.append(("cluster1-out", t, 1, memcpy_time(list(ev) + list(o), reps)))
     if "cluster64" in rows:
         cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
@@ -130,7 +172,7 @@ def cluster_rows(b, cpu, reps, rows):
         want = cpu.cluster(*[c[: offs[2]] for c in cols], event_offsets=offs[:3])
         n2 = want[1].size
         same((got[0][: offs[2]], got[1][:n2]), want, "cluster64")
-        t = median_time(lambda: b.cluster(*cols, event_offsets=offs), reps)
+        t = host_time("cluster64", lambda: b.cluster(*cols, event_offsets=offs), reps)
         out.append(("cluster64", t, 64, memcpy_time(cols + [offs] + list(got), reps)))
     return out
 
@@ -141,13 +183,13 @@ def seed_rows(b, cpu, reps, rows):
     if "seed1" in rows:
         ev = events[0]
         same(b.seed(*ev), cpu.seed(*ev), "seed1")
-        t = median_time(lambda: b.seed(*ev), reps)
+        t = host_time("seed1", lambda: b.seed(*ev), reps)
         out.append(("seed1", t, 1, memcpy_time(list(ev) + list(b.seed(*ev)), reps)))
     if "seed64" in rows:
         got = b.seed_events(events)
         for i in (0, 63):
             same(got[i], cpu.seed(*events[i]), f"seed64 event {i}")
-        t = median_time(lambda: b.seed_events(events), reps)
+        t = host_time("seed64", lambda: b.seed_events(events), reps)
         arrays = [c for e in events for c in e] + [a for r in got for a in r]
         out.append(("seed64", t, 64, memcpy_time(arrays, reps)))
     if "seed64-flat" in rows:
@@ -155,7 +197,7 @@ def seed_rows(b, cpu, reps, rows):
         for i in (0, 63):
             lo, hi = flat[4][i], flat[4][i + 1]
             same([a[lo:hi] for a in flat[:4]], cpu.seed(*events[i]), f"seed64-flat event {i}")
-        t = median_time(lambda: b.seed_events_flat(events), reps)
+        t = host_time("seed64-flat", lambda: b.seed_events_flat(events), reps)
         out.append(("seed64-flat", t, 64, memcpy_time([c for e in events for c in e] + list(flat), reps)))
     return out
 
@@ -171,19 +213,19 @@ def pet_rows(b, cpu, reps, rows):
     if singles.tobytes() != want.tobytes():
         raise SystemExit("convert: result differs from the CPU backend; no time printed")
     if "convert" in rows:
-        t = median_time(lambda: b.convert(frames, scanner), reps)
+        t = host_time("convert", lambda: b.convert(frames, scanner), reps)
         out.append(("convert", t, frames.size, memcpy_time([frames, singles], reps)))
     sorted_ = b.sort(singles)
     if sorted_.tobytes() != cpu.sort(singles).tobytes():
         raise SystemExit("sort: result differs from the CPU backend; no time printed")
     if "sort" in rows:
-        t = median_time(lambda: b.sort(singles), reps)
+        t = host_time("sort", lambda: b.sort(singles), reps)
         out.append(("sort", t, singles.size, memcpy_time([singles, sorted_], reps)))
     if "coincide" in rows:
         pairs = b.coincide(sorted_, scanner.time_window)
         if pairs.tobytes() != cpu.coincide(sorted_, scanner.time_window).tobytes():
             raise SystemExit("coincide: result differs from the CPU backend; no time printed")
-        t = median_time(lambda: b.coincide(sorted_, scanner.time_window), reps)
+        t = host_time("coincide", lambda: b.coincide(sorted_, scanner.time_window), reps)
         out.append(("coincide", t, sorted_.size, memcpy_time([sorted_, pairs], reps)))
     return out
 
@@ -317,6 +359,8 @@ def main(argv=None):
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
     ap.add_argument("--files-per-task", default="auto",
                     help="map_files' files_per_task for the Dask rows: a list such as auto,8,32")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print where the host rows' time goes (library phases, layer parts)")
     ap.add_argument("--producer", choices=("detkit", "cupy"), default="detkit",
                     help="who makes the device inputs of the *-dev rows")
     a = ap.parse_args(argv)
@@ -324,6 +368,7 @@ def main(argv=None):
     bad = [r for r in rows if r not in ROWS]
     if bad:
         ap.error(f"unknown rows {bad}; known: {', '.join(ROWS)}")
+    PHASES[None] = a.phases
     b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
     print(f"# {b.description}")
     rust = read_rust(a.rust) if a.rust else {}
@@ -345,6 +390,7 @@ def main(argv=None):
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     for l in lines:
         print("  ".join(v.rjust(w) for v, w in zip(l, widths)))
+    print_phases()
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)

@@ -5,12 +5,13 @@
 
 use std::ops::Range;
 
-use detkit::clustering::{ChargeCut, ClustersMut, DigisRef, Geometry};
+use detkit::clustering::{ChargeCut, ClustersMut, Digis, DigisRef, Geometry};
 use numpy::PyArray1;
 use pyo3::prelude::*;
 
 use crate::errors::err;
 use crate::outputs::{self, first_n};
+use crate::timers::{self, Part};
 use crate::Backend;
 
 /// `(clus, clus_in_module)` of a call or of one of its events.
@@ -73,10 +74,11 @@ impl Backend {
                 hp.get().with(|p: &mut Vec<u32>| {
                     let c = first_n(c, n, &|| format!("{n} digis"))?;
                     let p = first_n(p, slots, &|| format!("{events} events"))?;
-                    run(b, digis, offsets, g, cut, c, p)
+                    timers::time(Part::Door, || run(b, digis, offsets, g, cut, c, p))
                 })
             })
         });
+        let _views = timers::Guard::start();
         let views = r.map_err(err).and_then(|()| {
             let (bc, bp) = (hc.bind(py), hp.bind(py));
             bc.get().with(|c: &mut Vec<i32>| {
@@ -101,4 +103,40 @@ impl Backend {
         self.outputs.put(PER_MODULE, hp);
         views
     }
+}
+
+/// The digis of several files side by side in `all` (its vectors reused: resized to the
+/// total, every element then overwritten), the files copied in parallel; returns the event
+/// offsets.
+pub fn concat(files: &[&Digis], all: &mut Digis) -> Vec<u32> {
+    use rayon::prelude::*;
+    let mut offsets = Vec::with_capacity(files.len() + 1);
+    offsets.push(0u32);
+    let mut total = 0usize;
+    for d in files {
+        total += d.len();
+        // Past u32 the door refuses the batch (its offsets no longer match the digis).
+        offsets.push(u32::try_from(total).unwrap_or(u32::MAX));
+    }
+    let cols = [&mut all.module, &mut all.x, &mut all.y, &mut all.adc];
+    let mut parts: Vec<(&Digis, usize, &mut [u16])> = Vec::with_capacity(4 * files.len());
+    for (c, col) in cols.into_iter().enumerate() {
+        col.resize(total, 0);
+        let mut rest = &mut col[..];
+        for d in files {
+            let (mine, more) = std::mem::take(&mut rest).split_at_mut(d.len());
+            rest = more;
+            parts.push((d, c, mine));
+        }
+    }
+    parts.into_par_iter().for_each(|(d, c, dst)| {
+        let src = match c {
+            0 => &d.module,
+            1 => &d.x,
+            2 => &d.y,
+            _ => &d.adc,
+        };
+        dst.copy_from_slice(src);
+    });
+    offsets
 }

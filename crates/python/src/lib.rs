@@ -24,6 +24,7 @@ mod pool;
 mod scanner;
 mod seeds;
 mod settings;
+mod timers;
 
 use std::path::PathBuf;
 
@@ -51,6 +52,8 @@ pub struct Backend {
     outputs: outputs::Outputs,
     /// The seeding door's per-event outputs, reused (a second thread at once gets its own).
     seed_scratch: std::sync::Mutex<Vec<SeedingOutput>>,
+    /// `cluster_files`' batch of the files' digis, reused.
+    files_scratch: std::sync::Mutex<Digis>,
 }
 
 /// Where a backend lives: its own, or one device of a `DevicePool` (kept alive by the handle).
@@ -81,7 +84,10 @@ impl Backend {
         R: Send,
     {
         let h = self.outputs.take::<T>(py, key)?;
-        let r = py.detach(|| h.get().with(door)).map_err(err);
+        let r = py
+            .detach(|| timers::time(timers::Part::Door, || h.get().with(door)))
+            .map_err(err);
+        let _views = timers::Guard::start();
         let out = r.and_then(|r| {
             let bh = h.bind(py);
             // SAFETY: the holder is this call's alone (`take`), last changed by `door`; the
@@ -104,6 +110,7 @@ impl Backend {
             owner,
             outputs: outputs::Outputs::default(),
             seed_scratch: std::sync::Mutex::new(Vec::new()),
+            files_scratch: std::sync::Mutex::new(Digis::default()),
         }
     }
 }
@@ -139,10 +146,8 @@ impl Backend {
     /// stay valid: their memory goes when they go).
     fn release_results(&self) {
         self.outputs.clear();
-        self.seed_scratch
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        *self.seed_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
+        *self.files_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Digis::default();
     }
 
     /// CPU threads the backend's CPU work runs on.
@@ -327,8 +332,12 @@ impl Backend {
                 let mut p = per_module.try_readwrite().map_err(args::out_borrow)?;
                 let (c, p) = (c.as_slice_mut()?, p.as_slice_mut()?);
                 let b = self.inner();
-                py.detach(|| clusters::run(b, digis, offsets, &g, cut, c, p))
-                    .map_err(err)?;
+                py.detach(|| {
+                    timers::time(timers::Part::Door, || {
+                        clusters::run(b, digis, offsets, &g, cut, c, p)
+                    })
+                })
+                .map_err(err)?;
             }
             return Ok((clus, per_module));
         }
@@ -354,17 +363,14 @@ impl Backend {
         let read: Vec<PyResult<Digis>> = py.detach(|| read_all(&paths, io::load_digis));
         let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
         let modules = g.modules as usize;
-        // The files' digis side by side (one copy), clustered as one batch; each file's
-        // results are views of the batch's.
-        let (all, offsets) = py.detach(|| {
-            let mut all = Digis::default();
-            let mut offsets = vec![0u32];
-            for d in &good {
-                all.extend(d);
-                offsets.push(all.len() as u32);
-            }
-            (all, offsets)
-        });
+        // The files' digis side by side (one parallel copy into memory this backend keeps),
+        // clustered as one batch; each file's results are views of the batch's.
+        let mut all = self
+            .files_scratch
+            .try_lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
+        let offsets = py.detach(|| clusters::concat(&good, &mut all));
         let parts: Vec<_> = offsets
             .windows(2)
             .enumerate()
@@ -373,7 +379,10 @@ impl Backend {
         let batch = self
             .cluster_pooled(py, (&all).into(), &offsets, &g, cut, &parts)
             .ok();
-        drop((good, all));
+        drop(good);
+        if let Ok(mut g) = self.files_scratch.try_lock() {
+            *g = all;
+        }
         let list = PyList::empty(py);
         let mut batch = batch.map(Vec::into_iter);
         for r in read {
@@ -882,6 +891,8 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_pet_frames, m)?)?;
     m.add_function(wrap_pyfunction!(record_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(timers::_timers, m)?)?;
+    m.add_function(wrap_pyfunction!(timers::_timers_take, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_digis, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_spacepoints, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_frames, m)?)?;

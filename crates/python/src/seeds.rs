@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use crate::errors::err;
 use crate::outputs::{self, first_n, Held};
+use crate::timers::{self, Part};
 use crate::Backend;
 
 /// What `seed` returns for one event: seeds `(n, 3)`, weights, z vertices, parameters
@@ -125,7 +126,7 @@ impl Backend {
             let mut mine = Vec::new();
             let mut shared = self.seed_scratch.try_lock().ok();
             let outs: &mut Vec<SeedingOutput> = shared.as_deref_mut().unwrap_or(&mut mine);
-            events.run(b, cfg, outs)?;
+            timers::time(Part::Door, || events.run(b, cfg, outs))?;
             let n_events = events.len();
             // The output of event e (None: no spacepoints) and the offsets.
             let mut which = Vec::with_capacity(n_events);
@@ -153,6 +154,7 @@ impl Backend {
                                 for (d, &s) in off.iter_mut().zip(&offsets) {
                                     *d = s as i64;
                                 }
+                                let _fill = timers::Guard::start_as(Part::Fill);
                                 fill(
                                     &which,
                                     &offsets,
@@ -186,6 +188,7 @@ impl Backend {
 
     /// The columns as arrays: all events together with the offsets.
     pub fn flat_seeds<'py>(&self, py: Python<'py>, c: Columns) -> PyResult<FlatSeeds<'py>> {
+        let _views = timers::Guard::start();
         let n = *c.offsets.last().unwrap_or(&0);
         let e = c.offsets.len();
         let r = (|| {
@@ -211,6 +214,7 @@ impl Backend {
 
     /// The columns as one [`SeedArrays`] per event (views of the columns).
     pub fn event_seeds<'py>(&self, py: Python<'py>, c: Columns) -> PyResult<Vec<SeedArrays<'py>>> {
+        let _views = timers::Guard::start();
         let r = (|| {
             let [s, w, z, p, _] = c.held.each_ref().map(|h| h.bind(py));
             s.get().with(|sv: &mut Vec<u32>| {
