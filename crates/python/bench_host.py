@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import logging
 import os
 import sys
 import tempfile
@@ -287,7 +288,8 @@ def gpu_cluster(workers):
         }}
         for i in range(workers)
     }
-    return SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard": False}})
+    return SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard": False}},
+                       silence_logs=logging.ERROR)
 
 
 def write_event_files(d):
@@ -309,6 +311,13 @@ def write_event_files(d):
                    header="x,y,z,var_r,var_z", comments="")
         sps.append(p)
     return digis, sps
+
+
+def _task_time(func, paths, reps=5):
+    """On a worker: the median time of one ``detkit.dask`` task over ``paths``."""
+    import detkit.dask as dd
+
+    return median_time(lambda: dd._run_files(func, paths, "auto", 0, {}), reps)
 
 
 def dask_rows(workers, reps, rows, files_per_task=(None,)):
@@ -343,6 +352,12 @@ def dask_rows(workers, reps, rows, files_per_task=(None,)):
                                                      files_per_task=fpt), max(3, reps // 2))
                 name = row if fpt is None else f"{row}/{fpt}"
                 out.append((name, t, len(paths), float("nan")))
+            # The workers' own time for their share of the files (one task each, no Dask
+            # in between): what the rest of a map_files call adds is Dask's.
+            share = paths[: -(-len(paths) // workers)]
+            work = client.run(_task_time, func, share)
+            print(f"# {row}: one worker's task of {len(share)} files, run on the worker: "
+                  + ", ".join(f"{1e3 * v:.1f} ms" for v in work.values()))
     finally:
         client.close()
         cluster.close()
