@@ -37,7 +37,9 @@ pub type SpacePointArrays<'py> = (
 pub fn load_digis(path: &Path) -> PyResult<Digis> {
     let bytes = read_file(path)?;
     if bytes.starts_with(cl::BINARY_MAGIC) {
-        cl::read_binary(&bytes[..]).map_err(|e| format_err(path, e))
+        // The file's bytes decoded in place (`read_binary` would copy them once more first);
+        // the same checks and messages.
+        cl::io::read_binary_bytes(&bytes, "binary digis").map_err(|e| format_err(path, e))
     } else {
         cl::read_csv(&bytes[..], &path.display().to_string()).map_err(err)
     }

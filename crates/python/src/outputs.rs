@@ -74,7 +74,10 @@ impl Outputs {
             let list = slots.entry(key).or_default();
             // Reference count 1: the pool's own reference alone (with the GIL held no other
             // thread can make a view of it meanwhile).
-            if let Some(i) = list.iter().position(|h| h.get_refcnt(py) == 1) {
+            // SAFETY: `h` is a live object (the pool holds a reference) and the GIL is held
+            // (`py`), so reading its reference count is defined.
+            let alone = |h: &Py<Held>| unsafe { pyo3::ffi::Py_REFCNT(h.as_ptr()) } == 1;
+            if let Some(i) = list.iter().position(alone) {
                 return Ok(list.remove(i));
             }
         }

@@ -339,6 +339,14 @@ class Backend:
         ``InvalidInputError``). Without it the results are arrays whose memory the backend
         reuses once you drop them (see the package documentation).
         """
+        nd = np.ndarray
+        if (stream is None and type(module) is nd and type(x) is nd and type(y) is nd and type(adc) is nd
+                and (event_offsets is None or type(event_offsets) is nd)):
+            # numpy in, numpy out: straight to the library (no device-array checks).
+            return self._b.cluster(
+                _as(module, np.uint16, "module"), _as(x, np.uint16, "x"), _as(y, np.uint16, "y"),
+                _as(adc, np.uint16, "adc"), geometry, charge_cut,
+                None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets"), out)
         c = _Call(self, stream)
         offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
         d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, charge_cut, offs)
