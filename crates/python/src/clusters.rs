@@ -105,38 +105,99 @@ impl Backend {
     }
 }
 
-/// The digis of several files side by side in `all` (its vectors reused: resized to the
-/// total, every element then overwritten), the files copied in parallel; returns the event
-/// offsets.
-pub fn concat(files: &[&Digis], all: &mut Digis) -> Vec<u32> {
+/// A file of a `cluster_files` batch once read: binary (its digi count, decoded later from
+/// its bytes) or parsed CSV.
+enum Read {
+    Binary(usize),
+    Csv(Digis),
+}
+
+/// Reads the digis files `paths` (`detkit.io.read_digis`'s formats, errors and messages) side
+/// by side into `all`: every file's bytes into its buffer of `bufs` (kept by the backend, so
+/// a worker's next batch reads into memory already mapped), then every binary file decoded
+/// straight into its place in `all` (no vector per file), in parallel. Returns each file's
+/// range of digis in `all`, or its error.
+pub fn read_files(
+    paths: &[std::path::PathBuf],
+    bufs: &mut Vec<Vec<u8>>,
+    all: &mut Digis,
+) -> Vec<PyResult<Range<usize>>> {
+    use detkit::clustering as cl;
     use rayon::prelude::*;
-    let mut offsets = Vec::with_capacity(files.len() + 1);
-    offsets.push(0u32);
-    let mut total = 0usize;
-    for d in files {
-        total += d.len();
-        // Past u32 the door refuses the batch (its offsets no longer match the digis).
-        offsets.push(u32::try_from(total).unwrap_or(u32::MAX));
+    use std::io::Read as _;
+    if bufs.len() < paths.len() {
+        bufs.resize_with(paths.len(), Vec::new);
     }
-    let cols = [&mut all.module, &mut all.x, &mut all.y, &mut all.adc];
-    let mut parts: Vec<(&Digis, usize, &mut [u16])> = Vec::with_capacity(4 * files.len());
-    for (c, col) in cols.into_iter().enumerate() {
+    let bufs = &mut bufs[..paths.len()];
+    let read: Vec<PyResult<Read>> = paths
+        .par_iter()
+        .zip(bufs.par_iter_mut())
+        .map(|(p, buf)| {
+            buf.clear();
+            std::fs::File::open(p)
+                .and_then(|mut f| f.read_to_end(buf))
+                .map_err(|e| crate::errors::os_error(p, &e))?;
+            if buf.starts_with(cl::BINARY_MAGIC) {
+                cl::io::binary_count(buf, "binary digis")
+                    .map(Read::Binary)
+                    .map_err(|e| crate::errors::format_err(p, e))
+            } else {
+                cl::read_csv(&buf[..], &p.display().to_string())
+                    .map(Read::Csv)
+                    .map_err(err)
+            }
+        })
+        .collect();
+    let mut total = 0;
+    let ranges: Vec<Option<Range<usize>>> = read
+        .iter()
+        .map(|r| {
+            r.as_ref().ok().map(|f| {
+                let n = match f {
+                    Read::Binary(n) => *n,
+                    Read::Csv(d) => d.len(),
+                };
+                total += n;
+                total - n..total
+            })
+        })
+        .collect();
+    for col in [&mut all.module, &mut all.x, &mut all.y, &mut all.adc] {
         col.resize(total, 0);
-        let mut rest = &mut col[..];
-        for d in files {
-            let (mine, more) = std::mem::take(&mut rest).split_at_mut(d.len());
-            rest = more;
-            parts.push((d, c, mine));
-        }
     }
-    parts.into_par_iter().for_each(|(d, c, dst)| {
-        let src = match c {
-            0 => &d.module,
-            1 => &d.x,
-            2 => &d.y,
-            _ => &d.adc,
+    let mut rest = [
+        &mut all.module[..],
+        &mut all.x[..],
+        &mut all.y[..],
+        &mut all.adc[..],
+    ];
+    type Part<'a> = (&'a Read, &'a [u8], [&'a mut [u16]; 4]);
+    let mut parts: Vec<Part<'_>> = Vec::with_capacity(paths.len());
+    for ((r, buf), range) in read.iter().zip(bufs.iter()).zip(&ranges) {
+        let (Ok(f), Some(range)) = (r, range) else {
+            continue;
         };
-        dst.copy_from_slice(src);
+        let n = range.len();
+        let dst = rest.each_mut().map(|c| {
+            let (mine, more) = std::mem::take(c).split_at_mut(n);
+            *c = more;
+            mine
+        });
+        parts.push((f, buf, dst));
+    }
+    parts.into_par_iter().for_each(|(f, buf, dst)| match f {
+        // Checked by `binary_count` above: the lengths agree, so this cannot fail.
+        Read::Binary(_) => {
+            let _ = cl::io::read_binary_bytes_into(buf, "binary digis", dst);
+        }
+        Read::Csv(d) => {
+            for (dst, src) in dst.into_iter().zip([&d.module, &d.x, &d.y, &d.adc]) {
+                dst.copy_from_slice(src);
+            }
+        }
     });
-    offsets
+    read.into_iter()
+        .zip(ranges)
+        .map(|(r, range)| r.map(|_| range.expect("a range per file read")))
+        .collect()
 }

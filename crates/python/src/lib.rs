@@ -54,6 +54,8 @@ pub struct Backend {
     seed_scratch: std::sync::Mutex<Vec<SeedingOutput>>,
     /// `cluster_files`' batch of the files' digis, reused.
     files_scratch: std::sync::Mutex<Digis>,
+    /// `cluster_files`' buffers of the files' bytes, reused.
+    files_bytes: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 /// Where a backend lives: its own, or one device of a `DevicePool` (kept alive by the handle).
@@ -111,6 +113,7 @@ impl Backend {
             outputs: outputs::Outputs::default(),
             seed_scratch: std::sync::Mutex::new(Vec::new()),
             files_scratch: std::sync::Mutex::new(Digis::default()),
+            files_bytes: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -148,6 +151,7 @@ impl Backend {
         self.outputs.clear();
         *self.seed_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
         *self.files_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Digis::default();
+        *self.files_bytes.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
     }
 
     /// CPU threads the backend's CPU work runs on.
@@ -360,39 +364,54 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyList>> {
         let g = Geometry::by_name(geometry).map_err(err)?;
         let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
-        let read: Vec<PyResult<Digis>> = py.detach(|| read_all(&paths, io::load_digis));
-        let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
         let modules = g.modules as usize;
-        // The files' digis side by side (one parallel copy into memory this backend keeps),
-        // clustered as one batch; each file's results are views of the batch's.
+        // The files read side by side into memory this backend keeps (`clusters::read_files`)
+        // and clustered as one batch; each file's results are views of the batch's.
+        let mut bufs = self
+            .files_bytes
+            .try_lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
         let mut all = self
             .files_scratch
             .try_lock()
             .map(|mut g| std::mem::take(&mut *g))
             .unwrap_or_default();
-        let offsets = py.detach(|| clusters::concat(&good, &mut all));
-        let parts: Vec<_> = offsets
-            .windows(2)
+        let read = py.detach(|| clusters::read_files(&paths, &mut bufs, &mut all));
+        if let Ok(mut g) = self.files_bytes.try_lock() {
+            *g = bufs;
+        }
+        let good: Vec<&std::ops::Range<usize>> =
+            read.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let mut offsets = vec![0u32];
+        // Past u32 the door refuses the batch (its offsets no longer match the digis) and
+        // the files run one by one.
+        offsets.extend(good.iter().map(|r| u32::try_from(r.end).unwrap_or(u32::MAX)));
+        let parts: Vec<_> = good
+            .iter()
             .enumerate()
-            .map(|(e, w)| (w[0] as usize..w[1] as usize, e * modules..(e + 1) * modules))
+            .map(|(e, r)| ((*r).clone(), e * modules..(e + 1) * modules))
             .collect();
         let batch = self
             .cluster_pooled(py, (&all).into(), &offsets, &g, cut, &parts)
             .ok();
-        drop(good);
-        if let Ok(mut g) = self.files_scratch.try_lock() {
-            *g = all;
-        }
         let list = PyList::empty(py);
         let mut batch = batch.map(Vec::into_iter);
         for r in read {
-            let entry: PyResult<Py<PyAny>> = r.and_then(|d| {
+            let entry: PyResult<Py<PyAny>> = r.and_then(|range| {
                 let pair = match batch.as_mut() {
                     Some(it) => it.next().expect("one batch result per file read"),
                     None => {
-                        let n = d.len();
+                        // The batch failed: this file alone, to name the file that fails.
+                        let d = DigisRef {
+                            module: &all.module[range.clone()],
+                            x: &all.x[range.clone()],
+                            y: &all.y[range.clone()],
+                            adc: &all.adc[range.clone()],
+                        };
+                        let n = range.len();
                         let offs = [0, n as u32];
-                        self.cluster_pooled(py, (&d).into(), &offs, &g, cut, &[(0..n, 0..modules)])?
+                        self.cluster_pooled(py, d, &offs, &g, cut, &[(0..n, 0..modules)])?
                             .pop()
                             .expect("one part asked for")
                     }
@@ -400,6 +419,9 @@ impl Backend {
                 Ok(pair.into_pyobject(py)?.into_any().unbind())
             });
             list.append(entry.unwrap_or_else(|e| e.into_value(py).into_any()))?;
+        }
+        if let Ok(mut g) = self.files_scratch.try_lock() {
+            *g = all;
         }
         Ok(list)
     }

@@ -177,3 +177,41 @@ def test_seed_results_of_successive_calls_are_independent(b, cpu):
     r2 = b.seed(*e2)
     assert all(np.array_equal(a, c) for a, c in zip(r1, c1))
     assert all(np.array_equal(a, c) for a, c in zip(r2, cpu.seed(*e2)))
+
+
+def _write_bin(path, ev):
+    with open(path, "wb") as f:
+        f.write(b"DKDIGI01" + np.uint32(len(ev[0])).tobytes())
+        for a in ev:
+            f.write(np.asarray(a, dtype="<u2").tobytes())
+
+
+def test_cluster_files_binary_batches_reuse_their_buffers_and_name_bad_files(b, cpu, events, tmp_path):
+    paths = []
+    for i, ev in enumerate(events):
+        p = tmp_path / f"d{i}.bin"
+        _write_bin(p, ev)
+        paths.append(str(p))
+    csv = tmp_path / "small.csv"
+    small = [a[:500] for a in events[0]]
+    np.savetxt(csv, np.stack(small, axis=1), fmt="%d", delimiter=",", header="module,x,y,adc",
+               comments="")
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(open(paths[1], "rb").read()[:-6])
+    wants = {p: cpu.cluster(*ev) for p, ev in zip(paths, events)}
+    wants[str(csv)] = cpu.cluster(*small)
+    first = None
+    for order in ([paths[0], str(csv), paths[1], paths[2]],
+                  [paths[2], str(cut), paths[0]],  # fewer, smaller: the kept buffers shrink
+                  [paths[1]], paths + [str(csv)]):
+        out = b._b.cluster_files(order, "phase1", None)
+        for p, got in zip(order, out):
+            if p == str(cut):
+                assert isinstance(got, detkit.InvalidInputError), got
+                assert str(cut) in str(got) and "truncated" in str(got)
+                continue
+            assert np.array_equal(got[0], wants[p][0]) and np.array_equal(got[1], wants[p][1]), p
+        if first is None:
+            first, keep = out, [a.copy() for a in out[0]]
+    # The first call's results were kept: never overwritten by the later batches.
+    assert np.array_equal(first[0][0], keep[0]) and np.array_equal(first[0][1], keep[1])
