@@ -124,30 +124,18 @@ pub fn read_files(
 ) -> Vec<PyResult<Range<usize>>> {
     use detkit::clustering as cl;
     use rayon::prelude::*;
-    use std::io::Read as _;
-    if bufs.len() < paths.len() {
-        bufs.resize_with(paths.len(), Vec::new);
-    }
-    let bufs = &mut bufs[..paths.len()];
-    let read: Vec<PyResult<Read>> = paths
-        .par_iter()
-        .zip(bufs.par_iter_mut())
-        .map(|(p, buf)| {
-            buf.clear();
-            std::fs::File::open(p)
-                .and_then(|mut f| f.read_to_end(buf))
-                .map_err(|e| crate::errors::os_error(p, &e))?;
-            if buf.starts_with(cl::BINARY_MAGIC) {
-                cl::io::binary_count(buf, "binary digis")
-                    .map(Read::Binary)
-                    .map_err(|e| crate::errors::format_err(p, e))
-            } else {
-                cl::read_csv(&buf[..], &p.display().to_string())
-                    .map(Read::Csv)
-                    .map_err(err)
-            }
-        })
-        .collect();
+    let read: Vec<PyResult<Read>> = crate::io::read_kept(paths, bufs, |p, buf| {
+        if buf.starts_with(cl::BINARY_MAGIC) {
+            cl::io::binary_count(buf, "binary digis")
+                .map(Read::Binary)
+                .map_err(|e| crate::errors::format_err(p, e))
+        } else {
+            cl::read_csv(buf, &p.display().to_string())
+                .map(Read::Csv)
+                .map_err(err)
+        }
+    });
+    let bufs = &bufs[..paths.len()];
     let mut total = 0;
     let ranges: Vec<Option<Range<usize>>> = read
         .iter()
@@ -173,7 +161,7 @@ pub fn read_files(
     ];
     type Part<'a> = (&'a Read, &'a [u8], [&'a mut [u16]; 4]);
     let mut parts: Vec<Part<'_>> = Vec::with_capacity(paths.len());
-    for ((r, buf), range) in read.iter().zip(bufs.iter()).zip(&ranges) {
+    for ((r, buf), range) in read.iter().zip(bufs).zip(&ranges) {
         let (Ok(f), Some(range)) = (r, range) else {
             continue;
         };

@@ -386,7 +386,10 @@ impl Backend {
         let mut offsets = vec![0u32];
         // Past u32 the door refuses the batch (its offsets no longer match the digis) and
         // the files run one by one.
-        offsets.extend(good.iter().map(|r| u32::try_from(r.end).unwrap_or(u32::MAX)));
+        offsets.extend(
+            good.iter()
+                .map(|r| u32::try_from(r.end).unwrap_or(u32::MAX)),
+        );
         let parts: Vec<_> = good
             .iter()
             .enumerate()
@@ -573,8 +576,20 @@ impl Backend {
         settings: Settings,
     ) -> PyResult<Bound<'py, PyList>> {
         let cfg = &settings.0;
-        let read: Vec<PyResult<Vec<SpacePoint>>> =
-            py.detach(|| read_all(&paths, io::load_spacepoints));
+        // The files' bytes into buffers this backend keeps, parsed in parallel.
+        let mut bufs = self
+            .files_bytes
+            .try_lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
+        let read: Vec<PyResult<Vec<SpacePoint>>> = py.detach(|| {
+            io::read_kept(&paths, &mut bufs, |p, bytes| {
+                detkit::seeding::read_csv(bytes, &p.display().to_string()).map_err(err)
+            })
+        });
+        if let Ok(mut g) = self.files_bytes.try_lock() {
+            *g = bufs;
+        }
         let good: Vec<&[SpacePoint]> = read
             .iter()
             .filter_map(|r| r.as_ref().ok().map(Vec::as_slice))
@@ -604,15 +619,6 @@ impl Backend {
         }
         Ok(list)
     }
-}
-
-/// Every file read and parsed, on the host's cores (rayon), results in path order.
-fn read_all<T: Send>(
-    paths: &[PathBuf],
-    load: fn(&std::path::Path) -> PyResult<T>,
-) -> Vec<PyResult<T>> {
-    use rayon::prelude::*;
-    paths.par_iter().map(|p| load(p)).collect()
 }
 
 /// One event's five borrowed columns per tuple of numpy arrays (no copy).
