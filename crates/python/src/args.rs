@@ -141,36 +141,6 @@ pub fn check_bytes(what: impl FnOnce() -> String, bytes: u64) -> PyResult<()> {
         .map_err(err)
 }
 
-/// A zeroed 1-D numpy array of `n` elements for a result the library writes into, its size
-/// checked first ([`check_bytes`]); numpy's own refusal is its `MemoryError` too (never a
-/// panic).
-pub fn zeros<'py, T: Element>(
-    py: Python<'py>,
-    n: usize,
-    what: impl FnOnce() -> String,
-) -> PyResult<Bound<'py, PyArray1<T>>> {
-    check_bytes(
-        what,
-        (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
-    )?;
-    let mut dims = [numpy::npyffi::npy_intp::try_from(n)
-        .map_err(|_| pyo3::exceptions::PyMemoryError::new_err(format!("{n} elements")))?];
-    // SAFETY: `PyArray_Zeros` is called with the GIL held (`py`), a one-element dimension
-    // array that outlives the call, and a dtype reference it steals (`into_dtype_ptr` gives
-    // a new one); it returns a new reference or NULL with a Python error set, which
-    // `from_owned_ptr_or_err` turns into that error. The result is a 1-D array of `T`.
-    unsafe {
-        let ptr = numpy::npyffi::PY_ARRAY_API.PyArray_Zeros(
-            py,
-            1,
-            dims.as_mut_ptr(),
-            T::get_dtype(py).into_dtype_ptr(),
-            0,
-        );
-        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked())
-    }
-}
-
 /// A vector of `n` zero bytes for a copy whose size comes from the caller, or a
 /// `MemoryError` (checked first, then the allocator's own refusal).
 pub fn host_bytes(n: usize, what: impl Fn() -> String) -> PyResult<Vec<u8>> {

@@ -189,25 +189,7 @@ impl Backend {
     /// The columns as arrays: all events together with the offsets.
     pub fn flat_seeds<'py>(&self, py: Python<'py>, c: Columns) -> PyResult<FlatSeeds<'py>> {
         let _views = timers::Guard::start();
-        let n = *c.offsets.last().unwrap_or(&0);
-        let e = c.offsets.len();
-        let r = (|| {
-            let [s, w, z, p, o] = c.held.each_ref().map(|h| h.bind(py));
-            // SAFETY (each view): the holders are this call's alone (`take`), last changed
-            // in `seed_columns`; the views are made after it.
-            Ok((
-                s.get()
-                    .with(|v: &mut Vec<u32>| unsafe { outputs::view(s, &v[..3 * n], [n, 3]) })?,
-                w.get()
-                    .with(|v: &mut Vec<f32>| unsafe { outputs::view1(w, &v[..n]) })?,
-                z.get()
-                    .with(|v: &mut Vec<f32>| unsafe { outputs::view1(z, &v[..n]) })?,
-                p.get()
-                    .with(|v: &mut Vec<f32>| unsafe { outputs::view(p, &v[..5 * n], [n, 5]) })?,
-                o.get()
-                    .with(|v: &mut Vec<i64>| unsafe { outputs::view1(o, &v[..e]) })?,
-            ))
-        })();
+        let r = flat_views(py, &c);
         self.put_columns(c.held);
         r
     }
@@ -215,36 +197,64 @@ impl Backend {
     /// The columns as one [`SeedArrays`] per event (views of the columns).
     pub fn event_seeds<'py>(&self, py: Python<'py>, c: Columns) -> PyResult<Vec<SeedArrays<'py>>> {
         let _views = timers::Guard::start();
-        let r = (|| {
-            let [s, w, z, p, _] = c.held.each_ref().map(|h| h.bind(py));
-            s.get().with(|sv: &mut Vec<u32>| {
-                w.get().with(|wv: &mut Vec<f32>| {
-                    z.get().with(|zv: &mut Vec<f32>| {
-                        p.get().with(|pv: &mut Vec<f32>| {
-                            c.offsets
-                                .windows(2)
-                                .map(|r| {
-                                    let (lo, hi) = (r[0], r[1]);
-                                    let k = hi - lo;
-                                    // SAFETY (each view): as in `flat_seeds`.
-                                    unsafe {
-                                        Ok((
-                                            outputs::view(s, &sv[3 * lo..3 * hi], [k, 3])?,
-                                            outputs::view1(w, &wv[lo..hi])?,
-                                            outputs::view1(z, &zv[lo..hi])?,
-                                            outputs::view(p, &pv[5 * lo..5 * hi], [k, 5])?,
-                                        ))
-                                    }
-                                })
-                                .collect::<PyResult<Vec<_>>>()
-                        })
-                    })
-                })
-            })
-        })();
+        let r = event_views(py, &c);
         self.put_columns(c.held);
         r
     }
+}
+
+/// [`Backend::flat_seeds`]' arrays.
+fn flat_views<'py>(py: Python<'py>, c: &Columns) -> PyResult<FlatSeeds<'py>> {
+    let n = *c.offsets.last().unwrap_or(&0);
+    let e = c.offsets.len();
+    let [s, w, z, p, o] = c.held.each_ref().map(|h| h.bind(py));
+    // SAFETY: the holders are this call's alone (`Outputs::take` in `seed_columns`), last
+    // changed there; the views are made after it, of their first `3n`, `n`, `n`, `5n` and
+    // `e` elements, all written there.
+    unsafe {
+        Ok((
+            s.get()
+                .with(|v: &mut Vec<u32>| outputs::view(s, &v[..3 * n], [n, 3]))?,
+            w.get()
+                .with(|v: &mut Vec<f32>| outputs::view1(w, &v[..n]))?,
+            z.get()
+                .with(|v: &mut Vec<f32>| outputs::view1(z, &v[..n]))?,
+            p.get()
+                .with(|v: &mut Vec<f32>| outputs::view(p, &v[..5 * n], [n, 5]))?,
+            o.get()
+                .with(|v: &mut Vec<i64>| outputs::view1(o, &v[..e]))?,
+        ))
+    }
+}
+
+/// [`Backend::event_seeds`]' arrays.
+fn event_views<'py>(py: Python<'py>, c: &Columns) -> PyResult<Vec<SeedArrays<'py>>> {
+    let [s, w, z, p, _] = c.held.each_ref().map(|h| h.bind(py));
+    s.get().with(|sv: &mut Vec<u32>| {
+        w.get().with(|wv: &mut Vec<f32>| {
+            z.get().with(|zv: &mut Vec<f32>| {
+                p.get().with(|pv: &mut Vec<f32>| {
+                    c.offsets
+                        .windows(2)
+                        .map(|r| {
+                            let (lo, hi) = (r[0], r[1]);
+                            let k = hi - lo;
+                            // SAFETY: as in `flat_views`: views made after the last change,
+                            // of rows `lo..hi` of the columns, written in `seed_columns`.
+                            unsafe {
+                                Ok((
+                                    outputs::view(s, &sv[3 * lo..3 * hi], [k, 3])?,
+                                    outputs::view1(w, &wv[lo..hi])?,
+                                    outputs::view1(z, &zv[lo..hi])?,
+                                    outputs::view(p, &pv[5 * lo..5 * hi], [k, 5])?,
+                                ))
+                            }
+                        })
+                        .collect::<PyResult<Vec<_>>>()
+                })
+            })
+        })
+    })
 }
 
 /// Lays the per-event outputs out into the columns, events in parallel (each writes its
