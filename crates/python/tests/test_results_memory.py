@@ -215,3 +215,32 @@ def test_cluster_files_binary_batches_reuse_their_buffers_and_name_bad_files(b, 
             first, keep = out, [a.copy() for a in out[0]]
     # The first call's results were kept: never overwritten by the later batches.
     assert np.array_equal(first[0][0], keep[0]) and np.array_equal(first[0][1], keep[1])
+
+
+def test_threads_on_one_backend_never_share_result_memory(b, cpu, events):
+    import threading
+
+    wants = [cpu.cluster(*ev) for ev in events]
+    errors, kept = [], []
+
+    def work(t):
+        try:
+            for i in range(6):
+                e = (t + i) % len(events)
+                got = b.cluster(*events[e])
+                kept.append((e, got, got[0].copy()))
+                if not np.array_equal(got[0], wants[e][0]):
+                    errors.append((t, i))
+        except Exception as ex:  # reported below
+            errors.append(ex)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    # Every result kept by any thread is still what it was when it came back.
+    for e, got, copy in kept:
+        assert np.array_equal(got[0], copy) and np.array_equal(got[0], wants[e][0])
+    assert len({id(g[0].base) for _, g, _ in kept}) == len(kept)
