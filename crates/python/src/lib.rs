@@ -8,7 +8,9 @@
 //! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments),
 //! [`args`] (argument checks with the command line's ranges; sizes checked against the memory
 //! there is, a `MemoryError` when they cannot fit), [`files`] (the PET singles and pairs
-//! writers).
+//! writers), [`outputs`] (result memory a backend reuses once Python drops it), [`clusters`]
+//! and [`seeds`] (the clustering and seeding results into it), [`timers`] (where a call's
+//! host time goes, for `bench_host.py --phases`).
 
 mod args;
 mod clusters;
