@@ -15,6 +15,8 @@ Rows (the call shapes of issue 30's table):
 ``cluster64``  the same, 64 events per call (``event_offsets``)
 ``seed1``      ``Backend.seed``, one ⟨μ⟩ = 200 event per call
 ``seed64``     ``Backend.seed_events``, 64 ⟨μ⟩ = 200 events per call
+``seed64-flat`` the same by ``Backend.seed_events_flat`` (flat arrays and offsets)
+``cluster1-out`` ``cluster1`` writing into ``out=`` arrays allocated once
 ``convert``    ``Backend.convert``, 2^22 frames, a ``Scanner`` (the bench scanner) held
 ``sort``       ``Backend.sort``, the converted singles
 ``coincide``   ``Backend.coincide``, the sorted singles
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import logging
 import os
 import sys
 import tempfile
@@ -48,15 +51,16 @@ import numpy as np
 import detkit
 
 ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
-        "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev")
+        "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev",
+        "cluster1-out", "seed64-flat")
 
 
 # bench-host's `call` column (its first words) -> our rows.
 RUST_ROWS = {
-    "cluster_events_into, 1 Run-3 event": ("cluster1", "cluster1-dev"),
+    "cluster_events_into, 1 Run-3 event": ("cluster1", "cluster1-dev", "cluster1-out"),
     "cluster_events_into, 64 Run-3 events": ("cluster64", "cluster64-dev"),
     "seed_into, 1 <mu>=200 event": ("seed1",),
-    "seed_events_into, 64 <mu>=200 events": ("seed64", "seed64-dev"),
+    "seed_events_into, 64 <mu>=200 events": ("seed64", "seed64-dev", "seed64-flat"),
     "pet_convert_into, 2^22 frames, handle": ("convert",),
     "pet_sort_into": ("sort",),
     "pet_coincide_into": ("coincide",),
@@ -86,6 +90,48 @@ def median_time(fn, reps):
     return float(np.median(ts))
 
 
+#: ``--phases``: per row, where the time of a call goes (filled by :func:`host_time`).
+PHASES = {}
+
+
+def host_time(row, fn, reps):
+    """:func:`median_time` of a host-data row; with ``--phases`` also the mean time per call
+    of the library's phases and of the Python layer's parts (``_detkit._timers``) over
+    ``reps`` more calls, and the mean call time they ran in."""
+    t = median_time(fn, reps)
+    if PHASES.get(None):
+        k = detkit._detkit
+        k._timers(True)
+        k._timers_take()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        total = (time.perf_counter() - t0) / reps
+        parts = {n: v / reps for n, v in k._timers_take()}
+        k._timers(False)
+        PHASES[row] = (total, parts)
+    return t
+
+
+def print_phases():
+    """The ``--phases`` table: ms per call; ``python`` is the call's time outside this layer's
+    Rust parts (the Python wrapper, argument conversion and checks)."""
+    if len(PHASES) <= 1:
+        return
+    names = None
+    for row, v in PHASES.items():
+        if row is None:
+            continue
+        total, parts = v
+        if names is None:
+            names = [n for n in parts if parts is not None]
+            print("# phases, ms per call (door phases, then this layer's parts):")
+            print("# " + "  ".join(["row", "call"] + names + ["python"]))
+        layer = sum(parts[n] for n in ("layer:door", "layer:fill", "layer:views"))
+        print("# " + "  ".join([row, f"{total * 1e3:.3f}"] + [f"{parts[n] * 1e3:.3f}" for n in names]
+                               + [f"{(total - layer) * 1e3:.3f}"]))
+
+
 def memcpy_time(arrays, reps):
     """Median time of copying these arrays' bytes once in host memory (numpy)."""
     src = [np.ascontiguousarray(a).view(np.uint8).reshape(-1) for a in arrays]
@@ -110,9 +156,15 @@ def cluster_rows(b, cpu, reps, rows):
     if "cluster1" in rows:
         ev = events[0]
         same(b.cluster(*ev), cpu.cluster(*ev), "cluster1")
-        t = median_time(lambda: b.cluster(*ev), reps)
+        t = host_time("cluster1", lambda: b.cluster(*ev), reps)
         res = b.cluster(*ev)
         out.append(("cluster1", t, 1, memcpy_time(list(ev) + list(res), reps)))
+    if "cluster1-out" in rows:
+        ev = events[0]
+        o = (np.empty(len(ev[0]), np.int32), np.empty(1856, np.uint32))
+        same(b.cluster(*ev, out=o), cpu.cluster(*ev), "cluster1-out")
+        t = host_time("cluster1-out", lambda: b.cluster(*ev, out=o), reps)
+        out.append(("cluster1-out", t, 1, memcpy_time(list(ev) + list(o), reps)))
     if "cluster64" in rows:
         cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
         offs = np.zeros(65, np.uint32)
@@ -121,7 +173,7 @@ def cluster_rows(b, cpu, reps, rows):
         want = cpu.cluster(*[c[: offs[2]] for c in cols], event_offsets=offs[:3])
         n2 = want[1].size
         same((got[0][: offs[2]], got[1][:n2]), want, "cluster64")
-        t = median_time(lambda: b.cluster(*cols, event_offsets=offs), reps)
+        t = host_time("cluster64", lambda: b.cluster(*cols, event_offsets=offs), reps)
         out.append(("cluster64", t, 64, memcpy_time(cols + [offs] + list(got), reps)))
     return out
 
@@ -132,15 +184,22 @@ def seed_rows(b, cpu, reps, rows):
     if "seed1" in rows:
         ev = events[0]
         same(b.seed(*ev), cpu.seed(*ev), "seed1")
-        t = median_time(lambda: b.seed(*ev), reps)
+        t = host_time("seed1", lambda: b.seed(*ev), reps)
         out.append(("seed1", t, 1, memcpy_time(list(ev) + list(b.seed(*ev)), reps)))
     if "seed64" in rows:
         got = b.seed_events(events)
         for i in (0, 63):
             same(got[i], cpu.seed(*events[i]), f"seed64 event {i}")
-        t = median_time(lambda: b.seed_events(events), reps)
+        t = host_time("seed64", lambda: b.seed_events(events), reps)
         arrays = [c for e in events for c in e] + [a for r in got for a in r]
         out.append(("seed64", t, 64, memcpy_time(arrays, reps)))
+    if "seed64-flat" in rows:
+        flat = b.seed_events_flat(events)
+        for i in (0, 63):
+            lo, hi = flat[4][i], flat[4][i + 1]
+            same([a[lo:hi] for a in flat[:4]], cpu.seed(*events[i]), f"seed64-flat event {i}")
+        t = host_time("seed64-flat", lambda: b.seed_events_flat(events), reps)
+        out.append(("seed64-flat", t, 64, memcpy_time([c for e in events for c in e] + list(flat), reps)))
     return out
 
 
@@ -155,19 +214,19 @@ def pet_rows(b, cpu, reps, rows):
     if singles.tobytes() != want.tobytes():
         raise SystemExit("convert: result differs from the CPU backend; no time printed")
     if "convert" in rows:
-        t = median_time(lambda: b.convert(frames, scanner), reps)
+        t = host_time("convert", lambda: b.convert(frames, scanner), reps)
         out.append(("convert", t, frames.size, memcpy_time([frames, singles], reps)))
     sorted_ = b.sort(singles)
     if sorted_.tobytes() != cpu.sort(singles).tobytes():
         raise SystemExit("sort: result differs from the CPU backend; no time printed")
     if "sort" in rows:
-        t = median_time(lambda: b.sort(singles), reps)
+        t = host_time("sort", lambda: b.sort(singles), reps)
         out.append(("sort", t, singles.size, memcpy_time([singles, sorted_], reps)))
     if "coincide" in rows:
         pairs = b.coincide(sorted_, scanner.time_window)
         if pairs.tobytes() != cpu.coincide(sorted_, scanner.time_window).tobytes():
             raise SystemExit("coincide: result differs from the CPU backend; no time printed")
-        t = median_time(lambda: b.coincide(sorted_, scanner.time_window), reps)
+        t = host_time("coincide", lambda: b.coincide(sorted_, scanner.time_window), reps)
         out.append(("coincide", t, sorted_.size, memcpy_time([sorted_, pairs], reps)))
     return out
 
@@ -209,15 +268,32 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
     return out
 
 
-def dask_rows(workers, reps, rows):
-    out = []
-    if not workers or not {"dask-cluster", "dask-seed"} & set(rows):
-        return out
-    import distributed
+def gpu_cluster(workers):
+    """A local Dask cluster of ``workers`` worker processes of one thread each, worker ``i``
+    seeing GPU ``i`` alone (``CUDA_VISIBLE_DEVICES``, as ``dask_cuda.LocalCUDACluster``
+    does; workers beyond the GPUs share them round-robin; no GPU: CPU workers)."""
+    try:
+        from dask_cuda import LocalCUDACluster
 
-    import detkit.dask as dd
+        return LocalCUDACluster(n_workers=workers, threads_per_worker=1)
+    except ImportError:
+        pass
+    from distributed import Nanny, Scheduler, SpecCluster
 
-    d = tempfile.mkdtemp(prefix="detkit-bench-host-")
+    gpus = detkit._detkit.device_count()
+    specs = {
+        f"w{i}": {"cls": Nanny, "options": {
+            "nthreads": 1,
+            "env": {"CUDA_VISIBLE_DEVICES": str(i % gpus)} if gpus else {},
+        }}
+        for i in range(workers)
+    }
+    return SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": {"dashboard": False}},
+                       silence_logs=logging.ERROR)
+
+
+def write_event_files(d):
+    """64 binary Run-3 digis files and 32 ⟨μ⟩ = 200 spacepoint CSVs in ``d``."""
     digis = []
     for s in range(64):
         ev = detkit.generate.cluster_event(seed=s + 1)
@@ -234,25 +310,54 @@ def dask_rows(workers, reps, rows):
         np.savetxt(p, np.stack(ev, axis=1), fmt="%.9g", delimiter=",",
                    header="x,y,z,var_r,var_z", comments="")
         sps.append(p)
-    try:
-        from dask_cuda import LocalCUDACluster  # one worker per GPU when installed
+    return digis, sps
 
-        cluster = LocalCUDACluster(n_workers=workers, threads_per_worker=1)
-    except ImportError:
-        env = {}
-        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
-                                           processes=True, dashboard_address=None, env=env)
+
+def _task_time(func, paths, reps=5):
+    """On a worker: the median time of one ``detkit.dask`` task over ``paths``."""
+    import detkit.dask as dd
+
+    return median_time(lambda: dd._run_files(func, paths, "auto", 0, {}), reps)
+
+
+def dask_rows(workers, reps, rows, files_per_task=(None,)):
+    """``detkit.dask.map_files`` on ``workers`` local GPU workers (:func:`gpu_cluster`): the
+    time of one whole call (submit, run, gather of every file's result), warm workers."""
+    out = []
+    if not workers or not {"dask-cluster", "dask-seed"} & set(rows):
+        return out
+    import distributed
+
+    import detkit.dask as dd
+
+    d = tempfile.mkdtemp(prefix="detkit-bench-host-")
+    digis, sps = write_event_files(d)
+    cluster = gpu_cluster(workers)
     client = distributed.Client(cluster)
     try:
+        client.wait_for_workers(workers)
+        where = client.run(lambda: (os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                    dd.worker_backend().description))
+        print(f"# dask workers: {where}")
+        cpu = detkit.Backend("cpu")
         for row, func, paths in (("dask-cluster", dd.cluster_file, digis),
                                  ("dask-seed", dd.seed_file, sps)):
             if row not in rows:
                 continue
-            got = dd.map_files(func, paths, client=client)
-            cpu = detkit.Backend("cpu")
-            same(got[0], func(cpu, paths[0]), row)
-            t = median_time(lambda: dd.map_files(func, paths, client=client), max(1, reps // 5))
-            out.append((row, t, len(paths), float("nan")))
+            for fpt in files_per_task:
+                got = dd.map_files(func, paths, client=client, files_per_task=fpt)
+                for i in (0, len(paths) - 1):
+                    same(got[i], func(cpu, paths[i]), f"{row} file {i}")
+                t = median_time(lambda: dd.map_files(func, paths, client=client,
+                                                     files_per_task=fpt), max(3, reps // 2))
+                name = row if fpt is None else f"{row}/{fpt}"
+                out.append((name, t, len(paths), float("nan")))
+            # The workers' own time for their share of the files (one task each, no Dask
+            # in between): what the rest of a map_files call adds is Dask's.
+            share = paths[: -(-len(paths) // workers)]
+            work = client.run(_task_time, func, share)
+            print(f"# {row}: one worker's task of {len(share)} files, run on the worker: "
+                  + ", ".join(f"{1e3 * v:.1f} ms" for v in work.values()))
     finally:
         client.close()
         cluster.close()
@@ -263,10 +368,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rows", default=",".join(ROWS[:7] + ROWS[9:]))
+    ap.add_argument("--rows", default=",".join(ROWS[:7] + ROWS[9:]))  # all but the Dask rows
     ap.add_argument("--rust", help="bench-host --csv output of the same card (Rust rows)")
     ap.add_argument("--csv", help="write the table as CSV here too")
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
+    ap.add_argument("--files-per-task", default="auto",
+                    help="map_files' files_per_task for the Dask rows: a list such as auto,8,32")
+    ap.add_argument("--phases", action="store_true",
+                    help="also print where the host rows' time goes (library phases, layer parts)")
     ap.add_argument("--producer", choices=("detkit", "cupy"), default="detkit",
                     help="who makes the device inputs of the *-dev rows")
     a = ap.parse_args(argv)
@@ -274,12 +383,14 @@ def main(argv=None):
     bad = [r for r in rows if r not in ROWS]
     if bad:
         ap.error(f"unknown rows {bad}; known: {', '.join(ROWS)}")
+    PHASES[None] = a.phases
     b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
     print(f"# {b.description}")
     rust = read_rust(a.rust) if a.rust else {}
     results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
                + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows, a.producer)
-               + dask_rows(a.dask, a.reps, rows))
+               + dask_rows(a.dask, a.reps, rows,
+                           [None if v == "auto" else int(v) for v in a.files_per_task.split(",")]))
     header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_host_ms",
               "rust_device_ms", "copy_pin_ms", "vs_device")
     lines = []
@@ -294,6 +405,7 @@ def main(argv=None):
     print("  ".join(h.rjust(w) for h, w in zip(header, widths)))
     for l in lines:
         print("  ".join(v.rjust(w) for v, w in zip(l, widths)))
+    print_phases()
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)

@@ -5,7 +5,7 @@
 //! ([`crate::settings`]).
 
 use detkit::clustering::ChargeCut;
-use numpy::{Element, PyArray1, PyArrayDescrMethods};
+use numpy::{Element, PyArray1, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
@@ -115,9 +115,18 @@ pub fn check_bins(nbins: u32) -> detkit::Result<()> {
     detkit::mem::check_estimate(format!("nbins={nbins}"), 4 * nbins as u64)
 }
 
+/// Requests of fewer bytes are not checked against the memory there is ([`check_bytes`]).
+pub const CHECKED_BYTES: u64 = 64 << 20;
+
 /// Checks that `bytes` (for `what`, naming the size that asked for them) fit in the memory
 /// there is: a `MemoryError` saying how much it needs when not.
 pub fn check_bytes(what: impl FnOnce() -> String, bytes: u64) -> PyResult<()> {
+    // The estimate reads three /proc files (about 0.1 ms in all, as long as a small call's
+    // whole overhead): sizes below this always fit, and the allocator's refusal of one is
+    // a `MemoryError` too.
+    if bytes < CHECKED_BYTES {
+        return Ok(());
+    }
     detkit::mem::check_estimate("", bytes)
         .map_err(|e| match e {
             detkit::Error::OutOfMemory {
@@ -132,36 +141,6 @@ pub fn check_bytes(what: impl FnOnce() -> String, bytes: u64) -> PyResult<()> {
         .map_err(err)
 }
 
-/// A zeroed 1-D numpy array of `n` elements for a result the library writes into, its size
-/// checked first ([`check_bytes`]); numpy's own refusal is its `MemoryError` too (never a
-/// panic).
-pub fn zeros<'py, T: Element>(
-    py: Python<'py>,
-    n: usize,
-    what: impl FnOnce() -> String,
-) -> PyResult<Bound<'py, PyArray1<T>>> {
-    check_bytes(
-        what,
-        (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
-    )?;
-    let mut dims = [numpy::npyffi::npy_intp::try_from(n)
-        .map_err(|_| pyo3::exceptions::PyMemoryError::new_err(format!("{n} elements")))?];
-    // SAFETY: `PyArray_Zeros` is called with the GIL held (`py`), a one-element dimension
-    // array that outlives the call, and a dtype reference it steals (`into_dtype_ptr` gives
-    // a new one); it returns a new reference or NULL with a Python error set, which
-    // `from_owned_ptr_or_err` turns into that error. The result is a 1-D array of `T`.
-    unsafe {
-        let ptr = numpy::npyffi::PY_ARRAY_API.PyArray_Zeros(
-            py,
-            1,
-            dims.as_mut_ptr(),
-            T::get_dtype(py).into_dtype_ptr(),
-            0,
-        );
-        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked())
-    }
-}
-
 /// A vector of `n` zero bytes for a copy whose size comes from the caller, or a
 /// `MemoryError` (checked first, then the allocator's own refusal).
 pub fn host_bytes(n: usize, what: impl Fn() -> String) -> PyResult<Vec<u8>> {
@@ -169,4 +148,75 @@ pub fn host_bytes(n: usize, what: impl Fn() -> String) -> PyResult<Vec<u8>> {
     let mut v = detkit::mem::try_vec::<u8>(n, &what()).map_err(err)?;
     v.resize(n, 0);
     Ok(v)
+}
+
+/// `out=` of `Backend.cluster`: the pair `(clus, clus_in_module)` the results go into, each
+/// checked by [`out_array`].
+#[allow(clippy::type_complexity)]
+pub fn cluster_out<'py>(
+    out: &Bound<'py, PyAny>,
+    digis: usize,
+    slots: usize,
+) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u32>>)> {
+    let (c, p): (Bound<'py, PyAny>, Bound<'py, PyAny>) = out.extract().map_err(|_| {
+        PyTypeError::new_err("out: expected a pair of numpy arrays (clus, clus_in_module)")
+    })?;
+    Ok((
+        out_array::<i32>(&c, "out[0] (clus)", digis, "the digi count")?,
+        out_array::<u32>(&p, "out[1] (clus_in_module)", slots, "events × modules")?,
+    ))
+}
+
+/// A caller's output array: a numpy array of exactly `T` (native byte order), one
+/// dimension, C-contiguous (a `TypeError` otherwise), of exactly `n` elements (an
+/// `InvalidInputError` otherwise). Whether it is writeable and not also an input of the same
+/// call is checked when it is borrowed ([`out_borrow`]).
+pub fn out_array<'py, T: Element>(
+    a: &Bound<'py, PyAny>,
+    name: &str,
+    n: usize,
+    size: &str,
+) -> PyResult<Bound<'py, PyArray1<T>>> {
+    let py = a.py();
+    let want = T::get_dtype(py);
+    let arr = a.cast::<PyUntypedArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name}: expected a numpy array of {want}, got {}",
+            a.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    if !arr.dtype().is_equiv_to(&want) {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: dtype {} (expected {want})",
+            arr.dtype()
+        )));
+    }
+    if arr.ndim() != 1 {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: expected a 1-D array, got shape {:?}",
+            arr.shape()
+        )));
+    }
+    if !arr.is_c_contiguous() {
+        return Err(PyTypeError::new_err(format!(
+            "{name}: not contiguous (a strided view); pass a contiguous array"
+        )));
+    }
+    if arr.len() != n {
+        return Err(crate::errors::InvalidInputError::new_err(format!(
+            "{name}: {} elements, expected {n} ({size})",
+            arr.len()
+        )));
+    }
+    Ok(arr.clone().into_any().cast_into::<PyArray1<T>>()?)
+}
+
+/// An output array that cannot be written: read-only, or also an input of the same call.
+pub fn out_borrow(e: numpy::BorrowError) -> PyErr {
+    PyValueError::new_err(format!(
+        "out: {e} (an output array must be writeable and not an input of the same call)"
+    ))
 }

@@ -37,7 +37,9 @@ pub type SpacePointArrays<'py> = (
 pub fn load_digis(path: &Path) -> PyResult<Digis> {
     let bytes = read_file(path)?;
     if bytes.starts_with(cl::BINARY_MAGIC) {
-        cl::read_binary(&bytes[..]).map_err(|e| format_err(path, e))
+        // The file's bytes decoded in place (`read_binary` would copy them once more first);
+        // the same checks and messages.
+        cl::io::read_binary_bytes(&bytes, "binary digis").map_err(|e| format_err(path, e))
     } else {
         cl::read_csv(&bytes[..], &path.display().to_string()).map_err(err)
     }
@@ -47,6 +49,32 @@ pub fn load_digis(path: &Path) -> PyResult<Digis> {
 pub fn load_spacepoints(path: &Path) -> PyResult<Vec<SpacePoint>> {
     let bytes = read_file(path)?;
     detkit::seeding::read_csv(&bytes[..], &path.display().to_string()).map_err(err)
+}
+
+/// Every file of `paths` read into its buffer of `bufs` (kept by the caller from batch to
+/// batch, so a worker reads into memory already mapped; grown to the paths) and parsed by
+/// `parse`, on the host's cores; results in path order, an unreadable file its `OSError`.
+pub fn read_kept<T: Send>(
+    paths: &[PathBuf],
+    bufs: &mut Vec<Vec<u8>>,
+    parse: impl Fn(&Path, &[u8]) -> PyResult<T> + Sync,
+) -> Vec<PyResult<T>> {
+    use rayon::prelude::*;
+    use std::io::Read as _;
+    if bufs.len() < paths.len() {
+        bufs.resize_with(paths.len(), Vec::new);
+    }
+    paths
+        .par_iter()
+        .zip(bufs[..paths.len()].par_iter_mut())
+        .map(|(p, buf)| {
+            buf.clear();
+            std::fs::File::open(p)
+                .and_then(|mut f| f.read_to_end(buf))
+                .map_err(|e| os_error(p, &e))?;
+            parse(p, buf)
+        })
+        .collect()
 }
 
 /// Checks that `path` can be opened (an `OSError` of its kind when not), for the library

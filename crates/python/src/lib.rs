@@ -8,9 +8,12 @@
 //! (`DevicePool`), [`scanner`] (`detkit.Scanner`), [`settings`] (seeding keyword arguments),
 //! [`args`] (argument checks with the command line's ranges; sizes checked against the memory
 //! there is, a `MemoryError` when they cannot fit), [`files`] (the PET singles and pairs
-//! writers).
+//! writers), [`outputs`] (result memory a backend reuses once Python drops it), [`clusters`]
+//! and [`seeds`] (the clustering and seeding results into it), [`timers`] (where a call's
+//! host time goes, for `bench_host.py --phases`).
 
 mod args;
+mod clusters;
 mod device;
 mod device_calls;
 mod device_ops;
@@ -18,31 +21,43 @@ mod dlpack;
 mod errors;
 mod files;
 mod io;
+mod outputs;
 mod pool;
 mod scanner;
+mod seeds;
 mod settings;
+mod timers;
 
 use std::path::PathBuf;
 
-use detkit::clustering::{ClustersMut, Digis, DigisRef, Geometry};
+use detkit::clustering::{Digis, DigisRef, Geometry};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{Coincidence, DataFrameV2, Single};
-use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
+use detkit::seeding::{SeedingOutput, SpacePoint};
 use detkit::sort::SortOptions;
 use detkit::{Backend as Inner, BackendKind, ScanKind};
-use numpy::{IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1};
+use numpy::{IntoPyArray, PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use errors::{err, CapacityError, CudaError, InvalidInputError};
 use scanner::Scanner;
+use seeds::SeedArrays;
 use settings::Settings;
 
 /// The backend every call runs on: CUDA or the CPU references, with the same results.
 #[pyclass(module = "detkit._detkit", frozen)]
 pub struct Backend {
     owner: Owner,
+    /// The memory of this backend's recent results, reused once Python drops them.
+    outputs: outputs::Outputs,
+    /// The seeding door's per-event outputs, reused (a second thread at once gets its own).
+    seed_scratch: std::sync::Mutex<Vec<SeedingOutput>>,
+    /// `cluster_files`' batch of the files' digis, reused.
+    files_scratch: std::sync::Mutex<Digis>,
+    /// `cluster_files`' buffers of the files' bytes, reused.
+    files_bytes: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 /// Where a backend lives: its own, or one device of a `DevicePool` (kept alive by the handle).
@@ -59,9 +74,48 @@ impl Backend {
         }
     }
 
+    /// `door` (without the GIL) into a vector of records this backend reuses (see
+    /// [`outputs`]), returned as a view of its `u64` words (the records are 8-byte aligned,
+    /// a whole number of words) beside what `door` returns.
+    fn records_out<'py, T, R>(
+        &self,
+        py: Python<'py>,
+        key: &'static str,
+        door: impl FnOnce(&mut Vec<T>) -> detkit::Result<R> + Send,
+    ) -> PyResult<(Bound<'py, PyArray1<u64>>, R)>
+    where
+        T: bytemuck::Pod + Send,
+        R: Send,
+    {
+        let h = self.outputs.take::<T>(py, key)?;
+        let r = py
+            .detach(|| timers::time(timers::Part::Door, || h.get().with(door)))
+            .map_err(err);
+        let _views = timers::Guard::start();
+        let out = r.and_then(|r| {
+            let bh = h.bind(py);
+            // SAFETY: the holder is this call's alone (`take`), last changed by `door`; the
+            // view is made after it.
+            let a = bh.get().with(|v: &mut Vec<T>| unsafe {
+                outputs::view1(bh, bytemuck::cast_slice::<T, u64>(v))
+            })?;
+            Ok((a, r))
+        });
+        self.outputs.put(key, h);
+        out
+    }
+
     fn pool_member(pool: Py<pool::DevicePool>, index: usize) -> Self {
+        Self::of(Owner::Pool(pool, index))
+    }
+
+    fn of(owner: Owner) -> Self {
         Self {
-            owner: Owner::Pool(pool, index),
+            owner,
+            outputs: outputs::Outputs::default(),
+            seed_scratch: std::sync::Mutex::new(Vec::new()),
+            files_scratch: std::sync::Mutex::new(Digis::default()),
+            files_bytes: std::sync::Mutex::new(Vec::new()),
         }
     }
 }
@@ -90,9 +144,16 @@ impl Backend {
             Some(n) => inner.with_threads(n).map_err(err)?,
             None => inner,
         };
-        Ok(Self {
-            owner: Owner::Own(inner),
-        })
+        Ok(Self::of(Owner::Own(inner)))
+    }
+
+    /// Drops the memory of earlier results kept for reuse (results still held in Python
+    /// stay valid: their memory goes when they go).
+    fn release_results(&self) {
+        self.outputs.clear();
+        *self.seed_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
+        *self.files_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Digis::default();
+        *self.files_bytes.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
     }
 
     /// CPU threads the backend's CPU work runs on.
@@ -224,7 +285,7 @@ impl Backend {
     /// Returns `(clus, clus_in_module)`: the cluster of every digi (-1: invalid, duplicate or
     /// cut) and the number of clusters of every (event, module).
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
-    #[pyo3(signature = (module, x, y, adc, geometry, charge_cut, event_offsets))]
+    #[pyo3(signature = (module, x, y, adc, geometry, charge_cut, event_offsets, out = None))]
     fn cluster<'py>(
         &self,
         py: Python<'py>,
@@ -235,6 +296,7 @@ impl Backend {
         geometry: &str,
         charge_cut: Option<Bound<'py, PyAny>>,
         event_offsets: Option<PyReadonlyArray1<'py, u32>>,
+        out: Option<Bound<'py, PyAny>>,
     ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u32>>)> {
         let g = Geometry::by_name(geometry).map_err(err)?;
         // None: the geometry's CMS defaults; False: no cut; else electrons (args::charge_cut).
@@ -251,7 +313,8 @@ impl Backend {
             None => &whole[..],
         };
         // numpy's memory goes to the library as borrowed slices (no copy), and the library
-        // writes the results straight into the numpy arrays returned (allocated once here).
+        // writes the results straight into the arrays returned: the caller's (`out`) or
+        // memory this backend reuses (`outputs`).
         let digis = DigisRef {
             module: m,
             x: xs,
@@ -266,39 +329,27 @@ impl Backend {
             || format!("event_offsets of {events} events ({slots} module slots)"),
             (slots as u64).saturating_mul(8),
         )?;
-        let clus = args::zeros::<i32>(py, m.len(), || format!("{} digis", m.len()))?;
-        let per_module = args::zeros::<u32>(py, slots, || format!("{events} events"))?;
-        {
-            let mut c = clus.readwrite();
-            let mut p = per_module.readwrite();
-            let (c, p) = (c.as_slice_mut()?, p.as_slice_mut()?);
-            py.detach(|| {
-                MODULE_FIRST.with(|first| {
-                    let mut first = first.borrow_mut();
-                    if first.len() < slots {
-                        // Grown once; the library overwrites it.
-                        let more = slots - first.len();
-                        first
-                            .try_reserve_exact(more)
-                            .map_err(|_| detkit::Error::OutOfMemory {
-                                what: format!("{events} events"),
-                                needed: slots as u64 * 4,
-                                available: None,
-                            })?;
-                        first.resize(slots, 0);
-                    }
-                    let out = ClustersMut {
-                        clus: c,
-                        clus_in_module: p,
-                        module_first: &mut first[..slots],
-                    };
-                    self.inner()
-                        .cluster_events_into_slices(digis, offsets, &g, cut, out)
+        let n = m.len();
+        if let Some(out) = out {
+            // The caller's arrays (checked: exact dtype, length, C order, writeable).
+            let (clus, per_module) = args::cluster_out(&out, n, slots)?;
+            {
+                let mut c = clus.try_readwrite().map_err(args::out_borrow)?;
+                let mut p = per_module.try_readwrite().map_err(args::out_borrow)?;
+                let (c, p) = (c.as_slice_mut()?, p.as_slice_mut()?);
+                let b = self.inner();
+                py.detach(|| {
+                    timers::time(timers::Part::Door, || {
+                        clusters::run(b, digis, offsets, &g, cut, c, p)
+                    })
                 })
-            })
-            .map_err(err)?;
+                .map_err(err)?;
+            }
+            return Ok((clus, per_module));
         }
-        Ok((clus, per_module))
+        // Memory of earlier results that Python has dropped, else new (see `outputs`).
+        let mut v = self.cluster_pooled(py, digis, offsets, &g, cut, &[(0..n, 0..slots)])?;
+        Ok(v.pop().expect("one part asked for"))
     }
 
     /// Clusters the digis files `paths` (`detkit.io.read_digis`) as one batch of events (one
@@ -315,42 +366,67 @@ impl Backend {
     ) -> PyResult<Bound<'py, PyList>> {
         let g = Geometry::by_name(geometry).map_err(err)?;
         let cut = args::charge_cut(charge_cut.as_ref(), g.default_cut)?;
-        let b = self.inner();
-        let read: Vec<PyResult<Digis>> = py.detach(|| read_all(&paths, io::load_digis));
-        let good: Vec<&Digis> = read.iter().filter_map(|r| r.as_ref().ok()).collect();
-        let batch = py.detach(|| -> detkit::Result<Vec<(Vec<i32>, Vec<u32>)>> {
-            let mut all = Digis::default();
-            let mut offsets = vec![0u32];
-            for d in &good {
-                all.extend(d);
-                offsets.push(all.len() as u32);
-            }
-            let c = b.cluster_events(&all, &offsets, &g, cut)?;
-            let mut out = Vec::with_capacity(good.len());
-            for e in 0..good.len() {
-                let (lo, hi) = (offsets[e] as usize, offsets[e + 1] as usize);
-                let per = &c.clus_in_module[e * c.modules..(e + 1) * c.modules];
-                out.push((c.clus[lo..hi].to_vec(), per.to_vec()));
-            }
-            Ok(out)
-        });
+        let modules = g.modules as usize;
+        // The files read side by side into memory this backend keeps (`clusters::read_files`)
+        // and clustered as one batch; each file's results are views of the batch's.
+        let mut bufs = self
+            .files_bytes
+            .try_lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
+        let mut all = self
+            .files_scratch
+            .try_lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
+        let read = py.detach(|| clusters::read_files(&paths, &mut bufs, &mut all));
+        if let Ok(mut g) = self.files_bytes.try_lock() {
+            *g = bufs;
+        }
+        let good: Vec<&std::ops::Range<usize>> =
+            read.iter().filter_map(|r| r.as_ref().ok()).collect();
+        let mut offsets = vec![0u32];
+        // Past u32 the door refuses the batch (its offsets no longer match the digis) and
+        // the files run one by one.
+        offsets.extend(
+            good.iter()
+                .map(|r| u32::try_from(r.end).unwrap_or(u32::MAX)),
+        );
+        let parts: Vec<_> = good
+            .iter()
+            .enumerate()
+            .map(|(e, r)| ((*r).clone(), e * modules..(e + 1) * modules))
+            .collect();
+        let batch = self
+            .cluster_pooled(py, (&all).into(), &offsets, &g, cut, &parts)
+            .ok();
         let list = PyList::empty(py);
-        let mut batch = batch.ok().map(Vec::into_iter);
+        let mut batch = batch.map(Vec::into_iter);
         for r in read {
-            let entry: PyResult<Py<PyAny>> = r.and_then(|d| {
-                let (clus, per) = match batch.as_mut() {
+            let entry: PyResult<Py<PyAny>> = r.and_then(|range| {
+                let pair = match batch.as_mut() {
                     Some(it) => it.next().expect("one batch result per file read"),
                     None => {
-                        let c = py.detach(|| b.cluster(&d, &g, cut)).map_err(err)?;
-                        (c.clus, c.clus_in_module)
+                        // The batch failed: this file alone, to name the file that fails.
+                        let d = DigisRef {
+                            module: &all.module[range.clone()],
+                            x: &all.x[range.clone()],
+                            y: &all.y[range.clone()],
+                            adc: &all.adc[range.clone()],
+                        };
+                        let n = range.len();
+                        let offs = [0, n as u32];
+                        self.cluster_pooled(py, d, &offs, &g, cut, &[(0..n, 0..modules)])?
+                            .pop()
+                            .expect("one part asked for")
                     }
                 };
-                Ok((clus.into_pyarray(py), per.into_pyarray(py))
-                    .into_pyobject(py)?
-                    .into_any()
-                    .unbind())
+                Ok(pair.into_pyobject(py)?.into_any().unbind())
             });
             list.append(entry.unwrap_or_else(|e| e.into_value(py).into_any()))?;
+        }
+        if let Ok(mut g) = self.files_scratch.try_lock() {
+            *g = all;
         }
         Ok(list)
     }
@@ -375,13 +451,13 @@ impl Backend {
             }
         };
         let b = self.inner();
-        let (singles, st) = py
-            .detach(|| match s.handle(b)? {
+        let (singles, st) = self.records_out(py, "pet.convert", |out: &mut Vec<Single>| {
+            match s.handle(b)? {
                 // The tables loaded on this backend's device once, for every call.
-                Some(h) => b.pet_convert_frames(frames, &*h),
-                None => b.pet_convert_frames(frames, &s.inner),
-            })
-            .map_err(err)?;
+                Some(h) => b.pet_convert_into(frames, &*h, out),
+                None => b.pet_convert_into(frames, &s.inner, out),
+            }
+        })?;
         let d = PyDict::new(py);
         d.set_item("frames", st.frames)?;
         d.set_item("accepted", st.accepted)?;
@@ -389,7 +465,7 @@ impl Backend {
         d.set_item("clamped", st.clamped)?;
         d.set_item("bad_address", st.bad_address)?;
         d.set_item("first_bad_address", st.first_bad_address)?;
-        Ok((io::record_words(py, singles), d))
+        Ok((singles, d))
     }
 
     /// Singles (16-byte records as `uint8`, borrowed when 8-byte aligned) stably sorted by
@@ -400,8 +476,11 @@ impl Backend {
         singles: PyReadonlyArray1<'py, u8>,
     ) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let s = records::<Single>(singles.as_slice()?, "singles")?;
-        let out = py.detach(|| self.inner().pet_sort(&s)).map_err(err)?;
-        Ok(io::record_words(py, out))
+        let b = self.inner();
+        let (out, ()) = self.records_out(py, "pet.sort", |out: &mut Vec<Single>| {
+            b.pet_sort_into(&s, out)
+        })?;
+        Ok(out)
     }
 
     /// Time-sorted singles to coincidence pairs (`uint64` words, four per pair).
@@ -420,10 +499,11 @@ impl Backend {
             delay,
             policy: detkit::pet::policy_from_name(policy).map_err(err)?,
         };
-        let out: Vec<Coincidence> = py
-            .detach(|| self.inner().pet_coincide(&s, &c))
-            .map_err(err)?;
-        Ok(io::record_words(py, out))
+        let b = self.inner();
+        let (out, ()) = self.records_out(py, "pet.coincide", |out: &mut Vec<Coincidence>| {
+            b.pet_coincide_into(&s, &c, out)
+        })?;
+        Ok(out)
     }
 
     /// Seeds `(n, 3)` uint32 (bottom, middle, top: input indices), their weights and z
@@ -448,12 +528,11 @@ impl Backend {
             var_r.as_slice()?,
             var_z.as_slice()?,
         ];
-        let out = py
-            .detach(|| seed_cols(self.inner(), &[cols], &settings.0))
-            .map_err(err)?
+        let c = self.seed_columns(py, seeds::Events::Columns(&[cols]), &settings.0)?;
+        Ok(self
+            .event_seeds(py, c)?
             .pop()
-            .flatten();
-        seed_arrays(py, out)
+            .expect("one result per event"))
     }
 
     /// Several events in one call (`Backend::seed_events`: on CUDA the events go through the
@@ -467,22 +546,24 @@ impl Backend {
         events: Vec<[PyReadonlyArray1<'py, f32>; 5]>,
         settings: Settings,
     ) -> PyResult<Vec<SeedArrays<'py>>> {
-        let cols: Vec<[&[f32]; 5]> = events
-            .iter()
-            .map(|e| -> PyResult<[&[f32]; 5]> {
-                Ok([
-                    e[0].as_slice()?,
-                    e[1].as_slice()?,
-                    e[2].as_slice()?,
-                    e[3].as_slice()?,
-                    e[4].as_slice()?,
-                ])
-            })
-            .collect::<PyResult<_>>()?;
-        let outs = py
-            .detach(|| seed_cols(self.inner(), &cols, &settings.0))
-            .map_err(err)?;
-        outs.into_iter().map(|o| seed_arrays(py, o)).collect()
+        let cols = event_columns(&events)?;
+        let c = self.seed_columns(py, seeds::Events::Columns(&cols), &settings.0)?;
+        self.event_seeds(py, c)
+    }
+
+    /// `seed_events` with the results of all events together: `(seeds (N, 3), weight,
+    /// z_vertex, params (N, 5), offsets (E + 1) int64)`, event `e`'s seeds being rows
+    /// `offsets[e] .. offsets[e + 1]` (no array per event).
+    #[pyo3(signature = (events, settings))]
+    fn seed_events_flat<'py>(
+        &self,
+        py: Python<'py>,
+        events: Vec<[PyReadonlyArray1<'py, f32>; 5]>,
+        settings: Settings,
+    ) -> PyResult<seeds::FlatSeeds<'py>> {
+        let cols = event_columns(&events)?;
+        let c = self.seed_columns(py, seeds::Events::Columns(&cols), &settings.0)?;
+        self.flat_seeds(py, c)
     }
 
     /// Seeds the spacepoint CSV files `paths` (`detkit.io.read_spacepoints`) as one batch of
@@ -496,28 +577,45 @@ impl Backend {
         paths: Vec<PathBuf>,
         settings: Settings,
     ) -> PyResult<Bound<'py, PyList>> {
-        let b = self.inner();
         let cfg = &settings.0;
-        let read: Vec<PyResult<Vec<SpacePoint>>> =
-            py.detach(|| read_all(&paths, io::load_spacepoints));
-        let good: Vec<Vec<SpacePoint>> = read
+        // The files' bytes into buffers this backend keeps, parsed in parallel.
+        let mut bufs = self
+            .files_bytes
+            .try_lock()
+            .map(|mut g| std::mem::take(&mut *g))
+            .unwrap_or_default();
+        let read: Vec<PyResult<Vec<SpacePoint>>> = py.detach(|| {
+            io::read_kept(&paths, &mut bufs, |p, bytes| {
+                detkit::seeding::read_csv(bytes, &p.display().to_string()).map_err(err)
+            })
+        });
+        if let Ok(mut g) = self.files_bytes.try_lock() {
+            *g = bufs;
+        }
+        let good: Vec<&[SpacePoint]> = read
             .iter()
-            .filter_map(|r| r.as_ref().ok().cloned())
+            .filter_map(|r| r.as_ref().ok().map(Vec::as_slice))
             .collect();
-        let batch = py.detach(|| seed_many(b, &good, cfg)).ok();
+        let batch = self
+            .seed_columns(py, seeds::Events::Rows(&good), cfg)
+            .and_then(|c| self.event_seeds(py, c))
+            .ok();
+        drop(good);
         let mut batch = batch.map(Vec::into_iter);
         let list = PyList::empty(py);
         for r in read {
             let entry: PyResult<Py<PyAny>> = r.and_then(|sps| {
                 let out = match batch.as_mut() {
                     Some(it) => it.next().expect("one batch result per file read"),
-                    None => py
-                        .detach(|| seed_many(b, std::slice::from_ref(&sps), cfg))
-                        .map_err(err)?
-                        .pop()
-                        .flatten(),
+                    None => {
+                        let c =
+                            self.seed_columns(py, seeds::Events::Rows(&[sps.as_slice()]), cfg)?;
+                        self.event_seeds(py, c)?
+                            .pop()
+                            .expect("one result per event")
+                    }
                 };
-                Ok(seed_arrays(py, out)?.into_pyobject(py)?.into_any().unbind())
+                Ok(out.into_pyobject(py)?.into_any().unbind())
             });
             list.append(entry.unwrap_or_else(|e| e.into_value(py).into_any()))?;
         }
@@ -525,96 +623,22 @@ impl Backend {
     }
 }
 
-thread_local! {
-    /// `Backend.cluster`'s `module_first` output, which Python does not return: one buffer
-    /// per calling thread, reused.
-    static MODULE_FIRST: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// What `seed` returns: seeds `(n, 3)`, weights, z vertices, parameters `(n, 5)`.
-type SeedArrays<'py> = (
-    Bound<'py, PyArray2<u32>>,
-    Bound<'py, PyArray1<f32>>,
-    Bound<'py, PyArray1<f32>>,
-    Bound<'py, PyArray2<f32>>,
-);
-
-/// `Backend::seed_events` over the non-empty events (an event without spacepoints has no
-/// seeds: `None`), results in event order.
-fn seed_many(
-    b: &Inner,
-    events: &[Vec<SpacePoint>],
-    cfg: &SeedingConfig,
-) -> detkit::Result<Vec<Option<SeedingOutput>>> {
-    let refs: Vec<&[SpacePoint]> = events
+/// One event's five borrowed columns per tuple of numpy arrays (no copy).
+fn event_columns<'a>(
+    events: &'a [[PyReadonlyArray1<'_, f32>; 5]],
+) -> PyResult<Vec<[&'a [f32]; 5]>> {
+    events
         .iter()
-        .filter(|e| !e.is_empty())
-        .map(Vec::as_slice)
-        .collect();
-    let mut outs = b.seed_events(&refs, cfg)?.into_iter();
-    Ok(events
-        .iter()
-        .map(|e| if e.is_empty() { None } else { outs.next() })
-        .collect())
-}
-
-/// Every file read and parsed, on the host's cores (rayon), results in path order.
-fn read_all<T: Send>(
-    paths: &[PathBuf],
-    load: fn(&std::path::Path) -> PyResult<T>,
-) -> Vec<PyResult<T>> {
-    use rayon::prelude::*;
-    paths.par_iter().map(|p| load(p)).collect()
-}
-
-/// `Backend::seed_columns_into` over the non-empty events given as borrowed columns (x, y,
-/// z, var_r, var_z: numpy's memory, no copy before the library's own gather into its
-/// staging); an event without spacepoints has no seeds (`None`). Results in event order.
-fn seed_cols(
-    b: &Inner,
-    events: &[[&[f32]; 5]],
-    cfg: &SeedingConfig,
-) -> detkit::Result<Vec<Option<SeedingOutput>>> {
-    let refs: Vec<SpacePointsRef<'_>> = events
-        .iter()
-        .filter(|e| !e[0].is_empty())
-        .map(|&[x, y, z, var_r, var_z]| SpacePointsRef {
-            x,
-            y,
-            z,
-            var_r,
-            var_z,
+        .map(|e| -> PyResult<[&[f32]; 5]> {
+            Ok([
+                e[0].as_slice()?,
+                e[1].as_slice()?,
+                e[2].as_slice()?,
+                e[3].as_slice()?,
+                e[4].as_slice()?,
+            ])
         })
-        .collect();
-    let mut out = Vec::new();
-    b.seed_columns_into(&refs, cfg, &mut out)?;
-    let mut outs = out.into_iter();
-    Ok(events
-        .iter()
-        .map(|e| if e[0].is_empty() { None } else { outs.next() })
-        .collect())
-}
-
-/// One event's seeding output as numpy arrays (`None`: no spacepoints, no seeds).
-fn seed_arrays<'py>(py: Python<'py>, out: Option<SeedingOutput>) -> PyResult<SeedArrays<'py>> {
-    let (seeds, params) = out.map_or((vec![], vec![]), |o| (o.seeds, o.params));
-    let idx: Vec<u32> = seeds
-        .iter()
-        .flat_map(|s| [s.bottom, s.middle, s.top])
-        .collect();
-    let weight: Vec<f32> = seeds.iter().map(|s| s.weight).collect();
-    let zv: Vec<f32> = seeds.iter().map(|s| s.z_vertex).collect();
-    let p: Vec<f32> = params
-        .iter()
-        .flat_map(|p| [p.loc0, p.loc1, p.phi, p.theta, p.qop])
-        .collect();
-    let n = seeds.len();
-    Ok((
-        idx.into_pyarray(py).reshape([n, 3])?,
-        weight.into_pyarray(py),
-        zv.into_pyarray(py),
-        p.into_pyarray(py).reshape([n, 5])?,
-    ))
+        .collect()
 }
 
 fn scan_kind(inclusive: bool) -> ScanKind {
@@ -897,6 +921,8 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(generate_pet_frames, m)?)?;
     m.add_function(wrap_pyfunction!(record_sizes, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(timers::_timers, m)?)?;
+    m.add_function(wrap_pyfunction!(timers::_timers_take, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_digis, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_spacepoints, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_frames, m)?)?;

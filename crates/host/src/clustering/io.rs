@@ -71,6 +71,20 @@ pub fn read_binary(r: impl Read) -> Result<Digis> {
 
 /// [`read_binary`] of a file's bytes (`file` names it in errors).
 pub fn read_binary_bytes(bytes: &[u8], file: &str) -> Result<Digis> {
+    let n = binary_count(bytes, file)?;
+    let mut d = Digis {
+        module: vec![0; n],
+        x: vec![0; n],
+        y: vec![0; n],
+        adc: vec![0; n],
+    };
+    read_binary_bytes_into(bytes, file, [&mut d.module, &mut d.x, &mut d.y, &mut d.adc])?;
+    Ok(d)
+}
+
+/// The digi count of a binary file's bytes, after the checks of [`read_binary_bytes`]
+/// (header, magic, and a size of exactly `12 + 8 n` bytes), with its errors.
+pub fn binary_count(bytes: &[u8], file: &str) -> Result<usize> {
     let err = |detail: String| crate::csvio::format_error(file, 0, None, detail);
     if bytes.len() < 12 {
         return Err(err(format!(
@@ -93,21 +107,29 @@ pub fn read_binary_bytes(bytes: &[u8], file: &str) -> Result<Digis> {
             if (bytes.len() as u64) < expected { "truncated" } else { "trailing bytes" }
         )));
     }
-    let n = n as usize;
-    let arr = |k: usize| -> Vec<u16> {
-        bytes[12 + 2 * n * k..12 + 2 * n * (k + 1)]
+    Ok(n as usize)
+}
+
+/// [`read_binary_bytes`] into the caller's arrays `[module, x, y, adc]`, each of
+/// [`binary_count`] elements (another length is an error): a batch of files decoded straight
+/// into one set of arrays, without a vector per file.
+pub fn read_binary_bytes_into(bytes: &[u8], file: &str, out: [&mut [u16]; 4]) -> Result<()> {
+    let n = binary_count(bytes, file)?;
+    for (k, dst) in out.into_iter().enumerate() {
+        if dst.len() != n {
+            return Err(invalid(
+                "binary digis",
+                format!("{file}: an output array of {} for {n} digis", dst.len()),
+            ));
+        }
+        let src = bytes[12 + 2 * n * k..12 + 2 * n * (k + 1)]
             .as_chunks::<2>()
-            .0
-            .iter()
-            .map(|c| u16::from_le_bytes(*c))
-            .collect()
-    };
-    Ok(Digis {
-        module: arr(0),
-        x: arr(1),
-        y: arr(2),
-        adc: arr(3),
-    })
+            .0;
+        for (d, c) in dst.iter_mut().zip(src) {
+            *d = u16::from_le_bytes(*c);
+        }
+    }
+    Ok(())
 }
 
 /// Writes [`read_binary`]'s format.
@@ -161,5 +183,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("expected \"DKDIGI01\""), "{e}");
+    }
+
+    #[test]
+    fn a_file_decoded_into_slices_equals_the_vectors_read() {
+        let mut d = Digis::default();
+        for i in 0..37u16 {
+            d.push(i % 5, 3 * i, 7 * i + 1, 1000 + i);
+        }
+        let mut b = Vec::new();
+        write_binary(&mut b, &d).unwrap();
+        assert_eq!(binary_count(&b, "d.bin").unwrap(), 37);
+        // Into a batch's arrays, at an offset: the rest is left alone.
+        let mut cols = [[9u16; 40], [9; 40], [9; 40], [9; 40]];
+        let [m, x, y, a] = &mut cols;
+        read_binary_bytes_into(
+            &b,
+            "d.bin",
+            [&mut m[2..39], &mut x[2..39], &mut y[2..39], &mut a[2..39]],
+        )
+        .unwrap();
+        assert_eq!(&cols[0][2..39], &d.module[..]);
+        assert_eq!(&cols[1][2..39], &d.x[..]);
+        assert_eq!(&cols[2][2..39], &d.y[..]);
+        assert_eq!(&cols[3][2..39], &d.adc[..]);
+        assert!(cols.iter().all(|c| c[..2] == [9, 9] && c[39] == 9));
+        let mut short = [0u16; 36];
+        let mut ok = [[0u16; 37]; 3];
+        let [o1, o2, o3] = &mut ok;
+        let e = read_binary_bytes_into(&b, "d.bin", [&mut short, o1, o2, o3])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("an output array of 36 for 37 digis"), "{e}");
+        let e = binary_count(&b[..20], "d.bin").unwrap_err().to_string();
+        assert!(e.starts_with("d.bin: ") && e.contains("(truncated)"), "{e}");
     }
 }

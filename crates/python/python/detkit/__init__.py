@@ -13,6 +13,14 @@ contiguous ones. Numbers are not bools: ``charge_cut=True`` or ``min_pt=True`` i
 anything is allocated.
 Bad input raises ``InvalidInputError`` (a ``ValueError``) with the library's message.
 
+Result arrays are yours: a result you keep is never overwritten by a later call. A backend
+reuses the memory of a result only once nothing in Python refers to it any more (the array,
+and every view of it, gone): a loop that drops or replaces its results writes each call into
+memory already mapped instead of fresh pages, which is where most of a large call's host time
+went. Results are therefore often views (``a.base`` is the backend's memory); ``a.copy()``
+gives an array of its own. :meth:`Backend.release_results` frees the memory kept for reuse.
+``Backend.cluster`` also takes ``out=(clus, clus_in_module)``: arrays of yours it writes into.
+
 >>> import numpy as np, detkit
 >>> b = detkit.Backend("cpu")
 >>> b.scan(np.array([3, 1, 4, 1, 5], dtype=np.uint32)).tolist()
@@ -71,6 +79,8 @@ assert (SINGLE_DTYPE.itemsize, COINCIDENCE_DTYPE.itemsize, FRAME_DTYPE.itemsize)
 
 def _as(a, dtype, name: str) -> np.ndarray:
     """``a`` as a contiguous 1-D array of ``dtype``, converting only when every value fits."""
+    if type(a) is np.ndarray and a.dtype == dtype and a.ndim == 1 and a.flags.c_contiguous:
+        return a  # the common case, without numpy's conversion calls
     arr = np.asarray(a)
     dtype = np.dtype(dtype)
     if arr.ndim != 1:
@@ -309,6 +319,7 @@ class Backend:
         charge_cut=None,
         event_offsets=None,
         *,
+        out=None,
         stream=None,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """Clusters digis (``uint16`` arrays; ``module`` 65534 = invalid digi; one module's
@@ -321,11 +332,27 @@ class Backend:
         Returns ``(clus, clus_in_module)``: ``int32`` cluster index of every digi within its
         module (-1: invalid, duplicate pixel or cut), and the cluster count of every
         (event, module).
+
+        ``out``: ``(clus, clus_in_module)`` arrays to write the results into and return
+        (``int32`` of the digi count and ``uint32`` of events × modules, C-contiguous,
+        writeable; a wrong dtype, dimension or layout is a ``TypeError``, a wrong length an
+        ``InvalidInputError``). Without it the results are arrays whose memory the backend
+        reuses once you drop them (see the package documentation).
         """
+        nd = np.ndarray
+        if (stream is None and type(module) is nd and type(x) is nd and type(y) is nd and type(adc) is nd
+                and (event_offsets is None or type(event_offsets) is nd)):
+            # numpy in, numpy out: straight to the library (no device-array checks).
+            return self._b.cluster(
+                _as(module, np.uint16, "module"), _as(x, np.uint16, "x"), _as(y, np.uint16, "y"),
+                _as(adc, np.uint16, "adc"), geometry, charge_cut,
+                None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets"), out)
         c = _Call(self, stream)
         offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
         d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, charge_cut, offs)
         if d is not None:
+            if out is not None:
+                raise TypeError("out=: numpy arrays for numpy inputs; device inputs give DeviceArray results")
             return d
         clus, per_module = self._b.cluster(
             c.arr(module, np.uint16, "module"),
@@ -335,6 +362,7 @@ class Backend:
             geometry,
             charge_cut,
             offs,
+            out,
         )
         return c.out(clus), c.out(per_module)
 
@@ -420,6 +448,32 @@ class Backend:
                 raise InvalidInputError(f"event {i}: {e}") from None
         return [tuple(c.out(a) for a in r) for r in self._b.seed_events(cols, settings)]
 
+    def seed_events_flat(self, events, **settings):
+        """:meth:`seed_events` with the results of all events in flat arrays, the fast form for
+        large batches (no arrays per event): ``(seeds, weight, z_vertex, params, offsets)``,
+        ``seeds`` ``(N, 3)``, ``params`` ``(N, 5)`` and ``offsets`` ``int64`` of ``E + 1``
+        entries, event ``e``'s seeds being rows ``offsets[e]:offsets[e + 1]`` (the same rows,
+        in the same order, as ``seed_events(events)[e]``). Numpy arrays in and out."""
+        c = _Call(self, None)
+        cols = []
+        for i, ev in enumerate(events):
+            ev = tuple(ev)
+            if len(ev) not in (3, 5):
+                raise InvalidInputError(f"event {i}: expected (x, y, z) or (x, y, z, var_r, var_z), got {len(ev)} arrays")
+            try:
+                cols.append(_seed_columns(c, *ev))
+            except InvalidInputError as e:
+                raise InvalidInputError(f"event {i}: {e}") from None
+        if c.device:
+            raise TypeError("seed_events_flat takes host (numpy) arrays; use seed_events for device arrays")
+        return self._b.seed_events_flat(cols, settings)
+
+    def release_results(self) -> None:
+        """Frees the memory this backend keeps for reusing results (results you still hold stay
+        valid: their memory goes when they go)."""
+        for m in self._members:
+            m._b.release_results()
+
 
 class _Call:
     """One call's array arguments and results. Numpy arrays (and anything that is not a
@@ -500,7 +554,7 @@ def _seed_columns(c: _Call, x, y, z, var_r=None, var_z=None):
     for equal lengths."""
     x = c.arr(x, np.float32, "x")
     n = x.shape[0]
-    zeros = np.zeros(n, dtype=np.float32)
+    zeros = np.zeros(n, dtype=np.float32) if var_r is None or var_z is None else None
     cols = [x, c.arr(y, np.float32, "y"), c.arr(z, np.float32, "z"),
             zeros if var_r is None else c.arr(var_r, np.float32, "var_r"),
             zeros if var_z is None else c.arr(var_z, np.float32, "var_z")]

@@ -97,6 +97,7 @@ class Backend:
         charge_cut: Union[None, bool, int] = None,
         event_offsets: Optional[npt.ArrayLike] = None,
         *,
+        out: Optional[Tuple[npt.NDArray[np.int32], npt.NDArray[np.uint32]]] = None,
         stream: _Stream = None,
     ) -> Tuple[npt.NDArray[np.int32], npt.NDArray[np.uint32]]: ...
     def convert(self, frames: Union[bytes, npt.ArrayLike], scanner: Union[Scanner, str, PathLike], *, stream: _Stream = None) -> Tuple[np.ndarray, dict]: ...
@@ -120,6 +121,12 @@ class Backend:
         stream: _Stream = None,
         **settings: float,
     ) -> List[Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]]: ...
+    def seed_events_flat(
+        self,
+        events: Sequence[Tuple[npt.ArrayLike, ...]],
+        **settings: float,
+    ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def release_results(self) -> None: ...
 
 class generate:
     @staticmethod

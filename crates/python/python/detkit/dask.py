@@ -240,8 +240,9 @@ def map_files(
     result (a :class:`FileFailure` in a failed file's place). ``"return"``: return that list
     instead of raising; test entries with ``isinstance(r, FileFailure)``.
 
-    ``files_per_task``: files per task (``None``: about four tasks per worker, at most 64
-    files a task). A task runs its files one after the other on one worker; the ready-made
+    ``files_per_task``: files per task (``None``: one task per worker for the ready-made
+    :func:`cluster_file` and :func:`seed_file`, about four per worker for other functions;
+    at most 64 files a task). A task runs its files one after the other on one worker; the ready-made
     :func:`cluster_file` and :func:`seed_file` run a task's files as one batch of events
     (one library call), which is where a GPU worker's files/s comes from. Results and
     failures stay per file.
@@ -264,7 +265,7 @@ def map_files(
             ) from e
     if files_per_task is not None and (not isinstance(files_per_task, int) or files_per_task < 1):
         raise ValueError(f"files_per_task must be a positive int, got {files_per_task!r}")
-    size = files_per_task or _auto_group(client, len(paths))
+    size = files_per_task or _auto_group(client, len(paths), hasattr(func, "_detkit_batch"))
     groups = [list(range(i, min(i + size, len(paths)))) for i in range(0, len(paths), size)]
     name = getattr(func, "__name__", "task")
     run = uuid.uuid4().hex[:12]
@@ -303,14 +304,17 @@ def map_files(
     return results
 
 
-def _auto_group(client: Any, n: int) -> int:
-    """Files per task when not given: about four tasks per worker (so a slow worker takes
-    fewer), at most 64 files a task."""
+def _auto_group(client: Any, n: int, batched: bool = False) -> int:
+    """Files per task when not given: a function with a batch form (:func:`cluster_file`,
+    :func:`seed_file`) one task per worker (one library call for all its files: a task's
+    fixed cost, scheduling and a round trip, is what limits files/s; see docs/benchmarks.md,
+    "pynum"), else about four tasks per worker (so a slow worker takes fewer); at most 64
+    files a task."""
     try:
         workers = max(1, len(client.scheduler_info().get("workers", {})))
     except Exception:  # an unusual client: one worker's worth of grouping
         workers = 1
-    return max(1, min(64, math.ceil(n / (4 * workers))))
+    return max(1, min(64, math.ceil(n / (workers if batched else 4 * workers))))
 
 
 def _future_failure(path: str, future: Any) -> FileFailure:
