@@ -52,6 +52,8 @@ pub mod scan;
 pub mod seeding;
 pub mod sort;
 pub mod staging;
+#[doc(hidden)]
+pub mod tuning;
 pub(crate) mod workspace;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};

@@ -10,12 +10,19 @@ use crate::scan::device::{
 };
 
 /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
-/// their final, order-preserving positions. Called by every thread of the block.
+/// their final, order-preserving positions. Called by every thread of the block. With
+/// `LEAN` the predicate is evaluated again when staging instead of keeping its `N` results
+/// in registers through the block scan (for cheap predicates).
 ///
 /// # Safety
 /// Launch contract of [`compact_select_range_u32`].
 #[inline(always)]
-pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
+pub unsafe fn select_tile<
+    const N: usize,
+    const THREADS: u32,
+    const LEAN: bool,
+    F: Fn(u64, u32) -> bool,
+>(
     input: *const u32,
     n: u64,
     output: *mut u32,
@@ -25,7 +32,8 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
 ) {
     let (scan_storage, prefix_slot) = tile_smem::<u32>();
     let tile = current_tile();
-    let warp_start = tile as u64 * SELECT_TILE + i::warp_id() as u64 * 32 * N as u64;
+    let warp_start =
+        tile as u64 * (THREADS as u64 * N as u64) + i::warp_id() as u64 * 32 * N as u64;
     let mut items = [0u32; N];
     // SAFETY: launch contract.
     unsafe { u32::load_striped(input, warp_start, n, &mut items) };
@@ -49,8 +57,15 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
     let stage = i::shared_base() + SELECT_STAGE_OFFSET as u32;
     let mut k = 0;
     while k < N {
-        if keep[k] != 0 {
-            // SAFETY: warp_prefix + pos[k] < tile_total <= SELECT_TILE: inside the staging area.
+        let kept = if LEAN {
+            let idx = striped_index(warp_start, 4, k);
+            idx < n && pred(idx, items[k])
+        } else {
+            keep[k] != 0
+        };
+        if kept {
+            // SAFETY: warp_prefix + pos[k] < tile_total <= THREADS * N: inside the staging
+            // area (`select_smem_bytes_for(THREADS * N)`).
             unsafe { i::st_shared_u32(stage + (warp_prefix + pos[k]) * 4, items[k]) };
         }
         k += 1;
@@ -67,7 +82,7 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
                 .add(out + j as usize)
                 .write(i::ld_shared_u32(stage + j * 4))
         };
-        j += SELECT_THREADS;
+        j += THREADS;
     }
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
         // SAFETY: one u32.
@@ -103,7 +118,7 @@ pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRange
     };
     // SAFETY: forwarded launch contract.
     unsafe {
-        select_tile::<{ SELECT_ITEMS as usize }, _>(
+        select_tile::<{ SELECT_ITEMS as usize }, SELECT_THREADS, false, _>(
             input,
             n,
             output,
@@ -112,6 +127,71 @@ pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRange
             |_, x| in_range(x, lo, hi),
         )
     }
+}
+
+/// The body of a range-select kernel of one tile shape ([`SELECT_RANGE_VARIANTS`]), lean.
+///
+/// # Safety
+/// As [`compact_select_range_u32`] for the variant's threads, tiles and shared memory.
+#[inline(always)]
+unsafe fn select_range_shape<const N: usize, const THREADS: u32>(p: CompactSelectRangeU32Params) {
+    let status = TileStatus {
+        flags: p.flags.ptr_mut(),
+        aggregates: p.aggregates.ptr_mut(),
+        inclusive: p.inclusive.ptr_mut(),
+    };
+    let (lo, hi) = (p.lo, p.hi);
+    // SAFETY: forwarded launch contract.
+    unsafe {
+        select_tile::<N, THREADS, true, _>(
+            p.input.ptr(),
+            p.n,
+            p.output.ptr_mut(),
+            p.num_selected.ptr_mut(),
+            status,
+            |_, x| in_range(x, lo, hi),
+        )
+    }
+}
+
+/// [`compact_select_range_u32`], lean (the predicate evaluated again when staging).
+///
+/// # Safety
+/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[1]`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn compact_select_range_u32_lean(p: CompactSelectRangeU32Params) {
+    // SAFETY: forwarded launch contract.
+    unsafe { select_range_shape::<24, 256>(p) }
+}
+
+/// Lean, blocks of 128 threads, 24 items each.
+///
+/// # Safety
+/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[2]`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn compact_select_range_u32_t128(p: CompactSelectRangeU32Params) {
+    // SAFETY: forwarded launch contract.
+    unsafe { select_range_shape::<24, 128>(p) }
+}
+
+/// Lean, blocks of 128 threads, 16 items each.
+///
+/// # Safety
+/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[3]`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn compact_select_range_u32_t128i16(p: CompactSelectRangeU32Params) {
+    // SAFETY: forwarded launch contract.
+    unsafe { select_range_shape::<16, 128>(p) }
+}
+
+/// Lean, blocks of 192 threads, 24 items each.
+///
+/// # Safety
+/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[4]`.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn compact_select_range_u32_t192(p: CompactSelectRangeU32Params) {
+    // SAFETY: forwarded launch contract.
+    unsafe { select_range_shape::<24, 192>(p) }
 }
 
 /// Keeps `input[i]` where `selection[i] != 0`, in input order.
@@ -137,7 +217,7 @@ pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(p: CompactSelectFla
     };
     // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
     unsafe {
-        select_tile::<{ SELECT_ITEMS as usize }, _>(
+        select_tile::<{ SELECT_ITEMS as usize }, SELECT_THREADS, false, _>(
             input,
             n,
             output,

@@ -24,6 +24,17 @@ pub const KERNEL_HISTOGRAM_SHARED: &str = "histogram_fill_shared";
 /// Kernel: global-atomic histogram.
 pub const KERNEL_HISTOGRAM_GLOBAL: &str = "histogram_fill_global";
 
+/// Shapes of the shared strategy `(kernel, 16-byte loads of each lane in flight, blocks per
+/// multiprocessor at most)`: entry 0 is the default ([`KERNEL_HISTOGRAM_SHARED`]); the others
+/// are measured beside it by `detkit-bench --variants` (issue 28), same parameters.
+pub const HISTOGRAM_SHARED_VARIANTS: &[(&str, u32, u32)] = &[
+    (KERNEL_HISTOGRAM_SHARED, 1, 8),
+    ("histogram_fill_shared_x2", 2, 8),
+    ("histogram_fill_shared_x4", 4, 8),
+    ("histogram_fill_shared_x2", 2, 4),
+    ("histogram_fill_shared_x4", 4, 4),
+];
+
 /// Threads per block of the histogram kernels.
 pub const HISTOGRAM_THREADS: u32 = 512;
 /// Shared memory a histogram block may use (the default per-block limit).
@@ -94,7 +105,12 @@ pub struct HistogramFillParams {
 crate::kernel_params!(
     HistogramFillParams,
     56,
-    [KERNEL_HISTOGRAM_SHARED, KERNEL_HISTOGRAM_GLOBAL]
+    [
+        KERNEL_HISTOGRAM_SHARED,
+        KERNEL_HISTOGRAM_GLOBAL,
+        "histogram_fill_shared_x2",
+        "histogram_fill_shared_x4"
+    ]
 );
 
 /// Device code: the fill kernels and the key loop the bucket container shares.
