@@ -47,19 +47,9 @@ pub const ALL_KERNELS: &[&str] = &[
     scan::KERNEL_BLOCK_SCAN_U32,
     scan::KERNEL_DEVICE_SCAN_U32,
     scan::KERNEL_DEVICE_SCAN_U64,
-    "scan_device_u32_lean",
-    "scan_device_u32_t128",
-    "scan_device_u32_t128i16",
-    "scan_device_u32_t192",
     compact::KERNEL_SELECT_RANGE_U32,
-    "compact_select_range_u32_lean",
-    "compact_select_range_u32_t128",
-    "compact_select_range_u32_t128i16",
-    "compact_select_range_u32_t192",
     compact::KERNEL_SELECT_FLAGGED_U32,
     histogram::KERNEL_HISTOGRAM_SHARED,
-    "histogram_fill_shared_x2",
-    "histogram_fill_shared_x4",
     histogram::KERNEL_HISTOGRAM_GLOBAL,
     bucket::KERNEL_BUCKET_OFFSETS_SORTED,
     bucket::KERNEL_BUCKET_BLOCK_FILL,
@@ -118,15 +108,9 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
-    // Shape variants of the scan and the select (issue 28, `detkit-bench --variants`): more
-    // tiles in flight per multiprocessor (scan: at most 48 registers, 5 or 10 blocks; select:
-    // 64 or 48 registers, 4, 8 or 10 blocks; sm_90 spills 20-24 bytes).
-    ("scan_device_u32_lean", 256, 5),
-    ("scan_device_u32_t128", 128, 10),
-    ("compact_select_range_u32_lean", 256, 4),
-    ("compact_select_range_u32_t128", 128, 8),
-    ("compact_select_range_u32_t128i16", 128, 10),
-    ("compact_select_range_u32_t192", 192, 5),
+    // The range select: 64 registers, 4 blocks of 256 per multiprocessor (unbounded it took
+    // 75: 3 blocks); sm_90 spills 20 bytes. H100, issue 28: 0.78x -> 0.84x CUB at 2^28.
+    (compact::KERNEL_SELECT_RANGE_U32, compact::SELECT_THREADS, 4),
     // Seeding doublets: 8 blocks of 128 per multiprocessor (at most 64 registers; sm_90:
     // 64 and 24 bytes of spill stores). ⟨μ⟩ = 200 on an H200: 69 registers unbounded
     // 0.113 ms, 8 blocks 0.108 ms, 9 blocks 0.102 ms (issue 14 session 5); 9 blocks again

@@ -41,18 +41,13 @@ pub const fn select_smem_bytes_for(tile: u64) -> usize {
     SELECT_STAGE_OFFSET + tile as usize * 4
 }
 
-/// Tile shapes of the range select `(kernel, threads per block, items per thread)`: entry 0
-/// is the default ([`KERNEL_SELECT_RANGE_U32`]); the others (all lean: the predicate is
-/// evaluated again when staging, see `select_tile`) are measured beside it by
-/// `detkit-bench --variants` (issue 28) and share its parameters and launch contract (with
-/// their own tile size: `threads × items`).
-pub const SELECT_RANGE_VARIANTS: &[(&str, u32, u32)] = &[
-    (KERNEL_SELECT_RANGE_U32, SELECT_THREADS, SELECT_ITEMS),
-    ("compact_select_range_u32_lean", 256, 24),
-    ("compact_select_range_u32_t128", 128, 24),
-    ("compact_select_range_u32_t128i16", 128, 16),
-    ("compact_select_range_u32_t192", 192, 24),
-];
+/// Tile shapes of the range select `(kernel, threads per block, items per thread)` that
+/// `detkit-bench --variants` times (`detkit::tuning`); entry 0 is the default. Issue 28
+/// measured four on an H100 and kept the lean 256 × 24 at 4 blocks per SM (0.84x CUB at
+/// 2^28 against 0.78x); 128 × 24 (8 blocks), 128 × 16 (10) and 192 × 24 (5) were slower
+/// (`docs/benchmarks.md`, branch `cubgap`), removed.
+pub const SELECT_RANGE_VARIANTS: &[(&str, u32, u32)] =
+    &[(KERNEL_SELECT_RANGE_U32, SELECT_THREADS, SELECT_ITEMS)];
 
 /// Number of tiles (blocks) for `n` items.
 pub const fn select_tiles(n: u64) -> u64 {
@@ -83,13 +78,7 @@ pub struct CompactSelectRangeU32Params {
 crate::kernel_params!(
     CompactSelectRangeU32Params,
     64,
-    [
-        "compact_select_range_u32",
-        "compact_select_range_u32_lean",
-        "compact_select_range_u32_t128",
-        "compact_select_range_u32_t128i16",
-        "compact_select_range_u32_t192"
-    ]
+    ["compact_select_range_u32"]
 );
 
 /// Parameters of the `compact_select_flagged_u32` kernel (one `#[repr(C)]` struct, see `crate::params`).

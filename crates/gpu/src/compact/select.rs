@@ -116,9 +116,11 @@ pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRange
         aggregates,
         inclusive,
     };
-    // SAFETY: forwarded launch contract.
+    // SAFETY: forwarded launch contract. Lean: the range test is two comparisons, cheaper
+    // than 24 registers through the block scan (64 registers, 4 blocks per multiprocessor
+    // with its launch bound; issue 28, H100: 0.78x -> 0.84x CUB at 2^28).
     unsafe {
-        select_tile::<{ SELECT_ITEMS as usize }, SELECT_THREADS, false, _>(
+        select_tile::<{ SELECT_ITEMS as usize }, SELECT_THREADS, true, _>(
             input,
             n,
             output,
@@ -127,71 +129,6 @@ pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRange
             |_, x| in_range(x, lo, hi),
         )
     }
-}
-
-/// The body of a range-select kernel of one tile shape ([`SELECT_RANGE_VARIANTS`]), lean.
-///
-/// # Safety
-/// As [`compact_select_range_u32`] for the variant's threads, tiles and shared memory.
-#[inline(always)]
-unsafe fn select_range_shape<const N: usize, const THREADS: u32>(p: CompactSelectRangeU32Params) {
-    let status = TileStatus {
-        flags: p.flags.ptr_mut(),
-        aggregates: p.aggregates.ptr_mut(),
-        inclusive: p.inclusive.ptr_mut(),
-    };
-    let (lo, hi) = (p.lo, p.hi);
-    // SAFETY: forwarded launch contract.
-    unsafe {
-        select_tile::<N, THREADS, true, _>(
-            p.input.ptr(),
-            p.n,
-            p.output.ptr_mut(),
-            p.num_selected.ptr_mut(),
-            status,
-            |_, x| in_range(x, lo, hi),
-        )
-    }
-}
-
-/// [`compact_select_range_u32`], lean (the predicate evaluated again when staging).
-///
-/// # Safety
-/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[1]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn compact_select_range_u32_lean(p: CompactSelectRangeU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { select_range_shape::<24, 256>(p) }
-}
-
-/// Lean, blocks of 128 threads, 24 items each.
-///
-/// # Safety
-/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[2]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn compact_select_range_u32_t128(p: CompactSelectRangeU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { select_range_shape::<24, 128>(p) }
-}
-
-/// Lean, blocks of 128 threads, 16 items each.
-///
-/// # Safety
-/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[3]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn compact_select_range_u32_t128i16(p: CompactSelectRangeU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { select_range_shape::<16, 128>(p) }
-}
-
-/// Lean, blocks of 192 threads, 24 items each.
-///
-/// # Safety
-/// As [`compact_select_range_u32`] for [`SELECT_RANGE_VARIANTS`]`[4]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn compact_select_range_u32_t192(p: CompactSelectRangeU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { select_range_shape::<24, 192>(p) }
 }
 
 /// Keeps `input[i]` where `selection[i] != 0`, in input order.

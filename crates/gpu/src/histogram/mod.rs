@@ -24,16 +24,21 @@ pub const KERNEL_HISTOGRAM_SHARED: &str = "histogram_fill_shared";
 /// Kernel: global-atomic histogram.
 pub const KERNEL_HISTOGRAM_GLOBAL: &str = "histogram_fill_global";
 
+/// 16-byte loads of each lane in flight in the shared kernel (4 keys each).
+pub const HISTOGRAM_LOADS_IN_FLIGHT: usize = 4;
+/// Blocks per multiprocessor at most of the shared kernel (one wave of 512-thread blocks at
+/// 16 KiB of sub-histograms each; the grid walks the keys grid-stride).
+pub const HISTOGRAM_SHARED_BLOCKS_PER_SM: u32 = 4;
+
 /// Shapes of the shared strategy `(kernel, 16-byte loads of each lane in flight, blocks per
-/// multiprocessor at most)`: entry 0 is the default ([`KERNEL_HISTOGRAM_SHARED`]); the others
-/// are measured beside it by `detkit-bench --variants` (issue 28), same parameters.
-pub const HISTOGRAM_SHARED_VARIANTS: &[(&str, u32, u32)] = &[
-    (KERNEL_HISTOGRAM_SHARED, 1, 8),
-    ("histogram_fill_shared_x2", 2, 8),
-    ("histogram_fill_shared_x4", 4, 8),
-    ("histogram_fill_shared_x2", 2, 4),
-    ("histogram_fill_shared_x4", 4, 4),
-];
+/// multiprocessor at most)` that `detkit-bench --variants` times (`detkit::tuning`); entry 0
+/// is the default. Issue 28 measured on an H100: 1, 2 or 4 loads in flight at 8 or 4 blocks
+/// per SM; 4 at 4 was fastest from 2^22 to 2^28 (`docs/benchmarks.md`, branch `cubgap`).
+pub const HISTOGRAM_SHARED_VARIANTS: &[(&str, u32, u32)] = &[(
+    KERNEL_HISTOGRAM_SHARED,
+    HISTOGRAM_LOADS_IN_FLIGHT as u32,
+    HISTOGRAM_SHARED_BLOCKS_PER_SM,
+)];
 
 /// Threads per block of the histogram kernels.
 pub const HISTOGRAM_THREADS: u32 = 512;
@@ -105,12 +110,7 @@ pub struct HistogramFillParams {
 crate::kernel_params!(
     HistogramFillParams,
     56,
-    [
-        KERNEL_HISTOGRAM_SHARED,
-        KERNEL_HISTOGRAM_GLOBAL,
-        "histogram_fill_shared_x2",
-        "histogram_fill_shared_x4"
-    ]
+    [KERNEL_HISTOGRAM_SHARED, KERNEL_HISTOGRAM_GLOBAL]
 );
 
 /// Device code: the fill kernels and the key loop the bucket container shares.

@@ -48,21 +48,15 @@ pub const DEVICE_SCAN_ITEMS_U32: u32 = 24;
 /// Items per thread of the device scan, `u64` (64 bytes per thread).
 pub const DEVICE_SCAN_ITEMS_U64: u32 = 8;
 
-/// Tile shapes of the `u32` device scan `(kernel, threads per block, items per thread)`:
-/// entry 0 is the default ([`KERNEL_DEVICE_SCAN_U32`]); the others (all lean: the inputs
-/// are not kept through the look-back, see `device_scan`) are measured beside it
-/// by `detkit-bench --variants` (issue 28) and share its parameters and launch contract.
-pub const SCAN_U32_VARIANTS: &[(&str, u32, u32)] = &[
-    (
-        KERNEL_DEVICE_SCAN_U32,
-        DEVICE_SCAN_THREADS,
-        DEVICE_SCAN_ITEMS_U32,
-    ),
-    ("scan_device_u32_lean", 256, 24),
-    ("scan_device_u32_t128", 128, 24),
-    ("scan_device_u32_t128i16", 128, 16),
-    ("scan_device_u32_t192", 192, 24),
-];
+/// Tile shapes of the `u32` device scan `(kernel, threads per block, items per thread)`
+/// that `detkit-bench --variants` times (`detkit::tuning`); entry 0 is the default. Issue 28
+/// measured four more on an H100 (a lean 256 × 24 at 5 blocks per SM, 128 × 24 at 10, 128 ×
+/// 16, 192 × 24): none faster beyond noise (`docs/benchmarks.md`, branch `cubgap`), removed.
+pub const SCAN_U32_VARIANTS: &[(&str, u32, u32)] = &[(
+    KERNEL_DEVICE_SCAN_U32,
+    DEVICE_SCAN_THREADS,
+    DEVICE_SCAN_ITEMS_U32,
+)];
 
 /// Tile status flag: not yet published.
 pub const STATUS_INVALID: u32 = 0;
@@ -126,17 +120,7 @@ pub struct ScanDeviceU32Params {
     pub kind: u32,
     pub _pad0: u32,
 }
-crate::kernel_params!(
-    ScanDeviceU32Params,
-    56,
-    [
-        "scan_device_u32",
-        "scan_device_u32_lean",
-        "scan_device_u32_t128",
-        "scan_device_u32_t128i16",
-        "scan_device_u32_t192"
-    ]
-);
+crate::kernel_params!(ScanDeviceU32Params, 56, ["scan_device_u32"]);
 
 /// Parameters of the `scan_device_u64` kernel (one `#[repr(C)]` struct, see `crate::params`).
 #[repr(C)]

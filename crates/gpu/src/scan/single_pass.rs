@@ -204,15 +204,12 @@ impl<T: ScanValue> BlockScan<T> {
     }
 }
 
-/// Device-wide scan body, one tile per block, `THREADS` threads of `N` items. With `LEAN`
-/// the inputs are not kept through the look-back: an inclusive item is the next exclusive
-/// item of the same 16-byte vector, so only the last input of each vector is kept (`N /
-/// VEC` registers instead of `N`).
+/// Device-wide scan body, one tile per block.
 ///
 /// # Safety
 /// See [`scan_device_u32`].
 #[inline(always)]
-pub unsafe fn device_scan<T: StripedTile, const N: usize, const THREADS: u32, const LEAN: bool>(
+pub unsafe fn device_scan<T: StripedTile, const N: usize>(
     input: *const T,
     output: *mut T,
     n: u64,
@@ -221,21 +218,12 @@ pub unsafe fn device_scan<T: StripedTile, const N: usize, const THREADS: u32, co
 ) {
     let (scan_storage, prefix_slot) = tile_smem::<T>();
     let tile = current_tile();
-    let tile_items = THREADS as u64 * N as u64;
+    let tile_items = DEVICE_SCAN_THREADS as u64 * N as u64;
     let warp_start = tile as u64 * tile_items + i::warp_id() as u64 * 32 * N as u64;
     let mut items = [T::default(); N];
     // SAFETY: launch contract (input valid for n, aligned).
     unsafe { T::load_striped(input, warp_start, n, &mut items) };
     let inputs = items;
-    // The last input of each vector (only those slots are read: the rest is dead).
-    let mut last = [T::default(); N];
-    if LEAN {
-        let mut k = T::VEC - 1;
-        while k < N {
-            last[k] = items[k];
-            k += T::VEC;
-        }
-    }
     let warp_total = warp_striped_exclusive(&mut items);
     // SAFETY: storage is ours; barrier below separates uses.
     let bs = unsafe { BlockScan::new(scan_storage) };
@@ -246,21 +234,9 @@ pub unsafe fn device_scan<T: StripedTile, const N: usize, const THREADS: u32, co
     let inclusive = kind == ScanKind::Inclusive as u32;
     let mut k = 0;
     while k < N {
-        if LEAN {
-            // Ascending: items[k + 1] is still the exclusive sum within the warp here.
-            let local = if !inclusive {
-                items[k]
-            } else if k % T::VEC + 1 < T::VEC {
-                items[k + 1]
-            } else {
-                items[k].wadd(last[k])
-            };
-            items[k] = base.wadd(local);
-        } else {
-            items[k] = base.wadd(items[k]);
-            if inclusive {
-                items[k] = items[k].wadd(inputs[k]);
-            }
+        items[k] = base.wadd(items[k]);
+        if inclusive {
+            items[k] = items[k].wadd(inputs[k]);
         }
         k += 1;
     }
@@ -294,68 +270,8 @@ pub unsafe extern "ptx-kernel" fn scan_device_u32(p: ScanDeviceU32Params) {
     };
     // SAFETY: forwarded launch contract.
     unsafe {
-        device_scan::<u32, { DEVICE_SCAN_ITEMS_U32 as usize }, DEVICE_SCAN_THREADS, false>(
-            input, output, n, kind, status,
-        )
+        device_scan::<u32, { DEVICE_SCAN_ITEMS_U32 as usize }>(input, output, n, kind, status)
     }
-}
-
-/// The body of a `u32` scan kernel of one tile shape ([`SCAN_U32_VARIANTS`]).
-///
-/// # Safety
-/// As [`scan_device_u32`], with the variant's threads and `device_scan_tiles_for` blocks.
-#[inline(always)]
-unsafe fn scan_u32_shape<const N: usize, const THREADS: u32>(p: ScanDeviceU32Params) {
-    // The shapes are lean (see `device_scan`).
-    let status = TileStatus {
-        flags: p.flags.ptr_mut(),
-        aggregates: p.aggregates.ptr_mut(),
-        inclusive: p.inclusive.ptr_mut(),
-    };
-    // SAFETY: forwarded launch contract.
-    unsafe {
-        device_scan::<u32, N, THREADS, true>(p.input.ptr(), p.output.ptr_mut(), p.n, p.kind, status)
-    }
-}
-
-/// [`scan_device_u32`], lean (the inputs not kept through the look-back).
-///
-/// # Safety
-/// As [`scan_device_u32`] for the shape of [`SCAN_U32_VARIANTS`]`[1]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn scan_device_u32_lean(p: ScanDeviceU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { scan_u32_shape::<24, 256>(p) }
-}
-
-/// Lean, blocks of 128 threads, 24 items each (CUB's sm_90 shape).
-///
-/// # Safety
-/// As [`scan_device_u32`] for the shape of [`SCAN_U32_VARIANTS`]`[2]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn scan_device_u32_t128(p: ScanDeviceU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { scan_u32_shape::<24, 128>(p) }
-}
-
-/// Lean, blocks of 128 threads, 16 items each.
-///
-/// # Safety
-/// As [`scan_device_u32`] for the shape of [`SCAN_U32_VARIANTS`]`[3]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn scan_device_u32_t128i16(p: ScanDeviceU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { scan_u32_shape::<16, 128>(p) }
-}
-
-/// Lean, blocks of 192 threads, 24 items each.
-///
-/// # Safety
-/// As [`scan_device_u32`] for the shape of [`SCAN_U32_VARIANTS`]`[4]`.
-#[unsafe(no_mangle)]
-pub unsafe extern "ptx-kernel" fn scan_device_u32_t192(p: ScanDeviceU32Params) {
-    // SAFETY: forwarded launch contract.
-    unsafe { scan_u32_shape::<24, 192>(p) }
 }
 
 /// Device-wide sum of `n` `u64`; as [`scan_device_u32`] with 8-byte values.
@@ -381,9 +297,7 @@ pub unsafe extern "ptx-kernel" fn scan_device_u64(p: ScanDeviceU64Params) {
     };
     // SAFETY: forwarded launch contract.
     unsafe {
-        device_scan::<u64, { DEVICE_SCAN_ITEMS_U64 as usize }, DEVICE_SCAN_THREADS, false>(
-            input, output, n, kind, status,
-        )
+        device_scan::<u64, { DEVICE_SCAN_ITEMS_U64 as usize }>(input, output, n, kind, status)
     }
 }
 
