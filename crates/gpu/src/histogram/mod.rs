@@ -7,8 +7,9 @@
 //! # Two strategies
 //! - **Shared** (small `nbins`): each block keeps `copies` sub-histograms in shared memory,
 //!   one per group of warps (warp `w` uses copy `w % copies`), so warps rarely collide on the
-//!   same counter; keys are read with 16-byte loads; within a warp, lanes holding the same key
-//!   are merged with `match.any` and only the lowest lane adds their count (skewed data, where
+//!   same counter; keys are read with 16-byte loads, four of each lane in flight (the grid at
+//!   most 4 blocks per SM); within a warp, lanes holding the same key are merged with
+//!   `match.any` (when asked) and only the lowest lane adds their count (skewed data, where
 //!   most keys are equal, then costs one atomic per warp instead of 32). At the end each block
 //!   adds its sums to the global histogram, one atomic per non-empty bin.
 //! - **Global** (large `nbins`): the same loop, adding directly to global memory.
