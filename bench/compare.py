@@ -50,7 +50,8 @@ def main():
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in det:
-        c = cub.get((r["primitive"], r["n"]))
+        # A shape variant (`NAME@vK`, detkit-bench --variants) compares with CUB's NAME.
+        c = cub.get((r["primitive"].split("@")[0], r["n"]))
         cp = copy.get(r["n"])
         cub_gbps = f"{c['gbps']:.1f}" if c else "-"
         vs_cub = f"{c['ms'] / r['ms']:.2f}x" if c and r["ms"] > 0 else "-"

@@ -20,6 +20,7 @@ mod doors;
 mod image;
 mod pet;
 mod seeding;
+mod shapes;
 mod sort;
 
 use detkit::bucket::POISON;
@@ -565,6 +566,7 @@ fn all_tests() -> Vec<Test> {
     image::TESTS
         .iter()
         .chain(foundation)
+        .chain(shapes::TESTS)
         .chain(clustering::TESTS)
         .chain(device_views::TESTS)
         .chain(doors::TESTS)

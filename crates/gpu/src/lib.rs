@@ -108,6 +108,9 @@ pub const ALL_KERNELS: &[&str] = &[
 /// per thread (spilling if it must: the resource report shows it). Such a kernel must not be
 /// launched with more than THREADS threads per block.
 pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
+    // The range select: 64 registers, 4 blocks of 256 per multiprocessor (unbounded it took
+    // 75: 3 blocks); sm_90 spills 20 bytes. H100, issue 28: 0.78x -> 0.84x CUB at 2^28.
+    (compact::KERNEL_SELECT_RANGE_U32, compact::SELECT_THREADS, 4),
     // Seeding doublets: 8 blocks of 128 per multiprocessor (at most 64 registers; sm_90:
     // 64 and 24 bytes of spill stores). ⟨μ⟩ = 200 on an H200: 69 registers unbounded
     // 0.113 ms, 8 blocks 0.108 ms, 9 blocks 0.102 ms (issue 14 session 5); 9 blocks again

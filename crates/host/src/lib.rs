@@ -53,6 +53,8 @@ pub(crate) mod scratch;
 pub mod seeding;
 pub mod sort;
 pub mod staging;
+#[doc(hidden)]
+pub mod tuning;
 pub(crate) mod workspace;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};

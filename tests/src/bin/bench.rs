@@ -5,14 +5,18 @@
 //! check the result against the CPU oracle (no time is printed for a wrong result), warm up,
 //! then time `reps` runs with CUDA events and report the median.
 //!
-//! Usage: `detkit-bench [--sizes 20,22,24,26,28] [--reps 30] [--csv FILE] [--sort-only]`
+//! Usage: `detkit-bench [--sizes 20,22,24,26,28] [--reps 30] [--csv FILE] [--sort-only]
+//! [--no-sort] [--variants]`
 //! (`--sort-only`: the copy and the radix-sort rows only, e.g. with `--sizes
-//! 10,12,14,16,18,20,22,24,26,28`).
+//! 10,12,14,16,18,20,22,24,26,28`; `--no-sort`: every row but the sorts; `--variants`: also
+//! every kernel shape of `detkit::tuning` for the scan, the select and the histogram, as rows
+//! `NAME@vK` (shape K of the table printed first), each checked against the oracle first).
 
 use anyhow::{bail, Context, Result};
 use detkit::compact::Selection;
 use detkit::error::DriverContext;
 use detkit::histogram::HistogramStrategy;
+use detkit::tuning::Tuned;
 use detkit::{Backend, BucketOrder, ScanKind};
 use detkit_tests::{check, median_ms, parse_list};
 use std::io::Write;
@@ -29,6 +33,8 @@ fn main() -> Result<()> {
     let mut reps = 30usize;
     let mut csv = None;
     let mut sort_only = false;
+    let mut no_sort = false;
+    let mut variants = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -36,6 +42,8 @@ fn main() -> Result<()> {
             "--reps" => reps = args.next().context("--reps needs a number")?.parse()?,
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             "--sort-only" => sort_only = true,
+            "--no-sort" => no_sort = true,
+            "--variants" => variants = true,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -46,6 +54,28 @@ fn main() -> Result<()> {
     let backend = Backend::cuda(0).context("detkit-bench needs a CUDA device")?;
     let g = backend.gpu().expect("cuda");
     println!("# device: {}; kernels: {}", g.device_name(), g.image());
+    // The shapes each row set runs: the default only, or every shape of the table.
+    let shapes = |t: Tuned| -> Vec<usize> {
+        if variants {
+            (0..t.shapes().len()).collect()
+        } else {
+            vec![0]
+        }
+    };
+    let label = |name: &str, v: usize| -> String {
+        if v == 0 {
+            name.to_string()
+        } else {
+            format!("{name}@v{v}")
+        }
+    };
+    if variants {
+        for t in [Tuned::ScanU32, Tuned::SelectRange, Tuned::HistogramShared] {
+            for (v, (kernel, a, b)) in t.shapes().iter().enumerate() {
+                println!("# variant {t:?} v{v}: {kernel} ({a}, {b})");
+            }
+        }
+    }
     let mut rows: Vec<Row> = Vec::new();
     for &log in &sizes {
         let n = 1usize << log;
@@ -64,31 +94,39 @@ fn main() -> Result<()> {
                 bytes: 8.0 * n as f64,
             });
         }
-        sort_rows(g, n, reps, &mut rows)?;
+        if !no_sort {
+            sort_rows(g, n, reps, &mut rows)?;
+        }
         if sort_only {
             continue;
         }
-        // scan u32
-        {
+        // scan u32 (every shape with --variants)
+        for v in shapes(Tuned::ScanU32) {
+            Tuned::ScanU32.choose(v)?;
             let input = detkit::scan::gen::scan_values(n);
             let d_in = g.upload(&input)?;
+            let name = label("scan_u32", v);
+            for kind in [ScanKind::Inclusive, ScanKind::Exclusive] {
+                let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
+                g.scan_device(&d_in, &mut d_out, n, kind)?;
+                check(
+                    &format!("{name} {kind:?}"),
+                    &g.download(&d_out)?,
+                    &detkit::scan::cpu::scan(&input, kind),
+                )?;
+            }
             let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
-            g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
-            check(
-                "scan_u32",
-                &g.download(&d_out)?,
-                &detkit::scan::cpu::scan(&input, ScanKind::Exclusive),
-            )?;
             let ms = median_ms(g, 5, reps, || {
                 g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
             })?;
             rows.push(Row {
-                primitive: "scan_u32".into(),
+                primitive: name,
                 n,
                 ms,
                 bytes: 8.0 * n as f64,
             });
         }
+        Tuned::ScanU32.choose(0)?;
         // scan u64
         if log <= 27 {
             let input: Vec<u64> = detkit::scan::gen::scan_values(n)
@@ -120,47 +158,53 @@ fn main() -> Result<()> {
         ] {
             let want = detkit::histogram::cpu::histogram(&keys, 256);
             let d = g.upload(&keys)?;
-            for (suffix, aggregate) in [("", false), ("_warpagg", true)] {
+            let mut runs: Vec<(String, bool, usize)> = shapes(Tuned::HistogramShared)
+                .into_iter()
+                .map(|v| (label(&format!("histogram_{name}"), v), false, v))
+                .collect();
+            runs.push((format!("histogram_{name}_warpagg"), true, 0));
+            for (row, aggregate, v) in runs {
+                Tuned::HistogramShared.choose(v)?;
                 let mut out = g.histogram_outputs(256)?;
                 g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)?;
-                check(
-                    &format!("histogram_{name}{suffix}"),
-                    &g.download_histogram(&out)?.counts,
-                    &want.counts,
-                )?;
+                check(&row, &g.download_histogram(&out)?.counts, &want.counts)?;
                 let ms = median_ms(g, 5, reps, || {
                     g.memset_zero(&mut out.counts)?;
                     g.histogram_device(&d, n, 256, HistogramStrategy::Shared, aggregate, &mut out)
                 })?;
                 rows.push(Row {
-                    primitive: format!("histogram_{name}{suffix}"),
+                    primitive: row,
                     n,
                     ms,
                     bytes: 4.0 * n as f64,
                 });
             }
+            Tuned::HistogramShared.choose(0)?;
         }
-        // select, 50%
-        {
+        // select, 50% (every shape with --variants)
+        for v in shapes(Tuned::SelectRange) {
+            Tuned::SelectRange.choose(v)?;
             let input = detkit::compact::gen::select_values(n);
             let want = detkit::compact::cpu::select(&input, |_, x| x < 1 << 31);
             let d_in = g.upload(&input)?;
             let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
             let mut d_n = g.zeros::<u32>(1)?;
             let sel = || Selection::Range { lo: 0, hi: 1 << 31 };
+            let name = label("select_50", v);
             g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)?;
             let count = g.download(&d_n)?[0] as usize;
-            check("select_50", &g.download(&d_out)?[..count], &want)?;
+            check(&name, &g.download(&d_out)?[..count], &want)?;
             let ms = median_ms(g, 5, reps, || {
                 g.select_u32(&d_in, n, sel(), &mut d_out, &mut d_n)
             })?;
             rows.push(Row {
-                primitive: "select_50".into(),
+                primitive: name,
                 n,
                 ms,
                 bytes: 4.0 * (n + count) as f64,
             });
         }
+        Tuned::SelectRange.choose(0)?;
         // bucket container, 1024 bins (no CUB equivalent; for the record)
         if log <= 26 {
             let keys = detkit::rng::random_below(17, n, 1024);

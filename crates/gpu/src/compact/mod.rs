@@ -33,8 +33,21 @@ pub const SELECT_STAGE_OFFSET: usize = crate::scan::device_scan_smem_bytes(4);
 /// Shared-memory bytes of the compaction kernels: the device scan's layout (`u32` counts),
 /// then [`SELECT_TILE`] words of staging.
 pub const fn select_smem_bytes() -> usize {
-    SELECT_STAGE_OFFSET + SELECT_TILE as usize * 4
+    select_smem_bytes_for(SELECT_TILE)
 }
+
+/// Shared-memory bytes of a compaction kernel whose tiles hold `tile` items.
+pub const fn select_smem_bytes_for(tile: u64) -> usize {
+    SELECT_STAGE_OFFSET + tile as usize * 4
+}
+
+/// Tile shapes of the range select `(kernel, threads per block, items per thread)` that
+/// `detkit-bench --variants` times (`detkit::tuning`); entry 0 is the default. Issue 28
+/// measured four on an H100 and kept the lean 256 × 24 at 4 blocks per SM (0.84x CUB at
+/// 2^28 against 0.78x); 128 × 24 (8 blocks), 128 × 16 (10) and 192 × 24 (5) were slower
+/// (`docs/benchmarks.md`, branch `cubgap`), removed.
+pub const SELECT_RANGE_VARIANTS: &[(&str, u32, u32)] =
+    &[(KERNEL_SELECT_RANGE_U32, SELECT_THREADS, SELECT_ITEMS)];
 
 /// Number of tiles (blocks) for `n` items.
 pub const fn select_tiles(n: u64) -> u64 {

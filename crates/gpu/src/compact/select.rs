@@ -10,12 +10,19 @@ use crate::scan::device::{
 };
 
 /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
-/// their final, order-preserving positions. Called by every thread of the block.
+/// their final, order-preserving positions. Called by every thread of the block. With
+/// `LEAN` the predicate is evaluated again when staging instead of keeping its `N` results
+/// in registers through the block scan (for cheap predicates).
 ///
 /// # Safety
 /// Launch contract of [`compact_select_range_u32`].
 #[inline(always)]
-pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
+pub unsafe fn select_tile<
+    const N: usize,
+    const THREADS: u32,
+    const LEAN: bool,
+    F: Fn(u64, u32) -> bool,
+>(
     input: *const u32,
     n: u64,
     output: *mut u32,
@@ -25,7 +32,8 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
 ) {
     let (scan_storage, prefix_slot) = tile_smem::<u32>();
     let tile = current_tile();
-    let warp_start = tile as u64 * SELECT_TILE + i::warp_id() as u64 * 32 * N as u64;
+    let warp_start =
+        tile as u64 * (THREADS as u64 * N as u64) + i::warp_id() as u64 * 32 * N as u64;
     let mut items = [0u32; N];
     // SAFETY: launch contract.
     unsafe { u32::load_striped(input, warp_start, n, &mut items) };
@@ -49,8 +57,15 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
     let stage = i::shared_base() + SELECT_STAGE_OFFSET as u32;
     let mut k = 0;
     while k < N {
-        if keep[k] != 0 {
-            // SAFETY: warp_prefix + pos[k] < tile_total <= SELECT_TILE: inside the staging area.
+        let kept = if LEAN {
+            let idx = striped_index(warp_start, 4, k);
+            idx < n && pred(idx, items[k])
+        } else {
+            keep[k] != 0
+        };
+        if kept {
+            // SAFETY: warp_prefix + pos[k] < tile_total <= THREADS * N: inside the staging
+            // area (`select_smem_bytes_for(THREADS * N)`).
             unsafe { i::st_shared_u32(stage + (warp_prefix + pos[k]) * 4, items[k]) };
         }
         k += 1;
@@ -67,7 +82,7 @@ pub unsafe fn select_tile<const N: usize, F: Fn(u64, u32) -> bool>(
                 .add(out + j as usize)
                 .write(i::ld_shared_u32(stage + j * 4))
         };
-        j += SELECT_THREADS;
+        j += THREADS;
     }
     if tile == i::grid_dim_x() - 1 && i::thread_idx_x() == 0 {
         // SAFETY: one u32.
@@ -101,9 +116,11 @@ pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRange
         aggregates,
         inclusive,
     };
-    // SAFETY: forwarded launch contract.
+    // SAFETY: forwarded launch contract. Lean: the range test is two comparisons, cheaper
+    // than 24 registers through the block scan (64 registers, 4 blocks per multiprocessor
+    // with its launch bound; issue 28, H100: 0.78x -> 0.84x CUB at 2^28).
     unsafe {
-        select_tile::<{ SELECT_ITEMS as usize }, _>(
+        select_tile::<{ SELECT_ITEMS as usize }, SELECT_THREADS, true, _>(
             input,
             n,
             output,
@@ -137,7 +154,7 @@ pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(p: CompactSelectFla
     };
     // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
     unsafe {
-        select_tile::<{ SELECT_ITEMS as usize }, _>(
+        select_tile::<{ SELECT_ITEMS as usize }, SELECT_THREADS, false, _>(
             input,
             n,
             output,

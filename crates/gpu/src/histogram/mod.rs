@@ -7,8 +7,9 @@
 //! # Two strategies
 //! - **Shared** (small `nbins`): each block keeps `copies` sub-histograms in shared memory,
 //!   one per group of warps (warp `w` uses copy `w % copies`), so warps rarely collide on the
-//!   same counter; keys are read with 16-byte loads; within a warp, lanes holding the same key
-//!   are merged with `match.any` and only the lowest lane adds their count (skewed data, where
+//!   same counter; keys are read with 16-byte loads, four of each lane in flight (the grid at
+//!   most 4 blocks per SM); within a warp, lanes holding the same key are merged with
+//!   `match.any` (when asked) and only the lowest lane adds their count (skewed data, where
 //!   most keys are equal, then costs one atomic per warp instead of 32). At the end each block
 //!   adds its sums to the global histogram, one atomic per non-empty bin.
 //! - **Global** (large `nbins`): the same loop, adding directly to global memory.
@@ -23,6 +24,22 @@ use crate::params::DevPtr;
 pub const KERNEL_HISTOGRAM_SHARED: &str = "histogram_fill_shared";
 /// Kernel: global-atomic histogram.
 pub const KERNEL_HISTOGRAM_GLOBAL: &str = "histogram_fill_global";
+
+/// 16-byte loads of each lane in flight in the shared kernel (4 keys each).
+pub const HISTOGRAM_LOADS_IN_FLIGHT: usize = 4;
+/// Blocks per multiprocessor at most of the shared kernel (one wave of 512-thread blocks at
+/// 16 KiB of sub-histograms each; the grid walks the keys grid-stride).
+pub const HISTOGRAM_SHARED_BLOCKS_PER_SM: u32 = 4;
+
+/// Shapes of the shared strategy `(kernel, 16-byte loads of each lane in flight, blocks per
+/// multiprocessor at most)` that `detkit-bench --variants` times (`detkit::tuning`); entry 0
+/// is the default. Issue 28 measured on an H100: 1, 2 or 4 loads in flight at 8 or 4 blocks
+/// per SM; 4 at 4 was fastest from 2^22 to 2^28 (`docs/benchmarks.md`, branch `cubgap`).
+pub const HISTOGRAM_SHARED_VARIANTS: &[(&str, u32, u32)] = &[(
+    KERNEL_HISTOGRAM_SHARED,
+    HISTOGRAM_LOADS_IN_FLIGHT as u32,
+    HISTOGRAM_SHARED_BLOCKS_PER_SM,
+)];
 
 /// Threads per block of the histogram kernels.
 pub const HISTOGRAM_THREADS: u32 = 512;

@@ -48,6 +48,16 @@ pub const DEVICE_SCAN_ITEMS_U32: u32 = 24;
 /// Items per thread of the device scan, `u64` (64 bytes per thread).
 pub const DEVICE_SCAN_ITEMS_U64: u32 = 8;
 
+/// Tile shapes of the `u32` device scan `(kernel, threads per block, items per thread)`
+/// that `detkit-bench --variants` times (`detkit::tuning`); entry 0 is the default. Issue 28
+/// measured four more on an H100 (a lean 256 × 24 at 5 blocks per SM, 128 × 24 at 10, 128 ×
+/// 16, 192 × 24): none faster beyond noise (`docs/benchmarks.md`, branch `cubgap`), removed.
+pub const SCAN_U32_VARIANTS: &[(&str, u32, u32)] = &[(
+    KERNEL_DEVICE_SCAN_U32,
+    DEVICE_SCAN_THREADS,
+    DEVICE_SCAN_ITEMS_U32,
+)];
+
 /// Tile status flag: not yet published.
 pub const STATUS_INVALID: u32 = 0;
 /// Tile status flag: the tile's own aggregate is published.

@@ -46,7 +46,15 @@ impl GpuContext {
         if n == 0 {
             return self.memset_zero(num_selected);
         }
-        let tiles = k::select_tiles(n as u64);
+        // The range kernel's tile shape (`crate::tuning`; the default unless a benchmark
+        // chose); the flagged kernel has the default shape only.
+        let (range_kernel, range_threads, range_items) =
+            crate::tuning::Tuned::SelectRange.current();
+        let range_tile = range_threads as u64 * range_items as u64;
+        let tiles = match selection {
+            Selection::Range { .. } => (n as u64).div_ceil(range_tile),
+            Selection::Flagged(_) => k::select_tiles(n as u64),
+        };
         let mut lb = self.take_lookback::<u32>(tiles)?;
         let n64 = n as u64;
         let r = match selection {
@@ -62,13 +70,14 @@ impl GpuContext {
                     aggregates: self.ptr_mut(&mut lb.agg),
                     inclusive: self.ptr_mut(&mut lb.inc),
                 };
-                // SAFETY: SELECT_THREADS threads, one block per tile, `select_smem_bytes`;
+                // SAFETY: the shape's threads, one block per tile of its size, its
+                // `select_smem_bytes_for`;
                 // n < 2^32 and buffer lengths checked; cudarc buffers are 256-byte aligned and
                 // distinct; look-back state zeroed with at least `tiles` entries.
                 unsafe {
                     self.launch(
-                        k::KERNEL_SELECT_RANGE_U32,
-                        cfg(tiles, k::SELECT_THREADS, k::select_smem_bytes()),
+                        range_kernel,
+                        cfg(tiles, range_threads, k::select_smem_bytes_for(range_tile)),
                         &params,
                     )
                 }

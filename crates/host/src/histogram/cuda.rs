@@ -59,10 +59,14 @@ impl GpuContext {
             HistogramStrategy::Global => false,
         };
         // Enough blocks to fill the device a few times over; each walks the keys grid-stride.
+        // The shared kernel's shape (`crate::tuning`; the default unless a benchmark chose):
+        // loads in flight per lane, blocks per multiprocessor at most.
+        let (shared_kernel, _, per_sm) = crate::tuning::Tuned::HistogramShared.current();
         let per_block = k::HISTOGRAM_THREADS as u64 * 16;
-        let blocks = (n as u64)
-            .div_ceil(per_block)
-            .clamp(1, self.sm_count() as u64 * 8);
+        let blocks = (n as u64).div_ceil(per_block).clamp(
+            1,
+            self.sm_count() as u64 * if shared { per_sm } else { 8 } as u64,
+        );
         let params = HistogramFillParams {
             keys: self.ptr(keys),
             n: n as u64,
@@ -81,7 +85,7 @@ impl GpuContext {
             // (cudarc allocation).
             unsafe {
                 self.launch(
-                    k::KERNEL_HISTOGRAM_SHARED,
+                    shared_kernel,
                     cfg(blocks, k::HISTOGRAM_THREADS, k::histogram_smem_bytes(nbins)),
                     &params,
                 )

@@ -179,7 +179,21 @@ impl GpuContext {
         if n == 0 {
             return Ok(());
         }
-        let tiles = k::device_scan_tiles(n as u64, T::BYTES);
+        // The u32 scan's tile shape (`crate::tuning`; the default unless a benchmark chose).
+        let (kernel, threads, tiles) = if T::KERNEL == k::KERNEL_DEVICE_SCAN_U32 {
+            let (kernel, threads, items) = crate::tuning::Tuned::ScanU32.current();
+            (
+                kernel,
+                threads,
+                (n as u64).div_ceil(threads as u64 * items as u64),
+            )
+        } else {
+            (
+                T::KERNEL,
+                k::DEVICE_SCAN_THREADS,
+                k::device_scan_tiles(n as u64, T::BYTES),
+            )
+        };
         let mut lb = self.take_lookback::<T>(tiles)?;
         let params = T::params(
             self.ptr(input),
@@ -190,19 +204,15 @@ impl GpuContext {
             self.ptr_mut(&mut lb.agg),
             self.ptr_mut(&mut lb.inc),
         );
-        // SAFETY: launch contract of `scan_device_u32/u64`: DEVICE_SCAN_THREADS threads,
-        // one block per tile, `device_scan_smem_bytes` of shared memory; input and output hold
+        // SAFETY: launch contract of `scan_device_u32/u64` (and the u32 shapes): the shape's
+        // threads, one block per tile of its size, `device_scan_smem_bytes` of shared memory; input and output hold
         // n elements (checked), are distinct allocations (borrows) and 256-byte aligned
         // (cudarc allocations); the status words (2 per tile) were zeroed on this stream and
         // the arrays hold at least `tiles` entries.
         let r = unsafe {
             self.launch(
-                T::KERNEL,
-                cfg(
-                    tiles,
-                    k::DEVICE_SCAN_THREADS,
-                    k::device_scan_smem_bytes(T::BYTES),
-                ),
+                kernel,
+                cfg(tiles, threads, k::device_scan_smem_bytes(T::BYTES)),
                 &params,
             )
         };

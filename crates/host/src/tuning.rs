@@ -1,0 +1,73 @@
+//! Kernel shape variants for A/B timing (issue 28). `detkit-bench --variants` picks one
+//! shape per primitive, times it beside the default and CUB, and checks each result against
+//! the oracle first. The choice is process-wide; the default (index 0) is what every other
+//! caller gets, and the tables live beside the kernels (`detkit_gpu::*::*_VARIANTS`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::error::{invalid, Result};
+
+/// A primitive with kernel shape variants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tuned {
+    /// The `u32` device scan: `detkit_gpu::scan::SCAN_U32_VARIANTS`.
+    ScanU32,
+    /// The range select: `detkit_gpu::compact::SELECT_RANGE_VARIANTS`.
+    SelectRange,
+    /// The shared-memory histogram: `detkit_gpu::histogram::HISTOGRAM_SHARED_VARIANTS`.
+    HistogramShared,
+}
+
+static CHOSEN: [AtomicUsize; 3] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
+
+impl Tuned {
+    /// The shapes `(kernel, first parameter, second parameter)`: threads and items per
+    /// thread for the scan and the select, loads in flight and blocks per multiprocessor for
+    /// the histogram.
+    pub fn shapes(self) -> &'static [(&'static str, u32, u32)] {
+        match self {
+            Tuned::ScanU32 => detkit_gpu::scan::SCAN_U32_VARIANTS,
+            Tuned::SelectRange => detkit_gpu::compact::SELECT_RANGE_VARIANTS,
+            Tuned::HistogramShared => detkit_gpu::histogram::HISTOGRAM_SHARED_VARIANTS,
+        }
+    }
+
+    fn slot(self) -> &'static AtomicUsize {
+        &CHOSEN[self as usize]
+    }
+
+    /// Makes every later launch of this primitive (in this process) use shape `index`.
+    pub fn choose(self, index: usize) -> Result<()> {
+        if index >= self.shapes().len() {
+            return Err(invalid(
+                "kernel variant",
+                format!("{self:?} has {} shapes, not {index}", self.shapes().len()),
+            ));
+        }
+        self.slot().store(index, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The shape launches use now.
+    pub fn current(self) -> (&'static str, u32, u32) {
+        self.shapes()[self.slot().load(Ordering::Relaxed)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_the_first_shape_and_out_of_range_is_refused() {
+        for t in [Tuned::ScanU32, Tuned::SelectRange, Tuned::HistogramShared] {
+            assert_eq!(t.current(), t.shapes()[0]);
+            assert!(t.choose(t.shapes().len()).is_err());
+            assert_eq!(t.current(), t.shapes()[0]);
+        }
+    }
+}
