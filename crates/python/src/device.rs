@@ -79,20 +79,44 @@ pub fn stream_handle(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> 
     )))
 }
 
-/// `ours` waits for the work issued so far on the foreign stream `foreign` (an event
-/// recorded there, waited on here: no host or device-wide synchronisation).
-fn wait_foreign(g: &detkit::GpuContext, foreign: usize) -> PyResult<()> {
-    let ev = g
-        .context()
-        .new_event(None)
-        .map_err(|e| cuda("creating an event", e))?;
-    // SAFETY: `ev` is a live event of detkit's context (the primary context, shared with the
-    // producer), `foreign` a stream handle the producer gave for its pending work.
-    unsafe { result::event::record(ev.cu_event(), foreign as sys::CUstream) }
-        .map_err(|e| cuda("recording an event on the producer's stream", e))?;
-    g.stream()
-        .wait(&ev)
-        .map_err(|e| cuda("waiting for the producer's stream", e))
+/// The foreign streams a call's inputs were made on (the CUDA array interface's `stream`,
+/// the caller's `stream=`): collected while the arguments are opened, then waited for once
+/// each ([`Waits::apply`]) however many arguments name the same stream.
+#[derive(Default)]
+pub struct Waits(Vec<usize>);
+
+impl Waits {
+    /// Adds a stream handle (once).
+    pub fn add(&mut self, foreign: usize) {
+        if !self.0.contains(&foreign) {
+            self.0.push(foreign);
+        }
+    }
+
+    /// detkit's stream waits for the work issued so far on each stream added (one event,
+    /// recorded there and waited on here: no host or device-wide synchronisation); the list
+    /// is cleared.
+    pub fn apply(&mut self, g: &detkit::GpuContext) -> PyResult<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let ev = g
+            .context()
+            .new_event(None)
+            .map_err(|e| cuda("creating an event", e))?;
+        for foreign in self.0.drain(..) {
+            // SAFETY: `ev` is a live event of detkit's context (the primary context, shared
+            // with the producer), `foreign` a stream handle the producer gave for its
+            // pending work. Re-recording `ev` is allowed: a wait takes the event's state at
+            // the time it is issued.
+            unsafe { result::event::record(ev.cu_event(), foreign as sys::CUstream) }
+                .map_err(|e| cuda("recording an event on the producer's stream", e))?;
+            g.stream()
+                .wait(&ev)
+                .map_err(|e| cuda("waiting for the producer's stream", e))?;
+        }
+        Ok(())
+    }
 }
 
 /// The foreign stream `foreign` waits for the work issued so far on `stream`.
@@ -272,12 +296,15 @@ pub enum Arg {
 }
 
 /// Reads one DLPack / CUDA-array-interface argument (not consumed when its device is wrong).
+/// The producer's stream of a CUDA-array-interface input is added to `waits`, which the
+/// caller applies before detkit reads the input; a DLPack producer orders its pending work
+/// before detkit's stream itself (`__dlpack__(stream=...)`).
 pub fn open_arg(
     py: Python<'_>,
     backend: &Backend,
     obj: &Bound<'_, PyAny>,
     name: &str,
-    user_stream: Option<usize>,
+    waits: &mut Waits,
 ) -> PyResult<Arg> {
     if obj.hasattr("__cuda_array_interface__")? {
         let (d, producer_stream) = cai_desc(obj, name)?;
@@ -293,11 +320,8 @@ pub fn open_arg(
             _ => None,
         };
         check_device(backend, ordinal, name)?;
-        let Some(g) = backend.inner().gpu() else {
-            unreachable!("check_device refuses the CPU backend")
-        };
-        for s in [producer_stream, user_stream].into_iter().flatten() {
-            wait_foreign(g, s)?;
+        if let Some(s) = producer_stream {
+            waits.add(s);
         }
         return Ok(Arg::Device(DeviceInput {
             desc: d,
@@ -323,9 +347,6 @@ pub fn open_arg(
             let Some(g) = backend.inner().gpu() else {
                 unreachable!("check_device refuses the CPU backend")
             };
-            if let Some(s) = user_stream {
-                wait_foreign(g, s)?;
-            }
             // The producer orders its pending work before detkit's stream.
             let kw = PyDict::new(py);
             kw.set_item("stream", g.stream().cu_stream() as usize)?;
@@ -362,13 +383,17 @@ pub fn import_array<'py>(
     name: &str,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyAny>, bool)> {
-    let user_stream = stream_handle(stream)?;
-    match open_arg(py, backend, obj, name, user_stream)? {
+    let mut waits = Waits::default();
+    if let Some(s) = stream_handle(stream)? {
+        waits.add(s);
+    }
+    match open_arg(py, backend, obj, name, &mut waits)? {
         Arg::Host(view) => Ok((py.import("numpy")?.call_method1("asarray", (view,))?, false)),
         Arg::Device(input) => {
             let Some(g) = backend.inner().gpu() else {
                 unreachable!("open_arg gives device inputs on CUDA backends only")
             };
+            waits.apply(g)?;
             let d = input.desc.clone();
             let bytes = py.detach(|| read_device(g, &d, name))?;
             drop(input);
