@@ -20,9 +20,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr};
 use numpy::{IntoPyArray, PyReadonlyArray1};
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::dlpack::{self, DLDevice, Desc, HostView, Imported};
 use crate::errors::{CudaError, InvalidInputError};
@@ -201,26 +202,26 @@ fn read_device(g: &detkit::GpuContext, d: &Desc, name: &str) -> PyResult<Vec<u8>
 }
 
 /// The CUDA array interface dict (version 2 or 3) as a description and its `stream`.
-fn cai_desc(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Desc, Option<usize>)> {
-    let cai = obj.getattr("__cuda_array_interface__")?;
+fn cai_desc<'py>(cai: &Bound<'py, PyAny>, name: &str) -> PyResult<(Desc, Option<usize>)> {
+    let py = cai.py();
     let d = cai.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!("{name}: __cuda_array_interface__ is not a dict"))
     })?;
-    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+    let get = |k: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyAny>> {
         d.get_item(k)?.ok_or_else(|| {
             InvalidInputError::new_err(format!("{name}: __cuda_array_interface__ has no `{k}`"))
         })
     };
-    if let Some(m) = d.get_item("mask")? {
+    if let Some(m) = d.get_item(intern!(py, "mask"))? {
         if !m.is_none() {
             return Err(InvalidInputError::new_err(format!(
                 "{name}: masked CUDA arrays are not supported"
             )));
         }
     }
-    let shape: Vec<usize> = get("shape")?.extract()?;
-    let typestr: String = get("typestr")?.extract()?;
-    let (ptr, _readonly): (usize, bool) = get("data")?.extract()?;
+    let shape: Vec<usize> = get(intern!(py, "shape"))?.extract()?;
+    let typestr: String = get(intern!(py, "typestr"))?.extract()?;
+    let (ptr, _readonly): (usize, bool) = get(intern!(py, "data"))?.extract()?;
     let itemsize: usize = typestr
         .get(2..)
         .and_then(|s| s.parse().ok())
@@ -230,11 +231,11 @@ fn cai_desc(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Desc, Option<usize>
             "{name}: big-endian device array `{typestr}`"
         )));
     }
-    let strides = match d.get_item("strides")? {
+    let strides = match d.get_item(intern!(py, "strides"))? {
         Some(s) if !s.is_none() => Some(s.extract::<Vec<isize>>()?),
         _ => None,
     };
-    let stream = match d.get_item("stream")? {
+    let stream = match d.get_item(intern!(py, "stream"))? {
         Some(s) if !s.is_none() => {
             let h: usize = s.extract()?;
             if h == 0 {
@@ -306,8 +307,14 @@ pub fn open_arg(
     name: &str,
     waits: &mut Waits,
 ) -> PyResult<Arg> {
-    if obj.hasattr("__cuda_array_interface__")? {
-        let (d, producer_stream) = cai_desc(obj, name)?;
+    // One look-up of the property (`hasattr` would run a producer's getter a second time).
+    let cai = match obj.getattr(intern!(py, "__cuda_array_interface__")) {
+        Ok(c) => Some(c),
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(cai) = cai {
+        let (d, producer_stream) = cai_desc(&cai, name)?;
         // The pointer's device, by the driver (with detkit's context current on this thread);
         // an empty array's pointer may be null, and the CPU backend has no driver to ask.
         let ordinal = match backend.inner().gpu() {
