@@ -19,7 +19,7 @@
 
 use std::sync::Mutex;
 
-use cudarc::driver::{sys, DeviceRepr};
+use cudarc::driver::{sys, CudaStream, DeviceRepr};
 
 use crate::cuda::{DeviceBuffer, GpuContext};
 use crate::error::{DriverContext, Result};
@@ -125,4 +125,19 @@ pub fn trim(g: &GpuContext, keep: usize) -> Result<()> {
             .ctx("trimming detkit's output memory pool")?;
     }
     Ok(())
+}
+
+/// `stream` waits for the work issued so far on `other` (an event recorded there), unless
+/// `other` has none left (`cuStreamQuery`: one driver call instead of four when it is idle,
+/// the usual case between calls). A device-view call orders its workspace's stream after the
+/// backend's stream, on which the caller's inputs were ordered.
+pub(crate) fn order_after(stream: &CudaStream, other: &CudaStream) -> Result<()> {
+    let what = "ordering after the caller's stream";
+    stream.context().bind_to_thread().ctx(what)?;
+    // SAFETY: `other` is a live stream of this context; the query only reads its state.
+    match unsafe { sys::cuStreamQuery(other.cu_stream()) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        sys::CUresult::CUDA_ERROR_NOT_READY => stream.join(other).ctx(what),
+        e => e.result().ctx(what),
+    }
 }

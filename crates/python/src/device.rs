@@ -95,17 +95,32 @@ impl Waits {
     }
 
     /// detkit's stream waits for the work issued so far on each stream added (one event,
-    /// recorded there and waited on here: no host or device-wide synchronisation); the list
-    /// is cleared.
+    /// recorded there and waited on here: no host or device-wide synchronisation; nothing for
+    /// a stream with no work left); the list is cleared.
     pub fn apply(&mut self, g: &detkit::GpuContext) -> PyResult<()> {
         if self.0.is_empty() {
             return Ok(());
         }
-        let ev = g
-            .context()
-            .new_event(None)
-            .map_err(|e| cuda("creating an event", e))?;
+        g.context()
+            .bind_to_thread()
+            .map_err(|e| cuda("binding the context", e))?;
+        let mut ev = None;
         for foreign in self.0.drain(..) {
+            // SAFETY: a stream handle the producer gave; the query only reads its state.
+            match unsafe { sys::cuStreamQuery(foreign as sys::CUstream) } {
+                // No work left on it: nothing to wait for (one driver call instead of three).
+                sys::CUresult::CUDA_SUCCESS => continue,
+                sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                e => return Err(cuda("querying the producer's stream", format!("{e:?}"))),
+            }
+            let ev = match &ev {
+                Some(ev) => ev,
+                None => ev.insert(
+                    g.context()
+                        .new_event(None)
+                        .map_err(|e| cuda("creating an event", e))?,
+                ),
+            };
             // SAFETY: `ev` is a live event of detkit's context (the primary context, shared
             // with the producer), `foreign` a stream handle the producer gave for its
             // pending work. Re-recording `ev` is allowed: a wait takes the event's state at
@@ -113,7 +128,7 @@ impl Waits {
             unsafe { result::event::record(ev.cu_event(), foreign as sys::CUstream) }
                 .map_err(|e| cuda("recording an event on the producer's stream", e))?;
             g.stream()
-                .wait(&ev)
+                .wait(ev)
                 .map_err(|e| cuda("waiting for the producer's stream", e))?;
         }
         Ok(())
@@ -443,7 +458,11 @@ pub fn primary_context(backend: &Backend) -> PyResult<bool> {
 #[pyclass(module = "detkit._detkit", frozen, name = "DeviceArray")]
 pub struct DeviceArray {
     buf: Box<dyn Hold>,
+    /// Bytes from the array's address to the end of its last element (what `get()` copies).
     nbytes: usize,
+    /// Strides in bytes of a strided view (seeding's index rows, weights and z vertices in
+    /// the batch's seed records); `None`: C-contiguous.
+    strides: Option<Vec<isize>>,
     stream: Arc<CudaStream>,
     ordinal: usize,
     typestr: String,
@@ -485,12 +504,28 @@ impl DeviceArray {
         Self {
             buf,
             nbytes,
+            strides: None,
             stream: g.stream().clone(),
             ordinal: g.context().ordinal(),
             typestr: typestr.to_string(),
             shape,
             descr: None,
         }
+    }
+
+    /// The same memory as a strided view: `strides` in bytes, one per dimension of the
+    /// shape; `nbytes` (given to [`DeviceArray::from_buffer`]) covers up to the end of the
+    /// last element.
+    pub fn with_strides(mut self, strides: Vec<isize>) -> Self {
+        self.strides = Some(strides);
+        self
+    }
+
+    fn itemsize(&self) -> usize {
+        self.typestr
+            .get(2..)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1)
     }
 
     /// The same array, viewed by `get()` as records of the numpy dtype `descr` (PET
@@ -539,6 +574,7 @@ impl DeviceArray {
         Ok(Self {
             buf: Box::new(buf),
             nbytes,
+            strides: None,
             stream: g.stream().clone(),
             ordinal: g.context().ordinal(),
             typestr,
@@ -563,9 +599,10 @@ impl DeviceArray {
         }
     }
 
+    /// Bytes of its elements (numpy's `nbytes`).
     #[getter]
     fn nbytes(&self) -> usize {
-        self.nbytes
+        self.shape.iter().product::<usize>() * self.itemsize()
     }
 
     /// The CUDA device ordinal.
@@ -611,8 +648,19 @@ impl DeviceArray {
         let arr = bytes
             .into_pyarray(py)
             .into_any()
-            .call_method1("view", (self.typestr.as_str(),))?
-            .call_method1("reshape", (PyTuple::new(py, &self.shape)?,))?;
+            .call_method1("view", (self.typestr.as_str(),))?;
+        let arr = match &self.strides {
+            None => arr.call_method1("reshape", (PyTuple::new(py, &self.shape)?,))?,
+            // The span copied above, seen with the view's strides, then made contiguous.
+            Some(st) => {
+                let np = py.import("numpy")?;
+                let view = py.import("numpy.lib.stride_tricks")?.call_method1(
+                    "as_strided",
+                    (arr, PyTuple::new(py, &self.shape)?, PyTuple::new(py, st)?),
+                )?;
+                np.call_method1("ascontiguousarray", (view,))?
+            }
+        };
         match &self.descr {
             Some(d) => arr
                 .call_method1("view", (d.bind(py),))?
@@ -647,7 +695,10 @@ impl DeviceArray {
         d.set_item("typestr", &self.typestr)?;
         d.set_item("data", (self.ptr(), false))?;
         d.set_item("version", 3)?;
-        d.set_item("strides", py.None())?;
+        match &self.strides {
+            None => d.set_item("strides", py.None())?,
+            Some(st) => d.set_item("strides", PyTuple::new(py, st)?)?,
+        }
         // The consumer orders its use after detkit's stream (its pending copy of the data).
         d.set_item("stream", self.stream.cu_stream() as usize)?;
         Ok(d)
@@ -698,6 +749,11 @@ impl DeviceArray {
             None => {}
         }
         let dtype = dlpack::dtype_of(&me.typestr)?;
+        let item = me.itemsize() as isize;
+        let elements: Option<Vec<isize>> = me
+            .strides
+            .as_ref()
+            .map(|st| st.iter().map(|&b| b / item).collect());
         dlpack::export(
             slf.py(),
             slf.clone().into_any().unbind(),
@@ -708,6 +764,7 @@ impl DeviceArray {
             },
             dtype,
             &me.shape,
+            elements.as_deref(),
         )
     }
 }

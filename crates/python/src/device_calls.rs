@@ -9,9 +9,8 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaStream};
+use cudarc::driver::CudaStream;
 use detkit::clustering::{DigisDev, Geometry};
-use detkit::outputs::alloc_output;
 use detkit::pet::FramesDev;
 use detkit::seeding::SpacePointsDev;
 use numpy::PyReadonlyArray1;
@@ -20,7 +19,7 @@ use pyo3::types::PyDict;
 
 use crate::device::{DeviceArray, Hold};
 use crate::device_ops::DevCall;
-use crate::errors::{err, CudaError, InvalidInputError};
+use crate::errors::{err, InvalidInputError};
 use crate::scanner::Scanner;
 use crate::settings::Settings;
 use crate::Backend;
@@ -109,46 +108,6 @@ impl Hold for Part {
 /// `(n,)` `float32`, params `(n, 5)` `float32`.
 type SeedDev = (DeviceArray, DeviceArray, DeviceArray, DeviceArray);
 
-/// A 2-D device-to-device copy on `stream`: `rows` rows of `width` bytes, from `src + x` at
-/// `src_pitch` bytes apart into `dst` at `width` bytes apart.
-///
-/// # Safety
-/// `src` valid for `rows * src_pitch` bytes (`x + width <= src_pitch`), `dst` for
-/// `rows * width` bytes, both device memory of the current context, alive until the copy
-/// has finished.
-unsafe fn copy_columns(
-    stream: &CudaStream,
-    src: u64,
-    x: usize,
-    src_pitch: usize,
-    dst: u64,
-    width: usize,
-    rows: usize,
-) -> PyResult<()> {
-    let copy = sys::CUDA_MEMCPY2D_st {
-        srcXInBytes: x,
-        srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: width,
-        WidthInBytes: width,
-        Height: rows,
-    };
-    // SAFETY: the caller's contract.
-    unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }
-        .result()
-        .map_err(|e| CudaError::new_err(format!("CUDA driver error while splitting seeds: {e}")))
-}
-
 /// `Backend.seed` / `Backend.seed_events` of CUDA `float32` columns: `events` is a list of
 /// five-entry lists (x, y, z, var_r, var_z; a variance `None` is zero). One
 /// `(seeds, weight, z_vertex, params)` of `DeviceArray`s per event; `None`: not all such
@@ -230,41 +189,13 @@ pub fn device_seed_events(
     crate::device_prof::step("library call");
     drop(zeros);
     let s = r.map_err(err)?;
-    // The batch's seeds split into their index rows, weights and z vertices (three strided
-    // copies on the device), then one stretch of each per event.
-    let total = s.total();
-    // SAFETY: the first `total` records of each (all that any event's stretch covers) are
-    // written by the strided copies below before the call returns.
-    let (mut idx, mut weight, mut zv) = unsafe {
-        (
-            alloc_output::<u32>(g, 3 * total).map_err(err)?,
-            alloc_output::<f32>(g, total).map_err(err)?,
-            alloc_output::<f32>(g, total).map_err(err)?,
-        )
-    };
-    if total > 0 {
-        let stream = g.stream();
-        let src = g.ptr(&s.seeds).addr();
-        let dsts = [
-            (g.ptr_mut(&mut idx).addr(), 0, 12),
-            (g.ptr_mut(&mut weight).addr(), 12, 4),
-            (g.ptr_mut(&mut zv).addr(), 16, 4),
-        ];
-        for (dst, x, width) in dsts {
-            // SAFETY: `seeds` holds `total` 20-byte records (`x + width <= 20`); each
-            // destination `total * width` bytes; all in this context, kept alive until the
-            // stream is synchronised below.
-            unsafe { copy_columns(stream, src, x, 20, dst, width, total)? };
-        }
-        // `s.seeds` is freed on its own stream when dropped: the copies finish first.
-        stream.synchronize().map_err(|e| {
-            CudaError::new_err(format!("CUDA driver error while splitting seeds: {e}"))
-        })?;
-    }
-    crate::device_prof::step("split seeds");
-    let idx: Arc<dyn Hold> = Arc::new(idx);
-    let weight: Arc<dyn Hold> = Arc::new(weight);
-    let zv: Arc<dyn Hold> = Arc::new(zv);
+    // Each event's arrays are views of its stretch of the batch's records, no copy: the
+    // index rows, weights and z vertices strided views of the `Seed` records (20 bytes:
+    // bottom, middle, top, weight, z_vertex), the parameters a contiguous stretch of the
+    // `BoundParams` records. The batch's buffers live as long as any view of them.
+    const REC: usize = std::mem::size_of::<detkit_gpu::seeding::Seed>();
+    const PAR: usize = std::mem::size_of::<detkit_gpu::seeding::BoundParams>();
+    let seeds: Arc<dyn Hold> = Arc::new(s.seeds);
     let params: Arc<dyn Hold> = Arc::new(s.params);
     let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
         DeviceArray::from_buffer(
@@ -278,16 +209,19 @@ pub fn device_seed_events(
             shape,
         )
     };
+    // Bytes from the first element of a strided view to the end of its last one.
+    let span = |n: usize, tail: usize| if n == 0 { 0 } else { (n - 1) * REC + tail };
     let out = s
         .event_seeds
         .iter()
         .map(|r| {
             let (a, n) = (r.start, r.len());
+            let rec = REC as isize;
             (
-                part(&idx, 12 * a, 12 * n, "<u4", vec![n, 3]),
-                part(&weight, 4 * a, 4 * n, "<f4", vec![n]),
-                part(&zv, 4 * a, 4 * n, "<f4", vec![n]),
-                part(&params, 20 * a, 20 * n, "<f4", vec![n, 5]),
+                part(&seeds, REC * a, span(n, 12), "<u4", vec![n, 3]).with_strides(vec![rec, 4]),
+                part(&seeds, REC * a + 12, span(n, 4), "<f4", vec![n]).with_strides(vec![rec]),
+                part(&seeds, REC * a + 16, span(n, 4), "<f4", vec![n]).with_strides(vec![rec]),
+                part(&params, PAR * a, PAR * n, "<f4", vec![n, 5]),
             )
         })
         .collect();

@@ -171,8 +171,7 @@ impl ClusterWorkspace {
         let s = g.stream();
         let what = "copying device digis";
         // The inputs were made (or ordered) on the caller's stream.
-        s.join(caller.stream())
-            .ctx("ordering after the caller's stream")?;
+        crate::outputs::order_after(s, caller.stream())?;
         g.context().bind_to_thread().ctx(what)?;
         if n > 0 {
             for (src, dst) in digis.addr.into_iter().zip(d.arrays_mut()) {

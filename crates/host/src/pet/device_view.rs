@@ -88,8 +88,7 @@ impl PetWorkspace {
         ensure_len(&g, &mut self.a, 2 * n.max(1))?;
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
         let s = g.stream();
-        s.join(caller.stream())
-            .ctx("ordering after the caller's stream")?;
+        crate::outputs::order_after(s, caller.stream())?;
         if n > 0 {
             let what = "copying device frames";
             g.context().bind_to_thread().ctx(what)?;

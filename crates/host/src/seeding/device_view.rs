@@ -207,8 +207,7 @@ impl SeedWorkspace {
             ));
         }
         let s = g.stream();
-        s.join(caller.stream())
-            .ctx("ordering after the caller's stream")?;
+        crate::outputs::order_after(s, caller.stream())?;
         ws.ensure(&g, B::Input, words::<SpacePoint>(n))?;
         phases::mark(Phase::Prepare);
         if n > 0 {

@@ -445,9 +445,13 @@ class _Call:
 
     @staticmethod
     def _foreign(a) -> bool:
-        return not isinstance(a, (np.ndarray, np.generic, bytes, bytearray, memoryview, list, tuple, range)) and (
-            hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__")
-        )
+        # The type is asked first: `hasattr` on the object runs a property's getter (CuPy
+        # builds its whole `__cuda_array_interface__` dict), which the call does once anyway.
+        if isinstance(a, (np.ndarray, np.generic, bytes, bytearray, memoryview, list, tuple, range)):
+            return False
+        t = type(a)
+        return (hasattr(t, "__cuda_array_interface__") or hasattr(t, "__dlpack__")
+                or hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"))
 
     def native(self, fn, a, name: str, *args):
         """The device-resident form of a call (``_detkit.device_*``) for a CUDA array of the
