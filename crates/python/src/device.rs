@@ -516,8 +516,12 @@ impl DeviceArray {
     /// The same memory as a strided view: `strides` in bytes, one per dimension of the
     /// shape; `nbytes` (given to [`DeviceArray::from_buffer`]) covers up to the end of the
     /// last element.
+    /// An empty array stays C-contiguous (strides `None`): its strides say nothing, and
+    /// consumers take an empty contiguous array without asking for its (null) memory.
     pub fn with_strides(mut self, strides: Vec<isize>) -> Self {
-        self.strides = Some(strides);
+        if !self.shape.contains(&0) {
+            self.strides = Some(strides);
+        }
         self
     }
 

@@ -105,7 +105,8 @@ impl Hold for Part {
 }
 
 /// One event's seeding results on the device: seeds `(n, 3)` `uint32`, weight and z_vertex
-/// `(n,)` `float32`, params `(n, 5)` `float32`.
+/// `(n,)` `float32` (these three strided views of the batch's 20-byte seed records), params
+/// `(n, 5)` `float32` (contiguous).
 type SeedDev = (DeviceArray, DeviceArray, DeviceArray, DeviceArray);
 
 /// `Backend.seed` / `Backend.seed_events` of CUDA `float32` columns: `events` is a list of

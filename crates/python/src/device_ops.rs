@@ -169,7 +169,7 @@ fn scan_typed<T: detkit::scan::DeviceScanValue + Send + Sync + 'static>(
 ) -> PyResult<DeviceArray> {
     let n = input.len;
     let size = std::mem::size_of::<T>();
-    let src = copy_in::<T>(g, &input, n)?;
+    let src = copy_in::<T>(g, input, n)?;
     let mut out = zeroed_output::<T>(g, n).map_err(err)?;
     g.scan_device(&src, &mut out, n, kind).map_err(err)?;
     Ok(DeviceArray::from_buffer(
@@ -223,7 +223,7 @@ fn sort_typed<K: SortKey + ValidAsZeroBits + Send + Sync + 'static>(
 ) -> PyResult<(DeviceArray, Option<DeviceArray>)> {
     let n = input.len;
     let size = std::mem::size_of::<K>();
-    let keys = copy_in::<K>(g, &input, n)?;
+    let keys = copy_in::<K>(g, input, n)?;
     let mut out = zeroed_output::<K>(g, n).map_err(err)?;
     let typestr = &input.typestr;
     if argsort {
