@@ -15,6 +15,7 @@ use cudarc::driver::{result, sys, CudaSlice, DevicePtrMut, DeviceRepr, ValidAsZe
 use detkit::outputs::{alloc_output, zeroed_output};
 use detkit::sort::{SortKey, SortOptions};
 use detkit::ScanKind;
+use pyo3::intern;
 use pyo3::prelude::*;
 
 use crate::device::{open_arg, stream_handle, Arg, DeviceArray, DeviceInput, Waits};
@@ -94,6 +95,16 @@ impl<'b> DevCall<'b> {
         name: &str,
         types: &[&str],
     ) -> PyResult<Option<Input>> {
+        // Not a protocol producer at all (a list, a scalar): the general path converts it.
+        // The type is asked first, so that a CUDA-array-interface property is not run twice.
+        let (cai, dlpack) = (
+            intern!(py, "__cuda_array_interface__"),
+            intern!(py, "__dlpack__"),
+        );
+        let t = obj.get_type();
+        if !(t.hasattr(cai)? || t.hasattr(dlpack)? || obj.hasattr(cai)? || obj.hasattr(dlpack)?) {
+            return Ok(None);
+        }
         let arg = open_arg(py, self.backend, obj, name, &mut self.waits)?;
         let Some(d) = exact(&arg, types) else {
             return Ok(None);
