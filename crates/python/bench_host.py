@@ -231,6 +231,25 @@ def pet_rows(b, cpu, reps, rows):
     return out
 
 
+PROFILES = []
+
+
+def profile(row, fn, reps):
+    """Host-side timers of the device-array calls (``_detkit.device_profile``): mean µs per
+    call of each step, and the library's phases, printed after the table."""
+    dp = getattr(detkit._detkit, "device_profile", None)
+    if dp is None:
+        return
+    dp(True)
+    dp(True)  # cleared
+    t = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    wall = (time.perf_counter() - t) / reps
+    steps = dp(False)
+    PROFILES.append((row, wall, [(n, us / reps) for n, us, _ in steps]))
+
+
 def device_rows(b, cpu, reps, rows, producer="detkit"):
     """Issue 27's shapes with device arrays in and out (CUDA backends only), the inputs
     made by ``producer``: ``detkit`` (``Backend.to_device``) or ``cupy``."""
@@ -250,6 +269,7 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
         d = [put(a) for a in ev]
         same([r.get() for r in b.cluster(*d)], cpu.cluster(*ev), "cluster1-dev")
         out.append(("cluster1-dev", median_time(lambda: b.cluster(*d), reps), 1, float("nan")))
+        profile("cluster1-dev", lambda: b.cluster(*d), reps)
     if "cluster64-dev" in rows:
         cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
         offs = np.zeros(65, np.uint32)
@@ -259,12 +279,14 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
              b.cluster(*cols, event_offsets=offs), "cluster64-dev")
         out.append(("cluster64-dev", median_time(lambda: b.cluster(*d[:4], event_offsets=d[4]), reps),
                     64, float("nan")))
+        profile("cluster64-dev", lambda: b.cluster(*d[:4], event_offsets=d[4]), reps)
     if "seed64-dev" in rows:
         evs = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
         d = [[put(c) for c in e] for e in evs]
         got = b.seed_events(d)
         same([a.get() for a in got[0]], cpu.seed(*evs[0]), "seed64-dev")
         out.append(("seed64-dev", median_time(lambda: b.seed_events(d), reps), 64, float("nan")))
+        profile("seed64-dev", lambda: b.seed_events(d), reps)
     return out
 
 
@@ -406,6 +428,10 @@ def main(argv=None):
     for l in lines:
         print("  ".join(v.rjust(w) for v, w in zip(l, widths)))
     print_phases()
+    for row, wall, steps in PROFILES:
+        print(f"# profile {row}: {wall * 1e6:.1f} us per call (mean, timers on); per call:")
+        for name, us in steps:
+            print(f"#   {name:<34} {us:9.1f} us")
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)

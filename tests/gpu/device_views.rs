@@ -19,6 +19,10 @@ pub(crate) const TESTS: &[Test] = &[
     ("device_views_seed", test_seed),
     ("device_views_seed_errors", test_seed_errors),
     ("device_views_pet_convert", test_pet_convert),
+    (
+        "device_views_outputs_outlive_backend",
+        test_outputs_outlive_backend,
+    ),
 ];
 
 /// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
@@ -460,6 +464,45 @@ fn test_pet_convert(c: &Ctx) -> R {
                 format!("{what}: cut frame {got:?}, host {want:?}")
             })?;
         }
+    }
+    Ok(())
+}
+
+/// The results of device-view calls are buffers of detkit's output pool (`detkit::outputs`):
+/// many calls whose results are dropped at once reuse the pool's memory and stay right, and
+/// results still held after their backend (and its workspaces) are dropped read back intact
+/// through their own stream.
+fn test_outputs_outlive_backend(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let (d, o) = batch(c.seed ^ 0x0071, 3, 20_000);
+    let want = cl::cpu::cluster(&d, &o, &g, None);
+    let b = Backend::cuda(0).map_err(e)?;
+    let gpu = b.gpu().expect("cuda backend");
+    let bufs = upload(gpu, &d)?;
+    let n = d.len();
+    let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[i]).addr());
+    // SAFETY: four buffers of this backend's context of `n` values each, borrowed (not
+    // written, not freed) until the calls below have returned.
+    let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+    let mut kept = Vec::new();
+    for i in 0..12 {
+        let r = b.cluster_events_device(view, &o, &g, None).map_err(e)?;
+        if i % 4 == 3 {
+            kept.push(r);
+        }
+    }
+    drop(bufs);
+    drop(b);
+    for (i, r) in kept.iter().enumerate() {
+        let s = r.clus.stream();
+        let clus = s.clone_dtoh(&r.clus).map_err(|x| x.to_string())?;
+        let per_module = s.clone_dtoh(&r.clus_in_module).map_err(|x| x.to_string())?;
+        exact(&format!("kept result {i}: clus"), &clus[..n], &want.clus)?;
+        exact(
+            &format!("kept result {i}: clus_in_module"),
+            &per_module[..r.slots],
+            &want.clus_in_module,
+        )?;
     }
     Ok(())
 }

@@ -55,6 +55,7 @@ pub const ALL_KERNELS: &[&str] = &[
     bucket::KERNEL_BUCKET_BLOCK_FILL,
     clustering::KERNEL_COUNT_MODULES,
     clustering::KERNEL_CHECK_RUNS,
+    clustering::KERNEL_GATE_RUNS,
     clustering::KERNEL_FIND_CLUS_SMALL,
     clustering::KERNEL_FIND_CLUS_SMALL_WARP,
     clustering::KERNEL_FIND_CLUS,

@@ -20,9 +20,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaSlice, CudaStream, DevicePtr};
 use numpy::{IntoPyArray, PyReadonlyArray1};
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use crate::dlpack::{self, DLDevice, Desc, HostView, Imported};
 use crate::errors::{CudaError, InvalidInputError};
@@ -79,20 +80,59 @@ pub fn stream_handle(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> 
     )))
 }
 
-/// `ours` waits for the work issued so far on the foreign stream `foreign` (an event
-/// recorded there, waited on here: no host or device-wide synchronisation).
-fn wait_foreign(g: &detkit::GpuContext, foreign: usize) -> PyResult<()> {
-    let ev = g
-        .context()
-        .new_event(None)
-        .map_err(|e| cuda("creating an event", e))?;
-    // SAFETY: `ev` is a live event of detkit's context (the primary context, shared with the
-    // producer), `foreign` a stream handle the producer gave for its pending work.
-    unsafe { result::event::record(ev.cu_event(), foreign as sys::CUstream) }
-        .map_err(|e| cuda("recording an event on the producer's stream", e))?;
-    g.stream()
-        .wait(&ev)
-        .map_err(|e| cuda("waiting for the producer's stream", e))
+/// The foreign streams a call's inputs were made on (the CUDA array interface's `stream`,
+/// the caller's `stream=`): collected while the arguments are opened, then waited for once
+/// each ([`Waits::apply`]) however many arguments name the same stream.
+#[derive(Default)]
+pub struct Waits(Vec<usize>);
+
+impl Waits {
+    /// Adds a stream handle (once).
+    pub fn add(&mut self, foreign: usize) {
+        if !self.0.contains(&foreign) {
+            self.0.push(foreign);
+        }
+    }
+
+    /// detkit's stream waits for the work issued so far on each stream added (one event,
+    /// recorded there and waited on here: no host or device-wide synchronisation; nothing for
+    /// a stream with no work left); the list is cleared.
+    pub fn apply(&mut self, g: &detkit::GpuContext) -> PyResult<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        g.context()
+            .bind_to_thread()
+            .map_err(|e| cuda("binding the context", e))?;
+        let mut ev = None;
+        for foreign in self.0.drain(..) {
+            // SAFETY: a stream handle the producer gave; the query only reads its state.
+            match unsafe { sys::cuStreamQuery(foreign as sys::CUstream) } {
+                // No work left on it: nothing to wait for (one driver call instead of three).
+                sys::CUresult::CUDA_SUCCESS => continue,
+                sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                e => return Err(cuda("querying the producer's stream", format!("{e:?}"))),
+            }
+            let ev = match &ev {
+                Some(ev) => ev,
+                None => ev.insert(
+                    g.context()
+                        .new_event(None)
+                        .map_err(|e| cuda("creating an event", e))?,
+                ),
+            };
+            // SAFETY: `ev` is a live event of detkit's context (the primary context, shared
+            // with the producer), `foreign` a stream handle the producer gave for its
+            // pending work. Re-recording `ev` is allowed: a wait takes the event's state at
+            // the time it is issued.
+            unsafe { result::event::record(ev.cu_event(), foreign as sys::CUstream) }
+                .map_err(|e| cuda("recording an event on the producer's stream", e))?;
+            g.stream()
+                .wait(ev)
+                .map_err(|e| cuda("waiting for the producer's stream", e))?;
+        }
+        Ok(())
+    }
 }
 
 /// The foreign stream `foreign` waits for the work issued so far on `stream`.
@@ -177,26 +217,26 @@ fn read_device(g: &detkit::GpuContext, d: &Desc, name: &str) -> PyResult<Vec<u8>
 }
 
 /// The CUDA array interface dict (version 2 or 3) as a description and its `stream`.
-fn cai_desc(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Desc, Option<usize>)> {
-    let cai = obj.getattr("__cuda_array_interface__")?;
+fn cai_desc<'py>(cai: &Bound<'py, PyAny>, name: &str) -> PyResult<(Desc, Option<usize>)> {
+    let py = cai.py();
     let d = cai.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!("{name}: __cuda_array_interface__ is not a dict"))
     })?;
-    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+    let get = |k: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyAny>> {
         d.get_item(k)?.ok_or_else(|| {
             InvalidInputError::new_err(format!("{name}: __cuda_array_interface__ has no `{k}`"))
         })
     };
-    if let Some(m) = d.get_item("mask")? {
+    if let Some(m) = d.get_item(intern!(py, "mask"))? {
         if !m.is_none() {
             return Err(InvalidInputError::new_err(format!(
                 "{name}: masked CUDA arrays are not supported"
             )));
         }
     }
-    let shape: Vec<usize> = get("shape")?.extract()?;
-    let typestr: String = get("typestr")?.extract()?;
-    let (ptr, _readonly): (usize, bool) = get("data")?.extract()?;
+    let shape: Vec<usize> = get(intern!(py, "shape"))?.extract()?;
+    let typestr: String = get(intern!(py, "typestr"))?.extract()?;
+    let (ptr, _readonly): (usize, bool) = get(intern!(py, "data"))?.extract()?;
     let itemsize: usize = typestr
         .get(2..)
         .and_then(|s| s.parse().ok())
@@ -206,11 +246,11 @@ fn cai_desc(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<(Desc, Option<usize>
             "{name}: big-endian device array `{typestr}`"
         )));
     }
-    let strides = match d.get_item("strides")? {
+    let strides = match d.get_item(intern!(py, "strides"))? {
         Some(s) if !s.is_none() => Some(s.extract::<Vec<isize>>()?),
         _ => None,
     };
-    let stream = match d.get_item("stream")? {
+    let stream = match d.get_item(intern!(py, "stream"))? {
         Some(s) if !s.is_none() => {
             let h: usize = s.extract()?;
             if h == 0 {
@@ -272,15 +312,24 @@ pub enum Arg {
 }
 
 /// Reads one DLPack / CUDA-array-interface argument (not consumed when its device is wrong).
+/// The producer's stream of a CUDA-array-interface input is added to `waits`, which the
+/// caller applies before detkit reads the input; a DLPack producer orders its pending work
+/// before detkit's stream itself (`__dlpack__(stream=...)`).
 pub fn open_arg(
     py: Python<'_>,
     backend: &Backend,
     obj: &Bound<'_, PyAny>,
     name: &str,
-    user_stream: Option<usize>,
+    waits: &mut Waits,
 ) -> PyResult<Arg> {
-    if obj.hasattr("__cuda_array_interface__")? {
-        let (d, producer_stream) = cai_desc(obj, name)?;
+    // One look-up of the property (`hasattr` would run a producer's getter a second time).
+    let cai = match obj.getattr(intern!(py, "__cuda_array_interface__")) {
+        Ok(c) => Some(c),
+        Err(e) if e.is_instance_of::<PyAttributeError>(py) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(cai) = cai {
+        let (d, producer_stream) = cai_desc(&cai, name)?;
         // The pointer's device, by the driver (with detkit's context current on this thread);
         // an empty array's pointer may be null, and the CPU backend has no driver to ask.
         let ordinal = match backend.inner().gpu() {
@@ -293,11 +342,8 @@ pub fn open_arg(
             _ => None,
         };
         check_device(backend, ordinal, name)?;
-        let Some(g) = backend.inner().gpu() else {
-            unreachable!("check_device refuses the CPU backend")
-        };
-        for s in [producer_stream, user_stream].into_iter().flatten() {
-            wait_foreign(g, s)?;
+        if let Some(s) = producer_stream {
+            waits.add(s);
         }
         return Ok(Arg::Device(DeviceInput {
             desc: d,
@@ -323,9 +369,6 @@ pub fn open_arg(
             let Some(g) = backend.inner().gpu() else {
                 unreachable!("check_device refuses the CPU backend")
             };
-            if let Some(s) = user_stream {
-                wait_foreign(g, s)?;
-            }
             // The producer orders its pending work before detkit's stream.
             let kw = PyDict::new(py);
             kw.set_item("stream", g.stream().cu_stream() as usize)?;
@@ -362,13 +405,17 @@ pub fn import_array<'py>(
     name: &str,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<(Bound<'py, PyAny>, bool)> {
-    let user_stream = stream_handle(stream)?;
-    match open_arg(py, backend, obj, name, user_stream)? {
+    let mut waits = Waits::default();
+    if let Some(s) = stream_handle(stream)? {
+        waits.add(s);
+    }
+    match open_arg(py, backend, obj, name, &mut waits)? {
         Arg::Host(view) => Ok((py.import("numpy")?.call_method1("asarray", (view,))?, false)),
         Arg::Device(input) => {
             let Some(g) = backend.inner().gpu() else {
                 unreachable!("open_arg gives device inputs on CUDA backends only")
             };
+            waits.apply(g)?;
             let d = input.desc.clone();
             let bytes = py.detach(|| read_device(g, &d, name))?;
             drop(input);
@@ -411,7 +458,11 @@ pub fn primary_context(backend: &Backend) -> PyResult<bool> {
 #[pyclass(module = "detkit._detkit", frozen, name = "DeviceArray")]
 pub struct DeviceArray {
     buf: Box<dyn Hold>,
+    /// Bytes from the array's address to the end of its last element (what `get()` copies).
     nbytes: usize,
+    /// Strides in bytes of a strided view (seeding's index rows, weights and z vertices in
+    /// the batch's seed records); `None`: C-contiguous.
+    strides: Option<Vec<isize>>,
     stream: Arc<CudaStream>,
     ordinal: usize,
     typestr: String,
@@ -453,12 +504,32 @@ impl DeviceArray {
         Self {
             buf,
             nbytes,
+            strides: None,
             stream: g.stream().clone(),
             ordinal: g.context().ordinal(),
             typestr: typestr.to_string(),
             shape,
             descr: None,
         }
+    }
+
+    /// The same memory as a strided view: `strides` in bytes, one per dimension of the
+    /// shape; `nbytes` (given to [`DeviceArray::from_buffer`]) covers up to the end of the
+    /// last element.
+    /// An empty array stays C-contiguous (strides `None`): its strides say nothing, and
+    /// consumers take an empty contiguous array without asking for its (null) memory.
+    pub fn with_strides(mut self, strides: Vec<isize>) -> Self {
+        if !self.shape.contains(&0) {
+            self.strides = Some(strides);
+        }
+        self
+    }
+
+    fn itemsize(&self) -> usize {
+        self.typestr
+            .get(2..)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1)
     }
 
     /// The same array, viewed by `get()` as records of the numpy dtype `descr` (PET
@@ -507,6 +578,7 @@ impl DeviceArray {
         Ok(Self {
             buf: Box::new(buf),
             nbytes,
+            strides: None,
             stream: g.stream().clone(),
             ordinal: g.context().ordinal(),
             typestr,
@@ -531,9 +603,10 @@ impl DeviceArray {
         }
     }
 
+    /// Bytes of its elements (numpy's `nbytes`).
     #[getter]
     fn nbytes(&self) -> usize {
-        self.nbytes
+        self.shape.iter().product::<usize>() * self.itemsize()
     }
 
     /// The CUDA device ordinal.
@@ -579,8 +652,19 @@ impl DeviceArray {
         let arr = bytes
             .into_pyarray(py)
             .into_any()
-            .call_method1("view", (self.typestr.as_str(),))?
-            .call_method1("reshape", (PyTuple::new(py, &self.shape)?,))?;
+            .call_method1("view", (self.typestr.as_str(),))?;
+        let arr = match &self.strides {
+            None => arr.call_method1("reshape", (PyTuple::new(py, &self.shape)?,))?,
+            // The span copied above, seen with the view's strides, then made contiguous.
+            Some(st) => {
+                let np = py.import("numpy")?;
+                let view = py.import("numpy.lib.stride_tricks")?.call_method1(
+                    "as_strided",
+                    (arr, PyTuple::new(py, &self.shape)?, PyTuple::new(py, st)?),
+                )?;
+                np.call_method1("ascontiguousarray", (view,))?
+            }
+        };
         match &self.descr {
             Some(d) => arr
                 .call_method1("view", (d.bind(py),))?
@@ -615,7 +699,10 @@ impl DeviceArray {
         d.set_item("typestr", &self.typestr)?;
         d.set_item("data", (self.ptr(), false))?;
         d.set_item("version", 3)?;
-        d.set_item("strides", py.None())?;
+        match &self.strides {
+            None => d.set_item("strides", py.None())?,
+            Some(st) => d.set_item("strides", PyTuple::new(py, st)?)?,
+        }
         // The consumer orders its use after detkit's stream (its pending copy of the data).
         d.set_item("stream", self.stream.cu_stream() as usize)?;
         Ok(d)
@@ -666,6 +753,11 @@ impl DeviceArray {
             None => {}
         }
         let dtype = dlpack::dtype_of(&me.typestr)?;
+        let item = me.itemsize() as isize;
+        let elements: Option<Vec<isize>> = me
+            .strides
+            .as_ref()
+            .map(|st| st.iter().map(|&b| b / item).collect());
         dlpack::export(
             slf.py(),
             slf.clone().into_any().unbind(),
@@ -676,6 +768,7 @@ impl DeviceArray {
             },
             dtype,
             &me.shape,
+            elements.as_deref(),
         )
     }
 }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaStream};
+use cudarc::driver::CudaStream;
 use detkit::clustering::{DigisDev, Geometry};
 use detkit::pet::FramesDev;
 use detkit::seeding::SpacePointsDev;
@@ -17,9 +17,9 @@ use numpy::PyReadonlyArray1;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::device::{open_arg, stream_handle, Arg, DeviceArray, Hold};
-use crate::device_ops::{exact, finish};
-use crate::errors::{err, CudaError, InvalidInputError};
+use crate::device::{DeviceArray, Hold};
+use crate::device_ops::DevCall;
+use crate::errors::{err, InvalidInputError};
 use crate::scanner::Scanner;
 use crate::settings::Settings;
 use crate::Backend;
@@ -41,28 +41,25 @@ pub fn device_cluster(
     event_offsets: Option<PyReadonlyArray1<'_, u32>>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<(DeviceArray, DeviceArray)>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
     let geo = Geometry::by_name(geometry).map_err(err)?;
     let cut = crate::args::charge_cut(charge_cut.as_ref(), geo.default_cut)?;
-    let user = stream_handle(stream)?;
-    // Each argument opened holds its producer's memory (a DLPack capsule's tensor until the
-    // argument is dropped; a CUDA-array-interface object through the Python reference the
-    // caller holds for this call) and orders the backend's stream after the producer's.
-    let args: Vec<Arg> = [(module, "module"), (x, "x"), (y, "y"), (adc, "adc")]
-        .into_iter()
-        .map(|(obj, name)| open_arg(py, backend, obj, name, user))
-        .collect::<PyResult<_>>()?;
     let mut addr = [0u64; 4];
     let mut lens = [0usize; 4];
-    for (i, arg) in args.iter().enumerate() {
-        let Some(input) = exact(arg, &["<u2"]) else {
+    for (i, (obj, name)) in [(module, "module"), (x, "x"), (y, "y"), (adc, "adc")]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(input) = call.open(py, obj, name, &["<u2"])? else {
             return Ok(None);
         };
-        addr[i] = input.desc.ptr as u64;
-        lens[i] = input.desc.len();
+        addr[i] = input.addr;
+        lens[i] = input.len;
     }
+    call.order()?;
+    let g = call.g;
     let whole = [0, lens[0] as u32];
     let offsets = match &event_offsets {
         Some(o) => o.as_slice()?,
@@ -70,12 +67,12 @@ pub fn device_cluster(
     };
     // SAFETY: each address is a CUDA array on the backend's device (`open_arg` checked the
     // device; the context is the device's primary one, shared with the producer), 1-D,
-    // C-contiguous, of `lens[i]` `uint16` values (`exact` checked dtype, shape and
-    // strides). The memory stays allocated until the call below returns: `args` (dropped
+    // C-contiguous, of `lens[i]` `uint16` values (`DevCall::open` checked dtype, shape and
+    // strides). The memory stays allocated until the call below returns: `call` (finished
     // after it) holds each DLPack tensor, and the caller holds the Python objects for the
     // duration of this function. The producer's pending writes are ordered before the
-    // backend's stream (`open_arg`), which the call orders its copies after; writes the
-    // caller issues on another stream while the call runs are the caller's race, as for
+    // backend's stream (`DevCall::order`), which the call orders its copies after; writes
+    // the caller issues on another stream while the call runs are the caller's race, as for
     // numpy inputs.
     let view = unsafe { DigisDev::from_raw(addr, lens) };
     let r = py.detach(|| {
@@ -83,13 +80,14 @@ pub fn device_cluster(
             .inner()
             .cluster_events_device(view, offsets, &geo, cut)
     });
-    drop(args);
+    crate::device_prof::step("library call");
     let c = r.map_err(err)?;
     let (n, slots) = (c.digis, c.slots);
     let clus = DeviceArray::from_buffer(g, Box::new(c.clus), n * 4, "<i4", vec![n]);
     let per_module =
         DeviceArray::from_buffer(g, Box::new(c.clus_in_module), slots * 4, "<u4", vec![slots]);
-    finish(g, user)?;
+    crate::device_prof::step("results as DeviceArrays");
+    call.finish()?;
     Ok(Some((clus, per_module)))
 }
 
@@ -107,48 +105,9 @@ impl Hold for Part {
 }
 
 /// One event's seeding results on the device: seeds `(n, 3)` `uint32`, weight and z_vertex
-/// `(n,)` `float32`, params `(n, 5)` `float32`.
+/// `(n,)` `float32` (these three strided views of the batch's 20-byte seed records), params
+/// `(n, 5)` `float32` (contiguous).
 type SeedDev = (DeviceArray, DeviceArray, DeviceArray, DeviceArray);
-
-/// A 2-D device-to-device copy on `stream`: `rows` rows of `width` bytes, from `src + x` at
-/// `src_pitch` bytes apart into `dst` at `width` bytes apart.
-///
-/// # Safety
-/// `src` valid for `rows * src_pitch` bytes (`x + width <= src_pitch`), `dst` for
-/// `rows * width` bytes, both device memory of the current context, alive until the copy
-/// has finished.
-unsafe fn copy_columns(
-    stream: &CudaStream,
-    src: u64,
-    x: usize,
-    src_pitch: usize,
-    dst: u64,
-    width: usize,
-    rows: usize,
-) -> PyResult<()> {
-    let copy = sys::CUDA_MEMCPY2D_st {
-        srcXInBytes: x,
-        srcY: 0,
-        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
-        srcArray: std::ptr::null_mut(),
-        srcPitch: src_pitch,
-        dstXInBytes: 0,
-        dstY: 0,
-        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        dstHost: std::ptr::null_mut(),
-        dstDevice: dst,
-        dstArray: std::ptr::null_mut(),
-        dstPitch: width,
-        WidthInBytes: width,
-        Height: rows,
-    };
-    // SAFETY: the caller's contract.
-    unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream.cu_stream()) }
-        .result()
-        .map_err(|e| CudaError::new_err(format!("CUDA driver error while splitting seeds: {e}")))
-}
 
 /// `Backend.seed` / `Backend.seed_events` of CUDA `float32` columns: `events` is a list of
 /// five-entry lists (x, y, z, var_r, var_z; a variance `None` is zero). One
@@ -164,14 +123,12 @@ pub fn device_seed_events(
     batch: bool,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<Vec<SeedDev>>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
     const NAMES: [&str; 5] = ["x", "y", "z", "var_r", "var_z"];
-    let user = stream_handle(stream)?;
     // Every column opened (each holds its producer's memory for the call, see
     // `device_cluster`); the addresses and lengths of each event, `None` for a zero variance.
-    let mut held: Vec<Arg> = Vec::new();
     let mut cols: Vec<[Option<(u64, usize)>; 5]> = Vec::with_capacity(events.len());
     for (e, ev) in events.iter().enumerate() {
         if ev.len() != 5 || ev[0].is_none() || ev[1].is_none() || ev[2].is_none() {
@@ -180,12 +137,10 @@ pub fn device_seed_events(
         let mut c = [None; 5];
         for (i, obj) in ev.iter().enumerate() {
             let Some(obj) = obj else { continue };
-            let arg = open_arg(py, backend, obj, NAMES[i], user)?;
-            let Some(input) = exact(&arg, &["<f4"]) else {
+            let Some(input) = call.open(py, obj, NAMES[i], &["<f4"])? else {
                 return Ok(None);
             };
-            c[i] = Some((input.desc.ptr as u64, input.desc.len()));
-            held.push(arg);
+            c[i] = Some((input.addr, input.len));
         }
         // The Python layer's length check and message.
         let n = c[0].map_or(0, |(_, l)| l);
@@ -203,6 +158,8 @@ pub fn device_seed_events(
         }
         cols.push(c);
     }
+    call.order()?;
+    let g = call.g;
     // A zero column for the variances not given.
     let longest = cols
         .iter()
@@ -223,44 +180,23 @@ pub fn device_seed_events(
             // SAFETY: each address is a 1-D C-contiguous CUDA `float32` array of `n` values
             // on the backend's device (checked by `open_arg` and `exact`; lengths checked
             // above) or the zero column of `longest >= n` values; all stay allocated until
-            // the call returns (`held` and `zeros` are dropped after it; the caller holds
+            // the call returns (`call` and `zeros` are dropped after it; the caller holds
             // the Python objects); the producers' pending writes are ordered before the
-            // backend's stream (`open_arg`).
+            // backend's stream (`DevCall::order`).
             unsafe { SpacePointsDev::from_raw(addr, [n; 5]) }
         })
         .collect();
     let r = py.detach(|| backend.inner().seed_events_device(&views, &settings.0));
-    drop(held);
+    crate::device_prof::step("library call");
     drop(zeros);
     let s = r.map_err(err)?;
-    // The batch's seeds split into their index rows, weights and z vertices (three strided
-    // copies on the device), then one stretch of each per event.
-    let total = s.total();
-    let mut idx = g.zeros::<u32>(3 * total.max(1)).map_err(err)?;
-    let mut weight = g.zeros::<f32>(total.max(1)).map_err(err)?;
-    let mut zv = g.zeros::<f32>(total.max(1)).map_err(err)?;
-    if total > 0 {
-        let stream = g.stream();
-        let src = g.ptr(&s.seeds).addr();
-        let dsts = [
-            (g.ptr_mut(&mut idx).addr(), 0, 12),
-            (g.ptr_mut(&mut weight).addr(), 12, 4),
-            (g.ptr_mut(&mut zv).addr(), 16, 4),
-        ];
-        for (dst, x, width) in dsts {
-            // SAFETY: `seeds` holds `total` 20-byte records (`x + width <= 20`); each
-            // destination `total * width` bytes; all in this context, kept alive until the
-            // stream is synchronised below.
-            unsafe { copy_columns(stream, src, x, 20, dst, width, total)? };
-        }
-        // `s.seeds` is freed on its own stream when dropped: the copies finish first.
-        stream.synchronize().map_err(|e| {
-            CudaError::new_err(format!("CUDA driver error while splitting seeds: {e}"))
-        })?;
-    }
-    let idx: Arc<dyn Hold> = Arc::new(idx);
-    let weight: Arc<dyn Hold> = Arc::new(weight);
-    let zv: Arc<dyn Hold> = Arc::new(zv);
+    // Each event's arrays are views of its stretch of the batch's records, no copy: the
+    // index rows, weights and z vertices strided views of the `Seed` records (20 bytes:
+    // bottom, middle, top, weight, z_vertex), the parameters a contiguous stretch of the
+    // `BoundParams` records. The batch's buffers live as long as any view of them.
+    const REC: usize = std::mem::size_of::<detkit_gpu::seeding::Seed>();
+    const PAR: usize = std::mem::size_of::<detkit_gpu::seeding::BoundParams>();
+    let seeds: Arc<dyn Hold> = Arc::new(s.seeds);
     let params: Arc<dyn Hold> = Arc::new(s.params);
     let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
         DeviceArray::from_buffer(
@@ -274,20 +210,24 @@ pub fn device_seed_events(
             shape,
         )
     };
+    // Bytes from the first element of a strided view to the end of its last one.
+    let span = |n: usize, tail: usize| if n == 0 { 0 } else { (n - 1) * REC + tail };
     let out = s
         .event_seeds
         .iter()
         .map(|r| {
             let (a, n) = (r.start, r.len());
+            let rec = REC as isize;
             (
-                part(&idx, 12 * a, 12 * n, "<u4", vec![n, 3]),
-                part(&weight, 4 * a, 4 * n, "<f4", vec![n]),
-                part(&zv, 4 * a, 4 * n, "<f4", vec![n]),
-                part(&params, 20 * a, 20 * n, "<f4", vec![n, 5]),
+                part(&seeds, REC * a, span(n, 12), "<u4", vec![n, 3]).with_strides(vec![rec, 4]),
+                part(&seeds, REC * a + 12, span(n, 4), "<f4", vec![n]).with_strides(vec![rec]),
+                part(&seeds, REC * a + 16, span(n, 4), "<f4", vec![n]).with_strides(vec![rec]),
+                part(&params, PAR * a, PAR * n, "<f4", vec![n, 5]),
             )
         })
         .collect();
-    finish(g, user)?;
+    crate::device_prof::step("results as DeviceArrays");
+    call.finish()?;
     Ok(Some(out))
 }
 
@@ -304,12 +244,10 @@ pub fn device_pet_convert<'py>(
     descr: Py<PyAny>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Option<(DeviceArray, Bound<'py, PyDict>)>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
-    let user = stream_handle(stream)?;
-    let arg = open_arg(py, backend, frames, "frames", user)?;
-    let Some(input) = exact(&arg, &["|u1", "<u1"]) else {
+    let Some(input) = call.open(py, frames, "frames", &["|u1", "<u1"])? else {
         return Ok(None);
     };
     let owned;
@@ -321,16 +259,17 @@ pub fn device_pet_convert<'py>(
             &owned
         }
     };
+    call.order()?;
+    let g = call.g;
     // SAFETY: a 1-D C-contiguous CUDA `uint8` array of `len` bytes on the backend's device
-    // (`open_arg`, `exact`), kept allocated until the call returns (`arg` holds a DLPack
+    // (`DevCall::open`), kept allocated until the call returns (`call` holds a DLPack
     // tensor, the caller the Python object) and ordered before the backend's stream.
-    let view = unsafe { FramesDev::from_raw(input.desc.ptr as u64, input.desc.len()) };
+    let view = unsafe { FramesDev::from_raw(input.addr, input.len) };
     let b = backend.inner();
     let r = py.detach(|| match s.handle(b)? {
         Some(h) => b.pet_convert_frames_device(view, &*h),
         None => b.pet_convert_frames_device(view, &s.inner),
     });
-    drop(arg);
     let (singles, st) = r.map_err(err)?;
     let m = singles.len;
     let out = DeviceArray::from_buffer(g, Box::new(singles.words), 16 * m, "|u1", vec![m, 16])
@@ -342,6 +281,6 @@ pub fn device_pet_convert<'py>(
     d.set_item("clamped", st.clamped)?;
     d.set_item("bad_address", st.bad_address)?;
     d.set_item("first_bad_address", st.first_bad_address)?;
-    finish(g, user)?;
+    call.finish()?;
     Ok(Some((out, d)))
 }

@@ -6,13 +6,19 @@
 //! `sort_index_device`, `histogram_device` and `select_u32`.
 //! Any other input (another dtype, strided, a CPU array) returns `None`, and the Python layer
 //! takes the general path (`device::import_array`), which converts and checks it.
+//!
+//! [`DevCall`] is the preamble every `device_*` function shares (here and in
+//! `device_calls`): the CUDA check, the caller's stream, opening each argument with its
+//! dtype match, one wait per producer stream, and the caller's stream waiting at the end.
 
 use cudarc::driver::{result, sys, CudaSlice, DevicePtrMut, DeviceRepr, ValidAsZeroBits};
+use detkit::outputs::{alloc_output, zeroed_output};
 use detkit::sort::{SortKey, SortOptions};
 use detkit::ScanKind;
+use pyo3::intern;
 use pyo3::prelude::*;
 
-use crate::device::{open_arg, stream_handle, Arg, DeviceArray, DeviceInput};
+use crate::device::{open_arg, stream_handle, Arg, DeviceArray, DeviceInput, Waits};
 use crate::errors::{err, CudaError};
 use crate::Backend;
 
@@ -35,18 +41,114 @@ pub(crate) fn exact<'a>(arg: &'a Arg, types: &[&str]) -> Option<&'a DeviceInput>
     }
 }
 
+/// One opened device input of a [`DevCall`]: its address, length and type string.
+#[derive(Clone, Debug)]
+pub(crate) struct Input {
+    pub addr: u64,
+    pub len: usize,
+    pub typestr: String,
+}
+
+/// A device-array call in progress (see the module doc): the backend's GPU, the caller's
+/// stream, the producer streams to wait for and the opened arguments (each holds its
+/// producer's memory: a DLPack capsule's tensor until the call is finished; a
+/// CUDA-array-interface object through the Python reference the caller holds).
+pub(crate) struct DevCall<'b> {
+    pub g: &'b detkit::GpuContext,
+    backend: &'b Backend,
+    user: Option<usize>,
+    waits: Waits,
+    held: Vec<Arg>,
+}
+
+impl<'b> DevCall<'b> {
+    /// `None` on a CPU backend (the caller takes the general path).
+    pub fn start(
+        backend: &'b Backend,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<Self>> {
+        crate::device_prof::begin();
+        let Some(g) = backend.inner().gpu() else {
+            return Ok(None);
+        };
+        let user = stream_handle(stream)?;
+        let mut waits = Waits::default();
+        if let Some(s) = user {
+            waits.add(s);
+        }
+        Ok(Some(Self {
+            g,
+            backend,
+            user,
+            waits,
+            held: Vec::new(),
+        }))
+    }
+
+    /// Opens one argument: `Some` for a 1-D C-contiguous CUDA array of one of `types` on
+    /// the backend's device (held until [`DevCall::finish`]); `None`: not such an array (the
+    /// general path). A CUDA array on another device is an error.
+    pub fn open(
+        &mut self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        name: &str,
+        types: &[&str],
+    ) -> PyResult<Option<Input>> {
+        // Not a protocol producer at all (a list, a scalar): the general path converts it.
+        // The type is asked first, so that a CUDA-array-interface property is not run twice.
+        let (cai, dlpack) = (
+            intern!(py, "__cuda_array_interface__"),
+            intern!(py, "__dlpack__"),
+        );
+        let t = obj.get_type();
+        if !(t.hasattr(cai)? || t.hasattr(dlpack)? || obj.hasattr(cai)? || obj.hasattr(dlpack)?) {
+            return Ok(None);
+        }
+        let arg = open_arg(py, self.backend, obj, name, &mut self.waits)?;
+        let Some(d) = exact(&arg, types) else {
+            return Ok(None);
+        };
+        let input = Input {
+            addr: d.desc.ptr as u64,
+            len: d.desc.len(),
+            typestr: d.desc.typestr.clone(),
+        };
+        self.held.push(arg);
+        Ok(Some(input))
+    }
+
+    /// detkit's stream waits for every producer's stream (once each): call before anything
+    /// reads the inputs.
+    pub fn order(&mut self) -> PyResult<()> {
+        let r = self.waits.apply(self.g);
+        crate::device_prof::step("open arguments, order streams");
+        r
+    }
+
+    /// Releases the inputs (the library has finished reading them) and makes the caller's
+    /// stream (when given) wait for the results.
+    pub fn finish(self) -> PyResult<()> {
+        drop(self.held);
+        let r = finish(self.g, self.user);
+        crate::device_prof::step("finish");
+        r
+    }
+}
+
 /// A copy of the input's `n` elements in a new buffer of detkit's (on its stream, after the
 /// producer's work), finished before this returns, so that the producer may free its memory
 /// as soon as the call returns.
 fn copy_in<T: DeviceRepr + ValidAsZeroBits>(
     g: &detkit::GpuContext,
-    input: &DeviceInput,
+    input: &Input,
     n: usize,
 ) -> PyResult<CudaSlice<T>> {
-    let mut buf = g.zeros::<T>(n.max(1)).map_err(err)?;
     if n == 0 {
-        return Ok(buf);
+        return zeroed_output::<T>(g, 1).map_err(err);
     }
+    // SAFETY: all `n` elements are written by the copy below before anyone reads them.
+    let mut buf = unsafe { alloc_output::<T>(g, n) }.map_err(err)?;
     let stream = g.stream();
     {
         let (dst, _sync) = buf.device_ptr_mut(stream);
@@ -56,7 +158,7 @@ fn copy_in<T: DeviceRepr + ValidAsZeroBits>(
         unsafe {
             result::memcpy_dtod_async(
                 dst,
-                input.desc.ptr as sys::CUdeviceptr,
+                input.addr as sys::CUdeviceptr,
                 n * std::mem::size_of::<T>(),
                 stream.cu_stream(),
             )
@@ -73,19 +175,19 @@ fn copy_in<T: DeviceRepr + ValidAsZeroBits>(
 
 fn scan_typed<T: detkit::scan::DeviceScanValue + Send + Sync + 'static>(
     g: &detkit::GpuContext,
-    input: &DeviceInput,
+    input: &Input,
     kind: ScanKind,
 ) -> PyResult<DeviceArray> {
-    let n = input.desc.len();
+    let n = input.len;
     let size = std::mem::size_of::<T>();
     let src = copy_in::<T>(g, input, n)?;
-    let mut out = g.zeros::<T>(n.max(1)).map_err(err)?;
+    let mut out = zeroed_output::<T>(g, n).map_err(err)?;
     g.scan_device(&src, &mut out, n, kind).map_err(err)?;
     Ok(DeviceArray::from_buffer(
         g,
         Box::new(out),
         n * size,
-        &input.desc.typestr,
+        &input.typestr,
         vec![n],
     ))
 }
@@ -102,41 +204,41 @@ pub fn device_scan(
     inclusive: bool,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<DeviceArray>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
-    let user = stream_handle(stream)?;
-    let arg = open_arg(py, backend, obj, name, user)?;
-    let Some(input) = exact(&arg, &["<u4", "<u8"]) else {
+    let Some(input) = call.open(py, obj, name, &["<u4", "<u8"])? else {
         return Ok(None);
     };
+    call.order()?;
+    let g = call.g;
     let kind = if inclusive {
         ScanKind::Inclusive
     } else {
         ScanKind::Exclusive
     };
-    let out = if input.desc.typestr == "<u4" {
-        scan_typed::<u32>(g, input, kind)?
+    let out = if input.typestr == "<u4" {
+        scan_typed::<u32>(g, &input, kind)?
     } else {
-        scan_typed::<u64>(g, input, kind)?
+        scan_typed::<u64>(g, &input, kind)?
     };
-    finish(g, user)?;
+    call.finish()?;
     Ok(Some(out))
 }
 
 fn sort_typed<K: SortKey + ValidAsZeroBits + Send + Sync + 'static>(
     g: &detkit::GpuContext,
-    input: &DeviceInput,
+    input: &Input,
     opts: SortOptions,
     argsort: bool,
 ) -> PyResult<(DeviceArray, Option<DeviceArray>)> {
-    let n = input.desc.len();
+    let n = input.len;
     let size = std::mem::size_of::<K>();
     let keys = copy_in::<K>(g, input, n)?;
-    let mut out = g.zeros::<K>(n.max(1)).map_err(err)?;
-    let typestr = &input.desc.typestr;
+    let mut out = zeroed_output::<K>(g, n).map_err(err)?;
+    let typestr = &input.typestr;
     if argsort {
-        let mut index = g.zeros::<u32>(n.max(1)).map_err(err)?;
+        let mut index = zeroed_output::<u32>(g, n).map_err(err)?;
         g.sort_index_device(&keys, &mut out, &mut index, n, opts)
             .map_err(err)?;
         let k = DeviceArray::from_buffer(g, Box::new(out), n * size, typestr, vec![n]);
@@ -165,25 +267,25 @@ pub fn device_sort(
     argsort: bool,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<(DeviceArray, Option<DeviceArray>)>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
-    let user = stream_handle(stream)?;
-    let arg = open_arg(py, backend, obj, name, user)?;
-    let Some(input) = exact(&arg, &["<u4", "<u8"]) else {
+    let Some(input) = call.open(py, obj, name, &["<u4", "<u8"])? else {
         return Ok(None);
     };
+    call.order()?;
+    let g = call.g;
     let opts = SortOptions {
         begin_bit,
         end_bit,
         descending,
     };
-    let out = if input.desc.typestr == "<u4" {
-        sort_typed::<u32>(g, input, opts, argsort)?
+    let out = if input.typestr == "<u4" {
+        sort_typed::<u32>(g, &input, opts, argsort)?
     } else {
-        sort_typed::<u64>(g, input, opts, argsort)?
+        sort_typed::<u64>(g, &input, opts, argsort)?
     };
-    finish(g, user)?;
+    call.finish()?;
     Ok(Some(out))
 }
 
@@ -209,20 +311,20 @@ pub fn device_histogram(
     nbins: u32,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<(DeviceArray, u32, Option<usize>)>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
     if nbins == 0 {
         // The library's own check and message (it fails before any work).
         return backend.inner().histogram(&[], 0).map(|_| None).map_err(err);
     }
-    let user = stream_handle(stream)?;
-    let arg = open_arg(py, backend, obj, name, user)?;
-    let Some(input) = exact(&arg, &["<u4"]) else {
+    let Some(input) = call.open(py, obj, name, &["<u4"])? else {
         return Ok(None);
     };
-    let n = input.desc.len();
-    let keys = copy_in::<u32>(g, input, n)?;
+    call.order()?;
+    let g = call.g;
+    let n = input.len;
+    let keys = copy_in::<u32>(g, &input, n)?;
     // As `Backend::histogram` on host keys: zeroed outputs, the kernel only for keys.
     let mut out = g.histogram_outputs(nbins).map_err(err)?;
     if n > 0 {
@@ -245,7 +347,7 @@ pub fn device_histogram(
         "<u4",
         vec![nbins as usize],
     );
-    finish(g, user)?;
+    call.finish()?;
     Ok(Some((counts, oor[0], first)))
 }
 
@@ -263,17 +365,17 @@ pub fn device_select(
     hi: u32,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<DeviceArray>> {
-    let Some(g) = backend.inner().gpu() else {
+    let Some(mut call) = DevCall::start(backend, stream)? else {
         return Ok(None);
     };
-    let user = stream_handle(stream)?;
-    let arg = open_arg(py, backend, obj, name, user)?;
-    let Some(input) = exact(&arg, &["<u4"]) else {
+    let Some(input) = call.open(py, obj, name, &["<u4"])? else {
         return Ok(None);
     };
-    let n = input.desc.len();
-    let values = copy_in::<u32>(g, input, n)?;
-    let mut out = g.zeros::<u32>(n.max(1)).map_err(err)?;
+    call.order()?;
+    let g = call.g;
+    let n = input.len;
+    let values = copy_in::<u32>(g, &input, n)?;
+    let mut out = zeroed_output::<u32>(g, n).map_err(err)?;
     let mut count = g.zeros::<u32>(1).map_err(err)?;
     g.select_u32(
         &values,
@@ -285,6 +387,6 @@ pub fn device_select(
     .map_err(err)?;
     let kept = g.download(&count).map_err(err)?[0] as usize;
     let selected = DeviceArray::from_buffer(g, Box::new(out), kept * 4, "<u4", vec![kept]);
-    finish(g, user)?;
+    call.finish()?;
     Ok(Some(selected))
 }

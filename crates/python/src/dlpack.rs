@@ -222,6 +222,8 @@ impl Drop for Imported {
 struct ExportCtx {
     _owner: Py<PyAny>,
     shape: Vec<i64>,
+    /// Strides in elements; empty: C-contiguous (a null `strides`).
+    strides: Vec<i64>,
 }
 
 unsafe extern "C" fn export_deleter(t: *mut DLManagedTensor) {
@@ -256,7 +258,8 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
 }
 
 /// A `"dltensor"` capsule over memory owned by `owner` (kept alive until the consumer calls
-/// the deleter): a C-contiguous array of `shape` at `ptr` on `device`.
+/// the deleter): an array of `shape` at `ptr` on `device`, C-contiguous or with `strides`
+/// (in elements, as DLPack counts them).
 pub fn export(
     py: Python<'_>,
     owner: Py<PyAny>,
@@ -264,11 +267,18 @@ pub fn export(
     device: DLDevice,
     dtype: DLDataType,
     shape: &[usize],
+    strides: Option<&[isize]>,
 ) -> PyResult<Py<PyAny>> {
     let mut ctx = Box::new(ExportCtx {
         _owner: owner,
         shape: shape.iter().map(|&d| d as i64).collect(),
+        strides: strides.map_or(Vec::new(), |s| s.iter().map(|&d| d as i64).collect()),
     });
+    let strides_ptr = if ctx.strides.is_empty() {
+        std::ptr::null_mut()
+    } else {
+        ctx.strides.as_mut_ptr()
+    };
     let tensor = Box::new(DLManagedTensor {
         dl_tensor: DLTensor {
             data: ptr as *mut c_void,
@@ -276,15 +286,15 @@ pub fn export(
             ndim: shape.len() as i32,
             dtype,
             shape: ctx.shape.as_mut_ptr(),
-            strides: std::ptr::null_mut(),
+            strides: strides_ptr,
             byte_offset: 0,
         },
         manager_ctx: std::ptr::null_mut(),
         deleter: Some(export_deleter),
     });
     let tensor = Box::into_raw(tensor);
-    // SAFETY: `tensor` is the box just leaked; `ctx` (whose heap shape the tensor points
-    // into: moving the Box does not move the Vec's buffer) is leaked into it and freed by
+    // SAFETY: `tensor` is the box just leaked; `ctx` (whose heap shape and strides the
+    // tensor points into: moving the Box does not move the Vecs' buffers) is leaked into it and freed by
     // `export_deleter`. The capsule name is a static C string.
     unsafe {
         (*tensor).manager_ctx = Box::into_raw(ctx).cast();
@@ -416,6 +426,7 @@ impl CpuExport {
             },
             dtype_of(&typestr)?,
             &shape,
+            None,
         )
     }
 }

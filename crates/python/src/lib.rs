@@ -17,6 +17,7 @@ mod clusters;
 mod device;
 mod device_calls;
 mod device_ops;
+mod device_prof;
 mod dlpack;
 mod errors;
 mod files;
@@ -905,6 +906,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::CpuExport>()?;
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
+    m.add_function(wrap_pyfunction!(device_prof::device_profile, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_pet_convert, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;

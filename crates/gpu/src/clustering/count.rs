@@ -252,3 +252,32 @@ pub unsafe extern "ptx-kernel" fn clustering_check_runs(p: ClusteringCheckRunsPa
         idx += stride;
     }
 }
+
+/// One small launch after [`clustering_check_runs`] (grid-stride over the event offsets):
+/// when the check flagged a digi (`bad` non-zero), the batch the kernels after it read is
+/// made empty (`dims[0] = 0`, every event offset 0), so that digis that fail the check never
+/// reach them and the host needs no wait between the check and the chain; it reads `bad`
+/// with the chain's status words and reports the error. Otherwise nothing is written.
+///
+/// # Safety
+/// `dims = [n, nevents]`; `event_offsets` valid for `nevents + 1` words; `bad` one word,
+/// final (the check kernel ran before, in stream order); nothing else reads or writes these
+/// words while this runs.
+#[unsafe(no_mangle)]
+pub unsafe extern "ptx-kernel" fn clustering_gate_runs(p: ClusteringGateRunsParams) {
+    // SAFETY: one word each (launch contract); `dims[1]` is never written here.
+    let (bad, nevents) = unsafe { (p.bad.ptr().read(), p.dims.ptr().add(1).read()) };
+    if bad == 0 {
+        return;
+    }
+    let mut idx = i::global_thread_idx();
+    if idx == 0 {
+        // SAFETY: `dims[0]`, one word (contract); no thread reads it here.
+        unsafe { p.dims.ptr_mut().write(0) };
+    }
+    while idx <= nevents as u64 {
+        // SAFETY: idx <= nevents: inside the `nevents + 1` offsets (contract).
+        unsafe { p.event_offsets.ptr_mut().add(idx as usize).write(0) };
+        idx += i::grid_threads();
+    }
+}

@@ -80,6 +80,9 @@ pub const KERNEL_COUNT_MODULES: &str = "clustering_count_modules";
 /// host cannot read (device views): every run start of a module counted per event and module,
 /// a second run flagged.
 pub const KERNEL_CHECK_RUNS: &str = "clustering_check_runs";
+/// Kernel: after [`KERNEL_CHECK_RUNS`], a batch that failed the check is made empty for the
+/// kernels after it (no host wait between the check and the chain).
+pub const KERNEL_GATE_RUNS: &str = "clustering_gate_runs";
 /// Kernel: clustering of small modules by pairwise comparisons in shared memory.
 pub const KERNEL_FIND_CLUS_SMALL: &str = "clustering_find_clus_small";
 /// Kernel: the warp pass of the small-module clustering (one warp per module).
@@ -374,6 +377,19 @@ pub struct ClusteringCheckRunsParams {
     pub _pad0: u32,
 }
 crate::kernel_params!(ClusteringCheckRunsParams, 48, ["clustering_check_runs"]);
+
+/// Parameters of [`KERNEL_GATE_RUNS`] (one `#[repr(C)]` struct, see `crate::params`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ClusteringGateRunsParams {
+    /// The check's flag ([`ClusteringCheckRunsParams::bad`]): zero = the batch passed.
+    pub bad: DevPtr<u32>,
+    /// `[n, nevents]`: `n` set to zero when the batch failed.
+    pub dims: DevPtr<u32>,
+    /// `nevents + 1` offsets: all set to zero when the batch failed.
+    pub event_offsets: DevPtr<u32>,
+}
+crate::kernel_params!(ClusteringGateRunsParams, 24, ["clustering_gate_runs"]);
 
 /// Whether digi `k` (of a valid module id) starts a run of its module within its event,
 /// whose first digi is `start`: the previous digi of the event that is not

@@ -7,8 +7,8 @@
 //! replayed unchanged, and the caller's memory is only read while the call runs), sends the
 //! event offsets (host memory: `events + 1` words) through the pinned staging, replays the
 //! graph, copies the three outputs device-to-device into new buffers of exactly their size
-//! (they outlive the workspace's next call) and reads back three status words: one wait per
-//! call, as the host path.
+//! (they outlive the workspace's next call; from detkit's output pool, [`crate::outputs`])
+//! and reads back four status words: one wait per call, as the host path.
 //!
 //! Validation on the device: the array lengths and the event offsets are checked on the
 //! host as for host digis. The per-digi range checks (module id, pixel inside the module)
@@ -18,7 +18,8 @@
 //! and costs a copy only on that path. That one module's digis are consecutive within an
 //! event is checked by `clustering_check_runs` (every run start of a module counted per
 //! event and module, a second run flagged), read back with the status words and named the
-//! same way.
+//! same way; a batch it flags is made empty on the device (`clustering_gate_runs`) before
+//! the clustering kernels run, since they assume consecutive digis.
 
 use std::marker::PhantomData;
 
@@ -30,6 +31,7 @@ use super::door::ClusterWorkspace;
 use super::{validate, validate_lengths, ChargeCut, Digis, Geometry, MAX_EVENTS_PER_LAUNCH};
 use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
+use crate::phases::{self, Phase};
 use crate::staging::upload_into;
 use crate::Backend;
 
@@ -133,13 +135,13 @@ impl ClustersDev {
 /// Threads per block of the consecutive-digis check.
 const CHECK_THREADS: u32 = 256;
 
-/// A new device buffer of `n` elements (at least one) whose first `n` are written by the
-/// caller before anyone reads them.
+/// A new device buffer of `n` elements (at least one) from the output pool
+/// ([`crate::outputs`]), whose first `n` are written by the caller before anyone reads them.
 fn output<T: cudarc::driver::DeviceRepr>(g: &GpuContext, n: usize) -> Result<DeviceBuffer<T>> {
     // SAFETY: the elements read later (the first `n`) are written by the device-to-device
     // copies of `ClusterWorkspace::cluster_device` before the call returns; the rest (one
     // element when `n` is 0) is never read.
-    unsafe { g.stream().alloc::<T>(n.max(1)) }.ctx("allocating device memory")
+    unsafe { crate::outputs::alloc_output::<T>(g, n) }
 }
 
 impl ClusterWorkspace {
@@ -153,6 +155,7 @@ impl ClusterWorkspace {
         geometry: &Geometry,
         cut: Option<ChargeCut>,
     ) -> Result<ClustersDev> {
+        phases::begin();
         validate_lengths(digis.lens, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
         if ne > MAX_EVENTS_PER_LAUNCH {
@@ -164,11 +167,11 @@ impl ClusterWorkspace {
         }
         self.select_clusterer(n, ne, geometry)?;
         let (c, d, g, stage, check) = self.selected();
+        phases::mark(Phase::Prepare);
         let s = g.stream();
         let what = "copying device digis";
         // The inputs were made (or ordered) on the caller's stream.
-        s.join(caller.stream())
-            .ctx("ordering after the caller's stream")?;
+        crate::outputs::order_after(s, caller.stream())?;
         g.context().bind_to_thread().ctx(what)?;
         if n > 0 {
             for (src, dst) in digis.addr.into_iter().zip(d.arrays_mut()) {
@@ -233,31 +236,33 @@ impl ClusterWorkspace {
                 )?
             };
         }
-        // The clustering kernels assume each module's digis consecutive in an event: the
-        // check is read before they run (one wait), and a batch that fails it never reaches
-        // them. Its error is the host path's, from a host copy of the digis.
-        let status = stage.slots.get(g, 4)?;
-        s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
-            .ctx("reading the digi check")?;
-        g.synchronize()?;
-        if let Some(bad) = decode_first_index(status[3]) {
-            let what = "copying device digis back for the error";
-            let host = Digis {
-                module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
-                x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
-                y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
-                adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
+        // The clustering kernels assume each module's digis consecutive in an event: a batch
+        // that fails the check is made empty on the device before they run
+        // (`clustering_gate_runs`), so no wait is needed between the check and the chain;
+        // its error is the host path's, from a host copy of the digis, once the call waits.
+        if n > 0 {
+            let params = k::ClusteringGateRunsParams {
+                bad: g.ptr(&check.slice(0..1)),
+                dims: g.ptr_mut(&mut d.dims),
+                event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..ne + 1)),
             };
-            validate(&host, event_offsets, geometry)?;
-            return Err(invalid(
-                "digis",
-                format!("digi {bad}: a module's digis not consecutive in its event"),
-            ));
+            // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` words (uploaded
+            // above); `bad` the check's word, final in stream order; the graph that reads
+            // `dims` and the offsets runs after this launch on the same stream.
+            unsafe {
+                g.launch(
+                    k::KERNEL_GATE_RUNS,
+                    launch_cfg(1, CHECK_THREADS, 0),
+                    &params,
+                )?
+            };
         }
-        c.run_graph(d, cut)?;
         let mut clus = output::<i32>(g, n)?;
         let mut clus_in_module = output::<u32>(g, slots)?;
         let mut module_first = output::<u32>(g, slots)?;
+        phases::mark(Phase::Stage);
+        c.run_graph(d, cut)?;
+        phases::mark(Phase::Kernels);
         let what = "copying the clusters";
         if n > 0 {
             s.memcpy_dtod(&c.clus.slice(0..n), &mut clus.slice_mut(0..n))
@@ -273,9 +278,28 @@ impl ClusterWorkspace {
             &mut module_first.slice_mut(0..slots),
         )
         .ctx(what)?;
+        // The chain's three status words and the check's word, then the call's one wait.
         let status = stage.slots.get(g, 4)?;
         c.enqueue_status(&mut status[..3])?;
+        s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
+            .ctx("reading the digi check")?;
+        phases::mark(Phase::Unpack);
         g.synchronize()?;
+        phases::mark(Phase::Wait);
+        if let Some(bad) = decode_first_index(status[3]) {
+            let what = "copying device digis back for the error";
+            let host = Digis {
+                module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
+                x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
+                y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
+                adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
+            };
+            validate(&host, event_offsets, geometry)?;
+            return Err(invalid(
+                "digis",
+                format!("digi {bad}: a module's digis not consecutive in its event"),
+            ));
+        }
         let decoded = c.decode_status(status[0], status[1], status[2]);
         let (medium_modules, fallback_modules) = match decoded {
             Ok(counts) => counts,

@@ -88,8 +88,7 @@ impl PetWorkspace {
         ensure_len(&g, &mut self.a, 2 * n.max(1))?;
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
         let s = g.stream();
-        s.join(caller.stream())
-            .ctx("ordering after the caller's stream")?;
+        crate::outputs::order_after(s, caller.stream())?;
         if n > 0 {
             let what = "copying device frames";
             g.context().bind_to_thread().ctx(what)?;
@@ -114,7 +113,9 @@ impl PetWorkspace {
         g.synchronize()?;
         let st = stats_from_words(st, n);
         let m = st.accepted as usize;
-        let mut words = g.zeros::<u64>(2 * m.max(1))?;
+        // SAFETY: the `2 m` words read later are written by the copy below before this
+        // returns; with no single the two words are never read.
+        let mut words = unsafe { crate::outputs::alloc_output::<u64>(&g, 2 * m) }?;
         if m > 0 {
             s.memcpy_dtod(&a.slice(0..2 * m), &mut words.slice_mut(0..2 * m))
                 .ctx("copying singles")?;

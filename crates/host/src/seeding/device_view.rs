@@ -10,7 +10,8 @@
 //! record is read back and named by the host's own check, so the error is exactly the host
 //! path's (the same typed error, index within its event, column and message). Then the
 //! chain runs on the device ([`GpuContext::seed_batch_device`]) and the seeds and
-//! parameters are copied device-to-device into new buffers of exactly their size.
+//! parameters are copied device-to-device into new buffers of exactly their size (from
+//! detkit's output pool, [`crate::outputs`]).
 
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -23,6 +24,7 @@ use super::door::SeedWorkspace;
 use super::{check_config, check_one, words, SeedingConfig, SeedingOutput, SeedingStats};
 use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
+use crate::phases::{self, Phase};
 use crate::staging::{upload_into, Pinned};
 use crate::Backend;
 
@@ -188,6 +190,7 @@ impl SeedWorkspace {
         events: &[SpacePointsDev<'_>],
         cfg: &SeedingConfig,
     ) -> Result<SeedsDev> {
+        phases::begin();
         let g = self.gpu.clone();
         let (ws, v) = (&mut self.ws, &mut self.views);
         let ne = events.len();
@@ -204,9 +207,9 @@ impl SeedWorkspace {
             ));
         }
         let s = g.stream();
-        s.join(caller.stream())
-            .ctx("ordering after the caller's stream")?;
+        crate::outputs::order_after(s, caller.stream())?;
         ws.ensure(&g, B::Input, words::<SpacePoint>(n))?;
+        phases::mark(Phase::Prepare);
         if n > 0 {
             grown(&g, &mut v.table, 5 * ne)?;
             grown(&g, &mut v.words, ne + 2)?;
@@ -250,7 +253,9 @@ impl SeedWorkspace {
             let status = v.status.get(&g, 1)?;
             s.memcpy_dtoh(&dw.slice(0..1), &mut status[..1])
                 .ctx("reading the spacepoint check")?;
+            phases::mark(Phase::Stage);
             g.synchronize()?;
+            phases::mark(Phase::Wait);
             if let Some(bad) = decode_first_index(status[0]) {
                 return Err(name_bad(&g, ws, &offsets, bad as usize));
             }
@@ -264,10 +269,18 @@ impl SeedWorkspace {
             ws.put_input(input);
             r?
         };
+        phases::mark(Phase::Kernels);
         let ns = ws.total_seeds();
         let (sw, pw) = (words::<Seed>(ns), words::<BoundParams>(ns));
-        let mut seeds = g.zeros::<u32>(sw)?;
-        let mut params = g.zeros::<u32>(pw)?;
+        // SAFETY: the first `sw` / `pw` words (all that are read: `event_seeds` covers the
+        // `ns` records) are written by the copies below, before this returns; with no seed
+        // the one word of each is never read.
+        let (mut seeds, mut params) = unsafe {
+            (
+                crate::outputs::alloc_output::<u32>(&g, sw)?,
+                crate::outputs::alloc_output::<u32>(&g, pw)?,
+            )
+        };
         if ns > 0 {
             let (a, b) = (
                 ws.seeds().expect("seeds of the chain"),
@@ -279,6 +292,7 @@ impl SeedWorkspace {
                 .ctx("copying parameters")?;
             g.synchronize()?;
         }
+        phases::mark(Phase::Unpack);
         Ok(SeedsDev {
             seeds,
             params,
