@@ -43,6 +43,7 @@ pub mod cuda;
 pub mod error;
 pub mod histogram;
 pub mod mem;
+pub mod par_timing;
 pub mod pet;
 pub mod phases;
 pub mod pool;

@@ -72,6 +72,32 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
+/// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more): one page fault per 2 MiB
+/// instead of per 4 KiB when the output is first written. A hint: nothing else changes.
+pub fn huge_pages<T>(v: &mut Vec<T>) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let spare = v.spare_capacity_mut();
+        let bytes = std::mem::size_of_val(spare);
+        if bytes < 2 * HUGE {
+            return;
+        }
+        let start = spare.as_mut_ptr() as usize;
+        let lo = start.next_multiple_of(HUGE);
+        let hi = (start + bytes) / HUGE * HUGE;
+        if hi > lo {
+            // SAFETY: `[lo, hi)` lies inside `v`'s allocation (its spare capacity), which
+            // stays mapped while `v` lives; MADV_HUGEPAGE only changes how the range is
+            // backed, never its contents, and its failure is harmless (ignored).
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -816,7 +816,9 @@ impl Backend {
         let digis = digis.into();
         match self.gpu() {
             None => {
+                let mut timer = crate::par_timing::Timer::start();
                 validate(digis, event_offsets, geometry)?;
+                timer.mark("clustering: validate");
                 *out = self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut));
                 Ok(())
             }

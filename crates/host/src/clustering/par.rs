@@ -14,6 +14,8 @@
 use detkit_gpu::clustering::{INVALID_MODULE, NOT_CLUSTERED, NO_MODULE_START};
 use rayon::prelude::*;
 
+use crate::par_timing::{busy, Busy, Timer};
+
 use super::{ChargeCut, Clusters, DigisRef, Geometry};
 
 /// A module of an event: digis `start..end` (the first and one past the last of the run;
@@ -201,21 +203,25 @@ pub fn cluster<'a>(
     let n = digis.len();
     let nevents = event_offsets.len().saturating_sub(1);
     let nm = geometry.modules as usize;
+    let mut timer = Timer::start();
     let per_event: Vec<Vec<Run>> = (0..nevents)
         .into_par_iter()
         .map(|e| {
-            let mut v = Vec::new();
-            runs(
-                digis,
-                event_offsets[e] as usize,
-                event_offsets[e + 1] as usize,
-                e,
-                nm,
-                &mut v,
-            );
-            v
+            busy(Busy::ClusterRuns, || {
+                let mut v = Vec::new();
+                runs(
+                    digis,
+                    event_offsets[e] as usize,
+                    event_offsets[e + 1] as usize,
+                    e,
+                    nm,
+                    &mut v,
+                );
+                v
+            })
         })
         .collect();
+    timer.mark("clustering: runs");
     let all: Vec<Run> = per_event.into_iter().flatten().collect();
     let mut clus = vec![NOT_CLUSTERED; n];
     // Each run's own range of `clus` (runs are disjoint and in digi order).
@@ -229,14 +235,18 @@ pub fn cluster<'a>(
         rest = tail;
         at = r.end;
     }
+    timer.mark("clustering: alloc");
     let counts: Vec<u32> = parts
         .into_par_iter()
         .with_min_len(8)
         .map_init(Scratch::default, |s, (r, c)| {
-            let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
-            module(digis, r, c, threshold, s)
+            busy(Busy::ClusterModules, || {
+                let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
+                module(digis, r, c, threshold, s)
+            })
         })
         .collect();
+    timer.mark("clustering: modules");
     let mut out = Clusters {
         clus,
         clus_in_module: vec![0; nevents * nm],
@@ -249,5 +259,6 @@ pub fn cluster<'a>(
         out.clus_in_module[r.slot] = c;
         out.module_first[r.slot] = r.start as u32;
     }
+    timer.mark("clustering: tail");
     out
 }

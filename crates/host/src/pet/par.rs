@@ -29,6 +29,8 @@ use detkit_gpu::pet::{
 };
 use rayon::prelude::*;
 
+use crate::par_timing::{busy, Busy, Timer};
+
 use super::cpu::{self as oracle, policy_pairs, CoincideConfig, ConvertStats};
 use crate::error::{Error, Result};
 
@@ -121,23 +123,31 @@ pub fn convert_into_in_pieces(
     // its frames), then the pieces are moved down in order: one allocation, no copy of the
     // singles through per-piece vectors.
     let n = frames.len();
+    let mut timer = Timer::start();
     out.clear();
     if out.capacity() < n {
         *out = Vec::with_capacity(n);
-        huge_pages(out);
+        crate::mem::huge_pages(out);
     }
+    timer.mark("convert: alloc");
     if rayon::current_num_threads() == 1 || n <= piece {
         // One thread: one piece, its singles written in place (no move down).
         let (len, st) = convert_piece(frames, &c, position, energy, out.spare_capacity_mut());
         // SAFETY: `convert_piece` wrote the first `len` slots.
         unsafe { out.set_len(len) };
+        timer.mark("convert: pieces");
         return st;
     }
     let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
         .par_chunks_mut(piece)
         .zip(frames.par_chunks(piece))
-        .map(|(dst, f)| convert_piece(f, &c, position, energy, dst))
+        .map(|(dst, f)| {
+            busy(Busy::ConvertPieces, || {
+                convert_piece(f, &c, position, energy, dst)
+            })
+        })
         .collect();
+    timer.mark("convert: pieces");
     let mut st = ConvertStats::default();
     let mut len = 0;
     let base = out.as_mut_ptr();
@@ -153,33 +163,8 @@ pub fn convert_into_in_pieces(
     }
     // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
     unsafe { out.set_len(len) };
+    timer.mark("convert: move down");
     st
-}
-
-/// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
-/// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more): one page fault per 2 MiB
-/// instead of per 4 KiB when the output is first written. A hint: nothing else changes.
-fn huge_pages<T>(v: &mut Vec<T>) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let spare = v.spare_capacity_mut();
-        let bytes = std::mem::size_of_val(spare);
-        if bytes < 2 * HUGE {
-            return;
-        }
-        let start = spare.as_mut_ptr() as usize;
-        let lo = start.next_multiple_of(HUGE);
-        let hi = (start + bytes) / HUGE * HUGE;
-        if hi > lo {
-            // SAFETY: `[lo, hi)` lies inside `v`'s allocation (its spare capacity), which
-            // stays mapped while `v` lives; MADV_HUGEPAGE only changes how the range is
-            // backed, never its contents, and its failure is harmless (ignored).
-            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = v;
 }
 
 /// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
@@ -470,7 +455,7 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
         .map(|w| w[1].iter().zip(&w[0]).map(|(b, a)| b - a).sum())
         .collect();
     let mut out: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut out);
+    crate::mem::huge_pages(&mut out);
     {
         let mut rest = &mut out.spare_capacity_mut()[..n];
         let mut dst = Vec::with_capacity(parts);
@@ -586,7 +571,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     // The first pass reads the input: no copy of it; two buffers, each fully written by the
     // pass that fills it.
     let mut a: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut a);
+    crate::mem::huge_pages(&mut a);
     radix_pass(
         singles,
         &mut a.spare_capacity_mut()[..n],
@@ -597,7 +582,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     // SAFETY: `radix_pass` writes every one of the `n` slots.
     unsafe { a.set_len(n) };
     let mut b: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut b);
+    crate::mem::huge_pages(&mut b);
     let mut shift = lo + RADIX_BITS;
     while shift < hi {
         b.clear();
@@ -805,31 +790,35 @@ pub(crate) fn coincide_unchecked(
     if let Some(d) = c.delay {
         return delayed(singles, c, reach, d, cut, piece);
     }
+    let mut timer = Timer::start();
     let walks: Vec<Walk> = (0..cut.div_ceil(piece))
         .into_par_iter()
         .map(|p| {
-            let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
-            let mut w = Walk {
-                opens: Vec::new(),
-                starts: Vec::new(),
-                errs: Vec::new(),
-                pairs: Vec::new(),
-                exit: start,
-            };
-            let mut open = start;
-            while open < stop {
-                w.opens.push(open);
-                w.starts.push(w.pairs.len());
-                let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
-                if let Err(e) = r {
-                    w.errs.push((w.opens.len() - 1, e));
+            busy(Busy::CoincideWalks, || {
+                let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
+                let mut w = Walk {
+                    opens: Vec::new(),
+                    starts: Vec::new(),
+                    errs: Vec::new(),
+                    pairs: Vec::new(),
+                    exit: start,
+                };
+                let mut open = start;
+                while open < stop {
+                    w.opens.push(open);
+                    w.starts.push(w.pairs.len());
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
+                    if let Err(e) = r {
+                        w.errs.push((w.opens.len() - 1, e));
+                    }
+                    open = end;
                 }
-                open = end;
-            }
-            w.exit = open;
-            w
+                w.exit = open;
+                w
+            })
         })
         .collect();
+    timer.mark("coincide: walks");
     // Join: follow the true chain from 0.
     let mut out = Vec::new();
     let mut open = 0;
@@ -857,6 +846,7 @@ pub(crate) fn coincide_unchecked(
             }
         }
     }
+    timer.mark("coincide: join");
     Ok((out, open))
 }
 
