@@ -76,26 +76,36 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
 /// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more): one page fault per 2 MiB
 /// instead of per 4 KiB when the output is first written. A hint: nothing else changes.
 pub fn huge_pages<T>(v: &mut Vec<T>) {
+    let spare = v.spare_capacity_mut();
+    advise_huge(spare.as_mut_ptr() as usize, std::mem::size_of_val(spare));
+}
+
+/// [`huge_pages`] for memory not yet touched behind a slice (a fresh `vec![0; n]`, which
+/// the allocator maps zeroed without writing it): its first writes then fault in 2 MiB
+/// pages.
+pub fn huge_pages_slice<T>(s: &mut [T]) {
+    advise_huge(s.as_mut_ptr() as usize, std::mem::size_of_val(s));
+}
+
+/// `madvise(MADV_HUGEPAGE)` on the whole 2 MiB pages inside `[start, start + bytes)`.
+fn advise_huge(start: usize, bytes: usize) {
     #[cfg(target_os = "linux")]
     {
         const HUGE: usize = 2 << 20;
-        let spare = v.spare_capacity_mut();
-        let bytes = std::mem::size_of_val(spare);
         if bytes < 2 * HUGE {
             return;
         }
-        let start = spare.as_mut_ptr() as usize;
         let lo = start.next_multiple_of(HUGE);
         let hi = (start + bytes) / HUGE * HUGE;
         if hi > lo {
-            // SAFETY: `[lo, hi)` lies inside `v`'s allocation (its spare capacity), which
-            // stays mapped while `v` lives; MADV_HUGEPAGE only changes how the range is
-            // backed, never its contents, and its failure is harmless (ignored).
+            // SAFETY: `[lo, hi)` lies inside `[start, start + bytes)`, memory of a live
+            // allocation the caller borrows mutably; MADV_HUGEPAGE only changes how the
+            // range is backed, never its contents, and its failure is harmless (ignored).
             unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = v;
+    let _ = (start, bytes);
 }
 
 #[cfg(test)]

@@ -27,6 +27,14 @@ pub struct Step {
     pub wall_s: f64,
     /// Minor page faults of the whole process during the step.
     pub faults: u64,
+    /// CPU time of the whole process (all threads) during the step, user and system,
+    /// seconds: (user + sys) / (wall × threads) is the share of the pool's time spent on a
+    /// CPU (below the busy share: workers waiting for a CPU, e.g. taken by other work).
+    pub user_s: f64,
+    /// See `user_s`.
+    pub sys_s: f64,
+    /// Involuntary context switches of the process during the step (workers preempted).
+    pub preempted: u64,
     /// Summed wall time of the step's tasks on all workers, seconds (0: not a parallel
     /// step, or its tasks are not timed).
     pub busy_s: f64,
@@ -36,7 +44,7 @@ struct Entry {
     name: &'static str,
     calls: u64,
     ns: u64,
-    faults: u64,
+    usage: Usage,
 }
 
 static TABLE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
@@ -83,7 +91,10 @@ pub fn take() -> Vec<Step> {
             name: e.name,
             calls: e.calls,
             wall_s: e.ns as f64 * 1e-9,
-            faults: e.faults,
+            faults: e.usage.faults,
+            user_s: e.usage.user_ns as f64 * 1e-9,
+            sys_s: e.usage.sys_ns as f64 * 1e-9,
+            preempted: e.usage.preempted,
             busy_s: 0.0,
         })
         .collect();
@@ -98,54 +109,94 @@ pub fn take() -> Vec<Step> {
 
 /// The process's minor page faults so far (0 where unknown).
 pub fn minor_faults() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-        // SAFETY: `u` is a valid, writable `rusage`; getrusage only writes it.
-        let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
-        if r == 0 {
-            // SAFETY: getrusage succeeded, so it filled `u` (and zeroed is a valid rusage).
-            return unsafe { u.assume_init() }.ru_minflt as u64;
+    Usage::now().faults
+}
+
+/// The process's resource use so far (zeros where unknown).
+#[derive(Clone, Copy, Debug, Default)]
+struct Usage {
+    faults: u64,
+    user_ns: u64,
+    sys_ns: u64,
+    preempted: u64,
+}
+
+impl Usage {
+    fn now() -> Self {
+        #[cfg(target_os = "linux")]
+        {
+            let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+            // SAFETY: `u` is a valid, writable `rusage`; getrusage only writes it.
+            let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+            if r == 0 {
+                // SAFETY: getrusage succeeded, so it filled `u` (and zeroed is a valid
+                // rusage anyway).
+                let u = unsafe { u.assume_init() };
+                let ns =
+                    |t: libc::timeval| t.tv_sec as u64 * 1_000_000_000 + t.tv_usec as u64 * 1000;
+                return Usage {
+                    faults: u.ru_minflt as u64,
+                    user_ns: ns(u.ru_utime),
+                    sys_ns: ns(u.ru_stime),
+                    preempted: u.ru_nivcsw as u64,
+                };
+            }
         }
-        0
+        Usage::default()
     }
-    #[cfg(not(target_os = "linux"))]
-    0
+
+    /// `self - before`, field by field.
+    fn since(self, before: Usage) -> Usage {
+        Usage {
+            faults: self.faults.saturating_sub(before.faults),
+            user_ns: self.user_ns.saturating_sub(before.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(before.sys_ns),
+            preempted: self.preempted.saturating_sub(before.preempted),
+        }
+    }
+
+    fn add(&mut self, o: Usage) {
+        self.faults += o.faults;
+        self.user_ns += o.user_ns;
+        self.sys_ns += o.sys_ns;
+        self.preempted += o.preempted;
+    }
 }
 
 /// Marks the steps of one call on the calling thread.
 pub(crate) struct Timer {
-    last: Option<(Instant, u64)>,
+    last: Option<(Instant, Usage)>,
 }
 
 impl Timer {
     /// Starts timing (nothing when the timers are off).
     pub(crate) fn start() -> Self {
         Self {
-            last: enabled().then(|| (Instant::now(), minor_faults())),
+            last: enabled().then(|| (Instant::now(), Usage::now())),
         }
     }
 
     /// Adds the time and faults since the last mark (or the start) to step `name`.
     pub(crate) fn mark(&mut self, name: &'static str) {
-        let Some((t0, f0)) = self.last else {
+        let Some((t0, u0)) = self.last else {
             return;
         };
-        let (now, f) = (Instant::now(), minor_faults());
-        self.last = Some((now, f));
+        let (now, u) = (Instant::now(), Usage::now());
+        self.last = Some((now, u));
         let ns = now.duration_since(t0).as_nanos() as u64;
+        let d = u.since(u0);
         let mut t = TABLE.lock().unwrap_or_else(|e| e.into_inner());
         match t.iter_mut().find(|e| e.name == name) {
             Some(e) => {
                 e.calls += 1;
                 e.ns += ns;
-                e.faults += f.saturating_sub(f0);
+                e.usage.add(d);
             }
             None => t.push(Entry {
                 name,
                 calls: 1,
                 ns,
-                faults: f.saturating_sub(f0),
+                usage: d,
             }),
         }
     }

@@ -156,9 +156,19 @@ impl Bench<'_> {
                     if st.faults > 0 {
                         line += &format!(" {}flt", st.faults);
                     }
+                    let pool = st.wall_s * *t as f64;
                     if st.busy_s > 0.0 {
-                        line +=
-                            &format!(" busy {:.0}%", 100.0 * st.busy_s / (st.wall_s * *t as f64));
+                        line += &format!(" busy {:.0}%", 100.0 * st.busy_s / pool);
+                    }
+                    if st.wall_s > 1e-3 {
+                        line += &format!(
+                            " cpu {:.0}% sys {:.0}%",
+                            100.0 * (st.user_s + st.sys_s) / pool,
+                            100.0 * st.sys_s / pool
+                        );
+                    }
+                    if st.preempted > 0 {
+                        line += &format!(" {}csw", st.preempted);
                     }
                 }
                 println!("{line}");

@@ -16,7 +16,7 @@ use rayon::prelude::*;
 
 use crate::par_timing::{busy, Busy, Timer};
 
-use super::{ChargeCut, Clusters, DigisRef, Geometry};
+use super::{ChargeCut, Clusters, ClustersMut, DigisRef, Geometry};
 
 /// A module of an event: digis `start..end` (the first and one past the last of the run;
 /// invalid digis inside are skipped), at `slot = e * modules + m`.
@@ -83,8 +83,8 @@ fn union(parent: &mut [u32], a: u32, b: u32) {
     }
 }
 
-/// Clusters one module (`clus` is its range `r.start..r.end`, all `NOT_CLUSTERED` on
-/// entry); returns its number of clusters (after the cut, when given).
+/// Clusters one module (`clus` is its range `r.start..r.end`, every element written);
+/// returns its number of clusters (after the cut, when given).
 fn module(
     digis: DigisRef<'_>,
     r: &Run,
@@ -152,6 +152,7 @@ fn module(
     let mut next = 0i32;
     for j in 0..n {
         if s.parent[j] == NONE {
+            clus[j] = NOT_CLUSTERED;
             continue;
         }
         let root = find(&mut s.parent, j as u32) as usize;
@@ -190,6 +191,45 @@ fn module(
     kept as u32
 }
 
+/// Digis per task of the run pass.
+const RUN_PIECE: usize = 1 << 14;
+
+/// The runs of every event, in digi order: found in pieces of [`RUN_PIECE`] digis in
+/// parallel (not event by event: a batch of a few large events would leave cores idle), a
+/// run cut by a piece boundary joined again (consecutive runs of one slot are one run).
+fn all_runs(digis: DigisRef<'_>, event_offsets: &[u32], nm: usize) -> Vec<Run> {
+    let n = digis.len();
+    let per_piece: Vec<Vec<Run>> = (0..n.div_ceil(RUN_PIECE))
+        .into_par_iter()
+        .map(|p| {
+            busy(Busy::ClusterRuns, || {
+                let (lo, hi) = (p * RUN_PIECE, ((p + 1) * RUN_PIECE).min(n));
+                // The event of digi `lo` (`event_offsets` ends at `n > lo`).
+                let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
+                let mut v = Vec::new();
+                let mut d = lo;
+                while d < hi {
+                    while event_offsets[e + 1] as usize <= d {
+                        e += 1;
+                    }
+                    let end = (event_offsets[e + 1] as usize).min(hi);
+                    runs(digis, d, end, e, nm, &mut v);
+                    d = end;
+                }
+                v
+            })
+        })
+        .collect();
+    let mut all: Vec<Run> = Vec::with_capacity(per_piece.iter().map(Vec::len).sum());
+    for r in per_piece.into_iter().flatten() {
+        match all.last_mut() {
+            Some(last) if last.slot == r.slot => last.end = r.end,
+            _ => all.push(r),
+        }
+    }
+    all
+}
+
 /// Clusters every event (`event_offsets[e] .. event_offsets[e + 1]`) and applies `cut`,
 /// equal to [`super::cpu::cluster`]. Runs on the current rayon pool. The input must have
 /// passed [`super::validate`].
@@ -199,66 +239,101 @@ pub fn cluster<'a>(
     geometry: &Geometry,
     cut: Option<ChargeCut>,
 ) -> Clusters {
+    let mut out = Clusters::default();
+    cluster_into(digis, event_offsets, geometry, cut, &mut out);
+    out
+}
+
+/// [`cluster`] into `out`, whose vectors are reused: a batch no larger than the last one
+/// allocates nothing and touches no fresh page. Fresh memory is zeroed by the kernel when
+/// first written, by the workers (in 2 MiB pages where the kernel allows), not filled
+/// first by one thread.
+pub fn cluster_into<'a>(
+    digis: impl Into<DigisRef<'a>>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    cut: Option<ChargeCut>,
+    out: &mut Clusters,
+) {
     let digis = digis.into();
     let n = digis.len();
-    let nevents = event_offsets.len().saturating_sub(1);
-    let nm = geometry.modules as usize;
+    let slots = event_offsets.len().saturating_sub(1) * geometry.modules as usize;
     let mut timer = Timer::start();
-    let per_event: Vec<Vec<Run>> = (0..nevents)
-        .into_par_iter()
-        .map(|e| {
-            busy(Busy::ClusterRuns, || {
-                let mut v = Vec::new();
-                runs(
-                    digis,
-                    event_offsets[e] as usize,
-                    event_offsets[e + 1] as usize,
-                    e,
-                    nm,
-                    &mut v,
-                );
-                v
-            })
-        })
-        .collect();
+    if out.clus.len() >= n {
+        out.clus.truncate(n);
+    } else if out.clus.capacity() >= n {
+        out.clus.resize(n, 0);
+    } else {
+        // `vec![0; n]` is a zeroed mapping nobody has written yet (for large `n`).
+        out.clus = vec![0; n];
+        crate::mem::huge_pages_slice(&mut out.clus);
+    }
+    out.clus_in_module.resize(slots, 0);
+    out.module_first.resize(slots, 0);
+    out.modules = geometry.modules as usize;
+    out.medium_modules = 0;
+    out.fallback_modules = 0;
+    timer.mark("clustering: alloc");
+    cluster_into_slices(
+        digis,
+        event_offsets,
+        geometry,
+        cut,
+        ClustersMut {
+            clus: &mut out.clus,
+            clus_in_module: &mut out.clus_in_module,
+            module_first: &mut out.module_first,
+        },
+    );
+}
+
+/// [`cluster`] into the caller's arrays (of the digi count, and `events × modules` twice):
+/// every element is written. The lengths must be right (the backend checks them).
+pub fn cluster_into_slices(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    cut: Option<ChargeCut>,
+    out: ClustersMut<'_>,
+) {
+    let n = digis.len();
+    let nm = geometry.modules as usize;
+    assert_eq!(out.clus.len(), n, "clus: one per digi");
+    let mut timer = Timer::start();
+    let all = all_runs(digis, event_offsets, nm);
     timer.mark("clustering: runs");
-    let all: Vec<Run> = per_event.into_iter().flatten().collect();
-    let mut clus = vec![NOT_CLUSTERED; n];
-    // Each run's own range of `clus` (runs are disjoint and in digi order).
-    let mut parts: Vec<(&Run, &mut [i32])> = Vec::with_capacity(all.len());
-    let mut rest: &mut [i32] = &mut clus;
+    // Each run's own range of `clus`, with the digis before it that no run holds (invalid
+    // digis, between runs), which its task marks unclustered: every digi is written once,
+    // by the task that reads its neighbours, and no thread fills the array first.
+    let mut parts: Vec<(&Run, usize, &mut [i32])> = Vec::with_capacity(all.len());
+    let mut rest: &mut [i32] = out.clus;
     let mut at = 0;
     for r in &all {
-        let (_, tail) = rest.split_at_mut(r.start - at);
-        let (mine, tail) = tail.split_at_mut(r.end - r.start);
-        parts.push((r, mine));
+        let (mine, tail) = rest.split_at_mut(r.end - at);
+        parts.push((r, r.start - at, mine));
         rest = tail;
         at = r.end;
     }
-    timer.mark("clustering: alloc");
+    // After the last run: invalid digis only.
+    rest.fill(NOT_CLUSTERED);
     let counts: Vec<u32> = parts
         .into_par_iter()
         .with_min_len(8)
-        .map_init(Scratch::default, |s, (r, c)| {
+        .map_init(Scratch::default, |s, (r, gap, c)| {
             busy(Busy::ClusterModules, || {
+                let (before, c) = c.split_at_mut(gap);
+                before.fill(NOT_CLUSTERED);
                 let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
                 module(digis, r, c, threshold, s)
             })
         })
         .collect();
     timer.mark("clustering: modules");
-    let mut out = Clusters {
-        clus,
-        clus_in_module: vec![0; nevents * nm],
-        module_first: vec![NO_MODULE_START; nevents * nm],
-        modules: nm,
-        medium_modules: 0,
-        fallback_modules: 0,
-    };
+    out.clus_in_module.fill(0);
+    out.module_first.fill(NO_MODULE_START);
     for (r, c) in all.iter().zip(counts) {
         out.clus_in_module[r.slot] = c;
         out.module_first[r.slot] = r.start as u32;
     }
     timer.mark("clustering: tail");
-    out
 }

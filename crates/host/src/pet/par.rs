@@ -39,8 +39,16 @@ pub const PIECE: usize = 1 << 16;
 
 /// Appends the pieces to one vector, each copied to its offset in parallel.
 fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
-    let total = pieces.iter().map(Vec::len).sum();
+    let slices: Vec<&[T]> = pieces.iter().map(Vec::as_slice).collect();
+    concat_slices(&slices, None)
+}
+
+/// [`concat`] of slices, into a new vector on huge pages where large (its pages are first
+/// touched by the copying workers, not by one thread); `busy_step` times the copies.
+fn concat_slices<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>) -> Vec<T> {
+    let total = pieces.iter().map(|p| p.len()).sum();
     let mut out: Vec<T> = Vec::with_capacity(total);
+    crate::mem::huge_pages(&mut out);
     {
         let mut rest = &mut out.spare_capacity_mut()[..total];
         let mut dst = Vec::with_capacity(pieces.len());
@@ -49,11 +57,17 @@ fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
             dst.push(d);
             rest = r;
         }
-        dst.into_par_iter().zip(pieces).for_each(|(d, p)| {
-            for (d, s) in d.iter_mut().zip(p) {
+        let copy = |(d, p): (&mut [std::mem::MaybeUninit<T>], &&[T])| {
+            for (d, s) in d.iter_mut().zip(p.iter()) {
                 d.write(*s);
             }
-        });
+        };
+        dst.into_par_iter()
+            .zip(pieces)
+            .for_each(|x| match busy_step {
+                Some(b) => busy(b, || copy(x)),
+                None => copy(x),
+            });
     }
     // SAFETY: the pieces' lengths sum to `total`, and every one of the first `total` slots
     // was written above (each piece into its own disjoint range).
@@ -138,34 +152,59 @@ pub fn convert_into_in_pieces(
         timer.mark("convert: pieces");
         return st;
     }
-    let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
-        .par_chunks_mut(piece)
-        .zip(frames.par_chunks(piece))
-        .map(|(dst, f)| {
-            busy(Busy::ConvertPieces, || {
-                convert_piece(f, &c, position, energy, dst)
-            })
-        })
-        .collect();
-    timer.mark("convert: pieces");
+    // Several threads: a piece's singles cannot be written straight to their place (its
+    // offset is the sum of the earlier pieces' counts), and moving them down afterwards is
+    // a serial pass over the whole output (see docs/benchmarks.md, "cpuscale"). So the
+    // pieces go in waves of a few per thread: each converts into its slot of a small
+    // scratch (cache-sized, reused by every wave), then the wave's singles are copied to
+    // their place in parallel, the offsets being known by then.
+    let sub = piece.min(WAVE_PIECE);
+    let slots = 4 * rayon::current_num_threads();
+    let mut scratch: Vec<Single> = Vec::with_capacity(slots * sub);
+    crate::mem::huge_pages(&mut scratch);
     let mut st = ConvertStats::default();
     let mut len = 0;
-    let base = out.as_mut_ptr();
-    for (i, (cnt, stats)) in pieces.iter().enumerate() {
-        st.add(stats, (i * piece) as u64);
-        if i * piece != len {
-            // SAFETY: piece i wrote `cnt` singles at `i * piece` (inside the capacity `n`);
-            // `len <= i * piece` (each earlier piece kept at most `piece`), so the move is
-            // down, within the allocation; `ptr::copy` allows the overlap.
-            unsafe { std::ptr::copy(base.add(i * piece), base.add(len), *cnt) };
+    for (w, wave) in frames.chunks(slots * sub).enumerate() {
+        let done: Vec<(usize, ConvertStats)> = scratch
+            .spare_capacity_mut()
+            .par_chunks_mut(sub)
+            .zip(wave.par_chunks(sub))
+            .map(|(dst, f)| {
+                busy(Busy::ConvertPieces, || {
+                    convert_piece(f, &c, position, energy, dst)
+                })
+            })
+            .collect();
+        timer.mark("convert: pieces");
+        let mut srcs = Vec::with_capacity(done.len());
+        let mut dsts = Vec::with_capacity(done.len());
+        let mut rest = &mut out.spare_capacity_mut()[len..];
+        for (i, ((cnt, stats), src)) in done
+            .iter()
+            .zip(scratch.spare_capacity_mut().chunks(sub))
+            .enumerate()
+        {
+            st.add(stats, ((w * slots + i) * sub) as u64);
+            let (d, r) = rest.split_at_mut(*cnt);
+            dsts.push(d);
+            srcs.push(&src[..*cnt]);
+            rest = r;
+            len += cnt;
         }
-        len += cnt;
+        dsts.into_par_iter()
+            .zip(srcs)
+            .for_each(|(d, s)| busy(Busy::ConvertGather, || d.copy_from_slice(s)));
+        timer.mark("convert: gather");
     }
-    // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
+    // SAFETY: the waves' singles were copied to the first `len` slots, in order, each slot
+    // once (the destinations are consecutive disjoint ranges summing to `len`).
     unsafe { out.set_len(len) };
-    timer.mark("convert: move down");
     st
 }
+
+/// Frames per piece of a wave of the parallel conversion: the scratch of a piece (16 bytes
+/// a frame: 128 KiB) stays in the core's L2 cache until it is copied out.
+const WAVE_PIECE: usize = 1 << 13;
 
 /// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
 /// loop of independent loads, so that many cache misses of the (tens of MB) energy table
@@ -819,10 +858,16 @@ pub(crate) fn coincide_unchecked(
         })
         .collect();
     timer.mark("coincide: walks");
-    // Join: follow the true chain from 0.
-    let mut out = Vec::new();
+    // Join: follow the true chain from 0, noting which stretches of pairs it takes (a
+    // walk's from an opener on, or windows walked here where the chains had not met yet);
+    // the pairs are then copied to the output in parallel (one allocation, no serial copy).
+    enum Take {
+        Walk(usize, usize),
+        Here(usize, usize),
+    }
+    let mut takes = Vec::new();
+    let mut here = Vec::new();
     let mut open = 0;
-    let mut scratch = Vec::new();
     while open < cut {
         let p = open / piece;
         let w = &walks[p];
@@ -830,23 +875,34 @@ pub(crate) fn coincide_unchecked(
             Ok(at) => {
                 // The chains have met: the walk's windows from `at` are the true ones, up to
                 // the first error among them.
-                if let Some((bad, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
-                    out.extend_from_slice(&w.pairs[w.starts[at]..w.starts[*bad]]);
+                if let Some((_, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
                     return Err(clone_err(e));
                 }
-                out.extend_from_slice(&w.pairs[w.starts[at]..]);
+                takes.push(Take::Walk(p, w.starts[at]));
                 open = w.exit;
             }
             Err(_) => {
-                scratch.clear();
-                let (end, r) = prompt_window(singles, c, reach, open, &mut scratch);
+                let from = here.len();
+                let (end, r) = prompt_window(singles, c, reach, open, &mut here);
                 r?;
-                out.extend_from_slice(&scratch);
+                match takes.last_mut() {
+                    Some(Take::Here(_, to)) if *to == from => *to = here.len(),
+                    _ => takes.push(Take::Here(from, here.len())),
+                }
                 open = end;
             }
         }
     }
+    let slices: Vec<&[Coincidence]> = takes
+        .iter()
+        .map(|t| match *t {
+            Take::Walk(p, from) => &walks[p].pairs[from..],
+            Take::Here(from, to) => &here[from..to],
+        })
+        .collect();
     timer.mark("coincide: join");
+    let out = concat_slices(&slices, Some(Busy::CoincideFill));
+    timer.mark("coincide: fill");
     Ok((out, open))
 }
 
