@@ -838,11 +838,16 @@ pub(crate) fn coincide_unchecked(
         .map(|p| {
             busy(Busy::CoincideWalks, || {
                 let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
+                // Room for every opener at once, and for a pair per four singles (more than
+                // the generated data's one per eight): the vectors do not grow step by step
+                // (each step of a large one a remapping, whose TLB flush interrupts every
+                // core of the process).
+                let len = stop.saturating_sub(start);
                 let mut w = Walk {
-                    opens: Vec::new(),
-                    starts: Vec::new(),
+                    opens: Vec::with_capacity(len),
+                    starts: Vec::with_capacity(len),
                     errs: Vec::new(),
-                    pairs: Vec::new(),
+                    pairs: Vec::with_capacity(len / 4),
                     exit: start,
                 };
                 let mut open = start;
