@@ -194,6 +194,14 @@ fn module(
 /// Digis per task of the run pass.
 const RUN_PIECE: usize = 1 << 14;
 
+/// Module groups per thread (see [`cluster_into_slices`]): enough for the work stealing to
+/// even out the groups' costs.
+const GROUPS_PER_THREAD: usize = 32;
+
+/// The smallest group, in digis (a Run-3 module holds about 60: a group of small modules
+/// is still worth a task).
+const MIN_GROUP_DIGIS: usize = 2048;
+
 /// The runs of every event, in digi order: found in pieces of [`RUN_PIECE`] digis in
 /// parallel (not event by event: a batch of a few large events would leave cores idle), a
 /// run cut by a piece boundary joined again (consecutive runs of one slot are one run).
@@ -305,33 +313,53 @@ pub fn cluster_into_slices(
     // Each run's own range of `clus`, with the digis before it that no run holds (invalid
     // digis, between runs), which its task marks unclustered: every digi is written once,
     // by the task that reads its neighbours, and no thread fills the array first.
-    let mut parts: Vec<(&Run, usize, &mut [i32])> = Vec::with_capacity(all.len());
+    //
+    // The tasks are groups of consecutive modules of about equal digi counts (a module's
+    // cost grows with its digis, and the inner layers' modules of a dense event hold tens
+    // of times more than the outer ones: groups of a fixed number of modules leave workers
+    // idle behind the inner layers' groups).
+    type Part<'r, 'c> = (&'r Run, usize, &'c mut [i32], u32);
+    let mut parts: Vec<Part<'_, '_>> = Vec::with_capacity(all.len());
     let mut rest: &mut [i32] = out.clus;
     let mut at = 0;
     for r in &all {
         let (mine, tail) = rest.split_at_mut(r.end - at);
-        parts.push((r, r.start - at, mine));
+        parts.push((r, r.start - at, mine, 0));
         rest = tail;
         at = r.end;
     }
     // After the last run: invalid digis only.
     rest.fill(NOT_CLUSTERED);
-    let counts: Vec<u32> = parts
+    let target = (n / (rayon::current_num_threads() * GROUPS_PER_THREAD)).max(MIN_GROUP_DIGIS);
+    let mut groups: Vec<&mut [Part<'_, '_>]> = Vec::new();
+    let mut rest: &mut [Part<'_, '_>] = &mut parts;
+    while !rest.is_empty() {
+        let mut k = 0;
+        let mut digis_in = 0;
+        while k < rest.len() && (k == 0 || digis_in < target) {
+            digis_in += rest[k].2.len();
+            k += 1;
+        }
+        let (g, tail) = rest.split_at_mut(k);
+        groups.push(g);
+        rest = tail;
+    }
+    groups
         .into_par_iter()
-        .with_min_len(8)
-        .map_init(Scratch::default, |s, (r, gap, c)| {
+        .for_each_init(Scratch::default, |s, g| {
             busy(Busy::ClusterModules, || {
-                let (before, c) = c.split_at_mut(gap);
-                before.fill(NOT_CLUSTERED);
-                let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
-                module(digis, r, c, threshold, s)
+                for (r, gap, c, count) in g.iter_mut() {
+                    let (before, c) = c.split_at_mut(*gap);
+                    before.fill(NOT_CLUSTERED);
+                    let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
+                    *count = module(digis, r, c, threshold, s);
+                }
             })
-        })
-        .collect();
+        });
     timer.mark("clustering: modules");
     out.clus_in_module.fill(0);
     out.module_first.fill(NO_MODULE_START);
-    for (r, c) in all.iter().zip(counts) {
+    for &(r, _, _, c) in &parts {
         out.clus_in_module[r.slot] = c;
         out.module_first[r.slot] = r.start as u32;
     }

@@ -139,7 +139,8 @@ pub fn convert_into_in_pieces(
     let n = frames.len();
     let mut timer = Timer::start();
     out.clear();
-    if out.capacity() < n {
+    let fresh = out.capacity() < n;
+    if fresh {
         *out = Vec::with_capacity(n);
         crate::mem::huge_pages(out);
     }
@@ -159,7 +160,11 @@ pub fn convert_into_in_pieces(
     // scratch (cache-sized, reused by every wave), then the wave's singles are copied to
     // their place in parallel, the offsets being known by then.
     let sub = piece.min(WAVE_PIECE);
-    let slots = 4 * rayon::current_num_threads();
+    let slots = WAVE_SLOTS * rayon::current_num_threads();
+    if fresh {
+        prefault(out.spare_capacity_mut());
+        timer.mark("convert: prefault");
+    }
     let mut scratch: Vec<Single> = Vec::with_capacity(slots * sub);
     crate::mem::huge_pages(&mut scratch);
     let mut st = ConvertStats::default();
@@ -205,6 +210,25 @@ pub fn convert_into_in_pieces(
 /// Frames per piece of a wave of the parallel conversion: the scratch of a piece (16 bytes
 /// a frame: 128 KiB) stays in the core's L2 cache until it is copied out.
 const WAVE_PIECE: usize = 1 << 13;
+
+/// Pieces per thread in a wave: enough that the wave's last pieces leave few workers idle
+/// (the scratch, `WAVE_SLOTS * WAVE_PIECE * 16` bytes per thread, 2 MiB, stays in L2/L3).
+const WAVE_SLOTS: usize = 16;
+
+/// Touches every page of a fresh output once, in parallel over separate 2 MiB stretches
+/// (the kernel then zeroes them on all cores at once): the waves' copies write small
+/// consecutive stretches, whose first-touch faults would otherwise queue on the same few
+/// (huge) pages (see docs/benchmarks.md, "cpuscale").
+fn prefault<T: Copy + Default + Send>(v: &mut [std::mem::MaybeUninit<T>]) {
+    const PAGE: usize = 4096;
+    let per_page = (PAGE / std::mem::size_of::<T>().max(1)).max(1);
+    let per_task = ((2 << 20) / PAGE) * per_page;
+    v.par_chunks_mut(per_task).for_each(|c| {
+        for x in c.iter_mut().step_by(per_page) {
+            x.write(T::default());
+        }
+    });
+}
 
 /// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
 /// loop of independent loads, so that many cache misses of the (tens of MB) energy table
