@@ -160,7 +160,7 @@ pub fn convert_into_in_pieces(
     // scratch (cache-sized, reused by every wave), then the wave's singles are copied to
     // their place in parallel, the offsets being known by then.
     let sub = piece.min(WAVE_PIECE);
-    let slots = WAVE_SLOTS * rayon::current_num_threads();
+    let slots = (WAVE_SLOTS * rayon::current_num_threads()).min(n.div_ceil(sub));
     if fresh {
         prefault(out.spare_capacity_mut());
         timer.mark("convert: prefault");
