@@ -83,13 +83,6 @@ pub fn huge_pages<T>(v: &mut Vec<T>) {
     advise_huge(spare.as_mut_ptr() as usize, std::mem::size_of_val(spare));
 }
 
-/// [`huge_pages`] for memory not yet touched behind a slice (a fresh `vec![0; n]`, which
-/// the allocator maps zeroed without writing it): its first writes then fault in 2 MiB
-/// pages.
-pub fn huge_pages_slice<T>(s: &mut [T]) {
-    advise_huge(s.as_mut_ptr() as usize, std::mem::size_of_val(s));
-}
-
 /// `madvise(MADV_HUGEPAGE)` on the whole 2 MiB pages inside `[start, start + bytes)`.
 fn advise_huge(start: usize, bytes: usize) {
     #[cfg(target_os = "linux")]

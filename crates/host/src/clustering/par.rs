@@ -12,6 +12,8 @@
 //! order, which is the oracle's numbering. The charge cut is applied in the same task.
 
 use detkit_gpu::clustering::{INVALID_MODULE, NOT_CLUSTERED, NO_MODULE_START};
+use std::mem::MaybeUninit;
+
 use rayon::prelude::*;
 
 use crate::par_timing::{busy, Busy, Timer};
@@ -63,6 +65,8 @@ struct Scratch {
     parent: Vec<u32>,
     label: Vec<i32>,
     charge: Vec<u64>,
+    /// The module's cluster numbers, written out at the end.
+    ids: Vec<i32>,
 }
 
 fn find(parent: &mut [u32], mut i: u32) -> u32 {
@@ -88,7 +92,7 @@ fn union(parent: &mut [u32], a: u32, b: u32) {
 fn module(
     digis: DigisRef<'_>,
     r: &Run,
-    clus: &mut [i32],
+    clus: &mut [MaybeUninit<i32>],
     threshold: Option<u64>,
     s: &mut Scratch,
 ) -> u32 {
@@ -149,10 +153,11 @@ fn module(
     // Numbers in the order of each cluster's smallest digi index.
     s.label.clear();
     s.label.resize(n, NOT_CLUSTERED);
+    s.ids.clear();
+    s.ids.resize(n, NOT_CLUSTERED);
     let mut next = 0i32;
     for j in 0..n {
         if s.parent[j] == NONE {
-            clus[j] = NOT_CLUSTERED;
             continue;
         }
         let root = find(&mut s.parent, j as u32) as usize;
@@ -160,14 +165,15 @@ fn module(
             s.label[root] = next;
             next += 1;
         }
-        clus[j] = s.label[root];
+        s.ids[j] = s.label[root];
     }
     let Some(threshold) = threshold else {
+        write_out(clus, &s.ids);
         return next as u32;
     };
     s.charge.clear();
     s.charge.resize(next as usize, 0);
-    for (j, &c) in clus.iter().enumerate() {
+    for (j, &c) in s.ids.iter().enumerate() {
         if c >= 0 {
             s.charge[c as usize] += digis.adc[r.start + j] as u64;
         }
@@ -183,12 +189,27 @@ fn module(
             s.label.push(NOT_CLUSTERED);
         }
     }
-    for c in clus.iter_mut() {
+    for c in s.ids.iter_mut() {
         if *c >= 0 {
             *c = s.label[*c as usize];
         }
     }
+    write_out(clus, &s.ids);
     kept as u32
+}
+
+/// Writes `v` to `out` (as long).
+fn write_out(out: &mut [MaybeUninit<i32>], v: &[i32]) {
+    for (o, &x) in out.iter_mut().zip(v) {
+        o.write(x);
+    }
+}
+
+/// Writes `x` to every element of `out`.
+fn fill(out: &mut [MaybeUninit<i32>], x: i32) {
+    for o in out {
+        o.write(x);
+    }
 }
 
 /// Digis per task of the run pass.
@@ -253,9 +274,9 @@ pub fn cluster<'a>(
 }
 
 /// [`cluster`] into `out`, whose vectors are reused: a batch no larger than the last one
-/// allocates nothing and touches no fresh page. Fresh memory is zeroed by the kernel when
-/// first written, by the workers (in 2 MiB pages where the kernel allows), not filled
-/// first by one thread.
+/// allocates nothing and touches no fresh page. `clus` is written once, by the workers (no
+/// thread fills it first; fresh memory is first touched, and zeroed by the kernel, by the
+/// workers, in 2 MiB pages where the kernel allows).
 pub fn cluster_into<'a>(
     digis: impl Into<DigisRef<'a>>,
     event_offsets: &[u32],
@@ -267,14 +288,10 @@ pub fn cluster_into<'a>(
     let n = digis.len();
     let slots = event_offsets.len().saturating_sub(1) * geometry.modules as usize;
     let mut timer = Timer::start();
-    if out.clus.len() >= n {
-        out.clus.truncate(n);
-    } else if out.clus.capacity() >= n {
-        out.clus.resize(n, 0);
-    } else {
-        // `vec![0; n]` is a zeroed mapping nobody has written yet (for large `n`).
-        out.clus = vec![0; n];
-        crate::mem::huge_pages_slice(&mut out.clus);
+    out.clus.clear();
+    if out.clus.capacity() < n {
+        out.clus = Vec::with_capacity(n);
+        crate::mem::huge_pages(&mut out.clus);
     }
     out.clus_in_module.resize(slots, 0);
     out.module_first.resize(slots, 0);
@@ -282,17 +299,17 @@ pub fn cluster_into<'a>(
     out.medium_modules = 0;
     out.fallback_modules = 0;
     timer.mark("clustering: alloc");
-    cluster_into_slices(
+    cluster_core(
         digis,
         event_offsets,
         geometry,
         cut,
-        ClustersMut {
-            clus: &mut out.clus,
-            clus_in_module: &mut out.clus_in_module,
-            module_first: &mut out.module_first,
-        },
+        &mut out.clus.spare_capacity_mut()[..n],
+        &mut out.clus_in_module,
+        &mut out.module_first,
     );
+    // SAFETY: `cluster_core` wrote every one of the first `n` elements (see there).
+    unsafe { out.clus.set_len(n) };
 }
 
 /// [`cluster`] into the caller's arrays (of the digi count, and `events × modules` twice):
@@ -304,9 +321,35 @@ pub fn cluster_into_slices(
     cut: Option<ChargeCut>,
     out: ClustersMut<'_>,
 ) {
+    let clus: *mut [i32] = out.clus;
+    // SAFETY: `MaybeUninit<i32>` has the layout of `i32`, and the slice stays initialised:
+    // `cluster_core` only writes initialised values into it (it never de-initialises).
+    let clus = unsafe { &mut *(clus as *mut [MaybeUninit<i32>]) };
+    cluster_core(
+        digis,
+        event_offsets,
+        geometry,
+        cut,
+        clus,
+        out.clus_in_module,
+        out.module_first,
+    );
+}
+
+/// The clustering into `clus` (one per digi; every element is written) and the per-slot
+/// arrays (`events × modules`; every element written).
+fn cluster_core(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    cut: Option<ChargeCut>,
+    clus: &mut [MaybeUninit<i32>],
+    clus_in_module: &mut [u32],
+    module_first: &mut [u32],
+) {
     let n = digis.len();
     let nm = geometry.modules as usize;
-    assert_eq!(out.clus.len(), n, "clus: one per digi");
+    assert_eq!(clus.len(), n, "clus: one per digi");
     let mut timer = Timer::start();
     let all = all_runs(digis, event_offsets, nm);
     timer.mark("clustering: runs");
@@ -318,9 +361,9 @@ pub fn cluster_into_slices(
     // cost grows with its digis, and the inner layers' modules of a dense event hold tens
     // of times more than the outer ones: groups of a fixed number of modules leave workers
     // idle behind the inner layers' groups).
-    type Part<'r, 'c> = (&'r Run, usize, &'c mut [i32], u32);
+    type Part<'r, 'c> = (&'r Run, usize, &'c mut [MaybeUninit<i32>], u32);
     let mut parts: Vec<Part<'_, '_>> = Vec::with_capacity(all.len());
-    let mut rest: &mut [i32] = out.clus;
+    let mut rest: &mut [MaybeUninit<i32>] = clus;
     let mut at = 0;
     for r in &all {
         let (mine, tail) = rest.split_at_mut(r.end - at);
@@ -329,7 +372,7 @@ pub fn cluster_into_slices(
         at = r.end;
     }
     // After the last run: invalid digis only.
-    rest.fill(NOT_CLUSTERED);
+    fill(rest, NOT_CLUSTERED);
     let target = (n / (rayon::current_num_threads() * GROUPS_PER_THREAD)).max(MIN_GROUP_DIGIS);
     let mut groups: Vec<&mut [Part<'_, '_>]> = Vec::new();
     let mut rest: &mut [Part<'_, '_>] = &mut parts;
@@ -350,18 +393,18 @@ pub fn cluster_into_slices(
             busy(Busy::ClusterModules, || {
                 for (r, gap, c, count) in g.iter_mut() {
                     let (before, c) = c.split_at_mut(*gap);
-                    before.fill(NOT_CLUSTERED);
+                    fill(before, NOT_CLUSTERED);
                     let threshold = cut.map(|cut| cut.threshold(geometry, r.module) as u64);
                     *count = module(digis, r, c, threshold, s);
                 }
             })
         });
     timer.mark("clustering: modules");
-    out.clus_in_module.fill(0);
-    out.module_first.fill(NO_MODULE_START);
+    clus_in_module.fill(0);
+    module_first.fill(NO_MODULE_START);
     for &(r, _, _, c) in &parts {
-        out.clus_in_module[r.slot] = c;
-        out.module_first[r.slot] = r.start as u32;
+        clus_in_module[r.slot] = c;
+        module_first[r.slot] = r.start as u32;
     }
     timer.mark("clustering: tail");
 }
