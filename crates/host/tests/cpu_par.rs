@@ -410,6 +410,45 @@ fn clustering_into_reused_outputs_and_runs_across_pieces() {
     }
 }
 
+/// `cluster_batches` on the CPU (one output reused from batch to batch: larger, smaller,
+/// larger again) gives each batch what `cluster_events` gives it alone.
+#[test]
+fn clustering_batches_reuse_one_output() {
+    let g = Geometry::phase1();
+    let events: Vec<Digis> = [800.0, 50.0, 0.0, 1500.0]
+        .into_iter()
+        .enumerate()
+        .map(|(i, clusters)| {
+            cgen::event(
+                &g,
+                &cgen::EventConfig {
+                    clusters,
+                    ..cgen::EventConfig::run3()
+                },
+                30 + i as u64,
+            )
+        })
+        .collect();
+    let offsets: Vec<[u32; 2]> = events.iter().map(|e| [0, e.len() as u32]).collect();
+    let batches: Vec<(cl::DigisRef<'_>, &[u32])> = events
+        .iter()
+        .zip(&offsets)
+        .map(|(e, o)| (cl::DigisRef::from(e), &o[..]))
+        .collect();
+    let cut = Some(g.default_cut);
+    for (t, b) in backends() {
+        let mut seen = 0;
+        b.cluster_batches(&batches, &g, cut, |i, got| {
+            let want = cl::cpu::cluster(&events[i], &offsets[i], &g, cut);
+            assert!(*got == want, "batch {i}, {t} threads");
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, events.len());
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // PET
 // ---------------------------------------------------------------------------------------
