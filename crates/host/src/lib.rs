@@ -44,6 +44,7 @@ pub mod error;
 pub mod histogram;
 pub mod mem;
 pub mod outputs;
+pub mod par_timing;
 pub mod pet;
 pub mod phases;
 pub mod pool;

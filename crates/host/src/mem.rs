@@ -72,6 +72,38 @@ pub fn try_vec<T>(n: usize, what: &str) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
+/// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more per worker of the current rayon
+/// pool): one page fault per 2 MiB instead of per 4 KiB when the output is first written.
+/// A smaller buffer written by many workers at once keeps 4 KiB pages: its few huge pages
+/// would each be faulted (and zeroed, 2 MiB) by one worker while the others writing into it
+/// wait. A hint: nothing else changes.
+pub fn huge_pages<T>(v: &mut Vec<T>) {
+    let spare = v.spare_capacity_mut();
+    advise_huge(spare.as_mut_ptr() as usize, std::mem::size_of_val(spare));
+}
+
+/// `madvise(MADV_HUGEPAGE)` on the whole 2 MiB pages inside `[start, start + bytes)`.
+fn advise_huge(start: usize, bytes: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        if bytes / rayon::current_num_threads().max(1) < 2 * HUGE {
+            return;
+        }
+        let lo = start.next_multiple_of(HUGE);
+        let hi = (start + bytes) / HUGE * HUGE;
+        if hi > lo {
+            // SAFETY: `[lo, hi)` lies inside `[start, start + bytes)`, memory of a live
+            // allocation the caller borrows mutably; MADV_HUGEPAGE only changes how the
+            // range is backed, never its contents, and its failure is harmless (ignored).
+            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (start, bytes);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -338,6 +338,117 @@ fn clustering_adversarial_modules() {
     check_clusters("invalid digis", &d, &[0, 6, 9], &g);
 }
 
+/// The results written into reused outputs (stale contents, larger and smaller than the
+/// batch) and into the caller's arrays equal fresh ones; a module run cut by the run pass's
+/// pieces (16384 digis), with invalid digis on both sides of the cut, is one run.
+#[test]
+fn clustering_into_reused_outputs_and_runs_across_pieces() {
+    let g = Geometry::phase1();
+    let inv = detkit_gpu::clustering::INVALID_MODULE;
+    // Event 0: module 7 over digis 0..20000 (every 5th digi invalid, pixels in a lattice of
+    // touching pairs), then module 9; event 1: module 7 again, after invalid digis.
+    let mut d = Digis::default();
+    for i in 0..20_000u32 {
+        if i % 5 == 4 || (16_380..16_390).contains(&i) {
+            d.push(inv, 0, 0, 1000);
+        } else {
+            let (x, y) = ((i / 400 % 160) as u16, (i % 400) as u16);
+            d.push(7, x, y, 1000 + (i % 7000) as u16);
+        }
+    }
+    for i in 0..300u16 {
+        d.push(9, i % 160, i / 160 * 3, 9000);
+    }
+    let e1 = d.len() as u32;
+    for _ in 0..40 {
+        d.push(inv, 1, 1, 1000);
+    }
+    for i in 0..17_000u32 {
+        d.push(7, (i % 160) as u16, (i / 160 % 416) as u16, 4000);
+    }
+    let offsets = [0, e1, d.len() as u32];
+    for cut in [None, Some(g.default_cut)] {
+        let want = cl::cpu::cluster(&d, &offsets, &g, cut);
+        for (t, b) in backends() {
+            assert!(
+                b.cluster_events(&d, &offsets, &g, cut).unwrap() == want,
+                "{t} threads"
+            );
+            let stale = cl::Clusters {
+                clus: vec![77; d.len() + 9],
+                clus_in_module: vec![5; 3],
+                module_first: vec![5; 1 << 14],
+                ..Default::default()
+            };
+            for mut out in [stale, cl::Clusters::default()] {
+                for _ in 0..2 {
+                    b.cluster_events_into(&d, &offsets, &g, cut, &mut out)
+                        .unwrap();
+                    assert!(out == want, "into, {t} threads");
+                }
+            }
+            let slots = 2 * g.modules as usize;
+            let (mut clus, mut cim, mut first) =
+                (vec![55; d.len()], vec![55; slots], vec![55; slots]);
+            b.cluster_events_into_slices(
+                &d,
+                &offsets,
+                &g,
+                cut,
+                cl::ClustersMut {
+                    clus: &mut clus,
+                    clus_in_module: &mut cim,
+                    module_first: &mut first,
+                },
+            )
+            .unwrap();
+            assert!(
+                clus == want.clus && cim == want.clus_in_module && first == want.module_first,
+                "slices, {t} threads"
+            );
+        }
+    }
+}
+
+/// `cluster_batches` on the CPU (one output reused from batch to batch: larger, smaller,
+/// larger again) gives each batch what `cluster_events` gives it alone.
+#[test]
+fn clustering_batches_reuse_one_output() {
+    let g = Geometry::phase1();
+    let events: Vec<Digis> = [800.0, 50.0, 0.0, 1500.0]
+        .into_iter()
+        .enumerate()
+        .map(|(i, clusters)| {
+            cgen::event(
+                &g,
+                &cgen::EventConfig {
+                    clusters,
+                    ..cgen::EventConfig::run3()
+                },
+                30 + i as u64,
+            )
+        })
+        .collect();
+    let offsets: Vec<[u32; 2]> = events.iter().map(|e| [0, e.len() as u32]).collect();
+    let batches: Vec<(cl::DigisRef<'_>, &[u32])> = events
+        .iter()
+        .zip(&offsets)
+        .map(|(e, o)| (cl::DigisRef::from(e), &o[..]))
+        .collect();
+    let cut = Some(g.default_cut);
+    for (t, b) in backends() {
+        let mut seen = 0;
+        b.cluster_batches(&batches, &g, cut, |i, got| {
+            let want = cl::cpu::cluster(&events[i], &offsets[i], &g, cut);
+            assert!(*got == want, "batch {i}, {t} threads");
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, events.len());
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // PET
 // ---------------------------------------------------------------------------------------
@@ -428,6 +539,24 @@ fn pet_conversion() {
                 );
             }
         }
+    }
+    // More frames than one wave of the parallel conversion holds (4 pieces of 8192 frames
+    // per thread), with the default piece.
+    let scanner = pgen::small_animal_scanner(4);
+    let frames = pgen::acquisition(
+        &scanner,
+        &pgen::AcquisitionConfig {
+            singles: 120_000,
+            ..Default::default()
+        },
+    )
+    .frames;
+    assert!(frames.len() > 8 * 8192, "{}", frames.len());
+    let want = poracle::convert(&frames, &scanner.params, &scanner.position, &scanner.energy);
+    for (t, got) in on_threads(|| {
+        pet::par::convert(&frames, &scanner.params, &scanner.position, &scanner.energy)
+    }) {
+        assert!(got == want, "{} frames, {t} threads", frames.len());
     }
     // An empty input, and a scanner whose tables are too short: the oracle's way.
     let s = pgen::tiny_scanner(7);

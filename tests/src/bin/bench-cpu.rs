@@ -12,8 +12,18 @@
 //! is also the checked one; the oracle: of up to 3 runs, or its one run when over 2 s). Columns: time per call, events (or items) per second, speed-up
 //! over the oracle, and the scaling efficiency `rate(t) / (t × rate(1))`.
 //!
+//! Each row also gives the bytes it reads and writes per second (its input and output once:
+//! how close it runs to the memory's bandwidth) and the minor page faults per call (a fresh
+//! output's first touch: 1 per 4 KiB, or 1 per 2 MiB where transparent huge pages took).
+//! `--probe` first measures the machine's bandwidth on the same pools (a parallel read, write
+//! and copy of 1 GiB buffers, and a write into fresh memory with and without huge pages), so
+//! the floor is measured in the same run; `--phases` prints, per row and thread count, where
+//! one fast call's time goes (`detkit::par_timing`: wall time, page faults, and the share of
+//! the workers kept busy in each parallel step).
+//!
 //! Usage: `bench-cpu [--threads 1,2,4,8,16] [--reps 5] [--mu 50,100,200,300,1000]
-//! [--pet 20,24] [--batch 16] [--only clustering,pet,seeding] [--quick] [--csv FILE]`.
+//! [--pet 20,24] [--batch 16] [--only clustering,pet,seeding] [--case SUBSTR,..] [--probe]
+//! [--phases] [--quick] [--csv FILE]`.
 //! `--quick`: the sizes of a 2-core CI-class machine (μ up to 300 plus 1000 once, PET 2^20
 //! and 2^22, batches of 4 events, 3 repetitions).
 
@@ -36,6 +46,10 @@ struct Opts {
     pet: Vec<u32>,
     batch: usize,
     only: Vec<String>,
+    /// Only rows whose case contains one of these.
+    cases: Vec<String>,
+    phases: bool,
+    probe: bool,
     csv: Option<std::fs::File>,
 }
 
@@ -49,7 +63,8 @@ struct Bench<'a> {
 
 impl Bench<'_> {
     /// Times `oracle` and `fast` on every pool; `items` counts events (or singles/frames)
-    /// per call, `unit` names them; `same` checks a fast result against the oracle's.
+    /// per call, `unit` names them; `bytes` is the input and output size of one call;
+    /// `same` checks a fast result against the oracle's.
     #[allow(clippy::too_many_arguments)]
     fn row<T>(
         &mut self,
@@ -57,6 +72,7 @@ impl Bench<'_> {
         label: &str,
         items: f64,
         unit: &str,
+        bytes: f64,
         oracle: impl Fn() -> Result<T> + Sync,
         fast: impl Fn(&Backend) -> Result<T>,
         same: impl Fn(&T, &T) -> Result<()>,
@@ -64,22 +80,28 @@ impl Bench<'_> {
     where
         T: Send,
     {
+        if !self.o.cases.is_empty() && !self.o.cases.iter().any(|c| label.contains(c.as_str())) {
+            return Ok(());
+        }
         let reps = self.o.reps;
-        let time = |f: &dyn Fn() -> Result<T>| -> Result<(T, f64)> {
+        // (first result, best time, minor page faults per timed call)
+        let time = |f: &dyn Fn() -> Result<T>| -> Result<(T, f64, f64)> {
             let t = Instant::now();
             let first = f()?;
             let mut v = vec![t.elapsed().as_secs_f64()];
             // Slow rows (over 2 s) are timed once.
             let reps = if v[0] > 2.0 { 0 } else { reps };
+            let f0 = detkit::par_timing::minor_faults();
             for _ in 0..reps {
                 let t = Instant::now();
                 std::hint::black_box(f()?);
                 v.push(t.elapsed().as_secs_f64());
             }
+            let faults = (detkit::par_timing::minor_faults() - f0) as f64 / reps.max(1) as f64;
             if v.len() > 1 {
                 v.remove(0); // the warm-up run
             }
-            Ok((first, best(v)))
+            Ok((first, best(v), faults))
         };
         // The oracle is sequential: fewer repetitions of the slow rows.
         let oracle = || self.one.install(&oracle);
@@ -98,62 +120,203 @@ impl Bench<'_> {
             best(v)
         };
         let csv = &mut self.o.csv;
-        print(
-            csv, family, label, "oracle", oracle_s, items, unit, oracle_s, None,
-        )?;
+        let r = Row {
+            family,
+            label,
+            items,
+            unit,
+            bytes,
+            oracle_s,
+        };
+        r.print(csv, "oracle", oracle_s, None, None)?;
         let mut one = None;
         for (t, b) in &self.pools {
-            let (got, s) = time(&|| fast(b))?;
+            let (got, s, faults) = time(&|| fast(b))?;
             same(&got, &want).with_context(|| format!("{family} {label}: {t} threads"))?;
             let one_s = *one.get_or_insert(s * *t as f64);
             let eff = one_s / (s * *t as f64);
-            print(
-                csv,
-                family,
-                label,
-                &t.to_string(),
-                s,
-                items,
-                unit,
-                oracle_s,
-                Some(eff),
+            r.print(csv, &t.to_string(), s, Some(eff), Some(faults))?;
+            if self.o.phases {
+                detkit::par_timing::take();
+                detkit::par_timing::enable(true);
+                let t0 = Instant::now();
+                let res = fast(b);
+                let wall = t0.elapsed().as_secs_f64();
+                detkit::par_timing::enable(false);
+                std::hint::black_box(res?);
+                let steps = detkit::par_timing::take();
+                let sum: f64 = steps.iter().map(|s| s.wall_s).sum();
+                let mut line = format!(
+                    "#   phases {t:>2} thr ({:.3} ms, steps {:.3} ms):",
+                    wall * 1e3,
+                    sum * 1e3
+                );
+                for st in &steps {
+                    line += &format!(" | {} {:.3} ms", st.name, st.wall_s * 1e3);
+                    if st.faults > 0 {
+                        line += &format!(" {}flt", st.faults);
+                    }
+                    let pool = st.wall_s * *t as f64;
+                    if st.busy_s > 0.0 {
+                        line += &format!(" busy {:.0}%", 100.0 * st.busy_s / pool);
+                    }
+                    if st.wall_s > 1e-3 {
+                        line += &format!(
+                            " cpu {:.0}% sys {:.0}%",
+                            100.0 * (st.user_s + st.sys_s) / pool,
+                            100.0 * st.sys_s / pool
+                        );
+                    }
+                    if st.preempted > 0 {
+                        line += &format!(" {}csw", st.preempted);
+                    }
+                }
+                println!("{line}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a row prints beside each thread count's time.
+struct Row<'a> {
+    family: &'a str,
+    label: &'a str,
+    items: f64,
+    unit: &'a str,
+    /// Input and output bytes of one call.
+    bytes: f64,
+    oracle_s: f64,
+}
+
+impl Row<'_> {
+    fn print(
+        &self,
+        csv: &mut Option<std::fs::File>,
+        threads: &str,
+        s: f64,
+        eff: Option<f64>,
+        faults: Option<f64>,
+    ) -> Result<()> {
+        let Row {
+            family,
+            label,
+            items,
+            unit,
+            bytes,
+            oracle_s,
+        } = *self;
+        let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
+        let flt = faults.map_or("-".to_string(), |f| format!("{f:.0}"));
+        println!(
+            "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6} {:>7.2} GB/s {:>8}",
+            s * 1e3,
+            items / s,
+            oracle_s / s,
+            eff_s,
+            bytes / s * 1e-9,
+            flt
+        );
+        if let Some(f) = csv {
+            writeln!(
+                f,
+                "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{},{:.3},{}",
+                s * 1e3,
+                items / s,
+                oracle_s / s,
+                eff.map_or(String::new(), |e| format!("{e:.4}")),
+                bytes / s * 1e-9,
+                faults.map_or(String::new(), |f| format!("{f:.0}"))
             )?;
         }
         Ok(())
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn print(
-    csv: &mut Option<std::fs::File>,
-    family: &str,
-    label: &str,
-    threads: &str,
-    s: f64,
-    items: f64,
-    unit: &str,
-    oracle_s: f64,
-    eff: Option<f64>,
-) -> Result<()> {
-    let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
+/// The machine's memory bandwidth on each pool: a parallel read (sum), write (fill) and copy
+/// of 1 GiB buffers already touched, and a fill of fresh memory (page faults and the
+/// kernel's zeroing included) with 4 KiB pages and with `MADV_HUGEPAGE`; best of 3, GB/s of
+/// bytes read plus written.
+fn probe(pool_of: &[(usize, rayon::ThreadPool)]) {
+    const N: usize = 1 << 27; // u64 words: 1 GiB
+    const CHUNK: usize = 1 << 15;
+    let mut src = vec![1u64; N];
+    let mut dst = vec![0u64; N];
+    src[N / 2] = 3;
     println!(
-        "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6}",
-        s * 1e3,
-        items / s,
-        oracle_s / s,
-        eff_s
+        "# bandwidth probe (GB/s, best of 3; fresh: a new 1 GiB vector filled, faults per call)"
     );
-    if let Some(f) = csv {
-        writeln!(
-            f,
-            "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{}",
-            s * 1e3,
-            items / s,
-            oracle_s / s,
-            eff.map_or(String::new(), |e| format!("{e:.4}"))
-        )?;
+    println!(
+        "# {:>7} {:>9} {:>9} {:>9} {:>18} {:>18}",
+        "threads", "read", "write", "copy", "fresh 4K", "fresh huge"
+    );
+    for (t, pool) in pool_of {
+        let best3 = |f: &mut dyn FnMut()| -> f64 {
+            (0..3)
+                .map(|_| {
+                    let t0 = Instant::now();
+                    f();
+                    t0.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let bytes = (N * 8) as f64;
+        let read = pool.install(|| {
+            best3(&mut || {
+                use rayon::prelude::*;
+                let s: u64 = src
+                    .par_chunks(CHUNK)
+                    .map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
+                    .sum();
+                std::hint::black_box(s);
+            })
+        });
+        let write = pool.install(|| {
+            best3(&mut || {
+                use rayon::prelude::*;
+                dst.par_chunks_mut(CHUNK).for_each(|c| c.fill(7));
+            })
+        });
+        let copy = pool.install(|| {
+            best3(&mut || {
+                use rayon::prelude::*;
+                dst.par_chunks_mut(CHUNK)
+                    .zip(src.par_chunks(CHUNK))
+                    .for_each(|(d, s)| d.copy_from_slice(s));
+            })
+        });
+        let fresh = |huge: bool| -> (f64, f64) {
+            let f0 = detkit::par_timing::minor_faults();
+            let s = pool.install(|| {
+                best3(&mut || {
+                    use rayon::prelude::*;
+                    let mut v: Vec<u64> = Vec::with_capacity(N);
+                    if huge {
+                        detkit::mem::huge_pages(&mut v);
+                    }
+                    v.spare_capacity_mut()
+                        .par_chunks_mut(CHUNK)
+                        .for_each(|c| c.fill(std::mem::MaybeUninit::new(7)));
+                    // SAFETY: every slot was written above.
+                    unsafe { v.set_len(N) };
+                    std::hint::black_box(&v);
+                })
+            });
+            (s, (detkit::par_timing::minor_faults() - f0) as f64 / 3.0)
+        };
+        let (f4k, n4k) = fresh(false);
+        let (fhuge, nhuge) = fresh(true);
+        println!(
+            "# {t:>7} {:>9.1} {:>9.1} {:>9.1} {:>9.1} ({:>6.0}) {:>9.1} ({:>6.0})",
+            bytes / read * 1e-9,
+            bytes / write * 1e-9,
+            2.0 * bytes / copy * 1e-9,
+            bytes / f4k * 1e-9,
+            n4k,
+            bytes / fhuge * 1e-9,
+            nhuge
+        );
     }
-    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -165,6 +328,9 @@ fn main() -> Result<()> {
         pet: vec![20, 24],
         batch: 16,
         only: vec![],
+        cases: vec![],
+        phases: false,
+        probe: false,
         csv: None,
     };
     let mut args = std::env::args().skip(1);
@@ -177,9 +343,15 @@ fn main() -> Result<()> {
             "--pet" => o.pet = detkit_tests::parse_list(&val()?)?,
             "--batch" => o.batch = val()?.parse()?,
             "--only" => o.only = val()?.split(',').map(str::to_string).collect(),
+            "--case" => o.cases = val()?.split(',').map(str::to_string).collect(),
+            "--phases" => o.phases = true,
+            "--probe" => o.probe = true,
             "--csv" => {
                 let mut f = std::fs::File::create(val()?)?;
-                writeln!(f, "family,case,threads,ms,rate,unit,vs_oracle,efficiency")?;
+                writeln!(
+                    f,
+                    "family,case,threads,ms,rate,unit,vs_oracle,efficiency,gb_per_s,faults_per_call"
+                )?;
                 o.csv = Some(f);
             }
             "--quick" => {
@@ -210,15 +382,32 @@ fn main() -> Result<()> {
     );
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("# load average at start: {}", load().trim());
+    let thp = |f: &str| {
+        std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{f}"))
+            .unwrap_or_else(|_| "unknown".into())
+    };
     println!(
-        "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6}",
-        "family", "case", "threads", "time/call", "rate", "/oracle", "eff"
+        "# transparent huge pages: enabled {}; defrag {}",
+        thp("enabled").trim(),
+        thp("defrag").trim()
     );
     let pools = o
         .threads
         .iter()
         .map(|&t| Ok((t, Backend::cpu_with_threads(t)?)))
         .collect::<Result<Vec<_>>>()?;
+    if o.probe {
+        let raw = o
+            .threads
+            .iter()
+            .map(|&t| Ok((t, rayon::ThreadPoolBuilder::new().num_threads(t).build()?)))
+            .collect::<Result<Vec<_>>>()?;
+        probe(&raw);
+    }
+    println!(
+        "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6} {:>12} {:>8}",
+        "family", "case", "threads", "time/call", "rate", "/oracle", "eff", "in+out", "flt/call"
+    );
     let want = |f: &str, o: &Opts| o.only.is_empty() || o.only.iter().any(|x| x == f);
     let run_cl = want("clustering", &o);
     let run_pet = want("pet", &o);
@@ -241,6 +430,10 @@ fn main() -> Result<()> {
     println!("# load average at end: {}", load().trim());
     Ok(())
 }
+
+/// Bytes per digi of a clustering call: module, x, y, adc (2 bytes each) in, the cluster
+/// number (4) out.
+const DIGI_BYTES: f64 = 12.0;
 
 fn clustering(b: &mut Bench) -> Result<()> {
     use detkit::clustering::{cpu, gen, Digis, Geometry};
@@ -269,6 +462,7 @@ fn clustering(b: &mut Bench) -> Result<()> {
         "Run-3 event, alone",
         1.0,
         "ev",
+        one.len() as f64 * DIGI_BYTES,
         || Ok(cpu::cluster(&one, &off1, &g, cut)),
         |bk| Ok(bk.cluster_events(&one, &off1, &g, cut)?),
         same,
@@ -279,6 +473,7 @@ fn clustering(b: &mut Bench) -> Result<()> {
         &format!("Run-3 batch of {n}"),
         n as f64,
         "ev",
+        all.len() as f64 * DIGI_BYTES,
         || Ok(cpu::cluster(&all, &off, &g, cut)),
         |bk| Ok(bk.cluster_events(&all, &off, &g, cut)?),
         same,
@@ -290,6 +485,7 @@ fn clustering(b: &mut Bench) -> Result<()> {
         &format!("dense batch of {nd}"),
         nd as f64,
         "ev",
+        all.len() as f64 * DIGI_BYTES,
         || Ok(cpu::cluster(&all, &off, &g, cut)),
         |bk| Ok(bk.cluster_events(&all, &off, &g, cut)?),
         same,
@@ -317,11 +513,13 @@ fn pet(b: &mut Bench) -> Result<()> {
         );
         let frames = &acq.frames[..n.min(acq.frames.len())];
         let p = &scanner.params;
+        let accepted = oracle::convert_par(frames, p, pos, en).0.len();
         b.row(
             "pet",
             &format!("convert 2^{log} frames"),
             frames.len() as f64,
             "frame",
+            16.0 * (frames.len() + accepted) as f64,
             || Ok(oracle::convert(frames, p, pos, en)),
             |bk| Ok(bk.pet_convert(frames, &scanner)?),
             |x, y| {
@@ -345,11 +543,13 @@ fn pet(b: &mut Bench) -> Result<()> {
             &format!("sort 2^{log} singles"),
             singles.len() as f64,
             "single",
+            32.0 * singles.len() as f64,
             || Ok(oracle::sort(&singles)?),
             |bk| Ok(bk.pet_sort(&singles)?),
             same_singles,
         )?;
         let sorted = oracle::sort(&singles)?;
+        let pairs = detkit::pet::par::coincide(&sorted, &c)?.len();
         let same_pairs = |x: &Vec<detkit::pet::Coincidence>, y: &Vec<detkit::pet::Coincidence>| {
             if x.len() != y.len() || x.iter().zip(y).any(|(a, b)| a.a != b.a || a.b != b.b) {
                 bail!("pairs differ");
@@ -361,6 +561,7 @@ fn pet(b: &mut Bench) -> Result<()> {
             &format!("coincide 2^{log} singles"),
             sorted.len() as f64,
             "single",
+            16.0 * sorted.len() as f64 + 32.0 * pairs as f64,
             || Ok(oracle::coincide(&sorted, &c)?),
             |bk| Ok(bk.pet_coincide(&sorted, &c)?),
             same_pairs,
@@ -388,6 +589,7 @@ fn pet(b: &mut Bench) -> Result<()> {
             &format!("chain 2^{log} frames, 8 chunks"),
             frames.len() as f64,
             "frame",
+            16.0 * frames.len() as f64,
             || {
                 let (s, _) = oracle::convert(frames, p, pos, en);
                 Ok(oracle::coincide(&oracle::sort(&s)?, &c)?)
@@ -439,6 +641,7 @@ fn seeding(b: &mut Bench) -> Result<()> {
             &format!("mu={mu} ({} sps)", ev.len()),
             1.0,
             "ev",
+            std::mem::size_of_val(ev.as_slice()) as f64,
             || Ok(vec![oracle_of(&ev)]),
             |bk| Ok(bk.seed_events(&evs, &cfg)?),
             same,
@@ -454,6 +657,10 @@ fn seeding(b: &mut Bench) -> Result<()> {
         &format!("batch {n} x mu=200"),
         n as f64,
         "ev",
+        batch
+            .iter()
+            .map(|v| std::mem::size_of_val(v.as_slice()))
+            .sum::<usize>() as f64,
         || Ok(refs.iter().map(|e| oracle_of(e)).collect()),
         |bk| Ok(bk.seed_events(&refs, &cfg)?),
         same,

@@ -702,9 +702,14 @@ impl Backend {
     ) -> Result<()> {
         match self.gpu() {
             None => {
+                let mut out = Clusters::default();
                 for (i, (d, o)) in batches.iter().enumerate() {
-                    validate(*d, o, geometry)?;
-                    sink(i, &self.on_cpu(|| par::cluster(*d, o, geometry, cut)))?;
+                    self.on_cpu(|| {
+                        validate(*d, o, geometry)?;
+                        par::cluster_into(*d, o, geometry, cut, &mut out);
+                        Ok::<_, Error>(())
+                    })?;
+                    sink(i, &out)?;
                 }
                 Ok(())
             }
@@ -750,11 +755,13 @@ impl Backend {
         }
         match self.gpu() {
             None => {
-                validate(digis, event_offsets, geometry)?;
-                let c = self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut));
-                out.clus.copy_from_slice(&c.clus);
-                out.clus_in_module.copy_from_slice(&c.clus_in_module);
-                out.module_first.copy_from_slice(&c.module_first);
+                // Validation and clustering on the backend's pool (its thread count), the
+                // results written straight into the caller's arrays.
+                self.on_cpu(|| {
+                    validate(digis, event_offsets, geometry)?;
+                    par::cluster_into_slices(digis, event_offsets, geometry, cut, out);
+                    Ok::<_, Error>(())
+                })?;
                 Ok(ClusterCounts::default())
             }
             Some(gpu) => self.ws.clustering.run(
@@ -815,11 +822,13 @@ impl Backend {
     ) -> Result<()> {
         let digis = digis.into();
         match self.gpu() {
-            None => {
+            None => self.on_cpu(|| {
+                let mut timer = crate::par_timing::Timer::start();
                 validate(digis, event_offsets, geometry)?;
-                *out = self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut));
+                timer.mark("clustering: validate");
+                par::cluster_into(digis, event_offsets, geometry, cut, out);
                 Ok(())
-            }
+            }),
             Some(gpu) => self
                 .ws
                 .clustering

@@ -29,6 +29,8 @@ use detkit_gpu::pet::{
 };
 use rayon::prelude::*;
 
+use crate::par_timing::{busy, Busy, Timer};
+
 use super::cpu::{self as oracle, policy_pairs, CoincideConfig, ConvertStats};
 use crate::error::{Error, Result};
 
@@ -37,8 +39,16 @@ pub const PIECE: usize = 1 << 16;
 
 /// Appends the pieces to one vector, each copied to its offset in parallel.
 fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
-    let total = pieces.iter().map(Vec::len).sum();
+    let slices: Vec<&[T]> = pieces.iter().map(Vec::as_slice).collect();
+    concat_slices(&slices, None)
+}
+
+/// [`concat`] of slices, into a new vector on huge pages where large (its pages are first
+/// touched by the copying workers, not by one thread); `busy_step` times the copies.
+fn concat_slices<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>) -> Vec<T> {
+    let total = pieces.iter().map(|p| p.len()).sum();
     let mut out: Vec<T> = Vec::with_capacity(total);
+    crate::mem::huge_pages(&mut out);
     {
         let mut rest = &mut out.spare_capacity_mut()[..total];
         let mut dst = Vec::with_capacity(pieces.len());
@@ -47,11 +57,17 @@ fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
             dst.push(d);
             rest = r;
         }
-        dst.into_par_iter().zip(pieces).for_each(|(d, p)| {
-            for (d, s) in d.iter_mut().zip(p) {
+        let copy = |(d, p): (&mut [std::mem::MaybeUninit<T>], &&[T])| {
+            for (d, s) in d.iter_mut().zip(p.iter()) {
                 d.write(*s);
             }
-        });
+        };
+        dst.into_par_iter()
+            .zip(pieces)
+            .for_each(|x| match busy_step {
+                Some(b) => busy(b, || copy(x)),
+                None => copy(x),
+            });
     }
     // SAFETY: the pieces' lengths sum to `total`, and every one of the first `total` slots
     // was written above (each piece into its own disjoint range).
@@ -121,65 +137,97 @@ pub fn convert_into_in_pieces(
     // its frames), then the pieces are moved down in order: one allocation, no copy of the
     // singles through per-piece vectors.
     let n = frames.len();
+    let mut timer = Timer::start();
     out.clear();
-    if out.capacity() < n {
+    let fresh = out.capacity() < n;
+    if fresh {
         *out = Vec::with_capacity(n);
-        huge_pages(out);
+        crate::mem::huge_pages(out);
     }
+    timer.mark("convert: alloc");
     if rayon::current_num_threads() == 1 || n <= piece {
         // One thread: one piece, its singles written in place (no move down).
         let (len, st) = convert_piece(frames, &c, position, energy, out.spare_capacity_mut());
         // SAFETY: `convert_piece` wrote the first `len` slots.
         unsafe { out.set_len(len) };
+        timer.mark("convert: pieces");
         return st;
     }
-    let pieces: Vec<(usize, ConvertStats)> = out.spare_capacity_mut()[..n]
-        .par_chunks_mut(piece)
-        .zip(frames.par_chunks(piece))
-        .map(|(dst, f)| convert_piece(f, &c, position, energy, dst))
-        .collect();
+    // Several threads: a piece's singles cannot be written straight to their place (its
+    // offset is the sum of the earlier pieces' counts), and moving them down afterwards is
+    // a serial pass over the whole output (see docs/benchmarks.md, "cpuscale"). So the
+    // pieces go in waves of a few per thread: each converts into its slot of a small
+    // scratch (cache-sized, reused by every wave), then the wave's singles are copied to
+    // their place in parallel, the offsets being known by then.
+    let sub = piece.min(WAVE_PIECE);
+    let slots = (WAVE_SLOTS * rayon::current_num_threads()).min(n.div_ceil(sub));
+    if fresh {
+        prefault(out.spare_capacity_mut());
+        timer.mark("convert: prefault");
+    }
+    let mut scratch: Vec<Single> = Vec::with_capacity(slots * sub);
+    crate::mem::huge_pages(&mut scratch);
     let mut st = ConvertStats::default();
     let mut len = 0;
-    let base = out.as_mut_ptr();
-    for (i, (cnt, stats)) in pieces.iter().enumerate() {
-        st.add(stats, (i * piece) as u64);
-        if i * piece != len {
-            // SAFETY: piece i wrote `cnt` singles at `i * piece` (inside the capacity `n`);
-            // `len <= i * piece` (each earlier piece kept at most `piece`), so the move is
-            // down, within the allocation; `ptr::copy` allows the overlap.
-            unsafe { std::ptr::copy(base.add(i * piece), base.add(len), *cnt) };
+    for (w, wave) in frames.chunks(slots * sub).enumerate() {
+        let done: Vec<(usize, ConvertStats)> = scratch
+            .spare_capacity_mut()
+            .par_chunks_mut(sub)
+            .zip(wave.par_chunks(sub))
+            .map(|(dst, f)| {
+                busy(Busy::ConvertPieces, || {
+                    convert_piece(f, &c, position, energy, dst)
+                })
+            })
+            .collect();
+        timer.mark("convert: pieces");
+        let mut srcs = Vec::with_capacity(done.len());
+        let mut dsts = Vec::with_capacity(done.len());
+        let mut rest = &mut out.spare_capacity_mut()[len..];
+        for (i, ((cnt, stats), src)) in done
+            .iter()
+            .zip(scratch.spare_capacity_mut().chunks(sub))
+            .enumerate()
+        {
+            st.add(stats, ((w * slots + i) * sub) as u64);
+            let (d, r) = rest.split_at_mut(*cnt);
+            dsts.push(d);
+            srcs.push(&src[..*cnt]);
+            rest = r;
+            len += cnt;
         }
-        len += cnt;
+        dsts.into_par_iter()
+            .zip(srcs)
+            .for_each(|(d, s)| busy(Busy::ConvertGather, || d.copy_from_slice(s)));
+        timer.mark("convert: gather");
     }
-    // SAFETY: the first `len` slots hold the pieces' singles, moved into place above.
+    // SAFETY: the waves' singles were copied to the first `len` slots, in order, each slot
+    // once (the destinations are consecutive disjoint ranges summing to `len`).
     unsafe { out.set_len(len) };
     st
 }
 
-/// Asks the kernel to back `v`'s spare capacity with transparent huge pages (Linux,
-/// `madvise(MADV_HUGEPAGE)`, for buffers of 4 MiB or more): one page fault per 2 MiB
-/// instead of per 4 KiB when the output is first written. A hint: nothing else changes.
-fn huge_pages<T>(v: &mut Vec<T>) {
-    #[cfg(target_os = "linux")]
-    {
-        const HUGE: usize = 2 << 20;
-        let spare = v.spare_capacity_mut();
-        let bytes = std::mem::size_of_val(spare);
-        if bytes < 2 * HUGE {
-            return;
+/// Frames per piece of a wave of the parallel conversion: the scratch of a piece (16 bytes
+/// a frame: 128 KiB) stays in the core's L2 cache until it is copied out.
+const WAVE_PIECE: usize = 1 << 13;
+
+/// Pieces per thread in a wave: enough that the wave's last pieces leave few workers idle
+/// (the scratch, `WAVE_SLOTS * WAVE_PIECE * 16` bytes per thread, 2 MiB, stays in L2/L3).
+const WAVE_SLOTS: usize = 16;
+
+/// Touches every page of a fresh output once, in parallel over separate 2 MiB stretches
+/// (the kernel then zeroes them on all cores at once): the waves' copies write small
+/// consecutive stretches, whose first-touch faults would otherwise queue on the same few
+/// (huge) pages (see docs/benchmarks.md, "cpuscale").
+fn prefault<T: Copy + Default + Send>(v: &mut [std::mem::MaybeUninit<T>]) {
+    const PAGE: usize = 4096;
+    let per_page = (PAGE / std::mem::size_of::<T>().max(1)).max(1);
+    let per_task = ((2 << 20) / PAGE) * per_page;
+    v.par_chunks_mut(per_task).for_each(|c| {
+        for x in c.iter_mut().step_by(per_page) {
+            x.write(T::default());
         }
-        let start = spare.as_mut_ptr() as usize;
-        let lo = start.next_multiple_of(HUGE);
-        let hi = (start + bytes) / HUGE * HUGE;
-        if hi > lo {
-            // SAFETY: `[lo, hi)` lies inside `v`'s allocation (its spare capacity), which
-            // stays mapped while `v` lives; MADV_HUGEPAGE only changes how the range is
-            // backed, never its contents, and its failure is harmless (ignored).
-            unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = v;
+    });
 }
 
 /// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
@@ -298,13 +346,16 @@ fn convert_piece(
             }
             let (single, status) = k::words_single(w, c, s.local[j], factor[j], s.clamped[j]);
             st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
-            if status & CONVERT_ACCEPTED != 0 {
-                st.accepted += 1;
-                out[kept].write(single);
-                kept += 1;
-            } else {
-                st.rejected_energy += 1;
-            }
+            // No branch on the outcome (a third of the frames are rejected, at random: a
+            // branch would be mispredicted that often): every single is written at `kept`,
+            // which moves on only when it is accepted (`kept` <= this frame's index, so the
+            // slot is inside `out`; a rejected single there is overwritten or left beyond
+            // the count).
+            let accepted = (status & CONVERT_ACCEPTED != 0) as usize;
+            out[kept].write(single);
+            kept += accepted;
+            st.accepted += accepted as u64;
+            st.rejected_energy += 1 - accepted as u64;
         }
         std::mem::swap(&mut cur, &mut next);
     }
@@ -470,7 +521,7 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
         .map(|w| w[1].iter().zip(&w[0]).map(|(b, a)| b - a).sum())
         .collect();
     let mut out: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut out);
+    crate::mem::huge_pages(&mut out);
     {
         let mut rest = &mut out.spare_capacity_mut()[..n];
         let mut dst = Vec::with_capacity(parts);
@@ -586,7 +637,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     // The first pass reads the input: no copy of it; two buffers, each fully written by the
     // pass that fills it.
     let mut a: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut a);
+    crate::mem::huge_pages(&mut a);
     radix_pass(
         singles,
         &mut a.spare_capacity_mut()[..n],
@@ -597,7 +648,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     // SAFETY: `radix_pass` writes every one of the `n` slots.
     unsafe { a.set_len(n) };
     let mut b: Vec<Single> = Vec::with_capacity(n);
-    huge_pages(&mut b);
+    crate::mem::huge_pages(&mut b);
     let mut shift = lo + RADIX_BITS;
     while shift < hi {
         b.clear();
@@ -805,35 +856,50 @@ pub(crate) fn coincide_unchecked(
     if let Some(d) = c.delay {
         return delayed(singles, c, reach, d, cut, piece);
     }
+    let mut timer = Timer::start();
     let walks: Vec<Walk> = (0..cut.div_ceil(piece))
         .into_par_iter()
         .map(|p| {
-            let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
-            let mut w = Walk {
-                opens: Vec::new(),
-                starts: Vec::new(),
-                errs: Vec::new(),
-                pairs: Vec::new(),
-                exit: start,
-            };
-            let mut open = start;
-            while open < stop {
-                w.opens.push(open);
-                w.starts.push(w.pairs.len());
-                let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
-                if let Err(e) = r {
-                    w.errs.push((w.opens.len() - 1, e));
+            busy(Busy::CoincideWalks, || {
+                let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
+                // Room for every opener at once, and for a pair per four singles (more than
+                // the generated data's one per eight): the vectors do not grow step by step
+                // (each step of a large one a remapping, whose TLB flush interrupts every
+                // core of the process).
+                let len = stop.saturating_sub(start);
+                let mut w = Walk {
+                    opens: Vec::with_capacity(len),
+                    starts: Vec::with_capacity(len),
+                    errs: Vec::new(),
+                    pairs: Vec::with_capacity(len / 4),
+                    exit: start,
+                };
+                let mut open = start;
+                while open < stop {
+                    w.opens.push(open);
+                    w.starts.push(w.pairs.len());
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
+                    if let Err(e) = r {
+                        w.errs.push((w.opens.len() - 1, e));
+                    }
+                    open = end;
                 }
-                open = end;
-            }
-            w.exit = open;
-            w
+                w.exit = open;
+                w
+            })
         })
         .collect();
-    // Join: follow the true chain from 0.
-    let mut out = Vec::new();
+    timer.mark("coincide: walks");
+    // Join: follow the true chain from 0, noting which stretches of pairs it takes (a
+    // walk's from an opener on, or windows walked here where the chains had not met yet);
+    // the pairs are then copied to the output in parallel (one allocation, no serial copy).
+    enum Take {
+        Walk(usize, usize),
+        Here(usize, usize),
+    }
+    let mut takes = Vec::new();
+    let mut here = Vec::new();
     let mut open = 0;
-    let mut scratch = Vec::new();
     while open < cut {
         let p = open / piece;
         let w = &walks[p];
@@ -841,22 +907,34 @@ pub(crate) fn coincide_unchecked(
             Ok(at) => {
                 // The chains have met: the walk's windows from `at` are the true ones, up to
                 // the first error among them.
-                if let Some((bad, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
-                    out.extend_from_slice(&w.pairs[w.starts[at]..w.starts[*bad]]);
+                if let Some((_, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
                     return Err(clone_err(e));
                 }
-                out.extend_from_slice(&w.pairs[w.starts[at]..]);
+                takes.push(Take::Walk(p, w.starts[at]));
                 open = w.exit;
             }
             Err(_) => {
-                scratch.clear();
-                let (end, r) = prompt_window(singles, c, reach, open, &mut scratch);
+                let from = here.len();
+                let (end, r) = prompt_window(singles, c, reach, open, &mut here);
                 r?;
-                out.extend_from_slice(&scratch);
+                match takes.last_mut() {
+                    Some(Take::Here(_, to)) if *to == from => *to = here.len(),
+                    _ => takes.push(Take::Here(from, here.len())),
+                }
                 open = end;
             }
         }
     }
+    let slices: Vec<&[Coincidence]> = takes
+        .iter()
+        .map(|t| match *t {
+            Take::Walk(p, from) => &walks[p].pairs[from..],
+            Take::Here(from, to) => &here[from..to],
+        })
+        .collect();
+    timer.mark("coincide: join");
+    let out = concat_slices(&slices, Some(Busy::CoincideFill));
+    timer.mark("coincide: fill");
     Ok((out, open))
 }
 
