@@ -22,6 +22,8 @@ pub(crate) const TESTS: &[Test] = &[
     ("doors_threads", test_threads),
     ("doors_bad_batch", test_bad_batch),
     ("doors_queue", test_queue),
+    ("doors_pet_checks", test_pet_checks),
+    ("doors_seed_pipeline", test_seed_pipeline),
 ];
 
 /// Two fresh backends on the test's device: one with pinned staging (the default), one that
@@ -601,4 +603,252 @@ fn test_queue(c: &Ctx) -> R {
         })
         .map_err(e)?;
     ensure(n == refs.len(), || format!("after the error: {n} batches"))
+}
+
+/// PET sort and coincidence inputs checked as they are copied into pinned staging (in
+/// parts of 4096 singles, pieces of 2^18): sizes 0, 1, around a part and a piece; a fault
+/// (non-finite time; for coincidences also a time out of order) at the first single, at
+/// the first and last of a part and of a piece, and at the last single gives the CPU
+/// backend's error (same index and message), and a good call after it the oracle's result
+/// with no allocation.
+fn test_pet_checks(c: &Ctx) -> R {
+    const PART: usize = 4096;
+    const PIECE: usize = 1 << 18;
+    let cpu = Backend::cpu();
+    let cc = CoincideConfig::prompt(5.0);
+    let sizes: &[usize] = if c.quick {
+        &[0, 1, 2, PART - 1, PART + 1, 3 * PART + 5]
+    } else {
+        &[
+            0,
+            1,
+            2,
+            PART - 1,
+            PART,
+            PART + 1,
+            PIECE + PART + 3,
+            2 * PIECE + 7,
+        ]
+    };
+    let mut rng = c.seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for (label, b) in backends(c)? {
+        let (mut sorted, mut pairs) = (Vec::<Single>::new(), Vec::new());
+        for &n in sizes {
+            // Integer times with ties (frame counters), unsorted, and their sorted order.
+            let singles: Vec<Single> = (0..n)
+                .map(|i| Single {
+                    crystal: (next() % 50_000) as u32,
+                    energy: 400.0 + (next() % 200) as f32,
+                    time: (next() % (n as u64 / 2 + 1)) as f64 + if i % 7 == 0 { 0.5 } else { 0.0 },
+                })
+                .collect();
+            let want_sorted = cpu.pet_sort(&singles).map_err(e)?;
+            let want_pairs = cpu.pet_coincide(&want_sorted, &cc).map_err(e)?;
+            let what = format!("{label} {n} singles");
+            b.pet_sort_into(&singles, &mut sorted).map_err(e)?;
+            exact(&format!("{what}: sorted"), &sorted, &want_sorted)?;
+            b.pet_coincide_into(&want_sorted, &cc, &mut pairs)
+                .map_err(e)?;
+            exact(&format!("{what}: pairs"), &pairs, &want_pairs)?;
+            let mut at: Vec<usize> = [
+                0,
+                PART - 1,
+                PART,
+                PIECE - 1,
+                PIECE,
+                PIECE + PART,
+                n.saturating_sub(1),
+            ]
+            .into_iter()
+            .filter(|&i| i < n)
+            .collect();
+            at.dedup();
+            for &i in &at {
+                for (fault, t) in [
+                    ("NaN", f64::NAN),
+                    ("inf", f64::INFINITY),
+                    ("-inf", f64::NEG_INFINITY),
+                ] {
+                    let mut bad = singles.clone();
+                    bad[i].time = t;
+                    let want = cpu.pet_sort(&bad).map(|_| ()).map_err(e);
+                    let got = b.pet_sort_into(&bad, &mut sorted).map_err(e);
+                    ensure(want.is_err() && got == want, || {
+                        format!("{what}: sort, {fault} at {i}: GPU {got:?}, CPU {want:?}")
+                    })?;
+                    let mut bad = want_sorted.clone();
+                    bad[i].time = t;
+                    let want = cpu.pet_coincide(&bad, &cc).map(|_| ()).map_err(e);
+                    let got = b.pet_coincide_into(&bad, &cc, &mut pairs).map_err(e);
+                    ensure(want.is_err() && got == want, || {
+                        format!("{what}: coincide, {fault} at {i}: GPU {got:?}, CPU {want:?}")
+                    })?;
+                }
+                if i > 0 {
+                    // Out of order: one time below its predecessor (the first of a part or
+                    // piece compares with the last of the one before).
+                    let mut bad = want_sorted.clone();
+                    bad[i].time = bad[i - 1].time - 1.0;
+                    let want = cpu.pet_coincide(&bad, &cc).map(|_| ()).map_err(e);
+                    let got = b.pet_coincide_into(&bad, &cc, &mut pairs).map_err(e);
+                    ensure(want.is_err() && got == want, || {
+                        format!("{what}: coincide, out of order at {i}: GPU {got:?}, CPU {want:?}")
+                    })?;
+                }
+            }
+            // Two faults: the first is named.
+            if n > PART + 1 {
+                let mut bad = want_sorted.clone();
+                bad[n - 1].time = f64::NAN;
+                bad[PART + 1].time = f64::NAN;
+                let want = cpu.pet_coincide(&bad, &cc).map(|_| ()).map_err(e);
+                let got = b.pet_coincide_into(&bad, &cc, &mut pairs).map_err(e);
+                ensure(want.is_err() && got == want, || {
+                    format!("{what}: two faults: GPU {got:?}, CPU {want:?}")
+                })?;
+            }
+            // After the errors: the right results, nothing allocated.
+            let before = b.allocations();
+            b.pet_sort_into(&singles, &mut sorted).map_err(e)?;
+            exact(
+                &format!("{what}: sorted after errors"),
+                &sorted,
+                &want_sorted,
+            )?;
+            b.pet_coincide_into(&want_sorted, &cc, &mut pairs)
+                .map_err(e)?;
+            exact(&format!("{what}: pairs after errors"), &pairs, &want_pairs)?;
+            ensure(b.allocations() == before, || {
+                format!(
+                    "{what}: {} allocations after the errors",
+                    b.allocations() - before
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A seeding call of 2^20 spacepoints or more runs as a pipeline of parts on two
+/// workspaces: every event equals the same event seeded alone, for odd event counts (29,
+/// 31, 37) with empty and tiny events first, last and between; a bad spacepoint in the first
+/// event, in the last, in two events or in a late part is the first event's error, as the
+/// CPU backend gives it (rows and columns); calls that fit allocate nothing.
+fn test_seed_pipeline(c: &Ctx) -> R {
+    if c.quick {
+        println!("  doors_seed_pipeline: not run under --quick");
+        return Ok(());
+    }
+    let cfg = seed_cfg();
+    let cpu = Backend::cpu();
+    let full: Vec<Vec<SpacePoint>> = (0..6u64)
+        .map(|i| sgen::generate(c.seed ^ (i + 5) << 30, 200.0, true).spacepoints)
+        .collect();
+    let small = sgen::generate(c.seed ^ 99, 10.0, true).spacepoints;
+    // 0..6: full events; 6: small; 7: empty; 8: three spacepoints.
+    let mut distinct: Vec<&[SpacePoint]> = full.iter().map(|v| v.as_slice()).collect();
+    distinct.extend([&small[..], &small[..0], &small[..3]]);
+    let one: Vec<SeedingOutput> = distinct
+        .iter()
+        .map(|d| c.backend.seed(d, &cfg).map_err(e))
+        .collect::<Result<_, _>>()?;
+    compare_seeds("event 0 alone", &one[0], &seed_oracle(&cfg, distinct[0]))?;
+    compare_seeds(
+        "small event alone",
+        &one[6],
+        &seed_oracle(&cfg, distinct[6]),
+    )?;
+    let cycle = |n: usize| (0..n).map(|k| (k * 5 + k / 6) % 6).collect::<Vec<usize>>();
+    let mut with_small = cycle(29);
+    with_small.insert(0, 7);
+    with_small.insert(10, 8);
+    with_small.insert(20, 6);
+    with_small.push(7);
+    let shapes: Vec<Vec<usize>> = vec![cycle(29), with_small, cycle(37)];
+    let mut out = Vec::new();
+    for (s, idx) in shapes.iter().enumerate() {
+        let refs: Vec<&[SpacePoint]> = idx.iter().map(|&k| distinct[k]).collect();
+        let total: usize = refs.iter().map(|r| r.len()).sum();
+        ensure(total >= 1 << 20, || {
+            format!("shape {s}: only {total} spacepoints: no pipeline")
+        })?;
+        for round in 0..2 {
+            let before = c.backend.allocations();
+            c.backend
+                .seed_events_into(&refs, &cfg, &mut out)
+                .map_err(e)?;
+            ensure(out.len() == refs.len(), || format!("{} outputs", out.len()))?;
+            for (j, got) in out.iter().enumerate() {
+                compare_seeds(
+                    &format!("shape {s} round {round} event {j}"),
+                    got,
+                    &one[idx[j]],
+                )?;
+            }
+            let made = c.backend.allocations() - before;
+            ensure(round == 0 || made == 0, || {
+                format!("shape {s}: {made} allocations in a call that fits")
+            })?;
+        }
+        let cols: Vec<[Vec<f32>; 5]> = refs.iter().map(|e| columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+        c.backend
+            .seed_columns_into(&col_refs, &cfg, &mut out)
+            .map_err(e)?;
+        for (j, got) in out.iter().enumerate() {
+            compare_seeds(&format!("shape {s} columns event {j}"), got, &one[idx[j]])?;
+        }
+    }
+    // Faults: the first event's first spacepoint, the last event's last, two events (the
+    // earlier named), the middle of a late part.
+    let idx = cycle(29);
+    let events: Vec<Vec<SpacePoint>> = idx.iter().map(|&k| distinct[k].to_vec()).collect();
+    let last = events.len() - 1;
+    let faults: [(&str, Vec<(usize, usize)>); 4] = [
+        ("first event", vec![(0, 0)]),
+        ("last event", vec![(last, events[last].len() - 1)]),
+        ("two events", vec![(25, 17), (2, 1000)]),
+        ("middle of a late part", vec![(22, events[22].len() / 2)]),
+    ];
+    for (what, at) in faults {
+        let mut bad = events.clone();
+        for &(ev, i) in &at {
+            bad[ev][i].var_r = -1.0;
+        }
+        let refs: Vec<&[SpacePoint]> = bad.iter().map(|v| v.as_slice()).collect();
+        let want = cpu.seed_events(&refs, &cfg).map(|_| ()).map_err(e);
+        let got = c
+            .backend
+            .seed_events_into(&refs, &cfg, &mut out)
+            .map(|_| ())
+            .map_err(e);
+        ensure(want.is_err() && got == want, || {
+            format!("{what}: GPU {got:?}, CPU {want:?}")
+        })?;
+        let cols: Vec<[Vec<f32>; 5]> = bad.iter().map(|e| columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+        let got = c
+            .backend
+            .seed_columns_into(&col_refs, &cfg, &mut out)
+            .map(|_| ())
+            .map_err(e);
+        ensure(got == want, || {
+            format!("{what} as columns: GPU {got:?}, CPU {want:?}")
+        })?;
+    }
+    // After the errors: the right results.
+    let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
+    c.backend
+        .seed_events_into(&refs, &cfg, &mut out)
+        .map_err(e)?;
+    for (j, got) in out.iter().enumerate() {
+        compare_seeds(&format!("after the errors event {j}"), got, &one[idx[j]])?;
+    }
+    Ok(())
 }

@@ -135,6 +135,77 @@ where
     }
 }
 
+/// [`upload_into`] through pinned `stage` with a check of every piece on the way: the threads
+/// that copy a part of a piece into pinned memory test it right after (`bad(part, index of
+/// its first element in src)`), while it is still in their cache, so the input is read
+/// once and the check overlaps the DMA of the previous piece. Returns `Ok(true)` as soon as
+/// a piece is found bad (after waiting for the DMA already issued; the caller names the
+/// error with its own full check, so it is the same error as a check before the copy), else
+/// `Ok(false)` with every piece's DMA issued.
+pub(crate) fn upload_checked<T, D>(
+    gpu: &GpuContext,
+    src: &[T],
+    dst: &mut D,
+    stage: &mut [T],
+    bad: impl Fn(&[T], usize) -> bool + Sync,
+) -> Result<bool>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+    D: DevicePtrMut<T>,
+{
+    use rayon::prelude::*;
+    if src.is_empty() {
+        return Ok(false);
+    }
+    let what = "copying to the device";
+    if dst.len() < src.len() || stage.len() < src.len() {
+        return Err(crate::error::invalid(
+            "upload",
+            format!(
+                "{} elements into a buffer of {} through a stage of {}",
+                src.len(),
+                dst.len(),
+                stage.len()
+            ),
+        ));
+    }
+    let s = gpu.stream();
+    gpu.context().bind_to_thread().ctx(what)?;
+    let size = std::mem::size_of::<T>().max(1);
+    let piece = (PIPELINE_BYTES / size).max(1);
+    let part = (PAR_COPY_BYTES / size).max(1);
+    let p = &mut stage[..src.len()];
+    let (base, _record) = dst.device_ptr_mut(s);
+    for (i, (d, h)) in p.chunks_mut(piece).zip(src.chunks(piece)).enumerate() {
+        let first = i * piece;
+        let found = if std::mem::size_of_val(h) <= SERIAL_COPY_BYTES {
+            d.copy_from_slice(h);
+            bad(h, first)
+        } else {
+            d.par_chunks_mut(part)
+                .zip(h.par_chunks(part))
+                .enumerate()
+                .map(|(j, (d, h))| {
+                    d.copy_from_slice(h);
+                    bad(h, first + j * part)
+                })
+                .reduce(|| false, |a, b| a | b)
+        };
+        if found {
+            // The pieces already sent still read the stage: done before it is reused.
+            s.synchronize().ctx(what)?;
+            return Ok(true);
+        }
+        let at = base + (first * size) as u64;
+        // SAFETY: `dst` holds at least `src.len()` elements (checked above), so
+        // `at .. at + size_of_val(d)` lies inside it; `d` is pinned host memory that nobody
+        // writes until the stream has finished this copy (the callers wait before reusing a
+        // stage).
+        unsafe { cudarc::driver::result::memcpy_htod_async(at, &*d, s.cu_stream()) }.ctx(what)?;
+    }
+    Ok(false)
+}
+
 /// Copies `src` (device) into `dst` (host, the same length) on `gpu`'s stream and waits:
 /// through `stage` (DMA into pinned memory piece by piece, each piece copied out by the host
 /// as soon as it has landed while the next one moves) or, without one, straight into `dst`.
