@@ -116,6 +116,11 @@ where
                     format!("{} elements into a buffer of {}", src.len(), dst.len()),
                 ));
             }
+            if crate::phases::variant() != 1 {
+                let (base, _record) = dst.device_ptr_mut(s);
+                return stream_up(gpu, src, base, p, &|_, _| false).map(|_| ());
+            }
+            // The previous session's loop (measured as `--variant 1`).
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..src.len()];
             let (base, _record) = dst.device_ptr_mut(s);
@@ -153,7 +158,6 @@ where
     T: DeviceRepr + Copy + Send + Sync,
     D: DevicePtrMut<T>,
 {
-    use rayon::prelude::*;
     if src.is_empty() {
         return Ok(false);
     }
@@ -171,39 +175,315 @@ where
     }
     let s = gpu.stream();
     gpu.context().bind_to_thread().ctx(what)?;
-    let size = std::mem::size_of::<T>().max(1);
-    let piece = (PIPELINE_BYTES / size).max(1);
-    let part = (PAR_COPY_BYTES / size).max(1);
-    let p = &mut stage[..src.len()];
     let (base, _record) = dst.device_ptr_mut(s);
-    for (i, (d, h)) in p.chunks_mut(piece).zip(src.chunks(piece)).enumerate() {
-        let first = i * piece;
-        let found = if std::mem::size_of_val(h) <= SERIAL_COPY_BYTES {
-            d.copy_from_slice(h);
-            bad(h, first)
+    stream_up(gpu, src, base, stage, &bad)
+}
+
+/// Bytes per DMA of a streamed copy ([`stream_up`], [`stream_down`]): small enough that the
+/// DMA starts soon after the first parts are copied, large enough that the copy engine runs
+/// at full speed.
+const STREAM_PIECE_BYTES: usize = 2 << 20;
+
+/// Runs `work(k)` for the parts `k = 0..n` on the pool's threads, handed out in increasing
+/// order (one atomic counter), so that the parts finish about in order; stops handing out
+/// parts once `work` returns `false`.
+fn parts_in_order(n: usize, work: &(dyn Fn(usize) -> bool + Sync)) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let run = || loop {
+        let k = next.fetch_add(1, Relaxed);
+        if k >= n || stop.load(Relaxed) {
+            break;
+        }
+        if !work(k) {
+            stop.store(true, Relaxed);
+        }
+    };
+    let threads = rayon::current_num_threads().min(n);
+    if threads <= 1 {
+        run();
+    } else {
+        rayon::scope(|sc| {
+            for _ in 1..threads {
+                sc.spawn(|_| run());
+            }
+            run();
+        });
+    }
+}
+
+/// Runs `work(k)` for the parts `k = 0..n` on the pool's threads, handed out in increasing
+/// order, while the calling thread runs `ready(j)` for each group `j` of `per` consecutive
+/// parts, in order, as soon as every part of the group is done: the calling thread issues
+/// (for example) a group's DMA while the pool works on later parts. A part for which
+/// `work` returns `false` stops the handing out and the groups (every part handed out is
+/// finished before this returns); an error of `ready` stops them too and is returned.
+pub(crate) fn parts_then_groups(
+    n: usize,
+    per: usize,
+    work: &(dyn Fn(usize) -> bool + Sync),
+    ready: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let per = per.max(1);
+    let groups = n.div_ceil(per);
+    let left: Vec<AtomicUsize> = (0..groups)
+        .map(|j| AtomicUsize::new(((j + 1) * per).min(n) - j * per))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let run = || loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        if k >= n || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if work(k) {
+            left[k / per].fetch_sub(1, Ordering::AcqRel);
         } else {
-            d.par_chunks_mut(part)
-                .zip(h.par_chunks(part))
-                .enumerate()
-                .map(|(j, (d, h))| {
-                    d.copy_from_slice(h);
-                    bad(h, first + j * part)
-                })
-                .reduce(|| false, |a, b| a | b)
-        };
-        if found {
-            // The pieces already sent still read the stage: done before it is reused.
-            s.synchronize().ctx(what)?;
+            stop.store(true, Ordering::Release);
+        }
+    };
+    let mut result = Ok(());
+    let threads = rayon::current_num_threads().min(n).max(1);
+    rayon::in_place_scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|_| run());
+        }
+        for (j, left) in left.iter().enumerate() {
+            while left.load(Ordering::Acquire) != 0 {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                // On a pool thread, help with the parts; else let the pool's threads run.
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::thread::yield_now();
+                }
+            }
+            if let Err(e) = ready(j) {
+                stop.store(true, Ordering::Release);
+                result = Err(e);
+                return;
+            }
+        }
+    });
+    result
+}
+
+/// Copies `src` to the device at `base` through pinned `stage`, streamed: the pool's threads
+/// copy parts of 64 KiB into `stage` in increasing order (each part tested by `bad` right
+/// after its copy, with the index of its first element), and the thread that completes the
+/// last part of a piece of [`STREAM_PIECE_BYTES`] issues that piece's DMA at once. So the
+/// DMA of the first pieces runs while later parts are copied, and no thread waits between
+/// pieces. Small inputs are copied by the calling thread and sent in one DMA. Returns
+/// `Ok(true)` when a part was bad (the DMA already issued is waited for first).
+fn stream_up<T>(
+    gpu: &GpuContext,
+    src: &[T],
+    base: u64,
+    stage: &mut [T],
+    bad: &(dyn Fn(&[T], usize) -> bool + Sync),
+) -> Result<bool>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let what = "copying to the device";
+    let s = gpu.stream();
+    let n = src.len();
+    let size = std::mem::size_of::<T>().max(1);
+    let stage = &mut stage[..n];
+    // SAFETY (both DMA calls below): the caller's device buffer at `base` holds at least
+    // `src.len()` elements, so each piece's range lies inside it; the piece's pinned memory
+    // is not written again until the stream has finished this copy (the callers wait before
+    // reusing a stage).
+    if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
+        stage.copy_from_slice(src);
+        if bad(src, 0) {
             return Ok(true);
         }
-        let at = base + (first * size) as u64;
-        // SAFETY: `dst` holds at least `src.len()` elements (checked above), so
-        // `at .. at + size_of_val(d)` lies inside it; `d` is pinned host memory that nobody
-        // writes until the stream has finished this copy (the callers wait before reusing a
-        // stage).
-        unsafe { cudarc::driver::result::memcpy_htod_async(at, &*d, s.cu_stream()) }.ctx(what)?;
+        // SAFETY: see above.
+        unsafe { cudarc::driver::result::memcpy_htod_async(base, &*stage, s.cu_stream()) }
+            .ctx(what)?;
+        return Ok(false);
+    }
+    let part = (PAR_COPY_BYTES / size).max(1);
+    let per_piece = (STREAM_PIECE_BYTES / PAR_COPY_BYTES).max(1);
+    let piece = part * per_piece;
+    let n_parts = n.div_ceil(part);
+    let n_pieces = n.div_ceil(piece);
+    // The threads write disjoint parts of the stage and the DMA reads whole pieces of it:
+    // through its address, with no `&mut` borrow alive meanwhile.
+    let stage_ptr = stage.as_mut_ptr() as usize;
+    let left: Vec<AtomicUsize> = (0..n_pieces)
+        .map(|j| AtomicUsize::new(((j + 1) * per_piece).min(n_parts) - j * per_piece))
+        .collect();
+    let found = std::sync::atomic::AtomicBool::new(false);
+    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
+    parts_in_order(n_parts, &|k| {
+        let first = k * part;
+        let h = &src[first..(first + part).min(n)];
+        // SAFETY: part `k` (`first .. first + h.len()`, inside the stage's `n` elements) is
+        // handed to this thread only, and its piece's DMA reads it only after this copy
+        // (ordered by the piece's counter below).
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), (stage_ptr as *mut T).add(first), h.len())
+        };
+        if bad(h, first) {
+            found.store(true, Ordering::Relaxed);
+            return false;
+        }
+        let j = k / per_piece;
+        if left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The piece's last part: every part of it is in the stage (the other threads'
+            // copies happen before their decrements, acquired above).
+            let lo = j * piece;
+            let hi = ((j + 1) * piece).min(n);
+            let r = gpu.context().bind_to_thread().ctx(what).and_then(|()| {
+                // SAFETY: `lo..hi` lies inside the stage (`n` elements from `stage_ptr`), every
+                // part of it was written (the decrements above order those writes before
+                // this), and no thread writes it again during this call.
+                let host =
+                    unsafe { std::slice::from_raw_parts((stage_ptr as *const T).add(lo), hi - lo) };
+                // SAFETY: see above.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(
+                        base + (lo * size) as u64,
+                        host,
+                        s.cu_stream(),
+                    )
+                }
+                .ctx(what)
+            });
+            if let Err(e) = r {
+                failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+                return false;
+            }
+        }
+        true
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        let _ = s.synchronize();
+        return Err(e);
+    }
+    if found.load(Ordering::Relaxed) {
+        s.synchronize().ctx(what)?;
+        return Ok(true);
     }
     Ok(false)
+}
+
+/// Copies `n = dst.len()` elements from the device at `base` into `dst` through pinned
+/// `stage`, streamed: one DMA per piece of [`STREAM_PIECE_BYTES`], each followed by an
+/// event; the pool's threads take parts of 64 KiB in increasing order, wait for their
+/// piece's event and copy the part out. Waits for everything before it returns.
+fn stream_down<T>(gpu: &GpuContext, base: u64, dst: &mut [T], stage: &mut [T]) -> Result<()>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+{
+    let what = "copying from the device";
+    let s = gpu.stream();
+    let n = dst.len();
+    let size = std::mem::size_of::<T>().max(1);
+    let stage = &mut stage[..n];
+    if std::mem::size_of_val(dst) <= SERIAL_COPY_BYTES {
+        // SAFETY: the caller's device buffer at `base` holds at least `n` elements; `stage`
+        // is pinned host memory read only after the synchronisation below.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *stage, base, s.cu_stream()) }
+            .ctx(what)?;
+        s.synchronize().ctx(what)?;
+        dst.copy_from_slice(stage);
+        return Ok(());
+    }
+    let part = (PAR_COPY_BYTES / size).max(1);
+    let per_piece = (STREAM_PIECE_BYTES / PAR_COPY_BYTES).max(1);
+    let piece = part * per_piece;
+    let mut landed = Vec::with_capacity(n.div_ceil(piece));
+    for (j, h) in stage.chunks_mut(piece).enumerate() {
+        // SAFETY: the caller's device buffer at `base` holds at least `n` elements, so this
+        // piece's range lies inside it; `h` is pinned host memory read only after the event
+        // recorded behind this copy has completed.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut *h,
+                base + (j * piece * size) as u64,
+                s.cu_stream(),
+            )
+        }
+        .ctx(what)?;
+        landed.push(
+            s.record_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            ))
+            .ctx(what)?,
+        );
+    }
+    copy_landed(dst, stage, piece, &landed).inspect_err(|_| {
+        let _ = s.synchronize();
+    })
+}
+
+/// Copies `src` (pinned memory that DMA copies are filling, piece `j` of `piece` elements
+/// complete once `landed[j]` has) into `dst` (the same length): the pool's threads take
+/// parts of 64 KiB in increasing order, wait for their piece's event and copy the part, so
+/// the copies out follow the DMA closely with no thread waiting between pieces.
+pub(crate) fn copy_landed<T>(
+    dst: &mut [T],
+    src: &[T],
+    piece: usize,
+    landed: &[cudarc::driver::CudaEvent],
+) -> Result<()>
+where
+    T: Copy + Send + Sync,
+{
+    use std::sync::Mutex;
+    let what = "copying from the device";
+    let n = dst.len().min(src.len());
+    let size = std::mem::size_of::<T>().max(1);
+    // Parts never straddle two pieces.
+    let part = (PAR_COPY_BYTES / size).clamp(1, piece.max(1));
+    let piece = piece.max(1).div_ceil(part) * part;
+    if landed.len() < n.div_ceil(piece) {
+        return Err(crate::error::invalid(
+            "download",
+            format!("{} events for {} pieces", landed.len(), n.div_ceil(piece)),
+        ));
+    }
+    if std::mem::size_of_val(&dst[..n]) <= SERIAL_COPY_BYTES {
+        for e in &landed[..n.div_ceil(piece)] {
+            e.synchronize().ctx(what)?;
+        }
+        dst[..n].copy_from_slice(&src[..n]);
+        return Ok(());
+    }
+    // The threads write disjoint parts of `dst`: through its address.
+    let dst_ptr = dst.as_mut_ptr() as usize;
+    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
+    parts_in_order(n.div_ceil(part), &|k| {
+        let first = k * part;
+        if let Err(e) = landed[first / piece].synchronize().ctx(what) {
+            failed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(e);
+            return false;
+        }
+        let h = &src[first..(first + part).min(n)];
+        // SAFETY: part `k` of `dst` (`first .. first + h.len()`, inside its `n` elements) is
+        // handed to this thread only; `dst` is not otherwise used until this call returns.
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), (dst_ptr as *mut T).add(first), h.len())
+        };
+        true
+    });
+    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// Copies `src` (device) into `dst` (host, the same length) on `gpu`'s stream and waits:
@@ -231,7 +511,12 @@ where
     let s = gpu.stream();
     gpu.context().bind_to_thread().ctx(what)?;
     match stage {
+        Some(p) if crate::phases::variant() != 1 => {
+            let (base, _record) = src.device_ptr(s);
+            stream_down(gpu, base, dst, p)
+        }
         Some(p) => {
+            // The previous session's loop (measured as `--variant 1`).
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..dst.len()];
             let (base, _record) = src.device_ptr(s);
@@ -259,6 +544,48 @@ where
         None => {
             s.memcpy_dtoh(&src.slice(0..dst.len()), dst).ctx(what)?;
             s.synchronize().ctx(what)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parts_then_groups;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Groups come in order, each after all its parts; a failing part stops the groups
+    /// from its own on, and every part before it is done.
+    #[test]
+    fn groups_follow_their_parts_in_order() {
+        for (n, per, fail) in [
+            (0, 4, None),
+            (1, 4, None),
+            (37, 4, None),
+            (37, 4, Some(21)),
+            (64, 8, Some(0)),
+        ] {
+            let done: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+            let work = |k: usize| {
+                if Some(k) == fail {
+                    return false;
+                }
+                done[k].store(true, Ordering::Release);
+                true
+            };
+            let mut groups = Vec::new();
+            let mut ready = |j: usize| {
+                assert!((j * per..((j + 1) * per).min(n)).all(|k| done[k].load(Ordering::Acquire)));
+                groups.push(j);
+                Ok(())
+            };
+            parts_then_groups(n, per, &work, &mut ready).unwrap();
+            let last = fail.map_or(n.div_ceil(per), |f| f / per);
+            assert!(groups.iter().copied().eq(0..groups.len()), "{groups:?}");
+            assert!(groups.len() <= last);
+            match fail {
+                None => assert_eq!(groups.len(), last),
+                Some(f) => assert!((0..f).all(|k| done[k].load(Ordering::Acquire))),
+            }
         }
     }
 }

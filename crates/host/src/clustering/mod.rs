@@ -363,6 +363,11 @@ const VALIDATE_PIECE: usize = 1 << 14;
 /// four arrays): the copy of one wave to the device overlaps the checks of the next.
 pub(crate) const VALIDATE_WAVE: usize = 1 << 20;
 
+/// Digis per wave of the streamed staged validation (a multiple of [`VALIDATE_PIECE`]; 4 MiB
+/// of the four arrays): the pool's threads check and copy later pieces while a wave's DMA
+/// is issued and runs.
+const STREAM_WAVE: usize = 1 << 19;
+
 /// What a staged validation calls after each wave: the wave's stretches of the four staged
 /// arrays (module, x, y, adc) and its digi range.
 pub(crate) type WaveSink<'a> = dyn FnMut([&[u16]; 4], std::ops::Range<usize>) -> Result<()> + 'a;
@@ -587,7 +592,60 @@ pub(crate) fn validate_digis(
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
+        Some((pin, on_wave)) if crate::phases::variant() != 1 => {
+            // Streamed: the pool's threads take pieces in order, each copying its digis
+            // into the stage and checking them; this thread sends each wave of
+            // STREAM_WAVE digis to the device as soon as its pieces are done.
+            let pin = &mut pin[..4 * n];
+            let base = pin.as_mut_ptr() as usize;
+            let srcs = [digis.module, digis.x, digis.y, digis.adc];
+            let slots: Vec<std::sync::Mutex<Option<PieceResult>>> =
+                (0..pieces).map(|_| Default::default()).collect();
+            let work = |p: usize| -> bool {
+                let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+                for (a, src) in srcs.iter().enumerate() {
+                    // SAFETY: array `a` of the stage is `base + a n .. base + (a + 1) n`
+                    // (`pin` holds `4 n`); piece `p`'s stretch of it is written by this
+                    // thread only, and read (its wave's DMA) after this piece is counted
+                    // done.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src[lo..hi].as_ptr(),
+                            (base as *mut u16).add(a * n + lo),
+                            hi - lo,
+                        )
+                    };
+                }
+                let r = check_piece(p);
+                let ok = r.0.is_none();
+                *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                ok
+            };
+            let per = STREAM_WAVE / VALIDATE_PIECE;
+            let mut ready = |w: usize| -> Result<()> {
+                let lo = w * STREAM_WAVE;
+                let hi = (lo + STREAM_WAVE).min(n);
+                crate::phases::mark(crate::phases::Phase::Validate);
+                // SAFETY: every piece of this wave has been written (their counts were
+                // acquired before this call) and no thread writes them again during the
+                // call; the four stretches lie inside `pin` (`4 n` elements).
+                let wave = [0, 1, 2, 3].map(|a| unsafe {
+                    std::slice::from_raw_parts((base as *const u16).add(a * n + lo), hi - lo)
+                });
+                let r = on_wave(wave, lo..hi);
+                crate::phases::mark(crate::phases::Phase::Stage);
+                r
+            };
+            crate::staging::parts_then_groups(pieces, per, &work, &mut ready)?;
+            // Every piece up to the first with a range error has its result (pieces are
+            // handed out in order and finished); later ones may be missing.
+            slots
+                .into_iter()
+                .map_while(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .collect()
+        }
         Some((pin, on_wave)) => {
+            // The previous session's waves (measured as `--variant 1`).
             let (m, rest) = pin[..4 * n].split_at_mut(n);
             let (x, rest) = rest.split_at_mut(n);
             let (y, a) = rest.split_at_mut(n);
@@ -1048,8 +1106,9 @@ mod tests {
         assert!(err.to_string().contains("output arrays"), "{err}");
     }
 
-    /// A staged validation of several waves: the waves cover the digis in order, a range
-    /// error stops after its wave, and the errors equal the unstaged ones.
+    /// A staged validation of several waves: the waves cover the digis in order and the
+    /// stage holds the four arrays, a range error stops before its wave, and the errors
+    /// equal the unstaged ones.
     #[test]
     fn staged_validation_in_waves() {
         let g = Geometry::phase1();
@@ -1082,8 +1141,23 @@ mod tests {
             let want = validate(&bad, &offsets, &g).map_err(|e| e.to_string());
             assert_eq!(got, want, "fault {fault:?}");
             assert_eq!(want.is_err(), fault.is_some());
-            let expect_waves = fault.map_or(3, |f| f / VALIDATE_WAVE + 1);
-            assert_eq!(waves.len(), expect_waves, "fault {fault:?}");
+            // Waves in order from digi 0, each whole; none at or after a faulty wave.
+            let mut end = 0;
+            for r in &waves {
+                assert_eq!(r.start, end, "fault {fault:?}: {waves:?}");
+                assert!(r.len() == STREAM_WAVE || r.end == n, "{waves:?}");
+                end = r.end;
+            }
+            match fault {
+                None => {
+                    assert_eq!(end, n);
+                    let arrays = [&d.module, &d.x, &d.y, &d.adc];
+                    for (a, v) in arrays.iter().enumerate() {
+                        assert!(stage[a * n..(a + 1) * n] == v[..], "array {a} staged");
+                    }
+                }
+                Some(f) => assert!(end <= f / STREAM_WAVE * STREAM_WAVE, "{waves:?}"),
+            }
         }
     }
 }
