@@ -379,8 +379,7 @@ where
 
 /// Copies `n = dst.len()` elements from the device at `base` into `dst` through pinned
 /// `stage`, streamed: one DMA per piece of [`STREAM_PIECE_BYTES`], each followed by an
-/// event; the pool's threads take parts of 64 KiB in increasing order, wait for their
-/// piece's event and copy the part out. Waits for everything before it returns.
+/// event, then [`copy_landed`]. Waits for everything before it returns.
 fn stream_down<T>(gpu: &GpuContext, base: u64, dst: &mut [T], stage: &mut [T]) -> Result<()>
 where
     T: DeviceRepr + Copy + Send + Sync,
@@ -428,9 +427,12 @@ where
 }
 
 /// Copies `src` (pinned memory that DMA copies are filling, piece `j` of `piece` elements
-/// complete once `landed[j]` has) into `dst` (the same length): the pool's threads take
-/// parts of 64 KiB in increasing order, wait for their piece's event and copy the part, so
-/// the copies out follow the DMA closely with no thread waiting between pieces.
+/// complete once `landed[j]` has) into `dst` (the same length): the calling thread waits
+/// for the events in order and releases each piece; the pool's threads take parts of 64 KiB
+/// in increasing order and copy each once its piece is released, so the copies out follow
+/// the DMA closely with no fork and join per piece. (One `cuEventSynchronize` per piece, on
+/// one thread: every thread waiting on the events itself was measured slower, see
+/// docs/benchmarks.md, section "door".)
 pub(crate) fn copy_landed<T>(
     dst: &mut [T],
     src: &[T],
@@ -440,7 +442,6 @@ pub(crate) fn copy_landed<T>(
 where
     T: Copy + Send + Sync,
 {
-    use std::sync::Mutex;
     let what = "copying from the device";
     let n = dst.len().min(src.len());
     let size = std::mem::size_of::<T>().max(1);
@@ -460,30 +461,52 @@ where
         dst[..n].copy_from_slice(&src[..n]);
         return Ok(());
     }
-    // The threads write disjoint parts of `dst`: through its address.
+    // The calling thread waits for the pieces' events in order and releases each piece;
+    // the pool's threads, taking parts in order, wait (in user space) for their piece's
+    // release and copy the part. The threads write disjoint parts of `dst`: through its
+    // address.
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let dst_ptr = dst.as_mut_ptr() as usize;
-    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
-    parts_in_order(n.div_ceil(part), &|k| {
-        let first = k * part;
-        if let Err(e) = landed[first / piece].synchronize().ctx(what) {
-            failed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get_or_insert(e);
-            return false;
+    let n_parts = n.div_ceil(part);
+    let per = piece / part;
+    let released = AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let run = || loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        if k >= n_parts {
+            break;
         }
+        while released.load(Ordering::Acquire) <= k / per {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        let first = k * part;
         let h = &src[first..(first + part).min(n)];
         // SAFETY: part `k` of `dst` (`first .. first + h.len()`, inside its `n` elements) is
         // handed to this thread only; `dst` is not otherwise used until this call returns.
         unsafe {
             std::ptr::copy_nonoverlapping(h.as_ptr(), (dst_ptr as *mut T).add(first), h.len())
         };
-        true
+    };
+    let mut result = Ok(());
+    let threads = rayon::current_num_threads().min(n_parts).max(1);
+    rayon::in_place_scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|_| run());
+        }
+        for (j, e) in landed[..n.div_ceil(piece)].iter().enumerate() {
+            if let Err(e) = e.synchronize().ctx(what) {
+                stop.store(true, Ordering::Release);
+                result = Err(e);
+                return;
+            }
+            released.store(j + 1, Ordering::Release);
+        }
     });
-    match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    result
 }
 
 /// Copies `src` (device) into `dst` (host, the same length) on `gpu`'s stream and waits:
@@ -511,12 +534,12 @@ where
     let s = gpu.stream();
     gpu.context().bind_to_thread().ctx(what)?;
     match stage {
-        Some(p) if crate::phases::variant() != 1 => {
+        Some(p) if crate::phases::variant() == 9 => {
             let (base, _record) = src.device_ptr(s);
             stream_down(gpu, base, dst, p)
         }
         Some(p) => {
-            // The previous session's loop (measured as `--variant 1`).
+            // Piece by piece (the streamed copy out is `--variant 9`, not measured yet).
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..dst.len()];
             let (base, _record) = src.device_ptr(s);

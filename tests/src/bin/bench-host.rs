@@ -769,7 +769,9 @@ fn memcpy_rows(g: &GpuContext, o: &Opts) -> Result<()> {
     use rayon::prelude::*;
     const MB: usize = 58;
     let n = MB << 20;
-    let src: Vec<u8> = (0..n).map(|i| ((i * 2654435761usize) >> 13) as u8).collect();
+    let src: Vec<u8> = (0..n)
+        .map(|i| ((i * 2654435761usize) >> 13) as u8)
+        .collect();
     let mut page = vec![1u8; n];
     let mut wc = g.pinned::<u8>(n, true)?;
     let mut cached = g.pinned::<u8>(n, false)?;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use super::cuda::{Events, SeedStaging, SeedingWorkspace};
 use super::{SeedingConfig, SeedingOutput};
 use crate::cuda::GpuContext;
-use crate::error::{invalid, Error, Result};
+use crate::error::{invalid, DriverContext, Error, Result};
 use crate::staging::HostCopies;
 
 /// The seeding workspace of one stream.
@@ -220,15 +220,16 @@ pub(crate) fn seed_pipelined(
         lanes[k % 2].push((k, ev, o));
         (rest_ev, rest_out, start) = (ev_rest, o_rest, end);
     }
-    let run_lane = |parts: Vec<(usize, Events<'_>, &mut [SeedingOutput])>| {
+    let run_lane = |w: &mut SeedWorkspace,
+                    parts: Vec<(usize, Events<'_>, &mut [SeedingOutput])>| {
         let mut first_err: Option<(usize, Error)> = None;
+        // The lane's thread needs the context current for the raw driver calls.
+        if let Err(e) = w.gpu.context().bind_to_thread().ctx("binding the context") {
+            turn.stop();
+            return Some((parts.first().map_or(0, |p| p.0), e));
+        }
         for (k, ev, o) in parts {
-            let r = b.ws.seeding.run(
-                gpu,
-                || SeedWorkspace::new(gpu),
-                |w| w.seed_part(ev, cfg, (&turn, k), o),
-            );
-            if let Err(e) = r {
+            if let Err(e) = w.seed_part(ev, cfg, (&turn, k), o) {
                 // A part failed: the later parts stop at their turn (or have staged and
                 // run on; their results are dropped with the call's).
                 turn.stop();
@@ -238,19 +239,30 @@ pub(crate) fn seed_pipelined(
         first_err
     };
     let [lane0, lane1] = lanes;
-    let (e0, e1) = std::thread::scope(|s| {
-        let h = s.spawn(|| run_lane(lane1));
-        let e0 = run_lane(lane0);
-        let e1 = h
-            .join()
-            .unwrap_or_else(|_| Some((0, invalid("seeding", "a seeding thread panicked"))));
-        (e0, e1)
-    });
-    // The first part's error: later parts may only have been stopped by it.
-    match [e0, e1].into_iter().flatten().min_by_key(|(k, _)| *k) {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+    // Two workspaces in fixed roles (lane 0 always the first): a repeated call allocates
+    // nothing once its parts fit them.
+    b.ws.seeding.run_two(
+        gpu,
+        || SeedWorkspace::new(gpu),
+        |w0, w1| {
+            let (e0, e1) = std::thread::scope(|s| {
+                let h = s.spawn(|| run_lane(w1, lane1));
+                let e0 = run_lane(w0, lane0);
+                let e1 = h
+                    .join()
+                    .unwrap_or_else(|_| Some((0, invalid("seeding", "a seeding thread panicked"))));
+                (e0, e1)
+            });
+            let errs = [e0, e1].into_iter().flatten();
+            // A driver error first (the pool then drops both workspaces, their state
+            // unknown); else the first part's error: later parts may only have been
+            // stopped by it.
+            match errs.min_by_key(|(k, e)| (!matches!(e, Error::Driver { .. }), *k)) {
+                Some((_, e)) => Err(e),
+                None => Ok(()),
+            }
+        },
+    )
 }
 
 #[cfg(test)]
