@@ -5,7 +5,7 @@
 //! backend gives them.
 
 use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Clusters, Digis, DigisRef, Geometry};
-use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single};
+use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single, StreamConfig};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
 };
@@ -24,6 +24,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("doors_queue", test_queue),
     ("doors_pet_checks", test_pet_checks),
     ("doors_seed_pipeline", test_seed_pipeline),
+    ("doors_pet_run_file", test_pet_run_file),
 ];
 
 /// Two fresh backends on the test's device: one with pinned staging (the default), one that
@@ -851,4 +852,136 @@ fn test_seed_pipeline(c: &Ctx) -> R {
         compare_seeds(&format!("after the errors event {j}"), got, &one[idx[j]])?;
     }
     Ok(())
+}
+
+/// `pet_run_file` (pairs sunk on the calling thread while the next chunk runs on another):
+/// the oracle's pairs for every chunk size (one frame short of, equal to and past the
+/// stream; chunks that end inside a coincidence window), `progress` after each chunk's
+/// pairs with the totals of that chunk, a repeated call of the same shape allocating
+/// nothing, and a sink that fails at its third chunk stopping the run with its error and no
+/// later sink call.
+fn test_pet_run_file(c: &Ctx) -> R {
+    let scanner = pgen::tiny_scanner(c.seed);
+    let n = if c.quick { 20_000 } else { 300_000 };
+    let frames = pgen::acquisition(
+        &scanner,
+        &pgen::AcquisitionConfig {
+            seed: c.seed ^ 0x0f11e,
+            singles: n,
+            singles_rate: 3e7,
+            slice: 100_000,
+            ..Default::default()
+        },
+    )
+    .frames;
+    let bytes = pgen::frame_bytes(&frames);
+    let nf = frames.len();
+    let cc = CoincideConfig::prompt(5000.0);
+    let cpu = Backend::cpu();
+    let (s, _) = cpu.pet_convert(&frames, &scanner).map_err(e)?;
+    let want = cpu
+        .pet_coincide(&cpu.pet_sort(&s).map_err(e)?, &cc)
+        .map_err(e)?;
+    ensure(want.len() > 100, || format!("only {} pairs", want.len()))?;
+    let dir = std::env::temp_dir().join(format!("detkit-doors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|x| x.to_string())?;
+    let file = dir.join("frames.bin");
+    std::fs::write(&file, bytes).map_err(|x| x.to_string())?;
+    let r = (|| -> R {
+        let chunks = [1000, 4097, nf / 3 + 1, nf - 1, nf, nf + 1];
+        for (label, b) in backends(c)?.into_iter().chain([("cpu", Backend::cpu())]) {
+            let handle = b.load_scanner(&scanner).map_err(e)?;
+            for &chunk in &chunks {
+                let sc = StreamConfig {
+                    chunk_frames: chunk,
+                    pending_capacity: 1 << 18,
+                };
+                for round in 0..2 {
+                    let what = format!("{label} chunk {chunk} round {round}");
+                    let before = b.allocations();
+                    let mut got: Vec<detkit::pet::Coincidence> = Vec::new();
+                    // (sink calls, pairs so far), read by `progress`.
+                    let seen = std::cell::Cell::new((0u64, 0u64));
+                    let mut progress_err = None;
+                    let st = b
+                        .pet_run_file(
+                            &file,
+                            &handle,
+                            &cc,
+                            &sc,
+                            |p| {
+                                got.extend_from_slice(p);
+                                let (k, _) = seen.get();
+                                seen.set((k + 1, got.len() as u64));
+                                Ok(())
+                            },
+                            |st| {
+                                // Called after each chunk's pairs went to the sink, with
+                                // that chunk's totals.
+                                let (k, pairs) = seen.get();
+                                if k != st.chunks || pairs != st.pairs {
+                                    progress_err.get_or_insert(format!(
+                                        "progress after {k} sink calls ({pairs} pairs) got \
+                                         {} chunks, {} pairs",
+                                        st.chunks, st.pairs
+                                    ));
+                                }
+                            },
+                        )
+                        .map_err(|err| format!("{what}: {err}"))?;
+                    if let Some(m) = progress_err {
+                        return Err(format!("{what}: {m}"));
+                    }
+                    exact(&format!("{what}: pairs"), &got, &want)?;
+                    ensure(st.pairs == want.len() as u64, || {
+                        format!("{what}: stats count {} pairs", st.pairs)
+                    })?;
+                    ensure(st.chunks as usize == nf / chunk + 1, || {
+                        format!("{what}: {} chunks", st.chunks)
+                    })?;
+                    let made = b.allocations() - before;
+                    ensure(round == 0 || made == 0, || {
+                        format!("{what}: {made} allocations in a call that fits")
+                    })?;
+                }
+            }
+            // A sink that fails at its third call: that error, and no fourth call.
+            let sc = StreamConfig {
+                chunk_frames: 1000,
+                pending_capacity: 1 << 18,
+            };
+            let mut calls = 0;
+            let r = b.pet_run_file(
+                &file,
+                &handle,
+                &cc,
+                &sc,
+                |_| {
+                    calls += 1;
+                    if calls == 3 {
+                        Err(detkit::Error::InvalidInput {
+                            what: "test sink",
+                            detail: "full".into(),
+                        })
+                    } else {
+                        Ok(())
+                    }
+                },
+                |_| {},
+            );
+            match r {
+                Err(detkit::Error::InvalidInput {
+                    what: "test sink", ..
+                }) if calls == 3 => {}
+                other => {
+                    return Err(format!(
+                        "{label}: failing sink gave {other:?} after {calls} calls"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    })();
+    std::fs::remove_dir_all(&dir).ok();
+    r
 }
