@@ -25,6 +25,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("doors_pet_checks", test_pet_checks),
     ("doors_seed_pipeline", test_seed_pipeline),
     ("doors_pet_run_file", test_pet_run_file),
+    ("doors_cluster_split", test_cluster_split),
 ];
 
 /// Two fresh backends on the test's device: one with pinned staging (the default), one that
@@ -984,4 +985,134 @@ fn test_pet_run_file(c: &Ctx) -> R {
     })();
     std::fs::remove_dir_all(&dir).ok();
     r
+}
+
+/// Restores the measuring variant when a test that set one ends (or fails).
+struct VariantGuard;
+
+impl Drop for VariantGuard {
+    fn drop(&mut self) {
+        detkit::phases::set_variant(0);
+    }
+}
+
+/// A pinned-staging batch of 2^20 digis or more in 8 events or more runs as sub-batches on
+/// two workspaces: every shape (odd event counts, an empty event, a short event between full
+/// ones) gives the oracle's clusters in 4 sub-batches (the default), 2 and 8 (variants 11,
+/// 12) and in one batch (variant 10), a repeated call allocates nothing, and a bad digi in
+/// the middle event, at the first digi of a sub-batch or in the last event gives the CPU
+/// backend's error (same digi index, column and message).
+fn test_cluster_split(c: &Ctx) -> R {
+    if c.quick {
+        println!("  doors_cluster_split: not run under --quick");
+        return Ok(());
+    }
+    let _guard = VariantGuard;
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    let (d11, o11) = batch(c.seed ^ 0x5b1, 11, usize::MAX);
+    let (d13, mut o13) = batch(c.seed ^ 0x5b2, 13, usize::MAX);
+    // An empty event before event 5.
+    o13.insert(5, o13[5]);
+    let (d31, o31) = {
+        // 31 events, every third one cut to 5000 digis.
+        let mut all = Digis::default();
+        let mut offsets = vec![0u32];
+        for i in 0..31u64 {
+            let ev = cgen::run3_event(c.seed ^ 0x5b3 ^ (i * 7919));
+            let n = if i % 3 == 1 {
+                5000.min(ev.len())
+            } else {
+                ev.len()
+            };
+            all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
+            offsets.push(all.len() as u32);
+        }
+        (all, offsets)
+    };
+    let shapes = [(&d11, &o11), (&d13, &o13), (&d31, &o31)];
+    for (d, _) in &shapes {
+        ensure(d.len() >= 1 << 20, || {
+            format!("only {} digis: no split", d.len())
+        })?;
+    }
+    let wants: Vec<Clusters> = shapes
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(*d, o, &g, cut))
+        .collect();
+    let b = Backend::cuda(0).map_err(e)?;
+    let mut out = Clusters::default();
+    for variant in [0u32, 11, 12, 10] {
+        detkit::phases::set_variant(variant);
+        for round in 0..2 {
+            let before = b.allocations();
+            for (i, ((d, o), want)) in shapes.iter().zip(&wants).enumerate() {
+                let what = format!(
+                    "variant {variant} round {round} shape {i} ({} events)",
+                    o.len() - 1
+                );
+                b.cluster_events_into(*d, o, &g, cut, &mut out)
+                    .map_err(|err| format!("{what}: {err}"))?;
+                compare_clusters(&what, &out, want)?;
+                if round == 1 {
+                    let slots = (o.len() - 1) * g.modules as usize;
+                    let mut c = Clusters {
+                        clus: vec![-7; d.len()],
+                        clus_in_module: vec![7; slots],
+                        module_first: vec![7; slots],
+                        ..Default::default()
+                    };
+                    b.cluster_events_into_slices(*d, o, &g, cut, c.as_mut())
+                        .map_err(e)?;
+                    compare_clusters(&format!("{what} (slices)"), &c, want)?;
+                }
+            }
+            let made = b.allocations() - before;
+            ensure(round == 0 || made == 0, || {
+                format!("variant {variant}: {made} allocations in calls that fit")
+            })?;
+        }
+    }
+    detkit::phases::set_variant(0);
+    // Faults: the middle event's middle digi, the first digi of the third sub-batch's first
+    // event (13 events in 4 parts: events near 6–7), the last event's last digi.
+    let cpu = Backend::cpu();
+    let (d, o) = (&d13, &o13);
+    let ne = o.len() - 1;
+    let at = [
+        (o[ne / 2] + (o[ne / 2 + 1] - o[ne / 2]) / 2) as usize,
+        o[7] as usize,
+        o[ne] as usize - 1,
+    ];
+    type Fault = fn(&mut Digis, usize);
+    let faults: [(&str, Fault); 3] = [
+        ("module out of range", |d, i| d.module[i] = 5000),
+        ("y out of range", |d, i| d.y[i] = 416),
+        // The module of a digi 1000 further on (or back) in the same event: its run is then
+        // split.
+        ("module not consecutive", |d, i| {
+            let j = if i + 1000 < d.len() {
+                i + 1000
+            } else {
+                i - 1000
+            };
+            d.module[i] = d.module[j]
+        }),
+    ];
+    for &i in &at {
+        for (what, f) in faults {
+            let mut bad = d.clone();
+            f(&mut bad, i);
+            let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+            let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+            ensure(want.is_err(), || {
+                format!("{what} at {i}: the CPU accepted it")
+            })?;
+            ensure(got == want, || {
+                format!("{what} at digi {i}: GPU {got:?}, CPU {want:?}")
+            })?;
+        }
+    }
+    b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
+    compare_clusters("after the errors", &out, &wants[1])
 }

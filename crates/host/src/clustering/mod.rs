@@ -484,6 +484,19 @@ pub(crate) fn validate_digis(
     geometry: &Geometry,
     stage: Option<(&mut [u16], &mut WaveSink<'_>)>,
 ) -> Result<()> {
+    validate_digis_at(digis, event_offsets, geometry, stage, 0)
+}
+
+/// [`validate_digis`] of the digis `base..base + digis.len()` of a larger batch (a whole
+/// number of its events, `event_offsets` counted from `base`): the errors name digis by
+/// their index in that batch.
+pub(crate) fn validate_digis_at(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    stage: Option<(&mut [u16], &mut WaveSink<'_>)>,
+    base: usize,
+) -> Result<()> {
     use rayon::prelude::*;
     let n = digis.len();
     let pieces = n.div_ceil(VALIDATE_PIECE);
@@ -505,13 +518,13 @@ pub(crate) fn validate_digis(
                 continue;
             }
             if m as u32 >= geometry.modules {
-                return (Some((d, module_out_of_range(d, m, geometry))), runs);
+                return (Some((d, module_out_of_range(base + d, m, geometry))), runs);
             }
             let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
             if x >= geometry.rows || y >= geometry.cols {
                 let err = Error::InvalidItem {
                     what: "digi",
-                    index: d,
+                    index: base + d,
                     column: if x >= geometry.rows { "x" } else { "y" },
                     detail: format!(
                         "pixel (x {x}, y {y}) outside the {} × {} module {m}",
@@ -708,13 +721,14 @@ pub(crate) fn validate_digis(
             _ => {}
         }
         if seen[m as usize] == e + 1 {
-            let before = match current {
-                Some((_, ce, start)) if ce == e => start as usize,
-                _ => run.start as usize,
-            };
+            let before = base
+                + match current {
+                    Some((_, ce, start)) if ce == e => start as usize,
+                    _ => run.start as usize,
+                };
             return Err(Error::InvalidItem {
                 what: "digi",
-                index: run.start as usize,
+                index: base + run.start as usize,
                 column: "module",
                 detail: format!(
                     "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {before})"
@@ -815,19 +829,15 @@ impl Backend {
                 out.module_first.copy_from_slice(&c.module_first);
                 Ok(ClusterCounts::default())
             }
-            Some(gpu) => self.ws.clustering.run(
+            Some(gpu) => door::cluster_call(
+                &self.ws.clustering,
                 gpu,
-                || door::ClusterWorkspace::new(gpu),
-                |w| {
-                    w.cluster(
-                        digis,
-                        event_offsets,
-                        geometry,
-                        cut,
-                        self.host_copies(),
-                        door::Out::Slices(out),
-                    )
-                },
+                digis,
+                event_offsets,
+                geometry,
+                cut,
+                self.host_copies(),
+                door::Out::Slices(out),
             ),
         }
     }
@@ -878,24 +888,17 @@ impl Backend {
                 *out = self.on_cpu(|| par::cluster(digis, event_offsets, geometry, cut));
                 Ok(())
             }
-            Some(gpu) => self
-                .ws
-                .clustering
-                .run(
-                    gpu,
-                    || door::ClusterWorkspace::new(gpu),
-                    |w| {
-                        w.cluster(
-                            digis,
-                            event_offsets,
-                            geometry,
-                            cut,
-                            self.host_copies(),
-                            door::Out::Clusters(out),
-                        )
-                    },
-                )
-                .map(|_| ()),
+            Some(gpu) => door::cluster_call(
+                &self.ws.clustering,
+                gpu,
+                digis,
+                event_offsets,
+                geometry,
+                cut,
+                self.host_copies(),
+                door::Out::Clusters(out),
+            )
+            .map(|_| ()),
         }
     }
 }
@@ -1157,6 +1160,54 @@ mod tests {
                     }
                 }
                 Some(f) => assert!(end <= f / STREAM_WAVE * STREAM_WAVE, "{waves:?}"),
+            }
+        }
+    }
+
+    /// A sub-batch of whole events validated on its own ([`validate_digis_at`], as the
+    /// split clustering call does): the same error as the whole batch's, digis named by
+    /// their index in the whole batch, for each kind of fault, in the sub-batch's first,
+    /// middle and last event; no error for a clean sub-batch.
+    #[test]
+    fn sub_batch_errors_name_the_whole_batch() {
+        let g = Geometry::phase1();
+        // Five events of 3000 digis: runs of 50 digis per module, modules in order.
+        let mut d = Digis::default();
+        for e in 0..5usize {
+            for i in 0..3000usize {
+                d.push(
+                    ((i / 50 + e) % 1856) as u16,
+                    (i % 160) as u16,
+                    (i % 416) as u16,
+                    10,
+                );
+            }
+        }
+        let offsets: Vec<u32> = (0..=5).map(|e| e * 3000).collect();
+        type Fault = fn(&mut Digis, usize);
+        let faults: [Fault; 4] = [
+            |d, i| d.module[i] = 5000,
+            |d, i| d.x[i] = 160,
+            |d, i| d.y[i] = 416,
+            |d, i| d.module[i] = d.module[i - 500],
+        ];
+        // Sub-batch: events 1..4 (digis 3000..12000).
+        let (e0, e1) = (1usize, 4usize);
+        let (lo, hi) = (offsets[e0] as usize, offsets[e1] as usize);
+        let rebased: Vec<u32> = offsets[e0..=e1].iter().map(|&o| o - lo as u32).collect();
+        let sub = |b: &Digis| -> Result<()> {
+            let r = DigisRef::from(b).slice(lo..hi);
+            validate_digis_at(r, &rebased, &g, None, lo)
+        };
+        assert!(sub(&d).is_ok());
+        for (k, f) in faults.iter().enumerate() {
+            for at in [lo + 700, lo + 4500, hi - 1] {
+                let mut bad = d.clone();
+                f(&mut bad, at);
+                let want = validate(&bad, &offsets, &g).map_err(|e| e.to_string());
+                let got = sub(&bad).map_err(|e| e.to_string());
+                assert!(want.is_err(), "fault {k} at {at}");
+                assert_eq!(got, want, "fault {k} at {at}");
             }
         }
     }
