@@ -250,6 +250,12 @@ pub(crate) fn parts_then_groups(
         for _ in 0..threads {
             sc.spawn(|_| run());
         }
+        // One group (a small call): the calling thread, outside the pool, takes parts too
+        // while the pool's threads wake (`--variant` 14: it only waits).
+        if groups == 1 && rayon::current_thread_index().is_none() && crate::phases::variant() != 14
+        {
+            run();
+        }
         for (j, left) in left.iter().enumerate() {
             while left.load(Ordering::Acquire) != 0 {
                 if stop.load(Ordering::Acquire) {

@@ -359,6 +359,9 @@ impl DigisRef<'_> {
 /// outweighs handing it to a thread.
 const VALIDATE_PIECE: usize = 1 << 14;
 
+/// Digis per piece of a validation of at most [`STREAM_WAVE`] digis.
+const SMALL_PIECE: usize = 1 << 12;
+
 /// Digis per wave of a staged validation (a multiple of [`VALIDATE_PIECE`]; 8 MiB of the
 /// four arrays): the copy of one wave to the device overlaps the checks of the next.
 pub(crate) const VALIDATE_WAVE: usize = 1 << 20;
@@ -499,10 +502,18 @@ pub(crate) fn validate_digis_at(
 ) -> Result<()> {
     use rayon::prelude::*;
     let n = digis.len();
-    let pieces = n.div_ceil(VALIDATE_PIECE);
+    // A call of one wave or less (an event or a few) in smaller pieces, so that the threads
+    // as they wake find work left (the calling thread starts at once; `--variant` 1 and 14:
+    // one piece size for every call).
+    let piece = if n <= STREAM_WAVE && !matches!(crate::phases::variant(), 1 | 14) {
+        SMALL_PIECE
+    } else {
+        VALIDATE_PIECE
+    };
+    let pieces = n.div_ceil(piece);
     // The digi-by-digi pass: the first range error of a piece, and its runs up to it.
     let check_piece_slow = |p: usize| -> PieceResult {
-        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
         // The event of digi `lo`: the last event starting at or before it (empty events
         // skipped).
         let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
@@ -548,7 +559,7 @@ pub(crate) fn validate_digis_at(
     // branch-free (vectorised) range check of the whole piece and a tight pass for its runs;
     // only a piece with an error takes the digi-by-digi pass that finds the first one.
     let check_piece = |p: usize| -> PieceResult {
-        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
         let (nm, nr, nc) = (geometry.modules, geometry.rows, geometry.cols);
         let bad = digis.module[lo..hi]
             .iter()
@@ -615,7 +626,7 @@ pub(crate) fn validate_digis_at(
             let slots: Vec<std::sync::Mutex<Option<PieceResult>>> =
                 (0..pieces).map(|_| Default::default()).collect();
             let work = |p: usize| -> bool {
-                let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+                let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
                 for (a, src) in srcs.iter().enumerate() {
                     // SAFETY: array `a` of the stage is `base + a n .. base + (a + 1) n`
                     // (`pin` holds `4 n`); piece `p`'s stretch of it is written by this
@@ -634,7 +645,7 @@ pub(crate) fn validate_digis_at(
                 *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                 ok
             };
-            let per = STREAM_WAVE / VALIDATE_PIECE;
+            let per = STREAM_WAVE / piece;
             let mut ready = |w: usize| -> Result<()> {
                 let lo = w * STREAM_WAVE;
                 let hi = (lo + STREAM_WAVE).min(n);
@@ -1200,6 +1211,19 @@ mod tests {
             validate_digis_at(r, &rebased, &g, None, lo)
         };
         assert!(sub(&d).is_ok());
+        // Staged (small pieces, the calling thread working too): the same verdicts, and the
+        // stage holds the sub-batch's four arrays.
+        let staged = |b: &Digis, stage: &mut Vec<u16>| -> Result<()> {
+            let r = DigisRef::from(b).slice(lo..hi);
+            let mut sink = |_: [&[u16]; 4], _: std::ops::Range<usize>| Ok(());
+            validate_digis_at(r, &rebased, &g, Some((stage, &mut sink)), lo)
+        };
+        let mut stage = vec![0u16; 4 * (hi - lo)];
+        assert!(staged(&d, &mut stage).is_ok());
+        let m = hi - lo;
+        for (a, v) in [&d.module, &d.x, &d.y, &d.adc].iter().enumerate() {
+            assert!(stage[a * m..(a + 1) * m] == v[lo..hi], "array {a} staged");
+        }
         for (k, f) in faults.iter().enumerate() {
             for at in [lo + 700, lo + 4500, hi - 1] {
                 let mut bad = d.clone();
@@ -1208,6 +1232,8 @@ mod tests {
                 let got = sub(&bad).map_err(|e| e.to_string());
                 assert!(want.is_err(), "fault {k} at {at}");
                 assert_eq!(got, want, "fault {k} at {at}");
+                let got = staged(&bad, &mut stage).map_err(|e| e.to_string());
+                assert_eq!(got, want, "staged: fault {k} at {at}");
             }
         }
     }
