@@ -203,8 +203,17 @@ fn parts_in_order(n: usize, work: &(dyn Fn(usize) -> bool + Sync)) {
     let threads = rayon::current_num_threads().min(n);
     if threads <= 1 {
         run();
-    } else {
+    } else if crate::phases::variant() == 14 {
         rayon::scope(|sc| {
+            for _ in 1..threads {
+                sc.spawn(|_| run());
+            }
+            run();
+        });
+    } else {
+        // In place: a calling thread outside the pool starts on the parts at once instead
+        // of waiting for a pool thread to take the scope's body (a wake-up per call).
+        rayon::in_place_scope(|sc| {
             for _ in 1..threads {
                 sc.spawn(|_| run());
             }
