@@ -1317,6 +1317,11 @@ impl GpuContext {
                     (&mut bufs.scratch, &mut bounds, &mut lap, &mut phases);
                 let (stats, offset, np) = (&mut *stats, &mut offset, &mut np);
                 let worker = scope.spawn(move || -> Result<(bool, usize, StreamStats)> {
+                    // Raw driver calls (launches, the pinned pairs' allocation) need the
+                    // context current on this thread.
+                    self.context()
+                        .bind_to_thread()
+                        .ctx("binding the context to the chunk's thread")?;
                     let st = self.download(d_stats)?;
                     lap(phases, 1);
                     let w = match order_verdict(&st) {
