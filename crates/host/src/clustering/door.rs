@@ -520,3 +520,38 @@ pub(crate) fn cluster_call(
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::split_ends;
+
+    /// Parts of whole events, each of at least one event, increasing, the last ending at the
+    /// event count; about equal digi counts when the events allow it.
+    #[test]
+    fn split_ends_cover_every_event() {
+        let cases: Vec<Vec<u32>> = vec![
+            (0..=8).map(|e| e * 100).collect(),
+            (0..=64).map(|e| e * 1000).collect(),
+            // One huge event first, empty events, one at the end.
+            vec![
+                0, 10_000, 10_000, 10_000, 10_001, 10_002, 10_003, 10_004, 20_000,
+            ],
+            vec![0, 0, 0, 0, 0, 0, 0, 0, 5],
+        ];
+        for offsets in &cases {
+            let ne = offsets.len() - 1;
+            for parts in 1..=ne.min(8) {
+                let ends = split_ends(offsets, parts);
+                assert_eq!(ends.len(), parts, "{offsets:?} {parts}");
+                assert_eq!(*ends.last().unwrap(), ne);
+                let mut prev = 0;
+                for &e in &ends {
+                    assert!(e > prev, "{offsets:?} {parts}: {ends:?}");
+                    prev = e;
+                }
+            }
+        }
+        // Equal events in 4 parts: 16 events each.
+        assert_eq!(split_ends(&cases[1], 4), vec![16, 32, 48, 64]);
+    }
+}
