@@ -998,8 +998,9 @@ impl Drop for VariantGuard {
 
 /// A pinned-staging batch of 2^20 digis or more in 8 events or more runs as sub-batches on
 /// two workspaces: every shape (odd event counts, an empty event, a short event between full
-/// ones) gives the oracle's clusters in 4 sub-batches (the default), 2 and 8 (variants 11,
-/// 12) and in one batch (variant 10), a repeated call allocates nothing, and a bad digi in
+/// ones) gives the oracle's clusters in sub-batches of weights 2 : 2 : 2 : 1 : 1 (the
+/// default), 2 and 8 equal ones (variants 11, 12) and in one batch (variant 10), a repeated
+/// call allocates nothing, and a bad digi in
 /// the middle event, at the first digi of a sub-batch or in the last event gives the CPU
 /// backend's error (same digi index, column and message).
 fn test_cluster_split(c: &Ctx) -> R {
@@ -1074,8 +1075,9 @@ fn test_cluster_split(c: &Ctx) -> R {
         }
     }
     detkit::phases::set_variant(0);
-    // Faults: the middle event's middle digi, the first digi of the third sub-batch's first
-    // event (13 events in 4 parts: events near 6–7), the last event's last digi.
+    // Faults: the middle event's middle digi, the first digi of event 7 (near the start of
+    // a sub-batch: 14 events in parts of 2 : 2 : 2 : 1 : 1 start at about 4, 7, 10, 12), the
+    // last event's last digi.
     let cpu = Backend::cpu();
     let (d, o) = (&d13, &o13);
     let ne = o.len() - 1;

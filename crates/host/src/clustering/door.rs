@@ -281,36 +281,42 @@ impl ClusterWorkspace {
 const SPLIT_MIN_EVENTS: usize = 8;
 const SPLIT_MIN_DIGIS: usize = 1 << 20;
 
-/// How many sub-batches [`cluster_split`] makes of a call of `n` digis in `ne` events (1:
-/// the call is one batch, [`ClusterWorkspace::cluster`]). By the measuring variant (see
-/// docs/benchmarks.md, section "door"): 1 and 10 one batch (the earlier paths), 11 two, 12
-/// eight, 13 six; otherwise four.
-pub(crate) fn split_parts(n: usize, ne: usize, copies: HostCopies) -> usize {
+/// The sub-batches [`cluster_split`] makes of a call of `n` digis in `ne` events, as weights
+/// of its digis (one weight: the call is one batch, [`ClusterWorkspace::cluster`]): the last
+/// part small, since its kernels and copy out are all that run after the host's checks. By
+/// the measuring variant (see docs/benchmarks.md, section "door"): 1 and 10 one batch (the
+/// earlier paths), 11 two equal parts, 12 eight, 13 six, 15 four; otherwise 2 : 2 : 2 : 1 : 1.
+pub(crate) fn split_weights(n: usize, ne: usize, copies: HostCopies) -> &'static [usize] {
     if copies != HostCopies::Pinned || ne < SPLIT_MIN_EVENTS || n < SPLIT_MIN_DIGIS {
-        return 1;
+        return &[1];
     }
-    let parts = match phases::variant() {
-        1 | 10 => 1,
-        11 => 2,
-        12 => 8,
-        13 => 6,
-        _ => 4,
-    };
-    parts.min(ne)
+    match phases::variant() {
+        1 | 10 => &[1],
+        11 => &[1, 1],
+        12 => &[1; 8],
+        13 => &[1; 6],
+        15 => &[1; 4],
+        _ => &[2, 2, 2, 1, 1],
+    }
 }
 
-/// Ends (event indices, increasing, the last `ne`) of `parts` sub-batches of about equal
-/// digi counts, each of at least one event.
-fn split_ends(event_offsets: &[u32], parts: usize) -> Vec<usize> {
+/// Ends (event indices, increasing, the last `ne`) of sub-batches whose digi counts follow
+/// `weights` as closely as whole events allow, each of at least one event (at most `ne`
+/// parts: weights past the event count are dropped).
+fn split_ends(event_offsets: &[u32], weights: &[usize]) -> Vec<usize> {
     let ne = event_offsets.len() - 1;
+    let parts = weights.len().min(ne).max(1);
+    let weights = &weights[..parts];
+    let wsum: u64 = weights.iter().map(|&w| w as u64).sum::<u64>().max(1);
     let n = event_offsets[ne] as u64;
     let mut ends = Vec::with_capacity(parts);
-    let mut prev = 0;
-    for k in 1..parts {
-        let target = (n * k as u64 / parts as u64) as u32;
+    let (mut prev, mut wacc) = (0usize, 0u64);
+    for (k, &w) in weights.iter().enumerate().take(parts - 1) {
+        wacc += w as u64;
+        let target = (n * wacc / wsum) as u32;
         let e = event_offsets
             .partition_point(|&o| o < target)
-            .clamp(prev + 1, ne - (parts - k));
+            .clamp(prev + 1, ne - (parts - 1 - k));
         ends.push(e);
         prev = e;
     }
@@ -318,7 +324,7 @@ fn split_ends(event_offsets: &[u32], parts: usize) -> Vec<usize> {
     ends
 }
 
-/// A batch clustered as `parts` sub-batches of whole events on two workspaces, taking
+/// A batch clustered as sub-batches of whole events (`weights`: [`split_weights`]) on two workspaces, taking
 /// turns: sub-batch k is validated, staged and uploaded, its graph launched and its results'
 /// copy out queued, all on its workspace's stream, while sub-batch k - 1's kernels run on
 /// the other's; its results are copied into `out` once sub-batch k + 1 is under way. Each
@@ -333,7 +339,7 @@ pub(crate) fn cluster_split(
     event_offsets: &[u32],
     geometry: &Geometry,
     cut: Option<ChargeCut>,
-    parts: usize,
+    weights: &[usize],
     out: Out<'_>,
 ) -> Result<ClusterCounts> {
     phases::begin();
@@ -353,12 +359,12 @@ pub(crate) fn cluster_split(
             o.clus_in_module.resize(slots, 0);
             o.module_first.resize(slots, 0);
             o.modules = geometry.modules as usize;
-            let c = split_into(ws, digis, event_offsets, geometry, cut, parts, o.as_mut())?;
+            let c = split_into(ws, digis, event_offsets, geometry, cut, weights, o.as_mut())?;
             o.medium_modules = c.medium_modules;
             o.fallback_modules = c.fallback_modules;
             Ok(c)
         }
-        Out::Slices(s) => split_into(ws, digis, event_offsets, geometry, cut, parts, s),
+        Out::Slices(s) => split_into(ws, digis, event_offsets, geometry, cut, weights, s),
     }
 }
 
@@ -375,10 +381,10 @@ fn split_into(
     event_offsets: &[u32],
     geometry: &Geometry,
     cut: Option<ChargeCut>,
-    parts: usize,
+    weights: &[usize],
     out: ClustersMut<'_>,
 ) -> Result<ClusterCounts> {
-    let ends = split_ends(event_offsets, parts);
+    let ends = split_ends(event_offsets, weights);
     let m = geometry.modules as usize;
     let ClustersMut {
         clus,
@@ -492,7 +498,7 @@ fn start_part(
 }
 
 /// A clustering call on a backend's workspaces: as sub-batches on two of them
-/// ([`cluster_split`]) when [`split_parts`] says so, else one batch on one.
+/// ([`cluster_split`]) when [`split_weights`] says so, else one batch on one.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cluster_call(
     pool: &crate::workspace::Pool<ClusterWorkspace>,
@@ -505,8 +511,8 @@ pub(crate) fn cluster_call(
     out: Out<'_>,
 ) -> Result<ClusterCounts> {
     let ne = event_offsets.len().saturating_sub(1);
-    let parts = split_parts(digis.len(), ne, copies);
-    if parts <= 1 {
+    let weights = split_weights(digis.len(), ne, copies);
+    if weights.len() <= 1 {
         pool.run(
             gpu,
             || ClusterWorkspace::new(gpu),
@@ -516,7 +522,7 @@ pub(crate) fn cluster_call(
         pool.run_two(
             gpu,
             || ClusterWorkspace::new(gpu),
-            |a, b| cluster_split([a, b], digis, event_offsets, geometry, cut, parts, out),
+            |a, b| cluster_split([a, b], digis, event_offsets, geometry, cut, weights, out),
         )
     }
 }
@@ -540,18 +546,30 @@ mod tests {
         ];
         for offsets in &cases {
             let ne = offsets.len() - 1;
-            for parts in 1..=ne.min(8) {
-                let ends = split_ends(offsets, parts);
-                assert_eq!(ends.len(), parts, "{offsets:?} {parts}");
+            for weights in [
+                &[1usize][..],
+                &[1, 1],
+                &[1; 4],
+                &[2, 2, 2, 1, 1],
+                &[1; 8],
+                &[1; 12],
+            ] {
+                let parts = weights.len().min(ne);
+                let ends = split_ends(offsets, weights);
+                assert_eq!(ends.len(), parts, "{offsets:?} {weights:?}");
                 assert_eq!(*ends.last().unwrap(), ne);
                 let mut prev = 0;
                 for &e in &ends {
-                    assert!(e > prev, "{offsets:?} {parts}: {ends:?}");
+                    assert!(e > prev, "{offsets:?} {weights:?}: {ends:?}");
                     prev = e;
                 }
             }
         }
-        // Equal events in 4 parts: 16 events each.
-        assert_eq!(split_ends(&cases[1], 4), vec![16, 32, 48, 64]);
+        // 64 equal events: 4 equal parts of 16; 2 : 2 : 2 : 1 : 1 of 16, 16, 16, 8, 8.
+        assert_eq!(split_ends(&cases[1], &[1; 4]), vec![16, 32, 48, 64]);
+        assert_eq!(
+            split_ends(&cases[1], &[2, 2, 2, 1, 1]),
+            vec![16, 32, 48, 56, 64]
+        );
     }
 }
