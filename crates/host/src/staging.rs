@@ -40,10 +40,30 @@ pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
     if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
         dst.copy_from_slice(src);
-    } else {
+    } else if crate::phases::variant() == 14 {
         dst.par_chunks_mut(piece)
             .zip(src.par_chunks(piece))
             .for_each(|(d, s)| d.copy_from_slice(s));
+    } else {
+        // The parts in order with the calling thread working too ([`parts_in_order`]): it
+        // starts at once instead of waiting for the pool to take the whole loop.
+        assert_eq!(dst.len(), src.len(), "par_copy: lengths differ");
+        let n = src.len();
+        let base = dst.as_mut_ptr() as usize;
+        parts_in_order(n.div_ceil(piece), &|k| {
+            let (lo, hi) = (k * piece, ((k + 1) * piece).min(n));
+            // SAFETY: `lo..hi` lies inside `dst` (as long as `src`), and part `k` is handed
+            // to one thread only, so no two threads write the same elements; `dst` is not
+            // otherwise used until every part is done (`parts_in_order` returns after).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src[lo..hi].as_ptr(),
+                    (base as *mut T).add(lo),
+                    hi - lo,
+                )
+            };
+            true
+        });
     }
 }
 
@@ -588,8 +608,25 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::parts_then_groups;
+    use super::{par_copy, parts_then_groups};
     use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Copies of every size class (serial, one part, many parts with a short last one) equal
+    /// their source, from a thread outside the pool and from inside it.
+    #[test]
+    fn par_copy_copies_every_element() {
+        for n in [0usize, 5, 100_000, 131_072, 1_000_003] {
+            let src: Vec<u32> = (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect();
+            let mut dst = vec![0u32; n];
+            par_copy(&mut dst, &src);
+            assert!(dst == src, "n = {n}");
+            let mut dst2 = vec![0u32; n];
+            rayon::scope(|_| par_copy(&mut dst2, &src));
+            assert!(dst2 == src, "n = {n}, in the pool");
+        }
+    }
 
     /// Groups come in order, each after all its parts; a failing part stops the groups
     /// from its own on, and every part before it is done.
