@@ -5,7 +5,7 @@
 //! backend gives them.
 
 use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Clusters, Digis, DigisRef, Geometry};
-use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single};
+use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single, StreamConfig};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
 };
@@ -22,6 +22,10 @@ pub(crate) const TESTS: &[Test] = &[
     ("doors_threads", test_threads),
     ("doors_bad_batch", test_bad_batch),
     ("doors_queue", test_queue),
+    ("doors_pet_checks", test_pet_checks),
+    ("doors_seed_pipeline", test_seed_pipeline),
+    ("doors_pet_run_file", test_pet_run_file),
+    ("doors_cluster_split", test_cluster_split),
 ];
 
 /// Two fresh backends on the test's device: one with pinned staging (the default), one that
@@ -601,4 +605,523 @@ fn test_queue(c: &Ctx) -> R {
         })
         .map_err(e)?;
     ensure(n == refs.len(), || format!("after the error: {n} batches"))
+}
+
+/// PET sort and coincidence inputs checked as they are copied into pinned staging (in
+/// parts of 4096 singles, pieces of 2^18): sizes 0, 1, around a part and a piece; a fault
+/// (non-finite time; for coincidences also a time out of order) at the first single, at
+/// the first and last of a part and of a piece, and at the last single gives the CPU
+/// backend's error (same index and message), and a good call after it the oracle's result
+/// with no allocation.
+fn test_pet_checks(c: &Ctx) -> R {
+    const PART: usize = 4096;
+    const PIECE: usize = 1 << 18;
+    let cpu = Backend::cpu();
+    let cc = CoincideConfig::prompt(5.0);
+    let sizes: &[usize] = if c.quick {
+        &[0, 1, 2, PART - 1, PART + 1, 3 * PART + 5]
+    } else {
+        &[
+            0,
+            1,
+            2,
+            PART - 1,
+            PART,
+            PART + 1,
+            PIECE + PART + 3,
+            2 * PIECE + 7,
+        ]
+    };
+    let mut rng = c.seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for (label, b) in backends(c)? {
+        let (mut sorted, mut pairs) = (Vec::<Single>::new(), Vec::new());
+        for &n in sizes {
+            // Integer times with ties (frame counters), unsorted, and their sorted order.
+            let singles: Vec<Single> = (0..n)
+                .map(|i| Single {
+                    crystal: (next() % 50_000) as u32,
+                    energy: 400.0 + (next() % 200) as f32,
+                    time: (next() % (n as u64 / 2 + 1)) as f64 + if i % 7 == 0 { 0.5 } else { 0.0 },
+                })
+                .collect();
+            let want_sorted = cpu.pet_sort(&singles).map_err(e)?;
+            let want_pairs = cpu.pet_coincide(&want_sorted, &cc).map_err(e)?;
+            let what = format!("{label} {n} singles");
+            b.pet_sort_into(&singles, &mut sorted).map_err(e)?;
+            exact(&format!("{what}: sorted"), &sorted, &want_sorted)?;
+            b.pet_coincide_into(&want_sorted, &cc, &mut pairs)
+                .map_err(e)?;
+            exact(&format!("{what}: pairs"), &pairs, &want_pairs)?;
+            let mut at: Vec<usize> = [
+                0,
+                PART - 1,
+                PART,
+                PIECE - 1,
+                PIECE,
+                PIECE + PART,
+                n.saturating_sub(1),
+            ]
+            .into_iter()
+            .filter(|&i| i < n)
+            .collect();
+            at.dedup();
+            for &i in &at {
+                for (fault, t) in [
+                    ("NaN", f64::NAN),
+                    ("inf", f64::INFINITY),
+                    ("-inf", f64::NEG_INFINITY),
+                ] {
+                    let mut bad = singles.clone();
+                    bad[i].time = t;
+                    let want = cpu.pet_sort(&bad).map(|_| ()).map_err(e);
+                    let got = b.pet_sort_into(&bad, &mut sorted).map_err(e);
+                    ensure(want.is_err() && got == want, || {
+                        format!("{what}: sort, {fault} at {i}: GPU {got:?}, CPU {want:?}")
+                    })?;
+                    let mut bad = want_sorted.clone();
+                    bad[i].time = t;
+                    let want = cpu.pet_coincide(&bad, &cc).map(|_| ()).map_err(e);
+                    let got = b.pet_coincide_into(&bad, &cc, &mut pairs).map_err(e);
+                    ensure(want.is_err() && got == want, || {
+                        format!("{what}: coincide, {fault} at {i}: GPU {got:?}, CPU {want:?}")
+                    })?;
+                }
+                if i > 0 {
+                    // Out of order: one time below its predecessor (the first of a part or
+                    // piece compares with the last of the one before).
+                    let mut bad = want_sorted.clone();
+                    bad[i].time = bad[i - 1].time - 1.0;
+                    let want = cpu.pet_coincide(&bad, &cc).map(|_| ()).map_err(e);
+                    let got = b.pet_coincide_into(&bad, &cc, &mut pairs).map_err(e);
+                    ensure(want.is_err() && got == want, || {
+                        format!("{what}: coincide, out of order at {i}: GPU {got:?}, CPU {want:?}")
+                    })?;
+                }
+            }
+            // Two faults: the first is named.
+            if n > PART + 1 {
+                let mut bad = want_sorted.clone();
+                bad[n - 1].time = f64::NAN;
+                bad[PART + 1].time = f64::NAN;
+                let want = cpu.pet_coincide(&bad, &cc).map(|_| ()).map_err(e);
+                let got = b.pet_coincide_into(&bad, &cc, &mut pairs).map_err(e);
+                ensure(want.is_err() && got == want, || {
+                    format!("{what}: two faults: GPU {got:?}, CPU {want:?}")
+                })?;
+            }
+            // After the errors: the right results, nothing allocated.
+            let before = b.allocations();
+            b.pet_sort_into(&singles, &mut sorted).map_err(e)?;
+            exact(
+                &format!("{what}: sorted after errors"),
+                &sorted,
+                &want_sorted,
+            )?;
+            b.pet_coincide_into(&want_sorted, &cc, &mut pairs)
+                .map_err(e)?;
+            exact(&format!("{what}: pairs after errors"), &pairs, &want_pairs)?;
+            ensure(b.allocations() == before, || {
+                format!(
+                    "{what}: {} allocations after the errors",
+                    b.allocations() - before
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// A seeding call of 2^20 spacepoints or more runs as a pipeline of parts on two
+/// workspaces: every event equals the same event seeded alone, for odd event counts (29,
+/// 31, 37) with empty and tiny events first, last and between; a bad spacepoint in the first
+/// event, in the last, in two events or in a late part is the first event's error, as the
+/// CPU backend gives it (rows and columns); calls that fit allocate nothing.
+fn test_seed_pipeline(c: &Ctx) -> R {
+    if c.quick {
+        println!("  doors_seed_pipeline: not run under --quick");
+        return Ok(());
+    }
+    let cfg = seed_cfg();
+    let cpu = Backend::cpu();
+    let full: Vec<Vec<SpacePoint>> = (0..6u64)
+        .map(|i| sgen::generate(c.seed ^ (i + 5) << 30, 200.0, true).spacepoints)
+        .collect();
+    let small = sgen::generate(c.seed ^ 99, 10.0, true).spacepoints;
+    // 0..6: full events; 6: small; 7: empty; 8: three spacepoints.
+    let mut distinct: Vec<&[SpacePoint]> = full.iter().map(|v| v.as_slice()).collect();
+    distinct.extend([&small[..], &small[..0], &small[..3]]);
+    let one: Vec<SeedingOutput> = distinct
+        .iter()
+        .map(|d| c.backend.seed(d, &cfg).map_err(e))
+        .collect::<Result<_, _>>()?;
+    compare_seeds("event 0 alone", &one[0], &seed_oracle(&cfg, distinct[0]))?;
+    compare_seeds(
+        "small event alone",
+        &one[6],
+        &seed_oracle(&cfg, distinct[6]),
+    )?;
+    let cycle = |n: usize| (0..n).map(|k| (k * 5 + k / 6) % 6).collect::<Vec<usize>>();
+    let mut with_small = cycle(29);
+    with_small.insert(0, 7);
+    with_small.insert(10, 8);
+    with_small.insert(20, 6);
+    with_small.push(7);
+    let shapes: Vec<Vec<usize>> = vec![cycle(29), with_small, cycle(37)];
+    let mut out = Vec::new();
+    for (s, idx) in shapes.iter().enumerate() {
+        let refs: Vec<&[SpacePoint]> = idx.iter().map(|&k| distinct[k]).collect();
+        let total: usize = refs.iter().map(|r| r.len()).sum();
+        ensure(total >= 1 << 20, || {
+            format!("shape {s}: only {total} spacepoints: no pipeline")
+        })?;
+        for round in 0..2 {
+            let before = c.backend.allocations();
+            c.backend
+                .seed_events_into(&refs, &cfg, &mut out)
+                .map_err(e)?;
+            ensure(out.len() == refs.len(), || format!("{} outputs", out.len()))?;
+            for (j, got) in out.iter().enumerate() {
+                compare_seeds(
+                    &format!("shape {s} round {round} event {j}"),
+                    got,
+                    &one[idx[j]],
+                )?;
+            }
+            let made = c.backend.allocations() - before;
+            ensure(round == 0 || made == 0, || {
+                format!("shape {s}: {made} allocations in a call that fits")
+            })?;
+        }
+        let cols: Vec<[Vec<f32>; 5]> = refs.iter().map(|e| columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+        c.backend
+            .seed_columns_into(&col_refs, &cfg, &mut out)
+            .map_err(e)?;
+        for (j, got) in out.iter().enumerate() {
+            compare_seeds(&format!("shape {s} columns event {j}"), got, &one[idx[j]])?;
+        }
+    }
+    // Faults: the first event's first spacepoint, the last event's last, two events (the
+    // earlier named), the middle of a late part.
+    let idx = cycle(29);
+    let events: Vec<Vec<SpacePoint>> = idx.iter().map(|&k| distinct[k].to_vec()).collect();
+    let last = events.len() - 1;
+    let faults: [(&str, Vec<(usize, usize)>); 4] = [
+        ("first event", vec![(0, 0)]),
+        ("last event", vec![(last, events[last].len() - 1)]),
+        ("two events", vec![(25, 17), (2, 1000)]),
+        ("middle of a late part", vec![(22, events[22].len() / 2)]),
+    ];
+    for (what, at) in faults {
+        let mut bad = events.clone();
+        for &(ev, i) in &at {
+            bad[ev][i].var_r = -1.0;
+        }
+        let refs: Vec<&[SpacePoint]> = bad.iter().map(|v| v.as_slice()).collect();
+        let want = cpu.seed_events(&refs, &cfg).map(|_| ()).map_err(e);
+        let got = c
+            .backend
+            .seed_events_into(&refs, &cfg, &mut out)
+            .map(|_| ())
+            .map_err(e);
+        ensure(want.is_err() && got == want, || {
+            format!("{what}: GPU {got:?}, CPU {want:?}")
+        })?;
+        let cols: Vec<[Vec<f32>; 5]> = bad.iter().map(|e| columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+        let got = c
+            .backend
+            .seed_columns_into(&col_refs, &cfg, &mut out)
+            .map(|_| ())
+            .map_err(e);
+        ensure(got == want, || {
+            format!("{what} as columns: GPU {got:?}, CPU {want:?}")
+        })?;
+    }
+    // After the errors: the right results.
+    let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
+    c.backend
+        .seed_events_into(&refs, &cfg, &mut out)
+        .map_err(e)?;
+    for (j, got) in out.iter().enumerate() {
+        compare_seeds(&format!("after the errors event {j}"), got, &one[idx[j]])?;
+    }
+    Ok(())
+}
+
+/// `pet_run_file` (pairs sunk on the calling thread while the next chunk runs on another):
+/// the oracle's pairs for every chunk size (one frame short of, equal to and past the
+/// stream; chunks that end inside a coincidence window), `progress` after each chunk's
+/// pairs with the totals of that chunk, a repeated call of the same shape allocating
+/// nothing, and a sink that fails at its third chunk stopping the run with its error and no
+/// later sink call.
+fn test_pet_run_file(c: &Ctx) -> R {
+    let scanner = pgen::tiny_scanner(c.seed);
+    let n = if c.quick { 20_000 } else { 300_000 };
+    let frames = pgen::acquisition(
+        &scanner,
+        &pgen::AcquisitionConfig {
+            seed: c.seed ^ 0x0f11e,
+            singles: n,
+            singles_rate: 3e7,
+            slice: 100_000,
+            ..Default::default()
+        },
+    )
+    .frames;
+    let bytes = pgen::frame_bytes(&frames);
+    let nf = frames.len();
+    let cc = CoincideConfig::prompt(5000.0);
+    let cpu = Backend::cpu();
+    let (s, _) = cpu.pet_convert(&frames, &scanner).map_err(e)?;
+    let want = cpu
+        .pet_coincide(&cpu.pet_sort(&s).map_err(e)?, &cc)
+        .map_err(e)?;
+    ensure(want.len() > 100, || format!("only {} pairs", want.len()))?;
+    let dir = std::env::temp_dir().join(format!("detkit-doors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|x| x.to_string())?;
+    let file = dir.join("frames.bin");
+    std::fs::write(&file, bytes).map_err(|x| x.to_string())?;
+    let r = (|| -> R {
+        let chunks = [1000, 4097, nf / 3 + 1, nf - 1, nf, nf + 1];
+        for (label, b) in backends(c)?.into_iter().chain([("cpu", Backend::cpu())]) {
+            let handle = b.load_scanner(&scanner).map_err(e)?;
+            for &chunk in &chunks {
+                let sc = StreamConfig {
+                    chunk_frames: chunk,
+                    pending_capacity: 1 << 18,
+                };
+                for round in 0..2 {
+                    let what = format!("{label} chunk {chunk} round {round}");
+                    let before = b.allocations();
+                    let mut got: Vec<detkit::pet::Coincidence> = Vec::new();
+                    // (sink calls, pairs so far), read by `progress`.
+                    let seen = std::cell::Cell::new((0u64, 0u64));
+                    let mut progress_err = None;
+                    let st = b
+                        .pet_run_file(
+                            &file,
+                            &handle,
+                            &cc,
+                            &sc,
+                            |p| {
+                                got.extend_from_slice(p);
+                                let (k, _) = seen.get();
+                                seen.set((k + 1, got.len() as u64));
+                                Ok(())
+                            },
+                            |st| {
+                                // Called after each chunk's pairs went to the sink, with
+                                // that chunk's totals.
+                                let (k, pairs) = seen.get();
+                                if k != st.chunks || pairs != st.pairs {
+                                    progress_err.get_or_insert(format!(
+                                        "progress after {k} sink calls ({pairs} pairs) got \
+                                         {} chunks, {} pairs",
+                                        st.chunks, st.pairs
+                                    ));
+                                }
+                            },
+                        )
+                        .map_err(|err| format!("{what}: {err}"))?;
+                    if let Some(m) = progress_err {
+                        return Err(format!("{what}: {m}"));
+                    }
+                    exact(&format!("{what}: pairs"), &got, &want)?;
+                    ensure(st.pairs == want.len() as u64, || {
+                        format!("{what}: stats count {} pairs", st.pairs)
+                    })?;
+                    ensure(st.chunks as usize == nf / chunk + 1, || {
+                        format!("{what}: {} chunks", st.chunks)
+                    })?;
+                    let made = b.allocations() - before;
+                    ensure(round == 0 || made == 0, || {
+                        format!("{what}: {made} allocations in a call that fits")
+                    })?;
+                }
+            }
+            // A sink that fails at its third call: that error, and no fourth call.
+            let sc = StreamConfig {
+                chunk_frames: 1000,
+                pending_capacity: 1 << 18,
+            };
+            let mut calls = 0;
+            let r = b.pet_run_file(
+                &file,
+                &handle,
+                &cc,
+                &sc,
+                |_| {
+                    calls += 1;
+                    if calls == 3 {
+                        Err(detkit::Error::InvalidInput {
+                            what: "test sink",
+                            detail: "full".into(),
+                        })
+                    } else {
+                        Ok(())
+                    }
+                },
+                |_| {},
+            );
+            match r {
+                Err(detkit::Error::InvalidInput {
+                    what: "test sink", ..
+                }) if calls == 3 => {}
+                other => {
+                    return Err(format!(
+                        "{label}: failing sink gave {other:?} after {calls} calls"
+                    ))
+                }
+            }
+        }
+        Ok(())
+    })();
+    std::fs::remove_dir_all(&dir).ok();
+    r
+}
+
+/// Restores the measuring variant when a test that set one ends (or fails).
+struct VariantGuard;
+
+impl Drop for VariantGuard {
+    fn drop(&mut self) {
+        detkit::phases::set_variant(0);
+    }
+}
+
+/// A pinned-staging batch of 2^20 digis or more in 8 events or more runs as sub-batches on
+/// two workspaces: every shape (odd event counts, an empty event, a short event between full
+/// ones) gives the oracle's clusters in sub-batches of weights 2 : 2 : 2 : 1 : 1 (the
+/// default), 2 and 8 equal ones (variants 11, 12) and in one batch (variant 10), a repeated
+/// call allocates nothing, and a bad digi in
+/// the middle event, at the first digi of a sub-batch or in the last event gives the CPU
+/// backend's error (same digi index, column and message).
+fn test_cluster_split(c: &Ctx) -> R {
+    if c.quick {
+        println!("  doors_cluster_split: not run under --quick");
+        return Ok(());
+    }
+    let _guard = VariantGuard;
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    let (d11, o11) = batch(c.seed ^ 0x5b1, 11, usize::MAX);
+    let (d13, mut o13) = batch(c.seed ^ 0x5b2, 13, usize::MAX);
+    // An empty event before event 5.
+    o13.insert(5, o13[5]);
+    let (d31, o31) = {
+        // 31 events, every third one cut to 5000 digis.
+        let mut all = Digis::default();
+        let mut offsets = vec![0u32];
+        for i in 0..31u64 {
+            let ev = cgen::run3_event(c.seed ^ 0x5b3 ^ (i * 7919));
+            let n = if i % 3 == 1 {
+                5000.min(ev.len())
+            } else {
+                ev.len()
+            };
+            all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
+            offsets.push(all.len() as u32);
+        }
+        (all, offsets)
+    };
+    let shapes = [(&d11, &o11), (&d13, &o13), (&d31, &o31)];
+    for (d, _) in &shapes {
+        ensure(d.len() >= 1 << 20, || {
+            format!("only {} digis: no split", d.len())
+        })?;
+    }
+    let wants: Vec<Clusters> = shapes
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(*d, o, &g, cut))
+        .collect();
+    let b = Backend::cuda(0).map_err(e)?;
+    let mut out = Clusters::default();
+    for variant in [0u32, 11, 12, 10] {
+        detkit::phases::set_variant(variant);
+        for round in 0..2 {
+            let before = b.allocations();
+            for (i, ((d, o), want)) in shapes.iter().zip(&wants).enumerate() {
+                let what = format!(
+                    "variant {variant} round {round} shape {i} ({} events)",
+                    o.len() - 1
+                );
+                b.cluster_events_into(*d, o, &g, cut, &mut out)
+                    .map_err(|err| format!("{what}: {err}"))?;
+                compare_clusters(&what, &out, want)?;
+                if round == 1 {
+                    let slots = (o.len() - 1) * g.modules as usize;
+                    let mut c = Clusters {
+                        clus: vec![-7; d.len()],
+                        clus_in_module: vec![7; slots],
+                        module_first: vec![7; slots],
+                        ..Default::default()
+                    };
+                    b.cluster_events_into_slices(*d, o, &g, cut, c.as_mut())
+                        .map_err(e)?;
+                    compare_clusters(&format!("{what} (slices)"), &c, want)?;
+                }
+            }
+            let made = b.allocations() - before;
+            ensure(round == 0 || made == 0, || {
+                format!("variant {variant}: {made} allocations in calls that fit")
+            })?;
+        }
+    }
+    detkit::phases::set_variant(0);
+    // Faults: the middle event's middle digi, the first digi of event 7 (near the start of
+    // a sub-batch: 14 events in parts of 2 : 2 : 2 : 1 : 1 start at about 4, 7, 10, 12), the
+    // last event's last digi.
+    let cpu = Backend::cpu();
+    let (d, o) = (&d13, &o13);
+    let ne = o.len() - 1;
+    // Valid digis (the generator interleaves 0.5 % invalid ones, which no check looks at).
+    const INVALID: u16 = detkit_gpu::clustering::INVALID_MODULE;
+    let fwd = |i: usize| (i..d.len()).find(|&k| d.module[k] != INVALID).unwrap_or(i);
+    let back = |i: usize| (0..=i).rev().find(|&k| d.module[k] != INVALID).unwrap_or(i);
+    let at = [
+        fwd((o[ne / 2] + (o[ne / 2 + 1] - o[ne / 2]) / 2) as usize),
+        fwd(o[7] as usize),
+        back(o[ne] as usize - 1),
+    ];
+    type Fault = fn(&mut Digis, usize);
+    let faults: [(&str, Fault); 3] = [
+        ("module out of range", |d, i| d.module[i] = 5000),
+        ("y out of range", |d, i| d.y[i] = 416),
+        // The module of a valid digi 1000 or more further on (or back) in the same event,
+        // another than digi i's: that module's digis are then split.
+        ("module not consecutive", |d, i| {
+            let other = |k: &usize| d.module[*k] != INVALID && d.module[*k] != d.module[i];
+            let j = if i + 1000 < d.len() {
+                (i + 1000..d.len()).find(other)
+            } else {
+                (0..i - 1000).rev().find(other)
+            };
+            if let Some(j) = j {
+                d.module[i] = d.module[j];
+            }
+        }),
+    ];
+    for &i in &at {
+        for (what, f) in faults {
+            let mut bad = d.clone();
+            f(&mut bad, i);
+            let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+            let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+            ensure(want.is_err(), || {
+                format!("{what} at {i}: the CPU accepted it")
+            })?;
+            ensure(got == want, || {
+                format!("{what} at digi {i}: GPU {got:?}, CPU {want:?}")
+            })?;
+        }
+    }
+    b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
+    compare_clusters("after the errors", &out, &wants[1])
 }

@@ -9,7 +9,7 @@
 //! the overlap of copies and kernels is then lost, so the sum is larger than the call.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cuda::GpuContext;
@@ -61,6 +61,24 @@ pub fn enable(on: bool, sync: bool) {
         },
         Ordering::Relaxed,
     );
+}
+
+/// The measured variant of the doors (`bench-host --variant`): 0, the default, is the
+/// library's own path.
+static VARIANT: AtomicU32 = AtomicU32::new(0);
+
+/// Selects a variant of the doors for measurement only (`bench-host --variant N`): 0 (the
+/// default) is the library's path; 1 the path of the previous session where it was
+/// replaced; others, alternatives named in docs/benchmarks.md ("door"). Results are the
+/// same in every variant; only their speed differs.
+#[doc(hidden)]
+pub fn set_variant(v: u32) {
+    VARIANT.store(v, Ordering::Relaxed);
+}
+
+/// The variant set by [`set_variant`].
+pub(crate) fn variant() -> u32 {
+    VARIANT.load(Ordering::Relaxed)
 }
 
 fn mode() -> u8 {

@@ -40,10 +40,30 @@ pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
     if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
         dst.copy_from_slice(src);
-    } else {
+    } else if crate::phases::variant() == 14 {
         dst.par_chunks_mut(piece)
             .zip(src.par_chunks(piece))
             .for_each(|(d, s)| d.copy_from_slice(s));
+    } else {
+        // The parts in order with the calling thread working too ([`parts_in_order`]): it
+        // starts at once instead of waiting for the pool to take the whole loop.
+        assert_eq!(dst.len(), src.len(), "par_copy: lengths differ");
+        let n = src.len();
+        let base = dst.as_mut_ptr() as usize;
+        parts_in_order(n.div_ceil(piece), &|k| {
+            let (lo, hi) = (k * piece, ((k + 1) * piece).min(n));
+            // SAFETY: `lo..hi` lies inside `dst` (as long as `src`), and part `k` is handed
+            // to one thread only, so no two threads write the same elements; `dst` is not
+            // otherwise used until every part is done (`parts_in_order` returns after).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src[lo..hi].as_ptr(),
+                    (base as *mut T).add(lo),
+                    hi - lo,
+                )
+            };
+            true
+        });
     }
 }
 
@@ -116,6 +136,11 @@ where
                     format!("{} elements into a buffer of {}", src.len(), dst.len()),
                 ));
             }
+            if crate::phases::variant() != 1 {
+                let (base, _record) = dst.device_ptr_mut(s);
+                return stream_up(gpu, src, base, p, &|_, _| false).map(|_| ());
+            }
+            // The previous session's loop (measured as `--variant 1`).
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..src.len()];
             let (base, _record) = dst.device_ptr_mut(s);
@@ -133,6 +158,390 @@ where
         }
         None => s.memcpy_htod(src, dst).ctx(what),
     }
+}
+
+/// [`upload_into`] through pinned `stage` with a check of every piece on the way: the threads
+/// that copy a part of a piece into pinned memory test it right after (`bad(part, index of
+/// its first element in src)`), while it is still in their cache, so the input is read
+/// once and the check overlaps the DMA of the previous piece. Returns `Ok(true)` as soon as
+/// a piece is found bad (after waiting for the DMA already issued; the caller names the
+/// error with its own full check, so it is the same error as a check before the copy), else
+/// `Ok(false)` with every piece's DMA issued.
+pub(crate) fn upload_checked<T, D>(
+    gpu: &GpuContext,
+    src: &[T],
+    dst: &mut D,
+    stage: &mut [T],
+    bad: impl Fn(&[T], usize) -> bool + Sync,
+) -> Result<bool>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+    D: DevicePtrMut<T>,
+{
+    if src.is_empty() {
+        return Ok(false);
+    }
+    let what = "copying to the device";
+    if dst.len() < src.len() || stage.len() < src.len() {
+        return Err(crate::error::invalid(
+            "upload",
+            format!(
+                "{} elements into a buffer of {} through a stage of {}",
+                src.len(),
+                dst.len(),
+                stage.len()
+            ),
+        ));
+    }
+    let s = gpu.stream();
+    gpu.context().bind_to_thread().ctx(what)?;
+    let (base, _record) = dst.device_ptr_mut(s);
+    stream_up(gpu, src, base, stage, &bad)
+}
+
+/// Bytes per DMA of a streamed copy ([`stream_up`], [`stream_down`]): small enough that the
+/// DMA starts soon after the first parts are copied, large enough that the copy engine runs
+/// at full speed.
+const STREAM_PIECE_BYTES: usize = 2 << 20;
+
+/// Runs `work(k)` for the parts `k = 0..n` on the pool's threads, handed out in increasing
+/// order (one atomic counter), so that the parts finish about in order; stops handing out
+/// parts once `work` returns `false`.
+fn parts_in_order(n: usize, work: &(dyn Fn(usize) -> bool + Sync)) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let run = || loop {
+        let k = next.fetch_add(1, Relaxed);
+        if k >= n || stop.load(Relaxed) {
+            break;
+        }
+        if !work(k) {
+            stop.store(true, Relaxed);
+        }
+    };
+    let threads = rayon::current_num_threads().min(n);
+    if threads <= 1 {
+        run();
+    } else if crate::phases::variant() == 14 {
+        rayon::scope(|sc| {
+            for _ in 1..threads {
+                sc.spawn(|_| run());
+            }
+            run();
+        });
+    } else {
+        // In place: a calling thread outside the pool starts on the parts at once instead
+        // of waiting for a pool thread to take the scope's body (a wake-up per call).
+        rayon::in_place_scope(|sc| {
+            for _ in 1..threads {
+                sc.spawn(|_| run());
+            }
+            run();
+        });
+    }
+}
+
+/// Runs `work(k)` for the parts `k = 0..n` on the pool's threads, handed out in increasing
+/// order, while the calling thread runs `ready(j)` for each group `j` of `per` consecutive
+/// parts, in order, as soon as every part of the group is done: the calling thread issues
+/// (for example) a group's DMA while the pool works on later parts. A part for which
+/// `work` returns `false` stops the handing out and the groups (every part handed out is
+/// finished before this returns); an error of `ready` stops them too and is returned.
+pub(crate) fn parts_then_groups(
+    n: usize,
+    per: usize,
+    work: &(dyn Fn(usize) -> bool + Sync),
+    ready: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let per = per.max(1);
+    let groups = n.div_ceil(per);
+    let left: Vec<AtomicUsize> = (0..groups)
+        .map(|j| AtomicUsize::new(((j + 1) * per).min(n) - j * per))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let run = || loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        if k >= n || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if work(k) {
+            left[k / per].fetch_sub(1, Ordering::AcqRel);
+        } else {
+            stop.store(true, Ordering::Release);
+        }
+    };
+    let mut result = Ok(());
+    let threads = rayon::current_num_threads().min(n).max(1);
+    rayon::in_place_scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|_| run());
+        }
+        // One group (a small call): the calling thread, outside the pool, takes parts too
+        // while the pool's threads wake (`--variant` 14: it only waits).
+        if groups == 1 && rayon::current_thread_index().is_none() && crate::phases::variant() != 14
+        {
+            run();
+        }
+        for (j, left) in left.iter().enumerate() {
+            while left.load(Ordering::Acquire) != 0 {
+                if stop.load(Ordering::Acquire) {
+                    return;
+                }
+                // On a pool thread, help with the parts; else let the pool's threads run.
+                if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                    std::thread::yield_now();
+                }
+            }
+            if let Err(e) = ready(j) {
+                stop.store(true, Ordering::Release);
+                result = Err(e);
+                return;
+            }
+        }
+    });
+    result
+}
+
+/// Copies `src` to the device at `base` through pinned `stage`, streamed: the pool's threads
+/// copy parts of 64 KiB into `stage` in increasing order (each part tested by `bad` right
+/// after its copy, with the index of its first element), and the thread that completes the
+/// last part of a piece of [`STREAM_PIECE_BYTES`] issues that piece's DMA at once. So the
+/// DMA of the first pieces runs while later parts are copied, and no thread waits between
+/// pieces. Small inputs are copied by the calling thread and sent in one DMA. Returns
+/// `Ok(true)` when a part was bad (the DMA already issued is waited for first).
+fn stream_up<T>(
+    gpu: &GpuContext,
+    src: &[T],
+    base: u64,
+    stage: &mut [T],
+    bad: &(dyn Fn(&[T], usize) -> bool + Sync),
+) -> Result<bool>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let what = "copying to the device";
+    let s = gpu.stream();
+    let n = src.len();
+    let size = std::mem::size_of::<T>().max(1);
+    let stage = &mut stage[..n];
+    // SAFETY (both DMA calls below): the caller's device buffer at `base` holds at least
+    // `src.len()` elements, so each piece's range lies inside it; the piece's pinned memory
+    // is not written again until the stream has finished this copy (the callers wait before
+    // reusing a stage).
+    if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
+        stage.copy_from_slice(src);
+        if bad(src, 0) {
+            return Ok(true);
+        }
+        // SAFETY: see above.
+        unsafe { cudarc::driver::result::memcpy_htod_async(base, &*stage, s.cu_stream()) }
+            .ctx(what)?;
+        return Ok(false);
+    }
+    let part = (PAR_COPY_BYTES / size).max(1);
+    let per_piece = (STREAM_PIECE_BYTES / PAR_COPY_BYTES).max(1);
+    let piece = part * per_piece;
+    let n_parts = n.div_ceil(part);
+    let n_pieces = n.div_ceil(piece);
+    // The threads write disjoint parts of the stage and the DMA reads whole pieces of it:
+    // through its address, with no `&mut` borrow alive meanwhile.
+    let stage_ptr = stage.as_mut_ptr() as usize;
+    let left: Vec<AtomicUsize> = (0..n_pieces)
+        .map(|j| AtomicUsize::new(((j + 1) * per_piece).min(n_parts) - j * per_piece))
+        .collect();
+    let found = std::sync::atomic::AtomicBool::new(false);
+    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
+    parts_in_order(n_parts, &|k| {
+        let first = k * part;
+        let h = &src[first..(first + part).min(n)];
+        // SAFETY: part `k` (`first .. first + h.len()`, inside the stage's `n` elements) is
+        // handed to this thread only, and its piece's DMA reads it only after this copy
+        // (ordered by the piece's counter below).
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), (stage_ptr as *mut T).add(first), h.len())
+        };
+        if bad(h, first) {
+            found.store(true, Ordering::Relaxed);
+            return false;
+        }
+        let j = k / per_piece;
+        if left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The piece's last part: every part of it is in the stage (the other threads'
+            // copies happen before their decrements, acquired above).
+            let lo = j * piece;
+            let hi = ((j + 1) * piece).min(n);
+            let r = gpu.context().bind_to_thread().ctx(what).and_then(|()| {
+                // SAFETY: `lo..hi` lies inside the stage (`n` elements from `stage_ptr`), every
+                // part of it was written (the decrements above order those writes before
+                // this), and no thread writes it again during this call.
+                let host =
+                    unsafe { std::slice::from_raw_parts((stage_ptr as *const T).add(lo), hi - lo) };
+                // SAFETY: see above.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(
+                        base + (lo * size) as u64,
+                        host,
+                        s.cu_stream(),
+                    )
+                }
+                .ctx(what)
+            });
+            if let Err(e) = r {
+                failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+                return false;
+            }
+        }
+        true
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        let _ = s.synchronize();
+        return Err(e);
+    }
+    if found.load(Ordering::Relaxed) {
+        s.synchronize().ctx(what)?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Copies `n = dst.len()` elements from the device at `base` into `dst` through pinned
+/// `stage`, streamed: one DMA per piece of [`STREAM_PIECE_BYTES`], each followed by an
+/// event, then [`copy_landed`]. Waits for everything before it returns.
+fn stream_down<T>(gpu: &GpuContext, base: u64, dst: &mut [T], stage: &mut [T]) -> Result<()>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+{
+    let what = "copying from the device";
+    let s = gpu.stream();
+    let n = dst.len();
+    let size = std::mem::size_of::<T>().max(1);
+    let stage = &mut stage[..n];
+    if std::mem::size_of_val(dst) <= SERIAL_COPY_BYTES {
+        // SAFETY: the caller's device buffer at `base` holds at least `n` elements; `stage`
+        // is pinned host memory read only after the synchronisation below.
+        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *stage, base, s.cu_stream()) }
+            .ctx(what)?;
+        s.synchronize().ctx(what)?;
+        dst.copy_from_slice(stage);
+        return Ok(());
+    }
+    let part = (PAR_COPY_BYTES / size).max(1);
+    let per_piece = (STREAM_PIECE_BYTES / PAR_COPY_BYTES).max(1);
+    let piece = part * per_piece;
+    let mut landed = Vec::with_capacity(n.div_ceil(piece));
+    for (j, h) in stage.chunks_mut(piece).enumerate() {
+        // SAFETY: the caller's device buffer at `base` holds at least `n` elements, so this
+        // piece's range lies inside it; `h` is pinned host memory read only after the event
+        // recorded behind this copy has completed.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut *h,
+                base + (j * piece * size) as u64,
+                s.cu_stream(),
+            )
+        }
+        .ctx(what)?;
+        landed.push(
+            s.record_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            ))
+            .ctx(what)?,
+        );
+    }
+    copy_landed(dst, stage, piece, &landed).inspect_err(|_| {
+        let _ = s.synchronize();
+    })
+}
+
+/// Copies `src` (pinned memory that DMA copies are filling, piece `j` of `piece` elements
+/// complete once `landed[j]` has) into `dst` (the same length): the calling thread waits
+/// for the events in order and releases each piece; the pool's threads take parts of 64 KiB
+/// in increasing order and copy each once its piece is released, so the copies out follow
+/// the DMA closely with no fork and join per piece. (One `cuEventSynchronize` per piece, on
+/// one thread: every thread waiting on the events itself was measured slower, see
+/// docs/benchmarks.md, section "door".)
+pub(crate) fn copy_landed<T>(
+    dst: &mut [T],
+    src: &[T],
+    piece: usize,
+    landed: &[cudarc::driver::CudaEvent],
+) -> Result<()>
+where
+    T: Copy + Send + Sync,
+{
+    let what = "copying from the device";
+    let n = dst.len().min(src.len());
+    let size = std::mem::size_of::<T>().max(1);
+    // Parts never straddle two pieces.
+    let part = (PAR_COPY_BYTES / size).clamp(1, piece.max(1));
+    let piece = piece.max(1).div_ceil(part) * part;
+    if landed.len() < n.div_ceil(piece) {
+        return Err(crate::error::invalid(
+            "download",
+            format!("{} events for {} pieces", landed.len(), n.div_ceil(piece)),
+        ));
+    }
+    if std::mem::size_of_val(&dst[..n]) <= SERIAL_COPY_BYTES {
+        for e in &landed[..n.div_ceil(piece)] {
+            e.synchronize().ctx(what)?;
+        }
+        dst[..n].copy_from_slice(&src[..n]);
+        return Ok(());
+    }
+    // The calling thread waits for the pieces' events in order and releases each piece;
+    // the pool's threads, taking parts in order, wait (in user space) for their piece's
+    // release and copy the part. The threads write disjoint parts of `dst`: through its
+    // address.
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let dst_ptr = dst.as_mut_ptr() as usize;
+    let n_parts = n.div_ceil(part);
+    let per = piece / part;
+    let released = AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let run = || loop {
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        if k >= n_parts {
+            break;
+        }
+        while released.load(Ordering::Acquire) <= k / per {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        let first = k * part;
+        let h = &src[first..(first + part).min(n)];
+        // SAFETY: part `k` of `dst` (`first .. first + h.len()`, inside its `n` elements) is
+        // handed to this thread only; `dst` is not otherwise used until this call returns.
+        unsafe {
+            std::ptr::copy_nonoverlapping(h.as_ptr(), (dst_ptr as *mut T).add(first), h.len())
+        };
+    };
+    let mut result = Ok(());
+    let threads = rayon::current_num_threads().min(n_parts).max(1);
+    rayon::in_place_scope(|sc| {
+        for _ in 0..threads {
+            sc.spawn(|_| run());
+        }
+        for (j, e) in landed[..n.div_ceil(piece)].iter().enumerate() {
+            if let Err(e) = e.synchronize().ctx(what) {
+                stop.store(true, Ordering::Release);
+                result = Err(e);
+                return;
+            }
+            released.store(j + 1, Ordering::Release);
+        }
+    });
+    result
 }
 
 /// Copies `src` (device) into `dst` (host, the same length) on `gpu`'s stream and waits:
@@ -160,7 +569,12 @@ where
     let s = gpu.stream();
     gpu.context().bind_to_thread().ctx(what)?;
     match stage {
+        Some(p) if crate::phases::variant() == 9 => {
+            let (base, _record) = src.device_ptr(s);
+            stream_down(gpu, base, dst, p)
+        }
         Some(p) => {
+            // Piece by piece (the streamed copy out is `--variant 9`, not measured yet).
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..dst.len()];
             let (base, _record) = src.device_ptr(s);
@@ -188,6 +602,65 @@ where
         None => {
             s.memcpy_dtoh(&src.slice(0..dst.len()), dst).ctx(what)?;
             s.synchronize().ctx(what)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{par_copy, parts_then_groups};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Copies of every size class (serial, one part, many parts with a short last one) equal
+    /// their source, from a thread outside the pool and from inside it.
+    #[test]
+    fn par_copy_copies_every_element() {
+        for n in [0usize, 5, 100_000, 131_072, 1_000_003] {
+            let src: Vec<u32> = (0..n as u32)
+                .map(|i| i.wrapping_mul(2_654_435_761))
+                .collect();
+            let mut dst = vec![0u32; n];
+            par_copy(&mut dst, &src);
+            assert!(dst == src, "n = {n}");
+            let mut dst2 = vec![0u32; n];
+            rayon::scope(|_| par_copy(&mut dst2, &src));
+            assert!(dst2 == src, "n = {n}, in the pool");
+        }
+    }
+
+    /// Groups come in order, each after all its parts; a failing part stops the groups
+    /// from its own on, and every part before it is done.
+    #[test]
+    fn groups_follow_their_parts_in_order() {
+        for (n, per, fail) in [
+            (0, 4, None),
+            (1, 4, None),
+            (37, 4, None),
+            (37, 4, Some(21)),
+            (64, 8, Some(0)),
+        ] {
+            let done: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+            let work = |k: usize| {
+                if Some(k) == fail {
+                    return false;
+                }
+                done[k].store(true, Ordering::Release);
+                true
+            };
+            let mut groups = Vec::new();
+            let mut ready = |j: usize| {
+                assert!((j * per..((j + 1) * per).min(n)).all(|k| done[k].load(Ordering::Acquire)));
+                groups.push(j);
+                Ok(())
+            };
+            parts_then_groups(n, per, &work, &mut ready).unwrap();
+            let last = fail.map_or(n.div_ceil(per), |f| f / per);
+            assert!(groups.iter().copied().eq(0..groups.len()), "{groups:?}");
+            assert!(groups.len() <= last);
+            match fail {
+                None => assert_eq!(groups.len(), last),
+                Some(f) => assert!((0..f).all(|k| done[k].load(Ordering::Acquire))),
+            }
         }
     }
 }

@@ -59,6 +59,39 @@ impl<W> Pool<W> {
 }
 
 impl<W> Pool<W> {
+    /// [`Pool::run`] with two workspaces, taken and put back in a fixed order (the one on
+    /// top of the pool first, and put back last): a call repeated from one thread gets the
+    /// same two in the same roles, so once its sizes fit it allocates nothing.
+    pub(crate) fn run_two<R>(
+        &self,
+        gpu: &GpuContext,
+        make: impl Fn() -> Result<W>,
+        f: impl FnOnce(&mut W, &mut W) -> Result<R>,
+    ) -> Result<R> {
+        gpu.context()
+            .bind_to_thread()
+            .ctx("binding the context to this thread")?;
+        let (a, b) = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            (free.pop(), free.pop())
+        };
+        let mut a = match a {
+            Some(w) => w,
+            None => make()?,
+        };
+        let mut b = match b {
+            Some(w) => w,
+            None => make()?,
+        };
+        let r = f(&mut a, &mut b);
+        if !matches!(r, Err(Error::Driver { .. })) {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.push(b);
+            free.push(a);
+        }
+        r
+    }
+
     /// Drops every free workspace (a workspace in use by a call goes back after it).
     pub(crate) fn clear(&self) {
         let free = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));

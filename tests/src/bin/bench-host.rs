@@ -10,8 +10,11 @@
 //! of `--reps` after `--warmup` calls; the allocations the timed calls made are printed too
 //! (0 expected: the workspace is warm).
 //!
-//! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24]
-//! [--phases] [--csv FILE]` (`--phases`: where the time of each pinned call goes, by phase)
+//! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet|memcpy]
+//! [--pet-run-log 24] [--phases] [--variants 0,1,..] [--csv FILE]` (`--phases`: where the
+//! time of each pinned call goes, by phase; `--variants`: the rows again for each measuring
+//! variant of the doors, `detkit::phases::set_variant`, the row names suffixed `[vN]`;
+//! `--only memcpy`: the host's own copy bandwidth into and out of pinned memory, by threads)
 
 use std::io::Write;
 use std::time::Instant;
@@ -739,9 +742,27 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         w.flush()?;
         Ok(())
     })?;
+    // The same call with the pairs discarded: the library's rate on this data, so the row
+    // above shows what writing the pairs file costs beside it.
+    let (dp, dq, da) = both(bs, o, |b| {
+        let h = pick(bs, b, &handles);
+        b.pet_run_file(&file, h, &c, &sc, |_| Ok(()), |_| {})?;
+        Ok(())
+    })?;
     let b_pairs = 32 * want.len();
     let (cp, cq) = copies(g, o, bytes.len(), b_pairs)?;
     std::fs::remove_dir_all(&tmp).ok();
+    push(Row {
+        what: format!("pet_run_file, 2^{log} frames, pairs discarded"),
+        items: frames.len(),
+        pinned_ms: dp,
+        pageable_ms: dq,
+        device_ms: None,
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (bytes.len(), b_pairs),
+        allocations: da,
+    });
     push(Row {
         what: format!("pet_run_file, 2^{log} frames, pairs to a file"),
         items: frames.len(),
@@ -756,6 +777,84 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
     Ok(())
 }
 
+/// `--only memcpy`: the host's copy bandwidth (GB/s of bytes copied) of `MB` megabytes with
+/// 1 to 16 threads (rayon pools of that size, parts of 64 KiB): pageable into write-combined
+/// pinned memory (the upload staging), into cached pinned memory, into pageable memory, and
+/// cached pinned into pageable (the download side); then the upload staging's copy while
+/// the DMA engine reads another pinned buffer of the same size (both directions busy, as in
+/// a door call). The floor of a door call is its bytes over these rates.
+fn memcpy_rows(g: &GpuContext, o: &Opts) -> Result<()> {
+    use rayon::prelude::*;
+    const MB: usize = 58;
+    let n = MB << 20;
+    let src: Vec<u8> = (0..n)
+        .map(|i| ((i * 2654435761usize) >> 13) as u8)
+        .collect();
+    let mut page = vec![1u8; n];
+    let mut wc = g.pinned::<u8>(n, true)?;
+    let mut cached = g.pinned::<u8>(n, false)?;
+    let mut other = g.pinned::<u8>(n, false)?;
+    let mut d_other = g.zeros::<u8>(n)?;
+    let wc = wc.as_mut_slice()?;
+    let cached = cached.as_mut_slice()?;
+    let other = other.as_mut_slice()?;
+    other.fill(3);
+    let copy = |dst: &mut [u8], src: &[u8]| {
+        dst.par_chunks_mut(64 << 10)
+            .zip(src.par_chunks(64 << 10))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    };
+    println!(
+        "# host copies of {MB} MiB, GB/s (median of {} after {}); threads 1 2 4 8 16",
+        o.reps, o.warmup
+    );
+    let threads = [1usize, 2, 4, 8, 16];
+    let line = |what: &str, f: &mut (dyn FnMut() -> Result<()> + Send)| -> Result<()> {
+        let mut out = Vec::new();
+        for &t in &threads {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build()?;
+            let ms = pool.install(|| wall_ms(o.warmup, o.reps, &mut *f))?;
+            out.push(format!("{:>7.1}", n as f64 / ms / 1e6));
+        }
+        println!("{what:<44} {}", out.join(" "));
+        Ok(())
+    };
+    line("pageable -> pinned write-combined", &mut || {
+        copy(&mut *wc, &src);
+        Ok(())
+    })?;
+    line("pageable -> pinned cached", &mut || {
+        copy(&mut *cached, &src);
+        Ok(())
+    })?;
+    line("pageable -> pageable", &mut || {
+        copy(&mut page, &src);
+        Ok(())
+    })?;
+    line("pinned cached -> pageable", &mut || {
+        copy(&mut page, &*cached);
+        Ok(())
+    })?;
+    let s = g.stream();
+    line("pageable -> pinned WC, DMA of 58 MiB beside", &mut || {
+        s.memcpy_htod(&*other, &mut d_other)?;
+        copy(&mut *wc, &src);
+        s.synchronize()?;
+        Ok(())
+    })?;
+    let dma = wall_ms(o.warmup, o.reps, || {
+        s.memcpy_htod(&*other, &mut d_other)?;
+        s.synchronize()?;
+        Ok(())
+    })?;
+    println!(
+        "{:<44} {:>7.1}",
+        "DMA pinned -> device alone",
+        n as f64 / dma / 1e6
+    );
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let mut o = Opts {
         reps: 20,
@@ -766,7 +865,8 @@ fn main() -> Result<()> {
     };
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
-    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet] [--pet-run-log 24] [--phases] [--csv FILE]";
+    let mut variants: Vec<u32> = vec![0];
+    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet|memcpy] [--pet-run-log 24] [--phases] [--variants 0,1,..] [--csv FILE]";
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => o.reps = args.next().context("--reps needs a number")?.parse()?,
@@ -779,6 +879,14 @@ fn main() -> Result<()> {
                     .parse()?
             }
             "--phases" => o.phases = true,
+            "--variants" => {
+                variants = args
+                    .next()
+                    .context("--variants needs a list")?
+                    .split(',')
+                    .map(|v| v.trim().parse())
+                    .collect::<Result<_, _>>()?
+            }
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
             _ => bail!("{usage}"),
         }
@@ -797,16 +905,36 @@ fn main() -> Result<()> {
     );
     let bs = backends()?;
     let mut rows = Vec::new();
+    if o.only.as_deref() == Some("memcpy") {
+        return memcpy_rows(g, &o);
+    }
     header();
     let want = |f: &str| o.only.as_deref().is_none_or(|x| x == f);
-    if want("cluster") {
-        cluster_rows(g, &bs, &o, &mut rows)?;
+    for &v in &variants {
+        detkit::phases::set_variant(v);
+        let from = rows.len();
+        if want("cluster") {
+            cluster_rows(g, &bs, &o, &mut rows)?;
+        }
+        if want("seed") {
+            seed_rows(g, &bs, &o, &mut rows)?;
+        }
+        if want("pet") {
+            pet_rows(g, &bs, &o, &mut rows)?;
+        }
+        if variants.len() > 1 {
+            for r in &mut rows[from..] {
+                r.what += &format!(" [v{v}]");
+            }
+        }
     }
-    if want("seed") {
-        seed_rows(g, &bs, &o, &mut rows)?;
-    }
-    if want("pet") {
-        pet_rows(g, &bs, &o, &mut rows)?;
+    detkit::phases::set_variant(0);
+    if variants.len() > 1 {
+        println!("# summary, every variant");
+        header();
+        for r in &rows {
+            print_row(r);
+        }
     }
     if let Some(path) = csv {
         let mut s = String::from(

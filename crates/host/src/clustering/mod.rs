@@ -359,9 +359,17 @@ impl DigisRef<'_> {
 /// outweighs handing it to a thread.
 const VALIDATE_PIECE: usize = 1 << 14;
 
+/// Digis per piece of a validation of at most [`STREAM_WAVE`] digis.
+const SMALL_PIECE: usize = 1 << 12;
+
 /// Digis per wave of a staged validation (a multiple of [`VALIDATE_PIECE`]; 8 MiB of the
 /// four arrays): the copy of one wave to the device overlaps the checks of the next.
 pub(crate) const VALIDATE_WAVE: usize = 1 << 20;
+
+/// Digis per wave of the streamed staged validation (a multiple of [`VALIDATE_PIECE`]; 4 MiB
+/// of the four arrays): the pool's threads check and copy later pieces while a wave's DMA
+/// is issued and runs.
+const STREAM_WAVE: usize = 1 << 19;
 
 /// What a staged validation calls after each wave: the wave's stretches of the four staged
 /// arrays (module, x, y, adc) and its digi range.
@@ -479,12 +487,33 @@ pub(crate) fn validate_digis(
     geometry: &Geometry,
     stage: Option<(&mut [u16], &mut WaveSink<'_>)>,
 ) -> Result<()> {
+    validate_digis_at(digis, event_offsets, geometry, stage, 0)
+}
+
+/// [`validate_digis`] of the digis `base..base + digis.len()` of a larger batch (a whole
+/// number of its events, `event_offsets` counted from `base`): the errors name digis by
+/// their index in that batch.
+pub(crate) fn validate_digis_at(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    stage: Option<(&mut [u16], &mut WaveSink<'_>)>,
+    base: usize,
+) -> Result<()> {
     use rayon::prelude::*;
     let n = digis.len();
-    let pieces = n.div_ceil(VALIDATE_PIECE);
+    // A call of one wave or less (an event or a few) in smaller pieces, so that the threads
+    // as they wake find work left (the calling thread starts at once; `--variant` 1 and 14:
+    // one piece size for every call).
+    let piece = if n <= STREAM_WAVE && !matches!(crate::phases::variant(), 1 | 14) {
+        SMALL_PIECE
+    } else {
+        VALIDATE_PIECE
+    };
+    let pieces = n.div_ceil(piece);
     // The digi-by-digi pass: the first range error of a piece, and its runs up to it.
     let check_piece_slow = |p: usize| -> PieceResult {
-        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
         // The event of digi `lo`: the last event starting at or before it (empty events
         // skipped).
         let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
@@ -500,13 +529,13 @@ pub(crate) fn validate_digis(
                 continue;
             }
             if m as u32 >= geometry.modules {
-                return (Some((d, module_out_of_range(d, m, geometry))), runs);
+                return (Some((d, module_out_of_range(base + d, m, geometry))), runs);
             }
             let (x, y) = (digis.x[d] as u32, digis.y[d] as u32);
             if x >= geometry.rows || y >= geometry.cols {
                 let err = Error::InvalidItem {
                     what: "digi",
-                    index: d,
+                    index: base + d,
                     column: if x >= geometry.rows { "x" } else { "y" },
                     detail: format!(
                         "pixel (x {x}, y {y}) outside the {} × {} module {m}",
@@ -530,7 +559,7 @@ pub(crate) fn validate_digis(
     // branch-free (vectorised) range check of the whole piece and a tight pass for its runs;
     // only a piece with an error takes the digi-by-digi pass that finds the first one.
     let check_piece = |p: usize| -> PieceResult {
-        let (lo, hi) = (p * VALIDATE_PIECE, ((p + 1) * VALIDATE_PIECE).min(n));
+        let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
         let (nm, nr, nc) = (geometry.modules, geometry.rows, geometry.cols);
         let bad = digis.module[lo..hi]
             .iter()
@@ -587,7 +616,60 @@ pub(crate) fn validate_digis(
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
+        Some((pin, on_wave)) if crate::phases::variant() != 1 => {
+            // Streamed: the pool's threads take pieces in order, each copying its digis
+            // into the stage and checking them; this thread sends each wave of
+            // STREAM_WAVE digis to the device as soon as its pieces are done.
+            let pin = &mut pin[..4 * n];
+            let base = pin.as_mut_ptr() as usize;
+            let srcs = [digis.module, digis.x, digis.y, digis.adc];
+            let slots: Vec<std::sync::Mutex<Option<PieceResult>>> =
+                (0..pieces).map(|_| Default::default()).collect();
+            let work = |p: usize| -> bool {
+                let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
+                for (a, src) in srcs.iter().enumerate() {
+                    // SAFETY: array `a` of the stage is `base + a n .. base + (a + 1) n`
+                    // (`pin` holds `4 n`); piece `p`'s stretch of it is written by this
+                    // thread only, and read (its wave's DMA) after this piece is counted
+                    // done.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            src[lo..hi].as_ptr(),
+                            (base as *mut u16).add(a * n + lo),
+                            hi - lo,
+                        )
+                    };
+                }
+                let r = check_piece(p);
+                let ok = r.0.is_none();
+                *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                ok
+            };
+            let per = STREAM_WAVE / piece;
+            let mut ready = |w: usize| -> Result<()> {
+                let lo = w * STREAM_WAVE;
+                let hi = (lo + STREAM_WAVE).min(n);
+                crate::phases::mark(crate::phases::Phase::Validate);
+                // SAFETY: every piece of this wave has been written (their counts were
+                // acquired before this call) and no thread writes them again during the
+                // call; the four stretches lie inside `pin` (`4 n` elements).
+                let wave = [0, 1, 2, 3].map(|a| unsafe {
+                    std::slice::from_raw_parts((base as *const u16).add(a * n + lo), hi - lo)
+                });
+                let r = on_wave(wave, lo..hi);
+                crate::phases::mark(crate::phases::Phase::Stage);
+                r
+            };
+            crate::staging::parts_then_groups(pieces, per, &work, &mut ready)?;
+            // Every piece up to the first with a range error has its result (pieces are
+            // handed out in order and finished); later ones may be missing.
+            slots
+                .into_iter()
+                .map_while(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
+                .collect()
+        }
         Some((pin, on_wave)) => {
+            // The previous session's waves (measured as `--variant 1`).
             let (m, rest) = pin[..4 * n].split_at_mut(n);
             let (x, rest) = rest.split_at_mut(n);
             let (y, a) = rest.split_at_mut(n);
@@ -650,13 +732,14 @@ pub(crate) fn validate_digis(
             _ => {}
         }
         if seen[m as usize] == e + 1 {
-            let before = match current {
-                Some((_, ce, start)) if ce == e => start as usize,
-                _ => run.start as usize,
-            };
+            let before = base
+                + match current {
+                    Some((_, ce, start)) if ce == e => start as usize,
+                    _ => run.start as usize,
+                };
             return Err(Error::InvalidItem {
                 what: "digi",
-                index: run.start as usize,
+                index: base + run.start as usize,
                 column: "module",
                 detail: format!(
                     "the digis of module {m} are not consecutive (an earlier run of module {m} ended before digi {before})"
@@ -764,19 +847,15 @@ impl Backend {
                 })?;
                 Ok(ClusterCounts::default())
             }
-            Some(gpu) => self.ws.clustering.run(
+            Some(gpu) => door::cluster_call(
+                &self.ws.clustering,
                 gpu,
-                || door::ClusterWorkspace::new(gpu),
-                |w| {
-                    w.cluster(
-                        digis,
-                        event_offsets,
-                        geometry,
-                        cut,
-                        self.host_copies(),
-                        door::Out::Slices(out),
-                    )
-                },
+                digis,
+                event_offsets,
+                geometry,
+                cut,
+                self.host_copies(),
+                door::Out::Slices(out),
             ),
         }
     }
@@ -829,24 +908,17 @@ impl Backend {
                 par::cluster_into(digis, event_offsets, geometry, cut, out);
                 Ok(())
             }),
-            Some(gpu) => self
-                .ws
-                .clustering
-                .run(
-                    gpu,
-                    || door::ClusterWorkspace::new(gpu),
-                    |w| {
-                        w.cluster(
-                            digis,
-                            event_offsets,
-                            geometry,
-                            cut,
-                            self.host_copies(),
-                            door::Out::Clusters(out),
-                        )
-                    },
-                )
-                .map(|_| ()),
+            Some(gpu) => door::cluster_call(
+                &self.ws.clustering,
+                gpu,
+                digis,
+                event_offsets,
+                geometry,
+                cut,
+                self.host_copies(),
+                door::Out::Clusters(out),
+            )
+            .map(|_| ()),
         }
     }
 }
@@ -1057,8 +1129,9 @@ mod tests {
         assert!(err.to_string().contains("output arrays"), "{err}");
     }
 
-    /// A staged validation of several waves: the waves cover the digis in order, a range
-    /// error stops after its wave, and the errors equal the unstaged ones.
+    /// A staged validation of several waves: the waves cover the digis in order and the
+    /// stage holds the four arrays, a range error stops before its wave, and the errors
+    /// equal the unstaged ones.
     #[test]
     fn staged_validation_in_waves() {
         let g = Geometry::phase1();
@@ -1091,8 +1164,86 @@ mod tests {
             let want = validate(&bad, &offsets, &g).map_err(|e| e.to_string());
             assert_eq!(got, want, "fault {fault:?}");
             assert_eq!(want.is_err(), fault.is_some());
-            let expect_waves = fault.map_or(3, |f| f / VALIDATE_WAVE + 1);
-            assert_eq!(waves.len(), expect_waves, "fault {fault:?}");
+            // Waves in order from digi 0, each whole; none at or after a faulty wave.
+            let mut end = 0;
+            for r in &waves {
+                assert_eq!(r.start, end, "fault {fault:?}: {waves:?}");
+                assert!(r.len() == STREAM_WAVE || r.end == n, "{waves:?}");
+                end = r.end;
+            }
+            match fault {
+                None => {
+                    assert_eq!(end, n);
+                    let arrays = [&d.module, &d.x, &d.y, &d.adc];
+                    for (a, v) in arrays.iter().enumerate() {
+                        assert!(stage[a * n..(a + 1) * n] == v[..], "array {a} staged");
+                    }
+                }
+                Some(f) => assert!(end <= f / STREAM_WAVE * STREAM_WAVE, "{waves:?}"),
+            }
+        }
+    }
+
+    /// A sub-batch of whole events validated on its own ([`validate_digis_at`], as the
+    /// split clustering call does): the same error as the whole batch's, digis named by
+    /// their index in the whole batch, for each kind of fault, in the sub-batch's first,
+    /// middle and last event; no error for a clean sub-batch.
+    #[test]
+    fn sub_batch_errors_name_the_whole_batch() {
+        let g = Geometry::phase1();
+        // Five events of 3000 digis: runs of 50 digis per module, modules in order.
+        let mut d = Digis::default();
+        for e in 0..5usize {
+            for i in 0..3000usize {
+                d.push(
+                    ((i / 50 + e) % 1856) as u16,
+                    (i % 160) as u16,
+                    (i % 416) as u16,
+                    10,
+                );
+            }
+        }
+        let offsets: Vec<u32> = (0..=5).map(|e| e * 3000).collect();
+        type Fault = fn(&mut Digis, usize);
+        let faults: [Fault; 4] = [
+            |d, i| d.module[i] = 5000,
+            |d, i| d.x[i] = 160,
+            |d, i| d.y[i] = 416,
+            |d, i| d.module[i] = d.module[i - 500],
+        ];
+        // Sub-batch: events 1..4 (digis 3000..12000).
+        let (e0, e1) = (1usize, 4usize);
+        let (lo, hi) = (offsets[e0] as usize, offsets[e1] as usize);
+        let rebased: Vec<u32> = offsets[e0..=e1].iter().map(|&o| o - lo as u32).collect();
+        let sub = |b: &Digis| -> Result<()> {
+            let r = DigisRef::from(b).slice(lo..hi);
+            validate_digis_at(r, &rebased, &g, None, lo)
+        };
+        assert!(sub(&d).is_ok());
+        // Staged (small pieces, the calling thread working too): the same verdicts, and the
+        // stage holds the sub-batch's four arrays.
+        let staged = |b: &Digis, stage: &mut Vec<u16>| -> Result<()> {
+            let r = DigisRef::from(b).slice(lo..hi);
+            let mut sink = |_: [&[u16]; 4], _: std::ops::Range<usize>| Ok(());
+            validate_digis_at(r, &rebased, &g, Some((stage, &mut sink)), lo)
+        };
+        let mut stage = vec![0u16; 4 * (hi - lo)];
+        assert!(staged(&d, &mut stage).is_ok());
+        let m = hi - lo;
+        for (a, v) in [&d.module, &d.x, &d.y, &d.adc].iter().enumerate() {
+            assert!(stage[a * m..(a + 1) * m] == v[lo..hi], "array {a} staged");
+        }
+        for (k, f) in faults.iter().enumerate() {
+            for at in [lo + 700, lo + 4500, hi - 1] {
+                let mut bad = d.clone();
+                f(&mut bad, at);
+                let want = validate(&bad, &offsets, &g).map_err(|e| e.to_string());
+                let got = sub(&bad).map_err(|e| e.to_string());
+                assert!(want.is_err(), "fault {k} at {at}");
+                assert_eq!(got, want, "fault {k} at {at}");
+                let got = staged(&bad, &mut stage).map_err(|e| e.to_string());
+                assert_eq!(got, want, "staged: fault {k} at {at}");
+            }
         }
     }
 }

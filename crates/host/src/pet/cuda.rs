@@ -909,8 +909,12 @@ pub(crate) struct PetStreamBuffers {
     a: Option<CudaSlice<u64>>,
     b: Option<CudaSlice<u64>>,
     stats: Option<CudaSlice<u32>>,
-    /// Pairs copied out of the device (4 words each), pinned, grown on demand.
-    pairs: Option<cudarc::driver::PinnedHostSlice<u64>>,
+    /// Pairs copied out of the device (4 words each), pinned, grown on demand: two, so
+    /// that the sink reads one chunk's pairs while the next chunk's are copied into the
+    /// other.
+    pairs: [Option<cudarc::driver::PinnedHostSlice<u64>>; 2],
+    /// The boundaries of the merge of the pending run with a chunk's (three words).
+    bounds: Option<CudaSlice<u32>>,
     copy: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
     scratch: CoincideScratch,
     /// The last run's scanner and its tables on the device.
@@ -1045,42 +1049,50 @@ impl PetStreamBuffers {
         if self.stats.is_none() {
             self.stats = Some(g.zeros::<u32>(k::STAT_WORDS)?);
         }
+        if self.bounds.is_none() {
+            self.bounds = Some(g.zeros::<u32>(3)?);
+        }
         Ok(())
     }
+}
 
-    /// The first `total` pairs of the last resident coincidence call, copied into the pinned
-    /// pairs buffer (grown by half again when short) and returned as a slice of it.
-    fn download_pairs(&mut self, g: &GpuContext, total: usize) -> Result<&[Coincidence]> {
-        if total == 0 {
-            return Ok(&[]);
-        }
-        let words = 4 * total;
-        if self.pairs.as_ref().is_none_or(|p| p.len() < words) {
-            let len = words.max(self.pairs.as_ref().map_or(0, |p| p.len() * 3 / 2));
-            // SAFETY: only the first `4 total` words, written by the copy below, are read.
-            let mut p = unsafe { g.context().alloc_pinned_with_flags::<u64>(len, 0) }
-                .ctx("allocating pinned memory for the pairs")?;
-            let ptr = p.as_mut_ptr().ctx("mapping pinned memory")?;
-            // SAFETY: `ptr` addresses `len` words of this allocation.
-            unsafe { std::ptr::write_bytes(ptr, 0, len) };
-            self.pairs = Some(p);
-        }
-        let src = self
-            .scratch
-            .pairs()
-            .filter(|p| p.len() >= words)
-            .ok_or_else(|| invalid("pairs", "more pairs asked for than the last call made"))?;
-        let host = self.pairs.as_mut().expect("allocated above");
-        let dst = &mut host.as_mut_slice().ctx("mapping pinned memory")?[..words];
-        // The destination is pinned, so this copy is asynchronous: the synchronisation below
-        // completes it before the slice is read.
-        g.stream()
-            .memcpy_dtoh(&src.slice(0..words), dst)
-            .ctx("copying the pairs")?;
-        g.synchronize()?;
-        let all = host.as_slice().ctx("mapping pinned memory")?;
-        Ok(bytemuck::cast_slice::<u64, Coincidence>(&all[..words]))
+/// The first `total` pairs of the last resident coincidence call on `scratch`, copied into
+/// the pinned pairs buffer `slot` (grown by half again when short) and returned as a slice
+/// of it.
+fn download_pairs<'p>(
+    g: &GpuContext,
+    scratch: &CoincideScratch,
+    slot: &'p mut Option<cudarc::driver::PinnedHostSlice<u64>>,
+    total: usize,
+) -> Result<&'p [Coincidence]> {
+    if total == 0 {
+        return Ok(&[]);
     }
+    let words = 4 * total;
+    if slot.as_ref().is_none_or(|p| p.len() < words) {
+        let len = words.max(slot.as_ref().map_or(0, |p| p.len() * 3 / 2));
+        // SAFETY: only the first `4 total` words, written by the copy below, are read.
+        let mut p = unsafe { g.context().alloc_pinned_with_flags::<u64>(len, 0) }
+            .ctx("allocating pinned memory for the pairs")?;
+        let ptr = p.as_mut_ptr().ctx("mapping pinned memory")?;
+        // SAFETY: `ptr` addresses `len` words of this allocation.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        *slot = Some(p);
+    }
+    let src = scratch
+        .pairs()
+        .filter(|p| p.len() >= words)
+        .ok_or_else(|| invalid("pairs", "more pairs asked for than the last call made"))?;
+    let host = slot.as_mut().expect("allocated above");
+    let dst = &mut host.as_mut_slice().ctx("mapping pinned memory")?[..words];
+    // The destination is pinned, so this copy is asynchronous: the synchronisation below
+    // completes it before the slice is read.
+    g.stream()
+        .memcpy_dtoh(&src.slice(0..words), dst)
+        .ctx("copying the pairs")?;
+    g.synchronize()?;
+    let all = host.as_slice().ctx("mapping pinned memory")?;
+    Ok(bytemuck::cast_slice::<u64, Coincidence>(&all[..words]))
 }
 
 impl GpuContext {
@@ -1241,6 +1253,16 @@ impl GpuContext {
         let ds: &DeviceScanner = &pair.insert(scanner()?).1;
         let bdms = ds.host.bdm_count();
         let mut slot = 0;
+        let mut bounds = bufs.bounds.take().expect("fitted");
+        let mut pairs_bufs = std::mem::take(&mut bufs.pairs);
+        // The pairs of chunk k go to `pairs_bufs[k % 2]`; the sink (and `progress`) get them
+        // on this thread while the next chunk's kernels and read-backs run on another, so
+        // writing the pairs overlaps the next chunk's work (`variant` 1: each chunk's pairs
+        // are sunk as soon as the chunk is done, nothing overlapping the sink). `waiting`:
+        // the slot, pair count and totals of a chunk whose pairs are still to be sunk.
+        let overlap = crate::phases::variant() != 1;
+        let mut waiting: Option<(usize, usize, StreamStats)> = None;
+        let mut chunk_no = 0usize;
         let result = loop {
             let nf = counts[slot];
             let last = nf < sc.chunk_frames;
@@ -1256,8 +1278,9 @@ impl GpuContext {
                     .ctx("recording the conversion")?,
             );
             lap(&mut phases, 0);
-            // The next chunk is read (and its copy launched) on a second thread while this
-            // chunk's kernels and read-backs run here.
+            // The next chunk is read (and its copy launched) on a second thread, and this
+            // chunk's kernels and read-backs run on a third, while this thread hands the
+            // previous chunk's pairs to the sink.
             let (lo, hi) = slots.split_at_mut(1);
             let (cur, other) = if slot == 0 {
                 (&lo[0], &mut hi[0])
@@ -1272,7 +1295,14 @@ impl GpuContext {
             };
             let consumed_other = &consumed[1 - slot];
             let frames_cur: &CudaSlice<u8> = cur.1;
-            let (gpu, next) = std::thread::scope(|scope| {
+            let pslot = chunk_no % 2;
+            let (p_lo, p_hi) = pairs_bufs.split_at_mut(1);
+            let (pairs_cur, pairs_prev) = if pslot == 0 {
+                (&mut p_lo[0], &p_hi[0])
+            } else {
+                (&mut p_hi[0], &p_lo[0])
+            };
+            let (gpu, next, sunk) = std::thread::scope(|scope| {
                 let copy = &copy;
                 let input = &mut *input;
                 let reader = (!last).then(|| {
@@ -1282,53 +1312,53 @@ impl GpuContext {
                         Ok(chunk.len() / 16)
                     })
                 });
-                let gpu = (|| -> Result<bool> {
-                    let st = self.download(&d_stats)?;
-                    lap(&mut phases, 1);
+                let (a, b, d_stats, order) = (&mut a, &mut b, &mut d_stats, &mut order);
+                let (scratch, bounds, lap, phases) =
+                    (&mut bufs.scratch, &mut bounds, &mut lap, &mut phases);
+                let (stats, offset, np) = (&mut *stats, &mut offset, &mut np);
+                let worker = scope.spawn(move || -> Result<(bool, usize, StreamStats)> {
+                    // Raw driver calls (launches, the pinned pairs' allocation) need the
+                    // context current on this thread.
+                    self.context()
+                        .bind_to_thread()
+                        .ctx("binding the context to the chunk's thread")?;
+                    let st = self.download(d_stats)?;
+                    lap(phases, 1);
                     let w = match order_verdict(&st) {
                         _ if nf == 0 => f64::INFINITY,
                         OrderVerdict::Disorder => {
-                            return Err(self.order_error(&order, frames_cur, nf, offset, bdms))
+                            return Err(self.order_error(order, frames_cur, nf, *offset, bdms))
                         }
                         OrderVerdict::Ordered(_) if last => f64::INFINITY,
                         OrderVerdict::Ordered(m) => m,
                     };
                     let cst = stats_from_words(&st, nf);
-                    stats.convert.add(&cst, offset);
-                    offset += nf as u64;
+                    stats.convert.add(&cst, *offset);
+                    *offset += nf as u64;
                     let nc = cst.accepted as usize;
+                    let n0 = *np;
                     // Sort the chunk's singles in place (scratch: b), then merge with the
                     // pending run.
-                    if self.pet_sort_radix_device(&mut a, &mut b, np, nc)? {
-                        let src = b.slice(2 * np..2 * (np + nc));
-                        let mut dst = a.slice_mut(2 * np..2 * (np + nc));
+                    if self.pet_sort_radix_device(a, b, n0, nc)? {
+                        let src = b.slice(2 * n0..2 * (n0 + nc));
+                        let mut dst = a.slice_mut(2 * n0..2 * (n0 + nc));
                         self.stream()
                             .memcpy_dtod(&src, &mut dst)
                             .ctx("copying sorted singles")?;
                     }
-                    lap(&mut phases, 2);
-                    let total = np + nc;
-                    let merged_in_b = if np > 0 && nc > 0 {
-                        // Two runs: one merge-path pass (the multiway merge's sampling
-                        // levels do not pay for two runs).
-                        self.pet_merge_runs_pairwise(
-                            &mut a,
-                            &mut b,
-                            0,
-                            total,
-                            &[0, np as u32, total as u32],
-                        )?
-                    } else {
-                        false
-                    };
+                    lap(phases, 2);
+                    let total = n0 + nc;
+                    // Two runs: one merge-path pass (the multiway merge's sampling levels do
+                    // not pay for two runs), its boundaries in a reused buffer.
+                    let merged_in_b = self.pet_merge_two_runs(a, b, 0, total, n0, bounds)?;
                     let (merged, other) = if merged_in_b {
-                        (&mut b, &mut a)
+                        (&mut *b, &mut *a)
                     } else {
-                        (&mut a, &mut b)
+                        (&mut *a, &mut *b)
                     };
-                    lap(&mut phases, 3);
+                    lap(phases, 3);
                     let (npairs, resume) =
-                        self.pet_coincide_resident(&mut bufs.scratch, merged, 0, total, c, w)?;
+                        self.pet_coincide_resident(scratch, merged, 0, total, c, w)?;
                     let rest = total - resume;
                     if rest > sc.pending_capacity {
                         return Err(pending_overflow(rest, sc.pending_capacity));
@@ -1340,47 +1370,75 @@ impl GpuContext {
                             .memcpy_dtod(&src, &mut dst)
                             .ctx("carrying pending singles")?;
                         if !merged_in_b {
-                            std::mem::swap(&mut a, &mut b);
+                            std::mem::swap(a, b);
                         }
                     }
-                    let pairs = bufs.download_pairs(self, npairs)?;
-                    lap(&mut phases, 4);
-                    np = rest;
+                    download_pairs(self, scratch, pairs_cur, npairs)?;
+                    lap(phases, 4);
+                    *np = rest;
                     stats.max_pending = stats.max_pending.max(rest as u64);
                     stats.pairs += npairs as u64;
                     stats.chunks += 1;
-                    sink(pairs)?;
-                    progress(stats);
-                    lap(&mut phases, 5);
-                    Ok(last)
-                })();
+                    Ok((last, npairs, *stats))
+                });
+                // The previous chunk's pairs, on this thread (the sink need not be `Send`).
+                let sunk = match waiting.take() {
+                    Some((ps, npairs, snapshot)) => {
+                        debug_assert_eq!(ps, 1 - pslot);
+                        sink_pairs(pairs_prev, npairs, &snapshot, sink, progress)
+                    }
+                    None => Ok(()),
+                };
+                let gpu = worker
+                    .join()
+                    .unwrap_or_else(|_| Err(invalid("frame stream", "the chunk's thread failed")));
                 let next = reader.map(|h| {
                     h.join().unwrap_or_else(|_| {
                         Err(invalid("frame stream", "the reading thread failed"))
                     })
                 });
-                (gpu, next)
+                (gpu, next, sunk)
             });
-            match (gpu, next) {
-                (Ok(true), _) => {
-                    if profile {
-                        eprintln!(
-                            "pet stream profile (ms): convert+order launch {:.2}, stats read \
-                             (waits for the conversion) {:.2}, sort {:.2}, merge {:.2}, \
-                             coincide+download {:.2}, sink {:.2}",
-                            phases[0], phases[1], phases[2], phases[3], phases[4], phases[5],
-                        );
-                    }
-                    break Ok(*stats);
+            lap(&mut phases, 5);
+            // A sink's error comes from an earlier chunk than the chunk's thread's.
+            if let Err(e) = sunk {
+                break Err(e);
+            }
+            let (done, npairs, snapshot) = match gpu {
+                Ok(g) => g,
+                Err(e) => break Err(e),
+            };
+            waiting = Some((pslot, npairs, snapshot));
+            chunk_no += 1;
+            if done || !overlap {
+                let (ps, npairs, snapshot) = waiting.take().expect("set above");
+                if let Err(e) = sink_pairs(&pairs_bufs[ps], npairs, &snapshot, sink, progress) {
+                    break Err(e);
                 }
-                (Ok(false), Some(Ok(nf))) => {
+            }
+            if done {
+                if profile {
+                    eprintln!(
+                        "pet stream profile (ms, the chunk's thread): convert+order launch \
+                         {:.2}, stats read (waits for the conversion) {:.2}, sort {:.2}, merge \
+                         {:.2}, coincide+download {:.2}; waiting for the chunk, the reader and \
+                         the sink {:.2}",
+                        phases[0], phases[1], phases[2], phases[3], phases[4], phases[5],
+                    );
+                }
+                break Ok(*stats);
+            }
+            match next {
+                Some(Ok(nf)) => {
                     counts[1 - slot] = nf;
                     slot = 1 - slot;
                 }
-                (Ok(false), Some(Err(e))) | (Err(e), _) => break Err(e),
-                (Ok(false), None) => unreachable!("a chunk follows every chunk but the last"),
+                Some(Err(e)) => break Err(e),
+                None => unreachable!("a chunk follows every chunk but the last"),
             }
         };
+        bufs.bounds = Some(bounds);
+        bufs.pairs = pairs_bufs;
         // Every copy from the pinned buffers has finished before they go back to the cache.
         copy.synchronize().ctx("finishing the frame copies")?;
         bufs.a = Some(a);
@@ -1418,6 +1476,27 @@ impl GpuContext {
         };
         check().expect_err("the check above never returns Ok")
     }
+}
+
+/// Hands the first `npairs` pairs of a pinned pairs buffer to the sink, then the totals
+/// after their chunk to `progress`.
+fn sink_pairs(
+    buf: &Option<cudarc::driver::PinnedHostSlice<u64>>,
+    npairs: usize,
+    stats: &StreamStats,
+    sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
+    progress: &mut impl FnMut(&StreamStats),
+) -> Result<()> {
+    let pairs: &[Coincidence] = match buf {
+        Some(p) if npairs > 0 => {
+            let all = p.as_slice().ctx("mapping pinned memory")?;
+            bytemuck::cast_slice(&all[..4 * npairs])
+        }
+        _ => &[],
+    };
+    sink(pairs)?;
+    progress(stats);
+    Ok(())
 }
 
 /// Reads the next chunk into `pinned` (or takes it in place from page-locked source memory)

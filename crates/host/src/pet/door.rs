@@ -14,7 +14,7 @@ use super::Scanner;
 use crate::cuda::GpuContext;
 use crate::error::{invalid, DriverContext, Result};
 use crate::phases::{self, Phase};
-use crate::staging::{download_into, upload_into, HostCopies, Pinned};
+use crate::staging::{download_into, upload_checked, upload_into, HostCopies, Pinned};
 use crate::Backend;
 
 /// A scanner loaded for one [`Backend`]: its description and, on CUDA, its position and
@@ -229,6 +229,67 @@ impl PetWorkspace {
         upload_into(g, words, &mut a.slice_mut(0..2 * n), stage)
     }
 
+    /// [`PetWorkspace::upload_singles`] through pinned staging with `bad` tested on every
+    /// part as it is copied ([`upload_checked`]): `Ok(true)` when a part is bad.
+    fn upload_singles_checked(
+        &mut self,
+        singles: &[Single],
+        bad: impl Fn(&[Single], usize) -> bool + Sync,
+    ) -> Result<bool> {
+        let g = &*self.gpu;
+        let n = singles.len();
+        ensure_len(g, &mut self.a, 2 * n)?;
+        ensure_len(g, &mut self.b, 2 * n)?;
+        let stage = self.words_in.get(g, 2 * n)?;
+        let a = self.a.as_mut().expect("sized above");
+        let words = bytemuck::cast_slice::<Single, u64>(singles);
+        // Parts are whole singles (pieces of an even number of words).
+        upload_checked(g, words, &mut a.slice_mut(0..2 * n), stage, |w, first| {
+            bad(bytemuck::cast_slice(w), first / 2)
+        })
+    }
+
+    /// Uploads `singles` for a sort or coincidence call: checked as they are copied when
+    /// `check` is given (`Some(false)`: finiteness, `Some(true)`: finiteness and order; the
+    /// error of the full check `Backend::pet_sort_into` / `pet_coincide_into` run before the
+    /// copy otherwise), else only copied.
+    fn upload_for(
+        &mut self,
+        singles: &[Single],
+        copies: HostCopies,
+        check: Option<bool>,
+    ) -> Result<()> {
+        match check {
+            None => self.upload_singles(singles, copies),
+            Some(false) => {
+                let bad = |c: &[Single], _| c.iter().fold(false, |b, s| b | !s.time.is_finite());
+                if self.upload_singles_checked(singles, bad)? {
+                    super::par::check_times(singles, "singles to sort")?;
+                }
+                Ok(())
+            }
+            Some(true) => {
+                let bad = |c: &[Single], first: usize| {
+                    let before = if first > 0 {
+                        singles[first - 1].time
+                    } else {
+                        f64::NEG_INFINITY
+                    };
+                    // Non-finite times make the fold true on their own; `<` then sees finite
+                    // ones where it matters (the full check names the first fault).
+                    let (b, _) = c.iter().fold((false, before), |(b, prev), s| {
+                        (b | !s.time.is_finite() | (s.time < prev), s.time)
+                    });
+                    b
+                };
+                if self.upload_singles_checked(singles, bad)? {
+                    super::par::check_sorted(singles)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     pub(crate) fn convert(
         &mut self,
         frames: &[u8],
@@ -276,11 +337,12 @@ impl PetWorkspace {
         &mut self,
         singles: &[Single],
         copies: HostCopies,
+        check: Option<bool>,
         out: &mut Vec<Single>,
     ) -> Result<()> {
         phases::begin();
         let n = singles.len();
-        self.upload_singles(singles, copies)?;
+        self.upload_for(singles, copies, check)?;
         let g = self.gpu.clone();
         phases::mark_gpu(Phase::Stage, &g);
         let (a, b) = (
@@ -299,11 +361,12 @@ impl PetWorkspace {
         singles: &[Single],
         c: &CoincideConfig,
         copies: HostCopies,
+        check: Option<bool>,
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
         phases::begin();
         let n = singles.len();
-        self.upload_singles(singles, copies)?;
+        self.upload_for(singles, copies, check)?;
         let g = self.gpu.clone();
         phases::mark_gpu(Phase::Stage, &g);
         let a = self.a.as_ref().expect("sized above");
@@ -407,7 +470,12 @@ impl Backend {
 
     /// [`Backend::pet_sort`] into `out` (cleared, its allocation reused).
     pub fn pet_sort_into(&self, singles: &[Single], out: &mut Vec<Single>) -> Result<()> {
-        self.on_cpu(|| super::par::check_times(singles, "singles to sort"))?;
+        // With pinned staging the times are checked as they are copied into it (read once);
+        // the error is the same (see docs/host.md, "Validation").
+        let fused = self.fuse_pet_checks();
+        if !fused || check_u32_len("singles to sort", singles.len()).is_err() {
+            self.on_cpu(|| super::par::check_times(singles, "singles to sort"))?;
+        }
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
             None => {
@@ -416,11 +484,22 @@ impl Backend {
             }
             Some(g) => {
                 let copies = self.host_copies();
-                self.ws
-                    .pet
-                    .run(g, || PetWorkspace::new(g), |w| w.sort(singles, copies, out))
+                let check = fused.then_some(false);
+                self.ws.pet.run(
+                    g,
+                    || PetWorkspace::new(g),
+                    |w| w.sort(singles, copies, check, out),
+                )
             }
         }
+    }
+
+    /// Whether the PET sort and coincidence calls check their input as they copy it into
+    /// pinned staging (on CUDA with pinned copies) rather than before.
+    fn fuse_pet_checks(&self) -> bool {
+        self.gpu().is_some()
+            && self.host_copies() == HostCopies::Pinned
+            && crate::phases::variant() != 1
     }
 
     /// [`Backend::pet_coincide`] into `out` (cleared, its allocation reused).
@@ -431,7 +510,10 @@ impl Backend {
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
         c.validate()?;
-        self.on_cpu(|| super::par::check_sorted(singles))?;
+        let fused = self.fuse_pet_checks();
+        if !fused || check_u32_len("singles", singles.len()).is_err() {
+            self.on_cpu(|| super::par::check_sorted(singles))?;
+        }
         check_u32_len("singles", singles.len())?;
         match self.gpu() {
             None => {
@@ -450,10 +532,11 @@ impl Backend {
             }
             Some(g) => {
                 let copies = self.host_copies();
+                let check = fused.then_some(true);
                 self.ws.pet.run(
                     g,
                     || PetWorkspace::new(g),
-                    |w| w.coincide(singles, c, copies, out),
+                    |w| w.coincide(singles, c, copies, check, out),
                 )
             }
         }

@@ -788,6 +788,41 @@ impl GpuContext {
         Ok(in_b)
     }
 
+    /// The merge of two sorted runs, `a[off..off + split]` and `a[off + split..off + n]`,
+    /// into `b` (ties: the first run first), with the boundaries written into `bounds` (at
+    /// least three words, the caller's, reused between calls: no allocation). The same
+    /// result as [`GpuContext::pet_merge_runs_pairwise`] with `[0, split, n]`: one
+    /// merge-path pass. Returns `true` when the result is in `b` (`false`: nothing to merge,
+    /// one run empty, the singles stay in `a`).
+    pub(crate) fn pet_merge_two_runs(
+        &self,
+        a: &mut SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        split: usize,
+        bounds: &mut CudaSlice<u32>,
+    ) -> Result<bool> {
+        let starts = [0, split as u32, n as u32];
+        check_merge(a, b, off, n, &starts)?;
+        if split == 0 || split == n {
+            return Ok(false);
+        }
+        if bounds.len() < 3 {
+            return Err(invalid(
+                "merge boundaries",
+                "a buffer of fewer than 3 words",
+            ));
+        }
+        // A copy of 12 bytes from the stack: the driver stages pageable memory before the
+        // call returns, so the array may go when it does.
+        self.stream()
+            .memcpy_htod(&starts, &mut bounds.slice_mut(0..3))
+            .ctx("writing the merge boundaries")?;
+        self.pet_merge_pass(a, b, off, n, 0, bounds, 2)?;
+        Ok(true)
+    }
+
     /// The natural runs of `a[off..off + n]` (starts of maximal non-decreasing stretches
     /// of time, from 0 to `n`), if there are at most [`k::MW_MAX_RUNS`] of them; `None` if
     /// there are more. One kernel and one read-back of 257 words.

@@ -1026,13 +1026,40 @@ impl GpuContext {
         ws: &mut SeedingWorkspace,
         events: Events<'_>,
         cfg: &SeedingConfig,
-        mut stage: Option<&mut SeedStaging>,
+        stage: Option<&mut SeedStaging>,
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
         let n_ev = events.count();
-        let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
         out.truncate(n_ev);
         out.resize_with(n_ev, SeedingOutput::default);
+        self.seed_events_host_part(ws, events, cfg, stage, None, out)
+    }
+
+    /// [`GpuContext::seed_events_host`] into `out` (one output per event, of the events'
+    /// count), as part `turn.1` of a pipelined call when `turn` is given: its host copies
+    /// wait for that part's turn and pass it on when done (see [`super::door::Turn`]).
+    pub(crate) fn seed_events_host_part(
+        &self,
+        ws: &mut SeedingWorkspace,
+        events: Events<'_>,
+        cfg: &SeedingConfig,
+        mut stage: Option<&mut SeedStaging>,
+        turn: Option<(&super::door::Turn, usize)>,
+        out: &mut [SeedingOutput],
+    ) -> Result<()> {
+        let n_ev = events.count();
+        if out.len() != n_ev {
+            return Err(invalid(
+                "seeding outputs",
+                format!("{} outputs for {n_ev} events", out.len()),
+            ));
+        }
+        let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
+        // Held from the first staging until it is done: the next part's copies wait for it.
+        let mut turn = match turn {
+            Some((t, k)) => Some(t.take(k)?),
+            None => None,
+        };
         let mut first = 0;
         let mut offsets = Vec::new();
         while first < n_ev {
@@ -1054,9 +1081,9 @@ impl GpuContext {
             phases::mark(Phase::Prepare);
             let sp_words = std::mem::size_of::<SpacePoint>() / 4;
             match stage.as_deref_mut() {
-                Some(st) if n > 0 => {
-                    // Events gathered into pinned memory; every 4 MiB gathered goes to the
-                    // device at once (DMA while the host gathers the next events).
+                Some(st) if n > 0 && phases::variant() == 1 => {
+                    // The previous session's staging (measured as `--variant 1`): events
+                    // gathered one after the other.
                     let pin = st.input.get(self, n * sp_words)?;
                     let input = ws.buf_mut(B::Input);
                     let (mut at, mut sent) = (0usize, 0usize);
@@ -1067,11 +1094,35 @@ impl GpuContext {
                             bytemuck::cast_slice_mut::<u32, SpacePoint>(&mut pin[at..at + w]),
                         )?;
                         at += w;
-                        if at > sent && (at - sent >= (4 << 20) / 4 || e + 1 == last) {
+                        if at > sent && (at - sent >= GATHER_WORDS || e + 1 == last) {
                             self.stream()
                                 .memcpy_htod(&pin[sent..at], &mut input.slice_mut(sent..at))
                                 .ctx("uploading spacepoints")?;
                             sent = at;
+                        }
+                    }
+                }
+                Some(st) if n > 0 => {
+                    // Events gathered into pinned memory in groups of about 4 MiB, the events
+                    // of a group side by side on the pool's threads; each group goes to the
+                    // device at once (DMA while the host gathers the next group).
+                    let pin = st.input.get(self, n * sp_words)?;
+                    let input = ws.buf_mut(B::Input);
+                    let (mut e, mut at) = (first, 0usize);
+                    while e < last {
+                        let (e0, at0) = (e, at);
+                        while e < last && (e == e0 || at - at0 < GATHER_WORDS) {
+                            at += events.len(e) * sp_words;
+                            e += 1;
+                        }
+                        events.gather_group(
+                            e0..e,
+                            bytemuck::cast_slice_mut::<u32, SpacePoint>(&mut pin[at0..at]),
+                        )?;
+                        if at > at0 {
+                            self.stream()
+                                .memcpy_htod(&pin[at0..at], &mut input.slice_mut(at0..at))
+                                .ctx("uploading spacepoints")?;
                         }
                     }
                 }
@@ -1092,6 +1143,9 @@ impl GpuContext {
                 }
             }
             phases::mark(Phase::Stage);
+            if let Some(t) = turn.take() {
+                t.done();
+            }
             let mut input = ws.bufs[B::Input as usize].take();
             let stats = match &input {
                 Some(inp) => self.seed_batch_device(ws, cfg, inp, &offsets, None),
@@ -1222,6 +1276,28 @@ impl<'a> Events<'a> {
             Events::Columns(_) => None,
         }
     }
+    /// The spacepoints of `events` (consecutive) into `dst` (their total length), each
+    /// event as [`Events::gather`] does it, the events side by side on the pool's threads;
+    /// the error is the first event's (as a loop in order gives).
+    fn gather_group(&self, events: Range<usize>, dst: &mut [SpacePoint]) -> Result<()> {
+        use rayon::prelude::*;
+        if events.len() == 1 {
+            return self.gather(events.start, dst);
+        }
+        let mut parts: Vec<(usize, &mut [SpacePoint])> = Vec::with_capacity(events.len());
+        let mut rest = dst;
+        for e in events {
+            let (d, r) = rest.split_at_mut(self.len(e));
+            parts.push((e, d));
+            rest = r;
+        }
+        parts
+            .par_iter_mut()
+            .map(|(e, d)| self.gather(*e, d))
+            .find_first(|r| r.is_err())
+            .unwrap_or(Ok(()))
+    }
+
     /// Event `e`'s spacepoints into `dst` (its length), checked on the way: copied
     /// ([`super::copy_checked`]) or gathered from the columns
     /// ([`SpacePointsRef::gather_checked`]).
@@ -1236,6 +1312,10 @@ impl<'a> Events<'a> {
         }
     }
 }
+
+/// Words of spacepoints gathered into pinned memory per DMA (4 MiB): the DMA of one group
+/// runs while the host gathers the next.
+const GATHER_WORDS: usize = (4 << 20) / 4;
 
 /// Pinned host buffers of the seeding calls: spacepoints in, seeds and parameters out.
 pub(crate) struct SeedStaging {

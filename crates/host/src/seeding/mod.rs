@@ -566,9 +566,11 @@ impl Backend {
         // events are checked first, all at once on every core, then copied: one event's
         // pieces are too few to keep the cores busy (see docs/benchmarks.md, "Front door,
         // session 9").
-        let fused = events.len() == 1
-            && self.gpu().is_some()
-            && self.host_copies() == crate::HostCopies::Pinned;
+        // A pipelined call checks each part's events as it copies them (in part order, so
+        // the error is still the first event's).
+        let fused = self.gpu().is_some()
+            && self.host_copies() == crate::HostCopies::Pinned
+            && (events.len() == 1 || self.pipelines(cuda::Events::Rows(events, false)));
         if !fused {
             check_events(events)?;
         }
@@ -601,6 +603,17 @@ impl Backend {
 const SPLIT_SPACEPOINTS: usize = 1 << 20;
 
 impl Backend {
+    /// Whether a pinned-staging call of `events` on CUDA runs as a pipeline of parts
+    /// ([`door::seed_pipelined`]): two events or more, of at least
+    /// [`door::PIPELINE_SPACEPOINTS`] spacepoints (`--variant 1`: never, the halves below).
+    fn pipelines(&self, events: cuda::Events<'_>) -> bool {
+        self.gpu().is_some()
+            && crate::phases::variant() != 1
+            && events.count() >= 2
+            && (0..events.count()).map(|e| events.len(e)).sum::<usize>()
+                >= door::PIPELINE_SPACEPOINTS
+    }
+
     /// Validated events through the seeding workspaces: one, or for a large call two halves
     /// side by side, each on a workspace of its own.
     fn seed_on_gpu(
@@ -618,6 +631,9 @@ impl Backend {
                 |w| w.seed_events(ev, cfg, copies, out),
             )
         };
+        if copies == crate::HostCopies::Pinned && self.pipelines(events) {
+            return door::seed_pipelined(self, gpu, events, cfg, out);
+        }
         let total: usize = (0..events.count()).map(|e| events.len(e)).sum();
         if events.count() < 2 || total < SPLIT_SPACEPOINTS {
             return run(events, out);
