@@ -83,11 +83,23 @@ def consume(out, stream):
     """A detkit result read by cuda.core through DLPack (ordered on ``stream``)."""
     assert isinstance(out, detkit.DeviceArray)
     v = StridedMemoryView.from_dlpack(out, stream_ptr=int(stream.handle))
-    host = np.empty(v.shape, dtype=v.dtype)
-    if host.nbytes:
-        cc.Buffer.from_handle(v.ptr, host.nbytes).copy_to(host_buffer(host), stream=stream)
+    dtype = np.dtype(v.dtype)
+    shape = tuple(v.shape)
+    # Seeding's seeds, weights and z are strided views of the batch's records: copy the span
+    # the strides reach, then read it through the same strides (byte strides from the
+    # array interface, which says None for a C-contiguous array).
+    strides = out.__cuda_array_interface__.get("strides")
+    if strides is None or not all(shape):
+        host = np.empty(shape, dtype=dtype)
+        if host.nbytes:
+            cc.Buffer.from_handle(v.ptr, host.nbytes).copy_to(host_buffer(host), stream=stream)
+        stream.sync()
+        return host
+    span = dtype.itemsize + sum((n - 1) * st for n, st in zip(shape, strides))
+    raw = np.empty(span, dtype=np.uint8)
+    cc.Buffer.from_handle(v.ptr, span).copy_to(host_buffer(raw), stream=stream)
     stream.sync()
-    return host
+    return np.ndarray(shape, dtype=dtype, buffer=raw, strides=strides).copy()
 
 
 def same(dev_out, want):
