@@ -751,6 +751,15 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
     })?;
     let b_pairs = 32 * want.len();
     let (cp, cq) = copies(g, o, bytes.len(), b_pairs)?;
+    // The floor of the row "pairs to a file": the same bytes written to the same file the
+    // same way (created, written through a BufWriter, flushed), with no detkit call.
+    let pair_bytes = vec![0x5au8; b_pairs];
+    let write_ms = wall_ms(o.warmup, o.reps, || {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(&out_file)?);
+        w.write_all(&pair_bytes)?;
+        w.flush()?;
+        Ok(())
+    })?;
     std::fs::remove_dir_all(&tmp).ok();
     push(Row {
         what: format!("pet_run_file, 2^{log} frames, pairs discarded"),
@@ -773,6 +782,17 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         copy_pageable_ms: cq,
         bytes: (bytes.len(), b_pairs),
         allocations: ra,
+    });
+    push(Row {
+        what: format!("plain write of the same pairs ({b_pairs} bytes) to the file"),
+        items: want.len(),
+        pinned_ms: write_ms,
+        pageable_ms: write_ms,
+        device_ms: None,
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (0, b_pairs),
+        allocations: 0,
     });
     Ok(())
 }
