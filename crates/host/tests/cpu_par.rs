@@ -595,7 +595,7 @@ fn pet_conversion_blocks() {
                     0 => f.bdm = 255,
                     1 => f.head_du = (f.head_du & 0xf0) | 0x0f,
                     2 => f.x = 255,
-                    3 => f.energy = 0u16.to_be_bytes(),  // rejected by the window
+                    3 => f.energy = 0u16.to_be_bytes(), // rejected by the window
                     _ => f.energy = 64000u16.to_be_bytes(), // clamped (and rejected)
                 };
                 if n > 0 {
@@ -625,7 +625,10 @@ fn pet_conversion_blocks() {
                             piece,
                         )
                     }) {
-                        assert!(got.0 == want.0, "singles, {n} frames, piece {piece}, {t} thr");
+                        assert!(
+                            got.0 == want.0,
+                            "singles, {n} frames, piece {piece}, {t} thr"
+                        );
                         assert_eq!(got.1, want.1, "stats, {n} frames, piece {piece}, {t} thr");
                     }
                 }
