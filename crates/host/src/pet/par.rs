@@ -162,41 +162,64 @@ pub fn convert_into_in_pieces(
         prefault(out.spare_capacity_mut());
         timer.mark("convert: prefault");
     }
-    let mut scratch: Vec<Single> = Vec::with_capacity(slots * sub);
+    // Each wave's parallel job converts the wave's pieces into one half of the scratch and,
+    // beside them, copies the previous wave's singles (from the other half) to their place:
+    // one fork-join per wave, and the copies fill the workers' idle time at the wave's end.
+    enum Task<'a> {
+        Convert(
+            usize,
+            &'a mut [std::mem::MaybeUninit<Single>],
+            &'a [DataFrameV2],
+        ),
+        Copy(
+            &'a mut [std::mem::MaybeUninit<Single>],
+            &'a [std::mem::MaybeUninit<Single>],
+        ),
+    }
+    let half = slots * sub;
+    let mut scratch: Vec<Single> = Vec::with_capacity(2 * half);
     crate::mem::huge_pages(&mut scratch);
+    let waves: Vec<&[DataFrameV2]> = frames.chunks(half).collect();
     let mut st = ConvertStats::default();
     let mut len = 0;
-    for (w, wave) in frames.chunks(slots * sub).enumerate() {
-        let done: Vec<(usize, ConvertStats)> = scratch
-            .spare_capacity_mut()
-            .par_chunks_mut(sub)
-            .zip(wave.par_chunks(sub))
-            .map(|(dst, f)| {
-                busy(Busy::ConvertPieces, || {
-                    convert_piece(f, &t, position, energy, dst)
-                })
-            })
-            .collect();
-        timer.mark("convert: pieces");
-        let mut srcs = Vec::with_capacity(done.len());
-        let mut dsts = Vec::with_capacity(done.len());
+    let mut prev: Vec<usize> = Vec::new();
+    for w in 0..=waves.len() {
+        let (a, b) = scratch.spare_capacity_mut()[..2 * half].split_at_mut(half);
+        let (cur, old) = if w % 2 == 0 { (a, b) } else { (b, a) };
+        let mut tasks = Vec::with_capacity(2 * slots);
+        if let Some(wave) = waves.get(w) {
+            for (i, (d, f)) in cur.chunks_mut(sub).zip(wave.chunks(sub)).enumerate() {
+                tasks.push(Task::Convert(i, d, f));
+            }
+        }
         let mut rest = &mut out.spare_capacity_mut()[len..];
-        for (i, ((cnt, stats), src)) in done
-            .iter()
-            .zip(scratch.spare_capacity_mut().chunks(sub))
-            .enumerate()
-        {
-            st.add(stats, ((w * slots + i) * sub) as u64);
-            let (d, r) = rest.split_at_mut(*cnt);
-            dsts.push(d);
-            srcs.push(&src[..*cnt]);
+        for (&cnt, src) in prev.iter().zip(old.chunks(sub)) {
+            let (d, r) = rest.split_at_mut(cnt);
+            tasks.push(Task::Copy(d, &src[..cnt]));
             rest = r;
             len += cnt;
         }
-        dsts.into_par_iter()
-            .zip(srcs)
-            .for_each(|(d, s)| busy(Busy::ConvertGather, || d.copy_from_slice(s)));
-        timer.mark("convert: gather");
+        let done: Vec<Option<(usize, (usize, ConvertStats))>> = tasks
+            .into_par_iter()
+            .map(|task| match task {
+                Task::Convert(i, d, f) => Some((
+                    i,
+                    busy(Busy::ConvertPieces, || {
+                        convert_piece(f, &t, position, energy, d)
+                    }),
+                )),
+                Task::Copy(d, s) => {
+                    busy(Busy::ConvertGather, || d.copy_from_slice(s));
+                    None
+                }
+            })
+            .collect();
+        prev.clear();
+        for (i, (cnt, stats)) in done.into_iter().flatten() {
+            st.add(&stats, ((w * slots + i) * sub) as u64);
+            prev.push(cnt);
+        }
+        timer.mark("convert: wave");
     }
     // SAFETY: the waves' singles were copied to the first `len` slots, in order, each slot
     // once (the destinations are consecutive disjoint ranges summing to `len`).
@@ -209,7 +232,8 @@ pub fn convert_into_in_pieces(
 const WAVE_PIECE: usize = 1 << 13;
 
 /// Pieces per thread in a wave: enough that the wave's last pieces leave few workers idle
-/// (the scratch, `WAVE_SLOTS * WAVE_PIECE * 16` bytes per thread, 2 MiB, stays in L2/L3).
+/// (the scratch, two halves of `WAVE_SLOTS * WAVE_PIECE * 16` bytes per thread, 2 × 2 MiB,
+/// no larger than the input).
 const WAVE_SLOTS: usize = 16;
 
 /// Touches every page of a fresh output once, in parallel over separate 2 MiB stretches
