@@ -2,8 +2,11 @@
 //! statistics, order and pairs, and the same errors) on every core.
 //!
 //! - **Conversion**: the kernel's word-level steps ([`k::convert_words`]: the frame read as
-//!   four little-endian words, divisions by table sizes as multiply-shifts), pieces of
-//!   [`PIECE`] frames in parallel, each piece's singles written straight to its offset.
+//!   four little-endian words), with its divisions replaced by two small tables built per
+//!   call (per `(BDM, DU)` key and per origin byte: every index and the crystal number are
+//!   sums), in blocks of 64 frames without bounds checks (an AVX2 build where the CPU has
+//!   it). One thread: in place; several: waves of pieces into a double-buffered scratch,
+//!   each wave's job also copying the previous wave's singles to their place.
 //!   Scanners that fail [`super::validate_params`] or whose tables are shorter than their
 //!   parameters say take the oracle's conversion (its result, its panics).
 //! - **Sort**: a parallel stable LSD radix sort on order-preserving `u64` keys of the times
