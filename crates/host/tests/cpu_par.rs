@@ -566,6 +566,77 @@ fn pet_conversion() {
         .is_empty());
 }
 
+/// The conversion's blocks (64 frames) and tables: lengths around a block and a piece,
+/// frames dropped or rejected at the first and last position, at a block boundary and in
+/// the tail, origins outside the DU in the position table, and every BDM byte and DU
+/// nibble (inside and outside the scanner), on 1, 2 and 7 threads.
+#[test]
+fn pet_conversion_blocks() {
+    for scanner in [pgen::tiny_scanner(5), pgen::small_animal_scanner(6)] {
+        // Some position-table entries point outside the DU (origin >= crystals per DU).
+        let mut position = scanner.position.to_vec();
+        for i in (0..position.len()).step_by(53) {
+            position[i] = 200 + (i % 56) as u8;
+        }
+        let all = pgen::acquisition(
+            &scanner,
+            &pgen::AcquisitionConfig {
+                singles: 3000,
+                ..Default::default()
+            },
+        )
+        .frames;
+        assert!(all.len() > 1000, "{}", all.len());
+        for n in [0usize, 1, 2, 63, 64, 65, 127, 128, 129, 64 * 7 + 17, 1000] {
+            for how in 0..3 {
+                let mut frames = all[..n].to_vec();
+                let mut r = rng(n as u64 * 3 + how);
+                let spoil = |f: &mut DataFrameV2, k: u32| match k {
+                    0 => f.bdm = 255,
+                    1 => f.head_du = (f.head_du & 0xf0) | 0x0f,
+                    2 => f.x = 255,
+                    3 => f.energy = 0u16.to_be_bytes(), // rejected by the window
+                    _ => f.energy = 64000u16.to_be_bytes(), // clamped (and rejected)
+                };
+                if n > 0 {
+                    spoil(&mut frames[0], r.below(5));
+                    spoil(&mut frames[n - 1], r.below(5));
+                }
+                for i in [63usize, 64, 65, 128, n.saturating_sub(2)] {
+                    if i < n && how > 0 {
+                        spoil(&mut frames[i], r.below(5));
+                    }
+                }
+                // Every BDM byte and DU nibble.
+                for (i, f) in frames.iter_mut().enumerate().skip(3).step_by(5) {
+                    if how == 2 {
+                        f.bdm = (i * 7) as u8;
+                        f.head_du = (f.head_du & 0xf0) | (i % 16) as u8;
+                    }
+                }
+                let want = poracle::convert(&frames, &scanner.params, &position, &scanner.energy);
+                for piece in [1, 64, 65, 100, 1 << 16] {
+                    for (t, got) in on_threads(|| {
+                        pet::par::convert_in_pieces(
+                            &frames,
+                            &scanner.params,
+                            &position,
+                            &scanner.energy,
+                            piece,
+                        )
+                    }) {
+                        assert!(
+                            got.0 == want.0,
+                            "singles, {n} frames, piece {piece}, {t} thr"
+                        );
+                        assert_eq!(got.1, want.1, "stats, {n} frames, piece {piece}, {t} thr");
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn singles(seed: u64, n: usize, step: u32, crystals: u32) -> Vec<Single> {
     let mut r = rng(seed);
     let mut t = 1000.0;

@@ -2,8 +2,11 @@
 //! statistics, order and pairs, and the same errors) on every core.
 //!
 //! - **Conversion**: the kernel's word-level steps ([`k::convert_words`]: the frame read as
-//!   four little-endian words, divisions by table sizes as multiply-shifts), pieces of
-//!   [`PIECE`] frames in parallel, each piece's singles written straight to its offset.
+//!   four little-endian words), with its divisions replaced by two small tables built per
+//!   call (per `(BDM, DU)` key and per origin byte: every index and the crystal number are
+//!   sums), in blocks of 64 frames without bounds checks (an AVX2 build where the CPU has
+//!   it). One thread: in place; several: waves of pieces into a double-buffered scratch,
+//!   each wave's job also copying the previous wave's singles to their place.
 //!   Scanners that fail [`super::validate_params`] or whose tables are shorter than their
 //!   parameters say take the oracle's conversion (its result, its panics).
 //! - **Sort**: a parallel stable LSD radix sort on order-preserving `u64` keys of the times
@@ -23,10 +26,7 @@
 //! - **Merge** (the streamed chain's pending singles with a sorted chunk): merge path,
 //!   pieces in parallel.
 
-use detkit_gpu::pet::{
-    self as k, Coincidence, ConvertConsts, DataFrameV2, ScannerParams, Single, CONVERT_ACCEPTED,
-    CONVERT_CLAMPED,
-};
+use detkit_gpu::pet::{self as k, Coincidence, ConvertConsts, DataFrameV2, ScannerParams, Single};
 use rayon::prelude::*;
 
 use crate::par_timing::{busy, Busy, Timer};
@@ -132,7 +132,7 @@ pub fn convert_into_in_pieces(
         *out = singles;
         return st;
     }
-    let c = ConvertConsts::new(p);
+    let t = Tables::new(&ConvertConsts::new(p));
     // Each piece writes its singles at its own frame offset of the output (room for all of
     // its frames), then the pieces are moved down in order: one allocation, no copy of the
     // singles through per-piece vectors.
@@ -147,7 +147,7 @@ pub fn convert_into_in_pieces(
     timer.mark("convert: alloc");
     if rayon::current_num_threads() == 1 || n <= piece {
         // One thread: one piece, its singles written in place (no move down).
-        let (len, st) = convert_piece(frames, &c, position, energy, out.spare_capacity_mut());
+        let (len, st) = convert_piece(frames, &t, position, energy, out.spare_capacity_mut());
         // SAFETY: `convert_piece` wrote the first `len` slots.
         unsafe { out.set_len(len) };
         timer.mark("convert: pieces");
@@ -165,41 +165,64 @@ pub fn convert_into_in_pieces(
         prefault(out.spare_capacity_mut());
         timer.mark("convert: prefault");
     }
-    let mut scratch: Vec<Single> = Vec::with_capacity(slots * sub);
+    // Each wave's parallel job converts the wave's pieces into one half of the scratch and,
+    // beside them, copies the previous wave's singles (from the other half) to their place:
+    // one fork-join per wave, and the copies fill the workers' idle time at the wave's end.
+    enum Task<'a> {
+        Convert(
+            usize,
+            &'a mut [std::mem::MaybeUninit<Single>],
+            &'a [DataFrameV2],
+        ),
+        Copy(
+            &'a mut [std::mem::MaybeUninit<Single>],
+            &'a [std::mem::MaybeUninit<Single>],
+        ),
+    }
+    let half = slots * sub;
+    let mut scratch: Vec<Single> = Vec::with_capacity(2 * half);
     crate::mem::huge_pages(&mut scratch);
+    let waves: Vec<&[DataFrameV2]> = frames.chunks(half).collect();
     let mut st = ConvertStats::default();
     let mut len = 0;
-    for (w, wave) in frames.chunks(slots * sub).enumerate() {
-        let done: Vec<(usize, ConvertStats)> = scratch
-            .spare_capacity_mut()
-            .par_chunks_mut(sub)
-            .zip(wave.par_chunks(sub))
-            .map(|(dst, f)| {
-                busy(Busy::ConvertPieces, || {
-                    convert_piece(f, &c, position, energy, dst)
-                })
-            })
-            .collect();
-        timer.mark("convert: pieces");
-        let mut srcs = Vec::with_capacity(done.len());
-        let mut dsts = Vec::with_capacity(done.len());
+    let mut prev: Vec<usize> = Vec::new();
+    for w in 0..=waves.len() {
+        let (a, b) = scratch.spare_capacity_mut()[..2 * half].split_at_mut(half);
+        let (cur, old) = if w % 2 == 0 { (a, b) } else { (b, a) };
+        let mut tasks = Vec::with_capacity(2 * slots);
+        if let Some(wave) = waves.get(w) {
+            for (i, (d, f)) in cur.chunks_mut(sub).zip(wave.chunks(sub)).enumerate() {
+                tasks.push(Task::Convert(i, d, f));
+            }
+        }
         let mut rest = &mut out.spare_capacity_mut()[len..];
-        for (i, ((cnt, stats), src)) in done
-            .iter()
-            .zip(scratch.spare_capacity_mut().chunks(sub))
-            .enumerate()
-        {
-            st.add(stats, ((w * slots + i) * sub) as u64);
-            let (d, r) = rest.split_at_mut(*cnt);
-            dsts.push(d);
-            srcs.push(&src[..*cnt]);
+        for (&cnt, src) in prev.iter().zip(old.chunks(sub)) {
+            let (d, r) = rest.split_at_mut(cnt);
+            tasks.push(Task::Copy(d, &src[..cnt]));
             rest = r;
             len += cnt;
         }
-        dsts.into_par_iter()
-            .zip(srcs)
-            .for_each(|(d, s)| busy(Busy::ConvertGather, || d.copy_from_slice(s)));
-        timer.mark("convert: gather");
+        let done: Vec<Option<(usize, (usize, ConvertStats))>> = tasks
+            .into_par_iter()
+            .map(|task| match task {
+                Task::Convert(i, d, f) => Some((
+                    i,
+                    busy(Busy::ConvertPieces, || {
+                        convert_piece(f, &t, position, energy, d)
+                    }),
+                )),
+                Task::Copy(d, s) => {
+                    busy(Busy::ConvertGather, || d.copy_from_slice(s));
+                    None
+                }
+            })
+            .collect();
+        prev.clear();
+        for (i, (cnt, stats)) in done.into_iter().flatten() {
+            st.add(&stats, ((w * slots + i) * sub) as u64);
+            prev.push(cnt);
+        }
+        timer.mark("convert: wave");
     }
     // SAFETY: the waves' singles were copied to the first `len` slots, in order, each slot
     // once (the destinations are consecutive disjoint ranges summing to `len`).
@@ -212,7 +235,8 @@ pub fn convert_into_in_pieces(
 const WAVE_PIECE: usize = 1 << 13;
 
 /// Pieces per thread in a wave: enough that the wave's last pieces leave few workers idle
-/// (the scratch, `WAVE_SLOTS * WAVE_PIECE * 16` bytes per thread, 2 MiB, stays in L2/L3).
+/// (the scratch, two halves of `WAVE_SLOTS * WAVE_PIECE * 16` bytes per thread, 2 × 2 MiB,
+/// no larger than the input).
 const WAVE_SLOTS: usize = 16;
 
 /// Touches every page of a fresh output once, in parallel over separate 2 MiB stretches
@@ -230,65 +254,98 @@ fn prefault<T: Copy + Default + Send>(v: &mut [std::mem::MaybeUninit<T>]) {
     });
 }
 
-/// Frames per step of [`convert_piece`]: each table is read for all of them in one tight
-/// loop of independent loads, so that many cache misses of the (tens of MB) energy table
-/// are in flight at once instead of one or two per frame.
-const STEP: usize = 64;
+/// Frames per block of [`convert_piece`]: a block's position and energy-table indices are
+/// computed (and its energy entries prefetched) while the block before it is finished, so
+/// that many cache misses of the (tens of MB) energy table are in flight at once.
+const BLOCK: usize = 64;
 
-/// One step's frames up to their energy-table indices (see [`convert_piece`]).
-struct Step {
-    len: usize,
-    words: [[u32; 4]; STEP],
-    ok: [bool; STEP],
-    at: [u32; STEP],
-    local: [u32; STEP],
-    clamped: [bool; STEP],
+/// The bases of one `(BDM byte, DU nibble)` key of a frame (`bdm << 4 | du`), so that a
+/// frame's indices and crystal number are additions instead of the kernel's divisions.
+#[derive(Clone, Copy, Default)]
+struct DuRow {
+    /// `du_index * ps2` (position table).
+    pos: u32,
+    /// `du_index * cpd * 1000` (energy table).
+    energy: u32,
+    /// The crystal number's BDM and DU terms.
+    crystal: u32,
+    /// 1 when `bdm < bdms` and `du < dus`.
+    valid: u32,
 }
 
-impl Step {
-    fn new() -> Self {
-        Step {
-            len: 0,
-            words: [[0; 4]; STEP],
-            ok: [false; STEP],
-            at: [0; STEP],
-            local: [0; STEP],
-            clamped: [false; STEP],
-        }
-    }
+/// The terms of one origin byte of the position table.
+#[derive(Clone, Copy, Default)]
+struct OriginRow {
+    /// `local * 1000` (energy table).
+    energy: u32,
+    /// The crystal number's local term (`local_y + local_z * cpr`).
+    crystal: u32,
+    /// 1 when the origin is inside the DU (`origin < cpd`).
+    valid: u32,
+    _pad: u32,
+}
 
-    /// Reads `fs` (at most [`STEP`] frames) up to their energy-table indices, and asks the
-    /// cache for the energy entries (a prefetch: [`convert_piece`] reads them a step later).
-    fn prepare(&mut self, fs: &[DataFrameV2], c: &ConvertConsts, position: &[u8], energy: &[f32]) {
-        self.len = fs.len();
-        // The frame as the kernel reads it: four little-endian words (a copy: frames are
-        // only byte-aligned).
-        for (w, f) in self.words.iter_mut().zip(fs) {
-            *w = bytemuck::cast(*f);
+/// The conversion's constants and small tables (built once per call, a few microseconds):
+/// every frame's table indices and crystal number are sums of two table entries and the
+/// frame's own fields. Equal to the kernel's steps ([`k::words_position`],
+/// [`k::words_energy`], [`k::words_single`]) in wrapping `u32` arithmetic: the kernel's
+/// `(du_index * cpd + local) * 1000 + bin` is `du_index * cpd * 1000 + local * 1000 + bin`
+/// and its crystal `in_ring + ring * cpr` splits the same way modulo 2^32; the divisions of
+/// the tables' entries are the kernel's own ([`detkit_gpu::fastdiv::ByteDiv`]).
+struct Tables {
+    c: ConvertConsts,
+    du: Box<[DuRow; 4096]>,
+    origin: Box<[OriginRow; 256]>,
+}
+
+impl Tables {
+    fn new(c: &ConvertConsts) -> Self {
+        let mut du = Box::new([DuRow::default(); 4096]);
+        for bdm in 0..256u32 {
+            for d in 0..16u32 {
+                let du_index = bdm.wrapping_mul(c.dus).wrapping_add(d);
+                let (bdm_ring, bdm_in_ring) = c.ring_modules.div_rem(bdm);
+                let (du_y, du_z) = c.block_z.div_rem(d);
+                let in_ring = bdm_in_ring
+                    .wrapping_mul(c.by_cy)
+                    .wrapping_add(du_y.wrapping_mul(c.cy));
+                let ring = bdm_ring
+                    .wrapping_mul(c.bz_cz)
+                    .wrapping_add(du_z.wrapping_mul(c.cz));
+                du[(bdm << 4 | d) as usize] = DuRow {
+                    pos: du_index.wrapping_mul(c.ps2),
+                    energy: du_index
+                        .wrapping_mul(c.cpd)
+                        .wrapping_mul(detkit_gpu::pet::ENERGY_BINS),
+                    crystal: in_ring.wrapping_add(ring.wrapping_mul(c.cpr)),
+                    valid: ((bdm < c.bdms) & (d < c.dus)) as u32,
+                };
+            }
         }
-        let mut origin = [0u32; STEP];
-        let mut du = [0u32; STEP];
-        // `position_entries` and `energy_entries` bound the indices of ok frames (checked
-        // by `words_position` / `words_energy`; the tables are at least that long).
-        for (j, w) in self.words[..fs.len()].iter().enumerate() {
-            let (pat, du_index, pok) = k::words_position(w, c);
-            origin[j] = if pok {
-                position[pat as usize] as u32
-            } else {
-                0
+        let mut origin = Box::new([OriginRow::default(); 256]);
+        for (o, row) in origin.iter_mut().enumerate() {
+            let o = o as u32;
+            let (oy, ox) = c.crystal_z.div_rem(o);
+            let local = ox.wrapping_add(c.cy.wrapping_sub(1).wrapping_sub(oy).wrapping_mul(c.cz));
+            let (local_y, local_z) = c.crystal_z.div_rem(local & 0xff);
+            *row = OriginRow {
+                energy: local.wrapping_mul(detkit_gpu::pet::ENERGY_BINS),
+                crystal: local_y.wrapping_add(local_z.wrapping_mul(c.cpr)),
+                valid: (o < c.cpd) as u32,
+                _pad: 0,
             };
-            du[j] = du_index;
-            self.ok[j] = pok;
         }
-        for (j, w) in self.words[..fs.len()].iter().enumerate() {
-            let (eat, l, eok, cl) = k::words_energy(w, c, du[j], origin[j], self.ok[j]);
-            self.at[j] = if eok { eat } else { 0 };
-            self.local[j] = l;
-            self.ok[j] = eok;
-            self.clamped[j] = cl;
-            prefetch(energy.as_ptr().wrapping_add(self.at[j] as usize));
-        }
+        Tables { c: *c, du, origin }
     }
+}
+
+/// One block's frames up to their energy-table indices (see [`convert_piece`]).
+struct Block {
+    /// Energy-table index (0 for a frame that is not ok).
+    at: [u32; BLOCK],
+    crystal: [u32; BLOCK],
+    /// 1 for a frame whose addresses are all inside the tables, else 0.
+    ok: [u32; BLOCK],
 }
 
 /// A hint to bring the line of `p` into the cache (not an access: any address is fine).
@@ -303,62 +360,145 @@ fn prefetch<T>(p: *const T) {
     let _ = p;
 }
 
-/// Converts `frames`, writing the accepted singles to the start of `out` (as long as
-/// `frames`); returns their number and the statistics. Software-pipelined: the next step's
-/// table indices are computed and its energy entries prefetched before this step's are
-/// read, so the misses of one step overlap the work of the other.
+/// The frame as the kernel reads it: four little-endian words (a copy: frames are only
+/// byte-aligned).
+#[inline(always)]
+fn words(f: &DataFrameV2) -> [u32; 4] {
+    bytemuck::cast(*f)
+}
+
+/// Reads `fs` (at most [`BLOCK`] frames) up to their energy-table indices and asks the cache
+/// for the energy entries ([`convert_piece`] reads them a block later).
+///
+/// The caller guarantees `position.len() >= t.c.position_entries as usize >= 1` and
+/// `energy.len() >= 1` (a checked scanner's tables: every count is at least 1).
+#[inline(always)]
+fn prepare(b: &mut Block, fs: &[DataFrameV2], t: &Tables, position: &[u8], energy: &[f32]) {
+    let c = &t.c;
+    for (j, f) in fs.iter().enumerate().take(BLOCK) {
+        let w = words(f);
+        let r = t.du[((w[0] >> 4 & 0xff0) | (w[0] & 0x0f)) as usize];
+        let (x, y) = (w[2] >> 16 & 0xff, w[2] >> 24);
+        let pat = r.pos.wrapping_add(x).wrapping_add(y.wrapping_mul(c.ps));
+        let ok = (r.valid != 0) & (x < c.ps) & (y < c.ps) & (pat < c.position_entries);
+        let pat = if ok { pat } else { 0 };
+        // SAFETY: `pat` is 0 or below `c.position_entries`, which is at most
+        // `position.len()` (`position_entries` saturates at `u32::MAX`, and the table is at
+        // least as long as the scanner's entry count), and the table is not empty.
+        let origin = unsafe { *position.get_unchecked(pat as usize) };
+        let o = t.origin[origin as usize];
+        let raw = k::words_energy_raw(&w);
+        let bin = (raw / 10).min(detkit_gpu::pet::ENERGY_BINS - 1);
+        let eat = r.energy.wrapping_add(o.energy).wrapping_add(bin);
+        let ok = ok & (o.valid != 0) & (eat < c.energy_entries);
+        b.at[j] = if ok { eat } else { 0 };
+        b.ok[j] = ok as u32;
+        b.crystal[j] = r.crystal.wrapping_add(o.crystal);
+        prefetch(energy.as_ptr().wrapping_add(b.at[j] as usize));
+    }
+}
+
+/// Converts `frames`, writing the accepted singles to the start of `out` (at least as long
+/// as `frames`); returns their number and the statistics. Software-pipelined: the next
+/// block's table indices are computed and its energy entries prefetched before this block's
+/// are read, so the misses of one block overlap the work of the other.
 fn convert_piece(
     frames: &[DataFrameV2],
-    c: &ConvertConsts,
+    t: &Tables,
     position: &[u8],
     energy: &[f32],
     out: &mut [std::mem::MaybeUninit<Single>],
 ) -> (usize, ConvertStats) {
-    let mut kept = 0;
-    let mut st = ConvertStats {
-        frames: frames.len() as u64,
-        ..Default::default()
-    };
-    let mut cur = Box::new(Step::new());
-    let mut next = Box::new(Step::new());
-    let mut steps = frames.chunks(STEP).enumerate().peekable();
-    if let Some((_, fs)) = steps.peek() {
-        cur.prepare(fs, c, position, energy);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { convert_piece_avx2(frames, t, position, energy, out) };
     }
-    let mut factor = [0f32; STEP];
-    while let Some((b, _)) = steps.next() {
-        if let Some((_, fs)) = steps.peek() {
-            next.prepare(fs, c, position, energy);
+    convert_piece_body(frames, t, position, energy, out)
+}
+
+/// [`convert_piece`] compiled for AVX2 (the same operations: integer and single-precision
+/// arithmetic give the same bits whatever the instruction set; no fused multiply-add).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn convert_piece_avx2(
+    frames: &[DataFrameV2],
+    t: &Tables,
+    position: &[u8],
+    energy: &[f32],
+    out: &mut [std::mem::MaybeUninit<Single>],
+) -> (usize, ConvertStats) {
+    convert_piece_body(frames, t, position, energy, out)
+}
+
+#[inline(always)]
+fn convert_piece_body(
+    frames: &[DataFrameV2],
+    t: &Tables,
+    position: &[u8],
+    energy: &[f32],
+    out: &mut [std::mem::MaybeUninit<Single>],
+) -> (usize, ConvertStats) {
+    assert!(out.len() >= frames.len() && !position.is_empty() && !energy.is_empty());
+    let c = &t.c;
+    let mut kept = 0usize;
+    let (mut bad, mut clamped, mut accepted) = (0u64, 0u64, 0u64);
+    let mut first_bad = None;
+    let empty = || Block {
+        at: [0; BLOCK],
+        crystal: [0; BLOCK],
+        ok: [0; BLOCK],
+    };
+    let (mut cur, mut next) = (empty(), empty());
+    let mut blocks = frames.chunks(BLOCK).enumerate().peekable();
+    if let Some((_, fs)) = blocks.peek() {
+        prepare(&mut cur, fs, t, position, energy);
+    }
+    while let Some((bi, fs)) = blocks.next() {
+        if let Some((_, nfs)) = blocks.peek() {
+            prepare(&mut next, nfs, t, position, energy);
         }
-        let s = &*cur;
-        for j in 0..s.len {
-            factor[j] = if s.ok[j] {
-                energy[s.at[j] as usize]
-            } else {
-                0.0
-            };
+        let mut bad_here = 0u32;
+        for (j, f) in fs.iter().enumerate().take(BLOCK) {
+            let w = words(f);
+            let ok = cur.ok[j];
+            // SAFETY: `at` is 0 or below `c.energy_entries`, at most `energy.len()` (as the
+            // position table in `prepare`), and the table is not empty.
+            let factor = unsafe { *energy.get_unchecked(cur.at[j] as usize) };
+            let raw = k::words_energy_raw(&w);
+            let e = raw as f32 * factor;
+            let acc = ((c.energy_lo <= e) & (e <= c.energy_hi)) as u32 & ok;
+            // No branch on the outcome (a third of the frames are rejected, at random):
+            // every single is written at `kept`, which moves on only when it is accepted.
+            // SAFETY: `kept` counts accepted frames before this one, so `kept <= bi * BLOCK
+            // + j < frames.len() <= out.len()` (asserted above).
+            unsafe { out.get_unchecked_mut(kept) }.write(Single {
+                crystal: cur.crystal[j],
+                energy: e,
+                time: k::words_time(&w) as f64,
+            });
+            kept += acc as usize;
+            accepted += acc as u64;
+            clamped += (ok & (raw >= 10 * detkit_gpu::pet::ENERGY_BINS) as u32) as u64;
+            bad_here += 1 - ok;
         }
-        for (j, w) in s.words[..s.len].iter().enumerate() {
-            if !s.ok[j] {
-                st.bad_address += 1;
-                st.first_bad_address.get_or_insert((b * STEP + j) as u64);
-                continue;
+        if bad_here != 0 {
+            bad += bad_here as u64;
+            if first_bad.is_none() {
+                let j = cur.ok[..fs.len()].iter().position(|&o| o == 0);
+                first_bad = j.map(|j| (bi * BLOCK + j) as u64);
             }
-            let (single, status) = k::words_single(w, c, s.local[j], factor[j], s.clamped[j]);
-            st.clamped += (status & CONVERT_CLAMPED != 0) as u64;
-            // No branch on the outcome (a third of the frames are rejected, at random: a
-            // branch would be mispredicted that often): every single is written at `kept`,
-            // which moves on only when it is accepted (`kept` <= this frame's index, so the
-            // slot is inside `out`; a rejected single there is overwritten or left beyond
-            // the count).
-            let accepted = (status & CONVERT_ACCEPTED != 0) as usize;
-            out[kept].write(single);
-            kept += accepted;
-            st.accepted += accepted as u64;
-            st.rejected_energy += 1 - accepted as u64;
         }
         std::mem::swap(&mut cur, &mut next);
     }
+    let st = ConvertStats {
+        frames: frames.len() as u64,
+        accepted,
+        rejected_energy: frames.len() as u64 - bad - accepted,
+        clamped,
+        bad_address: bad,
+        first_bad_address: first_bad,
+    };
     (kept, st)
 }
 
@@ -994,5 +1134,56 @@ fn clone_err(e: &Error) -> Error {
             capacity: *capacity,
         },
         other => crate::error::invalid("coincidence", other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pet::gen;
+
+    /// The block loop built for the baseline instruction set and (where the CPU has it) for
+    /// AVX2 gives the oracle's singles and statistics, frames spoiled at the first, last and
+    /// block-boundary positions.
+    #[test]
+    fn convert_piece_builds_equal_the_oracle() {
+        let s = gen::small_animal_scanner(2);
+        let mut frames = gen::acquisition(
+            &s,
+            &gen::AcquisitionConfig {
+                singles: 2000,
+                ..Default::default()
+            },
+        )
+        .frames;
+        let n = frames.len();
+        assert!(n > 200, "{n}");
+        for i in [0, 63, 64, 65, 128, n - 1] {
+            frames[i].bdm = 255;
+        }
+        frames[1].energy = 0u16.to_be_bytes();
+        frames[n - 2].energy = 65000u16.to_be_bytes();
+        let want = oracle::convert(&frames, &s.params, &s.position, &s.energy);
+        let t = Tables::new(&ConvertConsts::new(&s.params));
+        for len in [0, 1, 64, 65, 129, n] {
+            let want = oracle::convert(&frames[..len], &s.params, &s.position, &s.energy);
+            let mut out = vec![std::mem::MaybeUninit::uninit(); len];
+            let (kept, st) =
+                convert_piece_body(&frames[..len], &t, &s.position, &s.energy, &mut out);
+            // SAFETY: the first `kept` slots were written.
+            let got: Vec<Single> = out[..kept]
+                .iter()
+                .map(|x| unsafe { x.assume_init() })
+                .collect();
+            assert!(got == want.0 && st == want.1, "scalar, {len} frames");
+            let (kept, st) = convert_piece(&frames[..len], &t, &s.position, &s.energy, &mut out);
+            // SAFETY: as above.
+            let got: Vec<Single> = out[..kept]
+                .iter()
+                .map(|x| unsafe { x.assume_init() })
+                .collect();
+            assert!(got == want.0 && st == want.1, "dispatched, {len} frames");
+        }
+        assert!(want.1.bad_address >= 6 && want.1.first_bad_address == Some(0));
     }
 }
