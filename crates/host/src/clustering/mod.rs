@@ -1283,7 +1283,7 @@ mod tests {
             offsets.push(d.len() as u32);
         }
         let n = d.len();
-        assert!(12 * 1856 > PAR_RUNS + 4096);
+        const { assert!(12 * 1856 > PAR_RUNS + 4096) };
         let mut stage = vec![0u16; 4 * n];
         let check = |d: &Digis, stage: &mut Vec<u16>, what: &str| {
             let want = validate_sequential(d, &offsets, &g).map_err(|e| e.to_string());

@@ -47,24 +47,18 @@ fn range_bad_body(m: &[u16], x: &[u16], y: &[u16], lim: [u16; 3]) -> bool {
     let n = m.len().min(x.len()).min(y.len());
     let (m, x, y) = (&m[..n], &x[..n], &y[..n]);
     let mut acc = [0u16; LANES];
-    let mut mc = m.chunks_exact(LANES);
-    let mut xc = x.chunks_exact(LANES);
-    let mut yc = y.chunks_exact(LANES);
-    for ((mc, xc), yc) in (&mut mc).zip(&mut xc).zip(&mut yc) {
-        let (mc, xc, yc): (&[u16; LANES], &[u16; LANES], &[u16; LANES]) = (
-            mc.try_into().expect("exact chunk"),
-            xc.try_into().expect("exact chunk"),
-            yc.try_into().expect("exact chunk"),
-        );
+    let (mc, mt) = m.as_chunks::<LANES>();
+    let (xc, xt) = x.as_chunks::<LANES>();
+    let (yc, yt) = y.as_chunks::<LANES>();
+    for ((mc, xc), yc) in mc.iter().zip(xc).zip(yc) {
         for j in 0..LANES {
             acc[j] |= bad_one(mc[j], xc[j], yc[j], lim) as u16;
         }
     }
-    let tail = mc
-        .remainder()
+    let tail = mt
         .iter()
-        .zip(xc.remainder())
-        .zip(yc.remainder())
+        .zip(xt)
+        .zip(yt)
         .fold(false, |b, ((&m, &x), &y)| b | bad_one(m, x, y, lim));
     tail | (acc.iter().fold(0, |a, &b| a | b) != 0)
 }
@@ -186,7 +180,7 @@ mod tests {
                         _ => y[p] = u16::MAX,
                     }
                     assert!(range_bad(&m, &x, &y, &g), "n {n}, digi {p}, column {col}");
-                    assert_eq!(range_bad_ref(&m, &x, &y, &g), true);
+                    assert!(range_bad_ref(&m, &x, &y, &g));
                     if col > 0 {
                         m[p] = INVALID_MODULE;
                         assert!(!range_bad(&m, &x, &y, &g), "n {n}, invalid digi {p}");
