@@ -31,6 +31,10 @@ pub(super) fn range_bad(m: &[u16], x: &[u16], y: &[u16], geometry: &Geometry) ->
     range_bad_body(m, x, y, lim)
 }
 
+/// [`range_bad`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn range_bad_avx2(m: &[u16], x: &[u16], y: &[u16], lim: [u16; 3]) -> bool {
@@ -75,6 +79,10 @@ pub(super) fn push_runs(ms: &[u16], start: usize, event: u32, runs: &mut Vec<Run
     push_runs_body(ms, start, event, runs)
 }
 
+/// [`push_runs`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must have AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn push_runs_avx2(ms: &[u16], start: usize, event: u32, runs: &mut Vec<Run>) {
