@@ -262,17 +262,23 @@ pub(crate) fn parts_then_groups(
         .collect();
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let run = || loop {
+    // One part: `false` once none is left (or a part failed).
+    let step = || {
         let k = next.fetch_add(1, Ordering::Relaxed);
         if k >= n || stop.load(Ordering::Relaxed) {
-            break;
+            return false;
         }
         if work(k) {
             left[k / per].fetch_sub(1, Ordering::AcqRel);
         } else {
             stop.store(true, Ordering::Release);
         }
+        true
     };
+    let run = || while step() {};
+    // A calling thread outside the pool takes parts too between its groups, instead of
+    // spinning (`--variant` 20: it only waits, as before).
+    let helps = rayon::current_thread_index().is_none() && crate::phases::variant() != 20;
     let mut result = Ok(());
     let threads = rayon::current_num_threads().min(n).max(1);
     rayon::in_place_scope(|sc| {
@@ -289,6 +295,9 @@ pub(crate) fn parts_then_groups(
             while left.load(Ordering::Acquire) != 0 {
                 if stop.load(Ordering::Acquire) {
                     return;
+                }
+                if helps && step() {
+                    continue;
                 }
                 // On a pool thread, help with the parts; else let the pool's threads run.
                 if rayon::yield_now() != Some(rayon::Yield::Executed) {

@@ -28,6 +28,7 @@ pub mod gen;
 pub mod io;
 pub mod par;
 mod queue;
+mod validate;
 
 pub use cuda::{
     ClusterQueue, ClusterTuning, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH,
@@ -558,7 +559,9 @@ pub(crate) fn validate_digis_at(
     // Each piece: its first range error (digi index and error) and its runs. First a
     // branch-free (vectorised) range check of the whole piece and a tight pass for its runs;
     // only a piece with an error takes the digi-by-digi pass that finds the first one.
-    let check_piece = |p: usize| -> PieceResult {
+    // (`--variant` 20: the previous session's loops; else those of `validate.rs`, on u16
+    // lanes with AVX2 where the CPU has it, and the runs from a mask of module changes.)
+    let check_piece_old = |p: usize| -> PieceResult {
         let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
         let (nm, nr, nc) = (geometry.modules, geometry.rows, geometry.cols);
         let bad = digis.module[lo..hi]
@@ -613,6 +616,49 @@ pub(crate) fn validate_digis_at(
         }
         (None, runs)
     };
+    // `--variant` 21: the copy and the check a whole piece at a time.
+    let block = if crate::phases::variant() == 21 {
+        piece
+    } else {
+        FUSED_BLOCK
+    };
+    // With `copy`: each block of the piece is copied (into the stage) right before its check,
+    // so that the check reads it from L1.
+    let check_piece_new = |p: usize, copy: Option<&dyn Fn(usize, usize)>| -> PieceResult {
+        let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
+        let mut bad = false;
+        for s in (lo..hi).step_by(block) {
+            let t = (s + block).min(hi);
+            if let Some(copy) = copy {
+                copy(s, t);
+            }
+            let (ms, xs, ys) = (&digis.module[s..t], &digis.x[s..t], &digis.y[s..t]);
+            bad |= validate::range_bad(ms, xs, ys, geometry);
+        }
+        if bad {
+            return check_piece_slow(p);
+        }
+        let mut runs = Vec::new();
+        let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
+        let mut d = lo;
+        while d < hi {
+            while event_offsets[e + 1] as usize <= d {
+                e += 1;
+            }
+            let end = (event_offsets[e + 1] as usize).min(hi);
+            validate::push_runs(&digis.module[d..end], d, e as u32, &mut runs);
+            d = end;
+        }
+        (None, runs)
+    };
+    let old_checks = crate::phases::variant() == 20;
+    let check_piece = |p: usize| -> PieceResult {
+        if old_checks {
+            check_piece_old(p)
+        } else {
+            check_piece_new(p, None)
+        }
+    };
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
@@ -625,13 +671,13 @@ pub(crate) fn validate_digis_at(
             let srcs = [digis.module, digis.x, digis.y, digis.adc];
             let slots: Vec<std::sync::Mutex<Option<PieceResult>>> =
                 (0..pieces).map(|_| Default::default()).collect();
-            let work = |p: usize| -> bool {
-                let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
+            // Digis `lo..hi` of the four arrays into the stage.
+            let copy = |lo: usize, hi: usize| {
                 for (a, src) in srcs.iter().enumerate() {
                     // SAFETY: array `a` of the stage is `base + a n .. base + (a + 1) n`
-                    // (`pin` holds `4 n`); piece `p`'s stretch of it is written by this
-                    // thread only, and read (its wave's DMA) after this piece is counted
-                    // done.
+                    // (`pin` holds `4 n`); `lo..hi` lies in one piece, whose stretch of it
+                    // is written by its thread only, and read (its wave's DMA) after the
+                    // piece is counted done.
                     unsafe {
                         std::ptr::copy_nonoverlapping(
                             src[lo..hi].as_ptr(),
@@ -640,7 +686,14 @@ pub(crate) fn validate_digis_at(
                         )
                     };
                 }
-                let r = check_piece(p);
+            };
+            let work = |p: usize| -> bool {
+                let r = if old_checks {
+                    copy(p * piece, ((p + 1) * piece).min(n));
+                    check_piece(p)
+                } else {
+                    check_piece_new(p, Some(&copy))
+                };
                 let ok = r.0.is_none();
                 *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                 ok
@@ -718,10 +771,92 @@ pub(crate) fn validate_digis_at(
     // one); the runs after it do not matter (a sequential pass stops there).
     let range_error = results.iter_mut().find_map(|(err, _)| err.take());
     let limit = range_error.as_ref().map_or(usize::MAX, |(d, _)| *d);
+    // The consecutive-digis rule, event by event: in parallel over groups of whole events
+    // for a large call (`--variant` 20: one pass on this thread), each group from its first
+    // run; the first group with an error has the first error in digi order.
+    let total: usize = results.iter().map(|(_, r)| r.len()).sum();
+    let ne = event_offsets.len() - 1;
+    let groups = if crate::phases::variant() == 20 || total < PAR_RUNS || ne < 2 {
+        1
+    } else {
+        ne.min(4 * rayon::current_num_threads())
+    };
+    let run_error = if groups <= 1 {
+        first_run_error(
+            results.iter().flat_map(|(_, runs)| runs.iter()),
+            limit,
+            geometry.modules,
+            base,
+        )
+    } else {
+        use rayon::prelude::*;
+        let done = results.len();
+        (0..groups)
+            .into_par_iter()
+            .map(|g| {
+                let (e0, e1) = (g * ne / groups, (g + 1) * ne / groups);
+                let (lo, hi) = (event_offsets[e0] as usize, event_offsets[e1] as usize);
+                let (p0, p1) = ((lo / piece).min(done), hi.div_ceil(piece).min(done));
+                let runs = results[p0..p1]
+                    .iter()
+                    .flat_map(|(_, runs)| runs.iter())
+                    .filter(|r| (e0..e1).contains(&(r.event as usize)));
+                first_run_error(runs, limit, geometry.modules, base)
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .flatten()
+            .next()
+    };
+    if let Some(e) = run_error {
+        return Err(e);
+    }
+    match range_error {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// [`validate`] fused with a copy of the four arrays into `stage` (`4 n` elements: module,
+/// x, y, adc one after the other), as the pinned-staging calls do it, into any buffer: for
+/// measuring the validation's throughput on the CPU alone (`bench-validate`).
+#[doc(hidden)]
+pub fn validate_staged(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    stage: &mut [u16],
+) -> Result<()> {
+    validate_shape(digis, event_offsets, geometry)?;
+    if stage.len() < 4 * digis.len() {
+        return Err(invalid(
+            "stage",
+            format!("{} elements for {} digis", stage.len(), digis.len()),
+        ));
+    }
+    let mut sink = |_: [&[u16]; 4], _: std::ops::Range<usize>| -> Result<()> { Ok(()) };
+    validate_digis(digis, event_offsets, geometry, Some((stage, &mut sink)))
+}
+
+/// Digis per block of the fused copy and range check (16 KiB of the four arrays: the check
+/// reads what was just copied from L1).
+const FUSED_BLOCK: usize = 2048;
+
+/// Runs from which [`validate_digis_at`] checks the consecutive-digis rule in parallel.
+const PAR_RUNS: usize = 1 << 14;
+
+/// The first break of the consecutive-digis rule among `runs` (in digi order, starting at an
+/// event's first run, pieces' runs continued across their boundary) before digi `limit`.
+fn first_run_error<'r>(
+    runs: impl Iterator<Item = &'r Run>,
+    limit: usize,
+    modules: u32,
+    base: usize,
+) -> Option<Error> {
     // seen[m] = 1 + last event in which module m's run ended (0 = never).
-    let mut seen = vec![0u32; geometry.modules as usize];
+    let mut seen = vec![0u32; modules as usize];
     let mut current: Option<(u16, u32, u32)> = None; // module, event, start
-    for run in results.iter().flat_map(|(_, runs)| runs.iter()) {
+    for run in runs {
         if run.start as usize >= limit {
             break;
         }
@@ -737,7 +872,7 @@ pub(crate) fn validate_digis_at(
                     Some((_, ce, start)) if ce == e => start as usize,
                     _ => run.start as usize,
                 };
-            return Err(Error::InvalidItem {
+            return Some(Error::InvalidItem {
                 what: "digi",
                 index: base + run.start as usize,
                 column: "module",
@@ -749,10 +884,7 @@ pub(crate) fn validate_digis_at(
         seen[m as usize] = e + 1;
         current = Some((m, e, run.start));
     }
-    match range_error {
-        Some((_, e)) => Err(e),
-        None => Ok(()),
-    }
+    None
 }
 
 fn module_out_of_range(d: usize, m: u16, geometry: &Geometry) -> Error {
@@ -1132,6 +1264,59 @@ mod tests {
     /// A staged validation of several waves: the waves cover the digis in order and the
     /// stage holds the four arrays, a range error stops before its wave, and the errors
     /// equal the unstaged ones.
+    /// Many short runs in several events (the consecutive-digis rule then checked in
+    /// parallel over groups of events): each kind of fault in the first digi, an event's
+    /// first and last digi, a lane's last digi and the last digi gives the sequential
+    /// pass's error, staged or not; a clean batch passes.
+    #[test]
+    fn many_runs_report_what_a_sequential_pass_reports() {
+        let g = Geometry::custom(1856, 64, 64, 256, ChargeCut::uniform(0)).unwrap();
+        let mut d = Digis::default();
+        let mut offsets = vec![0u32];
+        for e in 0..12usize {
+            for m in 0..1856u16 {
+                for i in 0..(1 + (m as usize + e) % 4) {
+                    let inv = (m as usize * 7 + i) % 41 == 40;
+                    d.push(if inv { INVALID_MODULE } else { m }, 1, 2, 3);
+                }
+            }
+            offsets.push(d.len() as u32);
+        }
+        let n = d.len();
+        const { assert!(12 * 1856 > PAR_RUNS + 4096) };
+        let mut stage = vec![0u16; 4 * n];
+        let check = |d: &Digis, stage: &mut Vec<u16>, what: &str| {
+            let want = validate_sequential(d, &offsets, &g).map_err(|e| e.to_string());
+            let got = validate(d, &offsets, &g).map_err(|e| e.to_string());
+            assert_eq!(got, want, "{what}");
+            let staged = validate_staged(d.into(), &offsets, &g, stage).map_err(|e| e.to_string());
+            assert_eq!(staged, want, "{what}: staged");
+            want.is_err()
+        };
+        assert!(!check(&d, &mut stage, "clean"));
+        let e1 = offsets[1] as usize;
+        let e5 = offsets[5] as usize;
+        let spots = [0, 31, 32, e1 - 1, e1, e5 + 63, e5 + 64, n / 2, n - 2, n - 1];
+        for &at in &spots {
+            for kind in 0..4 {
+                let mut bad = d.clone();
+                match kind {
+                    0 => bad.module[at] = 1856,
+                    1 => bad.x[at] = 64,
+                    2 => bad.y[at] = 64,
+                    // A module seen earlier in most events.
+                    _ => bad.module[at] = 3,
+                }
+                let what = format!("fault {kind} at digi {at}");
+                let found = check(&bad, &mut stage, &what);
+                assert!(
+                    found || kind == 3 || d.module[at] == INVALID_MODULE,
+                    "{what}: not found"
+                );
+            }
+        }
+    }
+
     #[test]
     fn staged_validation_in_waves() {
         let g = Geometry::phase1();
