@@ -437,15 +437,7 @@ class Backend:
             d = c.native_seed(events, settings, True)
             if d is not None:
                 return d
-        cols = []
-        for i, ev in enumerate(events):
-            ev = tuple(ev)
-            if len(ev) not in (3, 5):
-                raise InvalidInputError(f"event {i}: expected (x, y, z) or (x, y, z, var_r, var_z), got {len(ev)} arrays")
-            try:
-                cols.append(_seed_columns(c, *ev))
-            except InvalidInputError as e:
-                raise InvalidInputError(f"event {i}: {e}") from None
+        cols = _events_columns(c, events)
         return [tuple(c.out(a) for a in r) for r in self._b.seed_events(cols, settings)]
 
     def seed_events_flat(self, events, **settings):
@@ -455,15 +447,7 @@ class Backend:
         entries, event ``e``'s seeds being rows ``offsets[e]:offsets[e + 1]`` (the same rows,
         in the same order, as ``seed_events(events)[e]``). Numpy arrays in and out."""
         c = _Call(self, None)
-        cols = []
-        for i, ev in enumerate(events):
-            ev = tuple(ev)
-            if len(ev) not in (3, 5):
-                raise InvalidInputError(f"event {i}: expected (x, y, z) or (x, y, z, var_r, var_z), got {len(ev)} arrays")
-            try:
-                cols.append(_seed_columns(c, *ev))
-            except InvalidInputError as e:
-                raise InvalidInputError(f"event {i}: {e}") from None
+        cols = _events_columns(c, events)
         if c.device:
             raise TypeError("seed_events_flat takes host (numpy) arrays; use seed_events for device arrays")
         return self._b.seed_events_flat(cols, settings)
@@ -554,6 +538,20 @@ class _Call:
         if record is not None:
             return DeviceArray.from_host(self.b, raw, "|u1", (x.shape[0], record.itemsize), record, self.stream)
         return DeviceArray.from_host(self.b, raw, x.dtype.str, x.shape, None, self.stream)
+
+
+def _events_columns(c, events):
+    """The checked columns of every event of a seeding batch; an error names its event."""
+    cols = []
+    for i, ev in enumerate(events):
+        ev = tuple(ev)
+        if len(ev) not in (3, 5):
+            raise InvalidInputError(f"event {i}: expected (x, y, z) or (x, y, z, var_r, var_z), got {len(ev)} arrays")
+        try:
+            cols.append(_seed_columns(c, *ev))
+        except InvalidInputError as e:
+            raise InvalidInputError(f"event {i}: {e}") from None
+    return cols
 
 
 def _seed_columns(c: _Call, x, y, z, var_r=None, var_z=None):
