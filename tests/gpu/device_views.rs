@@ -2,14 +2,14 @@
 //! out, compared bit for bit with the host path of the same backend on the same data, and
 //! the same typed error for a bad digi in the middle event of a batch.
 
-use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
+use detkit::clustering::{self as cl, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
 use detkit::pet::{gen as pgen, FramesDev};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsDev,
     SpacePointsRef,
 };
 use detkit::{Backend, GpuContext};
-use detkit_tests::{ensure, exact};
+use detkit_tests::{ensure, exact, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
 
@@ -24,19 +24,6 @@ pub(crate) const TESTS: &[Test] = &[
         test_outputs_outlive_backend,
     ),
 ];
-
-/// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
-fn batch(seed: u64, events: usize, digis: usize) -> (Digis, Vec<u32>) {
-    let mut all = Digis::default();
-    let mut offsets = vec![0u32];
-    for i in 0..events {
-        let ev = cgen::run3_event(seed ^ (i as u64 * 7919));
-        let n = ev.len().min(digis);
-        all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
-        offsets.push(all.len() as u32);
-    }
-    (all, offsets)
-}
 
 /// The four arrays on the device (at least one element each: a zero-length upload).
 fn upload(g: &GpuContext, d: &Digis) -> Result<[detkit::DeviceBuffer<u16>; 4], String> {
@@ -85,13 +72,13 @@ fn test_cluster(c: &Ctx) -> R {
     let b = &c.backend;
     let mut cases = vec![
         (Digis::default(), vec![0u32, 0]),
-        batch(c.seed, 1, usize::MAX),
-        batch(c.seed ^ 1, 1, 31),
-        batch(c.seed ^ 2, 5, 20_000),
-        batch(c.seed ^ 3, 64, usize::MAX),
+        run3_batch(c.seed, 1, usize::MAX),
+        run3_batch(c.seed ^ 1, 1, 31),
+        run3_batch(c.seed ^ 2, 5, 20_000),
+        run3_batch(c.seed ^ 3, 64, usize::MAX),
     ];
     // An empty event in the middle of a batch.
-    let (mut d, mut o) = batch(c.seed ^ 4, 3, 5_000);
+    let (mut d, mut o) = run3_batch(c.seed ^ 4, 3, 5_000);
     o.insert(2, o[1]);
     d.extend(&Digis::default());
     cases.push((d, o));
@@ -142,7 +129,7 @@ fn test_cluster(c: &Ctx) -> R {
 fn test_cluster_errors(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let b = &c.backend;
-    let (d, o) = batch(c.seed ^ 0xbad, 5, 30_000);
+    let (d, o) = run3_batch(c.seed ^ 0xbad, 5, 30_000);
     let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
     type Fault = fn(&mut Digis, usize);
     let faults: [(&str, Fault); 6] = [
@@ -232,16 +219,6 @@ fn seed_cfg() -> SeedingConfig {
         .expect("default config")
 }
 
-fn columns(sps: &[SpacePoint]) -> [Vec<f32>; 5] {
-    [
-        sps.iter().map(|s| s.x).collect(),
-        sps.iter().map(|s| s.y).collect(),
-        sps.iter().map(|s| s.z).collect(),
-        sps.iter().map(|s| s.var_r).collect(),
-        sps.iter().map(|s| s.var_z).collect(),
-    ]
-}
-
 /// Seeds `events` (five host columns each) through device views of uploaded copies.
 fn seed_dev(
     b: &Backend,
@@ -312,17 +289,8 @@ fn test_seed(c: &Ctx) -> R {
     for round in 0..2 {
         for (k, evs) in batches.iter().enumerate() {
             let what = format!("round {round} batch {k} ({} events)", evs.len());
-            let cols: Vec<[Vec<f32>; 5]> = evs.iter().map(|e| columns(e)).collect();
-            let refs: Vec<SpacePointsRef> = cols
-                .iter()
-                .map(|c| SpacePointsRef {
-                    x: &c[0],
-                    y: &c[1],
-                    z: &c[2],
-                    var_r: &c[3],
-                    var_z: &c[4],
-                })
-                .collect();
+            let cols: Vec<[Vec<f32>; 5]> = evs.iter().map(|e| sp_columns(e)).collect();
+            let refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
             let mut want = Vec::new();
             b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
             let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("{what}: {m}"))?;
@@ -341,7 +309,7 @@ fn test_seed_errors(c: &Ctx) -> R {
     let events: Vec<Vec<SpacePoint>> = (0..5)
         .map(|i| sgen::generate(c.seed ^ i << 8, 10.0, true).spacepoints)
         .collect();
-    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
+    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| sp_columns(e)).collect();
     let k = events[2].len() / 2;
     let faults: [(usize, f32); 6] = [
         (0, f32::NAN),
@@ -356,16 +324,7 @@ fn test_seed_errors(c: &Ctx) -> R {
         bad[2][col][k] = v;
         // A second fault later in the same event: the first one is named.
         bad[2][0][k + 1] = f32::NAN;
-        let refs: Vec<SpacePointsRef> = bad
-            .iter()
-            .map(|c| SpacePointsRef {
-                x: &c[0],
-                y: &c[1],
-                z: &c[2],
-                var_r: &c[3],
-                var_z: &c[4],
-            })
-            .collect();
+        let refs: Vec<SpacePointsRef> = bad.iter().map(sp_columns_ref).collect();
         let mut out = Vec::new();
         let want = b.seed_columns_into(&refs, &cfg, &mut out).map_err(e);
         let got = seed_dev(b, &bad, &cfg)?.map(|_| ());
@@ -384,16 +343,7 @@ fn test_seed_errors(c: &Ctx) -> R {
             .is_err_and(|m| m.contains("columns of different lengths")),
         || format!("lengths: {got:?}"),
     )?;
-    let refs: Vec<SpacePointsRef> = cols
-        .iter()
-        .map(|c| SpacePointsRef {
-            x: &c[0],
-            y: &c[1],
-            z: &c[2],
-            var_r: &c[3],
-            var_z: &c[4],
-        })
-        .collect();
+    let refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
     let mut want = Vec::new();
     b.seed_columns_into(&refs, &cfg, &mut want).map_err(e)?;
     let got = seed_dev(b, &cols, &cfg)?.map_err(|m| format!("after the errors: {m}"))?;
@@ -474,7 +424,7 @@ fn test_pet_convert(c: &Ctx) -> R {
 /// through their own stream.
 fn test_outputs_outlive_backend(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let (d, o) = batch(c.seed ^ 0x0071, 3, 20_000);
+    let (d, o) = run3_batch(c.seed ^ 0x0071, 3, 20_000);
     let want = cl::cpu::cluster(&d, &o, &g, None);
     let b = Backend::cuda(0).map_err(e)?;
     let gpu = b.gpu().expect("cuda backend");

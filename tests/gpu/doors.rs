@@ -10,7 +10,7 @@ use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
 };
 use detkit::{Backend, HostCopies};
-use detkit_tests::{ensure, exact};
+use detkit_tests::{ensure, exact, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
 
@@ -56,19 +56,6 @@ fn compare_clusters(what: &str, got: &Clusters, want: &Clusters) -> R {
     )
 }
 
-/// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated.
-fn batch(seed: u64, events: usize, digis: usize) -> (Digis, Vec<u32>) {
-    let mut all = Digis::default();
-    let mut offsets = vec![0u32];
-    for i in 0..events {
-        let ev = cgen::run3_event(seed ^ (i as u64 * 7919));
-        let n = ev.len().min(digis);
-        all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
-        offsets.push(all.len() as u32);
-    }
-    (all, offsets)
-}
-
 fn test_cluster_reuse(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
@@ -99,7 +86,7 @@ fn test_cluster_reuse(c: &Ctx) -> R {
     let inputs: Vec<_> = shapes
         .iter()
         .enumerate()
-        .map(|(i, &(ev, n))| batch(c.seed ^ (i as u64) << 20, ev, n))
+        .map(|(i, &(ev, n))| run3_batch(c.seed ^ (i as u64) << 20, ev, n))
         .collect();
     let wants: Vec<_> = inputs
         .iter()
@@ -238,8 +225,8 @@ fn test_seed_reuse(c: &Ctx) -> R {
                 }
             }
             // The same events as five columns each.
-            let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
-            let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+            let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| sp_columns(e)).collect();
+            let col_refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
             b.seed_columns_into(&col_refs, &cfg, &mut many).map_err(e)?;
             for (j, got) in many.iter().enumerate() {
                 compare_seeds(
@@ -291,8 +278,8 @@ fn test_seed_split(c: &Ctx) -> R {
             compare_seeds(&format!("round {round} event {j}"), got, &one[idx[j]])?;
         }
     }
-    let cols: Vec<[Vec<f32>; 5]> = distinct.iter().map(|e| columns(e)).collect();
-    let col_refs: Vec<SpacePointsRef> = idx.iter().map(|&k| col_ref(&cols[k])).collect();
+    let cols: Vec<[Vec<f32>; 5]> = distinct.iter().map(|e| sp_columns(e)).collect();
+    let col_refs: Vec<SpacePointsRef> = idx.iter().map(|&k| sp_columns_ref(&cols[k])).collect();
     c.backend
         .seed_columns_into(&col_refs, &cfg, &mut out)
         .map_err(e)?;
@@ -300,26 +287,6 @@ fn test_seed_split(c: &Ctx) -> R {
         compare_seeds(&format!("columns event {j}"), got, &one[idx[j]])?;
     }
     Ok(())
-}
-
-fn columns(sps: &[SpacePoint]) -> [Vec<f32>; 5] {
-    [
-        sps.iter().map(|s| s.x).collect(),
-        sps.iter().map(|s| s.y).collect(),
-        sps.iter().map(|s| s.z).collect(),
-        sps.iter().map(|s| s.var_r).collect(),
-        sps.iter().map(|s| s.var_z).collect(),
-    ]
-}
-
-fn col_ref(c: &[Vec<f32>; 5]) -> SpacePointsRef<'_> {
-    SpacePointsRef {
-        x: &c[0],
-        y: &c[1],
-        z: &c[2],
-        var_r: &c[3],
-        var_z: &c[4],
-    }
 }
 
 fn test_pet_reuse(c: &Ctx) -> R {
@@ -410,7 +377,7 @@ fn test_threads(c: &Ctx) -> R {
                 let g = &g;
                 let cfg = &cfg;
                 s.spawn(move || -> R {
-                    let (d, o) = batch(c.seed ^ (t + 11) << 24, 1 + t as usize * 3, 50_000);
+                    let (d, o) = run3_batch(c.seed ^ (t + 11) << 24, 1 + t as usize * 3, 50_000);
                     let want = cl::cpu::cluster(&d, &o, g, cut);
                     let sps = sgen::generate(c.seed ^ (t + 3) << 36, 50.0, true).spacepoints;
                     let want_s = seed_oracle(cfg, &sps);
@@ -439,7 +406,7 @@ fn test_threads(c: &Ctx) -> R {
 /// a bad spacepoint in the middle event of a seeding batch. The workspaces keep working after.
 fn test_bad_batch(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let (d, o) = batch(c.seed ^ 0xbad, 5, 30_000);
+    let (d, o) = run3_batch(c.seed ^ 0xbad, 5, 30_000);
     let cpu = Backend::cpu();
     let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
     type Fault = fn(&mut Digis, usize);
@@ -491,8 +458,8 @@ fn test_bad_batch(c: &Ctx) -> R {
         format!("bad spacepoint: GPU {got:?}, CPU {want:?}")
     })?;
     // The same batch as columns (checked while gathered into pinned memory).
-    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| columns(e)).collect();
-    let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+    let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| sp_columns(e)).collect();
+    let col_refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
     let mut out = Vec::new();
     let got = c
         .backend
@@ -511,7 +478,7 @@ fn test_queue(c: &Ctx) -> R {
     let (events, digis) = if c.quick { (3, 8000) } else { (9, 30_000) };
     let inputs: Vec<_> = (0..10u64)
         .map(|i| {
-            batch(
+            run3_batch(
                 c.seed ^ (i + 101) << 16,
                 1 + (i as usize * 5) % events,
                 digis + 9000 * i as usize,
@@ -798,8 +765,8 @@ fn test_seed_pipeline(c: &Ctx) -> R {
                 format!("shape {s}: {made} allocations in a call that fits")
             })?;
         }
-        let cols: Vec<[Vec<f32>; 5]> = refs.iter().map(|e| columns(e)).collect();
-        let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+        let cols: Vec<[Vec<f32>; 5]> = refs.iter().map(|e| sp_columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
         c.backend
             .seed_columns_into(&col_refs, &cfg, &mut out)
             .map_err(e)?;
@@ -833,8 +800,8 @@ fn test_seed_pipeline(c: &Ctx) -> R {
         ensure(want.is_err() && got == want, || {
             format!("{what}: GPU {got:?}, CPU {want:?}")
         })?;
-        let cols: Vec<[Vec<f32>; 5]> = bad.iter().map(|e| columns(e)).collect();
-        let col_refs: Vec<SpacePointsRef> = cols.iter().map(col_ref).collect();
+        let cols: Vec<[Vec<f32>; 5]> = bad.iter().map(|e| sp_columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
         let got = c
             .backend
             .seed_columns_into(&col_refs, &cfg, &mut out)
@@ -1011,8 +978,8 @@ fn test_cluster_split(c: &Ctx) -> R {
     let _guard = VariantGuard;
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
-    let (d11, o11) = batch(c.seed ^ 0x5b1, 11, usize::MAX);
-    let (d13, mut o13) = batch(c.seed ^ 0x5b2, 13, usize::MAX);
+    let (d11, o11) = run3_batch(c.seed ^ 0x5b1, 11, usize::MAX);
+    let (d13, mut o13) = run3_batch(c.seed ^ 0x5b2, 13, usize::MAX);
     // An empty event before event 5.
     o13.insert(5, o13[5]);
     let (d31, o31) = {

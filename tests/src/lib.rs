@@ -245,6 +245,43 @@ pub fn run_pet_cub(
         .collect())
 }
 
+/// `events` Run-3-like events (the first `digis` digis of each, at most), concatenated, with
+/// their event offsets: the batches of the door and device-view GPU tests.
+pub fn run3_batch(seed: u64, events: usize, digis: usize) -> (detkit::clustering::Digis, Vec<u32>) {
+    use detkit::clustering::{gen, Digis, DigisRef};
+    let mut all = Digis::default();
+    let mut offsets = vec![0u32];
+    for i in 0..events {
+        let ev = gen::run3_event(seed ^ (i as u64 * 7919));
+        let n = ev.len().min(digis);
+        all.extend(&DigisRef::from(&ev).slice(0..n).to_digis());
+        offsets.push(all.len() as u32);
+    }
+    (all, offsets)
+}
+
+/// One event's spacepoints as the five host columns Python holds (x, y, z, var_r, var_z).
+pub fn sp_columns(sps: &[detkit::seeding::SpacePoint]) -> [Vec<f32>; 5] {
+    [
+        sps.iter().map(|s| s.x).collect(),
+        sps.iter().map(|s| s.y).collect(),
+        sps.iter().map(|s| s.z).collect(),
+        sps.iter().map(|s| s.var_r).collect(),
+        sps.iter().map(|s| s.var_z).collect(),
+    ]
+}
+
+/// A borrowed view of [`sp_columns`]' five columns.
+pub fn sp_columns_ref(c: &[Vec<f32>; 5]) -> detkit::seeding::SpacePointsRef<'_> {
+    detkit::seeding::SpacePointsRef {
+        x: &c[0],
+        y: &c[1],
+        z: &c[2],
+        var_r: &c[3],
+        var_z: &c[4],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use detkit::clustering::{cpu, gen, Digis, Geometry};

@@ -29,7 +29,7 @@ use detkit::seeding::{
     SpacePointsRef,
 };
 use detkit::{Backend, GpuContext, HostCopies};
-use detkit_tests::{check, median, median_ms};
+use detkit_tests::{check, median, median_ms, sp_columns, sp_columns_ref};
 
 struct Opts {
     reps: usize,
@@ -482,28 +482,8 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
         rows.push(r);
         // The same events as five columns each (the layout Python holds): interleaved into
         // the pinned upload buffer and checked on the way.
-        let cols: Vec<[Vec<f32>; 5]> = events
-            .iter()
-            .map(|e| {
-                [
-                    e.iter().map(|s| s.x).collect(),
-                    e.iter().map(|s| s.y).collect(),
-                    e.iter().map(|s| s.z).collect(),
-                    e.iter().map(|s| s.var_r).collect(),
-                    e.iter().map(|s| s.var_z).collect(),
-                ]
-            })
-            .collect();
-        let col_refs: Vec<SpacePointsRef> = cols
-            .iter()
-            .map(|c| SpacePointsRef {
-                x: &c[0],
-                y: &c[1],
-                z: &c[2],
-                var_r: &c[3],
-                var_z: &c[4],
-            })
-            .collect();
+        let cols: Vec<[Vec<f32>; 5]> = events.iter().map(|e| sp_columns(e)).collect();
+        let col_refs: Vec<SpacePointsRef> = cols.iter().map(sp_columns_ref).collect();
         bs[0].seed_columns_into(&col_refs, &cfg, &mut out)?;
         for (k, (got, (s, p))) in out.iter().zip(&resident).enumerate() {
             check(&format!("seed columns event {k} seeds"), &got.seeds, s)?;
