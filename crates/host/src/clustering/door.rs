@@ -86,15 +86,7 @@ impl ClusterWorkspace {
         out: Out<'_>,
     ) -> Result<ClusterCounts> {
         phases::begin();
-        validate_shape(digis, event_offsets, geometry)?;
-        let (n, ne) = (digis.len(), event_offsets.len() - 1);
-        if ne > MAX_EVENTS_PER_LAUNCH {
-            return Err(crate::Error::CapacityExceeded {
-                what: "events per launch",
-                needed: ne as u64,
-                capacity: MAX_EVENTS_PER_LAUNCH as u64,
-            });
-        }
+        let (n, ne) = check_batch(digis, event_offsets, geometry)?;
         self.select_clusterer(n, ne, geometry)?;
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("selected above");
@@ -343,15 +335,7 @@ pub(crate) fn cluster_split(
     out: Out<'_>,
 ) -> Result<ClusterCounts> {
     phases::begin();
-    validate_shape(digis, event_offsets, geometry)?;
-    let (n, ne) = (digis.len(), event_offsets.len() - 1);
-    if ne > MAX_EVENTS_PER_LAUNCH {
-        return Err(crate::Error::CapacityExceeded {
-            what: "events per launch",
-            needed: ne as u64,
-            capacity: MAX_EVENTS_PER_LAUNCH as u64,
-        });
-    }
+    let (n, ne) = check_batch(digis, event_offsets, geometry)?;
     let slots = ne * geometry.modules as usize;
     match out {
         Out::Clusters(o) => {
@@ -366,6 +350,25 @@ pub(crate) fn cluster_split(
         }
         Out::Slices(s) => split_into(ws, digis, event_offsets, geometry, cut, weights, s),
     }
+}
+
+/// The checks every door call makes before any work: the arrays' shape and event offsets,
+/// and the events-per-launch capacity. Returns `(digis, events)`.
+fn check_batch(
+    digis: DigisRef<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+) -> Result<(usize, usize)> {
+    validate_shape(digis, event_offsets, geometry)?;
+    let (n, ne) = (digis.len(), event_offsets.len() - 1);
+    if ne > MAX_EVENTS_PER_LAUNCH {
+        return Err(crate::Error::CapacityExceeded {
+            what: "events per launch",
+            needed: ne as u64,
+            capacity: MAX_EVENTS_PER_LAUNCH as u64,
+        });
+    }
+    Ok((n, ne))
 }
 
 /// The sub-batch of events `e0..e1` that a workspace is running.
