@@ -10,7 +10,7 @@ use detkit::clustering::{
 use detkit::rng::Draw as _;
 use detkit::Error;
 use detkit_gpu::clustering::INVALID_MODULE;
-use detkit_tests::{ensure, exact};
+use detkit_tests::{ensure, exact_clusters};
 
 use crate::{e, Ctx, Test, R};
 use detkit::GpuContext;
@@ -49,7 +49,7 @@ fn check(
     run.run(&dd, cut).map_err(e)?;
     let got = run.results(&dd).map_err(e)?;
     let want = detkit::clustering::cpu::cluster(d, offsets, g, cut);
-    compare(what, &got, &want)?;
+    exact_clusters(what, &got, &want)?;
     let (mut medium, mut fallback) = (0, 0);
     for (m, &first) in got.module_first.iter().enumerate() {
         if first == u32::MAX {
@@ -94,20 +94,6 @@ fn run_both_ways(
         check(run.results(dd).map_err(e)?, graph)?;
     }
     Ok(())
-}
-
-fn compare(what: &str, got: &Clusters, want: &Clusters) -> R {
-    exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
-    exact(
-        &format!("{what}: clus_in_module"),
-        &got.clus_in_module,
-        &want.clus_in_module,
-    )?;
-    exact(
-        &format!("{what}: module_first"),
-        &got.module_first,
-        &want.module_first,
-    )
 }
 
 /// Under `--quick` (the sanitizer runs) the persistent grids are capped: racecheck's shadow
@@ -405,7 +391,7 @@ fn test_cut_paths(c: &Ctx) -> R {
             run.find_clus(&dd, pre_cut).map_err(e)?;
             run.charge_cut(&dd, cut).map_err(e)?;
             let got = run.results(&dd).map_err(e)?;
-            compare(
+            exact_clusters(
                 &format!("cut {cut:?} after find_clus({pre_cut:?})"),
                 &got,
                 &want,
@@ -582,7 +568,7 @@ fn test_streams(c: &Ctx) -> R {
             ensure(*id == k as u64, || {
                 format!("{lanes} lanes: result {k} is batch {id} (out of order)")
             })?;
-            compare(&format!("{lanes} lanes, batch {k}"), got, &wants[k])?;
+            exact_clusters(&format!("{lanes} lanes, batch {k}"), got, &wants[k])?;
             checked += 1;
         }
     }
@@ -658,7 +644,7 @@ fn test_passes(c: &Ctx) -> R {
                     run.run(&dd, cut).map_err(e)?;
                 }
                 let got = run.results(&dd).map_err(e)?;
-                compare(
+                exact_clusters(
                     &format!("passes {:?}, graph {graph}, cut {cut:?}", run.passes()),
                     &got,
                     &want,
@@ -683,7 +669,7 @@ fn test_passes(c: &Ctx) -> R {
         })
         .map_err(e)?;
         run_both_ways(&mut run, &dd, cut, |got, graph| {
-            compare(
+            exact_clusters(
                 &format!("table scale {mid}/{last}, graph {graph}"),
                 &got,
                 &want,
@@ -711,7 +697,7 @@ fn test_passes(c: &Ctx) -> R {
         run.poison_outputs().map_err(e)?;
         run.run(&done, cut).map_err(e)?;
         let got = run.results(&done).map_err(e)?;
-        compare("grids of 8 blocks, warp pass 128", &got, &want_one)?;
+        exact_clusters("grids of 8 blocks, warp pass 128", &got, &want_one)?;
     } else {
         for limit in [1u32, 3] {
             for warp in [32u32, 128] {
@@ -723,7 +709,7 @@ fn test_passes(c: &Ctx) -> R {
                 })
                 .map_err(e)?;
                 run_both_ways(&mut run, &dd, cut, |got, graph| {
-                    compare(
+                    exact_clusters(
                         &format!("grids of {limit} block(s), warp pass {warp}, graph {graph}"),
                         &got,
                         &want,
@@ -782,7 +768,7 @@ fn test_larger_threads(c: &Ctx) -> R {
         })
         .map_err(e)?;
         run_both_ways(&mut run, &dd, cut, |got, graph| {
-            compare(&format!("{what}, graph {graph}"), &got, &want)?;
+            exact_clusters(&format!("{what}, graph {graph}"), &got, &want)?;
             if caps != DEFAULT {
                 ensure(got.medium_modules > 0 && got.fallback_modules > 0, || {
                     format!(

@@ -9,7 +9,7 @@ use detkit::seeding::{
     SpacePointsRef,
 };
 use detkit::{Backend, GpuContext};
-use detkit_tests::{ensure, exact, run3_batch, sp_columns, sp_columns_ref};
+use detkit_tests::{ensure, exact, exact_clusters, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
 
@@ -88,17 +88,7 @@ fn test_cluster(c: &Ctx) -> R {
                 let what = format!("round {round}, case {i} ({} digis), cut {cut:?}", d.len());
                 let want = b.cluster_events(d, o, &g, cut).map_err(e)?;
                 let got = cluster_dev(b, d, o, &g, cut)?.map_err(|m| format!("{what}: {m}"))?;
-                exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
-                exact(
-                    &format!("{what}: clus_in_module"),
-                    &got.clus_in_module,
-                    &want.clus_in_module,
-                )?;
-                exact(
-                    &format!("{what}: module_first"),
-                    &got.module_first,
-                    &want.module_first,
-                )?;
+                exact_clusters(&what, &got, &want)?;
                 ensure(
                     (got.medium_modules, got.fallback_modules)
                         == (want.medium_modules, want.fallback_modules),

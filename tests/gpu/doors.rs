@@ -10,7 +10,7 @@ use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
 };
 use detkit::{Backend, HostCopies};
-use detkit_tests::{ensure, exact, run3_batch, sp_columns, sp_columns_ref};
+use detkit_tests::{ensure, exact, exact_clusters, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
 
@@ -40,20 +40,6 @@ fn backends(_c: &Ctx) -> Result<Vec<(&'static str, Backend)>, String> {
                 .with_host_copies(HostCopies::Pageable),
         ),
     ])
-}
-
-fn compare_clusters(what: &str, got: &Clusters, want: &Clusters) -> R {
-    exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
-    exact(
-        &format!("{what}: clus_in_module"),
-        &got.clus_in_module,
-        &want.clus_in_module,
-    )?;
-    exact(
-        &format!("{what}: module_first"),
-        &got.module_first,
-        &want.module_first,
-    )
 }
 
 fn test_cluster_reuse(c: &Ctx) -> R {
@@ -101,7 +87,7 @@ fn test_cluster_reuse(c: &Ctx) -> R {
                 let what = format!("{label} pass {pass} shape {i} ({} digis)", d.len());
                 b.cluster_events_into(d, o, &g, cut, &mut out)
                     .map_err(|err| format!("{what}: {err}"))?;
-                compare_clusters(&what, &out, want)?;
+                exact_clusters(&what, &out, want)?;
                 // Into the caller's arrays (allocated once per shape here, as numpy would).
                 if pass == 1 {
                     let slots = (o.len() - 1) * g.modules as usize;
@@ -113,12 +99,12 @@ fn test_cluster_reuse(c: &Ctx) -> R {
                     };
                     b.cluster_events_into_slices(d, o, &g, cut, c.as_mut())
                         .map_err(e)?;
-                    compare_clusters(&format!("{what} (slices)"), &c, want)?;
+                    exact_clusters(&format!("{what} (slices)"), &c, want)?;
                 }
                 // The allocating door gives the same.
                 if pass == 2 && i % 3 == 0 {
                     let again = b.cluster_events(d, o, &g, cut).map_err(e)?;
-                    compare_clusters(&format!("{what} (cluster_events)"), &again, want)?;
+                    exact_clusters(&format!("{what} (cluster_events)"), &again, want)?;
                 }
             }
             let made = b.allocations() - before;
@@ -138,7 +124,7 @@ fn test_cluster_reuse(c: &Ctx) -> R {
         let before = b.allocations();
         b.cluster_events_into(&inputs[1].0, &inputs[1].1, &g, cut, &mut out)
             .map_err(e)?;
-        compare_clusters(&format!("{label} after release"), &out, &wants[1])?;
+        exact_clusters(&format!("{label} after release"), &out, &wants[1])?;
         ensure(b.allocations() > before, || {
             format!("{label}: no allocation after release_workspaces")
         })?;
@@ -146,13 +132,13 @@ fn test_cluster_reuse(c: &Ctx) -> R {
         let before = b.allocations();
         let (d, o) = &inputs[1];
         let got = b.cluster_events(d, o, &g, None).map_err(e)?;
-        compare_clusters(
+        exact_clusters(
             &format!("{label} no cut"),
             &got,
             &cl::cpu::cluster(d, o, &g, None),
         )?;
         b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
-        compare_clusters(&format!("{label} cut again"), &out, &wants[1])?;
+        exact_clusters(&format!("{label} cut again"), &out, &wants[1])?;
         ensure(b.allocations() == before, || {
             format!("{label}: switching the cut allocated")
         })?;
@@ -387,7 +373,7 @@ fn test_threads(c: &Ctx) -> R {
                         let what = format!("thread {t} round {round}");
                         b.cluster_events_into(&d, &o, g, cut, &mut out)
                             .map_err(|err| format!("{what}: {err}"))?;
-                        compare_clusters(&what, &out, &want)?;
+                        exact_clusters(&what, &out, &want)?;
                         b.seed_into(&sps, cfg, &mut so).map_err(e)?;
                         compare_seeds(&what, &so, &want_s)?;
                     }
@@ -440,7 +426,7 @@ fn test_bad_batch(c: &Ctx) -> R {
         )?;
     }
     let good = c.backend.cluster_events(&d, &o, &g, None).map_err(e)?;
-    compare_clusters(
+    exact_clusters(
         "after the errors",
         &good,
         &cl::cpu::cluster(&d, &o, &g, None),
@@ -508,7 +494,7 @@ fn test_queue(c: &Ctx) -> R {
                 format!("{lanes} lanes: result {k} has id {id}")
             })?;
             let (d, o) = &inputs[k];
-            compare_clusters(
+            exact_clusters(
                 &format!("{lanes} lanes batch {k}"),
                 r,
                 &cl::cpu::cluster(d, o, &g, cut),
@@ -1021,7 +1007,7 @@ fn test_cluster_split(c: &Ctx) -> R {
                 );
                 b.cluster_events_into(*d, o, &g, cut, &mut out)
                     .map_err(|err| format!("{what}: {err}"))?;
-                compare_clusters(&what, &out, want)?;
+                exact_clusters(&what, &out, want)?;
                 if round == 1 {
                     let slots = (o.len() - 1) * g.modules as usize;
                     let mut c = Clusters {
@@ -1032,7 +1018,7 @@ fn test_cluster_split(c: &Ctx) -> R {
                     };
                     b.cluster_events_into_slices(*d, o, &g, cut, c.as_mut())
                         .map_err(e)?;
-                    compare_clusters(&format!("{what} (slices)"), &c, want)?;
+                    exact_clusters(&format!("{what} (slices)"), &c, want)?;
                 }
             }
             let made = b.allocations() - before;
@@ -1090,5 +1076,5 @@ fn test_cluster_split(c: &Ctx) -> R {
         }
     }
     b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
-    compare_clusters("after the errors", &out, &wants[1])
+    exact_clusters("after the errors", &out, &wants[1])
 }

@@ -282,6 +282,26 @@ pub fn sp_columns_ref(c: &[Vec<f32>; 5]) -> detkit::seeding::SpacePointsRef<'_> 
     }
 }
 
+/// Two clustering results equal array by array (`clus`, `clus_in_module`, `module_first`),
+/// the first difference named with `what`.
+pub fn exact_clusters(
+    what: &str,
+    got: &detkit::clustering::Clusters,
+    want: &detkit::clustering::Clusters,
+) -> Result<(), String> {
+    exact(&format!("{what}: clus"), &got.clus, &want.clus)?;
+    exact(
+        &format!("{what}: clus_in_module"),
+        &got.clus_in_module,
+        &want.clus_in_module,
+    )?;
+    exact(
+        &format!("{what}: module_first"),
+        &got.module_first,
+        &want.module_first,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use detkit::clustering::{cpu, gen, Digis, Geometry};
