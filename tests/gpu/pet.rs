@@ -2,7 +2,7 @@
 //! runs, coincidences (every policy, delayed window, adversarial windows), the streamed chain.
 
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
-use detkit::pet::{gen, Scanner, StreamConfig};
+use detkit::pet::{gen, MergeTile, PetLauncher, PetTuning, Scanner, StreamConfig};
 use detkit::Error;
 use detkit_gpu::pet::{self as kp, Coincidence, DataFrameV2, Policy, Single};
 use detkit_tests::{ensure, exact};
@@ -25,7 +25,17 @@ pub(crate) const TESTS: &[Test] = &[
     ("pet_sort_auto", test_sort_auto),
 ];
 
-const POISON: u64 = 0xDEAD_BEEF_DEAD_BEEF;
+/// A single no kernel writes: every word 0xDEAD_BEEF.
+const POISON: Single = Single {
+    crystal: 0xDEAD_BEEF,
+    energy: f32::from_bits(0xDEAD_BEEF),
+    time: f64::from_bits(0xDEAD_BEEF_DEAD_BEEF),
+};
+
+/// Whether `s` is the poison, bit for bit.
+fn poison(s: &Single) -> bool {
+    bytemuck::bytes_of(s) == bytemuck::bytes_of(&POISON)
+}
 
 fn sizes(tile: usize, quick: bool) -> Vec<usize> {
     let mut v = vec![
@@ -69,14 +79,11 @@ fn acquisition(c: &Ctx, s: &Scanner, n: usize, salt: u64) -> Vec<DataFrameV2> {
     f
 }
 
-fn singles(words: &[u64]) -> Vec<Single> {
-    bytemuck::cast_slice::<u64, Single>(words).to_vec()
-}
-
 fn test_convert(c: &Ctx) -> R {
     let g = c.gpu();
     let s = gen::tiny_scanner(c.seed);
-    let ds = g.pet_scanner(&s).map_err(e)?;
+    let pet = PetLauncher::new(g);
+    let ds = pet.load_scanner(&s).map_err(e)?;
     for n in sizes(kp::CONVERT_TILE as usize, c.quick) {
         let mut frames = acquisition(c, &s, n, 1);
         // Adversarial frames: energies at and over the table end, bad addresses.
@@ -98,22 +105,17 @@ fn test_convert(c: &Ctx) -> R {
         } else {
             g.upload(bytes).map_err(e)?
         };
-        let mut out = g.poisoned(2 * (n + 1), POISON).map_err(e)?;
+        let mut out = g.poisoned(n + 1, POISON).map_err(e)?;
         let mut st = g.poisoned(kp::STAT_WORDS, 0xAAAA_AAAAu32).map_err(e)?;
-        g.pet_convert_device(&d, n, &ds, &mut out, 0, &mut st)
-            .map_err(e)?;
-        let words = g.download(&out).map_err(e)?;
+        pet.convert(&d, n, &ds, &mut out, 0, &mut st).map_err(e)?;
+        let got = g.download(&out).map_err(e)?;
         let stw = g.download(&st).map_err(e)?;
         let k = stw[kp::STAT_ACCEPTED] as usize;
         ensure(k == want.len(), || {
             format!("convert n={n}: accepted {k}, oracle {}", want.len())
         })?;
-        exact(
-            &format!("convert n={n} singles"),
-            &singles(&words[..2 * k]),
-            &want,
-        )?;
-        ensure(words[2 * k..].iter().all(|&w| w == POISON), || {
+        exact(&format!("convert n={n} singles"), &got[..k], &want)?;
+        ensure(got[k..].iter().all(poison), || {
             format!("convert n={n}: wrote past the accepted singles")
         })?;
         let got_st = (
@@ -272,34 +274,30 @@ fn test_sort(c: &Ctx) -> R {
                 continue;
             }
             let want = oracle::sort(&v).map_err(e)?;
-            let words: &[u64] = bytemuck::cast_slice(&v);
+            let pet = PetLauncher::new(g);
             let mut a = if n == 0 {
-                g.zeros::<u64>(2).map_err(e)?
+                g.zeros::<Single>(1).map_err(e)?
             } else {
-                g.upload(words).map_err(e)?
+                g.upload(&v).map_err(e)?
             };
             let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
-            let in_b = g.pet_sort_device(&mut a, &mut b, 0, n).map_err(e)?;
+            let in_b = pet.sort_merge(&mut a, &mut b, 0, n).map_err(e)?;
             let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
-            exact(
-                &format!("merge sort {label} n={n}"),
-                &singles(&got[..2 * n]),
-                &want,
-            )?;
+            exact(&format!("merge sort {label} n={n}"), &got[..n], &want)?;
             // The radix path, from a fresh copy, at an offset inside larger buffers.
             let off = 3;
-            let mut a2 = g.poisoned(2 * (n + off) + 2, POISON).map_err(e)?;
-            g.stream()
-                .memcpy_htod(words, &mut a2.slice_mut(2 * off..2 * (off + n)))
-                .map_err(|x| x.to_string())?;
+            let mut a2 = g.poisoned(n + off + 1, POISON).map_err(e)?;
+            if n > 0 {
+                g.stream()
+                    .memcpy_htod(&v, &mut a2.slice_mut(off..off + n))
+                    .map_err(|x| x.to_string())?;
+            }
             let mut b2 = g.poisoned(a2.len(), POISON).map_err(e)?;
-            let in_b = g
-                .pet_sort_radix_device(&mut a2, &mut b2, off, n)
-                .map_err(e)?;
+            let in_b = pet.sort_radix(&mut a2, &mut b2, off, n).map_err(e)?;
             let got = g.download(if in_b { &b2 } else { &a2 }).map_err(e)?;
             exact(
                 &format!("radix sort {label} n={n}"),
-                &singles(&got[2 * off..2 * (off + n)]),
+                &got[off..off + n],
                 &want,
             )?;
         }
@@ -476,7 +474,7 @@ fn test_coincide(c: &Ctx) -> R {
 /// window, `TakeAllGoods`' relaunch on a first buffer too small); a finish before any launch is
 /// a typed error; an unsorted input is reported by the finish.
 fn test_coincide_enqueue(c: &Ctx) -> R {
-    let gpu = c.gpu();
+    let gpu = PetLauncher::new(c.gpu());
     let sizes: &[usize] = if c.quick {
         &[0, 1, 2049, 70_000]
     } else {
@@ -491,59 +489,59 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
                 continue; // an oversize window: covered by pet_coincide
             };
             let (da, db) = (
-                gpu.upload(&words_of(&a)).map_err(e)?,
-                gpu.upload(&words_of(&b)).map_err(e)?,
+                gpu.upload(&at_least_one(&a)).map_err(e)?,
+                gpu.upload(&at_least_one(&b)).map_err(e)?,
             );
             let (mut sa, mut sb) = (
                 detkit::pet::CoincideScratch::default(),
                 detkit::pet::CoincideScratch::default(),
             );
             let la = gpu
-                .pet_coincide_enqueue(&mut sa, &da, 0, a.len(), &cfg, f64::INFINITY)
+                .coincide_enqueue(&mut sa, &da, 0, a.len(), &cfg, f64::INFINITY)
                 .map_err(e)?;
             let lb = gpu
-                .pet_coincide_enqueue(&mut sb, &db, 0, b.len(), &cfg, f64::INFINITY)
+                .coincide_enqueue(&mut sb, &db, 0, b.len(), &cfg, f64::INFINITY)
                 .map_err(e)?;
             for (label, scratch, d, l, want) in [
                 ("b", &mut sb, &db, lb, &want_b),
                 ("a", &mut sa, &da, la, &want_a),
             ] {
-                let (total, resume) = gpu.pet_coincide_finish(scratch, d, l).map_err(e)?;
+                let (total, resume) = gpu.coincide_finish(scratch, d, l).map_err(e)?;
                 ensure(resume == l_len(label, &a, &b), || {
                     format!("{what} {label}: resume {resume}")
                 })?;
                 let mut got = vec![<Coincidence as bytemuck::Zeroable>::zeroed(); total];
-                gpu.pet_download_pairs(scratch, &mut got).map_err(e)?;
+                gpu.download_pairs(scratch, &mut got).map_err(e)?;
                 exact(&format!("{what} {label}"), &got, want)?;
             }
         }
     }
     // A finish with a scratch whose last launch is another (or none): typed error, no panic.
     let d = gpu
-        .upload(&words_of(&[sgl(1, 1.0, 0.0), sgl(2, 1.0, 1.0)]))
+        .upload(&[sgl(1, 1.0, 0.0), sgl(2, 1.0, 1.0)])
         .map_err(e)?;
     let mut fresh = detkit::pet::CoincideScratch::default();
     let mut other = detkit::pet::CoincideScratch::default();
     let prompt = CoincideConfig::prompt(5.0);
     let enqueue_two = |s: &mut detkit::pet::CoincideScratch| {
-        gpu.pet_coincide_enqueue(s, &d, 0, 2, &prompt, f64::INFINITY)
+        gpu.coincide_enqueue(s, &d, 0, 2, &prompt, f64::INFINITY)
             .map_err(e)
     };
     let l = enqueue_two(&mut other)?;
-    match gpu.pet_coincide_finish(&mut fresh, &d, l) {
+    match gpu.coincide_finish(&mut fresh, &d, l) {
         Err(Error::InvalidInput { .. }) => {}
         r => return Err(format!("finish on a scratch without a launch: {r:?}")),
     }
     let _newer = enqueue_two(&mut other)?;
-    match gpu.pet_coincide_finish(&mut other, &d, l) {
+    match gpu.coincide_finish(&mut other, &d, l) {
         Err(Error::InvalidInput { .. }) => {}
         r => return Err(format!("finish of a launch replaced by a newer one: {r:?}")),
     }
     // Unsorted singles: the finish names the first one out of order.
     let bad = [sgl(1, 1.0, 0.0), sgl(2, 1.0, 10.0), sgl(3, 1.0, 5.0)];
-    let d = gpu.upload(&words_of(&bad)).map_err(e)?;
+    let d = gpu.upload(&bad).map_err(e)?;
     let l = gpu
-        .pet_coincide_enqueue(
+        .coincide_enqueue(
             &mut fresh,
             &d,
             0,
@@ -552,7 +550,7 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
             f64::INFINITY,
         )
         .map_err(e)?;
-    match gpu.pet_coincide_finish(&mut fresh, &d, l) {
+    match gpu.coincide_finish(&mut fresh, &d, l) {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("single 2") => Ok(()),
         r => Err(format!("unsorted singles through enqueue/finish: {r:?}")),
     }
@@ -567,12 +565,12 @@ fn l_len(label: &str, a: &[Single], b: &[Single]) -> usize {
     }
 }
 
-/// The singles as device words (two zero words for none: no empty allocation).
-fn words_of(v: &[Single]) -> Vec<u64> {
+/// The singles to upload (one zero single for none: no empty allocation).
+fn at_least_one(v: &[Single]) -> Vec<Single> {
     if v.is_empty() {
-        return vec![0; 2];
+        return vec![Single::default()];
     }
-    bytemuck::cast_slice::<Single, u64>(v).to_vec()
+    v.to_vec()
 }
 
 fn sgl(crystal: u32, energy: f32, time: f64) -> Single {
@@ -680,10 +678,10 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
     }
     // The device path reports unsorted input itself (the backend checks on the host first).
     let g = c.gpu();
-    let words: Vec<u64> =
-        bytemuck::cast_slice(&[sgl(0, 0.0, 5.0), sgl(1, 0.0, 6.0), sgl(2, 0.0, 1.0)]).to_vec();
-    let d = g.upload(&words).map_err(e)?;
-    match g.pet_coincide_device(&d, 0, 3, &CoincideConfig::prompt(w), f64::INFINITY) {
+    let d = g
+        .upload(&[sgl(0, 0.0, 5.0), sgl(1, 0.0, 6.0), sgl(2, 0.0, 1.0)])
+        .map_err(e)?;
+    match PetLauncher::new(g).coincide(&d, 0, 3, &CoincideConfig::prompt(w), f64::INFINITY) {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("single 2") => Ok(()),
         other => Err(format!("device coincide, unsorted: {other:?}")),
     }
@@ -949,11 +947,31 @@ fn runs_input(lens: &[usize], time: impl Fn(usize, usize) -> f64) -> (Vec<Single
 /// radix passes (`bucket_max` 1), from poisoned outputs at an offset inside larger buffers,
 /// against the oracle; the status word must stay clear and the poison outside the range
 /// intact. Also the default entry points.
+/// A launcher with the merge's tuning: the wide or narrow tile, the radix limit and the
+/// bucket bound.
+fn tuned(
+    g: &detkit::GpuContext,
+    wide: bool,
+    bits: u32,
+    bmax: u32,
+) -> Result<PetLauncher<'_>, String> {
+    let t = PetTuning {
+        tile: if wide {
+            MergeTile::Wide
+        } else {
+            MergeTile::Narrow
+        },
+        radix_bits: bits,
+        bucket_max: bmax,
+        ..Default::default()
+    };
+    PetLauncher::tuned(g, &t).map_err(e)
+}
+
 fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     let g = c.gpu();
     let n = v.len();
     let want = oracle::sort(v).map_err(e)?;
-    let words: &[u64] = bytemuck::cast_slice(v);
     let off = 5;
     // Quick (sanitizer) runs: each tile once, one with each path.
     let (rb, bm) = (kp::MW_RADIX_BITS, kp::MW_BUCKET_MAX);
@@ -975,25 +993,24 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     distinct.dedup();
     let merged = distinct.len() >= 3 && distinct.len() - 1 <= kp::MW_MAX_RUNS as usize;
     for (wide, bits, bmax) in variants {
-        let mut a = g.poisoned(2 * (n + off) + 4, POISON).map_err(e)?;
+        let mut a = g.poisoned(n + off + 2, POISON).map_err(e)?;
         if n > 0 {
             g.stream()
-                .memcpy_htod(words, &mut a.slice_mut(2 * off..2 * (off + n)))
+                .memcpy_htod(v, &mut a.slice_mut(off..off + n))
                 .map_err(|x| x.to_string())?;
         }
         let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
-        let in_b = g
-            .pet_merge_runs_multiway_buckets(&mut a, &mut b, off, n, starts, wide, bits, bmax)
-            .map_err(e)?;
+        let pet = tuned(g, wide, bits, bmax)?;
+        let in_b = pet.merge_runs(&mut a, &mut b, off, n, starts).map_err(e)?;
         let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
         let label = format!(
             "{what} n={n} runs={} wide={wide} radix_bits={bits} bucket_max={bmax}",
             starts.len() - 1
         );
-        exact(&label, &singles(&got[2 * off..2 * (off + n)]), &want)?;
+        exact(&label, &got[off..off + n], &want)?;
         if merged {
-            let r = g.pet_merge_radix_segments().map_err(e)?;
-            let k = g.pet_merge_bucket_segments().map_err(e)?;
+            let r = pet.merge_radix_segments().map_err(e)?;
+            let k = pet.merge_bucket_segments().map_err(e)?;
             ensure(bits != 0 || r == 0, || {
                 format!("{label}: {r} radix segments")
             })?;
@@ -1004,22 +1021,14 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
                 format!("{label}: {k} bucket segments with the bucket path off")
             })?;
         }
-        ensure(
-            got[..2 * off]
-                .iter()
-                .chain(&got[2 * (off + n)..])
-                .all(|&w| w == POISON),
-            || format!("{label}: wrote outside its range"),
-        )?;
-        let in_b = g
-            .pet_merge_runs_checked(&mut a, &mut b, off, n, starts)
+        ensure(got[..off].iter().chain(&got[off + n..]).all(poison), || {
+            format!("{label}: wrote outside its range")
+        })?;
+        let in_b = pet
+            .merge_runs_checked(&mut a, &mut b, off, n, starts)
             .map_err(e)?;
         let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
-        exact(
-            &format!("{label} (checked)"),
-            &singles(&got[2 * off..2 * (off + n)]),
-            &want,
-        )?;
+        exact(&format!("{label} (checked)"), &got[off..off + n], &want)?;
     }
     let got = c.backend.pet_sort_runs(v, starts).map_err(e)?;
     exact(&format!("{what} n={n} backend"), &got, &want)
@@ -1177,22 +1186,19 @@ fn multiway_counts(
     let g = c.gpu();
     let n = v.len();
     let want = oracle::sort(v).map_err(e)?;
-    let mut a = g
-        .upload(bytemuck::cast_slice::<Single, u64>(v))
-        .map_err(e)?;
+    let mut a = g.upload(v).map_err(e)?;
     let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
-    let in_b = g
-        .pet_merge_runs_multiway_buckets(&mut a, &mut b, 0, n, starts, wide, bits, bmax)
-        .map_err(e)?;
+    let pet = tuned(g, wide, bits, bmax)?;
+    let in_b = pet.merge_runs(&mut a, &mut b, 0, n, starts).map_err(e)?;
     let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
     exact(
         &format!("{what} wide={wide} radix_bits={bits} bucket_max={bmax}"),
-        &singles(&got),
+        &got,
         &want,
     )?;
     Ok((
-        g.pet_merge_radix_segments().map_err(e)?,
-        g.pet_merge_bucket_segments().map_err(e)?,
+        pet.merge_radix_segments().map_err(e)?,
+        pet.merge_bucket_segments().map_err(e)?,
     ))
 }
 
@@ -1420,10 +1426,8 @@ fn test_sort_auto(c: &Ctx) -> R {
         }
         // The detected runs equal the host's natural runs.
         if !v.is_empty() {
-            let a = g
-                .upload(bytemuck::cast_slice::<Single, u64>(&v))
-                .map_err(e)?;
-            let got = g.pet_detect_runs_device(&a, 0, v.len()).map_err(e)?;
+            let a = g.upload(&v).map_err(e)?;
+            let got = PetLauncher::new(g).detect_runs(&a, 0, v.len()).map_err(e)?;
             let mut host = vec![0u32];
             host.extend(
                 (1..v.len())

@@ -136,11 +136,6 @@ pub fn concat_clusters(parts: &[&detkit::clustering::Clusters]) -> detkit::clust
     out
 }
 
-/// Singles from their device words (two `u64` per single).
-pub fn pet_singles(w: &[u64]) -> Vec<detkit_gpu::pet::Single> {
-    bytemuck::cast_slice::<u64, detkit_gpu::pet::Single>(w).to_vec()
-}
-
 /// A PET sort on the device, as the benchmarks time it: `(context, input, other buffer, n)`,
 /// returning whether the sorted singles ended in the other buffer.
 pub type PetSortFn<'r> = Box<
@@ -171,11 +166,7 @@ pub fn time_pet_sort(
     use detkit::error::DriverContext;
     g.stream().memcpy_dtod(input, a)?;
     let in_b = sort(g, a, b, n)?;
-    check(
-        what,
-        &pet_singles(&g.download(if in_b { &*b } else { &*a })?),
-        want,
-    )?;
+    check(what, &g.download(if in_b { &*b } else { &*a })?, want)?;
     Ok(median_ms(g, 3, reps, || {
         g.stream().memcpy_dtod(input, a).ctx("copy")?;
         sort(g, a, b, n).map(|_| ())

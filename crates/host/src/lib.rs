@@ -100,6 +100,8 @@ pub struct Backend {
     /// The CPU threads of this backend (`None`: rayon's global pool, `RAYON_NUM_THREADS`
     /// or every core); see [`Backend::with_threads`].
     threads: Option<std::sync::Arc<rayon::ThreadPool>>,
+    /// The PET merge's launch plan ([`Backend::with_pet_tuning`]).
+    pub(crate) pet_plan: pet::MergePlan,
 }
 
 impl std::fmt::Debug for Backend {
@@ -119,6 +121,7 @@ impl Backend {
             copies: HostCopies::default(),
             ws: Default::default(),
             threads: None,
+            pet_plan: Default::default(),
         }
     }
 

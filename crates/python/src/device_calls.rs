@@ -272,7 +272,7 @@ pub fn device_pet_convert<'py>(
     });
     let (singles, st) = r.map_err(err)?;
     let m = singles.len;
-    let out = DeviceArray::from_buffer(g, Box::new(singles.words), 16 * m, "|u1", vec![m, 16])
+    let out = DeviceArray::from_buffer(g, Box::new(singles.singles), 16 * m, "|u1", vec![m, 16])
         .with_descr(descr);
     let d = PyDict::new(py);
     d.set_item("frames", st.frames)?;

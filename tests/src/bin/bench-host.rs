@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use detkit::clustering::{self as cl, gen as cgen, Clusterer, Clusters, DeviceDigis, Digis};
 use detkit::error::DriverContext;
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
-use detkit::pet::{gen as pgen, Coincidence, Single, StreamConfig};
+use detkit::pet::{gen as pgen, Coincidence, PetLauncher, Single, StreamConfig};
 use detkit::seeding::{
     as_words, gen as sgen, SeedingOutput, SeedingSettings, SeedingWorkspace, SpacePoint,
     SpacePointsRef,
@@ -547,12 +547,13 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         b.pet_convert_into(bytes, pick(bs, b, &handles), &mut singles)?;
         Ok(())
     })?;
-    let ds = g.pet_scanner(&scanner)?;
+    let pet = PetLauncher::new(g);
+    let ds = pet.load_scanner(&scanner)?;
     let d_frames = g.upload(bytes)?;
-    let mut d_out = g.zeros::<u64>(2 * nf)?;
+    let mut d_out = g.zeros::<Single>(nf)?;
     let mut d_stats = g.zeros::<u32>(detkit_gpu::pet::STAT_WORDS)?;
     let device = median_ms(g, o.warmup, o.reps, || {
-        g.pet_convert_device(&d_frames, nf, &ds, &mut d_out, 0, &mut d_stats)
+        pet.convert(&d_frames, nf, &ds, &mut d_out, 0, &mut d_stats)
     })?;
     let b_out = 16 * want_s.len();
     let (cp, cq) = copies(g, o, bytes.len(), b_out)?;
@@ -598,9 +599,9 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         b.pet_sort_into(&want_s, &mut sorted)?;
         Ok(())
     })?;
-    let pristine = g.upload(bytemuck::cast_slice::<Single, u64>(&want_s))?;
-    let mut a = g.zeros::<u64>(2 * ns.max(1))?;
-    let mut bb = g.zeros::<u64>(2 * ns.max(1))?;
+    let pristine = g.upload(&want_s)?;
+    let mut a = g.zeros::<Single>(ns.max(1))?;
+    let mut bb = g.zeros::<Single>(ns.max(1))?;
     // Each timed sort starts from the unsorted singles (restored outside the timing).
     let mut times = Vec::new();
     for rep in 0..o.warmup + o.reps {
@@ -608,7 +609,7 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
             .memcpy_dtod(&pristine, &mut a)
             .ctx("restoring the singles")?;
         let t = median_ms(g, 0, 1, || {
-            g.pet_sort_radix_device(&mut a, &mut bb, 0, ns).map(|_| ())
+            pet.sort_radix(&mut a, &mut bb, 0, ns).map(|_| ())
         })?;
         if rep >= o.warmup {
             times.push(t);
@@ -637,10 +638,10 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         b.pet_coincide_into(&want_sorted, &c, &mut pairs)?;
         Ok(())
     })?;
-    let d_sorted = g.upload(bytemuck::cast_slice::<Single, u64>(&want_sorted))?;
+    let d_sorted = g.upload(&want_sorted)?;
     let mut scratch = detkit::pet::CoincideScratch::default();
     let co_device = median_ms(g, o.warmup, o.reps, || {
-        g.pet_coincide_resident(&mut scratch, &d_sorted, 0, ns, &c, f64::INFINITY)
+        pet.coincide_resident(&mut scratch, &d_sorted, 0, ns, &c, f64::INFINITY)
             .map(|_| ())
     })?;
     let b_pairs = 32 * want_pairs.len();

@@ -14,7 +14,7 @@
 use anyhow::{bail, Context, Result};
 use detkit::error::DriverContext;
 use detkit::pet::cpu as oracle;
-use detkit::pet::gen;
+use detkit::pet::{gen, MergeTile, PetLauncher, PetTuning};
 use detkit::Backend;
 use detkit_gpu::pet::Single;
 use detkit_tests::{median_ms, parse_list, time_pet_sort, PetSortFn};
@@ -62,9 +62,9 @@ fn main() -> Result<()> {
         let (v, _) = oracle::convert_par(&acq.frames[..n], &all.params, &all.position, &all.energy);
         let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
         let want = oracle::sort(&v)?;
-        let host = g.upload(bytemuck::cast_slice::<Single, u64>(&v))?;
-        let mut a = g.zeros::<u64>(2 * n)?;
-        let mut b = g.zeros::<u64>(2 * n)?;
+        let host = g.upload(&v)?;
+        let mut a = g.zeros::<Single>(n)?;
+        let mut b = g.zeros::<Single>(n)?;
         let copy_ms = median_ms(g, 3, reps, || {
             g.stream().memcpy_dtod(&host, &mut a).ctx("copy")
         })?;
@@ -76,36 +76,60 @@ fn main() -> Result<()> {
             32.0 * n as f64 / copy_ms / 1e6
         );
         let nr = runs.len() - 1;
+        // The merge's tunings (`PetTuning`), each turned into its launch plan once.
+        let narrow = PetTuning {
+            tile: MergeTile::Narrow,
+            ..Default::default()
+        }
+        .plan()?;
+        let wide = PetTuning::default().plan()?;
+        let radix_only = PetTuning {
+            radix_bits: 64,
+            bucket_max: 0,
+            ..Default::default()
+        }
+        .plan()?;
+        let rounds_only = PetTuning {
+            radix_bits: 0,
+            ..Default::default()
+        }
+        .plan()?;
         let methods: Vec<(String, PetSortFn)> = vec![
             (
                 format!("multiway merge of {nr} runs (tile 4608)"),
-                Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, false)),
+                Box::new(|g, a, b, n| {
+                    PetLauncher::with_plan(g, narrow).merge_runs(a, b, 0, n, &runs)
+                }),
             ),
             (
                 format!("multiway merge of {nr} runs (tile 9216)"),
-                Box::new(|g, a, b, n| g.pet_merge_runs_multiway_with(a, b, 0, n, &runs, true)),
+                Box::new(|g, a, b, n| {
+                    PetLauncher::with_plan(g, wide).merge_runs(a, b, 0, n, &runs)
+                }),
             ),
             (
                 "multiway, radix passes only (9216)".into(),
                 Box::new(|g, a, b, n| {
-                    g.pet_merge_runs_multiway_buckets(a, b, 0, n, &runs, true, 64, 0)
+                    PetLauncher::with_plan(g, radix_only).merge_runs(a, b, 0, n, &runs)
                 }),
             ),
             (
                 "multiway, merge rounds only (9216)".into(),
-                Box::new(|g, a, b, n| g.pet_merge_runs_multiway_opts(a, b, 0, n, &runs, true, 0)),
+                Box::new(|g, a, b, n| {
+                    PetLauncher::with_plan(g, rounds_only).merge_runs(a, b, 0, n, &runs)
+                }),
             ),
             (
                 "detect runs + multiway merge".into(),
-                Box::new(|g, a, b, n| g.pet_sort_auto_device(a, b, 0, n).map(|x| x.0)),
+                Box::new(|g, a, b, n| PetLauncher::new(g).sort_auto(a, b, 0, n).map(|x| x.0)),
             ),
             (
                 format!("pairwise merge of {nr} runs (old)"),
-                Box::new(|g, a, b, n| g.pet_merge_runs_pairwise(a, b, 0, n, &runs)),
+                Box::new(|g, a, b, n| PetLauncher::new(g).merge_runs_pairwise(a, b, 0, n, &runs)),
             ),
             (
                 "radix sort".into(),
-                Box::new(|g, a, b, n| g.pet_sort_radix_device(a, b, 0, n)),
+                Box::new(|g, a, b, n| PetLauncher::new(g).sort_radix(a, b, 0, n)),
             ),
         ];
         for (what, sort) in &methods {

@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use detkit::error::DriverContext;
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
-use detkit::pet::{gen, StreamConfig};
+use detkit::pet::{gen, PetLauncher, StreamConfig};
 use detkit::Backend;
 use detkit_gpu::pet::{self as kp, Single};
 use detkit_tests::{check, median_ms, parse_list};
@@ -63,10 +63,6 @@ struct Row {
     baseline: Option<(String, f64)>,
 }
 
-fn words(s: &[Single]) -> &[u64] {
-    bytemuck::cast_slice(s)
-}
-
 /// Writes the sort keys (f64 bits of non-negative times) for the CUB baseline.
 fn key_file(
     dir: &std::path::Path,
@@ -112,7 +108,8 @@ fn main() -> Result<()> {
     let g = backend.gpu().expect("cuda");
     println!("# device: {}; kernels: {}", g.device_name(), g.image());
     let scanner = gen::bench_scanner(11);
-    let ds = g.pet_scanner(&scanner)?;
+    let pet = PetLauncher::new(g);
+    let ds = pet.load_scanner(&scanner)?;
     let c = CoincideConfig::prompt(scanner.time_window);
     let tmp = std::env::temp_dir().join(format!("bench-pet-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
@@ -135,8 +132,8 @@ fn main() -> Result<()> {
         );
         let frames = &acq.frames[..n];
         // copy ceiling: 16 n bytes device to device
-        let src = g.zeros::<u64>(2 * n)?;
-        let mut dst = g.zeros::<u64>(2 * n)?;
+        let src = g.zeros::<Single>(n)?;
+        let mut dst = g.zeros::<Single>(n)?;
         let copy_ms = median_ms(g, 3, reps, || {
             g.stream().memcpy_dtod(&src, &mut dst).ctx("copy")
         })?;
@@ -154,17 +151,13 @@ fn main() -> Result<()> {
         let (want_s, want_st) =
             oracle::convert_par(frames, &scanner.params, &scanner.position, &scanner.energy);
         let d_frames = g.upload(bytemuck::cast_slice::<_, u8>(frames))?;
-        let mut out = g.zeros::<u64>(2 * n)?;
+        let mut out = g.zeros::<Single>(n)?;
         let mut st = g.zeros::<u32>(kp::STAT_WORDS)?;
-        g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)?;
+        pet.convert(&d_frames, n, &ds, &mut out, 0, &mut st)?;
         let acc = g.download(&st)?[kp::STAT_ACCEPTED] as usize;
-        check(
-            "convert",
-            &detkit_tests::pet_singles(&g.download(&out)?[..2 * acc]),
-            &want_s,
-        )?;
+        check("convert", &g.download(&out)?[..acc], &want_s)?;
         let ms = median_ms(g, 3, reps, || {
-            g.pet_convert_device(&d_frames, n, &ds, &mut out, 0, &mut st)
+            pet.convert(&d_frames, n, &ds, &mut out, 0, &mut st)
         })?;
         push(
             &mut rows,
@@ -196,26 +189,26 @@ fn main() -> Result<()> {
                 let t0 = Instant::now();
                 let want = oracle::sort(v)?;
                 let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
-                let host = g.upload(words(v))?;
-                let mut a = g.zeros::<u64>(2 * n)?;
-                let mut b = g.zeros::<u64>(2 * n)?;
+                let host = g.upload(v)?;
+                let mut a = g.zeros::<Single>(n)?;
+                let mut b = g.zeros::<Single>(n)?;
                 // The seed's merge sort, the radix path (time keys, argsort over the differing
                 // bits, gather) and, for the per-BDM streams, the merge of the presorted runs;
                 // each from a fresh copy of the input, one row each.
                 let mut methods: Vec<(String, detkit_tests::PetSortFn)> = vec![
                     (
                         format!("merge sort, {label}"),
-                        Box::new(|g, a, b, n| g.pet_sort_device(a, b, 0, n)),
+                        Box::new(|g, a, b, n| PetLauncher::new(g).sort_merge(a, b, 0, n)),
                     ),
                     (
                         format!("radix sort, {label}"),
-                        Box::new(|g, a, b, n| g.pet_sort_radix_device(a, b, 0, n)),
+                        Box::new(|g, a, b, n| PetLauncher::new(g).sort_radix(a, b, 0, n)),
                     ),
                 ];
                 if label == "presorted-streams" {
                     methods.push((
                         format!("merge of {} BDM runs", runs.len() - 1),
-                        Box::new(|g, a, b, n| g.pet_merge_runs_device(a, b, 0, n, &runs)),
+                        Box::new(|g, a, b, n| PetLauncher::new(g).merge_runs(a, b, 0, n, &runs)),
                     ));
                 }
                 for (method, sort) in &methods {
@@ -241,19 +234,13 @@ fn main() -> Result<()> {
         let t0 = Instant::now();
         let want_p = oracle::coincide(&sorted, &c)?;
         let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let ds_sorted = g.upload(words(&sorted))?;
+        let ds_sorted = g.upload(&sorted)?;
         let mut scratch = detkit::pet::CoincideScratch::default();
-        let (got_p, _) = g.pet_coincide_device_with(
-            &mut scratch,
-            &ds_sorted,
-            0,
-            sorted.len(),
-            &c,
-            f64::INFINITY,
-        )?;
+        let (got_p, _) =
+            pet.coincide_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
         check("coincide", &got_p, &want_p)?;
         let ms = median_ms(g, 3, reps, || {
-            g.pet_coincide_device_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
+            pet.coincide_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
                 .map(|_| ())
         })?;
         push(
@@ -269,12 +256,12 @@ fn main() -> Result<()> {
         // The same pairs left on the device (kernels, the scan and two status reads), and
         // copied into a reused host buffer instead of a new vector.
         let (total, _) =
-            g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
+            pet.coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
         let mut reused = vec![<detkit::pet::Coincidence as bytemuck::Zeroable>::zeroed(); total];
-        g.pet_download_pairs(&scratch, &mut reused)?;
+        pet.download_pairs(&scratch, &mut reused)?;
         check("coincide resident", &reused, &want_p)?;
         let ms_res = median_ms(g, 3, reps, || {
-            g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
+            pet.coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)
                 .map(|_| ())
         })?;
         push(
@@ -290,15 +277,15 @@ fn main() -> Result<()> {
         // The kernel alone (issue 12's "kernels only"): the status and flag memsets and the
         // launch, enqueued; the status read-back of `pet_coincide_finish` outside the timing.
         let launch =
-            g.pet_coincide_enqueue(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
-        let (total_k, _) = g.pet_coincide_finish(&mut scratch, &ds_sorted, launch)?;
+            pet.coincide_enqueue(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
+        let (total_k, _) = pet.coincide_finish(&mut scratch, &ds_sorted, launch)?;
         let mut reused_k =
             vec![<detkit::pet::Coincidence as bytemuck::Zeroable>::zeroed(); total_k];
-        g.pet_download_pairs(&scratch, &mut reused_k)?;
+        pet.download_pairs(&scratch, &mut reused_k)?;
         check("coincide kernel only", &reused_k, &want_p)?;
         let mut last = None;
         let ms_k = median_ms(g, 3, reps, || {
-            last = Some(g.pet_coincide_enqueue(
+            last = Some(pet.coincide_enqueue(
                 &mut scratch,
                 &ds_sorted,
                 0,
@@ -309,7 +296,7 @@ fn main() -> Result<()> {
             Ok(())
         })?;
         if let Some(l) = last {
-            let (t, _) = g.pet_coincide_finish(&mut scratch, &ds_sorted, l)?;
+            let (t, _) = pet.coincide_finish(&mut scratch, &ds_sorted, l)?;
             if t != want_p.len() {
                 bail!(
                     "CHECK FAILED coincide kernel only: {t} pairs in the timed launches, want {}",
@@ -328,8 +315,8 @@ fn main() -> Result<()> {
             },
         );
         let ms_dl = median_ms(g, 3, reps, || {
-            g.pet_coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
-            g.pet_download_pairs(&scratch, &mut reused)
+            pet.coincide_resident(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
+            pet.download_pairs(&scratch, &mut reused)
         })?;
         push(
             &mut rows,

@@ -1094,6 +1094,8 @@ pub fn policy_bounded(policy: Policy) -> bool {
 pub mod coincide;
 #[cfg(target_arch = "nvptx64")]
 pub mod convert;
+#[cfg(feature = "cudarc")]
+mod device_repr;
 #[cfg(target_arch = "nvptx64")]
 pub mod order;
 #[cfg(target_arch = "nvptx64")]

@@ -1,11 +1,12 @@
-//! Launchers of the `detkit_gpu::pet` kernels on [`GpuContext`], device-resident buffers,
-//! and the GPU side of the streamed chain.
+//! The [`PetLauncher`]'s conversion, sorts and coincidences (the merges are in `merge.rs`),
+//! device-resident buffers, and the GPU side of the streamed chain.
 
 use cudarc::driver::{CudaEvent, CudaSlice};
 use detkit_gpu::pet::{self as k, Coincidence, Single};
 use std::sync::Arc;
 
 use super::cpu::{CoincideConfig, ConvertStats};
+use super::launch::PetLauncher;
 use super::*;
 use crate::cuda::{cfg, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
@@ -14,10 +15,13 @@ use crate::sort::SortOptions;
 // GPU launchers
 // ---------------------------------------------------------------------------------------
 
-/// Singles on the device: two `u64` words per single (cudarc needs a `DeviceRepr` element).
-pub type SinglesBuffer = CudaSlice<u64>;
+/// Singles on the device (typed records: `Single` is a cudarc `DeviceRepr`).
+pub type SinglesBuffer = CudaSlice<Single>;
 
-/// Reusable buffers of [`GpuContext::pet_sort_radix_device`] (grown on demand).
+/// Coincidence pairs on the device.
+pub type PairsBuffer = CudaSlice<Coincidence>;
+
+/// Reusable buffers of [`PetLauncher::sort_radix`] (grown on demand).
 #[derive(Default)]
 pub(crate) struct PetRadixTemp {
     keys: Option<CudaSlice<u64>>,
@@ -54,6 +58,16 @@ pub(crate) fn radix_plan(w: &[u64]) -> Option<(u32, u64, u32)> {
     Some((k::KEYS_FLOAT, 0, bits_f))
 }
 
+/// Whether the time range's smallest and largest keys (words 0 and 1) are finite times:
+/// every time is then finite (a NaN's key lies beyond the infinities').
+pub(crate) fn range_finite(w: &[u64]) -> bool {
+    let time = |key: u64| {
+        let bits = if key >> 63 == 1 { key ^ 1 << 63 } else { !key };
+        f64::from_bits(bits)
+    };
+    time(w[0]).is_finite() && time(w[1]).is_finite()
+}
+
 /// A scanner's parameters and tables on the device.
 pub struct DeviceScanner {
     position: CudaSlice<u8>,
@@ -77,7 +91,7 @@ pub(crate) fn check_u32_len(what: &'static str, n: usize) -> Result<()> {
 /// `Ok(false)` when there is nothing to sort (`n <= 1`).
 fn sort_needed(a: &SinglesBuffer, b: &SinglesBuffer, off: usize, n: usize) -> Result<bool> {
     check_u32_len("singles to sort", n)?;
-    if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+    if a.len() < off + n || b.len() < off + n {
         return Err(invalid("sort buffers", "shorter than off + n singles"));
     }
     Ok(n > 1)
@@ -101,20 +115,9 @@ pub(crate) fn pod_vec<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
     v
 }
 
-pub(crate) fn download_view(
-    g: &GpuContext,
-    v: &cudarc::driver::CudaView<'_, u64>,
-) -> Result<Vec<u64>> {
-    g.stream().clone_dtoh(v).ctx("copying from the device")
-}
-
-pub(crate) fn singles_of(words: &[u64]) -> Vec<Single> {
-    bytemuck::cast_slice::<u64, Single>(words).to_vec()
-}
-
-impl GpuContext {
+impl PetLauncher<'_> {
     /// Uploads a scanner.
-    pub fn pet_scanner(&self, s: &Scanner) -> Result<DeviceScanner> {
+    pub fn load_scanner(&self, s: &Scanner) -> Result<DeviceScanner> {
         Ok(DeviceScanner {
             position: self.upload(&s.position)?,
             energy: self.upload(&s.energy)?,
@@ -124,7 +127,7 @@ impl GpuContext {
 
     /// Converts `n` frames (`frames`: `16 n` bytes) into `out[..]` (accepted singles, input
     /// order) and `stats` (`STAT_WORDS` words). Asynchronous; read `stats` afterwards.
-    pub fn pet_convert_device(
+    pub fn convert(
         &self,
         frames: &CudaSlice<u8>,
         n: usize,
@@ -134,8 +137,7 @@ impl GpuContext {
         stats: &mut CudaSlice<u32>,
     ) -> Result<()> {
         check_u32_len("frames", n)?;
-        if frames.len() < 16 * n || out.len() < 2 * (out_offset + n) || stats.len() < k::STAT_WORDS
-        {
+        if frames.len() < 16 * n || out.len() < out_offset + n || stats.len() < k::STAT_WORDS {
             return Err(invalid("convert buffers", "shorter than the frame count"));
         }
         // Statistics by device memsets (no host copy): zero, the first bad frame at
@@ -149,7 +151,7 @@ impl GpuContext {
         let tiles = (n as u64).div_ceil(k::CONVERT_TILE);
         let mut lb = self.take_lookback::<u32>(tiles)?;
         let n64 = n as u64;
-        let mut outv = out.slice_mut(2 * out_offset..);
+        let mut outv = out.slice_mut(out_offset..);
         let params = k::PetConvertFramesParams {
             frames: self.ptr(frames).cast(),
             n: n64,
@@ -182,7 +184,7 @@ impl GpuContext {
     /// the verdict and the watermark into `stats` (after the conversion initialised them:
     /// read with [`order_verdict`]). Asynchronous, on the compute stream; `n == 0` launches
     /// nothing.
-    pub(crate) fn pet_order_device(
+    pub(crate) fn order_check(
         &self,
         frames: &CudaSlice<u8>,
         n: usize,
@@ -254,7 +256,7 @@ impl GpuContext {
     /// One merge pass from `src[off..off+n]` to `dst[off..off+n]`: runs of `width` (if > 0;
     /// `runs` unused) or the explicit boundaries `runs` (relative to `off`).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn pet_merge_pass(
+    pub(crate) fn merge_pass(
         &self,
         src: &SinglesBuffer,
         dst: &mut SinglesBuffer,
@@ -265,8 +267,8 @@ impl GpuContext {
         nruns: u64,
     ) -> Result<()> {
         let tiles = (n as u64).div_ceil(k::SORT_TILE as u64);
-        let srcv = src.slice(2 * off..2 * (off + n));
-        let mut dstv = dst.slice_mut(2 * off..2 * (off + n));
+        let srcv = src.slice(off..off + n);
+        let mut dstv = dst.slice_mut(off..off + n);
         let n64 = n as u64;
         let params = k::PetMergeSortPassParams {
             input: self.ptr(&srcv).cast(),
@@ -291,7 +293,7 @@ impl GpuContext {
     /// Stable sort by time of the singles `a[off..off+n]`, with `b[off..off+n]` as scratch.
     /// Returns `true` when the result is in `b`, `false` when it is in `a`. Times must be
     /// finite (the host API checks; the kernels stay in bounds whatever the data).
-    pub fn pet_sort_device(
+    pub fn sort_merge(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
@@ -303,8 +305,8 @@ impl GpuContext {
         }
         let tiles = (n as u64).div_ceil(k::SORT_TILE as u64);
         {
-            let av = a.slice(2 * off..2 * (off + n));
-            let mut bv = b.slice_mut(2 * off..2 * (off + n));
+            let av = a.slice(off..off + n);
+            let mut bv = b.slice_mut(off..off + n);
             let n64 = n as u64;
             let params = k::PetMergeSortBlockParams {
                 input: self.ptr(&av).cast(),
@@ -327,9 +329,9 @@ impl GpuContext {
         let unused = self.zeros::<u32>(1)?;
         while width < n as u64 {
             if in_b {
-                self.pet_merge_pass(b, a, off, n, width, &unused, 0)?;
+                self.merge_pass(b, a, off, n, width, &unused, 0)?;
             } else {
-                self.pet_merge_pass(a, b, off, n, width, &unused, 0)?;
+                self.merge_pass(a, b, off, n, width, &unused, 0)?;
             }
             in_b = !in_b;
             width *= 2;
@@ -347,7 +349,7 @@ impl GpuContext {
     /// writes the keys; an argsort of them (`ceil(bits / 8)` onesweep passes) and one gather
     /// of the 16-byte singles follow. Returns `true` when the result is in `b`, `false` when
     /// it is in `a` (all times equal, or `n <= 1`). Times must be finite.
-    pub fn pet_sort_radix_device(
+    pub fn sort_radix(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
@@ -357,28 +359,55 @@ impl GpuContext {
         if !sort_needed(a, b, off, n)? {
             return Ok(false);
         }
-        // The buffers leave the scratch map while the sort (which keeps its own) runs.
-        let mut t = self.with_scratch(std::mem::take::<PetRadixTemp>);
-        let r = self.pet_sort_radix_in(&mut t, a, b, off, n);
-        self.with_scratch(|s: &mut PetRadixTemp| *s = t);
-        r
+        Ok(self
+            .sort_radix_checked(a, b, off, n, false)?
+            .unwrap_or(false))
     }
 
-    fn pet_sort_radix_in(
+    /// [`PetLauncher::sort_radix`] that, with `check`, returns `None` (nothing sorted) when a
+    /// time is not finite (the smallest or largest key of the range is not a finite time):
+    /// the device-view calls' check, which then names the single on the host.
+    pub(crate) fn sort_radix_checked(
         &self,
-        t: &mut PetRadixTemp,
         a: &SinglesBuffer,
         b: &mut SinglesBuffer,
         off: usize,
         n: usize,
-    ) -> Result<bool> {
+        check: bool,
+    ) -> Result<Option<bool>> {
+        // The buffers leave the scratch map while the sort (which keeps its own) runs.
+        let mut t = self.with_scratch(std::mem::take::<PetRadixTemp>);
+        let r = self.sort_radix_in(&mut t, a, b, off, n, check);
+        self.with_scratch(|s: &mut PetRadixTemp| *s = t);
+        r
+    }
+
+    /// Whether every time of `a[off..off + n]` is finite: the time-range kernel and one
+    /// read-back (the device-view coincidence call's check).
+    pub(crate) fn times_finite(&self, a: &SinglesBuffer, off: usize, n: usize) -> Result<bool> {
+        if n == 0 {
+            return Ok(true);
+        }
+        let mut t = self.with_scratch(std::mem::take::<PetRadixTemp>);
+        let r = self.time_range(&mut t, a, off, n);
+        self.with_scratch(|s: &mut PetRadixTemp| *s = t);
+        Ok(range_finite(&r?))
+    }
+
+    /// The time-range words of `a[off..off + n]` (`n >= 1`; one kernel, one read-back).
+    fn time_range(
+        &self,
+        t: &mut PetRadixTemp,
+        a: &SinglesBuffer,
+        off: usize,
+        n: usize,
+    ) -> Result<Vec<u64>> {
         ensure_len(self, &mut t.range, k::RANGE_WORDS)?;
-        ensure_len(self, &mut t.index, n)?;
         let range = t.range.as_mut().expect("grown");
         self.stream()
             .memcpy_htod(&k::RANGE_INIT, range)
             .ctx("resetting the time range")?;
-        let av = a.slice(2 * off..2 * (off + n));
+        let av = a.slice(off..off + n);
         let blocks = (n as u64)
             .div_ceil(k::KEYS_THREADS as u64)
             .clamp(1, self.sm_count() as u64 * 8);
@@ -396,10 +425,30 @@ impl GpuContext {
                 &params,
             )?
         };
-        let w = self.download(range)?;
+        self.download(range)
+    }
+
+    fn sort_radix_in(
+        &self,
+        t: &mut PetRadixTemp,
+        a: &SinglesBuffer,
+        b: &mut SinglesBuffer,
+        off: usize,
+        n: usize,
+        check: bool,
+    ) -> Result<Option<bool>> {
+        let w = self.time_range(t, a, off, n)?;
+        if check && !range_finite(&w) {
+            return Ok(None);
+        }
+        ensure_len(self, &mut t.index, n)?;
+        let av = a.slice(off..off + n);
+        let blocks = (n as u64)
+            .div_ceil(k::KEYS_THREADS as u64)
+            .clamp(1, self.sm_count() as u64 * 8);
         let Some((mode, base, bits)) = radix_plan(&w) else {
             // Every time equal: the stable order is the input order.
-            return Ok(false);
+            return Ok(Some(false));
         };
         let index = t.index.as_mut().expect("grown");
         let keys_ptr = if mode == k::KEYS_INT32 {
@@ -440,7 +489,7 @@ impl GpuContext {
             };
             self.sort_index_device(keys, sorted, index, n, opts)?;
         }
-        let mut bv = b.slice_mut(2 * off..2 * (off + n));
+        let mut bv = b.slice_mut(off..off + n);
         let params = k::PetGatherSinglesParams {
             input: self.ptr(&av).cast(),
             index: self.ptr(index),
@@ -450,30 +499,14 @@ impl GpuContext {
         // SAFETY: KEYS_THREADS threads, grid-stride; av and bv hold n singles in distinct
         // allocations; index is the argsort's permutation of 0..n.
         unsafe { self.launch(k::KERNEL_GATHER, cfg(blocks, k::KEYS_THREADS, 0), &params)? };
-        Ok(true)
-    }
-
-    /// Merges the presorted runs `a[off + starts[r] .. off + starts[r + 1]]` (each sorted by
-    /// time; ties: earlier run first, so the result is the stable sort) with `b` as scratch.
-    /// `starts` begins with 0 and ends with `n`. Returns `true` when the result is in `b`.
-    pub fn pet_merge_runs_device(
-        &self,
-        a: &mut SinglesBuffer,
-        b: &mut SinglesBuffer,
-        off: usize,
-        n: usize,
-        starts: &[u32],
-    ) -> Result<bool> {
-        // The multiway merge (`merge.rs`): one pass over the singles; more than
-        // `MW_MAX_RUNS` runs go to the radix sort.
-        self.pet_merge_runs_multiway(a, b, off, n, starts)
+        Ok(Some(true))
     }
 
     /// Coincidences of the sorted singles `s[off..off+n]` whose windows are complete for
     /// `watermark` (`f64::INFINITY`: all). Returns the pairs (time order) and the index
     /// (relative to `off`) of the first incomplete opener. Unsorted or NaN input is a typed
     /// error naming the first offending single.
-    pub fn pet_coincide_device(
+    pub fn coincide(
         &self,
         s: &SinglesBuffer,
         off: usize,
@@ -482,12 +515,12 @@ impl GpuContext {
         watermark: f64,
     ) -> Result<(Vec<Coincidence>, usize)> {
         let mut scratch = CoincideScratch::default();
-        self.pet_coincide_device_with(&mut scratch, s, off, n, c, watermark)
+        self.coincide_with(&mut scratch, s, off, n, c, watermark)
     }
 
-    /// [`GpuContext::pet_coincide_device`] with reusable scratch buffers (grown on demand),
+    /// [`PetLauncher::coincide`] with reusable scratch buffers (grown on demand),
     /// so that repeated calls (chunks of a stream, timed runs) allocate nothing.
-    pub fn pet_coincide_device_with(
+    pub fn coincide_with(
         &self,
         scratch: &mut CoincideScratch,
         s: &SinglesBuffer,
@@ -496,43 +529,36 @@ impl GpuContext {
         c: &CoincideConfig,
         watermark: f64,
     ) -> Result<(Vec<Coincidence>, usize)> {
-        let (total, resume) = self.pet_coincide_resident(scratch, s, off, n, c, watermark)?;
+        let (total, resume) = self.coincide_resident(scratch, s, off, n, c, watermark)?;
         let mut out = vec![<Coincidence as bytemuck::Zeroable>::zeroed(); total];
-        self.pet_download_pairs(scratch, &mut out)?;
+        self.download_pairs(scratch, &mut out)?;
         Ok((out, resume))
     }
 
-    /// Copies the first `out.len()` pairs of the last [`GpuContext::pet_coincide_resident`]
+    /// Copies the first `out.len()` pairs of the last [`PetLauncher::coincide_resident`]
     /// into `out` (a caller's reusable buffer, e.g. in pinned host memory): no allocation.
-    pub fn pet_download_pairs(
-        &self,
-        scratch: &CoincideScratch,
-        out: &mut [Coincidence],
-    ) -> Result<()> {
+    pub fn download_pairs(&self, scratch: &CoincideScratch, out: &mut [Coincidence]) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }
         let pairs = scratch
             .pairs
             .as_ref()
-            .filter(|p| p.len() >= 4 * out.len())
+            .filter(|p| p.len() >= out.len())
             .ok_or_else(|| invalid("pairs", "more pairs asked for than the last call made"))?;
         self.stream()
-            .memcpy_dtoh(
-                &pairs.slice(0..4 * out.len()),
-                bytemuck::cast_slice_mut::<Coincidence, u64>(out),
-            )
+            .memcpy_dtoh(&pairs.slice(0..out.len()), out)
             .ctx("copying the pairs")?;
         self.synchronize()
     }
 
-    /// The coincidences of [`GpuContext::pet_coincide_device_with`], left on the device: the
+    /// The coincidences of [`PetLauncher::coincide_with`], left on the device: the
     /// first `total` pairs of [`CoincideScratch::pairs`] (32 bytes each, time order).
     /// Returns `(total, resume)`. One kernel (`pet_coincide_tiles`: windows, counts, their
     /// scan by decoupled look-back, pairs) and one read-back of the status words; for
     /// `TakeAllGoods`, whose pairs have no bound known before, a launch that finds more pairs
     /// than the buffer holds is repeated once with a buffer of the size it reported.
-    pub fn pet_coincide_resident(
+    pub fn coincide_resident(
         &self,
         scratch: &mut CoincideScratch,
         s: &SinglesBuffer,
@@ -541,17 +567,17 @@ impl GpuContext {
         c: &CoincideConfig,
         watermark: f64,
     ) -> Result<(usize, usize)> {
-        let launch = self.pet_coincide_enqueue(scratch, s, off, n, c, watermark)?;
-        self.pet_coincide_finish(scratch, s, launch)
+        let launch = self.coincide_enqueue(scratch, s, off, n, c, watermark)?;
+        self.coincide_finish(scratch, s, launch)
     }
 
-    /// The first half of [`GpuContext::pet_coincide_resident`]: checks the arguments and
+    /// The first half of [`PetLauncher::coincide_resident`]: checks the arguments and
     /// enqueues the coincidence kernel on the context's stream (the status words and the
     /// look-back flags are set by device memsets), without waiting for it. The pairs and the
-    /// status stay in `scratch` until [`GpuContext::pet_coincide_finish`] reads the status,
+    /// status stay in `scratch` until [`PetLauncher::coincide_finish`] reads the status,
     /// so the host can prepare the next chunk meanwhile. The singles must stay unchanged
     /// until then.
-    pub fn pet_coincide_enqueue(
+    pub fn coincide_enqueue(
         &self,
         scratch: &mut CoincideScratch,
         s: &SinglesBuffer,
@@ -562,7 +588,7 @@ impl GpuContext {
     ) -> Result<CoincideLaunch> {
         c.validate()?;
         check_u32_len("singles to pair", n)?;
-        if s.len() < 2 * (off + n) {
+        if s.len() < off + n {
             return Err(invalid(
                 "coincidence buffers",
                 "shorter than off + n singles",
@@ -591,12 +617,12 @@ impl GpuContext {
         Ok(launch)
     }
 
-    /// Waits for a launch of [`GpuContext::pet_coincide_enqueue`] and reads its status (one
+    /// Waits for a launch of [`PetLauncher::coincide_enqueue`] and reads its status (one
     /// read-back): typed errors for singles out of order or a window over the policies'
     /// limit; for `TakeAllGoods`, whose pairs have no bound known before, a launch that found
     /// more pairs than its buffer holds is repeated once with a buffer of the size it
-    /// reported. Returns `(total, resume)` as [`GpuContext::pet_coincide_resident`] does.
-    pub fn pet_coincide_finish(
+    /// reported. Returns `(total, resume)` as [`PetLauncher::coincide_resident`] does.
+    pub fn coincide_finish(
         &self,
         scratch: &mut CoincideScratch,
         s: &SinglesBuffer,
@@ -648,10 +674,10 @@ impl GpuContext {
         if n == 0 {
             return Ok(());
         }
-        let sv = s.slice(2 * off..2 * (off + n));
+        let sv = s.slice(off..off + n);
         let tiles = (n as u64).div_ceil(k::COINCIDE_TILE);
         ensure_len(self, &mut scratch.status, k::CO_WORDS)?;
-        ensure_len(self, &mut scratch.pairs, 4 * capacity)?;
+        ensure_len(self, &mut scratch.pairs, capacity)?;
         let (pairs, status) = (
             scratch.pairs.as_mut().expect("grown"),
             scratch.status.as_mut().expect("grown"),
@@ -705,11 +731,10 @@ impl GpuContext {
         let bad = st[k::CO_FIRST_UNSORTED];
         if bad != u32::MAX {
             let i = bad as usize;
-            let around = download_view(
-                self,
-                &s.slice(2 * (off + i.saturating_sub(1))..2 * (off + i + 1)),
-            )?;
-            let around = singles_of(&around);
+            let around = self
+                .stream()
+                .clone_dtoh(&s.slice(off + i.saturating_sub(1)..off + i + 1))
+                .ctx("copying singles from the device")?;
             let detail = if around.last().is_some_and(|x| x.time.is_nan()) {
                 format!("single {i} has time NaN")
             } else {
@@ -742,9 +767,9 @@ impl GpuContext {
 
     pub(crate) fn upload_singles(&self, singles: &[Single]) -> Result<SinglesBuffer> {
         if singles.is_empty() {
-            return self.zeros(2);
+            return self.zeros(1);
         }
-        self.upload(bytemuck::cast_slice::<Single, u64>(singles))
+        self.upload(singles)
     }
 }
 
@@ -757,10 +782,10 @@ fn resume_of(st: &[u32], n: usize) -> usize {
     }
 }
 
-/// A coincidence launch enqueued by [`GpuContext::pet_coincide_enqueue`], to be finished by
-/// [`GpuContext::pet_coincide_finish`] with the same scratch and singles.
+/// A coincidence launch enqueued by [`PetLauncher::coincide_enqueue`], to be finished by
+/// [`PetLauncher::coincide_finish`] with the same scratch and singles.
 #[derive(Debug, Clone, Copy)]
-#[must_use = "a launch is finished by pet_coincide_finish, which reads its status"]
+#[must_use = "a launch is finished by coincide_finish, which reads its status"]
 pub struct CoincideLaunch {
     off: usize,
     n: usize,
@@ -773,7 +798,7 @@ pub struct CoincideLaunch {
 /// Reusable device buffers of the coincidence kernels.
 #[derive(Default)]
 pub struct CoincideScratch {
-    pairs: Option<CudaSlice<u64>>,
+    pairs: Option<PairsBuffer>,
     status: Option<CudaSlice<u32>>,
     /// A number unique to the last launch enqueued on this scratch (0: none yet), so that a
     /// finish with another scratch's launch is an error, not another launch's status.
@@ -781,9 +806,9 @@ pub struct CoincideScratch {
 }
 
 impl CoincideScratch {
-    /// The pairs of the last [`GpuContext::pet_coincide_resident`] call on this scratch (its
-    /// first `4 × total` words; `None` before any pair was made).
-    pub fn pairs(&self) -> Option<&CudaSlice<u64>> {
+    /// The pairs of the last [`PetLauncher::coincide_resident`] call on this scratch (its
+    /// first `total`; `None` before any pair was made).
+    pub fn pairs(&self) -> Option<&PairsBuffer> {
         self.pairs.as_ref()
     }
 }
@@ -906,13 +931,13 @@ pub(crate) struct PetStreamBuffers {
     cap: usize,
     pinned: Vec<cudarc::driver::PinnedHostSlice<u8>>,
     dframes: Vec<CudaSlice<u8>>,
-    a: Option<CudaSlice<u64>>,
-    b: Option<CudaSlice<u64>>,
+    a: Option<SinglesBuffer>,
+    b: Option<SinglesBuffer>,
     stats: Option<CudaSlice<u32>>,
     /// Pairs copied out of the device (4 words each), pinned, grown on demand: two, so
     /// that the sink reads one chunk's pairs while the next chunk's are copied into the
     /// other.
-    pairs: [Option<cudarc::driver::PinnedHostSlice<u64>>; 2],
+    pairs: [Option<cudarc::driver::PinnedHostSlice<Coincidence>>; 2],
     /// The boundaries of the merge of the pending run with a chunk's (three words).
     bounds: Option<CudaSlice<u32>>,
     copy: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
@@ -1042,8 +1067,8 @@ impl PetStreamBuffers {
             self.fbytes = fbytes;
         }
         if self.cap != cap || self.a.is_none() || self.b.is_none() {
-            self.a = Some(g.zeros::<u64>(2 * cap)?);
-            self.b = Some(g.zeros::<u64>(2 * cap)?);
+            self.a = Some(g.zeros::<Single>(cap)?);
+            self.b = Some(g.zeros::<Single>(cap)?);
             self.cap = cap;
         }
         if self.stats.is_none() {
@@ -1059,23 +1084,24 @@ impl PetStreamBuffers {
 /// The first `total` pairs of the last resident coincidence call on `scratch`, copied into
 /// the pinned pairs buffer `slot` (grown by half again when short) and returned as a slice
 /// of it.
-fn download_pairs<'p>(
+fn download_pairs_pinned<'p>(
     g: &GpuContext,
     scratch: &CoincideScratch,
-    slot: &'p mut Option<cudarc::driver::PinnedHostSlice<u64>>,
+    slot: &'p mut Option<cudarc::driver::PinnedHostSlice<Coincidence>>,
     total: usize,
 ) -> Result<&'p [Coincidence]> {
     if total == 0 {
         return Ok(&[]);
     }
-    let words = 4 * total;
+    let words = total;
     if slot.as_ref().is_none_or(|p| p.len() < words) {
         let len = words.max(slot.as_ref().map_or(0, |p| p.len() * 3 / 2));
-        // SAFETY: only the first `4 total` words, written by the copy below, are read.
-        let mut p = unsafe { g.context().alloc_pinned_with_flags::<u64>(len, 0) }
+        // SAFETY: only the first `total` pairs, written by the copy below, are read.
+        let mut p = unsafe { g.context().alloc_pinned_with_flags::<Coincidence>(len, 0) }
             .ctx("allocating pinned memory for the pairs")?;
         let ptr = p.as_mut_ptr().ctx("mapping pinned memory")?;
-        // SAFETY: `ptr` addresses `len` words of this allocation.
+        // SAFETY: `ptr` addresses `len` pairs of this allocation; all-zero bytes are a
+        // valid pair.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
         *slot = Some(p);
     }
@@ -1092,12 +1118,12 @@ fn download_pairs<'p>(
         .ctx("copying the pairs")?;
     g.synchronize()?;
     let all = host.as_slice().ctx("mapping pinned memory")?;
-    Ok(bytemuck::cast_slice::<u64, Coincidence>(&all[..words]))
+    Ok(&all[..words])
 }
 
-impl GpuContext {
+impl PetLauncher<'_> {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn pet_run_stream_gpu(
+    pub(crate) fn run_stream(
         &self,
         bufs: &mut PetStreamBuffers,
         preloaded: Option<&Arc<DeviceScanner>>,
@@ -1113,7 +1139,7 @@ impl GpuContext {
         let cap = sc.chunk_frames + sc.pending_capacity;
         let fbytes = 16 * sc.chunk_frames;
         // On an error the buffers are dropped (the next run allocates them again).
-        let r = self.pet_run_stream_in(
+        let r = self.run_stream_in(
             bufs, preloaded, input, scanner, c, sc, stats, sink, progress, t0, fbytes, cap,
         );
         if r.is_err() {
@@ -1123,7 +1149,7 @@ impl GpuContext {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn pet_run_stream_in(
+    fn run_stream_in(
         &self,
         bufs: &mut PetStreamBuffers,
         preloaded: Option<&Arc<DeviceScanner>>,
@@ -1160,7 +1186,7 @@ impl GpuContext {
                 let same = compared.and_then(|h| h.join().ok().flatten());
                 let pair = match same {
                     Some(pair) => pair,
-                    None => (scanner.clone(), Arc::new(self.pet_scanner(scanner)?)),
+                    None => (scanner.clone(), Arc::new(self.load_scanner(scanner)?)),
                 };
                 if std::env::var_os("DETKIT_PET_PROFILE").is_some() {
                     eprintln!(
@@ -1172,7 +1198,7 @@ impl GpuContext {
                 Ok(pair)
             };
             let mut pair = None;
-            let r = self.pet_stream_loop(
+            let r = self.stream_loop(
                 bufs, input, resolve, &mut pair, c, sc, stats, sink, progress,
             );
             (r, pair)
@@ -1184,7 +1210,7 @@ impl GpuContext {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn pet_stream_loop(
+    fn stream_loop(
         &self,
         bufs: &mut PetStreamBuffers,
         input: &mut impl FrameSource,
@@ -1270,8 +1296,8 @@ impl GpuContext {
             if let Some(e) = &copied[slot] {
                 self.stream().wait(e).ctx("waiting for the frame copy")?;
             }
-            self.pet_convert_device(slots[slot].1, nf, ds, &mut a, np, &mut d_stats)?;
-            self.pet_order_device(slots[slot].1, nf, bdms, &mut order, &mut d_stats)?;
+            self.convert(slots[slot].1, nf, ds, &mut a, np, &mut d_stats)?;
+            self.order_check(slots[slot].1, nf, bdms, &mut order, &mut d_stats)?;
             consumed[slot] = Some(
                 self.stream()
                     .record_event(None)
@@ -1339,9 +1365,9 @@ impl GpuContext {
                     let n0 = *np;
                     // Sort the chunk's singles in place (scratch: b), then merge with the
                     // pending run.
-                    if self.pet_sort_radix_device(a, b, n0, nc)? {
-                        let src = b.slice(2 * n0..2 * (n0 + nc));
-                        let mut dst = a.slice_mut(2 * n0..2 * (n0 + nc));
+                    if self.sort_radix(a, b, n0, nc)? {
+                        let src = b.slice(n0..n0 + nc);
+                        let mut dst = a.slice_mut(n0..n0 + nc);
                         self.stream()
                             .memcpy_dtod(&src, &mut dst)
                             .ctx("copying sorted singles")?;
@@ -1350,7 +1376,7 @@ impl GpuContext {
                     let total = n0 + nc;
                     // Two runs: one merge-path pass (the multiway merge's sampling levels do
                     // not pay for two runs), its boundaries in a reused buffer.
-                    let merged_in_b = self.pet_merge_two_runs(a, b, 0, total, n0, bounds)?;
+                    let merged_in_b = self.merge_two_runs(a, b, 0, total, n0, bounds)?;
                     let (merged, other) = if merged_in_b {
                         (&mut *b, &mut *a)
                     } else {
@@ -1358,14 +1384,14 @@ impl GpuContext {
                     };
                     lap(phases, 3);
                     let (npairs, resume) =
-                        self.pet_coincide_resident(scratch, merged, 0, total, c, w)?;
+                        self.coincide_resident(scratch, merged, 0, total, c, w)?;
                     let rest = total - resume;
                     if rest > sc.pending_capacity {
                         return Err(pending_overflow(rest, sc.pending_capacity));
                     }
                     if rest > 0 {
-                        let src = merged.slice(2 * resume..2 * total);
-                        let mut dst = other.slice_mut(0..2 * rest);
+                        let src = merged.slice(resume..total);
+                        let mut dst = other.slice_mut(0..rest);
                         self.stream()
                             .memcpy_dtod(&src, &mut dst)
                             .ctx("carrying pending singles")?;
@@ -1373,7 +1399,7 @@ impl GpuContext {
                             std::mem::swap(a, b);
                         }
                     }
-                    download_pairs(self, scratch, pairs_cur, npairs)?;
+                    download_pairs_pinned(self, scratch, pairs_cur, npairs)?;
                     lap(phases, 4);
                     *np = rest;
                     stats.max_pending = stats.max_pending.max(rest as u64);
@@ -1481,7 +1507,7 @@ impl GpuContext {
 /// Hands the first `npairs` pairs of a pinned pairs buffer to the sink, then the totals
 /// after their chunk to `progress`.
 fn sink_pairs(
-    buf: &Option<cudarc::driver::PinnedHostSlice<u64>>,
+    buf: &Option<cudarc::driver::PinnedHostSlice<Coincidence>>,
     npairs: usize,
     stats: &StreamStats,
     sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
@@ -1490,7 +1516,7 @@ fn sink_pairs(
     let pairs: &[Coincidence] = match buf {
         Some(p) if npairs > 0 => {
             let all = p.as_slice().ctx("mapping pinned memory")?;
-            bytemuck::cast_slice(&all[..4 * npairs])
+            &all[..npairs]
         }
         _ => &[],
     };

@@ -10,11 +10,12 @@
 use std::marker::PhantomData;
 
 use cudarc::driver::{result, DevicePtrMut};
-use detkit_gpu::pet as k;
+use detkit_gpu::pet::{self as k, Coincidence, Single};
 
-use super::cpu::ConvertStats;
-use super::cuda::{ensure_len, stats_from_words};
+use super::cpu::{CoincideConfig, ConvertStats};
+use super::cuda::{check_u32_len, ensure_len, stats_from_words};
 use super::door::{frame_count_of, PetWorkspace, ScannerArg};
+use super::launch::PetLauncher;
 use crate::cuda::{DeviceBuffer, GpuContext};
 use crate::error::{invalid, DriverContext, Result};
 use crate::Backend;
@@ -55,20 +56,96 @@ impl<'a> FramesDev<'a> {
     }
 }
 
-/// Singles on the device: `len` records of 16 bytes (`Single`, two `u64` words each) in a
-/// new buffer owned by the caller (at least one word).
+/// Singles on the device in a new buffer owned by the caller: `len` typed records (the
+/// buffer holds at least one). What the device-view calls return.
 pub struct SinglesDev {
-    /// The records as words.
-    pub words: DeviceBuffer<u64>,
+    /// The records (`len` of them are the result).
+    pub singles: DeviceBuffer<Single>,
     /// Number of singles.
     pub len: usize,
 }
 
 impl SinglesDev {
     /// The singles copied to the host (synchronises).
-    pub fn to_host(&self, gpu: &GpuContext) -> Result<Vec<k::Single>> {
-        let w = gpu.download(&self.words)?;
-        Ok(bytemuck::cast_slice::<u64, k::Single>(&w[..2 * self.len]).to_vec())
+    pub fn to_host(&self, gpu: &GpuContext) -> Result<Vec<Single>> {
+        gpu.stream()
+            .clone_dtoh(&self.singles.slice(0..self.len))
+            .ctx("copying singles from the device")
+    }
+
+    /// A borrowed view of these singles, for the next device-view call.
+    pub fn view(&self, gpu: &GpuContext) -> SinglesView<'_> {
+        SinglesView {
+            addr: gpu.ptr(&self.singles).addr(),
+            len: self.len,
+            _memory: PhantomData,
+        }
+    }
+}
+
+/// Coincidence pairs on the device in a new buffer owned by the caller: `len` typed records
+/// (the buffer holds at least one), in time order.
+pub struct PairsDev {
+    /// The pairs (`len` of them are the result).
+    pub pairs: DeviceBuffer<Coincidence>,
+    /// Number of pairs.
+    pub len: usize,
+}
+
+impl PairsDev {
+    /// The pairs copied to the host (synchronises).
+    pub fn to_host(&self, gpu: &GpuContext) -> Result<Vec<Coincidence>> {
+        gpu.stream()
+            .clone_dtoh(&self.pairs.slice(0..self.len))
+            .ctx("copying pairs from the device")
+    }
+}
+
+/// Singles on the device, borrowed (16-byte `Single` records): a device address in the
+/// backend's context and a count. What [`Backend::pet_sort_device`] and
+/// [`Backend::pet_coincide_device`] take.
+#[derive(Clone, Copy, Debug)]
+pub struct SinglesView<'a> {
+    addr: u64,
+    len: usize,
+    _memory: PhantomData<&'a [Single]>,
+}
+
+impl<'a> SinglesView<'a> {
+    /// A view of `len` singles at device address `addr`.
+    ///
+    /// # Safety
+    /// `addr` is a device address in the context of the backend this view is given to,
+    /// 8-byte aligned and valid for reads of `16 len` bytes (any address when `len` is 0);
+    /// the memory stays allocated and is not written from the moment the view is given to a
+    /// call until that call returns. Work producing it on another stream is ordered before
+    /// the backend's stream.
+    pub unsafe fn from_raw(addr: u64, len: usize) -> Self {
+        Self {
+            addr,
+            len,
+            _memory: PhantomData,
+        }
+    }
+
+    /// A view of the first `len` singles of a device buffer of this process (at most its
+    /// length). Safe: borrowed for `'a`.
+    pub fn from_buffer(gpu: &GpuContext, singles: &'a DeviceBuffer<Single>, len: usize) -> Self {
+        Self {
+            addr: gpu.ptr(singles).addr(),
+            len: len.min(singles.len()),
+            _memory: PhantomData,
+        }
+    }
+
+    /// Number of singles.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view holds no single.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 
@@ -85,7 +162,7 @@ impl PetWorkspace {
         let ds = self.tables(scanner)?;
         let g = self.gpu.clone();
         ensure_len(&g, &mut self.frames, 16 * n.max(1))?;
-        ensure_len(&g, &mut self.a, 2 * n.max(1))?;
+        ensure_len(&g, &mut self.a, n.max(1))?;
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
         let s = g.stream();
         crate::outputs::order_after(s, caller.stream())?;
@@ -106,22 +183,163 @@ impl PetWorkspace {
             self.a.as_mut().expect("sized above"),
             self.stats.as_mut().expect("sized above"),
         );
-        g.pet_convert_device(d_frames, n, &ds, a, 0, stats)?;
+        PetLauncher::with_plan(&g, self.plan).convert(d_frames, n, &ds, a, 0, stats)?;
         let st = self.stats_out.get(&g, k::STAT_WORDS)?;
         s.memcpy_dtoh(&stats.slice(0..k::STAT_WORDS), st)
             .ctx("copying the conversion statistics")?;
         g.synchronize()?;
         let st = stats_from_words(st, n);
         let m = st.accepted as usize;
-        // SAFETY: the `2 m` words read later are written by the copy below before this
-        // returns; with no single the two words are never read.
-        let mut words = unsafe { crate::outputs::alloc_output::<u64>(&g, 2 * m) }?;
+        // SAFETY: the `m` singles read later are written by the copy below before this
+        // returns; with no single the one record is never read.
+        let mut singles = unsafe { crate::outputs::alloc_output::<Single>(&g, m) }?;
         if m > 0 {
-            s.memcpy_dtod(&a.slice(0..2 * m), &mut words.slice_mut(0..2 * m))
+            s.memcpy_dtod(&a.slice(0..m), &mut singles.slice_mut(0..m))
                 .ctx("copying singles")?;
             g.synchronize()?;
         }
-        Ok((SinglesDev { words, len: m }, st))
+        Ok((SinglesDev { singles, len: m }, st))
+    }
+}
+
+impl PetWorkspace {
+    /// The singles of `view` copied device-to-device into `a` (sized, with `b`, for them),
+    /// after the work issued so far on `caller`'s stream.
+    fn take_in(&mut self, caller: &GpuContext, view: SinglesView<'_>) -> Result<usize> {
+        let n = view.len;
+        check_u32_len("singles", n)?;
+        let g = self.gpu.clone();
+        ensure_len(&g, &mut self.a, n.max(1))?;
+        ensure_len(&g, &mut self.b, n.max(1))?;
+        let s = g.stream();
+        crate::outputs::order_after(s, caller.stream())?;
+        if n > 0 {
+            let what = "copying device singles";
+            g.context().bind_to_thread().ctx(what)?;
+            let a = self.a.as_mut().expect("sized above");
+            let (dst, _record) = a.device_ptr_mut(s);
+            // SAFETY: `dst` holds at least `n` singles (sized above); the source is valid for
+            // `16 n` bytes and not written until this call returns (`SinglesView::from_raw`'s
+            // contract); the copy is on the workspace's stream, which the call waits for
+            // before it returns.
+            unsafe { result::memcpy_dtod_async(dst, view.addr, 16 * n, s.cu_stream()) }
+                .ctx(what)?;
+        }
+        Ok(n)
+    }
+
+    /// The error of input the device flagged: the singles copied back and checked on the
+    /// host by `check` (the host path's check, so the same error and index); `fallback` if
+    /// the host finds nothing.
+    fn host_error(
+        &self,
+        n: usize,
+        check: impl FnOnce(&[Single]) -> Result<()>,
+        fallback: crate::Error,
+    ) -> Result<crate::Error> {
+        let a = self.a.as_ref().expect("sized by take_in");
+        let host = self
+            .gpu
+            .stream()
+            .clone_dtoh(&a.slice(0..n))
+            .ctx("copying singles back")?;
+        Ok(check(&host).err().unwrap_or(fallback))
+    }
+
+    /// A new output buffer holding `n` singles of `a` (`from_b`: of `b`), complete when this
+    /// returns.
+    fn singles_out(&mut self, from_b: bool, n: usize) -> Result<SinglesDev> {
+        let g = self.gpu.clone();
+        // SAFETY: the `n` singles read later are written by the copy below before this
+        // returns; with no single the one record is never read.
+        let mut singles = unsafe { crate::outputs::alloc_output::<Single>(&g, n) }?;
+        if n > 0 {
+            let src = if from_b { &self.b } else { &self.a };
+            let src = src.as_ref().expect("sized by take_in");
+            g.stream()
+                .memcpy_dtod(&src.slice(0..n), &mut singles.slice_mut(0..n))
+                .ctx("copying singles")?;
+        }
+        g.synchronize()?;
+        Ok(SinglesDev { singles, len: n })
+    }
+
+    /// Sorts device singles (see [`Backend::pet_sort_device`]).
+    pub(crate) fn sort_device(
+        &mut self,
+        caller: &GpuContext,
+        view: SinglesView<'_>,
+    ) -> Result<SinglesDev> {
+        let n = self.take_in(caller, view)?;
+        let what = "singles to sort";
+        if n <= 1 {
+            // Nothing to sort; the one time is checked on the host (16 bytes back).
+            let a = self.a.as_ref().expect("sized by take_in");
+            let host = self
+                .gpu
+                .stream()
+                .clone_dtoh(&a.slice(0..n))
+                .ctx("copying singles back")?;
+            super::par::check_times(&host, what)?;
+            return self.singles_out(false, n);
+        }
+        let g = self.gpu.clone();
+        let pet = PetLauncher::with_plan(&g, self.plan);
+        let (a, b) = (
+            self.a.as_ref().expect("sized by take_in"),
+            self.b.as_mut().expect("sized by take_in"),
+        );
+        match pet.sort_radix_checked(a, b, 0, n, true)? {
+            Some(in_b) => self.singles_out(in_b, n),
+            None => Err(self.host_error(
+                n,
+                |s| super::par::check_times(s, what),
+                invalid(what, "the device found a time that is not finite"),
+            )?),
+        }
+    }
+
+    /// Pairs device singles sorted by time (see [`Backend::pet_coincide_device`]).
+    pub(crate) fn coincide_device(
+        &mut self,
+        caller: &GpuContext,
+        view: SinglesView<'_>,
+        c: &CoincideConfig,
+    ) -> Result<PairsDev> {
+        let n = self.take_in(caller, view)?;
+        let g = self.gpu.clone();
+        let pet = PetLauncher::with_plan(&g, self.plan);
+        let a = self.a.as_ref().expect("sized by take_in");
+        let flagged = invalid(
+            "singles to pair",
+            "the device found a fault the host does not",
+        );
+        if !pet.times_finite(a, 0, n)? {
+            return Err(self.host_error(n, super::par::check_sorted, flagged)?);
+        }
+        let total = match pet.coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY) {
+            Ok((total, _)) => total,
+            // Out of order: the host's check names the first single, as on the host path.
+            Err(e @ crate::Error::InvalidInput { .. }) => {
+                return Err(self.host_error(n, super::par::check_sorted, e)?)
+            }
+            Err(e) => return Err(e),
+        };
+        // SAFETY: the `total` pairs read later are written by the copy below before this
+        // returns; with no pair the one record is never read.
+        let mut pairs = unsafe { crate::outputs::alloc_output::<Coincidence>(&g, total) }?;
+        if total > 0 {
+            let src = self
+                .coincide
+                .pairs()
+                .filter(|p| p.len() >= total)
+                .ok_or_else(|| invalid("pairs", "fewer pairs on the device than counted"))?;
+            g.stream()
+                .memcpy_dtod(&src.slice(0..total), &mut pairs.slice_mut(0..total))
+                .ctx("copying pairs")?;
+        }
+        g.synchronize()?;
+        Ok(PairsDev { pairs, len: total })
     }
 }
 
@@ -145,8 +363,56 @@ impl Backend {
         };
         self.ws.pet.run(
             gpu,
-            || PetWorkspace::new(gpu),
+            || PetWorkspace::new(gpu, self.pet_plan),
             |w| w.convert_device(gpu, frames, scanner),
         )
+    }
+
+    /// Stable sort by time of singles on the device ([`SinglesView`]) into a new device
+    /// buffer ([`SinglesDev`]), with no host round trip: the result of
+    /// [`Backend::pet_sort`] on the same singles, bit for bit. The singles are read in the
+    /// order of the backend's stream (copied device-to-device into the workspace, so the
+    /// caller's memory is free when this returns); the result is complete when this
+    /// returns. A time that is not finite is the host path's typed error, naming the same
+    /// single (found by the device's range check, then named by the host's check on the
+    /// singles copied back). CUDA backends only.
+    pub fn pet_sort_device(&self, singles: SinglesView<'_>) -> Result<SinglesDev> {
+        check_u32_len("singles to sort", singles.len)?;
+        let gpu = self.device_only("singles")?;
+        self.ws.pet.run(
+            gpu,
+            || PetWorkspace::new(gpu, self.pet_plan),
+            |w| w.sort_device(gpu, singles),
+        )
+    }
+
+    /// Coincidences of time-sorted singles on the device ([`SinglesView`]) into a new device
+    /// buffer of pairs ([`PairsDev`]), with no host round trip: the pairs of
+    /// [`Backend::pet_coincide`] on the same singles, bit for bit. Ordered and complete as
+    /// [`Backend::pet_sort_device`]; unsorted singles or a time that is not finite are the
+    /// host path's typed errors (the device flags them, the host names them on the singles
+    /// copied back). CUDA backends only.
+    pub fn pet_coincide_device(
+        &self,
+        singles: SinglesView<'_>,
+        c: &CoincideConfig,
+    ) -> Result<PairsDev> {
+        c.validate()?;
+        check_u32_len("singles", singles.len)?;
+        let gpu = self.device_only("singles")?;
+        self.ws.pet.run(
+            gpu,
+            || PetWorkspace::new(gpu, self.pet_plan),
+            |w| w.coincide_device(gpu, singles, c),
+        )
+    }
+
+    fn device_only(&self, what: &'static str) -> Result<&GpuContext> {
+        self.gpu().ok_or_else(|| {
+            invalid(
+                what,
+                "device singles need a CUDA backend (this one runs on the CPU)",
+            )
+        })
     }
 }

@@ -9,7 +9,8 @@ use detkit_gpu::pet::{self as k, Coincidence, DataFrameV2, Single};
 
 use super::cpu::{CoincideConfig, ConvertStats};
 use super::cuda::{check_u32_len, stats_from_words, CoincideScratch, DeviceScanner};
-use super::cuda::{ensure_len, PetStreamBuffers};
+use super::cuda::{ensure_len, PetStreamBuffers, SinglesBuffer};
+use super::launch::{MergePlan, PetLauncher};
 use super::Scanner;
 use crate::cuda::GpuContext;
 use crate::error::{invalid, DriverContext, Result};
@@ -120,14 +121,17 @@ pub(crate) fn frame_count_of(bytes: usize) -> Result<usize> {
 /// The PET workspace of one stream.
 pub(crate) struct PetWorkspace {
     pub(crate) gpu: Arc<GpuContext>,
+    /// The backend's merge plan.
+    pub(crate) plan: MergePlan,
     pub(crate) frames: Option<CudaSlice<u8>>,
-    pub(crate) a: Option<CudaSlice<u64>>,
-    b: Option<CudaSlice<u64>>,
+    pub(crate) a: Option<SinglesBuffer>,
+    pub(crate) b: Option<SinglesBuffer>,
     pub(crate) stats: Option<CudaSlice<u32>>,
-    coincide: CoincideScratch,
+    pub(crate) coincide: CoincideScratch,
     bytes_in: Pinned<u8>,
-    words_in: Pinned<u64>,
-    words_out: Pinned<u64>,
+    singles_in: Pinned<Single>,
+    singles_out: Pinned<Single>,
+    pairs_out: Pinned<Coincidence>,
     pub(crate) stats_out: Pinned<u32>,
     /// The streamed chain's buffers.
     pub(crate) stream: PetStreamBuffers,
@@ -136,21 +140,28 @@ pub(crate) struct PetWorkspace {
 }
 
 impl PetWorkspace {
-    pub(crate) fn new(gpu: &GpuContext) -> Result<Self> {
+    pub(crate) fn new(gpu: &GpuContext, plan: MergePlan) -> Result<Self> {
         Ok(Self {
             gpu: crate::workspace::fork(gpu)?,
+            plan,
             frames: None,
             a: None,
             b: None,
             stats: None,
             coincide: CoincideScratch::default(),
             bytes_in: Pinned::new(true),
-            words_in: Pinned::new(true),
-            words_out: Pinned::new(false),
+            singles_in: Pinned::new(true),
+            singles_out: Pinned::new(false),
+            pairs_out: Pinned::new(false),
             stats_out: Pinned::new(false),
             stream: PetStreamBuffers::default(),
             last: None,
         })
+    }
+
+    /// The launcher on this workspace's stream.
+    pub(crate) fn pet(&self) -> PetLauncher<'_> {
+        PetLauncher::with_plan(&self.gpu, self.plan)
     }
 
     /// The device tables of `scanner`: the handle's, or the last plain scanner's when equal,
@@ -169,12 +180,12 @@ impl PetWorkspace {
             }
         }
         self.last = None;
-        let ds = Arc::new(self.gpu.pet_scanner(s)?);
+        let ds = Arc::new(self.pet().load_scanner(s)?);
         self.last = Some((s.clone(), ds.clone()));
         Ok(ds)
     }
 
-    /// `n` singles (`2 n` words) of `buf` into `out`, through pinned memory or straight.
+    /// `n` singles of `a` or `b` into `out`, through pinned memory or straight.
     fn download_singles(
         &mut self,
         from_b: bool,
@@ -191,24 +202,17 @@ impl PetWorkspace {
         // already is not filled with zeros again (tens of megabytes for a large call).
         out.truncate(n);
         let buf = if from_b { &self.b } else { &self.a };
-        let src = buf.as_ref().expect("sized by the call").slice(0..2 * n);
+        let src = buf.as_ref().expect("sized by the call").slice(0..n);
         let what = "copying singles from the device";
         match copies {
             HostCopies::Pinned => {
-                let w = self.words_out.get(g, 2 * n)?;
+                let w = self.singles_out.get(g, n)?;
                 out.resize(n, bytemuck::Zeroable::zeroed());
-                download_into(
-                    g,
-                    &src,
-                    bytemuck::cast_slice_mut::<Single, u64>(out),
-                    Some(w),
-                )?;
+                download_into(g, &src, out, Some(w))?;
             }
             HostCopies::Pageable => {
                 out.resize(n, bytemuck::Zeroable::zeroed());
-                g.stream()
-                    .memcpy_dtoh(&src, bytemuck::cast_slice_mut::<Single, u64>(out))
-                    .ctx(what)?;
+                g.stream().memcpy_dtoh(&src, out.as_mut_slice()).ctx(what)?;
             }
         }
         Ok(())
@@ -218,15 +222,14 @@ impl PetWorkspace {
     fn upload_singles(&mut self, singles: &[Single], copies: HostCopies) -> Result<()> {
         let g = &*self.gpu;
         let n = singles.len();
-        ensure_len(g, &mut self.a, 2 * n)?;
-        ensure_len(g, &mut self.b, 2 * n)?;
-        let words = bytemuck::cast_slice::<Single, u64>(singles);
+        ensure_len(g, &mut self.a, n)?;
+        ensure_len(g, &mut self.b, n)?;
         let stage = match copies {
-            HostCopies::Pinned => Some(self.words_in.get(g, 2 * n)?),
+            HostCopies::Pinned => Some(self.singles_in.get(g, n)?),
             HostCopies::Pageable => None,
         };
         let a = self.a.as_mut().expect("sized above");
-        upload_into(g, words, &mut a.slice_mut(0..2 * n), stage)
+        upload_into(g, singles, &mut a.slice_mut(0..n), stage)
     }
 
     /// [`PetWorkspace::upload_singles`] through pinned staging with `bad` tested on every
@@ -238,15 +241,11 @@ impl PetWorkspace {
     ) -> Result<bool> {
         let g = &*self.gpu;
         let n = singles.len();
-        ensure_len(g, &mut self.a, 2 * n)?;
-        ensure_len(g, &mut self.b, 2 * n)?;
-        let stage = self.words_in.get(g, 2 * n)?;
+        ensure_len(g, &mut self.a, n)?;
+        ensure_len(g, &mut self.b, n)?;
+        let stage = self.singles_in.get(g, n)?;
         let a = self.a.as_mut().expect("sized above");
-        let words = bytemuck::cast_slice::<Single, u64>(singles);
-        // Parts are whole singles (pieces of an even number of words).
-        upload_checked(g, words, &mut a.slice_mut(0..2 * n), stage, |w, first| {
-            bad(bytemuck::cast_slice(w), first / 2)
-        })
+        upload_checked(g, singles, &mut a.slice_mut(0..n), stage, bad)
     }
 
     /// Uploads `singles` for a sort or coincidence call: checked as they are copied when
@@ -302,7 +301,7 @@ impl PetWorkspace {
         let ds = self.tables(scanner)?;
         let g = self.gpu.clone();
         ensure_len(&g, &mut self.frames, 16 * n.max(1))?;
-        ensure_len(&g, &mut self.a, 2 * n.max(1))?;
+        ensure_len(&g, &mut self.a, n.max(1))?;
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
         phases::mark(Phase::Prepare);
         {
@@ -319,7 +318,7 @@ impl PetWorkspace {
             self.a.as_mut().expect("sized above"),
             self.stats.as_mut().expect("sized above"),
         );
-        g.pet_convert_device(d_frames, n, &ds, a, 0, stats)?;
+        PetLauncher::with_plan(&g, self.plan).convert(d_frames, n, &ds, a, 0, stats)?;
         phases::mark_gpu(Phase::Kernels, &g);
         let st = self.stats_out.get(&g, k::STAT_WORDS)?;
         g.stream()
@@ -349,7 +348,7 @@ impl PetWorkspace {
             self.a.as_mut().expect("sized above"),
             self.b.as_mut().expect("sized above"),
         );
-        let in_b = g.pet_sort_radix_device(a, b, 0, n)?;
+        let in_b = PetLauncher::with_plan(&g, self.plan).sort_radix(a, b, 0, n)?;
         phases::mark_gpu(Phase::Kernels, &g);
         let r = self.download_singles(in_b, n, copies, out);
         phases::mark(Phase::CopyOut);
@@ -370,13 +369,14 @@ impl PetWorkspace {
         let g = self.gpu.clone();
         phases::mark_gpu(Phase::Stage, &g);
         let a = self.a.as_ref().expect("sized above");
-        let (total, _) = g.pet_coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY)?;
+        let pet = PetLauncher::with_plan(&g, self.plan);
+        let (total, _) = pet.coincide_resident(&mut self.coincide, a, 0, n, c, f64::INFINITY)?;
         phases::mark_gpu(Phase::Kernels, &g);
         // Overwritten below (as in `download_singles`): no `clear` first.
         out.truncate(total);
         out.resize(total, bytemuck::Zeroable::zeroed());
         match copies {
-            HostCopies::Pageable => g.pet_download_pairs(&self.coincide, out),
+            HostCopies::Pageable => pet.download_pairs(&self.coincide, out),
             HostCopies::Pinned => {
                 if total == 0 {
                     return Ok(());
@@ -384,15 +384,10 @@ impl PetWorkspace {
                 let pairs = self
                     .coincide
                     .pairs()
-                    .filter(|p| p.len() >= 4 * total)
+                    .filter(|p| p.len() >= total)
                     .ok_or_else(|| invalid("pairs", "fewer pairs on the device than counted"))?;
-                let w = self.words_out.get(&g, 4 * total)?;
-                download_into(
-                    &g,
-                    &pairs.slice(0..4 * total),
-                    bytemuck::cast_slice_mut::<Coincidence, u64>(out),
-                    Some(w),
-                )
+                let w = self.pairs_out.get(&g, total)?;
+                download_into(&g, &pairs.slice(0..total), out, Some(w))
             }
         }
     }
@@ -408,7 +403,7 @@ impl Backend {
         let (device, owner) = match self.gpu() {
             None => (None, 0),
             Some(g) => {
-                let ds = g.pet_scanner(scanner)?;
+                let ds = self.pet_launcher(g).load_scanner(scanner)?;
                 // Other streams (the workspaces') read the tables: the upload is finished
                 // before the handle exists.
                 g.synchronize()?;
@@ -461,7 +456,7 @@ impl Backend {
                 let copies = self.host_copies();
                 self.ws.pet.run(
                     g,
-                    || PetWorkspace::new(g),
+                    || PetWorkspace::new(g, self.pet_plan),
                     |w| w.convert(frames, scanner, copies, out),
                 )
             }
@@ -487,7 +482,7 @@ impl Backend {
                 let check = fused.then_some(false);
                 self.ws.pet.run(
                     g,
-                    || PetWorkspace::new(g),
+                    || PetWorkspace::new(g, self.pet_plan),
                     |w| w.sort(singles, copies, check, out),
                 )
             }
@@ -535,7 +530,7 @@ impl Backend {
                 let check = fused.then_some(true);
                 self.ws.pet.run(
                     g,
-                    || PetWorkspace::new(g),
+                    || PetWorkspace::new(g, self.pet_plan),
                     |w| w.coincide(singles, c, copies, check, out),
                 )
             }

@@ -22,15 +22,14 @@
 //! Everything is asynchronous on the stream (no read-back). More than [`k::MW_MAX_RUNS`]
 //! runs: the radix sort instead.
 
-use std::sync::OnceLock;
-
 use cudarc::driver::CudaSlice;
 use detkit_gpu::pet as k;
 use detkit_gpu::DevPtr;
 
 use super::cuda::{check_u32_len, SinglesBuffer};
+use super::launch::PetLauncher;
 use super::{check_run_starts, check_runs_sorted, Single};
-use crate::cuda::{cfg, GpuContext};
+use crate::cuda::cfg;
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::Backend;
 
@@ -107,59 +106,6 @@ pub fn merge_plan_div(starts: &[u32], tile: u32, div0: u32) -> Vec<MergeLevel> {
     }
 }
 
-/// Which segment tile the merge uses: the wide one (measured faster on an H200: 1.46 against
-/// 1.63 ms at 2^24 singles, 0.44 against 0.53 ms at 2^22) unless
-/// `DETKIT_PET_MERGE_TILE=narrow` (a tuning knob for benchmarks).
-fn wide_tile() -> bool {
-    static WIDE: OnceLock<bool> = OnceLock::new();
-    *WIDE.get_or_init(|| {
-        !matches!(
-            std::env::var("DETKIT_PET_MERGE_TILE").as_deref(),
-            Ok("narrow")
-        )
-    })
-}
-
-/// The largest key span (bits) that a merge block sorts by radix ([`k::mw_radix_plan`]):
-/// [`k::MW_RADIX_BITS`] unless `DETKIT_PET_MERGE_RADIX_BITS` says otherwise (0: the merge
-/// rounds only; a tuning knob for benchmarks).
-fn radix_bits() -> u32 {
-    static BITS: OnceLock<u32> = OnceLock::new();
-    *BITS.get_or_init(|| {
-        std::env::var("DETKIT_PET_MERGE_RADIX_BITS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(k::MW_RADIX_BITS)
-    })
-}
-
-/// The largest bucket of a merge block's bucket path ([`k::mw_bucket_plan`]):
-/// [`k::MW_BUCKET_MAX`] unless `DETKIT_PET_MERGE_BUCKET_MAX` says otherwise (0: the radix
-/// passes only; a tuning knob for benchmarks).
-fn bucket_max() -> u32 {
-    static MAX: OnceLock<u32> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("DETKIT_PET_MERGE_BUCKET_MAX")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(k::MW_BUCKET_MAX)
-    })
-}
-
-/// The first level's `div` ([`merge_plan_div`]): 3 unless `DETKIT_PET_MERGE_DIV0` says
-/// otherwise (a tuning knob for benchmarks; a value that is not a number from 1 to 64 is
-/// ignored).
-fn first_div() -> u32 {
-    static DIV: OnceLock<u32> = OnceLock::new();
-    *DIV.get_or_init(|| {
-        std::env::var("DETKIT_PET_MERGE_DIV0")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|d| (1..=64).contains(d))
-            .unwrap_or(3)
-    })
-}
-
 /// What a multiway merge does with run boundaries `starts`: nothing (at most one non-empty
 /// run), the radix sort (more than [`k::MW_MAX_RUNS`] non-empty runs), or the merge of the
 /// distinct boundaries.
@@ -186,7 +132,7 @@ fn multiway_path(starts: &[u32]) -> MultiwayPath {
 /// loaded in run order, or when the plan says merge rounds, by a stable sort): the host
 /// tests compare it with the oracle and check every segment against the tile.
 /// `CapacityExceeded` if a segment were larger than `tile`. `radix_bits` as in
-/// [`GpuContext::pet_merge_runs_multiway_opts`].
+/// [`PetTuning::radix_bits`](super::PetTuning::radix_bits).
 pub fn merge_runs_emulated(
     singles: &[Single],
     starts: &[u32],
@@ -395,7 +341,7 @@ fn emulate_level(
     Ok(out)
 }
 
-/// How [`GpuContext::pet_sort_auto_device`] sorted.
+/// How [`PetLauncher::sort_auto`] sorted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PetSortPath {
     /// The input was already in time order (one natural run, or `n <= 1`): nothing done.
@@ -424,8 +370,8 @@ impl std::fmt::Display for PetSortPath {
 pub(crate) struct MergeTemp {
     /// Status word, radix-segment count, bucket-segment count, every level's starts, then every level's rows.
     words: Option<CudaSlice<u32>>,
-    /// Every level's sample records (input, then merged output), two words per record.
-    recs: Option<CudaSlice<u64>>,
+    /// Every level's sample records (input, then merged output).
+    recs: Option<CudaSlice<Single>>,
     /// Natural-run detection: count and positions.
     detect: Option<CudaSlice<u32>>,
 }
@@ -443,97 +389,46 @@ fn check_merge(
 ) -> Result<()> {
     check_u32_len("singles to merge", n)?;
     check_run_starts(starts, n)?;
-    if a.len() < 2 * (off + n) || b.len() < 2 * (off + n) {
+    if a.len() < off + n || b.len() < off + n {
         return Err(invalid("merge buffers", "shorter than off + n singles"));
     }
     Ok(())
 }
 
-impl GpuContext {
+impl PetLauncher<'_> {
     /// Multiway merge of the presorted runs `a[off + starts[r] .. off + starts[r + 1]]`
     /// (each sorted by time; ties: earlier run first, so the stable sort) into
-    /// `b[off..off + n]`: one read and one write of the singles plus the samples (about
-    /// `n / 12` of them for 256 runs, merged the same way). Returns `true` when the result is in `b`,
-    /// `false` when it is in `a` (at most one non-empty run). More than
-    /// [`k::MW_MAX_RUNS`] non-empty runs: [`GpuContext::pet_sort_radix_device`].
-    /// Asynchronous; times must be finite and runs sorted (the `Backend` API checks; the
-    /// kernels stay in bounds whatever the data).
-    pub fn pet_merge_runs_multiway(
+    /// `b[off..off + n]`, with the launcher's [`MergePlan`](super::MergePlan): one read and one write of the
+    /// singles plus the samples (about `n / 12` of them for 256 runs, merged the same way).
+    /// Returns `true` when the result is in `b`, `false` when it is in `a` (at most one
+    /// non-empty run). More than [`k::MW_MAX_RUNS`] non-empty runs:
+    /// [`PetLauncher::sort_radix`]. Asynchronous; times must be finite and runs sorted (the
+    /// `Backend` API checks; the kernels stay in bounds whatever the data). After it (and
+    /// before the next merge on this context), [`PetLauncher::merge_radix_segments`] and
+    /// [`PetLauncher::merge_bucket_segments`] tell how the segments were sorted.
+    pub fn merge_runs(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
         off: usize,
         n: usize,
         starts: &[u32],
-    ) -> Result<bool> {
-        self.pet_merge_runs_multiway_with(a, b, off, n, starts, wide_tile())
-    }
-
-    /// [`GpuContext::pet_merge_runs_multiway`] with a chosen tile: `wide` =
-    /// [`k::MW_WIDE_TILE`] singles per segment (1024 threads, one block per multiprocessor,
-    /// the default), else [`k::MW_TILE`] (512 threads, two blocks per multiprocessor).
-    pub fn pet_merge_runs_multiway_with(
-        &self,
-        a: &mut SinglesBuffer,
-        b: &mut SinglesBuffer,
-        off: usize,
-        n: usize,
-        starts: &[u32],
-        wide: bool,
-    ) -> Result<bool> {
-        self.pet_merge_runs_multiway_opts(a, b, off, n, starts, wide, radix_bits())
-    }
-
-    /// [`GpuContext::pet_merge_runs_multiway_with`] with a chosen radix limit: a segment
-    /// whose keys span at most `radix_bits` bits is sorted by radix, the others by merge
-    /// rounds ([`k::mw_radix_plan`]; 0: merge rounds only). After it (and before the next
-    /// merge on this context), [`GpuContext::pet_merge_radix_segments`] tells how many
-    /// segments went the radix way.
-    #[allow(clippy::too_many_arguments)]
-    pub fn pet_merge_runs_multiway_opts(
-        &self,
-        a: &mut SinglesBuffer,
-        b: &mut SinglesBuffer,
-        off: usize,
-        n: usize,
-        starts: &[u32],
-        wide: bool,
-        radix_bits: u32,
-    ) -> Result<bool> {
-        self.pet_merge_runs_multiway_buckets(a, b, off, n, starts, wide, radix_bits, bucket_max())
-    }
-
-    /// [`GpuContext::pet_merge_runs_multiway_opts`] with a chosen bucket bound: a segment
-    /// that sorts by radix takes the bucket path when [`k::mw_bucket_plan`] allows it and
-    /// no bucket holds more than `bucket_max` keys (0: the radix passes only). After it,
-    /// [`GpuContext::pet_merge_bucket_segments`] tells how many segments took it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn pet_merge_runs_multiway_buckets(
-        &self,
-        a: &mut SinglesBuffer,
-        b: &mut SinglesBuffer,
-        off: usize,
-        n: usize,
-        starts: &[u32],
-        wide: bool,
-        radix_bits: u32,
-        bucket_max: u32,
     ) -> Result<bool> {
         check_merge(a, b, off, n, starts)?;
         let s = match multiway_path(starts) {
             MultiwayPath::Nothing => return Ok(false),
-            MultiwayPath::Radix => return self.pet_sort_radix_device(a, b, off, n),
+            MultiwayPath::Radix => return self.sort_radix(a, b, off, n),
             MultiwayPath::Merge(s) => s,
         };
         let mut t = self.with_scratch(std::mem::take::<MergeTemp>);
-        let r = self.pet_merge_in(&mut t, a, b, off, n, &s, wide, radix_bits, bucket_max);
+        let r = self.merge_in(&mut t, a, b, off, n, &s);
         self.with_scratch(|x: &mut MergeTemp| *x = t);
         r.map(|()| true)
     }
 
-    /// [`GpuContext::pet_merge_runs_multiway`] followed by a read of the merge's status word:
+    /// [`PetLauncher::merge_runs`] followed by a read of the merge's status word:
     /// `Err` if a segment overflowed its tile or split rows decreased (runs not sorted).
-    pub fn pet_merge_runs_checked(
+    pub fn merge_runs_checked(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
@@ -541,7 +436,7 @@ impl GpuContext {
         n: usize,
         starts: &[u32],
     ) -> Result<bool> {
-        let in_b = self.pet_merge_runs_multiway(a, b, off, n, starts)?;
+        let in_b = self.merge_runs(a, b, off, n, starts)?;
         if !matches!(multiway_path(starts), MultiwayPath::Merge(_)) {
             return Ok(in_b);
         }
@@ -566,13 +461,13 @@ impl GpuContext {
     /// The number of segments (of every level) that the last multiway merge on this context
     /// that ran its kernels sorted by radix (the radix passes or the bucket path) rather
     /// than by merge rounds. Synchronises.
-    pub fn pet_merge_radix_segments(&self) -> Result<u32> {
+    pub fn merge_radix_segments(&self) -> Result<u32> {
         self.merge_status_word(1)
     }
 
     /// The number of segments (of every level) that the last multiway merge on this context
     /// that ran its kernels sorted by the bucket path ([`k::mw_bucket_plan`]). Synchronises.
-    pub fn pet_merge_bucket_segments(&self) -> Result<u32> {
+    pub fn merge_bucket_segments(&self) -> Result<u32> {
         self.merge_status_word(2)
     }
 
@@ -588,8 +483,7 @@ impl GpuContext {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn pet_merge_in(
+    fn merge_in(
         &self,
         t: &mut MergeTemp,
         a: &SinglesBuffer,
@@ -597,16 +491,11 @@ impl GpuContext {
         off: usize,
         n: usize,
         s: &[u32],
-        wide: bool,
-        radix_bits: u32,
-        bucket_max: u32,
     ) -> Result<()> {
-        let (tile, threads, kernel) = if wide {
-            (k::MW_WIDE_TILE, k::MW_WIDE_THREADS, k::KERNEL_MW_MERGE_WIDE)
-        } else {
-            (k::MW_TILE, k::MW_THREADS, k::KERNEL_MW_MERGE)
-        };
-        let plan = merge_plan_div(s, tile, first_div());
+        let mp = *self.plan();
+        let (tile, threads, kernel) = (mp.tile, mp.threads, mp.kernel);
+        let (radix_bits, bucket_max) = (mp.radix_bits, mp.bucket_max);
+        let plan = merge_plan_div(s, tile, mp.first_div);
         // Word layout: status, radix count, bucket count, starts of every level, rows of
         // every level.
         let mut header = vec![0u32, 0, 0];
@@ -625,12 +514,12 @@ impl GpuContext {
         let mut recs_at = vec![(0usize, 0usize)];
         let mut recs = 0usize;
         for lv in &plan[1..] {
-            let m = 2 * lv.len() as usize;
+            let m = lv.len() as usize;
             recs_at.push((recs, recs + m));
             recs += 2 * m;
         }
         ensure(self, &mut t.words, words)?;
-        ensure(self, &mut t.recs, recs.max(2))?;
+        ensure(self, &mut t.recs, recs.max(1))?;
         let (Some(wbuf), Some(rbuf)) = (t.words.as_mut(), t.recs.as_mut()) else {
             unreachable!("allocated above");
         };
@@ -639,22 +528,22 @@ impl GpuContext {
             .ctx("uploading run starts")?;
         let w0 = self.ptr_mut(wbuf).addr();
         let r0 = self.ptr_mut(rbuf).addr();
-        let av = a.slice(2 * off..2 * (off + n));
-        let mut bv = b.slice_mut(2 * off..2 * (off + n));
+        let av = a.slice(off..off + n);
+        let mut bv = b.slice_mut(off..off + n);
         let a0 = self.ptr(&av).addr();
         let b0 = self.ptr_mut(&mut bv).addr();
         let input = |l: usize| {
             if l == 0 {
                 a0
             } else {
-                r0 + 8 * recs_at[l].0 as u64
+                r0 + 16 * recs_at[l].0 as u64
             }
         };
         let output = |l: usize| {
             if l == 0 {
                 b0
             } else {
-                r0 + 8 * recs_at[l].1 as u64
+                r0 + 16 * recs_at[l].1 as u64
             }
         };
         let word = |i: usize| DevPtr::<u32>::from_addr(w0 + 4 * i as u64);
@@ -744,13 +633,7 @@ impl GpuContext {
             // rows written by the split kernel just before (nsplit + 2 rows, each word at
             // most its run's length); input and output distinct buffers of the level's
             // length; status three words.
-            unsafe {
-                self.launch(
-                    kernel,
-                    cfg(lv.nsplit as u64 + 1, threads, k::mw_smem_bytes(tile)),
-                    &p,
-                )?
-            };
+            unsafe { self.launch(kernel, cfg(lv.nsplit as u64 + 1, threads, mp.smem), &p)? };
         }
         Ok(())
     }
@@ -759,7 +642,7 @@ impl GpuContext {
     /// `ceil(log2(runs))` pairwise merge-path passes (`pet_merge_sort_pass` with explicit
     /// boundaries), ping-ponging between `a` and `b`. Returns `true` when the result is in
     /// `b`.
-    pub fn pet_merge_runs_pairwise(
+    pub fn merge_runs_pairwise(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
@@ -774,9 +657,9 @@ impl GpuContext {
             let nruns = (bounds.len() - 1) as u64;
             let d = self.upload(&bounds)?;
             if in_b {
-                self.pet_merge_pass(b, a, off, n, 0, &d, nruns)?;
+                self.merge_pass(b, a, off, n, 0, &d, nruns)?;
             } else {
-                self.pet_merge_pass(a, b, off, n, 0, &d, nruns)?;
+                self.merge_pass(a, b, off, n, 0, &d, nruns)?;
             }
             in_b = !in_b;
             let mut next: Vec<u32> = bounds.iter().step_by(2).copied().collect();
@@ -791,10 +674,10 @@ impl GpuContext {
     /// The merge of two sorted runs, `a[off..off + split]` and `a[off + split..off + n]`,
     /// into `b` (ties: the first run first), with the boundaries written into `bounds` (at
     /// least three words, the caller's, reused between calls: no allocation). The same
-    /// result as [`GpuContext::pet_merge_runs_pairwise`] with `[0, split, n]`: one
+    /// result as [`PetLauncher::merge_runs_pairwise`] with `[0, split, n]`: one
     /// merge-path pass. Returns `true` when the result is in `b` (`false`: nothing to merge,
     /// one run empty, the singles stay in `a`).
-    pub(crate) fn pet_merge_two_runs(
+    pub(crate) fn merge_two_runs(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
@@ -819,21 +702,16 @@ impl GpuContext {
         self.stream()
             .memcpy_htod(&starts, &mut bounds.slice_mut(0..3))
             .ctx("writing the merge boundaries")?;
-        self.pet_merge_pass(a, b, off, n, 0, bounds, 2)?;
+        self.merge_pass(a, b, off, n, 0, bounds, 2)?;
         Ok(true)
     }
 
     /// The natural runs of `a[off..off + n]` (starts of maximal non-decreasing stretches
     /// of time, from 0 to `n`), if there are at most [`k::MW_MAX_RUNS`] of them; `None` if
     /// there are more. One kernel and one read-back of 257 words.
-    pub fn pet_detect_runs_device(
-        &self,
-        a: &SinglesBuffer,
-        off: usize,
-        n: usize,
-    ) -> Result<Option<Vec<u32>>> {
+    pub fn detect_runs(&self, a: &SinglesBuffer, off: usize, n: usize) -> Result<Option<Vec<u32>>> {
         check_u32_len("singles", n)?;
-        if a.len() < 2 * (off + n) {
+        if a.len() < off + n {
             return Err(invalid("singles buffer", "shorter than off + n singles"));
         }
         if n <= 1 {
@@ -847,7 +725,7 @@ impl GpuContext {
                 unreachable!("allocated above");
             };
             self.fill_u32(d, 1, 0)?;
-            let av = a.slice(2 * off..2 * (off + n));
+            let av = a.slice(off..off + n);
             let blocks = (n as u64)
                 .div_ceil(k::MW_SAMPLE_THREADS as u64)
                 .clamp(1, self.sm_count() as u64 * 16);
@@ -887,30 +765,27 @@ impl GpuContext {
     /// → nothing to do; up to [`k::MW_MAX_RUNS`] runs → the multiway merge into `b`; more →
     /// the radix sort into `b`. Returns whether the result is in `b` and the path taken.
     /// Times must be finite.
-    pub fn pet_sort_auto_device(
+    pub fn sort_auto(
         &self,
         a: &mut SinglesBuffer,
         b: &mut SinglesBuffer,
         off: usize,
         n: usize,
     ) -> Result<(bool, PetSortPath)> {
-        match self.pet_detect_runs_device(a, off, n)? {
+        match self.detect_runs(a, off, n)? {
             Some(s) if s.len() <= 2 => Ok((false, PetSortPath::Sorted)),
             Some(s) => {
-                let in_b = self.pet_merge_runs_multiway(a, b, off, n, &s)?;
+                let in_b = self.merge_runs(a, b, off, n, &s)?;
                 Ok((in_b, PetSortPath::Merge { runs: s.len() - 1 }))
             }
-            None => Ok((
-                self.pet_sort_radix_device(a, b, off, n)?,
-                PetSortPath::Radix,
-            )),
+            None => Ok((self.sort_radix(a, b, off, n)?, PetSortPath::Radix)),
         }
     }
 }
 
 impl Backend {
     /// Stable sort by time that takes advantage of presorted input: on the GPU,
-    /// [`GpuContext::pet_sort_auto_device`] (natural runs found on the device; merged when
+    /// [`PetLauncher::sort_auto`] (natural runs found on the device; merged when
     /// at most 256, else the radix sort), returning the path taken; the CPU backend runs
     /// the oracle (path `Sorted` when the input was in order, else `Radix`, for the
     /// record only). Non-finite times are a typed error.
@@ -929,15 +804,9 @@ impl Backend {
                     },
                 ))
             }
-            Some(g) => {
-                let n = singles.len();
-                let mut a = g.upload_singles(singles)?;
-                let mut b = g.zeros::<u64>(a.len())?;
-                let (in_b, path) = g.pet_sort_auto_device(&mut a, &mut b, 0, n)?;
-                let words =
-                    super::cuda::download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
-                Ok((super::cuda::singles_of(&words), path))
-            }
+            Some(g) => self
+                .pet_launcher(g)
+                .round_trip(singles, |p, a, b, n| p.sort_auto(a, b, 0, n)),
         }
     }
 }

@@ -22,21 +22,25 @@ mod device_view;
 pub(crate) mod door;
 pub mod gen;
 pub mod io;
+mod launch;
 pub mod merge;
 pub mod par;
 
 use std::io::Read;
 use std::path::Path;
 
-pub use cuda::{CoincideLaunch, CoincideScratch, DeviceScanner, PageLock, SinglesBuffer};
+pub use cuda::{
+    CoincideLaunch, CoincideScratch, DeviceScanner, PageLock, PairsBuffer, SinglesBuffer,
+};
 pub use detkit_gpu::pet::{Coincidence, DataFrameV2, Policy, ScannerParams, Single};
-pub use device_view::{FramesDev, SinglesDev};
+pub use device_view::{FramesDev, PairsDev, SinglesDev, SinglesView};
 pub use door::{PetScanner, ScannerArg};
 pub use io::*;
+pub use launch::{MergePlan, MergeTile, PetLauncher, PetTuning};
 pub use merge::PetSortPath;
 
 use self::cpu::{CoincideConfig, ConvertStats};
-use self::cuda::{check_u32_len, download_view, pod_vec, singles_of};
+use self::cuda::{check_u32_len, pod_vec};
 use self::io::read_chunk;
 use crate::error::{invalid, Error, Result};
 use crate::Backend;
@@ -173,10 +177,10 @@ pub fn validate_params(p: &ScannerParams) -> Result<()> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PetSortMethod {
     /// Order-preserving `u64` keys of the times, an LSD radix argsort over the bits that
-    /// differ, one gather of the singles (`GpuContext::pet_sort_radix_device`). The default.
+    /// differ, one gather of the singles ([`PetLauncher::sort_radix`]). The default.
     Radix,
     /// The seed's stable merge sort (block sort + merge-path passes), kept as the faithful
-    /// baseline (`GpuContext::pet_sort_device`).
+    /// baseline ([`PetLauncher::sort_merge`]).
     Merge,
 }
 
@@ -211,14 +215,10 @@ impl Backend {
                 self.pet_sort_into(singles, &mut out)?;
                 Ok(out)
             }
-            Some(g) => {
-                let n = singles.len();
-                let mut a = g.upload_singles(singles)?;
-                let mut b = g.zeros::<u64>(a.len())?;
-                let in_b = g.pet_sort_device(&mut a, &mut b, 0, n)?;
-                let words = download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
-                Ok(singles_of(&words))
-            }
+            Some(g) => Ok(self
+                .pet_launcher(g)
+                .round_trip(singles, |p, a, b, n| Ok((p.sort_merge(a, b, 0, n)?, ())))?
+                .0),
         }
     }
 
@@ -231,14 +231,12 @@ impl Backend {
         check_runs_sorted(singles, starts)?;
         match self.gpu() {
             None => self.on_cpu(|| par::sort(singles)),
-            Some(g) => {
-                let n = singles.len();
-                let mut a = g.upload_singles(singles)?;
-                let mut b = g.zeros::<u64>(a.len())?;
-                let in_b = g.pet_merge_runs_device(&mut a, &mut b, 0, n, starts)?;
-                let words = download_view(g, &(if in_b { b } else { a }).slice(0..2 * n))?;
-                Ok(singles_of(&words))
-            }
+            Some(g) => Ok(self
+                .pet_launcher(g)
+                .round_trip(singles, |p, a, b, n| {
+                    Ok((p.merge_runs(a, b, 0, n, starts)?, ()))
+                })?
+                .0),
         }
     }
 
@@ -631,10 +629,10 @@ impl Backend {
             }
             Some(g) => self.ws.pet.run(
                 g,
-                || door::PetWorkspace::new(g),
+                || door::PetWorkspace::new(g, self.pet_plan),
                 |w| {
                     let pre = scanner.device_for(g);
-                    w.gpu.pet_run_stream_gpu(
+                    PetLauncher::with_plan(&w.gpu, w.plan).run_stream(
                         &mut w.stream,
                         pre,
                         input,
