@@ -3,7 +3,8 @@
 //! the same typed error for a bad digi in the middle event of a batch.
 
 use detkit::clustering::{self as cl, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
-use detkit::pet::{gen as pgen, FramesDev};
+use detkit::pet::cpu::CoincideConfig;
+use detkit::pet::{gen as pgen, FramesDev, Policy, Single, SinglesView};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsDev,
     SpacePointsRef,
@@ -19,6 +20,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("device_views_seed", test_seed),
     ("device_views_seed_errors", test_seed_errors),
     ("device_views_pet_convert", test_pet_convert),
+    ("device_views_pet_sort_coincide", test_pet_sort_coincide),
     (
         "device_views_outputs_outlive_backend",
         test_outputs_outlive_backend,
@@ -404,6 +406,158 @@ fn test_pet_convert(c: &Ctx) -> R {
                 format!("{what}: cut frame {got:?}, host {want:?}")
             })?;
         }
+    }
+    Ok(())
+}
+
+/// Singles on the device (sizes 0, 1, 2, tile ± 1, a converted acquisition, random times):
+/// sorted and paired from a device view, equal to the host path's bit for bit (sort, then
+/// every coincidence policy, prompt and delayed, on the sorted singles); the chain
+/// convert → sort → coincide stays on the device (each output the next call's view); bad
+/// singles (a NaN or infinite time, an unsorted pair, a fault after another) give the host
+/// path's error and index; the caller's buffer is not written.
+fn test_pet_sort_coincide(c: &Ctx) -> R {
+    let b = &c.backend;
+    let gpu = b.gpu().expect("cuda backend");
+    let scanner = pgen::tiny_scanner(c.seed);
+    let handle = b.load_scanner(&scanner).map_err(e)?;
+    let frames = pgen::acquisition(
+        &scanner,
+        &pgen::AcquisitionConfig {
+            singles: 150_000,
+            seed: c.seed ^ 0x5057,
+            ..Default::default()
+        },
+    )
+    .frames;
+    let (converted, _) = b.pet_convert(&frames, &handle).map_err(e)?;
+    let rng = detkit::rng::random_below(c.seed ^ 0x77, 70_001, 1 << 20);
+    let random = |n: usize| -> Vec<Single> {
+        (0..n)
+            .map(|i| Single {
+                crystal: i as u32,
+                energy: 400.0 + (rng[i] % 200) as f32,
+                // Ties (times in steps of 4) keep their input order.
+                time: (rng[i] >> 2) as f64 * 4.0,
+            })
+            .collect()
+    };
+    let up = |v: &[Single]| {
+        if v.is_empty() {
+            gpu.zeros::<Single>(1).map_err(e)
+        } else {
+            gpu.upload(v).map_err(e)
+        }
+    };
+    // Windows of about one single on average for the random times (one per 15 ticks), the
+    // scanner's for the converted acquisition.
+    let configs = |w: f64| {
+        [
+            CoincideConfig::prompt(w),
+            CoincideConfig {
+                policy: Policy::TakeAllGoods,
+                ..CoincideConfig::prompt(w)
+            },
+            CoincideConfig {
+                policy: Policy::KillAllIfMultipleGoods,
+                delay: Some(4.0 * w),
+                ..CoincideConfig::prompt(w)
+            },
+        ]
+    };
+    let tile = detkit_gpu::pet::COINCIDE_TILE as usize;
+    let mut cases: Vec<(String, Vec<Single>)> = [0, 1, 2, tile - 1, tile + 1, 70_001]
+        .into_iter()
+        .map(|n| (format!("random n={n}"), random(n)))
+        .collect();
+    cases.push((
+        format!("converted n={}", converted.len()),
+        converted.clone(),
+    ));
+    for (what, v) in &cases {
+        let w = if what.starts_with("random") {
+            20.0
+        } else {
+            scanner.time_window
+        };
+        let want = b.pet_sort(v).map_err(e)?;
+        let d = up(v)?;
+        let view = SinglesView::from_buffer(gpu, &d, v.len());
+        let sorted = b.pet_sort_device(view).map_err(e)?;
+        exact(
+            &format!("{what}: sort"),
+            &sorted.to_host(gpu).map_err(e)?,
+            &want,
+        )?;
+        exact(
+            &format!("{what}: input untouched"),
+            &gpu.download(&d).map_err(e)?[..v.len()],
+            v,
+        )?;
+        for cfg in &configs(w) {
+            let want_p = b.pet_coincide(&want, cfg).map_err(e)?;
+            let got = b.pet_coincide_device(sorted.view(gpu), cfg).map_err(e)?;
+            exact(
+                &format!("{what}: coincide {cfg:?}"),
+                &got.to_host(gpu).map_err(e)?,
+                &want_p,
+            )?;
+        }
+    }
+    // The whole chain on the device: frames → singles → sorted → pairs.
+    let bytes = pgen::frame_bytes(&frames);
+    let d_frames = gpu.upload(bytes).map_err(e)?;
+    let (singles, _) = b
+        .pet_convert_frames_device(FramesDev::from_buffer(gpu, &d_frames), &handle)
+        .map_err(e)?;
+    let sorted = b.pet_sort_device(singles.view(gpu)).map_err(e)?;
+    let prompt = CoincideConfig::prompt(scanner.time_window);
+    let pairs = b
+        .pet_coincide_device(sorted.view(gpu), &prompt)
+        .map_err(e)?;
+    let want = b
+        .pet_coincide(&b.pet_sort(&converted).map_err(e)?, &prompt)
+        .map_err(e)?;
+    ensure(!want.is_empty(), || {
+        "the chain's acquisition makes no pair".to_string()
+    })?;
+    exact(
+        "device chain: pairs",
+        &pairs.to_host(gpu).map_err(e)?,
+        &want,
+    )?;
+    // Bad singles: the host path's error, index included.
+    let base = b.pet_sort(&random(5_000)).map_err(e)?;
+    let faults: [(&str, fn(&mut Vec<Single>)); 6] = [
+        ("NaN time", |v| v[1234].time = f64::NAN),
+        ("infinite time", |v| v[4999].time = f64::INFINITY),
+        ("negative infinity first", |v| v[0].time = f64::NEG_INFINITY),
+        ("unsorted pair", |v| v.swap(2000, 2600)),
+        ("unsorted, then NaN", |v| {
+            v.swap(100, 900);
+            v[3000].time = -f64::NAN;
+        }),
+        ("one NaN single", |v| v.truncate(1)),
+    ];
+    for (what, fault) in faults {
+        let mut v = base.clone();
+        fault(&mut v);
+        if what == "one NaN single" {
+            v[0].time = f64::NAN;
+        }
+        let d = up(&v)?;
+        let view = SinglesView::from_buffer(gpu, &d, v.len());
+        let want_s = b.pet_sort(&v).map(|_| ()).map_err(e);
+        let got_s = b.pet_sort_device(view).map(|_| ()).map_err(e);
+        let sortable = what.starts_with("unsorted");
+        ensure(want_s.is_err() != sortable && got_s == want_s, || {
+            format!("{what}: sort {got_s:?}, host {want_s:?}")
+        })?;
+        let want_c = b.pet_coincide(&v, &prompt).map(|_| ()).map_err(e);
+        let got_c = b.pet_coincide_device(view, &prompt).map(|_| ()).map_err(e);
+        ensure(want_c.is_err() && got_c == want_c, || {
+            format!("{what}: coincide {got_c:?}, host {want_c:?}")
+        })?;
     }
     Ok(())
 }

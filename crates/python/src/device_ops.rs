@@ -95,6 +95,18 @@ impl<'b> DevCall<'b> {
         name: &str,
         types: &[&str],
     ) -> PyResult<Option<Input>> {
+        self.open_with(py, obj, name, |arg| exact(arg, types))
+    }
+
+    /// [`DevCall::open`] with the layout test `accept` (`exact` for 1-D arrays; PET records
+    /// also take `(n, 16)` byte rows).
+    pub fn open_with(
+        &mut self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        name: &str,
+        accept: impl for<'a> Fn(&'a Arg) -> Option<&'a DeviceInput>,
+    ) -> PyResult<Option<Input>> {
         // Not a protocol producer at all (a list, a scalar): the general path converts it.
         // The type is asked first, so that a CUDA-array-interface property is not run twice.
         let (cai, dlpack) = (
@@ -106,7 +118,7 @@ impl<'b> DevCall<'b> {
             return Ok(None);
         }
         let arg = open_arg(py, self.backend, obj, name, &mut self.waits)?;
-        let Some(d) = exact(&arg, types) else {
+        let Some(d) = accept(&arg) else {
             return Ok(None);
         };
         let input = Input {

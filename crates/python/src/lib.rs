@@ -17,6 +17,7 @@ mod clusters;
 mod device;
 mod device_calls;
 mod device_ops;
+mod device_pet;
 mod device_prof;
 mod dlpack;
 mod errors;
@@ -910,6 +911,8 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_pet_convert, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;
+    m.add_function(wrap_pyfunction!(device_pet::device_pet_sort, m)?)?;
+    m.add_function(wrap_pyfunction!(device_pet::device_pet_coincide, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_select, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_sort, m)?)?;

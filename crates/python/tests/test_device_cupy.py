@@ -189,3 +189,83 @@ def test_convert_cupy_equals_numpy(b, singles):
         with pytest.raises(detkit.InvalidInputError) as g:
             b.convert(raw, scanner)
         assert str(g.value) == str(w.value)
+
+
+def pet_singles(n, seed=7):
+    """Converted singles of a generated acquisition, and the scanner's window."""
+    scanner, frames = detkit.generate.pet_frames("tiny", singles=n, seed=seed)
+    return detkit.Backend("cpu").convert(frames, scanner)[0], scanner.time_window
+
+
+def rows(a):
+    """Records as CuPy ``uint8`` rows (the form of a ``DeviceArray`` of records)."""
+    return cp.asarray(a.view(np.uint8).reshape(-1, a.dtype.itemsize))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 50_000])
+def test_sort_and_coincide_cupy_stay_on_the_device(b, n):
+    singles, w = pet_singles(n)
+    want = b.sort(singles)
+    for form in (rows(singles), rows(singles).reshape(-1)):  # (n, 16) rows or 16 n bytes
+        got = b.sort(form)
+        assert isinstance(got, detkit.DeviceArray) and got.shape == (len(singles), 16)
+        assert got.get().tobytes() == want.tobytes()
+        assert cp.asnumpy(cp.from_dlpack(got)).tobytes() == want.tobytes()
+    for policy in ("killAll", "takeAllGoods", "takeWinnerOfGoods"):
+        for delay in (None, 4 * w):
+            pw = b.coincide(want, w, delay=delay, policy=policy)
+            pg = b.coincide(rows(want), w, delay=delay, policy=policy)
+            assert isinstance(pg, detkit.DeviceArray) and pg.shape == (len(pw), 32)
+            assert pg.get().tobytes() == pw.tobytes()
+    # A DeviceArray result is the next call's input.
+    pairs = b.coincide(b.sort(rows(singles)), w)
+    assert pairs.get().tobytes() == b.coincide(want, w).tobytes()
+
+
+@pytest.mark.parametrize("fault", ["nan", "inf", "unsorted", "unsorted then nan"])
+def test_sort_and_coincide_cupy_errors_are_the_numpy_paths(b, fault):
+    singles, w = pet_singles(20_000, seed=3)
+    bad = b.sort(singles).copy()
+    if fault == "nan":
+        bad["time"][1234] = np.nan
+    elif fault == "inf":
+        bad["time"][-1] = np.inf
+    elif fault == "unsorted":
+        bad[[100, 900]] = bad[[900, 100]]
+    else:
+        bad[[100, 900]] = bad[[900, 100]]
+        bad["time"][5000] = np.nan
+    calls = [lambda a: b.coincide(a, w)]
+    if "unsorted" != fault:
+        calls.append(lambda a: b.sort(a))
+    for call in calls:
+        with pytest.raises(detkit.InvalidInputError) as want:
+            call(bad)
+        with pytest.raises(detkit.InvalidInputError) as got:
+            call(rows(bad))
+        assert str(got.value) == str(want.value)
+    if fault == "unsorted":
+        assert b.sort(rows(bad)).get().tobytes() == b.sort(bad).tobytes()
+
+
+def test_sort_cupy_stream_ordering_and_lifetime(b):
+    singles, w = pet_singles(200_000, seed=5)
+    want = b.sort(singles)
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        d = cp.zeros((len(singles), 16), dtype=cp.uint8)
+        big = cp.zeros(1 << 28, dtype=cp.float32)
+        for _ in range(8):
+            big += 1  # long work ahead of the copy on the producer's stream
+        d.set(singles.view(np.uint8).reshape(-1, 16), stream=s)
+    got = b.sort(d, stream=s.ptr)
+    del d, big
+    gc.collect()
+    assert got.get().tobytes() == want.tobytes()
+    # The result outlives the backend that made it.
+    b2 = detkit.Backend("cuda", 0)
+    out = b2.coincide(rows(want), w)
+    view = cp.from_dlpack(out)
+    del b2, out
+    gc.collect()
+    assert cp.asnumpy(view).tobytes() == b.coincide(want, w).tobytes()

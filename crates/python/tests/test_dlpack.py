@@ -109,6 +109,24 @@ def test_clustering_seeding_and_pet_through_dlpack(b, tmp_path):
                                   b.coincide(s, 5000.0))
 
 
+def test_pet_sort_and_coincide_errors_through_dlpack(b):
+    """Singles as DLPack ``uint8`` rows (the form of a device ``DeviceArray``): a NaN time or
+    an unsorted pair is the numpy path's error, word for word."""
+    scanner, frames = detkit.generate.pet_frames("tiny", singles=3000, seed=9)
+    s = b.sort(b.convert(frames, scanner)[0]).copy()
+    nan, unsorted = s.copy(), s.copy()
+    nan["time"][700] = np.nan
+    unsorted[[10, 500]] = unsorted[[500, 10]]
+    for bad, calls in ((nan, (b.sort, lambda a: b.coincide(a, 5000.0))),
+                       (unsorted, (lambda a: b.coincide(a, 5000.0),))):
+        for call in calls:
+            with pytest.raises(detkit.InvalidInputError) as want:
+                call(bad)
+            with pytest.raises(detkit.InvalidInputError) as got:
+                call(Dl(bad.view(np.uint8).reshape(-1, 16)))
+            assert str(got.value) == str(want.value)
+
+
 def test_shape_and_dtype_errors_are_the_numpy_paths(b):
     with pytest.raises(TypeError, match="values: expected a 1-D array, got shape"):
         b.scan(Dl(np.zeros((2, 3), np.uint32)))

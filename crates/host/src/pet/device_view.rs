@@ -116,7 +116,7 @@ impl<'a> SinglesView<'a> {
     ///
     /// # Safety
     /// `addr` is a device address in the context of the backend this view is given to,
-    /// 8-byte aligned and valid for reads of `16 len` bytes (any address when `len` is 0);
+    /// valid for reads of `16 len` bytes (any address when `len` is 0);
     /// the memory stays allocated and is not written from the moment the view is given to a
     /// call until that call returns. Work producing it on another stream is ordered before
     /// the backend's stream.

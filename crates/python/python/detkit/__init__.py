@@ -393,16 +393,28 @@ class Backend:
         return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE), stats
 
     def sort(self, singles, *, stream=None) -> np.ndarray:
-        """Singles (``SINGLE_DTYPE``) stably sorted by time."""
+        """Singles (``SINGLE_DTYPE``) stably sorted by time. Singles on the device (the
+        :class:`DeviceArray` that :meth:`convert` returns for device frames, or a CUDA array
+        of ``uint8`` rows ``(n, 16)`` or ``16 n`` bytes) are sorted there, with no host round
+        trip, and come back as a :class:`DeviceArray` of the same form."""
         c = _Call(self, stream)
+        d = c.native_many(_detkit.device_pet_sort, (singles,), SINGLE_DTYPE)
+        if d is not None:
+            return d
         out = self._b.pet_sort(_records(c.host(singles, "singles"), SINGLE_DTYPE, "singles"))
         return c.out(out.view(SINGLE_DTYPE), SINGLE_DTYPE)
 
     def coincide(self, singles, window: float, delay: Optional[float] = None, policy: str = "killAll", *, stream=None) -> np.ndarray:
         """Coincidence pairs (``COINCIDENCE_DTYPE``) of time-sorted singles: a single opens a
         window of ``window`` ticks (a delayed window ``delay`` ticks later when given);
-        ``policy`` (one of ``POLICIES``) decides windows of more than two singles."""
+        ``policy`` (one of ``POLICIES``) decides windows of more than two singles. Singles on
+        the device (as for :meth:`sort`) are paired there; the pairs come back as a
+        :class:`DeviceArray` of ``uint8`` rows ``(n, 32)`` (``get()``: ``COINCIDENCE_DTYPE``)."""
         c = _Call(self, stream)
+        d = c.native_many(_detkit.device_pet_coincide, (singles,), float(window),
+                          None if delay is None else float(delay), policy, COINCIDENCE_DTYPE)
+        if d is not None:
+            return d
         out = self._b.pet_coincide(_records(c.host(singles, "singles"), SINGLE_DTYPE, "singles"), float(window), None if delay is None else float(delay), policy)
         return c.out(out.view(COINCIDENCE_DTYPE), COINCIDENCE_DTYPE)
 
