@@ -528,7 +528,8 @@ fn test_pet_sort_coincide(c: &Ctx) -> R {
     )?;
     // Bad singles: the host path's error, index included.
     let base = b.pet_sort(&random(5_000)).map_err(e)?;
-    let faults: [(&str, fn(&mut Vec<Single>)); 6] = [
+    type Fault = fn(&mut Vec<Single>);
+    let faults: [(&str, Fault); 6] = [
         ("NaN time", |v| v[1234].time = f64::NAN),
         ("infinite time", |v| v[4999].time = f64::INFINITY),
         ("negative infinity first", |v| v[0].time = f64::NEG_INFINITY),

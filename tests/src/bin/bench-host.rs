@@ -23,7 +23,9 @@ use anyhow::{bail, Context, Result};
 use detkit::clustering::{self as cl, gen as cgen, Clusterer, Clusters, DeviceDigis, Digis};
 use detkit::error::DriverContext;
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
-use detkit::pet::{gen as pgen, Coincidence, PetLauncher, Single, StreamConfig};
+use detkit::pet::{
+    gen as pgen, Coincidence, PetLauncher, PetScanner, Single, SinglesView, StreamConfig,
+};
 use detkit::seeding::{
     as_words, gen as sgen, SeedingOutput, SeedingSettings, SeedingWorkspace, SpacePoint,
     SpacePointsRef,
@@ -628,6 +630,29 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         bytes: (16 * ns, 16 * ns),
         allocations: sa,
     });
+    // The device-view door (issue 27): singles already on the device in, a new device
+    // buffer out (the input copied device-to-device into the workspace, sorted, copied out).
+    let view = SinglesView::from_buffer(g, &pristine, ns);
+    check(
+        "pet sort device view",
+        &bs[0].pet_sort_device(view)?.to_host(g)?,
+        &want_sorted,
+    )?;
+    let sort_view = wall_ms(o.warmup, o.reps, || {
+        bs[0].pet_sort_device(view)?;
+        Ok(())
+    })?;
+    push(Row {
+        what: format!("pet_sort_device, {ns} singles (view)"),
+        items: ns,
+        pinned_ms: sort_view,
+        pageable_ms: f64::NAN,
+        device_ms: Some(sort_device),
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (16 * ns, 16 * ns),
+        allocations: 0,
+    });
     // coincide
     let mut pairs: Vec<Coincidence> = Vec::new();
     for b in bs.iter() {
@@ -656,6 +681,27 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         copy_pageable_ms: cq,
         bytes: (16 * ns, b_pairs),
         allocations: qa,
+    });
+    let view = SinglesView::from_buffer(g, &d_sorted, ns);
+    check(
+        "pet coincide device view",
+        &bs[0].pet_coincide_device(view, &c)?.to_host(g)?,
+        &want_pairs,
+    )?;
+    let co_view = wall_ms(o.warmup, o.reps, || {
+        bs[0].pet_coincide_device(view, &c)?;
+        Ok(())
+    })?;
+    push(Row {
+        what: format!("pet_coincide_device, {ns} singles (view)"),
+        items: ns,
+        pinned_ms: co_view,
+        pageable_ms: f64::NAN,
+        device_ms: Some(co_device),
+        copy_pinned_ms: cp,
+        copy_pageable_ms: cq,
+        bytes: (16 * ns, b_pairs),
+        allocations: 0,
     });
     drop(acq);
     // pet run: frames streamed from a file (in the page cache after the first run).
@@ -702,10 +748,21 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         )?;
         check("pet run", &got, &want)?;
     }
-    let out_file = tmp.join("pairs.bin");
-    let (rp, rq, ra) = both(bs, o, |b| {
-        let h = pick(bs, b, &handles);
-        let mut w = std::io::BufWriter::new(std::fs::File::create(&out_file)?);
+    // The run with its pairs written to a file, and the plain writes of the same bytes (the
+    // floor: no detkit call), on each file system: the temporary directory (the device
+    // host's /tmp) and /dev/shm (tmpfs: page-cache pages only, no block allocation).
+    let b_pairs = 32 * want.len();
+    let pair_bytes = vec![0x5au8; b_pairs];
+    let mut dirs = vec![("tmp", tmp.clone())];
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let d = shm.join(format!("bench-host-{}", std::process::id()));
+        if std::fs::create_dir_all(&d).is_ok() {
+            dirs.push(("shm", d));
+        }
+    }
+    let write_pairs = |b: &Backend, h: &PetScanner, out: &std::path::Path| -> Result<()> {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(out)?);
         b.pet_run_file(
             &file,
             h,
@@ -722,26 +779,55 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         )?;
         w.flush()?;
         Ok(())
-    })?;
-    // The same call with the pairs discarded: the library's rate on this data, so the row
-    // above shows what writing the pairs file costs beside it.
+    };
+    let mut file_rows = Vec::new();
+    for (label, dir) in &dirs {
+        let out_file = dir.join("pairs.bin");
+        let (rp, rq, ra) = both(bs, o, |b| write_pairs(b, pick(bs, b, &handles), &out_file))?;
+        // The floor of the row above: the same bytes written to the same file the same way
+        // (created, written through a BufWriter, flushed), with no detkit call.
+        let write_ms = wall_ms(o.warmup, o.reps, || {
+            let mut w = std::io::BufWriter::new(std::fs::File::create(&out_file)?);
+            w.write_all(&pair_bytes)?;
+            w.flush()?;
+            Ok(())
+        })?;
+        // What the floor is made of: the file's pages kept (opened without truncating, the
+        // bytes written over the last run's: no page or block allocation, the copy into the
+        // page cache only), and a file truncated and preallocated (`set_len`) first.
+        let overwrite_ms = wall_ms(o.warmup, o.reps, || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&out_file)?;
+            f.write_all(&pair_bytes)?;
+            Ok(())
+        })?;
+        let prealloc_ms = wall_ms(o.warmup, o.reps, || {
+            let mut f = std::fs::File::create(&out_file)?;
+            f.set_len(b_pairs as u64)?;
+            f.write_all(&pair_bytes)?;
+            Ok(())
+        })?;
+        std::fs::remove_file(&out_file).ok();
+        file_rows.push((*label, rp, rq, ra, write_ms, overwrite_ms, prealloc_ms));
+    }
+    // The same call with the pairs discarded: the library's rate on this data, so the rows
+    // above show what writing the pairs file costs beside it.
     let (dp, dq, da) = both(bs, o, |b| {
         let h = pick(bs, b, &handles);
         b.pet_run_file(&file, h, &c, &sc, |_| Ok(()), |_| {})?;
         Ok(())
     })?;
-    let b_pairs = 32 * want.len();
-    let (cp, cq) = copies(g, o, bytes.len(), b_pairs)?;
-    // The floor of the row "pairs to a file": the same bytes written to the same file the
-    // same way (created, written through a BufWriter, flushed), with no detkit call.
-    let pair_bytes = vec![0x5au8; b_pairs];
-    let write_ms = wall_ms(o.warmup, o.reps, || {
-        let mut w = std::io::BufWriter::new(std::fs::File::create(&out_file)?);
-        w.write_all(&pair_bytes)?;
-        w.flush()?;
+    // The memory floor under every write: the same bytes copied into memory already mapped.
+    let mut sink_buf = vec![0u8; b_pairs];
+    let memcpy_ms = wall_ms(o.warmup, o.reps, || {
+        sink_buf.copy_from_slice(&pair_bytes);
+        std::hint::black_box(&sink_buf);
         Ok(())
     })?;
+    let (cp, cq) = copies(g, o, bytes.len(), b_pairs)?;
     std::fs::remove_dir_all(&tmp).ok();
+    for (_, dir) in &dirs[1..] {
+        std::fs::remove_dir_all(dir).ok();
+    }
     push(Row {
         what: format!("pet_run_file, 2^{log} frames, pairs discarded"),
         items: frames.len(),
@@ -753,28 +839,43 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         bytes: (bytes.len(), b_pairs),
         allocations: da,
     });
-    push(Row {
-        what: format!("pet_run_file, 2^{log} frames, pairs to a file"),
-        items: frames.len(),
-        pinned_ms: rp,
-        pageable_ms: rq,
-        device_ms: None,
-        copy_pinned_ms: cp,
-        copy_pageable_ms: cq,
-        bytes: (bytes.len(), b_pairs),
-        allocations: ra,
-    });
-    push(Row {
-        what: format!("plain write of the same pairs ({b_pairs} bytes) to the file"),
+    let plain = |what: String, ms: f64| Row {
+        what,
         items: want.len(),
-        pinned_ms: write_ms,
-        pageable_ms: write_ms,
+        pinned_ms: ms,
+        pageable_ms: ms,
         device_ms: None,
         copy_pinned_ms: cp,
         copy_pageable_ms: cq,
         bytes: (0, b_pairs),
         allocations: 0,
-    });
+    };
+    push(plain(
+        format!("memcpy of the same pairs ({b_pairs} bytes)"),
+        memcpy_ms,
+    ));
+    for (label, rp, rq, ra, write_ms, overwrite_ms, prealloc_ms) in file_rows {
+        push(Row {
+            what: format!("pet_run_file, 2^{log} frames, pairs to {label}"),
+            items: frames.len(),
+            pinned_ms: rp,
+            pageable_ms: rq,
+            device_ms: None,
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes: (bytes.len(), b_pairs),
+            allocations: ra,
+        });
+        push(plain(
+            format!("plain write of the same pairs to {label}"),
+            write_ms,
+        ));
+        push(plain(
+            format!("same, over the file's pages ({label})"),
+            overwrite_ms,
+        ));
+        push(plain(format!("same, set_len first ({label})"), prealloc_ms));
+    }
     Ok(())
 }
 

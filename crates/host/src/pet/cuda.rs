@@ -1666,6 +1666,23 @@ mod tests {
             }
         }
 
+        /// The device-view check: the range's smallest and largest keys are finite times
+        /// exactly when every time is finite (NaNs of either sign, infinities included).
+        #[test]
+        fn range_finite_iff_every_time_is(
+            mut times in prop::collection::vec(time(), 1..30),
+            bad in prop::sample::select(vec![f64::NAN, -f64::NAN, f64::INFINITY, f64::NEG_INFINITY]),
+            at in 0usize..30,
+            put in any::<bool>(),
+        ) {
+            if put {
+                let i = at % times.len();
+                times[i] = bad;
+            }
+            let want = times.iter().all(|t| t.is_finite());
+            prop_assert_eq!(range_finite(&range_words(&times)), want);
+        }
+
         /// Integer times spanning under 2^32 always get the u32 keys.
         #[test]
         fn small_integer_span_uses_u32(lo in -(1i64 << 50)..1 << 50, d in prop::collection::vec(0u32..u32::MAX, 2..20)) {
