@@ -469,7 +469,7 @@ fn test_coincide(c: &Ctx) -> R {
     Ok(())
 }
 
-/// `pet_coincide_enqueue` / `pet_coincide_finish`: two launches in flight on two scratch
+/// `PetLauncher::coincide_enqueue` / `coincide_finish`: two launches in flight on two scratch
 /// buffers, finished in the opposite order, each equal to the oracle (every policy, delayed
 /// window, `TakeAllGoods`' relaunch on a first buffer too small); a finish before any launch is
 /// a typed error; an unsorted input is reported by the finish.

@@ -275,7 +275,7 @@ fn main() -> Result<()> {
             },
         );
         // The kernel alone (issue 12's "kernels only"): the status and flag memsets and the
-        // launch, enqueued; the status read-back of `pet_coincide_finish` outside the timing.
+        // launch, enqueued; the status read-back of `PetLauncher::coincide_finish` outside the timing.
         let launch =
             pet.coincide_enqueue(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;
         let (total_k, _) = pet.coincide_finish(&mut scratch, &ds_sorted, launch)?;

@@ -2,10 +2,18 @@
 //! DMA target of the acquisition): a borrowed device view in, the accepted singles in a new
 //! device buffer out, no host round trip. The frames are copied device-to-device into the
 //! workspace's frame buffer, converted by the same launcher as host frames
-//! ([`GpuContext::pet_convert_device`]), the statistics read back (the one wait), and the
+//! ([`PetLauncher::convert`]), the statistics read back (the one wait), and the
 //! accepted singles copied device-to-device into a buffer of exactly their size. Frames need
 //! no validation beyond their byte count (every frame is classified by the kernel and counted
 //! in the statistics, as on the host path).
+//!
+//! Sort and coincidences of singles already on the device (issue 27: a `DeviceArray` from
+//! Python, a CuPy array of records, an earlier call's [`SinglesDev`]) take a borrowed
+//! [`SinglesView`] the same way: the singles copied device-to-device into the workspace (so
+//! the caller's memory is free when the call returns), sorted ([`PetLauncher::sort_radix`])
+//! or paired ([`PetLauncher::coincide_resident`]) there, the result copied into a new device
+//! buffer of exactly its size ([`SinglesDev`], [`PairsDev`]). What they check on the device
+//! (finite times, order) and how a fault is named: see `Backend::pet_sort_device`.
 
 use std::marker::PhantomData;
 
