@@ -346,6 +346,18 @@ fn test_sort_runs(c: &Ctx) -> R {
         let want = oracle::sort(&v).map_err(e)?;
         let got = c.backend.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
         exact(&format!("sort_runs bdm streams n={n}"), &got, &want)?;
+        // A backend with another tuning (narrow tile, merge rounds only): the same result.
+        let tuned = detkit::Backend::cuda(0)
+            .and_then(|b| {
+                b.with_pet_tuning(&PetTuning {
+                    tile: MergeTile::Narrow,
+                    radix_bits: 0,
+                    ..Default::default()
+                })
+            })
+            .map_err(e)?;
+        let got = tuned.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
+        exact(&format!("sort_runs bdm streams n={n}, tuned"), &got, &want)?;
         let got = c.backend.pet_sort(&v).map_err(e)?;
         exact(&format!("sort bdm streams n={n}"), &got, &want)?;
     }

@@ -220,5 +220,19 @@ mod tests {
             };
             assert!(t.plan().is_err(), "{d}");
         }
+        // A backend takes a tuning in range, and refuses one out of it.
+        let narrow = PetTuning {
+            tile: MergeTile::Narrow,
+            ..Default::default()
+        };
+        assert_eq!(
+            Backend::cpu().with_pet_tuning(&narrow).unwrap().pet_plan,
+            narrow.plan().unwrap()
+        );
+        let bad = PetTuning {
+            first_div: 1,
+            ..Default::default()
+        };
+        assert!(Backend::cpu().with_pet_tuning(&bad).is_err());
     }
 }
