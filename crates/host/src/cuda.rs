@@ -117,9 +117,10 @@ impl GpuContext {
         let stream = ctx.new_stream().ctx("creating the stream")?;
         let (kernels, loaded) = load_image(&ctx)?;
         let name = ctx.name().ctx("reading the device name")?;
-        let sm_count = ctx
+        let sm_count = (ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .ctx("reading the multiprocessor count")? as u32;
+            .ctx("reading the multiprocessor count")? as u32)
+            .min(grid_sms_cap());
         Ok(Self {
             ctx,
             stream,
@@ -234,7 +235,8 @@ impl GpuContext {
         &self.name
     }
 
-    /// Number of streaming multiprocessors.
+    /// Number of streaming multiprocessors (at most [`GRID_SMS_ENV`] when that is set): the
+    /// count every grid sized per multiprocessor is sized from.
     pub fn sm_count(&self) -> u32 {
         self.sm_count
     }
@@ -514,6 +516,21 @@ fn load_module(ctx: &Arc<CudaContext>, image: &Image) -> Result<Arc<CudaModule>>
 }
 
 /// A 1-D launch configuration.
+/// `DETKIT_GRID_SMS=K` sizes every grid that detkit sizes per multiprocessor (persistent
+/// and grid-stride kernels) as for a device of at most `K` multiprocessors; results do not
+/// depend on it. The GPU tests set it under compute-sanitizer, whose racecheck holds host
+/// memory in proportion to the shared memory of the blocks a launch keeps resident
+/// (docs/benchmarks.md, "race (session 11, issue 28)"). Unset, 0 or not a number: no cap.
+pub const GRID_SMS_ENV: &str = "DETKIT_GRID_SMS";
+
+fn grid_sms_cap() -> u32 {
+    std::env::var(GRID_SMS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&k| k > 0)
+        .unwrap_or(u32::MAX)
+}
+
 pub fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),
