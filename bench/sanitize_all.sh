@@ -4,9 +4,9 @@
 # Usage: bench/sanitize_all.sh GPU_TESTS_BINARY OUT_DIR [PARALLEL] [DEADLINE_S]
 #   GPU_TESTS_BINARY: the release test binary (`cargo test --release -p detkit-tests --test gpu
 #   --no-run`), or bin/gpu-tests of a bundle. Each family runs as
-#   `compute-sanitizer --tool T --error-exitcode 99 BIN --family F`: the binary sees the
-#   sanitizer's agent and switches its sanitizer mode on by itself (`--sanitize`:
-#   tests/gpu/main.rs). Logs: OUT_DIR/{racecheck,memcheck}-F.log, tests-{auto,ptx70}.log,
+#   `compute-sanitizer --tool T --error-exitcode 99 BIN --sanitize --family F` (the binary
+#   would also switch its sanitizer mode on by itself, seeing the sanitizer's agent: job
+#   `detect` checks that; tests/gpu/main.rs). Logs: OUT_DIR/{racecheck,memcheck}-F.log, tests-{auto,ptx70}.log,
 #   mem.log (host memory every 5 s), and OUT_DIR/summary.txt (one line per job).
 # Set JOBS="racecheck memcheck tests" to choose the job kinds (default: all three).
 set -uo pipefail
@@ -25,7 +25,8 @@ for k in $jobs_kinds; do
   case "$k" in
     tests)
       echo "tests-auto|$bin --isolate" >> "$jobfile"
-      echo "tests-ptx70|env DETKIT_IMAGE=ptx70 $bin --isolate" >> "$jobfile" ;;
+      echo "tests-ptx70|env DETKIT_IMAGE=ptx70 $bin --isolate" >> "$jobfile"
+      echo "detect|compute-sanitizer --tool memcheck $bin --exact params_layout" >> "$jobfile" ;;
   esac
 done
 for f in $order; do
@@ -33,7 +34,7 @@ for f in $order; do
   for k in $jobs_kinds; do
     case "$k" in
       racecheck|memcheck)
-        echo "$k-$f|compute-sanitizer --tool $k --error-exitcode 99 $bin --family $f" >> "$jobfile" ;;
+        echo "$k-$f|compute-sanitizer --tool $k --error-exitcode 99 $bin --sanitize --family $f" >> "$jobfile" ;;
     esac
   done
 done
