@@ -4,8 +4,9 @@
 //! ± 1, onesweep tile ± 1, several tiles; 2^20 + 7 and 2^26 without `--quick`, 40 tiles + 3
 //! with it, for the sanitizer runs), poisoned outputs with one element past `n` that must
 //! stay untouched, and the launch count. In the sanitizer mode (`Ctx::sanitize`) every size,
-//! bit range and input kind still runs, but one in four of their combinations (each with
-//! one of the two orders), and the argsort after every other pairs sort.
+//! bit range and input kind still runs, but one in six of their combinations (each with
+//! one of the two orders), the argsort after every other pairs sort, and the 40-tile size
+//! with the full bit range only.
 
 use detkit::sort::{cpu, launches_for, SortKey, SortOptions};
 use detkit::Error;
@@ -153,11 +154,14 @@ fn keys_case<K: TestKey>(c: &Ctx) -> R {
     let kb = std::mem::size_of::<K>();
     for (si, n) in sizes(kb, 0, c.quick).into_iter().enumerate() {
         for (ri, (begin, end)) in ranges::<K>().into_iter().enumerate() {
-            if n >= 1 << 26 && (begin, end) != (0, K::BITS) {
+            if n >= 1 << 26 && (begin, end) != (0, K::BITS) || c.sanitize && n >= 1 << 16 && ri != 0
+            {
                 continue;
             }
             for (ii, (label, keys)) in inputs::<K>(c, n, begin, end).into_iter().enumerate() {
-                if !(0..2).any(|d| c.keep(si + ri + ii + d, 4)) {
+                // The 40-tile size (random keys, full range) once, ascending.
+                let run = |d: usize| c.keep(si + ri + ii + d, 6) || n >= 1 << 16 && d == 0;
+                if !(0..2).any(run) {
                     continue;
                 }
                 let d_in = if n == 0 {
@@ -166,7 +170,7 @@ fn keys_case<K: TestKey>(c: &Ctx) -> R {
                     g.upload(&keys).map_err(e)?
                 };
                 for (d, descending) in [false, true].into_iter().enumerate() {
-                    if n >= 1 << 26 && descending || !c.keep(si + ri + ii + d, 4) {
+                    if n >= 1 << 26 && descending || !run(d) {
                         continue;
                     }
                     let opts = SortOptions {
@@ -204,11 +208,15 @@ fn pairs_case<K: TestKey>(c: &Ctx) -> R {
     let kb = std::mem::size_of::<K>();
     for (si, n) in sizes(kb, 4, c.quick).into_iter().enumerate() {
         for (ri, (begin, end)) in ranges::<K>().into_iter().enumerate() {
-            if n >= 1 << 26 && (begin, end) != (0, K::BITS) && (begin, end) != (0, 48) {
+            if n >= 1 << 26 && (begin, end) != (0, K::BITS) && (begin, end) != (0, 48)
+                || c.sanitize && n >= 1 << 16 && ri != 0
+            {
                 continue;
             }
             for (ii, (label, keys)) in inputs::<K>(c, n, begin, end).into_iter().enumerate() {
-                if !(0..2).any(|d| c.keep(si + ri + ii + d, 4)) {
+                // The 40-tile size (random keys, full range) once, ascending.
+                let run = |d: usize| c.keep(si + ri + ii + d, 6) || n >= 1 << 16 && d == 0;
+                if !(0..2).any(run) {
                     continue;
                 }
                 let idx: Vec<u32> = (0..n as u32).collect();
@@ -218,7 +226,7 @@ fn pairs_case<K: TestKey>(c: &Ctx) -> R {
                     (g.upload(&keys).map_err(e)?, g.upload(&idx).map_err(e)?)
                 };
                 for (d, descending) in [false, true].into_iter().enumerate() {
-                    if n >= 1 << 26 && descending || !c.keep(si + ri + ii + d, 4) {
+                    if n >= 1 << 26 && descending || !run(d) {
                         continue;
                     }
                     let opts = SortOptions {
@@ -255,7 +263,7 @@ fn pairs_case<K: TestKey>(c: &Ctx) -> R {
                     )?;
                     // The argsort (no index array read) gives the same keys and, as values,
                     // the same indices.
-                    if !c.keep(si + ri + ii + d, 8) {
+                    if !c.keep(si + ri + ii + d, 12) {
                         continue;
                     }
                     let mut k_arg = g.poisoned(n + 1, K::POISON).map_err(e)?;
@@ -304,7 +312,7 @@ fn test_payloads(c: &Ctx) -> R {
         .enumerate()
     {
         for (si, n) in sizes(kb, vb, true).into_iter().enumerate() {
-            if !c.keep(pi + si, 2) {
+            if !c.keep(pi + si, 2) || c.sanitize && n >= 1 << 16 && pi % 3 != 0 {
                 continue;
             }
             let r = random_u64(c, 90 + vb as u64, n);
