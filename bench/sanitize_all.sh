@@ -4,11 +4,12 @@
 # Usage: bench/sanitize_all.sh GPU_TESTS_BINARY OUT_DIR [PARALLEL] [DEADLINE_S]
 #   GPU_TESTS_BINARY: the release test binary (`cargo test --release -p detkit-tests --test gpu
 #   --no-run`), or bin/gpu-tests of a bundle. Each family runs as
-#   `compute-sanitizer --tool T --error-exitcode 99 BIN --sanitize --family F` (the binary
-#   would also switch its sanitizer mode on by itself, seeing the sanitizer's agent: job
-#   `detect` checks that; tests/gpu/main.rs). Logs: OUT_DIR/{racecheck,memcheck}-F.log, tests-{auto,ptx70}.log,
-#   mem.log (host memory every 5 s), and OUT_DIR/summary.txt (one line per job).
-# Set JOBS="racecheck memcheck tests" to choose the job kinds (default: all three).
+#   `compute-sanitizer --tool T --error-exitcode 99 BIN --sanitize --family F` (the flag: the
+#   binary cannot tell it runs under the tool; job `detect` shows that). Logs:
+#   OUT_DIR/{racecheck,memcheck}-F.log, tests-{auto,ptx70}.log, mem.log (host memory and the
+#   largest processes every 5 s), and OUT_DIR/summary.txt (one line per job).
+# Set JOBS="racecheck memcheck tests" to choose the job kinds (default: all three), and
+# FAMILIES="pet doors ..." to choose the families (default: every family, longest first).
 set -uo pipefail
 bin="${1:?usage: sanitize_all.sh BIN OUT [PARALLEL] [DEADLINE_S]}"
 out="${2:?usage}"; par="${3:-12}"; deadline="${4:-420}"
@@ -19,7 +20,7 @@ jobs_kinds="${JOBS:-racecheck memcheck tests}"
 start=$(date +%s)
 families=$("$bin" --list | awk '{print $1}' | uniq)
 # Longest first (racecheck of the sort, PET, clustering families take longest).
-order="radix_sort pet clustering doors device_views seeding foundation shapes image"
+order="${FAMILIES:-radix_sort pet clustering doors device_views seeding foundation shapes image}"
 jobfile="$out/jobs.txt"; : > "$jobfile"
 for k in $jobs_kinds; do
   case "$k" in
