@@ -131,7 +131,7 @@ impl Ctx {
     /// combinations so that each input kind and option still runs at several sizes (for
     /// example `i = size_index + input_index`).
     pub fn keep(&self, i: usize, stride: usize) -> bool {
-        !self.sanitize || i % stride.max(1) == 0
+        !self.sanitize || i.is_multiple_of(stride.max(1))
     }
     /// `full` normally, `small` in the sanitizer mode (the largest size of a test).
     pub fn big(&self, full: usize, small: usize) -> usize {
