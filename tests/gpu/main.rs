@@ -831,10 +831,12 @@ fn main() {
         // it was in.
         println!("RUN  {name}");
         let t = Instant::now();
+        let launches = c.gpu().launches();
         match f(&c) {
             Ok(()) => println!(
-                "PASS {name} ({:.1} s{})",
+                "PASS {name} ({:.1} s, {} launches{})",
                 t.elapsed().as_secs_f64(),
+                c.gpu().launches() - launches,
                 host_memory()
             ),
             Err(msg) => {

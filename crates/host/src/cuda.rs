@@ -56,6 +56,8 @@ pub struct GpuContext {
     capturing: AtomicBool,
     /// Device and pinned host allocations made through this context and its forks.
     allocations: Arc<AtomicU64>,
+    /// Kernel launches issued through this context and its forks.
+    launches: Arc<AtomicU64>,
 }
 
 /// Which kernel image a context loaded, and what that cost.
@@ -131,6 +133,7 @@ impl GpuContext {
             scratch: Mutex::new(Scratch::default()),
             capturing: AtomicBool::new(false),
             allocations: Arc::new(AtomicU64::new(0)),
+            launches: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -169,6 +172,7 @@ impl GpuContext {
             scratch: Mutex::new(Scratch::default()),
             capturing: AtomicBool::new(false),
             allocations: self.allocations.clone(),
+            launches: self.launches.clone(),
         })
     }
 
@@ -179,6 +183,13 @@ impl GpuContext {
     /// the workspace allocates nothing.
     pub fn allocations(&self) -> u64 {
         self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Number of kernel launches issued directly (not graph replays) through this context
+    /// and every fork of it. The GPU tests print it per test: under compute-sanitizer's
+    /// racecheck every launch costs about 9 ms (docs/benchmarks.md, "race (session 11)").
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
     }
 
     fn count_allocation(&self) {
@@ -391,6 +402,7 @@ impl GpuContext {
         // SAFETY: the caller guarantees the launch contract (see `# Safety`); the argument is
         // the kernel's one struct parameter (checked above against `P::KERNELS`).
         let r = unsafe { b.launch(cfg) };
+        self.launches.fetch_add(1, Ordering::Relaxed);
         self.check_launch(kernel, r)
     }
 
