@@ -74,13 +74,15 @@ fn test_cluster(c: &Ctx) -> R {
     let b = &c.backend;
     let mut cases = vec![
         (Digis::default(), vec![0u32, 0]),
-        run3_batch(c.seed, 1, usize::MAX),
+        run3_batch(c.seed, 1, c.big(usize::MAX, 6000)),
         run3_batch(c.seed ^ 1, 1, 31),
-        run3_batch(c.seed ^ 2, 5, 20_000),
-        run3_batch(c.seed ^ 3, 64, usize::MAX),
+        run3_batch(c.seed ^ 2, 5, c.big(20_000, 2000)),
+        // The sanitizer mode: 8 events of 1,500 digis (64 whole events under racecheck
+        // did not finish in 350 s).
+        run3_batch(c.seed ^ 3, c.big(64, 8), c.big(usize::MAX, 1500)),
     ];
     // An empty event in the middle of a batch.
-    let (mut d, mut o) = run3_batch(c.seed ^ 4, 3, 5_000);
+    let (mut d, mut o) = run3_batch(c.seed ^ 4, 3, c.big(5_000, 1000));
     o.insert(2, o[1]);
     d.extend(&Digis::default());
     cases.push((d, o));
@@ -121,7 +123,7 @@ fn test_cluster(c: &Ctx) -> R {
 fn test_cluster_errors(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let b = &c.backend;
-    let (d, o) = run3_batch(c.seed ^ 0xbad, 5, 30_000);
+    let (d, o) = run3_batch(c.seed ^ 0xbad, 5, c.big(30_000, 3000));
     let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
     type Fault = fn(&mut Digis, usize);
     let faults: [(&str, Fault); 6] = [
@@ -351,7 +353,10 @@ fn test_pet_convert(c: &Ctx) -> R {
     let gpu = b.gpu().expect("cuda backend");
     let scanner = pgen::tiny_scanner(c.seed);
     let handle = b.load_scanner(&scanner).map_err(e)?;
-    for (i, singles) in [0usize, 1, 5_000, 200_000].into_iter().enumerate() {
+    for (i, singles) in [0usize, 1, 5_000, c.big(200_000, 40_000)]
+        .into_iter()
+        .enumerate()
+    {
         let frames = pgen::acquisition(
             &scanner,
             &pgen::AcquisitionConfig {
@@ -576,7 +581,7 @@ fn test_pet_sort_coincide(c: &Ctx) -> R {
 /// through their own stream.
 fn test_outputs_outlive_backend(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let (d, o) = run3_batch(c.seed ^ 0x0071, 3, 20_000);
+    let (d, o) = run3_batch(c.seed ^ 0x0071, 3, c.big(20_000, 2000));
     let want = cl::cpu::cluster(&d, &o, &g, None);
     let b = Backend::cuda(0).map_err(e)?;
     let gpu = b.gpu().expect("cuda backend");

@@ -47,7 +47,10 @@ fn test_cluster_reuse(c: &Ctx) -> R {
     let cut = Some(g.default_cut);
     // (events, digis per event at most): growing, shrinking, growing again; one event per
     // call and batches, with and without the cut.
-    let shapes: &[(usize, usize)] = if c.quick {
+    let shapes: &[(usize, usize)] = if c.sanitize {
+        // The sanitizer mode: the same pattern, a tenth of the digis of --quick.
+        &[(1, 100), (1, 3000), (1, 0), (3, 500), (6, 1000), (4, 200)]
+    } else if c.quick {
         // The sanitizer runs: the same growing and shrinking pattern, smaller.
         &[
             (1, 1000),
@@ -172,15 +175,22 @@ fn compare_seeds(what: &str, got: &SeedingOutput, want: &SeedingOutput) -> R {
 
 fn test_seed_reuse(c: &Ctx) -> R {
     let cfg = seed_cfg();
-    let big = sgen::generate(c.seed, 200.0, true).spacepoints;
-    let events: Vec<Vec<SpacePoint>> = [50.0, 200.0, 10.0, 100.0]
+    // The sanitizer mode: a fifth of the pile-up.
+    let f = if c.sanitize { 0.2 } else { 1.0 };
+    let big = sgen::generate(c.seed, 200.0 * f, true).spacepoints;
+    let events: Vec<Vec<SpacePoint>> = [50.0 * f, 200.0 * f, 10.0 * f, 100.0 * f]
         .iter()
         .enumerate()
         .map(|(i, &mu)| sgen::generate(c.seed ^ (i as u64 + 1) << 32, mu, true).spacepoints)
         .collect();
     // One event per call, growing and shrinking.
-    let singles: Vec<&[SpacePoint]> =
-        vec![&big[..1000], &big, &big[..0], &big[..20_000], &big[..3]];
+    let singles: Vec<&[SpacePoint]> = vec![
+        &big[..1000],
+        &big,
+        &big[..0],
+        &big[..20_000.min(big.len())],
+        &big[..3],
+    ];
     let want_single: Vec<_> = singles.iter().map(|s| seed_oracle(&cfg, s)).collect();
     let want_events: Vec<_> = events.iter().map(|s| seed_oracle(&cfg, s)).collect();
     let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
@@ -363,13 +373,18 @@ fn test_threads(c: &Ctx) -> R {
                 let g = &g;
                 let cfg = &cfg;
                 s.spawn(move || -> R {
-                    let (d, o) = run3_batch(c.seed ^ (t + 11) << 24, 1 + t as usize * 3, 50_000);
+                    let (d, o) = run3_batch(
+                        c.seed ^ (t + 11) << 24,
+                        1 + t as usize * 3,
+                        c.big(50_000, 5_000),
+                    );
                     let want = cl::cpu::cluster(&d, &o, g, cut);
-                    let sps = sgen::generate(c.seed ^ (t + 3) << 36, 50.0, true).spacepoints;
+                    let mu = if c.sanitize { 10.0 } else { 50.0 };
+                    let sps = sgen::generate(c.seed ^ (t + 3) << 36, mu, true).spacepoints;
                     let want_s = seed_oracle(cfg, &sps);
                     let mut out = Clusters::default();
                     let mut so = SeedingOutput::default();
-                    for round in 0..if c.quick { 3 } else { 20 } {
+                    for round in 0..if c.quick { 3 - c.sanitize as usize } else { 20 } {
                         let what = format!("thread {t} round {round}");
                         b.cluster_events_into(&d, &o, g, cut, &mut out)
                             .map_err(|err| format!("{what}: {err}"))?;
@@ -461,13 +476,17 @@ fn test_bad_batch(c: &Ctx) -> R {
 fn test_queue(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
-    let (events, digis) = if c.quick { (3, 8000) } else { (9, 30_000) };
+    let (events, digis, step) = match (c.sanitize, c.quick) {
+        (true, _) => (3, 1000, 500),
+        (false, true) => (3, 8000, 9000),
+        _ => (9, 30_000, 9000),
+    };
     let inputs: Vec<_> = (0..10u64)
         .map(|i| {
             run3_batch(
                 c.seed ^ (i + 101) << 16,
                 1 + (i as usize * 5) % events,
-                digis + 9000 * i as usize,
+                digis + step * i as usize,
             )
         })
         .collect();
@@ -826,7 +845,11 @@ fn test_seed_pipeline(c: &Ctx) -> R {
 /// later sink call.
 fn test_pet_run_file(c: &Ctx) -> R {
     let scanner = pgen::tiny_scanner(c.seed);
-    let n = if c.quick { 20_000 } else { 300_000 };
+    let n = if c.quick {
+        c.big(20_000, 8_000)
+    } else {
+        300_000
+    };
     let frames = pgen::acquisition(
         &scanner,
         &pgen::AcquisitionConfig {

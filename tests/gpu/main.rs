@@ -3,9 +3,20 @@
 //!
 //! A custom harness (`harness = false`) so that a machine without a CUDA driver prints a
 //! visible `skipped: no CUDA driver` line, and so that the same binary runs in the GPU
-//! bundle and under compute-sanitizer. Arguments: `--quick` (smaller sizes, for the
-//! sanitizer runs), an optional substring that selects tests by name or `--exact NAME`, and
+//! bundle and under compute-sanitizer. Arguments: `--quick` (smaller sizes), `--sanitize`
+//! (the sanitizer runs: `--quick` and fewer launches, see [`Ctx::sanitize`]), an optional
+//! substring that selects tests by name, `--exact NAME` or `--family NAME` (one family of
+//! [`FAMILIES`], whole, in one process), `--list` (the tests and their families), and
 //! `--isolate` (each selected test in a process of its own: see [`run_isolated`]).
+//!
+//! `--sanitize` (or `DETKIT_SANITIZE=1` in the environment, for scripts that wrap the
+//! binary) turns the sanitizer mode on; `bench/sanitize_all.sh` passes it. compute-sanitizer
+//! sets nothing this binary could detect reliably (its `CUDA_INJECTION64_PATH` did not name
+//! the tool on the H100 host), so the mode is asked for, not guessed. Why the mode exists:
+//! racecheck costs about 9 ms per launch plus about 30 ns per shared-memory access of the
+//! whole grid, and holds host memory in proportion to the largest launch's shared memory
+//! (see docs/benchmarks.md, "race (session 11, issue 28)"). In the mode, grids sized per
+//! multiprocessor are sized for 8 of them (`DETKIT_GRID_SMS`, unless set).
 //!
 //! Every test runs on the kernel image the context loads: the default choice (a cubin for
 //! the card), or the one `DETKIT_IMAGE` forces (`DETKIT_IMAGE=ptx70`: the sm_70 fallback), so
@@ -84,6 +95,11 @@ pub(crate) struct Ctx {
     pub backend: Backend,
     /// Skip the largest sizes (sanitizer runs).
     pub quick: bool,
+    /// The sanitizer runs (implies `quick`): every size class and every input kind stays,
+    /// but the largest sizes shrink to a few dozen tiles and the cross products of inputs ×
+    /// options × sizes are thinned ([`Ctx::keep`]), so that a family runs to the end in one
+    /// process under racecheck.
+    pub sanitize: bool,
     /// This run's seed; derive every input from it.
     pub seed: u64,
 }
@@ -94,6 +110,36 @@ impl Ctx {
     }
     pub fn rand(&self, salt: u64, n: usize, bound: u32) -> Vec<u32> {
         detkit::rng::random_below(self.seed.wrapping_mul(31).wrapping_add(salt), n, bound)
+    }
+    /// The sizes of [`detkit_tests::sizes`] for this run; in the sanitizer mode the largest
+    /// (2^20 + 7) becomes 40 tiles + 3 (the look-back still crosses more than a warp's
+    /// window of predecessors).
+    pub fn sizes(&self, block: usize, tile: usize) -> Vec<usize> {
+        let mut v = sizes(block, tile, self.quick);
+        if self.sanitize {
+            let small = (40 * tile + 3).min((1 << 20) + 7);
+            for n in v.iter_mut().filter(|n| **n == (1 << 20) + 7) {
+                *n = small;
+            }
+            v.sort_unstable();
+            v.dedup();
+        }
+        v
+    }
+    /// Whether combination `i` of a test's cross product runs: always, except under the
+    /// sanitizer mode, where one in `stride` does (`i % stride == 0`). Callers number their
+    /// combinations so that each input kind and option still runs at several sizes (for
+    /// example `i = size_index + input_index`).
+    pub fn keep(&self, i: usize, stride: usize) -> bool {
+        !self.sanitize || i.is_multiple_of(stride.max(1))
+    }
+    /// `full` normally, `small` in the sanitizer mode (the largest size of a test).
+    pub fn big(&self, full: usize, small: usize) -> usize {
+        if self.sanitize {
+            small
+        } else {
+            full
+        }
     }
     pub fn rand_u32(&self, salt: u64, n: usize) -> Vec<u32> {
         (0..n as u64)
@@ -118,7 +164,7 @@ fn scan_inputs_u32(c: &Ctx, n: usize) -> Vec<(&'static str, Vec<u32>)> {
 fn test_scan_u32(c: &Ctx) -> R {
     let g = c.gpu();
     let tile = ks::device_scan_tile(4) as usize;
-    for n in sizes(ks::DEVICE_SCAN_THREADS as usize, tile, c.quick) {
+    for n in c.sizes(ks::DEVICE_SCAN_THREADS as usize, tile) {
         for (label, input) in scan_inputs_u32(c, n) {
             if n >= 1 << 26 && label != "random" {
                 continue;
@@ -145,7 +191,7 @@ fn test_scan_u32(c: &Ctx) -> R {
 fn test_scan_u64(c: &Ctx) -> R {
     let g = c.gpu();
     let tile = ks::device_scan_tile(8) as usize;
-    for n in sizes(ks::DEVICE_SCAN_THREADS as usize, tile, c.quick) {
+    for n in c.sizes(ks::DEVICE_SCAN_THREADS as usize, tile) {
         let r = c.rand_u32(3, n);
         let inputs: Vec<(&str, Vec<u64>)> = vec![
             (
@@ -230,11 +276,7 @@ fn test_block_scan(c: &Ctx) -> R {
 
 fn test_select(c: &Ctx) -> R {
     let g = c.gpu();
-    for n in sizes(
-        kc::SELECT_THREADS as usize,
-        kc::SELECT_TILE as usize,
-        c.quick,
-    ) {
+    for n in c.sizes(kc::SELECT_THREADS as usize, kc::SELECT_TILE as usize) {
         let input = c.rand_u32(5, n);
         let cases: Vec<(&str, u32, u32)> = vec![
             ("half", 0, 1 << 31),
@@ -295,13 +337,19 @@ fn test_select(c: &Ctx) -> R {
 fn test_histogram(c: &Ctx) -> R {
     let g = c.gpu();
     let big = 1usize << 26;
-    for n in sizes(
-        kh::HISTOGRAM_THREADS as usize,
-        kh::HISTOGRAM_THREADS as usize * 4,
-        c.quick,
-    ) {
-        for nbins in [1u32, 7, 256, 1000, kh::HISTOGRAM_SHARED_MAX_BINS, 100_000] {
-            if n == big && nbins != 256 {
+    for (si, n) in c
+        .sizes(
+            kh::HISTOGRAM_THREADS as usize,
+            kh::HISTOGRAM_THREADS as usize * 4,
+        )
+        .into_iter()
+        .enumerate()
+    {
+        for (bi, nbins) in [1u32, 7, 256, 1000, kh::HISTOGRAM_SHARED_MAX_BINS, 100_000]
+            .into_iter()
+            .enumerate()
+        {
+            if n == big && nbins != 256 || !c.keep(si + bi, 3) {
                 continue;
             }
             let mut inputs: Vec<(&str, Vec<u32>)> = vec![
@@ -400,9 +448,12 @@ fn same_bins(what: &str, got: &detkit::Buckets, want: &detkit::Buckets) -> R {
 }
 
 fn test_bucket(c: &Ctx) -> R {
-    for n in sizes(256, 1024, c.quick) {
-        for nbins in [1u32, 2, 64, 256, 257, 1000, 100_000] {
-            if n == 1 << 26 && nbins != 1000 {
+    for (si, n) in c.sizes(256, 1024).into_iter().enumerate() {
+        for (bi, nbins) in [1u32, 2, 64, 256, 257, 1000, 100_000]
+            .into_iter()
+            .enumerate()
+        {
+            if n == 1 << 26 && nbins != 1000 || !c.keep(si + bi, 3) {
                 continue;
             }
             let inputs: Vec<(&str, Vec<u32>)> = vec![
@@ -551,29 +602,39 @@ fn test_block_bucket(c: &Ctx) -> R {
     )
 }
 
-/// Every test, in the order they run.
-fn all_tests() -> Vec<Test> {
-    let foundation: &[Test] = &[
-        ("params_layout", test_params_layout),
-        ("scan_u32", test_scan_u32),
-        ("scan_u64", test_scan_u64),
-        ("block_scan", test_block_scan),
-        ("select", test_select),
-        ("histogram", test_histogram),
-        ("bucket", test_bucket),
-        ("block_bucket", test_block_bucket),
-    ];
-    image::TESTS
+/// The families, in the order they run: `(family, its tests)`. `--family NAME` runs one
+/// whole (the sanitizer scripts run each family in one process).
+pub(crate) const FAMILIES: &[(&str, &[Test])] = &[
+    ("image", image::TESTS),
+    ("foundation", FOUNDATION),
+    ("shapes", shapes::TESTS),
+    ("clustering", clustering::TESTS),
+    ("device_views", device_views::TESTS),
+    ("doors", doors::TESTS),
+    ("pet", pet::TESTS),
+    ("seeding", seeding::TESTS),
+    ("radix_sort", sort::TESTS),
+];
+
+const FOUNDATION: &[Test] = &[
+    ("params_layout", test_params_layout),
+    ("scan_u32", test_scan_u32),
+    ("scan_u64", test_scan_u64),
+    ("block_scan", test_block_scan),
+    ("select", test_select),
+    ("histogram", test_histogram),
+    ("bucket", test_bucket),
+    ("block_bucket", test_block_bucket),
+];
+
+/// `DETKIT_GRID_SMS` in the sanitizer mode (unless the environment sets it).
+const SANITIZER_GRID_SMS: &str = "8";
+
+/// Every test with its family, in the order they run.
+fn all_tests() -> Vec<(&'static str, Test)> {
+    FAMILIES
         .iter()
-        .chain(foundation)
-        .chain(shapes::TESTS)
-        .chain(clustering::TESTS)
-        .chain(device_views::TESTS)
-        .chain(doors::TESTS)
-        .chain(pet::TESTS)
-        .chain(seeding::TESTS)
-        .chain(sort::TESTS)
-        .copied()
+        .flat_map(|(f, tests)| tests.iter().map(move |t| (*f, *t)))
         .collect()
 }
 
@@ -597,6 +658,12 @@ fn host_memory() -> String {
 
 struct Args {
     quick: bool,
+    /// `--sanitize`, or `DETKIT_SANITIZE=1` (see the module doc).
+    sanitize: bool,
+    /// `--list`: print the tests and their families, run nothing.
+    list: bool,
+    /// `--family NAME`: the tests of that family.
+    family: Option<String>,
     /// Run each selected test in its own child process (`--isolate`).
     isolate: bool,
     /// `--exact NAME`: the one test of that name.
@@ -612,26 +679,45 @@ impl Args {
             .iter()
             .position(|a| a == "--exact")
             .and_then(|i| args.get(i + 1).cloned());
+        let family = args
+            .iter()
+            .position(|a| a == "--family")
+            .and_then(|i| args.get(i + 1).cloned());
         let filter = args
             .iter()
             .enumerate()
-            .find(|(i, a)| !a.starts_with("--") && (*i == 0 || args[i - 1] != "--exact"))
+            .find(|(i, a)| {
+                !a.starts_with("--")
+                    && (*i == 0 || (args[i - 1] != "--exact" && args[i - 1] != "--family"))
+            })
             .map(|(_, a)| a.clone());
+        let sanitize = args.iter().any(|a| a == "--sanitize") || sanitizer_detected();
         Self {
-            quick: args.iter().any(|a| a == "--quick"),
+            quick: sanitize || args.iter().any(|a| a == "--quick"),
+            sanitize,
+            list: args.iter().any(|a| a == "--list"),
+            family,
             isolate: args.iter().any(|a| a == "--isolate"),
             exact,
             filter,
         }
     }
 
-    fn selects(&self, name: &str) -> bool {
+    fn selects(&self, family: &str, name: &str) -> bool {
+        if self.family.as_deref().is_some_and(|f| f != family) {
+            return false;
+        }
         match (&self.exact, &self.filter) {
             (Some(x), _) => name == x,
             (None, Some(f)) => name.contains(f.as_str()),
             (None, None) => true,
         }
     }
+}
+
+/// The sanitizer mode without `--sanitize`: `DETKIT_SANITIZE=1`.
+fn sanitizer_detected() -> bool {
+    std::env::var("DETKIT_SANITIZE").as_deref() == Ok("1")
 }
 
 /// `--isolate`: runs each selected test as `THIS [--quick] --exact NAME`, one after the
@@ -644,11 +730,17 @@ fn run_isolated(a: &Args) -> ! {
         std::process::exit(1)
     });
     let (mut ran, mut failed) = (0, 0);
-    for (name, _) in all_tests().into_iter().filter(|(n, _)| a.selects(n)) {
+    for (_, (name, _)) in all_tests()
+        .into_iter()
+        .filter(|(f, (n, _))| a.selects(f, n))
+    {
         ran += 1;
         let mut cmd = std::process::Command::new(&exe);
         if a.quick {
             cmd.arg("--quick");
+        }
+        if a.sanitize {
+            cmd.arg("--sanitize");
         }
         let status = cmd.args(["--exact", name]).status();
         match status {
@@ -680,9 +772,22 @@ fn main() {
     }
     let args = Args::parse();
     let quick = args.quick;
+    if args.list {
+        for (family, (name, _)) in all_tests() {
+            if args.selects(family, name) {
+                println!("{family} {name}");
+            }
+        }
+        return;
+    }
     if !detkit::driver_present() {
         println!("skipped: no CUDA driver (libcuda not found); GPU tests did not run");
         return;
+    }
+    if args.sanitize && std::env::var_os(detkit::cuda::GRID_SMS_ENV).is_none() {
+        // Grids sized per multiprocessor as for 8 of them: racecheck's host memory follows
+        // the resident blocks' shared memory (see the module doc). Set before any thread.
+        std::env::set_var(detkit::cuda::GRID_SMS_ENV, SANITIZER_GRID_SMS);
     }
     if args.isolate {
         run_isolated(&args);
@@ -701,6 +806,7 @@ fn main() {
     let c = Ctx {
         backend,
         quick,
+        sanitize: args.sanitize,
         seed: seed(),
     };
     println!(
@@ -708,12 +814,16 @@ fn main() {
         c.backend.description(),
         c.seed,
         c.seed,
-        if quick { "; quick" } else { "" }
+        match (c.sanitize, quick) {
+            (true, _) => "; sanitize (quick, fewer launches, grids per DETKIT_GRID_SMS)",
+            (false, true) => "; quick",
+            _ => "",
+        }
     );
     let mut failed = 0;
     let mut ran = 0;
-    for (name, f) in all_tests() {
-        if !args.selects(name) {
+    for (family, (name, f)) in all_tests() {
+        if !args.selects(family, name) {
             continue;
         }
         ran += 1;
@@ -721,10 +831,12 @@ fn main() {
         // it was in.
         println!("RUN  {name}");
         let t = Instant::now();
+        let launches = c.gpu().launches();
         match f(&c) {
             Ok(()) => println!(
-                "PASS {name} ({:.1} s{})",
+                "PASS {name} ({:.1} s, {} launches{})",
                 t.elapsed().as_secs_f64(),
+                c.gpu().launches() - launches,
                 host_memory()
             ),
             Err(msg) => {

@@ -37,7 +37,10 @@ fn poison(s: &Single) -> bool {
     bytemuck::bytes_of(s) == bytemuck::bytes_of(&POISON)
 }
 
-fn sizes(tile: usize, quick: bool) -> Vec<usize> {
+/// The sizes of a PET kernel with tiles of `tile`: 2^20 + 7 becomes 40 tiles + 3 in the
+/// sanitizer mode, 2^24 is left out under `--quick`.
+fn sizes(c: &Ctx, tile: usize) -> Vec<usize> {
+    let quick = c.quick;
     let mut v = vec![
         0,
         1,
@@ -51,7 +54,7 @@ fn sizes(tile: usize, quick: bool) -> Vec<usize> {
         tile,
         tile + 1,
         3 * tile + 5,
-        (1 << 20) + 7,
+        c.big((1 << 20) + 7, 40 * tile + 3),
     ];
     if !quick {
         v.push(1 << 24);
@@ -84,7 +87,7 @@ fn test_convert(c: &Ctx) -> R {
     let s = gen::tiny_scanner(c.seed);
     let pet = PetLauncher::new(g);
     let ds = pet.load_scanner(&s).map_err(e)?;
-    for n in sizes(kp::CONVERT_TILE as usize, c.quick) {
+    for n in sizes(c, kp::CONVERT_TILE as usize) {
         let mut frames = acquisition(c, &s, n, 1);
         // Adversarial frames: energies at and over the table end, bad addresses.
         for (i, f) in frames.iter_mut().enumerate() {
@@ -266,11 +269,15 @@ fn sort_inputs(c: &Ctx, n: usize) -> Vec<(&'static str, Vec<Single>)> {
 
 fn test_sort(c: &Ctx) -> R {
     let g = c.gpu();
-    for n in sizes(kp::SORT_TILE as usize, c.quick) {
-        for (label, v) in sort_inputs(c, n) {
+    for (si, n) in sizes(c, kp::SORT_TILE as usize).into_iter().enumerate() {
+        for (li, (label, v)) in sort_inputs(c, n).into_iter().enumerate() {
             // The largest size takes random times only; with --quick (the sanitizer runs,
-            // where this group took a minute of racecheck) so does 2^20 + 7.
-            if (n >= 1 << 24 || (c.quick && n >= 1 << 20)) && label != "random" {
+            // where this group took a minute of racecheck) so does 2^20 + 7, and in the
+            // sanitizer mode every other input kind runs at each size.
+            if (n >= 1 << 24 || (c.quick && n >= 1 << 20)) && label != "random"
+                || c.sanitize && n > 3 * kp::SORT_TILE as usize + 5 && label != "random"
+                || !c.keep(si + li, 2)
+            {
                 continue;
             }
             let want = oracle::sort(&v).map_err(e)?;
@@ -325,8 +332,12 @@ fn test_sort_runs(c: &Ctx) -> R {
     let s = gen::bench_scanner(c.seed);
     for n in [
         1000usize,
-        100_000,
-        if c.quick { 200_000 } else { 2_000_000 },
+        c.big(100_000, 20_000),
+        if c.quick {
+            c.big(200_000, 50_000)
+        } else {
+            2_000_000
+        },
     ] {
         let acq = gen::acquisition(
             &s,
@@ -464,14 +475,14 @@ fn check_coincide(c: &Ctx, what: &str, v: &[Single], cfg: &CoincideConfig) -> R 
 }
 
 fn test_coincide(c: &Ctx) -> R {
-    for n in sizes(kp::COINCIDE_TILE as usize, c.quick) {
+    for (si, n) in sizes(c, kp::COINCIDE_TILE as usize).into_iter().enumerate() {
         if n > 1 << 20 && c.quick {
             continue;
         }
-        for rate in [1e6, 5e7] {
+        for (ri, rate) in [1e6, 5e7].into_iter().enumerate() {
             let v = sorted_singles(c, n, rate);
-            for cfg in configs() {
-                if n >= 1 << 24 && cfg.policy != Policy::KillAll {
+            for (ci, cfg) in configs().into_iter().enumerate() {
+                if n >= 1 << 24 && cfg.policy != Policy::KillAll || !c.keep(si + ri + ci, 3) {
                     continue;
                 }
                 check_coincide(c, &format!("coincide n={n} rate={rate}"), &v, &cfg)?;
@@ -492,9 +503,12 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
     } else {
         &[0, 1, 2047, 2049, 70_000, 1 << 21]
     };
-    for &n in sizes {
+    for (si, &n) in sizes.iter().enumerate() {
         let (a, b) = (sorted_singles(c, n, 5e7), sorted_singles(c, n / 2 + 1, 1e6));
-        for cfg in configs() {
+        for (ci, cfg) in configs().into_iter().enumerate() {
+            if !c.keep(si + ci, 2) {
+                continue;
+            }
             let what = format!("enqueue n={n} {cfg:?}");
             let (want_a, want_b) = (oracle::coincide(&a, &cfg), oracle::coincide(&b, &cfg));
             let (Ok(want_a), Ok(want_b)) = (want_a, want_b) else {
@@ -662,11 +676,11 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
     // Long dense chain (no gap > window): one segment walked by one thread.
     cases.push((
         "dense-chain",
-        (0..200_000)
+        (0..c.big(200_000, 50_000) as u32)
             .map(|i| sgl(i % 11, (i % 13) as f32, 0.4 * w * i as f64))
             .collect(),
     ));
-    for (label, v) in &cases {
+    for (li, (label, v)) in cases.iter().enumerate() {
         let mut cfgs = configs();
         for cfg in cfgs.iter_mut() {
             cfg.window = w;
@@ -675,7 +689,10 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
             }
         }
         cfgs.push(CoincideConfig::prompt(0.0));
-        for cfg in &cfgs {
+        for (ci, cfg) in cfgs.iter().enumerate() {
+            if !c.keep(li + ci, 2) {
+                continue;
+            }
             check_coincide(c, &format!("adversarial {label}"), v, cfg)?;
         }
     }
@@ -721,7 +738,7 @@ fn test_stream(c: &Ctx) -> R {
         // that racecheck finishes (500 frames in chunks of 1, 2, 3, 7 and 64 did not in 240 s:
         // every chunk is a dozen launches).
         if c.quick {
-            (60usize, vec![1usize, 7, 64])
+            (c.big(60, 24), vec![1usize, 7, 64])
         } else {
             (3000, vec![1, 2, 3, 7, 64])
         },
@@ -733,7 +750,7 @@ fn test_stream(c: &Ctx) -> R {
     ] {
         let acq = stream_acquisition(&s, c.seed ^ 77, n, 100_000);
         let bytes = gen::frame_bytes(&acq.frames);
-        for cfg in [
+        for (ci, cfg) in [
             CoincideConfig::prompt(5000.0),
             CoincideConfig {
                 window: 5000.0,
@@ -745,10 +762,16 @@ fn test_stream(c: &Ctx) -> R {
                 delay: None,
                 policy: Policy::TakeWinnerOfGoods,
             },
-        ] {
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let (v, want_st) = oracle::convert(&acq.frames, &s.params, &s.position, &s.energy);
             let want = oracle::coincide(&oracle::sort(&v).map_err(e)?, &cfg).map_err(e)?;
-            for &chunk in &chunks {
+            for (hi, &chunk) in chunks.iter().enumerate() {
+                if !c.keep(ci + hi, 2) {
+                    continue;
+                }
                 let mut got: Vec<Coincidence> = Vec::new();
                 let st = c
                     .backend
@@ -868,7 +891,11 @@ fn test_order_check(c: &Ctx) -> R {
         // Disorders: frame j (the next frame of frame i's BDM) gets a time below frame i's.
         let len = acq.frames.len();
         let mut at: Vec<usize> = vec![0, 31, 32, 1023, 1024, 8191, 8192, 8193, 1 << 15, len - 2];
-        at.extend((0..6).map(|_| rng.below(len as u32 - 1) as usize));
+        if c.sanitize {
+            // The sanitizer mode: each boundary kind once (warp, block, chunk, the end).
+            at = vec![0, 32, 1024, 8192, 1 << 15, len - 2];
+        }
+        at.extend((0..if c.sanitize { 1 } else { 6 }).map(|_| rng.below(len as u32 - 1) as usize));
         for i in at {
             let mut f = acq.frames.clone();
             let b = f[i].bdm;
@@ -884,9 +911,15 @@ fn test_order_check(c: &Ctx) -> R {
             variants.push((format!("disorder at frames {i} -> {j}"), f));
         }
         let cfg = CoincideConfig::prompt(5000.0);
-        for (what, frames) in &variants {
+        for (vi, (what, frames)) in variants.iter().enumerate() {
             let bytes = gen::frame_bytes(frames);
-            for chunk in [1000usize, 8192, 8193, 1 << 15, 1 << 22] {
+            for (ci, chunk) in [1000usize, 8192, 8193, 1 << 15, 1 << 22]
+                .into_iter()
+                .enumerate()
+            {
+                if !c.keep(vi + ci, 4) {
+                    continue;
+                }
                 let sc = StreamConfig {
                     chunk_frames: chunk,
                     pending_capacity: 1 << 20,
@@ -1004,7 +1037,7 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     let mut distinct = starts.to_vec();
     distinct.dedup();
     let merged = distinct.len() >= 3 && distinct.len() - 1 <= kp::MW_MAX_RUNS as usize;
-    for (wide, bits, bmax) in variants {
+    for (vi, (wide, bits, bmax)) in variants.into_iter().enumerate() {
         let mut a = g.poisoned(n + off + 2, POISON).map_err(e)?;
         if n > 0 {
             g.stream()
@@ -1036,6 +1069,10 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
         ensure(got[..off].iter().chain(&got[off + n..]).all(poison), || {
             format!("{label}: wrote outside its range")
         })?;
+        // The sanitizer mode: the checked entry point after the first variant only.
+        if c.sanitize && vi > 0 {
+            continue;
+        }
         let in_b = pet
             .merge_runs_checked(&mut a, &mut b, off, n, starts)
             .map_err(e)?;
@@ -1049,7 +1086,11 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
 fn test_merge_multiway(c: &Ctx) -> R {
     let tile = kp::MW_TILE as usize;
     let wide = kp::MW_WIDE_TILE as usize;
-    let big = if c.quick { 100_000 } else { (1 << 20) + 7 };
+    let big = if c.quick {
+        c.big(100_000, 40_000)
+    } else {
+        (1 << 20) + 7
+    };
     // Run counts (random lengths, empty ones included; few distinct times: ties across
     // runs).
     for (nruns, n) in [

@@ -3,7 +3,10 @@
 //! 8/12/16-byte payloads, adversarial keys, every size class (0, 1, warp ± 1, single tile
 //! ± 1, onesweep tile ± 1, several tiles; 2^20 + 7 and 2^26 without `--quick`, 40 tiles + 3
 //! with it, for the sanitizer runs), poisoned outputs with one element past `n` that must
-//! stay untouched, and the launch count.
+//! stay untouched, and the launch count. In the sanitizer mode (`Ctx::sanitize`) every size,
+//! bit range and input kind still runs, but one in six of their combinations (each with
+//! one of the two orders), the argsort after every other pairs sort, and the 40-tile size
+//! with the full bit range only.
 
 use detkit::sort::{cpu, launches_for, SortKey, SortOptions};
 use detkit::Error;
@@ -149,19 +152,25 @@ fn ranges<K: SortKey>() -> Vec<(u32, u32)> {
 fn keys_case<K: TestKey>(c: &Ctx) -> R {
     let g = c.gpu();
     let kb = std::mem::size_of::<K>();
-    for n in sizes(kb, 0, c.quick) {
-        for (begin, end) in ranges::<K>() {
-            if n >= 1 << 26 && (begin, end) != (0, K::BITS) {
+    for (si, n) in sizes(kb, 0, c.quick).into_iter().enumerate() {
+        for (ri, (begin, end)) in ranges::<K>().into_iter().enumerate() {
+            if n >= 1 << 26 && (begin, end) != (0, K::BITS) || c.sanitize && n >= 1 << 16 && ri != 0
+            {
                 continue;
             }
-            for (label, keys) in inputs::<K>(c, n, begin, end) {
+            for (ii, (label, keys)) in inputs::<K>(c, n, begin, end).into_iter().enumerate() {
+                // The 40-tile size (random keys, full range) once, ascending.
+                let run = |d: usize| c.keep(si + ri + ii + d, 6) || n >= 1 << 16 && d == 0;
+                if !(0..2).any(run) {
+                    continue;
+                }
                 let d_in = if n == 0 {
                     g.zeros::<K>(1).map_err(e)?
                 } else {
                     g.upload(&keys).map_err(e)?
                 };
-                for descending in [false, true] {
-                    if n >= 1 << 26 && descending {
+                for (d, descending) in [false, true].into_iter().enumerate() {
+                    if n >= 1 << 26 && descending || !run(d) {
                         continue;
                     }
                     let opts = SortOptions {
@@ -197,20 +206,27 @@ fn keys_case<K: TestKey>(c: &Ctx) -> R {
 fn pairs_case<K: TestKey>(c: &Ctx) -> R {
     let g = c.gpu();
     let kb = std::mem::size_of::<K>();
-    for n in sizes(kb, 4, c.quick) {
-        for (begin, end) in ranges::<K>() {
-            if n >= 1 << 26 && (begin, end) != (0, K::BITS) && (begin, end) != (0, 48) {
+    for (si, n) in sizes(kb, 4, c.quick).into_iter().enumerate() {
+        for (ri, (begin, end)) in ranges::<K>().into_iter().enumerate() {
+            if n >= 1 << 26 && (begin, end) != (0, K::BITS) && (begin, end) != (0, 48)
+                || c.sanitize && n >= 1 << 16 && ri != 0
+            {
                 continue;
             }
-            for (label, keys) in inputs::<K>(c, n, begin, end) {
+            for (ii, (label, keys)) in inputs::<K>(c, n, begin, end).into_iter().enumerate() {
+                // The 40-tile size (random keys, full range) once, ascending.
+                let run = |d: usize| c.keep(si + ri + ii + d, 6) || n >= 1 << 16 && d == 0;
+                if !(0..2).any(run) {
+                    continue;
+                }
                 let idx: Vec<u32> = (0..n as u32).collect();
                 let (d_k, d_v) = if n == 0 {
                     (g.zeros::<K>(1).map_err(e)?, g.zeros::<u32>(1).map_err(e)?)
                 } else {
                     (g.upload(&keys).map_err(e)?, g.upload(&idx).map_err(e)?)
                 };
-                for descending in [false, true] {
-                    if n >= 1 << 26 && descending {
+                for (d, descending) in [false, true].into_iter().enumerate() {
+                    if n >= 1 << 26 && descending || !run(d) {
                         continue;
                     }
                     let opts = SortOptions {
@@ -247,6 +263,9 @@ fn pairs_case<K: TestKey>(c: &Ctx) -> R {
                     )?;
                     // The argsort (no index array read) gives the same keys and, as values,
                     // the same indices.
+                    if !c.keep(si + ri + ii + d, 12) {
+                        continue;
+                    }
                     let mut k_arg = g.poisoned(n + 1, K::POISON).map_err(e)?;
                     let mut i_arg = g.poisoned(n + 1, POISON32).map_err(e)?;
                     g.sort_index_device(&d_k, &mut k_arg, &mut i_arg, n, opts)
@@ -288,8 +307,14 @@ fn test_pairs_u64(c: &Ctx) -> R {
 /// the `Backend` API, at every size class but 2^26.
 fn test_payloads(c: &Ctx) -> R {
     let b = &c.backend;
-    for (kb, vb) in [(4, 8), (4, 12), (4, 16), (8, 8), (8, 12), (8, 16)] {
-        for n in sizes(kb, vb, true) {
+    for (pi, (kb, vb)) in [(4, 8), (4, 12), (4, 16), (8, 8), (8, 12), (8, 16)]
+        .into_iter()
+        .enumerate()
+    {
+        for (si, n) in sizes(kb, vb, true).into_iter().enumerate() {
+            if !c.keep(pi + si, 2) || c.sanitize && n >= 1 << 16 && pi % 3 != 0 {
+                continue;
+            }
             let r = random_u64(c, 90 + vb as u64, n);
             for (begin, end, descending) in [(0, 32, false), (3, 20, true)] {
                 let opts = SortOptions {
@@ -331,13 +356,15 @@ fn test_payloads(c: &Ctx) -> R {
 /// wrap of the 31-bit pass epoch.
 fn test_reuse(c: &Ctx) -> R {
     let g = c.gpu();
+    // The sanitizer mode: an eighth of the sizes, still several onesweep tiles.
+    let (m, k) = (c.big(1 << 20, 1 << 17), c.big(300_000, 37_500));
     let plan: &[(usize, bool, u32)] = &[
-        (1 << 20, false, 32),
+        (m, false, 32),
         (50_000, true, 48),
-        (1 << 20, false, 17),
+        (m, false, 17),
         (7_000, true, 64),
-        (300_000, false, 32),
-        (1 << 20, true, 40),
+        (k, false, 32),
+        (m, true, 40),
     ];
     for round in 0..2 {
         if round == 1 {

@@ -768,7 +768,7 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
     for sub in ["bin", "bench", "ptx"] {
         fs::create_dir_all(dir.join(sub))?;
     }
-    let copies: [(&Path, PathBuf); 8] = [
+    let copies: [(&Path, PathBuf); 10] = [
         (&detkit, dir.join("bin/detkit")),
         (&bench, dir.join("bin/detkit-bench")),
         (&gpu_tests, dir.join("bin/gpu-tests")),
@@ -789,6 +789,14 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
             &root.join("bench/cold_start.sh"),
             dir.join("bench/cold_start.sh"),
         ),
+        (
+            &root.join("bench/sanitize_all.sh"),
+            dir.join("bench/sanitize_all.sh"),
+        ),
+        (
+            &root.join("bench/racecheck_probe.cu"),
+            dir.join("bench/racecheck_probe.cu"),
+        ),
     ];
     let copies: Vec<(&Path, PathBuf)> = copies
         .into_iter()
@@ -808,6 +816,7 @@ fn gpu_bundle(dir: &Path) -> Result<()> {
         "bench/profile_sort.sh",
         "bench/final_sort_check.sh",
         "bench/cold_start.sh",
+        "bench/sanitize_all.sh",
     ] {
         set_mode(&dir.join(exe), 0o755)?;
     }
@@ -990,7 +999,9 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #                      and CSVs of a non-default image carry its name (gpu-tests-ptx70.log)
 #   SKIP_COLD_START=1  skip bench/cold_start.sh (first `detkit cluster`, JIT cache disabled)
 #   SANITIZER_ISOLATE=0  run the sanitized tests in one process (default 1: `--isolate`, each
-#                      test group in a fresh child process, all under one compute-sanitizer)
+#                      test group in a fresh child process, all under one compute-sanitizer);
+#                      the tests run in their sanitizer mode (`--sanitize`); one process per
+#                      family, families in parallel: bench/sanitize_all.sh bin/gpu-tests DIR
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")" || exit 1
 HERE="$(pwd)"
@@ -1140,7 +1151,7 @@ main() {
         local isolate=""
         [ "${SANITIZER_ISOLATE:-1}" = "1" ] && isolate="--isolate"
         DETKIT_IMAGE="$image" compute-sanitizer --tool "$tool" --error-exitcode 1 \
-          --target-processes all bin/gpu-tests --quick $isolate ${GPU_TEST_FILTER:-} > "$log" 2>&1
+          --target-processes all bin/gpu-tests --sanitize $isolate ${GPU_TEST_FILTER:-} > "$log" 2>&1
         local st=$?
         grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" || echo "(no summary line in the log)"
         if [ "$st" -ne 0 ]; then

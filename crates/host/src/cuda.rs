@@ -56,6 +56,8 @@ pub struct GpuContext {
     capturing: AtomicBool,
     /// Device and pinned host allocations made through this context and its forks.
     allocations: Arc<AtomicU64>,
+    /// Kernel launches issued through this context and its forks.
+    launches: Arc<AtomicU64>,
 }
 
 /// Which kernel image a context loaded, and what that cost.
@@ -117,9 +119,10 @@ impl GpuContext {
         let stream = ctx.new_stream().ctx("creating the stream")?;
         let (kernels, loaded) = load_image(&ctx)?;
         let name = ctx.name().ctx("reading the device name")?;
-        let sm_count = ctx
+        let sm_count = (ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .ctx("reading the multiprocessor count")? as u32;
+            .ctx("reading the multiprocessor count")? as u32)
+            .min(grid_sms_cap());
         Ok(Self {
             ctx,
             stream,
@@ -130,6 +133,7 @@ impl GpuContext {
             scratch: Mutex::new(Scratch::default()),
             capturing: AtomicBool::new(false),
             allocations: Arc::new(AtomicU64::new(0)),
+            launches: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -168,6 +172,7 @@ impl GpuContext {
             scratch: Mutex::new(Scratch::default()),
             capturing: AtomicBool::new(false),
             allocations: self.allocations.clone(),
+            launches: self.launches.clone(),
         })
     }
 
@@ -178,6 +183,13 @@ impl GpuContext {
     /// the workspace allocates nothing.
     pub fn allocations(&self) -> u64 {
         self.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Number of kernel launches issued directly (not graph replays) through this context
+    /// and every fork of it. The GPU tests print it per test: under compute-sanitizer's
+    /// racecheck every launch costs about 9 ms (docs/benchmarks.md, "race (session 11)").
+    pub fn launches(&self) -> u64 {
+        self.launches.load(Ordering::Relaxed)
     }
 
     fn count_allocation(&self) {
@@ -234,7 +246,8 @@ impl GpuContext {
         &self.name
     }
 
-    /// Number of streaming multiprocessors.
+    /// Number of streaming multiprocessors (at most [`GRID_SMS_ENV`] when that is set): the
+    /// count every grid sized per multiprocessor is sized from.
     pub fn sm_count(&self) -> u32 {
         self.sm_count
     }
@@ -389,6 +402,7 @@ impl GpuContext {
         // SAFETY: the caller guarantees the launch contract (see `# Safety`); the argument is
         // the kernel's one struct parameter (checked above against `P::KERNELS`).
         let r = unsafe { b.launch(cfg) };
+        self.launches.fetch_add(1, Ordering::Relaxed);
         self.check_launch(kernel, r)
     }
 
@@ -514,6 +528,21 @@ fn load_module(ctx: &Arc<CudaContext>, image: &Image) -> Result<Arc<CudaModule>>
 }
 
 /// A 1-D launch configuration.
+/// `DETKIT_GRID_SMS=K` sizes every grid that detkit sizes per multiprocessor (persistent
+/// and grid-stride kernels) as for a device of at most `K` multiprocessors; results do not
+/// depend on it. The GPU tests set it under compute-sanitizer, whose racecheck holds host
+/// memory in proportion to the shared memory of the blocks a launch keeps resident
+/// (docs/benchmarks.md, "race (session 11, issue 28)"). Unset, 0 or not a number: no cap.
+pub const GRID_SMS_ENV: &str = "DETKIT_GRID_SMS";
+
+fn grid_sms_cap() -> u32 {
+    std::env::var(GRID_SMS_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&k| k > 0)
+        .unwrap_or(u32::MAX)
+}
+
 pub fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks as u32, 1, 1),

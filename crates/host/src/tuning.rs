@@ -16,9 +16,12 @@ pub enum Tuned {
     SelectRange,
     /// The shared-memory histogram: `detkit_gpu::histogram::HISTOGRAM_SHARED_VARIANTS`.
     HistogramShared,
+    /// The device scans' look-back sleep: `detkit_gpu::scan::LOOKBACK_NS_VARIANTS`.
+    LookbackNs,
 }
 
-static CHOSEN: [AtomicUsize; 3] = [
+static CHOSEN: [AtomicUsize; 4] = [
+    AtomicUsize::new(0),
     AtomicUsize::new(0),
     AtomicUsize::new(0),
     AtomicUsize::new(0),
@@ -27,12 +30,13 @@ static CHOSEN: [AtomicUsize; 3] = [
 impl Tuned {
     /// The shapes `(kernel, first parameter, second parameter)`: threads and items per
     /// thread for the scan and the select, loads in flight and blocks per multiprocessor for
-    /// the histogram.
+    /// the histogram, nanoseconds (and 0) for the look-back sleep.
     pub fn shapes(self) -> &'static [(&'static str, u32, u32)] {
         match self {
             Tuned::ScanU32 => detkit_gpu::scan::SCAN_U32_VARIANTS,
             Tuned::SelectRange => detkit_gpu::compact::SELECT_RANGE_VARIANTS,
             Tuned::HistogramShared => detkit_gpu::histogram::HISTOGRAM_SHARED_VARIANTS,
+            Tuned::LookbackNs => detkit_gpu::scan::LOOKBACK_NS_VARIANTS,
         }
     }
 
@@ -64,7 +68,12 @@ mod tests {
 
     #[test]
     fn default_is_the_first_shape_and_out_of_range_is_refused() {
-        for t in [Tuned::ScanU32, Tuned::SelectRange, Tuned::HistogramShared] {
+        for t in [
+            Tuned::ScanU32,
+            Tuned::SelectRange,
+            Tuned::HistogramShared,
+            Tuned::LookbackNs,
+        ] {
             assert_eq!(t.current(), t.shapes()[0]);
             assert!(t.choose(t.shapes().len()).is_err());
             assert_eq!(t.current(), t.shapes()[0]);

@@ -70,7 +70,12 @@ fn main() -> Result<()> {
         }
     };
     if variants {
-        for t in [Tuned::ScanU32, Tuned::SelectRange, Tuned::HistogramShared] {
+        for t in [
+            Tuned::ScanU32,
+            Tuned::SelectRange,
+            Tuned::HistogramShared,
+            Tuned::LookbackNs,
+        ] {
             for (v, (kernel, a, b)) in t.shapes().iter().enumerate() {
                 println!("# variant {t:?} v{v}: {kernel} ({a}, {b})");
             }
@@ -127,6 +132,30 @@ fn main() -> Result<()> {
             });
         }
         Tuned::ScanU32.choose(0)?;
+        // The look-back's sleep between polls (the default shape), rows `scan_u32@lbK`.
+        for v in shapes(Tuned::LookbackNs).into_iter().skip(1) {
+            Tuned::LookbackNs.choose(v)?;
+            let input = detkit::scan::gen::scan_values(n);
+            let d_in = g.upload(&input)?;
+            let name = format!("scan_u32@lb{v}");
+            let mut d_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
+            g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)?;
+            check(
+                &name,
+                &g.download(&d_out)?,
+                &detkit::scan::cpu::scan(&input, ScanKind::Exclusive),
+            )?;
+            let ms = median_ms(g, 5, reps, || {
+                g.scan_device(&d_in, &mut d_out, n, ScanKind::Exclusive)
+            })?;
+            rows.push(Row {
+                primitive: name,
+                n,
+                ms,
+                bytes: 8.0 * n as f64,
+            });
+        }
+        Tuned::LookbackNs.choose(0)?;
         // scan u64
         if log <= 27 {
             let input: Vec<u64> = detkit::scan::gen::scan_values(n)

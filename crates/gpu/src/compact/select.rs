@@ -8,6 +8,7 @@ use crate::scan::device::{
     current_tile, striped_index, tile_exclusive_prefix, tile_smem, warp_striped_exclusive,
     BlockScan, StripedTile, TileStatus,
 };
+use crate::scan::LOOKBACK_SLEEP_NS;
 
 /// Selects the items of one tile for which `pred(index, value)` holds and writes them at
 /// their final, order-preserving positions. Called by every thread of the block. With
@@ -115,6 +116,7 @@ pub unsafe extern "ptx-kernel" fn compact_select_range_u32(p: CompactSelectRange
         flags,
         aggregates,
         inclusive,
+        sleep_ns: LOOKBACK_SLEEP_NS,
     };
     // SAFETY: forwarded launch contract. Lean: the range test is two comparisons, cheaper
     // than 24 registers through the block scan (64 registers, 4 blocks per multiprocessor
@@ -151,6 +153,7 @@ pub unsafe extern "ptx-kernel" fn compact_select_flagged_u32(p: CompactSelectFla
         flags,
         aggregates,
         inclusive,
+        sleep_ns: LOOKBACK_SLEEP_NS,
     };
     // SAFETY: forwarded launch contract; the predicate reads selection[idx] with idx < n.
     unsafe {

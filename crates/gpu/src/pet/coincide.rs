@@ -260,6 +260,7 @@ unsafe fn coincide_tiles(p: PetCoincideTilesParams) {
         flags: p.flags.ptr_mut(),
         aggregates: p.aggregates.ptr_mut(),
         inclusive: p.inclusive.ptr_mut(),
+        sleep_ns: crate::scan::LOOKBACK_SLEEP_NS,
     };
     let (scan_storage, prefix_slot) = tile_smem::<u32>();
     let tile = i::block_idx_x();

@@ -43,6 +43,7 @@ pub unsafe extern "ptx-kernel" fn pet_convert_frames(p: PetConvertFramesParams) 
         flags,
         aggregates,
         inclusive,
+        sleep_ns: crate::scan::LOOKBACK_SLEEP_NS,
     };
     let (scan_storage, prefix_slot) = tile_smem::<u32>();
     let tile = i::block_idx_x();

@@ -13,6 +13,8 @@ pub struct TileStatus<T: ScanValue> {
     pub aggregates: *mut T,
     /// The sum of all tiles up to and including this one.
     pub inclusive: *mut T,
+    /// Nanoseconds to sleep between polls of unpublished predecessors.
+    pub sleep_ns: u32,
 }
 
 impl<T: ScanValue> TileStatus<T> {
@@ -82,7 +84,7 @@ impl<T: ScanValue> TileStatus<T> {
                 if !i::any(flag == STATUS_INVALID) {
                     break;
                 }
-                i::nanosleep(32);
+                i::nanosleep(self.sleep_ns);
             }
             let value = if p < 0 {
                 T::default()

@@ -58,6 +58,19 @@ pub const SCAN_U32_VARIANTS: &[(&str, u32, u32)] = &[(
     DEVICE_SCAN_ITEMS_U32,
 )];
 
+/// Nanoseconds a look-back warp sleeps before it polls a window of unpublished predecessors
+/// again (`nanosleep`); the device scans take theirs from their parameters.
+pub const LOOKBACK_SLEEP_NS: u32 = 32;
+
+/// Look-back sleeps `("nanosleep", ns, 0)` of the device scans that `detkit-bench
+/// --variants` times (`detkit::tuning`); entry 0 is the default.
+pub const LOOKBACK_NS_VARIANTS: &[(&str, u32, u32)] = &[
+    ("nanosleep", LOOKBACK_SLEEP_NS, 0),
+    ("nanosleep", 0, 0),
+    ("nanosleep", 200, 0),
+    ("nanosleep", 1000, 0),
+];
+
 /// Tile status flag: not yet published.
 pub const STATUS_INVALID: u32 = 0;
 /// Tile status flag: the tile's own aggregate is published.
@@ -118,7 +131,8 @@ pub struct ScanDeviceU32Params {
     pub aggregates: DevPtr<u32>,
     pub inclusive: DevPtr<u32>,
     pub kind: u32,
-    pub _pad0: u32,
+    /// Nanoseconds a waiting look-back sleeps between polls ([`LOOKBACK_SLEEP_NS`]).
+    pub lookback_ns: u32,
 }
 crate::kernel_params!(ScanDeviceU32Params, 56, ["scan_device_u32"]);
 
@@ -133,7 +147,8 @@ pub struct ScanDeviceU64Params {
     pub aggregates: DevPtr<u64>,
     pub inclusive: DevPtr<u64>,
     pub kind: u32,
-    pub _pad0: u32,
+    /// As in [`ScanDeviceU32Params`].
+    pub lookback_ns: u32,
 }
 crate::kernel_params!(ScanDeviceU64Params, 56, ["scan_device_u64"]);
 

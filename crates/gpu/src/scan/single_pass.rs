@@ -267,6 +267,7 @@ pub unsafe extern "ptx-kernel" fn scan_device_u32(p: ScanDeviceU32Params) {
         flags,
         aggregates,
         inclusive,
+        sleep_ns: p.lookback_ns,
     };
     // SAFETY: forwarded launch contract.
     unsafe {
@@ -294,6 +295,7 @@ pub unsafe extern "ptx-kernel" fn scan_device_u64(p: ScanDeviceU64Params) {
         flags,
         aggregates,
         inclusive,
+        sleep_ns: p.lookback_ns,
     };
     // SAFETY: forwarded launch contract.
     unsafe {

@@ -81,7 +81,7 @@ macro_rules! device_scan_value {
                     aggregates,
                     inclusive,
                     kind,
-                    _pad0: 0,
+                    lookback_ns: crate::tuning::Tuned::LookbackNs.current().1,
                 }
             }
             const BYTES: usize = $bytes;
