@@ -424,6 +424,27 @@ fn test_bad_batch(c: &Ctx) -> R {
                 .is_some_and(|m| m.contains(&mid.to_string())),
             || format!("{what}: error {want:?} does not name digi {mid}"),
         )?;
+        // The third event alone (one event: the latency settings), checked on the device
+        // by default and on the host under `--variant` 30.
+        let (lo, hi) = (o[2] as usize, o[3] as usize);
+        let one = DigisRef::from(&bad).slice(lo..hi).to_digis();
+        let o1 = [0, (hi - lo) as u32];
+        let want = cpu
+            .cluster_events(&one, &o1, &g, None)
+            .map(|_| ())
+            .map_err(e);
+        for variant in [0u32, 30] {
+            let _guard = VariantGuard;
+            detkit::phases::set_variant(variant);
+            let got = c
+                .backend
+                .cluster_events(&one, &o1, &g, None)
+                .map(|_| ())
+                .map_err(e);
+            ensure(want.is_err() && got == want, || {
+                format!("{what}, one event, variant {variant}: GPU {got:?}, CPU {want:?}")
+            })?;
+        }
     }
     let good = c.backend.cluster_events(&d, &o, &g, None).map_err(e)?;
     exact_clusters(
@@ -1006,7 +1027,9 @@ fn test_cluster_split(c: &Ctx) -> R {
         .collect();
     let b = Backend::cuda(0).map_err(e)?;
     let mut out = Clusters::default();
-    for variant in [0u32, 11, 12, 10] {
+    // Also session 10's path (host checks, variant 30), the parts in the order of session 10
+    // with device checks (34), three workspaces (37), cached pinned staging (33).
+    for variant in [0u32, 11, 12, 10, 30, 34, 37, 33] {
         detkit::phases::set_variant(variant);
         for round in 0..2 {
             let before = b.allocations();
@@ -1071,20 +1094,35 @@ fn test_cluster_split(c: &Ctx) -> R {
             }
         }),
     ];
-    for &i in &at {
-        for (what, f) in faults {
-            let mut bad = d.clone();
-            f(&mut bad, i);
-            let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-            let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-            ensure(want.is_err(), || {
-                format!("{what} at {i}: the CPU accepted it")
-            })?;
-            ensure(got == want, || {
-                format!("{what} at digi {i}: GPU {got:?}, CPU {want:?}")
-            })?;
+    // Checked on the device (the default, and with three workspaces) and on the host (30).
+    for variant in [0u32, 37, 30] {
+        detkit::phases::set_variant(variant);
+        for &i in &at {
+            for (what, f) in faults {
+                let mut bad = d.clone();
+                f(&mut bad, i);
+                let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+                let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+                ensure(want.is_err(), || {
+                    format!("{what} at {i}: the CPU accepted it")
+                })?;
+                ensure(got == want, || {
+                    format!("variant {variant}: {what} at digi {i}: GPU {got:?}, CPU {want:?}")
+                })?;
+            }
         }
+        // Two faults in different sub-batches, the later one of another kind: the first
+        // is named.
+        let mut bad = d.clone();
+        faults[2].1(&mut bad, at[1]);
+        faults[0].1(&mut bad, at[2]);
+        let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+        let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+        ensure(want.is_err() && got == want, || {
+            format!("variant {variant}: two faults: GPU {got:?}, CPU {want:?}")
+        })?;
     }
+    detkit::phases::set_variant(0);
     b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
     exact_clusters("after the errors", &out, &wants[1])
 }
