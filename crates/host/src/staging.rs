@@ -636,6 +636,12 @@ where
     }
 }
 
+/// Inputs up to which [`stream_up_many`] copies in parts of [`SMALL_PART_BYTES`].
+const SMALL_STREAM_BYTES: usize = 4 << 20;
+
+/// Bytes per part of a small streamed copy.
+const SMALL_PART_BYTES: usize = 16 << 10;
+
 /// Copies the arrays `srcs` to the device (array `i` to `bases[i]`, a device buffer of at
 /// least `srcs[i].len()` elements) through pinned `stage` (the arrays one after the other),
 /// streamed as [`stream_up`] streams one: the pool's threads (the calling thread first)
@@ -711,8 +717,15 @@ where
         }
         return Ok(());
     }
-    let part = (PAR_COPY_BYTES / size).max(1);
-    let per_piece = (STREAM_PIECE_BYTES / PAR_COPY_BYTES).max(1);
+    // Small inputs (an event or a few) in smaller parts, so that the threads as they wake
+    // find work left (the calling thread starts at once).
+    let part_bytes = if total * size <= SMALL_STREAM_BYTES {
+        SMALL_PART_BYTES
+    } else {
+        PAR_COPY_BYTES
+    };
+    let part = (part_bytes / size).max(1);
+    let per_piece = (STREAM_PIECE_BYTES / part_bytes).max(1);
     let piece = part * per_piece;
     // Parts and pieces numbered over all the arrays: array `i` has parts
     // `first_part[i]..first_part[i + 1]` and pieces `first_piece[i]..first_piece[i + 1]`.

@@ -253,8 +253,14 @@ impl ClusterWorkspace {
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("launched");
         let st = &mut self.stage;
+        // The device digis may hold a later batch already (sub-batches staged early): the
+        // results' sizes are this batch's.
+        let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        let now = (d.n, d.nevents);
+        (d.n, d.nevents) = (n, ne);
         let r = c.finish_results_to(d, st, out);
-        let slots = d.nevents * c.geometry().modules as usize;
+        (d.n, d.nevents) = now;
+        let slots = ne * c.geometry().modules as usize;
         let flagged = st.slots.get(g, 2 * slots + 4)?[2 * slots + 3];
         match r {
             Ok((medium_modules, fallback_modules)) if flagged == 0 => Ok(ClusterCounts {
