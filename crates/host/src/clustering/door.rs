@@ -16,7 +16,7 @@ use super::{
 use crate::cuda::GpuContext;
 use crate::error::{DriverContext, Result};
 use crate::phases::{self, Phase};
-use crate::staging::{stream_up_many, upload_into, HostCopies};
+use crate::staging::{par_copy, stream_up_many, upload_into, HostCopies};
 
 /// Most clusterers kept (geometries × call shapes); the oldest goes first.
 const MAX_CLUSTERERS: usize = 4;
@@ -32,6 +32,10 @@ pub(crate) struct ClusterWorkspace {
     queue: Option<BatchQueue>,
     /// The device-view calls' consecutive-digis check: `[bad, run counts…]`.
     check: Option<crate::cuda::DeviceBuffer<u32>>,
+    /// An event behind the copies of the last [`ClusterWorkspace::enqueue_staged`]: its
+    /// results are in the pinned stage once it has completed (later work queued on the
+    /// stream meanwhile, the next sub-batch's, is not waited for).
+    done: Option<cudarc::driver::CudaEvent>,
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
@@ -73,6 +77,7 @@ impl ClusterWorkspace {
             stage: ClusterStaging::default(),
             queue: None,
             check: None,
+            done: None,
         })
     }
 
@@ -170,9 +175,9 @@ impl ClusterWorkspace {
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("selected above");
         let st = &mut self.stage;
+        // `--variant` 33: the digis staged in cached (not write-combined) pinned memory.
+        st.digis.set_write_combined(phases::variant() != 33);
         if on_device {
-            // `--variant` 33: the digis staged in cached (not write-combined) pinned memory.
-            st.digis.set_write_combined(phases::variant() != 33);
             let pin = st.digis_buffer(g, n)?;
             let bases = d.arrays_mut().map(|b| g.ptr_mut(b).addr());
             stream_up_many(g, &[digis.module, digis.x, digis.y, digis.adc], &bases, pin)?;
@@ -224,21 +229,27 @@ impl ClusterWorkspace {
         // buffer grown (and freed) after they are queued.
         st.slots.get(g, 2 * slots + 4)?;
         c.enqueue_results(d, st)?;
+        let w = st.slots.get(g, 2 * slots + 4)?;
         if on_device {
             let check = self.check.as_ref().expect("checked on the device");
-            let w = st.slots.get(g, 2 * slots + 4)?;
             g.stream()
                 .memcpy_dtoh(&check.slice(0..1), &mut w[2 * slots + 3..2 * slots + 4])
                 .ctx("reading the digi check")?;
         } else {
-            let w = st.slots.get(g, 2 * slots + 4)?;
             w[2 * slots + 3] = 0;
         }
+        let flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        self.done = Some(
+            g.stream()
+                .record_event(Some(flags))
+                .ctx("copying clusters from the device")?,
+        );
         Ok(())
     }
 
     /// Waits for the copies of [`ClusterWorkspace::enqueue_staged`] and moves the results
-    /// into `out` (of the batch's lengths). When the device flagged a digi (out of range, or
+    /// into `out` (of the batch's lengths; each module's first digi counted from the call's
+    /// first digi, `base` added). When the device flagged a digi (out of range, or
     /// a module's digis not consecutive in an event), the host check of `digis` (digis
     /// `base..` of the call, `event_offsets` counted from the call's first digi, so the
     /// first is `base`) names it: the same error as a check before the upload.
@@ -251,15 +262,13 @@ impl ClusterWorkspace {
         out: ClustersMut<'_>,
     ) -> Result<ClusterCounts> {
         let g = &self.gpu;
-        let (c, d) = self.clusterers.last_mut().expect("launched");
+        let (c, _) = self.clusterers.last_mut().expect("launched");
         let st = &mut self.stage;
         // The device digis may hold a later batch already (sub-batches staged early): the
         // results' sizes are this batch's.
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
-        let now = (d.n, d.nevents);
-        (d.n, d.nevents) = (n, ne);
-        let r = c.finish_results_to(d, st, out);
-        (d.n, d.nevents) = now;
+        let done = self.done.take().expect("enqueued");
+        let r = finish_results(c, st, &done, n, ne, base, out);
         let slots = ne * c.geometry().modules as usize;
         let flagged = st.slots.get(g, 2 * slots + 4)?[2 * slots + 3];
         match r {
@@ -420,15 +429,15 @@ const SPLIT_MIN_DIGIS: usize = 1 << 20;
 /// The sub-batches [`cluster_split`] makes of a call of `n` digis in `ne` events, as weights
 /// of its digis (one weight: the call is one batch, [`ClusterWorkspace::cluster`]): the last
 /// part small, since its kernels and copy out are all that run after the host's checks. By
-/// the measuring variant (see docs/benchmarks.md, section "door"): 1 and 10 one batch (the
-/// earlier paths), 11 two equal parts, 12 eight, 13 six, 15 four, 35 1 : 2 : 2 : 2 : 2 : 1, 36
-/// twelve; otherwise 2 : 2 : 2 : 1 : 1.
+/// the measuring variant (see docs/benchmarks.md, sections "door" and "chost"): 1, 10 and 39
+/// one batch (the earlier paths; 39 with the device checks), 11 two equal parts, 12 eight, 13
+/// six, 15 four, 35 1 : 2 : 2 : 2 : 2 : 1, 36 twelve; otherwise 2 : 2 : 2 : 1 : 1.
 pub(crate) fn split_weights(n: usize, ne: usize, copies: HostCopies) -> &'static [usize] {
     if copies != HostCopies::Pinned || ne < SPLIT_MIN_EVENTS || n < SPLIT_MIN_DIGIS {
         return &[1];
     }
     match phases::variant() {
-        1 | 10 => &[1],
+        1 | 10 | 39 => &[1],
         11 => &[1, 1],
         12 => &[1; 8],
         13 => &[1; 6],
@@ -537,8 +546,9 @@ fn split_into(
     let ends = split_ends(event_offsets, weights);
     let m = geometry.modules as usize;
     let on_device = device_checks(event_offsets.len() - 1);
-    // `--variant` 30 (and the host-check variants): session 10's order, each part finished
-    // before the next but one starts on its workspace.
+    // With the device checks (`--variant` 31, 33, 37, 38) part k is staged as soon as part
+    // k - 2's upload has completed, before part k - 2 is finished; else (and 34) in session
+    // 10's order, part k - 2 finished first.
     let early = on_device && phases::variant() != 34;
     let ClustersMut {
         clus,
@@ -574,6 +584,7 @@ fn split_into(
             let (cim, r1) = std::mem::take(&mut rest.1).split_at_mut(sl);
             let (mf, r2) = std::mem::take(&mut rest.2).split_at_mut(sl);
             rest = (r0, r1, r2);
+            // The first digi of each module comes back counted from the call's first digi.
             let c = w.finish_staged(
                 sub(p),
                 &event_offsets[p.e0..=p.e1],
@@ -582,15 +593,9 @@ fn split_into(
                 ClustersMut {
                     clus,
                     clus_in_module: cim,
-                    module_first: &mut *mf,
+                    module_first: mf,
                 },
             )?;
-            if lo > 0 {
-                let lo = lo as u32;
-                for v in mf.iter_mut().filter(|v| **v != u32::MAX) {
-                    *v += lo;
-                }
-            }
             counts.medium_modules += c.medium_modules;
             counts.fallback_modules += c.fallback_modules;
             phases::mark(Phase::Unpack);
@@ -643,17 +648,78 @@ fn split_into(
     Ok(counts)
 }
 
-/// Whether the pinned-staging calls of `ne` events check the digis on the device: the
-/// default (the host copies the digis into pinned memory unchecked, at about twice the
-/// DMA's rate; only when the device flags a digi does the host check them, to name it).
-/// `--variant` 1, 14, 20, 21 and 30: the host's check fused with the copy, as before
-/// (see docs/benchmarks.md, "chost"); 31: on the device only for more than
-/// [`k::FEW_EVENTS_PER_LAUNCH`] events.
+/// Waits for the results of a batch of `n` digis and `ne` events that
+/// [`ClusterWorkspace::enqueue_staged`] queued into `st` (each piece of the cluster indices
+/// by its own event, the rest by `done`, so that work queued after them is not waited for)
+/// and moves them into `out` (of the batch's lengths); returns the medium and fallback
+/// module counts, or the typed error of a digi the kernels flagged.
+#[allow(clippy::too_many_arguments)]
+fn finish_results(
+    c: &Clusterer<'static>,
+    st: &mut ClusterStaging,
+    done: &cudarc::driver::CudaEvent,
+    n: usize,
+    ne: usize,
+    base: usize,
+    out: ClustersMut<'_>,
+) -> Result<(u32, u32)> {
+    let g = c.context();
+    let slots = ne * c.geometry().modules as usize;
+    let what = "waiting for the clusters";
+    let landed = std::mem::take(&mut st.landed);
+    let clus = st.clus.get(g, n)?;
+    if landed.is_empty() {
+        done.synchronize().ctx(what)?;
+        phases::mark(Phase::Wait);
+        par_copy(&mut out.clus[..n], clus);
+        phases::mark(Phase::CopyOut);
+    } else {
+        // Each piece is copied out as soon as it has landed.
+        let piece = crate::staging::PIPELINE_BYTES / 4;
+        let pieces = out.clus[..n].chunks_mut(piece).zip(clus.chunks(piece));
+        for ((dst, src), e) in pieces.zip(&landed) {
+            e.synchronize().ctx(what)?;
+            phases::mark(Phase::Wait);
+            par_copy(dst, src);
+            phases::mark(Phase::CopyOut);
+        }
+        done.synchronize().ctx(what)?;
+        phases::mark(Phase::Wait);
+    }
+    st.landed = landed;
+    let w = st.slots.get(g, 2 * slots + 4)?;
+    out.clus_in_module[..slots].copy_from_slice(&w[..slots]);
+    copy_rebased(&mut out.module_first[..slots], &w[slots..2 * slots], base as u32);
+    let r = c.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2]);
+    phases::mark(Phase::Unpack);
+    r
+}
+
+/// Copies a sub-batch's first digi per module (`src`, counted from the sub-batch's first
+/// digi) into `dst` counted from the call's first digi (`base` added; `u32::MAX`, an
+/// absent module, kept): one pass over the words.
+fn copy_rebased(dst: &mut [u32], src: &[u32], base: u32) {
+    if base == 0 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = if v == u32::MAX { v } else { v + base };
+    }
+}
+
+/// Whether the pinned-staging calls of `ne` events check the digis on the device (the host
+/// copies them into pinned memory unchecked; only when the device flags a digi does the
+/// host check them, to name it) rather than on the host as it copies them (the default).
+/// Measuring variants only: the host's check costs nothing measurable beside the copy into
+/// pinned memory while the DMA reads it, which the host memory's bandwidth limits (see
+/// docs/benchmarks.md, "chost"). `--variant` 34, 38 and 39: on the device; 31, 33 and 37:
+/// on the device for more than [`k::FEW_EVENTS_PER_LAUNCH`] events.
 fn device_checks(ne: usize) -> bool {
     match phases::variant() {
-        1 | 14 | 20 | 21 | 30 => false,
-        31 => !few(ne),
-        _ => true,
+        34 | 38 | 39 => true,
+        31 | 33 | 37 => !few(ne),
+        _ => false,
     }
 }
 
@@ -759,7 +825,22 @@ pub(crate) fn cluster_call(
 
 #[cfg(test)]
 mod tests {
-    use super::split_ends;
+    use super::{copy_rebased, split_ends};
+
+    /// Every word moved by the base, absent modules (`u32::MAX`) kept; base 0 a plain copy.
+    #[test]
+    fn module_first_is_rebased_in_the_copy() {
+        let src = [0u32, 5, u32::MAX, 17, u32::MAX - 1000, u32::MAX];
+        for base in [0u32, 1, 999] {
+            let mut dst = [7u32; 6];
+            copy_rebased(&mut dst, &src, base);
+            let want: Vec<u32> = src
+                .iter()
+                .map(|&v| if v == u32::MAX { v } else { v + base })
+                .collect();
+            assert_eq!(dst.to_vec(), want, "base {base}");
+        }
+    }
 
     /// Parts of whole events, each of at least one event, increasing, the last ending at the
     /// event count; about equal digi counts when the events allow it.
