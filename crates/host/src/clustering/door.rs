@@ -689,7 +689,11 @@ fn finish_results(
     st.landed = landed;
     let w = st.slots.get(g, 2 * slots + 4)?;
     out.clus_in_module[..slots].copy_from_slice(&w[..slots]);
-    copy_rebased(&mut out.module_first[..slots], &w[slots..2 * slots], base as u32);
+    copy_rebased(
+        &mut out.module_first[..slots],
+        &w[slots..2 * slots],
+        base as u32,
+    );
     let r = c.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2]);
     phases::mark(Phase::Unpack);
     r
