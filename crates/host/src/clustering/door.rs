@@ -472,10 +472,11 @@ fn split_ends(event_offsets: &[u32], weights: &[usize]) -> Vec<usize> {
     ends
 }
 
-/// A batch clustered as sub-batches of whole events (`weights`: [`split_weights`]) on two workspaces, taking
-/// turns: sub-batch k is validated, staged and uploaded, its graph launched and its results'
-/// copy out queued, all on its workspace's stream, while sub-batch k - 1's kernels run on
-/// the other's; its results are copied into `out` once sub-batch k + 1 is under way. Each
+/// A batch clustered as sub-batches of whole events (`weights`: [`split_weights`]) on the
+/// workspaces `ws` (two; three under `--variant` 37), taking turns: sub-batch k is
+/// validated, staged and uploaded, its graph launched and its results' copy out queued, all
+/// on its workspace's stream, while sub-batch k - 1's kernels run on another's; its results
+/// are copied into `out` once sub-batch k + 1 is under way. Each
 /// event is clustered on its own either way, so the results equal the one-batch call's
 /// ([`ClusterWorkspace::cluster`]): the first digi of each module moved by the sub-batch's
 /// first digi, the module counts summed; an error is the first bad digi's, named by its
@@ -558,7 +559,7 @@ fn split_into(
     // What is left of the outputs: the parts are finished in order, each taking the front.
     let mut rest = (clus, clus_in_module, module_first);
     let mut counts = ClusterCounts::default();
-    // The parts each workspace has launched and not finished (at most two).
+    // The parts each workspace has launched and not finished (at most two each).
     let nw = ws.len();
     let mut running: Vec<std::collections::VecDeque<Part>> =
         (0..nw).map(|_| Default::default()).collect();
