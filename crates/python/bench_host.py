@@ -6,7 +6,8 @@ Usage (the GPU host, after ``pip install ./crates/python`` or with the bundle's 
 
     python crates/python/bench_host.py [--backend cuda] [--reps 20] [--rows cluster1,seed64,...]
                                        [--rust bench-host.csv] [--csv out.csv] [--dask 2]
-                                       [--producer detkit|cupy]
+                                       [--producer detkit|cupy] [--variants 30,0]
+                                       [--files-per-task auto,32] [--dask-direct auto,0,1]
 
 Rows (the call shapes of issue 30's table):
 
@@ -342,9 +343,38 @@ def _task_time(func, paths, reps=5):
     return median_time(lambda: dd._run_files(func, paths, "auto", 0, {}), reps)
 
 
-def dask_rows(workers, reps, rows, files_per_task=(None,)):
+def _dask_steps(client, func, paths, size, direct, reps):
+    """The steps of one ``map_files`` call, timed apart (median ms over ``reps``): submit of
+    the tasks, until every task has finished (scheduling, the work, the notices back), the
+    gather of the results (``direct``: from the workers, else through the scheduler)."""
+    import distributed
+
+    import detkit.dask as dd
+
+    groups = [paths[i:i + size] for i in range(0, len(paths), size)]
+    steps = {"submit": [], "run": [], "gather": [], "release": []}
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        futs = [client.submit(dd._run_files, func, g, "auto", 0, {}, pure=False) for g in groups]
+        t1 = time.perf_counter()
+        distributed.wait(futs)
+        t2 = time.perf_counter()
+        client.gather(futs, direct=direct)
+        t3 = time.perf_counter()
+        for f in futs:
+            f.release()
+        del futs
+        t4 = time.perf_counter()
+        for k, v in zip(steps, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            steps[k].append(v * 1e3)
+    return {k: float(np.median(v)) for k, v in steps.items()}
+
+
+def dask_rows(workers, reps, rows, files_per_task=(None,), directs=(None,)):
     """``detkit.dask.map_files`` on ``workers`` local GPU workers (:func:`gpu_cluster`): the
-    time of one whole call (submit, run, gather of every file's result), warm workers."""
+    time of one whole call (submit, run, gather of every file's result), warm workers; for
+    each ``files_per_task`` and ``direct`` (the gather from the workers or through the
+    scheduler), and where the time of a call goes (:func:`_dask_steps`)."""
     out = []
     if not workers or not {"dask-cluster", "dask-seed"} & set(rows):
         return out
@@ -361,22 +391,41 @@ def dask_rows(workers, reps, rows, files_per_task=(None,)):
         where = client.run(lambda: (os.environ.get("CUDA_VISIBLE_DEVICES"),
                                     dd.worker_backend().description))
         print(f"# dask workers: {where}")
+        # Round trips: the scheduler's identity (all workers, and the count alone), and one
+        # empty task.
+        for what, fn in (("scheduler_info()", lambda: client.scheduler_info()),
+                         ("scheduler_info(n_workers=0)",
+                          lambda: client.scheduler_info(n_workers=0)),
+                         ("one empty task, submit to result",
+                          lambda: client.submit(int, 0, pure=False).result())):
+            print(f"# dask {what}: {median_time(fn, 20) * 1e3:.2f} ms")
         cpu = detkit.Backend("cpu")
         for row, func, paths in (("dask-cluster", dd.cluster_file, digis),
                                  ("dask-seed", dd.seed_file, sps)):
             if row not in rows:
                 continue
             for fpt in files_per_task:
-                got = dd.map_files(func, paths, client=client, files_per_task=fpt)
-                for i in (0, len(paths) - 1):
-                    same(got[i], func(cpu, paths[i]), f"{row} file {i}")
-                t = median_time(lambda: dd.map_files(func, paths, client=client,
-                                                     files_per_task=fpt), max(3, reps // 2))
-                name = row if fpt is None else f"{row}/{fpt}"
-                out.append((name, t, len(paths), float("nan")))
+                for direct in directs:
+                    call = lambda: dd.map_files(func, paths, client=client,  # noqa: E731
+                                                files_per_task=fpt, direct=direct)
+                    got = call()
+                    for i in (0, len(paths) - 1):
+                        same(got[i], func(cpu, paths[i]), f"{row} file {i}")
+                    t = median_time(call, max(3, reps // 2))
+                    name = row if fpt is None else f"{row}/{fpt}"
+                    if direct is not None:
+                        name += f"/direct={int(direct)}"
+                    out.append((name, t, len(paths), float("nan")))
+            # Where a call's time goes, one task per worker, gather through the scheduler
+            # and straight from the workers.
+            size = -(-len(paths) // workers)
+            for direct in (False, True):
+                st = _dask_steps(client, func, paths, size, direct, max(3, reps // 2))
+                print(f"# {row}: {size} files per task, direct={direct}: "
+                      + ", ".join(f"{k} {v:.1f} ms" for k, v in st.items()))
             # The workers' own time for their share of the files (one task each, no Dask
             # in between): what the rest of a map_files call adds is Dask's.
-            share = paths[: -(-len(paths) // workers)]
+            share = paths[:size]
             work = client.run(_task_time, func, share)
             print(f"# {row}: one worker's task of {len(share)} files, run on the worker: "
                   + ", ".join(f"{1e3 * v:.1f} ms" for v in work.values()))
@@ -396,10 +445,15 @@ def main(argv=None):
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
     ap.add_argument("--files-per-task", default="auto",
                     help="map_files' files_per_task for the Dask rows: a list such as auto,8,32")
+    ap.add_argument("--dask-direct", default="auto",
+                    help="map_files' direct= for the Dask rows: a list such as auto,0,1")
     ap.add_argument("--phases", action="store_true",
                     help="also print where the host rows' time goes (library phases, layer parts)")
     ap.add_argument("--producer", choices=("detkit", "cupy"), default="detkit",
                     help="who makes the device inputs of the *-dev rows")
+    ap.add_argument("--variants", default="0",
+                    help="the host rows again for each measuring variant of the library's doors "
+                         "(detkit.phases::set_variant, e.g. 30,0), rows suffixed [vN]")
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -409,10 +463,21 @@ def main(argv=None):
     b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
     print(f"# {b.description}")
     rust = read_rust(a.rust) if a.rust else {}
-    results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
-               + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows, a.producer)
+    variants = [int(v) for v in a.variants.split(",")]
+    results = []
+    for v in variants:
+        detkit._detkit._set_variant(v)
+        part = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
+                + pet_rows(b, cpu, a.reps, rows))
+        if len(variants) > 1:
+            part = [(f"{r[0]} [v{v}]",) + tuple(r[1:]) for r in part]
+        results += part
+    detkit._detkit._set_variant(0)
+    results = (results + device_rows(b, cpu, a.reps, rows, a.producer)
                + dask_rows(a.dask, a.reps, rows,
-                           [None if v == "auto" else int(v) for v in a.files_per_task.split(",")]))
+                           [None if v == "auto" else int(v) for v in a.files_per_task.split(",")],
+                           [None if v == "auto" else bool(int(v))
+                            for v in a.dask_direct.split(",")]))
     header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_host_ms",
               "rust_device_ms", "copy_pin_ms", "vs_device")
     lines = []

@@ -439,6 +439,27 @@ fn test_bad_batch(c: &Ctx) -> R {
                 .is_some_and(|m| m.contains(&mid.to_string())),
             || format!("{what}: error {want:?} does not name digi {mid}"),
         )?;
+        // The third event alone (one event: the latency settings), checked on the host (the
+        // default) and on the device (`--variant` 38).
+        let (lo, hi) = (o[2] as usize, o[3] as usize);
+        let one = DigisRef::from(&bad).slice(lo..hi).to_digis();
+        let o1 = [0, (hi - lo) as u32];
+        let want = cpu
+            .cluster_events(&one, &o1, &g, None)
+            .map(|_| ())
+            .map_err(e);
+        for variant in [0u32, 38] {
+            let _guard = VariantGuard;
+            detkit::phases::set_variant(variant);
+            let got = c
+                .backend
+                .cluster_events(&one, &o1, &g, None)
+                .map(|_| ())
+                .map_err(e);
+            ensure(want.is_err() && got == want, || {
+                format!("{what}, one event, variant {variant}: GPU {got:?}, CPU {want:?}")
+            })?;
+        }
     }
     let good = c.backend.cluster_events(&d, &o, &g, None).map_err(e)?;
     exact_clusters(
@@ -985,8 +1006,9 @@ impl Drop for VariantGuard {
 /// A pinned-staging batch of 2^20 digis or more in 8 events or more runs as sub-batches on
 /// two workspaces: every shape (odd event counts, an empty event, a short event between full
 /// ones) gives the oracle's clusters in sub-batches of weights 2 : 2 : 2 : 1 : 1 (the
-/// default), 2 and 8 equal ones (variants 11, 12) and in one batch (variant 10), a repeated
-/// call allocates nothing, and a bad digi in
+/// default), 2 and 8 equal ones (variants 11, 12) and in one batch (variant 10), with the
+/// digis checked on the device (variants 33, 34, 37, 38, 39), a repeated call allocates
+/// nothing, and a bad digi in
 /// the middle event, at the first digi of a sub-batch or in the last event gives the CPU
 /// backend's error (same digi index, column and message).
 fn test_cluster_split(c: &Ctx) -> R {
@@ -1029,7 +1051,9 @@ fn test_cluster_split(c: &Ctx) -> R {
         .collect();
     let b = Backend::cuda(0).map_err(e)?;
     let mut out = Clusters::default();
-    for variant in [0u32, 11, 12, 10] {
+    // Also checked on the device: parts staged early (38), in session 10's order (34), on
+    // three workspaces (37), through cached pinned memory (33), in one batch (39).
+    for variant in [0u32, 11, 12, 10, 38, 34, 37, 33, 39] {
         detkit::phases::set_variant(variant);
         for round in 0..2 {
             let before = b.allocations();
@@ -1094,20 +1118,35 @@ fn test_cluster_split(c: &Ctx) -> R {
             }
         }),
     ];
-    for &i in &at {
-        for (what, f) in faults {
-            let mut bad = d.clone();
-            f(&mut bad, i);
-            let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-            let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-            ensure(want.is_err(), || {
-                format!("{what} at {i}: the CPU accepted it")
-            })?;
-            ensure(got == want, || {
-                format!("{what} at digi {i}: GPU {got:?}, CPU {want:?}")
-            })?;
+    // Checked on the host (the default) and on the device (38; 37 with three workspaces).
+    for variant in [0u32, 38, 37] {
+        detkit::phases::set_variant(variant);
+        for &i in &at {
+            for (what, f) in faults {
+                let mut bad = d.clone();
+                f(&mut bad, i);
+                let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+                let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+                ensure(want.is_err(), || {
+                    format!("{what} at {i}: the CPU accepted it")
+                })?;
+                ensure(got == want, || {
+                    format!("variant {variant}: {what} at digi {i}: GPU {got:?}, CPU {want:?}")
+                })?;
+            }
         }
+        // Two faults in different sub-batches, the later one of another kind: the first
+        // is named.
+        let mut bad = d.clone();
+        faults[2].1(&mut bad, at[1]);
+        faults[0].1(&mut bad, at[2]);
+        let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+        let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+        ensure(want.is_err() && got == want, || {
+            format!("variant {variant}: two faults: GPU {got:?}, CPU {want:?}")
+        })?;
     }
+    detkit::phases::set_variant(0);
     b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
     exact_clusters("after the errors", &out, &wants[1])
 }

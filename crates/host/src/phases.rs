@@ -8,8 +8,8 @@
 //! time of the DMA and of the kernels is attributed to them rather than to the final wait;
 //! the overlap of copies and kernels is then lost, so the sum is larger than the call.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cuda::GpuContext;
@@ -46,9 +46,37 @@ pub const NAMES: [&str; COUNT] = [
 /// 0: off, 1: on, 2: on and synchronising.
 static MODE: AtomicU8 = AtomicU8::new(0);
 
+/// Whether the marks also keep a timeline ([`trace`]).
+static TRACE: AtomicBool = AtomicBool::new(false);
+
 thread_local! {
     static TOTALS: Cell<[u64; COUNT]> = const { Cell::new([0; COUNT]) };
     static LAST: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The timeline: each mark's phase, start and end.
+    static STEPS: RefCell<Vec<(Phase, Instant, Instant)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// While the timers are on ([`enable`]), also keep every mark of the calling thread in order
+/// (its phase, start and end) for [`take_trace`]: the timeline of a call.
+pub fn trace(on: bool) {
+    TRACE.store(on, Ordering::Relaxed);
+}
+
+/// The calling thread's marks since the last `take_trace` (see [`trace`]), cleared: phase
+/// name, start and length, the starts counted from the first mark's start.
+pub fn take_trace() -> Vec<(&'static str, Duration, Duration)> {
+    let steps = STEPS.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let origin = steps.first().map(|s| s.1);
+    steps
+        .into_iter()
+        .map(|(p, t0, t1)| {
+            (
+                NAMES[p as usize],
+                t0.duration_since(origin.unwrap_or(t0)),
+                t1.duration_since(t0),
+            )
+        })
+        .collect()
 }
 
 /// Turns the timers on or off for every thread; `sync`: the synchronising mode.
@@ -110,6 +138,9 @@ pub(crate) fn mark(phase: Phase) {
             v[phase as usize] += ns;
             t.set(v);
         });
+        if TRACE.load(Ordering::Relaxed) {
+            STEPS.with(|s| s.borrow_mut().push((phase, t0, now)));
+        }
     }
 }
 

@@ -34,11 +34,20 @@ const PAR_COPY_BYTES: usize = 64 << 10;
 /// session 9").
 const SERIAL_COPY_BYTES: usize = 512 << 10;
 
+/// [`SERIAL_COPY_BYTES`], or 128 KiB under `--variant` 32 (a measurement).
+fn serial_copy_bytes() -> usize {
+    if crate::phases::variant() == 32 {
+        128 << 10
+    } else {
+        SERIAL_COPY_BYTES
+    }
+}
+
 /// Copies `src` into `dst` (equal lengths), in pieces on several threads when large.
 pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     use rayon::prelude::*;
     let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-    if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
+    if std::mem::size_of_val(src) <= serial_copy_bytes() {
         dst.copy_from_slice(src);
     } else if crate::phases::variant() == 14 {
         dst.par_chunks_mut(piece)
@@ -80,6 +89,18 @@ impl<T> Pinned<T> {
         Self {
             buf: None,
             write_combined,
+        }
+    }
+}
+
+impl<T> Pinned<T> {
+    /// Makes the buffer write-combined or not; a buffer of the other kind is freed (the
+    /// next [`Pinned::get`] allocates one of this kind). The caller makes sure that no copy
+    /// still uses it.
+    pub(crate) fn set_write_combined(&mut self, write_combined: bool) {
+        if self.write_combined != write_combined {
+            self.buf = None;
+            self.write_combined = write_combined;
         }
     }
 }
@@ -613,6 +634,158 @@ where
             s.synchronize().ctx(what)
         }
     }
+}
+
+/// Inputs up to which [`stream_up_many`] copies in parts of [`SMALL_PART_BYTES`].
+const SMALL_STREAM_BYTES: usize = 4 << 20;
+
+/// Bytes per part of a small streamed copy.
+const SMALL_PART_BYTES: usize = 16 << 10;
+
+/// Copies the arrays `srcs` to the device (array `i` to `bases[i]`, a device buffer of at
+/// least `srcs[i].len()` elements) through pinned `stage` (the arrays one after the other),
+/// streamed as [`stream_up`] streams one: the pool's threads (the calling thread first)
+/// copy parts of 64 KiB in increasing order over all the arrays, and the thread that
+/// completes a piece of [`STREAM_PIECE_BYTES`] of an array issues its DMA at once. One fork
+/// for all the arrays (the clustering door's four digi columns), no check on the way: each
+/// DMA is issued on `gpu`'s stream, none is waited for. Inputs of at most 512 KiB in all are
+/// copied by the calling thread, one DMA per array.
+pub(crate) fn stream_up_many<T>(
+    gpu: &GpuContext,
+    srcs: &[&[T]],
+    bases: &[u64],
+    stage: &mut [T],
+) -> Result<()>
+where
+    T: DeviceRepr + Copy + Send + Sync,
+{
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let what = "copying to the device";
+    let total: usize = srcs.iter().map(|a| a.len()).sum();
+    if bases.len() != srcs.len() || stage.len() < total {
+        return Err(crate::error::invalid(
+            "upload",
+            format!(
+                "{} arrays to {} buffers through a stage of {} elements for {total}",
+                srcs.len(),
+                bases.len(),
+                stage.len()
+            ),
+        ));
+    }
+    let s = gpu.stream();
+    gpu.context().bind_to_thread().ctx(what)?;
+    let size = std::mem::size_of::<T>().max(1);
+    // Where array `i` starts in the stage.
+    let at: Vec<usize> = srcs
+        .iter()
+        .scan(0, |acc, a| {
+            let o = *acc;
+            *acc += a.len();
+            Some(o)
+        })
+        .collect();
+    let stage_ptr = stage.as_mut_ptr() as usize;
+    // SAFETY (every DMA below): `bases[i]` holds at least `srcs[i].len()` elements (the
+    // caller's contract), so each piece's range lies inside it; the piece's pinned memory is
+    // not written again until the stream has finished this copy (the callers wait before
+    // reusing a stage).
+    let dma = |i: usize, lo: usize, hi: usize| -> Result<()> {
+        // SAFETY: `at[i] + lo .. at[i] + hi` lies inside the stage (`total` elements from
+        // `stage_ptr`) and was written before this call; nobody writes it during the copy.
+        let host =
+            unsafe { std::slice::from_raw_parts((stage_ptr as *const T).add(at[i] + lo), hi - lo) };
+        // SAFETY: see above.
+        unsafe {
+            cudarc::driver::result::memcpy_htod_async(
+                bases[i] + (lo * size) as u64,
+                host,
+                s.cu_stream(),
+            )
+        }
+        .ctx(what)
+    };
+    if total * size <= serial_copy_bytes() {
+        for (i, a) in srcs.iter().enumerate() {
+            stage[at[i]..at[i] + a.len()].copy_from_slice(a);
+        }
+        for (i, a) in srcs.iter().enumerate() {
+            if !a.is_empty() {
+                dma(i, 0, a.len())?;
+            }
+        }
+        return Ok(());
+    }
+    // Small inputs (an event or a few) in smaller parts, so that the threads as they wake
+    // find work left (the calling thread starts at once).
+    let part_bytes = if total * size <= SMALL_STREAM_BYTES {
+        SMALL_PART_BYTES
+    } else {
+        PAR_COPY_BYTES
+    };
+    let part = (part_bytes / size).max(1);
+    let per_piece = (STREAM_PIECE_BYTES / part_bytes).max(1);
+    let piece = part * per_piece;
+    // Parts and pieces numbered over all the arrays: array `i` has parts
+    // `first_part[i]..first_part[i + 1]` and pieces `first_piece[i]..first_piece[i + 1]`.
+    let mut first_part = vec![0usize];
+    let mut first_piece = vec![0usize];
+    for a in srcs {
+        first_part.push(first_part.last().copied().unwrap_or(0) + a.len().div_ceil(part));
+        first_piece.push(first_piece.last().copied().unwrap_or(0) + a.len().div_ceil(piece));
+    }
+    let n_parts = *first_part.last().unwrap_or(&0);
+    let left: Vec<AtomicUsize> = srcs
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| {
+            let parts = first_part[i + 1] - first_part[i];
+            (0..a.len().div_ceil(piece))
+                .map(move |j| AtomicUsize::new(((j + 1) * per_piece).min(parts) - j * per_piece))
+        })
+        .collect();
+    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
+    parts_in_order(n_parts, &|k| {
+        let i = first_part.partition_point(|&f| f <= k) - 1;
+        let kl = k - first_part[i];
+        let a = srcs[i];
+        let (lo, hi) = (kl * part, ((kl + 1) * part).min(a.len()));
+        // SAFETY: part `k` (`at[i] + lo .. at[i] + hi`, inside the stage's `total`
+        // elements) is handed to this thread only, and its piece's DMA reads it only after
+        // this copy (ordered by the piece's counter below).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                a[lo..hi].as_ptr(),
+                (stage_ptr as *mut T).add(at[i] + lo),
+                hi - lo,
+            )
+        };
+        let j = kl / per_piece;
+        if left[first_piece[i] + j].fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The piece's last part: every part of it is in the stage (the other threads'
+            // copies happen before their decrements, acquired above).
+            let (plo, phi) = (j * piece, ((j + 1) * piece).min(a.len()));
+            let r = gpu
+                .context()
+                .bind_to_thread()
+                .ctx(what)
+                .and_then(|()| dma(i, plo, phi));
+            if let Err(e) = r {
+                failed
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+                return false;
+            }
+        }
+        true
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        let _ = s.synchronize();
+        return Err(e);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

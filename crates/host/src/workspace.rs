@@ -92,6 +92,39 @@ impl<W> Pool<W> {
         r
     }
 
+    /// [`Pool::run_two`] with `n` workspaces (the first the one on top of the pool), put back
+    /// in the reverse order: the same roles on every call from one thread.
+    pub(crate) fn run_n<R>(
+        &self,
+        gpu: &GpuContext,
+        n: usize,
+        make: impl Fn() -> Result<W>,
+        f: impl FnOnce(&mut [W]) -> Result<R>,
+    ) -> Result<R> {
+        gpu.context()
+            .bind_to_thread()
+            .ctx("binding the context to this thread")?;
+        let taken: Vec<Option<W>> = {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            (0..n).map(|_| free.pop()).collect()
+        };
+        let mut ws = Vec::with_capacity(n);
+        for w in taken {
+            ws.push(match w {
+                Some(w) => w,
+                None => make()?,
+            });
+        }
+        let r = f(&mut ws);
+        if !matches!(r, Err(Error::Driver { .. })) {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(w) = ws.pop() {
+                free.push(w);
+            }
+        }
+        r
+    }
+
     /// Drops every free workspace (a workspace in use by a call goes back after it).
     pub(crate) fn clear(&self) {
         let free = std::mem::take(&mut *self.free.lock().unwrap_or_else(|e| e.into_inner()));

@@ -928,6 +928,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(timers::_timers, m)?)?;
     m.add_function(wrap_pyfunction!(timers::_timers_take, m)?)?;
+    m.add_function(wrap_pyfunction!(timers::_set_variant, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_digis, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_spacepoints, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_frames, m)?)?;

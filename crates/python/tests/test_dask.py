@@ -218,6 +218,23 @@ def test_map_files_equals_a_single_process_run_in_order(client, files, chain, fu
         assert_same(g, w)
 
 
+@needs_distributed
+def test_results_through_the_scheduler_or_from_the_workers_are_the_same(client, files, tmp_path):
+    missing = str(tmp_path / "missing.bin")
+    paths = files["digis"] + [missing] + files["digis"][::-1]
+    want = single_process(dd.cluster_file, files["digis"])
+    want = want + [None] + want[::-1]
+    for direct in (None, True, False):
+        out = dd.map_files(dd.cluster_file, paths, client=client, backend="cpu",
+                           errors="return", direct=direct)
+        assert len(out) == len(paths)
+        for r, w in zip(out, want):
+            if w is None:
+                assert isinstance(r, dd.FileFailure) and r.error_type == "FileNotFoundError"
+            else:
+                assert_same(r, w)
+
+
 def where_it_ran(backend, path):
     return os.getpid(), id(backend), backend.kind, path
 

@@ -10,9 +10,11 @@
 //! of `--reps` after `--warmup` calls; the allocations the timed calls made are printed too
 //! (0 expected: the workspace is warm).
 //!
-//! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet|memcpy]
-//! [--pet-run-log 24] [--phases] [--variants 0,1,..] [--csv FILE]` (`--phases`: where the
-//! time of each pinned call goes, by phase; `--variants`: the rows again for each measuring
+//! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|cluster-calls|seed|pet|memcpy]
+//! [--pet-run-log 24] [--phases [--timeline]] [--variants 0,1,..] [--csv FILE]` (`--phases`:
+//! where the time of each pinned call goes, by phase, and with `--timeline` the marks of one
+//! call in order; `--only cluster-calls`: the 1- and 64-event clustering calls alone;
+//! `--variants`: the rows again for each measuring
 //! variant of the doors, `detkit::phases::set_variant`, the row names suffixed `[vN]`;
 //! `--only memcpy`: the host's own copy bandwidth into and out of pinned memory, by threads)
 
@@ -40,6 +42,10 @@ struct Opts {
     pet_run_log: u32,
     /// Per-phase host times of the pinned calls (`--phases`).
     phases: bool,
+    /// With `--phases`: the timeline of one pinned call per row (`--timeline`).
+    timeline: bool,
+    /// Only the 1- and 64-event clustering calls (`--only cluster-calls`).
+    calls_only: bool,
 }
 
 /// One printed row.
@@ -192,6 +198,31 @@ fn print_phases(o: &Opts, mut f: impl FnMut() -> Result<()>) -> Result<()> {
             }
         }
         let t = phases::take();
+        if o.timeline {
+            // One more call, its marks in order: `phase@start+length` (ms).
+            phases::take_trace();
+            phases::trace(true);
+            phases::take();
+            let r = f();
+            phases::trace(false);
+            phases::take();
+            let steps: Vec<String> = phases::take_trace()
+                .into_iter()
+                .map(|(n, t0, d)| {
+                    format!(
+                        "{n}@{:.3}+{:.3}",
+                        t0.as_secs_f64() * 1e3,
+                        d.as_secs_f64() * 1e3
+                    )
+                })
+                .collect();
+            r?;
+            println!(
+                "  timeline{} (one call, ms): {}",
+                if sync { ", synchronising" } else { "" },
+                steps.join(" ")
+            );
+        }
         phases::enable(false, false);
         let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / o.reps.max(1) as f64;
         let parts: Vec<String> = phases::NAMES
@@ -282,6 +313,9 @@ fn cluster_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>
         };
         print_row(&r);
         rows.push(r);
+    }
+    if o.calls_only {
+        return Ok(());
     }
     // Several threads on one backend (each call takes a workspace of its own from the pool,
     // with its own stream): 1 event per call from 1, 2 and 4 threads; a row's time is per
@@ -964,11 +998,13 @@ fn main() -> Result<()> {
         only: None,
         pet_run_log: 24,
         phases: false,
+        timeline: false,
+        calls_only: false,
     };
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
     let mut variants: Vec<u32> = vec![0];
-    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet|memcpy] [--pet-run-log 24] [--phases] [--variants 0,1,..] [--csv FILE]";
+    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet|memcpy] [--pet-run-log 24] [--phases [--timeline]] [--variants 0,1,..] [--csv FILE]";
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => o.reps = args.next().context("--reps needs a number")?.parse()?,
@@ -981,6 +1017,7 @@ fn main() -> Result<()> {
                     .parse()?
             }
             "--phases" => o.phases = true,
+            "--timeline" => o.timeline = true,
             "--variants" => {
                 variants = args
                     .next()
@@ -1011,6 +1048,10 @@ fn main() -> Result<()> {
         return memcpy_rows(g, &o);
     }
     header();
+    if o.only.as_deref() == Some("cluster-calls") {
+        o.calls_only = true;
+        o.only = Some("cluster".into());
+    }
     let want = |f: &str| o.only.as_deref().is_none_or(|x| x == f);
     for &v in &variants {
         detkit::phases::set_variant(v);

@@ -6,15 +6,17 @@ use std::sync::Arc;
 
 use detkit_gpu::clustering as k;
 
+use detkit_gpu::histogram::decode_first_index;
+
 use super::cuda::{ClusterQueue, ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
 use super::{
     validate_digis, validate_digis_at, validate_shape, ChargeCut, ClusterCounts, Clusters,
-    ClustersMut, DigisRef, Geometry,
+    ClustersMut, DigisRef, Geometry, WaveSink,
 };
 use crate::cuda::GpuContext;
-use crate::error::Result;
+use crate::error::{DriverContext, Result};
 use crate::phases::{self, Phase};
-use crate::staging::{upload_into, HostCopies};
+use crate::staging::{par_copy, stream_up_many, upload_into, HostCopies};
 
 /// Most clusterers kept (geometries × call shapes); the oldest goes first.
 const MAX_CLUSTERERS: usize = 4;
@@ -30,6 +32,10 @@ pub(crate) struct ClusterWorkspace {
     queue: Option<BatchQueue>,
     /// The device-view calls' consecutive-digis check: `[bad, run counts…]`.
     check: Option<crate::cuda::DeviceBuffer<u32>>,
+    /// An event behind the copies of the last [`ClusterWorkspace::enqueue_staged`]: its
+    /// results are in the pinned stage once it has completed (later work queued on the
+    /// stream meanwhile, the next sub-batch's, is not waited for).
+    done: Option<cudarc::driver::CudaEvent>,
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
@@ -71,6 +77,7 @@ impl ClusterWorkspace {
             stage: ClusterStaging::default(),
             queue: None,
             check: None,
+            done: None,
         })
     }
 
@@ -87,60 +94,206 @@ impl ClusterWorkspace {
     ) -> Result<ClusterCounts> {
         phases::begin();
         let (n, ne) = check_batch(digis, event_offsets, geometry)?;
+        if copies == HostCopies::Pinned {
+            let on_device = device_checks(ne);
+            self.launch_staged(digis, event_offsets, geometry, cut, 0, on_device, None)?;
+            phases::mark_gpu(Phase::Kernels, &self.gpu);
+            self.enqueue_staged(on_device)?;
+            phases::mark(Phase::Stage);
+            let slots = ne * geometry.modules as usize;
+            return match out {
+                Out::Clusters(o) => {
+                    o.clus.resize(n, 0);
+                    o.clus_in_module.resize(slots, 0);
+                    o.module_first.resize(slots, 0);
+                    o.modules = geometry.modules as usize;
+                    let c = self.finish_staged(digis, event_offsets, geometry, 0, o.as_mut())?;
+                    o.medium_modules = c.medium_modules;
+                    o.fallback_modules = c.fallback_modules;
+                    Ok(c)
+                }
+                Out::Slices(s) => self.finish_staged(digis, event_offsets, geometry, 0, s),
+            };
+        }
         self.select_clusterer(n, ne, geometry)?;
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("selected above");
         phases::mark(Phase::Prepare);
-        let stage = match copies {
-            HostCopies::Pinned => Some(&mut self.stage),
-            HostCopies::Pageable => None,
-        };
-        let staged = match stage {
-            Some(st) => {
-                // The validation's threads fill the pinned buffer as they check, and each
-                // wave goes to the device while the next is checked.
-                let pin = st.digis_buffer(g, n)?;
-                let mut dst = d.arrays_mut();
-                let mut sink = |wave: [&[u16]; 4], r: std::ops::Range<usize>| -> Result<()> {
-                    for (src, dst) in wave.into_iter().zip(dst.iter_mut()) {
-                        upload_into(g, src, &mut dst.slice_mut(r.clone()), None)?;
-                    }
-                    Ok(())
-                };
-                if let Err(e) =
-                    validate_digis(digis, event_offsets, geometry, Some((pin, &mut sink)))
-                {
-                    // The waves sent before the error finish before the stage is reused or
-                    // freed.
-                    let _ = g.synchronize();
-                    return Err(e);
-                }
-                phases::mark(Phase::Validate);
-                d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
-                phases::mark_gpu(Phase::Upload, g);
-                Some(st)
-            }
-            None => {
-                validate_digis(digis, event_offsets, geometry, None)?;
-                phases::mark(Phase::Validate);
-                d.copy_in(g, digis, event_offsets, None, false)?;
-                phases::mark_gpu(Phase::Upload, g);
-                None
-            }
-        };
+        validate_digis(digis, event_offsets, geometry, None)?;
+        phases::mark(Phase::Validate);
+        d.copy_in(g, digis, event_offsets, None, false)?;
+        phases::mark_gpu(Phase::Upload, g);
         c.run_graph(d, cut)?;
         phases::mark_gpu(Phase::Kernels, g);
         let (medium_modules, fallback_modules) = match out {
             Out::Clusters(o) => {
-                c.download_results(d, o, staged)?;
+                c.download_results(d, o, None)?;
                 (o.medium_modules, o.fallback_modules)
             }
-            Out::Slices(s) => c.download_results_to(d, s, staged)?,
+            Out::Slices(s) => c.download_results_to(d, s, None)?,
         };
         Ok(ClusterCounts {
             medium_modules,
             fallback_modules,
         })
+    }
+
+    /// Whether a batch of `n` digis and `ne` events fits the clusterer of this geometry and
+    /// call shape and the device check's buffer as they are (selecting it allocates nothing).
+    /// Only the clusterer last used counts: selecting another would reorder the list, and a
+    /// part still running on this workspace is finished with the last one.
+    fn fits(&self, n: usize, ne: usize, geometry: &Geometry) -> bool {
+        let slots = ne * geometry.modules as usize;
+        self.clusterers.last().is_some_and(|(c, _)| {
+            let (cn, ce) = c.capacity();
+            c.geometry() == geometry && few(ce) == few(ne) && n <= cn && ne <= ce
+        }) && self.check.as_ref().map_or(0, |b| b.len()) > slots
+    }
+
+    /// Stages a batch (digis `base..` of the call) and launches its work on this workspace's
+    /// stream, without waiting: the digis into the pinned stage and on to the device (as each
+    /// piece is copied), the sizes and event offsets, then, with `on_device`, the device
+    /// checks (`clustering_check_runs` and its gate; the kernels flag digis out of range),
+    /// else the host's check fused with the copy ([`validate_digis_at`], each wave's DMA
+    /// issued as it is checked); then the chain's graph. With `uploaded`, an event recorded
+    /// behind the uploads (before the graph) goes there: once it has completed, the pinned
+    /// digis may be written again.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_staged(
+        &mut self,
+        digis: DigisRef<'_>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        base: usize,
+        on_device: bool,
+        uploaded: Option<&mut Option<cudarc::driver::CudaEvent>>,
+    ) -> Result<()> {
+        let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        self.select_clusterer(n, ne, geometry)?;
+        phases::mark(Phase::Prepare);
+        let g = &self.gpu;
+        let (c, d) = self.clusterers.last_mut().expect("selected above");
+        let st = &mut self.stage;
+        // `--variant` 33: the digis staged in cached (not write-combined) pinned memory.
+        st.digis.set_write_combined(phases::variant() != 33);
+        if on_device {
+            let pin = st.digis_buffer(g, n)?;
+            let bases = d.arrays_mut().map(|b| g.ptr_mut(b).addr());
+            stream_up_many(g, &[digis.module, digis.x, digis.y, digis.adc], &bases, pin)?;
+            phases::mark(Phase::Stage);
+            d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
+            device_check(g, d, &mut self.check, geometry)?;
+        } else {
+            // The validation's threads fill the pinned buffer as they check, and each wave
+            // goes to the device while the next is checked.
+            let pin = st.digis_buffer(g, n)?;
+            let mut dst = d.arrays_mut();
+            let mut sink = |wave: [&[u16]; 4], r: std::ops::Range<usize>| -> Result<()> {
+                for (src, dst) in wave.into_iter().zip(dst.iter_mut()) {
+                    upload_into(g, src, &mut dst.slice_mut(r.clone()), None)?;
+                }
+                Ok(())
+            };
+            let staged = Some((pin, &mut sink as &mut WaveSink<'_>));
+            if let Err(e) = validate_digis_at(digis, event_offsets, geometry, staged, base) {
+                // The waves sent before the error finish before the stage is reused or
+                // freed.
+                let _ = g.synchronize();
+                return Err(e);
+            }
+            phases::mark(Phase::Validate);
+            d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
+        }
+        if let Some(ev) = uploaded {
+            let flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+            *ev = Some(
+                g.stream()
+                    .record_event(Some(flags))
+                    .ctx("recording an upload")?,
+            );
+        }
+        phases::mark_gpu(Phase::Upload, g);
+        c.run_graph(d, cut)
+    }
+
+    /// Queues the copies of the results of the last [`ClusterWorkspace::launch_staged`] into
+    /// the pinned stage (with `on_device`, the device check's word after the three status
+    /// words), without waiting.
+    fn enqueue_staged(&mut self, on_device: bool) -> Result<()> {
+        let g = &self.gpu;
+        let (c, d) = self.clusterers.last_mut().expect("launched");
+        let st = &mut self.stage;
+        let slots = d.nevents * c.geometry().modules as usize;
+        // Room for the check's word first: the results' copies below must not see their
+        // buffer grown (and freed) after they are queued.
+        st.slots.get(g, 2 * slots + 4)?;
+        c.enqueue_results(d, st)?;
+        let w = st.slots.get(g, 2 * slots + 4)?;
+        if on_device {
+            let check = self.check.as_ref().expect("checked on the device");
+            g.stream()
+                .memcpy_dtoh(&check.slice(0..1), &mut w[2 * slots + 3..2 * slots + 4])
+                .ctx("reading the digi check")?;
+        } else {
+            w[2 * slots + 3] = 0;
+        }
+        let flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        self.done = Some(
+            g.stream()
+                .record_event(Some(flags))
+                .ctx("copying clusters from the device")?,
+        );
+        Ok(())
+    }
+
+    /// Waits for the copies of [`ClusterWorkspace::enqueue_staged`] and moves the results
+    /// into `out` (of the batch's lengths; each module's first digi counted from the call's
+    /// first digi, `base` added). When the device flagged a digi (out of range, or
+    /// a module's digis not consecutive in an event), the host check of `digis` (digis
+    /// `base..` of the call, `event_offsets` counted from the call's first digi, so the
+    /// first is `base`) names it: the same error as a check before the upload.
+    fn finish_staged(
+        &mut self,
+        digis: DigisRef<'_>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        base: usize,
+        out: ClustersMut<'_>,
+    ) -> Result<ClusterCounts> {
+        let g = &self.gpu;
+        let (c, _) = self.clusterers.last_mut().expect("launched");
+        let st = &mut self.stage;
+        // The device digis may hold a later batch already (sub-batches staged early): the
+        // results' sizes are this batch's.
+        let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        let done = self.done.take().expect("enqueued");
+        let r = finish_results(c, st, &done, n, ne, base, out);
+        let slots = ne * c.geometry().modules as usize;
+        let flagged = st.slots.get(g, 2 * slots + 4)?[2 * slots + 3];
+        match r {
+            Ok((medium_modules, fallback_modules)) if flagged == 0 => Ok(ClusterCounts {
+                medium_modules,
+                fallback_modules,
+            }),
+            Err(e) if !matches!(e, crate::Error::InvalidInput { .. }) => Err(e),
+            r => {
+                // A digi the device flagged: the host's check names it as a check before
+                // the upload would have.
+                let offsets: Vec<u32> = event_offsets.iter().map(|&o| o - base as u32).collect();
+                validate_digis_at(digis, &offsets, geometry, None, base)?;
+                Err(match (r, decode_first_index(flagged)) {
+                    (Err(e), _) => e,
+                    (Ok(_), bad) => crate::error::invalid(
+                        "digis",
+                        format!(
+                            "digi {}: a module's digis not consecutive in its event",
+                            base + bad.unwrap_or(0) as usize
+                        ),
+                    ),
+                })
+            }
+        }
     }
 
     /// Puts the clusterer of this geometry and call shape (`ne` events) with its device
@@ -276,18 +429,21 @@ const SPLIT_MIN_DIGIS: usize = 1 << 20;
 /// The sub-batches [`cluster_split`] makes of a call of `n` digis in `ne` events, as weights
 /// of its digis (one weight: the call is one batch, [`ClusterWorkspace::cluster`]): the last
 /// part small, since its kernels and copy out are all that run after the host's checks. By
-/// the measuring variant (see docs/benchmarks.md, section "door"): 1 and 10 one batch (the
-/// earlier paths), 11 two equal parts, 12 eight, 13 six, 15 four; otherwise 2 : 2 : 2 : 1 : 1.
+/// the measuring variant (see docs/benchmarks.md, sections "door" and "chost"): 1, 10 and 39
+/// one batch (the earlier paths; 39 with the device checks), 11 two equal parts, 12 eight, 13
+/// six, 15 four, 35 1 : 2 : 2 : 2 : 2 : 1, 36 twelve; otherwise 2 : 2 : 2 : 1 : 1.
 pub(crate) fn split_weights(n: usize, ne: usize, copies: HostCopies) -> &'static [usize] {
     if copies != HostCopies::Pinned || ne < SPLIT_MIN_EVENTS || n < SPLIT_MIN_DIGIS {
         return &[1];
     }
     match phases::variant() {
-        1 | 10 => &[1],
+        1 | 10 | 39 => &[1],
         11 => &[1, 1],
         12 => &[1; 8],
         13 => &[1; 6],
         15 => &[1; 4],
+        35 => &[1, 2, 2, 2, 2, 1],
+        36 => &[1; 12],
         _ => &[2, 2, 2, 1, 1],
     }
 }
@@ -316,17 +472,18 @@ fn split_ends(event_offsets: &[u32], weights: &[usize]) -> Vec<usize> {
     ends
 }
 
-/// A batch clustered as sub-batches of whole events (`weights`: [`split_weights`]) on two workspaces, taking
-/// turns: sub-batch k is validated, staged and uploaded, its graph launched and its results'
-/// copy out queued, all on its workspace's stream, while sub-batch k - 1's kernels run on
-/// the other's; its results are copied into `out` once sub-batch k + 1 is under way. Each
+/// A batch clustered as sub-batches of whole events (`weights`: [`split_weights`]) on the
+/// workspaces `ws` (two; three under `--variant` 37), taking turns: sub-batch k is
+/// validated, staged and uploaded, its graph launched and its results' copy out queued, all
+/// on its workspace's stream, while sub-batch k - 1's kernels run on another's; its results
+/// are copied into `out` once sub-batch k + 1 is under way. Each
 /// event is clustered on its own either way, so the results equal the one-batch call's
 /// ([`ClusterWorkspace::cluster`]): the first digi of each module moved by the sub-batch's
 /// first digi, the module counts summed; an error is the first bad digi's, named by its
 /// index in the whole batch.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cluster_split(
-    ws: [&mut ClusterWorkspace; 2],
+    ws: &mut [ClusterWorkspace],
     digis: DigisRef<'_>,
     event_offsets: &[u32],
     geometry: &Geometry,
@@ -379,7 +536,7 @@ struct Part {
 }
 
 fn split_into(
-    ws: [&mut ClusterWorkspace; 2],
+    ws: &mut [ClusterWorkspace],
     digis: DigisRef<'_>,
     event_offsets: &[u32],
     geometry: &Geometry,
@@ -389,6 +546,11 @@ fn split_into(
 ) -> Result<ClusterCounts> {
     let ends = split_ends(event_offsets, weights);
     let m = geometry.modules as usize;
+    let on_device = device_checks(event_offsets.len() - 1);
+    // With the device checks (`--variant` 31, 33, 37, 38) part k is staged as soon as part
+    // k - 2's upload has completed, before part k - 2 is finished; else (and 34) in session
+    // 10's order, part k - 2 finished first.
+    let early = on_device && phases::variant() != 34;
     let ClustersMut {
         clus,
         clus_in_module,
@@ -397,10 +559,23 @@ fn split_into(
     // What is left of the outputs: the parts are finished in order, each taking the front.
     let mut rest = (clus, clus_in_module, module_first);
     let mut counts = ClusterCounts::default();
-    let mut running: [Option<Part>; 2] = [None, None];
+    // The parts each workspace has launched and not finished (at most two each).
+    let nw = ws.len();
+    let mut running: Vec<std::collections::VecDeque<Part>> =
+        (0..nw).map(|_| Default::default()).collect();
+    // Per workspace: an event behind its last part's upload (its pinned digis are free again
+    // once it has completed).
+    let mut uploaded: Vec<Option<cudarc::driver::CudaEvent>> = (0..nw).map(|_| None).collect();
     let mut rebased: Vec<u32> = Vec::new();
-    let [w0, w1] = ws;
-    let mut ws = [w0, w1];
+    let sub = |p: Part| -> DigisRef<'_> {
+        let (lo, hi) = (event_offsets[p.e0] as usize, event_offsets[p.e1] as usize);
+        DigisRef {
+            module: &digis.module[lo..hi],
+            x: &digis.x[lo..hi],
+            y: &digis.y[lo..hi],
+            adc: &digis.adc[lo..hi],
+        }
+    };
     let r = (|| -> Result<()> {
         let mut finish = |w: &mut ClusterWorkspace, p: Part| -> Result<()> {
             let lo = event_offsets[p.e0] as usize;
@@ -410,55 +585,63 @@ fn split_into(
             let (cim, r1) = std::mem::take(&mut rest.1).split_at_mut(sl);
             let (mf, r2) = std::mem::take(&mut rest.2).split_at_mut(sl);
             rest = (r0, r1, r2);
-            let (c, d) = w.clusterers.last_mut().expect("started");
-            let (medium, fallback) = c.finish_results_to(
-                d,
-                &mut w.stage,
+            // The first digi of each module comes back counted from the call's first digi.
+            let c = w.finish_staged(
+                sub(p),
+                &event_offsets[p.e0..=p.e1],
+                geometry,
+                lo,
                 ClustersMut {
                     clus,
                     clus_in_module: cim,
-                    module_first: &mut *mf,
+                    module_first: mf,
                 },
             )?;
-            if lo > 0 {
-                let lo = lo as u32;
-                for v in mf.iter_mut().filter(|v| **v != u32::MAX) {
-                    *v += lo;
-                }
-            }
-            counts.medium_modules += medium;
-            counts.fallback_modules += fallback;
+            counts.medium_modules += c.medium_modules;
+            counts.fallback_modules += c.fallback_modules;
+            phases::mark(Phase::Unpack);
             Ok(())
         };
         let mut e0 = 0;
         for (k, &e1) in ends.iter().enumerate() {
-            let w = &mut *ws[k % 2];
-            if let Some(p) = running[k % 2].take() {
-                finish(w, p)?;
-            }
+            let j = k % nw;
+            let p = Part { e0, e1 };
             let (lo, hi) = (event_offsets[e0] as usize, event_offsets[e1] as usize);
-            let sub = DigisRef {
-                module: &digis.module[lo..hi],
-                x: &digis.x[lo..hi],
-                y: &digis.y[lo..hi],
-                adc: &digis.adc[lo..hi],
-            };
+            // Part k - 2's results leave this workspace's pinned buffers before part k's
+            // are queued into them; part k's digis may be staged before that (as soon as
+            // part k - 2's upload has completed) when nothing needs to grow meanwhile.
+            let stage_first = early && ws[j].fits(hi - lo, e1 - e0, geometry);
+            if !stage_first {
+                if let Some(q) = running[j].pop_front() {
+                    finish(&mut ws[j], q)?;
+                }
+            } else if let Some(ev) = uploaded[j].take() {
+                ev.synchronize().ctx("waiting for an upload")?;
+                phases::mark(Phase::Wait);
+            }
             rebased.clear();
             rebased.extend(event_offsets[e0..=e1].iter().map(|&o| o - lo as u32));
-            start_part(w, sub, &rebased, geometry, cut, lo)?;
-            running[k % 2] = Some(Part { e0, e1 });
+            let upl = early.then_some(&mut uploaded[j]);
+            ws[j].launch_staged(sub(p), &rebased, geometry, cut, lo, on_device, upl)?;
+            phases::mark(Phase::Kernels);
+            if let Some(q) = running[j].pop_front() {
+                finish(&mut ws[j], q)?;
+            }
+            ws[j].enqueue_staged(on_device)?;
+            phases::mark(Phase::Stage);
+            running[j].push_back(p);
             e0 = e1;
         }
-        for k in ends.len()..ends.len() + 2 {
-            if let Some(p) = running[k % 2].take() {
-                finish(&mut *ws[k % 2], p)?;
+        for k in ends.len()..ends.len() + nw {
+            if let Some(q) = running[k % nw].pop_front() {
+                finish(&mut ws[k % nw], q)?;
             }
         }
         Ok(())
     })();
     if let Err(e) = r {
         // Copies still in flight (out of pinned staging) finish before the stage is reused.
-        for w in ws {
+        for w in ws.iter() {
             let _ = w.gpu.synchronize();
         }
         return Err(e);
@@ -466,38 +649,149 @@ fn split_into(
     Ok(counts)
 }
 
-/// Validates the sub-batch `digis` (digis `base..` of the call) into `w`'s pinned stage,
-/// each wave sent to the device as it is checked, then launches its graph and queues its
-/// results' copy out, without waiting.
-fn start_part(
-    w: &mut ClusterWorkspace,
-    digis: DigisRef<'_>,
-    event_offsets: &[u32],
-    geometry: &Geometry,
-    cut: Option<ChargeCut>,
+/// Waits for the results of a batch of `n` digis and `ne` events that
+/// [`ClusterWorkspace::enqueue_staged`] queued into `st` (each piece of the cluster indices
+/// by its own event, the rest by `done`, so that work queued after them is not waited for)
+/// and moves them into `out` (of the batch's lengths); returns the medium and fallback
+/// module counts, or the typed error of a digi the kernels flagged.
+#[allow(clippy::too_many_arguments)]
+fn finish_results(
+    c: &Clusterer<'static>,
+    st: &mut ClusterStaging,
+    done: &cudarc::driver::CudaEvent,
+    n: usize,
+    ne: usize,
     base: usize,
-) -> Result<()> {
-    let (n, ne) = (digis.len(), event_offsets.len() - 1);
-    w.select_clusterer(n, ne, geometry)?;
-    let g = &w.gpu;
-    let (c, d) = w.clusterers.last_mut().expect("selected above");
-    let st = &mut w.stage;
-    let pin = st.digis_buffer(g, n)?;
-    let mut dst = d.arrays_mut();
-    let mut sink = |wave: [&[u16]; 4], r: std::ops::Range<usize>| -> Result<()> {
-        for (src, dst) in wave.into_iter().zip(dst.iter_mut()) {
-            upload_into(g, src, &mut dst.slice_mut(r.clone()), None)?;
+    out: ClustersMut<'_>,
+) -> Result<(u32, u32)> {
+    let g = c.context();
+    let slots = ne * c.geometry().modules as usize;
+    let what = "waiting for the clusters";
+    let landed = std::mem::take(&mut st.landed);
+    let clus = st.clus.get(g, n)?;
+    if landed.is_empty() {
+        done.synchronize().ctx(what)?;
+        phases::mark(Phase::Wait);
+        par_copy(&mut out.clus[..n], clus);
+        phases::mark(Phase::CopyOut);
+    } else {
+        // Each piece is copied out as soon as it has landed.
+        let piece = crate::staging::PIPELINE_BYTES / 4;
+        let pieces = out.clus[..n].chunks_mut(piece).zip(clus.chunks(piece));
+        for ((dst, src), e) in pieces.zip(&landed) {
+            e.synchronize().ctx(what)?;
+            phases::mark(Phase::Wait);
+            par_copy(dst, src);
+            phases::mark(Phase::CopyOut);
         }
-        Ok(())
+        done.synchronize().ctx(what)?;
+        phases::mark(Phase::Wait);
+    }
+    st.landed = landed;
+    let w = st.slots.get(g, 2 * slots + 4)?;
+    out.clus_in_module[..slots].copy_from_slice(&w[..slots]);
+    copy_rebased(
+        &mut out.module_first[..slots],
+        &w[slots..2 * slots],
+        base as u32,
+    );
+    let r = c.decode_status(w[2 * slots], w[2 * slots + 1], w[2 * slots + 2]);
+    phases::mark(Phase::Unpack);
+    r
+}
+
+/// Copies a sub-batch's first digi per module (`src`, counted from the sub-batch's first
+/// digi) into `dst` counted from the call's first digi (`base` added; `u32::MAX`, an
+/// absent module, kept): one pass over the words.
+fn copy_rebased(dst: &mut [u32], src: &[u32], base: u32) {
+    if base == 0 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = if v == u32::MAX { v } else { v + base };
+    }
+}
+
+/// Whether the pinned-staging calls of `ne` events check the digis on the device (the host
+/// copies them into pinned memory unchecked; only when the device flags a digi does the
+/// host check them, to name it) rather than on the host as it copies them (the default).
+/// Measuring variants only: the host's check costs nothing measurable beside the copy into
+/// pinned memory while the DMA reads it, which the host memory's bandwidth limits (see
+/// docs/benchmarks.md, "chost"). `--variant` 34, 38 and 39: on the device; 31, 33 and 37:
+/// on the device for more than [`k::FEW_EVENTS_PER_LAUNCH`] events.
+fn device_checks(ne: usize) -> bool {
+    match phases::variant() {
+        34 | 38 | 39 => true,
+        31 | 33 | 37 => !few(ne),
+        _ => false,
+    }
+}
+
+/// Threads per block of the consecutive-digis check.
+const CHECK_THREADS: u32 = 256;
+
+/// Launches the device checks of the batch in `d` on `g`'s stream: `clustering_check_runs`
+/// (a module's second run in an event flags its digi in `check[0]`, the smallest index)
+/// into `check` (`[bad, run counts of every event and module…]`, grown when short, zeroed
+/// here), then `clustering_gate_runs`, which makes a flagged batch empty for the chain after
+/// it (whose kernels assume each module's digis consecutive). Digis out of range are
+/// flagged by the chain's `count_modules`.
+fn device_check(
+    g: &GpuContext,
+    d: &mut DeviceDigis,
+    check: &mut Option<crate::cuda::DeviceBuffer<u32>>,
+    geometry: &Geometry,
+) -> Result<()> {
+    let (n, ne) = (d.n, d.nevents);
+    let slots = ne * geometry.modules as usize;
+    let have = check.as_ref().map_or(0, |b| b.len());
+    if have < slots + 1 {
+        *check = None;
+        *check = Some(g.zeros::<u32>((slots + 1).max(have + have / 2))?);
+    }
+    let check = check.as_mut().expect("allocated above");
+    g.fill_u32(check, slots + 1, 0)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let params = k::ClusteringCheckRunsParams {
+        module: g.ptr(&d.module),
+        event_offsets: g.ptr(&d.event_offsets),
+        dims: g.ptr(&d.dims),
+        runs: g.ptr_mut(&mut check.slice_mut(1..slots + 1)),
+        bad: g.ptr_mut(&mut check.slice_mut(0..1)),
+        nmodules: geometry.modules,
+        _pad0: 0,
     };
-    validate_digis_at(digis, event_offsets, geometry, Some((pin, &mut sink)), base)?;
-    phases::mark(Phase::Validate);
-    d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
-    phases::mark(Phase::Upload);
-    c.run_graph(d, cut)?;
-    c.enqueue_results(d, st)?;
-    phases::mark(Phase::Kernels);
-    Ok(())
+    let blocks = n
+        .div_ceil(CHECK_THREADS as usize)
+        .min(16 * g.sm_count() as usize);
+    // SAFETY: `dims` holds `[n, ne]` of this batch and `module` `n` digis (queued before on
+    // this stream); `event_offsets` `ne + 1` checked offsets from 0 to `n`; `runs` `ne *
+    // modules` zeroed words and `bad` one zeroed word, distinct; grid-stride over the digis.
+    unsafe {
+        g.launch(
+            k::KERNEL_CHECK_RUNS,
+            crate::cuda::cfg(blocks.max(1) as u64, CHECK_THREADS, 0),
+            &params,
+        )?
+    };
+    let params = k::ClusteringGateRunsParams {
+        bad: g.ptr(&check.slice(0..1)),
+        dims: g.ptr_mut(&mut d.dims),
+        event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..ne + 1)),
+    };
+    // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` words (queued before);
+    // `bad` the check's word, final in stream order; the graph that reads `dims` and the
+    // offsets runs after this launch on the same stream.
+    unsafe {
+        g.launch(
+            k::KERNEL_GATE_RUNS,
+            crate::cuda::cfg(1, CHECK_THREADS, 0),
+            &params,
+        )
+    }
 }
 
 /// A clustering call on a backend's workspaces: as sub-batches on two of them
@@ -522,17 +816,36 @@ pub(crate) fn cluster_call(
             |w| w.cluster(digis, event_offsets, geometry, cut, copies, out),
         )
     } else {
-        pool.run_two(
+        // `--variant` 37: three workspaces (part k's upload then waits for part k - 3's
+        // kernels rather than k - 2's).
+        let n = if phases::variant() == 37 { 3 } else { 2 };
+        pool.run_n(
             gpu,
+            n,
             || ClusterWorkspace::new(gpu),
-            |a, b| cluster_split([a, b], digis, event_offsets, geometry, cut, weights, out),
+            |ws| cluster_split(ws, digis, event_offsets, geometry, cut, weights, out),
         )
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::split_ends;
+    use super::{copy_rebased, split_ends};
+
+    /// Every word moved by the base, absent modules (`u32::MAX`) kept; base 0 a plain copy.
+    #[test]
+    fn module_first_is_rebased_in_the_copy() {
+        let src = [0u32, 5, u32::MAX, 17, u32::MAX - 1000, u32::MAX];
+        for base in [0u32, 1, 999] {
+            let mut dst = [7u32; 6];
+            copy_rebased(&mut dst, &src, base);
+            let want: Vec<u32> = src
+                .iter()
+                .map(|&v| if v == u32::MAX { v } else { v + base })
+                .collect();
+            assert_eq!(dst.to_vec(), want, "base {base}");
+        }
+    }
 
     /// Parts of whole events, each of at least one event, increasing, the last ending at the
     /// event count; about equal digi counts when the events allow it.

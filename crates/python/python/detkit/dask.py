@@ -212,6 +212,7 @@ def map_files(
     resources: Optional[Dict[str, float]] = None,
     errors: str = "raise",
     files_per_task: Optional[int] = None,
+    direct: Optional[bool] = None,
     **kwargs: Any,
 ) -> List[Any]:
     """Runs ``func(backend, path, **kwargs)`` for every path of ``paths`` on a Dask cluster,
@@ -247,6 +248,13 @@ def map_files(
     (one library call), which is where a GPU worker's files/s comes from. Results and
     failures stay per file.
 
+    ``direct``: whether the client fetches the results straight from the workers
+    (``client.gather(direct=True)``) or through the scheduler. ``None``: the client's own
+    ``direct_to_workers`` setting when it has one, else straight from the workers (the
+    results cross the network once instead of twice, and the scheduler's event loop does not
+    carry them; see docs/benchmarks.md, "chost"). Pass ``False`` when the client cannot reach
+    the workers.
+
     ``**kwargs``: passed to ``func`` with every file.
     """
     if errors not in ("raise", "return"):
@@ -265,6 +273,9 @@ def map_files(
             ) from e
     if files_per_task is not None and (not isinstance(files_per_task, int) or files_per_task < 1):
         raise ValueError(f"files_per_task must be a positive int, got {files_per_task!r}")
+    if direct is None:
+        direct = getattr(client, "direct_to_workers", None)
+        direct = True if direct is None else bool(direct)
     size = files_per_task or _auto_group(client, len(paths), hasattr(func, "_detkit_batch"))
     groups = [list(range(i, min(i + size, len(paths)))) for i in range(0, len(paths), size)]
     name = getattr(func, "__name__", "task")
@@ -287,7 +298,7 @@ def map_files(
     try:
         distributed.wait(futures)
         done = [k for k, f in enumerate(futures) if f.status == "finished"]
-        values = client.gather([futures[k] for k in done]) if done else []
+        values = client.gather([futures[k] for k in done], direct=direct) if done else []
         for k, v in zip(done, values):
             for i, r in zip(groups[k], v):
                 results[i] = r
@@ -311,9 +322,14 @@ def _auto_group(client: Any, n: int, batched: bool = False) -> int:
     "pynum"), else about four tasks per worker (so a slow worker takes fewer); at most 64
     files a task."""
     try:
-        workers = max(1, len(client.scheduler_info().get("workers", {})))
-    except Exception:  # an unusual client: one worker's worth of grouping
-        workers = 1
+        # The count alone (no per-worker records to build and send).
+        info = client.scheduler_info(n_workers=0)
+        workers = max(1, int(info.get("n_workers") or len(info.get("workers", {}))))
+    except Exception:
+        try:  # an older client or scheduler: the records of every worker
+            workers = max(1, len(client.scheduler_info().get("workers", {})))
+        except Exception:  # an unusual client: one worker's worth of grouping
+            workers = 1
     return max(1, min(64, math.ceil(n / (workers if batched else 4 * workers))))
 
 

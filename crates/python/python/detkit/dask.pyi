@@ -41,6 +41,7 @@ def map_files(
     resources: Optional[Dict[str, float]] = None,
     errors: str = "raise",
     files_per_task: Optional[int] = None,
+    direct: Optional[bool] = None,
     **kwargs: Any,
 ) -> List[Any]: ...
 def read_digis(path: _Path) -> Tuple[npt.NDArray[np.uint16], npt.NDArray[np.uint16], npt.NDArray[np.uint16], npt.NDArray[np.uint16]]: ...
