@@ -400,6 +400,9 @@ def main(argv=None):
                     help="also print where the host rows' time goes (library phases, layer parts)")
     ap.add_argument("--producer", choices=("detkit", "cupy"), default="detkit",
                     help="who makes the device inputs of the *-dev rows")
+    ap.add_argument("--variants", default="0",
+                    help="measuring variants of the doors (_detkit._set_variant), e.g. 30,0: "
+                         "the rows again for each, names suffixed [vN]")
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -409,10 +412,20 @@ def main(argv=None):
     b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
     print(f"# {b.description}")
     rust = read_rust(a.rust) if a.rust else {}
-    results = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
+    variants = [int(v) for v in a.variants.split(",") if v.strip()]
+    results = []
+    for v in variants:
+        detkit._detkit._set_variant(v)
+        got = (cluster_rows(b, cpu, a.reps, rows) + seed_rows(b, cpu, a.reps, rows)
                + pet_rows(b, cpu, a.reps, rows) + device_rows(b, cpu, a.reps, rows, a.producer)
                + dask_rows(a.dask, a.reps, rows,
                            [None if v == "auto" else int(v) for v in a.files_per_task.split(",")]))
+        if len(variants) > 1:
+            got = [(f"{row}[v{v}]", t, items, copy) for row, t, items, copy in got]
+            for row in [r for r in PHASES if r is not None and "[v" not in r]:
+                PHASES[f"{row}[v{v}]"] = PHASES.pop(row)
+        results += got
+    detkit._detkit._set_variant(0)
     header = ("row", "median_ms", "items_per_call", "items_per_s", "memcpy_ms", "rust_host_ms",
               "rust_device_ms", "copy_pin_ms", "vs_device")
     lines = []

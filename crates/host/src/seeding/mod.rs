@@ -508,9 +508,6 @@ pub fn as_words(sps: &[SpacePoint]) -> &[u32] {
     bytemuck::cast_slice(sps)
 }
 
-fn words<T>(n: usize) -> usize {
-    (n * std::mem::size_of::<T>() / 4).max(1)
-}
 
 impl Backend {
     /// Seeds of one event (input indices, output order documented in `docs/seeding.md`),
