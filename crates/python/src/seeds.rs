@@ -215,6 +215,19 @@ unsafe fn record_views<'py>(
     } else {
         (&floats[3..], &floats[4..])
     };
+    if n == 0 {
+        // Empty arrays of the same shapes (strided empty views are refused by ndarray: their
+        // last column lies past an empty slice).
+        // SAFETY: the caller's contract; empty views read nothing.
+        return unsafe {
+            Ok((
+                outputs::view(owner, &words[..0], [0, 3])?,
+                outputs::view1(owner, &w[..0])?,
+                outputs::view1(owner, &z[..0])?,
+                outputs::view(owner, &p[..0], [0, 5])?,
+            ))
+        };
+    }
     // SAFETY: the caller's contract; each shape stays inside its slice ((n - 1) strides of
     // W words and the row's last element inside the n records).
     unsafe {
