@@ -334,7 +334,7 @@ impl GpuContext {
         value: u32,
     ) -> Result<()> {
         let size = std::mem::size_of::<T>();
-        if size % 4 != 0 || n > buf.len() {
+        if !size.is_multiple_of(4) || n > buf.len() {
             return Err(crate::error::invalid(
                 "fill_words",
                 format!("{n} elements of {size} bytes in a buffer of {}", buf.len()),
