@@ -465,7 +465,10 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
                 .iter()
                 .map(|(t, th, label, part)| format!("{t:.3} t{th} p{part} {label}"))
                 .collect();
-            println!("  timeline (one call, wall {wall:.3} ms): {}", line.join("; "));
+            println!(
+                "  timeline (one call, wall {wall:.3} ms): {}",
+                line.join("; ")
+            );
         }
         let device = median_ms(g, o.warmup, o.reps, || {
             g.seed_batch_device(&mut ws, &cfg, &d_sps, &offsets, None)

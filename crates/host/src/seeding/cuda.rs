@@ -506,7 +506,10 @@ impl GpuContext {
             ws.b.ev_off.ensure(self, ev_off.len())?;
             if ws.ev_off_host != ev_off {
                 self.stream()
-                    .memcpy_htod(&ev_off, &mut ws.b.ev_off.get_mut().slice_mut(..ev_off.len()))
+                    .memcpy_htod(
+                        &ev_off,
+                        &mut ws.b.ev_off.get_mut().slice_mut(..ev_off.len()),
+                    )
                     .ctx("uploading event offsets")?;
                 ws.ev_off_host = ev_off.clone();
             }

@@ -508,7 +508,6 @@ pub fn as_words(sps: &[SpacePoint]) -> &[u32] {
     bytemuck::cast_slice(sps)
 }
 
-
 impl Backend {
     /// Seeds of one event (input indices, output order documented in `docs/seeding.md`),
     /// their bound parameters and the stage counts; identical on both backends.
