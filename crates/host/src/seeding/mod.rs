@@ -805,6 +805,7 @@ impl Backend {
         cfg: &SeedingConfig,
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
+        crate::phases::begin();
         check_config(cfg)?;
         match self.gpu() {
             Some(gpu) if self.host_copies() == crate::HostCopies::Pinned => {
