@@ -907,12 +907,12 @@ impl GpuContext {
             .memcpy_dtoh(&ws.b.summary.get().slice(..sw), &mut pin[..sw])
             .ctx(what)?;
         if let Some(pf) = prefetch {
-            // Never more than the pinned buffers hold already: the guess allocates nothing
-            // (the copy of the counts' exact need grows them, as without the guess).
-            let guess = ((n as f64 * ws.seeds_per_sp * PREFETCH_MARGIN).ceil() as usize)
-                .min(n * msp)
-                .min(pf.stage.seeds.capacity())
-                .min(pf.stage.params.capacity());
+            let guess = prefetch_guess(
+                n,
+                ws.seeds_per_sp,
+                n * msp,
+                pf.stage.seeds.capacity().min(pf.stage.params.capacity()),
+            );
             pf.copied = 0;
             if guess > 0 {
                 let what = "copying seeds";
@@ -1375,6 +1375,16 @@ pub(crate) struct SeedPrefetch<'a> {
     pub(crate) copied: usize,
 }
 
+/// Seeds to copy speculatively for `n` spacepoints: the last call's `seeds_per_sp` with
+/// [`PREFETCH_MARGIN`], at most the seed buffer's `capacity` (`n × max_seeds_per_spm`) and
+/// never more than the pinned buffers hold already (`pinned`): the guess allocates nothing
+/// (the copy of the counts' exact need grows them, as without the guess).
+fn prefetch_guess(n: usize, seeds_per_sp: f64, capacity: usize, pinned: usize) -> usize {
+    ((n as f64 * seeds_per_sp * PREFETCH_MARGIN).ceil() as usize)
+        .min(capacity)
+        .min(pinned)
+}
+
 /// The speculative copy's margin over the last call's seeds per spacepoint (events of one
 /// pile-up differ by a few per cent in it; bytes copied beyond the seeds cost DMA time only).
 const PREFETCH_MARGIN: f64 = 1.1;
@@ -1582,8 +1592,20 @@ struct BinInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{SeedingWorkspace, MAX_CAP};
+    use super::{prefetch_guess, SeedingWorkspace, MAX_CAP};
     use crate::Error;
+
+    /// The speculative copy: nothing on a first call (no ratio, no pinned memory yet), the
+    /// last ratio with its margin after, never past the seed buffer or the pinned buffers.
+    #[test]
+    fn the_seeds_guess_follows_the_last_call_and_allocates_nothing() {
+        assert_eq!(prefetch_guess(40_000, 0.0, 640_000, 0), 0);
+        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 0), 0);
+        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 1 << 20), 22_000);
+        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 21_000), 21_000);
+        assert_eq!(prefetch_guess(10, 100.0, 160, 1 << 20), 160);
+        assert_eq!(prefetch_guess(0, 0.5, 0, 1 << 20), 0);
+    }
 
     #[test]
     fn capacities_scale_with_the_input_and_grow_with_a_margin() {
