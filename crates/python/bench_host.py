@@ -463,7 +463,7 @@ def main(argv=None):
     b, cpu = detkit.Backend(a.backend), detkit.Backend("cpu")
     print(f"# {b.description}")
     rust = read_rust(a.rust) if a.rust else {}
-    variants = [int(v) for v in a.variants.split(",")]
+    variants = [int(v) for v in a.variants.split(",") if v.strip()]
     results = []
     for v in variants:
         detkit._detkit._set_variant(v)
@@ -471,6 +471,8 @@ def main(argv=None):
                 + pet_rows(b, cpu, a.reps, rows))
         if len(variants) > 1:
             part = [(f"{r[0]} [v{v}]",) + tuple(r[1:]) for r in part]
+            for row in [r for r in PHASES if r is not None and "[v" not in r]:
+                PHASES[f"{row} [v{v}]"] = PHASES.pop(row)
         results += part
     detkit._detkit._set_variant(0)
     results = (results + device_rows(b, cpu, a.reps, rows, a.producer)

@@ -26,6 +26,32 @@ use crate::scratch::{Scratch, ScratchSlot};
 /// A buffer in device memory (cudarc's `CudaSlice`; allocations are 256-byte aligned).
 pub type DeviceBuffer<T> = CudaSlice<T>;
 
+/// A `#[repr(C)]` record of `detkit-gpu` (a [`bytemuck::Pod`] type such as `Seed`) as the
+/// element of a device buffer: [`DeviceVec<T>`] is a typed device vector of `T`.
+///
+/// cudarc's buffers take elements that implement its `DeviceRepr`; the shared record types
+/// live in `detkit-gpu`, which depends on nothing but `bytemuck`, and Rust's orphan rule
+/// forbids implementing cudarc's trait for them here, so this transparent wrapper carries
+/// it. Host slices of `T` and of `Record<T>` cast into each other (`bytemuck`).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Record<T>(pub T);
+
+// SAFETY: `Record<T>` is `#[repr(transparent)]` over a `Pod` `T`: plain bytes, any bit
+// pattern valid, no padding, `Copy`.
+unsafe impl<T: bytemuck::Pod> bytemuck::Zeroable for Record<T> {}
+// SAFETY: as above.
+unsafe impl<T: bytemuck::Pod> bytemuck::Pod for Record<T> {}
+// SAFETY: a `Pod` record is plain bytes with the layout its kernels declare (the same
+// `#[repr(C)]` definition from `detkit-gpu` on both sides), so it can be copied to and from
+// the device byte for byte.
+unsafe impl<T: bytemuck::Pod> DeviceRepr for Record<T> {}
+// SAFETY: all-zero bytes are a valid `Pod` value.
+unsafe impl<T: bytemuck::Pod> ValidAsZeroBits for Record<T> {}
+
+/// A typed device vector of `detkit-gpu` records (see [`Record`]).
+pub type DeviceVec<T> = DeviceBuffer<Record<T>>;
+
 /// Whether a CUDA driver library can be loaded on this machine.
 pub fn driver_present() -> bool {
     // SAFETY: only tries to open the shared library; no cudarc state is touched.
@@ -295,11 +321,47 @@ impl GpuContext {
     /// A device buffer of `n` words all equal to `value`, filled on the device
     /// (`cuMemsetD32Async`): no host copy.
     pub fn filled_u32(&self, n: usize, value: u32) -> Result<DeviceBuffer<u32>> {
+        self.filled_words(n, value)
+    }
+
+    /// A device buffer of `n` elements whose every 32-bit word is `value` (`T` a whole
+    /// number of words: `u32` or a [`Record`]), filled on the device: no host copy.
+    pub(crate) fn filled_words<T: DeviceRepr>(
+        &self,
+        n: usize,
+        value: u32,
+    ) -> Result<DeviceBuffer<T>> {
         // SAFETY: every element is written by the memset below before anyone reads it.
-        let mut buf = unsafe { self.stream.alloc::<u32>(n) }.ctx("allocating device memory")?;
+        let mut buf = unsafe { self.stream.alloc::<T>(n) }.ctx("allocating device memory")?;
         self.count_allocation();
-        self.fill_u32(&mut buf, n, value)?;
+        self.fill_words(&mut buf, n, value)?;
         Ok(buf)
+    }
+
+    /// Sets every 32-bit word of the first `n` elements of `buf` (`T` a whole number of
+    /// words) to `value` on the device (`cuMemsetD32Async` on the stream; no wait).
+    pub(crate) fn fill_words<T: DeviceRepr>(
+        &self,
+        buf: &mut DeviceBuffer<T>,
+        n: usize,
+        value: u32,
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        if !size.is_multiple_of(4) || n > buf.len() {
+            return Err(crate::error::invalid(
+                "fill_words",
+                format!("{n} elements of {size} bytes in a buffer of {}", buf.len()),
+            ));
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (ptr, _record) = buf.device_ptr_mut(&self.stream);
+        // SAFETY: `ptr` addresses `n * size` bytes of this allocation (checked above), `size`
+        // a multiple of 4; the memset runs on our stream.
+        unsafe { sys::cuMemsetD32Async(ptr, value, n * size / 4, self.stream.cu_stream()) }
+            .result()
+            .ctx("filling device memory")
     }
 
     /// Sets the first `n` words of `buf` to `value` on the device (`cuMemsetD32Async` on

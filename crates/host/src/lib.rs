@@ -60,7 +60,7 @@ pub mod tuning;
 pub(crate) mod workspace;
 
 pub use bucket::{BlockBuckets, BucketOrder, Buckets};
-pub use cuda::{driver_present, DeviceBuffer, GpuContext};
+pub use cuda::{driver_present, DeviceBuffer, DeviceVec, GpuContext, Record};
 pub use error::{Error, Result};
 pub use histogram::Histogram;
 pub use scan::ScanKind;

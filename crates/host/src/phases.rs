@@ -157,6 +157,43 @@ pub(crate) fn mark_gpu(phase: Phase, gpu: &GpuContext) {
     }
 }
 
+/// What [`stamp`] recorded: `(wall time, thread, label, part)`, across threads.
+static TIMELINE: std::sync::Mutex<Vec<(Instant, std::thread::ThreadId, &'static str, usize)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Records that `label` happened now for `part` of a call (while the timers are on): the
+/// timeline of a pipelined call's parts on their threads ([`take_timeline`]).
+pub(crate) fn stamp(label: &'static str, part: usize) {
+    if mode() == 0 {
+        return;
+    }
+    let now = Instant::now();
+    let id = std::thread::current().id();
+    TIMELINE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((now, id, label, part));
+}
+
+/// The stamps since the last call, cleared: `(ms since the first stamp, thread number in
+/// order of first appearance, label, part)`.
+pub fn take_timeline() -> Vec<(f64, usize, &'static str, usize)> {
+    let v = std::mem::take(&mut *TIMELINE.lock().unwrap_or_else(|e| e.into_inner()));
+    let Some(t0) = v.iter().map(|x| x.0).min() else {
+        return Vec::new();
+    };
+    let mut threads = Vec::new();
+    v.into_iter()
+        .map(|(t, id, label, part)| {
+            let k = threads.iter().position(|&x| x == id).unwrap_or_else(|| {
+                threads.push(id);
+                threads.len() - 1
+            });
+            (t.duration_since(t0).as_secs_f64() * 1e3, k, label, part)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -530,9 +530,8 @@ impl Backend {
             var_r.as_slice()?,
             var_z.as_slice()?,
         ];
-        let c = self.seed_columns(py, seeds::Events::Columns(&[cols]), &settings.0)?;
         Ok(self
-            .event_seeds(py, c)?
+            .seed_event_views(py, seeds::Events::Columns(&[cols]), &settings.0)?
             .pop()
             .expect("one result per event"))
     }
@@ -549,8 +548,26 @@ impl Backend {
         settings: Settings,
     ) -> PyResult<Vec<SeedArrays<'py>>> {
         let cols = event_columns(&events)?;
-        let c = self.seed_columns(py, seeds::Events::Columns(&cols), &settings.0)?;
-        self.event_seeds(py, c)
+        self.seed_event_views(py, seeds::Events::Columns(&cols), &settings.0)
+    }
+
+    /// `seed_events` when every event is a tuple of five exact columns (`float32`, 1-D,
+    /// C-contiguous numpy arrays): `None` for any other input, which the Python layer then
+    /// converts and checks column by column (its errors name the event and column). The
+    /// library checks the lengths and values as for `seed_events`.
+    #[pyo3(signature = (events, settings))]
+    fn seed_events_exact<'py>(
+        &self,
+        py: Python<'py>,
+        events: &Bound<'py, PyList>,
+        settings: Settings,
+    ) -> PyResult<Option<Vec<SeedArrays<'py>>>> {
+        let Some(held) = seeds::exact_columns(events) else {
+            return Ok(None);
+        };
+        let cols = seeds::column_slices(&held)?;
+        self.seed_event_views(py, seeds::Events::Columns(&cols), &settings.0)
+            .map(Some)
     }
 
     /// `seed_events` with the results of all events together: `(seeds (N, 3), weight,
@@ -599,8 +616,7 @@ impl Backend {
             .filter_map(|r| r.as_ref().ok().map(Vec::as_slice))
             .collect();
         let batch = self
-            .seed_columns(py, seeds::Events::Rows(&good), cfg)
-            .and_then(|c| self.event_seeds(py, c))
+            .seed_event_views(py, seeds::Events::Rows(&good), cfg)
             .ok();
         drop(good);
         let mut batch = batch.map(Vec::into_iter);
@@ -609,13 +625,10 @@ impl Backend {
             let entry: PyResult<Py<PyAny>> = r.and_then(|sps| {
                 let out = match batch.as_mut() {
                     Some(it) => it.next().expect("one batch result per file read"),
-                    None => {
-                        let c =
-                            self.seed_columns(py, seeds::Events::Rows(&[sps.as_slice()]), cfg)?;
-                        self.event_seeds(py, c)?
-                            .pop()
-                            .expect("one result per event")
-                    }
+                    None => self
+                        .seed_event_views(py, seeds::Events::Rows(&[sps.as_slice()]), cfg)?
+                        .pop()
+                        .expect("one result per event"),
                 };
                 Ok(out.into_pyobject(py)?.into_any().unbind())
             });
@@ -928,7 +941,8 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(timers::_timers, m)?)?;
     m.add_function(wrap_pyfunction!(timers::_timers_take, m)?)?;
-    m.add_function(wrap_pyfunction!(timers::_set_variant, m)?)?;
+    m.add_function(wrap_pyfunction!(seeds::_set_variant, m)?)?;
+    m.add_function(wrap_pyfunction!(seeds::_variant, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_digis, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_spacepoints, m)?)?;
     m.add_function(wrap_pyfunction!(io::read_frames, m)?)?;

@@ -1,12 +1,23 @@
 //! Seeding results as numpy arrays: the library's per-event outputs (seeds and parameters
 //! as records) laid out once into flat columns that a backend reuses ([`crate::outputs`]):
 //! `seeds (N, 3)` uint32, `weight (N)`, `z_vertex (N)` float32, `params (N, 5)` float32 and
-//! `offsets (E + 1)` int64, event `e` being rows `offsets[e] .. offsets[e + 1]`. The
-//! per-event results of `Backend.seed` / `seed_events` are views of these columns (no copy
-//! per event); `Backend.seed_events_flat` returns the columns themselves.
+//! `offsets (E + 1)` int64, event `e` being rows `offsets[e] .. offsets[e + 1]`:
+//! `Backend.seed_events_flat` returns these columns.
+//!
+//! The per-event results of `Backend.seed` / `seed_events` are views of the library's own
+//! records instead ([`Backend::seed_event_views`]): the door writes each event's `Seed` and
+//! `BoundParams` records into vectors a holder of this backend keeps, and the arrays are
+//! views of them, with no copy after the door's: the index rows `(n, 3)` `uint32`, the
+//! weights and z vertices strided views of the 20-byte `Seed` records (as the device-array
+//! results are), the parameters `(n, 5)` the `BoundParams` records themselves. Laying the
+//! records out into columns took a pass over all the seeds (~0.9 MB an event at ⟨μ⟩ = 200)
+//! after the door (see docs/benchmarks.md, "seed (session 11)").
+
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
-use numpy::{PyArray1, PyArray2};
+use numpy::ndarray::{ArrayView, Dimension, ShapeBuilder, StrideShape};
+use numpy::{Element, PyArray, PyArray1, PyArray2};
 use pyo3::prelude::*;
 use rayon::prelude::*;
 
@@ -94,6 +105,187 @@ impl Events<'_> {
                 b.seed_events_into(&refs, cfg, out)
             }
         }
+    }
+}
+
+/// The holder of the per-event records behind `seed` / `seed_events`' views.
+const RECORDS: &str = "seed.records";
+
+/// The measuring variant of this layer and the library (`_detkit._set_variant`, for
+/// `bench_host.py --variants`): 30 lays the records out into columns again, as session 10 did.
+static VARIANT: AtomicU32 = AtomicU32::new(0);
+
+/// Selects a measuring variant of the library's doors and of this layer (results are the
+/// same in every variant; only their speed differs).
+#[pyfunction]
+pub fn _set_variant(v: u32) {
+    VARIANT.store(v, Ordering::Relaxed);
+    detkit::phases::set_variant(v);
+}
+
+/// The variant set by [`_set_variant`].
+#[pyfunction]
+pub fn _variant() -> u32 {
+    VARIANT.load(Ordering::Relaxed)
+}
+
+/// Every event's five columns, read-only borrowed, when each event is a tuple of five
+/// `float32` 1-D C-contiguous numpy arrays of one length; `None` at the first that is not
+/// (the caller takes the checked path, whose errors name the event and column). About 0.1 µs a column, against several µs for the Python layer's
+/// per-column checks (320 columns in a 64-event call).
+pub fn exact_columns<'py>(
+    events: &Bound<'py, pyo3::types::PyList>,
+) -> Option<Vec<numpy::PyReadonlyArray1<'py, f32>>> {
+    use numpy::{PyArrayMethods, PyUntypedArrayMethods};
+    use pyo3::types::PyTuple;
+    let mut held = Vec::with_capacity(5 * events.len());
+    for ev in events.iter() {
+        let t = ev.cast::<PyTuple>().ok()?;
+        if t.len() != 5 {
+            return None;
+        }
+        let mut len = None;
+        for c in t.iter() {
+            let a = c.cast::<PyArray1<f32>>().ok()?;
+            // Columns of different lengths too: the checked path names the column.
+            if !a.is_c_contiguous() || *len.get_or_insert(a.len()) != a.len() {
+                return None;
+            }
+            held.push(a.try_readonly().ok()?);
+        }
+    }
+    Some(held)
+}
+
+/// The columns of [`exact_columns`] as five slices per event.
+pub fn column_slices<'a>(
+    held: &'a [numpy::PyReadonlyArray1<'_, f32>],
+) -> PyResult<Vec<[&'a [f32]; 5]>> {
+    held.chunks(5)
+        .map(|c| -> PyResult<[&[f32]; 5]> {
+            Ok([
+                c[0].as_slice()?,
+                c[1].as_slice()?,
+                c[2].as_slice()?,
+                c[3].as_slice()?,
+                c[4].as_slice()?,
+            ])
+        })
+        .collect()
+}
+
+/// A strided numpy view of `data` (memory of vectors owned by `owner`'s vector of
+/// [`SeedingOutput`]).
+///
+/// # Safety
+/// As [`outputs::view`]: `data` lies in memory `owner` keeps alive and unchanged while any
+/// view exists, and `shape` stays inside `data`.
+unsafe fn view_strided<'py, E: Element, D: Dimension>(
+    owner: &Bound<'py, outputs::Held>,
+    data: &[E],
+    shape: StrideShape<D>,
+) -> PyResult<Bound<'py, PyArray<E, D>>> {
+    let a = ArrayView::from_shape(shape, data)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+    // SAFETY: this function's contract: `owner` (the base) keeps the memory alive and
+    // unchanged while the view exists.
+    Ok(unsafe { PyArray::borrow_from_array(&a, owner.clone().into_any()) })
+}
+
+/// The four arrays of one event's records (`Seed`: bottom, middle, top, weight, z_vertex;
+/// `BoundParams`: five `f32`), views of `o`'s vectors.
+///
+/// # Safety
+/// `o` lies in the vector of `owner`, which is not changed while any view exists (the pool
+/// gives the holder out again only when no view refers to it).
+unsafe fn record_views<'py>(
+    owner: &Bound<'py, outputs::Held>,
+    o: Option<&SeedingOutput>,
+) -> PyResult<SeedArrays<'py>> {
+    const W: usize = std::mem::size_of::<detkit::seeding::Seed>() / 4;
+    let (seeds, params): (&[detkit::seeding::Seed], &[detkit::seeding::BoundParams]) =
+        o.map_or((&[], &[]), |o| (&o.seeds, &o.params));
+    let n = seeds.len();
+    let words: &[u32] = bytemuck::cast_slice(seeds);
+    let floats: &[f32] = bytemuck::cast_slice(seeds);
+    let p: &[f32] = bytemuck::cast_slice(params);
+    // The weights and z vertices start 3 and 4 words into the records.
+    let (w, z): (&[f32], &[f32]) = if n == 0 {
+        (&[], &[])
+    } else {
+        (&floats[3..], &floats[4..])
+    };
+    if n == 0 {
+        // Empty arrays of the same shapes (strided empty views are refused by ndarray: their
+        // last column lies past an empty slice).
+        // SAFETY: the caller's contract; empty views read nothing.
+        return unsafe {
+            Ok((
+                outputs::view(owner, &words[..0], [0, 3])?,
+                outputs::view1(owner, &w[..0])?,
+                outputs::view1(owner, &z[..0])?,
+                outputs::view(owner, &p[..0], [0, 5])?,
+            ))
+        };
+    }
+    // SAFETY: the caller's contract; each shape stays inside its slice ((n - 1) strides of
+    // W words and the row's last element inside the n records).
+    unsafe {
+        Ok((
+            view_strided(owner, words, (n, 3).strides((W, 1)))?,
+            view_strided(owner, w, (n,).strides((W,)))?,
+            view_strided(owner, z, (n,).strides((W,)))?,
+            view_strided(owner, p, (n, 5).strides((5, 1)))?,
+        ))
+    }
+}
+
+impl Backend {
+    /// Seeds `events` (the GIL released for the library call): one [`SeedArrays`] per
+    /// event, views of the library's records (see the module doc); an event without
+    /// spacepoints gets empty arrays.
+    pub fn seed_event_views<'py>(
+        &self,
+        py: Python<'py>,
+        events: Events<'_>,
+        cfg: &SeedingConfig,
+    ) -> PyResult<Vec<SeedArrays<'py>>> {
+        if VARIANT.load(Ordering::Relaxed) == 30 {
+            let c = self.seed_columns(py, events, cfg)?;
+            return self.event_seeds(py, c);
+        }
+        let held = self.outputs.take::<SeedingOutput>(py, RECORDS)?;
+        let b = self.inner();
+        let r = py.detach(|| {
+            held.get().with(|outs: &mut Vec<SeedingOutput>| {
+                timers::time(Part::Door, || events.run(b, cfg, outs))
+            })
+        });
+        if let Err(e) = r {
+            self.outputs.put(RECORDS, held);
+            return Err(err(e));
+        }
+        let views = {
+            let _views = timers::Guard::start();
+            let h = held.bind(py);
+            h.get().with(|outs: &mut Vec<SeedingOutput>| {
+                let mut next = 0;
+                (0..events.len())
+                    .map(|e| {
+                        let o = events.nonempty(e).then(|| {
+                            next += 1;
+                            &outs[next - 1]
+                        });
+                        // SAFETY: `outs` is the holder's vector, taken from the pool for this
+                        // call alone and last changed by the door above; the pool gives it
+                        // out again only when no view refers to it.
+                        unsafe { record_views(h, o) }
+                    })
+                    .collect::<PyResult<Vec<_>>>()
+            })
+        };
+        self.outputs.put(RECORDS, held);
+        views
     }
 }
 

@@ -84,14 +84,6 @@ pub fn _timers(on: bool, sync: bool) {
     detkit::phases::enable(on, sync);
 }
 
-/// Selects a measuring variant of the library's doors (`detkit::phases::set_variant`; 0,
-/// the default, is the library's path): for A/B rows in one process (`bench_host.py
-/// --variants`). Results are the same in every variant.
-#[pyfunction]
-pub fn _set_variant(v: u32) {
-    detkit::phases::set_variant(v);
-}
-
 /// The calling thread's seconds per phase since the last read (the library's phases by
 /// their names, this layer's as `layer:…`), cleared.
 #[pyfunction]

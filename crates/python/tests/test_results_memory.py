@@ -158,7 +158,11 @@ def test_seed_events_flat_equals_the_per_event_forms(b, cpu, mus):
         one = cpu.seed(*ev)
         for flat, listed, single in zip((seeds, weight, zv, params), per_event[e], one):
             assert flat[lo:hi].tobytes() == listed.tobytes() == single.tobytes()
-            assert listed.flags.c_contiguous
+            assert flat.flags.c_contiguous
+            # Per event: views of the library's 20-byte records (Seed: bottom, middle, top,
+            # weight, z_vertex; BoundParams: five float32), one record per row.
+            if hi - lo > 1:
+                assert listed.strides[0] == 20 and listed.strides[1:] in ((), (4,))
     if mus:
         assert offsets[-1] > 0
     # The flat result survives later calls.

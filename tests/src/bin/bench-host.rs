@@ -487,6 +487,25 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
             }
             Ok(())
         })?;
+        if o.phases && per_call > 1 {
+            // One pipelined call's parts on their threads (ms from its first stamp).
+            detkit::phases::enable(true, false);
+            detkit::phases::take_timeline();
+            let t0 = Instant::now();
+            bs[0].seed_events_into(&events, &cfg, &mut out)?;
+            let wall = t0.elapsed().as_secs_f64() * 1e3;
+            let tl = detkit::phases::take_timeline();
+            detkit::phases::enable(false, false);
+            detkit::phases::take();
+            let line: Vec<String> = tl
+                .iter()
+                .map(|(t, th, label, part)| format!("{t:.3} t{th} p{part} {label}"))
+                .collect();
+            println!(
+                "  timeline (one call, wall {wall:.3} ms): {}",
+                line.join("; ")
+            );
+        }
         let device = median_ms(g, o.warmup, o.reps, || {
             g.seed_batch_device(&mut ws, &cfg, &d_sps, &offsets, None)
                 .map(|_| ())

@@ -14,21 +14,22 @@ use std::ops::Range;
 use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::CudaEvent;
+use cudarc::driver::{CudaEvent, DeviceRepr};
 use detkit_gpu::seeding::{self as k, EventCounts, SeedingTotals};
+use detkit_gpu::DevPtr;
 
 use super::*;
 use crate::bucket::cuda::bin_bits;
-use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
+use crate::cuda::{cfg as launch_cfg, DeviceBuffer, DeviceVec, GpuContext, Record};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::ScanKind;
 
 /// Seeds and parameters left on the device by [`GpuContext::seed_device`].
 pub struct DeviceSeeds {
-    /// `Seed[n]` as words.
-    pub seeds: DeviceBuffer<u32>,
-    /// `BoundParams[n]` as words.
-    pub params: DeviceBuffer<u32>,
+    /// The seeds (`stats.seeds` records; at least one element).
+    pub seeds: DeviceVec<Seed>,
+    /// Their bound parameters.
+    pub params: DeviceVec<BoundParams>,
     /// Stage counts.
     pub stats: SeedingStats,
 }
@@ -65,7 +66,9 @@ pub struct SeedingWorkspace {
     retries: u64,
     cfg_host: Option<SeedingConfig>,
     ev_off_host: Vec<u32>,
-    bufs: Vec<Option<DeviceBuffer<u32>>>,
+    pub(crate) b: ChainBuffers,
+    /// Pinned host memory the chain's counts are read back into (one small DMA).
+    summary_pin: crate::staging::Pinned<u32>,
     event_seeds: Vec<Range<usize>>,
     n_seeds: usize,
     /// The counting binning's counts and ticket are known to be zero (they are left zero by
@@ -73,44 +76,131 @@ pub struct SeedingWorkspace {
     /// launches).
     counts_zero: bool,
     radix_binnings: u64,
+    /// Seeds per spacepoint of the last call: what the next call's speculative copy of the
+    /// seeds reaches for ([`SeedPrefetch`]).
+    seeds_per_sp: f64,
 }
 
-/// The buffers of a [`SeedingWorkspace`], by index into `bufs`.
-#[derive(Clone, Copy)]
-pub(crate) enum B {
-    Cfg,
-    EvOff,
-    Input,
-    Keys,
-    /// The radix sort's sorted keys, or the counting binning's slots.
-    Sorted,
-    Content,
-    Bad,
-    Counts,
-    Ticket,
-    Grid,
-    Binned,
-    NBot,
-    NTop,
-    BotStart,
-    TopStart,
-    TopBounds,
-    Bot,
-    LcBot,
-    Top,
-    LcTop,
-    Rz,
-    TriCnt,
-    TriStart,
-    Tri,
-    Slots,
-    SCnt,
-    SOff,
-    Seeds,
-    Params,
-    Summary,
+/// One buffer of a [`SeedingWorkspace`], of elements `T` (`u32` words, or a typed device
+/// vector of `detkit-gpu` records: [`Record`]): allocated on first need, grown on demand,
+/// never shrunk.
+pub(crate) struct Buf<T>(Option<DeviceBuffer<T>>);
+
+impl<T> Default for Buf<T> {
+    fn default() -> Self {
+        Self(None)
+    }
 }
-const NBUF: usize = B::Summary as usize + 1;
+
+impl<T: DeviceRepr> Buf<T> {
+    /// The buffer ([`Buf::ensure`] allocates it before any use).
+    pub(crate) fn get(&self) -> &DeviceBuffer<T> {
+        self.0
+            .as_ref()
+            .expect("workspace buffer allocated by `ensure` before use")
+    }
+
+    /// The buffer, to write.
+    pub(crate) fn get_mut(&mut self) -> &mut DeviceBuffer<T> {
+        self.0
+            .as_mut()
+            .expect("workspace buffer allocated by `ensure` before use")
+    }
+
+    /// The buffer, if allocated.
+    pub(crate) fn opt(&self) -> Option<&DeviceBuffer<T>> {
+        self.0.as_ref()
+    }
+
+    /// Makes the buffer hold at least `n` elements (at least one); a new allocation is
+    /// filled with [`POISON`] words. Whether it allocated.
+    pub(crate) fn ensure(&mut self, gpu: &GpuContext, n: usize) -> Result<bool> {
+        let n = n.max(1);
+        if self.0.as_ref().is_none_or(|x| x.len() < n) {
+            self.0 = None; // free before allocating the larger one
+            self.0 = Some(gpu.filled_words(n, POISON)?);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Fills the first `n` elements (at least one) with [`POISON`] words.
+    fn poison(&mut self, gpu: &GpuContext, n: usize) -> Result<()> {
+        gpu.fill_words(self.get_mut(), n.max(1), POISON)
+    }
+
+    /// The buffer's device address as a kernel parameter of element type `U` (its record
+    /// type, or words).
+    fn dev<U>(&self, gpu: &GpuContext) -> detkit_gpu::DevPtr<U> {
+        gpu.ptr(self.get()).cast()
+    }
+}
+
+/// The buffers of the seeding chain, by name and element type.
+#[derive(Default)]
+pub(crate) struct ChainBuffers {
+    /// The configuration (one record; uploaded when it changed).
+    cfg: Buf<Record<SeedingConfig>>,
+    /// The events' offsets into the spacepoints (`n_events + 1`; uploaded when changed).
+    ev_off: Buf<u32>,
+    /// The spacepoints of the host and device-view calls (the caller's buffer otherwise).
+    pub(crate) input: Buf<Record<SpacePoint>>,
+    /// Batch grid key of every spacepoint.
+    keys: Buf<u32>,
+    /// The radix sort's sorted keys, or the counting binning's slots.
+    sorted: Buf<u32>,
+    /// Spacepoint indices grouped by grid key.
+    content: Buf<u32>,
+    /// The bucket container's out-of-range flag.
+    bad: Buf<u32>,
+    /// The counting binning's per-key counts (zero between calls).
+    counts: Buf<u32>,
+    /// The counting binning's ticket (zero between calls).
+    ticket: Buf<u32>,
+    /// First position of every grid key (`nkeys_total + 1`).
+    grid: Buf<u32>,
+    /// Spacepoints in grid order.
+    binned: Buf<Record<k::BinnedSp>>,
+    /// Their `(r, z)`.
+    rz: Buf<Record<[f32; 2]>>,
+    /// Per middle: its bottom doublets' count.
+    n_bot: Buf<u32>,
+    /// Per middle: its top doublets' count.
+    n_top: Buf<u32>,
+    /// Per middle: its first bottom doublet.
+    bot_start: Buf<u32>,
+    /// Per middle: its first top doublet.
+    top_start: Buf<u32>,
+    /// Per middle: the range of its top doublets' curvatures.
+    top_bounds: Buf<Record<k::TopBounds>>,
+    /// Middle–bottom doublets (capacity `cap_mb`).
+    bot: Buf<Record<k::Doublet>>,
+    /// Their line-circle transforms.
+    lc_bot: Buf<Record<k::LinCircle>>,
+    /// Middle–top doublets (capacity `cap_mt`).
+    top: Buf<Record<k::Doublet>>,
+    /// Their line-circle transforms.
+    lc_top: Buf<Record<k::LinCircle>>,
+    /// Per middle–bottom doublet: its triplets' count.
+    tri_cnt: Buf<u32>,
+    /// Per middle–bottom doublet: its first triplet.
+    tri_start: Buf<u32>,
+    /// Triplets (capacity `cap_tri`).
+    tri: Buf<Record<k::Triplet>>,
+    /// Per middle, its best seeds in fixed slots (`max_seeds_per_spm` each).
+    slots: Buf<Record<Seed>>,
+    /// Per middle, its seeds' count (`n + 1`).
+    s_cnt: Buf<u32>,
+    /// Their exclusive scan.
+    s_off: Buf<u32>,
+    /// The seeds of every event, event after event.
+    seeds: Buf<Record<Seed>>,
+    /// Their bound parameters.
+    params: Buf<Record<BoundParams>>,
+    /// What the host reads back: the `SeedingTotals` (8 words), then one `EventCounts` (8
+    /// words) per event.
+    summary: Buf<u32>,
+}
 
 /// Initial capacity factors: at ⟨μ⟩ = 200 an event has about 22 middle–bottom and 8
 /// middle–top doublets and 1.4 triplets per spacepoint.
@@ -131,11 +221,13 @@ impl SeedingWorkspace {
             retries: 0,
             cfg_host: None,
             ev_off_host: Vec::new(),
-            bufs: (0..NBUF).map(|_| None).collect(),
+            b: ChainBuffers::default(),
+            summary_pin: crate::staging::Pinned::new(false),
             event_seeds: Vec::new(),
             n_seeds: 0,
             counts_zero: false,
             radix_binnings: 0,
+            seeds_per_sp: 0.0,
         }
     }
 
@@ -171,14 +263,14 @@ impl SeedingWorkspace {
         self.factors
     }
 
-    /// Seeds of the last call (`Seed` words; the first `words(total)` are valid).
-    pub fn seeds(&self) -> Option<&DeviceBuffer<u32>> {
-        self.bufs[B::Seeds as usize].as_ref()
+    /// Seeds of the last call (the first [`Self::total_seeds`] records are valid).
+    pub fn seeds(&self) -> Option<&DeviceVec<Seed>> {
+        self.b.seeds.opt()
     }
 
-    /// Bound parameters of the last call (`BoundParams` words).
-    pub fn params(&self) -> Option<&DeviceBuffer<u32>> {
-        self.bufs[B::Params as usize].as_ref()
+    /// Bound parameters of the last call (one per seed).
+    pub fn params(&self) -> Option<&DeviceVec<BoundParams>> {
+        self.b.params.opt()
     }
 
     /// The seed range of every event of the last call, in [`Self::seeds`] (in seeds).
@@ -189,44 +281,6 @@ impl SeedingWorkspace {
     /// Seeds of the last call, all events.
     pub fn total_seeds(&self) -> usize {
         self.n_seeds
-    }
-
-    /// The input buffer, taken out for a chain that reads it while the workspace is
-    /// borrowed mutably ([`SeedingWorkspace::put_input`] puts it back).
-    pub(crate) fn take_input(&mut self) -> Option<DeviceBuffer<u32>> {
-        self.bufs[B::Input as usize].take()
-    }
-
-    /// Puts back what [`SeedingWorkspace::take_input`] took.
-    pub(crate) fn put_input(&mut self, input: Option<DeviceBuffer<u32>>) {
-        self.bufs[B::Input as usize] = input;
-    }
-
-    pub(crate) fn buf(&self, b: B) -> &DeviceBuffer<u32> {
-        self.bufs[b as usize]
-            .as_ref()
-            .expect("workspace buffer allocated by `ensure` before use")
-    }
-
-    pub(crate) fn buf_mut(&mut self, b: B) -> &mut DeviceBuffer<u32> {
-        self.bufs[b as usize]
-            .as_mut()
-            .expect("workspace buffer allocated by `ensure` before use")
-    }
-
-    /// Makes buffer `b` hold at least `words` words (new allocations are poisoned; the
-    /// counting binning's counts are then no longer known to be zero).
-    pub(crate) fn ensure(&mut self, gpu: &GpuContext, b: B, words: usize) -> Result<()> {
-        let words = words.max(1);
-        let slot = &mut self.bufs[b as usize];
-        if slot.as_ref().is_none_or(|x| x.len() < words) {
-            *slot = None; // free before allocating the larger one
-            *slot = Some(gpu.filled_u32(words, POISON)?);
-            if matches!(b, B::Counts | B::Ticket) {
-                self.counts_zero = false;
-            }
-        }
-        Ok(())
     }
 
     /// Capacity `factor * n` (at least 64), or a typed error above `MAX_CAP`.
@@ -323,10 +377,10 @@ impl GpuContext {
     /// words), one event. Results are copied out of the context's workspace into new buffers;
     /// [`GpuContext::seed_batch_device`] leaves them in a caller's workspace instead. With
     /// `times`, per-stage GPU times are recorded.
-    pub fn seed_device(
+    pub fn seed_device<S: DeviceSpacePoints + ?Sized>(
         &self,
         cfg: &SeedingConfig,
-        sps: &DeviceBuffer<u32>,
+        sps: &S,
         n: usize,
         times: Option<&mut StageTimes>,
     ) -> Result<DeviceSeeds> {
@@ -338,26 +392,24 @@ impl GpuContext {
         r
     }
 
-    fn seed_device_in(
+    fn seed_device_in<S: DeviceSpacePoints + ?Sized>(
         &self,
         ws: &mut SeedingWorkspace,
         cfg: &SeedingConfig,
-        sps: &DeviceBuffer<u32>,
+        sps: &S,
         n: usize,
         times: Option<&mut StageTimes>,
     ) -> Result<DeviceSeeds> {
         let stats = self.seed_batch_device(ws, cfg, sps, &[0, n], times)?[0];
         let ns = ws.total_seeds();
-        let mut seeds = self.zeros::<u32>(words::<Seed>(ns))?;
-        let mut params = self.zeros::<u32>(words::<BoundParams>(ns))?;
+        let mut seeds = self.zeros::<Record<Seed>>(ns.max(1))?;
+        let mut params = self.zeros::<Record<BoundParams>>(ns.max(1))?;
         if ns > 0 {
-            let (ws_seeds, ws_params) = (ws.buf(B::Seeds), ws.buf(B::Params));
-            let (a, b) = (words::<Seed>(ns), words::<BoundParams>(ns));
             self.stream()
-                .memcpy_dtod(&ws_seeds.slice(..a), &mut seeds.slice_mut(..a))
+                .memcpy_dtod(&ws.b.seeds.get().slice(..ns), &mut seeds.slice_mut(..ns))
                 .ctx("copying seeds")?;
             self.stream()
-                .memcpy_dtod(&ws_params.slice(..b), &mut params.slice_mut(..b))
+                .memcpy_dtod(&ws.b.params.get().slice(..ns), &mut params.slice_mut(..ns))
                 .ctx("copying parameters")?;
         }
         Ok(DeviceSeeds {
@@ -368,20 +420,36 @@ impl GpuContext {
     }
 
     /// Seeds every event of a batch in one chain of launches: the events are the
-    /// consecutive runs `offsets[e]..offsets[e + 1]` of `sps` (`SpacePoint` words,
-    /// device-resident), each seeded exactly as on its own (the same seeds, parameters and
-    /// counts, in the same order). The results stay in `ws` ([`SeedingWorkspace::seeds`],
-    /// [`SeedingWorkspace::params`], [`SeedingWorkspace::event_seeds`]); the counts of each
-    /// event are returned. One host synchronisation at the end (the counts), none between
-    /// stages; a capacity overflow repeats the chain with larger buffers. The caller validated
-    /// the spacepoints ([`check_spacepoints`]).
-    pub fn seed_batch_device(
+    /// consecutive runs `offsets[e]..offsets[e + 1]` of `sps` (device-resident spacepoints:
+    /// a [`DeviceVec<SpacePoint>`] or their words), each seeded exactly as on its own (the
+    /// same seeds, parameters and counts, in the same order). The results stay in `ws`
+    /// ([`SeedingWorkspace::seeds`], [`SeedingWorkspace::params`],
+    /// [`SeedingWorkspace::event_seeds`]); the counts of each event are returned. One host
+    /// synchronisation at the end (the counts), none between stages; a capacity overflow
+    /// repeats the chain with larger buffers. The caller validated the spacepoints
+    /// ([`check_spacepoints`]).
+    pub fn seed_batch_device<S: DeviceSpacePoints + ?Sized>(
         &self,
         ws: &mut SeedingWorkspace,
         cfg: &SeedingConfig,
-        sps: &DeviceBuffer<u32>,
+        sps: &S,
         offsets: &[usize],
         times: Option<&mut StageTimes>,
+    ) -> Result<Vec<SeedingStats>> {
+        self.seed_batch_in(ws, cfg, sps, offsets, times, None)
+    }
+
+    /// [`GpuContext::seed_batch_device`], with the door's speculative copy of the seeds
+    /// into pinned memory issued together with the counts' read-back when `prefetch` is
+    /// given ([`SeedPrefetch`]).
+    pub(crate) fn seed_batch_in<S: DeviceSpacePoints + ?Sized>(
+        &self,
+        ws: &mut SeedingWorkspace,
+        cfg: &SeedingConfig,
+        sps: &S,
+        offsets: &[usize],
+        times: Option<&mut StageTimes>,
+        mut prefetch: Option<&mut SeedPrefetch<'_>>,
     ) -> Result<Vec<SeedingStats>> {
         check_config(cfg)?;
         let wall = Instant::now();
@@ -396,10 +464,10 @@ impl GpuContext {
             return Err(invalid("batch offsets", "must start at 0 and not decrease"));
         }
         let n = offsets[n_events];
-        if sps.len() < words::<SpacePoint>(n) || n as u64 >= 1 << 31 {
+        if sps.spacepoints() < n || n as u64 >= 1 << 31 {
             return Err(invalid(
                 "spacepoint buffer",
-                format!("{} words for {n} spacepoints", sps.len()),
+                format!("{} spacepoints for {n}", sps.spacepoints()),
             ));
         }
         let nkeys = cfg.nkeys() as u64;
@@ -428,18 +496,20 @@ impl GpuContext {
         let mut attempts = 0u32;
         if n > 0 {
             // Configuration and event offsets: uploaded only when they changed.
-            ws.ensure(self, B::Cfg, words::<SeedingConfig>(1))?;
+            ws.b.cfg.ensure(self, 1)?;
             if ws.cfg_host != Some(*cfg) {
-                let words = bytemuck::cast_slice::<SeedingConfig, u32>(std::slice::from_ref(cfg));
                 self.stream()
-                    .memcpy_htod(words, &mut ws.buf_mut(B::Cfg).slice_mut(..words.len()))
+                    .memcpy_htod(&[Record(*cfg)], &mut ws.b.cfg.get_mut().slice_mut(..1))
                     .ctx("uploading the seeding configuration")?;
                 ws.cfg_host = Some(*cfg);
             }
-            ws.ensure(self, B::EvOff, ev_off.len())?;
+            ws.b.ev_off.ensure(self, ev_off.len())?;
             if ws.ev_off_host != ev_off {
                 self.stream()
-                    .memcpy_htod(&ev_off, &mut ws.buf_mut(B::EvOff).slice_mut(..ev_off.len()))
+                    .memcpy_htod(
+                        &ev_off,
+                        &mut ws.b.ev_off.get_mut().slice_mut(..ev_off.len()),
+                    )
                     .ctx("uploading event offsets")?;
                 ws.ev_off_host = ev_off.clone();
             }
@@ -447,7 +517,16 @@ impl GpuContext {
             loop {
                 attempts += 1;
                 tm.marks.clear();
-                let counts = self.seed_chain(ws, cfg, sps, n, n_events, radix, &mut tm)?;
+                let counts = self.seed_chain(
+                    ws,
+                    cfg,
+                    sps.addr(self),
+                    n,
+                    n_events,
+                    radix,
+                    &mut tm,
+                    prefetch.as_deref_mut(),
+                )?;
                 let (totals, events) = counts;
                 let caps = [ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?];
                 let over = [
@@ -478,6 +557,7 @@ impl GpuContext {
                         .map(|ev| ev.seed_start as usize..(ev.seed_start + ev.seeds) as usize)
                         .collect();
                     ws.n_seeds = events.iter().map(|ev| ev.seeds as usize).sum();
+                    ws.seeds_per_sp = ws.n_seeds as f64 / n as f64;
                     break;
                 }
                 let needed = [totals.mid_bot, totals.mid_top, totals.triplets];
@@ -523,90 +603,87 @@ impl GpuContext {
         &self,
         ws: &mut SeedingWorkspace,
         cfg: &SeedingConfig,
-        sps: &DeviceBuffer<u32>,
+        sps_ptr: DevPtr<SpacePoint>,
         n: usize,
         n_events: usize,
         radix: bool,
         tm: &mut Timer,
+        prefetch: Option<&mut SeedPrefetch<'_>>,
     ) -> Result<(SeedingTotals, Vec<EventCounts>)> {
         let (cap_mb, cap_mt, cap_tri) = (ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?);
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
         let nkeys_total = n_events as u64 * cfg.nkeys() as u64 + 1;
-        let sizes: [(B, usize); 27] = [
-            (B::Keys, n),
-            (B::Sorted, n),
-            (B::Content, n),
-            (B::Bad, 1),
-            (B::Counts, nkeys_total as usize + 1),
-            (B::Ticket, 1),
-            (B::Grid, nkeys_total as usize + 1),
-            (B::Binned, words::<k::BinnedSp>(n)),
-            (B::Rz, 2 * n),
-            (B::NBot, n),
-            (B::NTop, n),
-            (B::BotStart, n),
-            (B::TopStart, n),
-            (B::TopBounds, words::<k::TopBounds>(n)),
-            (B::Bot, words::<k::Doublet>(cmb)),
-            (B::LcBot, words::<k::LinCircle>(cmb)),
-            (B::Top, words::<k::Doublet>(cmt)),
-            (B::LcTop, words::<k::LinCircle>(cmt)),
-            (B::TriCnt, cmb),
-            (B::TriStart, cmb),
-            (B::Tri, words::<k::Triplet>(ctri)),
-            (B::Slots, words::<Seed>(n * msp)),
-            (B::SCnt, n + 1),
-            (B::SOff, n + 1),
-            (B::Seeds, words::<Seed>(n * msp)),
-            (B::Params, words::<BoundParams>(n * msp)),
-            (B::Summary, 8 * (n_events + 1)),
-        ];
-        for (b, w) in sizes {
-            ws.ensure(self, b, w)?;
+        let nk = nkeys_total as usize + 1;
+        let sw = 8 * (n_events + 1);
+        // Every buffer of the chain with its length in elements (of its type), for this call.
+        macro_rules! each_buffer {
+            ($m:ident) => {
+                $m!(
+                    keys: n, sorted: n, content: n, bad: 1, counts: nk, ticket: 1, grid: nk,
+                    binned: n, rz: n, n_bot: n, n_top: n, bot_start: n, top_start: n,
+                    top_bounds: n, bot: cmb, lc_bot: cmb, top: cmt, lc_top: cmt,
+                    tri_cnt: cmb, tri_start: cmb, tri: ctri, slots: n * msp, s_cnt: n + 1,
+                    s_off: n + 1, seeds: n * msp, params: n * msp, summary: sw
+                )
+            };
         }
+        macro_rules! ensure {
+            ($($f:ident: $len:expr),*) => {
+                $(
+                    // A new counts or ticket buffer is poisoned, not zero.
+                    if ws.b.$f.ensure(self, $len)? && matches!(stringify!($f), "counts" | "ticket") {
+                        ws.counts_zero = false;
+                    }
+                )*
+            };
+        }
+        each_buffer!(ensure);
         if ws.poison {
-            for (b, w) in sizes {
-                if !matches!(b, B::Summary | B::Counts | B::Ticket) {
-                    self.fill_u32(ws.buf_mut(b), w.max(1), POISON)?;
-                }
+            macro_rules! poison {
+                ($($f:ident: $len:expr),*) => {
+                    $(
+                        if !matches!(stringify!($f), "summary" | "counts" | "ticket") {
+                            ws.b.$f.poison(self, $len)?;
+                        }
+                    )*
+                };
             }
+            each_buffer!(poison);
         }
         if !ws.counts_zero {
-            for b in [B::Counts, B::Ticket] {
-                self.memset_zero(ws.buf_mut(b))?;
-            }
+            self.memset_zero(ws.b.counts.get_mut())?;
+            self.memset_zero(ws.b.ticket.get_mut())?;
             ws.counts_zero = true;
         }
         if radix {
             // The counting binning's first kernel zeroes the summary itself.
-            self.fill_u32(ws.buf_mut(B::Summary), 8 * (n_events + 1), 0)?;
+            self.fill_u32(ws.b.summary.get_mut(), sw, 0)?;
         }
         let n64 = n as u64;
         let ne = n_events as u32;
         // Addresses (the buffers stay put during the chain).
         macro_rules! p {
-            ($b:expr) => {
-                self.ptr(ws.buf($b)).cast()
+            ($f:ident) => {
+                ws.b.$f.dev(self)
             };
         }
-        let summary = self.ptr(ws.buf(B::Summary));
+        let summary = self.ptr(ws.b.summary.get());
         let totals: detkit_gpu::DevPtr<SeedingTotals> = summary.cast();
         // SAFETY (address arithmetic only): the summary holds 8 words of totals, then
         // n_events records of 8 words.
         let events: detkit_gpu::DevPtr<EventCounts> =
             detkit_gpu::DevPtr::<u32>::from_addr(summary.addr() + 32).cast();
-        let d_cfg: detkit_gpu::DevPtr<SeedingConfig> = p!(B::Cfg);
-        let ev_off: detkit_gpu::DevPtr<u32> = p!(B::EvOff);
-        let sps_ptr: detkit_gpu::DevPtr<SpacePoint> = self.ptr(sps).cast();
+        let d_cfg: detkit_gpu::DevPtr<SeedingConfig> = p!(cfg);
+        let ev_off: detkit_gpu::DevPtr<u32> = p!(ev_off);
 
         // 1. binning: batch grid key per spacepoint, grouped by key (the last key holds the
         //    invalid ones), binned records in grid order, ascending input index inside a key.
         //    By counting (count + scan in one launch when the keys fit one tile, place,
         //    gather with the rank inside the key), or by the radix sort (fallback).
-        let grid: detkit_gpu::DevPtr<u32> = p!(B::Grid);
-        let binned: detkit_gpu::DevPtr<k::BinnedSp> = p!(B::Binned);
-        let rz: detkit_gpu::DevPtr<[f32; 2]> = p!(B::Rz);
+        let grid: detkit_gpu::DevPtr<u32> = p!(grid);
+        let binned: detkit_gpu::DevPtr<k::BinnedSp> = p!(binned);
+        let rz: detkit_gpu::DevPtr<[f32; 2]> = p!(rz);
         tm.start("bin_spacepoints")?;
         let inputs = BinInputs {
             cfg: d_cfg,
@@ -626,8 +703,8 @@ impl GpuContext {
             let params = k::SeedingGatherSpacepointsParams {
                 sps: sps_ptr,
                 ev_off,
-                keys: p!(B::Keys),
-                content: p!(B::Content),
+                keys: p!(keys),
+                content: p!(content),
                 grid,
                 n: n64,
                 out: binned,
@@ -657,14 +734,14 @@ impl GpuContext {
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
-        ) = (p!(B::NBot), p!(B::NTop), p!(B::BotStart), p!(B::TopStart));
-        let top_bounds: detkit_gpu::DevPtr<k::TopBounds> = p!(B::TopBounds);
+        ) = (p!(n_bot), p!(n_top), p!(bot_start), p!(top_start));
+        let top_bounds: detkit_gpu::DevPtr<k::TopBounds> = p!(top_bounds);
         let (bot, lc_bot, top, lc_top): (
             detkit_gpu::DevPtr<k::Doublet>,
             detkit_gpu::DevPtr<k::LinCircle>,
             detkit_gpu::DevPtr<k::Doublet>,
             detkit_gpu::DevPtr<k::LinCircle>,
-        ) = (p!(B::Bot), p!(B::LcBot), p!(B::Top), p!(B::LcTop));
+        ) = (p!(bot), p!(lc_bot), p!(top), p!(lc_top));
         tm.stage("find_doublets", || {
             let params = k::SeedingFindDoubletsParams {
                 grid,
@@ -701,7 +778,7 @@ impl GpuContext {
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<k::Triplet>,
-        ) = (p!(B::TriCnt), p!(B::TriStart), p!(B::Tri));
+        ) = (p!(tri_cnt), p!(tri_start), p!(tri));
         tm.stage("find_triplets", || {
             let params = k::SeedingTripletsParams {
                 sps: binned,
@@ -741,7 +818,7 @@ impl GpuContext {
             detkit_gpu::DevPtr<Seed>,
             detkit_gpu::DevPtr<u32>,
             detkit_gpu::DevPtr<u32>,
-        ) = (p!(B::Slots), p!(B::SCnt), p!(B::SOff));
+        ) = (p!(slots), p!(s_cnt), p!(s_off));
         tm.start("select_seeds")?;
         {
             let params = k::SeedingSelectSeedsParams {
@@ -779,13 +856,8 @@ impl GpuContext {
             };
         }
         {
-            let mut off = ws.bufs[B::SOff as usize].take();
-            let r = match &mut off {
-                Some(o) => self.scan_device(ws.buf(B::SCnt), o, n + 1, ScanKind::Exclusive),
-                None => Err(invalid("seeding workspace", "scan buffer missing")),
-            };
-            ws.bufs[B::SOff as usize] = off;
-            r?;
+            let b = &mut ws.b;
+            self.scan_device(b.s_cnt.get(), b.s_off.get_mut(), n + 1, ScanKind::Exclusive)?;
         }
         tm.stop()?;
         tm.stage("gather_seeds", || {
@@ -798,8 +870,8 @@ impl GpuContext {
                 counts: s_cnt,
                 off: s_off,
                 n: n64,
-                out: p!(B::Seeds),
-                params: p!(B::Params),
+                out: p!(seeds),
+                params: p!(params),
                 events,
                 n_events: ne,
                 cfg: *cfg,
@@ -819,13 +891,44 @@ impl GpuContext {
         })?;
 
         // The one read-back: totals and per-event counts.
-        let words = self
-            .stream()
-            .clone_dtoh(&ws.buf(B::Summary).slice(..8 * (n_events + 1)))
-            .ctx("reading the seeding counts")?;
-        let totals = *bytemuck::from_bytes::<SeedingTotals>(bytemuck::cast_slice(&words[..8]));
-        let events = bytemuck::cast_slice::<u32, EventCounts>(&words[8..]).to_vec();
-        Ok((totals, events))
+        let what = "reading the seeding counts";
+        if phases::variant() == OLD_DOOR {
+            // Session 10's read-back (`--variant 30`): into a new pageable vector.
+            let words = self
+                .stream()
+                .clone_dtoh(&ws.b.summary.get().slice(..sw))
+                .ctx(what)?;
+            return Ok(split_summary(&words));
+        }
+        // Into pinned memory (one DMA, no allocation), with the door's speculative copy of
+        // the seeds queued behind it: one wait for both.
+        let pin = ws.summary_pin.get(self, sw)?;
+        self.stream()
+            .memcpy_dtoh(&ws.b.summary.get().slice(..sw), &mut pin[..sw])
+            .ctx(what)?;
+        if let Some(pf) = prefetch {
+            let guess = prefetch_guess(
+                n,
+                ws.seeds_per_sp,
+                n * msp,
+                pf.stage.seeds.capacity().min(pf.stage.params.capacity()),
+            );
+            pf.copied = 0;
+            if guess > 0 {
+                let what = "copying seeds";
+                let s = pf.stage.seeds.get(self, guess)?;
+                self.stream()
+                    .memcpy_dtoh(&ws.b.seeds.get().slice(..guess), &mut s[..guess])
+                    .ctx(what)?;
+                let p = pf.stage.params.get(self, guess)?;
+                self.stream()
+                    .memcpy_dtoh(&ws.b.params.get().slice(..guess), &mut p[..guess])
+                    .ctx(what)?;
+                pf.copied = guess;
+            }
+        }
+        self.synchronize()?;
+        Ok(split_summary(&ws.summary_pin.get(self, sw)?[..sw]))
     }
 
     /// Counting binning: keys, counts and slots (one launch, which also scans the counts
@@ -845,8 +948,8 @@ impl GpuContext {
         let scan_keys = nkeys_total + 1;
         let fused = scan_keys <= k::BIN_SCAN_TILE;
         macro_rules! p {
-            ($b:expr) => {
-                self.ptr(ws.buf($b)).cast()
+            ($f:ident) => {
+                ws.b.$f.dev(self)
             };
         }
         // Until the place kernel is launched the counts may be left non-zero.
@@ -855,12 +958,12 @@ impl GpuContext {
             sps: sps_ptr,
             ev_off,
             n: n64,
-            keys: p!(B::Keys),
-            slot: p!(B::Sorted),
-            counts: p!(B::Counts),
-            grid: p!(B::Grid),
-            ticket: p!(B::Ticket),
-            summary: p!(B::Summary),
+            keys: p!(keys),
+            slot: p!(sorted),
+            counts: p!(counts),
+            grid: p!(grid),
+            ticket: p!(ticket),
+            summary: p!(summary),
             n_events: ne,
             scan_keys: if fused { scan_keys as u32 } else { 0 },
             summary_words: 8 * (ne + 1),
@@ -884,25 +987,20 @@ impl GpuContext {
             )?
         };
         if !fused {
-            let mut grid = ws.bufs[B::Grid as usize].take();
-            let r = match &mut grid {
-                Some(g) => self.scan_device(
-                    ws.buf(B::Counts),
-                    g,
-                    scan_keys as usize,
-                    ScanKind::Exclusive,
-                ),
-                None => Err(invalid("seeding workspace", "grid buffer missing")),
-            };
-            ws.bufs[B::Grid as usize] = grid;
-            r?;
+            let b = &mut ws.b;
+            self.scan_device(
+                b.counts.get(),
+                b.grid.get_mut(),
+                scan_keys as usize,
+                ScanKind::Exclusive,
+            )?;
         }
         let params = k::SeedingBinPlaceParams {
-            keys: p!(B::Keys),
-            slot: p!(B::Sorted),
-            grid: p!(B::Grid),
-            content: p!(B::Content),
-            counts: p!(B::Counts),
+            keys: p!(keys),
+            slot: p!(sorted),
+            grid: p!(grid),
+            content: p!(content),
+            counts: p!(counts),
             n: n64,
             n_counts: nkeys_total,
         };
@@ -938,7 +1036,7 @@ impl GpuContext {
             sps: sps_ptr,
             ev_off,
             n: n64,
-            keys: self.ptr(ws.buf(B::Keys)).cast(),
+            keys: ws.b.keys.dev(self),
             n_events: ne,
             _pad0: 0,
         };
@@ -946,30 +1044,17 @@ impl GpuContext {
         // ev_off n_events + 1 offsets ending at n; keys n words; (n_events + 1) * nkeys
         // < 2^32 (checked by the caller).
         unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params)? };
-        let mut keys = ws.bufs[B::Keys as usize].take();
-        let mut sorted = ws.bufs[B::Sorted as usize].take();
-        let mut content = ws.bufs[B::Content as usize].take();
-        let mut bad = ws.bufs[B::Bad as usize].take();
-        let mut grid = ws.bufs[B::Grid as usize].take();
-        let r = match (&mut keys, &mut sorted, &mut content, &mut bad, &mut grid) {
-            (Some(kk), Some(s), Some(c), Some(b), Some(g)) => self.bucket_launch(
-                kk,
-                n,
-                nkeys_total as u32,
-                bin_bits(nkeys_total as u32),
-                s,
-                b,
-                g,
-                c,
-            ),
-            _ => Err(invalid("seeding workspace", "bucket buffers missing")),
-        };
-        ws.bufs[B::Keys as usize] = keys;
-        ws.bufs[B::Sorted as usize] = sorted;
-        ws.bufs[B::Content as usize] = content;
-        ws.bufs[B::Bad as usize] = bad;
-        ws.bufs[B::Grid as usize] = grid;
-        r
+        let b = &mut ws.b;
+        self.bucket_launch(
+            b.keys.get(),
+            n,
+            nkeys_total as u32,
+            bin_bits(nkeys_total as u32),
+            b.sorted.get_mut(),
+            b.bad.get_mut(),
+            b.grid.get_mut(),
+            b.content.get_mut(),
+        )
     }
 
     /// Downloads device seeds.
@@ -981,8 +1066,8 @@ impl GpuContext {
         let s = self.download(&d.seeds)?;
         let p = self.download(&d.params)?;
         Ok((
-            bytemuck::cast_slice::<u32, Seed>(&s[..words::<Seed>(n)]).to_vec(),
-            bytemuck::cast_slice::<u32, BoundParams>(&p[..words::<BoundParams>(n)]).to_vec(),
+            bytemuck::cast_slice::<Record<Seed>, Seed>(&s[..n]).to_vec(),
+            bytemuck::cast_slice::<Record<BoundParams>, BoundParams>(&p[..n]).to_vec(),
         ))
     }
 
@@ -997,15 +1082,15 @@ impl GpuContext {
         } else {
             let s = self
                 .stream()
-                .clone_dtoh(&ws.buf(B::Seeds).slice(..words::<Seed>(ns)))
+                .clone_dtoh(&ws.b.seeds.get().slice(..ns))
                 .ctx("copying seeds")?;
             let p = self
                 .stream()
-                .clone_dtoh(&ws.buf(B::Params).slice(..words::<BoundParams>(ns)))
+                .clone_dtoh(&ws.b.params.get().slice(..ns))
                 .ctx("copying parameters")?;
             (
-                bytemuck::cast_slice::<u32, Seed>(&s).to_vec(),
-                bytemuck::cast_slice::<u32, BoundParams>(&p).to_vec(),
+                bytemuck::cast_slice::<Record<Seed>, Seed>(&s).to_vec(),
+                bytemuck::cast_slice::<Record<BoundParams>, BoundParams>(&p).to_vec(),
             )
         };
         Ok(ws
@@ -1056,10 +1141,18 @@ impl GpuContext {
         }
         let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
         // Held from the first staging until it is done: the next part's copies wait for it.
+        let part = turn.map(|t| t.1);
+        let stamp = |label| {
+            if let Some(k) = part {
+                phases::stamp(label, k);
+            }
+        };
+        stamp("wait turn");
         let mut turn = match turn {
             Some((t, k)) => Some(t.take(k)?),
             None => None,
         };
+        stamp("stage");
         let mut first = 0;
         let mut offsets = Vec::new();
         while first < n_ev {
@@ -1077,51 +1170,59 @@ impl GpuContext {
             for e in first..last {
                 offsets.push(offsets[offsets.len() - 1] + events.len(e));
             }
-            ws.ensure(self, B::Input, words::<SpacePoint>(n))?;
+            ws.b.input.ensure(self, n)?;
             phases::mark(Phase::Prepare);
-            let sp_words = std::mem::size_of::<SpacePoint>() / 4;
+            let v = phases::variant();
             match stage.as_deref_mut() {
-                Some(st) if n > 0 && phases::variant() == 1 => {
+                Some(st) if n > 0 && v == 1 => {
                     // The previous session's staging (measured as `--variant 1`): events
                     // gathered one after the other.
-                    let pin = st.input.get(self, n * sp_words)?;
-                    let input = ws.buf_mut(B::Input);
+                    let pin = sp_records(st.input.get(self, n)?);
+                    let input = ws.b.input.get_mut();
                     let (mut at, mut sent) = (0usize, 0usize);
                     for e in first..last {
-                        let w = events.len(e) * sp_words;
-                        events.gather(
-                            e,
-                            bytemuck::cast_slice_mut::<u32, SpacePoint>(&mut pin[at..at + w]),
-                        )?;
+                        let w = events.len(e);
+                        events.gather(e, &mut pin[at..at + w])?;
                         at += w;
-                        if at > sent && (at - sent >= GATHER_WORDS || e + 1 == last) {
+                        if at > sent && (at - sent >= GATHER_SPACEPOINTS || e + 1 == last) {
                             self.stream()
-                                .memcpy_htod(&pin[sent..at], &mut input.slice_mut(sent..at))
+                                .memcpy_htod(
+                                    as_records(&pin[sent..at]),
+                                    &mut input.slice_mut(sent..at),
+                                )
                                 .ctx("uploading spacepoints")?;
                             sent = at;
                         }
                     }
                 }
+                Some(st) if n > 0 && last - first == 1 && v != OLD_DOOR && v != 32 => {
+                    // One event: its spacepoints copied into pinned memory in parts of 64 KiB
+                    // on the pool's threads with the calling thread starting at once, each
+                    // part checked right after its copy (the spacepoints are read once), and
+                    // sent as soon as the last part is in (`staging::upload_checked`).
+                    let pin = st.input.get(self, n)?;
+                    events.upload_one(self, first, pin, ws.b.input.get_mut())?;
+                }
                 Some(st) if n > 0 => {
                     // Events gathered into pinned memory in groups of about 4 MiB, the events
                     // of a group side by side on the pool's threads; each group goes to the
                     // device at once (DMA while the host gathers the next group).
-                    let pin = st.input.get(self, n * sp_words)?;
-                    let input = ws.buf_mut(B::Input);
+                    let pin = sp_records(st.input.get(self, n)?);
+                    let input = ws.b.input.get_mut();
                     let (mut e, mut at) = (first, 0usize);
                     while e < last {
                         let (e0, at0) = (e, at);
-                        while e < last && (e == e0 || at - at0 < GATHER_WORDS) {
-                            at += events.len(e) * sp_words;
+                        while e < last && (e == e0 || at - at0 < GATHER_SPACEPOINTS) {
+                            at += events.len(e);
                             e += 1;
                         }
-                        events.gather_group(
-                            e0..e,
-                            bytemuck::cast_slice_mut::<u32, SpacePoint>(&mut pin[at0..at]),
-                        )?;
+                        events.gather_group(e0..e, &mut pin[at0..at])?;
                         if at > at0 {
                             self.stream()
-                                .memcpy_htod(&pin[at0..at], &mut input.slice_mut(at0..at))
+                                .memcpy_htod(
+                                    as_records(&pin[at0..at]),
+                                    &mut input.slice_mut(at0..at),
+                                )
                                 .ctx("uploading spacepoints")?;
                         }
                     }
@@ -1134,10 +1235,12 @@ impl GpuContext {
                                 "columns need pinned staging (the backend converts them otherwise)",
                             ));
                         };
-                        let w = as_words(ev);
-                        let at = offsets[e - first] * sp_words;
+                        let at = offsets[e - first];
                         self.stream()
-                            .memcpy_htod(w, &mut ws.buf_mut(B::Input).slice_mut(at..at + w.len()))
+                            .memcpy_htod(
+                                as_records(ev),
+                                &mut ws.b.input.get_mut().slice_mut(at..at + ev.len()),
+                            )
                             .ctx("uploading spacepoints")?;
                     }
                 }
@@ -1146,55 +1249,67 @@ impl GpuContext {
             if let Some(t) = turn.take() {
                 t.done();
             }
-            let mut input = ws.bufs[B::Input as usize].take();
-            let stats = match &input {
-                Some(inp) => self.seed_batch_device(ws, cfg, inp, &offsets, None),
-                None => Err(invalid("seeding workspace", "input buffer missing")),
+            stamp("chain");
+            let input = std::mem::take(&mut ws.b.input);
+            // The seeds' speculative copy with the counts (pinned staging; not `--variant`
+            // 30 or 31).
+            let mut pf = match stage.as_deref_mut() {
+                Some(st) if !matches!(v, OLD_DOOR | 31) => Some(SeedPrefetch {
+                    stage: st,
+                    copied: 0,
+                }),
+                _ => None,
             };
-            ws.bufs[B::Input as usize] = input.take();
+            let stats = self.seed_batch_in(ws, cfg, input.get(), &offsets, None, pf.as_mut());
+            ws.b.input = input;
             let stats = stats?;
+            let copied = pf.map_or(0, |p| p.copied);
+            stamp("counts read");
             phases::mark_gpu(Phase::Kernels, self);
             let outs = &mut out[first..last];
             for (o, s) in outs.iter_mut().zip(stats) {
                 o.stats = s;
             }
-            self.download_batch_into(ws, stage.as_deref_mut(), outs)?;
+            self.download_batch_into(ws, stage.as_deref_mut(), copied, outs)?;
+            stamp("copied out");
             first = last;
         }
         Ok(())
     }
 
     /// The seeds and parameters of the last call of `ws`, split by event into `outs` (their
-    /// vectors reused), through `stage`'s pinned buffers when given.
+    /// vectors reused), through `stage`'s pinned buffers when given, of which the first
+    /// `copied` seeds and parameters are there already (the speculative copy of
+    /// [`SeedPrefetch`], waited for with the counts).
     fn download_batch_into(
         &self,
         ws: &SeedingWorkspace,
         stage: Option<&mut SeedStaging>,
+        copied: usize,
         outs: &mut [SeedingOutput],
     ) -> Result<()> {
         let ns = ws.total_seeds();
-        let (sw, pw) = (words::<Seed>(ns), words::<BoundParams>(ns));
-        let fill = |outs: &mut [SeedingOutput], s: &[u32], p: &[u32]| {
-            let (all_s, all_p) = if ns == 0 {
-                (&[][..], &[][..])
-            } else {
-                (
-                    bytemuck::cast_slice::<u32, Seed>(&s[..sw]),
-                    bytemuck::cast_slice::<u32, BoundParams>(&p[..pw]),
-                )
-            };
+        let old = phases::variant() == OLD_DOOR;
+        let fill = |outs: &mut [SeedingOutput], s: &[Seed], p: &[BoundParams]| {
             let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
                 o.seeds.clear();
-                o.seeds.extend_from_slice(&all_s[r.clone()]);
+                o.seeds.extend_from_slice(&s[r.clone()]);
                 o.params.clear();
-                o.params.extend_from_slice(&all_p[r.clone()]);
+                o.params.extend_from_slice(&p[r.clone()]);
             };
-            // Events side by side when there are many (one event: one thread, no wake-up).
             if outs.len() > 1 {
+                // Events side by side when there are many.
                 use rayon::prelude::*;
                 outs.par_iter_mut().zip(ws.event_seeds()).for_each(one);
-            } else {
+            } else if old || outs.is_empty() {
                 outs.iter_mut().zip(ws.event_seeds()).for_each(one);
+            } else {
+                // One event: its two arrays in parts on the pool's threads, the calling thread
+                // starting at once (about 0.9 MB at ⟨μ⟩ = 200: one core takes ~0.08 ms).
+                let o = &mut outs[0];
+                let r = ws.event_seeds()[0].clone();
+                crate::staging::resize_copy(&mut o.seeds, &s[r.clone()]);
+                crate::staging::resize_copy(&mut o.params, &p[r]);
             }
         };
         if ns == 0 {
@@ -1204,34 +1319,124 @@ impl GpuContext {
         match stage {
             Some(st) => {
                 let what = "copying seeds";
-                let s = st.seeds.get(self, sw)?;
-                self.stream()
-                    .memcpy_dtoh(&ws.buf(B::Seeds).slice(..sw), s)
-                    .ctx(what)?;
-                let p = st.params.get(self, pw)?;
-                self.stream()
-                    .memcpy_dtoh(&ws.buf(B::Params).slice(..pw), p)
-                    .ctx(what)?;
-                self.synchronize()?;
+                // The seeds not copied with the counts (all of them when the pinned buffers
+                // had to grow: growing drops what they held).
+                let from = if st.seeds.capacity() >= ns && st.params.capacity() >= ns {
+                    copied.min(ns)
+                } else {
+                    0
+                };
+                if from < ns {
+                    let s = st.seeds.get(self, ns)?;
+                    self.stream()
+                        .memcpy_dtoh(&ws.b.seeds.get().slice(from..ns), &mut s[from..ns])
+                        .ctx(what)?;
+                    let p = st.params.get(self, ns)?;
+                    self.stream()
+                        .memcpy_dtoh(&ws.b.params.get().slice(from..ns), &mut p[from..ns])
+                        .ctx(what)?;
+                    self.synchronize()?;
+                }
                 phases::mark(Phase::Wait);
-                let s = st.seeds.get(self, sw)?;
-                let p = &st.params.get(self, pw)?;
-                fill(outs, s, p);
+                let s = st.seeds.get(self, ns)?;
+                let p = &st.params.get(self, ns)?;
+                fill(
+                    outs,
+                    bytemuck::cast_slice(&s[..ns]),
+                    bytemuck::cast_slice(&p[..ns]),
+                );
                 phases::mark(Phase::CopyOut);
             }
             None => {
                 let s = self
                     .stream()
-                    .clone_dtoh(&ws.buf(B::Seeds).slice(..sw))
+                    .clone_dtoh(&ws.b.seeds.get().slice(..ns))
                     .ctx("copying seeds")?;
                 let p = self
                     .stream()
-                    .clone_dtoh(&ws.buf(B::Params).slice(..pw))
+                    .clone_dtoh(&ws.b.params.get().slice(..ns))
                     .ctx("copying parameters")?;
-                fill(outs, &s, &p);
+                fill(outs, bytemuck::cast_slice(&s), bytemuck::cast_slice(&p));
             }
         }
         Ok(())
+    }
+}
+
+/// The door's speculative copy of the seeds: the chain's counts are read back into pinned
+/// memory, and right behind that read-back (before the one wait for it) the first
+/// `n × seeds per spacepoint of the last call × PREFETCH_MARGIN` seeds and parameters are
+/// copied into the door's pinned buffers. A call whose seeds fit that guess then waits once
+/// (counts and seeds together) instead of twice; one that does not copies the rest after.
+pub(crate) struct SeedPrefetch<'a> {
+    /// The door's pinned buffers.
+    pub(crate) stage: &'a mut SeedStaging,
+    /// Seeds (and parameters) copied by the last attempt of the chain.
+    pub(crate) copied: usize,
+}
+
+/// Seeds to copy speculatively for `n` spacepoints: the last call's `seeds_per_sp` with
+/// [`PREFETCH_MARGIN`], at most the seed buffer's `capacity` (`n × max_seeds_per_spm`) and
+/// never more than the pinned buffers hold already (`pinned`): the guess allocates nothing
+/// (the copy of the counts' exact need grows them, as without the guess).
+fn prefetch_guess(n: usize, seeds_per_sp: f64, capacity: usize, pinned: usize) -> usize {
+    ((n as f64 * seeds_per_sp * PREFETCH_MARGIN).ceil() as usize)
+        .min(capacity)
+        .min(pinned)
+}
+
+/// The speculative copy's margin over the last call's seeds per spacepoint (events of one
+/// pile-up differ by a few per cent in it; bytes copied beyond the seeds cost DMA time only).
+const PREFETCH_MARGIN: f64 = 1.1;
+
+/// The measuring variant (`detkit::phases::set_variant`) that runs the seeding door as
+/// session 10 left it: counts read back into a new pageable vector, then the seeds in a
+/// second round trip, one event's spacepoints copied and checked in pieces of 8 Ki on the
+/// pool (the calling thread waiting), its seeds copied out by one thread. Variant 31: all
+/// but the speculative copy of the seeds; 32: all but one event's streamed upload.
+pub(crate) const OLD_DOOR: u32 = 30;
+
+/// Spacepoints, in device-record form (the same bytes).
+fn as_records(sps: &[SpacePoint]) -> &[Record<SpacePoint>] {
+    bytemuck::cast_slice(sps)
+}
+
+/// Pinned records as the spacepoints they hold (the same bytes).
+fn sp_records(pin: &mut [Record<SpacePoint>]) -> &mut [SpacePoint] {
+    bytemuck::cast_slice_mut(pin)
+}
+
+/// The summary's words: the totals and each event's counts.
+fn split_summary(words: &[u32]) -> (SeedingTotals, Vec<EventCounts>) {
+    let totals = *bytemuck::from_bytes::<SeedingTotals>(bytemuck::cast_slice(&words[..8]));
+    let events = bytemuck::cast_slice::<u32, EventCounts>(&words[8..]).to_vec();
+    (totals, events)
+}
+
+/// Spacepoints on the device, as [`GpuContext::seed_batch_device`] takes them: a typed
+/// vector of records ([`DeviceVec<SpacePoint>`]) or their `u32` words (5 per spacepoint).
+pub trait DeviceSpacePoints {
+    /// Number of whole spacepoints the buffer holds.
+    fn spacepoints(&self) -> usize;
+    /// The buffer's device address.
+    fn addr(&self, gpu: &GpuContext) -> DevPtr<SpacePoint>;
+}
+
+impl DeviceSpacePoints for DeviceVec<SpacePoint> {
+    fn spacepoints(&self) -> usize {
+        self.len()
+    }
+    fn addr(&self, gpu: &GpuContext) -> DevPtr<SpacePoint> {
+        gpu.ptr(self).cast()
+    }
+}
+
+impl DeviceSpacePoints for DeviceBuffer<u32> {
+    fn spacepoints(&self) -> usize {
+        self.len() / (std::mem::size_of::<SpacePoint>() / 4)
+    }
+    fn addr(&self, gpu: &GpuContext) -> DevPtr<SpacePoint> {
+        gpu.ptr(self).cast()
     }
 }
 
@@ -1298,6 +1503,43 @@ impl<'a> Events<'a> {
             .unwrap_or(Ok(()))
     }
 
+    /// Event `e`'s spacepoints through `pin` (pinned, at least its length) to the device
+    /// buffer `input` (as long), checked on the way as [`Events::gather`] checks them: copied
+    /// in parts of 64 KiB on the pool's threads (the calling thread too), each part checked
+    /// right after its copy, the DMA issued once every part is in
+    /// ([`crate::staging::upload_checked`]); columns are gathered as [`Events::gather`] does
+    /// and sent in one DMA.
+    fn upload_one(
+        &self,
+        gpu: &GpuContext,
+        e: usize,
+        pin: &mut [Record<SpacePoint>],
+        input: &mut DeviceVec<SpacePoint>,
+    ) -> Result<()> {
+        let n = self.len(e);
+        let (src, checked) = match self {
+            Events::Rows(v, checked) => (v[e], *checked),
+            Events::Columns(_) => {
+                self.gather(e, sp_records(&mut pin[..n]))?;
+                return gpu
+                    .stream()
+                    .memcpy_htod(&pin[..n], &mut input.slice_mut(..n))
+                    .ctx("uploading spacepoints");
+            }
+        };
+        check_len(src)?;
+        let bad = |part: &[Record<SpacePoint>], at: usize| {
+            !checked && check_piece(bytemuck::cast_slice(part), at).is_err()
+        };
+        let mut dst = input.slice_mut(..n);
+        if crate::staging::upload_checked(gpu, as_records(src), &mut dst, &mut pin[..n], bad)? {
+            // A bad part: the error of the whole event's check (the first fault).
+            check_spacepoints(src)?;
+            return Err(invalid("spacepoints", "a part failed its check"));
+        }
+        Ok(())
+    }
+
     /// Event `e`'s spacepoints into `dst` (its length), checked on the way: copied
     /// ([`super::copy_checked`]) or gathered from the columns
     /// ([`SpacePointsRef::gather_checked`]).
@@ -1313,15 +1555,15 @@ impl<'a> Events<'a> {
     }
 }
 
-/// Words of spacepoints gathered into pinned memory per DMA (4 MiB): the DMA of one group
-/// runs while the host gathers the next.
-const GATHER_WORDS: usize = (4 << 20) / 4;
+/// Spacepoints gathered into pinned memory per DMA (4 MiB): the DMA of one group runs while
+/// the host gathers the next.
+const GATHER_SPACEPOINTS: usize = (4 << 20) / std::mem::size_of::<SpacePoint>();
 
 /// Pinned host buffers of the seeding calls: spacepoints in, seeds and parameters out.
 pub(crate) struct SeedStaging {
-    input: crate::staging::Pinned<u32>,
-    seeds: crate::staging::Pinned<u32>,
-    params: crate::staging::Pinned<u32>,
+    input: crate::staging::Pinned<Record<SpacePoint>>,
+    seeds: crate::staging::Pinned<Record<Seed>>,
+    params: crate::staging::Pinned<Record<BoundParams>>,
 }
 
 impl Default for SeedStaging {
@@ -1350,8 +1592,20 @@ struct BinInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{SeedingWorkspace, MAX_CAP};
+    use super::{prefetch_guess, SeedingWorkspace, MAX_CAP};
     use crate::Error;
+
+    /// The speculative copy: nothing on a first call (no ratio, no pinned memory yet), the
+    /// last ratio with its margin after, never past the seed buffer or the pinned buffers.
+    #[test]
+    fn the_seeds_guess_follows_the_last_call_and_allocates_nothing() {
+        assert_eq!(prefetch_guess(40_000, 0.0, 640_000, 0), 0);
+        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 0), 0);
+        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 1 << 20), 22_000);
+        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 21_000), 21_000);
+        assert_eq!(prefetch_guess(10, 100.0, 160, 1 << 20), 160);
+        assert_eq!(prefetch_guess(0, 0.5, 0, 1 << 20), 0);
+    }
 
     #[test]
     fn capacities_scale_with_the_input_and_grow_with_a_margin() {

@@ -19,10 +19,10 @@ use std::ops::Range;
 use detkit_gpu::histogram::decode_first_index;
 use detkit_gpu::seeding::{self as k, BoundParams, Seed, SpacePoint};
 
-use super::cuda::{SeedingWorkspace, B};
+use super::cuda::SeedingWorkspace;
 use super::door::SeedWorkspace;
-use super::{check_config, check_one, words, SeedingConfig, SeedingOutput, SeedingStats};
-use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
+use super::{check_config, check_one, SeedingConfig, SeedingOutput, SeedingStats};
+use crate::cuda::{cfg as launch_cfg, DeviceBuffer, DeviceVec, GpuContext, Record};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::phases::{self, Phase};
 use crate::staging::{upload_into, Pinned};
@@ -100,13 +100,13 @@ impl<'a> SpacePointsDev<'a> {
 }
 
 /// Seeds of a batch on the device: new buffers owned by the caller. Event `e`'s seeds are
-/// the records `event_seeds[e]` of `seeds` (`Seed` as 5 words: bottom, middle, top, weight,
-/// z_vertex) and of `params` (`BoundParams` as 5 words); each buffer holds at least one word.
+/// the records `event_seeds[e]` of `seeds` (`Seed`: bottom, middle, top, weight, z_vertex;
+/// 20 bytes) and of `params` (`BoundParams`: 5 `f32`); each buffer holds at least one record.
 pub struct SeedsDev {
-    /// `Seed` records as words.
-    pub seeds: DeviceBuffer<u32>,
-    /// `BoundParams` records as words.
-    pub params: DeviceBuffer<u32>,
+    /// The `Seed` records (a typed device vector).
+    pub seeds: DeviceVec<Seed>,
+    /// The `BoundParams` records.
+    pub params: DeviceVec<BoundParams>,
     /// Per event, its range of records.
     pub event_seeds: Vec<Range<usize>>,
     /// Per event, its stage counts.
@@ -128,8 +128,8 @@ impl SeedsDev {
             (&[], &[])
         } else {
             (
-                bytemuck::cast_slice(&s[..words::<Seed>(ns)]),
-                bytemuck::cast_slice(&p[..words::<BoundParams>(ns)]),
+                bytemuck::cast_slice(&s[..ns]),
+                bytemuck::cast_slice(&p[..ns]),
             )
         };
         Ok(self
@@ -208,7 +208,7 @@ impl SeedWorkspace {
         }
         let s = g.stream();
         crate::outputs::order_after(s, caller.stream())?;
-        ws.ensure(&g, B::Input, words::<SpacePoint>(n))?;
+        ws.b.input.ensure(&g, n)?;
         phases::mark(Phase::Prepare);
         if n > 0 {
             grown(&g, &mut v.table, 5 * ne)?;
@@ -232,7 +232,7 @@ impl SeedWorkspace {
                 columns: g.ptr(&*dt),
                 ev_off: g.ptr(&dw.slice(1..ne + 2)),
                 n: n as u64,
-                sps: g.ptr(ws.buf(B::Input)).cast(),
+                sps: g.ptr(ws.b.input.get()).cast(),
                 bad: g.ptr_mut(&mut dw.slice_mut(0..1)),
                 n_events: ne as u32,
                 _pad0: 0,
@@ -261,24 +261,20 @@ impl SeedWorkspace {
             }
         }
         let stats = {
-            let input = ws.take_input();
-            let r = match &input {
-                Some(inp) => g.seed_batch_device(ws, cfg, inp, &offsets, None),
-                None => Err(invalid("seeding workspace", "input buffer missing")),
-            };
-            ws.put_input(input);
+            let input = std::mem::take(&mut ws.b.input);
+            let r = g.seed_batch_device(ws, cfg, input.get(), &offsets, None);
+            ws.b.input = input;
             r?
         };
         phases::mark(Phase::Kernels);
         let ns = ws.total_seeds();
-        let (sw, pw) = (words::<Seed>(ns), words::<BoundParams>(ns));
-        // SAFETY: the first `sw` / `pw` words (all that are read: `event_seeds` covers the
-        // `ns` records) are written by the copies below, before this returns; with no seed
-        // the one word of each is never read.
+        // SAFETY: the first `ns` records (all that are read: `event_seeds` covers them) are
+        // written by the copies below, before this returns; with no seed the one record of
+        // each is never read.
         let (mut seeds, mut params) = unsafe {
             (
-                crate::outputs::alloc_output::<u32>(&g, sw)?,
-                crate::outputs::alloc_output::<u32>(&g, pw)?,
+                crate::outputs::alloc_output::<Record<Seed>>(&g, ns)?,
+                crate::outputs::alloc_output::<Record<BoundParams>>(&g, ns)?,
             )
         };
         if ns > 0 {
@@ -286,9 +282,9 @@ impl SeedWorkspace {
                 ws.seeds().expect("seeds of the chain"),
                 ws.params().expect("parameters of the chain"),
             );
-            s.memcpy_dtod(&a.slice(..sw), &mut seeds.slice_mut(..sw))
+            s.memcpy_dtod(&a.slice(..ns), &mut seeds.slice_mut(..ns))
                 .ctx("copying seeds")?;
-            s.memcpy_dtod(&b.slice(..pw), &mut params.slice_mut(..pw))
+            s.memcpy_dtod(&b.slice(..ns), &mut params.slice_mut(..ns))
                 .ctx("copying parameters")?;
             g.synchronize()?;
         }
@@ -306,16 +302,15 @@ impl SeedWorkspace {
 /// the input buffer, named by the host's check with its index within its event).
 fn name_bad(g: &GpuContext, ws: &SeedingWorkspace, offsets: &[usize], bad: usize) -> Error {
     let e = offsets.partition_point(|&o| o <= bad) - 1;
-    let w = std::mem::size_of::<SpacePoint>() / 4;
     let rec = match g
         .stream()
-        .clone_dtoh(&ws.buf(B::Input).slice(bad * w..(bad + 1) * w))
+        .clone_dtoh(&ws.b.input.get().slice(bad..bad + 1))
         .ctx("reading a bad spacepoint")
     {
         Ok(r) => r,
         Err(err) => return err,
     };
-    let sp: SpacePoint = bytemuck::pod_read_unaligned(bytemuck::cast_slice(&rec));
+    let sp: SpacePoint = rec[0].0;
     match check_one(bad - offsets[e], &sp) {
         Err(err) => err,
         Ok(()) => invalid(

@@ -508,10 +508,6 @@ pub fn as_words(sps: &[SpacePoint]) -> &[u32] {
     bytemuck::cast_slice(sps)
 }
 
-fn words<T>(n: usize) -> usize {
-    (n * std::mem::size_of::<T>() / 4).max(1)
-}
-
 impl Backend {
     /// Seeds of one event (input indices, output order documented in `docs/seeding.md`),
     /// their bound parameters and the stage counts; identical on both backends.
@@ -749,23 +745,47 @@ impl SpacePointsRef<'_> {
                 format!("{} spacepoints; at most 2^31 - 1 are supported", self.len()),
             ));
         }
-        // Each spacepoint is checked as it is built, before it is stored: `dst` may be
-        // write-combined pinned memory, which the host must not read back.
+        // Per piece one branch-free pass (no bounds checks: the columns are sliced to the
+        // piece first) that stores every spacepoint and notes whether any is bad; only a
+        // piece with a bad one is walked again, from the columns (not from `dst`: it may be
+        // write-combined pinned memory, which the host must not read back), to name the
+        // first.
         dst.par_chunks_mut(CHECK_PIECE)
             .enumerate()
             .map(|(p, d)| {
                 let base = p * CHECK_PIECE;
-                for (i, slot) in d.iter_mut().enumerate() {
-                    let k = base + i;
-                    let sp = SpacePoint {
-                        x: self.x[k],
-                        y: self.y[k],
-                        z: self.z[k],
-                        var_z: self.var_z[k],
-                        var_r: self.var_r[k],
+                let r = base..base + d.len();
+                let (x, y, z) = (&self.x[r.clone()], &self.y[r.clone()], &self.z[r.clone()]);
+                let (var_r, var_z) = (&self.var_r[r.clone()], &self.var_z[r]);
+                let mut bad = false;
+                let cols = x.iter().zip(y).zip(z).zip(var_r).zip(var_z);
+                for (slot, ((((&x, &y), &z), &var_r), &var_z)) in d.iter_mut().zip(cols) {
+                    bad |= !(x.is_finite()
+                        & y.is_finite()
+                        & z.is_finite()
+                        & var_r.is_finite()
+                        & var_z.is_finite()
+                        & (var_r >= 0.0)
+                        & (var_z >= 0.0));
+                    *slot = SpacePoint {
+                        x,
+                        y,
+                        z,
+                        var_z,
+                        var_r,
                     };
-                    check_one(k, &sp)?;
-                    *slot = sp;
+                }
+                if bad {
+                    for i in 0..d.len() {
+                        let sp = SpacePoint {
+                            x: x[i],
+                            y: y[i],
+                            z: z[i],
+                            var_z: var_z[i],
+                            var_r: var_r[i],
+                        };
+                        check_one(base + i, &sp)?;
+                    }
                 }
                 Ok(())
             })
@@ -785,6 +805,7 @@ impl Backend {
         cfg: &SeedingConfig,
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
+        crate::phases::begin();
         check_config(cfg)?;
         match self.gpu() {
             Some(gpu) if self.host_copies() == crate::HostCopies::Pinned => {
