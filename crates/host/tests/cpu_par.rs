@@ -684,6 +684,12 @@ fn pet_sort_and_merge() {
         }
         for (t, b) in backends() {
             assert!(b.pet_sort(v).unwrap() == want, "{t} threads");
+            // Into a reused vector: stale contents, too small and then large enough.
+            let mut out = vec![Single::default(); 3];
+            for _ in 0..2 {
+                b.pet_sort_into(v, &mut out).unwrap();
+                assert!(out == want, "into, {t} threads");
+            }
         }
         // Merge of two sorted halves (ties between them: the first list first).
         let (x, y) = v.split_at(v.len() / 3);
@@ -769,6 +775,11 @@ fn pet_sort_of_presorted_runs() {
         }
         for (t, b) in backends() {
             assert!(b.pet_sort(v).unwrap() == want, "{t} threads");
+            let mut out = vec![Single::default(); v.len() + 9];
+            for _ in 0..2 {
+                b.pet_sort_into(v, &mut out).unwrap();
+                assert!(out == want, "into, {t} threads");
+            }
         }
     }
 }
@@ -776,6 +787,20 @@ fn pet_sort_of_presorted_runs() {
 fn same_pairs(a: &[Coincidence], b: &[Coincidence]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.a == y.a && x.b == y.b)
 }
+
+/// A pair no input of the tests makes (stale contents of a reused output).
+const STALE: Coincidence = Coincidence {
+    a: Single {
+        crystal: 9999,
+        energy: -1.0,
+        time: -1.0,
+    },
+    b: Single {
+        crystal: 9998,
+        energy: -1.0,
+        time: -1.0,
+    },
+};
 
 #[test]
 fn pet_coincidence_every_policy_and_piece() {
@@ -804,20 +829,42 @@ fn pet_coincidence_every_policy_and_piece() {
                 let last = s.last().unwrap().time;
                 for watermark in [f64::INFINITY, last - 30.0, s[0].time] {
                     let want = poracle::coincide_until(s, &c, watermark).unwrap();
-                    for piece in PIECES {
+                    // (piece, openers a walk keeps): few kept, the join walks to a piece's
+                    // end where the chains have not met by then.
+                    let shapes =
+                        PIECES
+                            .iter()
+                            .map(|&p| (p, 64))
+                            .chain([(7, 1), (64, 1), (64, 2), (300, 3)]);
+                    for (piece, keep) in shapes {
                         for (t, got) in on_threads(|| {
-                            pet::par::coincide_in_pieces(s, &c, watermark, piece).unwrap()
+                            pet::par::coincide_in_pieces_keeping(s, &c, watermark, piece, keep)
+                                .unwrap()
                         }) {
                             assert!(
                                 same_pairs(&got.0, &want.0) && got.1 == want.1,
                                 "{policy:?} delay {delay:?} watermark {watermark}, piece \
-                                 {piece}, {t} threads: {} pairs resume {} vs {} resume {}",
+                                 {piece} keep {keep}, {t} threads: {} pairs resume {} vs {} \
+                                 resume {}",
                                 got.0.len(),
                                 got.1,
                                 want.0.len(),
                                 want.1
                             );
                         }
+                    }
+                }
+                {
+                    // The backend's call on the whole input.
+                    let want = poracle::coincide(s, &c).unwrap();
+                    for (t, b) in backends() {
+                        // Into a reused vector: stale contents, too small, then large enough.
+                        let mut out = vec![want.first().copied().unwrap_or(STALE); 2];
+                        for _ in 0..2 {
+                            b.pet_coincide_into(s, &c, &mut out).unwrap();
+                            assert!(same_pairs(&out, &want), "{policy:?} into, {t} threads");
+                        }
+                        assert!(same_pairs(&b.pet_coincide(s, &c).unwrap(), &want));
                     }
                 }
             }
@@ -843,11 +890,20 @@ fn pet_coincidence_every_policy_and_piece() {
         };
         let want = format!("{:?}", poracle::coincide(&s, &c).map(|v| v.len()));
         for piece in PIECES {
-            let got = format!(
-                "{:?}",
-                pet::par::coincide_in_pieces(&s, &c, f64::INFINITY, piece).map(|v| v.0.len())
-            );
-            assert_eq!(got, want, "{policy:?}, piece {piece}");
+            for keep in [1, 64] {
+                let got = format!(
+                    "{:?}",
+                    pet::par::coincide_in_pieces_keeping(&s, &c, f64::INFINITY, piece, keep)
+                        .map(|v| v.0.len())
+                );
+                assert_eq!(got, want, "{policy:?}, piece {piece} keep {keep}");
+            }
+        }
+        for (t, b) in backends() {
+            let mut out = Vec::new();
+            let got = format!("{:?}", b.pet_coincide_into(&s, &c, &mut out).map(|_| 0));
+            let want = format!("{:?}", poracle::coincide(&s, &c).map(|_| 0));
+            assert_eq!(got, want, "{policy:?} into, {t} threads");
         }
     }
 }

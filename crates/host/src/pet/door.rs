@@ -454,8 +454,7 @@ impl Backend {
                     }
                 };
                 debug_assert_eq!(f.len(), n);
-                Ok(self
-                    .on_cpu(|| super::par::convert_into(f, &s.params, &s.position, &s.energy, out)))
+                Ok(self.on_cpu(|| super::par::convert_into_kept(f, s, out, &self.ws.pet_cpu)))
             }
             Some(g) => {
                 let copies = self.host_copies();
@@ -479,7 +478,7 @@ impl Backend {
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
             None => {
-                *out = self.on_cpu(|| super::par::sort_unchecked(singles));
+                self.on_cpu(|| super::par::sort_into_unchecked(singles, out));
                 Ok(())
             }
             Some(g) => {
@@ -517,17 +516,7 @@ impl Backend {
         check_u32_len("singles", singles.len())?;
         match self.gpu() {
             None => {
-                *out = self.on_cpu(|| {
-                    Ok::<_, crate::Error>(
-                        super::par::coincide_unchecked(
-                            singles,
-                            c,
-                            f64::INFINITY,
-                            super::par::PIECE,
-                        )?
-                        .0,
-                    )
-                })?;
+                self.on_cpu(|| super::par::coincide_into(singles, c, out))?;
                 Ok(())
             }
             Some(g) => {

@@ -40,15 +40,21 @@ pub const PIECE: usize = 1 << 16;
 /// Appends the pieces to one vector, each copied to its offset in parallel.
 fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
     let slices: Vec<&[T]> = pieces.iter().map(Vec::as_slice).collect();
-    concat_slices(&slices, None)
+    let mut out = Vec::new();
+    concat_into(&slices, None, &mut out);
+    out
 }
 
-/// [`concat`] of slices, into a new vector on huge pages where large (its pages are first
-/// touched by the copying workers, not by one thread); `busy_step` times the copies.
-fn concat_slices<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>) -> Vec<T> {
+/// [`concat`] of slices into `out` (cleared; its allocation reused when large enough, else
+/// a new one on huge pages where large, its pages first touched by the copying workers,
+/// not by one thread); `busy_step` times the copies.
+fn concat_into<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>, out: &mut Vec<T>) {
     let total = pieces.iter().map(|p| p.len()).sum();
-    let mut out: Vec<T> = Vec::with_capacity(total);
-    crate::mem::huge_pages(&mut out);
+    out.clear();
+    if out.capacity() < total {
+        *out = Vec::with_capacity(total);
+        crate::mem::huge_pages(out);
+    }
     {
         let mut rest = &mut out.spare_capacity_mut()[..total];
         let mut dst = Vec::with_capacity(pieces.len());
@@ -72,7 +78,6 @@ fn concat_slices<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>
     // SAFETY: the pieces' lengths sum to `total`, and every one of the first `total` slots
     // was written above (each piece into its own disjoint range).
     unsafe { out.set_len(total) };
-    out
 }
 
 /// Converts every frame, keeps the accepted singles in input order: [`oracle::convert`]'s
@@ -112,6 +117,57 @@ pub fn convert_into(
     convert_into_in_pieces(frames, p, position, energy, PIECE, out)
 }
 
+/// The several-thread conversion's scratch, kept between calls (a backend keeps one pool of
+/// them, so its repeated calls write no fresh page of scratch: 4 MiB per thread); one per
+/// call in flight.
+#[derive(Default)]
+pub(crate) struct Scratch(std::sync::Mutex<Vec<Vec<Single>>>);
+
+impl Scratch {
+    fn take(&self) -> Vec<Single> {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|mut v| v.pop())
+            .unwrap_or_default()
+    }
+
+    fn put(&self, v: Vec<Single>) {
+        if let Ok(mut p) = self.0.lock() {
+            p.push(v);
+        }
+    }
+
+    /// Frees the kept scratch.
+    pub(crate) fn clear(&self) {
+        if let Ok(mut p) = self.0.lock() {
+            p.clear();
+        }
+    }
+}
+
+/// [`convert_into`] with the scanner's tables and the scratch kept in `kept` (the CPU
+/// backend's `pet_convert_into`).
+pub(crate) fn convert_into_kept(
+    frames: &[DataFrameV2],
+    s: &super::Scanner,
+    out: &mut Vec<Single>,
+    kept: &Scratch,
+) -> ConvertStats {
+    let mut scratch = kept.take();
+    let st = convert_into_with(
+        frames,
+        &s.params,
+        &s.position,
+        &s.energy,
+        PIECE,
+        out,
+        &mut scratch,
+    );
+    kept.put(scratch);
+    st
+}
+
 /// [`convert_into`] in pieces of `piece` frames (tests use small pieces).
 #[doc(hidden)]
 pub fn convert_into_in_pieces(
@@ -121,6 +177,20 @@ pub fn convert_into_in_pieces(
     energy: &[f32],
     piece: usize,
     out: &mut Vec<Single>,
+) -> ConvertStats {
+    convert_into_with(frames, p, position, energy, piece, out, &mut Vec::new())
+}
+
+/// [`convert_into_in_pieces`] with the several-thread path's scratch in `scratch` (grown
+/// when too small, else reused).
+fn convert_into_with(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    piece: usize,
+    out: &mut Vec<Single>,
+    scratch: &mut Vec<Single>,
 ) -> ConvertStats {
     let piece = piece.max(1);
     let usable = cfg!(target_endian = "little")
@@ -180,8 +250,11 @@ pub fn convert_into_in_pieces(
         ),
     }
     let half = slots * sub;
-    let mut scratch: Vec<Single> = Vec::with_capacity(2 * half);
-    crate::mem::huge_pages(&mut scratch);
+    scratch.clear();
+    if scratch.capacity() < 2 * half {
+        *scratch = Vec::with_capacity(2 * half);
+        crate::mem::huge_pages(scratch);
+    }
     let waves: Vec<&[DataFrameV2]> = frames.chunks(half).collect();
     let mut st = ConvertStats::default();
     let mut len = 0;
@@ -563,16 +636,34 @@ pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
 
 /// [`sort`] of singles whose times are known finite ([`check_times`] passed).
 pub(crate) fn sort_unchecked(singles: &[Single]) -> Vec<Single> {
-    sort_unchecked_in_pieces(singles, PIECE)
+    let mut out = Vec::new();
+    sort_into_unchecked(singles, &mut out);
+    out
+}
+
+/// [`sort_unchecked`] into `out` (cleared; its allocation reused when large enough: a
+/// repeated call writes no fresh page for its result).
+pub(crate) fn sort_into_unchecked(singles: &[Single], out: &mut Vec<Single>) {
+    sort_into_unchecked_in_pieces(singles, PIECE, out)
 }
 
 /// [`sort_unchecked`] in pieces of `piece` singles: presorted runs (at most [`MAX_RUNS`],
 /// integer times) merged in one pass, else the radix sort.
-fn sort_unchecked_in_pieces(singles: &[Single], piece: usize) -> Vec<Single> {
+fn sort_into_unchecked_in_pieces(singles: &[Single], piece: usize, out: &mut Vec<Single>) {
     let piece = piece.max(1);
     match sorted_runs(singles, piece) {
-        Some(starts) if integer_times(singles, piece) => merge_runs(singles, &starts, piece),
-        _ => radix_sort(singles, piece),
+        Some(starts) if integer_times(singles, piece) => merge_runs(singles, &starts, piece, out),
+        _ => radix_sort(singles, piece, out),
+    }
+}
+
+/// `out` cleared, with room for `n` items: its own allocation when large enough, else a
+/// new one (on huge pages where large).
+fn room<T>(out: &mut Vec<T>, n: usize) {
+    out.clear();
+    if out.capacity() < n {
+        *out = Vec::with_capacity(n);
+        crate::mem::huge_pages(out);
     }
 }
 
@@ -630,7 +721,7 @@ fn sorted_runs(singles: &[Single], piece: usize) -> Option<Vec<usize>> {
 /// Stable merge of the sorted runs `singles[starts[r]..starts[r + 1]]` (at most
 /// [`MAX_RUNS`], integer times below 2^53; ties: the earlier run first): the output is cut at splitter times into pieces of about `piece` singles,
 /// each merged on its own (a loser tree over the runs) and written to its offset.
-fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single> {
+fn merge_runs(singles: &[Single], starts: &[usize], piece: usize, out: &mut Vec<Single>) {
     let n = singles.len();
     let runs = starts.len() - 1;
     let piece = piece.max(1);
@@ -660,8 +751,7 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
         .windows(2)
         .map(|w| w[1].iter().zip(&w[0]).map(|(b, a)| b - a).sum())
         .collect();
-    let mut out: Vec<Single> = Vec::with_capacity(n);
-    crate::mem::huge_pages(&mut out);
+    room(out, n);
     {
         let mut rest = &mut out.spare_capacity_mut()[..n];
         let mut dst = Vec::with_capacity(parts);
@@ -677,7 +767,6 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
     // SAFETY: the pieces' sizes sum to `n` (every run is cut into consecutive ranges from its
     // start to its end), and `loser_merge` writes every slot of its piece.
     unsafe { out.set_len(n) };
-    out
 }
 
 /// Bits of a merge key that hold the run (below the time): `MAX_RUNS <= 1 << RUN_BITS`.
@@ -742,22 +831,31 @@ const RADIX_BITS: u32 = 11;
 #[doc(hidden)]
 pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     check_times(singles, "singles to sort")?;
-    Ok(sort_unchecked_in_pieces(singles, piece))
+    let mut out = Vec::new();
+    sort_into_unchecked_in_pieces(singles, piece, &mut out);
+    Ok(out)
 }
 
 /// [`sort_in_pieces`] by the radix sort whatever the input (tests).
 #[doc(hidden)]
 pub fn radix_sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     check_times(singles, "singles to sort")?;
-    Ok(radix_sort(singles, piece))
+    let mut out = Vec::new();
+    radix_sort(singles, piece, &mut out);
+    Ok(out)
 }
 
-/// The LSD radix sort of finite times.
-fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
+/// The LSD radix sort of finite times, into `out` (its allocation reused when large
+/// enough; the other buffer of the passes is new).
+fn radix_sort(singles: &[Single], piece: usize, out: &mut Vec<Single>) {
     let piece = piece.max(1);
     let n = singles.len();
+    let copy = |out: &mut Vec<Single>| {
+        out.clear();
+        out.extend_from_slice(singles);
+    };
     if n < 2 {
-        return singles.to_vec();
+        return copy(out);
     }
     let integers = integer_times(singles, piece);
     // The bits that differ between the keys.
@@ -770,14 +868,22 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
         })
         .reduce(|| 0, |a, b| a | b);
     if diff == 0 {
-        return singles.to_vec();
+        return copy(out);
     }
     let lo = diff.trailing_zeros();
     let hi = 64 - diff.leading_zeros();
-    // The first pass reads the input: no copy of it; two buffers, each fully written by the
-    // pass that fills it.
-    let mut a: Vec<Single> = Vec::with_capacity(n);
-    crate::mem::huge_pages(&mut a);
+    let passes = (hi - lo).div_ceil(RADIX_BITS);
+    // The first pass reads the input: no copy of it. The passes alternate between `out` and
+    // one other buffer, the first into whichever makes the last land in `out`; each buffer
+    // fully written by the pass that fills it.
+    room(out, n);
+    let mut other: Vec<Single> = Vec::with_capacity(n);
+    crate::mem::huge_pages(&mut other);
+    let (mut a, mut b) = if passes % 2 == 1 {
+        (std::mem::take(out), other)
+    } else {
+        (other, std::mem::take(out))
+    };
     radix_pass(
         singles,
         &mut a.spare_capacity_mut()[..n],
@@ -787,8 +893,6 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     );
     // SAFETY: `radix_pass` writes every one of the `n` slots.
     unsafe { a.set_len(n) };
-    let mut b: Vec<Single> = Vec::with_capacity(n);
-    crate::mem::huge_pages(&mut b);
     let mut shift = lo + RADIX_BITS;
     while shift < hi {
         b.clear();
@@ -798,7 +902,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
         std::mem::swap(&mut a, &mut b);
         shift += RADIX_BITS;
     }
-    a
+    *out = a;
 }
 
 /// One stable counting pass on the `RADIX_BITS` key bits at `shift`: `src` to `dst`.
@@ -903,27 +1007,37 @@ pub fn merge_in_pieces(a: &[Single], b: &[Single], piece: usize) -> Vec<Single> 
     out
 }
 
-/// The windows of one speculative walk over a piece, in walk order.
+/// Openers a speculative walk keeps from its start (with the pairs before each): the join
+/// looks for the true chain's entry among them. In the generated data the chains meet at
+/// the piece's first or second window; a piece whose chains have not met by the last kept
+/// opener is walked to its end by the join (correct, only slower).
+const KEEP: usize = 64;
+
+/// What one speculative walk over a piece notes: no pairs, only counts (the pairs are
+/// written once, by the fill, straight into the output).
 struct Walk {
-    /// Openers in increasing order.
+    /// The walk's first openers (at most the kept number), increasing.
     opens: Vec<usize>,
-    /// Per opener: where its pairs start in `pairs`.
-    starts: Vec<usize>,
-    /// The windows with an error (walk position, error): they have no pairs.
+    /// Per kept opener: the walk's pairs before it.
+    before: Vec<usize>,
+    /// The windows with an error (opener, error), in walk order: they have no pairs.
     errs: Vec<(usize, Error)>,
-    pairs: Vec<Coincidence>,
+    /// The walk's pairs in all.
+    pairs: usize,
     /// Where the walk leaves the piece: the first opener at or past the piece's end (or
     /// past `cut`).
     exit: usize,
 }
 
-/// The prompt window opened at `open`: `(end, pairs appended or the error)`.
+/// The prompt window opened at `open`: its pairs handed to `emit`, in the oracle's order;
+/// returns `(end, Ok or the window's error)` (a window with an error emits nothing).
+#[inline(always)]
 fn prompt_window(
     singles: &[Single],
     c: &CoincideConfig,
     reach: f64,
     open: usize,
-    out: &mut Vec<Coincidence>,
+    emit: &mut impl FnMut(Coincidence),
 ) -> (usize, Result<()>) {
     let n = singles.len();
     let t0 = singles[open].time;
@@ -936,7 +1050,7 @@ fn prompt_window(
         1 => Ok(()),
         2 => {
             if members[0].crystal != members[1].crystal {
-                out.push(Coincidence {
+                emit(Coincidence {
                     a: members[0],
                     b: members[1],
                 });
@@ -944,10 +1058,12 @@ fn prompt_window(
             Ok(())
         }
         _ => policy_pairs(members, false, c.policy).map(|v| {
-            out.extend(v.into_iter().map(|(i, j)| Coincidence {
-                a: members[i],
-                b: members[j],
-            }))
+            for (i, j) in v {
+                emit(Coincidence {
+                    a: members[i],
+                    b: members[j],
+                });
+            }
         }),
     };
     (end, r)
@@ -976,9 +1092,24 @@ pub fn coincide_in_pieces(
     watermark: f64,
     piece: usize,
 ) -> Result<(Vec<Coincidence>, usize)> {
+    coincide_in_pieces_keeping(singles, c, watermark, piece, KEEP)
+}
+
+/// [`coincide_in_pieces`] with walks that keep `keep` openers (tests use few, so that the
+/// join's walk to a piece's end is exercised).
+#[doc(hidden)]
+pub fn coincide_in_pieces_keeping(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    piece: usize,
+    keep: usize,
+) -> Result<(Vec<Coincidence>, usize)> {
     c.validate()?;
     check_sorted(singles)?;
-    coincide_unchecked(singles, c, watermark, piece)
+    let mut out = Vec::new();
+    let resume = coincide_into_unchecked(singles, c, watermark, piece, keep, &mut out)?;
+    Ok((out, resume))
 }
 
 /// [`coincide_in_pieces`] on input known to pass [`check_sorted`] and a checked
@@ -989,93 +1120,159 @@ pub(crate) fn coincide_unchecked(
     watermark: f64,
     piece: usize,
 ) -> Result<(Vec<Coincidence>, usize)> {
+    let mut out = Vec::new();
+    let resume = coincide_into_unchecked(singles, c, watermark, piece, KEEP, &mut out)?;
+    Ok((out, resume))
+}
+
+/// [`coincide`] into `out` on input known to pass [`check_sorted`] and a checked
+/// configuration (the CPU backend's `pet_coincide_into`).
+pub(crate) fn coincide_into(
+    singles: &[Single],
+    c: &CoincideConfig,
+    out: &mut Vec<Coincidence>,
+) -> Result<()> {
+    coincide_into_unchecked(singles, c, f64::INFINITY, PIECE, KEEP, out).map(|_| ())
+}
+
+/// [`coincide_until`] into `out` (cleared; its allocation reused when large enough: a
+/// repeated call writes no fresh page), on input known to pass [`check_sorted`] and a
+/// checked configuration; returns the resume index. On an error `out` holds no meaningful
+/// result.
+///
+/// One thread: the oracle's walk, pairs pushed into `out`. Several: each piece walked
+/// speculatively from its own first single, counting pairs only (no scratch is written);
+/// one sequential join finds where the true chain enters each piece and how many pairs it
+/// makes there; then every piece walks the true chain again from its entry, writing its
+/// pairs to their place in `out` (see docs/benchmarks.md, "cpu3").
+pub(crate) fn coincide_into_unchecked(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    piece: usize,
+    keep: usize,
+    out: &mut Vec<Coincidence>,
+) -> Result<usize> {
     let piece = piece.max(1);
+    let keep = keep.max(1);
     let reach = c.reach();
     // `window_complete` is monotone in the opener's time: openers below `cut` are complete.
     let cut = singles.partition_point(|s| k::window_complete(s.time, watermark, reach));
+    out.clear();
     if let Some(d) = c.delay {
-        return delayed(singles, c, reach, d, cut, piece);
+        return delayed(singles, c, reach, d, cut, piece, out);
     }
     let mut timer = Timer::start();
-    let walks: Vec<Walk> = (0..cut.div_ceil(piece))
+    if rayon::current_num_threads() == 1 || cut <= piece {
+        let mut open = 0;
+        while open < cut {
+            let (end, r) = prompt_window(singles, c, reach, open, &mut |x| out.push(x));
+            r?;
+            open = end;
+        }
+        timer.mark("coincide: walk");
+        return Ok(open);
+    }
+    let pieces = cut.div_ceil(piece);
+    let stop_of = |p: usize| ((p + 1) * piece).min(cut);
+    let walks: Vec<Walk> = (0..pieces)
         .into_par_iter()
         .map(|p| {
             busy(Busy::CoincideWalks, || {
-                let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
-                // Room for every opener at once, and for a pair per four singles (more than
-                // the generated data's one per eight): the vectors do not grow step by step
-                // (each step of a large one a remapping, whose TLB flush interrupts every
-                // core of the process).
-                let len = stop.saturating_sub(start);
+                let (start, stop) = (p * piece, stop_of(p));
                 let mut w = Walk {
-                    opens: Vec::with_capacity(len),
-                    starts: Vec::with_capacity(len),
+                    opens: Vec::with_capacity(keep.min(stop - start)),
+                    before: Vec::with_capacity(keep.min(stop - start)),
                     errs: Vec::new(),
-                    pairs: Vec::with_capacity(len / 4),
+                    pairs: 0,
                     exit: start,
                 };
                 let mut open = start;
+                let mut pairs = 0usize;
                 while open < stop {
-                    w.opens.push(open);
-                    w.starts.push(w.pairs.len());
-                    let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
+                    if w.opens.len() < keep {
+                        w.opens.push(open);
+                        w.before.push(pairs);
+                    }
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut |_| pairs += 1);
                     if let Err(e) = r {
-                        w.errs.push((w.opens.len() - 1, e));
+                        w.errs.push((open, e));
                     }
                     open = end;
                 }
+                w.pairs = pairs;
                 w.exit = open;
                 w
             })
         })
         .collect();
     timer.mark("coincide: walks");
-    // Join: follow the true chain from 0, noting which stretches of pairs it takes (a
-    // walk's from an opener on, or windows walked here where the chains had not met yet);
-    // the pairs are then copied to the output in parallel (one allocation, no serial copy).
-    enum Take {
-        Walk(usize, usize),
-        Here(usize, usize),
-    }
-    let mut takes = Vec::new();
-    let mut here = Vec::new();
+    // Join: follow the true chain from 0 piece by piece: its entry into each piece, and the
+    // pairs it makes there (the walk's from the opener where they meet on; windows walked
+    // here where they have not met yet).
+    let mut entries = Vec::with_capacity(pieces);
+    let mut counts = Vec::with_capacity(pieces);
     let mut open = 0;
-    while open < cut {
-        let p = open / piece;
-        let w = &walks[p];
-        match w.opens.binary_search(&open) {
-            Ok(at) => {
-                // The chains have met: the walk's windows from `at` are the true ones, up to
-                // the first error among them.
-                if let Some((_, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
-                    return Err(clone_err(e));
+    for (p, w) in walks.iter().enumerate() {
+        let stop = stop_of(p);
+        entries.push(open);
+        let mut count = 0usize;
+        while open < stop {
+            match w.opens.binary_search(&open) {
+                Ok(at) => {
+                    // The chains have met: the walk's windows from here are the true ones,
+                    // up to the first error among them.
+                    if let Some((_, e)) = w.errs.iter().find(|(o, _)| *o >= open) {
+                        return Err(clone_err(e));
+                    }
+                    count += w.pairs - w.before[at];
+                    open = w.exit;
                 }
-                takes.push(Take::Walk(p, w.starts[at]));
-                open = w.exit;
-            }
-            Err(_) => {
-                let from = here.len();
-                let (end, r) = prompt_window(singles, c, reach, open, &mut here);
-                r?;
-                match takes.last_mut() {
-                    Some(Take::Here(_, to)) if *to == from => *to = here.len(),
-                    _ => takes.push(Take::Here(from, here.len())),
+                Err(_) => {
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut |_| count += 1);
+                    r?;
+                    open = end;
                 }
-                open = end;
             }
         }
+        counts.push(count);
     }
-    let slices: Vec<&[Coincidence]> = takes
-        .iter()
-        .map(|t| match *t {
-            Take::Walk(p, from) => &walks[p].pairs[from..],
-            Take::Here(from, to) => &here[from..to],
-        })
-        .collect();
     timer.mark("coincide: join");
-    let out = concat_slices(&slices, Some(Busy::CoincideFill));
+    let total: usize = counts.iter().sum();
+    if out.capacity() < total {
+        *out = Vec::with_capacity(total);
+        crate::mem::huge_pages(out);
+    }
+    {
+        let mut rest = &mut out.spare_capacity_mut()[..total];
+        let mut dst = Vec::with_capacity(pieces);
+        for &cnt in &counts {
+            let (d, r) = rest.split_at_mut(cnt);
+            dst.push(d);
+            rest = r;
+        }
+        dst.into_par_iter().enumerate().for_each(|(p, d)| {
+            busy(Busy::CoincideFill, || {
+                let (mut open, stop) = (entries[p], stop_of(p));
+                let mut k = 0;
+                while open < stop {
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut |x| {
+                        d[k].write(x);
+                        k += 1;
+                    });
+                    debug_assert!(r.is_ok(), "the join found no error on the chain");
+                    open = end;
+                }
+                // The join counted this piece's windows of the true chain: the same ones.
+                assert_eq!(k, d.len(), "pairs of piece {p}");
+            })
+        });
+    }
+    // SAFETY: the pieces' counts sum to `total`, and each piece wrote every slot of its own
+    // disjoint range (asserted above).
+    unsafe { out.set_len(total) };
     timer.mark("coincide: fill");
-    Ok((out, open))
+    Ok(open)
 }
 
 /// Delayed windows (every single below `cut` opens one, paired with its opener only).
@@ -1086,7 +1283,8 @@ fn delayed(
     d: f64,
     cut: usize,
     piece: usize,
-) -> Result<(Vec<Coincidence>, usize)> {
+    out: &mut Vec<Coincidence>,
+) -> Result<usize> {
     let n = singles.len();
     let pieces: Vec<Result<Vec<Coincidence>>> = (0..cut.div_ceil(piece))
         .into_par_iter()
@@ -1118,7 +1316,9 @@ fn delayed(
     for p in pieces {
         ok.push(p?);
     }
-    Ok((concat(&ok), cut))
+    let slices: Vec<&[Coincidence]> = ok.iter().map(Vec::as_slice).collect();
+    concat_into(&slices, None, out);
+    Ok(cut)
 }
 
 /// The error of a speculative window, raised when the true chain reaches it.
