@@ -516,7 +516,7 @@ impl Backend {
         check_u32_len("singles", singles.len())?;
         match self.gpu() {
             None => {
-                self.on_cpu(|| super::par::coincide_into(singles, c, out))?;
+                self.on_cpu(|| super::par::coincide_into_kept(singles, c, out, &self.ws.pet_cpu))?;
                 Ok(())
             }
             Some(g) => {

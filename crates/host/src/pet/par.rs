@@ -117,30 +117,51 @@ pub fn convert_into(
     convert_into_in_pieces(frames, p, position, energy, PIECE, out)
 }
 
-/// The several-thread conversion's scratch, kept between calls (a backend keeps one pool of
-/// them, so its repeated calls write no fresh page of scratch: 4 MiB per thread); one per
+/// The several-thread paths' scratch, kept between calls (a backend keeps one, so its
+/// repeated calls write no fresh page of scratch): the conversion's waves (4 MiB per
+/// thread) and the coincidence walks' pairs (about the size of the pairs); one of each per
 /// call in flight.
 #[derive(Default)]
-pub(crate) struct Scratch(std::sync::Mutex<Vec<Vec<Single>>>);
+pub(crate) struct Scratch {
+    convert: std::sync::Mutex<Vec<Vec<Single>>>,
+    /// The coincidence walks' pairs, one vector per piece.
+    pairs: std::sync::Mutex<Vec<Vec<Vec<Coincidence>>>>,
+}
+
+/// One of the kept values (or a new one when none is free: another call has it).
+fn take_kept<T: Default>(m: &std::sync::Mutex<Vec<T>>) -> T {
+    m.lock().ok().and_then(|mut v| v.pop()).unwrap_or_default()
+}
+
+fn put_kept<T>(m: &std::sync::Mutex<Vec<T>>, v: T) {
+    if let Ok(mut p) = m.lock() {
+        p.push(v);
+    }
+}
 
 impl Scratch {
     fn take(&self) -> Vec<Single> {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|mut v| v.pop())
-            .unwrap_or_default()
+        take_kept(&self.convert)
     }
 
     fn put(&self, v: Vec<Single>) {
-        if let Ok(mut p) = self.0.lock() {
-            p.push(v);
-        }
+        put_kept(&self.convert, v)
+    }
+
+    fn take_pairs(&self) -> Vec<Vec<Coincidence>> {
+        take_kept(&self.pairs)
+    }
+
+    fn put_pairs(&self, v: Vec<Vec<Coincidence>>) {
+        put_kept(&self.pairs, v)
     }
 
     /// Frees the kept scratch.
     pub(crate) fn clear(&self) {
-        if let Ok(mut p) = self.0.lock() {
+        if let Ok(mut p) = self.convert.lock() {
+            p.clear();
+        }
+        if let Ok(mut p) = self.pairs.lock() {
             p.clear();
         }
     }
@@ -1007,23 +1028,21 @@ pub fn merge_in_pieces(a: &[Single], b: &[Single], piece: usize) -> Vec<Single> 
     out
 }
 
-/// Openers a speculative walk keeps from its start (with the pairs before each): the join
+/// Openers a speculative walk notes from its start (with the pairs before each): the join
 /// looks for the true chain's entry among them. In the generated data the chains meet at
-/// the piece's first or second window; a piece whose chains have not met by the last kept
+/// the piece's first or second window; a piece whose chains have not met by the last noted
 /// opener is walked to its end by the join (correct, only slower).
 const KEEP: usize = 64;
 
-/// What one speculative walk over a piece notes: no pairs, only counts (the pairs are
-/// written once, by the fill, straight into the output).
+/// What one speculative walk over a piece notes beside its pairs (which go to the piece's
+/// scratch vector).
 struct Walk {
-    /// The walk's first openers (at most the kept number), increasing.
+    /// The walk's first openers (at most the noted number), increasing.
     opens: Vec<usize>,
-    /// Per kept opener: the walk's pairs before it.
+    /// Per noted opener: the walk's pairs before it.
     before: Vec<usize>,
     /// The windows with an error (opener, error), in walk order: they have no pairs.
     errs: Vec<(usize, Error)>,
-    /// The walk's pairs in all.
-    pairs: usize,
     /// Where the walk leaves the piece: the first opener at or past the piece's end (or
     /// past `cut`).
     exit: usize,
@@ -1095,7 +1114,7 @@ pub fn coincide_in_pieces(
     coincide_in_pieces_keeping(singles, c, watermark, piece, KEEP)
 }
 
-/// [`coincide_in_pieces`] with walks that keep `keep` openers (tests use few, so that the
+/// [`coincide_in_pieces`] with walks that note `keep` openers (tests use few, so that the
 /// join's walk to a piece's end is exercised).
 #[doc(hidden)]
 pub fn coincide_in_pieces_keeping(
@@ -1108,7 +1127,14 @@ pub fn coincide_in_pieces_keeping(
     c.validate()?;
     check_sorted(singles)?;
     let mut out = Vec::new();
-    let resume = coincide_into_unchecked(singles, c, watermark, piece, keep, &mut out)?;
+    let resume = coincide_into_unchecked(
+        singles,
+        c,
+        watermark,
+        (piece, keep),
+        &mut Vec::new(),
+        &mut out,
+    )?;
     Ok((out, resume))
 }
 
@@ -1121,36 +1147,50 @@ pub(crate) fn coincide_unchecked(
     piece: usize,
 ) -> Result<(Vec<Coincidence>, usize)> {
     let mut out = Vec::new();
-    let resume = coincide_into_unchecked(singles, c, watermark, piece, KEEP, &mut out)?;
+    let resume = coincide_into_unchecked(
+        singles,
+        c,
+        watermark,
+        (piece, KEEP),
+        &mut Vec::new(),
+        &mut out,
+    )?;
     Ok((out, resume))
 }
 
 /// [`coincide`] into `out` on input known to pass [`check_sorted`] and a checked
-/// configuration (the CPU backend's `pet_coincide_into`).
-pub(crate) fn coincide_into(
+/// configuration, with the walks' scratch kept in `kept` (the CPU backend's
+/// `pet_coincide_into`).
+pub(crate) fn coincide_into_kept(
     singles: &[Single],
     c: &CoincideConfig,
     out: &mut Vec<Coincidence>,
+    kept: &Scratch,
 ) -> Result<()> {
-    coincide_into_unchecked(singles, c, f64::INFINITY, PIECE, KEEP, out).map(|_| ())
+    let mut scratch = kept.take_pairs();
+    let r = coincide_into_unchecked(singles, c, f64::INFINITY, (PIECE, KEEP), &mut scratch, out);
+    kept.put_pairs(scratch);
+    r.map(|_| ())
 }
 
-/// [`coincide_until`] into `out` (cleared; its allocation reused when large enough: a
-/// repeated call writes no fresh page), on input known to pass [`check_sorted`] and a
-/// checked configuration; returns the resume index. On an error `out` holds no meaningful
-/// result.
+/// [`coincide_until`] into `out` (cleared; its allocation reused when large enough), on
+/// input known to pass [`check_sorted`] and a checked configuration; returns the resume
+/// index. On an error `out` holds no meaningful result. `(piece, keep)`: singles per piece,
+/// openers a walk notes.
 ///
-/// One thread: the oracle's walk, pairs pushed into `out`. Several: each piece walked
-/// speculatively from its own first single, counting pairs only (no scratch is written);
-/// one sequential join finds where the true chain enters each piece and how many pairs it
-/// makes there; then every piece walks the true chain again from its entry, writing its
-/// pairs to their place in `out` (see docs/benchmarks.md, "cpu3").
+/// One thread: the oracle's walk, the pairs pushed into `out`. Several: each piece walked
+/// speculatively from its own first single, its pairs into its vector of `scratch` (one
+/// per piece, kept between calls by the backend: a repeated call writes no fresh page);
+/// one sequential join follows the true chain (where it enters a piece at a noted opener
+/// of the walk, the walk's windows from there are the true ones; else the true chain is
+/// walked there until they meet); then the stretches of pairs it takes are copied into
+/// `out` in parallel (see docs/benchmarks.md, "cpu3").
 pub(crate) fn coincide_into_unchecked(
     singles: &[Single],
     c: &CoincideConfig,
     watermark: f64,
-    piece: usize,
-    keep: usize,
+    (piece, keep): (usize, usize),
+    scratch: &mut Vec<Vec<Coincidence>>,
     out: &mut Vec<Coincidence>,
 ) -> Result<usize> {
     let piece = piece.max(1);
@@ -1174,103 +1214,83 @@ pub(crate) fn coincide_into_unchecked(
         return Ok(open);
     }
     let pieces = cut.div_ceil(piece);
-    let stop_of = |p: usize| ((p + 1) * piece).min(cut);
-    let walks: Vec<Walk> = (0..pieces)
-        .into_par_iter()
-        .map(|p| {
+    if scratch.len() < pieces {
+        scratch.resize_with(pieces, Vec::new);
+    }
+    let walks: Vec<Walk> = scratch[..pieces]
+        .par_iter_mut()
+        .enumerate()
+        .map(|(p, pairs)| {
             busy(Busy::CoincideWalks, || {
-                let (start, stop) = (p * piece, stop_of(p));
+                let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
+                pairs.clear();
                 let mut w = Walk {
                     opens: Vec::with_capacity(keep.min(stop - start)),
                     before: Vec::with_capacity(keep.min(stop - start)),
                     errs: Vec::new(),
-                    pairs: 0,
                     exit: start,
                 };
                 let mut open = start;
-                let mut pairs = 0usize;
                 while open < stop {
                     if w.opens.len() < keep {
                         w.opens.push(open);
-                        w.before.push(pairs);
+                        w.before.push(pairs.len());
                     }
-                    let (end, r) = prompt_window(singles, c, reach, open, &mut |_| pairs += 1);
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut |x| pairs.push(x));
                     if let Err(e) = r {
                         w.errs.push((open, e));
                     }
                     open = end;
                 }
-                w.pairs = pairs;
                 w.exit = open;
                 w
             })
         })
         .collect();
     timer.mark("coincide: walks");
-    // Join: follow the true chain from 0 piece by piece: its entry into each piece, and the
-    // pairs it makes there (the walk's from the opener where they meet on; windows walked
-    // here where they have not met yet).
-    let mut entries = Vec::with_capacity(pieces);
-    let mut counts = Vec::with_capacity(pieces);
+    // Join: follow the true chain from 0, noting which stretches of pairs it takes (a
+    // walk's from an opener on, or windows walked here where the chains had not met yet).
+    enum Take {
+        Walk(usize, usize),
+        Here(usize, usize),
+    }
+    let mut takes = Vec::new();
+    let mut here = Vec::new();
     let mut open = 0;
-    for (p, w) in walks.iter().enumerate() {
-        let stop = stop_of(p);
-        entries.push(open);
-        let mut count = 0usize;
-        while open < stop {
-            match w.opens.binary_search(&open) {
-                Ok(at) => {
-                    // The chains have met: the walk's windows from here are the true ones,
-                    // up to the first error among them.
-                    if let Some((_, e)) = w.errs.iter().find(|(o, _)| *o >= open) {
-                        return Err(clone_err(e));
-                    }
-                    count += w.pairs - w.before[at];
-                    open = w.exit;
+    while open < cut {
+        let p = open / piece;
+        let w = &walks[p];
+        match w.opens.binary_search(&open) {
+            Ok(at) => {
+                // The chains have met: the walk's windows from here are the true ones, up
+                // to the first error among them.
+                if let Some((_, e)) = w.errs.iter().find(|(o, _)| *o >= open) {
+                    return Err(clone_err(e));
                 }
-                Err(_) => {
-                    let (end, r) = prompt_window(singles, c, reach, open, &mut |_| count += 1);
-                    r?;
-                    open = end;
+                takes.push(Take::Walk(p, w.before[at]));
+                open = w.exit;
+            }
+            Err(_) => {
+                let from = here.len();
+                let (end, r) = prompt_window(singles, c, reach, open, &mut |x| here.push(x));
+                r?;
+                match takes.last_mut() {
+                    Some(Take::Here(_, to)) if *to == from => *to = here.len(),
+                    _ => takes.push(Take::Here(from, here.len())),
                 }
+                open = end;
             }
         }
-        counts.push(count);
     }
+    let slices: Vec<&[Coincidence]> = takes
+        .iter()
+        .map(|t| match *t {
+            Take::Walk(p, from) => &scratch[p][from..],
+            Take::Here(from, to) => &here[from..to],
+        })
+        .collect();
     timer.mark("coincide: join");
-    let total: usize = counts.iter().sum();
-    if out.capacity() < total {
-        *out = Vec::with_capacity(total);
-        crate::mem::huge_pages(out);
-    }
-    {
-        let mut rest = &mut out.spare_capacity_mut()[..total];
-        let mut dst = Vec::with_capacity(pieces);
-        for &cnt in &counts {
-            let (d, r) = rest.split_at_mut(cnt);
-            dst.push(d);
-            rest = r;
-        }
-        dst.into_par_iter().enumerate().for_each(|(p, d)| {
-            busy(Busy::CoincideFill, || {
-                let (mut open, stop) = (entries[p], stop_of(p));
-                let mut k = 0;
-                while open < stop {
-                    let (end, r) = prompt_window(singles, c, reach, open, &mut |x| {
-                        d[k].write(x);
-                        k += 1;
-                    });
-                    debug_assert!(r.is_ok(), "the join found no error on the chain");
-                    open = end;
-                }
-                // The join counted this piece's windows of the true chain: the same ones.
-                assert_eq!(k, d.len(), "pairs of piece {p}");
-            })
-        });
-    }
-    // SAFETY: the pieces' counts sum to `total`, and each piece wrote every slot of its own
-    // disjoint range (asserted above).
-    unsafe { out.set_len(total) };
+    concat_into(&slices, Some(Busy::CoincideFill), out);
     timer.mark("coincide: fill");
     Ok(open)
 }
