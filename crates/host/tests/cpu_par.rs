@@ -908,6 +908,72 @@ fn pet_coincidence_every_policy_and_piece() {
     }
 }
 
+/// The CPU backend checks the singles as its coincidence walks read them: unsorted or
+/// non-finite times at the start, at piece boundaries and at the end give the oracle's
+/// error, and before a window's own error (a multiple over the capacity) found earlier in
+/// the walk; on 1, 2 and 7 threads.
+#[test]
+fn pet_coincide_checks_as_it_walks() {
+    let c = CoincideConfig {
+        window: 10.0,
+        delay: None,
+        policy: Policy::TakeAllGoods,
+    };
+    let n = 3 * 65536 + 100;
+    let good = singles(21, n, 30, 6);
+    // A window of 300 singles (over the capacity) at 1000..1300, the rest shifted after it.
+    let mut multiple = good.clone();
+    let t0 = multiple[1000].time;
+    for (i, x) in multiple.iter_mut().enumerate().skip(1000).take(300) {
+        x.time = t0 + i as f64 * 1e-3;
+    }
+    let tail = multiple[1299].time;
+    for x in multiple.iter_mut().skip(1300) {
+        x.time += tail - t0;
+    }
+    let mut cases: Vec<(String, Vec<Single>)> = vec![("multiple".into(), multiple.clone())];
+    for at in [0, 1, 65535, 65536, 65537, 2 * 65536, n - 2, n - 1] {
+        for (what, t) in [("disorder", 0.0), ("nan", f64::NAN), ("inf", f64::INFINITY)] {
+            for (base, v) in [("good", &good), ("multiple", &multiple)] {
+                let mut v = v.clone();
+                v[at].time = match (what, at) {
+                    ("disorder", 0) => v[1].time + 1.0,
+                    ("disorder", _) => v[at - 1].time - 1.0,
+                    _ => t,
+                };
+                cases.push((format!("{base}, {what} at {at}"), v));
+            }
+        }
+    }
+    // The last window opened before the end of the first checked stretch (65,536 singles)
+    // and reaching the end, out of order inside.
+    let mut tail = singles(22, 65536 + 3, 30, 6);
+    let t = tail[65533].time;
+    for (i, dt) in [0.0, 1.0, 2.0, 3.0, 2.5].into_iter().enumerate() {
+        tail[65534 + i].time = t + 5.0 + dt;
+    }
+    cases.push(("tail window".into(), tail));
+    for (label, v) in &cases {
+        let want = format!("{:?}", poracle::coincide(v, &c).map(|p| p.len()));
+        assert!(want.contains("Err"), "{label}: {want}");
+        for (t, b) in backends() {
+            let mut out = Vec::new();
+            let got = format!(
+                "{:?}",
+                b.pet_coincide_into(v, &c, &mut out).map(|_| out.len())
+            );
+            assert_eq!(got, want, "{label}, {t} threads");
+        }
+    }
+    let want = poracle::coincide(&good, &c).unwrap();
+    for (t, b) in backends() {
+        assert!(
+            same_pairs(&b.pet_coincide(&good, &c).unwrap(), &want),
+            "{t} threads"
+        );
+    }
+}
+
 #[test]
 fn pet_streamed_chain_equals_the_oracles() {
     let s = pgen::tiny_scanner(7);

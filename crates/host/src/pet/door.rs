@@ -509,7 +509,8 @@ impl Backend {
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
         c.validate()?;
-        let fused = self.fuse_pet_checks();
+        // The CPU backend checks the singles as its walks read them (the same error).
+        let fused = self.fuse_pet_checks() || self.gpu().is_none();
         if !fused || check_u32_len("singles", singles.len()).is_err() {
             self.on_cpu(|| super::par::check_sorted(singles))?;
         }

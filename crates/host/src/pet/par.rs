@@ -1046,6 +1046,9 @@ struct Walk {
     /// Where the walk leaves the piece: the first opener at or past the piece's end (or
     /// past `cut`).
     exit: usize,
+    /// The piece (with the single before it) is not sorted or has a non-finite time (when
+    /// asked to check).
+    faulty: bool,
 }
 
 /// The prompt window opened at `open`: its pairs handed to `emit`, in the oracle's order;
@@ -1158,9 +1161,9 @@ pub(crate) fn coincide_unchecked(
     Ok((out, resume))
 }
 
-/// [`coincide`] into `out` on input known to pass [`check_sorted`] and a checked
-/// configuration, with the walks' scratch kept in `kept` (the CPU backend's
-/// `pet_coincide_into`).
+/// [`coincide`] into `out` with a checked configuration, the input checked as it is walked
+/// ([`oracle::check_sorted`]'s error first), the walks' scratch kept in `kept` (the CPU
+/// backend's `pet_coincide_into`).
 pub(crate) fn coincide_into_kept(
     singles: &[Single],
     c: &CoincideConfig,
@@ -1168,7 +1171,15 @@ pub(crate) fn coincide_into_kept(
     kept: &Scratch,
 ) -> Result<()> {
     let mut scratch = kept.take_pairs();
-    let r = coincide_into_unchecked(singles, c, f64::INFINITY, (PIECE, KEEP), &mut scratch, out);
+    let r = coincide_into_checking(
+        singles,
+        c,
+        f64::INFINITY,
+        (PIECE, KEEP),
+        true,
+        &mut scratch,
+        out,
+    );
     kept.put_pairs(scratch);
     r.map(|_| ())
 }
@@ -1193,22 +1204,80 @@ pub(crate) fn coincide_into_unchecked(
     scratch: &mut Vec<Vec<Coincidence>>,
     out: &mut Vec<Coincidence>,
 ) -> Result<usize> {
+    coincide_into_checking(singles, c, watermark, (piece, keep), false, scratch, out)
+}
+
+/// Whether `s` is sorted by time with every time finite.
+#[inline]
+fn sorted_finite(s: &[Single]) -> bool {
+    let mut ok = true;
+    let mut prev = f64::NEG_INFINITY;
+    for x in s {
+        ok &= x.time.is_finite() & (x.time >= prev);
+        prev = x.time;
+    }
+    ok
+}
+
+/// [`coincide_into_unchecked`]; with `check`, the input is checked as it is walked (each
+/// piece checked just before its walk reads it again from the cache, instead of a pass of
+/// its own over the whole input first: see docs/benchmarks.md, "cpu3"), and a fault is
+/// [`oracle::check_sorted`]'s error, before any window's error.
+fn coincide_into_checking(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    (piece, keep): (usize, usize),
+    check: bool,
+    scratch: &mut Vec<Vec<Coincidence>>,
+    out: &mut Vec<Coincidence>,
+) -> Result<usize> {
     let piece = piece.max(1);
     let keep = keep.max(1);
     let reach = c.reach();
+    let n = singles.len();
     // `window_complete` is monotone in the opener's time: openers below `cut` are complete.
     let cut = singles.partition_point(|s| k::window_complete(s.time, watermark, reach));
     out.clear();
+    // The walks check only where they walk (below `cut`); the rest now (with an infinite
+    // watermark only a non-finite time leaves `cut` below the end: that is an error).
+    if check && cut < n {
+        oracle::check_sorted(singles)?;
+    }
     if let Some(d) = c.delay {
+        if check {
+            check_sorted(singles)?;
+        }
         return delayed(singles, c, reach, d, cut, piece, out);
     }
+    // A fault found by a walk: the oracle's error for it (the first fault of the input).
+    let fault = || oracle::check_sorted(singles);
     let mut timer = Timer::start();
     if rayon::current_num_threads() == 1 || cut <= piece {
+        // Checked a piece ahead of the walk (a window may read past the piece: a fault
+        // there is found before any result or window error is returned).
+        let mut checked = if check { 0 } else { cut };
         let mut open = 0;
         while open < cut {
+            if open >= checked {
+                let hi = (open + piece.max(PIECE)).min(cut);
+                if !sorted_finite(&singles[checked.saturating_sub(1)..hi]) {
+                    fault()?;
+                }
+                checked = hi;
+            }
             let (end, r) = prompt_window(singles, c, reach, open, &mut |x| out.push(x));
-            r?;
+            if let Err(e) = r {
+                if check {
+                    check_sorted(singles)?;
+                }
+                return Err(e);
+            }
             open = end;
+        }
+        // The last window's members past the last checked piece.
+        if check && checked < n && !sorted_finite(&singles[checked.saturating_sub(1)..]) {
+            fault()?;
         }
         timer.mark("coincide: walk");
         return Ok(open);
@@ -1229,6 +1298,7 @@ pub(crate) fn coincide_into_unchecked(
                     before: Vec::with_capacity(keep.min(stop - start)),
                     errs: Vec::new(),
                     exit: start,
+                    faulty: check && !sorted_finite(&singles[start.saturating_sub(1)..stop]),
                 };
                 let mut open = start;
                 while open < stop {
@@ -1248,6 +1318,9 @@ pub(crate) fn coincide_into_unchecked(
         })
         .collect();
     timer.mark("coincide: walks");
+    if walks.iter().any(|w| w.faulty) {
+        fault()?;
+    }
     // Join: follow the true chain from 0, noting which stretches of pairs it takes (a
     // walk's from an opener on, or windows walked here where the chains had not met yet).
     enum Take {
