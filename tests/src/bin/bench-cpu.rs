@@ -749,7 +749,7 @@ fn pet(b: &mut Bench) -> Result<()> {
             let fb: &[u8] = bytemuck::cast_slice(frames);
             b.row_given(
                 "pet",
-                &format!("convert 2^{log} frames, into"),
+                &format!("convert 2^{log} frames (into)"),
                 frames.len() as f64,
                 "frame",
                 (16.0 * frames.len() as f64, 16.0 * accepted as f64),
@@ -780,7 +780,7 @@ fn pet(b: &mut Bench) -> Result<()> {
             let o = outs();
             b.row_given(
                 "pet",
-                &format!("sort 2^{log} singles, into"),
+                &format!("sort 2^{log} singles (into)"),
                 singles.len() as f64,
                 "single",
                 (16.0 * singles.len() as f64, 16.0 * singles.len() as f64),
@@ -820,7 +820,7 @@ fn pet(b: &mut Bench) -> Result<()> {
                 .collect();
             b.row_given(
                 "pet",
-                &format!("coincide 2^{log} singles, into"),
+                &format!("coincide 2^{log} singles (into)"),
                 sorted.len() as f64,
                 "single",
                 pair_bytes,

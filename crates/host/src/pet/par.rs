@@ -22,6 +22,8 @@
 //!   nearly every single opens a window in both walks, so they meet at once. A window's
 //!   error (a multiple over [`detkit_gpu::pet::MAX_MULTIPLE`]) is kept with the window and
 //!   raised only if the true chain reaches it, first in chain order, as in the oracle.
+//!   A walk notes only its first 64 openers; its pairs go to a vector per piece that
+//!   the backend keeps between calls. One thread walks the chain alone, into the output.
 //!   Delayed windows (one per single) are independent.
 //! - **Merge** (the streamed chain's pending singles with a sorted chunk): merge path,
 //!   pieces in parallel.
