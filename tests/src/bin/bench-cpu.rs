@@ -7,17 +7,24 @@
 //! chain frames → pairs, at 2^20 and 2^24 frames or singles), seeding (⟨μ⟩ = 50, 100, 200,
 //! 300, 1000: one event per call, and a batch of events per call at μ = 200).
 //! For every row the oracle runs first (its output is the reference and its time the
-//! baseline); each thread count's result is checked equal to it before any time is printed
-//! (a mismatch aborts). Times are the best of `--reps` runs (after one warm-up run, which
-//! is also the checked one; the oracle: of up to 3 runs, or its one run when over 2 s). Columns: time per call, events (or items) per second, speed-up
-//! over the oracle, and the scaling efficiency `rate(t) / (t × rate(1))`.
+//! baseline: the best of up to 4 runs, or its one run when over 2 s); each thread count's
+//! result is checked equal to it before any time is printed (a mismatch aborts). Every pool
+//! then runs once (a warm-up, the checked run; a pool whose warm-up took over 2 s is timed by
+//! it alone), and the `--reps` repetitions go round the pools (1, 2, 4, …, 1, 2, …), so each
+//! thread count is sampled over the same minutes. Columns: the median time per call, events
+//! (or items) per second, speed-up over the oracle, the scaling efficiency
+//! `rate(t) / (t × rate(1))` from the medians, and the least and most time (with eff from the
+//! least times). Rows `… (into)` call the `_into` entry point with one output per pool,
+//! reused by every call.
 //!
 //! Each row also gives the bytes it reads and writes per second (its input and output once:
 //! how close it runs to the memory's bandwidth) and the minor page faults per call (a fresh
 //! output's first touch: 1 per 4 KiB, or 1 per 2 MiB where transparent huge pages took).
 //! `--probe` first measures the machine's bandwidth on the same pools (a parallel read, write
 //! and copy of 1 GiB buffers, and a write into fresh memory with and without huge pages), so
-//! the floor is measured in the same run; `--phases` prints, per row and thread count, where
+//! the floor is measured in the same run, and each row then prints a roofline line (its
+//! bytes over the probe's bandwidth at each thread count, beside the time eff 0.8 needs);
+//! `--phases` prints, per row and thread count, where
 //! one fast call's time goes (`detkit::par_timing`: wall time, page faults, and the share of
 //! the workers kept busy in each parallel step).
 //!
