@@ -177,8 +177,9 @@ impl Backend {
     }
 
     /// Frees the device and pinned memory the backend's workspaces hold (they grow to the
-    /// largest call and never shrink); the next calls allocate again. Workspaces in use by
-    /// calls running on other threads are kept.
+    /// largest call and never shrink), and the CPU backend's kept scratch (the PET
+    /// conversion's and coincidences' host buffers); the next calls allocate again.
+    /// Workspaces in use by calls running on other threads are kept.
     pub fn release_workspaces(&self) {
         self.ws.clear();
     }

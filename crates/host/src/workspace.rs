@@ -144,6 +144,8 @@ pub(crate) struct Workspaces {
     pub(crate) clustering: Pool<crate::clustering::door::ClusterWorkspace>,
     pub(crate) seeding: Pool<crate::seeding::door::SeedWorkspace>,
     pub(crate) pet: Pool<crate::pet::door::PetWorkspace>,
+    /// The CPU backend's PET conversion scratch (host memory).
+    pub(crate) pet_cpu: crate::pet::par::Scratch,
 }
 
 impl Workspaces {
@@ -152,5 +154,6 @@ impl Workspaces {
         self.clustering.clear();
         self.seeding.clear();
         self.pet.clear();
+        self.pet_cpu.clear();
     }
 }

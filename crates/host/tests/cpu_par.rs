@@ -684,6 +684,12 @@ fn pet_sort_and_merge() {
         }
         for (t, b) in backends() {
             assert!(b.pet_sort(v).unwrap() == want, "{t} threads");
+            // Into a reused vector: stale contents, too small and then large enough.
+            let mut out = vec![Single::default(); 3];
+            for _ in 0..2 {
+                b.pet_sort_into(v, &mut out).unwrap();
+                assert!(out == want, "into, {t} threads");
+            }
         }
         // Merge of two sorted halves (ties between them: the first list first).
         let (x, y) = v.split_at(v.len() / 3);
@@ -769,6 +775,11 @@ fn pet_sort_of_presorted_runs() {
         }
         for (t, b) in backends() {
             assert!(b.pet_sort(v).unwrap() == want, "{t} threads");
+            let mut out = vec![Single::default(); v.len() + 9];
+            for _ in 0..2 {
+                b.pet_sort_into(v, &mut out).unwrap();
+                assert!(out == want, "into, {t} threads");
+            }
         }
     }
 }
@@ -776,6 +787,20 @@ fn pet_sort_of_presorted_runs() {
 fn same_pairs(a: &[Coincidence], b: &[Coincidence]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.a == y.a && x.b == y.b)
 }
+
+/// A pair no input of the tests makes (stale contents of a reused output).
+const STALE: Coincidence = Coincidence {
+    a: Single {
+        crystal: 9999,
+        energy: -1.0,
+        time: -1.0,
+    },
+    b: Single {
+        crystal: 9998,
+        energy: -1.0,
+        time: -1.0,
+    },
+};
 
 #[test]
 fn pet_coincidence_every_policy_and_piece() {
@@ -804,20 +829,42 @@ fn pet_coincidence_every_policy_and_piece() {
                 let last = s.last().unwrap().time;
                 for watermark in [f64::INFINITY, last - 30.0, s[0].time] {
                     let want = poracle::coincide_until(s, &c, watermark).unwrap();
-                    for piece in PIECES {
+                    // (piece, openers a walk keeps): few kept, the join walks to a piece's
+                    // end where the chains have not met by then.
+                    let shapes =
+                        PIECES
+                            .iter()
+                            .map(|&p| (p, 64))
+                            .chain([(7, 1), (64, 1), (64, 2), (300, 3)]);
+                    for (piece, keep) in shapes {
                         for (t, got) in on_threads(|| {
-                            pet::par::coincide_in_pieces(s, &c, watermark, piece).unwrap()
+                            pet::par::coincide_in_pieces_keeping(s, &c, watermark, piece, keep)
+                                .unwrap()
                         }) {
                             assert!(
                                 same_pairs(&got.0, &want.0) && got.1 == want.1,
                                 "{policy:?} delay {delay:?} watermark {watermark}, piece \
-                                 {piece}, {t} threads: {} pairs resume {} vs {} resume {}",
+                                 {piece} keep {keep}, {t} threads: {} pairs resume {} vs {} \
+                                 resume {}",
                                 got.0.len(),
                                 got.1,
                                 want.0.len(),
                                 want.1
                             );
                         }
+                    }
+                }
+                {
+                    // The backend's call on the whole input.
+                    let want = poracle::coincide(s, &c).unwrap();
+                    for (t, b) in backends() {
+                        // Into a reused vector: stale contents, too small, then large enough.
+                        let mut out = vec![want.first().copied().unwrap_or(STALE); 2];
+                        for _ in 0..2 {
+                            b.pet_coincide_into(s, &c, &mut out).unwrap();
+                            assert!(same_pairs(&out, &want), "{policy:?} into, {t} threads");
+                        }
+                        assert!(same_pairs(&b.pet_coincide(s, &c).unwrap(), &want));
                     }
                 }
             }
@@ -843,12 +890,87 @@ fn pet_coincidence_every_policy_and_piece() {
         };
         let want = format!("{:?}", poracle::coincide(&s, &c).map(|v| v.len()));
         for piece in PIECES {
+            for keep in [1, 64] {
+                let got = format!(
+                    "{:?}",
+                    pet::par::coincide_in_pieces_keeping(&s, &c, f64::INFINITY, piece, keep)
+                        .map(|v| v.0.len())
+                );
+                assert_eq!(got, want, "{policy:?}, piece {piece} keep {keep}");
+            }
+        }
+        for (t, b) in backends() {
+            let mut out = Vec::new();
+            let got = format!("{:?}", b.pet_coincide_into(&s, &c, &mut out).map(|_| 0));
+            let want = format!("{:?}", poracle::coincide(&s, &c).map(|_| 0));
+            assert_eq!(got, want, "{policy:?} into, {t} threads");
+        }
+    }
+}
+
+/// The CPU backend checks the singles as its coincidence walks read them: unsorted or
+/// non-finite times at the start, at piece boundaries and at the end give the oracle's
+/// error, and before a window's own error (a multiple over the capacity) found earlier in
+/// the walk; on 1, 2 and 7 threads.
+#[test]
+fn pet_coincide_checks_as_it_walks() {
+    let c = CoincideConfig {
+        window: 10.0,
+        delay: None,
+        policy: Policy::TakeAllGoods,
+    };
+    let n = 3 * 65536 + 100;
+    let good = singles(21, n, 30, 6);
+    // A window of 300 singles (over the capacity) at 1000..1300, the rest shifted after it.
+    let mut multiple = good.clone();
+    let t0 = multiple[1000].time;
+    for (i, x) in multiple.iter_mut().enumerate().skip(1000).take(300) {
+        x.time = t0 + i as f64 * 1e-3;
+    }
+    let tail = multiple[1299].time;
+    for x in multiple.iter_mut().skip(1300) {
+        x.time += tail - t0;
+    }
+    let mut cases: Vec<(String, Vec<Single>)> = vec![("multiple".into(), multiple.clone())];
+    for at in [0, 1, 65535, 65536, 65537, 2 * 65536, n - 2, n - 1] {
+        for (what, t) in [("disorder", 0.0), ("nan", f64::NAN), ("inf", f64::INFINITY)] {
+            for (base, v) in [("good", &good), ("multiple", &multiple)] {
+                let mut v = v.clone();
+                v[at].time = match (what, at) {
+                    ("disorder", 0) => v[1].time + 1.0,
+                    ("disorder", _) => v[at - 1].time - 1.0,
+                    _ => t,
+                };
+                cases.push((format!("{base}, {what} at {at}"), v));
+            }
+        }
+    }
+    // The last window opened before the end of the first checked stretch (65,536 singles)
+    // and reaching the end, out of order inside.
+    let mut tail = singles(22, 65536 + 3, 30, 6);
+    let t = tail[65533].time;
+    for (i, dt) in [0.0, 1.0, 2.0, 3.0, 2.5].into_iter().enumerate() {
+        tail[65534 + i].time = t + 5.0 + dt;
+    }
+    cases.push(("tail window".into(), tail));
+    for (label, v) in &cases {
+        let want = format!("{:?}", poracle::coincide(v, &c).map(|p| p.len()));
+        assert!(want.contains("Err"), "{label}: {want}");
+        for (t, b) in backends() {
+            let mut out = Vec::new();
             let got = format!(
                 "{:?}",
-                pet::par::coincide_in_pieces(&s, &c, f64::INFINITY, piece).map(|v| v.0.len())
+                b.pet_coincide_into(v, &c, &mut out).map(|_| out.len())
             );
-            assert_eq!(got, want, "{policy:?}, piece {piece}");
+            assert_eq!(got, want, "{label}, {t} threads");
         }
+    }
+    let want = poracle::coincide(&good, &c).unwrap();
+    for (t, b) in backends() {
+        assert!(
+            same_pairs(&b.pet_coincide(&good, &c).unwrap(), &want),
+            "{t} threads"
+        );
     }
 }
 

@@ -7,17 +7,24 @@
 //! chain frames → pairs, at 2^20 and 2^24 frames or singles), seeding (⟨μ⟩ = 50, 100, 200,
 //! 300, 1000: one event per call, and a batch of events per call at μ = 200).
 //! For every row the oracle runs first (its output is the reference and its time the
-//! baseline); each thread count's result is checked equal to it before any time is printed
-//! (a mismatch aborts). Times are the best of `--reps` runs (after one warm-up run, which
-//! is also the checked one; the oracle: of up to 3 runs, or its one run when over 2 s). Columns: time per call, events (or items) per second, speed-up
-//! over the oracle, and the scaling efficiency `rate(t) / (t × rate(1))`.
+//! baseline: the best of up to 4 runs, or its one run when over 2 s); each thread count's
+//! result is checked equal to it before any time is printed (a mismatch aborts). Every pool
+//! then runs once (a warm-up, the checked run; a pool whose warm-up took over 2 s is timed by
+//! it alone), and the `--reps` repetitions go round the pools (1, 2, 4, …, 1, 2, …), so each
+//! thread count is sampled over the same minutes. Columns: the median time per call, events
+//! (or items) per second, speed-up over the oracle, the scaling efficiency
+//! `rate(t) / (t × rate(1))` from the medians, and the least and most time (with eff from the
+//! least times). Rows `… (into)` call the `_into` entry point with one output per pool,
+//! reused by every call.
 //!
 //! Each row also gives the bytes it reads and writes per second (its input and output once:
 //! how close it runs to the memory's bandwidth) and the minor page faults per call (a fresh
 //! output's first touch: 1 per 4 KiB, or 1 per 2 MiB where transparent huge pages took).
 //! `--probe` first measures the machine's bandwidth on the same pools (a parallel read, write
 //! and copy of 1 GiB buffers, and a write into fresh memory with and without huge pages), so
-//! the floor is measured in the same run; `--phases` prints, per row and thread count, where
+//! the floor is measured in the same run, and each row then prints a roofline line (its
+//! bytes over the probe's bandwidth at each thread count, beside the time eff 0.8 needs);
+//! `--phases` prints, per row and thread count, where
 //! one fast call's time goes (`detkit::par_timing`: wall time, page faults, and the share of
 //! the workers kept busy in each parallel step).
 //!
@@ -27,7 +34,9 @@
 //! `--quick`: the sizes of a 2-core CI-class machine (μ up to 300 plus 1000 once, PET 2^20
 //! and 2^22, batches of 4 events, 3 repetitions).
 
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -59,50 +68,56 @@ struct Bench<'a> {
     pools: Vec<(usize, Backend)>,
     /// One thread: the oracle runs here (the oracle's sort would use every core).
     one: rayon::ThreadPool,
+    /// The bandwidth probe's figures per thread count (`--probe`), for the roofline lines.
+    probe: Vec<(usize, Bandwidth)>,
+}
+
+/// Times of one pool over a row's repetitions.
+struct Times {
+    v: Vec<f64>,
+    faults: f64,
+}
+
+impl Times {
+    fn median(&self) -> f64 {
+        detkit_tests::median(self.v.clone())
+    }
+    fn min(&self) -> f64 {
+        best(self.v.clone())
+    }
+    fn max(&self) -> f64 {
+        self.v.iter().copied().fold(0.0, f64::max)
+    }
 }
 
 impl Bench<'_> {
-    /// Times `oracle` and `fast` on every pool; `items` counts events (or singles/frames)
-    /// per call, `unit` names them; `bytes` is the input and output size of one call;
-    /// `same` checks a fast result against the oracle's.
+    fn wanted(&self, label: &str) -> bool {
+        self.o.cases.is_empty() || self.o.cases.iter().any(|c| label.contains(c.as_str()))
+    }
+
+    /// Times `oracle` (on one thread) and `fast` on every pool; `items` counts events (or
+    /// singles/frames) per call, `unit` names them; `bytes` is the input and the output size
+    /// of one call; `same` checks a fast result against the oracle's. Returns the oracle's
+    /// result and time (`None`: the row is filtered out).
     #[allow(clippy::too_many_arguments)]
-    fn row<T>(
+    fn row<T, U>(
         &mut self,
         family: &str,
         label: &str,
         items: f64,
         unit: &str,
-        bytes: f64,
+        bytes: (f64, f64),
         oracle: impl Fn() -> Result<T> + Sync,
-        fast: impl Fn(&Backend) -> Result<T>,
-        same: impl Fn(&T, &T) -> Result<()>,
-    ) -> Result<()>
+        fast: impl Fn(&Backend) -> Result<U>,
+        same: impl Fn(&U, &T) -> Result<()>,
+    ) -> Result<Option<(T, f64)>>
     where
         T: Send,
     {
-        if !self.o.cases.is_empty() && !self.o.cases.iter().any(|c| label.contains(c.as_str())) {
-            return Ok(());
+        if !self.wanted(label) {
+            return Ok(None);
         }
         let reps = self.o.reps;
-        // (first result, best time, minor page faults per timed call)
-        let time = |f: &dyn Fn() -> Result<T>| -> Result<(T, f64, f64)> {
-            let t = Instant::now();
-            let first = f()?;
-            let mut v = vec![t.elapsed().as_secs_f64()];
-            // Slow rows (over 2 s) are timed once.
-            let reps = if v[0] > 2.0 { 0 } else { reps };
-            let f0 = detkit::par_timing::minor_faults();
-            for _ in 0..reps {
-                let t = Instant::now();
-                std::hint::black_box(f()?);
-                v.push(t.elapsed().as_secs_f64());
-            }
-            let faults = (detkit::par_timing::minor_faults() - f0) as f64 / reps.max(1) as f64;
-            if v.len() > 1 {
-                v.remove(0); // the warm-up run
-            }
-            Ok((first, best(v), faults))
-        };
         // The oracle is sequential: fewer repetitions of the slow rows.
         let oracle = || self.one.install(&oracle);
         let t0 = Instant::now();
@@ -119,63 +134,171 @@ impl Bench<'_> {
             }
             best(v)
         };
+        self.row_given(
+            family, label, items, unit, bytes, &want, oracle_s, fast, same,
+        )?;
+        Ok(Some((want, oracle_s)))
+    }
+
+    /// [`Bench::row`] against an oracle result and time already measured. Every pool runs
+    /// once (a warm-up, whose result is checked), then the repetitions go round the pools
+    /// (1, 2, …, 16 threads, 1, 2, …), so every thread count is sampled over the same minutes
+    /// and a slow minute of the machine does not fall on one of them only. Printed: the
+    /// median (and the least and most) of each pool's repetitions; "eff" from the medians
+    /// and from the least times.
+    #[allow(clippy::too_many_arguments)]
+    fn row_given<T, U>(
+        &mut self,
+        family: &str,
+        label: &str,
+        items: f64,
+        unit: &str,
+        bytes: (f64, f64),
+        want: &T,
+        oracle_s: f64,
+        fast: impl Fn(&Backend) -> Result<U>,
+        same: impl Fn(&U, &T) -> Result<()>,
+    ) -> Result<()> {
+        if !self.wanted(label) {
+            return Ok(());
+        }
+        let reps = self.o.reps;
         let csv = &mut self.o.csv;
         let r = Row {
             family,
             label,
             items,
             unit,
-            bytes,
+            bytes: bytes.0 + bytes.1,
             oracle_s,
         };
         r.print(csv, "oracle", oracle_s, None, None)?;
-        let mut one = None;
+        // Warm-up and check on every pool; pools whose warm-up took over 2 s are timed by
+        // it alone.
+        let mut times: Vec<Times> = Vec::with_capacity(self.pools.len());
         for (t, b) in &self.pools {
-            let (got, s, faults) = time(&|| fast(b))?;
-            same(&got, &want).with_context(|| format!("{family} {label}: {t} threads"))?;
-            let one_s = *one.get_or_insert(s * *t as f64);
-            let eff = one_s / (s * *t as f64);
-            r.print(csv, &t.to_string(), s, Some(eff), Some(faults))?;
-            if self.o.phases {
-                detkit::par_timing::take();
-                detkit::par_timing::enable(true);
-                let t0 = Instant::now();
-                let res = fast(b);
-                let wall = t0.elapsed().as_secs_f64();
-                detkit::par_timing::enable(false);
-                std::hint::black_box(res?);
-                let steps = detkit::par_timing::take();
-                let sum: f64 = steps.iter().map(|s| s.wall_s).sum();
-                let mut line = format!(
-                    "#   phases {t:>2} thr ({:.3} ms, steps {:.3} ms):",
-                    wall * 1e3,
-                    sum * 1e3
-                );
-                for st in &steps {
-                    line += &format!(" | {} {:.3} ms", st.name, st.wall_s * 1e3);
-                    if st.faults > 0 {
-                        line += &format!(" {}flt", st.faults);
-                    }
-                    let pool = st.wall_s * *t as f64;
-                    if st.busy_s > 0.0 {
-                        line += &format!(" busy {:.0}%", 100.0 * st.busy_s / pool);
-                    }
-                    if st.wall_s > 1e-3 {
-                        line += &format!(
-                            " cpu {:.0}% sys {:.0}%",
-                            100.0 * (st.user_s + st.sys_s) / pool,
-                            100.0 * st.sys_s / pool
-                        );
-                    }
-                    if st.preempted > 0 {
-                        line += &format!(" {}csw", st.preempted);
-                    }
+            let t0 = Instant::now();
+            let got = fast(b)?;
+            let s = t0.elapsed().as_secs_f64();
+            same(&got, want).with_context(|| format!("{family} {label}: {t} threads"))?;
+            drop(got);
+            times.push(Times {
+                v: if s > 2.0 || reps == 0 {
+                    vec![s]
+                } else {
+                    vec![]
+                },
+                faults: 0.0,
+            });
+        }
+        let mut faults = vec![0u64; self.pools.len()];
+        for _ in 0..reps {
+            for (i, (_, b)) in self.pools.iter().enumerate() {
+                if times[i].v.len() == 1 && reps > 1 && times[i].v[0] > 2.0 {
+                    continue;
                 }
-                println!("{line}");
+                let f0 = detkit::par_timing::minor_faults();
+                let t0 = Instant::now();
+                std::hint::black_box(fast(b)?);
+                times[i].v.push(t0.elapsed().as_secs_f64());
+                faults[i] += detkit::par_timing::minor_faults() - f0;
             }
         }
+        for (tm, f) in times.iter_mut().zip(&faults) {
+            tm.faults = *f as f64 / tm.v.len().max(1) as f64;
+        }
+        let one_med = times[0].median() * self.pools[0].0 as f64;
+        let one_min = times[0].min() * self.pools[0].0 as f64;
+        for (i, (t, b)) in self.pools.iter().enumerate() {
+            let tm = &times[i];
+            let (med, min, max) = (tm.median(), tm.min(), tm.max());
+            let eff = one_med / (med * *t as f64);
+            let eff_min = one_min / (min * *t as f64);
+            r.print_times(
+                csv,
+                *t,
+                (med, min, max),
+                tm.v.len(),
+                (eff, eff_min),
+                tm.faults,
+            )?;
+            if self.o.phases {
+                phases(*t, || fast(b).map(|_| ()))?;
+            }
+        }
+        self.roofline(label, bytes, one_med, &times);
         Ok(())
     }
+
+    /// What the memory system allows (`--probe`): each thread count's time for the row's
+    /// bytes at the probe's bandwidth (a reused output: read + write at the copy rate; a
+    /// fresh output: the input at the read rate and the output at the rate of writing fresh
+    /// huge pages), beside the time that eff 0.8 asks for (`one-thread time / (0.8 × t)`).
+    fn roofline(&self, label: &str, (inb, outb): (f64, f64), one: f64, times: &[Times]) {
+        if self.probe.is_empty() {
+            return;
+        }
+        let mut line = format!(
+            "#   roofline {label}: {:.0} MB in + {:.0} MB out;",
+            inb * 1e-6,
+            outb * 1e-6
+        );
+        for (i, (t, _)) in self.pools.iter().enumerate() {
+            let Some((_, bw)) = self.probe.iter().find(|(pt, _)| pt == t) else {
+                continue;
+            };
+            let reused = (inb + outb) / (bw.copy * 1e9) * 1e3;
+            let fresh = (inb / (bw.read * 1e9) + outb / (bw.fresh_huge * 1e9)) * 1e3;
+            let need = one / (0.8 * *t as f64) * 1e3;
+            line += &format!(
+                " | {t} thr: floor {reused:.2} ms (fresh out {fresh:.2}), eff 0.8 needs \
+                 {need:.2} ms, median {:.2}",
+                times[i].median() * 1e3
+            );
+        }
+        println!("{line}");
+    }
+}
+
+/// One fast call timed by `detkit::par_timing` (`--phases`): its steps, with page faults,
+/// the workers' busy share, CPU and system time.
+fn phases(t: usize, call: impl FnOnce() -> Result<()>) -> Result<()> {
+    detkit::par_timing::take();
+    detkit::par_timing::enable(true);
+    let t0 = Instant::now();
+    let res = call();
+    let wall = t0.elapsed().as_secs_f64();
+    detkit::par_timing::enable(false);
+    res?;
+    let steps = detkit::par_timing::take();
+    let sum: f64 = steps.iter().map(|s| s.wall_s).sum();
+    let mut line = format!(
+        "#   phases {t:>2} thr ({:.3} ms, steps {:.3} ms):",
+        wall * 1e3,
+        sum * 1e3
+    );
+    for st in &steps {
+        line += &format!(" | {} {:.3} ms", st.name, st.wall_s * 1e3);
+        if st.faults > 0 {
+            line += &format!(" {}flt", st.faults);
+        }
+        let pool = st.wall_s * t as f64;
+        if st.busy_s > 0.0 {
+            line += &format!(" busy {:.0}%", 100.0 * st.busy_s / pool);
+        }
+        if st.wall_s > 1e-3 {
+            line += &format!(
+                " cpu {:.0}% sys {:.0}%",
+                100.0 * (st.user_s + st.sys_s) / pool,
+                100.0 * st.sys_s / pool
+            );
+        }
+        if st.preempted > 0 {
+            line += &format!(" {}csw", st.preempted);
+        }
+    }
+    println!("{line}");
+    Ok(())
 }
 
 /// What a row prints beside each thread count's time.
@@ -190,6 +313,7 @@ struct Row<'a> {
 }
 
 impl Row<'_> {
+    /// The oracle's line.
     fn print(
         &self,
         csv: &mut Option<std::fs::File>,
@@ -209,7 +333,7 @@ impl Row<'_> {
         let eff_s = eff.map_or("-".to_string(), |e| format!("{:.2}", e));
         let flt = faults.map_or("-".to_string(), |f| format!("{f:.0}"));
         println!(
-            "{family:<10} {label:<28} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6} {:>7.2} GB/s {:>8}",
+            "{family:<10} {label:<32} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6} {:>7.2} GB/s {:>8}",
             s * 1e3,
             items / s,
             oracle_s / s,
@@ -220,24 +344,79 @@ impl Row<'_> {
         if let Some(f) = csv {
             writeln!(
                 f,
-                "{family},{label},{threads},{:.6},{:.3},{unit},{:.4},{},{:.3},{}",
+                "{family},{label},{threads},{:.6},{:.6},{:.6},1,{:.3},{unit},{:.4},,,{:.3},{}",
+                s * 1e3,
+                s * 1e3,
                 s * 1e3,
                 items / s,
                 oracle_s / s,
-                eff.map_or(String::new(), |e| format!("{e:.4}")),
                 bytes / s * 1e-9,
                 faults.map_or(String::new(), |f| format!("{f:.0}"))
             )?;
         }
         Ok(())
     }
+
+    /// A pool's line: median time (rate, speed-up, bandwidth from it), least and most time,
+    /// repetitions, eff from the medians and from the least times.
+    fn print_times(
+        &self,
+        csv: &mut Option<std::fs::File>,
+        threads: usize,
+        (med, min, max): (f64, f64, f64),
+        n: usize,
+        (eff, eff_min): (f64, f64),
+        faults: f64,
+    ) -> Result<()> {
+        let Row {
+            family,
+            label,
+            items,
+            unit,
+            bytes,
+            oracle_s,
+        } = *self;
+        println!(
+            "{family:<10} {label:<32} {threads:>7} {:>11.3} ms {:>13.1} {unit}/s {:>7.2}x {:>6.2} {:>7.2} GB/s {:>8.0}   min {:.3} max {:.3} ms (n={n}, eff of mins {eff_min:.2})",
+            med * 1e3,
+            items / med,
+            oracle_s / med,
+            eff,
+            bytes / med * 1e-9,
+            faults,
+            min * 1e3,
+            max * 1e3,
+        );
+        if let Some(f) = csv {
+            writeln!(
+                f,
+                "{family},{label},{threads},{:.6},{:.6},{:.6},{n},{:.3},{unit},{:.4},{eff:.4},{eff_min:.4},{:.3},{faults:.0}",
+                med * 1e3,
+                min * 1e3,
+                max * 1e3,
+                items / med,
+                oracle_s / med,
+                bytes / med * 1e-9,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The probe's figures for one thread count (GB/s of bytes read plus written).
+#[derive(Clone, Copy)]
+struct Bandwidth {
+    read: f64,
+    copy: f64,
+    fresh_huge: f64,
 }
 
 /// The machine's memory bandwidth on each pool: a parallel read (sum), write (fill) and copy
 /// of 1 GiB buffers already touched, and a fill of fresh memory (page faults and the
 /// kernel's zeroing included) with 4 KiB pages and with `MADV_HUGEPAGE`; best of 3, GB/s of
 /// bytes read plus written.
-fn probe(pool_of: &[(usize, rayon::ThreadPool)]) {
+fn probe(pool_of: &[(usize, rayon::ThreadPool)]) -> Vec<(usize, Bandwidth)> {
+    let mut figures = Vec::new();
     const N: usize = 1 << 27; // u64 words: 1 GiB
     const CHUNK: usize = 1 << 15;
     let mut src = vec![1u64; N];
@@ -316,7 +495,16 @@ fn probe(pool_of: &[(usize, rayon::ThreadPool)]) {
             bytes / fhuge * 1e-9,
             nhuge
         );
+        figures.push((
+            *t,
+            Bandwidth {
+                read: bytes / read * 1e-9,
+                copy: 2.0 * bytes / copy * 1e-9,
+                fresh_huge: bytes / fhuge * 1e-9,
+            },
+        ));
     }
+    figures
 }
 
 fn main() -> Result<()> {
@@ -350,7 +538,7 @@ fn main() -> Result<()> {
                 let mut f = std::fs::File::create(val()?)?;
                 writeln!(
                     f,
-                    "family,case,threads,ms,rate,unit,vs_oracle,efficiency,gb_per_s,faults_per_call"
+                    "family,case,threads,ms_median,ms_min,ms_max,reps,rate,unit,vs_oracle,efficiency,efficiency_of_mins,gb_per_s,faults_per_call"
                 )?;
                 o.csv = Some(f);
             }
@@ -396,17 +584,18 @@ fn main() -> Result<()> {
         .iter()
         .map(|&t| Ok((t, Backend::cpu_with_threads(t)?)))
         .collect::<Result<Vec<_>>>()?;
+    let mut figures = Vec::new();
     if o.probe {
         let raw = o
             .threads
             .iter()
             .map(|&t| Ok((t, rayon::ThreadPoolBuilder::new().num_threads(t).build()?)))
             .collect::<Result<Vec<_>>>()?;
-        probe(&raw);
+        figures = probe(&raw);
     }
     println!(
-        "{:<10} {:<28} {:>7} {:>14} {:>20} {:>8} {:>6} {:>12} {:>8}",
-        "family", "case", "threads", "time/call", "rate", "/oracle", "eff", "in+out", "flt/call"
+        "{:<10} {:<32} {:>7} {:>14} {:>20} {:>8} {:>6} {:>12} {:>8}",
+        "family", "case", "threads", "median/call", "rate", "/oracle", "eff", "in+out", "flt/call"
     );
     let want = |f: &str, o: &Opts| o.only.is_empty() || o.only.iter().any(|x| x == f);
     let run_cl = want("clustering", &o);
@@ -417,6 +606,7 @@ fn main() -> Result<()> {
         o: &mut o,
         pools,
         one,
+        probe: figures,
     };
     if run_cl {
         clustering(&mut b)?;
@@ -433,7 +623,12 @@ fn main() -> Result<()> {
 
 /// Bytes per digi of a clustering call: module, x, y, adc (2 bytes each) in, the cluster
 /// number (4) out.
-const DIGI_BYTES: f64 = 12.0;
+const DIGI_BYTES: (f64, f64) = (8.0, 4.0);
+
+/// `bytes` per item, for `n` items.
+fn times(n: usize, (i, o): (f64, f64)) -> (f64, f64) {
+    (n as f64 * i, n as f64 * o)
+}
 
 fn clustering(b: &mut Bench) -> Result<()> {
     use detkit::clustering::{cpu, gen, Digis, Geometry};
@@ -462,7 +657,7 @@ fn clustering(b: &mut Bench) -> Result<()> {
         "Run-3 event, alone",
         1.0,
         "ev",
-        one.len() as f64 * DIGI_BYTES,
+        times(one.len(), DIGI_BYTES),
         || Ok(cpu::cluster(&one, &off1, &g, cut)),
         |bk| Ok(bk.cluster_events(&one, &off1, &g, cut)?),
         same,
@@ -473,7 +668,7 @@ fn clustering(b: &mut Bench) -> Result<()> {
         &format!("Run-3 batch of {n}"),
         n as f64,
         "ev",
-        all.len() as f64 * DIGI_BYTES,
+        times(all.len(), DIGI_BYTES),
         || Ok(cpu::cluster(&all, &off, &g, cut)),
         |bk| Ok(bk.cluster_events(&all, &off, &g, cut)?),
         same,
@@ -485,7 +680,7 @@ fn clustering(b: &mut Bench) -> Result<()> {
         &format!("dense batch of {nd}"),
         nd as f64,
         "ev",
-        all.len() as f64 * DIGI_BYTES,
+        times(all.len(), DIGI_BYTES),
         || Ok(cpu::cluster(&all, &off, &g, cut)),
         |bk| Ok(bk.cluster_events(&all, &off, &g, cut)?),
         same,
@@ -493,9 +688,22 @@ fn clustering(b: &mut Bench) -> Result<()> {
     Ok(())
 }
 
+/// The check of an `_into` row: the pool's output (kept in `outs` by thread count) against
+/// the oracle's.
+fn same_out<T: PartialEq>(
+    outs: &BTreeMap<usize, Mutex<Vec<T>>>,
+) -> impl Fn(&usize, &Vec<T>) -> Result<()> + '_ {
+    move |t, want| {
+        if *outs[t].lock().unwrap() != *want {
+            bail!("outputs differ");
+        }
+        Ok(())
+    }
+}
+
 fn pet(b: &mut Bench) -> Result<()> {
     use detkit::pet::cpu::{self as oracle, CoincideConfig};
-    use detkit::pet::{gen, StreamConfig};
+    use detkit::pet::{gen, Coincidence, Single, StreamConfig};
     let scanner = gen::bench_scanner(11);
     let c = CoincideConfig::prompt(scanner.time_window);
     let (pos, en) = (&scanner.position, &scanner.energy);
@@ -514,12 +722,26 @@ fn pet(b: &mut Bench) -> Result<()> {
         let frames = &acq.frames[..n.min(acq.frames.len())];
         let p = &scanner.params;
         let accepted = oracle::convert_par(frames, p, pos, en).0.len();
-        b.row(
+        let same_singles = |x: &Vec<Single>, y: &Vec<Single>| {
+            if x != y {
+                bail!("singles differ");
+            }
+            Ok(())
+        };
+        // `_into` rows: one output per pool, reused by every call (no fresh page).
+        let threads: Vec<usize> = b.pools.iter().map(|(t, _)| *t).collect();
+        let outs = || -> BTreeMap<usize, Mutex<Vec<Single>>> {
+            threads
+                .iter()
+                .map(|&t| (t, Mutex::new(Vec::new())))
+                .collect()
+        };
+        let conv = b.row(
             "pet",
             &format!("convert 2^{log} frames"),
             frames.len() as f64,
             "frame",
-            16.0 * (frames.len() + accepted) as f64,
+            (16.0 * frames.len() as f64, 16.0 * accepted as f64),
             || Ok(oracle::convert(frames, p, pos, en)),
             |bk| Ok(bk.pet_convert(frames, &scanner)?),
             |x, y| {
@@ -529,43 +751,96 @@ fn pet(b: &mut Bench) -> Result<()> {
                 Ok(())
             },
         )?;
+        if let Some(((want, _), oracle_s)) = conv {
+            let o = outs();
+            let fb: &[u8] = bytemuck::cast_slice(frames);
+            b.row_given(
+                "pet",
+                &format!("convert 2^{log} frames (into)"),
+                frames.len() as f64,
+                "frame",
+                (16.0 * frames.len() as f64, 16.0 * accepted as f64),
+                &want,
+                oracle_s,
+                |bk| {
+                    let t = bk.threads();
+                    bk.pet_convert_into(fb, &scanner, &mut o[&t].lock().unwrap())?;
+                    Ok(t)
+                },
+                same_out(&o),
+            )?;
+        }
         // Sort and coincidence on 2^log singles (the accepted singles of more frames).
         let (mut singles, _) = oracle::convert_par(&acq.frames, p, pos, en);
         singles.truncate(n);
-        let same_singles = |x: &Vec<detkit::pet::Single>, y: &Vec<detkit::pet::Single>| {
-            if x != y {
-                bail!("singles differ");
-            }
-            Ok(())
-        };
-        b.row(
+        let sorted_row = b.row(
             "pet",
             &format!("sort 2^{log} singles"),
             singles.len() as f64,
             "single",
-            32.0 * singles.len() as f64,
+            (16.0 * singles.len() as f64, 16.0 * singles.len() as f64),
             || Ok(oracle::sort(&singles)?),
             |bk| Ok(bk.pet_sort(&singles)?),
             same_singles,
         )?;
+        if let Some((want, oracle_s)) = sorted_row {
+            let o = outs();
+            b.row_given(
+                "pet",
+                &format!("sort 2^{log} singles (into)"),
+                singles.len() as f64,
+                "single",
+                (16.0 * singles.len() as f64, 16.0 * singles.len() as f64),
+                &want,
+                oracle_s,
+                |bk| {
+                    let t = bk.threads();
+                    bk.pet_sort_into(&singles, &mut o[&t].lock().unwrap())?;
+                    Ok(t)
+                },
+                same_out(&o),
+            )?;
+        }
         let sorted = oracle::sort(&singles)?;
         let pairs = detkit::pet::par::coincide(&sorted, &c)?.len();
-        let same_pairs = |x: &Vec<detkit::pet::Coincidence>, y: &Vec<detkit::pet::Coincidence>| {
+        let same_pairs = |x: &Vec<Coincidence>, y: &Vec<Coincidence>| {
             if x.len() != y.len() || x.iter().zip(y).any(|(a, b)| a.a != b.a || a.b != b.b) {
                 bail!("pairs differ");
             }
             Ok(())
         };
-        b.row(
+        let pair_bytes = (16.0 * sorted.len() as f64, 32.0 * pairs as f64);
+        let coin = b.row(
             "pet",
             &format!("coincide 2^{log} singles"),
             sorted.len() as f64,
             "single",
-            16.0 * sorted.len() as f64 + 32.0 * pairs as f64,
+            pair_bytes,
             || Ok(oracle::coincide(&sorted, &c)?),
             |bk| Ok(bk.pet_coincide(&sorted, &c)?),
             same_pairs,
         )?;
+        if let Some((want, oracle_s)) = coin {
+            let o: BTreeMap<usize, Mutex<Vec<Coincidence>>> = threads
+                .iter()
+                .map(|&t| (t, Mutex::new(Vec::new())))
+                .collect();
+            b.row_given(
+                "pet",
+                &format!("coincide 2^{log} singles (into)"),
+                sorted.len() as f64,
+                "single",
+                pair_bytes,
+                &want,
+                oracle_s,
+                |bk| {
+                    let t = bk.threads();
+                    bk.pet_coincide_into(&sorted, &c, &mut o[&t].lock().unwrap())?;
+                    Ok(t)
+                },
+                |t, want| same_pairs(&o[t].lock().unwrap(), want),
+            )?;
+        }
         // The chain as bench-pet runs it: readout slices of 100 us (each slice BDM by BDM),
         // streamed in 8 chunks.
         let sliced = gen::acquisition_par(
@@ -589,7 +864,7 @@ fn pet(b: &mut Bench) -> Result<()> {
             &format!("chain 2^{log} frames, 8 chunks"),
             frames.len() as f64,
             "frame",
-            16.0 * frames.len() as f64,
+            (16.0 * frames.len() as f64, 32.0 * pairs as f64),
             || {
                 let (s, _) = oracle::convert(frames, p, pos, en);
                 Ok(oracle::coincide(&oracle::sort(&s)?, &c)?)
@@ -641,7 +916,7 @@ fn seeding(b: &mut Bench) -> Result<()> {
             &format!("mu={mu} ({} sps)", ev.len()),
             1.0,
             "ev",
-            std::mem::size_of_val(ev.as_slice()) as f64,
+            (std::mem::size_of_val(ev.as_slice()) as f64, 0.0),
             || Ok(vec![oracle_of(&ev)]),
             |bk| Ok(bk.seed_events(&evs, &cfg)?),
             same,
@@ -657,10 +932,13 @@ fn seeding(b: &mut Bench) -> Result<()> {
         &format!("batch {n} x mu=200"),
         n as f64,
         "ev",
-        batch
-            .iter()
-            .map(|v| std::mem::size_of_val(v.as_slice()))
-            .sum::<usize>() as f64,
+        (
+            batch
+                .iter()
+                .map(|v| std::mem::size_of_val(v.as_slice()))
+                .sum::<usize>() as f64,
+            0.0,
+        ),
         || Ok(refs.iter().map(|e| oracle_of(e)).collect()),
         |bk| Ok(bk.seed_events(&refs, &cfg)?),
         same,

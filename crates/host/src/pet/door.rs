@@ -449,8 +449,7 @@ impl Backend {
                     }
                 };
                 debug_assert_eq!(f.len(), n);
-                Ok(self
-                    .on_cpu(|| super::par::convert_into(f, &s.params, &s.position, &s.energy, out)))
+                Ok(self.on_cpu(|| super::par::convert_into_kept(f, s, out, &self.ws.pet_cpu)))
             }
             Some(g) => {
                 let copies = self.host_copies();
@@ -474,7 +473,7 @@ impl Backend {
         check_u32_len("singles to sort", singles.len())?;
         match self.gpu() {
             None => {
-                *out = self.on_cpu(|| super::par::sort_unchecked(singles));
+                self.on_cpu(|| super::par::sort_into_unchecked(singles, out));
                 Ok(())
             }
             Some(g) => {
@@ -505,24 +504,15 @@ impl Backend {
         out: &mut Vec<Coincidence>,
     ) -> Result<()> {
         c.validate()?;
-        let fused = self.fuse_pet_checks();
+        // The CPU backend checks the singles as its walks read them (the same error).
+        let fused = self.fuse_pet_checks() || self.gpu().is_none();
         if !fused || check_u32_len("singles", singles.len()).is_err() {
             self.on_cpu(|| super::par::check_sorted(singles))?;
         }
         check_u32_len("singles", singles.len())?;
         match self.gpu() {
             None => {
-                *out = self.on_cpu(|| {
-                    Ok::<_, crate::Error>(
-                        super::par::coincide_unchecked(
-                            singles,
-                            c,
-                            f64::INFINITY,
-                            super::par::PIECE,
-                        )?
-                        .0,
-                    )
-                })?;
+                self.on_cpu(|| super::par::coincide_into_kept(singles, c, out, &self.ws.pet_cpu))?;
                 Ok(())
             }
             Some(g) => {

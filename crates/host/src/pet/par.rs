@@ -22,6 +22,8 @@
 //!   nearly every single opens a window in both walks, so they meet at once. A window's
 //!   error (a multiple over [`detkit_gpu::pet::MAX_MULTIPLE`]) is kept with the window and
 //!   raised only if the true chain reaches it, first in chain order, as in the oracle.
+//!   A walk notes only its first 64 openers; its pairs go to a vector per piece that
+//!   the backend keeps between calls. One thread walks the chain alone, into the output.
 //!   Delayed windows (one per single) are independent.
 //! - **Merge** (the streamed chain's pending singles with a sorted chunk): merge path,
 //!   pieces in parallel.
@@ -40,15 +42,21 @@ pub const PIECE: usize = 1 << 16;
 /// Appends the pieces to one vector, each copied to its offset in parallel.
 fn concat<T: Copy + Send + Sync>(pieces: &[Vec<T>]) -> Vec<T> {
     let slices: Vec<&[T]> = pieces.iter().map(Vec::as_slice).collect();
-    concat_slices(&slices, None)
+    let mut out = Vec::new();
+    concat_into(&slices, None, &mut out);
+    out
 }
 
-/// [`concat`] of slices, into a new vector on huge pages where large (its pages are first
-/// touched by the copying workers, not by one thread); `busy_step` times the copies.
-fn concat_slices<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>) -> Vec<T> {
+/// [`concat`] of slices into `out` (cleared; its allocation reused when large enough, else
+/// a new one on huge pages where large, its pages first touched by the copying workers,
+/// not by one thread); `busy_step` times the copies.
+fn concat_into<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>, out: &mut Vec<T>) {
     let total = pieces.iter().map(|p| p.len()).sum();
-    let mut out: Vec<T> = Vec::with_capacity(total);
-    crate::mem::huge_pages(&mut out);
+    out.clear();
+    if out.capacity() < total {
+        *out = Vec::with_capacity(total);
+        crate::mem::huge_pages(out);
+    }
     {
         let mut rest = &mut out.spare_capacity_mut()[..total];
         let mut dst = Vec::with_capacity(pieces.len());
@@ -72,7 +80,6 @@ fn concat_slices<T: Copy + Send + Sync>(pieces: &[&[T]], busy_step: Option<Busy>
     // SAFETY: the pieces' lengths sum to `total`, and every one of the first `total` slots
     // was written above (each piece into its own disjoint range).
     unsafe { out.set_len(total) };
-    out
 }
 
 /// Converts every frame, keeps the accepted singles in input order: [`oracle::convert`]'s
@@ -112,6 +119,78 @@ pub fn convert_into(
     convert_into_in_pieces(frames, p, position, energy, PIECE, out)
 }
 
+/// The several-thread paths' scratch, kept between calls (a backend keeps one, so its
+/// repeated calls write no fresh page of scratch): the conversion's waves (4 MiB per
+/// thread) and the coincidence walks' pairs (about the size of the pairs); one of each per
+/// call in flight.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    convert: std::sync::Mutex<Vec<Vec<Single>>>,
+    /// The coincidence walks' pairs, one vector per piece.
+    pairs: std::sync::Mutex<Vec<Vec<Vec<Coincidence>>>>,
+}
+
+/// One of the kept values (or a new one when none is free: another call has it).
+fn take_kept<T: Default>(m: &std::sync::Mutex<Vec<T>>) -> T {
+    m.lock().ok().and_then(|mut v| v.pop()).unwrap_or_default()
+}
+
+fn put_kept<T>(m: &std::sync::Mutex<Vec<T>>, v: T) {
+    if let Ok(mut p) = m.lock() {
+        p.push(v);
+    }
+}
+
+impl Scratch {
+    fn take(&self) -> Vec<Single> {
+        take_kept(&self.convert)
+    }
+
+    fn put(&self, v: Vec<Single>) {
+        put_kept(&self.convert, v)
+    }
+
+    fn take_pairs(&self) -> Vec<Vec<Coincidence>> {
+        take_kept(&self.pairs)
+    }
+
+    fn put_pairs(&self, v: Vec<Vec<Coincidence>>) {
+        put_kept(&self.pairs, v)
+    }
+
+    /// Frees the kept scratch.
+    pub(crate) fn clear(&self) {
+        if let Ok(mut p) = self.convert.lock() {
+            p.clear();
+        }
+        if let Ok(mut p) = self.pairs.lock() {
+            p.clear();
+        }
+    }
+}
+
+/// [`convert_into`] with the scanner's tables and the scratch kept in `kept` (the CPU
+/// backend's `pet_convert_into`).
+pub(crate) fn convert_into_kept(
+    frames: &[DataFrameV2],
+    s: &super::Scanner,
+    out: &mut Vec<Single>,
+    kept: &Scratch,
+) -> ConvertStats {
+    let mut scratch = kept.take();
+    let st = convert_into_with(
+        frames,
+        &s.params,
+        &s.position,
+        &s.energy,
+        PIECE,
+        out,
+        &mut scratch,
+    );
+    kept.put(scratch);
+    st
+}
+
 /// [`convert_into`] in pieces of `piece` frames (tests use small pieces).
 #[doc(hidden)]
 pub fn convert_into_in_pieces(
@@ -121,6 +200,20 @@ pub fn convert_into_in_pieces(
     energy: &[f32],
     piece: usize,
     out: &mut Vec<Single>,
+) -> ConvertStats {
+    convert_into_with(frames, p, position, energy, piece, out, &mut Vec::new())
+}
+
+/// [`convert_into_in_pieces`] with the several-thread path's scratch in `scratch` (grown
+/// when too small, else reused).
+fn convert_into_with(
+    frames: &[DataFrameV2],
+    p: &ScannerParams,
+    position: &[u8],
+    energy: &[f32],
+    piece: usize,
+    out: &mut Vec<Single>,
+    scratch: &mut Vec<Single>,
 ) -> ConvertStats {
     let piece = piece.max(1);
     let usable = cfg!(target_endian = "little")
@@ -180,8 +273,11 @@ pub fn convert_into_in_pieces(
         ),
     }
     let half = slots * sub;
-    let mut scratch: Vec<Single> = Vec::with_capacity(2 * half);
-    crate::mem::huge_pages(&mut scratch);
+    scratch.clear();
+    if scratch.capacity() < 2 * half {
+        *scratch = Vec::with_capacity(2 * half);
+        crate::mem::huge_pages(scratch);
+    }
     let waves: Vec<&[DataFrameV2]> = frames.chunks(half).collect();
     let mut st = ConvertStats::default();
     let mut len = 0;
@@ -563,16 +659,34 @@ pub fn sort(singles: &[Single]) -> Result<Vec<Single>> {
 
 /// [`sort`] of singles whose times are known finite ([`check_times`] passed).
 pub(crate) fn sort_unchecked(singles: &[Single]) -> Vec<Single> {
-    sort_unchecked_in_pieces(singles, PIECE)
+    let mut out = Vec::new();
+    sort_into_unchecked(singles, &mut out);
+    out
+}
+
+/// [`sort_unchecked`] into `out` (cleared; its allocation reused when large enough: a
+/// repeated call writes no fresh page for its result).
+pub(crate) fn sort_into_unchecked(singles: &[Single], out: &mut Vec<Single>) {
+    sort_into_unchecked_in_pieces(singles, PIECE, out)
 }
 
 /// [`sort_unchecked`] in pieces of `piece` singles: presorted runs (at most [`MAX_RUNS`],
 /// integer times) merged in one pass, else the radix sort.
-fn sort_unchecked_in_pieces(singles: &[Single], piece: usize) -> Vec<Single> {
+fn sort_into_unchecked_in_pieces(singles: &[Single], piece: usize, out: &mut Vec<Single>) {
     let piece = piece.max(1);
     match sorted_runs(singles, piece) {
-        Some(starts) if integer_times(singles, piece) => merge_runs(singles, &starts, piece),
-        _ => radix_sort(singles, piece),
+        Some(starts) if integer_times(singles, piece) => merge_runs(singles, &starts, piece, out),
+        _ => radix_sort(singles, piece, out),
+    }
+}
+
+/// `out` cleared, with room for `n` items: its own allocation when large enough, else a
+/// new one (on huge pages where large).
+fn room<T>(out: &mut Vec<T>, n: usize) {
+    out.clear();
+    if out.capacity() < n {
+        *out = Vec::with_capacity(n);
+        crate::mem::huge_pages(out);
     }
 }
 
@@ -630,7 +744,7 @@ fn sorted_runs(singles: &[Single], piece: usize) -> Option<Vec<usize>> {
 /// Stable merge of the sorted runs `singles[starts[r]..starts[r + 1]]` (at most
 /// [`MAX_RUNS`], integer times below 2^53; ties: the earlier run first): the output is cut at splitter times into pieces of about `piece` singles,
 /// each merged on its own (a loser tree over the runs) and written to its offset.
-fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single> {
+fn merge_runs(singles: &[Single], starts: &[usize], piece: usize, out: &mut Vec<Single>) {
     let n = singles.len();
     let runs = starts.len() - 1;
     let piece = piece.max(1);
@@ -660,8 +774,7 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
         .windows(2)
         .map(|w| w[1].iter().zip(&w[0]).map(|(b, a)| b - a).sum())
         .collect();
-    let mut out: Vec<Single> = Vec::with_capacity(n);
-    crate::mem::huge_pages(&mut out);
+    room(out, n);
     {
         let mut rest = &mut out.spare_capacity_mut()[..n];
         let mut dst = Vec::with_capacity(parts);
@@ -677,7 +790,6 @@ fn merge_runs(singles: &[Single], starts: &[usize], piece: usize) -> Vec<Single>
     // SAFETY: the pieces' sizes sum to `n` (every run is cut into consecutive ranges from its
     // start to its end), and `loser_merge` writes every slot of its piece.
     unsafe { out.set_len(n) };
-    out
 }
 
 /// Bits of a merge key that hold the run (below the time): `MAX_RUNS <= 1 << RUN_BITS`.
@@ -742,22 +854,31 @@ const RADIX_BITS: u32 = 11;
 #[doc(hidden)]
 pub fn sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     check_times(singles, "singles to sort")?;
-    Ok(sort_unchecked_in_pieces(singles, piece))
+    let mut out = Vec::new();
+    sort_into_unchecked_in_pieces(singles, piece, &mut out);
+    Ok(out)
 }
 
 /// [`sort_in_pieces`] by the radix sort whatever the input (tests).
 #[doc(hidden)]
 pub fn radix_sort_in_pieces(singles: &[Single], piece: usize) -> Result<Vec<Single>> {
     check_times(singles, "singles to sort")?;
-    Ok(radix_sort(singles, piece))
+    let mut out = Vec::new();
+    radix_sort(singles, piece, &mut out);
+    Ok(out)
 }
 
-/// The LSD radix sort of finite times.
-fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
+/// The LSD radix sort of finite times, into `out` (its allocation reused when large
+/// enough; the other buffer of the passes is new).
+fn radix_sort(singles: &[Single], piece: usize, out: &mut Vec<Single>) {
     let piece = piece.max(1);
     let n = singles.len();
+    let copy = |out: &mut Vec<Single>| {
+        out.clear();
+        out.extend_from_slice(singles);
+    };
     if n < 2 {
-        return singles.to_vec();
+        return copy(out);
     }
     let integers = integer_times(singles, piece);
     // The bits that differ between the keys.
@@ -770,14 +891,22 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
         })
         .reduce(|| 0, |a, b| a | b);
     if diff == 0 {
-        return singles.to_vec();
+        return copy(out);
     }
     let lo = diff.trailing_zeros();
     let hi = 64 - diff.leading_zeros();
-    // The first pass reads the input: no copy of it; two buffers, each fully written by the
-    // pass that fills it.
-    let mut a: Vec<Single> = Vec::with_capacity(n);
-    crate::mem::huge_pages(&mut a);
+    let passes = (hi - lo).div_ceil(RADIX_BITS);
+    // The first pass reads the input: no copy of it. The passes alternate between `out` and
+    // one other buffer, the first into whichever makes the last land in `out`; each buffer
+    // fully written by the pass that fills it.
+    room(out, n);
+    let mut other: Vec<Single> = Vec::with_capacity(n);
+    crate::mem::huge_pages(&mut other);
+    let (mut a, mut b) = if passes % 2 == 1 {
+        (std::mem::take(out), other)
+    } else {
+        (other, std::mem::take(out))
+    };
     radix_pass(
         singles,
         &mut a.spare_capacity_mut()[..n],
@@ -787,8 +916,6 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
     );
     // SAFETY: `radix_pass` writes every one of the `n` slots.
     unsafe { a.set_len(n) };
-    let mut b: Vec<Single> = Vec::with_capacity(n);
-    crate::mem::huge_pages(&mut b);
     let mut shift = lo + RADIX_BITS;
     while shift < hi {
         b.clear();
@@ -798,7 +925,7 @@ fn radix_sort(singles: &[Single], piece: usize) -> Vec<Single> {
         std::mem::swap(&mut a, &mut b);
         shift += RADIX_BITS;
     }
-    a
+    *out = a;
 }
 
 /// One stable counting pass on the `RADIX_BITS` key bits at `shift`: `src` to `dst`.
@@ -903,27 +1030,38 @@ pub fn merge_in_pieces(a: &[Single], b: &[Single], piece: usize) -> Vec<Single> 
     out
 }
 
-/// The windows of one speculative walk over a piece, in walk order.
+/// Openers a speculative walk notes from its start (with the pairs before each): the join
+/// looks for the true chain's entry among them. In the generated data the chains meet at
+/// the piece's first or second window; a piece whose chains have not met by the last noted
+/// opener is walked to its end by the join (correct, only slower).
+const KEEP: usize = 64;
+
+/// What one speculative walk over a piece notes beside its pairs (which go to the piece's
+/// scratch vector).
 struct Walk {
-    /// Openers in increasing order.
+    /// The walk's first openers (at most the noted number), increasing.
     opens: Vec<usize>,
-    /// Per opener: where its pairs start in `pairs`.
-    starts: Vec<usize>,
-    /// The windows with an error (walk position, error): they have no pairs.
+    /// Per noted opener: the walk's pairs before it.
+    before: Vec<usize>,
+    /// The windows with an error (opener, error), in walk order: they have no pairs.
     errs: Vec<(usize, Error)>,
-    pairs: Vec<Coincidence>,
     /// Where the walk leaves the piece: the first opener at or past the piece's end (or
     /// past `cut`).
     exit: usize,
+    /// The piece (with the single before it) is not sorted or has a non-finite time (when
+    /// asked to check).
+    faulty: bool,
 }
 
-/// The prompt window opened at `open`: `(end, pairs appended or the error)`.
+/// The prompt window opened at `open`: its pairs handed to `emit`, in the oracle's order;
+/// returns `(end, Ok or the window's error)` (a window with an error emits nothing).
+#[inline(always)]
 fn prompt_window(
     singles: &[Single],
     c: &CoincideConfig,
     reach: f64,
     open: usize,
-    out: &mut Vec<Coincidence>,
+    emit: &mut impl FnMut(Coincidence),
 ) -> (usize, Result<()>) {
     let n = singles.len();
     let t0 = singles[open].time;
@@ -936,7 +1074,7 @@ fn prompt_window(
         1 => Ok(()),
         2 => {
             if members[0].crystal != members[1].crystal {
-                out.push(Coincidence {
+                emit(Coincidence {
                     a: members[0],
                     b: members[1],
                 });
@@ -944,10 +1082,12 @@ fn prompt_window(
             Ok(())
         }
         _ => policy_pairs(members, false, c.policy).map(|v| {
-            out.extend(v.into_iter().map(|(i, j)| Coincidence {
-                a: members[i],
-                b: members[j],
-            }))
+            for (i, j) in v {
+                emit(Coincidence {
+                    a: members[i],
+                    b: members[j],
+                });
+            }
         }),
     };
     (end, r)
@@ -976,9 +1116,31 @@ pub fn coincide_in_pieces(
     watermark: f64,
     piece: usize,
 ) -> Result<(Vec<Coincidence>, usize)> {
+    coincide_in_pieces_keeping(singles, c, watermark, piece, KEEP)
+}
+
+/// [`coincide_in_pieces`] with walks that note `keep` openers (tests use few, so that the
+/// join's walk to a piece's end is exercised).
+#[doc(hidden)]
+pub fn coincide_in_pieces_keeping(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    piece: usize,
+    keep: usize,
+) -> Result<(Vec<Coincidence>, usize)> {
     c.validate()?;
     check_sorted(singles)?;
-    coincide_unchecked(singles, c, watermark, piece)
+    let mut out = Vec::new();
+    let resume = coincide_into_unchecked(
+        singles,
+        c,
+        watermark,
+        (piece, keep),
+        &mut Vec::new(),
+        &mut out,
+    )?;
+    Ok((out, resume))
 }
 
 /// [`coincide_in_pieces`] on input known to pass [`check_sorted`] and a checked
@@ -989,38 +1151,166 @@ pub(crate) fn coincide_unchecked(
     watermark: f64,
     piece: usize,
 ) -> Result<(Vec<Coincidence>, usize)> {
+    let mut out = Vec::new();
+    let resume = coincide_into_unchecked(
+        singles,
+        c,
+        watermark,
+        (piece, KEEP),
+        &mut Vec::new(),
+        &mut out,
+    )?;
+    Ok((out, resume))
+}
+
+/// [`coincide`] into `out` with a checked configuration, the input checked as it is walked
+/// ([`oracle::check_sorted`]'s error first), the walks' scratch kept in `kept` (the CPU
+/// backend's `pet_coincide_into`).
+pub(crate) fn coincide_into_kept(
+    singles: &[Single],
+    c: &CoincideConfig,
+    out: &mut Vec<Coincidence>,
+    kept: &Scratch,
+) -> Result<()> {
+    let mut scratch = kept.take_pairs();
+    let r = coincide_into_checking(
+        singles,
+        c,
+        f64::INFINITY,
+        (PIECE, KEEP),
+        true,
+        &mut scratch,
+        out,
+    );
+    kept.put_pairs(scratch);
+    r.map(|_| ())
+}
+
+/// [`coincide_until`] into `out` (cleared; its allocation reused when large enough), on
+/// input known to pass [`check_sorted`] and a checked configuration; returns the resume
+/// index. On an error `out` holds no meaningful result. `(piece, keep)`: singles per piece,
+/// openers a walk notes.
+///
+/// One thread: the oracle's walk, the pairs pushed into `out`. Several: each piece walked
+/// speculatively from its own first single, its pairs into its vector of `scratch` (one
+/// per piece, kept between calls by the backend: a repeated call writes no fresh page);
+/// one sequential join follows the true chain (where it enters a piece at a noted opener
+/// of the walk, the walk's windows from there are the true ones; else the true chain is
+/// walked there until they meet); then the stretches of pairs it takes are copied into
+/// `out` in parallel (see docs/benchmarks.md, "cpu3").
+pub(crate) fn coincide_into_unchecked(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    (piece, keep): (usize, usize),
+    scratch: &mut Vec<Vec<Coincidence>>,
+    out: &mut Vec<Coincidence>,
+) -> Result<usize> {
+    coincide_into_checking(singles, c, watermark, (piece, keep), false, scratch, out)
+}
+
+/// Whether `s` is sorted by time with every time finite.
+#[inline]
+fn sorted_finite(s: &[Single]) -> bool {
+    let mut ok = true;
+    let mut prev = f64::NEG_INFINITY;
+    for x in s {
+        ok &= x.time.is_finite() & (x.time >= prev);
+        prev = x.time;
+    }
+    ok
+}
+
+/// [`coincide_into_unchecked`]; with `check`, the input is checked as it is walked (each
+/// piece checked just before its walk reads it again from the cache, instead of a pass of
+/// its own over the whole input first: see docs/benchmarks.md, "cpu3"), and a fault is
+/// [`oracle::check_sorted`]'s error, before any window's error.
+fn coincide_into_checking(
+    singles: &[Single],
+    c: &CoincideConfig,
+    watermark: f64,
+    (piece, keep): (usize, usize),
+    check: bool,
+    scratch: &mut Vec<Vec<Coincidence>>,
+    out: &mut Vec<Coincidence>,
+) -> Result<usize> {
     let piece = piece.max(1);
+    let keep = keep.max(1);
     let reach = c.reach();
+    let n = singles.len();
     // `window_complete` is monotone in the opener's time: openers below `cut` are complete.
     let cut = singles.partition_point(|s| k::window_complete(s.time, watermark, reach));
-    if let Some(d) = c.delay {
-        return delayed(singles, c, reach, d, cut, piece);
+    out.clear();
+    // The walks check only where they walk (below `cut`); the rest now (with an infinite
+    // watermark only a non-finite time leaves `cut` below the end: that is an error).
+    if check && cut < n {
+        oracle::check_sorted(singles)?;
     }
+    if let Some(d) = c.delay {
+        if check {
+            check_sorted(singles)?;
+        }
+        return delayed(singles, c, reach, d, cut, piece, out);
+    }
+    // A fault found by a walk: the oracle's error for it (the first fault of the input).
+    let fault = || oracle::check_sorted(singles);
     let mut timer = Timer::start();
-    let walks: Vec<Walk> = (0..cut.div_ceil(piece))
-        .into_par_iter()
-        .map(|p| {
+    if rayon::current_num_threads() == 1 || cut <= piece {
+        // Checked a piece ahead of the walk (a window may read past the piece: a fault
+        // there is found before any result or window error is returned).
+        let mut checked = if check { 0 } else { cut };
+        let mut open = 0;
+        while open < cut {
+            if open >= checked {
+                let hi = (open + piece.max(PIECE)).min(cut);
+                if !sorted_finite(&singles[checked.saturating_sub(1)..hi]) {
+                    fault()?;
+                }
+                checked = hi;
+            }
+            let (end, r) = prompt_window(singles, c, reach, open, &mut |x| out.push(x));
+            if let Err(e) = r {
+                if check {
+                    check_sorted(singles)?;
+                }
+                return Err(e);
+            }
+            open = end;
+        }
+        // The last window's members past the last checked piece.
+        if check && checked < n && !sorted_finite(&singles[checked.saturating_sub(1)..]) {
+            fault()?;
+        }
+        timer.mark("coincide: walk");
+        return Ok(open);
+    }
+    let pieces = cut.div_ceil(piece);
+    if scratch.len() < pieces {
+        scratch.resize_with(pieces, Vec::new);
+    }
+    let walks: Vec<Walk> = scratch[..pieces]
+        .par_iter_mut()
+        .enumerate()
+        .map(|(p, pairs)| {
             busy(Busy::CoincideWalks, || {
                 let (start, stop) = (p * piece, ((p + 1) * piece).min(cut));
-                // Room for every opener at once, and for a pair per four singles (more than
-                // the generated data's one per eight): the vectors do not grow step by step
-                // (each step of a large one a remapping, whose TLB flush interrupts every
-                // core of the process).
-                let len = stop.saturating_sub(start);
+                pairs.clear();
                 let mut w = Walk {
-                    opens: Vec::with_capacity(len),
-                    starts: Vec::with_capacity(len),
+                    opens: Vec::with_capacity(keep.min(stop - start)),
+                    before: Vec::with_capacity(keep.min(stop - start)),
                     errs: Vec::new(),
-                    pairs: Vec::with_capacity(len / 4),
                     exit: start,
+                    faulty: check && !sorted_finite(&singles[start.saturating_sub(1)..stop]),
                 };
                 let mut open = start;
                 while open < stop {
-                    w.opens.push(open);
-                    w.starts.push(w.pairs.len());
-                    let (end, r) = prompt_window(singles, c, reach, open, &mut w.pairs);
+                    if w.opens.len() < keep {
+                        w.opens.push(open);
+                        w.before.push(pairs.len());
+                    }
+                    let (end, r) = prompt_window(singles, c, reach, open, &mut |x| pairs.push(x));
                     if let Err(e) = r {
-                        w.errs.push((w.opens.len() - 1, e));
+                        w.errs.push((open, e));
                     }
                     open = end;
                 }
@@ -1030,9 +1320,11 @@ pub(crate) fn coincide_unchecked(
         })
         .collect();
     timer.mark("coincide: walks");
+    if walks.iter().any(|w| w.faulty) {
+        fault()?;
+    }
     // Join: follow the true chain from 0, noting which stretches of pairs it takes (a
-    // walk's from an opener on, or windows walked here where the chains had not met yet);
-    // the pairs are then copied to the output in parallel (one allocation, no serial copy).
+    // walk's from an opener on, or windows walked here where the chains had not met yet).
     enum Take {
         Walk(usize, usize),
         Here(usize, usize),
@@ -1045,17 +1337,17 @@ pub(crate) fn coincide_unchecked(
         let w = &walks[p];
         match w.opens.binary_search(&open) {
             Ok(at) => {
-                // The chains have met: the walk's windows from `at` are the true ones, up to
-                // the first error among them.
-                if let Some((_, e)) = w.errs.iter().find(|(i, _)| *i >= at) {
+                // The chains have met: the walk's windows from here are the true ones, up
+                // to the first error among them.
+                if let Some((_, e)) = w.errs.iter().find(|(o, _)| *o >= open) {
                     return Err(clone_err(e));
                 }
-                takes.push(Take::Walk(p, w.starts[at]));
+                takes.push(Take::Walk(p, w.before[at]));
                 open = w.exit;
             }
             Err(_) => {
                 let from = here.len();
-                let (end, r) = prompt_window(singles, c, reach, open, &mut here);
+                let (end, r) = prompt_window(singles, c, reach, open, &mut |x| here.push(x));
                 r?;
                 match takes.last_mut() {
                     Some(Take::Here(_, to)) if *to == from => *to = here.len(),
@@ -1068,14 +1360,14 @@ pub(crate) fn coincide_unchecked(
     let slices: Vec<&[Coincidence]> = takes
         .iter()
         .map(|t| match *t {
-            Take::Walk(p, from) => &walks[p].pairs[from..],
+            Take::Walk(p, from) => &scratch[p][from..],
             Take::Here(from, to) => &here[from..to],
         })
         .collect();
     timer.mark("coincide: join");
-    let out = concat_slices(&slices, Some(Busy::CoincideFill));
+    concat_into(&slices, Some(Busy::CoincideFill), out);
     timer.mark("coincide: fill");
-    Ok((out, open))
+    Ok(open)
 }
 
 /// Delayed windows (every single below `cut` opens one, paired with its opener only).
@@ -1086,7 +1378,8 @@ fn delayed(
     d: f64,
     cut: usize,
     piece: usize,
-) -> Result<(Vec<Coincidence>, usize)> {
+    out: &mut Vec<Coincidence>,
+) -> Result<usize> {
     let n = singles.len();
     let pieces: Vec<Result<Vec<Coincidence>>> = (0..cut.div_ceil(piece))
         .into_par_iter()
@@ -1118,7 +1411,9 @@ fn delayed(
     for p in pieces {
         ok.push(p?);
     }
-    Ok((concat(&ok), cut))
+    let slices: Vec<&[Coincidence]> = ok.iter().map(Vec::as_slice).collect();
+    concat_into(&slices, None, out);
+    Ok(cut)
 }
 
 /// The error of a speculative window, raised when the true chain reaches it.
