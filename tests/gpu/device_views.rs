@@ -16,6 +16,7 @@ use super::{e, Ctx, Test, R};
 pub(crate) const TESTS: &[Test] = &[
     ("device_views_cluster", test_cluster),
     ("device_views_cluster_errors", test_cluster_errors),
+    ("device_views_cluster_paths", test_cluster_paths),
     ("device_views_seed", test_seed),
     ("device_views_seed_errors", test_seed_errors),
     ("device_views_pet_convert", test_pet_convert),
@@ -111,6 +112,63 @@ fn test_cluster(c: &Ctx) -> R {
         cpu.cluster_events_device(none, &[0, 0], &g, None).is_err(),
         || "the CPU backend accepted device digis".into(),
     )
+}
+
+/// The graph on the caller's memory (the default) against the copying path it replaced
+/// (`set_variant(31)`): two batches in buffers of their own, called A, B, A, B, A with
+/// every call's outputs kept (so that each call writes new output buffers and the graph's
+/// kernel nodes are pointed at new addresses, and back at old input addresses), then the
+/// same after the outputs are dropped (addresses reused from the pool): every result equal
+/// to the oracle's and to the copying path's, bit for bit.
+fn test_cluster_paths(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let b = &c.backend;
+    let gpu = b.gpu().expect("cuda backend");
+    let cut = Some(g.default_cut);
+    let batches = [
+        run3_batch(c.seed ^ 0x9a, 1, usize::MAX),
+        run3_batch(c.seed ^ 0x9b, 1, 40_000),
+    ];
+    let bufs = [upload(gpu, &batches[0].0)?, upload(gpu, &batches[1].0)?];
+    let want = batches
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
+        .collect::<Vec<_>>();
+    let run = |k: usize| -> Result<cl::ClustersDev, String> {
+        let n = batches[k].0.len();
+        let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[k][i]).addr());
+        // SAFETY: four buffers of this backend's context of `n` values each, borrowed (not
+        // written, not freed) until the test ends; uploaded on the backend's stream.
+        let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+        b.cluster_events_device(view, &batches[k].1, &g, cut)
+            .map_err(e)
+    };
+    let r = (|| -> R {
+        for variant in [0u32, 31, 0] {
+            detkit::phases::set_variant(variant);
+            let mut kept = Vec::new();
+            for (call, k) in [0usize, 1, 0, 1, 0].into_iter().enumerate() {
+                let got = run(k)?;
+                let what = format!("variant {variant}, call {call}, batch {k}");
+                exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
+                kept.push(got);
+            }
+            // Every kept output still holds its call's results.
+            for (call, (got, k)) in kept.iter().zip([0usize, 1, 0, 1, 0]).enumerate() {
+                let what = format!("variant {variant}, kept output of call {call}");
+                exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
+            }
+            drop(kept);
+            for (call, k) in [1usize, 0, 1].into_iter().enumerate() {
+                let got = run(k)?;
+                let what = format!("variant {variant}, after the drop, call {call}");
+                exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
+            }
+        }
+        Ok(())
+    })();
+    detkit::phases::set_variant(0);
+    r
 }
 
 /// A batch of five events whose third event has a digi out of range (module id, x, y) or a
