@@ -9,6 +9,7 @@ use detkit::seeding::{
     SpacePointsRef,
 };
 use detkit::{Backend, GpuContext};
+use detkit_gpu::clustering::INVALID_MODULE;
 use detkit_tests::{ensure, exact, exact_clusters, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
@@ -171,6 +172,15 @@ fn test_cluster_paths(c: &Ctx) -> R {
     r
 }
 
+/// The module id of the batch's first valid digi (that of the first event's first module).
+fn first_valid(d: &Digis) -> u16 {
+    d.module
+        .iter()
+        .copied()
+        .find(|&m| m != INVALID_MODULE)
+        .unwrap_or(0)
+}
+
 /// A batch of five events whose third event has a digi out of range (module id, x, y) or a
 /// module whose digis are not consecutive: the device view's error is the host path's (the same digi index, column and message); arrays
 /// of different lengths and bad event offsets as well. The workspace works after.
@@ -178,7 +188,12 @@ fn test_cluster_errors(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let b = &c.backend;
     let (d, o) = run3_batch(c.seed ^ 0xbad, 5, 30_000);
+    // A valid digi in the middle of the third event (a fault on an invalid digi, which the
+    // clustering skips, would be no fault).
     let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
+    let mid = (mid..o[3] as usize - 8)
+        .find(|&i| d.module[i] != INVALID_MODULE)
+        .ok_or("no valid digi in the third event")?;
     type Fault = fn(&mut Digis, usize);
     let faults: [(&str, Fault); 6] = [
         ("module out of range", |d, i| d.module[i] = 5000),
@@ -188,9 +203,11 @@ fn test_cluster_errors(c: &Ctx) -> R {
             d.y[i] = 416;
             d.module[i + 7] = 6000;
         }),
-        ("module not consecutive", |d, i| d.module[i] = d.module[0]),
+        ("module not consecutive", |d, i| {
+            d.module[i] = first_valid(d)
+        }),
         ("not consecutive before out of range", |d, i| {
-            d.module[i] = d.module[0];
+            d.module[i] = first_valid(d);
             d.x[i + 5] = 160;
         }),
     ];
