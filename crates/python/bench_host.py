@@ -418,7 +418,7 @@ def main(argv=None):
                     help="who makes the device inputs of the *-dev rows")
     ap.add_argument("--dev-variants", default="0",
                     help="the *-dev rows once per library measuring variant (a list such as "
-                         "31,0,31,0; rows suffixed [vN] when more than one; 31: the device "
+                         "50,0,50,0; rows suffixed [vN] when more than one; 50: the device "
                          "path before the graph on the caller's memory)")
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]

@@ -116,7 +116,8 @@ fn test_cluster(c: &Ctx) -> R {
 }
 
 /// The graph on the caller's memory (the default) against the copying path it replaced
-/// (`set_variant(31)`): two batches in buffers of their own, called A, B, A, B, A with
+/// (`set_variant(50)`) and the measuring variants 51 (no consecutive-digis check) and 52
+/// (every kernel node updated per call): two batches in buffers of their own, called A, B, A, B, A with
 /// every call's outputs kept (so that each call writes new output buffers and the graph's
 /// kernel nodes are pointed at new addresses, and back at old input addresses), then the
 /// same after the outputs are dropped (addresses reused from the pool): every result equal
@@ -145,7 +146,7 @@ fn test_cluster_paths(c: &Ctx) -> R {
             .map_err(e)
     };
     let r = (|| -> R {
-        for variant in [0u32, 31, 0] {
+        for variant in [0u32, 50, 51, 52, 0] {
             detkit::phases::set_variant(variant);
             let mut kept = Vec::new();
             for (call, k) in [0usize, 1, 0, 1, 0].into_iter().enumerate() {
@@ -166,9 +167,26 @@ fn test_cluster_paths(c: &Ctx) -> R {
                 exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
             }
         }
+        // The default takes the graph (no copies out, so no `unpack` phase); the copying
+        // path has one: neither quietly falls back to the other.
+        for (variant, copies) in [(0u32, false), (50, true)] {
+            detkit::phases::set_variant(variant);
+            detkit::phases::enable(true, false);
+            detkit::phases::take();
+            let got = run(0);
+            let unpack = detkit::phases::take()[detkit::phases::Phase::Unpack as usize];
+            detkit::phases::enable(false, false);
+            got?;
+            ensure(unpack.is_zero() != copies, || {
+                format!(
+                    "variant {variant}: unpack phase {unpack:?}, copying path expected: {copies}"
+                )
+            })?;
+        }
         Ok(())
     })();
     detkit::phases::set_variant(0);
+    detkit::phases::enable(false, false);
     r
 }
 

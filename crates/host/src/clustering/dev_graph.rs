@@ -175,7 +175,7 @@ struct Node {
 pub(crate) struct DevGraph {
     key: GraphKey,
     /// Whether the graph runs the consecutive-digis check (always, but for the measuring
-    /// variant 32, which leaves it out to time it).
+    /// variant 51, which leaves it out to time it).
     checks: bool,
     graph: CudaGraph,
     nodes: Vec<Node>,
@@ -225,7 +225,7 @@ impl DevGraph {
         cut: Option<ChargeCut>,
     ) -> Result<Option<&'c mut DevGraph>> {
         let key = c.graph_key(d, cut);
-        let checks = crate::phases::variant() != 32;
+        let checks = crate::phases::variant() != 51;
         if c.dev_graph_mut()
             .as_ref()
             .is_some_and(|dg| dg.key == key && dg.checks == checks)
@@ -383,8 +383,8 @@ impl DevGraph {
     pub(crate) unsafe fn launch(&mut self, addrs: [u64; SLOTS]) -> Result<()> {
         let what = "updating the device-view clustering graph";
         let exec = self.graph.cu_graph_exec();
-        // Measuring variant 33: every node updated, as when every call brings new arrays.
-        let every = crate::phases::variant() == 33;
+        // Measuring variant 52: every node updated, as when every call brings new arrays.
+        let every = crate::phases::variant() == 52;
         for n in &mut self.nodes {
             if !every && n.relocs.iter().all(|&(_, s)| self.current[s] == addrs[s]) {
                 continue;
@@ -491,4 +491,37 @@ fn relocations(
         });
     }
     Ok(Some(nodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every relocated field is a whole 8-byte word inside its struct, named once, of a
+    /// known slot, and each kernel is listed once: a parameter layout the relocation
+    /// cannot patch would make every device-view call fall back to the copies.
+    #[test]
+    fn relocations_are_whole_words() {
+        for (i, r) in RELOCATIONS.iter().enumerate() {
+            assert_eq!(r.size % 8, 0, "{}: size {}", r.kernel, r.size);
+            for (j, &(off, slot)) in r.fields.iter().enumerate() {
+                assert!(
+                    off % 8 == 0 && off + 8 <= r.size,
+                    "{}: offset {off}",
+                    r.kernel
+                );
+                assert!(slot < SLOTS, "{}: slot {slot}", r.kernel);
+                assert!(
+                    r.fields[..j].iter().all(|&(o, _)| o != off),
+                    "{}: offset {off} twice",
+                    r.kernel
+                );
+            }
+            assert!(
+                RELOCATIONS[..i].iter().all(|q| q.kernel != r.kernel),
+                "{} listed twice",
+                r.kernel
+            );
+        }
+    }
 }

@@ -10,7 +10,7 @@
 //! copies four status words back. Per call on the host: the ordering after the caller's
 //! stream (nothing when it is idle), three output allocations, the update of the kernel
 //! nodes whose addresses changed, one graph launch and one wait. Where the graph cannot be
-//! used (`phases::set_variant(31)`, the path measured before it), the digis are copied
+//! used (`phases::set_variant(50)`, the path measured before it), the digis are copied
 //! device-to-device into the workspace's [`DeviceDigis`], the cached chain graph is
 //! replayed, and the outputs are copied out.
 //!
@@ -171,7 +171,7 @@ impl ClusterWorkspace {
             });
         }
         self.select_clusterer(n, ne, geometry)?;
-        if phases::variant() != 31 {
+        if phases::variant() != 50 {
             if let Some(r) = self.cluster_device_graph(caller, digis, event_offsets, geometry, cut)
             {
                 return r;
