@@ -11,7 +11,7 @@ use cudarc::driver::CudaEvent;
 use std::sync::Arc;
 
 use super::cuda::{ClusterStaging, DeviceDigis};
-use super::dev_graph::DevGraph;
+use super::dev_graph::Slot;
 use super::{ChargeCut, Clusters, ClustersMut, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
@@ -81,7 +81,7 @@ pub struct Clusterer {
     fallback_status: Option<DeviceBuffer<u32>>,
     graph: Option<(GraphKey, SendGraph)>,
     /// The device-view call's graph ([`super::dev_graph`]), captured on this plan.
-    dev_graph: Option<DevGraph>,
+    dev_graph: Option<Slot>,
     grid_limit: Option<u32>,
     /// Side streams (forks of `gpu`) of the concurrent passes, and the events that fork them
     /// from `gpu`'s stream and join them back.
@@ -1220,7 +1220,7 @@ impl Clusterer {
     }
 
     /// The device-view call's graph, when one is kept.
-    pub(crate) fn dev_graph_mut(&mut self) -> &mut Option<DevGraph> {
+    pub(crate) fn dev_graph_mut(&mut self) -> &mut Option<Slot> {
         &mut self.dev_graph
     }
 

@@ -171,12 +171,19 @@ struct Node {
     relocs: Vec<(usize, usize)>,
 }
 
-/// The device-view call's graph of one [`Clusterer`] (see the module doc).
-pub(crate) struct DevGraph {
+/// What a [`Clusterer`] keeps of its device-view graph: the graph for `key`, or `None` when
+/// its kernel nodes could not be relocated (then every call with this key copies, without
+/// capturing again).
+pub(crate) struct Slot {
     key: GraphKey,
     /// Whether the graph runs the consecutive-digis check (always, but for the measuring
     /// variant 51, which leaves it out to time it).
     checks: bool,
+    graph: Option<DevGraph>,
+}
+
+/// The device-view call's graph of one [`Clusterer`] (see the module doc).
+pub(crate) struct DevGraph {
     graph: CudaGraph,
     nodes: Vec<Node>,
     /// The addresses the kernel nodes hold now, per slot.
@@ -195,9 +202,10 @@ pub(crate) struct DevGraph {
 }
 
 // SAFETY: the graph, its executable and its node handles are driver handles of the process,
-// valid on any thread once the context is current (every use binds it); the kernel-node
-// parameter records hold pointers only while a `launch` call patches them (reset to null
-// after); a `DevGraph` is owned by one `Clusterer` and used through `&mut` only.
+// valid on any thread once the context is current (every use binds it); the stored
+// kernel-node records hold no host pointers (`kernelParams` and `extra` are null; `launch`
+// sets them on a copy for one driver call); the pinned pointers are of buffers the
+// `DevGraph` owns; a `DevGraph` is owned by one `Clusterer` and used through `&mut` only.
 unsafe impl Send for DevGraph {}
 
 /// The template addresses of the relocated arrays: the workspace's digi buffers and the
@@ -226,16 +234,16 @@ impl DevGraph {
     ) -> Result<Option<&'c mut DevGraph>> {
         let key = c.graph_key(d, cut);
         let checks = crate::phases::variant() != 51;
-        if c.dev_graph_mut()
+        let kept = c
+            .dev_graph_mut()
             .as_ref()
-            .is_some_and(|dg| dg.key == key && dg.checks == checks)
-        {
-            return Ok(c.dev_graph_mut().as_mut());
+            .is_some_and(|s| s.key == key && s.checks == checks);
+        if !kept {
+            *c.dev_graph_mut() = None;
+            let graph = Self::capture(c, d, geometry, cut, checks)?;
+            *c.dev_graph_mut() = Some(Slot { key, checks, graph });
         }
-        *c.dev_graph_mut() = None;
-        let made = Self::capture(c, d, geometry, cut, key, checks)?;
-        *c.dev_graph_mut() = made;
-        Ok(c.dev_graph_mut().as_mut())
+        Ok(c.dev_graph_mut().as_mut().and_then(|s| s.graph.as_mut()))
     }
 
     fn capture(
@@ -243,7 +251,6 @@ impl DevGraph {
         d: &mut DeviceDigis,
         geometry: &Geometry,
         cut: Option<ChargeCut>,
-        key: GraphKey,
         checks: bool,
     ) -> Result<Option<Self>> {
         let g = c.context_shared().clone();
@@ -343,8 +350,6 @@ impl DevGraph {
             return Ok(None);
         };
         Ok(Some(Self {
-            key,
-            checks,
             graph,
             nodes,
             current: template,

@@ -9,10 +9,11 @@
 //! memory: `events + 1` words, through pinned words), runs the device checks below, and
 //! copies four status words back. Per call on the host: the ordering after the caller's
 //! stream (nothing when it is idle), three output allocations, the update of the kernel
-//! nodes whose addresses changed, one graph launch and one wait. Where the graph cannot be
-//! used (`phases::set_variant(50)`, the path measured before it), the digis are copied
-//! device-to-device into the workspace's [`DeviceDigis`], the cached chain graph is
-//! replayed, and the outputs are copied out.
+//! nodes whose addresses changed, one graph launch and one wait. Where that graph cannot be
+//! made (a kernel's parameters that cannot be relocated), and under the measuring variant 50
+//! (`phases::set_variant`, the path before it), the digis are copied device-to-device into
+//! the workspace's [`DeviceDigis`], the cached chain graph is replayed, and the outputs are
+//! copied out.
 //!
 //! Validation on the device: the array lengths and the event offsets are checked on the
 //! host as for host digis. The per-digi range checks (module id, pixel inside the module)
