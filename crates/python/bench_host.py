@@ -291,6 +291,22 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
     return out
 
 
+def dev_variant_rows(b, cpu, a, rows):
+    """:func:`device_rows` once per ``--dev-variants`` entry (``_detkit._set_variant``)."""
+    variants = [int(v) for v in a.dev_variants.split(",") if v.strip()]
+    if variants == [0]:
+        return device_rows(b, cpu, a.reps, rows, a.producer)
+    out = []
+    for v in variants:
+        detkit._detkit._set_variant(v)
+        first = len(PROFILES)
+        out += [(f"{r}[v{v}]", t, n, c) for r, t, n, c in
+                device_rows(b, cpu, a.reps, rows, a.producer)]
+        PROFILES[first:] = [(f"{r}[v{v}]", w, st) for r, w, st in PROFILES[first:]]
+    detkit._detkit._set_variant(0)
+    return out
+
+
 def gpu_cluster(workers):
     """A local Dask cluster of ``workers`` worker processes of one thread each, worker ``i``
     seeing GPU ``i`` alone (``CUDA_VISIBLE_DEVICES``, as ``dask_cuda.LocalCUDACluster``
@@ -454,6 +470,10 @@ def main(argv=None):
     ap.add_argument("--variants", default="0",
                     help="the host rows again for each measuring variant of the library's doors "
                          "(detkit.phases::set_variant, e.g. 30,0), rows suffixed [vN]")
+    ap.add_argument("--dev-variants", default="0",
+                    help="the *-dev rows once per library measuring variant (a list such as "
+                         "50,0,50,0; rows suffixed [vN] when more than one; 50: the device "
+                         "path before the graph on the caller's memory)")
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]
@@ -475,7 +495,7 @@ def main(argv=None):
                 PHASES[f"{row} [v{v}]"] = PHASES.pop(row)
         results += part
     detkit._detkit._set_variant(0)
-    results = (results + device_rows(b, cpu, a.reps, rows, a.producer)
+    results = (results + dev_variant_rows(b, cpu, a, rows)
                + dask_rows(a.dask, a.reps, rows,
                            [None if v == "auto" else int(v) for v in a.files_per_task.split(",")],
                            [None if v == "auto" else bool(int(v))
@@ -484,7 +504,7 @@ def main(argv=None):
               "rust_device_ms", "copy_pin_ms", "vs_device")
     lines = []
     for row, t, items, copy in results:
-        host, dev, pin = rust.get(row, (None, None, None))
+        host, dev, pin = rust.get(row.split("[")[0], (None, None, None))
         fmt = lambda v: "-" if v is None or v != v else f"{v:.3f}"  # noqa: E731
         lines.append((row, f"{t * 1e3:.3f}", str(items), f"{items / t:.0f}",
                       fmt(copy * 1e3), fmt(host), fmt(dev), fmt(pin),

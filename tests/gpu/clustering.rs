@@ -40,7 +40,7 @@ fn check(
     (small, capacity): (u32, u32),
 ) -> Result<u32, String> {
     cl::validate(d, offsets, g).map_err(|err| format!("{what}: generator: {err}"))?;
-    let gpu = c.gpu();
+    let gpu = c.gpu_shared();
     let dd = DeviceDigis::upload(gpu, d, offsets).map_err(e)?;
     let mut run =
         Clusterer::with_capacity(gpu, g, d.len(), offsets.len() - 1, small, capacity).map_err(e)?;
@@ -403,7 +403,7 @@ fn test_cut_paths(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let d = gen::run3_event(c.seed ^ 0xc07);
     let offs = single(&d);
-    let gpu = c.gpu();
+    let gpu = c.gpu_shared();
     let dd = DeviceDigis::upload(gpu, &d, &offs).map_err(e)?;
     let mut run = Clusterer::new(gpu, &g, d.len(), 1).map_err(e)?;
     sanitizer_grids(c, &mut run);
@@ -431,7 +431,7 @@ fn test_cut_paths(c: &Ctx) -> R {
 
 fn test_bad_input(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let gpu = c.gpu();
+    let gpu = c.gpu_shared();
     // Unvalidated digis straight to the device: the kernels must not touch memory out of
     // bounds and must name the first bad digi.
     let mut d = Digis::default();
@@ -557,8 +557,8 @@ fn test_streams(c: &Ctx) -> R {
         sizes.sort_unstable();
         sizes.iter().rev().take(max_events).sum()
     };
-    let forks: Vec<GpuContext> = (0..8)
-        .map(|_| c.gpu().fork())
+    let forks: Vec<std::sync::Arc<GpuContext>> = (0..8)
+        .map(|_| c.gpu().fork().map(std::sync::Arc::new))
         .collect::<Result<_, _>>()
         .map_err(e)?;
     let mut checked = 0usize;
@@ -613,7 +613,7 @@ fn test_streams(c: &Ctx) -> R {
 /// graph once, and one event on grids of 8 blocks.
 fn test_passes(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let gpu = c.gpu();
+    let gpu = c.gpu_shared();
     let pool = event_pool(c, &g);
     let (d, offsets) = {
         let mut d = Digis::default();
@@ -764,7 +764,7 @@ fn test_passes(c: &Ctx) -> R {
 /// the graph. Block sizes the kernels cannot take are refused.
 fn test_larger_threads(c: &Ctx) -> R {
     let g = Geometry::phase1();
-    let gpu = c.gpu();
+    let gpu = c.gpu_shared();
     let pool = event_pool(c, &g);
     let mut d = Digis::default();
     let mut offsets = vec![0u32];

@@ -10,6 +10,7 @@ use detkit::seeding::{
     SpacePointsRef,
 };
 use detkit::{Backend, GpuContext};
+use detkit_gpu::clustering::INVALID_MODULE;
 use detkit_tests::{ensure, exact, exact_clusters, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
@@ -17,6 +18,7 @@ use super::{e, Ctx, Test, R};
 pub(crate) const TESTS: &[Test] = &[
     ("device_views_cluster", test_cluster),
     ("device_views_cluster_errors", test_cluster_errors),
+    ("device_views_cluster_paths", test_cluster_paths),
     ("device_views_seed", test_seed),
     ("device_views_seed_errors", test_seed_errors),
     ("device_views_pet_convert", test_pet_convert),
@@ -117,6 +119,90 @@ fn test_cluster(c: &Ctx) -> R {
     )
 }
 
+/// The graph on the caller's memory (the default) against the copying path it replaced
+/// (`set_variant(50)`) and the measuring variants 51 (no consecutive-digis check) and 52
+/// (every kernel node updated per call): two batches in buffers of their own, called A, B, A, B, A with
+/// every call's outputs kept (so that each call writes new output buffers and the graph's
+/// kernel nodes are pointed at new addresses, and back at old input addresses), then the
+/// same after the outputs are dropped (addresses reused from the pool): every result equal
+/// to the oracle's and to the copying path's, bit for bit.
+fn test_cluster_paths(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let b = &c.backend;
+    let gpu = b.gpu().expect("cuda backend");
+    let cut = Some(g.default_cut);
+    let batches = [
+        run3_batch(c.seed ^ 0x9a, 1, usize::MAX),
+        run3_batch(c.seed ^ 0x9b, 1, 40_000),
+    ];
+    let bufs = [upload(gpu, &batches[0].0)?, upload(gpu, &batches[1].0)?];
+    let want = batches
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
+        .collect::<Vec<_>>();
+    let run = |k: usize| -> Result<cl::ClustersDev, String> {
+        let n = batches[k].0.len();
+        let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[k][i]).addr());
+        // SAFETY: four buffers of this backend's context of `n` values each, borrowed (not
+        // written, not freed) until the test ends; uploaded on the backend's stream.
+        let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+        b.cluster_events_device(view, &batches[k].1, &g, cut)
+            .map_err(e)
+    };
+    let r = (|| -> R {
+        for variant in [0u32, 50, 51, 52, 0] {
+            detkit::phases::set_variant(variant);
+            let mut kept = Vec::new();
+            for (call, k) in [0usize, 1, 0, 1, 0].into_iter().enumerate() {
+                let got = run(k)?;
+                let what = format!("variant {variant}, call {call}, batch {k}");
+                exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
+                kept.push(got);
+            }
+            // Every kept output still holds its call's results.
+            for (call, (got, k)) in kept.iter().zip([0usize, 1, 0, 1, 0]).enumerate() {
+                let what = format!("variant {variant}, kept output of call {call}");
+                exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
+            }
+            drop(kept);
+            for (call, k) in [1usize, 0, 1].into_iter().enumerate() {
+                let got = run(k)?;
+                let what = format!("variant {variant}, after the drop, call {call}");
+                exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
+            }
+        }
+        // The default takes the graph (no copies out, so no `unpack` phase); the copying
+        // path has one: neither quietly falls back to the other.
+        for (variant, copies) in [(0u32, false), (50, true)] {
+            detkit::phases::set_variant(variant);
+            detkit::phases::enable(true, false);
+            detkit::phases::take();
+            let got = run(0);
+            let unpack = detkit::phases::take()[detkit::phases::Phase::Unpack as usize];
+            detkit::phases::enable(false, false);
+            got?;
+            ensure(unpack.is_zero() != copies, || {
+                format!(
+                    "variant {variant}: unpack phase {unpack:?}, copying path expected: {copies}"
+                )
+            })?;
+        }
+        Ok(())
+    })();
+    detkit::phases::set_variant(0);
+    detkit::phases::enable(false, false);
+    r
+}
+
+/// The module id of the batch's first valid digi (that of the first event's first module).
+fn first_valid(d: &Digis) -> u16 {
+    d.module
+        .iter()
+        .copied()
+        .find(|&m| m != INVALID_MODULE)
+        .unwrap_or(0)
+}
+
 /// A batch of five events whose third event has a digi out of range (module id, x, y) or a
 /// module whose digis are not consecutive: the device view's error is the host path's (the same digi index, column and message); arrays
 /// of different lengths and bad event offsets as well. The workspace works after.
@@ -124,7 +210,12 @@ fn test_cluster_errors(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let b = &c.backend;
     let (d, o) = run3_batch(c.seed ^ 0xbad, 5, c.big(30_000, 3000));
+    // A valid digi in the middle of the third event (a fault on an invalid digi, which the
+    // clustering skips, would be no fault).
     let mid = (o[2] + (o[3] - o[2]) / 2) as usize;
+    let mid = (mid..o[3] as usize - 8)
+        .find(|&i| d.module[i] != INVALID_MODULE)
+        .ok_or("no valid digi in the third event")?;
     type Fault = fn(&mut Digis, usize);
     let faults: [(&str, Fault); 6] = [
         ("module out of range", |d, i| d.module[i] = 5000),
@@ -134,9 +225,11 @@ fn test_cluster_errors(c: &Ctx) -> R {
             d.y[i] = 416;
             d.module[i + 7] = 6000;
         }),
-        ("module not consecutive", |d, i| d.module[i] = d.module[0]),
+        ("module not consecutive", |d, i| {
+            d.module[i] = first_valid(d)
+        }),
         ("not consecutive before out of range", |d, i| {
-            d.module[i] = d.module[0];
+            d.module[i] = first_valid(d);
             d.x[i + 5] = 160;
         }),
     ];

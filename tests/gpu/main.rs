@@ -108,6 +108,10 @@ impl Ctx {
     pub fn gpu(&self) -> &GpuContext {
         self.backend.gpu().expect("cuda backend")
     }
+    /// The backend's context as a shared handle (what a `Clusterer` keeps).
+    pub fn gpu_shared(&self) -> &std::sync::Arc<GpuContext> {
+        self.backend.gpu_shared().expect("cuda backend")
+    }
     pub fn rand(&self, salt: u64, n: usize, bound: u32) -> Vec<u32> {
         detkit::rng::random_below(self.seed.wrapping_mul(31).wrapping_add(salt), n, bound)
     }

@@ -1,8 +1,8 @@
 //! The algorithm calls that stay on the device from Python: clustering (and seeding) of CUDA
 //! arrays through the library's device-view entry points
-//! ([`detkit::Backend::cluster_events_device`]): the producer's memory is read in place by
-//! a device-to-device copy into the backend's workspace, and the results are new device
-//! buffers returned as `DeviceArray`s. Nothing crosses PCIe but the event offsets and three
+//! ([`detkit::Backend::cluster_events_device`]): the producer's memory is read in place (by
+//! the clustering kernels themselves, one graph launch per call), and the results are new
+//! device buffers returned as `DeviceArray`s. Nothing crosses PCIe but the event offsets and three
 //! status words. Any input that is not a 1-D C-contiguous CUDA array of the exact dtype
 //! returns `None`, and the Python layer takes the general (staged) path, which converts and
 //! checks it.

@@ -35,6 +35,7 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -63,9 +64,9 @@ fn ev(g: &GpuContext) -> Result<CudaEvent> {
 /// One lane of the throughput rows: a stream (fork), its digis, its clusterer (graph
 /// captured) and the event of its last launch.
 type Lane<'g> = (
-    &'g GpuContext,
+    &'g Arc<GpuContext>,
     DeviceDigis,
-    Clusterer<'g>,
+    Clusterer,
     Option<CudaEvent>,
 );
 
@@ -284,13 +285,13 @@ fn wall(reps: usize, g: &GpuContext, mut f: impl FnMut() -> Result<()>) -> Resul
 /// A `Clusterer` for a variant: its `shared<C>` and `small<C>` parts (the shared-memory
 /// kernel's and the small-module passes' capacities, digis) at construction, the rest by
 /// [`apply_variant`].
-fn clusterer_for<'g>(
-    g: &'g GpuContext,
+fn clusterer_for(
+    g: &Arc<GpuContext>,
     geo: &Geometry,
     digis: usize,
     events: usize,
     v: &str,
-) -> Result<Clusterer<'g>> {
+) -> Result<Clusterer> {
     let part = |prefix: &str| {
         v.split('+')
             .find_map(|t| t.strip_prefix(prefix))
@@ -388,7 +389,7 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let backend = Backend::cuda(0)?;
-    let g = backend.gpu().context("cuda backend")?;
+    let g = backend.gpu_shared().context("cuda backend")?;
     println!("{}", backend.description());
     let geo = Geometry::phase1();
     let cut = geo.default_cut;
@@ -621,7 +622,9 @@ fn main() -> Result<()> {
 
     // (4) Throughput: lanes × events per launch, device-resident.
     let max_lanes = a.lanes.iter().copied().max().unwrap_or(1);
-    let forks: Vec<GpuContext> = (0..max_lanes).map(|_| g.fork()).collect::<Result<_, _>>()?;
+    let forks: Vec<Arc<GpuContext>> = (0..max_lanes)
+        .map(|_| g.fork().map(Arc::new))
+        .collect::<Result<_, _>>()?;
     for v in a.variants.iter().filter(|_| on("4")) {
         println!("\n(4) events/s, device-resident, one host thread: lanes (streams) × events per launch (graph per lane; a lane waits for its previous launch before the next) [{v}]");
         print!("{:>6}", "lanes");

@@ -252,7 +252,12 @@ fn pick<'a, T>(bs: &[Backend; 2], b: &Backend, of: &'a [T; 2]) -> &'a T {
     }
 }
 
-fn cluster_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
+fn cluster_rows(
+    g: &std::sync::Arc<GpuContext>,
+    bs: &[Backend; 2],
+    o: &Opts,
+    rows: &mut Vec<Row>,
+) -> Result<()> {
     let geo = cl::Geometry::phase1();
     let cut = Some(geo.default_cut);
     let events: Vec<Digis> = (0..16).map(|s| cgen::run3_event(100 + s)).collect();
@@ -310,6 +315,49 @@ fn cluster_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>
             copy_pageable_ms: cq,
             bytes,
             allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+        // The device-view entry (`cluster_events_device`, what Python calls for CUDA arrays):
+        // the same batch in device buffers the caller owns, results in new device buffers,
+        // dropped after each call (as a consumer would).
+        let b0 = &bs[0];
+        let view = cl::DigisDev::from_buffers(g, [&dd.module, &dd.x, &dd.y, &dd.adc]);
+        let got = b0
+            .cluster_events_device(view, &offs, &geo, cut)?
+            .to_host(g)?;
+        check("cluster_events_device clus", &got.clus, &want.clus)?;
+        check(
+            "cluster_events_device clus_in_module",
+            &got.clus_in_module,
+            &want.clus_in_module,
+        )?;
+        check(
+            "cluster_events_device module_first",
+            &got.module_first,
+            &want.module_first,
+        )?;
+        let dev_call = || -> Result<()> {
+            drop(b0.cluster_events_device(view, &offs, &geo, cut)?);
+            Ok(())
+        };
+        let view_ms = wall_ms(o.warmup, o.reps, dev_call)?;
+        if o.phases {
+            print_phases(o, dev_call)?;
+        }
+        let r = Row {
+            what: format!(
+                "cluster_events_device, {per_call} Run-3 event{}",
+                if per_call > 1 { "s" } else { "" }
+            ),
+            items: per_call,
+            pinned_ms: view_ms,
+            pageable_ms: f64::NAN,
+            device_ms: Some(device),
+            copy_pinned_ms: f64::NAN,
+            copy_pageable_ms: f64::NAN,
+            bytes: (0, 0),
+            allocations: 0,
         };
         print_row(&r);
         rows.push(r);
@@ -1054,7 +1102,7 @@ fn main() -> Result<()> {
         return Ok(());
     }
     let reference = Backend::cuda(0)?;
-    let g = reference.gpu().context("CUDA backend")?;
+    let g = reference.gpu_shared().context("CUDA backend")?;
     println!("# {}", reference.description());
     println!(
         "# host calls: wall ms, median of {} after {} warm-up calls; device: CUDA events; \

@@ -131,7 +131,7 @@ fn main() -> Result<()> {
             .backends()
             .iter()
             .map(|b| -> Result<_> {
-                let g = b.gpu().context("CUDA backend")?;
+                let g = b.gpu_shared().context("CUDA backend")?;
                 let d: Vec<DeviceDigis> = batches[..16]
                     .iter()
                     .map(|(d, offs)| DeviceDigis::upload(g, d, offs))

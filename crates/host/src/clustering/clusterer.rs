@@ -11,29 +11,12 @@ use cudarc::driver::CudaEvent;
 use std::sync::Arc;
 
 use super::cuda::{ClusterStaging, DeviceDigis};
+use super::dev_graph::Slot;
 use super::{ChargeCut, Clusters, ClustersMut, Geometry};
 use crate::cuda::{cfg, DeviceBuffer, GpuContext, MAX_GRID};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::phases::{self, Phase};
 use crate::staging::par_copy;
-
-/// The context a [`Clusterer`] launches on: borrowed (device-resident pipelines) or shared
-/// (a `Clusterer` the backend keeps in its workspace between calls).
-#[derive(Clone)]
-enum GpuRef<'g> {
-    Borrowed(&'g GpuContext),
-    Shared(Arc<GpuContext>),
-}
-
-impl std::ops::Deref for GpuRef<'_> {
-    type Target = GpuContext;
-    fn deref(&self) -> &GpuContext {
-        match self {
-            GpuRef::Borrowed(g) => g,
-            GpuRef::Shared(g) => g,
-        }
-    }
-}
 
 /// Device workspace and outputs of the clustering chain for up to `max_digis` digis and
 /// `max_events` events per launch. Steps can be launched one by one (for timing) or with
@@ -44,8 +27,12 @@ impl std::ops::Deref for GpuRef<'_> {
 /// [`Clusterer::results`]. One `Clusterer` keeps one batch in flight on its context's
 /// stream (its own side streams are joined back into it); for several, give each its own
 /// fork of the context ([`GpuContext::fork`]) or use [`super::ClusterQueue`].
-pub struct Clusterer<'g> {
-    gpu: GpuRef<'g>,
+///
+/// It holds a shared handle to its context (an [`Arc`]), not a borrow, so that it can be
+/// kept: a [`crate::Backend`] caches one per geometry and call shape in its workspace, and
+/// a `Clusterer` can move to another thread with its context.
+pub struct Clusterer {
+    gpu: Arc<GpuContext>,
     geometry: Geometry,
     warp_capacity: u32,
     warp_grid: u32,
@@ -93,6 +80,8 @@ pub struct Clusterer<'g> {
     /// The fallback's status slabs (one per block) when they do not fit in shared memory.
     fallback_status: Option<DeviceBuffer<u32>>,
     graph: Option<(GraphKey, SendGraph)>,
+    /// The device-view call's graph ([`super::dev_graph`]), captured on this plan.
+    dev_graph: Option<Slot>,
     grid_limit: Option<u32>,
     /// Side streams (forks of `gpu`) of the concurrent passes, and the events that fork them
     /// from `gpu`'s stream and join them back.
@@ -137,8 +126,8 @@ enum Pass {
 }
 
 /// What a captured chain depends on: the digi buffers (addresses and capacities) and the cut.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct GraphKey {
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct GraphKey {
     module: u64,
     capacity: (usize, usize),
     cut: Option<ChargeCut>,
@@ -180,31 +169,10 @@ pub const MAX_EVENTS_PER_LAUNCH: usize = 1 << 16;
 /// status words and column buckets, larger ones the global-memory fallback.
 pub const DEFAULT_CAPACITY: u32 = k::MEDIUM_CAPACITY;
 
-impl Clusterer<'static> {
-    /// As [`Clusterer::new`], holding a shared handle to the context instead of a borrow:
-    /// a `Clusterer` that can be kept in a workspace (the [`crate::Backend`] keeps one per
-    /// geometry) or moved to another thread with its context.
-    pub fn shared(
-        gpu: Arc<GpuContext>,
-        geometry: &Geometry,
-        max_digis: usize,
-        max_events: usize,
-    ) -> Result<Self> {
-        Self::build(
-            GpuRef::Shared(gpu),
-            geometry,
-            max_digis,
-            max_events,
-            k::SMALL_CAPACITY,
-            DEFAULT_CAPACITY,
-        )
-    }
-}
-
-impl<'g> Clusterer<'g> {
+impl Clusterer {
     /// Allocates everything for `geometry` with the default capacities.
     pub fn new(
-        gpu: &'g GpuContext,
+        gpu: &Arc<GpuContext>,
         geometry: &Geometry,
         max_digis: usize,
         max_events: usize,
@@ -223,7 +191,7 @@ impl<'g> Clusterer<'g> {
     /// take the small-module kernel, up to `capacity` the shared-memory kernel, larger ones
     /// the fallback kernel (tests use tiny capacities to force each path).
     pub fn with_capacity(
-        gpu: &'g GpuContext,
+        gpu: &Arc<GpuContext>,
         geometry: &Geometry,
         max_digis: usize,
         max_events: usize,
@@ -231,7 +199,7 @@ impl<'g> Clusterer<'g> {
         capacity: u32,
     ) -> Result<Self> {
         Self::build(
-            GpuRef::Borrowed(gpu),
+            gpu.clone(),
             geometry,
             max_digis,
             max_events,
@@ -241,7 +209,7 @@ impl<'g> Clusterer<'g> {
     }
 
     fn build(
-        handle: GpuRef<'g>,
+        handle: Arc<GpuContext>,
         geometry: &Geometry,
         max_digis: usize,
         max_events: usize,
@@ -426,6 +394,7 @@ impl<'g> Clusterer<'g> {
                 Some(gpu.zeros::<u32>(fallback_grid as usize * words as usize)?)
             },
             graph: None,
+            dev_graph: None,
             grid_limit: None,
             side,
             fork_event,
@@ -442,7 +411,7 @@ impl<'g> Clusterer<'g> {
         self.small_grid = resident_grid(&self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
             .min(self.grid_limit.unwrap_or(u32::MAX));
         self.small_threads = threads;
-        self.graph = None;
+        self.drop_graphs();
         Ok(())
     }
 
@@ -473,7 +442,7 @@ impl<'g> Clusterer<'g> {
             .min(self.grid_limit.unwrap_or(u32::MAX));
         }
         self.warp_capacity = capacity;
-        self.graph = None;
+        self.drop_graphs();
         Ok(())
     }
 
@@ -507,7 +476,7 @@ impl<'g> Clusterer<'g> {
                 Some((cap, threads, grid))
             }
         };
-        self.graph = None;
+        self.drop_graphs();
         Ok(())
     }
 
@@ -605,7 +574,7 @@ impl<'g> Clusterer<'g> {
             }
         }
         self.larger_threads = (shared, fallback);
-        self.graph = None;
+        self.drop_graphs();
         Ok(())
     }
 
@@ -617,7 +586,7 @@ impl<'g> Clusterer<'g> {
     /// (the measurement's baseline). Results do not change.
     fn set_tight_grids(&mut self, tight: bool) {
         self.tight_grids = tight;
-        self.graph = None;
+        self.drop_graphs();
     }
 
     /// Caps the grid of every persistent (grid-stride) kernel at `blocks` blocks (at least
@@ -638,7 +607,7 @@ impl<'g> Clusterer<'g> {
             *g = (*g).min(b);
         }
         self.grid_limit = Some(b);
-        self.graph = None;
+        self.drop_graphs();
     }
 
     /// Applies a tuning: every field that is `Some` replaces the current setting (the
@@ -1222,11 +1191,7 @@ impl<'g> Clusterer<'g> {
     /// into `d` with [`DeviceDigis::copy_from`] is served by the same graph.
     pub fn run_graph(&mut self, d: &DeviceDigis, cut: Option<ChargeCut>) -> Result<()> {
         self.check_fits(d)?;
-        let key = GraphKey {
-            module: self.gpu.ptr(&d.module).addr(),
-            capacity: (d.max_digis, d.max_events),
-            cut,
-        };
+        let key = self.graph_key(d, cut);
         if self.graph.as_ref().map(|(k, _)| *k) != Some(key) {
             self.graph = None;
             let gpu = self.gpu.clone();
@@ -1237,6 +1202,62 @@ impl<'g> Clusterer<'g> {
         }
         let (_, graph) = self.graph.as_ref().expect("captured above");
         graph.0.launch().ctx("launching the clustering graph")
+    }
+
+    /// What a graph of the chain on `d`'s buffers with `cut` depends on.
+    pub(crate) fn graph_key(&self, d: &DeviceDigis, cut: Option<ChargeCut>) -> GraphKey {
+        GraphKey {
+            module: self.gpu.ptr(&d.module).addr(),
+            capacity: (d.max_digis, d.max_events),
+            cut,
+        }
+    }
+
+    /// Drops the captured graphs (a setting changed): recaptured on their next use.
+    fn drop_graphs(&mut self) {
+        self.graph = None;
+        self.dev_graph = None;
+    }
+
+    /// The device-view call's graph, when one is kept.
+    pub(crate) fn dev_graph_mut(&mut self) -> &mut Option<Slot> {
+        &mut self.dev_graph
+    }
+
+    /// Captures `before` (given the context and `d`), the chain ([`Clusterer::run`] on `d`
+    /// with `cut`) and `after` on this clusterer's stream as one CUDA graph (not launched).
+    pub(crate) fn capture_chain(
+        &mut self,
+        d: &mut DeviceDigis,
+        cut: Option<ChargeCut>,
+        before: impl FnOnce(&GpuContext, &mut DeviceDigis) -> Result<()>,
+        after: impl FnOnce(&Self) -> Result<()>,
+    ) -> Result<cudarc::driver::CudaGraph> {
+        self.check_fits(d)?;
+        let gpu = self.gpu.clone();
+        self.capturing = true;
+        let r = gpu.capture(|| {
+            before(&gpu, d)?;
+            self.run(d, cut)?;
+            after(self)
+        });
+        self.capturing = false;
+        r
+    }
+
+    /// The device addresses of the three outputs (`clus`, `clus_in_module`,
+    /// `module_first`).
+    pub(crate) fn output_addrs(&self) -> [u64; 3] {
+        [
+            self.gpu.ptr(&self.clus).addr(),
+            self.gpu.ptr(&self.clus_in_module).addr(),
+            self.gpu.ptr(&self.module_first).addr(),
+        ]
+    }
+
+    /// The shared handle of the context the chain launches on.
+    pub(crate) fn context_shared(&self) -> &Arc<GpuContext> {
+        &self.gpu
     }
 
     /// Synchronises and returns how many modules took the shared-memory kernel and the

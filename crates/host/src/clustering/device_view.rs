@@ -2,13 +2,18 @@
 //! detkit call's output, the caller's own `cudaMalloc`): borrowed device views in, device
 //! buffers out, no host round trip. What the Python layer calls for CUDA arrays.
 //!
-//! The call copies the four digi arrays device-to-device into the workspace's
-//! [`DeviceDigis`] (the cached [`Clusterer`] graph is captured on those buffers, so it is
-//! replayed unchanged, and the caller's memory is only read while the call runs), sends the
-//! event offsets (host memory: `events + 1` words) through the pinned staging, replays the
-//! graph, copies the three outputs device-to-device into new buffers of exactly their size
-//! (they outlive the workspace's next call; from detkit's output pool, [`crate::outputs`])
-//! and reads back four status words: one wait per call, as the host path.
+//! The call runs as one CUDA graph launch on the caller's memory ([`super::dev_graph`]):
+//! the kernels read the four digi arrays in place and write three new output buffers of
+//! exactly their size (they outlive the workspace's next call; from detkit's output pool,
+//! [`crate::outputs`]); the graph also uploads the batch's sizes and event offsets (host
+//! memory: `events + 1` words, through pinned words), runs the device checks below, and
+//! copies four status words back. Per call on the host: the ordering after the caller's
+//! stream (nothing when it is idle), three output allocations, the update of the kernel
+//! nodes whose addresses changed, one graph launch and one wait. Where that graph cannot be
+//! made (a kernel's parameters that cannot be relocated), and under the measuring variant 50
+//! (`phases::set_variant`, the path before it), the digis are copied device-to-device into
+//! the workspace's [`DeviceDigis`], the cached chain graph is replayed, and the outputs are
+//! copied out.
 //!
 //! Validation on the device: the array lengths and the event offsets are checked on the
 //! host as for host digis. The per-digi range checks (module id, pixel inside the module)
@@ -27,6 +32,7 @@ use cudarc::driver::{result, DevicePtrMut};
 use detkit_gpu::clustering as k;
 use detkit_gpu::histogram::decode_first_index;
 
+use super::dev_graph::{DevGraph, SLOTS};
 use super::door::ClusterWorkspace;
 use super::{validate, validate_lengths, ChargeCut, Digis, Geometry, MAX_EVENTS_PER_LAUNCH};
 use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
@@ -133,7 +139,7 @@ impl ClustersDev {
 }
 
 /// Threads per block of the consecutive-digis check.
-const CHECK_THREADS: u32 = 256;
+pub(super) const CHECK_THREADS: u32 = 256;
 
 /// A new device buffer of `n` elements (at least one) from the output pool
 /// ([`crate::outputs`]), whose first `n` are written by the caller before anyone reads them.
@@ -166,6 +172,12 @@ impl ClusterWorkspace {
             });
         }
         self.select_clusterer(n, ne, geometry)?;
+        if phases::variant() != 50 {
+            if let Some(r) = self.cluster_device_graph(caller, digis, event_offsets, geometry, cut)
+            {
+                return r;
+            }
+        }
         let (c, d, g, stage, check) = self.selected();
         phases::mark(Phase::Prepare);
         let s = g.stream();
@@ -327,6 +339,102 @@ impl ClusterWorkspace {
             fallback_modules,
         })
     }
+}
+
+impl ClusterWorkspace {
+    /// [`ClusterWorkspace::cluster_device`] as one launch of the selected clusterer's
+    /// device-view graph on the caller's memory (see the module doc); `None` when that
+    /// graph cannot be made (its kernel nodes could not be relocated): the caller copies.
+    fn cluster_device_graph(
+        &mut self,
+        caller: &GpuContext,
+        digis: DigisDev<'_>,
+        event_offsets: &[u32],
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Option<Result<ClustersDev>> {
+        let (c, d, g, _, _) = self.selected();
+        let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        let mut run = || -> Result<Option<ClustersDev>> {
+            let Some(dg) = DevGraph::get(c, d, geometry, cut)? else {
+                return Ok(None);
+            };
+            phases::mark(Phase::Prepare);
+            let s = g.stream();
+            // The inputs were made (or ordered) on the caller's stream.
+            crate::outputs::order_after(s, caller.stream())?;
+            let words = dg.words();
+            words[0] = n as u32;
+            words[1] = ne as u32;
+            words[2..ne + 3].copy_from_slice(event_offsets);
+            d.n = n;
+            d.nevents = ne;
+            let slots = ne * geometry.modules as usize;
+            let clus = output::<i32>(g, n)?;
+            let clus_in_module = output::<u32>(g, slots)?;
+            let module_first = output::<u32>(g, slots)?;
+            let mut addrs = [0u64; SLOTS];
+            addrs[..4].copy_from_slice(&digis.addr);
+            addrs[4] = g.ptr(&clus).addr();
+            addrs[5] = g.ptr(&clus_in_module).addr();
+            addrs[6] = g.ptr(&module_first).addr();
+            phases::mark(Phase::Stage);
+            // SAFETY: the inputs hold `n` digis each (lengths checked) and are not written
+            // until this call returns (`DigisDev::from_raw`'s contract; the call waits
+            // below); the outputs hold `n` and `slots` elements (at least one) and live
+            // until the wait; the pinned words say `n` and `ne`.
+            unsafe { dg.launch(addrs)? };
+            phases::mark(Phase::Kernels);
+            g.synchronize()?;
+            phases::mark(Phase::Wait);
+            let [bad, medium, fallback, runs] = dg.status();
+            if let Some(k) = decode_first_index(runs) {
+                validate(&host_digis(g, &digis)?, event_offsets, geometry)?;
+                return Err(invalid(
+                    "digis",
+                    format!("digi {k}: a module's digis not consecutive in its event"),
+                ));
+            }
+            let (medium_modules, fallback_modules) = match c.decode_status(bad, medium, fallback) {
+                Ok(counts) => counts,
+                Err(Error::InvalidInput { what, detail }) => {
+                    // A digi out of range: the host path's error, from a host copy.
+                    validate(&host_digis(g, &digis)?, event_offsets, geometry)?;
+                    return Err(Error::InvalidInput { what, detail });
+                }
+                Err(e) => return Err(e),
+            };
+            Ok(Some(ClustersDev {
+                clus,
+                clus_in_module,
+                module_first,
+                digis: n,
+                slots,
+                modules: geometry.modules as usize,
+                medium_modules,
+                fallback_modules,
+            }))
+        };
+        run().transpose()
+    }
+}
+
+/// The caller's device digis copied to the host (synchronously; error paths only).
+fn host_digis(g: &GpuContext, digis: &DigisDev<'_>) -> Result<Digis> {
+    let what = "copying device digis back for the error";
+    let n = digis.len();
+    let mut arrays: [Vec<u16>; 4] = Default::default();
+    g.context().bind_to_thread().ctx(what)?;
+    for (a, &addr) in arrays.iter_mut().zip(&digis.addr) {
+        *a = vec![0u16; n];
+        if n > 0 {
+            // SAFETY: `addr` holds `n` values (`DigisDev`'s contract, lengths checked) and is
+            // not written during the call; `a` holds `n` values; a synchronous copy.
+            unsafe { result::memcpy_dtoh_sync(a.as_mut_slice(), addr) }.ctx(what)?;
+        }
+    }
+    let [module, x, y, adc] = arrays;
+    Ok(Digis { module, x, y, adc })
 }
 
 impl Backend {

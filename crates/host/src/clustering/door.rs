@@ -25,7 +25,7 @@ const MAX_CLUSTERERS: usize = 4;
 pub(crate) struct ClusterWorkspace {
     gpu: Arc<GpuContext>,
     /// Clusterers with their device digis, most recently used last.
-    clusterers: Vec<(Clusterer<'static>, DeviceDigis)>,
+    clusterers: Vec<(Clusterer, DeviceDigis)>,
     stage: ClusterStaging,
     /// The queue of [`ClusterWorkspace::cluster_batches`]: its geometry, cut and capacity
     /// (digis, events per batch).
@@ -39,12 +39,7 @@ pub(crate) struct ClusterWorkspace {
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
-type BatchQueue = (
-    Geometry,
-    Option<ChargeCut>,
-    (usize, usize),
-    ClusterQueue<'static>,
-);
+type BatchQueue = (Geometry, Option<ChargeCut>, (usize, usize), ClusterQueue);
 
 /// Where a call's results go.
 pub(crate) enum Out<'a> {
@@ -337,7 +332,7 @@ impl ClusterWorkspace {
             } else {
                 events.min(MAX_EVENTS_PER_LAUNCH)
             };
-            let c = Clusterer::shared(self.gpu.clone(), geometry, digis, events)?;
+            let c = Clusterer::new(&self.gpu, geometry, digis, events)?;
             let d = DeviceDigis::with_capacity(&self.gpu, digis, events)?;
             self.clusterers.push((c, d));
         }
@@ -350,7 +345,7 @@ impl ClusterWorkspace {
     pub(crate) fn selected(
         &mut self,
     ) -> (
-        &mut Clusterer<'static>,
+        &mut Clusterer,
         &mut DeviceDigis,
         &GpuContext,
         &mut ClusterStaging,
@@ -656,7 +651,7 @@ fn split_into(
 /// module counts, or the typed error of a digi the kernels flagged.
 #[allow(clippy::too_many_arguments)]
 fn finish_results(
-    c: &Clusterer<'static>,
+    c: &Clusterer,
     st: &mut ClusterStaging,
     done: &cudarc::driver::CudaEvent,
     n: usize,

@@ -22,6 +22,7 @@
 mod clusterer;
 pub mod cpu;
 pub mod cuda;
+mod dev_graph;
 mod device_view;
 pub(crate) mod door;
 pub mod gen;

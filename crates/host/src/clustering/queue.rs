@@ -17,8 +17,8 @@ use crate::staging::upload_into;
 /// its results are downloaded first and returned, so results come back in submission order
 /// with at most `lanes` batches in flight. [`ClusterQueue::finish`] drains the rest.
 /// While lane `k` copies or runs, the other lanes' chains run on the GPU.
-pub struct ClusterQueue<'g> {
-    lanes: Vec<Lane<'g>>,
+pub struct ClusterQueue {
+    lanes: Vec<Lane>,
     cut: Option<ChargeCut>,
     next: usize,
     submitted: u64,
@@ -26,18 +26,19 @@ pub struct ClusterQueue<'g> {
 
 /// One lane of a [`ClusterQueue`]: its digis, clusterer, pinned staging (digis in, results
 /// out) and the submission number of the batch in flight.
-struct Lane<'g> {
+struct Lane {
     digis: DeviceDigis,
-    clusterer: Clusterer<'g>,
+    clusterer: Clusterer,
     stage: ClusterStaging,
     pending: Option<u64>,
 }
 
-impl<'g> ClusterQueue<'g> {
+impl ClusterQueue {
     /// One lane per context of `forks` (typically [`GpuContext::fork`]s of one context), each
-    /// sized for batches of up to `max_digis` digis and `max_events` events.
+    /// sized for batches of up to `max_digis` digis and `max_events` events. Each lane keeps
+    /// a shared handle of its context.
     pub fn new(
-        forks: &'g [GpuContext],
+        forks: &[Arc<GpuContext>],
         geometry: &Geometry,
         max_digis: usize,
         max_events: usize,
@@ -55,10 +56,7 @@ impl<'g> ClusterQueue<'g> {
         Self::from_lanes(lanes, cut)
     }
 
-    fn from_lanes(
-        lanes: Vec<(DeviceDigis, Clusterer<'g>)>,
-        cut: Option<ChargeCut>,
-    ) -> Result<Self> {
+    fn from_lanes(lanes: Vec<(DeviceDigis, Clusterer)>, cut: Option<ChargeCut>) -> Result<Self> {
         if lanes.is_empty() {
             return Err(invalid(
                 "cluster queue",
@@ -198,9 +196,9 @@ impl<'g> ClusterQueue<'g> {
     }
 }
 
-impl ClusterQueue<'static> {
-    /// A queue of `lanes` lanes, each on a fork of `gpu` (its own stream) holding a shared
-    /// handle of it: a queue that owns its contexts (no borrow), for pipelines that keep it.
+impl ClusterQueue {
+    /// A queue of `lanes` lanes, each on a new fork of `gpu` (its own stream), which the
+    /// queue owns (through its lanes' shared handles).
     pub fn shared(
         gpu: &GpuContext,
         lanes: usize,
@@ -214,7 +212,7 @@ impl ClusterQueue<'static> {
                 let f = Arc::new(gpu.fork()?);
                 Ok((
                     DeviceDigis::with_capacity(&f, max_digis, max_events)?,
-                    Clusterer::shared(f, geometry, max_digis, max_events)?,
+                    Clusterer::new(&f, geometry, max_digis, max_events)?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;

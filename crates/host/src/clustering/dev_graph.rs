@@ -1,0 +1,532 @@
+//! The device-view call's graph ([`crate::Backend::cluster_events_device`]): one CUDA graph
+//! per cached [`Clusterer`] that runs the whole call on the caller's memory, launched once
+//! per call.
+//!
+//! Captured once (and again when the clusterer's plan or buffers change), on the workspace's
+//! buffers: the upload of the batch's sizes and event offsets from pinned words (a copy of
+//! the capacity's words, so one copy node serves every batch), the reset of the
+//! consecutive-digis check's counters, `clustering_check_runs`, `clustering_gate_runs`, the
+//! clustering chain ([`Clusterer::run`]) and the copy of four status words into pinned
+//! memory. Every kernel reads the batch's sizes on the device, so nothing else depends on
+//! the batch.
+//!
+//! Per call, the kernel nodes that read the digis or write the three outputs get the
+//! caller's input addresses and the new output buffers' addresses
+//! (`cuGraphExecKernelNodeSetParams`, host-side only, and only for the nodes whose addresses
+//! changed since the last call): the kernels read the caller's arrays in place and write
+//! the outputs the caller keeps, so no device-to-device copy is made in or out. Which
+//! parameters are addresses of which array is known per kernel from its parameter struct
+//! ([`RELOCATIONS`], by `offset_of!`); at capture every kernel node is checked to hold the
+//! workspace's addresses at exactly those places and nowhere else, otherwise the graph is
+//! not used (the call copies, as before).
+
+use std::ffi::c_void;
+use std::mem::{offset_of, size_of};
+
+use cudarc::driver::{result, sys, CudaGraph, PinnedHostSlice};
+use detkit_gpu::clustering as k;
+
+use super::clusterer::{Clusterer, GraphKey};
+use super::cuda::DeviceDigis;
+use super::device_view::CHECK_THREADS;
+use super::{ChargeCut, Geometry};
+use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
+use crate::error::{DriverContext, Result};
+
+/// The arrays a call relocates: the four digi arrays (inputs) and the three outputs.
+pub(crate) const SLOTS: usize = 7;
+const MODULE: usize = 0;
+const X: usize = 1;
+const Y: usize = 2;
+const ADC: usize = 3;
+const CLUS: usize = 4;
+const CLUS_IN_MODULE: usize = 5;
+const MODULE_FIRST: usize = 6;
+
+/// A kernel's parameter struct: its size and where it holds which relocated array.
+struct Relocation {
+    kernel: &'static str,
+    size: usize,
+    fields: &'static [(usize, usize)],
+}
+
+/// Every kernel the device-view graph launches, with the relocated fields of its parameter
+/// struct (byte offset, slot).
+const RELOCATIONS: &[Relocation] = &[
+    Relocation {
+        kernel: k::KERNEL_CHECK_RUNS,
+        size: size_of::<k::ClusteringCheckRunsParams>(),
+        fields: &[(offset_of!(k::ClusteringCheckRunsParams, module), MODULE)],
+    },
+    Relocation {
+        kernel: k::KERNEL_GATE_RUNS,
+        size: size_of::<k::ClusteringGateRunsParams>(),
+        fields: &[],
+    },
+    Relocation {
+        kernel: k::KERNEL_COUNT_MODULES,
+        size: size_of::<k::ClusteringCountModulesParams>(),
+        fields: &[
+            (offset_of!(k::ClusteringCountModulesParams, module), MODULE),
+            (offset_of!(k::ClusteringCountModulesParams, x), X),
+            (offset_of!(k::ClusteringCountModulesParams, y), Y),
+            (offset_of!(k::ClusteringCountModulesParams, clus), CLUS),
+            (
+                offset_of!(k::ClusteringCountModulesParams, clus_in_module),
+                CLUS_IN_MODULE,
+            ),
+            (
+                offset_of!(k::ClusteringCountModulesParams, module_first),
+                MODULE_FIRST,
+            ),
+        ],
+    },
+    Relocation {
+        kernel: k::KERNEL_FIND_CLUS_SMALL,
+        size: size_of::<k::ClusteringFindClusSmallParams>(),
+        fields: SMALL_FIELDS,
+    },
+    Relocation {
+        kernel: k::KERNEL_FIND_CLUS_SMALL_WARP,
+        size: size_of::<k::ClusteringFindClusSmallParams>(),
+        fields: SMALL_FIELDS,
+    },
+    Relocation {
+        kernel: k::KERNEL_FIND_CLUS,
+        size: size_of::<k::ClusteringFindClusParams>(),
+        fields: &[
+            (offset_of!(k::ClusteringFindClusParams, module), MODULE),
+            (offset_of!(k::ClusteringFindClusParams, x), X),
+            (offset_of!(k::ClusteringFindClusParams, y), Y),
+            (offset_of!(k::ClusteringFindClusParams, clus), CLUS),
+            (
+                offset_of!(k::ClusteringFindClusParams, clus_in_module),
+                CLUS_IN_MODULE,
+            ),
+            (
+                offset_of!(k::ClusteringFindClusParams, module_first),
+                MODULE_FIRST,
+            ),
+        ],
+    },
+    Relocation {
+        kernel: k::KERNEL_FIND_CLUS_FALLBACK,
+        size: size_of::<k::ClusteringFindClusFallbackParams>(),
+        fields: &[
+            (
+                offset_of!(k::ClusteringFindClusFallbackParams, module),
+                MODULE,
+            ),
+            (offset_of!(k::ClusteringFindClusFallbackParams, x), X),
+            (offset_of!(k::ClusteringFindClusFallbackParams, y), Y),
+            (offset_of!(k::ClusteringFindClusFallbackParams, clus), CLUS),
+            (
+                offset_of!(k::ClusteringFindClusFallbackParams, clus_in_module),
+                CLUS_IN_MODULE,
+            ),
+            (
+                offset_of!(k::ClusteringFindClusFallbackParams, module_first),
+                MODULE_FIRST,
+            ),
+        ],
+    },
+    Relocation {
+        kernel: k::KERNEL_CHARGE_CUT,
+        size: size_of::<k::ClusteringClusterChargeCutParams>(),
+        fields: &[
+            (offset_of!(k::ClusteringClusterChargeCutParams, adc), ADC),
+            (offset_of!(k::ClusteringClusterChargeCutParams, clus), CLUS),
+            (
+                offset_of!(k::ClusteringClusterChargeCutParams, clus_in_module),
+                CLUS_IN_MODULE,
+            ),
+        ],
+    },
+];
+
+const SMALL_FIELDS: &[(usize, usize)] = &[
+    (offset_of!(k::ClusteringFindClusSmallParams, module), MODULE),
+    (offset_of!(k::ClusteringFindClusSmallParams, x), X),
+    (offset_of!(k::ClusteringFindClusSmallParams, y), Y),
+    (offset_of!(k::ClusteringFindClusSmallParams, adc), ADC),
+    (offset_of!(k::ClusteringFindClusSmallParams, clus), CLUS),
+    (
+        offset_of!(k::ClusteringFindClusSmallParams, clus_in_module),
+        CLUS_IN_MODULE,
+    ),
+    (
+        offset_of!(k::ClusteringFindClusSmallParams, module_first),
+        MODULE_FIRST,
+    ),
+];
+
+/// A kernel node whose parameters hold relocated addresses.
+struct Node {
+    node: sys::CUgraphNode,
+    /// Its launch (function, grid, block, shared memory) as captured.
+    launch: sys::CUDA_KERNEL_NODE_PARAMS,
+    /// Its parameter struct, as 8-byte words (every struct holds 8-byte addresses).
+    words: Vec<u64>,
+    /// (word index, slot) of each relocated address.
+    relocs: Vec<(usize, usize)>,
+}
+
+/// What a [`Clusterer`] keeps of its device-view graph: the graph for `key`, or `None` when
+/// its kernel nodes could not be relocated (then every call with this key copies, without
+/// capturing again).
+pub(crate) struct Slot {
+    key: GraphKey,
+    /// Whether the graph runs the consecutive-digis check (always, but for the measuring
+    /// variant 51, which leaves it out to time it).
+    checks: bool,
+    graph: Option<DevGraph>,
+}
+
+/// The device-view call's graph of one [`Clusterer`] (see the module doc).
+pub(crate) struct DevGraph {
+    graph: CudaGraph,
+    nodes: Vec<Node>,
+    /// The addresses the kernel nodes hold now, per slot.
+    current: [u64; SLOTS],
+    /// `[n, nevents, event offsets…]` (capacity + 3 words), read by the graph's first copies.
+    words: PinnedHostSlice<u32>,
+    /// The chain's three status words and the check's word, written by the graph's last
+    /// copies.
+    _status: PinnedHostSlice<u32>,
+    /// The host addresses of `words` and `status` (taken once: cudarc's accessors query
+    /// the driver each time).
+    words_ptr: *mut u32,
+    status_ptr: *const u32,
+    /// The consecutive-digis check's `[bad, run counts of every event and module…]`.
+    _check: DeviceBuffer<u32>,
+}
+
+// SAFETY: the graph, its executable and its node handles are driver handles of the process,
+// valid on any thread once the context is current (every use binds it); the stored
+// kernel-node records hold no host pointers (`kernelParams` and `extra` are null; `launch`
+// sets them on a copy for one driver call); the pinned pointers are of buffers the
+// `DevGraph` owns; a `DevGraph` is owned by one `Clusterer` and used through `&mut` only.
+unsafe impl Send for DevGraph {}
+
+/// The template addresses of the relocated arrays: the workspace's digi buffers and the
+/// clusterer's outputs.
+fn template(g: &GpuContext, c: &Clusterer, d: &DeviceDigis) -> [u64; SLOTS] {
+    let [clus, cim, mf] = c.output_addrs();
+    [
+        g.ptr(&d.module).addr(),
+        g.ptr(&d.x).addr(),
+        g.ptr(&d.y).addr(),
+        g.ptr(&d.adc).addr(),
+        clus,
+        cim,
+        mf,
+    ]
+}
+
+impl DevGraph {
+    /// The graph of `c` on `d` with `cut`, captured unless kept: `None` when its kernel
+    /// nodes cannot be relocated (the caller copies instead).
+    pub(crate) fn get<'c>(
+        c: &'c mut Clusterer,
+        d: &mut DeviceDigis,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<Option<&'c mut DevGraph>> {
+        let key = c.graph_key(d, cut);
+        let checks = crate::phases::variant() != 51;
+        let kept = c
+            .dev_graph_mut()
+            .as_ref()
+            .is_some_and(|s| s.key == key && s.checks == checks);
+        if !kept {
+            *c.dev_graph_mut() = None;
+            let graph = Self::capture(c, d, geometry, cut, checks)?;
+            *c.dev_graph_mut() = Some(Slot { key, checks, graph });
+        }
+        Ok(c.dev_graph_mut().as_mut().and_then(|s| s.graph.as_mut()))
+    }
+
+    fn capture(
+        c: &mut Clusterer,
+        d: &mut DeviceDigis,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+        checks: bool,
+    ) -> Result<Option<Self>> {
+        let g = c.context_shared().clone();
+        let (cap_n, cap_e) = (d.max_digis, d.max_events);
+        let cap_slots = cap_e * geometry.modules as usize;
+        let mut words = g.pinned::<u32>(cap_e + 3, true)?;
+        let mut status = g.pinned::<u32>(4, false)?;
+        let mut check = g.zeros::<u32>(cap_slots + 1)?;
+        let check_addr = g.ptr(&check).addr();
+        let check_params = k::ClusteringCheckRunsParams {
+            module: g.ptr(&d.module),
+            event_offsets: g.ptr(&d.event_offsets),
+            dims: g.ptr(&d.dims),
+            runs: g.ptr_mut(&mut check.slice_mut(1..cap_slots + 1)),
+            bad: g.ptr_mut(&mut check.slice_mut(0..1)),
+            nmodules: geometry.modules,
+            _pad0: 0,
+        };
+        let gate_params = k::ClusteringGateRunsParams {
+            bad: g.ptr(&check.slice(0..1)),
+            dims: g.ptr_mut(&mut d.dims),
+            event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
+        };
+        let check_blocks = cap_n
+            .div_ceil(CHECK_THREADS as usize)
+            .clamp(1, 16 * g.sm_count() as usize);
+        let what = "capturing the device-view clustering graph";
+        let words_ptr = words.as_mut_ptr().ctx(what)?;
+        let status_ptr = status.as_mut_ptr().ctx(what)?;
+        let host_words = words_ptr as *const u32;
+        let graph = c.capture_chain(
+            d,
+            cut,
+            |g, d| {
+                let s = g.stream();
+                // SAFETY: `host_words` is the pinned buffer of `cap_e + 3` words, alive as
+                // long as the graph (both owned by the `DevGraph`); the graph's copies read
+                // it only while a launch runs, after the call has filled it.
+                let w = unsafe { std::slice::from_raw_parts(host_words, cap_e + 3) };
+                s.memcpy_htod(&w[..2], &mut d.dims).ctx(what)?;
+                s.memcpy_htod(&w[2..], &mut d.event_offsets.slice_mut(0..cap_e + 1))
+                    .ctx(what)?;
+                if !checks {
+                    return Ok(());
+                }
+                // SAFETY: `check_addr` is `check`, `cap_slots + 1` words, alive as long as
+                // the graph; the memset is ordered on this stream.
+                unsafe {
+                    sys::cuMemsetD32Async(check_addr, 0, cap_slots + 1, s.cu_stream())
+                        .result()
+                        .ctx(what)?;
+                }
+                // SAFETY: `dims` holds `[n, ne]` of the batch and `module` (relocated to the
+                // caller's array at each launch) `n` digis; `event_offsets` `ne + 1` checked
+                // offsets (both uploaded above); `runs` `ne * modules` (at most the
+                // capacity's) zeroed words and `bad` one zeroed word, distinct; grid-stride
+                // over the digis.
+                unsafe {
+                    g.launch(
+                        k::KERNEL_CHECK_RUNS,
+                        launch_cfg(check_blocks as u64, CHECK_THREADS, 0),
+                        &check_params,
+                    )?
+                };
+                // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` words; `bad`
+                // the check's word, final in stream order; the chain that reads `dims` and
+                // the offsets runs after this launch on the same stream.
+                unsafe {
+                    g.launch(
+                        k::KERNEL_GATE_RUNS,
+                        launch_cfg(1, CHECK_THREADS, 0),
+                        &gate_params,
+                    )
+                }
+            },
+            |c| {
+                // SAFETY: `status` is pinned, four words, alive as long as the graph; nothing
+                // else refers to it during the capture.
+                let st = unsafe { std::slice::from_raw_parts_mut(status_ptr, 4) };
+                c.enqueue_status(&mut st[..3])?;
+                if !checks {
+                    return Ok(());
+                }
+                // SAFETY: one word of `check` into pinned memory, ordered on this stream.
+                unsafe {
+                    result::memcpy_dtoh_async(
+                        &mut st[3..4],
+                        check_addr,
+                        c.context_shared().stream().cu_stream(),
+                    )
+                }
+                .ctx(what)
+            },
+        )?;
+        let template = template(&g, c, d);
+        let Some(nodes) = relocations(&g, &graph, &template)? else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            graph,
+            nodes,
+            current: template,
+            words,
+            _status: status,
+            words_ptr,
+            status_ptr,
+            _check: check,
+        }))
+    }
+
+    /// The pinned words the next launch uploads: `[n, nevents, event offsets…]`, the
+    /// capacity's events + 3 words. Written only while no launch runs (every call waits
+    /// for its launch before it returns).
+    pub(crate) fn words(&mut self) -> &mut [u32] {
+        // SAFETY: `words_ptr` is `words`' memory (`words.len()` elements), alive as long as
+        // `self`, borrowed mutably through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.words_ptr, self.words.len()) }
+    }
+
+    /// The four status words of the last launch (read after the stream has finished it).
+    pub(crate) fn status(&self) -> [u32; 4] {
+        // SAFETY: `status_ptr` is `status`' memory, four words, alive as long as `self`;
+        // the copies that write it have finished (the caller waited).
+        unsafe { std::ptr::read(self.status_ptr as *const [u32; 4]) }
+    }
+
+    /// Points the kernel nodes at `addrs` (module, x, y, adc, clus, clus_in_module,
+    /// module_first) and launches the graph on the clusterer's stream.
+    ///
+    /// # Safety
+    /// The four inputs hold at least the batch's digis (as the pinned words the launch
+    /// uploads say) and are not written until the stream has finished the launch; the three
+    /// outputs hold at least the batch's digis (`clus`) and `nevents × modules` words, and
+    /// stay allocated until then.
+    pub(crate) unsafe fn launch(&mut self, addrs: [u64; SLOTS]) -> Result<()> {
+        let what = "updating the device-view clustering graph";
+        let exec = self.graph.cu_graph_exec();
+        // Measuring variant 52: every node updated, as when every call brings new arrays.
+        let every = crate::phases::variant() == 52;
+        for n in &mut self.nodes {
+            if !every && n.relocs.iter().all(|&(_, s)| self.current[s] == addrs[s]) {
+                continue;
+            }
+            for &(w, s) in &n.relocs {
+                n.words[w] = addrs[s];
+            }
+            let mut arg = n.words.as_mut_ptr() as *mut c_void;
+            let mut launch = n.launch;
+            launch.kernelParams = &mut arg;
+            launch.extra = std::ptr::null_mut();
+            // SAFETY: `node` is a kernel node of the graph `exec` was instantiated from; the
+            // launch is the node's own (function, grid, block, shared memory) and its one
+            // parameter the node's struct with addresses replaced by arrays of the same
+            // role and sizes (the caller's contract); the driver copies the parameters.
+            unsafe { sys::cuGraphExecKernelNodeSetParams_v2(exec, n.node, &launch) }
+                .result()
+                .ctx(what)?;
+        }
+        self.current = addrs;
+        self.graph
+            .launch()
+            .ctx("launching the device-view clustering graph")
+    }
+}
+
+/// The kernel nodes of `graph` that hold any of the `template` addresses, with where they
+/// hold them; `None` when a node holds one where its kernel's [`RELOCATIONS`] entry does not
+/// say (or is a kernel it does not list).
+fn relocations(
+    g: &GpuContext,
+    graph: &CudaGraph,
+    template: &[u64; SLOTS],
+) -> Result<Option<Vec<Node>>> {
+    let what = "reading the device-view clustering graph";
+    let funcs = RELOCATIONS
+        .iter()
+        .map(|r| Ok((g.kernel(r.kernel)?.cu_function(), r)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut count = 0usize;
+    // SAFETY: a live graph; a null array asks for the count.
+    unsafe { sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut count) }
+        .result()
+        .ctx(what)?;
+    let mut handles: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); count];
+    // SAFETY: `handles` holds `count` entries.
+    unsafe { sys::cuGraphGetNodes(graph.cu_graph(), handles.as_mut_ptr(), &mut count) }
+        .result()
+        .ctx(what)?;
+    handles.truncate(count);
+    let mut nodes = Vec::new();
+    for node in handles {
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a node of the live graph.
+        unsafe { sys::cuGraphNodeGetType(node, &mut ty) }
+            .result()
+            .ctx(what)?;
+        if ty != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+            continue;
+        }
+        // SAFETY: all-zero is a valid value of this plain C struct (null pointers, zeros).
+        let mut p: sys::CUDA_KERNEL_NODE_PARAMS = unsafe { std::mem::zeroed() };
+        // SAFETY: a kernel node of the live graph; `p` receives its parameters.
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node, &mut p) }
+            .result()
+            .ctx(what)?;
+        let Some(&(_, r)) = funcs.iter().find(|(f, _)| *f == p.func && !f.is_null()) else {
+            return Ok(None);
+        };
+        if p.kernelParams.is_null() || r.size % 8 != 0 {
+            return Ok(None);
+        }
+        let mut words = vec![0u64; r.size / 8];
+        // SAFETY: the node's first (only) parameter is the kernel's struct of `r.size` bytes
+        // (the kernel was launched with that one struct, `GpuContext::launch`), owned by the
+        // graph, which lives; copied into `words` of the same size.
+        unsafe {
+            let src = *p.kernelParams as *const u8;
+            std::ptr::copy_nonoverlapping(src, words.as_mut_ptr() as *mut u8, r.size);
+        }
+        let mut relocs = Vec::new();
+        for &(off, slot) in r.fields {
+            if off % 8 != 0 || words[off / 8] != template[slot] {
+                return Ok(None);
+            }
+            relocs.push((off / 8, slot));
+        }
+        // No template address anywhere else in the struct.
+        for (i, w) in words.iter().enumerate() {
+            if template.contains(w) && !relocs.iter().any(|&(j, _)| j == i) {
+                return Ok(None);
+            }
+        }
+        if relocs.is_empty() {
+            continue;
+        }
+        p.kernelParams = std::ptr::null_mut();
+        p.extra = std::ptr::null_mut();
+        nodes.push(Node {
+            node,
+            launch: p,
+            words,
+            relocs,
+        });
+    }
+    Ok(Some(nodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every relocated field is a whole 8-byte word inside its struct, named once, of a
+    /// known slot, and each kernel is listed once: a parameter layout the relocation
+    /// cannot patch would make every device-view call fall back to the copies.
+    #[test]
+    fn relocations_are_whole_words() {
+        for (i, r) in RELOCATIONS.iter().enumerate() {
+            assert_eq!(r.size % 8, 0, "{}: size {}", r.kernel, r.size);
+            for (j, &(off, slot)) in r.fields.iter().enumerate() {
+                assert!(
+                    off % 8 == 0 && off + 8 <= r.size,
+                    "{}: offset {off}",
+                    r.kernel
+                );
+                assert!(slot < SLOTS, "{}: slot {slot}", r.kernel);
+                assert!(
+                    r.fields[..j].iter().all(|&(o, _)| o != off),
+                    "{}: offset {off} twice",
+                    r.kernel
+                );
+            }
+            assert!(
+                RELOCATIONS[..i].iter().all(|q| q.kernel != r.kernel),
+                "{} listed twice",
+                r.kernel
+            );
+        }
+    }
+}
