@@ -64,7 +64,7 @@ pub struct Backend {
 
 /// Where a backend lives: its own, or one device of a `DevicePool` (kept alive by the handle).
 enum Owner {
-    Own(Inner),
+    Own(Box<Inner>),
     Pool(Py<pool::DevicePool>, usize),
 }
 
@@ -146,7 +146,7 @@ impl Backend {
             Some(n) => inner.with_threads(n).map_err(err)?,
             None => inner,
         };
-        Ok(Self::of(Owner::Own(inner)))
+        Ok(Self::of(Owner::Own(Box::new(inner))))
     }
 
     /// Drops the memory of earlier results kept for reuse (results still held in Python
