@@ -29,13 +29,12 @@
 use std::marker::PhantomData;
 
 use cudarc::driver::{result, DevicePtrMut};
-use detkit_gpu::clustering as k;
 use detkit_gpu::histogram::decode_first_index;
 
 use super::dev_graph::{DevGraph, SLOTS};
 use super::door::ClusterWorkspace;
 use super::{validate, validate_lengths, ChargeCut, Digis, Geometry, MAX_EVENTS_PER_LAUNCH};
-use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
+use crate::cuda::{DeviceBuffer, GpuContext};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::phases::{self, Phase};
 use crate::staging::upload_into;
@@ -212,63 +211,11 @@ impl ClusterWorkspace {
         d.n = n;
         d.nevents = ne;
         let slots = ne * geometry.modules as usize;
-        // The check that each module's digis are consecutive within an event: `[bad, run
-        // counts of every event and module…]`, zeroed, then one thread per digi.
-        let check = {
-            let have = check.as_ref().map_or(0, |b| b.len());
-            if have < slots + 1 {
-                *check = None;
-                *check = Some(g.zeros::<u32>((slots + 1).max(have + have / 2))?);
-            }
-            check.as_mut().expect("allocated above")
-        };
-        g.fill_u32(check, slots + 1, 0)?;
-        if n > 0 {
-            let params = k::ClusteringCheckRunsParams {
-                module: g.ptr(&d.module),
-                event_offsets: g.ptr(&d.event_offsets),
-                dims: g.ptr(&d.dims),
-                runs: g.ptr_mut(&mut check.slice_mut(1..slots + 1)),
-                bad: g.ptr_mut(&mut check.slice_mut(0..1)),
-                nmodules: geometry.modules,
-                _pad0: 0,
-            };
-            let blocks = n
-                .div_ceil(CHECK_THREADS as usize)
-                .min(16 * g.sm_count() as usize);
-            // SAFETY: `dims` holds `[n, ne]` of this batch and `module` `n` digis (copied
-            // above, on this stream); `event_offsets` `ne + 1` checked offsets from 0 to
-            // `n`; `runs` `ne * modules` zeroed words and `bad` one zeroed word, distinct;
-            // grid-stride over the digis.
-            unsafe {
-                g.launch(
-                    k::KERNEL_CHECK_RUNS,
-                    launch_cfg(blocks.max(1) as u64, CHECK_THREADS, 0),
-                    &params,
-                )?
-            };
-        }
-        // The clustering kernels assume each module's digis consecutive in an event: a batch
-        // that fails the check is made empty on the device before they run
-        // (`clustering_gate_runs`), so no wait is needed between the check and the chain;
-        // its error is the host path's, from a host copy of the digis, once the call waits.
-        if n > 0 {
-            let params = k::ClusteringGateRunsParams {
-                bad: g.ptr(&check.slice(0..1)),
-                dims: g.ptr_mut(&mut d.dims),
-                event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..ne + 1)),
-            };
-            // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` words (uploaded
-            // above); `bad` the check's word, final in stream order; the graph that reads
-            // `dims` and the offsets runs after this launch on the same stream.
-            unsafe {
-                g.launch(
-                    k::KERNEL_GATE_RUNS,
-                    launch_cfg(1, CHECK_THREADS, 0),
-                    &params,
-                )?
-            };
-        }
+        // The check that each module's digis are consecutive within an event, and the gate
+        // that empties a batch failing it on the device before the clustering kernels run
+        // (so no wait between the check and the chain); its error is the host path's, from
+        // a host copy of the digis, once the call waits.
+        super::door::device_check(g, d, check, geometry)?;
         let mut clus = output::<i32>(g, n)?;
         let mut clus_in_module = output::<u32>(g, slots)?;
         let mut module_first = output::<u32>(g, slots)?;
@@ -293,6 +240,7 @@ impl ClusterWorkspace {
         // The chain's three status words and the check's word, then the call's one wait.
         let status = stage.slots.get(g, 4)?;
         c.enqueue_status(&mut status[..3])?;
+        let check = check.as_ref().expect("device_check allocates it");
         s.memcpy_dtoh(&check.slice(0..1), &mut status[3..4])
             .ctx("reading the digi check")?;
         phases::mark(Phase::Unpack);

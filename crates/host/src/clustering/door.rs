@@ -732,7 +732,7 @@ const CHECK_THREADS: u32 = 256;
 /// here), then `clustering_gate_runs`, which makes a flagged batch empty for the chain after
 /// it (whose kernels assume each module's digis consecutive). Digis out of range are
 /// flagged by the chain's `count_modules`.
-fn device_check(
+pub(super) fn device_check(
     g: &GpuContext,
     d: &mut DeviceDigis,
     check: &mut Option<crate::cuda::DeviceBuffer<u32>>,
