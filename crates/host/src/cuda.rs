@@ -52,6 +52,22 @@ unsafe impl<T: bytemuck::Pod> ValidAsZeroBits for Record<T> {}
 /// A typed device vector of `detkit-gpu` records (see [`Record`]).
 pub type DeviceVec<T> = DeviceBuffer<Record<T>>;
 
+/// Shared memory a block may use after the opt-in (Volta: 96 KiB; the smallest detkit
+/// supports): the limit every family's launch plan checks its blocks against.
+pub const MAX_BLOCK_SMEM: usize = 96 * 1024;
+
+/// Block sizes of block-level collectives, for every family: a multiple of 32, from 32 to
+/// 1024.
+pub(crate) fn check_block_size(block: u32) -> Result<()> {
+    if block == 0 || !block.is_multiple_of(32) || block > detkit_gpu::scan::MAX_BLOCK_THREADS {
+        return Err(crate::error::invalid(
+            "block size",
+            format!("{block} is not a multiple of 32 in 32..=1024"),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a CUDA driver library can be loaded on this machine.
 pub fn driver_present() -> bool {
     // SAFETY: only tries to open the shared library; no cudarc state is touched.

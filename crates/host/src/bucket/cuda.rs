@@ -199,7 +199,7 @@ impl GpuContext {
         threads: u32,
         capacity: u32,
     ) -> Result<(DeviceBuffer<u32>, DeviceBuffer<u32>, u32)> {
-        crate::scan::check_block_size(threads)?;
+        crate::cuda::check_block_size(threads)?;
         let n = keys.len();
         let smem = k::block_bucket_smem_bytes(nbins, capacity);
         if smem > MAX_BLOCK_SMEM {

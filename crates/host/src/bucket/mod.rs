@@ -110,8 +110,7 @@ fn check_segments(segments: &[u32], n: usize) -> Result<()> {
     Ok(())
 }
 
-/// Shared memory a block may use after the opt-in (Volta: 96 KiB; the smallest detkit supports).
-pub const MAX_BLOCK_SMEM: usize = 96 * 1024;
+pub use crate::cuda::MAX_BLOCK_SMEM;
 
 /// Default capacity of the block-level container: what fits in 48 KiB with `nbins` bins.
 pub const fn default_block_capacity(nbins: u32) -> u32 {

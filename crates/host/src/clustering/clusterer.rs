@@ -250,7 +250,7 @@ impl Clusterer {
         let few = max_events <= k::FEW_EVENTS_PER_LAUNCH as usize;
         let fits = |cap: u32, scale: u32| {
             k::find_clus_small_smem_bytes_slots(cap, 1, k::small_table_slots(cap, scale))
-                <= crate::bucket::MAX_BLOCK_SMEM
+                <= crate::cuda::MAX_BLOCK_SMEM
         };
         let last_scale = if few {
             k::LATENCY_LAST_TABLE_SCALE
@@ -293,11 +293,11 @@ impl Clusterer {
                 small_smem.max(warp_smem),
             ),
         ] {
-            if bytes > crate::bucket::MAX_BLOCK_SMEM {
+            if bytes > crate::cuda::MAX_BLOCK_SMEM {
                 return Err(Error::CapacityExceeded {
                     what,
                     needed: bytes as u64,
-                    capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+                    capacity: crate::cuda::MAX_BLOCK_SMEM as u64,
                 });
             }
         }
@@ -406,7 +406,7 @@ impl Clusterer {
     /// Sets the block size of the small-module kernel's block pass (a multiple of 32 up to
     /// 1024).
     fn set_small_threads(&mut self, threads: u32) -> Result<()> {
-        crate::scan::check_block_size(threads)?;
+        crate::cuda::check_block_size(threads)?;
         let smem = self.block_pass_smem(self.small_capacity, self.table_scale.1);
         self.small_grid = resident_grid(&self.gpu, k::KERNEL_FIND_CLUS_SMALL, threads, smem)?
             .min(self.grid_limit.unwrap_or(u32::MAX));
@@ -453,7 +453,7 @@ impl Clusterer {
         self.mid = match pass {
             None => None,
             Some((cap, threads)) => {
-                crate::scan::check_block_size(threads)?;
+                crate::cuda::check_block_size(threads)?;
                 if cap == 0 || cap >= self.small_capacity {
                     return Err(invalid(
                         "middle pass capacity",
@@ -461,11 +461,11 @@ impl Clusterer {
                     ));
                 }
                 let smem = self.block_pass_smem(cap, self.table_scale.0);
-                if smem > crate::bucket::MAX_BLOCK_SMEM {
+                if smem > crate::cuda::MAX_BLOCK_SMEM {
                     return Err(Error::CapacityExceeded {
                         what: "find_clus_small shared memory (bytes)",
                         needed: smem as u64,
-                        capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+                        capacity: crate::cuda::MAX_BLOCK_SMEM as u64,
                     });
                 }
                 let last = self.block_pass_smem(self.small_capacity, self.table_scale.1);
@@ -504,11 +504,11 @@ impl Clusterer {
         let bytes = self
             .block_pass_smem(self.small_capacity, last)
             .max(self.block_pass_smem(mid_cap.max(1), mid));
-        if bytes > crate::bucket::MAX_BLOCK_SMEM {
+        if bytes > crate::cuda::MAX_BLOCK_SMEM {
             return Err(Error::CapacityExceeded {
                 what: "find_clus_small shared memory (bytes)",
                 needed: bytes as u64,
-                capacity: crate::bucket::MAX_BLOCK_SMEM as u64,
+                capacity: crate::cuda::MAX_BLOCK_SMEM as u64,
             });
         }
         self.gpu.allow_smem(k::KERNEL_FIND_CLUS_SMALL, bytes)?;
@@ -525,8 +525,8 @@ impl Clusterer {
     /// multiples of 32 up to 1024 that the device can run (one block per multiprocessor at
     /// least). Results do not change.
     fn set_larger_threads(&mut self, shared: u32, fallback: u32) -> Result<()> {
-        crate::scan::check_block_size(shared)?;
-        crate::scan::check_block_size(fallback)?;
+        crate::cuda::check_block_size(shared)?;
+        crate::cuda::check_block_size(fallback)?;
         for (kernel, threads, smem) in [
             (k::KERNEL_FIND_CLUS, shared, self.smem),
             (k::KERNEL_FIND_CLUS_FALLBACK, fallback, self.fallback_smem),
@@ -1065,7 +1065,7 @@ impl Clusterer {
         let geo = &self.geometry;
         let smem = k::find_clus_seed_smem_bytes(geo.rows, geo.cols);
         if k::status_words(geo.rows, geo.cols) > k::STATUS_SMEM_MAX_WORDS
-            || smem > crate::bucket::MAX_BLOCK_SMEM
+            || smem > crate::cuda::MAX_BLOCK_SMEM
         {
             return Err(Error::CapacityExceeded {
                 what: "seed find_clus shared memory (bytes)",

@@ -155,7 +155,7 @@ impl Geometry {
                 ),
             ));
         }
-        crate::scan::check_block_size(self.threads)
+        crate::cuda::check_block_size(self.threads)
     }
 }
 

@@ -16,21 +16,11 @@ pub mod gen;
 pub use cuda::DeviceScanValue;
 pub use detkit_gpu::scan::ScanKind;
 
-use detkit_gpu::scan as k;
 
-use crate::error::{invalid, Result};
+use crate::error::Result;
 use crate::Backend;
 
-/// Block sizes of block-level collectives: a multiple of 32, from 32 to 1024.
-pub(crate) fn check_block_size(block: u32) -> Result<()> {
-    if block == 0 || !block.is_multiple_of(32) || block > k::MAX_BLOCK_THREADS {
-        return Err(invalid(
-            "block size",
-            format!("{block} is not a multiple of 32 in 32..=1024"),
-        ));
-    }
-    Ok(())
-}
+pub(crate) use crate::cuda::check_block_size;
 
 impl Backend {
     /// Inclusive or exclusive sum of `u32` values (wrapping).
