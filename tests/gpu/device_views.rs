@@ -9,7 +9,7 @@ use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsDev,
     SpacePointsRef,
 };
-use detkit::{Backend, GpuContext};
+use detkit::{Backend, GpuContext, Record};
 use detkit_gpu::clustering::INVALID_MODULE;
 use detkit_tests::{ensure, exact, exact_clusters, run3_batch, sp_columns, sp_columns_ref};
 
@@ -542,9 +542,9 @@ fn test_pet_sort_coincide(c: &Ctx) -> R {
     };
     let up = |v: &[Single]| {
         if v.is_empty() {
-            gpu.zeros::<Single>(1).map_err(e)
+            gpu.zeros::<Record<Single>>(1).map_err(e)
         } else {
-            gpu.upload(v).map_err(e)
+            gpu.upload_records(v).map_err(e)
         }
     };
     // Windows of about one single on average for the random times (one per 15 ticks), the
@@ -589,7 +589,7 @@ fn test_pet_sort_coincide(c: &Ctx) -> R {
         )?;
         exact(
             &format!("{what}: input untouched"),
-            &gpu.download(&d).map_err(e)?[..v.len()],
+            &gpu.download_records(&d).map_err(e)?[..v.len()],
             v,
         )?;
         for cfg in &configs(w) {

@@ -3,7 +3,7 @@
 
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{gen, MergeTile, PetLauncher, PetTuning, Scanner, StreamConfig};
-use detkit::Error;
+use detkit::{Error, Record};
 use detkit_gpu::pet::{self as kp, Coincidence, DataFrameV2, Policy, Single};
 use detkit_tests::{ensure, exact};
 
@@ -108,10 +108,10 @@ fn test_convert(c: &Ctx) -> R {
         } else {
             g.upload(bytes).map_err(e)?
         };
-        let mut out = g.poisoned(n + 1, POISON).map_err(e)?;
+        let mut out = g.poisoned_records(n + 1, POISON).map_err(e)?;
         let mut st = g.poisoned(kp::STAT_WORDS, 0xAAAA_AAAAu32).map_err(e)?;
         pet.convert(&d, n, &ds, &mut out, 0, &mut st).map_err(e)?;
-        let got = g.download(&out).map_err(e)?;
+        let got = g.download_records(&out).map_err(e)?;
         let stw = g.download(&st).map_err(e)?;
         let k = stw[kp::STAT_ACCEPTED] as usize;
         ensure(k == want.len(), || {
@@ -283,25 +283,27 @@ fn test_sort(c: &Ctx) -> R {
             let want = oracle::sort(&v).map_err(e)?;
             let pet = PetLauncher::new(g);
             let mut a = if n == 0 {
-                g.zeros::<Single>(1).map_err(e)?
+                g.zeros::<Record<Single>>(1).map_err(e)?
             } else {
-                g.upload(&v).map_err(e)?
+                g.upload_records(&v).map_err(e)?
             };
-            let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
+            let mut b = g.poisoned_records(a.len(), POISON).map_err(e)?;
             let in_b = pet.sort_merge(&mut a, &mut b, 0, n).map_err(e)?;
-            let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+            let got = g.download_records(if in_b { &b } else { &a }).map_err(e)?;
             exact(&format!("merge sort {label} n={n}"), &got[..n], &want)?;
             // The radix path, from a fresh copy, at an offset inside larger buffers.
             let off = 3;
-            let mut a2 = g.poisoned(n + off + 1, POISON).map_err(e)?;
+            let mut a2 = g.poisoned_records(n + off + 1, POISON).map_err(e)?;
             if n > 0 {
                 g.stream()
-                    .memcpy_htod(&v, &mut a2.slice_mut(off..off + n))
+                    .memcpy_htod(Record::slice(&v), &mut a2.slice_mut(off..off + n))
                     .map_err(|x| x.to_string())?;
             }
-            let mut b2 = g.poisoned(a2.len(), POISON).map_err(e)?;
+            let mut b2 = g.poisoned_records(a2.len(), POISON).map_err(e)?;
             let in_b = pet.sort_radix(&mut a2, &mut b2, off, n).map_err(e)?;
-            let got = g.download(if in_b { &b2 } else { &a2 }).map_err(e)?;
+            let got = g
+                .download_records(if in_b { &b2 } else { &a2 })
+                .map_err(e)?;
             exact(
                 &format!("radix sort {label} n={n}"),
                 &got[off..off + n],
@@ -515,8 +517,8 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
                 continue; // an oversize window: covered by pet_coincide
             };
             let (da, db) = (
-                gpu.upload(&at_least_one(&a)).map_err(e)?,
-                gpu.upload(&at_least_one(&b)).map_err(e)?,
+                gpu.upload_records(&at_least_one(&a)).map_err(e)?,
+                gpu.upload_records(&at_least_one(&b)).map_err(e)?,
             );
             let (mut sa, mut sb) = (
                 detkit::pet::CoincideScratch::default(),
@@ -544,7 +546,7 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
     }
     // A finish with a scratch whose last launch is another (or none): typed error, no panic.
     let d = gpu
-        .upload(&[sgl(1, 1.0, 0.0), sgl(2, 1.0, 1.0)])
+        .upload_records(&[sgl(1, 1.0, 0.0), sgl(2, 1.0, 1.0)])
         .map_err(e)?;
     let mut fresh = detkit::pet::CoincideScratch::default();
     let mut other = detkit::pet::CoincideScratch::default();
@@ -565,7 +567,7 @@ fn test_coincide_enqueue(c: &Ctx) -> R {
     }
     // Unsorted singles: the finish names the first one out of order.
     let bad = [sgl(1, 1.0, 0.0), sgl(2, 1.0, 10.0), sgl(3, 1.0, 5.0)];
-    let d = gpu.upload(&bad).map_err(e)?;
+    let d = gpu.upload_records(&bad).map_err(e)?;
     let l = gpu
         .coincide_enqueue(
             &mut fresh,
@@ -708,7 +710,7 @@ fn test_coincide_adversarial(c: &Ctx) -> R {
     // The device path reports unsorted input itself (the backend checks on the host first).
     let g = c.gpu();
     let d = g
-        .upload(&[sgl(0, 0.0, 5.0), sgl(1, 0.0, 6.0), sgl(2, 0.0, 1.0)])
+        .upload_records(&[sgl(0, 0.0, 5.0), sgl(1, 0.0, 6.0), sgl(2, 0.0, 1.0)])
         .map_err(e)?;
     match PetLauncher::new(g).coincide(&d, 0, 3, &CoincideConfig::prompt(w), f64::INFINITY) {
         Err(Error::InvalidInput { detail, .. }) if detail.contains("single 2") => Ok(()),
@@ -1038,16 +1040,16 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
     distinct.dedup();
     let merged = distinct.len() >= 3 && distinct.len() - 1 <= kp::MW_MAX_RUNS as usize;
     for (vi, (wide, bits, bmax)) in variants.into_iter().enumerate() {
-        let mut a = g.poisoned(n + off + 2, POISON).map_err(e)?;
+        let mut a = g.poisoned_records(n + off + 2, POISON).map_err(e)?;
         if n > 0 {
             g.stream()
-                .memcpy_htod(v, &mut a.slice_mut(off..off + n))
+                .memcpy_htod(Record::slice(v), &mut a.slice_mut(off..off + n))
                 .map_err(|x| x.to_string())?;
         }
-        let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
+        let mut b = g.poisoned_records(a.len(), POISON).map_err(e)?;
         let pet = tuned(g, wide, bits, bmax)?;
         let in_b = pet.merge_runs(&mut a, &mut b, off, n, starts).map_err(e)?;
-        let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+        let got = g.download_records(if in_b { &b } else { &a }).map_err(e)?;
         let label = format!(
             "{what} n={n} runs={} wide={wide} radix_bits={bits} bucket_max={bmax}",
             starts.len() - 1
@@ -1076,7 +1078,7 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
         let in_b = pet
             .merge_runs_checked(&mut a, &mut b, off, n, starts)
             .map_err(e)?;
-        let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+        let got = g.download_records(if in_b { &b } else { &a }).map_err(e)?;
         exact(&format!("{label} (checked)"), &got[off..off + n], &want)?;
     }
     let got = c.backend.pet_sort_runs(v, starts).map_err(e)?;
@@ -1239,11 +1241,11 @@ fn multiway_counts(
     let g = c.gpu();
     let n = v.len();
     let want = oracle::sort(v).map_err(e)?;
-    let mut a = g.upload(v).map_err(e)?;
-    let mut b = g.poisoned(a.len(), POISON).map_err(e)?;
+    let mut a = g.upload_records(v).map_err(e)?;
+    let mut b = g.poisoned_records(a.len(), POISON).map_err(e)?;
     let pet = tuned(g, wide, bits, bmax)?;
     let in_b = pet.merge_runs(&mut a, &mut b, 0, n, starts).map_err(e)?;
-    let got = g.download(if in_b { &b } else { &a }).map_err(e)?;
+    let got = g.download_records(if in_b { &b } else { &a }).map_err(e)?;
     exact(
         &format!("{what} wide={wide} radix_bits={bits} bucket_max={bmax}"),
         &got,
@@ -1479,7 +1481,7 @@ fn test_sort_auto(c: &Ctx) -> R {
         }
         // The detected runs equal the host's natural runs.
         if !v.is_empty() {
-            let a = g.upload(&v).map_err(e)?;
+            let a = g.upload_records(&v).map_err(e)?;
             let got = PetLauncher::new(g).detect_runs(&a, 0, v.len()).map_err(e)?;
             let mut host = vec![0u32];
             host.extend(

@@ -166,7 +166,11 @@ pub fn time_pet_sort(
     use detkit::error::DriverContext;
     g.stream().memcpy_dtod(input, a)?;
     let in_b = sort(g, a, b, n)?;
-    check(what, &g.download(if in_b { &*b } else { &*a })?, want)?;
+    check(
+        what,
+        &g.download_records(if in_b { &*b } else { &*a })?,
+        want,
+    )?;
     Ok(median_ms(g, 3, reps, || {
         g.stream().memcpy_dtod(input, a).ctx("copy")?;
         sort(g, a, b, n).map(|_| ())

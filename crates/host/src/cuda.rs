@@ -26,13 +26,15 @@ use crate::scratch::{Scratch, ScratchSlot};
 /// A buffer in device memory (cudarc's `CudaSlice`; allocations are 256-byte aligned).
 pub type DeviceBuffer<T> = CudaSlice<T>;
 
-/// A `#[repr(C)]` record of `detkit-gpu` (a [`bytemuck::Pod`] type such as `Seed`) as the
-/// element of a device buffer: [`DeviceVec<T>`] is a typed device vector of `T`.
+/// A `#[repr(C)]` record of `detkit-gpu` (a [`bytemuck::Pod`] type such as `Seed` or
+/// `Single`) as the element of a device buffer: [`DeviceVec<T>`] is a typed device vector of
+/// `T`, the one way every family keeps records on the device.
 ///
 /// cudarc's buffers take elements that implement its `DeviceRepr`; the shared record types
 /// live in `detkit-gpu`, which depends on nothing but `bytemuck`, and Rust's orphan rule
 /// forbids implementing cudarc's trait for them here, so this transparent wrapper carries
-/// it. Host slices of `T` and of `Record<T>` cast into each other (`bytemuck`).
+/// it. Host slices and vectors of `T` and of `Record<T>` convert into each other without a
+/// copy ([`Record::slice`], [`Record::unwrap_slice`], [`Record::unwrap_vec`]).
 #[repr(transparent)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Record<T>(pub T);
@@ -48,6 +50,34 @@ unsafe impl<T: bytemuck::Pod> bytemuck::Pod for Record<T> {}
 unsafe impl<T: bytemuck::Pod> DeviceRepr for Record<T> {}
 // SAFETY: all-zero bytes are a valid `Pod` value.
 unsafe impl<T: bytemuck::Pod> ValidAsZeroBits for Record<T> {}
+
+impl<T: bytemuck::Pod> Record<T> {
+    /// Host records as the elements of a device vector (the same bytes).
+    pub fn slice(records: &[T]) -> &[Record<T>] {
+        bytemuck::cast_slice(records)
+    }
+
+    /// Host records as the elements of a device vector, to write into (the same bytes).
+    pub fn slice_mut(records: &mut [T]) -> &mut [Record<T>] {
+        bytemuck::cast_slice_mut(records)
+    }
+
+    /// The records a slice of `Record<T>` wraps (the same bytes).
+    pub fn unwrap_slice(records: &[Record<T>]) -> &[T] {
+        bytemuck::cast_slice(records)
+    }
+
+    /// The records a slice of `Record<T>` wraps, to write into (the same bytes).
+    pub fn unwrap_slice_mut(records: &mut [Record<T>]) -> &mut [T] {
+        bytemuck::cast_slice_mut(records)
+    }
+
+    /// The records a vector of `Record<T>` wraps (the standard library collects this in
+    /// place, in the same allocation, as the layouts are equal).
+    pub fn unwrap_vec(records: Vec<Record<T>>) -> Vec<T> {
+        records.into_iter().map(|r| r.0).collect()
+    }
+}
 
 /// A typed device vector of `detkit-gpu` records (see [`Record`]).
 pub type DeviceVec<T> = DeviceBuffer<Record<T>>;
@@ -320,6 +350,21 @@ impl GpuContext {
     /// Copies a device buffer back to the host (synchronises the stream).
     pub fn download<T: DeviceRepr>(&self, buf: &DeviceBuffer<T>) -> Result<Vec<T>> {
         self.stream.clone_dtoh(buf).ctx("copying from the device")
+    }
+
+    /// Copies host records to a new typed device vector.
+    pub fn upload_records<T: bytemuck::Pod>(&self, data: &[T]) -> Result<DeviceVec<T>> {
+        self.upload(Record::slice(data))
+    }
+
+    /// Copies a typed device vector back to the host (synchronises the stream).
+    pub fn download_records<T: bytemuck::Pod>(&self, buf: &DeviceVec<T>) -> Result<Vec<T>> {
+        self.download(buf).map(Record::unwrap_vec)
+    }
+
+    /// A typed device vector of `n` copies of `poison` (see [`GpuContext::poisoned`]).
+    pub fn poisoned_records<T: bytemuck::Pod>(&self, n: usize, poison: T) -> Result<DeviceVec<T>> {
+        self.poisoned(n, Record(poison))
     }
 
     /// A zeroed device buffer of `n` elements.
@@ -631,3 +676,42 @@ pub fn cfg(blocks: u64, threads: u32, smem: usize) -> LaunchConfig {
 
 /// Largest grid of 1-D blocks detkit launches (`gridDim.x` limit).
 pub const MAX_GRID: u64 = (1 << 31) - 1;
+
+#[cfg(test)]
+mod tests {
+    use super::Record;
+    use detkit_gpu::pet::Single;
+
+    fn singles(n: usize) -> Vec<Single> {
+        (0..n)
+            .map(|i| Single {
+                crystal: i as u32 * 7 + 1,
+                energy: 400.0 + i as f32,
+                time: -(i as f64) * 0.5,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_wrap_and_unwrap_the_same_values() {
+        for n in [0, 1, 3, 33] {
+            let v = singles(n);
+            let wrapped = Record::slice(&v);
+            assert_eq!(wrapped.len(), n);
+            assert!(wrapped.iter().zip(&v).all(|(r, s)| r.0 == *s));
+            assert_eq!(Record::unwrap_slice(wrapped), &v[..]);
+            assert_eq!(Record::unwrap_vec(wrapped.to_vec()), v);
+            let mut w = v.clone();
+            if let Some(r) = Record::slice_mut(&mut w).last_mut() {
+                r.0.crystal = 99;
+            }
+            if let Some(s) = Record::unwrap_slice_mut(Record::slice_mut(&mut w)).first_mut() {
+                s.time = 2.0;
+            }
+            if n > 1 {
+                assert_eq!((w[0].time, w[n - 1].crystal), (2.0, 99));
+                assert_eq!(&w[1..n - 1], &v[1..n - 1]);
+            }
+        }
+    }
+}

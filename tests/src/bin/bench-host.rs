@@ -32,7 +32,7 @@ use detkit::seeding::{
     as_words, gen as sgen, SeedingOutput, SeedingSettings, SeedingWorkspace, SpacePoint,
     SpacePointsRef,
 };
-use detkit::{Backend, GpuContext, HostCopies};
+use detkit::{Backend, GpuContext, HostCopies, Record};
 use detkit_tests::{check, median, median_ms, sp_columns, sp_columns_ref};
 
 struct Opts {
@@ -653,7 +653,7 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
     let pet = PetLauncher::new(g);
     let ds = pet.load_scanner(&scanner)?;
     let d_frames = g.upload(bytes)?;
-    let mut d_out = g.zeros::<Single>(nf)?;
+    let mut d_out = g.zeros::<Record<Single>>(nf)?;
     let mut d_stats = g.zeros::<u32>(detkit_gpu::pet::STAT_WORDS)?;
     let device = median_ms(g, o.warmup, o.reps, || {
         pet.convert(&d_frames, nf, &ds, &mut d_out, 0, &mut d_stats)
@@ -702,9 +702,9 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         b.pet_sort_into(&want_s, &mut sorted)?;
         Ok(())
     })?;
-    let pristine = g.upload(&want_s)?;
-    let mut a = g.zeros::<Single>(ns.max(1))?;
-    let mut bb = g.zeros::<Single>(ns.max(1))?;
+    let pristine = g.upload_records(&want_s)?;
+    let mut a = g.zeros::<Record<Single>>(ns.max(1))?;
+    let mut bb = g.zeros::<Record<Single>>(ns.max(1))?;
     // Each timed sort starts from the unsorted singles (restored outside the timing).
     let mut times = Vec::new();
     for rep in 0..o.warmup + o.reps {
@@ -764,7 +764,7 @@ fn pet_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) ->
         b.pet_coincide_into(&want_sorted, &c, &mut pairs)?;
         Ok(())
     })?;
-    let d_sorted = g.upload(&want_sorted)?;
+    let d_sorted = g.upload_records(&want_sorted)?;
     let mut scratch = detkit::pet::CoincideScratch::default();
     let co_device = median_ms(g, o.warmup, o.reps, || {
         pet.coincide_resident(&mut scratch, &d_sorted, 0, ns, &c, f64::INFINITY)

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use detkit::error::DriverContext;
 use detkit::pet::cpu as oracle;
 use detkit::pet::{gen, MergeTile, PetLauncher, PetTuning};
-use detkit::Backend;
+use detkit::{Backend, Record};
 use detkit_gpu::pet::Single;
 use detkit_tests::{median_ms, parse_list, time_pet_sort, PetSortFn};
 
@@ -62,9 +62,9 @@ fn main() -> Result<()> {
         let (v, _) = oracle::convert_par(&acq.frames[..n], &all.params, &all.position, &all.energy);
         let runs: Vec<u32> = acq.bdm_runs.iter().map(|&r| r.min(n as u32)).collect();
         let want = oracle::sort(&v)?;
-        let host = g.upload(&v)?;
-        let mut a = g.zeros::<Single>(n)?;
-        let mut b = g.zeros::<Single>(n)?;
+        let host = g.upload_records(&v)?;
+        let mut a = g.zeros::<Record<Single>>(n)?;
+        let mut b = g.zeros::<Record<Single>>(n)?;
         let copy_ms = median_ms(g, 3, reps, || {
             g.stream().memcpy_dtod(&host, &mut a).ctx("copy")
         })?;

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 use detkit::error::DriverContext;
 use detkit::pet::cpu::{self as oracle, CoincideConfig};
 use detkit::pet::{gen, PetLauncher, StreamConfig};
-use detkit::Backend;
+use detkit::{Backend, Record};
 use detkit_gpu::pet::{self as kp, Single};
 use detkit_tests::{check, median_ms, parse_list};
 
@@ -132,8 +132,8 @@ fn main() -> Result<()> {
         );
         let frames = &acq.frames[..n];
         // copy ceiling: 16 n bytes device to device
-        let src = g.zeros::<Single>(n)?;
-        let mut dst = g.zeros::<Single>(n)?;
+        let src = g.zeros::<Record<Single>>(n)?;
+        let mut dst = g.zeros::<Record<Single>>(n)?;
         let copy_ms = median_ms(g, 3, reps, || {
             g.stream().memcpy_dtod(&src, &mut dst).ctx("copy")
         })?;
@@ -151,11 +151,11 @@ fn main() -> Result<()> {
         let (want_s, want_st) =
             oracle::convert_par(frames, &scanner.params, &scanner.position, &scanner.energy);
         let d_frames = g.upload(bytemuck::cast_slice::<_, u8>(frames))?;
-        let mut out = g.zeros::<Single>(n)?;
+        let mut out = g.zeros::<Record<Single>>(n)?;
         let mut st = g.zeros::<u32>(kp::STAT_WORDS)?;
         pet.convert(&d_frames, n, &ds, &mut out, 0, &mut st)?;
         let acc = g.download(&st)?[kp::STAT_ACCEPTED] as usize;
-        check("convert", &g.download(&out)?[..acc], &want_s)?;
+        check("convert", &g.download_records(&out)?[..acc], &want_s)?;
         let ms = median_ms(g, 3, reps, || {
             pet.convert(&d_frames, n, &ds, &mut out, 0, &mut st)
         })?;
@@ -189,9 +189,9 @@ fn main() -> Result<()> {
                 let t0 = Instant::now();
                 let want = oracle::sort(v)?;
                 let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
-                let host = g.upload(v)?;
-                let mut a = g.zeros::<Single>(n)?;
-                let mut b = g.zeros::<Single>(n)?;
+                let host = g.upload_records(v)?;
+                let mut a = g.zeros::<Record<Single>>(n)?;
+                let mut b = g.zeros::<Record<Single>>(n)?;
                 // The seed's merge sort, the radix path (time keys, argsort over the differing
                 // bits, gather) and, for the per-BDM streams, the merge of the presorted runs;
                 // each from a fresh copy of the input, one row each.
@@ -234,7 +234,7 @@ fn main() -> Result<()> {
         let t0 = Instant::now();
         let want_p = oracle::coincide(&sorted, &c)?;
         let cpu_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let ds_sorted = g.upload(&sorted)?;
+        let ds_sorted = g.upload_records(&sorted)?;
         let mut scratch = detkit::pet::CoincideScratch::default();
         let (got_p, _) =
             pet.coincide_with(&mut scratch, &ds_sorted, 0, sorted.len(), &c, f64::INFINITY)?;

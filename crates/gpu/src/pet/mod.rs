@@ -1094,8 +1094,6 @@ pub fn policy_bounded(policy: Policy) -> bool {
 pub mod coincide;
 #[cfg(target_arch = "nvptx64")]
 pub mod convert;
-#[cfg(feature = "cudarc")]
-mod device_repr;
 #[cfg(target_arch = "nvptx64")]
 pub mod order;
 #[cfg(target_arch = "nvptx64")]

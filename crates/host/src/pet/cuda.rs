@@ -8,18 +8,21 @@ use std::sync::Arc;
 use super::cpu::{CoincideConfig, ConvertStats};
 use super::launch::PetLauncher;
 use super::*;
-use crate::cuda::{cfg, GpuContext};
+use crate::cuda::{cfg, DeviceVec, GpuContext, Record};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::sort::SortOptions;
 
 // GPU launchers
 // ---------------------------------------------------------------------------------------
 
-/// Singles on the device (typed records: `Single` is a cudarc `DeviceRepr`).
-pub type SinglesBuffer = CudaSlice<Single>;
+/// Singles on the device (a typed device vector: see [`Record`]).
+pub type SinglesBuffer = DeviceVec<Single>;
 
-/// Coincidence pairs on the device.
-pub type PairsBuffer = CudaSlice<Coincidence>;
+/// Coincidence pairs on the device (a typed device vector).
+pub type PairsBuffer = DeviceVec<Coincidence>;
+
+/// Coincidence pairs in pinned host memory (the elements of a [`PairsBuffer`]).
+type PinnedPairs = cudarc::driver::PinnedHostSlice<Record<Coincidence>>;
 
 /// Reusable buffers of [`PetLauncher::sort_radix`] (grown on demand).
 #[derive(Default)]
@@ -547,7 +550,7 @@ impl PetLauncher<'_> {
             .filter(|p| p.len() >= out.len())
             .ok_or_else(|| invalid("pairs", "more pairs asked for than the last call made"))?;
         self.stream()
-            .memcpy_dtoh(&pairs.slice(0..out.len()), out)
+            .memcpy_dtoh(&pairs.slice(0..out.len()), Record::slice_mut(out))
             .ctx("copying the pairs")?;
         self.synchronize()
     }
@@ -734,6 +737,7 @@ impl PetLauncher<'_> {
             let around = self
                 .stream()
                 .clone_dtoh(&s.slice(off + i.saturating_sub(1)..off + i + 1))
+                .map(Record::unwrap_vec)
                 .ctx("copying singles from the device")?;
             let detail = if around.last().is_some_and(|x| x.time.is_nan()) {
                 format!("single {i} has time NaN")
@@ -769,7 +773,7 @@ impl PetLauncher<'_> {
         if singles.is_empty() {
             return self.zeros(1);
         }
-        self.upload(singles)
+        self.upload_records(singles)
     }
 }
 
@@ -937,7 +941,7 @@ pub(crate) struct PetStreamBuffers {
     /// Pairs copied out of the device (4 words each), pinned, grown on demand: two, so
     /// that the sink reads one chunk's pairs while the next chunk's are copied into the
     /// other.
-    pairs: [Option<cudarc::driver::PinnedHostSlice<Coincidence>>; 2],
+    pairs: [Option<PinnedPairs>; 2],
     /// The boundaries of the merge of the pending run with a chunk's (three words).
     bounds: Option<CudaSlice<u32>>,
     copy: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
@@ -1067,8 +1071,8 @@ impl PetStreamBuffers {
             self.fbytes = fbytes;
         }
         if self.cap != cap || self.a.is_none() || self.b.is_none() {
-            self.a = Some(g.zeros::<Single>(cap)?);
-            self.b = Some(g.zeros::<Single>(cap)?);
+            self.a = Some(g.zeros(cap)?);
+            self.b = Some(g.zeros(cap)?);
             self.cap = cap;
         }
         if self.stats.is_none() {
@@ -1087,7 +1091,7 @@ impl PetStreamBuffers {
 fn download_pairs_pinned<'p>(
     g: &GpuContext,
     scratch: &CoincideScratch,
-    slot: &'p mut Option<cudarc::driver::PinnedHostSlice<Coincidence>>,
+    slot: &'p mut Option<PinnedPairs>,
     total: usize,
 ) -> Result<&'p [Coincidence]> {
     if total == 0 {
@@ -1097,7 +1101,7 @@ fn download_pairs_pinned<'p>(
     if slot.as_ref().is_none_or(|p| p.len() < words) {
         let len = words.max(slot.as_ref().map_or(0, |p| p.len() * 3 / 2));
         // SAFETY: only the first `total` pairs, written by the copy below, are read.
-        let mut p = unsafe { g.context().alloc_pinned_with_flags::<Coincidence>(len, 0) }
+        let mut p: PinnedPairs = unsafe { g.context().alloc_pinned_with_flags(len, 0) }
             .ctx("allocating pinned memory for the pairs")?;
         let ptr = p.as_mut_ptr().ctx("mapping pinned memory")?;
         // SAFETY: `ptr` addresses `len` pairs of this allocation; all-zero bytes are a
@@ -1118,7 +1122,7 @@ fn download_pairs_pinned<'p>(
         .ctx("copying the pairs")?;
     g.synchronize()?;
     let all = host.as_slice().ctx("mapping pinned memory")?;
-    Ok(&all[..words])
+    Ok(Record::unwrap_slice(&all[..words]))
 }
 
 impl PetLauncher<'_> {
@@ -1507,7 +1511,7 @@ impl PetLauncher<'_> {
 /// Hands the first `npairs` pairs of a pinned pairs buffer to the sink, then the totals
 /// after their chunk to `progress`.
 fn sink_pairs(
-    buf: &Option<cudarc::driver::PinnedHostSlice<Coincidence>>,
+    buf: &Option<PinnedPairs>,
     npairs: usize,
     stats: &StreamStats,
     sink: &mut impl FnMut(&[Coincidence]) -> Result<()>,
@@ -1516,7 +1520,7 @@ fn sink_pairs(
     let pairs: &[Coincidence] = match buf {
         Some(p) if npairs > 0 => {
             let all = p.as_slice().ctx("mapping pinned memory")?;
-            &all[..npairs]
+            Record::unwrap_slice(&all[..npairs])
         }
         _ => &[],
     };

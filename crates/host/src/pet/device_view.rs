@@ -24,7 +24,7 @@ use super::cpu::{CoincideConfig, ConvertStats};
 use super::cuda::{check_u32_len, ensure_len, stats_from_words};
 use super::door::{frame_count_of, PetWorkspace, ScannerArg};
 use super::launch::PetLauncher;
-use crate::cuda::{DeviceBuffer, GpuContext};
+use crate::cuda::{DeviceBuffer, DeviceVec, GpuContext, Record};
 use crate::error::{invalid, DriverContext, Result};
 use crate::Backend;
 
@@ -68,7 +68,7 @@ impl<'a> FramesDev<'a> {
 /// buffer holds at least one). What the device-view calls return.
 pub struct SinglesDev {
     /// The records (`len` of them are the result).
-    pub singles: DeviceBuffer<Single>,
+    pub singles: DeviceVec<Single>,
     /// Number of singles.
     pub len: usize,
 }
@@ -78,6 +78,7 @@ impl SinglesDev {
     pub fn to_host(&self, gpu: &GpuContext) -> Result<Vec<Single>> {
         gpu.stream()
             .clone_dtoh(&self.singles.slice(0..self.len))
+            .map(Record::unwrap_vec)
             .ctx("copying singles from the device")
     }
 
@@ -95,7 +96,7 @@ impl SinglesDev {
 /// (the buffer holds at least one), in time order.
 pub struct PairsDev {
     /// The pairs (`len` of them are the result).
-    pub pairs: DeviceBuffer<Coincidence>,
+    pub pairs: DeviceVec<Coincidence>,
     /// Number of pairs.
     pub len: usize,
 }
@@ -105,6 +106,7 @@ impl PairsDev {
     pub fn to_host(&self, gpu: &GpuContext) -> Result<Vec<Coincidence>> {
         gpu.stream()
             .clone_dtoh(&self.pairs.slice(0..self.len))
+            .map(Record::unwrap_vec)
             .ctx("copying pairs from the device")
     }
 }
@@ -138,7 +140,7 @@ impl<'a> SinglesView<'a> {
 
     /// A view of the first `len` singles of a device buffer of this process (at most its
     /// length). Safe: borrowed for `'a`.
-    pub fn from_buffer(gpu: &GpuContext, singles: &'a DeviceBuffer<Single>, len: usize) -> Self {
+    pub fn from_buffer(gpu: &GpuContext, singles: &'a DeviceVec<Single>, len: usize) -> Self {
         Self {
             addr: gpu.ptr(singles).addr(),
             len: len.min(singles.len()),
@@ -200,7 +202,7 @@ impl PetWorkspace {
         let m = st.accepted as usize;
         // SAFETY: the `m` singles read later are written by the copy below before this
         // returns; with no single the one record is never read.
-        let mut singles = unsafe { crate::outputs::alloc_output::<Single>(&g, m) }?;
+        let mut singles = unsafe { crate::outputs::alloc_output::<Record<Single>>(&g, m) }?;
         if m > 0 {
             s.memcpy_dtod(&a.slice(0..m), &mut singles.slice_mut(0..m))
                 .ctx("copying singles")?;
@@ -250,6 +252,7 @@ impl PetWorkspace {
             .gpu
             .stream()
             .clone_dtoh(&a.slice(0..n))
+            .map(Record::unwrap_vec)
             .ctx("copying singles back")?;
         Ok(check(&host).err().unwrap_or(fallback))
     }
@@ -260,7 +263,7 @@ impl PetWorkspace {
         let g = self.gpu.clone();
         // SAFETY: the `n` singles read later are written by the copy below before this
         // returns; with no single the one record is never read.
-        let mut singles = unsafe { crate::outputs::alloc_output::<Single>(&g, n) }?;
+        let mut singles = unsafe { crate::outputs::alloc_output::<Record<Single>>(&g, n) }?;
         if n > 0 {
             let src = if from_b { &self.b } else { &self.a };
             let src = src.as_ref().expect("sized by take_in");
@@ -287,6 +290,7 @@ impl PetWorkspace {
                 .gpu
                 .stream()
                 .clone_dtoh(&a.slice(0..n))
+                .map(Record::unwrap_vec)
                 .ctx("copying singles back")?;
             super::par::check_times(&host, what)?;
             return self.singles_out(false, n);
@@ -335,7 +339,7 @@ impl PetWorkspace {
         };
         // SAFETY: the `total` pairs read later are written by the copy below before this
         // returns; with no pair the one record is never read.
-        let mut pairs = unsafe { crate::outputs::alloc_output::<Coincidence>(&g, total) }?;
+        let mut pairs = unsafe { crate::outputs::alloc_output::<Record<Coincidence>>(&g, total) }?;
         if total > 0 {
             let src = self
                 .coincide

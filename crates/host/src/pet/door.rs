@@ -12,7 +12,7 @@ use super::cuda::{check_u32_len, stats_from_words, CoincideScratch, DeviceScanne
 use super::cuda::{ensure_len, PetStreamBuffers, SinglesBuffer};
 use super::launch::{MergePlan, PetLauncher};
 use super::Scanner;
-use crate::cuda::GpuContext;
+use crate::cuda::{GpuContext, Record};
 use crate::error::{invalid, DriverContext, Result};
 use crate::phases::{self, Phase};
 use crate::staging::{download_into, upload_checked, upload_into, HostCopies, Pinned};
@@ -129,9 +129,9 @@ pub(crate) struct PetWorkspace {
     pub(crate) stats: Option<CudaSlice<u32>>,
     pub(crate) coincide: CoincideScratch,
     bytes_in: Pinned<u8>,
-    singles_in: Pinned<Single>,
-    singles_out: Pinned<Single>,
-    pairs_out: Pinned<Coincidence>,
+    singles_in: Pinned<Record<Single>>,
+    singles_out: Pinned<Record<Single>>,
+    pairs_out: Pinned<Record<Coincidence>>,
     pub(crate) stats_out: Pinned<u32>,
     /// The streamed chain's buffers.
     pub(crate) stream: PetStreamBuffers,
@@ -208,11 +208,13 @@ impl PetWorkspace {
             HostCopies::Pinned => {
                 let w = self.singles_out.get(g, n)?;
                 out.resize(n, bytemuck::Zeroable::zeroed());
-                download_into(g, &src, out, Some(w))?;
+                download_into(g, &src, Record::slice_mut(out), Some(w))?;
             }
             HostCopies::Pageable => {
                 out.resize(n, bytemuck::Zeroable::zeroed());
-                g.stream().memcpy_dtoh(&src, out.as_mut_slice()).ctx(what)?;
+                g.stream()
+                    .memcpy_dtoh(&src, Record::slice_mut(out))
+                    .ctx(what)?;
             }
         }
         Ok(())
@@ -229,7 +231,7 @@ impl PetWorkspace {
             HostCopies::Pageable => None,
         };
         let a = self.a.as_mut().expect("sized above");
-        upload_into(g, singles, &mut a.slice_mut(0..n), stage)
+        upload_into(g, Record::slice(singles), &mut a.slice_mut(0..n), stage)
     }
 
     /// [`PetWorkspace::upload_singles`] through pinned staging with `bad` tested on every
@@ -245,7 +247,14 @@ impl PetWorkspace {
         ensure_len(g, &mut self.b, n)?;
         let stage = self.singles_in.get(g, n)?;
         let a = self.a.as_mut().expect("sized above");
-        upload_checked(g, singles, &mut a.slice_mut(0..n), stage, bad)
+        let bad = |part: &[Record<Single>], at| bad(Record::unwrap_slice(part), at);
+        upload_checked(
+            g,
+            Record::slice(singles),
+            &mut a.slice_mut(0..n),
+            stage,
+            bad,
+        )
     }
 
     /// Uploads `singles` for a sort or coincidence call: checked as they are copied when
@@ -387,7 +396,7 @@ impl PetWorkspace {
                     .filter(|p| p.len() >= total)
                     .ok_or_else(|| invalid("pairs", "fewer pairs on the device than counted"))?;
                 let w = self.pairs_out.get(&g, total)?;
-                download_into(&g, &pairs.slice(0..total), out, Some(w))
+                download_into(&g, &pairs.slice(0..total), Record::slice_mut(out), Some(w))
             }
         }
     }

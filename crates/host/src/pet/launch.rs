@@ -15,7 +15,7 @@
 use detkit_gpu::pet::{self as k, Single};
 
 use super::cuda::SinglesBuffer;
-use crate::cuda::GpuContext;
+use crate::cuda::{GpuContext, Record};
 use crate::error::{invalid, DriverContext, Result};
 use crate::Backend;
 
@@ -161,11 +161,12 @@ impl PetLauncher<'_> {
     ) -> Result<(Vec<Single>, T)> {
         let n = singles.len();
         let mut a = self.upload_singles(singles)?;
-        let mut b = self.zeros::<Single>(a.len())?;
+        let mut b = self.zeros(a.len())?;
         let (in_b, x) = f(self, &mut a, &mut b, n)?;
         let out = self
             .stream()
             .clone_dtoh(&(if in_b { b } else { a }).slice(0..n))
+            .map(Record::unwrap_vec)
             .ctx("copying singles from the device")?;
         Ok((out, x))
     }

@@ -29,7 +29,7 @@ use detkit_gpu::DevPtr;
 use super::cuda::{check_u32_len, SinglesBuffer};
 use super::launch::PetLauncher;
 use super::{check_run_starts, check_runs_sorted, Single};
-use crate::cuda::cfg;
+use crate::cuda::{cfg, DeviceVec};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::Backend;
 
@@ -371,7 +371,7 @@ pub(crate) struct MergeTemp {
     /// Status word, radix-segment count, bucket-segment count, every level's starts, then every level's rows.
     words: Option<CudaSlice<u32>>,
     /// Every level's sample records (input, then merged output).
-    recs: Option<CudaSlice<Single>>,
+    recs: Option<DeviceVec<Single>>,
     /// Natural-run detection: count and positions.
     detect: Option<CudaSlice<u32>>,
 }

@@ -16,7 +16,6 @@ pub mod gen;
 pub use cuda::DeviceScanValue;
 pub use detkit_gpu::scan::ScanKind;
 
-
 use crate::error::Result;
 use crate::Backend;
 

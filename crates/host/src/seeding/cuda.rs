@@ -1063,12 +1063,11 @@ impl GpuContext {
         if n == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
-        let s = self.download(&d.seeds)?;
-        let p = self.download(&d.params)?;
-        Ok((
-            bytemuck::cast_slice::<Record<Seed>, Seed>(&s[..n]).to_vec(),
-            bytemuck::cast_slice::<Record<BoundParams>, BoundParams>(&p[..n]).to_vec(),
-        ))
+        let mut s = self.download_records(&d.seeds)?;
+        let mut p = self.download_records(&d.params)?;
+        s.truncate(n);
+        p.truncate(n);
+        Ok((s, p))
     }
 
     /// Downloads the seeds and parameters of the last call of `ws`, split by event.
@@ -1088,10 +1087,7 @@ impl GpuContext {
                 .stream()
                 .clone_dtoh(&ws.b.params.get().slice(..ns))
                 .ctx("copying parameters")?;
-            (
-                bytemuck::cast_slice::<Record<Seed>, Seed>(&s).to_vec(),
-                bytemuck::cast_slice::<Record<BoundParams>, BoundParams>(&p).to_vec(),
-            )
+            (Record::unwrap_vec(s), Record::unwrap_vec(p))
         };
         Ok(ws
             .event_seeds()
@@ -1177,7 +1173,7 @@ impl GpuContext {
                 Some(st) if n > 0 && v == 1 => {
                     // The previous session's staging (measured as `--variant 1`): events
                     // gathered one after the other.
-                    let pin = sp_records(st.input.get(self, n)?);
+                    let pin = Record::unwrap_slice_mut(st.input.get(self, n)?);
                     let input = ws.b.input.get_mut();
                     let (mut at, mut sent) = (0usize, 0usize);
                     for e in first..last {
@@ -1187,7 +1183,7 @@ impl GpuContext {
                         if at > sent && (at - sent >= GATHER_SPACEPOINTS || e + 1 == last) {
                             self.stream()
                                 .memcpy_htod(
-                                    as_records(&pin[sent..at]),
+                                    Record::slice(&pin[sent..at]),
                                     &mut input.slice_mut(sent..at),
                                 )
                                 .ctx("uploading spacepoints")?;
@@ -1207,7 +1203,7 @@ impl GpuContext {
                     // Events gathered into pinned memory in groups of about 4 MiB, the events
                     // of a group side by side on the pool's threads; each group goes to the
                     // device at once (DMA while the host gathers the next group).
-                    let pin = sp_records(st.input.get(self, n)?);
+                    let pin = Record::unwrap_slice_mut(st.input.get(self, n)?);
                     let input = ws.b.input.get_mut();
                     let (mut e, mut at) = (first, 0usize);
                     while e < last {
@@ -1220,7 +1216,7 @@ impl GpuContext {
                         if at > at0 {
                             self.stream()
                                 .memcpy_htod(
-                                    as_records(&pin[at0..at]),
+                                    Record::slice(&pin[at0..at]),
                                     &mut input.slice_mut(at0..at),
                                 )
                                 .ctx("uploading spacepoints")?;
@@ -1238,7 +1234,7 @@ impl GpuContext {
                         let at = offsets[e - first];
                         self.stream()
                             .memcpy_htod(
-                                as_records(ev),
+                                Record::slice(ev),
                                 &mut ws.b.input.get_mut().slice_mut(at..at + ev.len()),
                             )
                             .ctx("uploading spacepoints")?;
@@ -1342,8 +1338,8 @@ impl GpuContext {
                 let p = &st.params.get(self, ns)?;
                 fill(
                     outs,
-                    bytemuck::cast_slice(&s[..ns]),
-                    bytemuck::cast_slice(&p[..ns]),
+                    Record::unwrap_slice(&s[..ns]),
+                    Record::unwrap_slice(&p[..ns]),
                 );
                 phases::mark(Phase::CopyOut);
             }
@@ -1356,7 +1352,7 @@ impl GpuContext {
                     .stream()
                     .clone_dtoh(&ws.b.params.get().slice(..ns))
                     .ctx("copying parameters")?;
-                fill(outs, bytemuck::cast_slice(&s), bytemuck::cast_slice(&p));
+                fill(outs, Record::unwrap_slice(&s), Record::unwrap_slice(&p));
             }
         }
         Ok(())
@@ -1395,16 +1391,6 @@ const PREFETCH_MARGIN: f64 = 1.1;
 /// pool (the calling thread waiting), its seeds copied out by one thread. Variant 31: all
 /// but the speculative copy of the seeds; 32: all but one event's streamed upload.
 pub(crate) const OLD_DOOR: u32 = 30;
-
-/// Spacepoints, in device-record form (the same bytes).
-fn as_records(sps: &[SpacePoint]) -> &[Record<SpacePoint>] {
-    bytemuck::cast_slice(sps)
-}
-
-/// Pinned records as the spacepoints they hold (the same bytes).
-fn sp_records(pin: &mut [Record<SpacePoint>]) -> &mut [SpacePoint] {
-    bytemuck::cast_slice_mut(pin)
-}
 
 /// The summary's words: the totals and each event's counts.
 fn split_summary(words: &[u32]) -> (SeedingTotals, Vec<EventCounts>) {
@@ -1520,7 +1506,7 @@ impl<'a> Events<'a> {
         let (src, checked) = match self {
             Events::Rows(v, checked) => (v[e], *checked),
             Events::Columns(_) => {
-                self.gather(e, sp_records(&mut pin[..n]))?;
+                self.gather(e, Record::unwrap_slice_mut(&mut pin[..n]))?;
                 return gpu
                     .stream()
                     .memcpy_htod(&pin[..n], &mut input.slice_mut(..n))
@@ -1529,10 +1515,10 @@ impl<'a> Events<'a> {
         };
         check_len(src)?;
         let bad = |part: &[Record<SpacePoint>], at: usize| {
-            !checked && check_piece(bytemuck::cast_slice(part), at).is_err()
+            !checked && check_piece(Record::unwrap_slice(part), at).is_err()
         };
         let mut dst = input.slice_mut(..n);
-        if crate::staging::upload_checked(gpu, as_records(src), &mut dst, &mut pin[..n], bad)? {
+        if crate::staging::upload_checked(gpu, Record::slice(src), &mut dst, &mut pin[..n], bad)? {
             // A bad part: the error of the whole event's check (the first fault).
             check_spacepoints(src)?;
             return Err(invalid("spacepoints", "a part failed its check"));

@@ -128,8 +128,8 @@ impl SeedsDev {
             (&[], &[])
         } else {
             (
-                bytemuck::cast_slice(&s[..ns]),
-                bytemuck::cast_slice(&p[..ns]),
+                Record::unwrap_slice(&s[..ns]),
+                Record::unwrap_slice(&p[..ns]),
             )
         };
         Ok(self
