@@ -333,8 +333,8 @@ pub(crate) fn parts_then_groups(
     };
     let run = || while step() {};
     // A calling thread outside the pool takes parts too between its groups, instead of
-    // spinning (`--variant` 20: it only waits, as before).
-    let helps = rayon::current_thread_index().is_none() && crate::phases::variant() != 20;
+    // spinning.
+    let helps = rayon::current_thread_index().is_none();
     let mut result = Ok(());
     let threads = rayon::current_num_threads().min(n).max(1);
     rayon::in_place_scope(|sc| {

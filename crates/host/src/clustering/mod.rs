@@ -470,9 +470,6 @@ struct Run {
 /// its module runs up to there.
 type PieceResult = (Option<(usize, Error)>, Vec<Run>);
 
-/// Digis per block of the validation's run pass (see [`validate_digis`]).
-const RUN_BLOCK: usize = 16;
-
 /// The per-digi checks of [`validate`]: ranges in parallel pieces, each piece listing its
 /// module runs; then one pass over the runs (a few per module and event) for the rule that a
 /// module's digis are consecutive within an event.
@@ -558,65 +555,10 @@ pub(crate) fn validate_digis_at(
         (None, runs)
     };
     // Each piece: its first range error (digi index and error) and its runs. First a
-    // branch-free (vectorised) range check of the whole piece and a tight pass for its runs;
-    // only a piece with an error takes the digi-by-digi pass that finds the first one.
-    // (`--variant` 20: the previous session's loops; else those of `validate.rs`, on u16
-    // lanes with AVX2 where the CPU has it, and the runs from a mask of module changes.)
-    let check_piece_old = |p: usize| -> PieceResult {
-        let (lo, hi) = (p * piece, ((p + 1) * piece).min(n));
-        let (nm, nr, nc) = (geometry.modules, geometry.rows, geometry.cols);
-        let bad = digis.module[lo..hi]
-            .iter()
-            .zip(&digis.x[lo..hi])
-            .zip(&digis.y[lo..hi])
-            .fold(false, |b, ((&m, &x), &y)| {
-                b | ((m != INVALID_MODULE)
-                    & ((m as u32 >= nm) | (x as u32 >= nr) | (y as u32 >= nc)))
-            });
-        if bad {
-            return check_piece_slow(p);
-        }
-        let mut runs = Vec::new();
-        let mut e = event_offsets.partition_point(|&o| o as usize <= lo) - 1;
-        let mut d = lo;
-        while d < hi {
-            while event_offsets[e + 1] as usize <= d {
-                e += 1;
-            }
-            let end = (event_offsets[e + 1] as usize).min(hi);
-            // A run starts at each valid digi whose module differs from the last valid
-            // one's in the event (none yet at the start of the piece or the event).
-            // Runs are long (tens of digis): blocks of 16 holding only the current module
-            // (or invalid digis) are skipped by one branch-free comparison.
-            let mut current = u32::MAX;
-            let ms = &digis.module[d..end];
-            let mut i = 0;
-            while i < ms.len() {
-                if current != u32::MAX && i + RUN_BLOCK <= ms.len() {
-                    let cur = current as u16;
-                    let same = ms[i..i + RUN_BLOCK]
-                        .iter()
-                        .fold(true, |a, &m| a & ((m == cur) | (m == INVALID_MODULE)));
-                    if same {
-                        i += RUN_BLOCK;
-                        continue;
-                    }
-                }
-                let m = ms[i];
-                if m != INVALID_MODULE && m as u32 != current {
-                    runs.push(Run {
-                        module: m,
-                        event: e as u32,
-                        start: (d + i) as u32,
-                    });
-                    current = m as u32;
-                }
-                i += 1;
-            }
-            d = end;
-        }
-        (None, runs)
-    };
+    // branch-free (vectorised) range check of the whole piece (`validate.rs`, on u16 lanes
+    // with AVX2 where the CPU has it) and a tight pass for its runs from a mask of module
+    // changes; only a piece with an error takes the digi-by-digi pass that finds the first
+    // one.
     // `--variant` 21: the copy and the check a whole piece at a time.
     let block = if crate::phases::variant() == 21 {
         piece
@@ -652,14 +594,7 @@ pub(crate) fn validate_digis_at(
         }
         (None, runs)
     };
-    let old_checks = crate::phases::variant() == 20;
-    let check_piece = |p: usize| -> PieceResult {
-        if old_checks {
-            check_piece_old(p)
-        } else {
-            check_piece_new(p, None)
-        }
-    };
+    let check_piece = |p: usize| -> PieceResult { check_piece_new(p, None) };
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
@@ -689,12 +624,7 @@ pub(crate) fn validate_digis_at(
                 }
             };
             let work = |p: usize| -> bool {
-                let r = if old_checks {
-                    copy(p * piece, ((p + 1) * piece).min(n));
-                    check_piece(p)
-                } else {
-                    check_piece_new(p, Some(&copy))
-                };
+                let r = check_piece_new(p, Some(&copy));
                 let ok = r.0.is_none();
                 *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                 ok
@@ -773,11 +703,11 @@ pub(crate) fn validate_digis_at(
     let range_error = results.iter_mut().find_map(|(err, _)| err.take());
     let limit = range_error.as_ref().map_or(usize::MAX, |(d, _)| *d);
     // The consecutive-digis rule, event by event: in parallel over groups of whole events
-    // for a large call (`--variant` 20: one pass on this thread), each group from its first
-    // run; the first group with an error has the first error in digi order.
+    // for a large call, each group from its first run; the first group with an error has
+    // the first error in digi order.
     let total: usize = results.iter().map(|(_, r)| r.len()).sum();
     let ne = event_offsets.len() - 1;
-    let groups = if crate::phases::variant() == 20 || total < PAR_RUNS || ne < 2 {
+    let groups = if total < PAR_RUNS || ne < 2 {
         1
     } else {
         ne.min(4 * rayon::current_num_threads())
