@@ -329,6 +329,42 @@ impl GpuContext {
         &self.stream
     }
 
+    /// Copies `bytes` bytes from the device address `src` (memory this context does not own:
+    /// a caller's array) to the start of `dst`, on this context's stream (the caller waits
+    /// for the stream before `src` may change). Nothing is issued for zero bytes; a `dst`
+    /// smaller than `bytes` is an error.
+    ///
+    /// # Safety
+    /// `src` is valid for `bytes` bytes on this context's device and is not written until the
+    /// stream's work up to this copy has finished.
+    pub(crate) unsafe fn copy_in_raw<T: DeviceRepr>(
+        &self,
+        src: u64,
+        dst: &mut DeviceBuffer<T>,
+        bytes: usize,
+        what: &str,
+    ) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if dst.len() * std::mem::size_of::<T>() < bytes {
+            return Err(crate::error::invalid(
+                "device copy",
+                format!(
+                    "{what}: {bytes} bytes into a buffer of {} elements",
+                    dst.len()
+                ),
+            ));
+        }
+        let s = self.stream();
+        self.context().bind_to_thread().ctx(what)?;
+        let (d, _record) = dst.device_ptr_mut(s);
+        // SAFETY: `d` holds at least `bytes` bytes (checked above); `src` is valid for
+        // `bytes` bytes and stays unwritten until the stream has run this copy (the caller's
+        // contract); both on this context's device, the copy ordered on its stream.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(d, src, bytes, s.cu_stream()) }.ctx(what)
+    }
+
     /// The cudarc context.
     pub fn context(&self) -> &Arc<CudaContext> {
         &self.ctx

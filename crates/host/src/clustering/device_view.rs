@@ -28,7 +28,7 @@
 
 use std::marker::PhantomData;
 
-use cudarc::driver::{result, DevicePtrMut};
+use cudarc::driver::result;
 use detkit_gpu::histogram::decode_first_index;
 
 use super::dev_graph::{DevGraph, SLOTS};
@@ -184,16 +184,11 @@ impl ClusterWorkspace {
         // The inputs were made (or ordered) on the caller's stream.
         crate::outputs::order_after(s, caller.stream())?;
         g.context().bind_to_thread().ctx(what)?;
-        if n > 0 {
-            for (src, dst) in digis.addr.into_iter().zip(d.arrays_mut()) {
-                let (dst, _record) = dst.device_ptr_mut(s);
-                // SAFETY: `dst` is a workspace buffer of at least `n` values (the clusterer
-                // was selected for `n` digis); `src` is valid for `n` values and not written
-                // until this call returns (`DigisDev::from_raw`'s contract, lengths checked
-                // above); both in this context; the copy is ordered on the workspace's
-                // stream, which waits at the end of this call.
-                unsafe { result::memcpy_dtod_async(dst, src, 2 * n, s.cu_stream()) }.ctx(what)?;
-            }
+        for (src, dst) in digis.addr.into_iter().zip(d.arrays_mut()) {
+            // SAFETY: `src` is valid for `n` values and not written until this call returns
+            // (`DigisDev::from_raw`'s contract, lengths checked above), in this context; the
+            // workspace's stream waits at the end of this call.
+            unsafe { g.copy_in_raw(src, dst, 2 * n, what) }?;
         }
         // The batch's sizes and event offsets, through the pinned words (the previous call
         // has finished with them: every call waits before it returns).

@@ -17,7 +17,6 @@
 
 use std::marker::PhantomData;
 
-use cudarc::driver::{result, DevicePtrMut};
 use detkit_gpu::pet::{self as k, Coincidence, Single};
 
 use super::cpu::{CoincideConfig, ConvertStats};
@@ -176,18 +175,11 @@ impl PetWorkspace {
         ensure_len(&g, &mut self.stats, k::STAT_WORDS)?;
         let s = g.stream();
         crate::outputs::order_after(s, caller.stream())?;
-        if n > 0 {
-            let what = "copying device frames";
-            g.context().bind_to_thread().ctx(what)?;
-            let d = self.frames.as_mut().expect("sized above");
-            let (dst, _record) = d.device_ptr_mut(s);
-            // SAFETY: `dst` holds at least `16 n` bytes (sized above); the source is valid
-            // for `16 n` bytes and not written until this call returns
-            // (`FramesDev::from_raw`'s contract); the copy is on the workspace's stream,
-            // which this call waits for before it returns.
-            unsafe { result::memcpy_dtod_async(dst, frames.addr, 16 * n, s.cu_stream()) }
-                .ctx(what)?;
-        }
+        let d = self.frames.as_mut().expect("sized above");
+        // SAFETY: the source is valid for `16 n` bytes and not written until this call
+        // returns (`FramesDev::from_raw`'s contract); this call waits for the workspace's
+        // stream before it returns.
+        unsafe { g.copy_in_raw(frames.addr, d, 16 * n, "copying device frames") }?;
         let (d_frames, a, stats) = (
             self.frames.as_ref().expect("sized above"),
             self.a.as_mut().expect("sized above"),
@@ -223,18 +215,11 @@ impl PetWorkspace {
         ensure_len(&g, &mut self.b, n.max(1))?;
         let s = g.stream();
         crate::outputs::order_after(s, caller.stream())?;
-        if n > 0 {
-            let what = "copying device singles";
-            g.context().bind_to_thread().ctx(what)?;
-            let a = self.a.as_mut().expect("sized above");
-            let (dst, _record) = a.device_ptr_mut(s);
-            // SAFETY: `dst` holds at least `n` singles (sized above); the source is valid for
-            // `16 n` bytes and not written until this call returns (`SinglesView::from_raw`'s
-            // contract); the copy is on the workspace's stream, which the call waits for
-            // before it returns.
-            unsafe { result::memcpy_dtod_async(dst, view.addr, 16 * n, s.cu_stream()) }
-                .ctx(what)?;
-        }
+        let a = self.a.as_mut().expect("sized above");
+        // SAFETY: the source is valid for `16 n` bytes and not written until this call
+        // returns (`SinglesView::from_raw`'s contract); the call waits for the workspace's
+        // stream before it returns.
+        unsafe { g.copy_in_raw(view.addr, a, 16 * n, "copying device singles") }?;
         Ok(n)
     }
 
