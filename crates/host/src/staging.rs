@@ -260,6 +260,33 @@ where
 /// at full speed.
 const STREAM_PIECE_BYTES: usize = 2 << 20;
 
+/// The first error of the pool's threads in a streamed copy (a DMA that could not be
+/// issued), kept while the others go on stopping.
+#[derive(Default)]
+struct FirstError(std::sync::Mutex<Option<crate::Error>>);
+
+impl FirstError {
+    /// Keeps `e` unless an error is kept already.
+    fn keep(&self, e: crate::Error) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert(e);
+    }
+
+    /// The kept error, after waiting for the DMAs issued before it on `s` (their pinned
+    /// memory is the caller's to reuse once this returns); `Ok` when there is none.
+    fn finish(self, s: &cudarc::driver::CudaStream) -> Result<()> {
+        match self.0.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => {
+                let _ = s.synchronize();
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
 /// Runs `work(k)` for the parts `k = 0..n` on the pool's threads, handed out in increasing
 /// order (one atomic counter), so that the parts finish about in order; stops handing out
 /// parts once `work` returns `false`.
@@ -388,7 +415,6 @@ where
     T: DeviceRepr + Copy + Send + Sync,
 {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
     let what = "copying to the device";
     let s = gpu.stream();
     let n = src.len();
@@ -420,7 +446,7 @@ where
         .map(|j| AtomicUsize::new(((j + 1) * per_piece).min(n_parts) - j * per_piece))
         .collect();
     let found = std::sync::atomic::AtomicBool::new(false);
-    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
+    let failed = FirstError::default();
     parts_in_order(n_parts, &|k| {
         let first = k * part;
         let h = &src[first..(first + part).min(n)];
@@ -457,19 +483,13 @@ where
                 .ctx(what)
             });
             if let Err(e) = r {
-                failed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
+                failed.keep(e);
                 return false;
             }
         }
         true
     });
-    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        let _ = s.synchronize();
-        return Err(e);
-    }
+    failed.finish(s)?;
     if found.load(Ordering::Relaxed) {
         s.synchronize().ctx(what)?;
         return Ok(true);
@@ -695,7 +715,6 @@ where
     T: DeviceRepr + Copy + Send + Sync,
 {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Mutex;
     let what = "copying to the device";
     let total: usize = srcs.iter().map(|a| a.len()).sum();
     if bases.len() != srcs.len() || stage.len() < total {
@@ -780,7 +799,7 @@ where
                 .map(move |j| AtomicUsize::new(((j + 1) * per_piece).min(parts) - j * per_piece))
         })
         .collect();
-    let failed: Mutex<Option<crate::Error>> = Mutex::new(None);
+    let failed = FirstError::default();
     parts_in_order(n_parts, &|k| {
         let i = first_part.partition_point(|&f| f <= k) - 1;
         let kl = k - first_part[i];
@@ -807,20 +826,13 @@ where
                 .ctx(what)
                 .and_then(|()| dma(i, plo, phi));
             if let Err(e) = r {
-                failed
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
+                failed.keep(e);
                 return false;
             }
         }
         true
     });
-    if let Some(e) = failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        let _ = s.synchronize();
-        return Err(e);
-    }
-    Ok(())
+    failed.finish(s)
 }
 
 #[cfg(test)]
