@@ -149,6 +149,50 @@ fn output<T: cudarc::driver::DeviceRepr>(g: &GpuContext, n: usize) -> Result<Dev
     unsafe { crate::outputs::alloc_output::<T>(g, n) }
 }
 
+/// The end of a device-view call, on either path: the four status words (the chain's
+/// `bad`, `medium` and `fallback`, then the consecutive-digis check's) decoded into the
+/// result, or into the host path's error for a bad digi (from a host copy of the caller's
+/// digis, which stay unwritten until the call returns).
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    c: &super::clusterer::Clusterer,
+    g: &GpuContext,
+    digis: &DigisDev<'_>,
+    event_offsets: &[u32],
+    geometry: &Geometry,
+    [bad, medium, fallback, runs]: [u32; 4],
+    n: usize,
+    slots: usize,
+    (clus, clus_in_module, module_first): (DeviceBuffer<i32>, DeviceBuffer<u32>, DeviceBuffer<u32>),
+) -> Result<ClustersDev> {
+    if let Some(k) = decode_first_index(runs) {
+        validate(&host_digis(g, digis)?, event_offsets, geometry)?;
+        return Err(invalid(
+            "digis",
+            format!("digi {k}: a module's digis not consecutive in its event"),
+        ));
+    }
+    let (medium_modules, fallback_modules) = match c.decode_status(bad, medium, fallback) {
+        Ok(counts) => counts,
+        Err(Error::InvalidInput { what, detail }) => {
+            // A digi out of range: the host path's error, from a host copy.
+            validate(&host_digis(g, digis)?, event_offsets, geometry)?;
+            return Err(Error::InvalidInput { what, detail });
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(ClustersDev {
+        clus,
+        clus_in_module,
+        module_first,
+        digis: n,
+        slots,
+        modules: geometry.modules as usize,
+        medium_modules,
+        fallback_modules,
+    })
+}
+
 impl ClusterWorkspace {
     /// Clusters digis on the device (see the module doc): `caller` is the backend's context,
     /// whose stream the inputs are ordered on; the workspace's stream waits for it.
@@ -241,46 +285,18 @@ impl ClusterWorkspace {
         phases::mark(Phase::Unpack);
         g.synchronize()?;
         phases::mark(Phase::Wait);
-        if let Some(bad) = decode_first_index(status[3]) {
-            let what = "copying device digis back for the error";
-            let host = Digis {
-                module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
-                x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
-                y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
-                adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
-            };
-            validate(&host, event_offsets, geometry)?;
-            return Err(invalid(
-                "digis",
-                format!("digi {bad}: a module's digis not consecutive in its event"),
-            ));
-        }
-        let decoded = c.decode_status(status[0], status[1], status[2]);
-        let (medium_modules, fallback_modules) = match decoded {
-            Ok(counts) => counts,
-            Err(Error::InvalidInput { what, detail }) => {
-                // A digi out of range: the host path's error, from a host copy.
-                let host = Digis {
-                    module: s.clone_dtoh(&d.module.slice(0..n)).ctx(what)?,
-                    x: s.clone_dtoh(&d.x.slice(0..n)).ctx(what)?,
-                    y: s.clone_dtoh(&d.y.slice(0..n)).ctx(what)?,
-                    adc: s.clone_dtoh(&d.adc.slice(0..n)).ctx(what)?,
-                };
-                validate(&host, event_offsets, geometry)?;
-                return Err(Error::InvalidInput { what, detail });
-            }
-            Err(e) => return Err(e),
-        };
-        Ok(ClustersDev {
-            clus,
-            clus_in_module,
-            module_first,
-            digis: n,
+        let words = [status[0], status[1], status[2], status[3]];
+        finish(
+            c,
+            g,
+            &digis,
+            event_offsets,
+            geometry,
+            words,
+            n,
             slots,
-            modules: geometry.modules as usize,
-            medium_modules,
-            fallback_modules,
-        })
+            (clus, clus_in_module, module_first),
+        )
     }
 }
 
@@ -330,33 +346,20 @@ impl ClusterWorkspace {
             phases::mark(Phase::Kernels);
             g.synchronize()?;
             phases::mark(Phase::Wait);
-            let [bad, medium, fallback, runs] = dg.status();
-            if let Some(k) = decode_first_index(runs) {
-                validate(&host_digis(g, &digis)?, event_offsets, geometry)?;
-                return Err(invalid(
-                    "digis",
-                    format!("digi {k}: a module's digis not consecutive in its event"),
-                ));
-            }
-            let (medium_modules, fallback_modules) = match c.decode_status(bad, medium, fallback) {
-                Ok(counts) => counts,
-                Err(Error::InvalidInput { what, detail }) => {
-                    // A digi out of range: the host path's error, from a host copy.
-                    validate(&host_digis(g, &digis)?, event_offsets, geometry)?;
-                    return Err(Error::InvalidInput { what, detail });
-                }
-                Err(e) => return Err(e),
-            };
-            Ok(Some(ClustersDev {
-                clus,
-                clus_in_module,
-                module_first,
-                digis: n,
+            let words = dg.status();
+            let outputs = (clus, clus_in_module, module_first);
+            finish(
+                c,
+                g,
+                &digis,
+                event_offsets,
+                geometry,
+                words,
+                n,
                 slots,
-                modules: geometry.modules as usize,
-                medium_modules,
-                fallback_modules,
-            }))
+                outputs,
+            )
+            .map(Some)
         };
         run().transpose()
     }
