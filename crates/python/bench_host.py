@@ -23,6 +23,8 @@ Rows (the call shapes of issue 30's table):
 ``coincide``   ``Backend.coincide``, the sorted singles
 ``dask-cluster`` / ``dask-seed``  ``detkit.dask.map_files`` with ``--dask N`` local GPU
                workers (one per GPU): 64 binary Run-3 files / 32 ⟨μ⟩ = 200 CSVs
+``seed64-flat-dev`` issue 27: ``Backend.seed_flat`` of the 64 events' five concatenated
+               device columns and host event offsets (five arrays opened, not 320)
 ``*-dev``      issue 27: the same calls with device arrays in and out (inputs made once:
                ``DeviceArray`` by ``Backend.to_device``, or with ``--producer cupy``
                CuPy arrays; results stay on the device as ``DeviceArray``)
@@ -53,7 +55,7 @@ import detkit
 
 ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
         "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev",
-        "cluster1-out", "seed64-flat")
+        "cluster1-out", "seed64-flat", "seed64-flat-dev")
 
 
 # bench-host's `call` column (its first words) -> our rows.
@@ -65,19 +67,27 @@ RUST_ROWS = {
     "pet_convert_into, 2^22 frames, handle": ("convert",),
     "pet_sort_into": ("sort",),
     "pet_coincide_into": ("coincide",),
+    # `bench-host --only devview`: the device-view entries on this script's own batches,
+    # beside the device-resident time of the same batch (read after the rows above, so they
+    # win when both are in the file).
+    "devview cluster_events_device, 1 ev": ("cluster1-dev",),
+    "devview cluster_events_device, 64 ev": ("cluster64-dev",),
+    "devview seed_events_device, 64 ev": ("seed64-dev", "seed64-flat-dev"),
 }
 
 
-def read_rust(path):
-    """``{row: (host_ms, device_ms or None, copy_pinned_ms)}`` from ``bench-host --csv``."""
+def read_rust(paths):
+    """``{row: (host_ms, device_ms or None, copy_pinned_ms)}`` from ``bench-host --csv``
+    files (comma-separated paths; a later row of the same shape wins)."""
     out = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            for prefix, rows in RUST_ROWS.items():
-                if r["call"].startswith(prefix):
-                    dev = float(r["device_ms"]) if r.get("device_ms") else None
-                    for row in rows:
-                        out[row] = (float(r["pinned_ms"]), dev, float(r["copy_pinned_ms"]))
+    for path in paths.split(","):
+        with open(path, newline="") as f:
+            for r in csv.DictReader(f):
+                for prefix, rows in RUST_ROWS.items():
+                    if r["call"].startswith(prefix):
+                        dev = float(r["device_ms"]) if r.get("device_ms") else None
+                        for row in rows:
+                            out[row] = (float(r["pinned_ms"]), dev, float(r["copy_pinned_ms"]))
     return out
 
 
@@ -251,11 +261,20 @@ def profile(row, fn, reps):
     PROFILES.append((row, wall, [(n, us / reps) for n, us, _ in steps]))
 
 
+def piece(name, fn, reps):
+    """One step of a ``*-dev`` call timed alone from Python (median µs), printed with the
+    profiles: where the time outside the library's steps goes."""
+    PIECES.append((name, median_time(fn, reps) * 1e6))
+
+
+PIECES = []
+
+
 def device_rows(b, cpu, reps, rows, producer="detkit"):
     """Issue 27's shapes with device arrays in and out (CUDA backends only), the inputs
     made by ``producer``: ``detkit`` (``Backend.to_device``) or ``cupy``."""
     out = []
-    if b.kind != "cuda" or not {"cluster1-dev", "cluster64-dev", "seed64-dev"} & set(rows):
+    if b.kind != "cuda" or not {"cluster1-dev", "cluster64-dev", "seed64-dev", "seed64-flat-dev"} & set(rows):
         return out
     if producer == "cupy":
         import cupy as cp
@@ -271,6 +290,10 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
         same([r.get() for r in b.cluster(*d)], cpu.cluster(*ev), "cluster1-dev")
         out.append(("cluster1-dev", median_time(lambda: b.cluster(*d), reps), 1, float("nan")))
         profile("cluster1-dev", lambda: b.cluster(*d), reps)
+        piece("cluster1-dev: _detkit.device_cluster alone",
+              lambda: detkit._detkit.device_cluster(b._b, *d, "phase1", None, None), reps)
+        piece("cluster1-dev: opening one CuPy array's __cuda_array_interface__",
+              lambda: d[0].__cuda_array_interface__, reps)
     if "cluster64-dev" in rows:
         cols = [np.concatenate([e[j] for e in events]) for j in range(4)]
         offs = np.zeros(65, np.uint32)
@@ -281,6 +304,15 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
         out.append(("cluster64-dev", median_time(lambda: b.cluster(*d[:4], event_offsets=d[4]), reps),
                     64, float("nan")))
         profile("cluster64-dev", lambda: b.cluster(*d[:4], event_offsets=d[4]), reps)
+        k, c = detkit._detkit, detkit._Call(b, None)
+        piece("cluster64-dev: the Python layer's CUDA test of the four digi arrays",
+              lambda: c.all_cuda(d[:4]), reps)
+        piece("cluster64-dev: event_offsets read into numpy (import_array, variant 70's step)",
+              lambda: k.import_array(b._b, d[4], "event_offsets"), reps)
+        piece("cluster64-dev: _detkit.device_cluster alone, numpy offsets",
+              lambda: k.device_cluster(b._b, *d[:4], "phase1", None, offs), reps)
+        piece("cluster64-dev: _detkit.device_cluster alone, CUDA offsets",
+              lambda: k.device_cluster(b._b, *d[:4], "phase1", None, d[4]), reps)
     if "seed64-dev" in rows:
         evs = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
         d = [[put(c) for c in e] for e in evs]
@@ -288,6 +320,19 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
         same([a.get() for a in got[0]], cpu.seed(*evs[0]), "seed64-dev")
         out.append(("seed64-dev", median_time(lambda: b.seed_events(d), reps), 64, float("nan")))
         profile("seed64-dev", lambda: b.seed_events(d), reps)
+        rows5 = [list(e) for e in d]
+        piece("seed64-dev: _detkit.device_seed_events alone",
+              lambda: detkit._detkit.device_seed_events(b._b, rows5, {}, True), reps)
+    if "seed64-flat-dev" in rows:
+        evs = [detkit.generate.seeding_event(seed=s, mu=200.0)[:5] for s in range(1, 65)]
+        cols = [put(np.concatenate([e[j] for e in evs])) for j in range(5)]
+        offs = np.cumsum([0] + [len(e[0]) for e in evs])
+        got = b.seed_flat(*cols, event_offsets=offs)
+        want = b.seed_events_flat(evs)
+        same([a.get() for a in got[:4]] + [got[4]], want, "seed64-flat-dev")
+        call = lambda: b.seed_flat(*cols, event_offsets=offs)  # noqa: E731
+        out.append(("seed64-flat-dev", median_time(call, reps), 64, float("nan")))
+        profile("seed64-flat-dev", call, reps)
     return out
 
 
@@ -456,7 +501,8 @@ def main(argv=None):
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rows", default=",".join(ROWS[:7] + ROWS[9:]))  # all but the Dask rows
-    ap.add_argument("--rust", help="bench-host --csv output of the same card (Rust rows)")
+    ap.add_argument("--rust", help="bench-host --csv output(s) of the same card (Rust rows; "
+                    "comma-separated files, e.g. the devview rows after the others)")
     ap.add_argument("--csv", help="write the table as CSV here too")
     ap.add_argument("--dask", type=int, default=0, help="local Dask GPU workers (0: no Dask rows)")
     ap.add_argument("--files-per-task", default="auto",
@@ -519,6 +565,10 @@ def main(argv=None):
         print(f"# profile {row}: {wall * 1e6:.1f} us per call (mean, timers on); per call:")
         for name, us in steps:
             print(f"#   {name:<34} {us:9.1f} us")
+        mine = sum(us for name, us in steps if not name.startswith("lib:"))
+        print(f"#   {'outside the steps (Python layer)':<34} {wall * 1e6 - mine:9.1f} us")
+    for name, us in PIECES:
+        print(f"# piece {name}: {us:.1f} us (median)")
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)

@@ -38,7 +38,7 @@ pub fn device_cluster(
     adc: &Bound<'_, PyAny>,
     geometry: &str,
     charge_cut: Option<Bound<'_, PyAny>>,
-    event_offsets: Option<PyReadonlyArray1<'_, u32>>,
+    event_offsets: Option<Bound<'_, PyAny>>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<Option<(DeviceArray, DeviceArray)>> {
     let Some(mut call) = DevCall::start(backend, stream)? else {
@@ -58,13 +58,75 @@ pub fn device_cluster(
         addr[i] = input.addr;
         lens[i] = input.len;
     }
+    // The event offsets: a numpy `uint32` array (the Python layer's conversion), or a CUDA
+    // `uint32` array opened with the digis (one ordering for all five) and read back below.
+    let host_offsets = match &event_offsets {
+        Some(o) => match o.extract::<PyReadonlyArray1<'_, u32>>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                let Some(input) = call.open(py, o, "event_offsets", &["<u4"])? else {
+                    return Ok(None);
+                };
+                call.order()?;
+                let words = py.detach(|| read_offsets(call.g, &input))?;
+                crate::device_prof::step("read event offsets");
+                return run_cluster(py, backend, call, addr, lens, &words, geo, cut);
+            }
+        },
+        None => None,
+    };
     call.order()?;
-    let g = call.g;
     let whole = [0, lens[0] as u32];
-    let offsets = match &event_offsets {
+    let offsets = match &host_offsets {
         Some(o) => o.as_slice()?,
         None => &whole[..],
     };
+    run_cluster(py, backend, call, addr, lens, offsets, geo, cut)
+}
+
+/// A CUDA `uint32` array (1-D, contiguous, opened by a [`DevCall`] and ordered) read into
+/// host memory on detkit's stream, which is waited for (the offsets are checked on the
+/// host before anything reads the digis).
+fn read_offsets(g: &detkit::GpuContext, input: &crate::device_ops::Input) -> PyResult<Vec<u32>> {
+    let mut words = vec![0u32; input.len];
+    if input.len == 0 {
+        return Ok(words);
+    }
+    let fail = |e: cudarc::driver::DriverError| {
+        crate::errors::CudaError::new_err(format!(
+            "CUDA driver error while reading event_offsets: {e}"
+        ))
+    };
+    let stream = g.stream();
+    g.context().bind_to_thread().map_err(fail)?;
+    // SAFETY: `input.addr` is a CUDA array of `input.len` `uint32` values on the backend's
+    // device (`DevCall::open` checked dtype, shape, strides and device), kept allocated by
+    // the call; `words` holds as many and outlives the copy (the stream is waited for).
+    unsafe {
+        cudarc::driver::result::memcpy_dtoh_async(
+            &mut words[..],
+            input.addr as cudarc::driver::sys::CUdeviceptr,
+            stream.cu_stream(),
+        )
+    }
+    .map_err(fail)?;
+    stream.synchronize().map_err(fail)?;
+    Ok(words)
+}
+
+/// The rest of [`device_cluster`] once the inputs are opened and ordered.
+#[allow(clippy::too_many_arguments)]
+fn run_cluster(
+    py: Python<'_>,
+    backend: &Backend,
+    call: DevCall<'_>,
+    addr: [u64; 4],
+    lens: [usize; 4],
+    offsets: &[u32],
+    geo: Geometry,
+    cut: Option<detkit::clustering::ChargeCut>,
+) -> PyResult<Option<(DeviceArray, DeviceArray)>> {
+    let g = call.g;
     // SAFETY: each address is a CUDA array on the backend's device (`open_arg` checked the
     // device; the context is the device's primary one, shared with the producer), 1-D,
     // C-contiguous, of `lens[i]` `uint16` values (`DevCall::open` checked dtype, shape and
@@ -283,4 +345,138 @@ pub fn device_pet_convert<'py>(
     d.set_item("first_bad_address", st.first_bad_address)?;
     call.finish()?;
     Ok(Some((out, d)))
+}
+
+/// `Backend.seed_flat` of five CUDA `float32` columns holding every event's spacepoints
+/// back to back (x, y, z, var_r, var_z; a variance `None` is zero) and the host event
+/// offsets `[0, …, n]`: the batch's results as flat `DeviceArray`s, `(seeds (N, 3), weight,
+/// z_vertex, params (N, 5))`, and the `int64` offsets of each event's rows (numpy), as
+/// `seed_events_flat` returns them. Five arrays opened per call instead of five per event.
+/// `None`: not all such arrays (the Python layer splits the columns into events instead).
+#[pyfunction]
+#[pyo3(signature = (backend, columns, event_offsets, settings, stream = None))]
+#[allow(clippy::type_complexity)]
+pub fn device_seed_flat<'py>(
+    py: Python<'py>,
+    backend: &Backend,
+    columns: Vec<Option<Bound<'py, PyAny>>>,
+    event_offsets: PyReadonlyArray1<'py, i64>,
+    settings: Settings,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyResult<
+    Option<(
+        DeviceArray,
+        DeviceArray,
+        DeviceArray,
+        DeviceArray,
+        Bound<'py, numpy::PyArray1<i64>>,
+    )>,
+> {
+    use numpy::IntoPyArray;
+    const NAMES: [&str; 5] = ["x", "y", "z", "var_r", "var_z"];
+    if columns.len() != 5 || columns[..3].iter().any(|c| c.is_none()) {
+        return Ok(None);
+    }
+    let Some(mut call) = DevCall::start(backend, stream)? else {
+        return Ok(None);
+    };
+    let mut cols: [Option<(u64, usize)>; 5] = [None; 5];
+    for (i, obj) in columns.iter().enumerate() {
+        let Some(obj) = obj else { continue };
+        let Some(input) = call.open(py, obj, NAMES[i], &["<f4"])? else {
+            return Ok(None);
+        };
+        cols[i] = Some((input.addr, input.len));
+    }
+    let n = cols[0].map_or(0, |(_, l)| l);
+    for i in 1..5 {
+        if let Some((_, l)) = cols[i] {
+            if l != n {
+                return Err(InvalidInputError::new_err(format!(
+                    "{} has {l} values, x has {n}",
+                    NAMES[i]
+                )));
+            }
+        }
+    }
+    let offs = event_offsets.as_slice()?;
+    let bad = |m: String| Err(InvalidInputError::new_err(format!("event_offsets: {m}")));
+    match (offs.first(), offs.last()) {
+        (Some(&0), Some(&last)) if last == n as i64 => {}
+        _ => {
+            return bad(format!(
+                "expected [0, ..., {n}] (the spacepoint count), got {} entries from {:?} to {:?}",
+                offs.len(),
+                offs.first(),
+                offs.last()
+            ))
+        }
+    }
+    if let Some(k) = offs.windows(2).position(|w| w[1] < w[0]) {
+        return bad(format!(
+            "decreasing at entry {}: {} after {}",
+            k + 1,
+            offs[k + 1],
+            offs[k]
+        ));
+    }
+    call.order()?;
+    let g = call.g;
+    let zeros = if cols[3].is_none() || cols[4].is_none() {
+        Some(g.zeros::<f32>(n.max(1)).map_err(err)?)
+    } else {
+        None
+    };
+    let zero_addr = zeros.as_ref().map_or(0, |z| g.ptr(z).addr());
+    let base = cols.map(|c| c.map_or(zero_addr, |(a, _)| a));
+    let views: Vec<SpacePointsDev> = offs
+        .windows(2)
+        .map(|w| {
+            let (lo, len) = (w[0] as usize, (w[1] - w[0]) as usize);
+            // SAFETY: each column is a 1-D C-contiguous CUDA `float32` array of `n` values on
+            // the backend's device (`DevCall::open`; lengths checked above) or the zero
+            // column of `n` values; `lo + len <= n` (offsets checked: from 0 to `n`,
+            // non-decreasing), so the event's stretch lies inside each column. All stay
+            // allocated until the call returns (`call` and `zeros` are dropped after it; the
+            // caller holds the Python objects); the producers' pending writes are ordered
+            // before the backend's stream (`DevCall::order`).
+            unsafe { SpacePointsDev::from_raw(base.map(|a| a + 4 * lo as u64), [len; 5]) }
+        })
+        .collect();
+    let r = py.detach(|| backend.inner().seed_events_device(&views, &settings.0));
+    crate::device_prof::step("library call");
+    drop(zeros);
+    let s = r.map_err(err)?;
+    let total = s.total();
+    let mut out_offs = Vec::with_capacity(s.event_seeds.len() + 1);
+    out_offs.push(0i64);
+    out_offs.extend(s.event_seeds.iter().map(|r| r.end as i64));
+    const REC: usize = std::mem::size_of::<detkit_gpu::seeding::Seed>();
+    const PAR: usize = std::mem::size_of::<detkit_gpu::seeding::BoundParams>();
+    let seeds: Arc<dyn Hold> = Arc::new(s.seeds);
+    let params: Arc<dyn Hold> = Arc::new(s.params);
+    let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
+        DeviceArray::from_buffer(
+            g,
+            Box::new(Part {
+                base: base.clone(),
+                offset,
+            }),
+            nbytes,
+            typestr,
+            shape,
+        )
+    };
+    let span = |tail: usize| if total == 0 { 0 } else { (total - 1) * REC + tail };
+    let rec = REC as isize;
+    let out = (
+        part(&seeds, 0, span(12), "<u4", vec![total, 3]).with_strides(vec![rec, 4]),
+        part(&seeds, 12, span(4), "<f4", vec![total]).with_strides(vec![rec]),
+        part(&seeds, 16, span(4), "<f4", vec![total]).with_strides(vec![rec]),
+        part(&params, 0, PAR * total, "<f4", vec![total, 5]),
+        out_offs.into_pyarray(py),
+    );
+    crate::device_prof::step("results as DeviceArrays");
+    call.finish()?;
+    Ok(Some(out))
 }

@@ -925,6 +925,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_pet_convert, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;
+    m.add_function(wrap_pyfunction!(device_calls::device_seed_flat, m)?)?;
     m.add_function(wrap_pyfunction!(device_pet::device_pet_sort, m)?)?;
     m.add_function(wrap_pyfunction!(device_pet::device_pet_coincide, m)?)?;
     m.add_function(wrap_pyfunction!(device_ops::device_scan, m)?)?;

@@ -158,6 +158,30 @@ def test_seed_events_equal_one_call_per_event(b, cpu):
         b.seed_events([evs[0]], nope=1)
 
 
+def test_seed_flat_equals_seed_events_flat(b, cpu):
+    evs = [detkit.generate.seeding_event(seed=s, mu=mu)[:5] for s, mu in ((3, 20.0), (4, 5.0), (5, 30.0))]
+    empty = np.zeros(0, dtype=np.float32)
+    events = [evs[0], (empty,) * 5, evs[1], evs[2]]
+    cols = [np.concatenate([e[j] for e in events]) for j in range(5)]
+    offs = np.cumsum([0] + [len(e[0]) for e in events])
+    got = b.seed_flat(*cols, event_offsets=offs, max_seeds_per_spm=3)
+    want = cpu.seed_events_flat(events, max_seeds_per_spm=3)
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    assert len(got[4]) == 5 and got[4][1] == got[4][2]
+    # Variances not given: zero, as seed_events without them.
+    got = b.seed_flat(*cols[:3], event_offsets=offs.astype(np.uint32))
+    want = cpu.seed_events_flat([e[:3] for e in events])
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+    n = len(cols[0])
+    for bad in ([0, 5, n - 1], [0, 7, 3, n], [1, n], []):
+        with pytest.raises(detkit.InvalidInputError, match="event_offsets"):
+            b.seed_flat(*cols, event_offsets=np.array(bad, np.int64))
+    with pytest.raises(detkit.InvalidInputError, match="y has"):
+        b.seed_flat(cols[0], cols[1][:-1], cols[2], event_offsets=np.array([0, n]))
+
+
 def test_device_pool_map_keeps_input_order_and_matches_one_device(b):
     # A pool of CPU backends here (CUDA devices when DETKIT_BACKEND=cuda and devices exist).
     kind = b.kind

@@ -124,6 +124,39 @@ def test_cluster_cupy_stream_ordering_and_lifetime(b):
     np.testing.assert_array_equal(cp.asnumpy(view), want[0])
 
 
+@pytest.mark.parametrize("events", [1, 7])
+def test_cluster_cupy_offsets_on_the_device(b, events):
+    """CUDA event offsets are opened with the digis and read by the library (the default)
+    or read into numpy by the Python layer first (measuring variant 70): the same results;
+    offsets of another dtype take the conversion; bad offsets are the numpy path's error."""
+    cols, offs = batch(events)
+    want = b.cluster(*cols, event_offsets=offs)
+    d = [cp.asarray(c) for c in cols]
+    for v in (70, 0):
+        _detkit._set_variant(v)
+        try:
+            got = b.cluster(*d, event_offsets=cp.asarray(offs))
+        finally:
+            _detkit._set_variant(0)
+        for g, w in zip(got, want):
+            equal(g, w)
+    got = b.cluster(*d, event_offsets=cp.asarray(offs.astype(np.int64)))
+    for g, w in zip(got, want):
+        equal(g, w)
+    swapped = offs.copy()
+    if events > 2:
+        swapped[1], swapped[2] = offs[2], offs[1]  # decreasing
+    else:
+        swapped += 1  # not from 0
+    for bad in (offs[:-1], swapped):
+        bad = np.ascontiguousarray(bad, dtype=np.uint32)
+        with pytest.raises(detkit.InvalidInputError) as w:
+            b.cluster(*cols, event_offsets=bad)
+        with pytest.raises(detkit.InvalidInputError) as g:
+            b.cluster(*d, event_offsets=cp.asarray(bad))
+        assert str(g.value) == str(w.value)
+
+
 def seed_events(k, mu=200.0):
     return [detkit.generate.seeding_event(seed=s, mu=mu)[:5] for s in range(1, k + 1)]
 
@@ -164,6 +197,52 @@ def test_seed_cupy_bad_spacepoint_in_the_middle_event(b, col, value):
     with pytest.raises(detkit.InvalidInputError) as got:
         b.seed_events([[cp.asarray(c) for c in e] for e in short])
     assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("k", [1, 4, 64])
+def test_seed_flat_cupy_equals_seed_events(b, k):
+    """`seed_flat` of five concatenated CUDA columns and event offsets: the rows of
+    `seed_events_flat` of the same events, bit for bit, as flat DeviceArrays."""
+    evs = seed_events(k)
+    if k == 4:
+        evs[2] = tuple(c[:0] for c in evs[2])  # an empty event in the middle
+    want = b.seed_events_flat(evs)
+    cols = [np.concatenate([e[j] for e in evs]) for j in range(5)]
+    offs = np.zeros(k + 1, np.int64)
+    offs[1:] = np.cumsum([len(e[0]) for e in evs])
+    got = b.seed_flat(*[cp.asarray(c) for c in cols], event_offsets=cp.asarray(offs))
+    for g, w in zip(got[:4], want[:4]):
+        equal(g, w)
+    np.testing.assert_array_equal(got[4], want[4])
+    # Variances not given (zero), offsets in host memory: as the numpy path.
+    want = b.seed_flat(*cols[:3], event_offsets=offs)
+    got = b.seed_flat(*[cp.asarray(c) for c in cols[:3]], event_offsets=offs)
+    for g, w in zip(got[:4], want[:4]):
+        equal(g, w)
+    np.testing.assert_array_equal(got[4], want[4])
+
+
+def test_seed_flat_cupy_errors(b):
+    evs = seed_events(3, mu=10.0)
+    cols = [np.concatenate([e[j] for e in evs]) for j in range(5)]
+    n = len(cols[0])
+    d = [cp.asarray(c) for c in cols]
+    for offs in ([0, 5, n - 1], [0, 7, 3, n], [1, n]):
+        with pytest.raises(detkit.InvalidInputError, match="event_offsets"):
+            b.seed_flat(*d, event_offsets=np.array(offs, np.int64))
+        with pytest.raises(detkit.InvalidInputError, match="event_offsets"):
+            b.seed_flat(*cols, event_offsets=np.array(offs, np.int64))
+    bad = cols[0].copy()
+    bad[n // 2] = np.nan
+    with pytest.raises(detkit.InvalidInputError):
+        b.seed_flat(cp.asarray(bad), *d[1:], event_offsets=np.array([0, n], np.int64))
+    with pytest.raises(detkit.InvalidInputError):
+        b.seed_flat(d[0], d[1][:-1], *d[2:], event_offsets=np.array([0, n], np.int64))
+    # The backend works after the errors.
+    got = b.seed_flat(*d, event_offsets=np.array([0, n], np.int64))
+    want = b.seed_flat(*cols, event_offsets=np.array([0, n], np.int64))
+    for g, w in zip(got[:4], want[:4]):
+        equal(g, w)
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000, 1 << 20])

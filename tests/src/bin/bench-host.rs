@@ -16,7 +16,11 @@
 //! call in order; `--only cluster-calls`: the 1- and 64-event clustering calls alone;
 //! `--variants`: the rows again for each measuring
 //! variant of the doors, `detkit::phases::set_variant`, the row names suffixed `[vN]`;
-//! `--only memcpy`: the host's own copy bandwidth into and out of pinned memory, by threads)
+//! `--only memcpy`: the host's own copy bandwidth into and out of pinned memory, by threads;
+//! `--only devview`: the device-view entries on the Python benchmark's batches, `devview.rs`)
+
+#[path = "bench-host/devview.rs"]
+mod devview;
 
 use std::io::Write;
 use std::time::Instant;
@@ -1071,7 +1075,7 @@ fn main() -> Result<()> {
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
     let mut variants: Vec<u32> = vec![0];
-    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|seed|pet|memcpy] [--pet-run-log 24] [--phases [--timeline]] [--variants 0,1,..] [--csv FILE]";
+    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|cluster-calls|seed|pet|memcpy|devview] [--pet-run-log 24] [--phases [--timeline]] [--variants 0,1,..] [--csv FILE]";
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => o.reps = args.next().context("--reps needs a number")?.parse()?,
@@ -1131,6 +1135,9 @@ fn main() -> Result<()> {
         }
         if want("pet") {
             pet_rows(g, &bs, &o, &mut rows)?;
+        }
+        if o.only.as_deref() == Some("devview") {
+            devview::rows(g, &bs[0], &o, v, &mut rows)?;
         }
         if variants.len() > 1 {
             for r in &mut rows[from..] {

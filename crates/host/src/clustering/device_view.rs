@@ -338,14 +338,24 @@ impl ClusterWorkspace {
             addrs[5] = g.ptr(&clus_in_module).addr();
             addrs[6] = g.ptr(&module_first).addr();
             phases::mark(Phase::Stage);
+            // Measuring variant 71: CUDA events around the launch (the graph's GPU time).
+            let timed = phases::variant() == 71;
+            let before = timed.then(|| timing_event(s)).transpose()?;
             // SAFETY: the inputs hold `n` digis each (lengths checked) and are not written
             // until this call returns (`DigisDev::from_raw`'s contract; the call waits
             // below); the outputs hold `n` and `slots` elements (at least one) and live
             // until the wait; the pinned words say `n` and `ne`.
             unsafe { dg.launch(addrs)? };
+            let after = timed.then(|| timing_event(s)).transpose()?;
             phases::mark(Phase::Kernels);
             g.synchronize()?;
             phases::mark(Phase::Wait);
+            if let (Some(a), Some(b)) = (before, after) {
+                let ms = a.elapsed_ms(&b).ctx("timing the device-view graph")?;
+                let mut t = VIEW_GPU.lock().unwrap_or_else(|e| e.into_inner());
+                t.0 += ms as f64;
+                t.1 += 1;
+            }
             let words = dg.status();
             let outputs = (clus, clus_in_module, module_first);
             finish(
@@ -363,6 +373,24 @@ impl ClusterWorkspace {
         };
         run().transpose()
     }
+}
+
+/// GPU time of the device-view graph's launches under the measuring variant 71: (total ms,
+/// launches).
+static VIEW_GPU: std::sync::Mutex<(f64, u64)> = std::sync::Mutex::new((0.0, 0));
+
+/// An event with timing recorded on `s` (the measuring variant 71).
+fn timing_event(s: &cudarc::driver::CudaStream) -> Result<cudarc::driver::CudaEvent> {
+    s.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+        .ctx("recording a timing event")
+}
+
+/// The GPU time of the device-view clustering graph's launches made under the measuring
+/// variant 71 (`phases::set_variant(71)`: CUDA events around each launch) since the last
+/// call: (total ms, launches); cleared. For `bench-host --only devview`. Not API.
+#[doc(hidden)]
+pub fn take_view_graph_gpu_ms() -> (f64, u64) {
+    std::mem::take(&mut *VIEW_GPU.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The caller's device digis copied to the host (synchronously; error paths only).

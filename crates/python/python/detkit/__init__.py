@@ -348,8 +348,16 @@ class Backend:
                 _as(adc, np.uint16, "adc"), geometry, charge_cut,
                 None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets"), out)
         c = _Call(self, stream)
-        offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
-        d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, charge_cut, offs)
+        d = None
+        if event_offsets is not None and c._foreign(event_offsets) and _detkit._variant() != 70:
+            # CUDA digis and CUDA offsets: the offsets are opened with the digis and read back
+            # by the library (one ordering, no numpy array); None for any other kind of
+            # offsets (another dtype, the CPU), which the lines below convert.
+            d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, charge_cut,
+                              event_offsets)
+        if d is None:
+            offs = None if event_offsets is None else c.arr(event_offsets, np.uint32, "event_offsets")
+            d = c.native_many(_detkit.device_cluster, (module, x, y, adc), geometry, charge_cut, offs)
         if d is not None:
             if out is not None:
                 raise TypeError("out=: numpy arrays for numpy inputs; device inputs give DeviceArray results")
@@ -469,6 +477,34 @@ class Backend:
         if c.device:
             raise TypeError("seed_events_flat takes host (numpy) arrays; use seed_events for device arrays")
         return self._b.seed_events_flat(cols, settings)
+
+    def seed_flat(self, x, y, z, var_r=None, var_z=None, *, event_offsets, stream=None, **settings):
+        """:meth:`seed_events_flat` of events given back to back in five columns, as
+        :meth:`cluster` takes digis: ``x``, ``y``, ``z`` (and the variances, 0 when not given)
+        hold every event's spacepoints, event ``e`` being entries
+        ``event_offsets[e]:event_offsets[e + 1]`` (``[0, ..., n]``). Returns ``(seeds,
+        weight, z_vertex, params, offsets)`` as :meth:`seed_events_flat` does; the same seeds
+        as :meth:`seed_events` of the events one by one. With CUDA columns the results are
+        :class:`DeviceArray` s (``offsets`` stays a numpy array) and only five arrays are
+        opened per call, however many events (``seed_events`` opens five per event)."""
+        c = _Call(self, stream)
+        offs = c.arr(event_offsets, np.int64, "event_offsets")
+        cols = [x, y, z, var_r, var_z]
+        if c.all_cuda(cols[:1]):
+            d = _detkit.device_seed_flat(self._b, cols, offs, settings, stream=stream)
+            if d is not None:
+                return d
+        if offs.size == 0 or offs[0] != 0 or np.any(np.diff(offs) < 0):
+            raise InvalidInputError("event_offsets: expected non-decreasing [0, ..., n]")
+        cols = _seed_columns(c, x, y, z, var_r, var_z)
+        if offs[-1] != cols[0].shape[0]:
+            raise InvalidInputError(
+                f"event_offsets: ends at {offs[-1]}, the columns hold {cols[0].shape[0]} spacepoints")
+        events = [tuple(a[lo:hi] for a in cols) for lo, hi in zip(offs[:-1], offs[1:])]
+        out = self._b.seed_events_flat(events, settings)
+        if not c.device:
+            return out
+        return tuple(c.out(a) for a in out[:4]) + (out[4],)
 
     def release_results(self) -> None:
         """Frees the memory this backend keeps for reusing results (results you still hold stay

@@ -126,6 +126,18 @@ class Backend:
         events: Sequence[Tuple[npt.ArrayLike, ...]],
         **settings: float,
     ) -> Tuple[npt.NDArray[np.uint32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.int64]]: ...
+    def seed_flat(
+        self,
+        x: Any,
+        y: Any,
+        z: Any,
+        var_r: Any = None,
+        var_z: Any = None,
+        *,
+        event_offsets: Any,
+        stream: _Stream = None,
+        **settings: float,
+    ) -> Tuple[Any, Any, Any, Any, npt.NDArray[np.int64]]: ...
     def release_results(self) -> None: ...
 
 class generate:
