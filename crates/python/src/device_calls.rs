@@ -467,7 +467,13 @@ pub fn device_seed_flat<'py>(
             shape,
         )
     };
-    let span = |tail: usize| if total == 0 { 0 } else { (total - 1) * REC + tail };
+    let span = |tail: usize| {
+        if total == 0 {
+            0
+        } else {
+            (total - 1) * REC + tail
+        }
+    };
     let rec = REC as isize;
     let out = (
         part(&seeds, 0, span(12), "<u4", vec![total, 3]).with_strides(vec![rec, 4]),

@@ -61,7 +61,9 @@ pub(super) fn rows(
         }
         // The device-view graph's own GPU time (variant 71: events around its launch).
         detkit::phases::set_variant(71);
-        let got = b.cluster_events_device(view, &offs, &geo, cut)?.to_host(g)?;
+        let got = b
+            .cluster_events_device(view, &offs, &geo, cut)?
+            .to_host(g)?;
         check("devview clus (v71)", &got.clus, &want.clus)?;
         cl::take_view_graph_gpu_ms();
         let v71 = wall_ms(o.warmup, o.reps, call);
