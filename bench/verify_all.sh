@@ -51,13 +51,14 @@ step() { local name=$1 lim=$2; shift 2; local left=$(( TOTAL - $(el) - 8 ))
   [ $lim -gt $left ] && lim=$left
   timeout $lim "$@" > $L/$name.log 2>&1; echo "=== $name rc=$? at $(el) s"; }
 step bh 120 $B/bench-host --reps 15 --variants 30,50,0 --phases --csv $L/rust.csv
-step py 95 python3 crates/python/bench_host.py --backend cuda --reps 15 --producer cupy --rust $L/rust.csv --rows cluster1,cluster64,seed1,seed64,convert,sort,coincide,cluster1-dev,cluster64-dev,seed64-dev
+step dv 30 $B/bench-host --only devview --reps 15 --csv $L/dv.csv
+step py 95 python3 crates/python/bench_host.py --backend cuda --reps 15 --producer cupy --rust $L/rust.csv,$L/dv.csv --rows cluster1,cluster64,seed1,seed64,convert,sort,coincide,cluster1-dev,cluster64-dev,seed64-dev,seed64-flat-dev
 step cpu 35 $B/bench-cpu --threads 1,16 --only pet --pet 24 --case convert,coincide --reps 5
 step kb 40 $B/detkit-bench --sizes 26 --reps 15 --variants --csv $L/detkit.csv
 step cub 25 /tmp/cub --sizes 26 --reps 15
 [ -s $L/cub.log ] && python3 bench/compare.py $L/detkit.csv $L/cub.log --out $L/compare.md > /dev/null 2>&1
 cd /tmp && tar czf $OUT/logs.tgz L; cp $L/summary.txt $OUT/ 2>/dev/null
-echo "== rust"; grep -E "^(cluster_events|seed|pet_)" $L/bh.log | cut -c1-150 | tail -40
+echo "== rust"; grep -hE "^(cluster_events|seed|pet_|devview)" $L/bh.log $L/dv.log | cut -c1-150 | tail -40
 echo "== py"; grep -v "^#" $L/py.log | tail -12 | cut -c1-150
 echo "== cpu"; grep -vE "^#" $L/cpu.log | tail -8 | cut -c1-150
 echo "== cub"; grep -E "scan|sort|select|hist" $L/compare.md 2>/dev/null | head -24
