@@ -6,8 +6,14 @@
 //! bundle and under compute-sanitizer. Arguments: `--quick` (smaller sizes), `--sanitize`
 //! (the sanitizer runs: `--quick` and fewer launches, see [`Ctx::sanitize`]), an optional
 //! substring that selects tests by name, `--exact NAME` or `--family NAME` (one family of
-//! [`FAMILIES`], whole, in one process), `--list` (the tests and their families), and
-//! `--isolate` (each selected test in a process of its own: see [`run_isolated`]).
+//! [`FAMILIES`], whole, in one process), `--list` (the tests and their families),
+//! `--isolate` (each selected test in a process of its own: see [`run_isolated`]),
+//! `--shard K/N` (of the tests the other arguments select, in order, every N-th from the
+//! K-th: N machines or GPUs split one list, e.g. `CUDA_VISIBLE_DEVICES=1 gpu-tests --isolate
+//! --shard 2/2`) and `--deadline S` (start no test after S seconds; each one left is printed
+//! as `SKIP NAME (deadline)` and the run exits with status 2, so a cut run says what it did
+//! not cover instead of being killed mid-test). Every test's wall time is printed (its `PASS`
+//! line; under `--isolate` also its process's, `TIME`), and the slowest at the end.
 //!
 //! `--sanitize` (or `DETKIT_SANITIZE=1` in the environment, for scripts that wrap the
 //! binary) turns the sanitizer mode on; `bench/sanitize_all.sh` passes it. compute-sanitizer
@@ -674,25 +680,54 @@ struct Args {
     exact: Option<String>,
     /// A substring that selects tests by name.
     filter: Option<String>,
+    /// `--shard K/N`: `(K - 1, N)`, every N-th selected test from the K-th.
+    shard: Option<(usize, usize)>,
+    /// `--deadline S`: start no test after S seconds from the start of the run.
+    deadline: Option<f64>,
 }
+
+/// The value after `flag`, if the flag is given.
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// `K/N` with `1 <= K <= N`, as `(K - 1, N)`.
+fn parse_shard(s: &str) -> Option<(usize, usize)> {
+    let (k, n) = s.split_once('/')?;
+    let (k, n): (usize, usize) = (k.trim().parse().ok()?, n.trim().parse().ok()?);
+    (1..=n).contains(&k).then(|| (k - 1, n))
+}
+
+/// Flags that take a value (the value is not a name filter).
+const VALUE_FLAGS: &[&str] = &["--exact", "--family", "--shard", "--deadline"];
 
 impl Args {
     fn parse() -> Self {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        let exact = args
-            .iter()
-            .position(|a| a == "--exact")
-            .and_then(|i| args.get(i + 1).cloned());
-        let family = args
-            .iter()
-            .position(|a| a == "--family")
-            .and_then(|i| args.get(i + 1).cloned());
+        let exact = flag_value(&args, "--exact");
+        let family = flag_value(&args, "--family");
+        let shard = flag_value(&args, "--shard").map(|s| {
+            parse_shard(&s).unwrap_or_else(|| {
+                println!("FAIL: --shard {s}: expected K/N with 1 <= K <= N");
+                std::process::exit(2)
+            })
+        });
+        let deadline = flag_value(&args, "--deadline").map(|s| {
+            s.parse::<f64>()
+                .ok()
+                .filter(|d| d.is_finite() && *d >= 0.0)
+                .unwrap_or_else(|| {
+                    println!("FAIL: --deadline {s}: expected seconds");
+                    std::process::exit(2)
+                })
+        });
         let filter = args
             .iter()
             .enumerate()
             .find(|(i, a)| {
-                !a.starts_with("--")
-                    && (*i == 0 || (args[i - 1] != "--exact" && args[i - 1] != "--family"))
+                !a.starts_with("--") && (*i == 0 || !VALUE_FLAGS.contains(&args[i - 1].as_str()))
             })
             .map(|(_, a)| a.clone());
         let sanitize = args.iter().any(|a| a == "--sanitize") || sanitizer_detected();
@@ -704,7 +739,21 @@ impl Args {
             isolate: args.iter().any(|a| a == "--isolate"),
             exact,
             filter,
+            shard,
+            deadline,
         }
+    }
+
+    /// The tests these arguments select, in running order: by family and name, then this
+    /// shard's share of them.
+    fn selected(&self) -> Vec<(&'static str, Test)> {
+        all_tests()
+            .into_iter()
+            .filter(|(f, (n, _))| self.selects(f, n))
+            .enumerate()
+            .filter(|(i, _)| self.shard.is_none_or(|(k, n)| i % n == k))
+            .map(|(_, t)| t)
+            .collect()
     }
 
     fn selects(&self, family: &str, name: &str) -> bool {
@@ -734,11 +783,22 @@ fn run_isolated(a: &Args) -> ! {
         std::process::exit(1)
     });
     let (mut ran, mut failed) = (0, 0);
-    for (_, (name, _)) in all_tests()
-        .into_iter()
-        .filter(|(f, (n, _))| a.selects(f, n))
-    {
+    let start = Instant::now();
+    let tests = a.selected();
+    let mut times = Vec::new();
+    for (i, (_, (name, _))) in tests.iter().enumerate() {
+        if past_deadline(a, start) {
+            skip_rest(tests[i..].iter().map(|(_, (n, _))| *n));
+            println!(
+                "gpu tests (isolated): {} passed, {failed} failed, {} not run (deadline)",
+                ran - failed,
+                tests.len() - i
+            );
+            print_slowest(&mut times);
+            std::process::exit(2)
+        }
         ran += 1;
+        let t = Instant::now();
         let mut cmd = std::process::Command::new(&exe);
         if a.quick {
             cmd.arg("--quick");
@@ -747,6 +807,9 @@ fn run_isolated(a: &Args) -> ! {
             cmd.arg("--sanitize");
         }
         let status = cmd.args(["--exact", name]).status();
+        let secs = t.elapsed().as_secs_f64();
+        println!("TIME {name} {secs:.1} s (its process)");
+        times.push((*name, secs));
         match status {
             Ok(s) if s.success() => {}
             Ok(s) => {
@@ -767,7 +830,38 @@ fn run_isolated(a: &Args) -> ! {
         "gpu tests (isolated): {} passed, {failed} failed",
         ran - failed
     );
+    print_slowest(&mut times);
     std::process::exit(if failed > 0 { 1 } else { 0 })
+}
+
+/// Whether `--deadline` has passed since `start`.
+fn past_deadline(a: &Args, start: Instant) -> bool {
+    a.deadline
+        .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+}
+
+/// One `SKIP` line per test the deadline left out.
+fn skip_rest<'a>(names: impl Iterator<Item = &'a str>) {
+    for name in names {
+        println!("SKIP {name} (deadline)");
+    }
+}
+
+/// The slowest tests of a run, by wall time (the place to look when a list does not fit).
+fn print_slowest(times: &mut [(&str, f64)]) {
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let top: Vec<String> = times
+        .iter()
+        .take(8)
+        .map(|(n, s)| format!("{n} {s:.1} s"))
+        .collect();
+    if !top.is_empty() {
+        println!(
+            "slowest: {} (of {:.1} s in all)",
+            top.join(", "),
+            times.iter().map(|t| t.1).sum::<f64>()
+        );
+    }
 }
 
 fn main() {
@@ -777,10 +871,8 @@ fn main() {
     let args = Args::parse();
     let quick = args.quick;
     if args.list {
-        for (family, (name, _)) in all_tests() {
-            if args.selects(family, name) {
-                println!("{family} {name}");
-            }
+        for (family, (name, _)) in args.selected() {
+            println!("{family} {name}");
         }
         return;
     }
@@ -826,9 +918,19 @@ fn main() {
     );
     let mut failed = 0;
     let mut ran = 0;
-    for (family, (name, f)) in all_tests() {
-        if !args.selects(family, name) {
-            continue;
+    let start = Instant::now();
+    let tests = args.selected();
+    let mut times = Vec::new();
+    for (i, (_, (name, f))) in tests.iter().enumerate() {
+        if past_deadline(&args, start) {
+            skip_rest(tests[i..].iter().map(|(_, (n, _))| *n));
+            println!(
+                "gpu tests: {} passed, {failed} failed, {} not run (deadline)",
+                ran - failed,
+                tests.len() - i
+            );
+            print_slowest(&mut times);
+            std::process::exit(2);
         }
         ran += 1;
         // A line before each test, so that a run that ends without a message names the test
@@ -836,7 +938,9 @@ fn main() {
         println!("RUN  {name}");
         let t = Instant::now();
         let launches = c.gpu().launches();
-        match f(&c) {
+        let r = f(&c);
+        times.push((*name, t.elapsed().as_secs_f64()));
+        match r {
             Ok(()) => println!(
                 "PASS {name} ({:.1} s, {} launches{})",
                 t.elapsed().as_secs_f64(),
@@ -850,6 +954,7 @@ fn main() {
         }
     }
     println!("gpu tests: {} passed, {failed} failed", ran - failed);
+    print_slowest(&mut times);
     if failed > 0 {
         std::process::exit(1);
     }
