@@ -332,6 +332,17 @@ fn test_sort(c: &Ctx) -> R {
 fn test_sort_runs(c: &Ctx) -> R {
     // Realistic: one readout slice, 256 per-BDM time-ordered streams, converted.
     let s = gen::bench_scanner(c.seed);
+    // A backend with another tuning (narrow tile, merge rounds only), made once: a context
+    // of its own costs seconds under the sanitizers (its module is instrumented again).
+    let tuned = detkit::Backend::cuda(0)
+        .and_then(|b| {
+            b.with_pet_tuning(&PetTuning {
+                tile: MergeTile::Narrow,
+                radix_bits: 0,
+                ..Default::default()
+            })
+        })
+        .map_err(e)?;
     for n in [
         1000usize,
         c.big(100_000, 20_000),
@@ -359,16 +370,7 @@ fn test_sort_runs(c: &Ctx) -> R {
         let want = oracle::sort(&v).map_err(e)?;
         let got = c.backend.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
         exact(&format!("sort_runs bdm streams n={n}"), &got, &want)?;
-        // A backend with another tuning (narrow tile, merge rounds only): the same result.
-        let tuned = detkit::Backend::cuda(0)
-            .and_then(|b| {
-                b.with_pet_tuning(&PetTuning {
-                    tile: MergeTile::Narrow,
-                    radix_bits: 0,
-                    ..Default::default()
-                })
-            })
-            .map_err(e)?;
+        // The tuned backend: the same result.
         let got = tuned.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
         exact(&format!("sort_runs bdm streams n={n}, tuned"), &got, &want)?;
         let got = c.backend.pet_sort(&v).map_err(e)?;
