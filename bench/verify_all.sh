@@ -52,11 +52,16 @@ run_job() {
   IFS='|' read -r name gpu dl cmd <<< "$1"
   local t0=$(date +%s) rc
   cmd=${cmd//@DL@/$(( dl - (t0 - START) - 25 ))}   # gpu-tests' own deadline, from its start
-  CUDA_VISIBLE_DEVICES=$gpu timeout -s INT -k 10 $(( dl - (t0 - START) )) $cmd > "$L/san/$name.log" 2>&1; rc=$?
+  local thr=$SAN_THREADS; [[ $name == tests-* ]] && thr=$LIST_THREADS
+  CUDA_VISIBLE_DEVICES=$gpu RAYON_NUM_THREADS=$thr timeout -s INT -k 10 $(( dl - (t0 - START) )) $cmd > "$L/san/$name.log" 2>&1; rc=$?
   printf '%-26s gpu %s rc=%-3s %4d s PASS %3d FAIL %2d SKIP %2d %s\n' "$name" "$gpu" "$rc" $(( $(date +%s) - t0 )) \
     "$(grep -c '^PASS' $L/san/$name.log)" "$(grep -c '^FAIL' $L/san/$name.log)" "$(grep -c '^SKIP' $L/san/$name.log)" \
     "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|gpu tests' $L/san/$name.log | tail -2 | tr '\n' ' ')" >> $L/summary.txt
 }
+# rayon threads per job (results never depend on them): 14 jobs on one host oversubscribe
+# its cores, and F1's doors_pet_run_file (the CPU backend's per-chunk parallel loops) took
+# 63 s there against 1.9 s alone. A guess, not measured.
+export LIST_THREADS=${LIST_THREADS:-8} SAN_THREADS=${SAN_THREADS:-4}
 export -f run_job; export L START
 ( while :; do echo "== $(el) s $(free -g | awk '/Mem:/{print "used " $3 " free " $4}')"; nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null; sleep 10; done ) > $L/mem.log 2>&1 & SAMP=$!
 N=$(wc -l < $L/jobs.txt)
