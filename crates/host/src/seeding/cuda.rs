@@ -351,13 +351,6 @@ impl Timer<'_> {
     }
 }
 
-// The triplet grid (`SeedPlan::stride_blocks`): one thread per doublet of the capacity, at
-// most `SeedTuning::triplet_blocks_per_sm` (1024) blocks per multiprocessor. (The triplet
-// kernel's former bound, 16 blocks per multiprocessor, had each thread walk
-// about 90 doublets in a batch of 32 ⟨μ⟩ = 200 events: 4,234–4,283 events/s, 4,514 with one
-// thread per doublet of the capacity; 9 per multiprocessor, all resident at once, was slower;
-// H200, issue 14 session 6.)
-
 impl GpuContext {
     /// The whole seeding chain on the device for `n` spacepoints in `sps` (`SpacePoint`
     /// words), one event. Results are copied out of the context's workspace into new buffers;

@@ -66,7 +66,10 @@ pub struct SeedTuning {
     /// [`k::BIN_COUNT_THREADS`].
     pub bin_count_threads: u32,
     /// Most blocks per multiprocessor of the triplet kernel's grid-stride grid (at least 1;
-    /// default 1024: one thread per middle–bottom doublet of the capacity up to that).
+    /// default 1024: one thread per middle–bottom doublet of the capacity up to that). A
+    /// bound of 16 had each thread walk about 90 doublets in a batch of 32 ⟨μ⟩ = 200 events:
+    /// 4,234–4,283 events/s against 4,514 with one thread per doublet; 9, all resident at
+    /// once, was slower (H200, issue 14 session 6).
     pub triplet_blocks_per_sm: u32,
     /// Initial doublet and triplet capacities, entries per spacepoint (middle–bottom,
     /// middle–top, triplets; each finite and above 0). A batch that overflows one repeats its
