@@ -163,8 +163,8 @@ pub struct ClusterTuning {
     pub grid_limit: Option<u32>,
     /// Threads per block of the seed's `findClus` baseline ([`Clusterer::find_clus_seed`]; a
     /// multiple of 32 up to 1024; default [`detkit_gpu::clustering::SEED_THREADS`], CMSSW's
-    /// Phase-1 launch). What was `Geometry.threads`: a geometry says what the detector is,
-    /// the tuning how it is launched.
+    /// Phase-1 launch). A block size, so here and not in the [`Geometry`], which says what
+    /// the detector is.
     pub seed_threads: Option<u32>,
 }
 
