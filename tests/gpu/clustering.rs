@@ -327,10 +327,8 @@ fn test_sizes(c: &Ctx) -> R {
             d.push(17, x, y, 1000 + rng.below(4000) as u16);
         }
         // Each size through the three paths in turn (small-module kernel, shared-memory
-        // kernel, fallback). The chain's block sizes are `ClusterTuning`'s (tested in
-        // `clustering_passes` and `clustering_larger_threads`); the geometry's former
-        // `threads`, which this loop went through four times (twice under `--quick`), reached
-        // only the seed baseline, which `check` does not run.
+        // kernel, fallback). The chain's block sizes are `ClusterTuning`'s, tested in
+        // `clustering_passes` and `clustering_larger_threads`.
         for caps in [(cap, 6000), (32, cap), (32, 32)] {
             let what = format!("{n} digis, capacities {caps:?}");
             check(c, &what, &d, &single(&d), &g, Some(g.default_cut), caps)?;
