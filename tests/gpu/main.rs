@@ -5,8 +5,9 @@
 //! visible `skipped: no CUDA driver` line, and so that the same binary runs in the GPU
 //! bundle and under compute-sanitizer. Arguments: `--quick` (smaller sizes), `--sanitize`
 //! (the sanitizer runs: `--quick` and fewer launches, see [`Ctx::sanitize`]), an optional
-//! substring that selects tests by name, `--exact NAME` or `--family NAME` (one family of
-//! [`FAMILIES`], whole, in one process), `--list` (the tests and their families),
+//! substring that selects tests by name, `--exact NAME`, `--tests A,B,..` (those names) or
+//! `--family NAME` (one family of [`FAMILIES`], whole, in one process), `--list` (the tests
+//! and their families),
 //! `--isolate` (each selected test in a process of its own: see [`run_isolated`]),
 //! `--isolate-family` (each family's selected tests in a process of their own),
 //! `--shard K/N` (of the tests the other arguments select, in order, every N-th from the
