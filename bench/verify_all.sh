@@ -47,9 +47,13 @@ if [[ " $PHASES " == *" 1 "* ]]; then
 LIST_MODE=${LIST_MODE:---isolate-family}
 echo "tests-auto|0|$DL0|$B/gpu-tests $LIST_MODE --deadline @DL@" >> $L/jobs.txt
 echo "tests-ptx70|$G1|$DL1|env DETKIT_IMAGE=ptx70 $B/gpu-tests $LIST_MODE --deadline @DL@" >> $L/jobs.txt
+# The image each GPU's sanitizer jobs load (empty: the default choice; ptx70: the sm_70
+# fallback). Issue 28 wants both images clean: a second run with SAN0 and SAN1 swapped, or
+# SAN_IMAGE1=ptx70, covers the other.
+E0=${SAN_IMAGE0:+env DETKIT_IMAGE=$SAN_IMAGE0 }; E1=${SAN_IMAGE1:+env DETKIT_IMAGE=$SAN_IMAGE1 }
 for t in $TOOLS; do
-  for f in $SAN0; do echo "$t-$f|0|$DL0|compute-sanitizer --tool $t --error-exitcode 99 $B/gpu-tests --sanitize --family $f --deadline @DL@" >> $L/jobs.txt; done
-  for f in $SAN1; do echo "$t-$f|$G1|$DL1|compute-sanitizer --tool $t --error-exitcode 99 $B/gpu-tests --sanitize --family $f --deadline @DL@" >> $L/jobs.txt; done
+  for f in $SAN0; do echo "$t-$f|0|$DL0|${E0}compute-sanitizer --tool $t --error-exitcode 99 $B/gpu-tests --sanitize --family $f --deadline @DL@" >> $L/jobs.txt; done
+  for f in $SAN1; do echo "$t-$f|$G1|$DL1|${E1}compute-sanitizer --tool $t --error-exitcode 99 $B/gpu-tests --sanitize --family $f --deadline @DL@" >> $L/jobs.txt; done
 done
 run_job() {
   IFS='|' read -r name gpu dl cmd <<< "$1"
