@@ -44,7 +44,8 @@ pub const DEFAULT_CAPACITY_FACTORS: [f64; 3] = [32.0, 12.0, 3.0];
 
 /// The seeding chain's launch settings. Every field has a default ([`SeedTuning::default`]:
 /// the constants the chain was launched with before this value existed); results never depend
-/// on them. [`SeedTuning::plan`] checks them once.
+/// on them. [`SeedTuning::plan`] checks them once. The CPU backend has no launches and
+/// ignores them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SeedTuning {
     /// Threads per block of the one-thread-per-item kernels: the binning
