@@ -326,19 +326,12 @@ fn test_sizes(c: &Ctx) -> R {
             let (x, y) = (rng.below(24) as u16, rng.below(24) as u16);
             d.push(17, x, y, 1000 + rng.below(4000) as u16);
         }
-        // 1024-thread blocks are left out of the sanitizer runs (racecheck is killed there).
-        let threads: &[u32] = if c.quick {
-            &[32, 256]
-        } else {
-            &[32, 64, 256, 1024]
-        };
-        for &t in threads {
-            let mut gt = g.clone();
-            gt.threads = t;
-            for caps in [(cap, 6000), (32, cap), (32, 32)] {
-                let what = format!("{n} digis, {t} threads, capacities {caps:?}");
-                check(c, &what, &d, &single(&d), &gt, Some(g.default_cut), caps)?;
-            }
+        // Each size through the three paths in turn (small-module kernel, shared-memory
+        // kernel, fallback). The chain's block sizes are `ClusterTuning`'s, tested in
+        // `clustering_passes` and `clustering_larger_threads`.
+        for caps in [(cap, 6000), (32, cap), (32, 32)] {
+            let what = format!("{n} digis, capacities {caps:?}");
+            check(c, &what, &d, &single(&d), &g, Some(g.default_cut), caps)?;
         }
     }
     Ok(())
@@ -508,11 +501,14 @@ fn test_bad_input(c: &Ctx) -> R {
 }
 
 /// A pool of events for the batch tests: Run-3-like events (smaller ones under `--quick`,
-/// for the sanitizers), an event with zero digis and an event of only invalid digis.
+/// for the sanitizers; in the sanitizer mode with one noise digi per module instead of 4.5,
+/// as [`run3`]'s: every module still has digis, so the same module slots and passes run),
+/// an event with zero digis and an event of only invalid digis.
 fn event_pool(c: &Ctx, g: &Geometry) -> Vec<Digis> {
     let cfg = if c.quick {
         EventConfig {
             clusters: 1500.0,
+            noise_per_module: if c.sanitize { 1.0 } else { 4.5 },
             ..EventConfig::run3()
         }
     } else {
@@ -654,7 +650,7 @@ fn test_passes(c: &Ctx) -> R {
     };
     for &cut in cuts {
         let want = detkit::clustering::cpu::cluster(&d, &offsets, &g, cut);
-        for &(warp, mid, threads) in configs {
+        for (ci, &(warp, mid, threads)) in configs.iter().enumerate() {
             let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
             sanitizer_grids(c, &mut run);
             run.tune(&ClusterTuning {
@@ -665,6 +661,11 @@ fn test_passes(c: &Ctx) -> R {
             })
             .map_err(e)?;
             for &graph in graphs {
+                // The sanitizer mode: the graph after every other configuration (the graph
+                // replays the same launches; `clustering_larger_threads` replays it too).
+                if graph && c.sanitize && ci % 2 == 1 {
+                    continue;
+                }
                 run.poison_outputs().map_err(e)?;
                 if graph {
                     run.run_graph(&dd, cut).map_err(e)?;
@@ -783,7 +784,7 @@ fn test_larger_threads(c: &Ctx) -> R {
         (DEFAULT, (1024, 1024), true),
         (DEFAULT, (256, 256), false),
     ];
-    for (caps, (shared, fallback), tight) in configs {
+    for (ci, (caps, (shared, fallback), tight)) in configs.into_iter().enumerate() {
         let what =
             format!("capacities {caps:?}, larger threads {shared}/{fallback}, tight grids {tight}");
         let mut run = Clusterer::with_capacity(gpu, &g, d.len(), offsets.len() - 1, caps.0, caps.1)
@@ -795,7 +796,9 @@ fn test_larger_threads(c: &Ctx) -> R {
             ..Default::default()
         })
         .map_err(e)?;
-        run_both_ways(&mut run, &dd, cut, |got, graph| {
+        // The sanitizer mode: each configuration one way, `run` and the graph in turn (both
+        // with tiny and with default capacities).
+        let check = |got: Clusters, graph: bool| {
             exact_clusters(&format!("{what}, graph {graph}"), &got, &want)?;
             if caps != DEFAULT {
                 ensure(got.medium_modules > 0 && got.fallback_modules > 0, || {
@@ -806,7 +809,19 @@ fn test_larger_threads(c: &Ctx) -> R {
                 })?;
             }
             Ok(())
-        })?;
+        };
+        if c.sanitize {
+            let graph = ci % 2 == 1;
+            run.poison_outputs().map_err(e)?;
+            if graph {
+                run.run_graph(&dd, cut).map_err(e)?;
+            } else {
+                run.run(&dd, cut).map_err(e)?;
+            }
+            check(run.results(&dd).map_err(e)?, graph)?;
+        } else {
+            run_both_ways(&mut run, &dd, cut, check)?;
+        }
     }
     let mut run = Clusterer::new(gpu, &g, d.len(), offsets.len() - 1).map_err(e)?;
     for (shared, fallback) in [(48, 256), (256, 0), (2048, 256)] {

@@ -5,9 +5,17 @@
 //! visible `skipped: no CUDA driver` line, and so that the same binary runs in the GPU
 //! bundle and under compute-sanitizer. Arguments: `--quick` (smaller sizes), `--sanitize`
 //! (the sanitizer runs: `--quick` and fewer launches, see [`Ctx::sanitize`]), an optional
-//! substring that selects tests by name, `--exact NAME` or `--family NAME` (one family of
-//! [`FAMILIES`], whole, in one process), `--list` (the tests and their families), and
-//! `--isolate` (each selected test in a process of its own: see [`run_isolated`]).
+//! substring that selects tests by name, `--exact NAME`, `--tests A,B,..` (those names) or
+//! `--family NAME` (one family of [`FAMILIES`], whole, in one process), `--list` (the tests
+//! and their families),
+//! `--isolate` (each selected test in a process of its own: see [`run_isolated`]),
+//! `--isolate-family` (each family's selected tests in a process of their own),
+//! `--shard K/N` (of the tests the other arguments select, in order, every N-th from the
+//! K-th: N machines or GPUs split one list, e.g. `CUDA_VISIBLE_DEVICES=1 gpu-tests --isolate
+//! --shard 2/2`) and `--deadline S` (start no test after S seconds; each one left is printed
+//! as `SKIP NAME (deadline)` and the run exits with status 2, so a cut run says what it did
+//! not cover instead of being killed mid-test). Every test's wall time is printed (its `PASS`
+//! line; under `--isolate` also its process's, `TIME`), and the slowest at the end.
 //!
 //! `--sanitize` (or `DETKIT_SANITIZE=1` in the environment, for scripts that wrap the
 //! binary) turns the sanitizer mode on; `bench/sanitize_all.sh` passes it. compute-sanitizer
@@ -670,29 +678,62 @@ struct Args {
     family: Option<String>,
     /// Run each selected test in its own child process (`--isolate`).
     isolate: bool,
+    /// Run each family's selected tests in a child process of its own (`--isolate-family`).
+    isolate_family: bool,
+    /// `--tests A,B,..`: exactly these tests (what `--isolate-family` gives each child).
+    tests: Option<Vec<String>>,
     /// `--exact NAME`: the one test of that name.
     exact: Option<String>,
     /// A substring that selects tests by name.
     filter: Option<String>,
+    /// `--shard K/N`: `(K - 1, N)`, every N-th selected test from the K-th.
+    shard: Option<(usize, usize)>,
+    /// `--deadline S`: start no test after S seconds from the start of the run.
+    deadline: Option<f64>,
 }
+
+/// The value after `flag`, if the flag is given.
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// `K/N` with `1 <= K <= N`, as `(K - 1, N)`.
+fn parse_shard(s: &str) -> Option<(usize, usize)> {
+    let (k, n) = s.split_once('/')?;
+    let (k, n): (usize, usize) = (k.trim().parse().ok()?, n.trim().parse().ok()?);
+    (1..=n).contains(&k).then(|| (k - 1, n))
+}
+
+/// Flags that take a value (the value is not a name filter).
+const VALUE_FLAGS: &[&str] = &["--exact", "--family", "--shard", "--deadline", "--tests"];
 
 impl Args {
     fn parse() -> Self {
         let args: Vec<String> = std::env::args().skip(1).collect();
-        let exact = args
-            .iter()
-            .position(|a| a == "--exact")
-            .and_then(|i| args.get(i + 1).cloned());
-        let family = args
-            .iter()
-            .position(|a| a == "--family")
-            .and_then(|i| args.get(i + 1).cloned());
+        let exact = flag_value(&args, "--exact");
+        let family = flag_value(&args, "--family");
+        let shard = flag_value(&args, "--shard").map(|s| {
+            parse_shard(&s).unwrap_or_else(|| {
+                println!("FAIL: --shard {s}: expected K/N with 1 <= K <= N");
+                std::process::exit(2)
+            })
+        });
+        let deadline = flag_value(&args, "--deadline").map(|s| {
+            s.parse::<f64>()
+                .ok()
+                .filter(|d| d.is_finite() && *d >= 0.0)
+                .unwrap_or_else(|| {
+                    println!("FAIL: --deadline {s}: expected seconds");
+                    std::process::exit(2)
+                })
+        });
         let filter = args
             .iter()
             .enumerate()
             .find(|(i, a)| {
-                !a.starts_with("--")
-                    && (*i == 0 || (args[i - 1] != "--exact" && args[i - 1] != "--family"))
+                !a.starts_with("--") && (*i == 0 || !VALUE_FLAGS.contains(&args[i - 1].as_str()))
             })
             .map(|(_, a)| a.clone());
         let sanitize = args.iter().any(|a| a == "--sanitize") || sanitizer_detected();
@@ -701,14 +742,37 @@ impl Args {
             sanitize,
             list: args.iter().any(|a| a == "--list"),
             family,
-            isolate: args.iter().any(|a| a == "--isolate"),
+            isolate: args
+                .iter()
+                .any(|a| a == "--isolate" || a == "--isolate-family"),
+            isolate_family: args.iter().any(|a| a == "--isolate-family"),
+            tests: flag_value(&args, "--tests").map(|s| s.split(',').map(str::to_string).collect()),
             exact,
             filter,
+            shard,
+            deadline,
         }
     }
 
+    /// The tests these arguments select, in running order: by family and name, then this
+    /// shard's share of them.
+    fn selected(&self) -> Vec<(&'static str, Test)> {
+        all_tests()
+            .into_iter()
+            .filter(|(f, (n, _))| self.selects(f, n))
+            .enumerate()
+            .filter(|(i, _)| self.shard.is_none_or(|(k, n)| i % n == k))
+            .map(|(_, t)| t)
+            .collect()
+    }
+
     fn selects(&self, family: &str, name: &str) -> bool {
-        if self.family.as_deref().is_some_and(|f| f != family) {
+        if self.family.as_deref().is_some_and(|f| f != family)
+            || self
+                .tests
+                .as_ref()
+                .is_some_and(|t| !t.iter().any(|x| x == name))
+        {
             return false;
         }
         match (&self.exact, &self.filter) {
@@ -724,21 +788,43 @@ fn sanitizer_detected() -> bool {
     std::env::var("DETKIT_SANITIZE").as_deref() == Ok("1")
 }
 
-/// `--isolate`: runs each selected test as `THIS [--quick] --exact NAME`, one after the
-/// other, and sums up. Under compute-sanitizer (which follows child processes by default)
-/// each test group gets a fresh process, so state the tool accumulates over a long run
-/// cannot end the run; a child killed by a signal is reported as that test's failure.
+/// `--isolate`: runs each selected test as `THIS [--quick] [--sanitize] --exact NAME`, one
+/// after the other, and sums up; `--isolate-family`: each family's selected tests in one
+/// process (`--tests A,B,..`), which saves a context's start per test (about 0.4 s alone on
+/// the GPU, 1.5 s beside a dozen other jobs). Under compute-sanitizer (which follows child
+/// processes by default) each group gets a fresh process, so state the tool accumulates over
+/// a long run cannot end the run. The children's lines pass through; a test whose process
+/// ended (a signal, an exit) before it printed a result is reported as failed, naming why.
 fn run_isolated(a: &Args) -> ! {
+    use std::io::BufRead as _;
     let exe = std::env::current_exe().unwrap_or_else(|err| {
         println!("FAIL: current_exe: {err}");
         std::process::exit(1)
     });
-    let (mut ran, mut failed) = (0, 0);
-    for (_, (name, _)) in all_tests()
-        .into_iter()
-        .filter(|(f, (n, _))| a.selects(f, n))
-    {
-        ran += 1;
+    let start = Instant::now();
+    // Units of one process: one test each, or each family's run of selected tests.
+    let mut units: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (family, (name, _)) in a.selected() {
+        match units.last_mut() {
+            Some((f, names)) if a.isolate_family && *f == family => names.push(name),
+            _ => units.push((family, vec![name])),
+        }
+    }
+    let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
+    let mut times: Vec<(String, f64)> = Vec::new();
+    for (u, (family, names)) in units.iter().enumerate() {
+        if past_deadline(a, start) {
+            let rest: Vec<&str> = units[u..].iter().flat_map(|(_, n)| n).copied().collect();
+            skipped += rest.len();
+            skip_rest(rest.into_iter());
+            break;
+        }
+        let label = if a.isolate_family {
+            format!("family {family} ({} tests)", names.len())
+        } else {
+            names[0].to_string()
+        };
+        let t = Instant::now();
         let mut cmd = std::process::Command::new(&exe);
         if a.quick {
             cmd.arg("--quick");
@@ -746,28 +832,128 @@ fn run_isolated(a: &Args) -> ! {
         if a.sanitize {
             cmd.arg("--sanitize");
         }
-        let status = cmd.args(["--exact", name]).status();
-        match status {
-            Ok(s) if s.success() => {}
-            Ok(s) => {
-                failed += 1;
-                use std::os::unix::process::ExitStatusExt;
-                match s.signal() {
-                    Some(sig) => println!("FAIL {name}: its process was killed by signal {sig}"),
-                    None => println!("FAIL {name}: its process exited with {s}"),
+        if a.isolate_family {
+            cmd.args(["--tests", &names.join(",")]);
+        } else {
+            cmd.args(["--exact", names[0]]);
+        }
+        if let Some(d) = a.deadline {
+            let left = (d - start.elapsed().as_secs_f64()).max(0.0);
+            cmd.args(["--deadline", &format!("{left:.1}")]);
+        }
+        cmd.stdout(std::process::Stdio::piped());
+        // Each test's result as its process printed it.
+        let mut seen: Vec<(&str, &'static str)> = Vec::new();
+        let status = cmd.spawn().and_then(|mut child| {
+            if let Some(out) = child.stdout.take() {
+                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                    println!("{line}");
+                    let mut w = line.split_whitespace();
+                    let kind = match w.next() {
+                        Some("PASS") => "PASS",
+                        Some("FAIL") => "FAIL",
+                        Some("SKIP") => "SKIP",
+                        _ => continue,
+                    };
+                    let n = w.next().unwrap_or("").trim_end_matches(':');
+                    if let Some(name) = names.iter().find(|x| **x == n) {
+                        seen.push((name, kind));
+                    }
                 }
             }
-            Err(err) => {
-                failed += 1;
-                println!("FAIL {name}: cannot start its process: {err}");
+            child.wait()
+        });
+        let secs = t.elapsed().as_secs_f64();
+        println!("TIME {label} {secs:.1} s (its process)");
+        times.push((label.clone(), secs));
+        let why = match &status {
+            Ok(s) if s.success() => None,
+            Ok(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                Some(match s.signal() {
+                    Some(sig) => format!("its process was killed by signal {sig}"),
+                    None => format!("its process exited with {s}"),
+                })
+            }
+            Err(err) => Some(format!("cannot start its process: {err}")),
+        };
+        let result = |n: &str| {
+            // A failure, once printed, stands.
+            let mut r = None;
+            for &(name, kind) in &seen {
+                if name == n && r != Some("FAIL") {
+                    r = Some(kind);
+                }
+            }
+            r
+        };
+        // A process that failed after its tests passed (a sanitizer's error exit code): its
+        // tests fail, since which of them caused it is not known.
+        let failed_after = why.is_some() && names.iter().all(|n| result(n) == Some("PASS"));
+        for &name in names {
+            match result(name) {
+                Some("PASS") if failed_after => {
+                    failed += 1;
+                    let why = why.as_deref().unwrap_or_default();
+                    println!("FAIL {name}: {why} after its tests passed");
+                }
+                Some("PASS") => passed += 1,
+                Some("SKIP") => skipped += 1,
+                Some(_) => failed += 1,
+                None => {
+                    failed += 1;
+                    let why = why.as_deref().unwrap_or("its process printed no result");
+                    println!("FAIL {name}: {why}");
+                }
             }
         }
     }
     println!(
-        "gpu tests (isolated): {} passed, {failed} failed",
-        ran - failed
+        "gpu tests (isolated): {passed} passed, {failed} failed{}",
+        if skipped > 0 {
+            format!(", {skipped} not run (deadline)")
+        } else {
+            String::new()
+        }
     );
-    std::process::exit(if failed > 0 { 1 } else { 0 })
+    print_slowest(&mut times);
+    std::process::exit(if failed > 0 {
+        1
+    } else if skipped > 0 {
+        2
+    } else {
+        0
+    })
+}
+
+/// Whether `--deadline` has passed since `start`.
+fn past_deadline(a: &Args, start: Instant) -> bool {
+    a.deadline
+        .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+}
+
+/// One `SKIP` line per test the deadline left out.
+fn skip_rest<'a>(names: impl Iterator<Item = &'a str>) {
+    for name in names {
+        println!("SKIP {name} (deadline)");
+    }
+}
+
+/// The slowest tests of a run, by wall time (the place to look when a list does not fit).
+fn print_slowest(times: &mut [(String, f64)]) {
+    times.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let top: Vec<String> = times
+        .iter()
+        .take(8)
+        .map(|(n, s)| format!("{n} {s:.1} s"))
+        .collect();
+    if !top.is_empty() {
+        println!(
+            "slowest: {} (of {:.1} s in all)",
+            top.join(", "),
+            times.iter().map(|t| t.1).sum::<f64>()
+        );
+    }
 }
 
 fn main() {
@@ -777,10 +963,8 @@ fn main() {
     let args = Args::parse();
     let quick = args.quick;
     if args.list {
-        for (family, (name, _)) in all_tests() {
-            if args.selects(family, name) {
-                println!("{family} {name}");
-            }
+        for (family, (name, _)) in args.selected() {
+            println!("{family} {name}");
         }
         return;
     }
@@ -826,9 +1010,19 @@ fn main() {
     );
     let mut failed = 0;
     let mut ran = 0;
-    for (family, (name, f)) in all_tests() {
-        if !args.selects(family, name) {
-            continue;
+    let start = Instant::now();
+    let tests = args.selected();
+    let mut times = Vec::new();
+    for (i, (_, (name, f))) in tests.iter().enumerate() {
+        if past_deadline(&args, start) {
+            skip_rest(tests[i..].iter().map(|(_, (n, _))| *n));
+            println!(
+                "gpu tests: {} passed, {failed} failed, {} not run (deadline)",
+                ran - failed,
+                tests.len() - i
+            );
+            print_slowest(&mut times);
+            std::process::exit(2);
         }
         ran += 1;
         // A line before each test, so that a run that ends without a message names the test
@@ -836,7 +1030,9 @@ fn main() {
         println!("RUN  {name}");
         let t = Instant::now();
         let launches = c.gpu().launches();
-        match f(&c) {
+        let r = f(&c);
+        times.push((name.to_string(), t.elapsed().as_secs_f64()));
+        match r {
             Ok(()) => println!(
                 "PASS {name} ({:.1} s, {} launches{})",
                 t.elapsed().as_secs_f64(),
@@ -850,6 +1046,7 @@ fn main() {
         }
     }
     println!("gpu tests: {} passed, {failed} failed", ran - failed);
+    print_slowest(&mut times);
     if failed > 0 {
         std::process::exit(1);
     }

@@ -332,6 +332,17 @@ fn test_sort(c: &Ctx) -> R {
 fn test_sort_runs(c: &Ctx) -> R {
     // Realistic: one readout slice, 256 per-BDM time-ordered streams, converted.
     let s = gen::bench_scanner(c.seed);
+    // A backend with another tuning (narrow tile, merge rounds only), made once: a context
+    // of its own costs seconds under the sanitizers (its module is instrumented again).
+    let tuned = detkit::Backend::cuda(0)
+        .and_then(|b| {
+            b.with_pet_tuning(&PetTuning {
+                tile: MergeTile::Narrow,
+                radix_bits: 0,
+                ..Default::default()
+            })
+        })
+        .map_err(e)?;
     for n in [
         1000usize,
         c.big(100_000, 20_000),
@@ -359,16 +370,7 @@ fn test_sort_runs(c: &Ctx) -> R {
         let want = oracle::sort(&v).map_err(e)?;
         let got = c.backend.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
         exact(&format!("sort_runs bdm streams n={n}"), &got, &want)?;
-        // A backend with another tuning (narrow tile, merge rounds only): the same result.
-        let tuned = detkit::Backend::cuda(0)
-            .and_then(|b| {
-                b.with_pet_tuning(&PetTuning {
-                    tile: MergeTile::Narrow,
-                    radix_bits: 0,
-                    ..Default::default()
-                })
-            })
-            .map_err(e)?;
+        // The tuned backend: the same result.
         let got = tuned.pet_sort_runs(&v, &acq.bdm_runs).map_err(e)?;
         exact(&format!("sort_runs bdm streams n={n}, tuned"), &got, &want)?;
         let got = c.backend.pet_sort(&v).map_err(e)?;
@@ -482,6 +484,11 @@ fn test_coincide(c: &Ctx) -> R {
             continue;
         }
         for (ri, rate) in [1e6, 5e7].into_iter().enumerate() {
+            // 2^24 once, at the dense rate (the most multiples for KillAll); both rates run
+            // at every smaller size, 2^20 + 7 included.
+            if n >= 1 << 24 && rate < 5e7 {
+                continue;
+            }
             let v = sorted_singles(c, n, rate);
             for (ci, cfg) in configs().into_iter().enumerate() {
                 if n >= 1 << 24 && cfg.policy != Policy::KillAll || !c.keep(si + ri + ci, 3) {
@@ -771,7 +778,9 @@ fn test_stream(c: &Ctx) -> R {
             let (v, want_st) = oracle::convert(&acq.frames, &s.params, &s.position, &s.energy);
             let want = oracle::coincide(&oracle::sort(&v).map_err(e)?, &cfg).map_err(e)?;
             for (hi, &chunk) in chunks.iter().enumerate() {
-                if !c.keep(ci + hi, 2) {
+                // The sanitizer mode: one-frame chunks (a dozen launches per frame) with the
+                // first configuration only; the others still run chunks of 7 and 64 frames.
+                if !c.keep(ci + hi, 2) || c.sanitize && chunk == 1 && ci > 0 {
                     continue;
                 }
                 let mut got: Vec<Coincidence> = Vec::new();
@@ -919,7 +928,10 @@ fn test_order_check(c: &Ctx) -> R {
                 .into_iter()
                 .enumerate()
             {
-                if !c.keep(vi + ci, 4) {
+                // The sanitizer mode: chunks of 1000 frames (40 chunks, each a dozen launches)
+                // for the ordered frames only; every disorder still runs through chunks of
+                // 8192, 8193, 2^15 or one chunk.
+                if !c.keep(vi + ci, 4) || c.sanitize && ci == 0 && vi > 0 {
                     continue;
                 }
                 let sc = StreamConfig {
@@ -1088,8 +1100,10 @@ fn check_multiway(c: &Ctx, what: &str, v: &[Single], starts: &[u32]) -> R {
 fn test_merge_multiway(c: &Ctx) -> R {
     let tile = kp::MW_TILE as usize;
     let wide = kp::MW_WIDE_TILE as usize;
+    // The sanitizer mode: 20,000 (three wide segments, five narrow ones; racecheck's cost
+    // follows the singles merged, see docs/benchmarks.md, "shape").
     let big = if c.quick {
-        c.big(100_000, 40_000)
+        c.big(100_000, 20_000)
     } else {
         (1 << 20) + 7
     };
@@ -1103,7 +1117,14 @@ fn test_merge_multiway(c: &Ctx) -> R {
         (256, 50_000),
         (256, big),
         (257, 20_000),
-        (4096, if c.quick { 20_000 } else { 300_000 }),
+        (
+            4096,
+            if c.quick {
+                c.big(20_000, 10_000)
+            } else {
+                300_000
+            },
+        ),
     ] {
         let cuts = c.rand(40 + nruns as u64, nruns - 1, n as u32 + 1);
         let mut bounds: Vec<u32> = cuts;
@@ -1117,8 +1138,10 @@ fn test_merge_multiway(c: &Ctx) -> R {
         });
         check_multiway(c, "random runs", &v, &s)?;
     }
-    // Sizes around the tiles, 256 and 3 runs, 50 distinct times.
-    for n in [
+    // Sizes around the tiles, 256 and 3 runs, 50 distinct times. The sanitizer mode: each
+    // size with one of the two run counts, in turn (each count at six sizes, both tiles'
+    // edges with each).
+    for (si, n) in [
         0usize,
         1,
         31,
@@ -1131,8 +1154,14 @@ fn test_merge_multiway(c: &Ctx) -> R {
         wide,
         wide + 1,
         big,
-    ] {
-        for nruns in [3usize, 256] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (ri, nruns) in [3usize, 256].into_iter().enumerate() {
+            if !c.keep(si + ri, 2) {
+                continue;
+            }
             let lens: Vec<usize> = (0..nruns)
                 .map(|r| n / nruns + usize::from(r < n % nruns))
                 .collect();
@@ -1148,7 +1177,7 @@ fn test_merge_multiway(c: &Ctx) -> R {
     let (v, s) = runs_input(&[0, 0, 1, 0, 1, 1, 0], |run, _| -(run as f64));
     check_multiway(c, "tiny runs", &v, &s)?;
     // Adversarial segment shapes.
-    let m = if c.quick { 2000 } else { 20_000 };
+    let m = if c.quick { c.big(2000, 1000) } else { 20_000 };
     // All times equal.
     let (v, s) = runs_input(&vec![m / 10; 256], |_, _| 3.5);
     check_multiway(c, "all equal", &v, &s)?;
@@ -1345,8 +1374,13 @@ fn test_merge_bucket(c: &Ctx) -> R {
         ensure(got == (1, 0), || {
             format!("all equal wide={wide}: (radix, bucket) segments {got:?}")
         })?;
-        // The bench's kind of data: integral times in ps, 20 M singles/s over 256 runs.
-        let n = if c.quick { 60_000 } else { 1 << 20 };
+        // The bench's kind of data: integral times in ps, 20 M singles/s over 256 runs (the
+        // sanitizer mode: 30,000, still several segments of each tile on level 0).
+        let n = if c.quick {
+            c.big(60_000, 30_000)
+        } else {
+            1 << 20
+        };
         let r = c.rand(71, n, u32::MAX);
         let lens = vec![n / 256; 256];
         let (v, s) = runs_input(&lens, |run, i| {
@@ -1418,8 +1452,13 @@ fn test_merge_radix(c: &Ctx) -> R {
         let (v, s) = runs_input(&[2000, 2100], |run, i| (1000 * i + run) as f64);
         let got = multiway_radix_count(c, "two runs", &v, &s, wide, kp::MW_RADIX_BITS)?;
         ensure(got == 0, || format!("two runs: {got} radix segments"))?;
-        // Integral times in ps (one binade: 13 common low bits), several levels.
-        let n = if c.quick { 60_000 } else { 1 << 20 };
+        // Integral times in ps (one binade: 13 common low bits), several levels (the sanitizer
+        // mode: 30,000, several segments of each tile).
+        let n = if c.quick {
+            c.big(60_000, 30_000)
+        } else {
+            1 << 20
+        };
         let r = c.rand(63, n, 100_000);
         let lens = vec![n / 256; 256];
         let (v, s) = runs_input(&lens, |run, i| {
@@ -1438,7 +1477,13 @@ fn test_merge_radix(c: &Ctx) -> R {
 fn test_sort_auto(c: &Ctx) -> R {
     use detkit::pet::PetSortPath;
     let g = c.gpu();
-    let n = if c.quick { 50_000 } else { 1 << 20 };
+    // The sanitizer mode: 20,000 (the 256-run case still has 254 runs of 79, random times
+    // thousands of runs: the radix path).
+    let n = if c.quick {
+        c.big(50_000, 20_000)
+    } else {
+        1 << 20
+    };
     let r = c.rand(50, n, 1000);
     let cases: Vec<(&str, Vec<Single>, Option<PetSortPath>)> = vec![
         ("empty", Vec::new(), Some(PetSortPath::Sorted)),

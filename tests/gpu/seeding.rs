@@ -6,7 +6,7 @@
 
 use detkit::rng::Draw as _;
 use detkit::seeding::{
-    gen, SeedingConfig, SeedingSettings, SeedingWorkspace, SpacePoint, StageTimes,
+    gen, SeedTuning, SeedingConfig, SeedingSettings, SeedingWorkspace, SpacePoint, StageTimes,
 };
 use detkit::Error;
 use detkit_tests::{ensure, exact};
@@ -25,6 +25,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("seeding_variance_scales", test_variance_scales),
     ("seeding_triplet_lanes", test_triplet_lanes),
     ("seeding_binning_paths", test_binning_paths),
+    ("seeding_tuning", test_tuning),
 ];
 
 fn default_cfg() -> SeedingConfig {
@@ -468,7 +469,7 @@ fn test_capacity_retry(c: &Ctx) -> R {
         Vec::new(),
         gen::generate(c.seed ^ 52, 20.0, true).spacepoints,
     ];
-    let mut ws = SeedingWorkspace::with_capacity_factors([0.01, 0.01, 0.01]);
+    let mut ws = tuned_factors([0.01, 0.01, 0.01])?;
     ws.set_poison(true);
     compare_batch(c, "tiny capacities", &mut ws, &cfg, &events)?;
     let r = ws.retries();
@@ -483,11 +484,112 @@ fn test_capacity_retry(c: &Ctx) -> R {
         )
     })?;
     // Only the triplets too small.
-    let mut ws = SeedingWorkspace::with_capacity_factors([64.0, 64.0, 0.01]);
+    let mut ws = tuned_factors([64.0, 64.0, 0.01])?;
     compare_batch(c, "tiny triplet capacity", &mut ws, &cfg, &events)?;
     ensure(ws.retries() == 1, || {
         format!("triplet overflow: {} retries", ws.retries())
     })
+}
+
+/// A workspace whose capacities start at `factors` entries per spacepoint.
+fn tuned_factors(factors: [f64; 3]) -> Result<SeedingWorkspace, String> {
+    SeedingWorkspace::tuned(&SeedTuning {
+        capacity_factors: factors,
+        ..Default::default()
+    })
+    .map_err(e)
+}
+
+/// Other launch shapes (`SeedTuning`) give the oracle's results: the smallest and the
+/// largest block of every kernel (doublets up to their launch bound), a triplet grid of one
+/// block per multiprocessor (every thread strides over many doublets), and a counting kernel of
+/// 32 threads whose own scan covers 512 grid counts, so that a batch takes the device scan
+/// instead; through the device-resident chain and, with chunks of one event, groups of one
+/// spacepoint, pipelines of two parts from 1 spacepoint on and no speculative copy, through
+/// the backend's door. Out-of-range values are typed errors.
+fn test_tuning(c: &Ctx) -> R {
+    let cfg = default_cfg();
+    let mu = if c.quick { 10.0 } else { 50.0 };
+    let events: Vec<Vec<SpacePoint>> = vec![
+        gen::generate(c.seed ^ 0x7a1, mu, true).spacepoints,
+        Vec::new(),
+        vec![sp(70.0, 0.0, 0.0)],
+        gen::generate(c.seed ^ 0x7a2, mu / 2.0, true).spacepoints,
+    ];
+    let small = SeedTuning {
+        threads: 32,
+        doublet_threads: 32,
+        select_threads: 32,
+        bin_count_threads: 32,
+        triplet_blocks_per_sm: 1,
+        ..Default::default()
+    };
+    let large = SeedTuning {
+        threads: 1024,
+        doublet_threads: detkit_gpu::seeding::SEEDING_THREADS,
+        select_threads: 1024,
+        bin_count_threads: 1024,
+        ..Default::default()
+    };
+    for (label, t) in [("smallest blocks", small), ("largest blocks", large)] {
+        let mut ws = SeedingWorkspace::tuned(&t).map_err(e)?;
+        ws.set_poison(true);
+        compare_batch(c, label, &mut ws, &cfg, &events)?;
+    }
+    let door = SeedTuning {
+        chunk_spacepoints: 1,
+        gather_spacepoints: 1,
+        prefetch_margin: 0.0,
+        split_spacepoints: 1,
+        pipeline_spacepoints: 1,
+        pipeline_parts: &[1, 1],
+        ..small
+    };
+    let refs: Vec<&[SpacePoint]> = events.iter().map(|v| v.as_slice()).collect();
+    // The sanitizer mode: pinned copies only (each backend is a context of its own, whose
+    // module the sanitizer instruments again).
+    let copies: &[detkit::HostCopies] = if c.sanitize {
+        &[detkit::HostCopies::Pinned]
+    } else {
+        &[detkit::HostCopies::Pinned, detkit::HostCopies::Pageable]
+    };
+    for &copies in copies {
+        let b = detkit::Backend::cuda(0)
+            .map_err(e)?
+            .with_host_copies(copies)
+            .with_seed_tuning(&door)
+            .map_err(e)?;
+        let got = b.seed_events(&refs, &cfg).map_err(e)?;
+        ensure(got.len() == events.len(), || {
+            "seed_events: wrong length".into()
+        })?;
+        for (i, ev) in events.iter().enumerate() {
+            let (seeds, params, st) = oracle(&cfg, ev);
+            let what = format!("tuned door {copies:?} event {i}");
+            ensure(got[i].stats == st, || format!("{what}: stats"))?;
+            exact(&format!("{what} seeds"), &got[i].seeds, &seeds)?;
+            exact(&format!("{what} params"), &got[i].params, &params)?;
+        }
+    }
+    for bad in [
+        SeedTuning {
+            doublet_threads: 2 * detkit_gpu::seeding::SEEDING_THREADS,
+            ..Default::default()
+        },
+        SeedTuning {
+            select_threads: 48,
+            ..Default::default()
+        },
+    ] {
+        ensure(
+            matches!(
+                SeedingWorkspace::tuned(&bad),
+                Err(Error::InvalidInput { .. })
+            ),
+            || format!("{bad:?} accepted"),
+        )?;
+    }
+    Ok(())
 }
 
 /// The triplet kernel visits only the tops in its cot θ window (and, for a middle with

@@ -208,8 +208,9 @@ fn pairs_case<K: TestKey>(c: &Ctx) -> R {
     let kb = std::mem::size_of::<K>();
     for (si, n) in sizes(kb, 4, c.quick).into_iter().enumerate() {
         for (ri, (begin, end)) in ranges::<K>().into_iter().enumerate() {
-            if n >= 1 << 26 && (begin, end) != (0, K::BITS) && (begin, end) != (0, 48)
-                || c.sanitize && n >= 1 << 16 && ri != 0
+            // 2^26 once, with the full bit range (every range, 48 bits included, runs at
+            // 2^20 + 7 with every input kind): one huge sort per key type, not two.
+            if n >= 1 << 26 && (begin, end) != (0, K::BITS) || c.sanitize && n >= 1 << 16 && ri != 0
             {
                 continue;
             }

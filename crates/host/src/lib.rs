@@ -102,6 +102,8 @@ pub struct Backend {
     threads: Option<std::sync::Arc<rayon::ThreadPool>>,
     /// The PET merge's launch plan ([`Backend::with_pet_tuning`]).
     pub(crate) pet_plan: pet::MergePlan,
+    /// The seeding launch plan ([`Backend::with_seed_tuning`]).
+    pub(crate) seed_plan: seeding::SeedPlan,
 }
 
 impl std::fmt::Debug for Backend {
@@ -122,6 +124,7 @@ impl Backend {
             ws: Default::default(),
             threads: None,
             pet_plan: Default::default(),
+            seed_plan: Default::default(),
         }
     }
 

@@ -8,7 +8,7 @@ use detkit_gpu::clustering::{INVALID_MODULE, NO_MODULE_START};
 use proptest::prelude::*;
 
 fn small() -> Geometry {
-    Geometry::custom(4, 12, 10, 64, ChargeCut::uniform(0)).unwrap()
+    Geometry::custom(4, 12, 10, ChargeCut::uniform(0)).unwrap()
 }
 
 /// Brute force: kept digis (valid, pixel not repeated in its run), their transitive
@@ -220,9 +220,9 @@ fn validation_names_the_first_offending_digi() {
 
 #[test]
 fn geometry_limits() {
-    assert!(Geometry::custom(0, 10, 10, 64, ChargeCut::uniform(0)).is_err());
-    assert!(Geometry::custom(10, 40_000, 10, 64, ChargeCut::uniform(0)).is_err());
-    assert!(Geometry::custom(10, 10, 10, 63, ChargeCut::uniform(0)).is_err());
+    assert!(Geometry::custom(0, 10, 10, ChargeCut::uniform(0)).is_err());
+    assert!(Geometry::custom(10, 40_000, 10, ChargeCut::uniform(0)).is_err());
+    assert!(Geometry::custom(10, 10, 0, ChargeCut::uniform(0)).is_err());
     assert!(Geometry::by_name("phase3").is_err());
     assert_eq!(Geometry::by_name("phase2").unwrap().modules, 3892);
 }

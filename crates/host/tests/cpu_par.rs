@@ -299,7 +299,7 @@ fn clustering_generated_events_and_batches() {
 #[test]
 fn clustering_adversarial_modules() {
     let g = Geometry::phase1();
-    let small = Geometry::custom(4, 40, 24, 64, ChargeCut::uniform(4000)).unwrap();
+    let small = Geometry::custom(4, 40, 24, ChargeCut::uniform(4000)).unwrap();
     for (geo, m) in [(&g, 95u16), (&g, 1200), (&small, 3)] {
         for kind in [
             Adversarial::One,

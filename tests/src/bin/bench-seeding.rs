@@ -18,13 +18,18 @@
 //! (`Backend::seed_events` vs `Backend::seed` per event: upload, chain, download).
 //!
 //! Usage: `bench-seeding [--mu 50,100,200,300] [--reps 30] [--events 32]
-//! [--batches 1,4,16,32,64,128] [--csv FILE]`
+//! [--batches 1,4,16,32,64,128] [--csv FILE] [--tune KEY=V,..]`. `--tune` sets fields of the
+//! chain's `SeedTuning` (`threads`, `doublet_threads`, `select_threads`,
+//! `bin_count_threads`, `triplet_blocks_per_sm`) for the workspace and the backend; results
+//! are checked the same way.
 
 use std::io::Write;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use detkit::seeding::{as_words, gen, SeedingSettings, SeedingWorkspace, SpacePoint, StageTimes};
+use detkit::seeding::{
+    as_words, gen, SeedTuning, SeedingSettings, SeedingWorkspace, SpacePoint, StageTimes,
+};
 use detkit::{driver_present, Backend};
 use detkit_tests::median;
 
@@ -34,6 +39,7 @@ fn main() -> Result<()> {
     let mut n_events = 32usize;
     let mut batches = vec![1usize, 4, 16, 32, 64, 128];
     let mut csv = None;
+    let mut tuning = SeedTuning::default();
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -44,6 +50,7 @@ fn main() -> Result<()> {
                 batches = detkit_tests::parse_list(&args.next().context("--batches needs a list")?)?
             }
             "--csv" => csv = Some(args.next().context("--csv needs a file")?),
+            "--tune" => tuning = parse_tuning(&args.next().context("--tune needs KEY=V,..")?)?,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -51,12 +58,17 @@ fn main() -> Result<()> {
         println!("skipped: no CUDA driver");
         return Ok(());
     }
-    let backend = Backend::cuda(0).context("bench-seeding needs a CUDA device")?;
+    let backend = Backend::cuda(0)
+        .context("bench-seeding needs a CUDA device")?
+        .with_seed_tuning(&tuning)?;
     let g = backend.gpu().expect("cuda");
     println!("# device: {}; kernels: {}", g.device_name(), g.image());
     let cfg = SeedingSettings::default().to_config()?;
     let mut rows = Vec::new();
-    let mut ws = SeedingWorkspace::new();
+    if tuning != SeedTuning::default() {
+        println!("# tuning: {tuning:?}");
+    }
+    let mut ws = SeedingWorkspace::tuned(&tuning)?;
     for &mu in &mus {
         let ev = gen::generate(1000 + mu as u64, mu, true);
         let sps = &ev.spacepoints;
@@ -324,4 +336,23 @@ fn in_flight(
         n_events as f64 * 1e3 / all
     ));
     Ok(())
+}
+
+/// `KEY=V,..` over the default `SeedTuning` (the launch shapes; checked by `plan`).
+fn parse_tuning(text: &str) -> Result<SeedTuning> {
+    let mut t = SeedTuning::default();
+    for kv in text.split(',').filter(|s| !s.is_empty()) {
+        let (k, v) = kv.split_once('=').context("--tune wants KEY=V")?;
+        let v: u32 = v.parse().with_context(|| format!("--tune {k}: {v}"))?;
+        match k {
+            "threads" => t.threads = v,
+            "doublet_threads" => t.doublet_threads = v,
+            "select_threads" => t.select_threads = v,
+            "bin_count_threads" => t.bin_count_threads = v,
+            "triplet_blocks_per_sm" => t.triplet_blocks_per_sm = v,
+            other => bail!("--tune: unknown key {other}"),
+        }
+    }
+    t.plan()?;
+    Ok(t)
 }

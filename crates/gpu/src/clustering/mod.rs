@@ -101,6 +101,9 @@ pub const KERNEL_CHARGE_CUT: &str = "clustering_cluster_charge_cut";
 pub const COUNT_MODULES_THREADS: u32 = 256;
 /// Threads per block of the charge-cut kernel.
 pub const CUT_THREADS: u32 = 256;
+/// Default threads per block of the seed's `findClus` baseline (`KERNEL_FIND_CLUS_SEED`): the
+/// 256 that CMSSW launches it with for Phase-1 (any multiple of 32 up to 1024).
+pub const SEED_THREADS: u32 = 256;
 /// Default threads per block of the fallback kernel (256 before issue 13's third step: on
 /// dense events 1024 measured 2.5 times faster, the kernel waiting on scattered global
 /// memory with a quarter of the SM's threads resident; `docs/benchmarks.md`).

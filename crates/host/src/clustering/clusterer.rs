@@ -55,6 +55,8 @@ pub struct Clusterer {
     /// Whether each persistent grid is cut to the most blocks that can find work in a batch
     /// of this workspace's capacity ([`ClusterTuning::tight_grids`]).
     tight_grids: bool,
+    /// Threads per block of the seed's `findClus` baseline ([`ClusterTuning::seed_threads`]).
+    seed_threads: u32,
     max_digis: usize,
     max_events: usize,
     /// Output: cluster index per digi.
@@ -159,6 +161,46 @@ pub struct ClusterTuning {
     /// A cap on the grid of every persistent kernel (at least one block; the sanitizer runs
     /// use it).
     pub grid_limit: Option<u32>,
+    /// Threads per block of the seed's `findClus` baseline ([`Clusterer::find_clus_seed`]; a
+    /// multiple of 32 up to 1024; default [`detkit_gpu::clustering::SEED_THREADS`], CMSSW's
+    /// Phase-1 launch). A block size, so here and not in the [`Geometry`], which says what
+    /// the detector is.
+    pub seed_threads: Option<u32>,
+}
+
+impl ClusterTuning {
+    /// Checks what needs no device: every block size a multiple of 32 up to 1024, the table
+    /// scales up to [`detkit_gpu::clustering::MAX_TABLE_SCALE`], a middle pass's capacity at
+    /// least 1. [`Clusterer::tune`] checks this first (so a tuning out of these ranges
+    /// changes nothing), then what depends on the device and the capacities.
+    pub fn check(&self) -> Result<()> {
+        let block = crate::cuda::check_block_size;
+        if let Some(Some((cap, threads))) = self.mid_pass {
+            block(threads)?;
+            if cap == 0 {
+                return Err(invalid("middle pass capacity", "0 (at least 1)"));
+            }
+        }
+        for t in [self.small_threads, self.seed_threads]
+            .into_iter()
+            .flatten()
+        {
+            block(t)?;
+        }
+        if let Some((shared, fallback)) = self.larger_threads {
+            block(shared)?;
+            block(fallback)?;
+        }
+        if let Some((mid, last)) = self.table_scale {
+            if mid > k::MAX_TABLE_SCALE || last > k::MAX_TABLE_SCALE {
+                return Err(invalid(
+                    "table scale",
+                    format!("{mid}, {last} (0 to {})", k::MAX_TABLE_SCALE),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Most events in one launch (the slot records keep the event in 16 bits).
@@ -373,6 +415,7 @@ impl Clusterer {
             table_scale,
             larger_threads,
             tight_grids: true,
+            seed_threads: k::SEED_THREADS,
             max_digis,
             max_events: max_events.max(1),
             clus: gpu.zeros(n)?,
@@ -612,11 +655,13 @@ impl Clusterer {
 
     /// Applies a tuning: every field that is `Some` replaces the current setting (the
     /// others stay), in the order warp pass, middle pass, block-pass threads, table scales,
-    /// larger-module threads, tight grids, grid limit. Results never change; a setting the
-    /// device or the capacities cannot take is a typed error (the settings before it in
-    /// that order are applied). The captured graph is dropped (recaptured on the next
-    /// [`Clusterer::run_graph`]).
+    /// larger-module threads, tight grids, grid limit, seed threads. Results never change. A
+    /// tuning out of [`ClusterTuning::check`]'s ranges is a typed error that changes
+    /// nothing; a setting the device or the capacities cannot take is a typed error (the
+    /// settings before it in that order are applied). The captured graph is dropped
+    /// (recaptured on the next [`Clusterer::run_graph`]).
     pub fn tune(&mut self, t: &ClusterTuning) -> Result<()> {
+        t.check()?;
         if let Some(w) = t.warp_capacity {
             self.set_warp_capacity(w)?;
         }
@@ -637,6 +682,9 @@ impl Clusterer {
         }
         if let Some(b) = t.grid_limit {
             self.limit_grids(b);
+        }
+        if let Some(th) = t.seed_threads {
+            self.seed_threads = th;
         }
         Ok(())
     }
@@ -1095,11 +1143,12 @@ impl Clusterer {
                 _pad0: 0,
             };
             // SAFETY: launched after count_modules; shared memory `find_clus_seed_smem_bytes`
-            // (limit raised above); threads checked with the geometry.
+            // (limit raised above); threads checked with the tuning (a multiple of 32 up to
+            // 1024).
             let r = unsafe {
                 g.launch(
                     k::KERNEL_FIND_CLUS_SEED,
-                    cfg(blocks, geo.threads, smem),
+                    cfg(blocks, self.seed_threads, smem),
                     &params,
                 )
             };
@@ -1545,4 +1594,61 @@ fn resident_grid(gpu: &GpuContext, kernel: &'static str, threads: u32, smem: usi
         .ctx(format!("querying the occupancy of {kernel}"))?
         .max(1);
     Ok(per_sm * gpu.sm_count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuning_checks_block_sizes_and_scales_without_a_device() {
+        assert!(ClusterTuning::default().check().is_ok());
+        // The seed baseline's default is what `Geometry::phase1().threads` was.
+        assert_eq!(k::SEED_THREADS, 256);
+        let ok = ClusterTuning {
+            mid_pass: Some(Some((8, 64))),
+            small_threads: Some(1024),
+            table_scale: Some((k::MAX_TABLE_SCALE, 0)),
+            larger_threads: Some((32, 1024)),
+            seed_threads: Some(384),
+            ..Default::default()
+        };
+        assert!(ok.check().is_ok());
+        let bad = [
+            ClusterTuning {
+                seed_threads: Some(0),
+                ..Default::default()
+            },
+            ClusterTuning {
+                seed_threads: Some(1056),
+                ..Default::default()
+            },
+            ClusterTuning {
+                small_threads: Some(100),
+                ..Default::default()
+            },
+            ClusterTuning {
+                mid_pass: Some(Some((8, 48))),
+                ..Default::default()
+            },
+            ClusterTuning {
+                mid_pass: Some(Some((0, 64))),
+                ..Default::default()
+            },
+            ClusterTuning {
+                larger_threads: Some((256, 2048)),
+                ..Default::default()
+            },
+            ClusterTuning {
+                table_scale: Some((0, k::MAX_TABLE_SCALE + 1)),
+                ..Default::default()
+            },
+        ];
+        for t in bad {
+            assert!(
+                matches!(t.check(), Err(Error::InvalidInput { .. })),
+                "{t:?} accepted"
+            );
+        }
+    }
 }

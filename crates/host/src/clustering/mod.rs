@@ -45,7 +45,8 @@ use detkit_gpu::clustering::{INVALID_MODULE, MAX_MODULE_SIDE};
 use crate::error::{invalid, Error, Result};
 use crate::Backend;
 
-/// A pixel detector geometry: module count and size, launch size, charge-cut defaults.
+/// A pixel detector geometry: module count and size, charge-cut defaults. What the detector
+/// is, not how it is launched: block sizes are a [`ClusterTuning`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Geometry {
     /// Name for messages (`phase1`, `phase2`, `custom`).
@@ -56,8 +57,6 @@ pub struct Geometry {
     pub rows: u32,
     /// Columns per module (`y` range).
     pub cols: u32,
-    /// Threads per block of `find_clus`.
-    pub threads: u32,
     /// Modules of the first barrel layer (`layerStart[1]`), which have their own threshold.
     pub layer1_modules: u32,
     /// The CMS default charge cut of this geometry.
@@ -65,7 +64,7 @@ pub struct Geometry {
 }
 
 impl Geometry {
-    /// CMS Phase-1: 1856 modules of 160 × 416 pixels, 256 threads; BPix layer 1 is modules
+    /// CMS Phase-1: 1856 modules of 160 × 416 pixels; BPix layer 1 is modules
     /// 0..96; thresholds 2000 e⁻ (layer 1) and 4000 e⁻ (CMSSW
     /// `SiPixelClusterThresholds` Phase-1 defaults).
     pub fn phase1() -> Self {
@@ -74,7 +73,6 @@ impl Geometry {
             modules: 1856,
             rows: 160,
             cols: 416,
-            threads: 256,
             layer1_modules: 96,
             default_cut: ChargeCut {
                 layer1: 2000,
@@ -83,7 +81,7 @@ impl Geometry {
         }
     }
 
-    /// CMS Phase-2 inner tracker: 3892 modules (CMSSW 13, geometry D88), 384 threads.
+    /// CMS Phase-2 inner tracker: 3892 modules (CMSSW 13, geometry D88).
     /// Modules are taken as quad modules of 2 × 2 CROC chips of 336 rows × 432 columns:
     /// 672 × 864 pixels (CMSSW stores no Phase-2 module size; its 1000 column bins fit 864).
     /// Layer 1 is modules 0..108; both thresholds 4000 e⁻ (CMSSW Phase-2 defaults).
@@ -93,7 +91,6 @@ impl Geometry {
             modules: 3892,
             rows: 672,
             cols: 864,
-            threads: 384,
             layer1_modules: 108,
             default_cut: ChargeCut {
                 layer1: 4000,
@@ -103,19 +100,12 @@ impl Geometry {
     }
 
     /// A custom geometry (checked by [`Geometry::check`]).
-    pub fn custom(
-        modules: u32,
-        rows: u32,
-        cols: u32,
-        threads: u32,
-        cut: ChargeCut,
-    ) -> Result<Self> {
+    pub fn custom(modules: u32, rows: u32, cols: u32, cut: ChargeCut) -> Result<Self> {
         let g = Self {
             name: "custom".into(),
             modules,
             rows,
             cols,
-            threads,
             layer1_modules: 0,
             default_cut: cut,
         };
@@ -135,8 +125,7 @@ impl Geometry {
         }
     }
 
-    /// Checks the limits: 1 to 65534 modules, sides 1 to 32768, threads a multiple of 32 up
-    /// to 1024.
+    /// Checks the limits: 1 to 65534 modules, sides 1 to 32768.
     pub fn check(&self) -> Result<()> {
         if self.modules == 0 || self.modules > INVALID_MODULE as u32 {
             return Err(invalid(
@@ -155,7 +144,7 @@ impl Geometry {
                 ),
             ));
         }
-        crate::cuda::check_block_size(self.threads)
+        Ok(())
     }
 }
 
@@ -1048,7 +1037,7 @@ mod tests {
     /// digis inside runs, empty events; then one fault of each kind at random places.
     #[test]
     fn parallel_validation_reports_what_a_sequential_pass_reports() {
-        let g = Geometry::custom(40, 64, 64, 256, ChargeCut::uniform(0)).unwrap();
+        let g = Geometry::custom(40, 64, 64, ChargeCut::uniform(0)).unwrap();
         let mut r = crate::rng::rng(7);
         let mut errors = 0;
         for case in 0..60 {
@@ -1201,7 +1190,7 @@ mod tests {
     /// pass's error, staged or not; a clean batch passes.
     #[test]
     fn many_runs_report_what_a_sequential_pass_reports() {
-        let g = Geometry::custom(1856, 64, 64, 256, ChargeCut::uniform(0)).unwrap();
+        let g = Geometry::custom(1856, 64, 64, ChargeCut::uniform(0)).unwrap();
         let mut d = Digis::default();
         let mut offsets = vec![0u32];
         for e in 0..12usize {

@@ -144,7 +144,7 @@ mod tests {
     use rand::Rng as _;
 
     fn geometry() -> Geometry {
-        Geometry::custom(40, 64, 80, 256, ChargeCut::uniform(0)).unwrap()
+        Geometry::custom(40, 64, 80, ChargeCut::uniform(0)).unwrap()
     }
 
     /// The scalar reference of [`range_bad`].

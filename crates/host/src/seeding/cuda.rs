@@ -50,8 +50,6 @@ pub struct StageTimes {
 
 /// Largest capacity of a doublet or triplet buffer (entries; offsets are `u32`).
 const MAX_CAP: u64 = u32::MAX as u64 - 2;
-/// Largest number of spacepoints of one batch chunk of [`Backend::seed_events`].
-const CHUNK_SPACEPOINTS: usize = 1 << 22;
 
 /// Device buffers of the seeding chain, reused from call to call (grown on demand, never
 /// shrunk), and the capacity factors of the doublet and triplet buffers.
@@ -60,6 +58,8 @@ const CHUNK_SPACEPOINTS: usize = 1 << 22;
 /// results of its last call here: [`Self::seeds`], [`Self::params`] and
 /// [`Self::event_seeds`].
 pub struct SeedingWorkspace {
+    /// The launch plan ([`SeedingWorkspace::tuned`]).
+    plan: SeedPlan,
     /// Capacity factors (entries per spacepoint): middle–bottom, middle–top, triplets.
     factors: [f64; 3],
     poison: bool,
@@ -202,10 +202,6 @@ pub(crate) struct ChainBuffers {
     summary: Buf<u32>,
 }
 
-/// Initial capacity factors: at ⟨μ⟩ = 200 an event has about 22 middle–bottom and 8
-/// middle–top doublets and 1.4 triplets per spacepoint.
-const INITIAL_FACTORS: [f64; 3] = [32.0, 12.0, 3.0];
-
 impl Default for SeedingWorkspace {
     fn default() -> Self {
         Self::new()
@@ -213,10 +209,17 @@ impl Default for SeedingWorkspace {
 }
 
 impl SeedingWorkspace {
-    /// An empty workspace (buffers are allocated by the first call).
+    /// An empty workspace with the default tuning (buffers are allocated by the first
+    /// call); [`SeedingWorkspace::tuned`] takes another.
     pub fn new() -> Self {
+        Self::with_plan(SeedPlan::default())
+    }
+
+    /// An empty workspace launching with `plan`.
+    pub(crate) fn with_plan(plan: SeedPlan) -> Self {
         Self {
-            factors: INITIAL_FACTORS,
+            plan,
+            factors: plan.tuning().capacity_factors,
             poison: false,
             retries: 0,
             cfg_host: None,
@@ -231,14 +234,9 @@ impl SeedingWorkspace {
         }
     }
 
-    /// A workspace whose doublet and triplet capacities start at `factors` entries per
-    /// spacepoint (middle–bottom, middle–top, triplets) instead of the defaults: tests use tiny
-    /// factors to force the overflow-and-retry path.
-    pub fn with_capacity_factors(factors: [f64; 3]) -> Self {
-        Self {
-            factors,
-            ..Self::new()
-        }
+    /// The launch plan.
+    pub fn plan(&self) -> &SeedPlan {
+        &self.plan
     }
 
     /// Fill every buffer the kernels write with [`POISON`] before each call (tests: an element
@@ -353,26 +351,7 @@ impl Timer<'_> {
     }
 }
 
-/// Blocks for `n` items (a capacity: the kernel strides over the actual count) at
-/// `SEEDING_THREADS` per block: one thread per item, at most 1024 blocks per multiprocessor.
-/// (The triplet kernel's former bound, 16 blocks per multiprocessor, had each thread walk
-/// about 90 doublets in a batch of 32 ⟨μ⟩ = 200 events: 4,234–4,283 events/s, 4,514 with one
-/// thread per doublet of the capacity; 9 per multiprocessor, all resident at once, was slower;
-/// H200, issue 14 session 6.)
-fn stride_blocks(gpu: &GpuContext, n: u64) -> u64 {
-    n.div_ceil(k::SEEDING_THREADS as u64)
-        .clamp(1, gpu.sm_count() as u64 * 1024)
-}
-
 impl GpuContext {
-    fn launch_items(&self, n: u64) -> cudarc::driver::LaunchConfig {
-        launch_cfg(
-            n.div_ceil(k::SEEDING_THREADS as u64).max(1),
-            k::SEEDING_THREADS,
-            0,
-        )
-    }
-
     /// The whole seeding chain on the device for `n` spacepoints in `sps` (`SpacePoint`
     /// words), one event. Results are copied out of the context's workspace into new buffers;
     /// [`GpuContext::seed_batch_device`] leaves them in a caller's workspace instead. With
@@ -610,6 +589,7 @@ impl GpuContext {
         tm: &mut Timer,
         prefetch: Option<&mut SeedPrefetch<'_>>,
     ) -> Result<(SeedingTotals, Vec<EventCounts>)> {
+        let plan = ws.plan;
         let (cap_mb, cap_mt, cap_tri) = (ws.cap(0, n)?, ws.cap(1, n)?, ws.cap(2, n)?);
         let (cmb, cmt, ctri) = (cap_mb as usize, cap_mt as usize, cap_tri as usize);
         let msp = cfg.max_seeds_per_spm as usize;
@@ -718,13 +698,7 @@ impl GpuContext {
             // SAFETY: content and grid group the n keys (stable with the radix sort; any
             // order inside a key by counting, rank = 1); binned and rz hold n records; totals
             // the summary's record.
-            unsafe {
-                self.launch(
-                    k::KERNEL_GATHER_SPACEPOINTS,
-                    self.launch_items(n64),
-                    &params,
-                )?
-            };
+            unsafe { self.launch(k::KERNEL_GATHER_SPACEPOINTS, plan.items(n64), &params)? };
         }
         tm.stop()?;
 
@@ -764,12 +738,12 @@ impl GpuContext {
                 cap_mt,
                 cfg: *cfg,
             };
-            let mut lc = self.launch_items(32 * n64);
-            lc.shared_mem_bytes = k::doublet_smem_bytes() as u32;
+            let lc = plan.doublets(n64);
             // SAFETY: grid and binned from the binning; per-middle arrays n words; doublet
             // arrays of cap_mb / cap_mt entries (never written past: reservations checked in
             // the kernel); totals and events in the zeroed summary; one warp per middle,
-            // SEEDING_THREADS threads and doublet_smem_bytes() of shared memory.
+            // blocks of the plan's doublet_threads (a multiple of 32 up to the launch bound
+            // SEEDING_THREADS) with DOUBLET_WARP_WORDS of shared memory per warp.
             unsafe { self.launch(k::KERNEL_FIND_DOUBLETS, lc, &params) }
         })?;
 
@@ -799,14 +773,14 @@ impl GpuContext {
                 cap_tri,
                 cfg: *cfg,
             };
-            let blocks = stride_blocks(self, cmb as u64);
+            let blocks = plan.stride_blocks(self.sm_count(), cmb as u64);
             // SAFETY: doublet arrays of the capacities, read only below the totals (checked
             // in the kernel against the capacities); tri_cnt, tri_start cap_mb words; tri
             // cap_tri triplets, written only inside a reservation that fits.
             unsafe {
                 self.launch(
                     k::KERNEL_FIND_TRIPLETS,
-                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
+                    launch_cfg(blocks, plan.tuning().threads, 0),
                     &params,
                 )
             }
@@ -841,14 +815,14 @@ impl GpuContext {
             };
             // SAFETY: per-middle arrays from the doublet kernel; triplet arrays as above;
             // slots n * max_seeds_per_spm seeds (<= 16 per middle, checked); counts n + 1;
-            // one warp per middle (32 (n + 1) threads, blocks of SELECT_THREADS, a multiple of
-            // 32).
+            // one warp per middle (32 (n + 1) threads, blocks of the plan's select_threads, a
+            // multiple of 32).
             unsafe {
                 self.launch(
                     k::KERNEL_SELECT_SEEDS,
                     launch_cfg(
-                        (32 * (n64 + 1)).div_ceil(k::SELECT_THREADS as u64),
-                        k::SELECT_THREADS,
+                        (32 * (n64 + 1)).div_ceil(plan.tuning().select_threads as u64),
+                        plan.tuning().select_threads,
                         0,
                     ),
                     &params,
@@ -884,7 +858,7 @@ impl GpuContext {
             unsafe {
                 self.launch(
                     k::KERNEL_GATHER_SEEDS,
-                    self.launch_items(slots_n.max(n_events as u64)),
+                    plan.items(slots_n.max(n_events as u64)),
                     &params,
                 )
             }
@@ -910,6 +884,7 @@ impl GpuContext {
             let guess = prefetch_guess(
                 n,
                 ws.seeds_per_sp,
+                plan.tuning().prefetch_margin,
                 n * msp,
                 pf.stage.seeds.capacity().min(pf.stage.params.capacity()),
             );
@@ -945,8 +920,9 @@ impl GpuContext {
             nkeys_total,
         } = inputs;
         let n64 = n as u64;
+        let plan = ws.plan;
         let scan_keys = nkeys_total + 1;
-        let fused = scan_keys <= k::BIN_SCAN_TILE;
+        let fused = scan_keys <= plan.bin_scan_tile;
         macro_rules! p {
             ($f:ident) => {
                 ws.b.$f.dev(self)
@@ -973,14 +949,15 @@ impl GpuContext {
         // n_events + 1 offsets ending at n; keys and slots n words; counts nkeys_total + 1
         // words and the ticket, zero (cleared when not known to be zero); grid nkeys_total + 1
         // words (a cudarc allocation: aligned); the summary 8 (n_events + 1) words;
-        // (n_events + 1) * nkeys < 2^32 (caller); BIN_COUNT_THREADS threads, one per
-        // spacepoint, bin_count_smem_bytes().
+        // (n_events + 1) * nkeys < 2^32 (caller); the plan's bin_count_threads (a multiple of
+        // 32 up to the launch bound, 1024; the fused scan only below its bin_scan_tile), one
+        // per spacepoint, bin_count_smem_bytes().
         unsafe {
             self.launch(
                 k::KERNEL_BIN_COUNT,
                 launch_cfg(
-                    n64.div_ceil(k::BIN_COUNT_THREADS as u64),
-                    k::BIN_COUNT_THREADS,
+                    n64.div_ceil(plan.tuning().bin_count_threads as u64),
+                    plan.tuning().bin_count_threads,
                     k::bin_count_smem_bytes(),
                 ),
                 &params,
@@ -1010,7 +987,7 @@ impl GpuContext {
         unsafe {
             self.launch(
                 k::KERNEL_BIN_PLACE,
-                self.launch_items(n64.max(nkeys_total)),
+                plan.items(n64.max(nkeys_total)),
                 &params,
             )?
         };
@@ -1043,7 +1020,7 @@ impl GpuContext {
         // SAFETY: config one SeedingConfig; sps n SpacePoints (checked by the caller);
         // ev_off n_events + 1 offsets ending at n; keys n words; (n_events + 1) * nkeys
         // < 2^32 (checked by the caller).
-        unsafe { self.launch(k::KERNEL_BIN, self.launch_items(n64), &params)? };
+        unsafe { self.launch(k::KERNEL_BIN, ws.plan.items(n64), &params)? };
         let b = &mut ws.b;
         self.bucket_launch(
             b.keys.get(),
@@ -1097,7 +1074,7 @@ impl GpuContext {
     }
 
     /// Seeds of events given in host memory, in chunks of whole events (at most
-    /// `CHUNK_SPACEPOINTS` spacepoints and as many events as the grid allows per chunk), each
+    /// [`SeedTuning::chunk_spacepoints`] spacepoints and as many events as the grid allows per chunk), each
     /// chunk one chain of launches in `ws`, into `out` (one output per event; the vectors of
     /// the outputs already there are reused). Through `stage` when given: the chunk's
     /// spacepoints are gathered into pinned memory and copied in one DMA, the seeds and
@@ -1156,7 +1133,7 @@ impl GpuContext {
             let mut n = 0usize;
             while last < n_ev
                 && ((last - first) as u64) < max_events
-                && (last == first || n + events.len(last) <= CHUNK_SPACEPOINTS)
+                && (last == first || n + events.len(last) <= ws.plan.t.chunk_spacepoints)
             {
                 n += events.len(last);
                 last += 1;
@@ -1167,6 +1144,7 @@ impl GpuContext {
                 offsets.push(offsets[offsets.len() - 1] + events.len(e));
             }
             ws.b.input.ensure(self, n)?;
+            let gather = ws.plan.t.gather_spacepoints;
             phases::mark(Phase::Prepare);
             let v = phases::variant();
             match stage.as_deref_mut() {
@@ -1180,7 +1158,7 @@ impl GpuContext {
                         let w = events.len(e);
                         events.gather(e, &mut pin[at..at + w])?;
                         at += w;
-                        if at > sent && (at - sent >= GATHER_SPACEPOINTS || e + 1 == last) {
+                        if at > sent && (at - sent >= gather || e + 1 == last) {
                             self.stream()
                                 .memcpy_htod(
                                     Record::slice(&pin[sent..at]),
@@ -1200,7 +1178,8 @@ impl GpuContext {
                     events.upload_one(self, first, pin, ws.b.input.get_mut())?;
                 }
                 Some(st) if n > 0 => {
-                    // Events gathered into pinned memory in groups of about 4 MiB, the events
+                    // Events gathered into pinned memory in groups of about 4 MiB (the
+                    // tuning's `gather_spacepoints`), the events
                     // of a group side by side on the pool's threads; each group goes to the
                     // device at once (DMA while the host gathers the next group).
                     let pin = Record::unwrap_slice_mut(st.input.get(self, n)?);
@@ -1208,7 +1187,7 @@ impl GpuContext {
                     let (mut e, mut at) = (first, 0usize);
                     while e < last {
                         let (e0, at0) = (e, at);
-                        while e < last && (e == e0 || at - at0 < GATHER_SPACEPOINTS) {
+                        while e < last && (e == e0 || at - at0 < gather) {
                             at += events.len(e);
                             e += 1;
                         }
@@ -1361,7 +1340,8 @@ impl GpuContext {
 
 /// The door's speculative copy of the seeds: the chain's counts are read back into pinned
 /// memory, and right behind that read-back (before the one wait for it) the first
-/// `n × seeds per spacepoint of the last call × PREFETCH_MARGIN` seeds and parameters are
+/// `n × seeds per spacepoint of the last call ×` [`SeedTuning::prefetch_margin`] seeds and
+/// parameters are
 /// copied into the door's pinned buffers. A call whose seeds fit that guess then waits once
 /// (counts and seeds together) instead of twice; one that does not copies the rest after.
 pub(crate) struct SeedPrefetch<'a> {
@@ -1372,18 +1352,20 @@ pub(crate) struct SeedPrefetch<'a> {
 }
 
 /// Seeds to copy speculatively for `n` spacepoints: the last call's `seeds_per_sp` with
-/// [`PREFETCH_MARGIN`], at most the seed buffer's `capacity` (`n × max_seeds_per_spm`) and
+/// `margin` ([`SeedTuning::prefetch_margin`]), at most the seed buffer's `capacity` (`n × max_seeds_per_spm`) and
 /// never more than the pinned buffers hold already (`pinned`): the guess allocates nothing
 /// (the copy of the counts' exact need grows them, as without the guess).
-fn prefetch_guess(n: usize, seeds_per_sp: f64, capacity: usize, pinned: usize) -> usize {
-    ((n as f64 * seeds_per_sp * PREFETCH_MARGIN).ceil() as usize)
+fn prefetch_guess(
+    n: usize,
+    seeds_per_sp: f64,
+    margin: f64,
+    capacity: usize,
+    pinned: usize,
+) -> usize {
+    ((n as f64 * seeds_per_sp * margin).ceil() as usize)
         .min(capacity)
         .min(pinned)
 }
-
-/// The speculative copy's margin over the last call's seeds per spacepoint (events of one
-/// pile-up differ by a few per cent in it; bytes copied beyond the seeds cost DMA time only).
-const PREFETCH_MARGIN: f64 = 1.1;
 
 /// The measuring variant (`detkit::phases::set_variant`) that runs the seeding door as
 /// session 10 left it: counts read back into a new pageable vector, then the seeds in a
@@ -1541,10 +1523,6 @@ impl<'a> Events<'a> {
     }
 }
 
-/// Spacepoints gathered into pinned memory per DMA (4 MiB): the DMA of one group runs while
-/// the host gathers the next.
-const GATHER_SPACEPOINTS: usize = (4 << 20) / std::mem::size_of::<SpacePoint>();
-
 /// Pinned host buffers of the seeding calls: spacepoints in, seeds and parameters out.
 pub(crate) struct SeedStaging {
     input: crate::staging::Pinned<Record<SpacePoint>>,
@@ -1585,17 +1563,21 @@ mod tests {
     /// last ratio with its margin after, never past the seed buffer or the pinned buffers.
     #[test]
     fn the_seeds_guess_follows_the_last_call_and_allocates_nothing() {
-        assert_eq!(prefetch_guess(40_000, 0.0, 640_000, 0), 0);
-        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 0), 0);
-        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 1 << 20), 22_000);
-        assert_eq!(prefetch_guess(40_000, 0.5, 640_000, 21_000), 21_000);
-        assert_eq!(prefetch_guess(10, 100.0, 160, 1 << 20), 160);
-        assert_eq!(prefetch_guess(0, 0.5, 0, 1 << 20), 0);
+        assert_eq!(prefetch_guess(40_000, 0.0, 1.1, 640_000, 0), 0);
+        assert_eq!(prefetch_guess(40_000, 0.5, 1.1, 640_000, 0), 0);
+        assert_eq!(prefetch_guess(40_000, 0.5, 1.1, 640_000, 1 << 20), 22_000);
+        assert_eq!(prefetch_guess(40_000, 0.5, 1.1, 640_000, 21_000), 21_000);
+        assert_eq!(prefetch_guess(10, 100.0, 1.1, 160, 1 << 20), 160);
+        assert_eq!(prefetch_guess(0, 0.5, 1.1, 0, 1 << 20), 0);
     }
 
     #[test]
     fn capacities_scale_with_the_input_and_grow_with_a_margin() {
-        let mut ws = SeedingWorkspace::with_capacity_factors([0.01, 2.0, 3.0]);
+        let mut ws = SeedingWorkspace::tuned(&super::SeedTuning {
+            capacity_factors: [0.01, 2.0, 3.0],
+            ..Default::default()
+        })
+        .unwrap();
         // Floor of 64 entries; proportional above.
         assert_eq!(ws.cap(0, 1000).unwrap(), 64);
         assert_eq!(ws.cap(1, 1000).unwrap(), 2000);

@@ -22,7 +22,7 @@ use detkit_gpu::seeding::{self as k, BoundParams, Seed, SpacePoint};
 use super::cuda::SeedingWorkspace;
 use super::door::SeedWorkspace;
 use super::{check_config, check_one, SeedingConfig, SeedingOutput, SeedingStats};
-use crate::cuda::{cfg as launch_cfg, DeviceBuffer, DeviceVec, GpuContext, Record};
+use crate::cuda::{DeviceBuffer, DeviceVec, GpuContext, Record};
 use crate::error::{invalid, DriverContext, Error, Result};
 use crate::phases::{self, Phase};
 use crate::staging::{upload_into, Pinned};
@@ -237,7 +237,6 @@ impl SeedWorkspace {
                 n_events: ne as u32,
                 _pad0: 0,
             };
-            let blocks = (n as u64).div_ceil(k::SEEDING_THREADS as u64);
             // SAFETY: the table holds `5 ne` addresses, event `e`'s five valid for its
             // `lens[0]` values (`SpacePointsDev::from_raw`'s contract; lengths checked by
             // the caller); `ev_off` `ne + 1` offsets from 0 to `n < 2^31`; the input buffer
@@ -246,7 +245,7 @@ impl SeedWorkspace {
             unsafe {
                 g.launch(
                     k::KERNEL_INTERLEAVE_COLUMNS,
-                    launch_cfg(blocks, k::SEEDING_THREADS, 0),
+                    ws.plan().items(n as u64),
                     &params,
                 )?
             };
@@ -356,7 +355,7 @@ impl Backend {
         }
         self.ws.seeding.run(
             gpu,
-            || SeedWorkspace::new(gpu),
+            || SeedWorkspace::new(gpu, &self.seed_plan),
             |w| w.seed_device_views(gpu, events, cfg),
         )
     }

@@ -19,10 +19,10 @@ pub(crate) struct SeedWorkspace {
 }
 
 impl SeedWorkspace {
-    pub(crate) fn new(gpu: &GpuContext) -> Result<Self> {
+    pub(crate) fn new(gpu: &GpuContext, plan: &super::SeedPlan) -> Result<Self> {
         Ok(Self {
             gpu: crate::workspace::fork(gpu)?,
-            ws: SeedingWorkspace::new(),
+            ws: SeedingWorkspace::with_plan(*plan),
             stage: SeedStaging::default(),
             views: Default::default(),
         })
@@ -140,14 +140,10 @@ impl SeedWorkspace {
     }
 }
 
-/// Spacepoints of a pinned-staging call from which its events run as a pipeline of parts
-/// on two workspaces ([`seed_pipelined`]).
-pub(crate) const PIPELINE_SPACEPOINTS: usize = 1 << 20;
-
-/// The parts of a pipelined call, as weights of its spacepoints (by the measuring variant;
-/// see docs/benchmarks.md, section "door"): a small first part, so that the GPU starts
-/// early, and a small last part, so that little is left to copy back after the GPU is done.
-fn part_weights() -> &'static [usize] {
+/// The parts of a pipelined call, as weights of its spacepoints: the tuning's
+/// ([`super::SeedTuning::pipeline_parts`]), or the measuring variant's (see
+/// docs/benchmarks.md, section "door").
+fn part_weights(tuned: &'static [usize]) -> &'static [usize] {
     match crate::phases::variant() {
         2 => &[1, 1],
         3 => &[1, 1, 1, 1],
@@ -155,7 +151,7 @@ fn part_weights() -> &'static [usize] {
         5 => &[1, 2, 2, 2, 1],
         6 => &[1, 4, 4, 2, 1],
         7 => &[1, 2, 2, 2, 2, 2, 1],
-        _ => &[1, 3, 3, 1],
+        _ => tuned,
     }
 }
 
@@ -209,7 +205,11 @@ pub(crate) fn seed_pipelined(
     let count = events.count();
     out.truncate(count);
     out.resize_with(count, SeedingOutput::default);
-    let ends = part_ends(|e| events.len(e), count, part_weights());
+    let ends = part_ends(
+        |e| events.len(e),
+        count,
+        part_weights(b.seed_plan.t.pipeline_parts),
+    );
     let turn = Turn::new();
     // Each part's events and outputs, dealt to the two lanes.
     let mut lanes: [Vec<(usize, Events<'_>, &mut [SeedingOutput])>; 2] = [Vec::new(), Vec::new()];
@@ -243,7 +243,7 @@ pub(crate) fn seed_pipelined(
     // nothing once its parts fit them.
     b.ws.seeding.run_two(
         gpu,
-        || SeedWorkspace::new(gpu),
+        || SeedWorkspace::new(gpu, &b.seed_plan),
         |w0, w1| {
             let (e0, e1) = std::thread::scope(|s| {
                 let h = s.spawn(|| run_lane(w1, lane1));

@@ -22,12 +22,14 @@ pub(crate) mod door;
 pub mod gen;
 pub mod io;
 pub mod par;
+mod tuning;
 
 pub use cpu::SeedingStats;
 pub use cuda::{DeviceSeeds, SeedingWorkspace, StageTimes};
 pub use detkit_gpu::seeding::{BoundParams, Seed, SeedingConfig, SpacePoint};
 pub use device_view::{SeedsDev, SpacePointsDev};
 pub use io::{read_csv, read_csv_with_lines};
+pub use tuning::{SeedPlan, SeedTuning, DEFAULT_CAPACITY_FACTORS};
 
 use detkit_gpu::seeding as k;
 
@@ -593,25 +595,22 @@ impl Backend {
     }
 }
 
-/// Spacepoints of a call above which its events are split in two halves run side by side
-/// (two workspaces, two streams, two host threads): one half's host copies overlap the
-/// other's chain.
-const SPLIT_SPACEPOINTS: usize = 1 << 20;
-
 impl Backend {
     /// Whether a pinned-staging call of `events` on CUDA runs as a pipeline of parts
     /// ([`door::seed_pipelined`]): two events or more, of at least
-    /// [`door::PIPELINE_SPACEPOINTS`] spacepoints (`--variant 1`: never, the halves below).
+    /// [`SeedTuning::pipeline_spacepoints`] spacepoints (`--variant 1`: never, the halves
+    /// below).
     fn pipelines(&self, events: cuda::Events<'_>) -> bool {
         self.gpu().is_some()
             && crate::phases::variant() != 1
             && events.count() >= 2
             && (0..events.count()).map(|e| events.len(e)).sum::<usize>()
-                >= door::PIPELINE_SPACEPOINTS
+                >= self.seed_plan.t.pipeline_spacepoints
     }
 
-    /// Validated events through the seeding workspaces: one, or for a large call two halves
-    /// side by side, each on a workspace of its own.
+    /// Validated events through the seeding workspaces: one, or for a large call (above
+    /// [`SeedTuning::split_spacepoints`]) two halves side by side, each on a workspace of
+    /// its own: one half's host copies overlap the other's chain.
     fn seed_on_gpu(
         &self,
         gpu: &crate::GpuContext,
@@ -623,7 +622,7 @@ impl Backend {
         let run = |ev: cuda::Events<'_>, out: &mut Vec<SeedingOutput>| {
             self.ws.seeding.run(
                 gpu,
-                || door::SeedWorkspace::new(gpu),
+                || door::SeedWorkspace::new(gpu, &self.seed_plan),
                 |w| w.seed_events(ev, cfg, copies, out),
             )
         };
@@ -631,7 +630,7 @@ impl Backend {
             return door::seed_pipelined(self, gpu, events, cfg, out);
         }
         let total: usize = (0..events.count()).map(|e| events.len(e)).sum();
-        if events.count() < 2 || total < SPLIT_SPACEPOINTS {
+        if events.count() < 2 || total < self.seed_plan.t.split_spacepoints {
             return run(events, out);
         }
         // Split where the first half holds about half the spacepoints.
