@@ -27,7 +27,7 @@ PHASES=${PHASES:-1 2}; TOOLS=${TOOLS:-racecheck memcheck}
 # image, foundation and shapes ran whole under both tools in session 11 (`race`); add them
 # to SAN0/SAN1 to run them again.
 SAN0=${SAN0:-pet radix_sort seeding}; SAN1=${SAN1:-clustering doors device_views}
-DL0=${DL0:-500}; DL1=${DL1:-500}; [ "$DL0" -gt 520 ] && DL0=520; [ "$DL1" -gt 520 ] && DL1=520
+DL0=${DL0:-500}; DL1=${DL1:-500}; [ "$DL0" -gt 540 ] && DL0=540; [ "$DL1" -gt 540 ] && DL1=540
 el() { echo $(( $(date +%s) - START )); }
 for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do [ -d "$d" ] && PATH="$PATH:$d"; done; export PATH
 export PYTHONUNBUFFERED=1
@@ -51,10 +51,26 @@ echo "tests-ptx70|$G1|$DL1|env DETKIT_IMAGE=ptx70 $B/gpu-tests $LIST_MODE --dead
 # fallback). Issue 28 wants both images clean: a second run with SAN0 and SAN1 swapped, or
 # SAN_IMAGE1=ptx70, covers the other.
 E0=${SAN_IMAGE0:+env DETKIT_IMAGE=$SAN_IMAGE0 }; E1=${SAN_IMAGE1:+env DETKIT_IMAGE=$SAN_IMAGE1 }
+san() { # TOOL FAMILY GPU DEADLINE [IMAGE]: one sanitizer job (named TOOL-FAMILY[-IMAGE])
+  local e=${5:+env DETKIT_IMAGE=$5 }
+  echo "$1-$2${5:+-$5}|$3|$4|${e}compute-sanitizer --tool $1 --error-exitcode 99 $B/gpu-tests --sanitize --family $2 --deadline @DL@" >> $L/jobs.txt
+}
+if [ "$NGPU" -ge 4 ]; then
+  # Four GPUs (session 12): every family under both tools on both images. GPU 0: the default
+  # list + racecheck of SAN0 (+ the light families) on the default image; GPU 1: the same on
+  # ptx70; GPU 2: racecheck of SAN1 + memcheck of every family, default image; GPU 3: the same
+  # on ptx70. DL2/DL3 default to DL0/DL1.
+  DL2=${DL2:-$DL0}; DL3=${DL3:-$DL1}
+  ALL="image foundation shapes $SAN0 $SAN1"
+  for f in image foundation shapes $SAN0; do san racecheck $f 0 $DL0; san racecheck $f 1 $DL1 ptx70; done
+  for f in $SAN1; do san racecheck $f 2 $DL2; san racecheck $f 3 $DL3 ptx70; done
+  for f in $ALL; do san memcheck $f 2 $DL2; san memcheck $f 3 $DL3 ptx70; done
+else
 for t in $TOOLS; do
   for f in $SAN0; do echo "$t-$f|0|$DL0|${E0}compute-sanitizer --tool $t --error-exitcode 99 $B/gpu-tests --sanitize --family $f --deadline @DL@" >> $L/jobs.txt; done
   for f in $SAN1; do echo "$t-$f|$G1|$DL1|${E1}compute-sanitizer --tool $t --error-exitcode 99 $B/gpu-tests --sanitize --family $f --deadline @DL@" >> $L/jobs.txt; done
 done
+fi
 run_job() {
   IFS='|' read -r name gpu dl cmd <<< "$1"
   local t0=$(date +%s) rc
@@ -87,7 +103,7 @@ for f in $(awk '{print $1}' $L/families.txt | uniq); do
       END { printf "%s %d/%d pass, %d fail, %d skip, %d not run |", tag, p, n, x, s, u }' $L/families.txt)"
   done
   for t in $TOOLS; do
-    j=$(grep "^$t-$f " $L/summary.txt | awk '{printf "%s %s %s P%s F%s S%s", $1, $4, $5, $8, $10, $12}')
+    j=$(grep -E "^$t-$f(-ptx70)? " $L/summary.txt | awk '{printf "%s %s %s P%s F%s S%s; ", $1, $4, $5, $8, $10, $12}')
     [ -n "$j" ] && line="$line $j;"
   done
   echo "$line"
