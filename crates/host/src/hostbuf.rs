@@ -115,11 +115,8 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> HostBuf<T> {
     pub fn pinned(gpu: &GpuContext, n: usize) -> Result<Self> {
         let flags = cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: the memory is zeroed below before any slice of it is made.
-        let mut p = unsafe {
-            gpu.context()
-                .alloc_pinned_with_flags::<T>(n.max(1), flags)
-        }
-        .ctx("allocating pinned host memory")?;
+        let mut p = unsafe { gpu.context().alloc_pinned_with_flags::<T>(n.max(1), flags) }
+            .ctx("allocating pinned host memory")?;
         let ptr = p.as_mut_ptr().ctx("mapping pinned host memory")?;
         // SAFETY: `ptr` addresses `n.max(1)` elements of this allocation; all-zero bytes are a
         // valid `T` (`ValidAsZeroBits`).

@@ -75,7 +75,9 @@ pub fn empty<'py>(
         .try_fold(itemsize, |a, &d| a.checked_mul(d))
         .ok_or_else(|| pyo3::exceptions::PyValueError::new_err("pinned_empty: size overflows"))?;
     let typestr: String = dt.getattr("str")?.extract()?;
-    let buf = py.detach(|| HostBuf::<u8>::pinned(g, nbytes)).map_err(err)?;
+    let buf = py
+        .detach(|| HostBuf::<u8>::pinned(g, nbytes))
+        .map_err(err)?;
     let owner = Bound::new(
         py,
         PinnedBuffer {

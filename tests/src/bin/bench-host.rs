@@ -306,7 +306,11 @@ fn pinned_caller_rows(
             check("pinned cluster module_first", &pmf, &want.module_first)?;
         } else {
             check("pinned-in cluster clus", &out.clus, &want.clus)?;
-            check("pinned-in module_first", &out.module_first, &want.module_first)?;
+            check(
+                "pinned-in module_first",
+                &out.module_first,
+                &want.module_first,
+            )?;
         }
         let r = Row {
             what: format!(

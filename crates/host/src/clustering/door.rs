@@ -109,13 +109,23 @@ impl ClusterWorkspace {
                 Out::Clusters(_) => None,
             };
             let r = (|| {
-                self.launch_staged(digis, event_offsets, geometry, cut, 0, on_device, direct_in, None)?;
+                self.launch_staged(
+                    digis,
+                    event_offsets,
+                    geometry,
+                    cut,
+                    0,
+                    on_device,
+                    direct_in,
+                    None,
+                )?;
                 phases::mark_gpu(Phase::Kernels, &self.gpu);
                 self.enqueue_staged(on_device, clus_to)?;
                 phases::mark(Phase::Stage);
                 match out {
                     Out::Clusters(o) => {
-                        let c = self.finish_staged(digis, event_offsets, geometry, 0, o.as_mut())?;
+                        let c =
+                            self.finish_staged(digis, event_offsets, geometry, 0, o.as_mut())?;
                         o.medium_modules = c.medium_modules;
                         o.fallback_modules = c.fallback_modules;
                         Ok(c)
@@ -199,7 +209,10 @@ impl ClusterWorkspace {
             g.context().bind_to_thread().ctx(what)?;
             let bases = d.arrays_mut().map(|b| g.ptr_mut(b).addr());
             let s = g.stream();
-            for (src, to) in [digis.module, digis.x, digis.y, digis.adc].into_iter().zip(bases) {
+            for (src, to) in [digis.module, digis.x, digis.y, digis.adc]
+                .into_iter()
+                .zip(bases)
+            {
                 if src.is_empty() {
                     continue;
                 }
