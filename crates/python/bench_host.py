@@ -75,6 +75,9 @@ RUST_ROWS = {
 def read_rust(path):
     """``{row: (host_ms, device_ms or None, copy_pinned_ms)}`` from ``bench-host --csv``."""
     out = {}
+    if not os.path.exists(path):
+        print(f"# --rust {path}: no such file (the Rust run failed?); Rust columns left empty")
+        return out
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             for prefix, rows in RUST_ROWS.items():

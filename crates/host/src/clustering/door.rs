@@ -668,14 +668,16 @@ fn split_into(
                 if let Some(q) = running[j].pop_front() {
                     finish(&mut ws[j], q)?;
                 }
-            } else if let Some(ev) = uploaded[j].take().filter(|_| !direct_in) {
+            } else if let Some(ev) = uploaded[j].take() {
                 ev.synchronize().ctx("waiting for an upload")?;
                 phases::mark(Phase::Wait);
             }
             rebased.clear();
             rebased.extend(event_offsets[e0..=e1].iter().map(|&o| o - lo as u32));
-            // The caller's pinned digis need no wait before the next part's upload.
-            let upl = (early && !direct_in).then_some(&mut uploaded[j]);
+            // Also with the caller's pinned digis (no digi stage to free): the sizes and event
+            // offsets still go through the workspace's pinned words, which part k - 2's
+            // upload must have read before part k writes them.
+            let upl = early.then_some(&mut uploaded[j]);
             let sp = sub(p);
             ws[j].launch_staged(sp, &rebased, geometry, cut, lo, on_device, direct_in, upl)?;
             phases::mark(Phase::Kernels);
