@@ -162,7 +162,7 @@ impl Backend {
     /// A numpy array of `shape` and `dtype` (zeroed) in page-locked host memory that
     /// detkit allocated, as `cupyx.empty_pinned`: the clustering door copies digis from and
     /// cluster indices into such arrays by DMA, with no staging copy. On the CPU backend an
-    /// ordinary `numpy.empty` array.
+    /// ordinary `numpy.zeros` array.
     #[pyo3(signature = (shape, dtype = None))]
     fn pinned_empty<'py>(
         &self,

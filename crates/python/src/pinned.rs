@@ -3,7 +3,7 @@
 //! DMAs straight from such arrays (digis) and into them (`out=`'s cluster indices), with no
 //! staging copy. The array's base is a [`PinnedBuffer`] that owns the allocation, so the
 //! memory lives as long as any array or view of it. Without a GPU (the CPU backend) the
-//! array is an ordinary `numpy.empty` one.
+//! array is an ordinary `numpy.zeros` one.
 
 use detkit::HostBuf;
 use pyo3::prelude::*;
@@ -43,8 +43,8 @@ impl PinnedBuffer {
     }
 }
 
-/// `numpy.empty(shape, dtype)` in page-locked memory of `backend` (zeroed), or an ordinary
-/// `numpy.empty` array on the CPU backend. Only plain dtypes (no Python objects).
+/// `numpy.zeros(shape, dtype)` in page-locked memory of `backend`, or an ordinary
+/// `numpy.zeros` array on the CPU backend. Only plain dtypes (no Python objects).
 pub fn empty<'py>(
     py: Python<'py>,
     backend: &detkit::Backend,
@@ -54,7 +54,7 @@ pub fn empty<'py>(
     let np = py.import("numpy")?;
     let dt = np.getattr("dtype")?.call1((dtype,))?;
     let Some(g) = backend.gpu() else {
-        return np.getattr("empty")?.call1((shape, dt));
+        return np.getattr("zeros")?.call1((shape, dt));
     };
     if dt.getattr("hasobject")?.extract::<bool>()? {
         return Err(pyo3::exceptions::PyTypeError::new_err(

@@ -1,6 +1,6 @@
 """Issue 30: ``Backend.pinned_empty``, numpy arrays in page-locked memory that detkit allocated
 (the clustering door DMAs straight from and into them). On the CPU backend they are ordinary
-``numpy.empty`` arrays, so the same code runs on both.
+``numpy.zeros`` arrays, so the same code runs on both.
 
 ``DETKIT_BACKEND=cuda`` runs them on the CUDA backend against the CPU backend."""
 
@@ -38,6 +38,7 @@ def test_pinned_empty_gives_a_writeable_array_of_the_shape_and_dtype(b, shape, d
     assert type(a) is np.ndarray
     assert a.shape == want.shape and a.dtype == want.dtype
     assert a.flags.c_contiguous and a.flags.writeable and a.flags.aligned
+    assert (a == 0).all()
     a[...] = 3
     assert (a == 3).all()
 
@@ -55,7 +56,7 @@ def test_pinned_memory_outlives_the_name_while_a_view_holds_it(b):
 
 def test_pinned_empty_refuses_object_dtypes_and_bad_shapes(b):
     if b.kind == "cpu":
-        pytest.skip("the CPU backend hands out numpy.empty (which allows them)")
+        pytest.skip("the CPU backend hands out numpy.zeros (which allows them)")
     with pytest.raises(TypeError):
         b.pinned_empty(3, object)
     with pytest.raises((TypeError, OverflowError, ValueError)):

@@ -243,7 +243,8 @@ class Backend:
         such arrays and cluster indices into them (``out=``) by DMA, with no staging copy
         through memory of its own: keep your event buffers and result arrays in them and
         reuse them (allocating pinned memory is slow and locks the pages). The memory lives
-        as long as the array or any view of it. On the CPU backend: ``numpy.empty``."""
+        as long as the array or any view of it. On the CPU backend: ``numpy.zeros`` (ordinary
+        memory), so the same code runs without a GPU."""
         return self._b.pinned_empty(shape, dtype)
 
     # -- primitives ---------------------------------------------------------------------
