@@ -789,7 +789,7 @@ fn direct_digis(digis: DigisRef<'_>) -> bool {
 /// (the stage for every output).
 fn direct_clus(clus: &mut [i32]) -> Option<usize> {
     let v = phases::variant();
-    (v != 80 && v != 81 && crate::hostbuf::is_pinned(clus)).then(|| clus.as_mut_ptr() as usize)
+    (v != 80 && v != 81 && crate::hostbuf::is_pinned(clus)).then_some(clus.as_mut_ptr() as usize)
 }
 
 /// Whether the pinned-staging calls of `ne` events check the digis on the device (the host
