@@ -24,6 +24,7 @@ mod errors;
 mod files;
 mod io;
 mod outputs;
+mod pinned;
 mod pool;
 mod scanner;
 mod seeds;
@@ -156,6 +157,24 @@ impl Backend {
         *self.seed_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
         *self.files_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Digis::default();
         *self.files_bytes.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
+    }
+
+    /// A numpy array of `shape` and `dtype` (zeroed) in page-locked host memory that
+    /// detkit allocated, as `cupyx.empty_pinned`: the clustering door copies digis from and
+    /// cluster indices into such arrays by DMA, with no staging copy. On the CPU backend an
+    /// ordinary `numpy.zeros` array.
+    #[pyo3(signature = (shape, dtype = None))]
+    fn pinned_empty<'py>(
+        &self,
+        py: Python<'py>,
+        shape: Bound<'py, PyAny>,
+        dtype: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dtype = match dtype {
+            Some(d) => d,
+            None => py.import("numpy")?.getattr("float64")?,
+        };
+        pinned::empty(py, self.inner(), &shape, &dtype)
     }
 
     /// CPU threads the backend's CPU work runs on.
@@ -915,6 +934,7 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Backend>()?;
     m.add_class::<pool::DevicePool>()?;
     m.add_class::<Scanner>()?;
+    m.add_class::<pinned::PinnedBuffer>()?;
     m.add_class::<device::DeviceArray>()?;
     m.add_class::<dlpack::HostView>()?;
     m.add_class::<dlpack::CpuExport>()?;

@@ -256,6 +256,86 @@ fn pick<'a, T>(bs: &[Backend; 2], b: &Backend, of: &'a [T; 2]) -> &'a T {
     }
 }
 
+/// The clustering door on the caller's own pinned memory (`Backend::pinned`): the digis
+/// DMAed straight from it (checked on the device), the cluster indices straight into it
+/// (`pinned in+out`), or into ordinary vectors (`pinned in`). Checked against the oracle
+/// first; the allocations of the timed calls are counted.
+#[allow(clippy::too_many_arguments)]
+fn pinned_caller_rows(
+    bs: &[Backend; 2],
+    o: &Opts,
+    rows: &mut Vec<Row>,
+    (d, offs): (&Digis, &[u32]),
+    want: &Clusters,
+    device: f64,
+    (cp, cq): (f64, f64),
+    bytes: (usize, usize),
+) -> Result<()> {
+    let geo = cl::Geometry::phase1();
+    let cut = Some(geo.default_cut);
+    let b = &bs[0];
+    let per_call = offs.len() - 1;
+    let slots = per_call * geo.modules as usize;
+    let mut pd = b.pinned_digis(d.len())?;
+    pd.copy_from(d.into())?;
+    let mut pc = b.pinned::<i32>(d.len())?;
+    let mut pcim = b.pinned::<u32>(slots)?;
+    let mut pmf = b.pinned::<u32>(slots)?;
+    let mut out = Clusters::default();
+    let events = if per_call > 1 { "events" } else { "event" };
+    for in_out in [true, false] {
+        let mut call = || -> Result<()> {
+            if in_out {
+                let o = cl::ClustersMut {
+                    clus: &mut pc,
+                    clus_in_module: &mut pcim,
+                    module_first: &mut pmf,
+                };
+                b.cluster_events_into_slices(&pd, offs, &geo, cut, o)?;
+            } else {
+                b.cluster_events_into(&pd, offs, &geo, cut, &mut out)?;
+            }
+            Ok(())
+        };
+        call()?;
+        let before = b.allocations();
+        let ms = wall_ms(o.warmup, o.reps, &mut call)?;
+        let allocations = b.allocations() - before;
+        if o.phases {
+            print_phases(o, &mut call)?;
+        }
+        if in_out {
+            check("pinned cluster clus", &pc, &want.clus)?;
+            check("pinned cluster clus_in_module", &pcim, &want.clus_in_module)?;
+            check("pinned cluster module_first", &pmf, &want.module_first)?;
+        } else {
+            check("pinned-in cluster clus", &out.clus, &want.clus)?;
+            check(
+                "pinned-in module_first",
+                &out.module_first,
+                &want.module_first,
+            )?;
+        }
+        let r = Row {
+            what: format!(
+                "cluster, {per_call} {events}, caller pinned {}",
+                if in_out { "in+out" } else { "in" }
+            ),
+            items: per_call,
+            pinned_ms: ms,
+            pageable_ms: f64::NAN,
+            device_ms: Some(device),
+            copy_pinned_ms: cp,
+            copy_pageable_ms: cq,
+            bytes,
+            allocations,
+        };
+        print_row(&r);
+        rows.push(r);
+    }
+    Ok(())
+}
+
 fn cluster_rows(
     g: &std::sync::Arc<GpuContext>,
     bs: &[Backend; 2],
@@ -322,6 +402,7 @@ fn cluster_rows(
         };
         print_row(&r);
         rows.push(r);
+        pinned_caller_rows(bs, o, rows, (&d, &offs), &want, device, (cp, cq), bytes)?;
         // The device-view entry (`cluster_events_device`, what Python calls for CUDA arrays):
         // the same batch in device buffers the caller owns, results in new device buffers,
         // dropped after each call (as a consumer would).

@@ -1404,14 +1404,51 @@ impl Clusterer {
         d: &DeviceDigis,
         stage: &mut ClusterStaging,
     ) -> Result<()> {
+        self.enqueue_results_to(d, stage, None)
+    }
+
+    /// [`Clusterer::enqueue_results`], the cluster indices DMAed straight to host address
+    /// `clus_to` when given (the caller's pinned memory, `d.n` elements, neither read nor
+    /// written by the host until the stream has finished this copy) rather than into the
+    /// stage.
+    pub(crate) fn enqueue_results_to(
+        &self,
+        d: &DeviceDigis,
+        stage: &mut ClusterStaging,
+        clus_to: Option<usize>,
+    ) -> Result<()> {
         let slots = d.nevents * self.geometry.modules as usize;
         let g = &*self.gpu;
         let s = g.stream();
         let what = "copying clusters from the device";
-        let clus = stage.clus.get(g, d.n)?;
+        stage.landed.clear();
+        if let Some(to) = clus_to {
+            if d.n > 0 {
+                g.context().bind_to_thread().ctx(what)?;
+                let src = g.ptr(&self.clus).addr();
+                // SAFETY: the device buffer holds at least `d.n` cluster indices (the batch's
+                // digis); `to` addresses `d.n` writable `i32`s of pinned host memory that
+                // nobody touches until the stream has finished this copy (the caller's
+                // contract above).
+                unsafe {
+                    cudarc::driver::sys::cuMemcpyDtoHAsync_v2(
+                        to as *mut std::ffi::c_void,
+                        src,
+                        d.n * std::mem::size_of::<i32>(),
+                        s.cu_stream(),
+                    )
+                }
+                .result()
+                .ctx(what)?;
+            }
+        }
+        let clus = if clus_to.is_some() {
+            &mut [][..]
+        } else {
+            stage.clus.get(g, d.n)?
+        };
         // In pieces, an event behind each, so that the host copies a piece out while the
         // next one moves (one piece for an event or a few).
-        stage.landed.clear();
         let piece = crate::staging::PIPELINE_BYTES / 4;
         for (i, h) in clus.chunks_mut(piece).enumerate() {
             let lo = i * piece;

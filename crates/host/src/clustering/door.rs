@@ -36,6 +36,9 @@ pub(crate) struct ClusterWorkspace {
     /// results are in the pinned stage once it has completed (later work queued on the
     /// stream meanwhile, the next sub-batch's, is not waited for).
     done: Option<cudarc::driver::CudaEvent>,
+    /// Whether the last [`ClusterWorkspace::enqueue_staged`] sent the cluster indices
+    /// straight to the caller's pinned memory (not into the stage).
+    direct_out: bool,
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
@@ -73,6 +76,7 @@ impl ClusterWorkspace {
             queue: None,
             check: None,
             done: None,
+            direct_out: false,
         })
     }
 
@@ -90,25 +94,50 @@ impl ClusterWorkspace {
         phases::begin();
         let (n, ne) = check_batch(digis, event_offsets, geometry)?;
         if copies == HostCopies::Pinned {
-            let on_device = device_checks(ne);
-            self.launch_staged(digis, event_offsets, geometry, cut, 0, on_device, None)?;
-            phases::mark_gpu(Phase::Kernels, &self.gpu);
-            self.enqueue_staged(on_device)?;
-            phases::mark(Phase::Stage);
+            let direct_in = direct_digis(digis);
+            let on_device = device_checks(ne) || direct_in;
             let slots = ne * geometry.modules as usize;
-            return match out {
-                Out::Clusters(o) => {
-                    o.clus.resize(n, 0);
-                    o.clus_in_module.resize(slots, 0);
-                    o.module_first.resize(slots, 0);
-                    o.modules = geometry.modules as usize;
-                    let c = self.finish_staged(digis, event_offsets, geometry, 0, o.as_mut())?;
-                    o.medium_modules = c.medium_modules;
-                    o.fallback_modules = c.fallback_modules;
-                    Ok(c)
-                }
-                Out::Slices(s) => self.finish_staged(digis, event_offsets, geometry, 0, s),
+            let mut out = out;
+            if let Out::Clusters(o) = &mut out {
+                o.clus.resize(n, 0);
+                o.clus_in_module.resize(slots, 0);
+                o.module_first.resize(slots, 0);
+                o.modules = geometry.modules as usize;
+            }
+            let clus_to = match &mut out {
+                Out::Slices(s) => direct_clus(s.clus),
+                Out::Clusters(_) => None,
             };
+            let r = (|| {
+                self.launch_staged(
+                    digis,
+                    event_offsets,
+                    geometry,
+                    cut,
+                    0,
+                    on_device,
+                    direct_in,
+                    None,
+                )?;
+                phases::mark_gpu(Phase::Kernels, &self.gpu);
+                self.enqueue_staged(on_device, clus_to)?;
+                phases::mark(Phase::Stage);
+                match out {
+                    Out::Clusters(o) => {
+                        let c =
+                            self.finish_staged(digis, event_offsets, geometry, 0, o.as_mut())?;
+                        o.medium_modules = c.medium_modules;
+                        o.fallback_modules = c.fallback_modules;
+                        Ok(c)
+                    }
+                    Out::Slices(s) => self.finish_staged(digis, event_offsets, geometry, 0, s),
+                }
+            })();
+            if r.is_err() && (direct_in || clus_to.is_some()) {
+                // DMAs from or to the caller's memory finish before its borrow ends.
+                let _ = self.gpu.synchronize();
+            }
+            return r;
         }
         self.select_clusterer(n, ne, geometry)?;
         let g = &self.gpu;
@@ -150,7 +179,9 @@ impl ClusterWorkspace {
     /// piece is copied), the sizes and event offsets, then, with `on_device`, the device
     /// checks (`clustering_check_runs` and its gate; the kernels flag digis out of range),
     /// else the host's check fused with the copy ([`validate_digis_at`], each wave's DMA
-    /// issued as it is checked); then the chain's graph. With `uploaded`, an event recorded
+    /// issued as it is checked); then the chain's graph. With `direct_in` (the digis lie in
+    /// the caller's pinned memory, [`direct_digis`]; needs `on_device`) the four arrays are
+    /// DMAed straight from it, with no stage. With `uploaded`, an event recorded
     /// behind the uploads (before the graph) goes there: once it has completed, the pinned
     /// digis may be written again.
     #[allow(clippy::too_many_arguments)]
@@ -162,6 +193,7 @@ impl ClusterWorkspace {
         cut: Option<ChargeCut>,
         base: usize,
         on_device: bool,
+        direct_in: bool,
         uploaded: Option<&mut Option<cudarc::driver::CudaEvent>>,
     ) -> Result<()> {
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
@@ -172,7 +204,28 @@ impl ClusterWorkspace {
         let st = &mut self.stage;
         // `--variant` 33: the digis staged in cached (not write-combined) pinned memory.
         st.digis.set_write_combined(phases::variant() != 33);
-        if on_device {
+        if direct_in {
+            let what = "copying digis to the device";
+            g.context().bind_to_thread().ctx(what)?;
+            let bases = d.arrays_mut().map(|b| g.ptr_mut(b).addr());
+            let s = g.stream();
+            for (src, to) in [digis.module, digis.x, digis.y, digis.adc]
+                .into_iter()
+                .zip(bases)
+            {
+                if src.is_empty() {
+                    continue;
+                }
+                // SAFETY: the device buffer at `to` holds at least `n` digis (selected above);
+                // `src` is the caller's pinned memory, borrowed for the whole call, which
+                // waits for this copy before it returns (errors included).
+                unsafe { cudarc::driver::result::memcpy_htod_async(to, src, s.cu_stream()) }
+                    .ctx(what)?;
+            }
+            phases::mark(Phase::Stage);
+            d.copy_in(g, digis, event_offsets, Some(&mut *st), true)?;
+            device_check(g, d, &mut self.check, geometry)?;
+        } else if on_device {
             let pin = st.digis_buffer(g, n)?;
             let bases = d.arrays_mut().map(|b| g.ptr_mut(b).addr());
             stream_up_many(g, &[digis.module, digis.x, digis.y, digis.adc], &bases, pin)?;
@@ -214,8 +267,9 @@ impl ClusterWorkspace {
 
     /// Queues the copies of the results of the last [`ClusterWorkspace::launch_staged`] into
     /// the pinned stage (with `on_device`, the device check's word after the three status
-    /// words), without waiting.
-    fn enqueue_staged(&mut self, on_device: bool) -> Result<()> {
+    /// words), without waiting; with `clus_to` (the caller's pinned memory for the batch's
+    /// cluster indices, [`direct_clus`]) those go straight there.
+    fn enqueue_staged(&mut self, on_device: bool, clus_to: Option<usize>) -> Result<()> {
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("launched");
         let st = &mut self.stage;
@@ -223,7 +277,8 @@ impl ClusterWorkspace {
         // Room for the check's word first: the results' copies below must not see their
         // buffer grown (and freed) after they are queued.
         st.slots.get(g, 2 * slots + 4)?;
-        c.enqueue_results(d, st)?;
+        c.enqueue_results_to(d, st, clus_to)?;
+        self.direct_out = clus_to.is_some();
         let w = st.slots.get(g, 2 * slots + 4)?;
         if on_device {
             let check = self.check.as_ref().expect("checked on the device");
@@ -263,7 +318,7 @@ impl ClusterWorkspace {
         // results' sizes are this batch's.
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
         let done = self.done.take().expect("enqueued");
-        let r = finish_results(c, st, &done, n, ne, base, out);
+        let r = finish_results(c, st, &done, n, ne, base, self.direct_out, out);
         let slots = ne * c.geometry().modules as usize;
         let flagged = st.slots.get(g, 2 * slots + 4)?[2 * slots + 3];
         match r {
@@ -541,7 +596,8 @@ fn split_into(
 ) -> Result<ClusterCounts> {
     let ends = split_ends(event_offsets, weights);
     let m = geometry.modules as usize;
-    let on_device = device_checks(event_offsets.len() - 1);
+    let direct_in = direct_digis(digis);
+    let on_device = device_checks(event_offsets.len() - 1) || direct_in;
     // With the device checks (`--variant` 31, 33, 37, 38) part k is staged as soon as part
     // k - 2's upload has completed, before part k - 2 is finished; else (and 34) in session
     // 10's order, part k - 2 finished first.
@@ -551,6 +607,8 @@ fn split_into(
         clus_in_module,
         module_first,
     } = out;
+    // The caller's pinned memory of the cluster indices: each part's go straight there.
+    let clus_to = direct_clus(clus);
     // What is left of the outputs: the parts are finished in order, each taking the front.
     let mut rest = (clus, clus_in_module, module_first);
     let mut counts = ClusterCounts::default();
@@ -616,13 +674,18 @@ fn split_into(
             }
             rebased.clear();
             rebased.extend(event_offsets[e0..=e1].iter().map(|&o| o - lo as u32));
+            // Also with the caller's pinned digis (no digi stage to free): the sizes and event
+            // offsets still go through the workspace's pinned words, which part k - 2's
+            // upload must have read before part k writes them.
             let upl = early.then_some(&mut uploaded[j]);
-            ws[j].launch_staged(sub(p), &rebased, geometry, cut, lo, on_device, upl)?;
+            let sp = sub(p);
+            ws[j].launch_staged(sp, &rebased, geometry, cut, lo, on_device, direct_in, upl)?;
             phases::mark(Phase::Kernels);
             if let Some(q) = running[j].pop_front() {
                 finish(&mut ws[j], q)?;
             }
-            ws[j].enqueue_staged(on_device)?;
+            let to = clus_to.map(|a| a + lo * std::mem::size_of::<i32>());
+            ws[j].enqueue_staged(on_device, to)?;
             phases::mark(Phase::Stage);
             running[j].push_back(p);
             e0 = e1;
@@ -657,20 +720,26 @@ fn finish_results(
     n: usize,
     ne: usize,
     base: usize,
+    direct_out: bool,
     out: ClustersMut<'_>,
 ) -> Result<(u32, u32)> {
     let g = c.context();
     let slots = ne * c.geometry().modules as usize;
     let what = "waiting for the clusters";
     let landed = std::mem::take(&mut st.landed);
-    let clus = st.clus.get(g, n)?;
-    if landed.is_empty() {
+    if direct_out {
+        // The cluster indices went straight into `out.clus`.
+        done.synchronize().ctx(what)?;
+        phases::mark(Phase::Wait);
+    } else if landed.is_empty() {
+        let clus = st.clus.get(g, n)?;
         done.synchronize().ctx(what)?;
         phases::mark(Phase::Wait);
         par_copy(&mut out.clus[..n], clus);
         phases::mark(Phase::CopyOut);
     } else {
         // Each piece is copied out as soon as it has landed.
+        let clus = st.clus.get(g, n)?;
         let piece = crate::staging::PIPELINE_BYTES / 4;
         let pieces = out.clus[..n].chunks_mut(piece).zip(clus.chunks(piece));
         for ((dst, src), e) in pieces.zip(&landed) {
@@ -706,6 +775,21 @@ fn copy_rebased(dst: &mut [u32], src: &[u32], base: u32) {
     for (d, &v) in dst.iter_mut().zip(src) {
         *d = if v == u32::MAX { v } else { v + base };
     }
+}
+
+/// Whether the four digi arrays lie in the caller's pinned memory ([`crate::HostBuf`]), so
+/// that the door DMAs straight from them (the digis then checked on the device). Not under
+/// `--variant` 80 (the staging path for every input, a measurement).
+fn direct_digis(digis: DigisRef<'_>) -> bool {
+    phases::variant() != 80 && !digis.is_empty() && crate::hostbuf::digis_pinned(digis)
+}
+
+/// The address of `clus` when it lies in the caller's pinned memory ([`crate::HostBuf`]):
+/// the cluster indices are then DMAed straight into it. Not under `--variant` 80 or 81
+/// (the stage for every output).
+fn direct_clus(clus: &mut [i32]) -> Option<usize> {
+    let v = phases::variant();
+    (v != 80 && v != 81 && crate::hostbuf::is_pinned(clus)).then_some(clus.as_mut_ptr() as usize)
 }
 
 /// Whether the pinned-staging calls of `ne` events check the digis on the device (the host

@@ -237,6 +237,16 @@ class Backend:
                                          (a.size, a.dtype.itemsize), a.dtype, stream)
         return DeviceArray.from_host(self._b, a.reshape(-1).view(np.uint8), a.dtype.str, a.shape, None, stream)
 
+    def pinned_empty(self, shape, dtype=np.float64) -> np.ndarray:
+        """A zeroed numpy array of ``shape`` and ``dtype`` in page-locked (pinned) host memory
+        that detkit allocated, as ``cupyx.empty_pinned``. :meth:`cluster` copies digis from
+        such arrays and cluster indices into them (``out=``) by DMA, with no staging copy
+        through memory of its own: keep your event buffers and result arrays in them and
+        reuse them (allocating pinned memory is slow and locks the pages). The memory lives
+        as long as the array or any view of it. On the CPU backend: ``numpy.zeros`` (ordinary
+        memory), so the same code runs without a GPU."""
+        return self._b.pinned_empty(shape, dtype)
+
     # -- primitives ---------------------------------------------------------------------
 
     def scan(self, values, inclusive: bool = False, *, stream=None) -> np.ndarray:
