@@ -4,7 +4,9 @@
 //! threads on one backend; errors of a bad event in the middle of a batch as the CPU
 //! backend gives them.
 
-use detkit::clustering::{self as cl, gen as cgen, ChargeCut, Clusters, Digis, DigisRef, Geometry};
+use detkit::clustering::{
+    self as cl, gen as cgen, ChargeCut, ClusterTuning, Clusters, Digis, DigisRef, Geometry,
+};
 use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single, StreamConfig};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
@@ -82,7 +84,24 @@ fn test_cluster_reuse(c: &Ctx) -> R {
         .iter()
         .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
         .collect();
-    for (label, b) in backends(c)? {
+    // And a backend with another clustering tuning (`Backend::with_cluster_tuning`): a
+    // small grid cap, the resident grids and another warp-pass capacity reach every
+    // clusterer and queue the door makes, with the same results.
+    let mut bs = backends(c)?;
+    let tuned = ClusterTuning {
+        warp_capacity: Some(128),
+        tight_grids: Some(false),
+        grid_limit: Some(8),
+        ..Default::default()
+    };
+    bs.push((
+        "tuned",
+        Backend::cuda(0)
+            .map_err(e)?
+            .with_cluster_tuning(&tuned)
+            .map_err(e)?,
+    ));
+    for (label, b) in bs {
         let mut out = Clusters::default();
         let mut allocs_after_first_pass = 0;
         for pass in 0..3 {

@@ -106,6 +106,8 @@ pub struct Backend {
     pub(crate) pet_plan: pet::MergePlan,
     /// The seeding launch plan ([`Backend::with_seed_tuning`]).
     pub(crate) seed_plan: seeding::SeedPlan,
+    /// The clustering tuning ([`Backend::with_cluster_tuning`]).
+    pub(crate) cluster_tuning: clustering::ClusterTuning,
 }
 
 impl std::fmt::Debug for Backend {
@@ -127,6 +129,7 @@ impl Backend {
             threads: None,
             pet_plan: Default::default(),
             seed_plan: Default::default(),
+            cluster_tuning: Default::default(),
         }
     }
 

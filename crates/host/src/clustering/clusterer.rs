@@ -168,6 +168,25 @@ pub struct ClusterTuning {
     pub seed_threads: Option<u32>,
 }
 
+impl crate::Backend {
+    /// The backend with another clustering tuning, checked here ([`ClusterTuning::check`]; a
+    /// typed error when out of range) and applied to every clusterer and batch queue its
+    /// CUDA calls make from now on: the clustering workspaces it kept are dropped. A setting
+    /// that the device or a call's capacities cannot take is that call's typed error.
+    /// Results never depend on it; the CPU backend ignores it.
+    pub fn with_cluster_tuning(mut self, tuning: &ClusterTuning) -> Result<Self> {
+        tuning.check()?;
+        self.cluster_tuning = *tuning;
+        self.ws.clustering.clear();
+        Ok(self)
+    }
+
+    /// The clustering tuning of this backend ([`crate::Backend::with_cluster_tuning`]).
+    pub fn cluster_tuning(&self) -> &ClusterTuning {
+        &self.cluster_tuning
+    }
+}
+
 impl ClusterTuning {
     /// Checks what needs no device: every block size a multiple of 32 up to 1024, the table
     /// scales up to [`detkit_gpu::clustering::MAX_TABLE_SCALE`], a middle pass's capacity at
@@ -1636,6 +1655,26 @@ fn resident_grid(gpu: &GpuContext, kernel: &'static str, threads: u32, smem: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_backend_keeps_a_checked_cluster_tuning() {
+        let t = ClusterTuning {
+            small_threads: Some(64),
+            grid_limit: Some(8),
+            ..Default::default()
+        };
+        let b = crate::Backend::cpu().with_cluster_tuning(&t).unwrap();
+        assert_eq!(b.cluster_tuning(), &t);
+        assert_eq!(
+            crate::Backend::cpu().cluster_tuning(),
+            &ClusterTuning::default()
+        );
+        let bad = ClusterTuning {
+            small_threads: Some(100),
+            ..Default::default()
+        };
+        assert!(crate::Backend::cpu().with_cluster_tuning(&bad).is_err());
+    }
 
     #[test]
     fn tuning_checks_block_sizes_and_scales_without_a_device() {

@@ -435,7 +435,7 @@ impl Backend {
         };
         self.ws.clustering.run(
             gpu,
-            || ClusterWorkspace::new(gpu),
+            || ClusterWorkspace::new(gpu, &self.cluster_tuning),
             |w| w.cluster_device(gpu, digis, event_offsets, geometry, cut),
         )
     }

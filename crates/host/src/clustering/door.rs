@@ -8,7 +8,9 @@ use detkit_gpu::clustering as k;
 
 use detkit_gpu::histogram::decode_first_index;
 
-use super::cuda::{ClusterQueue, ClusterStaging, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH};
+use super::cuda::{
+    ClusterQueue, ClusterStaging, ClusterTuning, Clusterer, DeviceDigis, MAX_EVENTS_PER_LAUNCH,
+};
 use super::{
     validate_digis, validate_digis_at, validate_shape, ChargeCut, ClusterCounts, Clusters,
     ClustersMut, DigisRef, Geometry, WaveSink,
@@ -39,6 +41,9 @@ pub(crate) struct ClusterWorkspace {
     /// Whether the last [`ClusterWorkspace::enqueue_staged`] sent the cluster indices
     /// straight to the caller's pinned memory (not into the stage).
     direct_out: bool,
+    /// The backend's clustering tuning ([`crate::Backend::with_cluster_tuning`]), applied
+    /// to every clusterer and queue this workspace makes.
+    tuning: ClusterTuning,
 }
 
 /// A batch queue with its geometry, cut and capacity (digis, events per batch).
@@ -68,7 +73,7 @@ fn grown(need: usize, old: usize) -> usize {
 }
 
 impl ClusterWorkspace {
-    pub(crate) fn new(gpu: &GpuContext) -> Result<Self> {
+    pub(crate) fn new(gpu: &GpuContext, tuning: &ClusterTuning) -> Result<Self> {
         Ok(Self {
             gpu: crate::workspace::fork(gpu)?,
             clusterers: Vec::new(),
@@ -77,6 +82,7 @@ impl ClusterWorkspace {
             check: None,
             done: None,
             direct_out: false,
+            tuning: *tuning,
         })
     }
 
@@ -387,7 +393,10 @@ impl ClusterWorkspace {
             } else {
                 events.min(MAX_EVENTS_PER_LAUNCH)
             };
-            let c = Clusterer::new(&self.gpu, geometry, digis, events)?;
+            let mut c = Clusterer::new(&self.gpu, geometry, digis, events)?;
+            if self.tuning != ClusterTuning::default() {
+                c.tune(&self.tuning)?;
+            }
             let d = DeviceDigis::with_capacity(&self.gpu, digis, events)?;
             self.clusterers.push((c, d));
         }
@@ -445,7 +454,11 @@ impl ClusterWorkspace {
                 grown(need.0, old.0),
                 grown(need.1, old.1).min(MAX_EVENTS_PER_LAUNCH),
             );
-            let q = ClusterQueue::shared(&self.gpu, QUEUE_LANES, geometry, caps.0, caps.1, cut)?;
+            let mut q =
+                ClusterQueue::shared(&self.gpu, QUEUE_LANES, geometry, caps.0, caps.1, cut)?;
+            if self.tuning != ClusterTuning::default() {
+                q.tune(&self.tuning)?;
+            }
             self.queue = Some((geometry.clone(), cut, caps, q));
         }
         let q = &mut self.queue.as_mut().expect("made above").3;
@@ -879,6 +892,7 @@ pub(super) fn device_check(
 pub(crate) fn cluster_call(
     pool: &crate::workspace::Pool<ClusterWorkspace>,
     gpu: &GpuContext,
+    tuning: &ClusterTuning,
     digis: DigisRef<'_>,
     event_offsets: &[u32],
     geometry: &Geometry,
@@ -891,7 +905,7 @@ pub(crate) fn cluster_call(
     if weights.len() <= 1 {
         pool.run(
             gpu,
-            || ClusterWorkspace::new(gpu),
+            || ClusterWorkspace::new(gpu, tuning),
             |w| w.cluster(digis, event_offsets, geometry, cut, copies, out),
         )
     } else {
@@ -901,7 +915,7 @@ pub(crate) fn cluster_call(
         pool.run_n(
             gpu,
             n,
-            || ClusterWorkspace::new(gpu),
+            || ClusterWorkspace::new(gpu, tuning),
             |ws| cluster_split(ws, digis, event_offsets, geometry, cut, weights, out),
         )
     }

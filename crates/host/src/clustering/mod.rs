@@ -850,7 +850,7 @@ impl Backend {
             }
             Some(gpu) => self.ws.clustering.run(
                 gpu,
-                || door::ClusterWorkspace::new(gpu),
+                || door::ClusterWorkspace::new(gpu, &self.cluster_tuning),
                 |w| w.cluster_batches(batches, geometry, cut, &mut sink),
             ),
         }
@@ -902,6 +902,7 @@ impl Backend {
             Some(gpu) => door::cluster_call(
                 &self.ws.clustering,
                 gpu,
+                &self.cluster_tuning,
                 digis,
                 event_offsets,
                 geometry,
@@ -963,6 +964,7 @@ impl Backend {
             Some(gpu) => door::cluster_call(
                 &self.ws.clustering,
                 gpu,
+                &self.cluster_tuning,
                 digis,
                 event_offsets,
                 geometry,
