@@ -606,6 +606,25 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
             g.seed_batch_device(&mut ws, &cfg, &d_sps, &offsets, None)
                 .map(|_| ())
         })?;
+        if o.phases && per_call > 1 {
+            // The device-resident chain of the first k events, for the pipeline's part sizes:
+            // what the GPU needs for parts of that size on their own.
+            let mut line = Vec::new();
+            for k in [2usize, 4, 8, 16, 24, 32, 48] {
+                let d_k = g.upload(as_words(&all[..offsets[k]]))?;
+                let mut ws_k = SeedingWorkspace::new();
+                let ms = median_ms(g, o.warmup, o.reps, || {
+                    g.seed_batch_device(&mut ws_k, &cfg, &d_k, &offsets[..=k], None)
+                        .map(|_| ())
+                })?;
+                line.push(format!("{k} ev {ms:.3} ms ({:.4}/ev)", ms / k as f64));
+            }
+            println!(
+                "  device-resident chain of the first k events: {}; {per_call} ev {device:.3} ms ({:.4}/ev)",
+                line.join(", "),
+                device / per_call as f64
+            );
+        }
         let nseeds: usize = resident.iter().map(|(s, _)| s.len()).sum();
         let bytes = (
             20 * all.len(),

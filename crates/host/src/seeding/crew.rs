@@ -202,8 +202,16 @@ impl Crew {
         impl Drop for Close<'_> {
             fn drop(&mut self) {
                 self.0.closed.store(true, Ordering::SeqCst);
+                // A helper inside finishes one part (a few µs) unless it was preempted:
+                // spin, then yield.
+                let mut spins = 0u32;
                 while self.0.active.load(Ordering::SeqCst) != 0 {
-                    std::hint::spin_loop();
+                    if spins < 4096 {
+                        spins += 1;
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                 }
             }
         }

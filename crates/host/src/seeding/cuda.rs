@@ -1187,6 +1187,7 @@ impl GpuContext {
         // Held from the first staging until it is done: the next part's copies wait for it.
         // A pipelined call's part, or 0 for a call of its own (the timeline's stamps).
         let part = turn.map_or(0, |t| t.1);
+        let pipelined = turn.is_some();
         let stamp = |label| phases::stamp(label, part);
         stamp("wait turn");
         let mut turn = match turn {
@@ -1323,7 +1324,7 @@ impl GpuContext {
                     // Waiting by polling, the copy-out's crew woken shortly before the
                     // chain ends: a call of its own (a pipelined part's wait overlaps the
                     // other lane's work, and its length varies with it).
-                    poll: crew_door(v) && v != 61 && turn.is_none(),
+                    poll: crew_door(v) && v != 61 && !pipelined,
                     crew: None,
                     part,
                 }),
