@@ -254,6 +254,13 @@ impl Crew {
     }
 }
 
+impl Drop for Crew {
+    /// Helpers still waiting for work (a crew woken, then dropped without a run) leave.
+    fn drop(&mut self) {
+        self.sh.closed.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Helpers per crew: rayon's threads but one (the caller works too), at most 15.
 pub(crate) fn max_helpers() -> usize {
     rayon::current_num_threads().saturating_sub(1).min(15)
