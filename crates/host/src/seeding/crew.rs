@@ -129,12 +129,40 @@ fn helper(sh: Arc<Shared>) {
     sh.active.fetch_sub(1, Ordering::Release);
 }
 
-/// What a [`Crew::run`] did: parts done by helpers, and when the first helper started after
-/// the crew was made (`None`: none did).
+/// What a [`Crew::run`] did: its parts, those done by helpers, and when the first helper
+/// started after the crew was made (`None`: none did).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct CrewStats {
+    pub(crate) parts: usize,
     pub(crate) by_helpers: usize,
     pub(crate) first_in: Option<Duration>,
+}
+
+/// A timeline label for a crew's run: `what` with the share of its parts that helpers took
+/// (none, under a quarter, under half, under three quarters, more).
+pub(crate) fn share_label(what: &'static str, st: CrewStats) -> &'static str {
+    let q = if st.by_helpers == 0 {
+        0
+    } else {
+        1 + (4 * st.by_helpers / st.parts.max(1)).min(3)
+    };
+    let labels: [&'static str; 5] = match what {
+        "up: staged" => [
+            "up: staged, helpers took none",
+            "up: staged, helpers took < 1/4",
+            "up: staged, helpers took 1/4-1/2",
+            "up: staged, helpers took 1/2-3/4",
+            "up: staged, helpers took > 3/4",
+        ],
+        _ => [
+            "out: copied, helpers took none",
+            "out: copied, helpers took < 1/4",
+            "out: copied, helpers took 1/4-1/2",
+            "out: copied, helpers took 1/2-3/4",
+            "out: copied, helpers took > 3/4",
+        ],
+    };
+    labels[q]
 }
 
 /// Helpers for one parallel copy (see the module's doc).
@@ -167,6 +195,11 @@ impl Crew {
             }),
             woken: false,
         }
+    }
+
+    /// The part of the call whose timeline the crew stamps.
+    pub(crate) fn part(&self) -> usize {
+        self.sh.part
     }
 
     /// A crew of at most [`max_helpers`] helpers.
@@ -248,6 +281,7 @@ impl Crew {
         drop(close);
         let first = sh.first_in_ns.load(Ordering::Relaxed);
         CrewStats {
+            parts: n,
             by_helpers: sh.by_helpers.load(Ordering::Relaxed),
             first_in: (first != u64::MAX).then(|| Duration::from_nanos(first)),
         }
@@ -351,6 +385,36 @@ mod tests {
             .filter(|h| h.load(Ordering::Relaxed) == 1)
             .count();
         assert!(done < 100, "the stop stopped nothing");
+    }
+
+    /// The share label follows the helpers' share of the parts.
+    #[test]
+    fn share_labels_by_quarter() {
+        let st = |parts, by_helpers| CrewStats {
+            parts,
+            by_helpers,
+            first_in: None,
+        };
+        assert_eq!(
+            share_label("up: staged", st(25, 0)),
+            "up: staged, helpers took none"
+        );
+        assert_eq!(
+            share_label("up: staged", st(25, 1)),
+            "up: staged, helpers took < 1/4"
+        );
+        assert_eq!(
+            share_label("out: copied", st(8, 4)),
+            "out: copied, helpers took 1/2-3/4"
+        );
+        assert_eq!(
+            share_label("out: copied", st(8, 8)),
+            "out: copied, helpers took > 3/4"
+        );
+        assert_eq!(
+            share_label("up: staged", st(0, 0)),
+            "up: staged, helpers took none"
+        );
     }
 
     /// Parts cover each segment in order, none longer than `per`, empty segments none.

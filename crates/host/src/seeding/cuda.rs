@@ -1253,11 +1253,7 @@ impl GpuContext {
                     let base = self.ptr(ws.b.input.get()).addr();
                     let crew = super::crew::Crew::new(crew_helpers(v), "up: helper in", part);
                     let cs = super::copies::upload_events(self, srcs, pin, base, crew)?;
-                    if cs.by_helpers > 0 {
-                        stamp("up: staged, helpers took parts");
-                    } else {
-                        stamp("up: staged, no helper");
-                    }
+                    stamp(super::crew::share_label("up: staged", cs));
                 }
                 Some(st) if n > 0 && last - first == 1 && v != OLD_DOOR && v != 32 => {
                     // One event: its spacepoints copied into pinned memory in parts of 64 KiB
@@ -1371,10 +1367,12 @@ impl GpuContext {
         let ns = ws.total_seeds();
         let old = phases::variant() == OLD_DOOR;
         let mut crew = crew;
+        let part = crew.as_ref().map_or(0, |c| c.part());
         let mut fill = |outs: &mut [SeedingOutput], s: &[Seed], p: &[BoundParams]| {
             if let Some(c) = crew.take() {
                 // Every event's two arrays in parts on the crew (see `copies::copy_out`).
-                super::copies::copy_out(outs, ws.event_seeds(), s, p, c);
+                let cs = super::copies::copy_out(outs, ws.event_seeds(), s, p, c);
+                phases::stamp(super::crew::share_label("out: copied", cs), part);
                 return;
             }
             let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
