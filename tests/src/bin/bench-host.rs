@@ -33,8 +33,8 @@ use detkit::pet::{
     gen as pgen, Coincidence, PetLauncher, PetScanner, Single, SinglesView, StreamConfig,
 };
 use detkit::seeding::{
-    as_words, gen as sgen, SeedingOutput, SeedingSettings, SeedingWorkspace, SpacePoint,
-    SpacePointsRef,
+    as_words, gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SeedingWorkspace,
+    SpacePoint, SpacePointsRef,
 };
 use detkit::{Backend, GpuContext, HostCopies, Record};
 use detkit_tests::{check, median, median_ms, sp_columns, sp_columns_ref};
@@ -578,6 +578,17 @@ fn cluster_rows(
     Ok(())
 }
 
+/// One event through `seed_into`.
+fn b_one(
+    b: &Backend,
+    sps: &[SpacePoint],
+    cfg: &SeedingConfig,
+    out: &mut SeedingOutput,
+) -> Result<()> {
+    b.seed_into(sps, cfg, out)?;
+    Ok(())
+}
+
 fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -> Result<()> {
     let cfg = SeedingSettings::default().to_config()?;
     let distinct: Vec<Vec<SpacePoint>> = (0..8)
@@ -620,6 +631,43 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
             }
             Ok(())
         })?;
+        if o.phases && per_call == 1 {
+            // Where one event's call goes, stamp by stamp: the median time of each stamp
+            // (ms from the call's first) over `--reps` calls, and in how many calls it came.
+            detkit::phases::enable(true, false);
+            detkit::phases::take_timeline();
+            let mut seen: Vec<(&'static str, Vec<f64>)> = Vec::new();
+            let mut walls = Vec::new();
+            for _ in 0..o.reps.max(1) {
+                let t0 = Instant::now();
+                b_one(&bs[0], events[0], &cfg, &mut one)?;
+                walls.push(t0.elapsed().as_secs_f64() * 1e3);
+                for (t, _, label, _) in detkit::phases::take_timeline() {
+                    match seen.iter_mut().find(|(l, _)| *l == label) {
+                        Some((_, v)) => v.push(t),
+                        None => seen.push((label, vec![t])),
+                    }
+                }
+            }
+            detkit::phases::enable(false, false);
+            detkit::phases::take();
+            let mut line: Vec<(f64, String)> = seen
+                .into_iter()
+                .map(|(label, v)| {
+                    let k = v.len();
+                    let m = median(v);
+                    (m, format!("{label} {m:.3} ({k})"))
+                })
+                .collect();
+            line.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let text: Vec<String> = line.into_iter().map(|x| x.1).collect();
+            println!(
+                "  timeline, one event (median of {} calls, wall {:.3} ms; ms from the first stamp, (calls)): {}",
+                o.reps.max(1),
+                median(walls),
+                text.join("; ")
+            );
+        }
         if o.phases && per_call > 1 {
             // One pipelined call's parts on their threads (ms from its first stamp).
             detkit::phases::enable(true, false);
@@ -643,6 +691,25 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
             g.seed_batch_device(&mut ws, &cfg, &d_sps, &offsets, None)
                 .map(|_| ())
         })?;
+        if o.phases && per_call > 1 {
+            // The device-resident chain of the first k events, for the pipeline's part sizes:
+            // what the GPU needs for parts of that size on their own.
+            let mut line = Vec::new();
+            for k in [2usize, 4, 8, 16, 24, 32, 48] {
+                let d_k = g.upload(as_words(&all[..offsets[k]]))?;
+                let mut ws_k = SeedingWorkspace::new();
+                let ms = median_ms(g, o.warmup, o.reps, || {
+                    g.seed_batch_device(&mut ws_k, &cfg, &d_k, &offsets[..=k], None)
+                        .map(|_| ())
+                })?;
+                line.push(format!("{k} ev {ms:.3} ms ({:.4}/ev)", ms / k as f64));
+            }
+            println!(
+                "  device-resident chain of the first k events: {}; {per_call} ev {device:.3} ms ({:.4}/ev)",
+                line.join(", "),
+                device / per_call as f64
+            );
+        }
         let nseeds: usize = resident.iter().map(|(s, _)| s.len()).sum();
         let bytes = (
             20 * all.len(),

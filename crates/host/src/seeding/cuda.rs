@@ -11,7 +11,7 @@
 
 use crate::phases::{self, Phase};
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaEvent, DeviceRepr};
@@ -79,6 +79,8 @@ pub struct SeedingWorkspace {
     /// Seeds per spacepoint of the last call: what the next call's speculative copy of the
     /// seeds reaches for ([`SeedPrefetch`]).
     seeds_per_sp: f64,
+    /// The event a polled wait for the counts records (made once).
+    done: Option<CudaEvent>,
 }
 
 /// One buffer of a [`SeedingWorkspace`], of elements `T` (`u32` words, or a typed device
@@ -231,6 +233,7 @@ impl SeedingWorkspace {
             counts_zero: false,
             radix_binnings: 0,
             seeds_per_sp: 0.0,
+            done: None,
         }
     }
 
@@ -881,6 +884,7 @@ impl GpuContext {
             .memcpy_dtoh(&ws.b.summary.get().slice(..sw), &mut pin[..sw])
             .ctx(what)?;
         if let Some(pf) = prefetch {
+            phases::stamp("launched", pf.part);
             let guess = prefetch_guess(
                 n,
                 ws.seeds_per_sp,
@@ -901,9 +905,53 @@ impl GpuContext {
                     .ctx(what)?;
                 pf.copied = guess;
             }
+            if pf.poll {
+                self.wait_polling(ws, pf)?;
+                phases::stamp("landed", pf.part);
+                return Ok(split_summary(&ws.summary_pin.get(self, sw)?[..sw]));
+            }
         }
         self.synchronize()?;
         Ok(split_summary(&ws.summary_pin.get(self, sw)?[..sw]))
+    }
+
+    /// Waits for everything issued on the stream by polling an event of the workspace, and
+    /// calls the copy-out's helpers ([`SeedPrefetch::crew`]) [`PREWAKE_LEAD`] before the
+    /// wait is due to end by the last call's (at once on a first call: they give up after
+    /// [`PREWAKE_WAIT`]). An error of the stream's work is returned as a synchronisation
+    /// returns it.
+    fn wait_polling(&self, ws: &mut SeedingWorkspace, pf: &mut SeedPrefetch<'_>) -> Result<()> {
+        let what = "waiting for the seeding chain";
+        if ws.done.is_none() {
+            ws.done = Some(
+                self.context()
+                    .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
+                    .ctx(what)?,
+            );
+        }
+        let ev = ws.done.as_ref().expect("created above");
+        ev.record(self.stream()).ctx(what)?;
+        let t0 = Instant::now();
+        let wake_at = pf.stage.last_wait.saturating_sub(PREWAKE_LEAD);
+        let mut crew =
+            super::crew::Crew::new(crew_helpers(phases::variant()), "out: helper in", pf.part);
+        let mut woken = false;
+        loop {
+            if ev.try_is_complete().ctx(what)? {
+                break;
+            }
+            if !woken && t0.elapsed() >= wake_at {
+                crew.wake(PREWAKE_WAIT);
+                woken = true;
+                phases::stamp("out: helpers called", pf.part);
+            }
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+        }
+        pf.stage.last_wait = t0.elapsed();
+        pf.crew = Some(crew);
+        Ok(())
     }
 
     /// Counting binning: keys, counts and slots (one launch, which also scans the counts
@@ -1114,12 +1162,10 @@ impl GpuContext {
         }
         let max_events = ((u32::MAX as u64 - 1) / cfg.nkeys().max(1) as u64).saturating_sub(2);
         // Held from the first staging until it is done: the next part's copies wait for it.
-        let part = turn.map(|t| t.1);
-        let stamp = |label| {
-            if let Some(k) = part {
-                phases::stamp(label, k);
-            }
-        };
+        // A pipelined call's part, or 0 for a call of its own (the timeline's stamps).
+        let part = turn.map_or(0, |t| t.1);
+        let pipelined = turn.is_some();
+        let stamp = |label| phases::stamp(label, part);
         stamp("wait turn");
         let mut turn = match turn {
             Some((t, k)) => Some(t.take(k)?),
@@ -1168,6 +1214,24 @@ impl GpuContext {
                             sent = at;
                         }
                     }
+                }
+                Some(st) if n > 0 && crew_door(v) => {
+                    // The events' spacepoints into pinned memory on a crew (the calling thread
+                    // at once, helpers as they come, nobody waiting for a wake-up), checked
+                    // part by part, each piece's DMA issued as soon as it is in.
+                    let srcs = match events {
+                        Events::Rows(rows, checked) => {
+                            super::copies::Sources::Rows(&rows[first..last], checked)
+                        }
+                        Events::Columns(cols) => {
+                            super::copies::Sources::Columns(&cols[first..last])
+                        }
+                    };
+                    let pin = st.input.get(self, n)?;
+                    let base = self.ptr(ws.b.input.get()).addr();
+                    let crew = super::crew::Crew::new(crew_helpers(v), "up: helper in", part);
+                    let cs = super::copies::upload_events(self, srcs, pin, base, crew)?;
+                    stamp(super::crew::share_label("up: staged", cs));
                 }
                 Some(st) if n > 0 && last - first == 1 && v != OLD_DOOR && v != 32 => {
                     // One event: its spacepoints copied into pinned memory in parts of 64 KiB
@@ -1232,20 +1296,35 @@ impl GpuContext {
                 Some(st) if !matches!(v, OLD_DOOR | 31) => Some(SeedPrefetch {
                     stage: st,
                     copied: 0,
+                    // Waiting by polling, the copy-out's crew woken shortly before the
+                    // chain ends: a call of its own (a pipelined part's wait overlaps the
+                    // other lane's work, and its length varies with it).
+                    poll: crew_door(v) && v != 61 && !pipelined,
+                    crew: None,
+                    part,
                 }),
                 _ => None,
             };
             let stats = self.seed_batch_in(ws, cfg, input.get(), &offsets, None, pf.as_mut());
             ws.b.input = input;
             let stats = stats?;
-            let copied = pf.map_or(0, |p| p.copied);
+            let (copied, crew) = pf.map_or((0, None), |p| (p.copied, p.crew));
+            let crew = match crew {
+                Some(c) => Some(c),
+                None if crew_door(v) => Some(super::crew::Crew::new(
+                    crew_helpers(v),
+                    "out: helper in",
+                    part,
+                )),
+                None => None,
+            };
             stamp("counts read");
             phases::mark_gpu(Phase::Kernels, self);
             let outs = &mut out[first..last];
             for (o, s) in outs.iter_mut().zip(stats) {
                 o.stats = s;
             }
-            self.download_batch_into(ws, stage.as_deref_mut(), copied, outs)?;
+            self.download_batch_into(ws, stage.as_deref_mut(), copied, crew, outs)?;
             stamp("copied out");
             first = last;
         }
@@ -1261,11 +1340,20 @@ impl GpuContext {
         ws: &SeedingWorkspace,
         stage: Option<&mut SeedStaging>,
         copied: usize,
+        crew: Option<super::crew::Crew>,
         outs: &mut [SeedingOutput],
     ) -> Result<()> {
         let ns = ws.total_seeds();
         let old = phases::variant() == OLD_DOOR;
-        let fill = |outs: &mut [SeedingOutput], s: &[Seed], p: &[BoundParams]| {
+        let mut crew = crew;
+        let part = crew.as_ref().map_or(0, |c| c.part());
+        let mut fill = |outs: &mut [SeedingOutput], s: &[Seed], p: &[BoundParams]| {
+            if let Some(c) = crew.take() {
+                // Every event's two arrays in parts on the crew (see `copies::copy_out`).
+                let cs = super::copies::copy_out(outs, ws.event_seeds(), s, p, c);
+                phases::stamp(super::crew::share_label("out: copied", cs), part);
+                return;
+            }
             let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
                 o.seeds.clear();
                 o.seeds.extend_from_slice(&s[r.clone()]);
@@ -1349,6 +1437,13 @@ pub(crate) struct SeedPrefetch<'a> {
     pub(crate) stage: &'a mut SeedStaging,
     /// Seeds (and parameters) copied by the last attempt of the chain.
     pub(crate) copied: usize,
+    /// Wait for the counts by polling an event, and call the copy-out's helpers ([`Self::crew`])
+    /// [`PREWAKE_LEAD`] before the counts are due by the last call's wait.
+    pub(crate) poll: bool,
+    /// The copy-out's crew, woken while waiting (with `poll`).
+    pub(crate) crew: Option<super::crew::Crew>,
+    /// The part of the call (the timeline's stamps).
+    pub(crate) part: usize,
 }
 
 /// Seeds to copy speculatively for `n` spacepoints: the last call's `seeds_per_sp` with
@@ -1373,6 +1468,35 @@ fn prefetch_guess(
 /// pool (the calling thread waiting), its seeds copied out by one thread. Variant 31: all
 /// but the speculative copy of the seeds; 32: all but one event's streamed upload.
 pub(crate) const OLD_DOOR: u32 = 30;
+
+/// The measuring variant that runs the seeding door as session 11 left it (its default:
+/// `staging::upload_checked` for one event, groups gathered by `par_iter` for several, one
+/// stream synchronisation for the counts, the copy out by `resize_copy` or `par_iter`).
+pub(crate) const S11_DOOR: u32 = 60;
+
+/// Whether variant `v` runs the door's host copies on a [`super::crew::Crew`] (the default;
+/// not the measuring variants of earlier sessions' doors). Variant 61: a crew, but the
+/// counts waited for by a stream synchronisation with no helpers woken before; 62: the
+/// calling thread alone (a crew of no helpers).
+fn crew_door(v: u32) -> bool {
+    !matches!(v, OLD_DOOR | 31 | 32 | S11_DOOR)
+}
+
+/// Helpers of a crew under variant `v`.
+fn crew_helpers(v: u32) -> usize {
+    if v == 62 {
+        0
+    } else {
+        super::crew::max_helpers()
+    }
+}
+
+/// How long before the counts are due (by the last call's wait) the copy-out's helpers are
+/// called: a helper's wake-up takes ~0.01–0.05 ms (docs/benchmarks.md, section "sdoor").
+const PREWAKE_LEAD: Duration = Duration::from_micros(60);
+
+/// How long woken helpers wait for the copy-out before they give up.
+const PREWAKE_WAIT: Duration = Duration::from_micros(250);
 
 /// The summary's words: the totals and each event's counts.
 fn split_summary(words: &[u32]) -> (SeedingTotals, Vec<EventCounts>) {
@@ -1528,6 +1652,8 @@ pub(crate) struct SeedStaging {
     input: crate::staging::Pinned<Record<SpacePoint>>,
     seeds: crate::staging::Pinned<Record<Seed>>,
     params: crate::staging::Pinned<Record<BoundParams>>,
+    /// How long the last polled wait for the counts took ([`SeedPrefetch::poll`]).
+    last_wait: Duration,
 }
 
 impl Default for SeedStaging {
@@ -1536,6 +1662,7 @@ impl Default for SeedStaging {
             input: crate::staging::Pinned::new(true),
             seeds: crate::staging::Pinned::new(false),
             params: crate::staging::Pinned::new(false),
+            last_wait: Duration::ZERO,
         }
     }
 }

@@ -141,16 +141,23 @@ impl SeedWorkspace {
 }
 
 /// The parts of a pipelined call, as weights of its spacepoints: the tuning's
-/// ([`super::SeedTuning::pipeline_parts`]), or the measuring variant's (see
-/// docs/benchmarks.md, section "door").
+/// ([`super::SeedTuning::pipeline_parts`], default 1 : 4 : 4 : 2 : 1), or the measuring
+/// variant's (see docs/benchmarks.md, sections "door" and "sdoor"). A small first part, so
+/// that the GPU starts early, and a small last part, so that little is left to copy back after
+/// the GPU is done. 1 : 4 : 4 : 2 : 1 measured fastest of seven in session 10 (variant 6) and
+/// of four in session 12 (variant 63); every part is a chain of its own, and a chain of fewer
+/// events costs more GPU time per event, so more parts are not better.
 fn part_weights(tuned: &'static [usize]) -> &'static [usize] {
     match crate::phases::variant() {
         2 => &[1, 1],
         3 => &[1, 1, 1, 1],
         4 => &[1, 3],
         5 => &[1, 2, 2, 2, 1],
-        6 => &[1, 4, 4, 2, 1],
         7 => &[1, 2, 2, 2, 2, 2, 1],
+        64 => &[1, 8, 8, 1],
+        65 => &[1, 2, 4, 4, 2, 1],
+        // Sessions 10 and 11's default (with their doors: variants 30–32, 60).
+        30..=32 | 60 | 66 => &[1, 3, 3, 1],
         _ => tuned,
     }
 }

@@ -15,7 +15,9 @@
 //! # Ok::<(), detkit::Error>(())
 //! ```
 
+mod copies;
 pub mod cpu;
+mod crew;
 pub mod cuda;
 mod device_view;
 pub(crate) mod door;

@@ -94,7 +94,7 @@ pub struct SeedTuning {
     /// pipeline of parts on two workspaces (default 2^20).
     pub pipeline_spacepoints: usize,
     /// The parts of a pipelined call as weights of its spacepoints, in order (1 to 16 parts,
-    /// each weight at least 1; default `[1, 3, 3, 1]`: a small first part, so that the GPU
+    /// each weight at least 1; default `[1, 4, 4, 2, 1]`: a small first part, so that the GPU
     /// starts early, and a small last part, so that little is left to copy back after).
     pub pipeline_parts: &'static [usize],
 }
@@ -113,7 +113,7 @@ impl Default for SeedTuning {
             prefetch_margin: 1.1,
             split_spacepoints: 1 << 20,
             pipeline_spacepoints: 1 << 20,
-            pipeline_parts: &[1, 3, 3, 1],
+            pipeline_parts: &[1, 4, 4, 2, 1],
         }
     }
 }
@@ -287,7 +287,7 @@ mod tests {
             (t.split_spacepoints, t.pipeline_spacepoints),
             (1 << 20, 1 << 20)
         );
-        assert_eq!(t.pipeline_parts, &[1, 3, 3, 1]);
+        assert_eq!(t.pipeline_parts, &[1, 4, 4, 2, 1]);
         // The plan's derived launch settings are the kernels' own constants.
         let p = SeedPlan::default();
         assert_eq!(p.doublet_smem, k::doublet_smem_bytes());
