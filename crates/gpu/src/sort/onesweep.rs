@@ -404,6 +404,58 @@ pub unsafe fn lookback(status: *const u64, tile: u32, d: u32, epoch: u32) -> u32
     }
 }
 
+/// As [`lookback`], reading [`LOOKBACK_BATCH`] predecessors per step: the status words of
+/// tiles `t - 1 .. t - LOOKBACK_BATCH` are loaded together (independent loads in flight),
+/// then added in order, waiting only on a word not yet published, until one is an inclusive
+/// prefix. A chain of `c` predecessors costs about `c / LOOKBACK_BATCH` dependent L2 round
+/// trips instead of `c`; words past the prefix are read and discarded.
+///
+/// # Safety
+/// As [`lookback`].
+#[inline(always)]
+pub unsafe fn lookback_batched(status: *const u64, tile: u32, d: u32, epoch: u32) -> u32 {
+    const B: usize = LOOKBACK_BATCH as usize;
+    let mut prefix = 0u32;
+    // Tiles t - 1, t - 2, ... are read; t > 0 while no prefix has been met (tile 0
+    // publishes a prefix).
+    let mut t = tile;
+    loop {
+        let mut w = [0u64; B];
+        let mut j = 0;
+        while j < B {
+            if t > j as u32 {
+                // SAFETY: t - 1 - j < tile; the word of (t - 1 - j, d).
+                w[j] = unsafe {
+                    i::load_relaxed_u64(
+                        status.add((t - 1 - j as u32) as usize * RADIX as usize + d as usize),
+                    )
+                };
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < B {
+            // Reached only while no prefix was met: tile t - 1 - j exists (tile 0 returns).
+            let mut x = w[j];
+            while (x >> STATUS_EPOCH_SHIFT) as u32 != epoch {
+                // SAFETY: as above (t > j here: tiles down to 0 are reached in order, and
+                // tile 0's word is a prefix).
+                x = unsafe {
+                    i::load_relaxed_u64(
+                        status.add((t - 1 - j as u32) as usize * RADIX as usize + d as usize),
+                    )
+                };
+            }
+            prefix = prefix.wrapping_add(x as u32);
+            if x & STATUS_PREFIX_BIT != 0 {
+                return prefix;
+            }
+            j += 1;
+        }
+        t -= B as u32;
+    }
+}
+
 /// Shared memory of a block-wide radix sort pass ([`block_sort_pass`]): the warps' digit
 /// counters, the block-scan words and the sorted keys and values (shared-state-space
 /// addresses, except `scan`).
@@ -576,21 +628,67 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     // so the kernels with values keep one body with the tests.
     if W == 0 && valid == tile_items {
         // SAFETY: forwarded; a full tile.
-        unsafe { onesweep_body::<K, W, ITEMS, false>(p, tile, start, valid) }
+        unsafe { onesweep_body::<K, W, ITEMS, false, false>(p, tile, start, valid) }
     } else {
         // SAFETY: forwarded; tested against `valid`.
-        unsafe { onesweep_body::<K, W, ITEMS, true>(p, tile, start, valid) }
+        unsafe { onesweep_body::<K, W, ITEMS, true, false>(p, tile, start, valid) }
     }
+}
+
+/// One onesweep pass over one full tile, compiled without the bounds tests (the split
+/// launch: the kernels `*_full` take the `n / tile` full tiles, the plain kernel the partial
+/// last one after them, with the same tile counter).
+///
+/// # Safety
+/// See [`sort_onesweep_u32`]; and `gridDim.x <= n / tile`: every tile this block can take is
+/// full.
+#[inline(always)]
+pub unsafe fn onesweep_pass_full<K: Key, const W: usize, const ITEMS: usize>(
+    p: &SortOnesweepParams,
+) {
+    let tid = i::thread_idx_x();
+    let lane = i::lane_id();
+    let warp = tid / 32;
+    let tile_items = ONESWEEP_THREADS * ITEMS as u32;
+    let sbase = i::shared_base();
+    let hist_w = sbase + layout::WARP_HIST + warp * RADIX * 4;
+    if tid == 0 {
+        // SAFETY: launch contract: the pass's tile counter.
+        let t = unsafe { i::atomic_add_u32(p.tile_counter.ptr_mut(), 1) };
+        // SAFETY: the tile slot of the layout.
+        unsafe { i::st_shared_u32(sbase + layout::TILE_SLOT, t) };
+    }
+    let mut q = lane;
+    while q < RADIX {
+        // SAFETY: this warp's counters.
+        unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
+        q += 32;
+    }
+    i::sync_threads();
+    // SAFETY: written before the barrier.
+    let tile = unsafe { i::ld_shared_u32(sbase + layout::TILE_SLOT) };
+    // SAFETY: forwarded; the tile is full (launch contract); the block has
+    // `onesweep_full_smem_bytes` of shared memory.
+    unsafe { onesweep_body::<K, W, ITEMS, false, true>(p, tile, tile * tile_items, tile_items) }
 }
 
 /// Steps (2) to (7) of a onesweep pass over tile `tile` (positions `start..start + valid`):
 /// without `CHECK` the tile is full and no item is tested against `valid` (compiled without
-/// the bounds tests and the branches around them).
+/// the bounds tests and the branches around them). With `STAGE` (one-word values only) the
+/// values are copied asynchronously into the staging area of shared memory
+/// ([`onesweep_stage_offset`]) instead of registers, and the ranking moves them from there.
 ///
 /// # Safety
-/// See [`sort_onesweep_u32`]; step (1) done; `valid == tile` items unless `CHECK`.
+/// See [`sort_onesweep_u32`]; step (1) done; `valid == tile` items unless `CHECK`; with
+/// `STAGE`, `onesweep_full_smem_bytes` of shared memory.
 #[inline(always)]
-unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK: bool>(
+unsafe fn onesweep_body<
+    K: Key,
+    const W: usize,
+    const ITEMS: usize,
+    const CHECK: bool,
+    const STAGE: bool,
+>(
     p: &SortOnesweepParams,
     tile: u32,
     start: u32,
@@ -619,13 +717,31 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
     let index_values = W > 0 && values_in.is_null();
     let mut keys = [K::ZERO; ITEMS];
     let mut vals = [[0u32; 4]; ITEMS];
+    // The staged values: tile position l at `vstage + 4 l`.
+    let vstage = sbase + onesweep_stage_offset(K::BYTES as usize, 4 * W);
+    const { assert!(!STAGE || (W == 1 && !CHECK)) };
+    if STAGE && !index_values {
+        let mut dst = [0u32; ITEMS];
+        let mut src = [values_in; ITEMS];
+        let mut k = 0;
+        while k < ITEMS {
+            let l = local0 + 32 * k as u32;
+            dst[k] = vstage + l * 4;
+            // SAFETY: start + l < n values (a full tile); only the address is formed.
+            src[k] = unsafe { values_in.add((start + l) as usize) };
+            k += 1;
+        }
+        // SAFETY: the values are not written during the kernel; each slot is this thread's
+        // (tile position l), read only by it, after `stage_u32_wait`.
+        unsafe { i::stage_u32::<ITEMS>(dst, src) };
+    }
     let mut k = 0;
     while k < ITEMS {
         let l = local0 + 32 * k as u32;
         if !CHECK || l < valid {
             // SAFETY: start + l < n.
             keys[k] = unsafe { K::ldg(keys_in, start + l) };
-            if W > 0 && !index_values {
+            if W > 0 && !STAGE && !index_values {
                 // SAFETY: start + l < n values.
                 vals[k] = unsafe { value_ldg::<W>(values_in, start + l) };
             }
@@ -655,6 +771,10 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
     // (5) Rank; write each key (and its value) at its tile-sorted position at once.
     let local0 = i::opaque_u32(local0);
     let vstart = i::opaque_u32(start) + local0;
+    if STAGE {
+        // This thread's staged values have landed (it reads only its own slots).
+        i::stage_u32_wait();
+    }
     // SAFETY: this warp's counters; positions < tile_items: inside the exchange areas.
     unsafe {
         rank_items::<K, ITEMS, CHECK, _>(&keys, hist_w, f, local0, valid, |k, r| {
@@ -664,6 +784,9 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
                 // 1 then, launch contract).
                 let v = if index_values {
                     [vstart + 32 * k as u32, 0, 0, 0]
+                } else if STAGE {
+                    // SAFETY: this thread's staged slot of tile position local0 + 32 k.
+                    value_lds::<W>(vstage, local0 + 32 * k as u32)
                 } else {
                     vals[k]
                 };
@@ -677,7 +800,13 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
         0
     } else {
         // SAFETY: tile > 0; earlier tiles are held by running blocks (tile counter).
-        let prefix = unsafe { lookback(status, tile, tid, p.epoch) };
+        let prefix = unsafe {
+            if p.lookback_batch > 1 {
+                lookback_batched(status, tile, tid, p.epoch)
+            } else {
+                lookback(status, tile, tid, p.epoch)
+            }
+        };
         // SAFETY: as in (4).
         unsafe {
             i::store_relaxed_u64(
@@ -761,6 +890,37 @@ macro_rules! onesweep_kernel {
         }
     };
 }
+
+macro_rules! onesweep_full_kernel {
+    ($(#[$doc:meta])* $name:ident, $key:ty, $words:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the plain kernel of the same key and value, except `gridDim.x <= n / tile`
+        /// (full tiles only; the partial last tile, if any, is left to the plain kernel
+        /// launched after this one with the same tile counter and epoch).
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: SortOnesweepParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe {
+                onesweep_pass_full::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }>(&p)
+            }
+        }
+    };
+}
+
+onesweep_full_kernel!(
+    /// One onesweep pass over the full tiles of `u32` keys with 4-byte values.
+    sort_onesweep_u32_v4_full,
+    u32,
+    1
+);
+onesweep_full_kernel!(
+    /// One onesweep pass over the full tiles of `u64` keys with 4-byte values.
+    sort_onesweep_u64_v4_full,
+    u64,
+    1
+);
 
 onesweep_kernel!(
     /// One onesweep pass over `u32` keys.

@@ -352,6 +352,14 @@ impl GpuContext {
             let kernel = k::onesweep_kernel(kb, vb)
                 .ok_or_else(|| invalid("sort values", format!("{vb} bytes")))?;
             let smem = k::onesweep_smem_bytes(kb, vb);
+            // The onesweep shape (`detkit::tuning`): the split launch and the look-back batch.
+            let (_, split, lookback_batch) = crate::tuning::Tuned::SortOnesweep.current();
+            let tile = k::onesweep_tile(kb, vb) as u64;
+            let (full_tiles, tail) = ((n as u64) / tile, (n as u64) % tile);
+            // The full-tile kernel, where the shape splits this size
+            // (`detkit_gpu::sort::SORT_ONESWEEP_VARIANTS`).
+            let full = k::onesweep_full_kernel(kb, vb)
+                .filter(|_| k::onesweep_split(n as u64, kb, vb, split));
             let (mut k_src, mut v_src) = (ops.keys_in, ops.values_in);
             for pass in 0..passes {
                 // The last pass writes the caller's output: count back from it.
@@ -376,7 +384,37 @@ impl GpuContext {
                     bits,
                     descending: desc,
                     epoch: t.epoch,
+                    lookback_batch,
+                    _pad: 0,
                 };
+                if let Some(full) = full {
+                    t.launches += 1;
+                    // SAFETY: as the plain launch below, with `full_tiles = n / tile` blocks
+                    // (every tile the counter hands out is full) and the full kernel's
+                    // shared memory (`onesweep_full_smem_bytes`, with the staging area).
+                    unsafe {
+                        self.launch(
+                            full,
+                            cfg(
+                                full_tiles,
+                                k::ONESWEEP_THREADS,
+                                k::onesweep_full_smem_bytes(kb, vb),
+                            ),
+                            &params,
+                        )?
+                    };
+                    if tail != 0 {
+                        t.launches += 1;
+                        // SAFETY: as the plain launch below with one block: the tile counter
+                        // stands at `full_tiles` after the full-tile launch on this stream, so
+                        // this block takes the partial last tile; its predecessors have
+                        // published their prefixes with this epoch.
+                        unsafe { self.launch(kernel, cfg(1, k::ONESWEEP_THREADS, smem), &params)? };
+                    }
+                    k_src = k_dst;
+                    v_src = v_dst;
+                    continue;
+                }
                 t.launches += 1;
                 // SAFETY: ONESWEEP_THREADS threads, `tiles` blocks, `onesweep_smem_bytes`;
                 // source and destination are distinct allocations of n keys (and values):
