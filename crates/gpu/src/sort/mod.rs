@@ -162,16 +162,16 @@ pub const fn onesweep_smem_bytes(key_bytes: usize, value_bytes: usize) -> usize 
         + onesweep_tile(key_bytes, value_bytes) as usize * value_bytes
 }
 
-/// Byte offset of the staged values of a full-tile onesweep block (the `*_full` kernels):
-/// the tile's values in input order, copied in asynchronously while the keys are counted,
-/// after the tile-sorted values.
+/// Byte offset of the staged values of a onesweep block of the `*_staged` kernels: a full
+/// tile's values in input order, copied in asynchronously while the keys are counted, after
+/// the tile-sorted values.
 pub const fn onesweep_stage_offset(key_bytes: usize, value_bytes: usize) -> u32 {
     onesweep_smem_bytes(key_bytes, value_bytes) as u32
 }
 
-/// Dynamic shared-memory bytes of a full-tile onesweep block: the plain block's and the
-/// staged values.
-pub const fn onesweep_full_smem_bytes(key_bytes: usize, value_bytes: usize) -> usize {
+/// Dynamic shared-memory bytes of a onesweep block of the `*_staged` kernels: the plain
+/// block's and the staged values.
+pub const fn onesweep_staged_smem_bytes(key_bytes: usize, value_bytes: usize) -> usize {
     onesweep_smem_bytes(key_bytes, value_bytes)
         + onesweep_tile(key_bytes, value_bytes) as usize * value_bytes
 }
@@ -280,14 +280,14 @@ pub const KERNEL_SORT_ONESWEEP_U64_V8: &str = "sort_onesweep_u64_v8";
 pub const KERNEL_SORT_ONESWEEP_U64_V12: &str = "sort_onesweep_u64_v12";
 /// Kernel: one onesweep pass over `u64` keys with 16-byte values.
 pub const KERNEL_SORT_ONESWEEP_U64_V16: &str = "sort_onesweep_u64_v16";
-/// Kernel: one onesweep pass over the full tiles of `u32` keys with 4-byte values, compiled
-/// without the bounds tests, the values staged in shared memory while the keys are counted
-/// instead of held in registers (grid: `n / tile` blocks, [`onesweep_full_smem_bytes`]; a
-/// partial last tile is left to [`KERNEL_SORT_ONESWEEP_U32_V4`], launched after it with one
-/// block).
-pub const KERNEL_SORT_ONESWEEP_U32_V4_FULL: &str = "sort_onesweep_u32_v4_full";
-/// Kernel: as [`KERNEL_SORT_ONESWEEP_U32_V4_FULL`] for `u64` keys with 4-byte values.
-pub const KERNEL_SORT_ONESWEEP_U64_V4_FULL: &str = "sort_onesweep_u64_v4_full";
+/// Kernel: one onesweep pass over `u32` keys with 4-byte values whose full tiles take a body
+/// without bounds tests with their values staged in shared memory (by `cp.async` on sm_80+)
+/// instead of held in registers; the partial last tile takes the plain body
+/// ([`onesweep_staged_smem_bytes`] of shared memory; otherwise as
+/// [`KERNEL_SORT_ONESWEEP_U32_V4`]).
+pub const KERNEL_SORT_ONESWEEP_U32_V4_STAGED: &str = "sort_onesweep_u32_v4_staged";
+/// Kernel: as [`KERNEL_SORT_ONESWEEP_U32_V4_STAGED`] for `u64` keys with 4-byte values.
+pub const KERNEL_SORT_ONESWEEP_U64_V4_STAGED: &str = "sort_onesweep_u64_v4_staged";
 /// Kernel: the whole sort of at most [`SINGLE_TILE`] `u32` keys in one block.
 pub const KERNEL_SORT_SINGLE_U32: &str = "sort_single_tile_u32";
 /// Kernel: the whole sort of at most [`SINGLE_TILE`] `u64` keys in one block.
@@ -325,44 +325,29 @@ pub const fn onesweep_kernel(key_bytes: usize, value_bytes: usize) -> Option<&'s
     Some(ONESWEEP_KERNELS[k][value_bytes / 4])
 }
 
-/// The full-tile onesweep kernel for `key_bytes` and `value_bytes`, where one is built (4-byte
-/// values; keys only need none: their kernels already split full tiles inside).
-pub const fn onesweep_full_kernel(key_bytes: usize, value_bytes: usize) -> Option<&'static str> {
+/// The staged onesweep kernel for `key_bytes` and `value_bytes`, where one is built
+/// (4-byte values; keys only need none: their kernels already split full tiles inside).
+pub const fn onesweep_staged_kernel(key_bytes: usize, value_bytes: usize) -> Option<&'static str> {
     match (key_bytes, value_bytes) {
-        (4, 4) => Some(KERNEL_SORT_ONESWEEP_U32_V4_FULL),
-        (8, 4) => Some(KERNEL_SORT_ONESWEEP_U64_V4_FULL),
+        (4, 4) => Some(KERNEL_SORT_ONESWEEP_U32_V4_STAGED),
+        (8, 4) => Some(KERNEL_SORT_ONESWEEP_U64_V4_STAGED),
         _ => None,
     }
 }
 
-/// Status words a batched look-back step loads together (`lookback_batch != 0`).
+/// Status words a batched look-back step loads together (`lookback_batch > 1`).
 pub const LOOKBACK_BATCH: u32 = 4;
 
 /// Onesweep shapes of the sort that `detkit-bench --variants` times (`detkit::tuning`):
-/// `(name, split, lookback_batch)`. `split` 0: one launch per pass; otherwise the full-tile
-/// kernel ([`onesweep_full_kernel`], where one exists) takes the `n / tile` full tiles and,
-/// when `n` is not a multiple of the tile, the plain kernel the last one in a second launch,
-/// the latter only from `n >= 2^split` on (below it the second launch's latency costs more
-/// than the full tiles save). `lookback_batch` as in [`SortOnesweepParams`]. Entry 0 is the
-/// default; the last entry splits at every size (for the tests of the split launch).
+/// `(name, staged, lookback_batch)`: `staged` 1 launches the staged kernel
+/// ([`onesweep_staged_kernel`]) where one exists, `lookback_batch` as in
+/// [`SortOnesweepParams`]. Entry 0 is the default.
 pub const SORT_ONESWEEP_VARIANTS: &[(&str, u32, u32)] = &[
     ("onesweep", 0, 0),
-    ("onesweep-split", 21, 0),
+    ("onesweep-staged", 1, 0),
     ("onesweep-lb4", 0, LOOKBACK_BATCH),
-    ("onesweep-split-lb4", 21, LOOKBACK_BATCH),
-    ("onesweep-split-all-lb4", 1, LOOKBACK_BATCH),
+    ("onesweep-staged-lb4", 1, LOOKBACK_BATCH),
 ];
-
-/// Whether a onesweep pass over `n` keys takes the split launch under shape `split` (see
-/// [`SORT_ONESWEEP_VARIANTS`]) with a full-tile kernel for `key_bytes`/`value_bytes`: at
-/// least one full tile, and either no partial tile or `n >= 2^split`.
-pub const fn onesweep_split(n: u64, key_bytes: usize, value_bytes: usize, split: u32) -> bool {
-    let tile = onesweep_tile(key_bytes, value_bytes) as u64;
-    split != 0
-        && onesweep_full_kernel(key_bytes, value_bytes).is_some()
-        && n >= tile
-        && (n.is_multiple_of(tile) || n >= 1u64 << split)
-}
 
 /// Parameters of [`KERNEL_SORT_HISTOGRAM_U32`] and [`KERNEL_SORT_HISTOGRAM_U64`].
 #[repr(C)]
@@ -424,7 +409,8 @@ pub struct SortOnesweepParams {
     /// This pass's epoch (`1 ..= MAX_EPOCH`, new for every pass).
     pub epoch: u32,
     /// Look-back predecessors read per step: 0 or 1 one at a time (each read waits for the
-    /// last), otherwise [`LOOKBACK_BATCH`] status words loaded together ([`SORT_ONESWEEP_VARIANTS`]).
+    /// last), otherwise [`LOOKBACK_BATCH`] status words loaded together
+    /// ([`SORT_ONESWEEP_VARIANTS`]).
     pub lookback_batch: u32,
     /// Padding (zero).
     pub _pad: u32,
@@ -443,8 +429,8 @@ crate::kernel_params!(
         KERNEL_SORT_ONESWEEP_U64_V8,
         KERNEL_SORT_ONESWEEP_U64_V12,
         KERNEL_SORT_ONESWEEP_U64_V16,
-        KERNEL_SORT_ONESWEEP_U32_V4_FULL,
-        KERNEL_SORT_ONESWEEP_U64_V4_FULL,
+        KERNEL_SORT_ONESWEEP_U32_V4_STAGED,
+        KERNEL_SORT_ONESWEEP_U64_V4_STAGED,
     ]
 );
 
@@ -506,8 +492,8 @@ mod tests {
                 assert!(blocks * (smem + 1024) <= 228 * 1024, "{kb} {vb}: {smem}");
                 assert_eq!(onesweep_values_offset(kb, vb) % 16, 0);
                 assert!(onesweep_kernel(kb, vb).is_some());
-                if onesweep_full_kernel(kb, vb).is_some() {
-                    let full = onesweep_full_smem_bytes(kb, vb);
+                if onesweep_staged_kernel(kb, vb).is_some() {
+                    let full = onesweep_staged_smem_bytes(kb, vb);
                     assert!(blocks * (full + 1024) <= 228 * 1024, "{kb} {vb}: {full}");
                     assert_eq!(onesweep_stage_offset(kb, vb) % 16, 0);
                 }
@@ -519,15 +505,11 @@ mod tests {
         const { assert!(layout::EXCHANGE.is_multiple_of(16)) };
         const { assert!(layout::TILE_SLOT < layout::EXCHANGE) };
         assert_eq!(onesweep_kernel(4, 6), None);
-        // The split launch: full tiles only, a partial tile from 2^split on, pairs of 4 bytes.
-        let t = onesweep_tile(4, 4) as u64;
-        assert!(!onesweep_split(t - 1, 4, 4, 1));
-        assert!(onesweep_split(t, 4, 4, 21));
-        assert!(!onesweep_split(t + 1, 4, 4, 21));
-        assert!(onesweep_split(t + 1, 4, 4, 1));
-        assert!(onesweep_split((1 << 21) + 1, 4, 4, 21));
-        assert!(!onesweep_split(1 << 22, 4, 0, 21));
-        assert!(!onesweep_split(1 << 22, 4, 4, 0));
+        assert_eq!(
+            onesweep_staged_kernel(8, 4),
+            Some(KERNEL_SORT_ONESWEEP_U64_V4_STAGED)
+        );
+        assert_eq!(onesweep_staged_kernel(4, 8), None);
         assert_eq!(onesweep_kernel(2, 0), None);
     }
 

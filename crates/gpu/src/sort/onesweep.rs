@@ -586,12 +586,16 @@ pub unsafe fn digit_starts(
 /// Items per chunk of the scatter loop (loads of a chunk in flight together).
 const SCATTER_CHUNK: usize = 4;
 
-/// One onesweep pass over one tile (see the module docs of `super`).
+/// One onesweep pass over one tile (see the module docs of `super`). With `STAGED` (the
+/// `*_staged` kernels, one-word values) a full tile takes the body without bounds tests whose
+/// values are staged in shared memory, the partial last tile the plain body.
 ///
 /// # Safety
-/// See [`sort_onesweep_u32`].
+/// See [`sort_onesweep_u32`]; with `STAGED`, [`onesweep_staged_smem_bytes`] of shared memory.
 #[inline(always)]
-pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &SortOnesweepParams) {
+pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize, const STAGED: bool>(
+    p: &SortOnesweepParams,
+) {
     let tid = i::thread_idx_x();
     let lane = i::lane_id();
     let warp = tid / 32;
@@ -624,52 +628,20 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     };
     // Keys only: full tiles take a copy of the body without bounds tests (about 30 % fewer
     // instructions per tile; 1.12x CUB instead of 0.97x at 2^24-2^26 on an H200). With
-    // values the same split measured 8-13 % slower (the doubled kernel, docs/benchmarks.md),
-    // so the kernels with values keep one body with the tests.
-    if W == 0 && valid == tile_items {
+    // values held in registers the same split measured 8-13 % slower (the doubled kernel,
+    // docs/benchmarks.md; its full-tile body spills 64 bytes on sm_90), so the plain kernels
+    // with values keep one body with the tests; the `*_staged` kernels split with the
+    // values of full tiles staged in shared memory (no spill).
+    if STAGED && valid == tile_items {
+        // SAFETY: forwarded; a full tile; the staging area (caller contract).
+        unsafe { onesweep_body::<K, W, ITEMS, false, STAGED>(p, tile, start, valid) }
+    } else if W == 0 && valid == tile_items {
         // SAFETY: forwarded; a full tile.
         unsafe { onesweep_body::<K, W, ITEMS, false, false>(p, tile, start, valid) }
     } else {
         // SAFETY: forwarded; tested against `valid`.
         unsafe { onesweep_body::<K, W, ITEMS, true, false>(p, tile, start, valid) }
     }
-}
-
-/// One onesweep pass over one full tile, compiled without the bounds tests (the split
-/// launch: the kernels `*_full` take the `n / tile` full tiles, the plain kernel the partial
-/// last one after them, with the same tile counter).
-///
-/// # Safety
-/// See [`sort_onesweep_u32`]; and `gridDim.x <= n / tile`: every tile this block can take is
-/// full.
-#[inline(always)]
-pub unsafe fn onesweep_pass_full<K: Key, const W: usize, const ITEMS: usize>(
-    p: &SortOnesweepParams,
-) {
-    let tid = i::thread_idx_x();
-    let lane = i::lane_id();
-    let warp = tid / 32;
-    let tile_items = ONESWEEP_THREADS * ITEMS as u32;
-    let sbase = i::shared_base();
-    let hist_w = sbase + layout::WARP_HIST + warp * RADIX * 4;
-    if tid == 0 {
-        // SAFETY: launch contract: the pass's tile counter.
-        let t = unsafe { i::atomic_add_u32(p.tile_counter.ptr_mut(), 1) };
-        // SAFETY: the tile slot of the layout.
-        unsafe { i::st_shared_u32(sbase + layout::TILE_SLOT, t) };
-    }
-    let mut q = lane;
-    while q < RADIX {
-        // SAFETY: this warp's counters.
-        unsafe { i::st_shared_u32(hist_w + q * 4, 0) };
-        q += 32;
-    }
-    i::sync_threads();
-    // SAFETY: written before the barrier.
-    let tile = unsafe { i::ld_shared_u32(sbase + layout::TILE_SLOT) };
-    // SAFETY: forwarded; the tile is full (launch contract); the block has
-    // `onesweep_full_smem_bytes` of shared memory.
-    unsafe { onesweep_body::<K, W, ITEMS, false, true>(p, tile, tile * tile_items, tile_items) }
 }
 
 /// Steps (2) to (7) of a onesweep pass over tile `tile` (positions `start..start + valid`):
@@ -680,7 +652,7 @@ pub unsafe fn onesweep_pass_full<K: Key, const W: usize, const ITEMS: usize>(
 ///
 /// # Safety
 /// See [`sort_onesweep_u32`]; step (1) done; `valid == tile` items unless `CHECK`; with
-/// `STAGE`, `onesweep_full_smem_bytes` of shared memory.
+/// `STAGE`, `onesweep_staged_smem_bytes` of shared memory.
 #[inline(always)]
 unsafe fn onesweep_body<
     K: Key,
@@ -885,39 +857,40 @@ macro_rules! onesweep_kernel {
         pub unsafe extern "ptx-kernel" fn $name(p: SortOnesweepParams) {
             // SAFETY: forwarded launch contract.
             unsafe {
-                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }>(&p)
+                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }, false>(&p)
             }
         }
     };
 }
 
-macro_rules! onesweep_full_kernel {
+macro_rules! onesweep_staged_kernel {
     ($(#[$doc:meta])* $name:ident, $key:ty, $words:expr) => {
         $(#[$doc])*
         ///
         /// # Safety
-        /// As the plain kernel of the same key and value, except `gridDim.x <= n / tile`
-        /// (full tiles only; the partial last tile, if any, is left to the plain kernel
-        /// launched after this one with the same tile counter and epoch).
+        /// As the plain kernel of the same key and value, with
+        /// `onesweep_staged_smem_bytes(..)` bytes of dynamic shared memory.
         #[unsafe(no_mangle)]
         pub unsafe extern "ptx-kernel" fn $name(p: SortOnesweepParams) {
             // SAFETY: forwarded launch contract.
             unsafe {
-                onesweep_pass_full::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }>(&p)
+                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }, true>(&p)
             }
         }
     };
 }
 
-onesweep_full_kernel!(
-    /// One onesweep pass over the full tiles of `u32` keys with 4-byte values.
-    sort_onesweep_u32_v4_full,
+onesweep_staged_kernel!(
+    /// One onesweep pass over `u32` keys with 4-byte values, full tiles without bounds tests
+    /// and with their values staged in shared memory.
+    sort_onesweep_u32_v4_staged,
     u32,
     1
 );
-onesweep_full_kernel!(
-    /// One onesweep pass over the full tiles of `u64` keys with 4-byte values.
-    sort_onesweep_u64_v4_full,
+onesweep_staged_kernel!(
+    /// One onesweep pass over `u64` keys with 4-byte values, full tiles without bounds tests
+    /// and with their values staged in shared memory.
+    sort_onesweep_u64_v4_staged,
     u64,
     1
 );

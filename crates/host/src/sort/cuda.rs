@@ -349,17 +349,16 @@ impl GpuContext {
                     &hist,
                 )?
             };
-            let kernel = k::onesweep_kernel(kb, vb)
-                .ok_or_else(|| invalid("sort values", format!("{vb} bytes")))?;
-            let smem = k::onesweep_smem_bytes(kb, vb);
-            // The onesweep shape (`detkit::tuning`): the split launch and the look-back batch.
-            let (_, split, lookback_batch) = crate::tuning::Tuned::SortOnesweep.current();
-            let tile = k::onesweep_tile(kb, vb) as u64;
-            let (full_tiles, tail) = ((n as u64) / tile, (n as u64) % tile);
-            // The full-tile kernel, where the shape splits this size
-            // (`detkit_gpu::sort::SORT_ONESWEEP_VARIANTS`).
-            let full = k::onesweep_full_kernel(kb, vb)
-                .filter(|_| k::onesweep_split(n as u64, kb, vb, split));
+            // The onesweep shape (`detkit::tuning`): the staged kernel and the look-back batch.
+            let (_, staged, lookback_batch) = crate::tuning::Tuned::SortOnesweep.current();
+            let (kernel, smem) = match k::onesweep_staged_kernel(kb, vb) {
+                Some(s) if staged != 0 => (s, k::onesweep_staged_smem_bytes(kb, vb)),
+                _ => (
+                    k::onesweep_kernel(kb, vb)
+                        .ok_or_else(|| invalid("sort values", format!("{vb} bytes")))?,
+                    k::onesweep_smem_bytes(kb, vb),
+                ),
+            };
             let (mut k_src, mut v_src) = (ops.keys_in, ops.values_in);
             for pass in 0..passes {
                 // The last pass writes the caller's output: count back from it.
@@ -387,36 +386,9 @@ impl GpuContext {
                     lookback_batch,
                     _pad: 0,
                 };
-                if let Some(full) = full {
-                    t.launches += 1;
-                    // SAFETY: as the plain launch below, with `full_tiles = n / tile` blocks
-                    // (every tile the counter hands out is full) and the full kernel's
-                    // shared memory (`onesweep_full_smem_bytes`, with the staging area).
-                    unsafe {
-                        self.launch(
-                            full,
-                            cfg(
-                                full_tiles,
-                                k::ONESWEEP_THREADS,
-                                k::onesweep_full_smem_bytes(kb, vb),
-                            ),
-                            &params,
-                        )?
-                    };
-                    if tail != 0 {
-                        t.launches += 1;
-                        // SAFETY: as the plain launch below with one block: the tile counter
-                        // stands at `full_tiles` after the full-tile launch on this stream, so
-                        // this block takes the partial last tile; its predecessors have
-                        // published their prefixes with this epoch.
-                        unsafe { self.launch(kernel, cfg(1, k::ONESWEEP_THREADS, smem), &params)? };
-                    }
-                    k_src = k_dst;
-                    v_src = v_dst;
-                    continue;
-                }
                 t.launches += 1;
-                // SAFETY: ONESWEEP_THREADS threads, `tiles` blocks, `onesweep_smem_bytes`;
+                // SAFETY: ONESWEEP_THREADS threads, `tiles` blocks, the kernel's shared memory
+                // (`onesweep_smem_bytes`, or `onesweep_staged_smem_bytes` for a staged one);
                 // source and destination are distinct allocations of n keys (and values):
                 // the caller's input or output and the scratch partner, alternating (the
                 // input is only ever read); offsets of this pass come from the histogram

@@ -254,9 +254,7 @@ impl Backend {
 
 /// The launches one device sort of `n` keys makes (what [`GpuContext::sort_launches`]
 /// counts): 0 for `n == 0` or an empty bit range, 1 up to `SINGLE_TILE` keys, else
-/// `1 + passes` (under a splitting onesweep shape of `detkit::tuning`, a sort with 4-byte
-/// values makes one more launch per pass where `n` is not a multiple of the tile:
-/// `detkit_gpu::sort::onesweep_split`).
+/// `1 + passes`.
 pub fn launches_for<K: SortKey>(n: usize, opts: &SortOptions) -> Result<u64> {
     let passes = opts.passes::<K>()? as u64;
     Ok(if n == 0 || passes == 0 {
