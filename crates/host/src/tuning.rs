@@ -45,6 +45,24 @@ const ALL: [Tuned; 5] = [
     Tuned::SortOnesweep,
 ];
 
+/// The entries of a `DETKIT_TUNED` value: each `Name=index` as the choice it names, or the
+/// entry itself where it names no primitive or shape.
+fn parse_tuned(spec: &str) -> Vec<std::result::Result<(Tuned, usize), &str>> {
+    spec.split(',')
+        .filter(|e| !e.trim().is_empty())
+        .map(|entry| {
+            entry
+                .split_once('=')
+                .and_then(|(name, index)| {
+                    let t = *ALL.iter().find(|t| format!("{t:?}") == name.trim())?;
+                    let index: usize = index.trim().parse().ok()?;
+                    (index < t.shapes().len()).then_some((t, index))
+                })
+                .ok_or(entry)
+        })
+        .collect()
+}
+
 /// Applies `DETKIT_TUNED` once (module docs).
 fn from_env() {
     static ENV: Once = Once::new();
@@ -52,16 +70,12 @@ fn from_env() {
         let Ok(spec) = std::env::var("DETKIT_TUNED") else {
             return;
         };
-        for entry in spec.split(',').filter(|e| !e.trim().is_empty()) {
-            let chosen = entry.split_once('=').and_then(|(name, index)| {
-                let t = ALL.iter().find(|t| format!("{t:?}") == name.trim())?;
-                let index: usize = index.trim().parse().ok()?;
-                (index < t.shapes().len()).then(|| t.slot().store(index, Ordering::Relaxed))
-            });
-            if chosen.is_none() {
-                eprintln!(
+        for choice in parse_tuned(&spec) {
+            match choice {
+                Ok((t, index)) => t.slot().store(index, Ordering::Relaxed),
+                Err(entry) => eprintln!(
                     "detkit: DETKIT_TUNED entry `{entry}` ignored (no such primitive or shape)"
-                );
+                ),
             }
         }
     });
@@ -117,5 +131,20 @@ mod tests {
             assert!(t.choose(t.shapes().len()).is_err());
             assert_eq!(t.current(), t.shapes()[0]);
         }
+    }
+
+    #[test]
+    fn environment_entries_parse_or_are_reported() {
+        let got = parse_tuned("SortOnesweep=3, ScanU32=0,,Nope=1,SortOnesweep=99,LookbackNs");
+        assert_eq!(
+            got,
+            vec![
+                Ok((Tuned::SortOnesweep, 3)),
+                Ok((Tuned::ScanU32, 0)),
+                Err("Nope=1"),
+                Err("SortOnesweep=99"),
+                Err("LookbackNs"),
+            ]
+        );
     }
 }

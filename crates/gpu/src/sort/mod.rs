@@ -34,7 +34,9 @@
 //!    write consecutive positions of one digit (coalesced). Values are loaded with the keys,
 //!    stay in registers (the kernels with values are built for 80 registers, three blocks
 //!    per multiprocessor), are written to a second shared array at their key's rank during
-//!    the ranking and leave in the same scatter loop as the keys.
+//!    the ranking and leave in the same scatter loop as the keys. (The `*_staged` kernels
+//!    copy a full tile's 4-byte values into shared memory instead of registers, and the
+//!    look-back can read 4 predecessors per step: [`SORT_ONESWEEP_VARIANTS`].)
 //!
 //! Buffers ping-pong between the caller's output and one temporary buffer, arranged so that
 //! the last pass writes the caller's output and the input is never written.
@@ -338,16 +340,54 @@ pub const fn onesweep_staged_kernel(key_bytes: usize, value_bytes: usize) -> Opt
 /// Status words a batched look-back step loads together (`lookback_batch > 1`).
 pub const LOOKBACK_BATCH: u32 = 4;
 
+/// A shape's `staged` or `lookback_batch` entry: chosen per sort by [`onesweep_shape`].
+pub const SHAPE_AUTO: u32 = u32::MAX;
+
 /// Onesweep shapes of the sort that `detkit-bench --variants` times (`detkit::tuning`):
-/// `(name, staged, lookback_batch)`: `staged` 1 launches the staged kernel
-/// ([`onesweep_staged_kernel`]) where one exists, `lookback_batch` as in
-/// [`SortOnesweepParams`]. Entry 0 is the default.
+/// `(name, staged, lookback_batch)`. `staged` 1 launches the staged kernel
+/// ([`onesweep_staged_kernel`]) where one exists, 0 the plain one; `lookback_batch` as in
+/// [`SortOnesweepParams`]; [`SHAPE_AUTO`] in either lets [`onesweep_shape`] choose. Entry 0
+/// is the default (issue 28, session 12, H100 call P1: docs/benchmarks.md, `pairs`).
 pub const SORT_ONESWEEP_VARIANTS: &[(&str, u32, u32)] = &[
-    ("onesweep", 0, 0),
-    ("onesweep-staged", 1, 0),
+    ("onesweep", SHAPE_AUTO, SHAPE_AUTO),
+    ("onesweep-lb1", 0, 1),
     ("onesweep-lb4", 0, LOOKBACK_BATCH),
+    ("onesweep-staged", 1, 1),
     ("onesweep-staged-lb4", 1, LOOKBACK_BATCH),
 ];
+
+/// The onesweep launch of one sort under shape `(staged, lookback_batch)`: whether it takes
+/// the staged kernel and the look-back batch it passes. [`SHAPE_AUTO`] chooses what call P1
+/// measured faster: the staged kernel for `u32` keys with 4-byte values (+2-4 % at 2^20,
+/// 2^24 and 2^26; within ±2 % for `u64` keys, which keep the plain kernel); the batched
+/// look-back for keys only (+4-10 % at 2^20-2^24, equal at 2^26) and for sorts with values
+/// whose pass fits one wave of blocks, `tiles <= resident` (+9-10 % at 2^20; with more
+/// tiles it measured 1-4 % slower).
+pub const fn onesweep_shape(
+    key_bytes: usize,
+    value_bytes: usize,
+    tiles: u64,
+    resident: u64,
+    staged: u32,
+    lookback_batch: u32,
+) -> (bool, u32) {
+    let has_staged = onesweep_staged_kernel(key_bytes, value_bytes).is_some();
+    let staged = match staged {
+        SHAPE_AUTO => has_staged && key_bytes == 4,
+        s => has_staged && s != 0,
+    };
+    let batch = match lookback_batch {
+        SHAPE_AUTO => {
+            if value_bytes == 0 || tiles <= resident {
+                LOOKBACK_BATCH
+            } else {
+                1
+            }
+        }
+        b => b,
+    };
+    (staged, batch)
+}
 
 /// Parameters of [`KERNEL_SORT_HISTOGRAM_U32`] and [`KERNEL_SORT_HISTOGRAM_U64`].
 #[repr(C)]
@@ -510,6 +550,22 @@ mod tests {
             Some(KERNEL_SORT_ONESWEEP_U64_V4_STAGED)
         );
         assert_eq!(onesweep_staged_kernel(4, 8), None);
+        // The default shape: staged for u32 pairs only, batched look-back for keys only or
+        // one wave.
+        let (a, b) = (SHAPE_AUTO, SHAPE_AUTO);
+        assert_eq!(onesweep_shape(4, 4, 1000, 396, a, b), (true, 1));
+        assert_eq!(onesweep_shape(8, 4, 1000, 396, a, b), (false, 1));
+        assert_eq!(
+            onesweep_shape(8, 4, 396, 396, a, b),
+            (false, LOOKBACK_BATCH)
+        );
+        assert_eq!(
+            onesweep_shape(4, 0, 10_000, 528, a, b),
+            (false, LOOKBACK_BATCH)
+        );
+        assert_eq!(onesweep_shape(4, 8, 10, 396, a, b), (false, LOOKBACK_BATCH));
+        assert_eq!(onesweep_shape(8, 4, 10, 396, 1, 1), (true, 1));
+        assert_eq!(onesweep_shape(4, 0, 10, 528, 1, 1), (false, 1));
         assert_eq!(onesweep_kernel(2, 0), None);
     }
 

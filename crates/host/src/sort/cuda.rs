@@ -350,9 +350,12 @@ impl GpuContext {
                 )?
             };
             // The onesweep shape (`detkit::tuning`): the staged kernel and the look-back batch.
-            let (_, staged, lookback_batch) = crate::tuning::Tuned::SortOnesweep.current();
+            let (_, staged, batch) = crate::tuning::Tuned::SortOnesweep.current();
+            let resident = self.sm_count() as u64 * k::onesweep_min_blocks(vb) as u64;
+            let (staged, lookback_batch) =
+                k::onesweep_shape(kb, vb, tiles, resident, staged, batch);
             let (kernel, smem) = match k::onesweep_staged_kernel(kb, vb) {
-                Some(s) if staged != 0 => (s, k::onesweep_staged_smem_bytes(kb, vb)),
+                Some(s) if staged => (s, k::onesweep_staged_smem_bytes(kb, vb)),
                 _ => (
                     k::onesweep_kernel(kb, vb)
                         .ok_or_else(|| invalid("sort values", format!("{vb} bytes")))?,
