@@ -407,6 +407,60 @@ pub unsafe fn stage_streaming_v4_u32<const N: usize>(dst: [u32; N], src: [*const
     }
 }
 
+/// Starts copying `N` words of global memory that no thread writes during the kernel into
+/// this thread's shared-memory slots: word `src[j]` to the shared-window address `dst[j]`.
+/// The slots may be read only after [`stage_u32_wait`] (this thread's slots; another
+/// thread's need a barrier after that, as after any shared store).
+///
+/// sm_80: one `cp.async.ca` of 4 bytes per word: the words go to shared memory without
+/// passing through registers, all `N` in flight, and the thread goes on at once. sm_70: `N`
+/// read-only loads (all issued before the first store) into registers, then `N` shared
+/// stores.
+///
+/// # Safety
+/// Each `src[j]` is 4-byte aligned and points to a word of global memory that no thread
+/// writes during the kernel; each `dst[j]` is a 4-byte aligned address inside this block's
+/// shared memory that no thread accesses until this thread's [`stage_u32_wait`].
+#[inline(always)]
+pub unsafe fn stage_u32<const N: usize>(dst: [u32; N], src: [*const u32; N]) {
+    #[cfg(target_feature = "sm_80")]
+    {
+        for j in 0..N {
+            // SAFETY: caller's contract on src and dst.
+            unsafe {
+                asm!(
+                    "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; cp.async.ca.shared.global [{s}], [g], 4; }}",
+                    s = in(reg32) dst[j], p = in(reg64) src[j],
+                    options(nostack)
+                )
+            };
+        }
+    }
+    #[cfg(not(target_feature = "sm_80"))]
+    {
+        let mut f = [0u32; N];
+        for j in 0..N {
+            // SAFETY: caller's contract on src.
+            f[j] = unsafe { ldg_u32(src[j]) };
+        }
+        for j in 0..N {
+            // SAFETY: caller's contract on dst.
+            unsafe { st_shared_u32(dst[j], f[j]) };
+        }
+    }
+}
+
+/// Waits until this thread's [`stage_u32`] copies have landed in shared memory. sm_80:
+/// `cp.async.wait_all`; sm_70: nothing (its copies were plain stores).
+#[inline(always)]
+pub fn stage_u32_wait() {
+    #[cfg(target_feature = "sm_80")]
+    // SAFETY: waits for this thread's asynchronous copies; no memory is accessed.
+    unsafe {
+        asm!("cp.async.wait_all;", options(nostack))
+    };
+}
+
 // ---------------------------------------------------------------------------------------
 // Memory fences and ordered accesses
 // ---------------------------------------------------------------------------------------

@@ -98,6 +98,8 @@ pub const ALL_KERNELS: &[&str] = &[
     sort::KERNEL_SORT_ONESWEEP_U64_V8,
     sort::KERNEL_SORT_ONESWEEP_U64_V12,
     sort::KERNEL_SORT_ONESWEEP_U64_V16,
+    sort::KERNEL_SORT_ONESWEEP_U32_V4_STAGED,
+    sort::KERNEL_SORT_ONESWEEP_U64_V4_STAGED,
     sort::KERNEL_SORT_SINGLE_U32,
     sort::KERNEL_SORT_SINGLE_U64,
 ];
@@ -184,6 +186,16 @@ pub const LAUNCH_BOUNDS: &[(&str, u32, u32)] = &[
     ),
     (
         sort::KERNEL_SORT_ONESWEEP_U64_V16,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U32_V4_STAGED,
+        sort::ONESWEEP_THREADS,
+        sort::ONESWEEP_MIN_BLOCKS_PAIRS,
+    ),
+    (
+        sort::KERNEL_SORT_ONESWEEP_U64_V4_STAGED,
         sort::ONESWEEP_THREADS,
         sort::ONESWEEP_MIN_BLOCKS_PAIRS,
     ),

@@ -9,8 +9,11 @@
 //! [--no-sort] [--variants]`
 //! (`--sort-only`: the copy and the radix-sort rows only, e.g. with `--sizes
 //! 10,12,14,16,18,20,22,24,26,28`; `--no-sort`: every row but the sorts; `--variants`: also
-//! every kernel shape of `detkit::tuning` for the scan, the select and the histogram, as rows
-//! `NAME@vK` (shape K of the table printed first), each checked against the oracle first).
+//! every kernel shape of `detkit::tuning` for the scan, the select, the histogram and the
+//! sort's onesweep launches (every sort row under each shape), as rows
+//! `NAME@vK` (shape K of the table printed first), each checked against the oracle first;
+//! `--sort-shapes 0,1,3`: the sort rows under these onesweep shapes only, with or without
+//! `--variants`).
 
 use anyhow::{bail, Context, Result};
 use detkit::compact::Selection;
@@ -35,6 +38,7 @@ fn main() -> Result<()> {
     let mut sort_only = false;
     let mut no_sort = false;
     let mut variants = false;
+    let mut sort_shapes: Option<Vec<u32>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -44,6 +48,11 @@ fn main() -> Result<()> {
             "--sort-only" => sort_only = true,
             "--no-sort" => no_sort = true,
             "--variants" => variants = true,
+            "--sort-shapes" => {
+                sort_shapes = Some(parse_list(
+                    &args.next().context("--sort-shapes needs a list")?,
+                )?)
+            }
             other => bail!("unknown argument {other}"),
         }
     }
@@ -75,6 +84,7 @@ fn main() -> Result<()> {
             Tuned::SelectRange,
             Tuned::HistogramShared,
             Tuned::LookbackNs,
+            Tuned::SortOnesweep,
         ] {
             for (v, (kernel, a, b)) in t.shapes().iter().enumerate() {
                 println!("# variant {t:?} v{v}: {kernel} ({a}, {b})");
@@ -100,7 +110,11 @@ fn main() -> Result<()> {
             });
         }
         if !no_sort {
-            sort_rows(g, n, reps, &mut rows)?;
+            let sort_v: Vec<usize> = match &sort_shapes {
+                Some(list) => list.iter().map(|&v| v as usize).collect(),
+                None => shapes(Tuned::SortOnesweep),
+            };
+            sort_rows(g, n, reps, &sort_v, &mut rows)?;
         }
         if sort_only {
             continue;
@@ -333,13 +347,37 @@ fn check_pairs_by_index<K: detkit::sort::SortKey>(
 
 /// The radix-sort rows (device-resident, inputs kept, output in a separate buffer, as
 /// `cub::DeviceRadixSort::SortPairs`/`SortKeys` without a double buffer): u64 keys + u32
-/// values over 64 and 48 bits, u32 + u32, u32 keys alone. Values are the input indices, so
-/// the pairs check is exact (`check_pairs_by_index`); the keys-only result must equal the
-/// keys of the checked u32 pairs sort (the same keys). Bytes: one read and one write of
-/// keys and values (`2n (key + value)`), whatever the number of passes.
-fn sort_rows(g: &detkit::GpuContext, n: usize, reps: usize, rows: &mut Vec<Row>) -> Result<()> {
+/// values over 64 and 48 bits, u32 + u32, u32 keys alone, each under every onesweep shape of
+/// `variants` (rows `NAME@vK` for shape K > 0). Values are the input indices, so the pairs
+/// check is exact (`check_pairs_by_index`) for the first shape run (the default when it is
+/// listed); every other shape must give the same keys and values bit for bit (a cheap
+/// sequential comparison, so that 2^28 under several shapes checks in seconds); the keys-only
+/// result must equal the keys of the checked u32 pairs sort (the same keys). Bytes: one read
+/// and one write of keys and values (`2n (key + value)`), whatever the number of passes.
+fn sort_rows(
+    g: &detkit::GpuContext,
+    n: usize,
+    reps: usize,
+    variants: &[usize],
+    rows: &mut Vec<Row>,
+) -> Result<()> {
     use detkit::sort::gen;
     use detkit::SortOptions;
+    // The default first (it gets the full check), then the others; the default is chosen
+    // again at the end.
+    let order: Vec<usize> = variants
+        .iter()
+        .copied()
+        .filter(|&v| v == 0)
+        .chain(variants.iter().copied().filter(|&v| v != 0))
+        .collect();
+    let label = |name: &str, v: usize| -> String {
+        if v == 0 {
+            name.to_string()
+        } else {
+            format!("{name}@v{v}")
+        }
+    };
     let idx = gen::index_values(n);
     let d_idx = g.upload(&idx)?;
     let mut v_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
@@ -357,59 +395,84 @@ fn sort_rows(g: &detkit::GpuContext, n: usize, reps: usize, rows: &mut Vec<Row>)
         ),
     ] {
         let d_k = g.upload(&keys)?;
-        let mut k_out = g.poisoned(n, u64::MAX)?;
-        g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)?;
-        check_pairs_by_index(
-            name,
-            &keys,
-            &g.download(&k_out)?,
-            &g.download(&v_out)?,
-            &opts,
-        )?;
-        let ms = median_ms(g, 5, reps, || {
-            g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)
-        })?;
-        rows.push(Row {
-            primitive: name.into(),
-            n,
-            ms,
-            bytes: 24.0 * n as f64,
-        });
+        let mut k_out;
+        let mut reference: Option<(Vec<u64>, Vec<u32>)> = None;
+        for &v in &order {
+            Tuned::SortOnesweep.choose(v)?;
+            let name = label(name, v);
+            // Poisoned again: each shape must write every element.
+            k_out = g.poisoned(n, u64::MAX)?;
+            g.fill_u32(&mut v_out, n, 0xDEAD_BEEF)?;
+            g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)?;
+            let (got_k, got_v) = (g.download(&k_out)?, g.download(&v_out)?);
+            match &reference {
+                None => check_pairs_by_index(&name, &keys, &got_k, &got_v, &opts)?,
+                Some((rk, rv)) => {
+                    check(&name, &got_k, rk)?;
+                    check(&name, &got_v, rv)?;
+                }
+            }
+            reference.get_or_insert((got_k, got_v));
+            let ms = median_ms(g, 5, reps, || {
+                g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)
+            })?;
+            rows.push(Row {
+                primitive: name,
+                n,
+                ms,
+                bytes: 24.0 * n as f64,
+            });
+        }
     }
     // u32 + u32, then u32 keys alone (checked against the pairs' keys).
     let keys = gen::keys_u32(n);
     let d_k = g.upload(&keys)?;
     let mut k_out = g.poisoned(n, 0xDEAD_BEEFu32)?;
     let opts = SortOptions::default();
-    g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)?;
-    let sorted = g.download(&k_out)?;
-    check_pairs_by_index(
-        "sort_pairs_u32_u32",
-        &keys,
-        &sorted,
-        &g.download(&v_out)?,
-        &opts,
-    )?;
-    let ms = median_ms(g, 5, reps, || {
-        g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)
-    })?;
-    rows.push(Row {
-        primitive: "sort_pairs_u32_u32".into(),
-        n,
-        ms,
-        bytes: 16.0 * n as f64,
-    });
+    let mut reference: Option<(Vec<u32>, Vec<u32>)> = None;
+    for &v in &order {
+        Tuned::SortOnesweep.choose(v)?;
+        let name = label("sort_pairs_u32_u32", v);
+        g.fill_u32(&mut k_out, n, 0xDEAD_BEEF)?;
+        g.fill_u32(&mut v_out, n, 0xDEAD_BEEF)?;
+        g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)?;
+        let (got_k, got_v) = (g.download(&k_out)?, g.download(&v_out)?);
+        match &reference {
+            None => check_pairs_by_index(&name, &keys, &got_k, &got_v, &opts)?,
+            Some((rk, rv)) => {
+                check(&name, &got_k, rk)?;
+                check(&name, &got_v, rv)?;
+            }
+        }
+        reference.get_or_insert((got_k, got_v));
+        let ms = median_ms(g, 5, reps, || {
+            g.sort_pairs_device(&d_k, &mut k_out, &d_idx, &mut v_out, n, opts)
+        })?;
+        rows.push(Row {
+            primitive: name,
+            n,
+            ms,
+            bytes: 16.0 * n as f64,
+        });
+    }
+    let sorted = reference.map(|(k, _)| k).unwrap_or_default();
     let mut k_only = g.poisoned(n, 0xDEAD_BEEFu32)?;
-    g.sort_keys_device(&d_k, &mut k_only, n, opts)?;
-    check("sort_keys_u32", &g.download(&k_only)?, &sorted)?;
-    let ms = median_ms(g, 5, reps, || {
-        g.sort_keys_device(&d_k, &mut k_only, n, opts)
-    })?;
-    rows.push(Row {
-        primitive: "sort_keys_u32".into(),
-        n,
-        ms,
-        bytes: 8.0 * n as f64,
-    });
+    for &v in &order {
+        Tuned::SortOnesweep.choose(v)?;
+        let name = label("sort_keys_u32", v);
+        g.fill_u32(&mut k_only, n, 0xDEAD_BEEF)?;
+        g.sort_keys_device(&d_k, &mut k_only, n, opts)?;
+        check(&name, &g.download(&k_only)?, &sorted)?;
+        let ms = median_ms(g, 5, reps, || {
+            g.sort_keys_device(&d_k, &mut k_only, n, opts)
+        })?;
+        rows.push(Row {
+            primitive: name,
+            n,
+            ms,
+            bytes: 8.0 * n as f64,
+        });
+    }
+    Tuned::SortOnesweep.choose(0)?;
     Ok(())
 }

@@ -34,7 +34,9 @@
 //!    write consecutive positions of one digit (coalesced). Values are loaded with the keys,
 //!    stay in registers (the kernels with values are built for 80 registers, three blocks
 //!    per multiprocessor), are written to a second shared array at their key's rank during
-//!    the ranking and leave in the same scatter loop as the keys.
+//!    the ranking and leave in the same scatter loop as the keys. (The `*_staged` kernels
+//!    copy a full tile's 4-byte values into shared memory instead of registers, and the
+//!    look-back can read 4 predecessors per step: [`SORT_ONESWEEP_VARIANTS`].)
 //!
 //! Buffers ping-pong between the caller's output and one temporary buffer, arranged so that
 //! the last pass writes the caller's output and the input is never written.
@@ -162,6 +164,20 @@ pub const fn onesweep_smem_bytes(key_bytes: usize, value_bytes: usize) -> usize 
         + onesweep_tile(key_bytes, value_bytes) as usize * value_bytes
 }
 
+/// Byte offset of the staged values of a onesweep block of the `*_staged` kernels: a full
+/// tile's values in input order, copied in asynchronously while the keys are counted, after
+/// the tile-sorted values.
+pub const fn onesweep_stage_offset(key_bytes: usize, value_bytes: usize) -> u32 {
+    onesweep_smem_bytes(key_bytes, value_bytes) as u32
+}
+
+/// Dynamic shared-memory bytes of a onesweep block of the `*_staged` kernels: the plain
+/// block's and the staged values.
+pub const fn onesweep_staged_smem_bytes(key_bytes: usize, value_bytes: usize) -> usize {
+    onesweep_smem_bytes(key_bytes, value_bytes)
+        + onesweep_tile(key_bytes, value_bytes) as usize * value_bytes
+}
+
 /// Dynamic shared-memory bytes of a histogram block: `passes × RADIX` counters for the key's
 /// most passes, plus the block-scan storage and the last-block flag.
 pub const fn histogram_smem_bytes(key_bytes: usize) -> usize {
@@ -266,6 +282,14 @@ pub const KERNEL_SORT_ONESWEEP_U64_V8: &str = "sort_onesweep_u64_v8";
 pub const KERNEL_SORT_ONESWEEP_U64_V12: &str = "sort_onesweep_u64_v12";
 /// Kernel: one onesweep pass over `u64` keys with 16-byte values.
 pub const KERNEL_SORT_ONESWEEP_U64_V16: &str = "sort_onesweep_u64_v16";
+/// Kernel: one onesweep pass over `u32` keys with 4-byte values whose full tiles take a body
+/// without bounds tests with their values staged in shared memory (by `cp.async` on sm_80+)
+/// instead of held in registers; the partial last tile takes the plain body
+/// ([`onesweep_staged_smem_bytes`] of shared memory; otherwise as
+/// [`KERNEL_SORT_ONESWEEP_U32_V4`]).
+pub const KERNEL_SORT_ONESWEEP_U32_V4_STAGED: &str = "sort_onesweep_u32_v4_staged";
+/// Kernel: as [`KERNEL_SORT_ONESWEEP_U32_V4_STAGED`] for `u64` keys with 4-byte values.
+pub const KERNEL_SORT_ONESWEEP_U64_V4_STAGED: &str = "sort_onesweep_u64_v4_staged";
 /// Kernel: the whole sort of at most [`SINGLE_TILE`] `u32` keys in one block.
 pub const KERNEL_SORT_SINGLE_U32: &str = "sort_single_tile_u32";
 /// Kernel: the whole sort of at most [`SINGLE_TILE`] `u64` keys in one block.
@@ -301,6 +325,68 @@ pub const fn onesweep_kernel(key_bytes: usize, value_bytes: usize) -> Option<&'s
         return None;
     }
     Some(ONESWEEP_KERNELS[k][value_bytes / 4])
+}
+
+/// The staged onesweep kernel for `key_bytes` and `value_bytes`, where one is built
+/// (4-byte values; keys only need none: their kernels already split full tiles inside).
+pub const fn onesweep_staged_kernel(key_bytes: usize, value_bytes: usize) -> Option<&'static str> {
+    match (key_bytes, value_bytes) {
+        (4, 4) => Some(KERNEL_SORT_ONESWEEP_U32_V4_STAGED),
+        (8, 4) => Some(KERNEL_SORT_ONESWEEP_U64_V4_STAGED),
+        _ => None,
+    }
+}
+
+/// Status words a batched look-back step loads together (`lookback_batch > 1`).
+pub const LOOKBACK_BATCH: u32 = 4;
+
+/// A shape's `staged` or `lookback_batch` entry: chosen per sort by [`onesweep_shape`].
+pub const SHAPE_AUTO: u32 = u32::MAX;
+
+/// Onesweep shapes of the sort that `detkit-bench --variants` times (`detkit::tuning`):
+/// `(name, staged, lookback_batch)`. `staged` 1 launches the staged kernel
+/// ([`onesweep_staged_kernel`]) where one exists, 0 the plain one; `lookback_batch` as in
+/// [`SortOnesweepParams`]; [`SHAPE_AUTO`] in either lets [`onesweep_shape`] choose. Entry 0
+/// is the default (issue 28, session 12, H100 call P1: docs/benchmarks.md, `pairs`).
+pub const SORT_ONESWEEP_VARIANTS: &[(&str, u32, u32)] = &[
+    ("onesweep", SHAPE_AUTO, SHAPE_AUTO),
+    ("onesweep-lb1", 0, 1),
+    ("onesweep-lb4", 0, LOOKBACK_BATCH),
+    ("onesweep-staged", 1, 1),
+    ("onesweep-staged-lb4", 1, LOOKBACK_BATCH),
+];
+
+/// The onesweep launch of one sort under shape `(staged, lookback_batch)`: whether it takes
+/// the staged kernel and the look-back batch it passes. [`SHAPE_AUTO`] chooses what call P1
+/// measured faster: the staged kernel for `u32` keys with 4-byte values (+2-4 % at 2^20,
+/// 2^24 and 2^26; within ±2 % for `u64` keys, which keep the plain kernel); the batched
+/// look-back for keys only (+4-10 % at 2^20-2^24, equal at 2^26) and for sorts with values
+/// whose pass fits one wave of blocks, `tiles <= resident` (+9-10 % at 2^20; with more
+/// tiles it measured 1-4 % slower).
+pub const fn onesweep_shape(
+    key_bytes: usize,
+    value_bytes: usize,
+    tiles: u64,
+    resident: u64,
+    staged: u32,
+    lookback_batch: u32,
+) -> (bool, u32) {
+    let has_staged = onesweep_staged_kernel(key_bytes, value_bytes).is_some();
+    let staged = match staged {
+        SHAPE_AUTO => has_staged && key_bytes == 4,
+        s => has_staged && s != 0,
+    };
+    let batch = match lookback_batch {
+        SHAPE_AUTO => {
+            if value_bytes == 0 || tiles <= resident {
+                LOOKBACK_BATCH
+            } else {
+                1
+            }
+        }
+        b => b,
+    };
+    (staged, batch)
 }
 
 /// Parameters of [`KERNEL_SORT_HISTOGRAM_U32`] and [`KERNEL_SORT_HISTOGRAM_U64`].
@@ -362,10 +448,16 @@ pub struct SortOnesweepParams {
     pub descending: u32,
     /// This pass's epoch (`1 ..= MAX_EPOCH`, new for every pass).
     pub epoch: u32,
+    /// Look-back predecessors read per step: 0 or 1 one at a time (each read waits for the
+    /// last), otherwise [`LOOKBACK_BATCH`] status words loaded together
+    /// ([`SORT_ONESWEEP_VARIANTS`]).
+    pub lookback_batch: u32,
+    /// Padding (zero).
+    pub _pad: u32,
 }
 crate::kernel_params!(
     SortOnesweepParams,
-    80,
+    88,
     [
         KERNEL_SORT_ONESWEEP_U32,
         KERNEL_SORT_ONESWEEP_U32_V4,
@@ -377,6 +469,8 @@ crate::kernel_params!(
         KERNEL_SORT_ONESWEEP_U64_V8,
         KERNEL_SORT_ONESWEEP_U64_V12,
         KERNEL_SORT_ONESWEEP_U64_V16,
+        KERNEL_SORT_ONESWEEP_U32_V4_STAGED,
+        KERNEL_SORT_ONESWEEP_U64_V4_STAGED,
     ]
 );
 
@@ -438,6 +532,11 @@ mod tests {
                 assert!(blocks * (smem + 1024) <= 228 * 1024, "{kb} {vb}: {smem}");
                 assert_eq!(onesweep_values_offset(kb, vb) % 16, 0);
                 assert!(onesweep_kernel(kb, vb).is_some());
+                if onesweep_staged_kernel(kb, vb).is_some() {
+                    let full = onesweep_staged_smem_bytes(kb, vb);
+                    assert!(blocks * (full + 1024) <= 228 * 1024, "{kb} {vb}: {full}");
+                    assert_eq!(onesweep_stage_offset(kb, vb) % 16, 0);
+                }
             }
         }
         assert_eq!(onesweep_tile(4, 0), 6144);
@@ -446,6 +545,27 @@ mod tests {
         const { assert!(layout::EXCHANGE.is_multiple_of(16)) };
         const { assert!(layout::TILE_SLOT < layout::EXCHANGE) };
         assert_eq!(onesweep_kernel(4, 6), None);
+        assert_eq!(
+            onesweep_staged_kernel(8, 4),
+            Some(KERNEL_SORT_ONESWEEP_U64_V4_STAGED)
+        );
+        assert_eq!(onesweep_staged_kernel(4, 8), None);
+        // The default shape: staged for u32 pairs only, batched look-back for keys only or
+        // one wave.
+        let (a, b) = (SHAPE_AUTO, SHAPE_AUTO);
+        assert_eq!(onesweep_shape(4, 4, 1000, 396, a, b), (true, 1));
+        assert_eq!(onesweep_shape(8, 4, 1000, 396, a, b), (false, 1));
+        assert_eq!(
+            onesweep_shape(8, 4, 396, 396, a, b),
+            (false, LOOKBACK_BATCH)
+        );
+        assert_eq!(
+            onesweep_shape(4, 0, 10_000, 528, a, b),
+            (false, LOOKBACK_BATCH)
+        );
+        assert_eq!(onesweep_shape(4, 8, 10, 396, a, b), (false, LOOKBACK_BATCH));
+        assert_eq!(onesweep_shape(8, 4, 10, 396, 1, 1), (true, 1));
+        assert_eq!(onesweep_shape(4, 0, 10, 528, 1, 1), (false, 1));
         assert_eq!(onesweep_kernel(2, 0), None);
     }
 

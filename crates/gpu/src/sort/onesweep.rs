@@ -404,6 +404,58 @@ pub unsafe fn lookback(status: *const u64, tile: u32, d: u32, epoch: u32) -> u32
     }
 }
 
+/// As [`lookback`], reading [`LOOKBACK_BATCH`] predecessors per step: the status words of
+/// tiles `t - 1 .. t - LOOKBACK_BATCH` are loaded together (independent loads in flight),
+/// then added in order, waiting only on a word not yet published, until one is an inclusive
+/// prefix. A chain of `c` predecessors costs about `c / LOOKBACK_BATCH` dependent L2 round
+/// trips instead of `c`; words past the prefix are read and discarded.
+///
+/// # Safety
+/// As [`lookback`].
+#[inline(always)]
+pub unsafe fn lookback_batched(status: *const u64, tile: u32, d: u32, epoch: u32) -> u32 {
+    const B: usize = LOOKBACK_BATCH as usize;
+    let mut prefix = 0u32;
+    // Tiles t - 1, t - 2, ... are read; t > 0 while no prefix has been met (tile 0
+    // publishes a prefix).
+    let mut t = tile;
+    loop {
+        let mut w = [0u64; B];
+        let mut j = 0;
+        while j < B {
+            if t > j as u32 {
+                // SAFETY: t - 1 - j < tile; the word of (t - 1 - j, d).
+                w[j] = unsafe {
+                    i::load_relaxed_u64(
+                        status.add((t - 1 - j as u32) as usize * RADIX as usize + d as usize),
+                    )
+                };
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < B {
+            // Reached only while no prefix was met: tile t - 1 - j exists (tile 0 returns).
+            let mut x = w[j];
+            while (x >> STATUS_EPOCH_SHIFT) as u32 != epoch {
+                // SAFETY: as above (t > j here: tiles down to 0 are reached in order, and
+                // tile 0's word is a prefix).
+                x = unsafe {
+                    i::load_relaxed_u64(
+                        status.add((t - 1 - j as u32) as usize * RADIX as usize + d as usize),
+                    )
+                };
+            }
+            prefix = prefix.wrapping_add(x as u32);
+            if x & STATUS_PREFIX_BIT != 0 {
+                return prefix;
+            }
+            j += 1;
+        }
+        t -= B as u32;
+    }
+}
+
 /// Shared memory of a block-wide radix sort pass ([`block_sort_pass`]): the warps' digit
 /// counters, the block-scan words and the sorted keys and values (shared-state-space
 /// addresses, except `scan`).
@@ -534,12 +586,16 @@ pub unsafe fn digit_starts(
 /// Items per chunk of the scatter loop (loads of a chunk in flight together).
 const SCATTER_CHUNK: usize = 4;
 
-/// One onesweep pass over one tile (see the module docs of `super`).
+/// One onesweep pass over one tile (see the module docs of `super`). With `STAGED` (the
+/// `*_staged` kernels, one-word values) a full tile takes the body without bounds tests whose
+/// values are staged in shared memory, the partial last tile the plain body.
 ///
 /// # Safety
-/// See [`sort_onesweep_u32`].
+/// See [`sort_onesweep_u32`]; with `STAGED`, [`onesweep_staged_smem_bytes`] of shared memory.
 #[inline(always)]
-pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &SortOnesweepParams) {
+pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize, const STAGED: bool>(
+    p: &SortOnesweepParams,
+) {
     let tid = i::thread_idx_x();
     let lane = i::lane_id();
     let warp = tid / 32;
@@ -572,25 +628,39 @@ pub unsafe fn onesweep_pass<K: Key, const W: usize, const ITEMS: usize>(p: &Sort
     };
     // Keys only: full tiles take a copy of the body without bounds tests (about 30 % fewer
     // instructions per tile; 1.12x CUB instead of 0.97x at 2^24-2^26 on an H200). With
-    // values the same split measured 8-13 % slower (the doubled kernel, docs/benchmarks.md),
-    // so the kernels with values keep one body with the tests.
-    if W == 0 && valid == tile_items {
+    // values held in registers the same split measured 8-13 % slower (the doubled kernel,
+    // docs/benchmarks.md; its full-tile body spills 64 bytes on sm_90), so the plain kernels
+    // with values keep one body with the tests; the `*_staged` kernels split with the
+    // values of full tiles staged in shared memory (no spill).
+    if STAGED && valid == tile_items {
+        // SAFETY: forwarded; a full tile; the staging area (caller contract).
+        unsafe { onesweep_body::<K, W, ITEMS, false, STAGED>(p, tile, start, valid) }
+    } else if W == 0 && valid == tile_items {
         // SAFETY: forwarded; a full tile.
-        unsafe { onesweep_body::<K, W, ITEMS, false>(p, tile, start, valid) }
+        unsafe { onesweep_body::<K, W, ITEMS, false, false>(p, tile, start, valid) }
     } else {
         // SAFETY: forwarded; tested against `valid`.
-        unsafe { onesweep_body::<K, W, ITEMS, true>(p, tile, start, valid) }
+        unsafe { onesweep_body::<K, W, ITEMS, true, false>(p, tile, start, valid) }
     }
 }
 
 /// Steps (2) to (7) of a onesweep pass over tile `tile` (positions `start..start + valid`):
 /// without `CHECK` the tile is full and no item is tested against `valid` (compiled without
-/// the bounds tests and the branches around them).
+/// the bounds tests and the branches around them). With `STAGE` (one-word values only) the
+/// values are copied asynchronously into the staging area of shared memory
+/// ([`onesweep_stage_offset`]) instead of registers, and the ranking moves them from there.
 ///
 /// # Safety
-/// See [`sort_onesweep_u32`]; step (1) done; `valid == tile` items unless `CHECK`.
+/// See [`sort_onesweep_u32`]; step (1) done; `valid == tile` items unless `CHECK`; with
+/// `STAGE`, `onesweep_staged_smem_bytes` of shared memory.
 #[inline(always)]
-unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK: bool>(
+unsafe fn onesweep_body<
+    K: Key,
+    const W: usize,
+    const ITEMS: usize,
+    const CHECK: bool,
+    const STAGE: bool,
+>(
     p: &SortOnesweepParams,
     tile: u32,
     start: u32,
@@ -619,13 +689,31 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
     let index_values = W > 0 && values_in.is_null();
     let mut keys = [K::ZERO; ITEMS];
     let mut vals = [[0u32; 4]; ITEMS];
+    // The staged values: tile position l at `vstage + 4 l`.
+    let vstage = sbase + onesweep_stage_offset(K::BYTES as usize, 4 * W);
+    const { assert!(!STAGE || (W == 1 && !CHECK)) };
+    if STAGE && !index_values {
+        let mut dst = [0u32; ITEMS];
+        let mut src = [values_in; ITEMS];
+        let mut k = 0;
+        while k < ITEMS {
+            let l = local0 + 32 * k as u32;
+            dst[k] = vstage + l * 4;
+            // SAFETY: start + l < n values (a full tile); only the address is formed.
+            src[k] = unsafe { values_in.add((start + l) as usize) };
+            k += 1;
+        }
+        // SAFETY: the values are not written during the kernel; each slot is this thread's
+        // (tile position l), read only by it, after `stage_u32_wait`.
+        unsafe { i::stage_u32::<ITEMS>(dst, src) };
+    }
     let mut k = 0;
     while k < ITEMS {
         let l = local0 + 32 * k as u32;
         if !CHECK || l < valid {
             // SAFETY: start + l < n.
             keys[k] = unsafe { K::ldg(keys_in, start + l) };
-            if W > 0 && !index_values {
+            if W > 0 && !STAGE && !index_values {
                 // SAFETY: start + l < n values.
                 vals[k] = unsafe { value_ldg::<W>(values_in, start + l) };
             }
@@ -655,6 +743,10 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
     // (5) Rank; write each key (and its value) at its tile-sorted position at once.
     let local0 = i::opaque_u32(local0);
     let vstart = i::opaque_u32(start) + local0;
+    if STAGE {
+        // This thread's staged values have landed (it reads only its own slots).
+        i::stage_u32_wait();
+    }
     // SAFETY: this warp's counters; positions < tile_items: inside the exchange areas.
     unsafe {
         rank_items::<K, ITEMS, CHECK, _>(&keys, hist_w, f, local0, valid, |k, r| {
@@ -664,6 +756,9 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
                 // 1 then, launch contract).
                 let v = if index_values {
                     [vstart + 32 * k as u32, 0, 0, 0]
+                } else if STAGE {
+                    // SAFETY: this thread's staged slot of tile position local0 + 32 k.
+                    value_lds::<W>(vstage, local0 + 32 * k as u32)
                 } else {
                     vals[k]
                 };
@@ -677,7 +772,13 @@ unsafe fn onesweep_body<K: Key, const W: usize, const ITEMS: usize, const CHECK:
         0
     } else {
         // SAFETY: tile > 0; earlier tiles are held by running blocks (tile counter).
-        let prefix = unsafe { lookback(status, tile, tid, p.epoch) };
+        let prefix = unsafe {
+            if p.lookback_batch > 1 {
+                lookback_batched(status, tile, tid, p.epoch)
+            } else {
+                lookback(status, tile, tid, p.epoch)
+            }
+        };
         // SAFETY: as in (4).
         unsafe {
             i::store_relaxed_u64(
@@ -756,11 +857,43 @@ macro_rules! onesweep_kernel {
         pub unsafe extern "ptx-kernel" fn $name(p: SortOnesweepParams) {
             // SAFETY: forwarded launch contract.
             unsafe {
-                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }>(&p)
+                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }, false>(&p)
             }
         }
     };
 }
+
+macro_rules! onesweep_staged_kernel {
+    ($(#[$doc:meta])* $name:ident, $key:ty, $words:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As the plain kernel of the same key and value, with
+        /// `onesweep_staged_smem_bytes(..)` bytes of dynamic shared memory.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "ptx-kernel" fn $name(p: SortOnesweepParams) {
+            // SAFETY: forwarded launch contract.
+            unsafe {
+                onesweep_pass::<$key, $words, { onesweep_items(<$key as Key>::BYTES as usize, 4 * $words) as usize }, true>(&p)
+            }
+        }
+    };
+}
+
+onesweep_staged_kernel!(
+    /// One onesweep pass over `u32` keys with 4-byte values, full tiles without bounds tests
+    /// and with their values staged in shared memory.
+    sort_onesweep_u32_v4_staged,
+    u32,
+    1
+);
+onesweep_staged_kernel!(
+    /// One onesweep pass over `u64` keys with 4-byte values, full tiles without bounds tests
+    /// and with their values staged in shared memory.
+    sort_onesweep_u64_v4_staged,
+    u64,
+    1
+);
 
 onesweep_kernel!(
     /// One onesweep pass over `u32` keys.

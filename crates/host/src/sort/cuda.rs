@@ -349,9 +349,19 @@ impl GpuContext {
                     &hist,
                 )?
             };
-            let kernel = k::onesweep_kernel(kb, vb)
-                .ok_or_else(|| invalid("sort values", format!("{vb} bytes")))?;
-            let smem = k::onesweep_smem_bytes(kb, vb);
+            // The onesweep shape (`detkit::tuning`): the staged kernel and the look-back batch.
+            let (_, staged, batch) = crate::tuning::Tuned::SortOnesweep.current();
+            let resident = self.sm_count() as u64 * k::onesweep_min_blocks(vb) as u64;
+            let (staged, lookback_batch) =
+                k::onesweep_shape(kb, vb, tiles, resident, staged, batch);
+            let (kernel, smem) = match k::onesweep_staged_kernel(kb, vb) {
+                Some(s) if staged => (s, k::onesweep_staged_smem_bytes(kb, vb)),
+                _ => (
+                    k::onesweep_kernel(kb, vb)
+                        .ok_or_else(|| invalid("sort values", format!("{vb} bytes")))?,
+                    k::onesweep_smem_bytes(kb, vb),
+                ),
+            };
             let (mut k_src, mut v_src) = (ops.keys_in, ops.values_in);
             for pass in 0..passes {
                 // The last pass writes the caller's output: count back from it.
@@ -376,9 +386,12 @@ impl GpuContext {
                     bits,
                     descending: desc,
                     epoch: t.epoch,
+                    lookback_batch,
+                    _pad: 0,
                 };
                 t.launches += 1;
-                // SAFETY: ONESWEEP_THREADS threads, `tiles` blocks, `onesweep_smem_bytes`;
+                // SAFETY: ONESWEEP_THREADS threads, `tiles` blocks, the kernel's shared memory
+                // (`onesweep_smem_bytes`, or `onesweep_staged_smem_bytes` for a staged one);
                 // source and destination are distinct allocations of n keys (and values):
                 // the caller's input or output and the scratch partner, alternating (the
                 // input is only ever read); offsets of this pass come from the histogram
