@@ -765,6 +765,57 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
         };
         print_row(&r);
         rows.push(r);
+        if per_call == 64 && detkit::phases::variant() == 0 {
+            // Python's bench events (`bench_host.py` seed64: seeds 1..=64, all distinct: 51 MB
+            // of input where the rows above read 8 events' 6.4 MB), through the same door, so
+            // that the two benches' rows compare (in the pass of variant 0 only).
+            let py: Vec<Vec<SpacePoint>> = (1..=64u64)
+                .map(|s| sgen::generate(s, 200.0, true).spacepoints)
+                .collect();
+            let py_cols: Vec<[Vec<f32>; 5]> = py.iter().map(|e| sp_columns(e)).collect();
+            let py_refs: Vec<SpacePointsRef> = py_cols.iter().map(sp_columns_ref).collect();
+            bs[0].seed_columns_into(&py_refs, &cfg, &mut out)?;
+            for k in [0usize, 63] {
+                let (s, _) = detkit::seeding::cpu::seeds(&cfg, &py[k]);
+                let p = detkit::seeding::cpu::params(&cfg, &py[k], &s);
+                check(&format!("seed distinct event {k} seeds"), &out[k].seeds, &s)?;
+                check(
+                    &format!("seed distinct event {k} params"),
+                    &out[k].params,
+                    &p,
+                )?;
+            }
+            let mut all_py = Vec::new();
+            let mut offs_py = vec![0usize];
+            for e in &py {
+                all_py.extend_from_slice(e);
+                offs_py.push(all_py.len());
+            }
+            let d_py = g.upload(as_words(&all_py))?;
+            let mut ws_py = SeedingWorkspace::new();
+            let dev_py = median_ms(g, o.warmup, o.reps, || {
+                g.seed_batch_device(&mut ws_py, &cfg, &d_py, &offs_py, None)
+                    .map(|_| ())
+            })?;
+            let before = bs[0].allocations();
+            let ms = wall_ms(o.warmup, o.reps, || {
+                bs[0].seed_columns_into(&py_refs, &cfg, &mut out)?;
+                Ok(())
+            })?;
+            let r = Row {
+                what: "seed_columns_into, 64 distinct (Python's)".into(),
+                items: per_call,
+                pinned_ms: ms,
+                pageable_ms: f64::NAN,
+                device_ms: Some(dev_py),
+                copy_pinned_ms: f64::NAN,
+                copy_pageable_ms: f64::NAN,
+                bytes: (20 * all_py.len(), 0),
+                allocations: bs[0].allocations() - before,
+            };
+            print_row(&r);
+            rows.push(r);
+        }
     }
     Ok(())
 }
