@@ -48,6 +48,8 @@ struct Opts {
     phases: bool,
     /// With `--phases`: the timeline of one pinned call per row (`--timeline`).
     timeline: bool,
+    /// The measuring variant of the pass running (`--variants`).
+    variant: u32,
     /// Only the 1- and 64-event clustering calls (`--only cluster-calls`).
     calls_only: bool,
 }
@@ -765,7 +767,7 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
         };
         print_row(&r);
         rows.push(r);
-        if per_call == 64 && detkit::phases::variant() == 0 {
+        if per_call == 64 && o.variant == 0 {
             // Python's bench events (`bench_host.py` seed64: seeds 1..=64, all distinct: 51 MB
             // of input where the rows above read 8 events' 6.4 MB), through the same door, so
             // that the two benches' rows compare (in the pass of variant 0 only).
@@ -1269,6 +1271,7 @@ fn main() -> Result<()> {
         pet_run_log: 24,
         phases: false,
         timeline: false,
+        variant: 0,
         calls_only: false,
     };
     let mut csv: Option<String> = None;
@@ -1325,6 +1328,7 @@ fn main() -> Result<()> {
     let want = |f: &str| o.only.as_deref().is_none_or(|x| x == f);
     for &v in &variants {
         detkit::phases::set_variant(v);
+        o.variant = v;
         let from = rows.len();
         if want("cluster") {
             cluster_rows(g, &bs, &o, &mut rows)?;
