@@ -1484,12 +1484,15 @@ fn crew_door(v: u32) -> bool {
     !matches!(v, OLD_DOOR | 31 | 32 | S11_DOOR)
 }
 
-/// Helpers of a crew under variant `v`.
+/// Helpers of a crew under variant `v`: none (62), at most 3 (95) or 7 (96), else
+/// [`super::crew::max_helpers`] (95 and 96 measure how the crew's copy rate scales).
 fn crew_helpers(v: u32) -> usize {
-    if v == 62 {
-        0
-    } else {
-        super::crew::max_helpers()
+    let all = super::crew::max_helpers();
+    match v {
+        62 => 0,
+        95 => all.min(3),
+        96 => all.min(7),
+        _ => all,
     }
 }
 
