@@ -17,6 +17,8 @@ Rows (the call shapes of issue 30's table):
 ``seed1``      ``Backend.seed``, one ⟨μ⟩ = 200 event per call
 ``seed64``     ``Backend.seed_events``, 64 ⟨μ⟩ = 200 events per call
 ``seed64-flat`` the same by ``Backend.seed_events_flat`` (flat arrays and offsets)
+``seed64-rs``  ``seed64`` of the Rust bench's events (``bench-host``: seeds 300-307, each
+               eight times), so that the row compares with ``seed_columns_into, 64`` there
 ``cluster1-out`` ``cluster1`` writing into ``out=`` arrays allocated once
 ``cluster1-pinned`` / ``cluster64-pinned``  ``cluster1`` / ``cluster64`` with the digis and the
                ``out=`` arrays in ``Backend.pinned_empty`` memory (page-locked, made once)
@@ -58,7 +60,7 @@ import detkit
 ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
         "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev",
         "cluster1-out", "seed64-flat", "seed64-flat-dev", "cluster1-pinned",
-        "cluster64-pinned")
+        "cluster64-pinned", "seed64-rs")
 
 
 # bench-host's `call` column (its first words) -> our rows.
@@ -235,6 +237,15 @@ def seed_rows(b, cpu, reps, rows):
             same([a[lo:hi] for a in flat[:4]], cpu.seed(*events[i]), f"seed64-flat event {i}")
         t = host_time("seed64-flat", lambda: b.seed_events_flat(events), reps)
         out.append(("seed64-flat", t, 64, memcpy_time([c for e in events for c in e] + list(flat), reps)))
+    if "seed64-rs" in rows:
+        # The Rust bench's 64 events (8 distinct, 6.4 MB of input where seed64 reads 51 MB).
+        distinct = [detkit.generate.seeding_event(seed=300 + s, mu=200.0)[:5] for s in range(8)]
+        evs = [distinct[k % 8] for k in range(64)]
+        got = b.seed_events(evs)
+        for i in (0, 63):
+            same(got[i], cpu.seed(*evs[i]), f"seed64-rs event {i}")
+        t = host_time("seed64-rs", lambda: b.seed_events(evs), reps)
+        out.append(("seed64-rs", t, 64, memcpy_time([c for e in evs for c in e] + [a for r in got for a in r], reps)))
     return out
 
 

@@ -112,7 +112,9 @@ impl Events<'_> {
 const RECORDS: &str = "seed.records";
 
 /// The measuring variant of this layer and the library (`_detkit._set_variant`, for
-/// `bench_host.py --variants`): 30 lays the records out into columns again, as session 10 did.
+/// `bench_host.py --variants`): 30 lays the records out into columns again, as session 10 did;
+/// 93 is `seed_events`' order before `sdoor2` (the Python layer's per-event tuples and device
+/// test first, then [`exact_columns`]).
 static VARIANT: AtomicU32 = AtomicU32::new(0);
 
 /// Selects a measuring variant of the library's doors and of this layer (results are the

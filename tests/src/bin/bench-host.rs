@@ -48,6 +48,8 @@ struct Opts {
     phases: bool,
     /// With `--phases`: the timeline of one pinned call per row (`--timeline`).
     timeline: bool,
+    /// The measuring variant of the pass running (`--variants`).
+    variant: u32,
     /// Only the 1- and 64-event clustering calls (`--only cluster-calls`).
     calls_only: bool,
 }
@@ -765,6 +767,57 @@ fn seed_rows(g: &GpuContext, bs: &[Backend; 2], o: &Opts, rows: &mut Vec<Row>) -
         };
         print_row(&r);
         rows.push(r);
+        if per_call == 64 && o.variant == 0 {
+            // Python's bench events (`bench_host.py` seed64: seeds 1..=64, all distinct: 51 MB
+            // of input where the rows above read 8 events' 6.4 MB), through the same door, so
+            // that the two benches' rows compare (in the pass of variant 0 only).
+            let py: Vec<Vec<SpacePoint>> = (1..=64u64)
+                .map(|s| sgen::generate(s, 200.0, true).spacepoints)
+                .collect();
+            let py_cols: Vec<[Vec<f32>; 5]> = py.iter().map(|e| sp_columns(e)).collect();
+            let py_refs: Vec<SpacePointsRef> = py_cols.iter().map(sp_columns_ref).collect();
+            bs[0].seed_columns_into(&py_refs, &cfg, &mut out)?;
+            for k in [0usize, 63] {
+                let (s, _) = detkit::seeding::cpu::seeds(&cfg, &py[k]);
+                let p = detkit::seeding::cpu::params(&cfg, &py[k], &s);
+                check(&format!("seed distinct event {k} seeds"), &out[k].seeds, &s)?;
+                check(
+                    &format!("seed distinct event {k} params"),
+                    &out[k].params,
+                    &p,
+                )?;
+            }
+            let mut all_py = Vec::new();
+            let mut offs_py = vec![0usize];
+            for e in &py {
+                all_py.extend_from_slice(e);
+                offs_py.push(all_py.len());
+            }
+            let d_py = g.upload(as_words(&all_py))?;
+            let mut ws_py = SeedingWorkspace::new();
+            let dev_py = median_ms(g, o.warmup, o.reps, || {
+                g.seed_batch_device(&mut ws_py, &cfg, &d_py, &offs_py, None)
+                    .map(|_| ())
+            })?;
+            let before = bs[0].allocations();
+            let ms = wall_ms(o.warmup, o.reps, || {
+                bs[0].seed_columns_into(&py_refs, &cfg, &mut out)?;
+                Ok(())
+            })?;
+            let r = Row {
+                what: "seed_columns_into, 64 distinct (Python's)".into(),
+                items: per_call,
+                pinned_ms: ms,
+                pageable_ms: f64::NAN,
+                device_ms: Some(dev_py),
+                copy_pinned_ms: f64::NAN,
+                copy_pageable_ms: f64::NAN,
+                bytes: (20 * all_py.len(), 0),
+                allocations: bs[0].allocations() - before,
+            };
+            print_row(&r);
+            rows.push(r);
+        }
     }
     Ok(())
 }
@@ -1218,6 +1271,7 @@ fn main() -> Result<()> {
         pet_run_log: 24,
         phases: false,
         timeline: false,
+        variant: 0,
         calls_only: false,
     };
     let mut csv: Option<String> = None;
@@ -1274,6 +1328,7 @@ fn main() -> Result<()> {
     let want = |f: &str| o.only.as_deref().is_none_or(|x| x == f);
     for &v in &variants {
         detkit::phases::set_variant(v);
+        o.variant = v;
         let from = rows.len();
         if want("cluster") {
             cluster_rows(g, &bs, &o, &mut rows)?;

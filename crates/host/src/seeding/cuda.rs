@@ -1232,6 +1232,7 @@ impl GpuContext {
                     let crew = super::crew::Crew::new(crew_helpers(v), "up: helper in", part);
                     let cs = super::copies::upload_events(self, srcs, pin, base, crew)?;
                     stamp(super::crew::share_label("up: staged", cs));
+                    stamp(super::crew::helpers_label("up", cs));
                 }
                 Some(st) if n > 0 && last - first == 1 && v != OLD_DOOR && v != 32 => {
                     // One event: its spacepoints copied into pinned memory in parts of 64 KiB
@@ -1352,6 +1353,7 @@ impl GpuContext {
                 // Every event's two arrays in parts on the crew (see `copies::copy_out`).
                 let cs = super::copies::copy_out(outs, ws.event_seeds(), s, p, c);
                 phases::stamp(super::crew::share_label("out: copied", cs), part);
+                phases::stamp(super::crew::helpers_label("out", cs), part);
                 return;
             }
             let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
@@ -1482,12 +1484,15 @@ fn crew_door(v: u32) -> bool {
     !matches!(v, OLD_DOOR | 31 | 32 | S11_DOOR)
 }
 
-/// Helpers of a crew under variant `v`.
+/// Helpers of a crew under variant `v`: none (62), at most 3 (95) or 7 (96), else
+/// [`super::crew::max_helpers`] (95 and 96 measure how the crew's copy rate scales).
 fn crew_helpers(v: u32) -> usize {
-    if v == 62 {
-        0
-    } else {
-        super::crew::max_helpers()
+    let all = super::crew::max_helpers();
+    match v {
+        62 => 0,
+        95 => all.min(3),
+        96 => all.min(7),
+        _ => all,
     }
 }
 

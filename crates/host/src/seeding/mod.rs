@@ -560,6 +560,9 @@ impl Backend {
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
         crate::phases::begin();
+        if self.gpu().is_some() {
+            crew::rouse();
+        }
         check_config(cfg)?;
         // With pinned staging on the GPU one event's spacepoints are checked as they are
         // copied into the upload buffer (`copy_checked`: read once, the same error). Many
@@ -807,6 +810,9 @@ impl Backend {
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
         crate::phases::begin();
+        if self.gpu().is_some() {
+            crew::rouse();
+        }
         check_config(cfg)?;
         match self.gpu() {
             Some(gpu) if self.host_copies() == crate::HostCopies::Pinned => {
