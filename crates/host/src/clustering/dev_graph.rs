@@ -3,12 +3,18 @@
 //! per call.
 //!
 //! Captured once (and again when the clusterer's plan or buffers change), on the workspace's
-//! buffers: the upload of the batch's sizes and event offsets from pinned words (a copy of
-//! the capacity's words, so one copy node serves every batch), the reset of the
-//! consecutive-digis check's counters, `clustering_check_runs`, `clustering_gate_runs`, the
-//! clustering chain ([`Clusterer::run`]) and the copy of four status words into pinned
-//! memory. Every kernel reads the batch's sizes on the device, so nothing else depends on
-//! the batch.
+//! buffers: `clustering_view_begin` (one block: the batch's sizes and event offsets read
+//! from mapped pinned words into the chain's device words, the check's words reset),
+//! `clustering_check_runs_gated` (the consecutive-digis check, whose last block empties a
+//! flagged batch; its run cells are tagged by the call's epoch, so they need no memset),
+//! the clustering chain ([`Clusterer::run`]) and `clustering_view_end` (one thread: four
+//! status words into mapped pinned memory): three steps around the chain. Every kernel reads
+//! the batch's sizes on the device, so nothing else depends on the batch.
+//!
+//! The measuring variant 75 captures the nine steps before (session 12, round 1): the
+//! upload of the sizes and of the offsets from pinned words (two copies), the memset of the
+//! check's counters, `clustering_check_runs`, `clustering_gate_runs`, the chain and four
+//! copies of one status word each. Variant 51 is variant 75 without the check.
 //!
 //! Per call, the kernel nodes that read the digis or write the three outputs get the
 //! caller's input addresses and the new output buffers' addresses
@@ -25,6 +31,7 @@ use std::mem::{offset_of, size_of};
 
 use cudarc::driver::{result, sys, CudaGraph, PinnedHostSlice};
 use detkit_gpu::clustering as k;
+use detkit_gpu::DevPtr;
 
 use super::clusterer::{Clusterer, GraphKey};
 use super::cuda::DeviceDigis;
@@ -61,6 +68,21 @@ const RELOCATIONS: &[Relocation] = &[
     Relocation {
         kernel: k::KERNEL_GATE_RUNS,
         size: size_of::<k::ClusteringGateRunsParams>(),
+        fields: &[],
+    },
+    Relocation {
+        kernel: k::KERNEL_VIEW_BEGIN,
+        size: size_of::<k::ClusteringViewBeginParams>(),
+        fields: &[],
+    },
+    Relocation {
+        kernel: k::KERNEL_CHECK_RUNS_GATED,
+        size: size_of::<k::ClusteringCheckRunsGatedParams>(),
+        fields: &[(offset_of!(k::ClusteringCheckRunsGatedParams, module), MODULE)],
+    },
+    Relocation {
+        kernel: k::KERNEL_VIEW_END,
+        size: size_of::<k::ClusteringViewEndParams>(),
         fields: &[],
     },
     Relocation {
@@ -176,10 +198,30 @@ struct Node {
 /// capturing again).
 pub(crate) struct Slot {
     key: GraphKey,
-    /// Whether the graph runs the consecutive-digis check (always, but for the measuring
-    /// variant 51, which leaves it out to time it).
-    checks: bool,
+    /// The steps around the chain the graph was captured with.
+    steps: Steps,
     graph: Option<DevGraph>,
+}
+
+/// The steps of a device-view graph around the chain (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Steps {
+    /// Three kernels: begin, the gated check, end (the default).
+    Fused,
+    /// The nine steps of the measuring variant 75 (copies, memset, check, gate, copies).
+    Nodes,
+    /// Variant 75 without the check (the measuring variant 51).
+    NodesUnchecked,
+}
+
+impl Steps {
+    fn current() -> Self {
+        match crate::phases::variant() {
+            51 => Self::NodesUnchecked,
+            75 => Self::Nodes,
+            _ => Self::Fused,
+        }
+    }
 }
 
 /// The device-view call's graph of one [`Clusterer`] (see the module doc).
@@ -191,13 +233,14 @@ pub(crate) struct DevGraph {
     /// `[n, nevents, event offsets…]` (capacity + 3 words), read by the graph's first copies.
     words: PinnedHostSlice<u32>,
     /// The chain's three status words and the check's word, written by the graph's last
-    /// copies.
+    /// step (`clustering_view_end`, or four copies under variant 75).
     _status: PinnedHostSlice<u32>,
     /// The host addresses of `words` and `status` (taken once: cudarc's accessors query
     /// the driver each time).
     words_ptr: *mut u32,
     status_ptr: *const u32,
-    /// The consecutive-digis check's `[bad, run counts of every event and module…]`.
+    /// The consecutive-digis check's words: `[bad, run counts of every event and module…]`
+    /// (variant 75), or the gated check's `ctl` words (`detkit_gpu::clustering::view`).
     _check: DeviceBuffer<u32>,
 }
 
@@ -233,19 +276,126 @@ impl DevGraph {
         cut: Option<ChargeCut>,
     ) -> Result<Option<&'c mut DevGraph>> {
         let key = c.graph_key(d, cut);
-        let checks = crate::phases::variant() != 51;
+        let steps = Steps::current();
         let kept = c
             .dev_graph_mut()
             .as_ref()
-            .is_some_and(|s| s.key == key && s.checks == checks);
+            .is_some_and(|s| s.key == key && s.steps == steps);
         if !kept {
             *c.dev_graph_mut() = None;
-            let graph = Self::capture(c, d, geometry, cut, checks)?;
-            *c.dev_graph_mut() = Some(Slot { key, checks, graph });
+            let graph = match steps {
+                Steps::Fused => Self::capture_fused(c, d, geometry, cut)?,
+                Steps::Nodes => Self::capture(c, d, geometry, cut, true)?,
+                Steps::NodesUnchecked => Self::capture(c, d, geometry, cut, false)?,
+            };
+            *c.dev_graph_mut() = Some(Slot { key, steps, graph });
         }
         Ok(c.dev_graph_mut().as_mut().and_then(|s| s.graph.as_mut()))
     }
 
+    /// The graph of [`Steps::Fused`]: begin, the gated check, the chain, end.
+    fn capture_fused(
+        c: &mut Clusterer,
+        d: &mut DeviceDigis,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<Option<Self>> {
+        let g = c.context_shared().clone();
+        let (cap_n, cap_e) = (d.max_digis, d.max_events);
+        let cap_slots = cap_e * geometry.modules as usize;
+        let what = "capturing the device-view clustering graph";
+        // Both read or written by the GPU through the mapping (not write-combined: the host
+        // reads the status, and the device reads the words at the launch).
+        let mut words = g.pinned::<u32>(cap_e + 3, false)?;
+        let mut status = g.pinned::<u32>(4, false)?;
+        let mut ctl = g.zeros::<u32>(k::view::VIEW_RUNS + cap_slots)?;
+        let words_ptr = words.as_mut_ptr().ctx(what)?;
+        let status_ptr = status.as_mut_ptr().ctx(what)?;
+        let words_dev = mapped(words_ptr)?;
+        let status_dev = mapped(status_ptr)?;
+        let ctl_ptr = g.ptr_mut(&mut ctl);
+        let begin = k::ClusteringViewBeginParams {
+            words: DevPtr::from_addr(words_dev),
+            dims: g.ptr_mut(&mut d.dims),
+            event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
+            ctl: ctl_ptr,
+            runs: cap_slots as u32,
+            cap_events: cap_e as u32,
+        };
+        let check = k::ClusteringCheckRunsGatedParams {
+            module: g.ptr(&d.module),
+            event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
+            dims: g.ptr_mut(&mut d.dims),
+            ctl: ctl_ptr,
+            nmodules: geometry.modules,
+            _pad0: 0,
+        };
+        let [head, larger, fallback] = c.status_addrs().map(DevPtr::from_addr);
+        let end = k::ClusteringViewEndParams {
+            head,
+            larger,
+            fallback,
+            ctl: ctl_ptr,
+            status: DevPtr::from_addr(status_dev),
+        };
+        let check_blocks = cap_n
+            .div_ceil(CHECK_THREADS as usize)
+            .clamp(1, 16 * g.sm_count() as usize);
+        let graph = c.capture_chain(
+            d,
+            cut,
+            |g, _| {
+                // SAFETY: `words` maps `cap_e + 3` pinned words (the call writes `[n, ne,
+                // offsets]` before each launch, `ne <= cap_e`); `dims` two words and
+                // `event_offsets` `cap_e + 1`; `ctl` `VIEW_RUNS + cap_slots` words; one block.
+                unsafe {
+                    g.launch(
+                        k::KERNEL_VIEW_BEGIN,
+                        launch_cfg(1, CHECK_THREADS, 0),
+                        &begin,
+                    )?
+                };
+                // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` checked
+                // offsets (begin, before in stream order); `module` (relocated to the
+                // caller's array at each launch) `n` digis; `ctl` reset by begin, its run
+                // cells `ne * modules <= cap_slots`; grid-stride over the digis.
+                unsafe {
+                    g.launch(
+                        k::KERNEL_CHECK_RUNS_GATED,
+                        launch_cfg(check_blocks as u64, CHECK_THREADS, 0),
+                        &check,
+                    )
+                }
+            },
+            |c| {
+                // SAFETY: the chain's status words, final in stream order; `status` maps four
+                // pinned words, read by the host only after the call's wait.
+                unsafe {
+                    c.context_shared().launch(
+                        k::KERNEL_VIEW_END,
+                        launch_cfg(1, 32, 0),
+                        &end,
+                    )
+                }
+            },
+        )?;
+        let template = template(&g, c, d);
+        let Some(nodes) = relocations(&g, &graph, &template)? else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            graph,
+            nodes,
+            current: template,
+            words,
+            _status: status,
+            words_ptr,
+            status_ptr,
+            _check: ctl,
+        }))
+    }
+
+    /// The graph of [`Steps::Nodes`] (`checks`) or [`Steps::NodesUnchecked`].
     fn capture(
         c: &mut Clusterer,
         d: &mut DeviceDigis,
@@ -373,8 +523,9 @@ impl DevGraph {
     /// The four status words of the last launch (read after the stream has finished it).
     pub(crate) fn status(&self) -> [u32; 4] {
         // SAFETY: `status_ptr` is `status`' memory, four words, alive as long as `self`;
-        // the copies that write it have finished (the caller waited).
-        unsafe { std::ptr::read(self.status_ptr as *const [u32; 4]) }
+        // the copies or the kernel that write it have finished (the caller waited);
+        // volatile: the device wrote it through the mapping.
+        unsafe { std::ptr::read_volatile(self.status_ptr as *const [u32; 4]) }
     }
 
     /// Points the kernel nodes at `addrs` (module, x, y, adc, clus, clus_in_module,
@@ -414,6 +565,18 @@ impl DevGraph {
             .launch()
             .ctx("launching the device-view clustering graph")
     }
+}
+
+/// The device address of mapped pinned host memory at `host` (with unified addressing, the
+/// host address itself; asked of the driver).
+fn mapped(host: *mut u32) -> Result<u64> {
+    let mut dev: sys::CUdeviceptr = 0;
+    // SAFETY: `host` is the start of a live `cuMemHostAlloc` allocation (a
+    // `PinnedHostSlice`); the driver writes one address.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host as *mut c_void, 0) }
+        .result()
+        .ctx("mapping pinned host memory for the device")?;
+    Ok(dev)
 }
 
 /// The kernel nodes of `graph` that hold any of the `template` addresses, with where they

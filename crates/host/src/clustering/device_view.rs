@@ -470,6 +470,98 @@ mod tests {
         bad
     }
 
+    /// `clustering_check_runs_gated`'s run cells on the host: the digis visited in the
+    /// order `order` (any order a grid may take), each run start exchanging `epoch` into
+    /// its cell; whether any exchange found the epoch already there (a second run).
+    fn check_runs_tagged(
+        d: &Digis,
+        offsets: &[u32],
+        modules: u32,
+        cells: &mut [u32],
+        epoch: u32,
+        order: &[usize],
+    ) -> bool {
+        use detkit_gpu::clustering::view::second_run;
+        let ne = offsets.len() - 1;
+        let mut flagged = false;
+        for &k in order {
+            let m = d.module[k];
+            if m == INVALID_MODULE || m as u32 >= modules {
+                continue;
+            }
+            let e = (0..ne)
+                .rev()
+                .find(|&e| offsets[e] as usize <= k)
+                .expect("offsets start at 0");
+            if starts_run(|j| d.module[j as usize], offsets[e], k as u32) {
+                let cell = &mut cells[e * modules as usize + m as usize];
+                let old = std::mem::replace(cell, epoch);
+                flagged |= second_run(old, epoch);
+            }
+        }
+        flagged
+    }
+
+    /// The epoch-tagged check over consecutive calls on the same run cells (never reset, as
+    /// on the device; digis visited in a shuffled order) flags exactly the batches the host
+    /// validation rejects as not consecutive, including right after the epoch wraps (the
+    /// begin kernel clears the cells then).
+    #[test]
+    fn tagged_check_flags_what_the_host_rejects_across_calls() {
+        let g = Geometry::phase1();
+        let modules = 5u32;
+        let mut cells = vec![0u32; 3 * modules as usize];
+        let mut epoch = u32::MAX - 200;
+        let (mut rejected, mut passed) = (0, 0);
+        for case in 0..3000u64 {
+            let r = crate::rng::random_below(case ^ 0x5eed, 64, 1 << 20);
+            let n = (r[0] % 24) as usize;
+            let ne = 1 + (r[1] % 3) as usize;
+            let mut offsets = vec![0u32];
+            for e in 1..ne {
+                offsets.push((r[1 + e] as usize % (n + 1)) as u32);
+            }
+            offsets.push(n as u32);
+            offsets.sort_unstable();
+            let module: Vec<u16> = (0..n)
+                .map(|i| match r[8 + i] % 5 {
+                    4 => INVALID_MODULE,
+                    m => m as u16,
+                })
+                .collect();
+            let d = Digis {
+                module,
+                x: vec![1; n],
+                y: vec![2; n],
+                adc: vec![100; n],
+            };
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, r[40 + i % 24] as usize % (i + 1));
+            }
+            // The begin kernel: the next epoch, every cell cleared when it wraps.
+            epoch = epoch.wrapping_add(1);
+            if epoch == 0 {
+                epoch = 1;
+                cells.fill(0);
+            }
+            let host = validate(&d, &offsets, &g);
+            let dev = check_runs_tagged(&d, &offsets, modules, &mut cells, epoch, &order);
+            match (&host, dev) {
+                (Ok(()), false) => passed += 1,
+                (Err(Error::InvalidItem { detail, .. }), true) => {
+                    assert!(detail.contains("not consecutive"), "case {case}: {detail}");
+                    rejected += 1;
+                }
+                _ => panic!("case {case}: host {host:?}, tagged check {dev}"),
+            }
+        }
+        assert!(
+            rejected > 100 && passed > 100,
+            "{rejected} rejected, {passed} passed: the test is weak"
+        );
+    }
+
     /// On random small batches (few module ids, invalid digis, empty events), the device
     /// check flags exactly the batches the host validation rejects as not consecutive, at
     /// the digi it names.
