@@ -150,7 +150,7 @@ fn test_cluster_paths(c: &Ctx) -> R {
             .map_err(e)
     };
     let r = (|| -> R {
-        for variant in [0u32, 50, 51, 52, 0] {
+        for variant in [0u32, 50, 51, 52, 75, 0] {
             detkit::phases::set_variant(variant);
             let mut kept = Vec::new();
             for (call, k) in [0usize, 1, 0, 1, 0].into_iter().enumerate() {
@@ -233,18 +233,33 @@ fn test_cluster_errors(c: &Ctx) -> R {
             d.x[i + 5] = 160;
         }),
     ];
-    for (what, f) in faults {
-        let mut bad = d.clone();
-        f(&mut bad, mid);
-        let want = b.cluster_events(&bad, &o, &g, None).map(|_| ()).map_err(e);
-        let got = cluster_dev(b, &bad, &o, &g, None)?.map(|_| ());
-        ensure(want.is_err(), || {
-            format!("{what}: the host path accepted it")
-        })?;
-        ensure(got == want, || {
-            format!("{what}: device view {got:?}, host {want:?}")
-        })?;
-    }
+    // The default graph (three steps around the chain) and variant 75's nine steps; each
+    // fault followed by a good batch (the gate and the check's words reset for the next
+    // call).
+    let good = cl::cpu::cluster(&d, &o, &g, None);
+    let r = (|| -> R {
+        for variant in [0u32, 75, 0] {
+            detkit::phases::set_variant(variant);
+            for (what, f) in faults {
+                let mut bad = d.clone();
+                f(&mut bad, mid);
+                let want = b.cluster_events(&bad, &o, &g, None).map(|_| ()).map_err(e);
+                let got = cluster_dev(b, &bad, &o, &g, None)?.map(|_| ());
+                ensure(want.is_err(), || {
+                    format!("{what}: the host path accepted it")
+                })?;
+                ensure(got == want, || {
+                    format!("variant {variant}, {what}: device view {got:?}, host {want:?}")
+                })?;
+                let after = cluster_dev(b, &d, &o, &g, None)?
+                    .map_err(|m| format!("variant {variant}, after {what}: {m}"))?;
+                exact("after a fault: clus", &after.clus, &good.clus)?;
+            }
+        }
+        Ok(())
+    })();
+    detkit::phases::set_variant(0);
+    r?;
     // Lengths and offsets, checked before anything runs.
     let gpu = b.gpu().expect("cuda backend");
     let bufs = upload(gpu, &d)?;

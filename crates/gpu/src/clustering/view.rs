@@ -168,9 +168,15 @@ mod device {
     /// by no run cell unless written in this launch ([`clustering_view_begin`] before, in
     /// stream order); nothing else reads or writes these words meanwhile.
     #[unsafe(no_mangle)]
-    pub unsafe extern "ptx-kernel" fn clustering_check_runs_gated(p: ClusteringCheckRunsGatedParams) {
-        let (module, event_offsets, ctl, nmodules) =
-            (p.module.ptr(), p.event_offsets.ptr(), p.ctl.ptr_mut(), p.nmodules);
+    pub unsafe extern "ptx-kernel" fn clustering_check_runs_gated(
+        p: ClusteringCheckRunsGatedParams,
+    ) {
+        let (module, event_offsets, ctl, nmodules) = (
+            p.module.ptr(),
+            p.event_offsets.ptr(),
+            p.ctl.ptr_mut(),
+            p.nmodules,
+        );
         // SAFETY: two words, and the epoch word (contract).
         let (n, nevents, epoch) = unsafe {
             (
@@ -192,7 +198,10 @@ mod device {
                     if starts_run(|j| module.add(j as usize).read(), start, k) {
                         let cell = ctl.add(VIEW_RUNS + (ev * nmodules + m as u32) as usize);
                         if second_run(i::atomic_exch_u32(cell, epoch), epoch) {
-                            i::atomic_max_u32(ctl.add(VIEW_BAD), crate::histogram::encode_first_index(k));
+                            i::atomic_max_u32(
+                                ctl.add(VIEW_BAD),
+                                crate::histogram::encode_first_index(k),
+                            );
                         }
                     }
                 }

@@ -78,7 +78,10 @@ const RELOCATIONS: &[Relocation] = &[
     Relocation {
         kernel: k::KERNEL_CHECK_RUNS_GATED,
         size: size_of::<k::ClusteringCheckRunsGatedParams>(),
-        fields: &[(offset_of!(k::ClusteringCheckRunsGatedParams, module), MODULE)],
+        fields: &[(
+            offset_of!(k::ClusteringCheckRunsGatedParams, module),
+            MODULE,
+        )],
     },
     Relocation {
         kernel: k::KERNEL_VIEW_END,
@@ -218,7 +221,7 @@ impl Steps {
     fn current() -> Self {
         match crate::phases::variant() {
             51 => Self::NodesUnchecked,
-            75 => Self::Nodes,
+            75 | 77 => Self::Nodes,
             _ => Self::Fused,
         }
     }
@@ -371,11 +374,8 @@ impl DevGraph {
                 // SAFETY: the chain's status words, final in stream order; `status` maps four
                 // pinned words, read by the host only after the call's wait.
                 unsafe {
-                    c.context_shared().launch(
-                        k::KERNEL_VIEW_END,
-                        launch_cfg(1, 32, 0),
-                        &end,
-                    )
+                    c.context_shared()
+                        .launch(k::KERNEL_VIEW_END, launch_cfg(1, 32, 0), &end)
                 }
             },
         )?;

@@ -339,7 +339,8 @@ impl ClusterWorkspace {
             addrs[6] = g.ptr(&module_first).addr();
             phases::mark(Phase::Stage);
             // Measuring variant 71: CUDA events around the launch (the graph's GPU time).
-            let timed = phases::variant() == 71;
+            // Variant 77: the same around variant 75's graph (the nine steps).
+            let timed = matches!(phases::variant(), 71 | 77);
             let before = timed.then(|| timing_event(s)).transpose()?;
             // SAFETY: the inputs hold `n` digis each (lengths checked) and are not written
             // until this call returns (`DigisDev::from_raw`'s contract; the call waits
@@ -375,8 +376,8 @@ impl ClusterWorkspace {
     }
 }
 
-/// GPU time of the device-view graph's launches under the measuring variant 71: (total ms,
-/// launches).
+/// GPU time of the device-view graph's launches under the measuring variants 71 and 77:
+/// (total ms, launches).
 static VIEW_GPU: std::sync::Mutex<(f64, u64)> = std::sync::Mutex::new((0.0, 0));
 
 /// An event with timing recorded on `s` (the measuring variant 71).
@@ -386,7 +387,8 @@ fn timing_event(s: &cudarc::driver::CudaStream) -> Result<cudarc::driver::CudaEv
 }
 
 /// The GPU time of the device-view clustering graph's launches made under the measuring
-/// variant 71 (`phases::set_variant(71)`: CUDA events around each launch) since the last
+/// variant 71 or 77 (`phases::set_variant`: CUDA events around each launch; 77 with
+/// variant 75's graph) since the last
 /// call: (total ms, launches); cleared. For `bench-host --only devview`. Not API.
 #[doc(hidden)]
 pub fn take_view_graph_gpu_ms() -> (f64, u64) {
