@@ -1,12 +1,14 @@
 //! The device-view call's steps around the clustering chain (issue 27), as three kernels
 //! instead of nine graph nodes:
 //!
-//! - [`KERNEL_VIEW_BEGIN`] (one block): the batch's sizes and event offsets from mapped
-//!   pinned host memory into the chain's device words, and the reset of the check's words;
+//! - [`KERNEL_VIEW_BEGIN`] (one block): the batch's sizes from mapped pinned host memory
+//!   and its event offsets (from the same words, or from the caller's CUDA array, checked:
+//!   a bad list is flagged and the batch made empty) into the chain's device words, and the
+//!   reset of the check's words;
 //! - [`KERNEL_CHECK_RUNS_GATED`]: the consecutive-digis check, whose last block gates a
 //!   flagged batch (what `clustering_check_runs` and `clustering_gate_runs` do in two
 //!   launches, with no memset before: the run cells are tagged by the call, see below);
-//! - [`KERNEL_VIEW_END`] (one thread): the four status words into mapped pinned host memory.
+//! - [`KERNEL_VIEW_END`] (one thread): the five status words into mapped pinned host memory.
 //!
 //! The check's words (`ctl`): [`VIEW_BAD`], [`VIEW_DONE`], [`VIEW_EPOCH`], then one run cell
 //! per event and module from [`VIEW_RUNS`]. A run start of module `m` in event `e` exchanges
@@ -31,6 +33,8 @@ pub const VIEW_BAD: usize = 0;
 pub const VIEW_DONE: usize = 1;
 /// `ctl` word: the call's epoch (1, 2, …).
 pub const VIEW_EPOCH: usize = 2;
+/// `ctl` word: non-zero when the event offsets are not `0 = o[0] <= … <= o[nevents] = n`.
+pub const VIEW_OFFSETS_BAD: usize = 3;
 /// First run cell in `ctl` (`ctl[VIEW_RUNS + e * nmodules + m]`).
 pub const VIEW_RUNS: usize = 4;
 
@@ -38,8 +42,11 @@ pub const VIEW_RUNS: usize = 4;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ClusteringViewBeginParams {
-    /// `[n, nevents, event offsets (nevents + 1)…]`: mapped pinned host memory.
+    /// `[n, nevents, …]`: mapped pinned host memory.
     pub words: DevPtr<u32>,
+    /// The `nevents + 1` event offsets: `words + 2` (host offsets) or the caller's CUDA
+    /// array (checked here).
+    pub offsets: DevPtr<u32>,
     /// `[n, nevents]` of the chain (device).
     pub dims: DevPtr<u32>,
     /// `cap_events + 1` event offsets of the chain (device).
@@ -51,7 +58,7 @@ pub struct ClusteringViewBeginParams {
     /// Events the buffers hold (`nevents` is clamped to it).
     pub cap_events: u32,
 }
-crate::kernel_params!(ClusteringViewBeginParams, 40, ["clustering_view_begin"]);
+crate::kernel_params!(ClusteringViewBeginParams, 48, ["clustering_view_begin"]);
 
 /// Parameters of [`KERNEL_CHECK_RUNS_GATED`].
 #[repr(C)]
@@ -84,7 +91,8 @@ pub struct ClusteringViewEndParams {
     pub fallback: DevPtr<u32>,
     /// The check's words ([`VIEW_BAD`] is read).
     pub ctl: DevPtr<u32>,
-    /// Four words of mapped pinned host memory: head, larger, fallback, the check's flag.
+    /// Five words of mapped pinned host memory: head, larger, fallback, the check's flag,
+    /// the offsets' flag.
     pub status: DevPtr<u32>,
 }
 crate::kernel_params!(ClusteringViewEndParams, 40, ["clustering_view_end"]);
@@ -104,13 +112,15 @@ mod device {
     use crate::intrinsics as i;
 
     /// One block: `dims = [n, min(nevents, cap_events)]` and the `nevents + 1` event offsets
-    /// from the host words into the chain's device words; the check's flag and block count
-    /// zeroed and its epoch advanced (every run cell cleared when the epoch wraps).
+    /// into the chain's device words; the check's flag and block count zeroed and its epoch
+    /// advanced (every run cell cleared when the epoch wraps). Offsets that do not rise from
+    /// 0 to `n` set [`VIEW_OFFSETS_BAD`] and are written as zeros, with `dims[0] = 0` (an
+    /// empty batch for the kernels after this one).
     ///
     /// # Safety
-    /// `words` valid for reads of `2 + cap_events + 1` words (mapped pinned memory written
-    /// before the launch); `dims` two words; `event_offsets` `cap_events + 1` words; `ctl`
-    /// [`VIEW_RUNS`] + `runs` words; one block.
+    /// `words` valid for reads of two words (mapped pinned memory written before the
+    /// launch); `offsets` for `min(nevents, cap_events) + 1` words; `dims` two words;
+    /// `event_offsets` `cap_events + 1` words; `ctl` [`VIEW_RUNS`] + `runs` words; one block.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_view_begin(p: ClusteringViewBeginParams) {
         let (words, ctl) = (p.words.ptr(), p.ctl.ptr_mut());
@@ -129,6 +139,7 @@ mod device {
                 p.dims.ptr_mut().add(1).write(ne);
                 ctl.add(VIEW_BAD).write(0);
                 ctl.add(VIEW_DONE).write(0);
+                ctl.add(VIEW_OFFSETS_BAD).write(0);
                 let mut epoch = ctl.add(VIEW_EPOCH).read().wrapping_add(1);
                 if epoch == 0 {
                     epoch = 1;
@@ -137,14 +148,38 @@ mod device {
                 ctl.add(VIEW_EPOCH).write(epoch);
             }
         }
+        let (src, dst) = (p.offsets.ptr(), p.event_offsets.ptr_mut());
+        let mut bad = false;
         let mut k = t;
         while k <= ne as usize {
-            // SAFETY: k <= ne <= cap_events: inside both arrays (contract).
+            // SAFETY: k <= ne <= cap_events: inside both arrays (contract); the next word
+            // read only when k < ne.
             unsafe {
-                let v = words.add(2 + k).read_volatile();
-                p.event_offsets.ptr_mut().add(k).write(v);
+                let v = src.add(k).read_volatile();
+                let next = if k < ne as usize {
+                    src.add(k + 1).read_volatile()
+                } else {
+                    v
+                };
+                bad |= (k == 0 && v != 0) || (k == ne as usize && v != n) || v > next;
+                dst.add(k).write(v);
             }
             k += bd;
+        }
+        if i::sync_threads_or(bad) {
+            let mut k = t;
+            while k <= ne as usize {
+                // SAFETY: as above.
+                unsafe { dst.add(k).write(0) };
+                k += bd;
+            }
+            if t == 0 {
+                // SAFETY: as above; this thread alone writes them.
+                unsafe {
+                    p.dims.ptr_mut().write(0);
+                    ctl.add(VIEW_OFFSETS_BAD).write(1);
+                }
+            }
         }
         if i::sync_threads_or(wrapped) {
             let mut k = t;
@@ -244,11 +279,11 @@ mod device {
     }
 
     /// One thread: the chain's three status words and the check's flag into the mapped
-    /// pinned host words `status[0..4]`.
+    /// pinned host words `status[0..5]` (and the offsets' flag).
     ///
     /// # Safety
     /// `head`, `larger`, `fallback` one word each, final (the chain ran before, in stream
-    /// order); `ctl` at least [`VIEW_RUNS`] words; `status` four words of mapped pinned host
+    /// order); `ctl` at least [`VIEW_RUNS`] words; `status` five words of mapped pinned host
     /// memory that the host does not read until the stream has finished this launch.
     #[unsafe(no_mangle)]
     pub unsafe extern "ptx-kernel" fn clustering_view_end(p: ClusteringViewEndParams) {
@@ -262,6 +297,8 @@ mod device {
             s.add(1).write_volatile(p.larger.ptr().read());
             s.add(2).write_volatile(p.fallback.ptr().read());
             s.add(3).write_volatile(p.ctl.ptr().add(VIEW_BAD).read());
+            s.add(4)
+                .write_volatile(p.ctl.ptr().add(VIEW_OFFSETS_BAD).read());
         }
         i::threadfence_system();
     }

@@ -40,8 +40,9 @@ use super::{ChargeCut, Geometry};
 use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
 use crate::error::{DriverContext, Result};
 
-/// The arrays a call relocates: the four digi arrays (inputs) and the three outputs.
-pub(crate) const SLOTS: usize = 7;
+/// The arrays a call relocates: the four digi arrays (inputs), the three outputs and (in
+/// the default graph) the event offsets the begin kernel reads.
+pub(crate) const SLOTS: usize = 8;
 const MODULE: usize = 0;
 const X: usize = 1;
 const Y: usize = 2;
@@ -49,6 +50,7 @@ const ADC: usize = 3;
 const CLUS: usize = 4;
 const CLUS_IN_MODULE: usize = 5;
 const MODULE_FIRST: usize = 6;
+pub(crate) const OFFSETS: usize = 7;
 
 /// A kernel's parameter struct: its size and where it holds which relocated array.
 struct Relocation {
@@ -73,7 +75,7 @@ const RELOCATIONS: &[Relocation] = &[
     Relocation {
         kernel: k::KERNEL_VIEW_BEGIN,
         size: size_of::<k::ClusteringViewBeginParams>(),
-        fields: &[],
+        fields: &[(offset_of!(k::ClusteringViewBeginParams, offsets), OFFSETS)],
     },
     Relocation {
         kernel: k::KERNEL_CHECK_RUNS_GATED,
@@ -235,9 +237,12 @@ pub(crate) struct DevGraph {
     current: [u64; SLOTS],
     /// `[n, nevents, event offsets…]` (capacity + 3 words), read by the graph's first copies.
     words: PinnedHostSlice<u32>,
-    /// The chain's three status words and the check's word, written by the graph's last
-    /// step (`clustering_view_end`, or four copies under variant 75).
+    /// The chain's three status words, the check's word and the offsets' flag, written by
+    /// the graph's last step (`clustering_view_end`; four copies under variant 75, the fifth
+    /// word staying zero).
     _status: PinnedHostSlice<u32>,
+    /// The device address of `words` (mapped) in the default graph, else 0.
+    words_dev: u64,
     /// The host addresses of `words` and `status` (taken once: cudarc's accessors query
     /// the driver each time).
     words_ptr: *mut u32,
@@ -256,9 +261,16 @@ unsafe impl Send for DevGraph {}
 
 /// The template addresses of the relocated arrays: the workspace's digi buffers and the
 /// clusterer's outputs.
-fn template(g: &GpuContext, c: &Clusterer, d: &DeviceDigis) -> [u64; SLOTS] {
+/// `offsets` is the begin kernel's offsets address (the mapped words' in the default graph;
+/// `None` for variant 75's graphs, which have no such slot).
+fn template(
+    g: &GpuContext,
+    c: &Clusterer,
+    d: &DeviceDigis,
+    offsets: Option<u64>,
+) -> ([u64; SLOTS], usize) {
     let [clus, cim, mf] = c.output_addrs();
-    [
+    let t = [
         g.ptr(&d.module).addr(),
         g.ptr(&d.x).addr(),
         g.ptr(&d.y).addr(),
@@ -266,7 +278,9 @@ fn template(g: &GpuContext, c: &Clusterer, d: &DeviceDigis) -> [u64; SLOTS] {
         clus,
         cim,
         mf,
-    ]
+        offsets.unwrap_or(0),
+    ];
+    (t, if offsets.is_some() { SLOTS } else { OFFSETS })
 }
 
 impl DevGraph {
@@ -310,7 +324,7 @@ impl DevGraph {
         // Both read or written by the GPU through the mapping (not write-combined: the host
         // reads the status, and the device reads the words at the launch).
         let mut words = g.pinned::<u32>(cap_e + 3, false)?;
-        let mut status = g.pinned::<u32>(4, false)?;
+        let mut status = g.pinned::<u32>(5, false)?;
         let mut ctl = g.zeros::<u32>(k::view::VIEW_RUNS + cap_slots)?;
         let words_ptr = words.as_mut_ptr().ctx(what)?;
         let status_ptr = status.as_mut_ptr().ctx(what)?;
@@ -319,6 +333,7 @@ impl DevGraph {
         let ctl_ptr = g.ptr_mut(&mut ctl);
         let begin = k::ClusteringViewBeginParams {
             words: DevPtr::from_addr(words_dev),
+            offsets: DevPtr::from_addr(words_dev + 8),
             dims: g.ptr_mut(&mut d.dims),
             event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
             ctl: ctl_ptr,
@@ -348,8 +363,9 @@ impl DevGraph {
             d,
             cut,
             |g, _| {
-                // SAFETY: `words` maps `cap_e + 3` pinned words (the call writes `[n, ne,
-                // offsets]` before each launch, `ne <= cap_e`); `dims` two words and
+                // SAFETY: `words` maps `cap_e + 3` pinned words (the call writes `[n, ne]`
+                // before each launch, `ne <= cap_e`, and the offsets there, or relocates
+                // `offsets` to the caller's array of `ne + 1` words); `dims` two words and
                 // `event_offsets` `cap_e + 1`; `ctl` `VIEW_RUNS + cap_slots` words; one block.
                 unsafe {
                     g.launch(
@@ -379,8 +395,8 @@ impl DevGraph {
                 }
             },
         )?;
-        let template = template(&g, c, d);
-        let Some(nodes) = relocations(&g, &graph, &template)? else {
+        let (template, slots) = template(&g, c, d, Some(words_dev + 8));
+        let Some(nodes) = relocations(&g, &graph, &template[..slots])? else {
             return Ok(None);
         };
         Ok(Some(Self {
@@ -389,6 +405,7 @@ impl DevGraph {
             current: template,
             words,
             _status: status,
+            words_dev,
             words_ptr,
             status_ptr,
             _check: ctl,
@@ -407,7 +424,7 @@ impl DevGraph {
         let (cap_n, cap_e) = (d.max_digis, d.max_events);
         let cap_slots = cap_e * geometry.modules as usize;
         let mut words = g.pinned::<u32>(cap_e + 3, true)?;
-        let mut status = g.pinned::<u32>(4, false)?;
+        let mut status = g.pinned::<u32>(5, false)?;
         let mut check = g.zeros::<u32>(cap_slots + 1)?;
         let check_addr = g.ptr(&check).addr();
         let check_params = k::ClusteringCheckRunsParams {
@@ -495,8 +512,8 @@ impl DevGraph {
                 .ctx(what)
             },
         )?;
-        let template = template(&g, c, d);
-        let Some(nodes) = relocations(&g, &graph, &template)? else {
+        let (template, slots) = template(&g, c, d, None);
+        let Some(nodes) = relocations(&g, &graph, &template[..slots])? else {
             return Ok(None);
         };
         Ok(Some(Self {
@@ -505,6 +522,7 @@ impl DevGraph {
             current: template,
             words,
             _status: status,
+            words_dev: 0,
             words_ptr,
             status_ptr,
             _check: check,
@@ -520,20 +538,30 @@ impl DevGraph {
         unsafe { std::slice::from_raw_parts_mut(self.words_ptr, self.words.len()) }
     }
 
-    /// The four status words of the last launch (read after the stream has finished it).
-    pub(crate) fn status(&self) -> [u32; 4] {
+    /// The address the begin kernel reads the event offsets from when the call writes them
+    /// into [`DevGraph::words`]; `None` when this graph has no begin kernel (variant 75's):
+    /// it reads host offsets only.
+    pub(crate) fn host_offsets_addr(&self) -> Option<u64> {
+        (self.words_dev != 0).then_some(self.words_dev + 8)
+    }
+
+    /// The five status words of the last launch (read after the stream has finished it):
+    /// the chain's bad digi, medium and fallback counts, the check's flag, the offsets' flag.
+    pub(crate) fn status(&self) -> [u32; 5] {
         // SAFETY: `status_ptr` is `status`' memory, four words, alive as long as `self`;
         // the copies or the kernel that write it have finished (the caller waited);
         // volatile: the device wrote it through the mapping.
-        unsafe { std::ptr::read_volatile(self.status_ptr as *const [u32; 4]) }
+        unsafe { std::ptr::read_volatile(self.status_ptr as *const [u32; 5]) }
     }
 
     /// Points the kernel nodes at `addrs` (module, x, y, adc, clus, clus_in_module,
-    /// module_first) and launches the graph on the clusterer's stream.
+    /// module_first, the event offsets the begin kernel reads) and launches the graph on the
+    /// clusterer's stream.
     ///
     /// # Safety
     /// The four inputs hold at least the batch's digis (as the pinned words the launch
-    /// uploads say) and are not written until the stream has finished the launch; the three
+    /// uploads say), the offsets (default graph) `nevents + 1` words, and none is written
+    /// until the stream has finished the launch; the three
     /// outputs hold at least the batch's digis (`clus`) and `nevents × modules` words, and
     /// stay allocated until then.
     pub(crate) unsafe fn launch(&mut self, addrs: [u64; SLOTS]) -> Result<()> {
@@ -582,11 +610,7 @@ fn mapped(host: *mut u32) -> Result<u64> {
 /// The kernel nodes of `graph` that hold any of the `template` addresses, with where they
 /// hold them; `None` when a node holds one where its kernel's [`RELOCATIONS`] entry does not
 /// say (or is a kernel it does not list).
-fn relocations(
-    g: &GpuContext,
-    graph: &CudaGraph,
-    template: &[u64; SLOTS],
-) -> Result<Option<Vec<Node>>> {
+fn relocations(g: &GpuContext, graph: &CudaGraph, template: &[u64]) -> Result<Option<Vec<Node>>> {
     let what = "reading the device-view clustering graph";
     let funcs = RELOCATIONS
         .iter()
@@ -635,7 +659,7 @@ fn relocations(
         }
         let mut relocs = Vec::new();
         for &(off, slot) in r.fields {
-            if off % 8 != 0 || words[off / 8] != template[slot] {
+            if off % 8 != 0 || slot >= template.len() || words[off / 8] != template[slot] {
                 return Ok(None);
             }
             relocs.push((off / 8, slot));
