@@ -2,7 +2,7 @@
 //! out, compared bit for bit with the host path of the same backend on the same data, and
 //! the same typed error for a bad digi in the middle event of a batch.
 
-use detkit::clustering::{self as cl, ChargeCut, Digis, DigisDev, DigisRef, Geometry};
+use detkit::clustering::{self as cl, ChargeCut, Digis, DigisDev, DigisRef, Geometry, OffsetsDev};
 use detkit::pet::cpu::CoincideConfig;
 use detkit::pet::{gen as pgen, FramesDev, Policy, Single, SinglesView};
 use detkit::seeding::{
@@ -140,18 +140,43 @@ fn test_cluster_paths(c: &Ctx) -> R {
         .iter()
         .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
         .collect::<Vec<_>>();
+    let offs = [
+        gpu.upload(&batches[0].1).map_err(e)?,
+        gpu.upload(&batches[1].1).map_err(e)?,
+    ];
+    let on_device = std::cell::Cell::new(false);
     let run = |k: usize| -> Result<cl::ClustersDev, String> {
         let n = batches[k].0.len();
         let addr = [0, 1, 2, 3].map(|i| gpu.ptr(&bufs[k][i]).addr());
         // SAFETY: four buffers of this backend's context of `n` values each, borrowed (not
         // written, not freed) until the test ends; uploaded on the backend's stream.
         let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+        if on_device.get() {
+            let o = OffsetsDev::from_buffer(gpu, &offs[k]);
+            return b.cluster_events_device_offsets(view, o, &g, cut).map_err(e);
+        }
         b.cluster_events_device(view, &batches[k].1, &g, cut)
             .map_err(e)
     };
     let r = (|| -> R {
-        for variant in [0u32, 50, 51, 52, 0] {
+        // Host offsets, then device offsets (read on the device by the default graph; read
+        // back by the others).
+        for (variant, dev_offsets) in [
+            (0u32, false),
+            (50, false),
+            (51, false),
+            (52, false),
+            (75, false),
+            (0, true),
+            (75, true),
+            (52, true),
+            (50, true),
+            (0, false),
+            (0, true),
+        ] {
             detkit::phases::set_variant(variant);
+            on_device.set(dev_offsets);
+            let variant = if dev_offsets { variant + 1000 } else { variant };
             let mut kept = Vec::new();
             for (call, k) in [0usize, 1, 0, 1, 0].into_iter().enumerate() {
                 let got = run(k)?;
@@ -173,6 +198,7 @@ fn test_cluster_paths(c: &Ctx) -> R {
         }
         // The default takes the graph (no copies out, so no `unpack` phase); the copying
         // path has one: neither quietly falls back to the other.
+        on_device.set(false);
         for (variant, copies) in [(0u32, false), (50, true)] {
             detkit::phases::set_variant(variant);
             detkit::phases::enable(true, false);
@@ -233,18 +259,33 @@ fn test_cluster_errors(c: &Ctx) -> R {
             d.x[i + 5] = 160;
         }),
     ];
-    for (what, f) in faults {
-        let mut bad = d.clone();
-        f(&mut bad, mid);
-        let want = b.cluster_events(&bad, &o, &g, None).map(|_| ()).map_err(e);
-        let got = cluster_dev(b, &bad, &o, &g, None)?.map(|_| ());
-        ensure(want.is_err(), || {
-            format!("{what}: the host path accepted it")
-        })?;
-        ensure(got == want, || {
-            format!("{what}: device view {got:?}, host {want:?}")
-        })?;
-    }
+    // The default graph (three steps around the chain) and variant 75's nine steps; each
+    // fault followed by a good batch (the gate and the check's words reset for the next
+    // call).
+    let good = cl::cpu::cluster(&d, &o, &g, None);
+    let r = (|| -> R {
+        for variant in [0u32, 75, 0] {
+            detkit::phases::set_variant(variant);
+            for (what, f) in faults {
+                let mut bad = d.clone();
+                f(&mut bad, mid);
+                let want = b.cluster_events(&bad, &o, &g, None).map(|_| ()).map_err(e);
+                let got = cluster_dev(b, &bad, &o, &g, None)?.map(|_| ());
+                ensure(want.is_err(), || {
+                    format!("{what}: the host path accepted it")
+                })?;
+                ensure(got == want, || {
+                    format!("variant {variant}, {what}: device view {got:?}, host {want:?}")
+                })?;
+                let after = cluster_dev(b, &d, &o, &g, None)?
+                    .map_err(|m| format!("variant {variant}, after {what}: {m}"))?;
+                exact("after a fault: clus", &after.clus, &good.clus)?;
+            }
+        }
+        Ok(())
+    })();
+    detkit::phases::set_variant(0);
+    r?;
     // Lengths and offsets, checked before anything runs.
     let gpu = b.gpu().expect("cuda backend");
     let bufs = upload(gpu, &d)?;
@@ -290,6 +331,63 @@ fn test_cluster_errors(c: &Ctx) -> R {
     ensure(host.is_err() && host == dev, || {
         format!("offsets: device view {dev:?}, host {host:?}")
     })?;
+    // The same offsets on the device (checked by the default graph's begin kernel, read back
+    // by variant 75's path), and other bad lists: the host path's error each time, and a
+    // good call after each.
+    let mut first_not_0 = o.clone();
+    first_not_0[0] = 1;
+    let mut last_not_n = o.clone();
+    *last_not_n.last_mut().expect("offsets") = n as u32 - 1;
+    let lists: [(&str, Vec<u32>); 5] = [
+        ("decreasing", bad_o.clone()),
+        ("first not 0", first_not_0),
+        ("last not n", last_not_n),
+        ("one offset", vec![0]),
+        ("no offset", vec![]),
+    ];
+    let r = (|| -> R {
+        for variant in [0u32, 75, 0] {
+            detkit::phases::set_variant(variant);
+            for (what, list) in &lists {
+                let host = b.cluster_events(&d, list, &g, None).map(|_| ()).map_err(e);
+                let dbuf = gpu
+                    .upload(if list.is_empty() { &[7u32][..] } else { list })
+                    .map_err(e)?;
+                // SAFETY: `dbuf` holds at least `list.len()` values of this context, borrowed
+                // until the call returns.
+                let dev_o = unsafe { OffsetsDev::from_raw(gpu.ptr(&dbuf).addr(), list.len()) };
+                // SAFETY: as above, all four of `n` values.
+                let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+                let dev = b
+                    .cluster_events_device_offsets(view, dev_o, &g, None)
+                    .map(|_| ())
+                    .map_err(e);
+                ensure(host.is_err() && host == dev, || {
+                    format!(
+                        "variant {variant}, device offsets {what}: device {dev:?}, host {host:?}"
+                    )
+                })?;
+                let good = gpu.upload(&o).map_err(e)?;
+                // SAFETY: as above, all four of `n` values.
+                let view = unsafe { DigisDev::from_raw(addr, [n; 4]) };
+                let got = b
+                    .cluster_events_device_offsets(
+                        view,
+                        OffsetsDev::from_buffer(gpu, &good),
+                        &g,
+                        None,
+                    )
+                    .map_err(e)?
+                    .to_host(gpu)
+                    .map_err(e)?;
+                let want = cl::cpu::cluster(&d, &o, &g, None);
+                exact("after bad device offsets: clus", &got.clus, &want.clus)?;
+            }
+        }
+        Ok(())
+    })();
+    detkit::phases::set_variant(0);
+    r?;
     let want = cl::cpu::cluster(&d, &o, &g, None);
     let got = cluster_dev(b, &d, &o, &g, None)?.map_err(|m| format!("after the errors: {m}"))?;
     exact("after the errors: clus", &got.clus, &want.clus)?;

@@ -711,6 +711,12 @@ crate::kernel_params!(
     ["clustering_cluster_charge_cut"]
 );
 
+pub mod view;
+pub use view::{
+    ClusteringCheckRunsGatedParams, ClusteringViewBeginParams, ClusteringViewEndParams,
+    KERNEL_CHECK_RUNS_GATED, KERNEL_VIEW_BEGIN, KERNEL_VIEW_END,
+};
+
 #[cfg(target_arch = "nvptx64")]
 pub mod baseline;
 #[cfg(target_arch = "nvptx64")]

@@ -1323,6 +1323,16 @@ impl Clusterer {
         ]
     }
 
+    /// The device addresses of the chain's three status words (bad digi, medium and
+    /// fallback module counts), as [`Clusterer::enqueue_status`] copies them.
+    pub(crate) fn status_addrs(&self) -> [u64; 3] {
+        [
+            self.gpu.ptr(&self.head).addr(),
+            self.gpu.ptr(&self.larger).addr(),
+            self.gpu.ptr(&self.fallback).addr(),
+        ]
+    }
+
     /// The shared handle of the context the chain launches on.
     pub(crate) fn context_shared(&self) -> &Arc<GpuContext> {
         &self.gpu

@@ -3,12 +3,18 @@
 //! per call.
 //!
 //! Captured once (and again when the clusterer's plan or buffers change), on the workspace's
-//! buffers: the upload of the batch's sizes and event offsets from pinned words (a copy of
-//! the capacity's words, so one copy node serves every batch), the reset of the
-//! consecutive-digis check's counters, `clustering_check_runs`, `clustering_gate_runs`, the
-//! clustering chain ([`Clusterer::run`]) and the copy of four status words into pinned
-//! memory. Every kernel reads the batch's sizes on the device, so nothing else depends on
-//! the batch.
+//! buffers: `clustering_view_begin` (one block: the batch's sizes and event offsets read
+//! from mapped pinned words into the chain's device words, the check's words reset),
+//! `clustering_check_runs_gated` (the consecutive-digis check, whose last block empties a
+//! flagged batch; its run cells are tagged by the call's epoch, so they need no memset),
+//! the clustering chain ([`Clusterer::run`]) and `clustering_view_end` (one thread: four
+//! status words into mapped pinned memory): three steps around the chain. Every kernel reads
+//! the batch's sizes on the device, so nothing else depends on the batch.
+//!
+//! The measuring variant 75 captures the nine steps before (session 12, round 1): the
+//! upload of the sizes and of the offsets from pinned words (two copies), the memset of the
+//! check's counters, `clustering_check_runs`, `clustering_gate_runs`, the chain and four
+//! copies of one status word each. Variant 51 is variant 75 without the check.
 //!
 //! Per call, the kernel nodes that read the digis or write the three outputs get the
 //! caller's input addresses and the new output buffers' addresses
@@ -25,6 +31,7 @@ use std::mem::{offset_of, size_of};
 
 use cudarc::driver::{result, sys, CudaGraph, PinnedHostSlice};
 use detkit_gpu::clustering as k;
+use detkit_gpu::DevPtr;
 
 use super::clusterer::{Clusterer, GraphKey};
 use super::cuda::DeviceDigis;
@@ -33,8 +40,9 @@ use super::{ChargeCut, Geometry};
 use crate::cuda::{cfg as launch_cfg, DeviceBuffer, GpuContext};
 use crate::error::{DriverContext, Result};
 
-/// The arrays a call relocates: the four digi arrays (inputs) and the three outputs.
-pub(crate) const SLOTS: usize = 7;
+/// The arrays a call relocates: the four digi arrays (inputs), the three outputs and (in
+/// the default graph) the event offsets the begin kernel reads.
+pub(crate) const SLOTS: usize = 8;
 const MODULE: usize = 0;
 const X: usize = 1;
 const Y: usize = 2;
@@ -42,6 +50,7 @@ const ADC: usize = 3;
 const CLUS: usize = 4;
 const CLUS_IN_MODULE: usize = 5;
 const MODULE_FIRST: usize = 6;
+pub(crate) const OFFSETS: usize = 7;
 
 /// A kernel's parameter struct: its size and where it holds which relocated array.
 struct Relocation {
@@ -61,6 +70,24 @@ const RELOCATIONS: &[Relocation] = &[
     Relocation {
         kernel: k::KERNEL_GATE_RUNS,
         size: size_of::<k::ClusteringGateRunsParams>(),
+        fields: &[],
+    },
+    Relocation {
+        kernel: k::KERNEL_VIEW_BEGIN,
+        size: size_of::<k::ClusteringViewBeginParams>(),
+        fields: &[(offset_of!(k::ClusteringViewBeginParams, offsets), OFFSETS)],
+    },
+    Relocation {
+        kernel: k::KERNEL_CHECK_RUNS_GATED,
+        size: size_of::<k::ClusteringCheckRunsGatedParams>(),
+        fields: &[(
+            offset_of!(k::ClusteringCheckRunsGatedParams, module),
+            MODULE,
+        )],
+    },
+    Relocation {
+        kernel: k::KERNEL_VIEW_END,
+        size: size_of::<k::ClusteringViewEndParams>(),
         fields: &[],
     },
     Relocation {
@@ -176,10 +203,30 @@ struct Node {
 /// capturing again).
 pub(crate) struct Slot {
     key: GraphKey,
-    /// Whether the graph runs the consecutive-digis check (always, but for the measuring
-    /// variant 51, which leaves it out to time it).
-    checks: bool,
+    /// The steps around the chain the graph was captured with.
+    steps: Steps,
     graph: Option<DevGraph>,
+}
+
+/// The steps of a device-view graph around the chain (see the module doc).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Steps {
+    /// Three kernels: begin, the gated check, end (the default).
+    Fused,
+    /// The nine steps of the measuring variant 75 (copies, memset, check, gate, copies).
+    Nodes,
+    /// Variant 75 without the check (the measuring variant 51).
+    NodesUnchecked,
+}
+
+impl Steps {
+    fn current() -> Self {
+        match crate::phases::variant() {
+            51 => Self::NodesUnchecked,
+            75 | 77 => Self::Nodes,
+            _ => Self::Fused,
+        }
+    }
 }
 
 /// The device-view call's graph of one [`Clusterer`] (see the module doc).
@@ -190,14 +237,18 @@ pub(crate) struct DevGraph {
     current: [u64; SLOTS],
     /// `[n, nevents, event offsets…]` (capacity + 3 words), read by the graph's first copies.
     words: PinnedHostSlice<u32>,
-    /// The chain's three status words and the check's word, written by the graph's last
-    /// copies.
+    /// The chain's three status words, the check's word and the offsets' flag, written by
+    /// the graph's last step (`clustering_view_end`; four copies under variant 75, the fifth
+    /// word staying zero).
     _status: PinnedHostSlice<u32>,
+    /// The device address of `words` (mapped) in the default graph, else 0.
+    words_dev: u64,
     /// The host addresses of `words` and `status` (taken once: cudarc's accessors query
     /// the driver each time).
     words_ptr: *mut u32,
     status_ptr: *const u32,
-    /// The consecutive-digis check's `[bad, run counts of every event and module…]`.
+    /// The consecutive-digis check's words: `[bad, run counts of every event and module…]`
+    /// (variant 75), or the gated check's `ctl` words (`detkit_gpu::clustering::view`).
     _check: DeviceBuffer<u32>,
 }
 
@@ -210,9 +261,16 @@ unsafe impl Send for DevGraph {}
 
 /// The template addresses of the relocated arrays: the workspace's digi buffers and the
 /// clusterer's outputs.
-fn template(g: &GpuContext, c: &Clusterer, d: &DeviceDigis) -> [u64; SLOTS] {
+/// `offsets` is the begin kernel's offsets address (the mapped words' in the default graph;
+/// `None` for variant 75's graphs, which have no such slot).
+fn template(
+    g: &GpuContext,
+    c: &Clusterer,
+    d: &DeviceDigis,
+    offsets: Option<u64>,
+) -> ([u64; SLOTS], usize) {
     let [clus, cim, mf] = c.output_addrs();
-    [
+    let t = [
         g.ptr(&d.module).addr(),
         g.ptr(&d.x).addr(),
         g.ptr(&d.y).addr(),
@@ -220,7 +278,9 @@ fn template(g: &GpuContext, c: &Clusterer, d: &DeviceDigis) -> [u64; SLOTS] {
         clus,
         cim,
         mf,
-    ]
+        offsets.unwrap_or(0),
+    ];
+    (t, if offsets.is_some() { SLOTS } else { OFFSETS })
 }
 
 impl DevGraph {
@@ -233,19 +293,126 @@ impl DevGraph {
         cut: Option<ChargeCut>,
     ) -> Result<Option<&'c mut DevGraph>> {
         let key = c.graph_key(d, cut);
-        let checks = crate::phases::variant() != 51;
+        let steps = Steps::current();
         let kept = c
             .dev_graph_mut()
             .as_ref()
-            .is_some_and(|s| s.key == key && s.checks == checks);
+            .is_some_and(|s| s.key == key && s.steps == steps);
         if !kept {
             *c.dev_graph_mut() = None;
-            let graph = Self::capture(c, d, geometry, cut, checks)?;
-            *c.dev_graph_mut() = Some(Slot { key, checks, graph });
+            let graph = match steps {
+                Steps::Fused => Self::capture_fused(c, d, geometry, cut)?,
+                Steps::Nodes => Self::capture(c, d, geometry, cut, true)?,
+                Steps::NodesUnchecked => Self::capture(c, d, geometry, cut, false)?,
+            };
+            *c.dev_graph_mut() = Some(Slot { key, steps, graph });
         }
         Ok(c.dev_graph_mut().as_mut().and_then(|s| s.graph.as_mut()))
     }
 
+    /// The graph of [`Steps::Fused`]: begin, the gated check, the chain, end.
+    fn capture_fused(
+        c: &mut Clusterer,
+        d: &mut DeviceDigis,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<Option<Self>> {
+        let g = c.context_shared().clone();
+        let (cap_n, cap_e) = (d.max_digis, d.max_events);
+        let cap_slots = cap_e * geometry.modules as usize;
+        let what = "capturing the device-view clustering graph";
+        // Both read or written by the GPU through the mapping (not write-combined: the host
+        // reads the status, and the device reads the words at the launch).
+        let mut words = g.pinned::<u32>(cap_e + 3, false)?;
+        let mut status = g.pinned::<u32>(5, false)?;
+        let mut ctl = g.zeros::<u32>(k::view::VIEW_RUNS + cap_slots)?;
+        let words_ptr = words.as_mut_ptr().ctx(what)?;
+        let status_ptr = status.as_mut_ptr().ctx(what)?;
+        let words_dev = mapped(words_ptr)?;
+        let status_dev = mapped(status_ptr)?;
+        let ctl_ptr = g.ptr_mut(&mut ctl);
+        let begin = k::ClusteringViewBeginParams {
+            words: DevPtr::from_addr(words_dev),
+            offsets: DevPtr::from_addr(words_dev + 8),
+            dims: g.ptr_mut(&mut d.dims),
+            event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
+            ctl: ctl_ptr,
+            runs: cap_slots as u32,
+            cap_events: cap_e as u32,
+        };
+        let check = k::ClusteringCheckRunsGatedParams {
+            module: g.ptr(&d.module),
+            event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
+            dims: g.ptr_mut(&mut d.dims),
+            ctl: ctl_ptr,
+            nmodules: geometry.modules,
+            _pad0: 0,
+        };
+        let [head, larger, fallback] = c.status_addrs().map(DevPtr::from_addr);
+        let end = k::ClusteringViewEndParams {
+            head,
+            larger,
+            fallback,
+            ctl: ctl_ptr,
+            status: DevPtr::from_addr(status_dev),
+        };
+        let check_blocks = cap_n
+            .div_ceil(CHECK_THREADS as usize)
+            .clamp(1, 16 * g.sm_count() as usize);
+        let graph = c.capture_chain(
+            d,
+            cut,
+            |g, _| {
+                // SAFETY: `words` maps `cap_e + 3` pinned words (the call writes `[n, ne]`
+                // before each launch, `ne <= cap_e`, and the offsets there, or relocates
+                // `offsets` to the caller's array of `ne + 1` words); `dims` two words and
+                // `event_offsets` `cap_e + 1`; `ctl` `VIEW_RUNS + cap_slots` words; one block.
+                unsafe {
+                    g.launch(
+                        k::KERNEL_VIEW_BEGIN,
+                        launch_cfg(1, CHECK_THREADS, 0),
+                        &begin,
+                    )?
+                };
+                // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` checked
+                // offsets (begin, before in stream order); `module` (relocated to the
+                // caller's array at each launch) `n` digis; `ctl` reset by begin, its run
+                // cells `ne * modules <= cap_slots`; grid-stride over the digis.
+                unsafe {
+                    g.launch(
+                        k::KERNEL_CHECK_RUNS_GATED,
+                        launch_cfg(check_blocks as u64, CHECK_THREADS, 0),
+                        &check,
+                    )
+                }
+            },
+            |c| {
+                // SAFETY: the chain's status words, final in stream order; `status` maps four
+                // pinned words, read by the host only after the call's wait.
+                unsafe {
+                    c.context_shared()
+                        .launch(k::KERNEL_VIEW_END, launch_cfg(1, 32, 0), &end)
+                }
+            },
+        )?;
+        let (template, slots) = template(&g, c, d, Some(words_dev + 8));
+        let Some(nodes) = relocations(&g, &graph, &template[..slots])? else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            graph,
+            nodes,
+            current: template,
+            words,
+            _status: status,
+            words_dev,
+            words_ptr,
+            status_ptr,
+            _check: ctl,
+        }))
+    }
+
+    /// The graph of [`Steps::Nodes`] (`checks`) or [`Steps::NodesUnchecked`].
     fn capture(
         c: &mut Clusterer,
         d: &mut DeviceDigis,
@@ -257,7 +424,7 @@ impl DevGraph {
         let (cap_n, cap_e) = (d.max_digis, d.max_events);
         let cap_slots = cap_e * geometry.modules as usize;
         let mut words = g.pinned::<u32>(cap_e + 3, true)?;
-        let mut status = g.pinned::<u32>(4, false)?;
+        let mut status = g.pinned::<u32>(5, false)?;
         let mut check = g.zeros::<u32>(cap_slots + 1)?;
         let check_addr = g.ptr(&check).addr();
         let check_params = k::ClusteringCheckRunsParams {
@@ -345,8 +512,8 @@ impl DevGraph {
                 .ctx(what)
             },
         )?;
-        let template = template(&g, c, d);
-        let Some(nodes) = relocations(&g, &graph, &template)? else {
+        let (template, slots) = template(&g, c, d, None);
+        let Some(nodes) = relocations(&g, &graph, &template[..slots])? else {
             return Ok(None);
         };
         Ok(Some(Self {
@@ -355,6 +522,7 @@ impl DevGraph {
             current: template,
             words,
             _status: status,
+            words_dev: 0,
             words_ptr,
             status_ptr,
             _check: check,
@@ -370,19 +538,30 @@ impl DevGraph {
         unsafe { std::slice::from_raw_parts_mut(self.words_ptr, self.words.len()) }
     }
 
-    /// The four status words of the last launch (read after the stream has finished it).
-    pub(crate) fn status(&self) -> [u32; 4] {
+    /// The address the begin kernel reads the event offsets from when the call writes them
+    /// into [`DevGraph::words`]; `None` when this graph has no begin kernel (variant 75's):
+    /// it reads host offsets only.
+    pub(crate) fn host_offsets_addr(&self) -> Option<u64> {
+        (self.words_dev != 0).then_some(self.words_dev + 8)
+    }
+
+    /// The five status words of the last launch (read after the stream has finished it):
+    /// the chain's bad digi, medium and fallback counts, the check's flag, the offsets' flag.
+    pub(crate) fn status(&self) -> [u32; 5] {
         // SAFETY: `status_ptr` is `status`' memory, four words, alive as long as `self`;
-        // the copies that write it have finished (the caller waited).
-        unsafe { std::ptr::read(self.status_ptr as *const [u32; 4]) }
+        // the copies or the kernel that write it have finished (the caller waited);
+        // volatile: the device wrote it through the mapping.
+        unsafe { std::ptr::read_volatile(self.status_ptr as *const [u32; 5]) }
     }
 
     /// Points the kernel nodes at `addrs` (module, x, y, adc, clus, clus_in_module,
-    /// module_first) and launches the graph on the clusterer's stream.
+    /// module_first, the event offsets the begin kernel reads) and launches the graph on the
+    /// clusterer's stream.
     ///
     /// # Safety
     /// The four inputs hold at least the batch's digis (as the pinned words the launch
-    /// uploads say) and are not written until the stream has finished the launch; the three
+    /// uploads say), the offsets (default graph) `nevents + 1` words, and none is written
+    /// until the stream has finished the launch; the three
     /// outputs hold at least the batch's digis (`clus`) and `nevents × modules` words, and
     /// stay allocated until then.
     pub(crate) unsafe fn launch(&mut self, addrs: [u64; SLOTS]) -> Result<()> {
@@ -416,14 +595,22 @@ impl DevGraph {
     }
 }
 
+/// The device address of mapped pinned host memory at `host` (with unified addressing, the
+/// host address itself; asked of the driver).
+fn mapped(host: *mut u32) -> Result<u64> {
+    let mut dev: sys::CUdeviceptr = 0;
+    // SAFETY: `host` is the start of a live `cuMemHostAlloc` allocation (a
+    // `PinnedHostSlice`); the driver writes one address.
+    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host as *mut c_void, 0) }
+        .result()
+        .ctx("mapping pinned host memory for the device")?;
+    Ok(dev)
+}
+
 /// The kernel nodes of `graph` that hold any of the `template` addresses, with where they
 /// hold them; `None` when a node holds one where its kernel's [`RELOCATIONS`] entry does not
 /// say (or is a kernel it does not list).
-fn relocations(
-    g: &GpuContext,
-    graph: &CudaGraph,
-    template: &[u64; SLOTS],
-) -> Result<Option<Vec<Node>>> {
+fn relocations(g: &GpuContext, graph: &CudaGraph, template: &[u64]) -> Result<Option<Vec<Node>>> {
     let what = "reading the device-view clustering graph";
     let funcs = RELOCATIONS
         .iter()
@@ -472,7 +659,7 @@ fn relocations(
         }
         let mut relocs = Vec::new();
         for &(off, slot) in r.fields {
-            if off % 8 != 0 || words[off / 8] != template[slot] {
+            if off % 8 != 0 || slot >= template.len() || words[off / 8] != template[slot] {
                 return Ok(None);
             }
             relocs.push((off / 8, slot));

@@ -95,6 +95,73 @@ impl<'a> DigisDev<'a> {
     }
 }
 
+/// Event offsets on the device: a borrowed array of `u32` (`events + 1` boundaries, as for
+/// [`Backend::cluster_events`]). What [`Backend::cluster_events_device_offsets`] takes: the
+/// device-view graph reads them in place and checks them on the device (a bad list is read
+/// back only to name the error), so the call needs no copy of them to the host.
+#[derive(Clone, Copy, Debug)]
+pub struct OffsetsDev<'a> {
+    addr: u64,
+    len: usize,
+    _memory: PhantomData<&'a [u32]>,
+}
+
+impl<'a> OffsetsDev<'a> {
+    /// A view of a device array of `len` `u32` values.
+    ///
+    /// # Safety
+    /// As [`DigisDev::from_raw`], for one array of `u32` (4-byte aligned).
+    pub unsafe fn from_raw(addr: u64, len: usize) -> Self {
+        Self {
+            addr,
+            len,
+            _memory: PhantomData,
+        }
+    }
+
+    /// A view of a device buffer of this process, all its elements.
+    pub fn from_buffer(gpu: &GpuContext, buffer: &'a DeviceBuffer<u32>) -> Self {
+        Self {
+            addr: gpu.ptr(buffer).addr(),
+            len: buffer.len(),
+            _memory: PhantomData,
+        }
+    }
+
+    /// The offsets copied to the host on `g`'s stream (synchronously).
+    fn to_host(self, g: &GpuContext) -> Result<Vec<u32>> {
+        let what = "reading device event offsets";
+        let mut words = vec![0u32; self.len];
+        if self.len == 0 {
+            return Ok(words);
+        }
+        let s = g.stream();
+        g.context().bind_to_thread().ctx(what)?;
+        // SAFETY: `addr` holds `len` values (`from_raw`'s contract), not written during the
+        // call; `words` holds as many and outlives the copy (waited for below).
+        unsafe { result::memcpy_dtoh_async(&mut words[..], self.addr, s.cu_stream()) }.ctx(what)?;
+        s.synchronize().ctx(what)?;
+        Ok(words)
+    }
+}
+
+/// A call's event offsets: host memory, or a device array ([`OffsetsDev`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Offsets<'a> {
+    Host(&'a [u32]),
+    Device(OffsetsDev<'a>),
+}
+
+impl Offsets<'_> {
+    /// The offsets in host memory (a device array read back on `caller`'s stream).
+    fn host(&self, caller: &GpuContext) -> Result<std::borrow::Cow<'_, [u32]>> {
+        Ok(match self {
+            Self::Host(o) => std::borrow::Cow::Borrowed(o),
+            Self::Device(o) => std::borrow::Cow::Owned(o.to_host(caller)?),
+        })
+    }
+}
+
 /// Clustering results on the device: new buffers, owned by the caller (a Python
 /// `DeviceArray` holds them). Each buffer holds at least one element; the first `digis`
 /// (for `clus`) or `slots` (the other two) are the results, as in [`super::Clusters`].
@@ -156,17 +223,30 @@ fn output<T: cudarc::driver::DeviceRepr>(g: &GpuContext, n: usize) -> Result<Dev
 #[allow(clippy::too_many_arguments)]
 fn finish(
     c: &super::clusterer::Clusterer,
-    g: &GpuContext,
+    (g, caller): (&GpuContext, &GpuContext),
     digis: &DigisDev<'_>,
-    event_offsets: &[u32],
+    event_offsets: Offsets<'_>,
     geometry: &Geometry,
-    [bad, medium, fallback, runs]: [u32; 4],
+    [bad, medium, fallback, runs, offsets_bad]: [u32; 5],
     n: usize,
     slots: usize,
     (clus, clus_in_module, module_first): (DeviceBuffer<i32>, DeviceBuffer<u32>, DeviceBuffer<u32>),
 ) -> Result<ClustersDev> {
+    if offsets_bad != 0 {
+        // Device offsets the begin kernel rejected (the batch ran empty): the host path's
+        // error, from a host copy.
+        validate_lengths(digis.lens, &event_offsets.host(caller)?, geometry)?;
+        return Err(invalid(
+            "event_offsets",
+            "must start at 0, end at the digi count and never decrease (device check)",
+        ));
+    }
     if let Some(k) = decode_first_index(runs) {
-        validate(&host_digis(g, digis)?, event_offsets, geometry)?;
+        validate(
+            &host_digis(g, digis)?,
+            &event_offsets.host(caller)?,
+            geometry,
+        )?;
         return Err(invalid(
             "digis",
             format!("digi {k}: a module's digis not consecutive in its event"),
@@ -176,7 +256,11 @@ fn finish(
         Ok(counts) => counts,
         Err(Error::InvalidInput { what, detail }) => {
             // A digi out of range: the host path's error, from a host copy.
-            validate(&host_digis(g, digis)?, event_offsets, geometry)?;
+            validate(
+                &host_digis(g, digis)?,
+                &event_offsets.host(caller)?,
+                geometry,
+            )?;
             return Err(Error::InvalidInput { what, detail });
         }
         Err(e) => return Err(e),
@@ -200,11 +284,22 @@ impl ClusterWorkspace {
         &mut self,
         caller: &GpuContext,
         digis: DigisDev<'_>,
-        event_offsets: &[u32],
+        offsets: Offsets<'_>,
         geometry: &Geometry,
         cut: Option<ChargeCut>,
     ) -> Result<ClustersDev> {
         phases::begin();
+        let event_offsets = match offsets {
+            Offsets::Host(o) => o,
+            Offsets::Device(o) => {
+                if let Some(r) = self.cluster_device_offsets(caller, digis, o, geometry, cut) {
+                    return r;
+                }
+                // Not on the default graph: read back, then as host offsets.
+                let host = o.to_host(caller)?;
+                return self.cluster_device(caller, digis, Offsets::Host(&host), geometry, cut);
+            }
+        };
         validate_lengths(digis.lens, event_offsets, geometry)?;
         let (n, ne) = (digis.len(), event_offsets.len() - 1);
         if ne > MAX_EVENTS_PER_LAUNCH {
@@ -216,8 +311,13 @@ impl ClusterWorkspace {
         }
         self.select_clusterer(n, ne, geometry)?;
         if phases::variant() != 50 {
-            if let Some(r) = self.cluster_device_graph(caller, digis, event_offsets, geometry, cut)
-            {
+            if let Some(r) = self.cluster_device_graph(
+                caller,
+                digis,
+                Offsets::Host(event_offsets),
+                geometry,
+                cut,
+            ) {
                 return r;
             }
         }
@@ -285,12 +385,12 @@ impl ClusterWorkspace {
         phases::mark(Phase::Unpack);
         g.synchronize()?;
         phases::mark(Phase::Wait);
-        let words = [status[0], status[1], status[2], status[3]];
+        let words = [status[0], status[1], status[2], status[3], 0];
         finish(
             c,
-            g,
+            (g, caller),
             &digis,
-            event_offsets,
+            Offsets::Host(event_offsets),
             geometry,
             words,
             n,
@@ -301,6 +401,36 @@ impl ClusterWorkspace {
 }
 
 impl ClusterWorkspace {
+    /// [`ClusterWorkspace::cluster_device`] of device offsets on the default graph, which
+    /// reads and checks them on the device; `None` where that graph is not used (variants
+    /// 50, 51, 75, 77; a graph that cannot be made; fewer than two offsets or more events
+    /// than a launch takes, whose errors the host path names): the caller reads them back.
+    fn cluster_device_offsets(
+        &mut self,
+        caller: &GpuContext,
+        digis: DigisDev<'_>,
+        offsets: OffsetsDev<'_>,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Option<Result<ClustersDev>> {
+        if matches!(phases::variant(), 50 | 51 | 75 | 77)
+            || offsets.len < 2
+            || offsets.len - 1 > MAX_EVENTS_PER_LAUNCH
+        {
+            return None;
+        }
+        let n = digis.len();
+        // The geometry, the lengths and the digi count, checked as with host offsets (before
+        // the offsets there too); the offsets themselves on the device.
+        if let Err(e) = validate_lengths(digis.lens, &[0, n as u32], geometry) {
+            return Some(Err(e));
+        }
+        if let Err(e) = self.select_clusterer(n, offsets.len - 1, geometry) {
+            return Some(Err(e));
+        }
+        self.cluster_device_graph(caller, digis, Offsets::Device(offsets), geometry, cut)
+    }
+
     /// [`ClusterWorkspace::cluster_device`] as one launch of the selected clusterer's
     /// device-view graph on the caller's memory (see the module doc); `None` when that
     /// graph cannot be made (its kernel nodes could not be relocated): the caller copies.
@@ -308,15 +438,26 @@ impl ClusterWorkspace {
         &mut self,
         caller: &GpuContext,
         digis: DigisDev<'_>,
-        event_offsets: &[u32],
+        event_offsets: Offsets<'_>,
         geometry: &Geometry,
         cut: Option<ChargeCut>,
     ) -> Option<Result<ClustersDev>> {
         let (c, d, g, _, _) = self.selected();
-        let (n, ne) = (digis.len(), event_offsets.len() - 1);
+        let n = digis.len();
+        let ne = match event_offsets {
+            Offsets::Host(o) => o.len() - 1,
+            Offsets::Device(o) => o.len - 1,
+        };
         let mut run = || -> Result<Option<ClustersDev>> {
             let Some(dg) = DevGraph::get(c, d, geometry, cut)? else {
                 return Ok(None);
+            };
+            let offsets_addr = match (event_offsets, dg.host_offsets_addr()) {
+                (Offsets::Device(o), Some(_)) => o.addr,
+                (Offsets::Host(_), Some(a)) => a,
+                // Variant 75's graph reads host offsets only.
+                (Offsets::Host(_), None) => 0,
+                (Offsets::Device(_), None) => return Ok(None),
             };
             phases::mark(Phase::Prepare);
             let s = g.stream();
@@ -325,7 +466,9 @@ impl ClusterWorkspace {
             let words = dg.words();
             words[0] = n as u32;
             words[1] = ne as u32;
-            words[2..ne + 3].copy_from_slice(event_offsets);
+            if let Offsets::Host(o) = event_offsets {
+                words[2..ne + 3].copy_from_slice(o);
+            }
             d.n = n;
             d.nevents = ne;
             let slots = ne * geometry.modules as usize;
@@ -337,14 +480,17 @@ impl ClusterWorkspace {
             addrs[4] = g.ptr(&clus).addr();
             addrs[5] = g.ptr(&clus_in_module).addr();
             addrs[6] = g.ptr(&module_first).addr();
+            addrs[7] = offsets_addr;
             phases::mark(Phase::Stage);
             // Measuring variant 71: CUDA events around the launch (the graph's GPU time).
-            let timed = phases::variant() == 71;
+            // Variant 77: the same around variant 75's graph (the nine steps).
+            let timed = matches!(phases::variant(), 71 | 77);
             let before = timed.then(|| timing_event(s)).transpose()?;
-            // SAFETY: the inputs hold `n` digis each (lengths checked) and are not written
-            // until this call returns (`DigisDev::from_raw`'s contract; the call waits
-            // below); the outputs hold `n` and `slots` elements (at least one) and live
-            // until the wait; the pinned words say `n` and `ne`.
+            // SAFETY: the inputs hold `n` digis each (lengths checked) and device offsets
+            // `ne + 1` words, none written until this call returns (`DigisDev::from_raw`'s
+            // and `OffsetsDev::from_raw`'s contracts; the call waits below); the outputs
+            // hold `n` and `slots` elements (at least one) and live until the wait; the
+            // pinned words say `n` and `ne`.
             unsafe { dg.launch(addrs)? };
             let after = timed.then(|| timing_event(s)).transpose()?;
             phases::mark(Phase::Kernels);
@@ -360,7 +506,7 @@ impl ClusterWorkspace {
             let outputs = (clus, clus_in_module, module_first);
             finish(
                 c,
-                g,
+                (g, caller),
                 &digis,
                 event_offsets,
                 geometry,
@@ -375,8 +521,8 @@ impl ClusterWorkspace {
     }
 }
 
-/// GPU time of the device-view graph's launches under the measuring variant 71: (total ms,
-/// launches).
+/// GPU time of the device-view graph's launches under the measuring variants 71 and 77:
+/// (total ms, launches).
 static VIEW_GPU: std::sync::Mutex<(f64, u64)> = std::sync::Mutex::new((0.0, 0));
 
 /// An event with timing recorded on `s` (the measuring variant 71).
@@ -386,7 +532,8 @@ fn timing_event(s: &cudarc::driver::CudaStream) -> Result<cudarc::driver::CudaEv
 }
 
 /// The GPU time of the device-view clustering graph's launches made under the measuring
-/// variant 71 (`phases::set_variant(71)`: CUDA events around each launch) since the last
+/// variant 71 or 77 (`phases::set_variant`: CUDA events around each launch; 77 with
+/// variant 75's graph) since the last
 /// call: (total ms, launches); cleared. For `bench-host --only devview`. Not API.
 #[doc(hidden)]
 pub fn take_view_graph_gpu_ms() -> (f64, u64) {
@@ -436,7 +583,32 @@ impl Backend {
         self.ws.clustering.run(
             gpu,
             || ClusterWorkspace::new(gpu, &self.cluster_tuning),
-            |w| w.cluster_device(gpu, digis, event_offsets, geometry, cut),
+            |w| w.cluster_device(gpu, digis, Offsets::Host(event_offsets), geometry, cut),
+        )
+    }
+
+    /// [`Backend::cluster_events_device`] with the event offsets on the device too
+    /// ([`OffsetsDev`]): they are read and checked on the device by the call's graph, not
+    /// copied to the host first (a copy and a wait fewer per call); bad offsets give the
+    /// host path's typed error (read back only then). The same results and errors as
+    /// [`Backend::cluster_events_device`] with the offsets in host memory.
+    pub fn cluster_events_device_offsets(
+        &self,
+        digis: DigisDev<'_>,
+        event_offsets: OffsetsDev<'_>,
+        geometry: &Geometry,
+        cut: Option<ChargeCut>,
+    ) -> Result<ClustersDev> {
+        let Some(gpu) = self.gpu() else {
+            return Err(invalid(
+                "digis",
+                "device digis need a CUDA backend (this one runs on the CPU)",
+            ));
+        };
+        self.ws.clustering.run(
+            gpu,
+            || ClusterWorkspace::new(gpu, &self.cluster_tuning),
+            |w| w.cluster_device(gpu, digis, Offsets::Device(event_offsets), geometry, cut),
         )
     }
 }
@@ -468,6 +640,98 @@ mod tests {
             }
         }
         bad
+    }
+
+    /// `clustering_check_runs_gated`'s run cells on the host: the digis visited in the
+    /// order `order` (any order a grid may take), each run start exchanging `epoch` into
+    /// its cell; whether any exchange found the epoch already there (a second run).
+    fn check_runs_tagged(
+        d: &Digis,
+        offsets: &[u32],
+        modules: u32,
+        cells: &mut [u32],
+        epoch: u32,
+        order: &[usize],
+    ) -> bool {
+        use detkit_gpu::clustering::view::second_run;
+        let ne = offsets.len() - 1;
+        let mut flagged = false;
+        for &k in order {
+            let m = d.module[k];
+            if m == INVALID_MODULE || m as u32 >= modules {
+                continue;
+            }
+            let e = (0..ne)
+                .rev()
+                .find(|&e| offsets[e] as usize <= k)
+                .expect("offsets start at 0");
+            if starts_run(|j| d.module[j as usize], offsets[e], k as u32) {
+                let cell = &mut cells[e * modules as usize + m as usize];
+                let old = std::mem::replace(cell, epoch);
+                flagged |= second_run(old, epoch);
+            }
+        }
+        flagged
+    }
+
+    /// The epoch-tagged check over consecutive calls on the same run cells (never reset, as
+    /// on the device; digis visited in a shuffled order) flags exactly the batches the host
+    /// validation rejects as not consecutive, including right after the epoch wraps (the
+    /// begin kernel clears the cells then).
+    #[test]
+    fn tagged_check_flags_what_the_host_rejects_across_calls() {
+        let g = Geometry::phase1();
+        let modules = 5u32;
+        let mut cells = vec![0u32; 3 * modules as usize];
+        let mut epoch = u32::MAX - 200;
+        let (mut rejected, mut passed) = (0, 0);
+        for case in 0..3000u64 {
+            let r = crate::rng::random_below(case ^ 0x5eed, 64, 1 << 20);
+            let n = (r[0] % 24) as usize;
+            let ne = 1 + (r[1] % 3) as usize;
+            let mut offsets = vec![0u32];
+            for e in 1..ne {
+                offsets.push((r[1 + e] as usize % (n + 1)) as u32);
+            }
+            offsets.push(n as u32);
+            offsets.sort_unstable();
+            let module: Vec<u16> = (0..n)
+                .map(|i| match r[8 + i] % 5 {
+                    4 => INVALID_MODULE,
+                    m => m as u16,
+                })
+                .collect();
+            let d = Digis {
+                module,
+                x: vec![1; n],
+                y: vec![2; n],
+                adc: vec![100; n],
+            };
+            let mut order: Vec<usize> = (0..n).collect();
+            for i in (1..n).rev() {
+                order.swap(i, r[40 + i % 24] as usize % (i + 1));
+            }
+            // The begin kernel: the next epoch, every cell cleared when it wraps.
+            epoch = epoch.wrapping_add(1);
+            if epoch == 0 {
+                epoch = 1;
+                cells.fill(0);
+            }
+            let host = validate(&d, &offsets, &g);
+            let dev = check_runs_tagged(&d, &offsets, modules, &mut cells, epoch, &order);
+            match (&host, dev) {
+                (Ok(()), false) => passed += 1,
+                (Err(Error::InvalidItem { detail, .. }), true) => {
+                    assert!(detail.contains("not consecutive"), "case {case}: {detail}");
+                    rejected += 1;
+                }
+                _ => panic!("case {case}: host {host:?}, tagged check {dev}"),
+            }
+        }
+        assert!(
+            rejected > 100 && passed > 100,
+            "{rejected} rejected, {passed} passed: the test is weak"
+        );
     }
 
     /// On random small batches (few module ids, invalid digis, empty events), the device

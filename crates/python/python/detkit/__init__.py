@@ -350,13 +350,26 @@ class Backend:
         reuses once you drop them (see the package documentation).
         """
         nd = np.ndarray
-        if (stream is None and type(module) is nd and type(x) is nd and type(y) is nd and type(adc) is nd
+        tm = type(module)
+        if (stream is None and tm is nd and type(x) is nd and type(y) is nd and type(adc) is nd
                 and (event_offsets is None or type(event_offsets) is nd)):
             # numpy in, numpy out: straight to the library (no device-array checks).
             return self._b.cluster(
                 _as(module, np.uint16, "module"), _as(x, np.uint16, "x"), _as(y, np.uint16, "y"),
                 _as(adc, np.uint16, "adc"), geometry, charge_cut,
                 None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets"), out)
+        if ((hasattr(tm, "__cuda_array_interface__") or hasattr(tm, "__dlpack_device__"))
+                and _detkit._variant() not in (70, 75, 76)):
+            # A device-array producer: straight to the library, which opens the five arrays
+            # itself and returns None unless the four digi arrays are CUDA uint16 arrays and
+            # the offsets None, numpy uint32 or a CUDA uint32 array (then the general path
+            # below decides, as before; variants 75 and 76 take that path alone).
+            d = _detkit.device_cluster(self._b, module, x, y, adc, geometry, charge_cut,
+                                       event_offsets, stream)
+            if d is not None:
+                if out is not None:
+                    raise TypeError("out=: numpy arrays for numpy inputs; device inputs give DeviceArray results")
+                return d
         c = _Call(self, stream)
         d = None
         if event_offsets is not None and c._foreign(event_offsets) and _detkit._variant() != 70:

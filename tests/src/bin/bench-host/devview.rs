@@ -8,7 +8,7 @@
 //! Rows: `devview cluster_events_device, N ev (py batch)`: wall ms per call, results dropped
 //! after each call, device-resident (`run_graph`, CUDA events) of the same batch; with
 //! `--phases` the library's phases. Then the GPU time of the device-view graph alone (CUDA
-//! events around its launch, measuring variant 71). `devview seed_events_device, 64 ev (py
+//! events around its launch, measuring variant 71, or 77 in a `--variants 75` round). `devview seed_events_device, 64 ev (py
 //! batch)`: the same for seeding (device-resident: `seed_batch_device`).
 
 use anyhow::Result;
@@ -59,8 +59,10 @@ pub(super) fn rows(
         if o.phases {
             print_phases(o, call)?;
         }
-        // The device-view graph's own GPU time (variant 71: events around its launch).
-        detkit::phases::set_variant(71);
+        // The device-view graph's own GPU time (variant 71: events around its launch; 77:
+        // the same around variant 75's graph, the nine steps before session 12's round 2).
+        let timing = if variant == 75 { 77 } else { 71 };
+        detkit::phases::set_variant(timing);
         let got = b
             .cluster_events_device(view, &offs, &geo, cut)?
             .to_host(g)?;
@@ -70,7 +72,7 @@ pub(super) fn rows(
         let (gpu, k) = cl::take_view_graph_gpu_ms();
         detkit::phases::set_variant(variant);
         println!(
-            "  device-view graph on the GPU (events around its launch, v71): {:.4} ms mean of {k}; v71 wall {:.3} ms",
+            "  device-view graph on the GPU (events around its launch, v{timing}): {:.4} ms mean of {k}; v{timing} wall {:.3} ms",
             gpu / k.max(1) as f64,
             v71?
         );
