@@ -1525,6 +1525,9 @@ fn test_cluster_result_pool(c: &Ctx) -> R {
         })?;
     }
     check("held after the later calls", &held, &wants[0])?;
+    ensure(pools.0.in_use() == 1, || {
+        format!("{} buffers out, 1 held", pools.0.in_use())
+    })?;
     drop(held);
     // Four threads, each keeping its last two results alive while it calls again.
     std::thread::scope(|s| {

@@ -254,6 +254,8 @@ struct Shelf<T> {
     allocations: AtomicU64,
     /// The largest buffer made (elements).
     high: std::sync::atomic::AtomicUsize,
+    /// Buffers handed out and not back yet.
+    out: std::sync::atomic::AtomicUsize,
 }
 
 /// A pool of [`HostBuf`]s that a backend recycles for results: [`HostPool::take`] hands out a
@@ -300,6 +302,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> HostPool<T> {
                 keep,
                 allocations: AtomicU64::new(0),
                 high: Default::default(),
+                out: Default::default(),
             }),
         }
     }
@@ -341,6 +344,7 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> HostPool<T> {
                 }
             }
         };
+        self.shelf.out.fetch_add(1, Ordering::Relaxed);
         Ok(PooledBuf {
             buf: Some(buf),
             len: n,
@@ -353,6 +357,11 @@ impl<T> HostPool<T> {
     /// Buffers allocated by this pool so far (a call whose sizes fit allocates none).
     pub fn allocations(&self) -> u64 {
         self.shelf.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Buffers handed out now (taken, not yet dropped).
+    pub fn in_use(&self) -> usize {
+        self.shelf.out.load(Ordering::Relaxed)
     }
 
     /// Free buffers kept now.
@@ -388,6 +397,7 @@ impl<T> Drop for PooledBuf<T> {
         let (Some(buf), Some(shelf)) = (self.buf.take(), self.home.upgrade()) else {
             return;
         };
+        shelf.out.fetch_sub(1, Ordering::Relaxed);
         let dropped = {
             let mut free = shelf.free.lock().unwrap_or_else(|e| e.into_inner());
             free.push(buf);
@@ -524,11 +534,12 @@ mod tests {
         a.iter_mut().for_each(|v| *v = 7);
         let c = pool.take(60).unwrap();
         assert_eq!(pool.allocations(), 2, "`a` is held: not handed out again");
+        assert_eq!(pool.in_use(), 2);
         assert_eq!(c.capacity(), 112, "within 2× of the largest: made as large");
         let tiny = pool.take(10).unwrap();
         assert_eq!(tiny.capacity(), 11, "far smaller: its own size");
         drop((c, tiny));
-        assert_eq!(pool.free(), 2);
+        assert_eq!((pool.free(), pool.in_use()), (2, 1));
         let d = pool.take(11).unwrap();
         assert_eq!(
             (d.capacity(), pool.allocations()),

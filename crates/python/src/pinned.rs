@@ -96,6 +96,9 @@ pub fn empty<'py>(
 /// while the next call runs, one to write into).
 const KEEP: usize = 2;
 
+/// Pinned results a caller may hold at once; calls past them return ordinary memory.
+const MAX_HELD: usize = 8;
+
 /// The pinned result memory of a CUDA backend's clustering calls (`Backend.cluster`,
 /// `cluster_files`): [`detkit::HostPool`]s of cluster indices and per-module counts, made on
 /// first use. The door DMAs the cluster indices straight into them (no staging copy out).
@@ -105,8 +108,9 @@ pub struct ResultPools {
 }
 
 impl ResultPools {
-    /// The pools, when this call's results go to pinned memory: a CUDA backend, and (by
-    /// measurement, docs/benchmarks.md "pinned2") for pageable inputs too. `--variant` 85:
+    /// The pools, when this call's results go to pinned memory: a CUDA backend, fewer than
+    /// [`MAX_HELD`] pinned results alive, and (docs/benchmarks.md, "pinned", round 2) for
+    /// pageable inputs too. `--variant` 85:
     /// never (the reused vectors of [`crate::outputs`], as before); 86: only when all four
     /// digi arrays are pinned.
     pub fn for_call(
@@ -125,10 +129,13 @@ impl ResultPools {
             86 if !pinned_in() => return None,
             _ => {}
         }
-        Some(
-            self.pools
-                .get_or_init(|| (HostPool::new(b, KEEP), HostPool::new(b, KEEP))),
-        )
+        let pools = self
+            .pools
+            .get_or_init(|| (HostPool::new(b, KEEP), HostPool::new(b, KEEP)));
+        // A caller keeping many results (a list of every event's) gets ordinary memory past
+        // MAX_HELD pinned ones: page-locked memory stays bounded, and no call pays for a
+        // pinned allocation that would not be reused.
+        (pools.0.in_use() < MAX_HELD).then_some(pools)
     }
 
     /// Frees the kept buffers (results held in Python stay valid).
