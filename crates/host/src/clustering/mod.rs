@@ -21,12 +21,6 @@
 
 mod clusterer;
 pub mod cpu;
-/// The seeding door's crew of helper threads (`seeding/crew.rs`), compiled here too for the
-/// one-event staged copy (`--variant` 89): it is private to `seeding`, another branch's area
-/// this session; the merge can move it to a module both families share.
-#[allow(dead_code)]
-#[path = "../seeding/crew.rs"]
-mod crew;
 pub mod cuda;
 mod dev_graph;
 mod device_view;
@@ -646,24 +640,7 @@ pub(crate) fn validate_digis_at(
                 crate::phases::mark(crate::phases::Phase::Stage);
                 r
             };
-            if crate::phases::variant() == 89 && n <= STREAM_WAVE {
-                // `--variant` 89: a call of one wave (an event) on the seeding door's crew:
-                // the calling thread starts at once and waits only for the pieces helpers
-                // are still copying, never for a helper to wake (a rayon scope's latch).
-                let crew = crew::Crew::new(crew::max_helpers(), "validate: helper in", 0);
-                crew.run(pieces, &work);
-                let all_ok = slots.iter().all(|s| {
-                    s.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .as_ref()
-                        .is_some_and(|r| r.0.is_none())
-                });
-                if all_ok && n > 0 {
-                    ready(0)?;
-                }
-            } else {
-                crate::staging::parts_then_groups(pieces, per, &work, &mut ready)?;
-            }
+            crate::staging::parts_then_groups(pieces, per, &work, &mut ready)?;
             // Every piece up to the first with a range error has its result (pieces are
             // handed out in order and finished); later ones may be missing.
             slots
