@@ -110,9 +110,8 @@ pub struct ResultPools {
 impl ResultPools {
     /// The pools, when this call's results go to pinned memory: a CUDA backend, fewer than
     /// [`MAX_HELD`] pinned results alive, and (docs/benchmarks.md, "pinned", round 2) for
-    /// pageable inputs too. `--variant` 85:
-    /// never (the reused vectors of [`crate::outputs`], as before); 86: only when all four
-    /// digi arrays are pinned.
+    /// pageable inputs too. `--variant` 85: never (the reused vectors of
+    /// [`crate::outputs`], as before); 86: only when all four digi arrays are pinned.
     pub fn for_call(
         &self,
         b: &detkit::Backend,

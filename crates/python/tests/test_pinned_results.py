@@ -145,3 +145,17 @@ def test_threads_keep_their_pinned_results(b, cpu, events):
     assert not errors, errors
     for e, got in kept:
         assert np.array_equal(got[0], wants[e][0]) and np.array_equal(got[1], wants[e][1])
+
+
+def test_many_kept_results_stay_right_past_the_pinned_ones(b, cpu, events):
+    # A list of every call's results: past 8 pinned ones alive, ordinary memory (page-locked
+    # memory stays bounded); every result right and unchanged.
+    wants = [cpu.cluster(*ev) for ev in events]
+    kept = [(i % 3, b.cluster(*events[i % 3])) for i in range(12)]
+    for e, got in kept:
+        assert np.array_equal(got[0], wants[e][0]) and np.array_equal(got[1], wants[e][1])
+    names = [base_name(got[0]) for _, got in kept]
+    if b.kind == "cuda":
+        assert names == ["PinnedResultMemory"] * 8 + ["ResultMemory"] * 4, names
+    else:
+        assert set(names) == {"ResultMemory"}
