@@ -20,8 +20,11 @@ Rows (the call shapes of issue 30's table):
 ``seed64-rs``  ``seed64`` of the Rust bench's events (``bench-host``: seeds 300-307, each
                eight times), so that the row compares with ``seed_columns_into, 64`` there
 ``cluster1-out`` ``cluster1`` writing into ``out=`` arrays allocated once
-``cluster1-pinned`` / ``cluster64-pinned``  ``cluster1`` / ``cluster64`` with the digis and the
-               ``out=`` arrays in ``Backend.pinned_empty`` memory (page-locked, made once)
+``cluster1-pinned`` / ``cluster64-pinned``  ``cluster1`` / ``cluster64`` with the digis in
+               ``Backend.pinned_empty`` memory (page-locked, made once), default outputs
+               (on CUDA: pinned memory the backend recycles)
+``cluster1-pinned-out`` / ``cluster64-pinned-out``  the same with ``out=`` arrays in
+               ``Backend.pinned_empty`` memory
 ``convert``    ``Backend.convert``, 2^22 frames, a ``Scanner`` (the bench scanner) held
 ``sort``       ``Backend.sort``, the converted singles
 ``coincide``   ``Backend.coincide``, the sorted singles
@@ -60,7 +63,7 @@ import detkit
 ROWS = ("cluster1", "cluster64", "seed1", "seed64", "convert", "sort", "coincide",
         "dask-cluster", "dask-seed", "cluster1-dev", "cluster64-dev", "seed64-dev",
         "cluster1-out", "seed64-flat", "seed64-flat-dev", "cluster1-pinned",
-        "cluster64-pinned", "seed64-rs")
+        "cluster64-pinned", "seed64-rs", "cluster1-pinned-out", "cluster64-pinned-out")
 
 
 # bench-host's `call` column (its first words) -> our rows.
@@ -78,8 +81,8 @@ RUST_ROWS = {
     "devview cluster_events_device, 1 ev": ("cluster1-dev",),
     "devview cluster_events_device, 64 ev": ("cluster64-dev",),
     "devview seed_events_device, 64 ev": ("seed64-dev", "seed64-flat-dev"),
-    "cluster, 1 event, caller pinned in+out": ("cluster1-pinned",),
-    "cluster, 64 events, caller pinned in+out": ("cluster64-pinned",),
+    "cluster, 1 event, caller pinned in+out": ("cluster1-pinned", "cluster1-pinned-out"),
+    "cluster, 64 events, caller pinned in+out": ("cluster64-pinned", "cluster64-pinned-out"),
 }
 
 
@@ -196,21 +199,25 @@ def cluster_rows(b, cpu, reps, rows):
         same((got[0][: offs[2]], got[1][:n2]), want, "cluster64")
         t = host_time("cluster64", lambda: b.cluster(*cols, event_offsets=offs), reps)
         out.append(("cluster64", t, 64, memcpy_time(cols + [offs] + list(got), reps)))
-    for row, k in (("cluster1-pinned", 1), ("cluster64-pinned", 64)):
+    for row, k, own in (("cluster1-pinned", 1, False), ("cluster64-pinned", 64, False),
+                        ("cluster1-pinned-out", 1, True), ("cluster64-pinned-out", 64, True)):
         if row not in rows:
             continue
-        # The digis and the results in page-locked memory made once (the door DMAs straight
-        # from and into it).
+        # The digis (and with `own` the results) in page-locked memory made once (the door
+        # DMAs straight from and into it); else the default results (on CUDA, pinned memory
+        # the backend recycles).
         pin = [b.pinned_empty(sum(len(e[0]) for e in events[:k]), np.uint16) for _ in range(4)]
         for j in range(4):
             np.concatenate([e[j] for e in events[:k]], out=pin[j])
         offs = np.zeros(k + 1, np.uint32)
         offs[1:] = np.cumsum([len(e[0]) for e in events[:k]])
         o = (b.pinned_empty(int(offs[-1]), np.int32), b.pinned_empty(k * 1856, np.uint32))
-        b.cluster(*pin, event_offsets=offs, out=o)
+        kw = {"out": o} if own else {}
+        got = b.cluster(*pin, event_offsets=offs, **kw)
         want = cpu.cluster(*[c[: offs[min(k, 2)]] for c in pin], event_offsets=offs[: min(k, 2) + 1])
-        same((o[0][: offs[min(k, 2)]], o[1][: want[1].size]), want, row)
-        t = host_time(row, lambda: b.cluster(*pin, event_offsets=offs, out=o), reps)
+        same((got[0][: offs[min(k, 2)]], got[1][: want[1].size]), want, row)
+        del got
+        t = host_time(row, lambda: b.cluster(*pin, event_offsets=offs, **kw), reps)
         out.append((row, t, k, memcpy_time(pin + [offs] + list(o), reps)))
     return out
 

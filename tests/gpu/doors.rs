@@ -11,7 +11,7 @@ use detkit::pet::{cpu::CoincideConfig, gen as pgen, Single, StreamConfig};
 use detkit::seeding::{
     gen as sgen, SeedingConfig, SeedingOutput, SeedingSettings, SpacePoint, SpacePointsRef,
 };
-use detkit::{Backend, HostCopies};
+use detkit::{Backend, HostCopies, HostPool};
 use detkit_tests::{ensure, exact, exact_clusters, run3_batch, sp_columns, sp_columns_ref};
 
 use super::{e, Ctx, Test, R};
@@ -29,6 +29,7 @@ pub(crate) const TESTS: &[Test] = &[
     ("doors_pet_run_file", test_pet_run_file),
     ("doors_cluster_split", test_cluster_split),
     ("doors_cluster_pinned", test_cluster_pinned),
+    ("doors_cluster_result_pool", test_cluster_result_pool),
 ];
 
 /// Two fresh backends on the test's device: one with pinned staging (the default), one that
@@ -1393,4 +1394,165 @@ fn test_cluster_pinned(c: &Ctx) -> R {
     b.cluster_events_into(DigisRef::from(&pd).slice(0..n), o, &g, cut, &mut out)
         .map_err(e)?;
     exact_clusters("after the errors", &out, &wants[wants.len() - 1])
+}
+
+/// Clustering results into a `HostPool` (what the Python layer hands out as numpy arrays):
+/// pinned buffers recycled only once dropped. Calls of growing and shrinking sizes from
+/// pageable and pinned inputs give the oracle's results; a result kept alive while later
+/// calls run is not overwritten; the second pass allocates nothing (neither the pools nor
+/// the backend); four threads on one backend and one set of pools.
+fn test_cluster_result_pool(c: &Ctx) -> R {
+    let g = Geometry::phase1();
+    let cut = Some(g.default_cut);
+    let shapes: &[(usize, usize)] = if c.sanitize {
+        &[(1, 3000), (3, 500), (1, 0), (6, 1000), (1, 100)]
+    } else if c.quick {
+        &[(1, 30_000), (3, 5000), (1, 0), (6, 10_000), (1, 1000)]
+    } else {
+        &[
+            (1, usize::MAX),
+            (3, 20_000),
+            (16, usize::MAX),
+            (1, 0),
+            (5, 5000),
+            (1, 1000),
+            (16, 60_000),
+        ]
+    };
+    let inputs: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(ev, n))| run3_batch(c.seed ^ 0x5A ^ (i as u64) << 24, ev, n))
+        .collect();
+    let wants: Vec<Clusters> = inputs
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
+        .collect();
+    let b = Backend::cuda(0).map_err(e)?;
+    let nmax = inputs.iter().map(|(d, _)| d.len()).max().unwrap_or(0);
+    let mut pd = b.pinned_digis(nmax).map_err(e)?;
+    let pools = (
+        HostPool::<i32>::new(&b, 2),
+        HostPool::<u32>::new(&b, 2),
+        HostPool::<u32>::new(&b, 2),
+    );
+    ensure(pools.0.is_pinned(), || {
+        "a CUDA backend's pool is not pinned".into()
+    })?;
+    // One call into buffers of the pools, poisoned first; returns them.
+    let call = |d: DigisRef<'_>, o: &[u32], what: &str| {
+        let n = d.len();
+        let slots = (o.len() - 1) * g.modules as usize;
+        let (mut cb, mut pb, mut fb) = (
+            pools.0.take(n).map_err(e)?,
+            pools.1.take(slots).map_err(e)?,
+            pools.2.take(slots).map_err(e)?,
+        );
+        ensure(n == 0 || detkit::hostbuf::is_pinned(&cb[..]), || {
+            format!("{what}: a pooled buffer is not recognised as pinned")
+        })?;
+        cb.fill(-7);
+        pb.fill(7);
+        fb.fill(7);
+        b.cluster_events_into_slices(
+            d,
+            o,
+            &g,
+            cut,
+            cl::ClustersMut {
+                clus: &mut cb,
+                clus_in_module: &mut pb,
+                module_first: &mut fb,
+            },
+        )
+        .map_err(|err| format!("{what}: {err}"))?;
+        Ok::<_, String>((cb, pb, fb))
+    };
+    let check = |what: &str,
+                 r: &(
+        detkit::PooledBuf<i32>,
+        detkit::PooledBuf<u32>,
+        detkit::PooledBuf<u32>,
+    ),
+                 want: &Clusters| {
+        exact(&format!("{what}: clus"), &r.0, &want.clus)?;
+        exact(
+            &format!("{what}: clus_in_module"),
+            &r.1,
+            &want.clus_in_module,
+        )?;
+        exact(&format!("{what}: module_first"), &r.2, &want.module_first)
+    };
+    // The first shape's result, held through everything below.
+    let held = call((&inputs[0].0).into(), &inputs[0].1, "held")?;
+    check("held", &held, &wants[0])?;
+    for pass in 0..2 {
+        let (before, pooled) = (
+            b.allocations(),
+            pools.0.allocations() + pools.1.allocations(),
+        );
+        for (i, ((d, o), want)) in inputs.iter().zip(&wants).enumerate() {
+            let what = format!(
+                "pass {pass} shape {i} ({} events, {} digis)",
+                o.len() - 1,
+                d.len()
+            );
+            let r = call(d.into(), o, &format!("{what} pageable in"))?;
+            check(&format!("{what} pageable in"), &r, want)?;
+            drop(r);
+            let n = d.len();
+            for (dst, src) in [
+                (&mut pd.module, &d.module),
+                (&mut pd.x, &d.x),
+                (&mut pd.y, &d.y),
+                (&mut pd.adc, &d.adc),
+            ] {
+                dst[..n].copy_from_slice(src);
+            }
+            let r = call(
+                DigisRef::from(&pd).slice(0..n),
+                o,
+                &format!("{what} pinned in"),
+            )?;
+            check(&format!("{what} pinned in"), &r, want)?;
+        }
+        let made = (
+            b.allocations() - before,
+            pools.0.allocations() + pools.1.allocations() - pooled,
+        );
+        ensure(pass == 0 || made == (0, 0), || {
+            format!("pass 1: {made:?} allocations (backend, pools) in calls that fit")
+        })?;
+    }
+    check("held after the later calls", &held, &wants[0])?;
+    ensure(pools.0.in_use() == 1, || {
+        format!("{} buffers out, 1 held", pools.0.in_use())
+    })?;
+    drop(held);
+    // Four threads, each keeping its last two results alive while it calls again.
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4usize)
+            .map(|t| {
+                let (inputs, wants, call, check) = (&inputs, &wants, &call, &check);
+                s.spawn(move || -> R {
+                    let mut kept = std::collections::VecDeque::new();
+                    for round in 0..if c.quick { 4 } else { 12 } {
+                        let i = (t + round) % inputs.len();
+                        let what = format!("thread {t} round {round} shape {i}");
+                        let r = call((&inputs[i].0).into(), &inputs[i].1, &what)?;
+                        check(&what, &r, &wants[i])?;
+                        kept.push_back((i, r));
+                        if kept.len() > 2 {
+                            let (j, old) = kept.pop_front().expect("three kept");
+                            check(&format!("{what}: kept shape {j}"), &old, &wants[j])?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+    })
 }

@@ -34,7 +34,8 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use cudarc::driver::{DeviceRepr, PinnedHostSlice, ValidAsZeroBits};
 
@@ -113,9 +114,14 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> HostBuf<T> {
     /// `n` zeroed elements of page-locked memory of `gpu`'s driver (portable: pinned for
     /// every context; cached, not write-combined, so the host reads it at full speed).
     pub fn pinned(gpu: &GpuContext, n: usize) -> Result<Self> {
+        Self::pinned_in(gpu.context(), n)
+    }
+
+    /// [`HostBuf::pinned`] of the context `ctx`.
+    fn pinned_in(ctx: &Arc<cudarc::driver::CudaContext>, n: usize) -> Result<Self> {
         let flags = cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: the memory is zeroed below before any slice of it is made.
-        let mut p = unsafe { gpu.context().alloc_pinned_with_flags::<T>(n.max(1), flags) }
+        let mut p = unsafe { ctx.alloc_pinned_with_flags::<T>(n.max(1), flags) }
             .ctx("allocating pinned host memory")?;
         let ptr = p.as_mut_ptr().ctx("mapping pinned host memory")?;
         // SAFETY: `ptr` addresses `n.max(1)` elements of this allocation; all-zero bytes are a
@@ -241,6 +247,201 @@ impl<'a> From<&'a HostDigis> for DigisRef<'a> {
     }
 }
 
+/// What a [`HostPool`] keeps: its free buffers and counts.
+struct Shelf<T> {
+    free: Mutex<Vec<HostBuf<T>>>,
+    keep: usize,
+    allocations: AtomicU64,
+    /// The largest buffer made (elements).
+    high: std::sync::atomic::AtomicUsize,
+    /// Buffers handed out and not back yet.
+    out: std::sync::atomic::AtomicUsize,
+}
+
+/// A pool of [`HostBuf`]s that a backend recycles for results: [`HostPool::take`] hands out a
+/// [`PooledBuf`] of the length asked for, from a free buffer that is large enough (no
+/// allocation), else a new one (with 1/8 headroom, and at least the largest size made so far
+/// when that is within 2× of it, so that calls of varying sizes settle on buffers that fit
+/// them all); dropping the [`PooledBuf`] puts its buffer back (the pool keeps at
+/// most `keep` free buffers, the largest). A result held by the caller is out of the pool
+/// until it is dropped, so later calls never overwrite it. Page-locked on a CUDA backend
+/// (the clustering door DMAs results straight into it), ordinary memory on the CPU.
+/// Safe from several threads (one lock around the free list, held for a look-up, never
+/// around an allocation). Buffers outliving the pool are freed when dropped.
+pub struct HostPool<T> {
+    ctx: Option<Arc<cudarc::driver::CudaContext>>,
+    shelf: Arc<Shelf<T>>,
+}
+
+impl<T> std::fmt::Debug for HostPool<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostPool")
+            .field("pinned", &self.ctx.is_some())
+            .field("free", &self.free())
+            .field("allocations", &self.allocations())
+            .finish()
+    }
+}
+
+/// A buffer taken from a [`HostPool`]: dereferences to its first `len` elements (what was
+/// asked for; their contents are those of an earlier use, or zeros); back to its pool when
+/// dropped.
+pub struct PooledBuf<T> {
+    buf: Option<HostBuf<T>>,
+    len: usize,
+    home: Weak<Shelf<T>>,
+}
+
+impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> HostPool<T> {
+    /// An empty pool of `backend`'s memory keeping at most `keep` free buffers.
+    pub fn new(backend: &crate::Backend, keep: usize) -> Self {
+        Self {
+            ctx: backend.gpu().map(|g| g.context().clone()),
+            shelf: Arc::new(Shelf {
+                free: Mutex::new(Vec::new()),
+                keep,
+                allocations: AtomicU64::new(0),
+                high: Default::default(),
+                out: Default::default(),
+            }),
+        }
+    }
+
+    /// `n` elements: the smallest free buffer that holds them, else a new one.
+    pub fn take(&self, n: usize) -> Result<PooledBuf<T>> {
+        let (found, dropped) = {
+            let mut free = self.shelf.free.lock().unwrap_or_else(|e| e.into_inner());
+            let fit = (0..free.len())
+                .filter(|&i| free[i].len() >= n)
+                .min_by_key(|&i| free[i].len());
+            match fit {
+                Some(i) => (Some(free.swap_remove(i)), None),
+                // None fits: the largest free buffer goes (a new larger one replaces it).
+                None => {
+                    let big = (0..free.len()).max_by_key(|&i| free[i].len());
+                    (None, big.map(|i| free.swap_remove(i)))
+                }
+            }
+        };
+        drop(dropped);
+        let buf = match found {
+            Some(b) => b,
+            None => {
+                // The largest size made so far when the call is not much smaller (within
+                // 2×), so that calls of varying sizes settle on buffers that fit them all.
+                let need = n.saturating_add(n / 8).max(1);
+                let high = self.shelf.high.load(Ordering::Relaxed);
+                let cap = if high / 2 <= need {
+                    need.max(high)
+                } else {
+                    need
+                };
+                self.shelf.high.fetch_max(cap, Ordering::Relaxed);
+                self.shelf.allocations.fetch_add(1, Ordering::Relaxed);
+                match &self.ctx {
+                    Some(ctx) => HostBuf::pinned_in(ctx, cap)?,
+                    None => HostBuf::heap(cap),
+                }
+            }
+        };
+        self.shelf.out.fetch_add(1, Ordering::Relaxed);
+        Ok(PooledBuf {
+            buf: Some(buf),
+            len: n,
+            home: Arc::downgrade(&self.shelf),
+        })
+    }
+}
+
+impl<T> HostPool<T> {
+    /// Buffers allocated by this pool so far (a call whose sizes fit allocates none).
+    pub fn allocations(&self) -> u64 {
+        self.shelf.allocations.load(Ordering::Relaxed)
+    }
+
+    /// Buffers handed out now (taken, not yet dropped).
+    pub fn in_use(&self) -> usize {
+        self.shelf.out.load(Ordering::Relaxed)
+    }
+
+    /// Free buffers kept now.
+    pub fn free(&self) -> usize {
+        self.shelf
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Whether the buffers are page-locked (a CUDA backend's pool).
+    pub fn is_pinned(&self) -> bool {
+        self.ctx.is_some()
+    }
+
+    /// Frees every kept buffer (buffers handed out stay valid and come back when dropped).
+    pub fn clear(&self) {
+        let all = std::mem::take(&mut *self.shelf.free.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(all);
+    }
+}
+
+impl<T> PooledBuf<T> {
+    /// Elements of the whole buffer (at least `len`).
+    pub fn capacity(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.len())
+    }
+}
+
+impl<T> Drop for PooledBuf<T> {
+    fn drop(&mut self) {
+        let (Some(buf), Some(shelf)) = (self.buf.take(), self.home.upgrade()) else {
+            return;
+        };
+        shelf.out.fetch_sub(1, Ordering::Relaxed);
+        let dropped = {
+            let mut free = shelf.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.push(buf);
+            if free.len() > shelf.keep {
+                // The smallest goes.
+                let small = (0..free.len()).min_by_key(|&i| free[i].len());
+                small.map(|i| free.swap_remove(i))
+            } else {
+                None
+            }
+        };
+        drop(dropped);
+    }
+}
+
+impl<T> std::ops::Deref for PooledBuf<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self
+            .buf
+            .as_ref()
+            .expect("a pooled buffer holds its buffer until dropped")[..self.len]
+    }
+}
+
+impl<T> std::ops::DerefMut for PooledBuf<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        let len = self.len;
+        &mut self
+            .buf
+            .as_mut()
+            .expect("a pooled buffer holds its buffer until dropped")[..len]
+    }
+}
+
+impl<T> std::fmt::Debug for PooledBuf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledBuf")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
 impl crate::Backend {
     /// `n` zeroed elements of host memory for this backend's doors: page-locked on CUDA (the
     /// clustering door DMAs straight from and to it: digis in, cluster indices out), ordinary
@@ -318,5 +519,44 @@ mod tests {
         let r = DigisRef::from(&d);
         assert_eq!(r.adc, &v);
         assert!(!digis_pinned(r));
+    }
+
+    /// The pool without a GPU: sizes that fit allocate nothing, a buffer held is out of the
+    /// pool, buffers come back on drop, at most `keep` are kept, and a too-small free
+    /// buffer is replaced by a larger one.
+    #[test]
+    fn pool_reuses_buffers_that_fit() {
+        let b = crate::Backend::cpu();
+        let pool = HostPool::<u32>::new(&b, 2);
+        assert!(!pool.is_pinned());
+        let mut a = pool.take(100).unwrap();
+        assert_eq!((a.len(), a.capacity(), pool.allocations()), (100, 112, 1));
+        a.iter_mut().for_each(|v| *v = 7);
+        let c = pool.take(60).unwrap();
+        assert_eq!(pool.allocations(), 2, "`a` is held: not handed out again");
+        assert_eq!(pool.in_use(), 2);
+        assert_eq!(c.capacity(), 112, "within 2× of the largest: made as large");
+        let tiny = pool.take(10).unwrap();
+        assert_eq!(tiny.capacity(), 11, "far smaller: its own size");
+        drop((c, tiny));
+        assert_eq!((pool.free(), pool.in_use()), (2, 1));
+        let d = pool.take(11).unwrap();
+        assert_eq!(
+            (d.capacity(), pool.allocations()),
+            (11, 3),
+            "the smallest that fits"
+        );
+        assert!(a.iter().all(|&v| v == 7), "the held result is untouched");
+        drop((a, d));
+        assert_eq!(pool.free(), 2, "at most `keep` kept: the smallest went");
+        let e = pool.take(1000).unwrap();
+        assert_eq!(pool.allocations(), 4);
+        assert_eq!(pool.free(), 1, "the largest too-small buffer went");
+        assert_eq!(e.capacity(), 1125);
+        drop(e);
+        let big = pool.take(900).unwrap();
+        assert_eq!((big.capacity(), pool.allocations()), (1125, 4), "reused");
+        drop(pool);
+        assert_eq!(big.len(), 900, "a buffer outlives its pool");
     }
 }

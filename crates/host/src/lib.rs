@@ -64,7 +64,7 @@ pub use bucket::{BlockBuckets, BucketOrder, Buckets};
 pub use cuda::{driver_present, DeviceBuffer, DeviceVec, GpuContext, Record};
 pub use error::{Error, Result};
 pub use histogram::Histogram;
-pub use hostbuf::{HostBuf, HostDigis};
+pub use hostbuf::{HostBuf, HostDigis, HostPool, PooledBuf};
 pub use scan::ScanKind;
 pub use sort::SortOptions;
 pub use staging::HostCopies;

@@ -1,7 +1,8 @@
 //! Clustering results into memory a backend reuses ([`crate::outputs`]): the library's
 //! slice door (`cluster_events_into_slices`) writes into the pooled vectors with the GIL
 //! released, and the results are numpy views of them: the whole batch (`Backend.cluster`) or
-//! one pair per event (`Backend.cluster_files`).
+//! one pair per event (`Backend.cluster_files`). On a CUDA backend the results are in pinned
+//! memory the backend recycles (`pinned::ResultPools`): the door DMAs into it directly.
 
 use std::ops::Range;
 
@@ -11,6 +12,7 @@ use pyo3::prelude::*;
 
 use crate::errors::err;
 use crate::outputs::{self, first_n};
+use crate::pinned::{self, PinnedResult};
 use crate::timers::{self, Part};
 use crate::Backend;
 
@@ -66,9 +68,33 @@ impl Backend {
         let n = digis.len();
         let events = offsets.len().saturating_sub(1);
         let slots = events.saturating_mul(g.modules as usize);
+        let b = self.inner();
+        if let Some((pc, pp)) = self.results_pinned.for_call(b, digis) {
+            // Pinned memory the backend recycles: the door DMAs the cluster indices straight
+            // into it; each buffer goes back to the pool when its last view is gone.
+            let (c, p) = py
+                .detach(|| {
+                    let (mut c, mut p) = (pc.take(n)?, pp.take(slots)?);
+                    timers::time(Part::Door, || {
+                        run(b, digis, offsets, g, cut, &mut c, &mut p)
+                    })?;
+                    Ok((c, p))
+                })
+                .map_err(err)?;
+            let _views = timers::Guard::start();
+            let (oc, op) = (PinnedResult::new(py, c)?, PinnedResult::new(py, p)?);
+            return parts
+                .iter()
+                .map(|(dr, sr)| {
+                    Ok((
+                        pinned::view(&oc, dr.clone())?,
+                        pinned::view(&op, sr.clone())?,
+                    ))
+                })
+                .collect();
+        }
         let hc = self.outputs.take::<i32>(py, CLUS)?;
         let hp = self.outputs.take::<u32>(py, PER_MODULE)?;
-        let b = self.inner();
         let r = py.detach(|| {
             hc.get().with(|c: &mut Vec<i32>| {
                 hp.get().with(|p: &mut Vec<u32>| {

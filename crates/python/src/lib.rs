@@ -55,6 +55,8 @@ pub struct Backend {
     owner: Owner,
     /// The memory of this backend's recent results, reused once Python drops them.
     outputs: outputs::Outputs,
+    /// Pinned memory of clustering results on a CUDA backend, recycled (`pinned`).
+    results_pinned: pinned::ResultPools,
     /// The seeding door's per-event outputs, reused (a second thread at once gets its own).
     seed_scratch: std::sync::Mutex<Vec<SeedingOutput>>,
     /// `cluster_files`' batch of the files' digis, reused.
@@ -116,6 +118,7 @@ impl Backend {
         Self {
             owner,
             outputs: outputs::Outputs::default(),
+            results_pinned: pinned::ResultPools::default(),
             seed_scratch: std::sync::Mutex::new(Vec::new()),
             files_scratch: std::sync::Mutex::new(Digis::default()),
             files_bytes: std::sync::Mutex::new(Vec::new()),
@@ -154,6 +157,7 @@ impl Backend {
     /// stay valid: their memory goes when they go).
     fn release_results(&self) {
         self.outputs.clear();
+        self.results_pinned.clear();
         *self.seed_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();
         *self.files_scratch.lock().unwrap_or_else(|p| p.into_inner()) = Digis::default();
         *self.files_bytes.lock().unwrap_or_else(|p| p.into_inner()) = Vec::new();

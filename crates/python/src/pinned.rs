@@ -5,7 +5,10 @@
 //! memory lives as long as any array or view of it. Without a GPU (the CPU backend) the
 //! array is an ordinary `numpy.zeros` one.
 
-use detkit::HostBuf;
+use std::any::Any;
+
+use detkit::clustering::DigisRef;
+use detkit::{HostBuf, HostPool, PooledBuf};
 use pyo3::prelude::*;
 
 use crate::errors::err;
@@ -87,4 +90,102 @@ pub fn empty<'py>(
         },
     )?;
     np.getattr("asarray")?.call1((owner,))
+}
+
+/// Free pinned buffers kept per output of a clustering call (one result the caller keeps
+/// while the next call runs, one to write into).
+const KEEP: usize = 2;
+
+/// Pinned results a caller may hold at once; calls past them return ordinary memory.
+const MAX_HELD: usize = 8;
+
+/// The pinned result memory of a CUDA backend's clustering calls (`Backend.cluster`,
+/// `cluster_files`): [`detkit::HostPool`]s of cluster indices and per-module counts, made on
+/// first use. The door DMAs the cluster indices straight into them (no staging copy out).
+#[derive(Default)]
+pub struct ResultPools {
+    pools: std::sync::OnceLock<(HostPool<i32>, HostPool<u32>)>,
+}
+
+impl ResultPools {
+    /// The pools, when this call's results go to pinned memory: a CUDA backend, fewer than
+    /// [`MAX_HELD`] pinned results alive, and (docs/benchmarks.md, "pinned", round 2) for
+    /// pageable inputs too. `--variant` 85: never (the reused vectors of
+    /// [`crate::outputs`], as before); 86: only when all four digi arrays are pinned.
+    pub fn for_call(
+        &self,
+        b: &detkit::Backend,
+        digis: DigisRef<'_>,
+    ) -> Option<&(HostPool<i32>, HostPool<u32>)> {
+        b.gpu()?;
+        let pinned_in = || {
+            [digis.module, digis.x, digis.y, digis.adc]
+                .iter()
+                .all(|a| detkit::hostbuf::is_pinned(a))
+        };
+        match crate::seeds::_variant() {
+            85 => return None,
+            86 if !pinned_in() => return None,
+            _ => {}
+        }
+        let pools = self
+            .pools
+            .get_or_init(|| (HostPool::new(b, KEEP), HostPool::new(b, KEEP)));
+        // A caller keeping many results (a list of every event's) gets ordinary memory past
+        // MAX_HELD pinned ones: page-locked memory stays bounded, and no call pays for a
+        // pinned allocation that would not be reused.
+        (pools.0.in_use() < MAX_HELD).then_some(pools)
+    }
+
+    /// Frees the kept buffers (results held in Python stay valid).
+    pub fn clear(&self) {
+        if let Some((c, p)) = self.pools.get() {
+            c.clear();
+            p.clear();
+        }
+    }
+}
+
+/// The base of result arrays in pinned memory: owns a [`PooledBuf`], which goes back to its
+/// backend's pool when the last array (or view) of it is gone. Private.
+#[pyclass(module = "detkit._detkit", frozen, name = "PinnedResultMemory")]
+pub struct PinnedResult {
+    buf: Box<dyn Any + Send + Sync>,
+}
+
+#[pymethods]
+impl PinnedResult {
+    fn __repr__(&self) -> String {
+        "detkit._detkit.PinnedResultMemory(<page-locked memory of detkit results>)".to_string()
+    }
+}
+
+impl PinnedResult {
+    /// An owner of `buf`.
+    pub fn new<T: Send + Sync + 'static>(
+        py: Python<'_>,
+        buf: PooledBuf<T>,
+    ) -> PyResult<Bound<'_, Self>> {
+        Bound::new(py, Self { buf: Box::new(buf) })
+    }
+
+    /// The owned buffer's elements.
+    fn data<T: 'static>(&self) -> &[T] {
+        self.buf
+            .downcast_ref::<PooledBuf<T>>()
+            .expect("a pinned result of this type")
+    }
+}
+
+/// A 1-D numpy view of elements `range` of `owner`'s buffer (of `T`s), `owner` its base.
+pub fn view<'py, T: numpy::Element + 'static>(
+    owner: &Bound<'py, PinnedResult>,
+    range: std::ops::Range<usize>,
+) -> PyResult<Bound<'py, numpy::PyArray1<T>>> {
+    let data = &owner.get().data::<T>()[range];
+    let a = numpy::ndarray::ArrayView1::from(data);
+    // SAFETY: `owner` (the view's base) owns the memory and keeps it alive while the view
+    // exists; nothing else writes it meanwhile: the buffer is out of its pool until `owner`
+    // is dropped, which happens only after the last view of it is gone.
+    Ok(unsafe { numpy::PyArray1::borrow_from_array(&a, owner.clone().into_any()) })
 }

@@ -618,10 +618,17 @@ pub(crate) fn validate_digis_at(
                 *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                 ok
             };
-            let per = STREAM_WAVE / piece;
+            // `--variant` 87 and 88: a call of one wave or less (an event) in waves of 2^15
+            // or 2^16 digis, so that the first waves' DMA runs while later ones are copied.
+            let wave = match crate::phases::variant() {
+                87 if n <= STREAM_WAVE => 1 << 15,
+                88 if n <= STREAM_WAVE => 1 << 16,
+                _ => STREAM_WAVE,
+            };
+            let per = wave / piece;
             let mut ready = |w: usize| -> Result<()> {
-                let lo = w * STREAM_WAVE;
-                let hi = (lo + STREAM_WAVE).min(n);
+                let lo = w * wave;
+                let hi = (lo + wave).min(n);
                 crate::phases::mark(crate::phases::Phase::Validate);
                 // SAFETY: every piece of this wave has been written (their counts were
                 // acquired before this call) and no thread writes them again during the

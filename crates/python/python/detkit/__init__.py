@@ -19,6 +19,9 @@ and every view of it, gone): a loop that drops or replaces its results writes ea
 memory already mapped instead of fresh pages, which is where most of a large call's host time
 went. Results are therefore often views (``a.base`` is the backend's memory); ``a.copy()``
 gives an array of its own. :meth:`Backend.release_results` frees the memory kept for reuse.
+On a CUDA backend the clustering results lie in page-locked memory that the backend recycles
+(the GPU writes them straight into it, with no copy through a staging buffer); a result held
+keeps its memory, and may outlive its backend.
 ``Backend.cluster`` also takes ``out=(clus, clus_in_module)``: arrays of yours it writes into.
 
 >>> import numpy as np, detkit
@@ -347,7 +350,8 @@ class Backend:
         (``int32`` of the digi count and ``uint32`` of events × modules, C-contiguous,
         writeable; a wrong dtype, dimension or layout is a ``TypeError``, a wrong length an
         ``InvalidInputError``). Without it the results are arrays whose memory the backend
-        reuses once you drop them (see the package documentation).
+        reuses once you drop them (see the package documentation); on a CUDA backend that memory
+        is page-locked (the GPU writes the cluster indices straight into it).
         """
         nd = np.ndarray
         tm = type(module)
