@@ -538,7 +538,6 @@ fn test_tuning(c: &Ctx) -> R {
     }
     let door = SeedTuning {
         chunk_spacepoints: 1,
-        gather_spacepoints: 1,
         prefetch_margin: 0.0,
         split_spacepoints: 1,
         pipeline_spacepoints: 1,

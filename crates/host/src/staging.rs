@@ -76,35 +76,6 @@ pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
     }
 }
 
-/// Makes `dst` a copy of `src` (its capacity reused; no zeroing first), in parts of 64 KiB
-/// on the pool's threads with the calling thread starting at once when `src` is over two
-/// parts (a seeding call's one event: two arrays of ~0.5 MB, which one core copies in
-/// ~0.04 ms each).
-pub(crate) fn resize_copy<T: Copy + Send + Sync>(dst: &mut Vec<T>, src: &[T]) {
-    let n = src.len();
-    let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-    dst.clear();
-    if n <= 2 * piece {
-        dst.extend_from_slice(src);
-        return;
-    }
-    dst.reserve(n);
-    let base = dst.as_mut_ptr() as usize;
-    parts_in_order(n.div_ceil(piece), &|k| {
-        let (lo, hi) = (k * piece, ((k + 1) * piece).min(n));
-        // SAFETY: `dst` has capacity for `n` elements (reserved above), `lo..hi` lies inside
-        // it, and part `k` is handed to one thread only; `dst` is not otherwise used until
-        // every part is done (`parts_in_order` returns after).
-        unsafe {
-            std::ptr::copy_nonoverlapping(src[lo..hi].as_ptr(), (base as *mut T).add(lo), hi - lo)
-        };
-        true
-    });
-    // SAFETY: every element `0..n` was written above (the parts cover `0..n`: `work` never
-    // returns `false`, so every part is handed out), and `n <= capacity`.
-    unsafe { dst.set_len(n) };
-}
-
 /// A pinned host buffer, grown on demand (by at least half again, so that a slowly growing
 /// input reallocates rarely), never shrunk.
 pub(crate) struct Pinned<T> {
@@ -837,25 +808,8 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::{par_copy, parts_then_groups, resize_copy};
+    use super::{par_copy, parts_then_groups};
     use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// A vector made a copy of slices growing and shrinking (serial and in parts, a short
-    /// last part) holds exactly the source each time, from outside the pool and inside it.
-    #[test]
-    fn resize_copy_gives_the_source() {
-        let mut dst: Vec<[u32; 5]> = vec![[7; 5]; 3];
-        for n in [0usize, 5, 30_000, 26_215, 100_003, 4, 52_429] {
-            let src: Vec<[u32; 5]> = (0..n as u32)
-                .map(|i| [i, i ^ 0x55, i.wrapping_mul(2_654_435_761), !i, 3 * i])
-                .collect();
-            resize_copy(&mut dst, &src);
-            assert!(dst == src, "n = {n}");
-            let mut dst2 = Vec::new();
-            rayon::scope(|_| resize_copy(&mut dst2, &src));
-            assert!(dst2 == src, "n = {n}, in the pool");
-        }
-    }
 
     /// Copies of every size class (serial, one part, many parts with a short last one) equal
     /// their source, from a thread outside the pool and from inside it.

@@ -19,16 +19,10 @@ use std::ops::Range;
 const PART_BYTES: usize = 32 << 10;
 
 /// Bytes per DMA of the upload for an input of `total` bytes: a few DMAs for one event, so
-/// the copy engine starts while later parts are copied, at most 2 MiB.
-/// Under the measuring variant 91, eight pieces of at least 64 KiB (the last DMA, which the
-/// chain waits for, a quarter as long for one event).
+/// the copy engine starts while later parts are copied: a quarter of the input, at least
+/// 256 KiB, at most 2 MiB.
 fn piece_bytes(total: usize) -> usize {
-    let (k, min) = if crate::phases::variant() == 91 {
-        (8, 64 << 10)
-    } else {
-        (4, 256 << 10)
-    };
-    (total / k).clamp(min, 2 << 20).div_ceil(PART_BYTES) * PART_BYTES
+    (total / 4).clamp(256 << 10, 2 << 20).div_ceil(PART_BYTES) * PART_BYTES
 }
 
 /// Copies the events `srcs` (side by side) into pinned `pin` and on to the device at `base`
@@ -78,9 +72,6 @@ pub(crate) fn upload_events(
     let failed: Mutex<Option<Error>> = Mutex::new(None);
     let s = gpu.stream();
     gpu.context().bind_to_thread().ctx(what)?;
-    // Measuring variant 94: no DMA per piece; the calling thread sends the whole stage once
-    // every part is in (the crew's copies and checks timed without the DMA calls).
-    let one_dma = crate::phases::variant() == 94;
     let stats = crew.run(n_parts, &|k| {
         let (lo, hi) = (k * part, ((k + 1) * part).min(n));
         let mut e = offsets.partition_point(|&o| o <= lo) - 1;
@@ -103,7 +94,7 @@ pub(crate) fn upload_events(
             e += 1;
         }
         let j = k / per_piece;
-        if !one_dma && left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
+        if left[j].fetch_sub(1, Ordering::AcqRel) == 1 {
             // The piece's last part: every part of it is in the stage (the other threads'
             // copies happen before their decrements, acquired above).
             let (plo, phi) = (j * per_piece * part, ((j + 1) * per_piece * part).min(n));
@@ -152,17 +143,6 @@ pub(crate) fn upload_events(
             "spacepoints",
             "a part failed its check",
         ));
-    }
-    if one_dma {
-        // SAFETY: the stage's first `n` spacepoints were written above (every part, none
-        // failed) and are not written again until the stream has finished this copy; the
-        // device buffer at `base` holds at least `n` spacepoints.
-        unsafe {
-            let host =
-                std::slice::from_raw_parts(pin_ptr as *const crate::cuda::Record<SpacePoint>, n);
-            cudarc::driver::result::memcpy_htod_async(base, host, s.cu_stream())
-        }
-        .ctx(what)?;
     }
     Ok(stats)
 }

@@ -50,8 +50,6 @@ struct Shared {
     /// Stamped on the call's timeline when the first helper starts (`phases::stamp`).
     label: &'static str,
     part: usize,
-    /// Helpers come from the standing team ([`team`]) instead of rayon's pool.
-    team: bool,
 }
 
 // SAFETY: `work` is written by the caller before `posted` is released and only read after
@@ -71,15 +69,8 @@ impl Shared {
         (k < self.n.load(Ordering::Relaxed)).then_some(k)
     }
 
-    /// Calls up to `k` more helpers on rayon's pool (none once `max` were called), or with
-    /// a standing team, posts the crew to it (once).
+    /// Calls up to `k` more helpers on rayon's pool (none once `max` were called).
     fn call(self: &Arc<Self>, k: usize) {
-        if self.team {
-            if k > 0 && self.max > 0 && self.called.swap(1, Ordering::Relaxed) == 0 {
-                team::post(Arc::clone(self));
-            }
-            return;
-        }
         for _ in 0..k {
             if self.called.fetch_add(1, Ordering::Relaxed) >= self.max {
                 return;
@@ -96,7 +87,7 @@ fn helper(sh: Arc<Shared>) {
     if sh.closed.load(Ordering::Acquire) {
         return;
     }
-    sh.call(more_calls());
+    sh.call(2);
     loop {
         if sh.closed.load(Ordering::Acquire) {
             return;
@@ -237,11 +228,6 @@ impl Crew {
     /// A crew of at most `max` helpers (none called yet); `label` and `part` name the first
     /// helper's stamp on the call's timeline.
     pub(crate) fn new(max: usize, label: &'static str, part: usize) -> Self {
-        Self::with_team(max, label, part, team::wanted())
-    }
-
-    /// As [`Crew::new`], its helpers from the standing team (`team`) or rayon's pool.
-    pub(crate) fn with_team(max: usize, label: &'static str, part: usize, team: bool) -> Self {
         Self {
             sh: Arc::new(Shared {
                 work: UnsafeCell::new(None),
@@ -260,7 +246,6 @@ impl Crew {
                 first_in_ns: AtomicU64::new(u64::MAX),
                 label,
                 part,
-                team,
             }),
             woken: false,
         }
@@ -288,7 +273,7 @@ impl Crew {
         self.sh
             .deadline_ns
             .store(deadline.as_nanos() as u64, Ordering::Relaxed);
-        self.sh.call(first_calls());
+        self.sh.call(FIRST_CALLS);
     }
 
     /// Runs `work(k)` for the parts `k = 0..n`, handed out in increasing order: the calling
@@ -340,7 +325,7 @@ impl Crew {
                 sh.called.store(0, Ordering::Relaxed);
             }
             if (!self.woken || gave_up) && n > 1 {
-                sh.call(first_calls());
+                sh.call(FIRST_CALLS);
             }
             while let Some(k) = sh.claim() {
                 if !work(k) {
@@ -366,143 +351,9 @@ impl Drop for Crew {
     }
 }
 
-/// Helpers the calling thread calls itself: two (each arriving helper calls two more), or
-/// under the measuring variant 67 all of them at once, as a rayon scope does (each call is a
-/// wake-up the calling thread pays for, but no helper waits for another's).
-/// Under the measuring variant 92 the calling thread calls one helper, and that one calls
-/// all the others (their wake-ups paid by a helper, none waiting for another's).
-fn first_calls() -> usize {
-    match crate::phases::variant() {
-        67 => usize::MAX,
-        92 => 1,
-        _ => 2,
-    }
-}
-
-/// Helpers an arriving helper calls: two, or under variant 92 all that are left.
-fn more_calls() -> usize {
-    if crate::phases::variant() == 92 {
-        usize::MAX
-    } else {
-        2
-    }
-}
-
-/// Rouses the standing team at the start of a door's call (variants 90 and 91), so that its
-/// members look for work while the call checks its arguments; nothing otherwise.
-pub(crate) fn rouse() {
-    if team::wanted() {
-        team::rouse();
-    }
-}
-
-/// A standing team of helper threads for the crews (measuring variants 90 and 91), as
-/// OpenMP's worker threads with their block time: after each piece of work, and after
-/// [`rouse`], its members keep looking for work for [`team::SPIN`] (yielding, so they cost
-/// a core each only while nothing else wants it) before they sleep on a condition variable.
-/// A crew posted while they look starts its helpers within a µs or two, with no wake-up; a
-/// crew posted while they sleep wakes them all at once (one `notify_all`). Members join the
-/// newest crew posted (an older one keeps the members inside it until its parts are out;
-/// its caller does every part that no helper took, so no crew depends on them).
-mod team {
-    use super::{helper, max_helpers, Shared};
-    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-    use std::sync::{Arc, Condvar, Mutex, OnceLock};
-    use std::time::{Duration, Instant};
-
-    /// How long a member looks for work after its last before it sleeps.
-    pub(super) const SPIN: Duration = Duration::from_millis(2);
-
-    struct Team {
-        /// Bumped by every post and rouse.
-        gen: AtomicU64,
-        current: Mutex<Option<Arc<Shared>>>,
-        /// Members asleep (or about to sleep) on `cv`.
-        asleep: AtomicUsize,
-        lock: Mutex<()>,
-        cv: Condvar,
-    }
-
-    static TEAM: OnceLock<&'static Team> = OnceLock::new();
-
-    /// Whether the crews use the team (measuring variants 90, 91).
-    pub(super) fn wanted() -> bool {
-        matches!(crate::phases::variant(), 90 | 91)
-    }
-
-    /// The team, its members started on first use (none when they cannot be started: the
-    /// crews' callers then do every part themselves).
-    fn get() -> &'static Team {
-        TEAM.get_or_init(|| {
-            let t: &'static Team = Box::leak(Box::new(Team {
-                gen: AtomicU64::new(0),
-                current: Mutex::new(None),
-                asleep: AtomicUsize::new(0),
-                lock: Mutex::new(()),
-                cv: Condvar::new(),
-            }));
-            for i in 0..max_helpers() {
-                let _ = std::thread::Builder::new()
-                    .name(format!("detkit-crew-{i}"))
-                    .spawn(move || member(t));
-            }
-            t
-        })
-    }
-
-    fn member(t: &'static Team) {
-        let mut seen = t.gen.load(Ordering::SeqCst);
-        let mut idle_since = Instant::now();
-        loop {
-            let g = t.gen.load(Ordering::SeqCst);
-            if g != seen {
-                seen = g;
-                let sh = t.current.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                if let Some(sh) = sh {
-                    helper(sh);
-                }
-                idle_since = Instant::now();
-                continue;
-            }
-            if idle_since.elapsed() < SPIN {
-                std::thread::yield_now();
-                continue;
-            }
-            // Asleep until the next post or rouse: `asleep` is raised before `gen` is read
-            // again (both sequentially consistent, as a post bumps `gen` and then reads
-            // `asleep`), so either this member sees the bump or the post sees it asleep and
-            // notifies under the lock.
-            let mut g = t.lock.lock().unwrap_or_else(|p| p.into_inner());
-            t.asleep.fetch_add(1, Ordering::SeqCst);
-            while t.gen.load(Ordering::SeqCst) == seen {
-                g = t.cv.wait(g).unwrap_or_else(|p| p.into_inner());
-            }
-            t.asleep.fetch_sub(1, Ordering::SeqCst);
-            drop(g);
-            idle_since = Instant::now();
-        }
-    }
-
-    fn bump(t: &Team) {
-        t.gen.fetch_add(1, Ordering::SeqCst);
-        if t.asleep.load(Ordering::SeqCst) > 0 {
-            let _g = t.lock.lock().unwrap_or_else(|p| p.into_inner());
-            t.cv.notify_all();
-        }
-    }
-
-    /// Gives the team `sh`'s parts to help with.
-    pub(super) fn post(sh: Arc<Shared>) {
-        let t = get();
-        *t.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(sh);
-        bump(t);
-    }
-
-    /// Makes the members look for work for [`SPIN`] from now.
-    pub(super) fn rouse() {
-        bump(get());
-    }
-}
+/// Helpers the calling thread calls itself: two (each arriving helper calls two more, so
+/// the caller pays for one wake-up).
+const FIRST_CALLS: usize = 2;
 
 /// Helpers per crew: rayon's threads but one (the caller works too), at most 15.
 pub(crate) fn max_helpers() -> usize {
@@ -580,27 +431,6 @@ mod tests {
                     inside = Some(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
                 });
                 assert_eq!(inside, Some(true));
-            }
-        }
-        // The standing team: every part once, woken or not, crews one after the other
-        // (members moving on to the newest).
-        for n in [0usize, 1, 7, 64, 1000] {
-            for wake in [false, true] {
-                let hits: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
-                let mut crew = Crew::with_team(max_helpers(), "test", 0, true);
-                if wake {
-                    crew.wake(Duration::from_millis(5));
-                }
-                let st = crew.run(n, &|k| {
-                    hits[k].fetch_add(1, Ordering::Relaxed);
-                    std::hint::black_box((0..200).sum::<u64>());
-                    true
-                });
-                assert!(
-                    hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
-                    "team {n}"
-                );
-                assert!(st.by_helpers <= n);
             }
         }
         let hits: Vec<AtomicU32> = (0..100).map(|_| AtomicU32::new(0)).collect();

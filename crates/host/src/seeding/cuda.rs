@@ -869,14 +869,6 @@ impl GpuContext {
 
         // The one read-back: totals and per-event counts.
         let what = "reading the seeding counts";
-        if phases::variant() == OLD_DOOR {
-            // Session 10's read-back (`--variant 30`): into a new pageable vector.
-            let words = self
-                .stream()
-                .clone_dtoh(&ws.b.summary.get().slice(..sw))
-                .ctx(what)?;
-            return Ok(split_summary(&words));
-        }
         // Into pinned memory (one DMA, no allocation), with the door's speculative copy of
         // the seeds queued behind it: one wait for both.
         let pin = ws.summary_pin.get(self, sw)?;
@@ -934,7 +926,7 @@ impl GpuContext {
         let t0 = Instant::now();
         let wake_at = pf.stage.last_wait.saturating_sub(PREWAKE_LEAD);
         let mut crew =
-            super::crew::Crew::new(crew_helpers(phases::variant()), "out: helper in", pf.part);
+            super::crew::Crew::new(super::crew::max_helpers(), "out: helper in", pf.part);
         let mut woken = false;
         loop {
             if ev.try_is_complete().ctx(what)? {
@@ -1190,32 +1182,9 @@ impl GpuContext {
                 offsets.push(offsets[offsets.len() - 1] + events.len(e));
             }
             ws.b.input.ensure(self, n)?;
-            let gather = ws.plan.t.gather_spacepoints;
             phases::mark(Phase::Prepare);
-            let v = phases::variant();
             match stage.as_deref_mut() {
-                Some(st) if n > 0 && v == 1 => {
-                    // The previous session's staging (measured as `--variant 1`): events
-                    // gathered one after the other.
-                    let pin = Record::unwrap_slice_mut(st.input.get(self, n)?);
-                    let input = ws.b.input.get_mut();
-                    let (mut at, mut sent) = (0usize, 0usize);
-                    for e in first..last {
-                        let w = events.len(e);
-                        events.gather(e, &mut pin[at..at + w])?;
-                        at += w;
-                        if at > sent && (at - sent >= gather || e + 1 == last) {
-                            self.stream()
-                                .memcpy_htod(
-                                    Record::slice(&pin[sent..at]),
-                                    &mut input.slice_mut(sent..at),
-                                )
-                                .ctx("uploading spacepoints")?;
-                            sent = at;
-                        }
-                    }
-                }
-                Some(st) if n > 0 && crew_door(v) => {
+                Some(st) if n > 0 => {
                     // The events' spacepoints into pinned memory on a crew (the calling thread
                     // at once, helpers as they come, nobody waiting for a wake-up), checked
                     // part by part, each piece's DMA issued as soon as it is in.
@@ -1229,43 +1198,11 @@ impl GpuContext {
                     };
                     let pin = st.input.get(self, n)?;
                     let base = self.ptr(ws.b.input.get()).addr();
-                    let crew = super::crew::Crew::new(crew_helpers(v), "up: helper in", part);
+                    let crew =
+                        super::crew::Crew::new(super::crew::max_helpers(), "up: helper in", part);
                     let cs = super::copies::upload_events(self, srcs, pin, base, crew)?;
                     stamp(super::crew::share_label("up: staged", cs));
                     stamp(super::crew::helpers_label("up", cs));
-                }
-                Some(st) if n > 0 && last - first == 1 && v != OLD_DOOR && v != 32 => {
-                    // One event: its spacepoints copied into pinned memory in parts of 64 KiB
-                    // on the pool's threads with the calling thread starting at once, each
-                    // part checked right after its copy (the spacepoints are read once), and
-                    // sent as soon as the last part is in (`staging::upload_checked`).
-                    let pin = st.input.get(self, n)?;
-                    events.upload_one(self, first, pin, ws.b.input.get_mut())?;
-                }
-                Some(st) if n > 0 => {
-                    // Events gathered into pinned memory in groups of about 4 MiB (the
-                    // tuning's `gather_spacepoints`), the events
-                    // of a group side by side on the pool's threads; each group goes to the
-                    // device at once (DMA while the host gathers the next group).
-                    let pin = Record::unwrap_slice_mut(st.input.get(self, n)?);
-                    let input = ws.b.input.get_mut();
-                    let (mut e, mut at) = (first, 0usize);
-                    while e < last {
-                        let (e0, at0) = (e, at);
-                        while e < last && (e == e0 || at - at0 < gather) {
-                            at += events.len(e);
-                            e += 1;
-                        }
-                        events.gather_group(e0..e, &mut pin[at0..at])?;
-                        if at > at0 {
-                            self.stream()
-                                .memcpy_htod(
-                                    Record::slice(&pin[at0..at]),
-                                    &mut input.slice_mut(at0..at),
-                                )
-                                .ctx("uploading spacepoints")?;
-                        }
-                    }
                 }
                 _ => {
                     for e in (first..last).filter(|&e| events.len(e) > 0) {
@@ -1291,16 +1228,15 @@ impl GpuContext {
             }
             stamp("chain");
             let input = std::mem::take(&mut ws.b.input);
-            // The seeds' speculative copy with the counts (pinned staging; not `--variant`
-            // 30 or 31).
+            // The seeds' speculative copy with the counts (pinned staging).
             let mut pf = match stage.as_deref_mut() {
-                Some(st) if !matches!(v, OLD_DOOR | 31) => Some(SeedPrefetch {
+                Some(st) => Some(SeedPrefetch {
                     stage: st,
                     copied: 0,
                     // Waiting by polling, the copy-out's crew woken shortly before the
                     // chain ends: a call of its own (a pipelined part's wait overlaps the
                     // other lane's work, and its length varies with it).
-                    poll: crew_door(v) && v != 61 && !pipelined,
+                    poll: !pipelined,
                     crew: None,
                     part,
                 }),
@@ -1310,15 +1246,9 @@ impl GpuContext {
             ws.b.input = input;
             let stats = stats?;
             let (copied, crew) = pf.map_or((0, None), |p| (p.copied, p.crew));
-            let crew = match crew {
-                Some(c) => Some(c),
-                None if crew_door(v) => Some(super::crew::Crew::new(
-                    crew_helpers(v),
-                    "out: helper in",
-                    part,
-                )),
-                None => None,
-            };
+            let crew = crew.unwrap_or_else(|| {
+                super::crew::Crew::new(super::crew::max_helpers(), "out: helper in", part)
+            });
             stamp("counts read");
             phases::mark_gpu(Phase::Kernels, self);
             let outs = &mut out[first..last];
@@ -1341,41 +1271,16 @@ impl GpuContext {
         ws: &SeedingWorkspace,
         stage: Option<&mut SeedStaging>,
         copied: usize,
-        crew: Option<super::crew::Crew>,
+        crew: super::crew::Crew,
         outs: &mut [SeedingOutput],
     ) -> Result<()> {
         let ns = ws.total_seeds();
-        let old = phases::variant() == OLD_DOOR;
-        let mut crew = crew;
-        let part = crew.as_ref().map_or(0, |c| c.part());
-        let mut fill = |outs: &mut [SeedingOutput], s: &[Seed], p: &[BoundParams]| {
-            if let Some(c) = crew.take() {
-                // Every event's two arrays in parts on the crew (see `copies::copy_out`).
-                let cs = super::copies::copy_out(outs, ws.event_seeds(), s, p, c);
-                phases::stamp(super::crew::share_label("out: copied", cs), part);
-                phases::stamp(super::crew::helpers_label("out", cs), part);
-                return;
-            }
-            let one = |(o, r): (&mut SeedingOutput, &Range<usize>)| {
-                o.seeds.clear();
-                o.seeds.extend_from_slice(&s[r.clone()]);
-                o.params.clear();
-                o.params.extend_from_slice(&p[r.clone()]);
-            };
-            if outs.len() > 1 {
-                // Events side by side when there are many.
-                use rayon::prelude::*;
-                outs.par_iter_mut().zip(ws.event_seeds()).for_each(one);
-            } else if old || outs.is_empty() {
-                outs.iter_mut().zip(ws.event_seeds()).for_each(one);
-            } else {
-                // One event: its two arrays in parts on the pool's threads, the calling thread
-                // starting at once (about 0.9 MB at ⟨μ⟩ = 200: one core takes ~0.08 ms).
-                let o = &mut outs[0];
-                let r = ws.event_seeds()[0].clone();
-                crate::staging::resize_copy(&mut o.seeds, &s[r.clone()]);
-                crate::staging::resize_copy(&mut o.params, &p[r]);
-            }
+        let part = crew.part();
+        // Every event's two arrays in parts on the crew (see `copies::copy_out`).
+        let fill = |outs: &mut [SeedingOutput], s: &[Seed], p: &[BoundParams]| {
+            let cs = super::copies::copy_out(outs, ws.event_seeds(), s, p, crew);
+            phases::stamp(super::crew::share_label("out: copied", cs), part);
+            phases::stamp(super::crew::helpers_label("out", cs), part);
         };
         if ns == 0 {
             fill(outs, &[], &[]);
@@ -1464,38 +1369,6 @@ fn prefetch_guess(
         .min(pinned)
 }
 
-/// The measuring variant (`detkit::phases::set_variant`) that runs the seeding door as
-/// session 10 left it: counts read back into a new pageable vector, then the seeds in a
-/// second round trip, one event's spacepoints copied and checked in pieces of 8 Ki on the
-/// pool (the calling thread waiting), its seeds copied out by one thread. Variant 31: all
-/// but the speculative copy of the seeds; 32: all but one event's streamed upload.
-pub(crate) const OLD_DOOR: u32 = 30;
-
-/// The measuring variant that runs the seeding door as session 11 left it (its default:
-/// `staging::upload_checked` for one event, groups gathered by `par_iter` for several, one
-/// stream synchronisation for the counts, the copy out by `resize_copy` or `par_iter`).
-pub(crate) const S11_DOOR: u32 = 60;
-
-/// Whether variant `v` runs the door's host copies on a [`super::crew::Crew`] (the default;
-/// not the measuring variants of earlier sessions' doors). Variant 61: a crew, but the
-/// counts waited for by a stream synchronisation with no helpers woken before; 62: the
-/// calling thread alone (a crew of no helpers).
-fn crew_door(v: u32) -> bool {
-    !matches!(v, OLD_DOOR | 31 | 32 | S11_DOOR)
-}
-
-/// Helpers of a crew under variant `v`: none (62), at most 3 (95) or 7 (96), else
-/// [`super::crew::max_helpers`] (95 and 96 measure how the crew's copy rate scales).
-fn crew_helpers(v: u32) -> usize {
-    let all = super::crew::max_helpers();
-    match v {
-        62 => 0,
-        95 => all.min(3),
-        96 => all.min(7),
-        _ => all,
-    }
-}
-
 /// How long before the counts are due (by the last call's wait) the copy-out's helpers are
 /// called: a helper's wake-up takes ~0.01–0.05 ms (docs/benchmarks.md, section "sdoor").
 const PREWAKE_LEAD: Duration = Duration::from_micros(60);
@@ -1576,78 +1449,6 @@ impl<'a> Events<'a> {
         match self {
             Events::Rows(v, _) => Some(v[e]),
             Events::Columns(_) => None,
-        }
-    }
-    /// The spacepoints of `events` (consecutive) into `dst` (their total length), each
-    /// event as [`Events::gather`] does it, the events side by side on the pool's threads;
-    /// the error is the first event's (as a loop in order gives).
-    fn gather_group(&self, events: Range<usize>, dst: &mut [SpacePoint]) -> Result<()> {
-        use rayon::prelude::*;
-        if events.len() == 1 {
-            return self.gather(events.start, dst);
-        }
-        let mut parts: Vec<(usize, &mut [SpacePoint])> = Vec::with_capacity(events.len());
-        let mut rest = dst;
-        for e in events {
-            let (d, r) = rest.split_at_mut(self.len(e));
-            parts.push((e, d));
-            rest = r;
-        }
-        parts
-            .par_iter_mut()
-            .map(|(e, d)| self.gather(*e, d))
-            .find_first(|r| r.is_err())
-            .unwrap_or(Ok(()))
-    }
-
-    /// Event `e`'s spacepoints through `pin` (pinned, at least its length) to the device
-    /// buffer `input` (as long), checked on the way as [`Events::gather`] checks them: copied
-    /// in parts of 64 KiB on the pool's threads (the calling thread too), each part checked
-    /// right after its copy, the DMA issued once every part is in
-    /// ([`crate::staging::upload_checked`]); columns are gathered as [`Events::gather`] does
-    /// and sent in one DMA.
-    fn upload_one(
-        &self,
-        gpu: &GpuContext,
-        e: usize,
-        pin: &mut [Record<SpacePoint>],
-        input: &mut DeviceVec<SpacePoint>,
-    ) -> Result<()> {
-        let n = self.len(e);
-        let (src, checked) = match self {
-            Events::Rows(v, checked) => (v[e], *checked),
-            Events::Columns(_) => {
-                self.gather(e, Record::unwrap_slice_mut(&mut pin[..n]))?;
-                return gpu
-                    .stream()
-                    .memcpy_htod(&pin[..n], &mut input.slice_mut(..n))
-                    .ctx("uploading spacepoints");
-            }
-        };
-        check_len(src)?;
-        let bad = |part: &[Record<SpacePoint>], at: usize| {
-            !checked && check_piece(Record::unwrap_slice(part), at).is_err()
-        };
-        let mut dst = input.slice_mut(..n);
-        if crate::staging::upload_checked(gpu, Record::slice(src), &mut dst, &mut pin[..n], bad)? {
-            // A bad part: the error of the whole event's check (the first fault).
-            check_spacepoints(src)?;
-            return Err(invalid("spacepoints", "a part failed its check"));
-        }
-        Ok(())
-    }
-
-    /// Event `e`'s spacepoints into `dst` (its length), checked on the way: copied
-    /// ([`super::copy_checked`]) or gathered from the columns
-    /// ([`SpacePointsRef::gather_checked`]).
-    fn gather(&self, e: usize, dst: &mut [SpacePoint]) -> Result<()> {
-        match self {
-            Events::Rows(v, true) => {
-                crate::staging::par_copy(dst, v[e]);
-                Ok(())
-            }
-            Events::Rows(v, false) => super::copy_checked(dst, v[e]),
-            Events::Columns(v) => v[e].gather_checked(dst),
         }
     }
 }

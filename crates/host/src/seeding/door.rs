@@ -140,28 +140,6 @@ impl SeedWorkspace {
     }
 }
 
-/// The parts of a pipelined call, as weights of its spacepoints: the tuning's
-/// ([`super::SeedTuning::pipeline_parts`], default 1 : 4 : 4 : 2 : 1), or the measuring
-/// variant's (see docs/benchmarks.md, sections "door" and "sdoor"). A small first part, so
-/// that the GPU starts early, and a small last part, so that little is left to copy back after
-/// the GPU is done. 1 : 4 : 4 : 2 : 1 measured fastest of seven in session 10 (variant 6) and
-/// of four in session 12 (variant 63); every part is a chain of its own, and a chain of fewer
-/// events costs more GPU time per event, so more parts are not better.
-fn part_weights(tuned: &'static [usize]) -> &'static [usize] {
-    match crate::phases::variant() {
-        2 => &[1, 1],
-        3 => &[1, 1, 1, 1],
-        4 => &[1, 3],
-        5 => &[1, 2, 2, 2, 1],
-        7 => &[1, 2, 2, 2, 2, 2, 1],
-        64 => &[1, 8, 8, 1],
-        65 => &[1, 2, 4, 4, 2, 1],
-        // Sessions 10 and 11's default (with their doors: variants 30–32, 60).
-        30..=32 | 60 | 66 => &[1, 3, 3, 1],
-        _ => tuned,
-    }
-}
-
 /// Ends of the parts (event indices, increasing, the last = `count`): each part ends at the
 /// first event where the spacepoints so far reach its share; at least one event per part.
 fn part_ends(lens: impl Fn(usize) -> usize, count: usize, weights: &[usize]) -> Vec<usize> {
@@ -194,7 +172,10 @@ fn part_ends(lens: impl Fn(usize) -> usize, count: usize, weights: &[usize]) -> 
 }
 
 /// Seeds `events` (at least two) with pinned staging as a pipeline: the events split into
-/// parts ([`part_weights`]), parts `0, 2, 4, ..` on one workspace (this thread) and `1, 3,
+/// parts by the tuning's weights ([`super::SeedTuning::pipeline_parts`]: 1 : 4 : 4 : 2 : 1
+/// measured fastest of the weights tried, see docs/benchmarks.md, sections "door" and
+/// "sdoor"; every part is a chain of its own, and a chain of fewer events costs more GPU
+/// time per event, so more parts are not better), parts `0, 2, 4, ..` on one workspace (this thread) and `1, 3,
 /// ..` on another (a second thread), each with its own stream. The parts' host copies run
 /// one after the other ([`Turn`]), so part `k + 1` is checked and copied while part `k`'s
 /// chain runs, and part `k - 1`'s seeds come back meanwhile; the two chains share the GPU.
@@ -212,11 +193,7 @@ pub(crate) fn seed_pipelined(
     let count = events.count();
     out.truncate(count);
     out.resize_with(count, SeedingOutput::default);
-    let ends = part_ends(
-        |e| events.len(e),
-        count,
-        part_weights(b.seed_plan.t.pipeline_parts),
-    );
+    let ends = part_ends(|e| events.len(e), count, b.seed_plan.t.pipeline_parts);
     let turn = Turn::new();
     // Each part's events and outputs, dealt to the two lanes.
     let mut lanes: [Vec<(usize, Events<'_>, &mut [SeedingOutput])>; 2] = [Vec::new(), Vec::new()];

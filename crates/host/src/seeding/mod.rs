@@ -390,27 +390,6 @@ pub fn check_spacepoints(sps: &[SpacePoint]) -> Result<()> {
         .unwrap_or(Ok(()))
 }
 
-/// Copies `src` into `dst` (of the same length: the pinned upload buffer) with the checks
-/// of [`check_spacepoints`] on the way, each piece checked right after its copy (the
-/// spacepoints are read once); the same error as [`check_spacepoints`].
-pub(crate) fn copy_checked(dst: &mut [SpacePoint], src: &[SpacePoint]) -> Result<()> {
-    use rayon::prelude::*;
-    check_len(src)?;
-    if src.len() < 2 * CHECK_PIECE {
-        dst.copy_from_slice(src);
-        return check_piece(src, 0);
-    }
-    dst.par_chunks_mut(CHECK_PIECE)
-        .zip(src.par_chunks(CHECK_PIECE))
-        .enumerate()
-        .map(|(p, (d, c))| {
-            d.copy_from_slice(c);
-            check_piece(c, p * CHECK_PIECE)
-        })
-        .find_first(|r| r.is_err())
-        .unwrap_or(Ok(()))
-}
-
 /// At most 2^31 - 1 spacepoints per event.
 fn check_len(sps: &[SpacePoint]) -> Result<()> {
     if sps.len() as u64 >= 1 << 31 {
@@ -560,12 +539,9 @@ impl Backend {
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
         crate::phases::begin();
-        if self.gpu().is_some() {
-            crew::rouse();
-        }
         check_config(cfg)?;
         // With pinned staging on the GPU one event's spacepoints are checked as they are
-        // copied into the upload buffer (`copy_checked`: read once, the same error). Many
+        // copied into the upload buffer (`copies::upload_events`: read once, the same error). Many
         // events are checked first, all at once on every core, then copied: one event's
         // pieces are too few to keep the cores busy (see docs/benchmarks.md, "Front door,
         // session 9").
@@ -603,11 +579,9 @@ impl Backend {
 impl Backend {
     /// Whether a pinned-staging call of `events` on CUDA runs as a pipeline of parts
     /// ([`door::seed_pipelined`]): two events or more, of at least
-    /// [`SeedTuning::pipeline_spacepoints`] spacepoints (`--variant 1`: never, the halves
-    /// below).
+    /// [`SeedTuning::pipeline_spacepoints`] spacepoints.
     fn pipelines(&self, events: cuda::Events<'_>) -> bool {
         self.gpu().is_some()
-            && crate::phases::variant() != 1
             && events.count() >= 2
             && (0..events.count()).map(|e| events.len(e)).sum::<usize>()
                 >= self.seed_plan.t.pipeline_spacepoints
@@ -737,65 +711,6 @@ impl SpacePointsRef<'_> {
             };
         }
     }
-
-    /// Interleaves the columns into `dst` (`len()` spacepoints) on several threads, checking
-    /// every spacepoint as [`check_spacepoints`] does (the same first error).
-    pub(crate) fn gather_checked(&self, dst: &mut [SpacePoint]) -> Result<()> {
-        use rayon::prelude::*;
-        self.check_lengths()?;
-        if self.len() as u64 >= 1 << 31 {
-            return Err(invalid(
-                "spacepoints",
-                format!("{} spacepoints; at most 2^31 - 1 are supported", self.len()),
-            ));
-        }
-        // Per piece one branch-free pass (no bounds checks: the columns are sliced to the
-        // piece first) that stores every spacepoint and notes whether any is bad; only a
-        // piece with a bad one is walked again, from the columns (not from `dst`: it may be
-        // write-combined pinned memory, which the host must not read back), to name the
-        // first.
-        dst.par_chunks_mut(CHECK_PIECE)
-            .enumerate()
-            .map(|(p, d)| {
-                let base = p * CHECK_PIECE;
-                let r = base..base + d.len();
-                let (x, y, z) = (&self.x[r.clone()], &self.y[r.clone()], &self.z[r.clone()]);
-                let (var_r, var_z) = (&self.var_r[r.clone()], &self.var_z[r]);
-                let mut bad = false;
-                let cols = x.iter().zip(y).zip(z).zip(var_r).zip(var_z);
-                for (slot, ((((&x, &y), &z), &var_r), &var_z)) in d.iter_mut().zip(cols) {
-                    bad |= !(x.is_finite()
-                        & y.is_finite()
-                        & z.is_finite()
-                        & var_r.is_finite()
-                        & var_z.is_finite()
-                        & (var_r >= 0.0)
-                        & (var_z >= 0.0));
-                    *slot = SpacePoint {
-                        x,
-                        y,
-                        z,
-                        var_z,
-                        var_r,
-                    };
-                }
-                if bad {
-                    for i in 0..d.len() {
-                        let sp = SpacePoint {
-                            x: x[i],
-                            y: y[i],
-                            z: z[i],
-                            var_z: var_z[i],
-                            var_r: var_r[i],
-                        };
-                        check_one(base + i, &sp)?;
-                    }
-                }
-                Ok(())
-            })
-            .find_first(|r| r.is_err())
-            .unwrap_or(Ok(()))
-    }
 }
 
 impl Backend {
@@ -810,9 +725,6 @@ impl Backend {
         out: &mut Vec<SeedingOutput>,
     ) -> Result<()> {
         crate::phases::begin();
-        if self.gpu().is_some() {
-            crew::rouse();
-        }
         check_config(cfg)?;
         match self.gpu() {
             Some(gpu) if self.host_copies() == crate::HostCopies::Pinned => {
@@ -913,18 +825,9 @@ mod door_tests {
                 var_r: &cols[3],
                 var_z: &cols[4],
             };
-            let mut dst = vec![SpacePoint::default(); n];
-            let got = c.gather_checked(&mut dst).map_err(|e| e.to_string());
             let want = check_spacepoints(&r).map_err(|e| e.to_string());
             assert_eq!(want.is_err(), bad.is_some(), "fault {bad:?} not seen");
-            assert_eq!(got, want, "fault {bad:?}");
-            // Rows copied into staging and checked on the way: the same error.
-            let mut dst2 = vec![SpacePoint::default(); n];
-            let got2 = copy_checked(&mut dst2, &r).map_err(|e| e.to_string());
-            assert_eq!(got2, want, "copy_checked, fault {bad:?}");
             if bad.is_none() {
-                assert!(dst2 == r);
-                assert!(dst == r);
                 assert!(c.to_vec() == r);
             }
         }

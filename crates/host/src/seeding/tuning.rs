@@ -27,10 +27,9 @@
 //! Not in it: the CPU backend's grains (`par.rs`: middles per task, the SIMD width of its
 //! doublet loop, a compile-time array length) and the validation's piece size (`mod.rs`),
 //! which are no launch settings; the two lanes of a pipelined call (the workspace pool hands
-//! out exactly two); the 25 % margin by which an overflowed capacity grows; and the
-//! measuring variants of `detkit::phases`, which go once measured.
+//! out exactly two); and the 25 % margin by which an overflowed capacity grows.
 
-use detkit_gpu::seeding::{self as k, SpacePoint};
+use detkit_gpu::seeding as k;
 
 use super::cuda::SeedingWorkspace;
 use crate::cuda::{cfg as launch_cfg, check_block_size};
@@ -80,9 +79,6 @@ pub struct SeedTuning {
     /// Most spacepoints of one chain of a host call: larger calls run as several chains
     /// (an event is never split). At least 1; default 2^22.
     pub chunk_spacepoints: usize,
-    /// Spacepoints gathered into pinned memory per upload (the DMA of one group runs while
-    /// the host gathers the next). At least 1; default 4 MiB of spacepoints (209,715 of 20 bytes).
-    pub gather_spacepoints: usize,
     /// The speculative copy of the seeds behind the counts' read-back: the last call's seeds
     /// per spacepoint times this margin (finite, at least 0; 0: no speculative copy; default
     /// 1.1).
@@ -109,7 +105,6 @@ impl Default for SeedTuning {
             triplet_blocks_per_sm: 1024,
             capacity_factors: DEFAULT_CAPACITY_FACTORS,
             chunk_spacepoints: 1 << 22,
-            gather_spacepoints: (4 << 20) / std::mem::size_of::<SpacePoint>(),
             prefetch_margin: 1.1,
             split_spacepoints: 1 << 20,
             pipeline_spacepoints: 1 << 20,
@@ -147,7 +142,6 @@ impl SeedTuning {
         let positive = [
             ("triplet_blocks_per_sm", self.triplet_blocks_per_sm as usize),
             ("chunk_spacepoints", self.chunk_spacepoints),
-            ("gather_spacepoints", self.gather_spacepoints),
         ];
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(invalid("seeding tuning", format!("{name}: 0 (at least 1)")));
@@ -278,10 +272,7 @@ mod tests {
         );
         assert_eq!(t.triplet_blocks_per_sm, 1024);
         assert_eq!(t.capacity_factors, [32.0, 12.0, 3.0]);
-        assert_eq!(
-            (t.chunk_spacepoints, t.gather_spacepoints),
-            (1 << 22, (4 << 20) / 20)
-        );
+        assert_eq!(t.chunk_spacepoints, 1 << 22);
         assert_eq!(t.prefetch_margin, 1.1);
         assert_eq!(
             (t.split_spacepoints, t.pipeline_spacepoints),
@@ -381,13 +372,6 @@ mod tests {
                 "chunk_spacepoints",
                 SeedTuning {
                     chunk_spacepoints: 0,
-                    ..d()
-                },
-            ),
-            (
-                "gather_spacepoints",
-                SeedTuning {
-                    gather_spacepoints: 0,
                     ..d()
                 },
             ),
