@@ -94,16 +94,6 @@ impl<T> Pinned<T> {
 }
 
 impl<T> Pinned<T> {
-    /// Makes the buffer write-combined or not; a buffer of the other kind is freed (the
-    /// next [`Pinned::get`] allocates one of this kind). The caller makes sure that no copy
-    /// still uses it.
-    pub(crate) fn set_write_combined(&mut self, write_combined: bool) {
-        if self.write_combined != write_combined {
-            self.buf = None;
-            self.write_combined = write_combined;
-        }
-    }
-
     /// Elements the buffer holds now (a [`Pinned::get`] of at most this many keeps its
     /// contents).
     pub(crate) fn capacity(&self) -> usize {

@@ -1543,14 +1543,6 @@ impl Clusterer {
             phases::mark(Phase::Wait);
             par_copy(&mut out.clus[..d.n], stage.clus.get(g, d.n)?);
             phases::mark(Phase::CopyOut);
-        } else if phases::variant() == 9 {
-            // Each part is copied out as soon as its piece has landed, by the pool's threads
-            // (`--variant 9`, not measured yet).
-            let clus = stage.clus.get(g, d.n)?;
-            crate::staging::copy_landed(&mut out.clus[..d.n], clus, piece, &landed)?;
-            phases::mark(Phase::CopyOut);
-            g.synchronize()?;
-            phases::mark(Phase::Wait);
         } else {
             // Each piece is copied out as soon as it has landed.
             let clus = stage.clus.get(g, d.n)?;

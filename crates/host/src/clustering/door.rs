@@ -101,7 +101,7 @@ impl ClusterWorkspace {
         let (n, ne) = check_batch(digis, event_offsets, geometry)?;
         if copies == HostCopies::Pinned {
             let direct_in = direct_digis(digis);
-            let on_device = device_checks(ne) || direct_in;
+            let on_device = direct_in;
             let slots = ne * geometry.modules as usize;
             let mut out = out;
             if let Out::Clusters(o) = &mut out {
@@ -208,8 +208,6 @@ impl ClusterWorkspace {
         let g = &self.gpu;
         let (c, d) = self.clusterers.last_mut().expect("selected above");
         let st = &mut self.stage;
-        // `--variant` 33: the digis staged in cached (not write-combined) pinned memory.
-        st.digis.set_write_combined(phases::variant() != 33);
         if direct_in {
             let what = "copying digis to the device";
             g.context().bind_to_thread().ctx(what)?;
@@ -491,24 +489,14 @@ const SPLIT_MIN_DIGIS: usize = 1 << 20;
 
 /// The sub-batches [`cluster_split`] makes of a call of `n` digis in `ne` events, as weights
 /// of its digis (one weight: the call is one batch, [`ClusterWorkspace::cluster`]): the last
-/// part small, since its kernels and copy out are all that run after the host's checks. By
-/// the measuring variant (see docs/benchmarks.md, sections "door" and "chost"): 1, 10 and 39
-/// one batch (the earlier paths; 39 with the device checks), 11 two equal parts, 12 eight, 13
-/// six, 15 four, 35 1 : 2 : 2 : 2 : 2 : 1, 36 twelve; otherwise 2 : 2 : 2 : 1 : 1.
+/// part small, since its kernels and copy out are all that run after the host's checks:
+/// 2 : 2 : 2 : 1 : 1, measured fastest of the splits tried (see docs/benchmarks.md, sections
+/// "door" and "chost").
 pub(crate) fn split_weights(n: usize, ne: usize, copies: HostCopies) -> &'static [usize] {
     if copies != HostCopies::Pinned || ne < SPLIT_MIN_EVENTS || n < SPLIT_MIN_DIGIS {
         return &[1];
     }
-    match phases::variant() {
-        1 | 10 | 39 => &[1],
-        11 => &[1, 1],
-        12 => &[1; 8],
-        13 => &[1; 6],
-        15 => &[1; 4],
-        35 => &[1, 2, 2, 2, 2, 1],
-        36 => &[1; 12],
-        _ => &[2, 2, 2, 1, 1],
-    }
+    &[2, 2, 2, 1, 1]
 }
 
 /// Ends (event indices, increasing, the last `ne`) of sub-batches whose digi counts follow
@@ -536,7 +524,7 @@ fn split_ends(event_offsets: &[u32], weights: &[usize]) -> Vec<usize> {
 }
 
 /// A batch clustered as sub-batches of whole events (`weights`: [`split_weights`]) on the
-/// workspaces `ws` (two; three under `--variant` 37), taking turns: sub-batch k is
+/// workspaces `ws` (two), taking turns: sub-batch k is
 /// validated, staged and uploaded, its graph launched and its results' copy out queued, all
 /// on its workspace's stream, while sub-batch k - 1's kernels run on another's; its results
 /// are copied into `out` once sub-batch k + 1 is under way. Each
@@ -610,11 +598,11 @@ fn split_into(
     let ends = split_ends(event_offsets, weights);
     let m = geometry.modules as usize;
     let direct_in = direct_digis(digis);
-    let on_device = device_checks(event_offsets.len() - 1) || direct_in;
-    // With the device checks (`--variant` 31, 33, 37, 38) part k is staged as soon as part
-    // k - 2's upload has completed, before part k - 2 is finished; else (and 34) in session
-    // 10's order, part k - 2 finished first.
-    let early = on_device && phases::variant() != 34;
+    let on_device = direct_in;
+    // With the device checks (the caller's pinned digis) part k is staged as soon as part
+    // k - 2's upload has completed, before part k - 2 is finished; else part k - 2 is
+    // finished first.
+    let early = on_device;
     let ClustersMut {
         clus,
         clus_in_module,
@@ -791,33 +779,15 @@ fn copy_rebased(dst: &mut [u32], src: &[u32], base: u32) {
 }
 
 /// Whether the four digi arrays lie in the caller's pinned memory ([`crate::HostBuf`]), so
-/// that the door DMAs straight from them (the digis then checked on the device). Not under
-/// `--variant` 80 (the staging path for every input, a measurement).
+/// that the door DMAs straight from them (the digis then checked on the device).
 fn direct_digis(digis: DigisRef<'_>) -> bool {
-    phases::variant() != 80 && !digis.is_empty() && crate::hostbuf::digis_pinned(digis)
+    !digis.is_empty() && crate::hostbuf::digis_pinned(digis)
 }
 
 /// The address of `clus` when it lies in the caller's pinned memory ([`crate::HostBuf`]):
-/// the cluster indices are then DMAed straight into it. Not under `--variant` 80 or 81
-/// (the stage for every output).
+/// the cluster indices are then DMAed straight into it.
 fn direct_clus(clus: &mut [i32]) -> Option<usize> {
-    let v = phases::variant();
-    (v != 80 && v != 81 && crate::hostbuf::is_pinned(clus)).then_some(clus.as_mut_ptr() as usize)
-}
-
-/// Whether the pinned-staging calls of `ne` events check the digis on the device (the host
-/// copies them into pinned memory unchecked; only when the device flags a digi does the
-/// host check them, to name it) rather than on the host as it copies them (the default).
-/// Measuring variants only: the host's check costs nothing measurable beside the copy into
-/// pinned memory while the DMA reads it, which the host memory's bandwidth limits (see
-/// docs/benchmarks.md, "chost"). `--variant` 34, 38 and 39: on the device; 31, 33 and 37:
-/// on the device for more than [`k::FEW_EVENTS_PER_LAUNCH`] events.
-fn device_checks(ne: usize) -> bool {
-    match phases::variant() {
-        34 | 38 | 39 => true,
-        31 | 33 | 37 => !few(ne),
-        _ => false,
-    }
+    crate::hostbuf::is_pinned(clus).then_some(clus.as_mut_ptr() as usize)
 }
 
 /// Threads per block of the consecutive-digis check.
@@ -909,12 +879,9 @@ pub(crate) fn cluster_call(
             |w| w.cluster(digis, event_offsets, geometry, cut, copies, out),
         )
     } else {
-        // `--variant` 37: three workspaces (part k's upload then waits for part k - 3's
-        // kernels rather than k - 2's).
-        let n = if phases::variant() == 37 { 3 } else { 2 };
         pool.run_n(
             gpu,
-            n,
+            2,
             || ClusterWorkspace::new(gpu, tuning),
             |ws| cluster_split(ws, digis, event_offsets, geometry, cut, weights, out),
         )

@@ -353,10 +353,6 @@ const VALIDATE_PIECE: usize = 1 << 14;
 /// Digis per piece of a validation of at most [`STREAM_WAVE`] digis.
 const SMALL_PIECE: usize = 1 << 12;
 
-/// Digis per wave of a staged validation (a multiple of [`VALIDATE_PIECE`]; 8 MiB of the
-/// four arrays): the copy of one wave to the device overlaps the checks of the next.
-pub(crate) const VALIDATE_WAVE: usize = 1 << 20;
-
 /// Digis per wave of the streamed staged validation (a multiple of [`VALIDATE_PIECE`]; 4 MiB
 /// of the four arrays): the pool's threads check and copy later pieces while a wave's DMA
 /// is issued and runs.
@@ -465,7 +461,7 @@ type PieceResult = (Option<(usize, Error)>, Vec<Run>);
 ///
 /// With a stage (`4 n` elements: room for the four arrays one after the other), each piece
 /// also copies its digis there while they are in cache (the pinned staging of an upload
-/// filled by the validation's threads), in waves of [`VALIDATE_WAVE`] digis: after each
+/// filled by the validation's threads), in waves of [`STREAM_WAVE`] digis: after each
 /// wave the callback gets the wave's four stretches of the stage and its digi range (to
 /// launch their copy to the device while the next wave is checked). A wave with a range
 /// error is the last.
@@ -491,9 +487,8 @@ pub(crate) fn validate_digis_at(
     use rayon::prelude::*;
     let n = digis.len();
     // A call of one wave or less (an event or a few) in smaller pieces, so that the threads
-    // as they wake find work left (the calling thread starts at once; `--variant` 1 and 14:
-    // one piece size for every call).
-    let piece = if n <= STREAM_WAVE && !matches!(crate::phases::variant(), 1 | 14) {
+    // as they wake find work left (the calling thread starts at once).
+    let piece = if n <= STREAM_WAVE {
         SMALL_PIECE
     } else {
         VALIDATE_PIECE
@@ -548,12 +543,7 @@ pub(crate) fn validate_digis_at(
     // with AVX2 where the CPU has it) and a tight pass for its runs from a mask of module
     // changes; only a piece with an error takes the digi-by-digi pass that finds the first
     // one.
-    // `--variant` 21: the copy and the check a whole piece at a time.
-    let block = if crate::phases::variant() == 21 {
-        piece
-    } else {
-        FUSED_BLOCK
-    };
+    let block = FUSED_BLOCK;
     // With `copy`: each block of the piece is copied (into the stage) right before its check,
     // so that the check reads it from L1.
     let check_piece_new = |p: usize, copy: Option<&dyn Fn(usize, usize)>| -> PieceResult {
@@ -587,7 +577,7 @@ pub(crate) fn validate_digis_at(
     let mut results: Vec<PieceResult> = match stage {
         None if pieces <= 1 => (0..pieces).map(check_piece).collect(),
         None => (0..pieces).into_par_iter().map(check_piece).collect(),
-        Some((pin, on_wave)) if crate::phases::variant() != 1 => {
+        Some((pin, on_wave)) => {
             // Streamed: the pool's threads take pieces in order, each copying its digis
             // into the stage and checking them; this thread sends each wave of
             // STREAM_WAVE digis to the device as soon as its pieces are done.
@@ -618,13 +608,7 @@ pub(crate) fn validate_digis_at(
                 *slots[p].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                 ok
             };
-            // `--variant` 87 and 88: a call of one wave or less (an event) in waves of 2^15
-            // or 2^16 digis, so that the first waves' DMA runs while later ones are copied.
-            let wave = match crate::phases::variant() {
-                87 if n <= STREAM_WAVE => 1 << 15,
-                88 if n <= STREAM_WAVE => 1 << 16,
-                _ => STREAM_WAVE,
-            };
+            let wave = STREAM_WAVE;
             let per = wave / piece;
             let mut ready = |w: usize| -> Result<()> {
                 let lo = w * wave;
@@ -647,51 +631,6 @@ pub(crate) fn validate_digis_at(
                 .into_iter()
                 .map_while(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()))
                 .collect()
-        }
-        Some((pin, on_wave)) => {
-            // The previous session's waves (measured as `--variant 1`).
-            let (m, rest) = pin[..4 * n].split_at_mut(n);
-            let (x, rest) = rest.split_at_mut(n);
-            let (y, a) = rest.split_at_mut(n);
-            fn chunks(v: &mut [u16]) -> Vec<&mut [u16]> {
-                v.chunks_mut(VALIDATE_PIECE).collect()
-            }
-            let mut results = Vec::with_capacity(pieces);
-            let waves = m
-                .chunks_mut(VALIDATE_WAVE)
-                .zip(x.chunks_mut(VALIDATE_WAVE))
-                .zip(y.chunks_mut(VALIDATE_WAVE))
-                .zip(a.chunks_mut(VALIDATE_WAVE));
-            for (w, (((mw, xw), yw), aw)) in waves.enumerate() {
-                let first = w * (VALIDATE_WAVE / VALIDATE_PIECE);
-                let part: Vec<PieceResult> = chunks(&mut *mw)
-                    .into_par_iter()
-                    .zip(chunks(&mut *xw))
-                    .zip(chunks(&mut *yw))
-                    .zip(chunks(&mut *aw))
-                    .enumerate()
-                    .map(|(i, (((m, x), y), a))| {
-                        let p = first + i;
-                        let lo = p * VALIDATE_PIECE;
-                        let hi = lo + m.len();
-                        m.copy_from_slice(&digis.module[lo..hi]);
-                        x.copy_from_slice(&digis.x[lo..hi]);
-                        y.copy_from_slice(&digis.y[lo..hi]);
-                        a.copy_from_slice(&digis.adc[lo..hi]);
-                        check_piece(p)
-                    })
-                    .collect();
-                let stop = part.iter().any(|(err, _)| err.is_some());
-                results.extend(part);
-                crate::phases::mark(crate::phases::Phase::Validate);
-                let lo = w * VALIDATE_WAVE;
-                on_wave([&*mw, &*xw, &*yw, &*aw], lo..lo + mw.len())?;
-                crate::phases::mark(crate::phases::Phase::Stage);
-                if stop {
-                    break;
-                }
-            }
-            results
         }
     };
     // The first range error in digi order (the pieces are in order, so the first piece with
@@ -1249,7 +1188,7 @@ mod tests {
     #[test]
     fn staged_validation_in_waves() {
         let g = Geometry::phase1();
-        let n = 2 * VALIDATE_WAVE + VALIDATE_WAVE / 2 + 5;
+        let n = 2 * STREAM_WAVE + STREAM_WAVE / 2 + 5;
         let mut d = Digis::default();
         for i in 0..n {
             // Runs of 1000 digis per module, modules in order, wrapping in one event would
@@ -1263,7 +1202,7 @@ mod tests {
         }
         let offsets = [0, 1_856_000, n as u32];
         let mut stage = vec![0u16; 4 * n];
-        for fault in [None, Some(VALIDATE_WAVE + 17), Some(2 * VALIDATE_WAVE + 3)] {
+        for fault in [None, Some(STREAM_WAVE + 17), Some(2 * STREAM_WAVE + 3)] {
             let mut bad = d.clone();
             if let Some(f) = fault {
                 bad.x[f] = 200;
