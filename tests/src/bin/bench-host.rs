@@ -1340,7 +1340,7 @@ fn main() -> Result<()> {
             pet_rows(g, &bs, &o, &mut rows)?;
         }
         if o.only.as_deref() == Some("devview") {
-            devview::rows(g, &bs[0], &o, v, &mut rows)?;
+            devview::rows(g, &bs[0], &o, &mut rows)?;
         }
         if variants.len() > 1 {
             for r in &mut rows[from..] {

@@ -11,11 +11,6 @@
 //! status words into mapped pinned memory): three steps around the chain. Every kernel reads
 //! the batch's sizes on the device, so nothing else depends on the batch.
 //!
-//! The measuring variant 75 captures the nine steps before (session 12, round 1): the
-//! upload of the sizes and of the offsets from pinned words (two copies), the memset of the
-//! check's counters, `clustering_check_runs`, `clustering_gate_runs`, the chain and four
-//! copies of one status word each. Variant 51 is variant 75 without the check.
-//!
 //! Per call, the kernel nodes that read the digis or write the three outputs get the
 //! caller's input addresses and the new output buffers' addresses
 //! (`cuGraphExecKernelNodeSetParams`, host-side only, and only for the nodes whose addresses
@@ -29,7 +24,7 @@
 use std::ffi::c_void;
 use std::mem::{offset_of, size_of};
 
-use cudarc::driver::{result, sys, CudaGraph, PinnedHostSlice};
+use cudarc::driver::{sys, CudaGraph, PinnedHostSlice};
 use detkit_gpu::clustering as k;
 use detkit_gpu::DevPtr;
 
@@ -203,30 +198,7 @@ struct Node {
 /// capturing again).
 pub(crate) struct Slot {
     key: GraphKey,
-    /// The steps around the chain the graph was captured with.
-    steps: Steps,
     graph: Option<DevGraph>,
-}
-
-/// The steps of a device-view graph around the chain (see the module doc).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Steps {
-    /// Three kernels: begin, the gated check, end (the default).
-    Fused,
-    /// The nine steps of the measuring variant 75 (copies, memset, check, gate, copies).
-    Nodes,
-    /// Variant 75 without the check (the measuring variant 51).
-    NodesUnchecked,
-}
-
-impl Steps {
-    fn current() -> Self {
-        match crate::phases::variant() {
-            51 => Self::NodesUnchecked,
-            75 | 77 => Self::Nodes,
-            _ => Self::Fused,
-        }
-    }
 }
 
 /// The device-view call's graph of one [`Clusterer`] (see the module doc).
@@ -238,17 +210,15 @@ pub(crate) struct DevGraph {
     /// `[n, nevents, event offsets…]` (capacity + 3 words), read by the graph's first copies.
     words: PinnedHostSlice<u32>,
     /// The chain's three status words, the check's word and the offsets' flag, written by
-    /// the graph's last step (`clustering_view_end`; four copies under variant 75, the fifth
-    /// word staying zero).
+    /// the graph's last step (`clustering_view_end`).
     _status: PinnedHostSlice<u32>,
-    /// The device address of `words` (mapped) in the default graph, else 0.
+    /// The device address of `words` (mapped).
     words_dev: u64,
     /// The host addresses of `words` and `status` (taken once: cudarc's accessors query
     /// the driver each time).
     words_ptr: *mut u32,
     status_ptr: *const u32,
-    /// The consecutive-digis check's words: `[bad, run counts of every event and module…]`
-    /// (variant 75), or the gated check's `ctl` words (`detkit_gpu::clustering::view`).
+    /// The consecutive-digis check's `ctl` words (`detkit_gpu::clustering::view`).
     _check: DeviceBuffer<u32>,
 }
 
@@ -261,16 +231,10 @@ unsafe impl Send for DevGraph {}
 
 /// The template addresses of the relocated arrays: the workspace's digi buffers and the
 /// clusterer's outputs.
-/// `offsets` is the begin kernel's offsets address (the mapped words' in the default graph;
-/// `None` for variant 75's graphs, which have no such slot).
-fn template(
-    g: &GpuContext,
-    c: &Clusterer,
-    d: &DeviceDigis,
-    offsets: Option<u64>,
-) -> ([u64; SLOTS], usize) {
+/// `offsets` is the begin kernel's offsets address (the mapped words').
+fn template(g: &GpuContext, c: &Clusterer, d: &DeviceDigis, offsets: u64) -> [u64; SLOTS] {
     let [clus, cim, mf] = c.output_addrs();
-    let t = [
+    [
         g.ptr(&d.module).addr(),
         g.ptr(&d.x).addr(),
         g.ptr(&d.y).addr(),
@@ -278,9 +242,8 @@ fn template(
         clus,
         cim,
         mf,
-        offsets.unwrap_or(0),
-    ];
-    (t, if offsets.is_some() { SLOTS } else { OFFSETS })
+        offsets,
+    ]
 }
 
 impl DevGraph {
@@ -293,25 +256,17 @@ impl DevGraph {
         cut: Option<ChargeCut>,
     ) -> Result<Option<&'c mut DevGraph>> {
         let key = c.graph_key(d, cut);
-        let steps = Steps::current();
-        let kept = c
-            .dev_graph_mut()
-            .as_ref()
-            .is_some_and(|s| s.key == key && s.steps == steps);
+        let kept = c.dev_graph_mut().as_ref().is_some_and(|s| s.key == key);
         if !kept {
             *c.dev_graph_mut() = None;
-            let graph = match steps {
-                Steps::Fused => Self::capture_fused(c, d, geometry, cut)?,
-                Steps::Nodes => Self::capture(c, d, geometry, cut, true)?,
-                Steps::NodesUnchecked => Self::capture(c, d, geometry, cut, false)?,
-            };
-            *c.dev_graph_mut() = Some(Slot { key, steps, graph });
+            let graph = Self::capture(c, d, geometry, cut)?;
+            *c.dev_graph_mut() = Some(Slot { key, graph });
         }
         Ok(c.dev_graph_mut().as_mut().and_then(|s| s.graph.as_mut()))
     }
 
-    /// The graph of [`Steps::Fused`]: begin, the gated check, the chain, end.
-    fn capture_fused(
+    /// The graph: begin, the gated check, the chain, end.
+    fn capture(
         c: &mut Clusterer,
         d: &mut DeviceDigis,
         geometry: &Geometry,
@@ -395,8 +350,8 @@ impl DevGraph {
                 }
             },
         )?;
-        let (template, slots) = template(&g, c, d, Some(words_dev + 8));
-        let Some(nodes) = relocations(&g, &graph, &template[..slots])? else {
+        let template = template(&g, c, d, words_dev + 8);
+        let Some(nodes) = relocations(&g, &graph, &template)? else {
             return Ok(None);
         };
         Ok(Some(Self {
@@ -412,123 +367,6 @@ impl DevGraph {
         }))
     }
 
-    /// The graph of [`Steps::Nodes`] (`checks`) or [`Steps::NodesUnchecked`].
-    fn capture(
-        c: &mut Clusterer,
-        d: &mut DeviceDigis,
-        geometry: &Geometry,
-        cut: Option<ChargeCut>,
-        checks: bool,
-    ) -> Result<Option<Self>> {
-        let g = c.context_shared().clone();
-        let (cap_n, cap_e) = (d.max_digis, d.max_events);
-        let cap_slots = cap_e * geometry.modules as usize;
-        let mut words = g.pinned::<u32>(cap_e + 3, true)?;
-        let mut status = g.pinned::<u32>(5, false)?;
-        let mut check = g.zeros::<u32>(cap_slots + 1)?;
-        let check_addr = g.ptr(&check).addr();
-        let check_params = k::ClusteringCheckRunsParams {
-            module: g.ptr(&d.module),
-            event_offsets: g.ptr(&d.event_offsets),
-            dims: g.ptr(&d.dims),
-            runs: g.ptr_mut(&mut check.slice_mut(1..cap_slots + 1)),
-            bad: g.ptr_mut(&mut check.slice_mut(0..1)),
-            nmodules: geometry.modules,
-            _pad0: 0,
-        };
-        let gate_params = k::ClusteringGateRunsParams {
-            bad: g.ptr(&check.slice(0..1)),
-            dims: g.ptr_mut(&mut d.dims),
-            event_offsets: g.ptr_mut(&mut d.event_offsets.slice_mut(0..cap_e + 1)),
-        };
-        let check_blocks = cap_n
-            .div_ceil(CHECK_THREADS as usize)
-            .clamp(1, 16 * g.sm_count() as usize);
-        let what = "capturing the device-view clustering graph";
-        let words_ptr = words.as_mut_ptr().ctx(what)?;
-        let status_ptr = status.as_mut_ptr().ctx(what)?;
-        let host_words = words_ptr as *const u32;
-        let graph = c.capture_chain(
-            d,
-            cut,
-            |g, d| {
-                let s = g.stream();
-                // SAFETY: `host_words` is the pinned buffer of `cap_e + 3` words, alive as
-                // long as the graph (both owned by the `DevGraph`); the graph's copies read
-                // it only while a launch runs, after the call has filled it.
-                let w = unsafe { std::slice::from_raw_parts(host_words, cap_e + 3) };
-                s.memcpy_htod(&w[..2], &mut d.dims).ctx(what)?;
-                s.memcpy_htod(&w[2..], &mut d.event_offsets.slice_mut(0..cap_e + 1))
-                    .ctx(what)?;
-                if !checks {
-                    return Ok(());
-                }
-                // SAFETY: `check_addr` is `check`, `cap_slots + 1` words, alive as long as
-                // the graph; the memset is ordered on this stream.
-                unsafe {
-                    sys::cuMemsetD32Async(check_addr, 0, cap_slots + 1, s.cu_stream())
-                        .result()
-                        .ctx(what)?;
-                }
-                // SAFETY: `dims` holds `[n, ne]` of the batch and `module` (relocated to the
-                // caller's array at each launch) `n` digis; `event_offsets` `ne + 1` checked
-                // offsets (both uploaded above); `runs` `ne * modules` (at most the
-                // capacity's) zeroed words and `bad` one zeroed word, distinct; grid-stride
-                // over the digis.
-                unsafe {
-                    g.launch(
-                        k::KERNEL_CHECK_RUNS,
-                        launch_cfg(check_blocks as u64, CHECK_THREADS, 0),
-                        &check_params,
-                    )?
-                };
-                // SAFETY: `dims` holds `[n, ne]` and `event_offsets` `ne + 1` words; `bad`
-                // the check's word, final in stream order; the chain that reads `dims` and
-                // the offsets runs after this launch on the same stream.
-                unsafe {
-                    g.launch(
-                        k::KERNEL_GATE_RUNS,
-                        launch_cfg(1, CHECK_THREADS, 0),
-                        &gate_params,
-                    )
-                }
-            },
-            |c| {
-                // SAFETY: `status` is pinned, four words, alive as long as the graph; nothing
-                // else refers to it during the capture.
-                let st = unsafe { std::slice::from_raw_parts_mut(status_ptr, 4) };
-                c.enqueue_status(&mut st[..3])?;
-                if !checks {
-                    return Ok(());
-                }
-                // SAFETY: one word of `check` into pinned memory, ordered on this stream.
-                unsafe {
-                    result::memcpy_dtoh_async(
-                        &mut st[3..4],
-                        check_addr,
-                        c.context_shared().stream().cu_stream(),
-                    )
-                }
-                .ctx(what)
-            },
-        )?;
-        let (template, slots) = template(&g, c, d, None);
-        let Some(nodes) = relocations(&g, &graph, &template[..slots])? else {
-            return Ok(None);
-        };
-        Ok(Some(Self {
-            graph,
-            nodes,
-            current: template,
-            words,
-            _status: status,
-            words_dev: 0,
-            words_ptr,
-            status_ptr,
-            _check: check,
-        }))
-    }
-
     /// The pinned words the next launch uploads: `[n, nevents, event offsets…]`, the
     /// capacity's events + 3 words. Written only while no launch runs (every call waits
     /// for its launch before it returns).
@@ -539,10 +377,9 @@ impl DevGraph {
     }
 
     /// The address the begin kernel reads the event offsets from when the call writes them
-    /// into [`DevGraph::words`]; `None` when this graph has no begin kernel (variant 75's):
-    /// it reads host offsets only.
-    pub(crate) fn host_offsets_addr(&self) -> Option<u64> {
-        (self.words_dev != 0).then_some(self.words_dev + 8)
+    /// into [`DevGraph::words`].
+    pub(crate) fn host_offsets_addr(&self) -> u64 {
+        self.words_dev + 8
     }
 
     /// The five status words of the last launch (read after the stream has finished it):
@@ -567,10 +404,8 @@ impl DevGraph {
     pub(crate) unsafe fn launch(&mut self, addrs: [u64; SLOTS]) -> Result<()> {
         let what = "updating the device-view clustering graph";
         let exec = self.graph.cu_graph_exec();
-        // Measuring variant 52: every node updated, as when every call brings new arrays.
-        let every = crate::phases::variant() == 52;
         for n in &mut self.nodes {
-            if !every && n.relocs.iter().all(|&(_, s)| self.current[s] == addrs[s]) {
+            if n.relocs.iter().all(|&(_, s)| self.current[s] == addrs[s]) {
                 continue;
             }
             for &(w, s) in &n.relocs {

@@ -10,8 +10,7 @@
 //! copies four status words back. Per call on the host: the ordering after the caller's
 //! stream (nothing when it is idle), three output allocations, the update of the kernel
 //! nodes whose addresses changed, one graph launch and one wait. Where that graph cannot be
-//! made (a kernel's parameters that cannot be relocated), and under the measuring variant 50
-//! (`phases::set_variant`, the path before it), the digis are copied device-to-device into
+//! made (a kernel's parameters that cannot be relocated), the digis are copied device-to-device into
 //! the workspace's [`DeviceDigis`], the cached chain graph is replayed, and the outputs are
 //! copied out.
 //!
@@ -310,16 +309,10 @@ impl ClusterWorkspace {
             });
         }
         self.select_clusterer(n, ne, geometry)?;
-        if phases::variant() != 50 {
-            if let Some(r) = self.cluster_device_graph(
-                caller,
-                digis,
-                Offsets::Host(event_offsets),
-                geometry,
-                cut,
-            ) {
-                return r;
-            }
+        if let Some(r) =
+            self.cluster_device_graph(caller, digis, Offsets::Host(event_offsets), geometry, cut)
+        {
+            return r;
         }
         let (c, d, g, stage, check) = self.selected();
         phases::mark(Phase::Prepare);
@@ -402,9 +395,9 @@ impl ClusterWorkspace {
 
 impl ClusterWorkspace {
     /// [`ClusterWorkspace::cluster_device`] of device offsets on the default graph, which
-    /// reads and checks them on the device; `None` where that graph is not used (variants
-    /// 50, 51, 75, 77; a graph that cannot be made; fewer than two offsets or more events
-    /// than a launch takes, whose errors the host path names): the caller reads them back.
+    /// reads and checks them on the device; `None` where that graph is not used (a graph
+    /// that cannot be made; fewer than two offsets or more events than a launch takes, whose
+    /// errors the host path names): the caller reads them back.
     fn cluster_device_offsets(
         &mut self,
         caller: &GpuContext,
@@ -413,10 +406,7 @@ impl ClusterWorkspace {
         geometry: &Geometry,
         cut: Option<ChargeCut>,
     ) -> Option<Result<ClustersDev>> {
-        if matches!(phases::variant(), 50 | 51 | 75 | 77)
-            || offsets.len < 2
-            || offsets.len - 1 > MAX_EVENTS_PER_LAUNCH
-        {
+        if offsets.len < 2 || offsets.len - 1 > MAX_EVENTS_PER_LAUNCH {
             return None;
         }
         let n = digis.len();
@@ -452,12 +442,9 @@ impl ClusterWorkspace {
             let Some(dg) = DevGraph::get(c, d, geometry, cut)? else {
                 return Ok(None);
             };
-            let offsets_addr = match (event_offsets, dg.host_offsets_addr()) {
-                (Offsets::Device(o), Some(_)) => o.addr,
-                (Offsets::Host(_), Some(a)) => a,
-                // Variant 75's graph reads host offsets only.
-                (Offsets::Host(_), None) => 0,
-                (Offsets::Device(_), None) => return Ok(None),
+            let offsets_addr = match event_offsets {
+                Offsets::Device(o) => o.addr,
+                Offsets::Host(_) => dg.host_offsets_addr(),
             };
             phases::mark(Phase::Prepare);
             let s = g.stream();
@@ -482,26 +469,15 @@ impl ClusterWorkspace {
             addrs[6] = g.ptr(&module_first).addr();
             addrs[7] = offsets_addr;
             phases::mark(Phase::Stage);
-            // Measuring variant 71: CUDA events around the launch (the graph's GPU time).
-            // Variant 77: the same around variant 75's graph (the nine steps).
-            let timed = matches!(phases::variant(), 71 | 77);
-            let before = timed.then(|| timing_event(s)).transpose()?;
             // SAFETY: the inputs hold `n` digis each (lengths checked) and device offsets
             // `ne + 1` words, none written until this call returns (`DigisDev::from_raw`'s
             // and `OffsetsDev::from_raw`'s contracts; the call waits below); the outputs
             // hold `n` and `slots` elements (at least one) and live until the wait; the
             // pinned words say `n` and `ne`.
             unsafe { dg.launch(addrs)? };
-            let after = timed.then(|| timing_event(s)).transpose()?;
             phases::mark(Phase::Kernels);
             g.synchronize()?;
             phases::mark(Phase::Wait);
-            if let (Some(a), Some(b)) = (before, after) {
-                let ms = a.elapsed_ms(&b).ctx("timing the device-view graph")?;
-                let mut t = VIEW_GPU.lock().unwrap_or_else(|e| e.into_inner());
-                t.0 += ms as f64;
-                t.1 += 1;
-            }
             let words = dg.status();
             let outputs = (clus, clus_in_module, module_first);
             finish(
@@ -519,25 +495,6 @@ impl ClusterWorkspace {
         };
         run().transpose()
     }
-}
-
-/// GPU time of the device-view graph's launches under the measuring variants 71 and 77:
-/// (total ms, launches).
-static VIEW_GPU: std::sync::Mutex<(f64, u64)> = std::sync::Mutex::new((0.0, 0));
-
-/// An event with timing recorded on `s` (the measuring variant 71).
-fn timing_event(s: &cudarc::driver::CudaStream) -> Result<cudarc::driver::CudaEvent> {
-    s.record_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
-        .ctx("recording a timing event")
-}
-
-/// The GPU time of the device-view clustering graph's launches made under the measuring
-/// variant 71 or 77 (`phases::set_variant`: CUDA events around each launch; 77 with
-/// variant 75's graph) since the last
-/// call: (total ms, launches); cleared. For `bench-host --only devview`. Not API.
-#[doc(hidden)]
-pub fn take_view_graph_gpu_ms() -> (f64, u64) {
-    std::mem::take(&mut *VIEW_GPU.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// The caller's device digis copied to the host (synchronously; error paths only).

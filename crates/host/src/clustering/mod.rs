@@ -34,7 +34,7 @@ mod validate;
 pub use cuda::{
     ClusterQueue, ClusterTuning, Clusterer, DeviceDigis, DEFAULT_CAPACITY, MAX_EVENTS_PER_LAUNCH,
 };
-pub use device_view::{take_view_graph_gpu_ms, ClustersDev, DigisDev, OffsetsDev};
+pub use device_view::{ClustersDev, DigisDev, OffsetsDev};
 pub use io::{
     read_binary, read_csv, read_csv_with_lines, write_binary, write_binary_clusters, write_csv,
     BINARY_MAGIC,

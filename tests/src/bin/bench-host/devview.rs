@@ -7,9 +7,7 @@
 //!
 //! Rows: `devview cluster_events_device, N ev (py batch)`: wall ms per call, results dropped
 //! after each call, device-resident (`run_graph`, CUDA events) of the same batch; with
-//! `--phases` the library's phases. Then the GPU time of the device-view graph alone (CUDA
-//! events around its launch, measuring variant 71, or 77 in a `--variants 75` round). `devview seed_events_device, 64 ev (py
-//! batch)`: the same for seeding (device-resident: `seed_batch_device`).
+//! `--phases` the library's phases. `devview seed_events_device, 64 ev (py batch)`: the same for seeding (device-resident: `seed_batch_device`).
 
 use anyhow::Result;
 use detkit::clustering::{self as cl, gen as cgen, Clusterer, DeviceDigis, Digis};
@@ -23,7 +21,6 @@ pub(super) fn rows(
     g: &std::sync::Arc<GpuContext>,
     b: &Backend,
     o: &Opts,
-    variant: u32,
     rows: &mut Vec<Row>,
 ) -> Result<()> {
     let geo = cl::Geometry::phase1();
@@ -59,23 +56,6 @@ pub(super) fn rows(
         if o.phases {
             print_phases(o, call)?;
         }
-        // The device-view graph's own GPU time (variant 71: events around its launch; 77:
-        // the same around variant 75's graph, the nine steps before session 12's round 2).
-        let timing = if variant == 75 { 77 } else { 71 };
-        detkit::phases::set_variant(timing);
-        let got = b
-            .cluster_events_device(view, &offs, &geo, cut)?
-            .to_host(g)?;
-        check("devview clus (v71)", &got.clus, &want.clus)?;
-        cl::take_view_graph_gpu_ms();
-        let v71 = wall_ms(o.warmup, o.reps, call);
-        let (gpu, k) = cl::take_view_graph_gpu_ms();
-        detkit::phases::set_variant(variant);
-        println!(
-            "  device-view graph on the GPU (events around its launch, v{timing}): {:.4} ms mean of {k}; v{timing} wall {:.3} ms",
-            gpu / k.max(1) as f64,
-            v71?
-        );
         let r = Row {
             what: format!("devview cluster_events_device, {per_call} ev (py batch)"),
             items: per_call,
