@@ -91,21 +91,26 @@ pub fn enable(on: bool, sync: bool) {
     );
 }
 
-/// The measured variant of the doors (`bench-host --variant`): 0, the default, is the
+/// The measuring variant of the doors (`bench-host --variants`): 0, the default, is the
 /// library's own path.
 static VARIANT: AtomicU32 = AtomicU32::new(0);
 
-/// Selects a variant of the doors for measurement only (`bench-host --variant N`): 0 (the
-/// default) is the library's path; 1 the path of the previous session where it was
-/// replaced; others, alternatives named in docs/benchmarks.md ("door"). Results are the
-/// same in every variant; only their speed differs.
+/// Selects a measuring variant of the doors (`bench-host --variants N`,
+/// `bench_host.py --variants`): a hook for A/B runs of an alternative path inside one
+/// process. No variant is defined now (the earlier ones were removed in session 12 once
+/// measured, see docs/benchmarks.md, "Measuring variants removed"): every value runs the
+/// library's path. To measure an alternative, branch on [`variant`] at its site for one
+/// experiment, record the result in docs/benchmarks.md, and remove the branch and its
+/// losing side once measured. Results must be the same in every variant; only their speed
+/// may differ.
 #[doc(hidden)]
 pub fn set_variant(v: u32) {
     VARIANT.store(v, Ordering::Relaxed);
 }
 
-/// The variant set by [`set_variant`].
-pub(crate) fn variant() -> u32 {
+/// The variant set by [`set_variant`] (0 unless a benchmark set one); see there.
+#[doc(hidden)]
+pub fn variant() -> u32 {
     VARIANT.load(Ordering::Relaxed)
 }
 

@@ -34,25 +34,11 @@ const PAR_COPY_BYTES: usize = 64 << 10;
 /// session 9").
 const SERIAL_COPY_BYTES: usize = 512 << 10;
 
-/// [`SERIAL_COPY_BYTES`], or 128 KiB under `--variant` 32 (a measurement).
-fn serial_copy_bytes() -> usize {
-    if crate::phases::variant() == 32 {
-        128 << 10
-    } else {
-        SERIAL_COPY_BYTES
-    }
-}
-
 /// Copies `src` into `dst` (equal lengths), in pieces on several threads when large.
 pub(crate) fn par_copy<T: Copy + Send + Sync>(dst: &mut [T], src: &[T]) {
-    use rayon::prelude::*;
     let piece = (PAR_COPY_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-    if std::mem::size_of_val(src) <= serial_copy_bytes() {
+    if std::mem::size_of_val(src) <= SERIAL_COPY_BYTES {
         dst.copy_from_slice(src);
-    } else if crate::phases::variant() == 14 {
-        dst.par_chunks_mut(piece)
-            .zip(src.par_chunks(piece))
-            .for_each(|(d, s)| d.copy_from_slice(s));
     } else {
         // The parts in order with the calling thread working too ([`parts_in_order`]): it
         // starts at once instead of waiting for the pool to take the whole loop.
@@ -153,25 +139,8 @@ where
                     format!("{} elements into a buffer of {}", src.len(), dst.len()),
                 ));
             }
-            if crate::phases::variant() != 1 {
-                let (base, _record) = dst.device_ptr_mut(s);
-                return stream_up(gpu, src, base, p, &|_, _| false).map(|_| ());
-            }
-            // The previous session's loop (measured as `--variant 1`).
-            let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
-            let p = &mut p[..src.len()];
             let (base, _record) = dst.device_ptr_mut(s);
-            for (i, (d, h)) in p.chunks_mut(piece).zip(src.chunks(piece)).enumerate() {
-                par_copy(d, h);
-                let at = base + (i * piece * std::mem::size_of::<T>()) as u64;
-                // SAFETY: `dst` holds at least `src.len()` elements (checked above), so
-                // `at .. at + size_of_val(d)` lies inside it; `d` is pinned host memory that
-                // nobody writes until the stream has finished this copy (the callers wait
-                // before reusing a stage).
-                unsafe { cudarc::driver::result::memcpy_htod_async(at, &*d, s.cu_stream()) }
-                    .ctx(what)?;
-            }
-            Ok(())
+            stream_up(gpu, src, base, p, &|_, _| false).map(|_| ())
         }
         None => s.memcpy_htod(src, dst).ctx(what),
     }
@@ -216,7 +185,7 @@ where
     stream_up(gpu, src, base, stage, &bad)
 }
 
-/// Bytes per DMA of a streamed copy ([`stream_up`], [`stream_down`]): small enough that the
+/// Bytes per DMA of a streamed copy ([`stream_up`]): small enough that the
 /// DMA starts soon after the first parts are copied, large enough that the copy engine runs
 /// at full speed.
 const STREAM_PIECE_BYTES: usize = 2 << 20;
@@ -267,13 +236,6 @@ fn parts_in_order(n: usize, work: &(dyn Fn(usize) -> bool + Sync)) {
     let threads = rayon::current_num_threads().min(n);
     if threads <= 1 {
         run();
-    } else if crate::phases::variant() == 14 {
-        rayon::scope(|sc| {
-            for _ in 1..threads {
-                sc.spawn(|_| run());
-            }
-            run();
-        });
     } else {
         // In place: a calling thread outside the pool starts on the parts at once instead
         // of waiting for a pool thread to take the scope's body (a wake-up per call).
@@ -330,9 +292,8 @@ pub(crate) fn parts_then_groups(
             sc.spawn(|_| run());
         }
         // One group (a small call): the calling thread, outside the pool, takes parts too
-        // while the pool's threads wake (`--variant` 14: it only waits).
-        if groups == 1 && rayon::current_thread_index().is_none() && crate::phases::variant() != 14
-        {
+        // while the pool's threads wake.
+        if groups == 1 && rayon::current_thread_index().is_none() {
             run();
         }
         for (j, left) in left.iter().enumerate() {
@@ -458,138 +419,6 @@ where
     Ok(false)
 }
 
-/// Copies `n = dst.len()` elements from the device at `base` into `dst` through pinned
-/// `stage`, streamed: one DMA per piece of [`STREAM_PIECE_BYTES`], each followed by an
-/// event, then [`copy_landed`]. Waits for everything before it returns.
-fn stream_down<T>(gpu: &GpuContext, base: u64, dst: &mut [T], stage: &mut [T]) -> Result<()>
-where
-    T: DeviceRepr + Copy + Send + Sync,
-{
-    let what = "copying from the device";
-    let s = gpu.stream();
-    let n = dst.len();
-    let size = std::mem::size_of::<T>().max(1);
-    let stage = &mut stage[..n];
-    if std::mem::size_of_val(dst) <= SERIAL_COPY_BYTES {
-        // SAFETY: the caller's device buffer at `base` holds at least `n` elements; `stage`
-        // is pinned host memory read only after the synchronisation below.
-        unsafe { cudarc::driver::result::memcpy_dtoh_async(&mut *stage, base, s.cu_stream()) }
-            .ctx(what)?;
-        s.synchronize().ctx(what)?;
-        dst.copy_from_slice(stage);
-        return Ok(());
-    }
-    let part = (PAR_COPY_BYTES / size).max(1);
-    let per_piece = (STREAM_PIECE_BYTES / PAR_COPY_BYTES).max(1);
-    let piece = part * per_piece;
-    let mut landed = Vec::with_capacity(n.div_ceil(piece));
-    for (j, h) in stage.chunks_mut(piece).enumerate() {
-        // SAFETY: the caller's device buffer at `base` holds at least `n` elements, so this
-        // piece's range lies inside it; `h` is pinned host memory read only after the event
-        // recorded behind this copy has completed.
-        unsafe {
-            cudarc::driver::result::memcpy_dtoh_async(
-                &mut *h,
-                base + (j * piece * size) as u64,
-                s.cu_stream(),
-            )
-        }
-        .ctx(what)?;
-        landed.push(
-            s.record_event(Some(
-                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
-            ))
-            .ctx(what)?,
-        );
-    }
-    copy_landed(dst, stage, piece, &landed).inspect_err(|_| {
-        let _ = s.synchronize();
-    })
-}
-
-/// Copies `src` (pinned memory that DMA copies are filling, piece `j` of `piece` elements
-/// complete once `landed[j]` has) into `dst` (the same length): the calling thread waits
-/// for the events in order and releases each piece; the pool's threads take parts of 64 KiB
-/// in increasing order and copy each once its piece is released, so the copies out follow
-/// the DMA closely with no fork and join per piece. (One `cuEventSynchronize` per piece, on
-/// one thread: every thread waiting on the events itself was measured slower, see
-/// docs/benchmarks.md, section "door".)
-pub(crate) fn copy_landed<T>(
-    dst: &mut [T],
-    src: &[T],
-    piece: usize,
-    landed: &[cudarc::driver::CudaEvent],
-) -> Result<()>
-where
-    T: Copy + Send + Sync,
-{
-    let what = "copying from the device";
-    let n = dst.len().min(src.len());
-    let size = std::mem::size_of::<T>().max(1);
-    // Parts never straddle two pieces.
-    let part = (PAR_COPY_BYTES / size).clamp(1, piece.max(1));
-    let piece = piece.max(1).div_ceil(part) * part;
-    if landed.len() < n.div_ceil(piece) {
-        return Err(crate::error::invalid(
-            "download",
-            format!("{} events for {} pieces", landed.len(), n.div_ceil(piece)),
-        ));
-    }
-    if std::mem::size_of_val(&dst[..n]) <= SERIAL_COPY_BYTES {
-        for e in &landed[..n.div_ceil(piece)] {
-            e.synchronize().ctx(what)?;
-        }
-        dst[..n].copy_from_slice(&src[..n]);
-        return Ok(());
-    }
-    // The calling thread waits for the pieces' events in order and releases each piece;
-    // the pool's threads, taking parts in order, wait (in user space) for their piece's
-    // release and copy the part. The threads write disjoint parts of `dst`: through its
-    // address.
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    let dst_ptr = dst.as_mut_ptr() as usize;
-    let n_parts = n.div_ceil(part);
-    let per = piece / part;
-    let released = AtomicUsize::new(0);
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-    let run = || loop {
-        let k = next.fetch_add(1, Ordering::Relaxed);
-        if k >= n_parts {
-            break;
-        }
-        while released.load(Ordering::Acquire) <= k / per {
-            if stop.load(Ordering::Acquire) {
-                return;
-            }
-            std::thread::yield_now();
-        }
-        let first = k * part;
-        let h = &src[first..(first + part).min(n)];
-        // SAFETY: part `k` of `dst` (`first .. first + h.len()`, inside its `n` elements) is
-        // handed to this thread only; `dst` is not otherwise used until this call returns.
-        unsafe {
-            std::ptr::copy_nonoverlapping(h.as_ptr(), (dst_ptr as *mut T).add(first), h.len())
-        };
-    };
-    let mut result = Ok(());
-    let threads = rayon::current_num_threads().min(n_parts).max(1);
-    rayon::in_place_scope(|sc| {
-        for _ in 0..threads {
-            sc.spawn(|_| run());
-        }
-        for (j, e) in landed[..n.div_ceil(piece)].iter().enumerate() {
-            if let Err(e) = e.synchronize().ctx(what) {
-                stop.store(true, Ordering::Release);
-                result = Err(e);
-                return;
-            }
-            released.store(j + 1, Ordering::Release);
-        }
-    });
-    result
-}
-
 /// Copies `src` (device) into `dst` (host, the same length) on `gpu`'s stream and waits:
 /// through `stage` (DMA into pinned memory piece by piece, each piece copied out by the host
 /// as soon as it has landed while the next one moves) or, without one, straight into `dst`.
@@ -615,12 +444,8 @@ where
     let s = gpu.stream();
     gpu.context().bind_to_thread().ctx(what)?;
     match stage {
-        Some(p) if crate::phases::variant() == 9 => {
-            let (base, _record) = src.device_ptr(s);
-            stream_down(gpu, base, dst, p)
-        }
         Some(p) => {
-            // Piece by piece (the streamed copy out is `--variant 9`, not measured yet).
+            // Piece by piece, each copied out as soon as it has landed.
             let piece = (PIPELINE_BYTES / std::mem::size_of::<T>().max(1)).max(1);
             let p = &mut p[..dst.len()];
             let (base, _record) = src.device_ptr(s);
@@ -721,7 +546,7 @@ where
         }
         .ctx(what)
     };
-    if total * size <= serial_copy_bytes() {
+    if total * size <= SERIAL_COPY_BYTES {
         for (i, a) in srcs.iter().enumerate() {
             stage[at[i]..at[i] + a.len()].copy_from_slice(a);
         }

@@ -1287,10 +1287,8 @@ impl PetLauncher<'_> {
         let mut pairs_bufs = std::mem::take(&mut bufs.pairs);
         // The pairs of chunk k go to `pairs_bufs[k % 2]`; the sink (and `progress`) get them
         // on this thread while the next chunk's kernels and read-backs run on another, so
-        // writing the pairs overlaps the next chunk's work (`variant` 1: each chunk's pairs
-        // are sunk as soon as the chunk is done, nothing overlapping the sink). `waiting`:
-        // the slot, pair count and totals of a chunk whose pairs are still to be sunk.
-        let overlap = crate::phases::variant() != 1;
+        // writing the pairs overlaps the next chunk's work. `waiting`: the slot, pair count
+        // and totals of a chunk whose pairs are still to be sunk.
         let mut waiting: Option<(usize, usize, StreamStats)> = None;
         let mut chunk_no = 0usize;
         let result = loop {
@@ -1440,7 +1438,7 @@ impl PetLauncher<'_> {
             };
             waiting = Some((pslot, npairs, snapshot));
             chunk_no += 1;
-            if done || !overlap {
+            if done {
                 let (ps, npairs, snapshot) = waiting.take().expect("set above");
                 if let Err(e) = sink_pairs(&pairs_bufs[ps], npairs, &snapshot, sink, progress) {
                     break Err(e);

@@ -500,9 +500,7 @@ impl Backend {
     /// Whether the PET sort and coincidence calls check their input as they copy it into
     /// pinned staging (on CUDA with pinned copies) rather than before.
     fn fuse_pet_checks(&self) -> bool {
-        self.gpu().is_some()
-            && self.host_copies() == HostCopies::Pinned
-            && crate::phases::variant() != 1
+        self.gpu().is_some() && self.host_copies() == HostCopies::Pinned
     }
 
     /// [`Backend::pet_coincide`] into `out` (cleared, its allocation reused).
