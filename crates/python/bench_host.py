@@ -6,7 +6,7 @@ Usage (the GPU host, after ``pip install ./crates/python`` or with the bundle's 
 
     python crates/python/bench_host.py [--backend cuda] [--reps 20] [--rows cluster1,seed64,...]
                                        [--rust bench-host.csv] [--csv out.csv] [--dask 2]
-                                       [--producer detkit|cupy] [--variants 30,0]
+                                       [--producer detkit|cupy] [--variants 0]
                                        [--files-per-task auto,32] [--dask-direct auto,0,1]
 
 Rows (the call shapes of issue 30's table):
@@ -349,7 +349,7 @@ def device_rows(b, cpu, reps, rows, producer="detkit"):
         k, c = detkit._detkit, detkit._Call(b, None)
         piece("cluster64-dev: the Python layer's CUDA test of the four digi arrays",
               lambda: c.all_cuda(d[:4]), reps)
-        piece("cluster64-dev: event_offsets read into numpy (import_array, variant 70's step)",
+        piece("cluster64-dev: event_offsets read into numpy (import_array, the general path's step)",
               lambda: k.import_array(b._b, d[4], "event_offsets"), reps)
         piece("cluster64-dev: _detkit.device_cluster alone, numpy offsets",
               lambda: k.device_cluster(b._b, *d[:4], "phase1", None, offs), reps)
@@ -557,11 +557,12 @@ def main(argv=None):
                     help="who makes the device inputs of the *-dev rows")
     ap.add_argument("--variants", default="0",
                     help="the host rows again for each measuring variant of the library's doors "
-                         "(detkit.phases::set_variant, e.g. 30,0), rows suffixed [vN]")
+                         "(detkit.phases::set_variant; none is defined now, every value runs the "
+                         "default path), rows suffixed [vN] when more than one")
     ap.add_argument("--dev-variants", default="0",
-                    help="the *-dev rows once per library measuring variant (a list such as "
-                         "50,0,50,0; rows suffixed [vN] when more than one; 50: the device "
-                         "path before the graph on the caller's memory)")
+                    help="the *-dev rows once per library measuring variant (a list; none is "
+                         "defined now, every value runs the default path; rows suffixed [vN] "
+                         "when more than one)")
     a = ap.parse_args(argv)
     rows = [r.strip() for r in a.rows.split(",") if r.strip()]
     bad = [r for r in rows if r not in ROWS]

@@ -69,7 +69,7 @@ impl Backend {
         let events = offsets.len().saturating_sub(1);
         let slots = events.saturating_mul(g.modules as usize);
         let b = self.inner();
-        if let Some((pc, pp)) = self.results_pinned.for_call(b, digis) {
+        if let Some((pc, pp)) = self.results_pinned.for_call(b) {
             // Pinned memory the backend recycles: the door DMAs the cluster indices straight
             // into it; each buffer goes back to the pool when its last view is gone.
             let (c, p) = py

@@ -59,7 +59,7 @@ pub fn device_cluster(
         lens[i] = input.len;
     }
     // The event offsets: a numpy `uint32` array (the Python layer's conversion), or a CUDA
-    // `uint32` array opened with the digis (one ordering for all five) and read back below.
+    // `uint32` array opened with the digis (one ordering for all five), read on the device.
     let host_offsets = match &event_offsets {
         Some(o) => match o.extract::<PyReadonlyArray1<'_, u32>>() {
             Ok(a) => Some(a),
@@ -68,21 +68,6 @@ pub fn device_cluster(
                     return Ok(None);
                 };
                 call.order()?;
-                if crate::seeds::_variant() == 76 {
-                    // The path of session 12's first round: read back here.
-                    let words = py.detach(|| read_offsets(call.g, &input))?;
-                    crate::device_prof::step("read event offsets");
-                    return run_cluster(
-                        py,
-                        backend,
-                        call,
-                        addr,
-                        lens,
-                        Offs::Host(&words),
-                        geo,
-                        cut,
-                    );
-                }
                 return run_cluster(
                     py,
                     backend,
@@ -111,36 +96,6 @@ pub fn device_cluster(
 enum Offs<'a> {
     Host(&'a [u32]),
     Device(&'a crate::device_ops::Input),
-}
-
-/// A CUDA `uint32` array (1-D, contiguous, opened by a [`DevCall`] and ordered) read into
-/// host memory on detkit's stream, which is waited for (the offsets are checked on the
-/// host before anything reads the digis).
-fn read_offsets(g: &detkit::GpuContext, input: &crate::device_ops::Input) -> PyResult<Vec<u32>> {
-    let mut words = vec![0u32; input.len];
-    if input.len == 0 {
-        return Ok(words);
-    }
-    let fail = |e: cudarc::driver::DriverError| {
-        crate::errors::CudaError::new_err(format!(
-            "CUDA driver error while reading event_offsets: {e}"
-        ))
-    };
-    let stream = g.stream();
-    g.context().bind_to_thread().map_err(fail)?;
-    // SAFETY: `input.addr` is a CUDA array of `input.len` `uint32` values on the backend's
-    // device (`DevCall::open` checked dtype, shape, strides and device), kept allocated by
-    // the call; `words` holds as many and outlives the copy (the stream is waited for).
-    unsafe {
-        cudarc::driver::result::memcpy_dtoh_async(
-            &mut words[..],
-            input.addr as cudarc::driver::sys::CUdeviceptr,
-            stream.cu_stream(),
-        )
-    }
-    .map_err(fail)?;
-    stream.synchronize().map_err(fail)?;
-    Ok(words)
 }
 
 /// The rest of [`device_cluster`] once the inputs are opened and ordered.

@@ -69,12 +69,3 @@ pub fn device_profile(on: Option<bool>) -> Vec<(String, f64, u64)> {
     }
     out
 }
-
-/// `_set_variant(v)`: the library's measuring variant ([`detkit::phases::set_variant`]; 0 is
-/// the default), so that `bench_host.py --dev-variants` can time an earlier path beside the
-/// current one in one process. Not API.
-#[pyfunction]
-#[pyo3(name = "_set_variant")]
-pub fn set_variant(v: u32) {
-    detkit::phases::set_variant(v);
-}

@@ -945,7 +945,6 @@ fn _detkit(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(device::import_array, m)?)?;
     m.add_function(wrap_pyfunction!(device::primary_context, m)?)?;
     m.add_function(wrap_pyfunction!(device_prof::device_profile, m)?)?;
-    m.add_function(wrap_pyfunction!(device_prof::set_variant, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_cluster, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_pet_convert, m)?)?;
     m.add_function(wrap_pyfunction!(device_calls::device_seed_events, m)?)?;

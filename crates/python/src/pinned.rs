@@ -7,7 +7,6 @@
 
 use std::any::Any;
 
-use detkit::clustering::DigisRef;
 use detkit::{HostBuf, HostPool, PooledBuf};
 use pyo3::prelude::*;
 
@@ -108,26 +107,11 @@ pub struct ResultPools {
 }
 
 impl ResultPools {
-    /// The pools, when this call's results go to pinned memory: a CUDA backend, fewer than
-    /// [`MAX_HELD`] pinned results alive, and (docs/benchmarks.md, "pinned", round 2) for
-    /// pageable inputs too. `--variant` 85: never (the reused vectors of
-    /// [`crate::outputs`], as before); 86: only when all four digi arrays are pinned.
-    pub fn for_call(
-        &self,
-        b: &detkit::Backend,
-        digis: DigisRef<'_>,
-    ) -> Option<&(HostPool<i32>, HostPool<u32>)> {
+    /// The pools, when this call's results go to pinned memory: a CUDA backend and fewer
+    /// than [`MAX_HELD`] pinned results alive, whatever the inputs (pageable ones too, see
+    /// docs/benchmarks.md, "pinned", round 2).
+    pub fn for_call(&self, b: &detkit::Backend) -> Option<&(HostPool<i32>, HostPool<u32>)> {
         b.gpu()?;
-        let pinned_in = || {
-            [digis.module, digis.x, digis.y, digis.adc]
-                .iter()
-                .all(|a| detkit::hostbuf::is_pinned(a))
-        };
-        match crate::seeds::_variant() {
-            85 => return None,
-            86 if !pinned_in() => return None,
-            _ => {}
-        }
         let pools = self
             .pools
             .get_or_init(|| (HostPool::new(b, KEEP), HostPool::new(b, KEEP)));

@@ -13,8 +13,6 @@
 //! records out into columns took a pass over all the seeds (~0.9 MB an event at ⟨μ⟩ = 200)
 //! after the door (see docs/benchmarks.md, "seed (session 11)").
 
-use std::sync::atomic::{AtomicU32, Ordering};
-
 use detkit::seeding::{SeedingConfig, SeedingOutput, SpacePoint, SpacePointsRef};
 use numpy::ndarray::{ArrayView, Dimension, ShapeBuilder, StrideShape};
 use numpy::{Element, PyArray, PyArray1, PyArray2};
@@ -111,24 +109,18 @@ impl Events<'_> {
 /// The holder of the per-event records behind `seed` / `seed_events`' views.
 const RECORDS: &str = "seed.records";
 
-/// The measuring variant of this layer and the library (`_detkit._set_variant`, for
-/// `bench_host.py --variants`): 30 lays the records out into columns again, as session 10 did;
-/// 93 is `seed_events`' order before `sdoor2` (the Python layer's per-event tuples and device
-/// test first, then [`exact_columns`]).
-static VARIANT: AtomicU32 = AtomicU32::new(0);
-
-/// Selects a measuring variant of the library's doors and of this layer (results are the
-/// same in every variant; only their speed differs).
+/// Selects a measuring variant of the library's doors and of this layer
+/// ([`detkit::phases::set_variant`], for `bench_host.py --variants`/`--dev-variants`): a hook
+/// for A/B runs; no variant is defined now, every value runs the default path. Not API.
 #[pyfunction]
 pub fn _set_variant(v: u32) {
-    VARIANT.store(v, Ordering::Relaxed);
     detkit::phases::set_variant(v);
 }
 
 /// The variant set by [`_set_variant`].
 #[pyfunction]
 pub fn _variant() -> u32 {
-    VARIANT.load(Ordering::Relaxed)
+    detkit::phases::variant()
 }
 
 /// Every event's five columns, read-only borrowed, when each event is a tuple of five
@@ -252,10 +244,6 @@ impl Backend {
         events: Events<'_>,
         cfg: &SeedingConfig,
     ) -> PyResult<Vec<SeedArrays<'py>>> {
-        if VARIANT.load(Ordering::Relaxed) == 30 {
-            let c = self.seed_columns(py, events, cfg)?;
-            return self.event_seeds(py, c);
-        }
         let held = self.outputs.take::<SeedingOutput>(py, RECORDS)?;
         let b = self.inner();
         let r = py.detach(|| {

@@ -126,20 +126,15 @@ def test_cluster_cupy_stream_ordering_and_lifetime(b):
 
 @pytest.mark.parametrize("events", [1, 7])
 def test_cluster_cupy_offsets_on_the_device(b, events):
-    """CUDA event offsets are opened with the digis and read by the library (the default)
-    or read into numpy by the Python layer first (measuring variant 70): the same results;
-    offsets of another dtype take the conversion; bad offsets are the numpy path's error."""
+    """CUDA event offsets are opened with the digis and read by the library: the numpy
+    path's results; offsets of another dtype take the conversion; bad offsets are the numpy
+    path's error."""
     cols, offs = batch(events)
     want = b.cluster(*cols, event_offsets=offs)
     d = [cp.asarray(c) for c in cols]
-    for v in (70, 0):
-        _detkit._set_variant(v)
-        try:
-            got = b.cluster(*d, event_offsets=cp.asarray(offs))
-        finally:
-            _detkit._set_variant(0)
-        for g, w in zip(got, want):
-            equal(g, w)
+    got = b.cluster(*d, event_offsets=cp.asarray(offs))
+    for g, w in zip(got, want):
+        equal(g, w)
     got = b.cluster(*d, event_offsets=cp.asarray(offs.astype(np.int64)))
     for g, w in zip(got, want):
         equal(g, w)

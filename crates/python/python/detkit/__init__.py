@@ -362,12 +362,11 @@ class Backend:
                 _as(module, np.uint16, "module"), _as(x, np.uint16, "x"), _as(y, np.uint16, "y"),
                 _as(adc, np.uint16, "adc"), geometry, charge_cut,
                 None if event_offsets is None else _as(event_offsets, np.uint32, "event_offsets"), out)
-        if ((hasattr(tm, "__cuda_array_interface__") or hasattr(tm, "__dlpack_device__"))
-                and _detkit._variant() not in (70, 75, 76)):
+        if hasattr(tm, "__cuda_array_interface__") or hasattr(tm, "__dlpack_device__"):
             # A device-array producer: straight to the library, which opens the five arrays
             # itself and returns None unless the four digi arrays are CUDA uint16 arrays and
             # the offsets None, numpy uint32 or a CUDA uint32 array (then the general path
-            # below decides, as before; variants 75 and 76 take that path alone).
+            # below decides).
             d = _detkit.device_cluster(self._b, module, x, y, adc, geometry, charge_cut,
                                        event_offsets, stream)
             if d is not None:
@@ -376,7 +375,7 @@ class Backend:
                 return d
         c = _Call(self, stream)
         d = None
-        if event_offsets is not None and c._foreign(event_offsets) and _detkit._variant() != 70:
+        if event_offsets is not None and c._foreign(event_offsets):
             # CUDA digis and CUDA offsets: the offsets are opened with the digis and read back
             # by the library (one ordering, no numpy array); None for any other kind of
             # offsets (another dtype, the CPU), which the lines below convert.
@@ -478,7 +477,7 @@ class Backend:
         pass of the device chain (no host synchronisation per event), which is how an H200
         reaches its events/s; the seeds equal those of one :meth:`seed` call per event.
         """
-        if type(events) is list and _detkit._variant() not in (30, 93):
+        if type(events) is list:
             # A list of tuples of five exact float32 numpy columns (the library tells: None
             # at the first column that is not, a CUDA array included) goes straight to the
             # library, before this layer's per-event work (~15 us for 64 events).
@@ -491,12 +490,6 @@ class Backend:
             d = c.native_seed(events, settings, True)
             if d is not None:
                 return d
-        if _detkit._variant() == 93:
-            # Every column an exact float32 numpy array: straight to the library (its checks
-            # per column cost ~0.1 us against ~3 us for this layer's); else the checked path.
-            r = self._b.seed_events_exact(events, settings)
-            if r is not None:
-                return r
         cols = _events_columns(c, events)
         return [tuple(c.out(a) for a in r) for r in self._b.seed_events(cols, settings)]
 
