@@ -119,13 +119,12 @@ fn test_cluster(c: &Ctx) -> R {
     )
 }
 
-/// The graph on the caller's memory (the default) against the copying path it replaced
-/// (`set_variant(50)`) and the measuring variants 51 (no consecutive-digis check) and 52
-/// (every kernel node updated per call): two batches in buffers of their own, called A, B, A, B, A with
+/// The graph on the caller's memory, with host and with device offsets: two batches in
+/// buffers of their own, called A, B, A, B, A with
 /// every call's outputs kept (so that each call writes new output buffers and the graph's
 /// kernel nodes are pointed at new addresses, and back at old input addresses), then the
 /// same after the outputs are dropped (addresses reused from the pool): every result equal
-/// to the oracle's and to the copying path's, bit for bit.
+/// to the oracle's, bit for bit.
 fn test_cluster_paths(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let b = &c.backend;
@@ -159,63 +158,43 @@ fn test_cluster_paths(c: &Ctx) -> R {
             .map_err(e)
     };
     let r = (|| -> R {
-        // Host offsets, then device offsets (read on the device by the default graph; read
-        // back by the others).
-        for (variant, dev_offsets) in [
-            (0u32, false),
-            (50, false),
-            (51, false),
-            (52, false),
-            (75, false),
-            (0, true),
-            (75, true),
-            (52, true),
-            (50, true),
-            (0, false),
-            (0, true),
-        ] {
-            detkit::phases::set_variant(variant);
+        // Host offsets, then device offsets (read on the device by the graph), and again.
+        for dev_offsets in [false, true, false, true] {
             on_device.set(dev_offsets);
-            let variant = if dev_offsets { variant + 1000 } else { variant };
+            let offsets = if dev_offsets { "device" } else { "host" };
             let mut kept = Vec::new();
             for (call, k) in [0usize, 1, 0, 1, 0].into_iter().enumerate() {
                 let got = run(k)?;
-                let what = format!("variant {variant}, call {call}, batch {k}");
+                let what = format!("{offsets} offsets, call {call}, batch {k}");
                 exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
                 kept.push(got);
             }
             // Every kept output still holds its call's results.
             for (call, (got, k)) in kept.iter().zip([0usize, 1, 0, 1, 0]).enumerate() {
-                let what = format!("variant {variant}, kept output of call {call}");
+                let what = format!("{offsets} offsets, kept output of call {call}");
                 exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
             }
             drop(kept);
             for (call, k) in [1usize, 0, 1].into_iter().enumerate() {
                 let got = run(k)?;
-                let what = format!("variant {variant}, after the drop, call {call}");
+                let what = format!("{offsets} offsets, after the drop, call {call}");
                 exact_clusters(&what, &got.to_host(gpu).map_err(e)?, &want[k])?;
             }
         }
-        // The default takes the graph (no copies out, so no `unpack` phase); the copying
-        // path has one: neither quietly falls back to the other.
+        // The call takes the graph (no copies out, so no `unpack` phase): it does not
+        // quietly fall back to the copying path.
         on_device.set(false);
-        for (variant, copies) in [(0u32, false), (50, true)] {
-            detkit::phases::set_variant(variant);
-            detkit::phases::enable(true, false);
-            detkit::phases::take();
-            let got = run(0);
-            let unpack = detkit::phases::take()[detkit::phases::Phase::Unpack as usize];
-            detkit::phases::enable(false, false);
-            got?;
-            ensure(unpack.is_zero() != copies, || {
-                format!(
-                    "variant {variant}: unpack phase {unpack:?}, copying path expected: {copies}"
-                )
-            })?;
-        }
+        detkit::phases::enable(true, false);
+        detkit::phases::take();
+        let got = run(0);
+        let unpack = detkit::phases::take()[detkit::phases::Phase::Unpack as usize];
+        detkit::phases::enable(false, false);
+        got?;
+        ensure(unpack.is_zero(), || {
+            format!("unpack phase {unpack:?}: the copying path ran, not the graph")
+        })?;
         Ok(())
     })();
-    detkit::phases::set_variant(0);
     detkit::phases::enable(false, false);
     r
 }
@@ -259,13 +238,11 @@ fn test_cluster_errors(c: &Ctx) -> R {
             d.x[i + 5] = 160;
         }),
     ];
-    // The default graph (three steps around the chain) and variant 75's nine steps; each
-    // fault followed by a good batch (the gate and the check's words reset for the next
-    // call).
+    // Each fault followed by a good batch (the gate and the check's words reset for the
+    // next call), twice over.
     let good = cl::cpu::cluster(&d, &o, &g, None);
     let r = (|| -> R {
-        for variant in [0u32, 75, 0] {
-            detkit::phases::set_variant(variant);
+        for round in 0..2 {
             for (what, f) in faults {
                 let mut bad = d.clone();
                 f(&mut bad, mid);
@@ -275,16 +252,15 @@ fn test_cluster_errors(c: &Ctx) -> R {
                     format!("{what}: the host path accepted it")
                 })?;
                 ensure(got == want, || {
-                    format!("variant {variant}, {what}: device view {got:?}, host {want:?}")
+                    format!("round {round}, {what}: device view {got:?}, host {want:?}")
                 })?;
                 let after = cluster_dev(b, &d, &o, &g, None)?
-                    .map_err(|m| format!("variant {variant}, after {what}: {m}"))?;
+                    .map_err(|m| format!("round {round}, after {what}: {m}"))?;
                 exact("after a fault: clus", &after.clus, &good.clus)?;
             }
         }
         Ok(())
     })();
-    detkit::phases::set_variant(0);
     r?;
     // Lengths and offsets, checked before anything runs.
     let gpu = b.gpu().expect("cuda backend");
@@ -331,8 +307,8 @@ fn test_cluster_errors(c: &Ctx) -> R {
     ensure(host.is_err() && host == dev, || {
         format!("offsets: device view {dev:?}, host {host:?}")
     })?;
-    // The same offsets on the device (checked by the default graph's begin kernel, read back
-    // by variant 75's path), and other bad lists: the host path's error each time, and a
+    // The same offsets on the device (checked by the graph's begin kernel), and other bad
+    // lists: the host path's error each time, and a
     // good call after each.
     let mut first_not_0 = o.clone();
     first_not_0[0] = 1;
@@ -346,8 +322,7 @@ fn test_cluster_errors(c: &Ctx) -> R {
         ("no offset", vec![]),
     ];
     let r = (|| -> R {
-        for variant in [0u32, 75, 0] {
-            detkit::phases::set_variant(variant);
+        for round in 0..2 {
             for (what, list) in &lists {
                 let host = b.cluster_events(&d, list, &g, None).map(|_| ()).map_err(e);
                 let dbuf = gpu
@@ -363,9 +338,7 @@ fn test_cluster_errors(c: &Ctx) -> R {
                     .map(|_| ())
                     .map_err(e);
                 ensure(host.is_err() && host == dev, || {
-                    format!(
-                        "variant {variant}, device offsets {what}: device {dev:?}, host {host:?}"
-                    )
+                    format!("round {round}, device offsets {what}: device {dev:?}, host {host:?}")
                 })?;
                 let good = gpu.upload(&o).map_err(e)?;
                 // SAFETY: as above, all four of `n` values.
@@ -386,7 +359,6 @@ fn test_cluster_errors(c: &Ctx) -> R {
         }
         Ok(())
     })();
-    detkit::phases::set_variant(0);
     r?;
     let want = cl::cpu::cluster(&d, &o, &g, None);
     let got = cluster_dev(b, &d, &o, &g, None)?.map_err(|m| format!("after the errors: {m}"))?;

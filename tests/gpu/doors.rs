@@ -460,8 +460,7 @@ fn test_bad_batch(c: &Ctx) -> R {
                 .is_some_and(|m| m.contains(&mid.to_string())),
             || format!("{what}: error {want:?} does not name digi {mid}"),
         )?;
-        // The third event alone (one event: the latency settings), checked on the host (the
-        // default) and on the device (`--variant` 38).
+        // The third event alone (one event: the latency settings).
         let (lo, hi) = (o[2] as usize, o[3] as usize);
         let one = DigisRef::from(&bad).slice(lo..hi).to_digis();
         let o1 = [0, (hi - lo) as u32];
@@ -469,18 +468,14 @@ fn test_bad_batch(c: &Ctx) -> R {
             .cluster_events(&one, &o1, &g, None)
             .map(|_| ())
             .map_err(e);
-        for variant in [0u32, 38] {
-            let _guard = VariantGuard;
-            detkit::phases::set_variant(variant);
-            let got = c
-                .backend
-                .cluster_events(&one, &o1, &g, None)
-                .map(|_| ())
-                .map_err(e);
-            ensure(want.is_err() && got == want, || {
-                format!("{what}, one event, variant {variant}: GPU {got:?}, CPU {want:?}")
-            })?;
-        }
+        let got = c
+            .backend
+            .cluster_events(&one, &o1, &g, None)
+            .map(|_| ())
+            .map_err(e);
+        ensure(want.is_err() && got == want, || {
+            format!("{what}, one event: GPU {got:?}, CPU {want:?}")
+        })?;
     }
     let good = c.backend.cluster_events(&d, &o, &g, None).map_err(e)?;
     exact_clusters(
@@ -1015,29 +1010,16 @@ fn test_pet_run_file(c: &Ctx) -> R {
     r
 }
 
-/// Restores the measuring variant when a test that set one ends (or fails).
-struct VariantGuard;
-
-impl Drop for VariantGuard {
-    fn drop(&mut self) {
-        detkit::phases::set_variant(0);
-    }
-}
-
 /// A pinned-staging batch of 2^20 digis or more in 8 events or more runs as sub-batches on
 /// two workspaces: every shape (odd event counts, an empty event, a short event between full
-/// ones) gives the oracle's clusters in sub-batches of weights 2 : 2 : 2 : 1 : 1 (the
-/// default), 2 and 8 equal ones (variants 11, 12) and in one batch (variant 10), with the
-/// digis checked on the device (variants 33, 34, 37, 38, 39), a repeated call allocates
-/// nothing, and a bad digi in
-/// the middle event, at the first digi of a sub-batch or in the last event gives the CPU
+/// ones) gives the oracle's clusters in sub-batches of weights 2 : 2 : 2 : 1 : 1, a
+/// repeated call allocates nothing, and a bad digi in the middle event, at the first digi of a sub-batch or in the last event gives the CPU
 /// backend's error (same digi index, column and message).
 fn test_cluster_split(c: &Ctx) -> R {
     if c.quick {
         println!("  doors_cluster_split: not run under --quick");
         return Ok(());
     }
-    let _guard = VariantGuard;
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
     let (d11, o11) = run3_batch(c.seed ^ 0x5b1, 11, usize::MAX);
@@ -1072,40 +1054,31 @@ fn test_cluster_split(c: &Ctx) -> R {
         .collect();
     let b = Backend::cuda(0).map_err(e)?;
     let mut out = Clusters::default();
-    // Also checked on the device: parts staged early (38), in session 10's order (34), on
-    // three workspaces (37), through cached pinned memory (33), in one batch (39).
-    for variant in [0u32, 11, 12, 10, 38, 34, 37, 33, 39] {
-        detkit::phases::set_variant(variant);
-        for round in 0..2 {
-            let before = b.allocations();
-            for (i, ((d, o), want)) in shapes.iter().zip(&wants).enumerate() {
-                let what = format!(
-                    "variant {variant} round {round} shape {i} ({} events)",
-                    o.len() - 1
-                );
-                b.cluster_events_into(*d, o, &g, cut, &mut out)
-                    .map_err(|err| format!("{what}: {err}"))?;
-                exact_clusters(&what, &out, want)?;
-                if round == 1 {
-                    let slots = (o.len() - 1) * g.modules as usize;
-                    let mut c = Clusters {
-                        clus: vec![-7; d.len()],
-                        clus_in_module: vec![7; slots],
-                        module_first: vec![7; slots],
-                        ..Default::default()
-                    };
-                    b.cluster_events_into_slices(*d, o, &g, cut, c.as_mut())
-                        .map_err(e)?;
-                    exact_clusters(&format!("{what} (slices)"), &c, want)?;
-                }
+    for round in 0..2 {
+        let before = b.allocations();
+        for (i, ((d, o), want)) in shapes.iter().zip(&wants).enumerate() {
+            let what = format!("round {round} shape {i} ({} events)", o.len() - 1);
+            b.cluster_events_into(*d, o, &g, cut, &mut out)
+                .map_err(|err| format!("{what}: {err}"))?;
+            exact_clusters(&what, &out, want)?;
+            if round == 1 {
+                let slots = (o.len() - 1) * g.modules as usize;
+                let mut c = Clusters {
+                    clus: vec![-7; d.len()],
+                    clus_in_module: vec![7; slots],
+                    module_first: vec![7; slots],
+                    ..Default::default()
+                };
+                b.cluster_events_into_slices(*d, o, &g, cut, c.as_mut())
+                    .map_err(e)?;
+                exact_clusters(&format!("{what} (slices)"), &c, want)?;
             }
-            let made = b.allocations() - before;
-            ensure(round == 0 || made == 0, || {
-                format!("variant {variant}: {made} allocations in calls that fit")
-            })?;
         }
+        let made = b.allocations() - before;
+        ensure(round == 0 || made == 0, || {
+            format!("{made} allocations in calls that fit")
+        })?;
     }
-    detkit::phases::set_variant(0);
     // Faults: the middle event's middle digi, the first digi of event 7 (near the start of
     // a sub-batch: 14 events in parts of 2 : 2 : 2 : 1 : 1 start at about 4, 7, 10, 12), the
     // last event's last digi.
@@ -1139,35 +1112,31 @@ fn test_cluster_split(c: &Ctx) -> R {
             }
         }),
     ];
-    // Checked on the host (the default) and on the device (38; 37 with three workspaces).
-    for variant in [0u32, 38, 37] {
-        detkit::phases::set_variant(variant);
-        for &i in &at {
-            for (what, f) in faults {
-                let mut bad = d.clone();
-                f(&mut bad, i);
-                let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-                let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-                ensure(want.is_err(), || {
-                    format!("{what} at {i}: the CPU accepted it")
-                })?;
-                ensure(got == want, || {
-                    format!("variant {variant}: {what} at digi {i}: GPU {got:?}, CPU {want:?}")
-                })?;
-            }
+    // Checked on the host as the digis are staged.
+    for &i in &at {
+        for (what, f) in faults {
+            let mut bad = d.clone();
+            f(&mut bad, i);
+            let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+            let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+            ensure(want.is_err(), || {
+                format!("{what} at {i}: the CPU accepted it")
+            })?;
+            ensure(got == want, || {
+                format!("{what} at digi {i}: GPU {got:?}, CPU {want:?}")
+            })?;
         }
-        // Two faults in different sub-batches, the later one of another kind: the first
-        // is named.
-        let mut bad = d.clone();
-        faults[2].1(&mut bad, at[1]);
-        faults[0].1(&mut bad, at[2]);
-        let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-        let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
-        ensure(want.is_err() && got == want, || {
-            format!("variant {variant}: two faults: GPU {got:?}, CPU {want:?}")
-        })?;
     }
-    detkit::phases::set_variant(0);
+    // Two faults in different sub-batches, the later one of another kind: the first
+    // is named.
+    let mut bad = d.clone();
+    faults[2].1(&mut bad, at[1]);
+    faults[0].1(&mut bad, at[2]);
+    let want = cpu.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+    let got = b.cluster_events(&bad, o, &g, None).map(|_| ()).map_err(e);
+    ensure(want.is_err() && got == want, || {
+        format!("two faults: GPU {got:?}, CPU {want:?}")
+    })?;
     b.cluster_events_into(d, o, &g, cut, &mut out).map_err(e)?;
     exact_clusters("after the errors", &out, &wants[1])
 }
@@ -1175,12 +1144,11 @@ fn test_cluster_split(c: &Ctx) -> R {
 /// The clustering door on the caller's pinned memory (`Backend::pinned`, `HostBuf`): digis
 /// DMAed straight from it and checked on the device, cluster indices DMAed straight into it.
 /// Growing and shrinking batches (one event, a few, 16 full events in sub-batches) as
-/// prefixes of one allocation give the oracle's results and the staging path's (variant
-/// 80), pinned inputs with ordinary outputs and ordinary inputs with pinned outputs too; a
+/// prefixes of one allocation give the oracle's results, pinned inputs with ordinary outputs
+/// and ordinary inputs with pinned outputs too; a
 /// repeated pass allocates nothing; a bad digi in the middle event (one batch and sub-
 /// batches), at the first digi of event 7 and at the last digi gives the CPU backend's error.
 fn test_cluster_pinned(c: &Ctx) -> R {
-    let _guard = VariantGuard;
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
     let shapes: &[(usize, usize)] = if c.sanitize {
@@ -1222,68 +1190,36 @@ fn test_cluster_pinned(c: &Ctx) -> R {
         "Backend::pinned on CUDA gave ordinary memory".into()
     })?;
     let mut out = Clusters::default();
-    for variant in [0u32, 80, 81] {
-        detkit::phases::set_variant(variant);
-        for pass in 0..2 {
-            let before = b.allocations();
-            for (i, ((d, o), want)) in inputs.iter().zip(&wants).enumerate() {
-                let what = format!(
-                    "variant {variant} pass {pass} shape {i} ({} events, {} digis)",
-                    o.len() - 1,
-                    d.len()
-                );
-                let n = d.len();
-                let slots = (o.len() - 1) * g.modules as usize;
-                for (dst, src) in [
-                    (&mut pd.module, &d.module),
-                    (&mut pd.x, &d.x),
-                    (&mut pd.y, &d.y),
-                    (&mut pd.adc, &d.adc),
-                ] {
-                    dst[..n].copy_from_slice(src);
-                }
-                let pin = DigisRef::from(&pd).slice(0..n);
-                ensure(n == 0 || detkit::hostbuf::is_pinned(pin.module), || {
-                    format!("{what}: a prefix of a HostBuf is not recognised as pinned")
-                })?;
-                // Pinned in, pinned out (poisoned first: an index the door fails to write
-                // shows up).
-                clus[..n].fill(-7);
-                cim[..slots].fill(7);
-                mf[..slots].fill(7);
-                let got_counts = b
-                    .cluster_events_into_slices(
-                        pin,
-                        o,
-                        &g,
-                        cut,
-                        cl::ClustersMut {
-                            clus: &mut clus[..n],
-                            clus_in_module: &mut cim[..slots],
-                            module_first: &mut mf[..slots],
-                        },
-                    )
-                    .map_err(|err| format!("{what}: {err}"))?;
-                let got = Clusters {
-                    clus: clus[..n].to_vec(),
-                    clus_in_module: cim[..slots].to_vec(),
-                    module_first: mf[..slots].to_vec(),
-                    ..Default::default()
-                };
-                exact_clusters(&format!("{what} pinned in and out"), &got, want)?;
-                // Pinned in, ordinary out.
-                b.cluster_events_into(pin, o, &g, cut, &mut out)
-                    .map_err(|err| format!("{what} pinned in: {err}"))?;
-                exact_clusters(&format!("{what} pinned in"), &out, want)?;
-                ensure(
-                    out.medium_modules == got_counts.medium_modules
-                        && out.fallback_modules == got_counts.fallback_modules,
-                    || format!("{what}: module counts differ between the outputs"),
-                )?;
-                // Ordinary in, pinned out.
-                clus[..n].fill(-7);
-                b.cluster_events_into_slices(
-                    d,
+    for pass in 0..2 {
+        let before = b.allocations();
+        for (i, ((d, o), want)) in inputs.iter().zip(&wants).enumerate() {
+            let what = format!(
+                "pass {pass} shape {i} ({} events, {} digis)",
+                o.len() - 1,
+                d.len()
+            );
+            let n = d.len();
+            let slots = (o.len() - 1) * g.modules as usize;
+            for (dst, src) in [
+                (&mut pd.module, &d.module),
+                (&mut pd.x, &d.x),
+                (&mut pd.y, &d.y),
+                (&mut pd.adc, &d.adc),
+            ] {
+                dst[..n].copy_from_slice(src);
+            }
+            let pin = DigisRef::from(&pd).slice(0..n);
+            ensure(n == 0 || detkit::hostbuf::is_pinned(pin.module), || {
+                format!("{what}: a prefix of a HostBuf is not recognised as pinned")
+            })?;
+            // Pinned in, pinned out (poisoned first: an index the door fails to write
+            // shows up).
+            clus[..n].fill(-7);
+            cim[..slots].fill(7);
+            mf[..slots].fill(7);
+            let got_counts = b
+                .cluster_events_into_slices(
+                    pin,
                     o,
                     &g,
                     cut,
@@ -1293,21 +1229,49 @@ fn test_cluster_pinned(c: &Ctx) -> R {
                         module_first: &mut mf[..slots],
                     },
                 )
-                .map_err(|err| format!("{what} pinned out: {err}"))?;
-                exact(&format!("{what} pinned out: clus"), &clus[..n], &want.clus)?;
-                exact(
-                    &format!("{what} pinned out: module_first"),
-                    &mf[..slots],
-                    &want.module_first,
-                )?;
-            }
-            let made = b.allocations() - before;
-            ensure(pass == 0 || made == 0, || {
-                format!("variant {variant}: {made} allocations in calls that fit")
-            })?;
+                .map_err(|err| format!("{what}: {err}"))?;
+            let got = Clusters {
+                clus: clus[..n].to_vec(),
+                clus_in_module: cim[..slots].to_vec(),
+                module_first: mf[..slots].to_vec(),
+                ..Default::default()
+            };
+            exact_clusters(&format!("{what} pinned in and out"), &got, want)?;
+            // Pinned in, ordinary out.
+            b.cluster_events_into(pin, o, &g, cut, &mut out)
+                .map_err(|err| format!("{what} pinned in: {err}"))?;
+            exact_clusters(&format!("{what} pinned in"), &out, want)?;
+            ensure(
+                out.medium_modules == got_counts.medium_modules
+                    && out.fallback_modules == got_counts.fallback_modules,
+                || format!("{what}: module counts differ between the outputs"),
+            )?;
+            // Ordinary in, pinned out.
+            clus[..n].fill(-7);
+            b.cluster_events_into_slices(
+                d,
+                o,
+                &g,
+                cut,
+                cl::ClustersMut {
+                    clus: &mut clus[..n],
+                    clus_in_module: &mut cim[..slots],
+                    module_first: &mut mf[..slots],
+                },
+            )
+            .map_err(|err| format!("{what} pinned out: {err}"))?;
+            exact(&format!("{what} pinned out: clus"), &clus[..n], &want.clus)?;
+            exact(
+                &format!("{what} pinned out: module_first"),
+                &mf[..slots],
+                &want.module_first,
+            )?;
         }
+        let made = b.allocations() - before;
+        ensure(pass == 0 || made == 0, || {
+            format!("{made} allocations in calls that fit")
+        })?;
     }
-    detkit::phases::set_variant(0);
     // Faults: one batch (the shape of 5 events or 6) and sub-batches (16 full events), at
     // the middle event's middle digi, the first digi of the second event's successor and
     // the last digi; the error must be the CPU backend's and the staging path's.

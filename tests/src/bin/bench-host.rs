@@ -11,11 +11,12 @@
 //! (0 expected: the workspace is warm).
 //!
 //! Usage: `bench-host [--reps 20] [--warmup 3] [--only cluster|cluster-calls|seed|pet|memcpy]
-//! [--pet-run-log 24] [--phases [--timeline]] [--variants 0,1,..] [--csv FILE]` (`--phases`:
+//! [--pet-run-log 24] [--phases [--timeline]] [--variants 0,..] [--csv FILE]` (`--phases`:
 //! where the time of each pinned call goes, by phase, and with `--timeline` the marks of one
 //! call in order; `--only cluster-calls`: the 1- and 64-event clustering calls alone;
-//! `--variants`: the rows again for each measuring
-//! variant of the doors, `detkit::phases::set_variant`, the row names suffixed `[vN]`;
+//! `--variants`: the rows again for each measuring variant of the doors,
+//! `detkit::phases::set_variant`, the row names suffixed `[vN]` (none is defined now: every
+//! value runs the default path; the hook stays for the next A/B run);
 //! `--only memcpy`: the host's own copy bandwidth into and out of pinned memory, by threads;
 //! `--only devview`: the device-view entries on the Python benchmark's batches, `devview.rs`)
 
@@ -1277,7 +1278,7 @@ fn main() -> Result<()> {
     let mut csv: Option<String> = None;
     let mut args = std::env::args().skip(1);
     let mut variants: Vec<u32> = vec![0];
-    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|cluster-calls|seed|pet|memcpy|devview] [--pet-run-log 24] [--phases [--timeline]] [--variants 0,1,..] [--csv FILE]";
+    let usage = "usage: bench-host [--reps 20] [--warmup 3] [--only cluster|cluster-calls|seed|pet|memcpy|devview] [--pet-run-log 24] [--phases [--timeline]] [--variants 0,..] [--csv FILE]";
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reps" => o.reps = args.next().context("--reps needs a number")?.parse()?,
