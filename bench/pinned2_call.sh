@@ -22,9 +22,9 @@ timeout 58 compute-sanitizer --tool memcheck --error-exitcode 99 $B/gpu-tests --
 wait
 echo "phase 1 done at $(el) s"
 # Phase 2: timings alone.
-timeout 50 $B/bench-host --only cluster-calls --reps 15 --variants 0,87,88 --csv $L/rust.csv > $L/bh.log 2>&1; echo "bh rc=$? at $(el) s"
-timeout 40 python3 $C/py/bench_host.py --backend cuda --reps 15 --rust $L/rust.csv --variants 85,86,0 --rows cluster1,cluster64,cluster1-pinned,cluster64-pinned,cluster1-pinned-out,cluster64-pinned-out > $L/py.log 2>&1; echo "py rc=$? at $(el) s"
-left=$(( 136 - $(el) )); [ $left -gt 8 ] && { timeout $left $B/bench-host --only cluster-calls --reps 5 --phases --timeline --variants 0 > $L/phases.log 2>&1; echo "phases rc=$? at $(el) s"; }
+timeout 50 $B/bench-host --only cluster-calls --reps 15 --csv $L/rust.csv > $L/bh.log 2>&1; echo "bh rc=$? at $(el) s"
+timeout 40 python3 $C/py/bench_host.py --backend cuda --reps 15 --rust $L/rust.csv --rows cluster1,cluster64,cluster1-pinned,cluster64-pinned,cluster1-pinned-out,cluster64-pinned-out > $L/py.log 2>&1; echo "py rc=$? at $(el) s"
+left=$(( 136 - $(el) )); [ $left -gt 8 ] && { timeout $left $B/bench-host --only cluster-calls --reps 5 --phases --timeline > $L/phases.log 2>&1; echo "phases rc=$? at $(el) s"; }
 cd /tmp && tar czf $OUT/logs.tgz L
 echo "== tests"; grep -E "^(== run|rc=)|PASS|FAIL|gpu tests|passed|failed" $L/t-pinned.log | cut -c1-140 | tail -20
 grep -E "FAIL|passed|failed|gpu tests" $L/t-doors.log | cut -c1-160 | tail -6

@@ -22,7 +22,7 @@ timeout 68 compute-sanitizer --tool memcheck --error-exitcode 99 $B/gpu-tests --
 wait
 echo "phase 1 done at $(el) s"
 # Phase 2: timings alone.
-timeout 45 $B/bench-host --only cluster-calls --reps 15 --variants 0,37 --csv $L/rust.csv > $L/bh.log 2>&1; echo "bh rc=$? at $(el) s"
+timeout 45 $B/bench-host --only cluster-calls --reps 15 --csv $L/rust.csv > $L/bh.log 2>&1; echo "bh rc=$? at $(el) s"
 timeout 25 python3 $C/py/bench_host.py --backend cuda --reps 15 --rust $L/rust.csv --rows cluster1,cluster64,cluster1-pinned,cluster64-pinned > $L/py.log 2>&1; echo "py rc=$? at $(el) s"
 left=$(( 138 - $(el) )); [ $left -gt 8 ] && { timeout $left $B/bench-host --only cluster-calls --reps 5 --phases --timeline > $L/phases.log 2>&1; echo "phases rc=$? at $(el) s"; }
 cd /tmp && tar czf $OUT/logs.tgz L

@@ -116,7 +116,7 @@ step() { local name=$1 lim=$2; shift 2; local left=$(( TOTAL - $(el) - 8 ))
   if [ $left -lt 15 ]; then echo "=== $name skipped (time)"; return; fi
   [ $lim -gt $left ] && lim=$left
   timeout $lim "$@" > $L/$name.log 2>&1; echo "=== $name rc=$? at $(el) s"; }
-step bh 120 $B/bench-host --reps 15 --variants 30,50,0 --phases --csv $L/rust.csv
+step bh 120 $B/bench-host --reps 15 --phases --csv $L/rust.csv
 step dv 30 $B/bench-host --only devview --reps 15 --csv $L/dv.csv
 step py 95 python3 crates/python/bench_host.py --backend cuda --reps 15 --producer cupy --rust $L/rust.csv,$L/dv.csv --rows cluster1,cluster64,cluster1-pinned,cluster64-pinned,seed1,seed64,convert,sort,coincide,cluster1-dev,cluster64-dev,seed64-dev,seed64-flat-dev
 step cpu 35 $B/bench-cpu --threads 1,16 --only pet --pet 24 --case convert,coincide --reps 5
