@@ -1229,19 +1229,16 @@ impl GpuContext {
             stamp("chain");
             let input = std::mem::take(&mut ws.b.input);
             // The seeds' speculative copy with the counts (pinned staging).
-            let mut pf = match stage.as_deref_mut() {
-                Some(st) => Some(SeedPrefetch {
-                    stage: st,
-                    copied: 0,
-                    // Waiting by polling, the copy-out's crew woken shortly before the
-                    // chain ends: a call of its own (a pipelined part's wait overlaps the
-                    // other lane's work, and its length varies with it).
-                    poll: !pipelined,
-                    crew: None,
-                    part,
-                }),
-                _ => None,
-            };
+            let mut pf = stage.as_deref_mut().map(|st| SeedPrefetch {
+                stage: st,
+                copied: 0,
+                // Waiting by polling, the copy-out's crew woken shortly before the chain
+                // ends: a call of its own (a pipelined part's wait overlaps the other lane's
+                // work, and its length varies with it).
+                poll: !pipelined,
+                crew: None,
+                part,
+            });
             let stats = self.seed_batch_in(ws, cfg, input.get(), &offsets, None, pf.as_mut());
             ws.b.input = input;
             let stats = stats?;
