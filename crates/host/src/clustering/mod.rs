@@ -1188,7 +1188,9 @@ mod tests {
     #[test]
     fn staged_validation_in_waves() {
         let g = Geometry::phase1();
-        let n = 2 * STREAM_WAVE + STREAM_WAVE / 2 + 5;
+        // 2.5 × 2^20 digis: several streamed waves, two events.
+        const BIG: usize = 1 << 20;
+        let n = 2 * BIG + BIG / 2 + 5;
         let mut d = Digis::default();
         for i in 0..n {
             // Runs of 1000 digis per module, modules in order, wrapping in one event would
@@ -1202,7 +1204,7 @@ mod tests {
         }
         let offsets = [0, 1_856_000, n as u32];
         let mut stage = vec![0u16; 4 * n];
-        for fault in [None, Some(STREAM_WAVE + 17), Some(2 * STREAM_WAVE + 3)] {
+        for fault in [None, Some(BIG + 17), Some(2 * BIG + 3)] {
             let mut bad = d.clone();
             if let Some(f) = fault {
                 bad.x[f] = 200;
