@@ -145,6 +145,42 @@ fn run_cluster(
     Ok(Some((clus, per_module)))
 }
 
+/// The views of seeding records `first..first + n` of a batch's device buffers, no copy: the
+/// index rows, weights and z vertices strided views of the `Seed` records (20 bytes: bottom,
+/// middle, top, weight, z_vertex), the parameters a contiguous stretch of the `BoundParams`
+/// records. The buffers live as long as any view of them.
+fn seed_views(
+    g: &detkit::GpuContext,
+    seeds: &Arc<dyn Hold>,
+    params: &Arc<dyn Hold>,
+    first: usize,
+    n: usize,
+) -> (DeviceArray, DeviceArray, DeviceArray, DeviceArray) {
+    const REC: usize = std::mem::size_of::<detkit_gpu::seeding::Seed>();
+    const PAR: usize = std::mem::size_of::<detkit_gpu::seeding::BoundParams>();
+    let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
+        DeviceArray::from_buffer(
+            g,
+            Box::new(Part {
+                base: base.clone(),
+                offset,
+            }),
+            nbytes,
+            typestr,
+            shape,
+        )
+    };
+    // Bytes from the first element of a strided view to the end of its last one.
+    let span = |tail: usize| if n == 0 { 0 } else { (n - 1) * REC + tail };
+    let (a, rec) = (REC * first, REC as isize);
+    (
+        part(seeds, a, span(12), "<u4", vec![n, 3]).with_strides(vec![rec, 4]),
+        part(seeds, a + 12, span(4), "<f4", vec![n]).with_strides(vec![rec]),
+        part(seeds, a + 16, span(4), "<f4", vec![n]).with_strides(vec![rec]),
+        part(params, PAR * first, PAR * n, "<f4", vec![n, 5]),
+    )
+}
+
 /// A stretch of another device buffer (one event's seeds in the batch's arrays): the buffer
 /// stays alive as long as any stretch of it.
 struct Part {
@@ -244,41 +280,13 @@ pub fn device_seed_events(
     crate::device_prof::step("library call");
     drop(zeros);
     let s = r.map_err(err)?;
-    // Each event's arrays are views of its stretch of the batch's records, no copy: the
-    // index rows, weights and z vertices strided views of the `Seed` records (20 bytes:
-    // bottom, middle, top, weight, z_vertex), the parameters a contiguous stretch of the
-    // `BoundParams` records. The batch's buffers live as long as any view of them.
-    const REC: usize = std::mem::size_of::<detkit_gpu::seeding::Seed>();
-    const PAR: usize = std::mem::size_of::<detkit_gpu::seeding::BoundParams>();
+    // Each event's arrays are views of its stretch of the batch's records, no copy.
     let seeds: Arc<dyn Hold> = Arc::new(s.seeds);
     let params: Arc<dyn Hold> = Arc::new(s.params);
-    let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
-        DeviceArray::from_buffer(
-            g,
-            Box::new(Part {
-                base: base.clone(),
-                offset,
-            }),
-            nbytes,
-            typestr,
-            shape,
-        )
-    };
-    // Bytes from the first element of a strided view to the end of its last one.
-    let span = |n: usize, tail: usize| if n == 0 { 0 } else { (n - 1) * REC + tail };
     let out = s
         .event_seeds
         .iter()
-        .map(|r| {
-            let (a, n) = (r.start, r.len());
-            let rec = REC as isize;
-            (
-                part(&seeds, REC * a, span(n, 12), "<u4", vec![n, 3]).with_strides(vec![rec, 4]),
-                part(&seeds, REC * a + 12, span(n, 4), "<f4", vec![n]).with_strides(vec![rec]),
-                part(&seeds, REC * a + 16, span(n, 4), "<f4", vec![n]).with_strides(vec![rec]),
-                part(&params, PAR * a, PAR * n, "<f4", vec![n, 5]),
-            )
-        })
+        .map(|r| seed_views(g, &seeds, &params, r.start, r.len()))
         .collect();
     crate::device_prof::step("results as DeviceArrays");
     call.finish()?;
@@ -443,37 +451,10 @@ pub fn device_seed_flat<'py>(
     let mut out_offs = Vec::with_capacity(s.event_seeds.len() + 1);
     out_offs.push(0i64);
     out_offs.extend(s.event_seeds.iter().map(|r| r.end as i64));
-    const REC: usize = std::mem::size_of::<detkit_gpu::seeding::Seed>();
-    const PAR: usize = std::mem::size_of::<detkit_gpu::seeding::BoundParams>();
     let seeds: Arc<dyn Hold> = Arc::new(s.seeds);
     let params: Arc<dyn Hold> = Arc::new(s.params);
-    let part = |base: &Arc<dyn Hold>, offset: usize, nbytes: usize, typestr: &str, shape| {
-        DeviceArray::from_buffer(
-            g,
-            Box::new(Part {
-                base: base.clone(),
-                offset,
-            }),
-            nbytes,
-            typestr,
-            shape,
-        )
-    };
-    let span = |tail: usize| {
-        if total == 0 {
-            0
-        } else {
-            (total - 1) * REC + tail
-        }
-    };
-    let rec = REC as isize;
-    let out = (
-        part(&seeds, 0, span(12), "<u4", vec![total, 3]).with_strides(vec![rec, 4]),
-        part(&seeds, 12, span(4), "<f4", vec![total]).with_strides(vec![rec]),
-        part(&seeds, 16, span(4), "<f4", vec![total]).with_strides(vec![rec]),
-        part(&params, 0, PAR * total, "<f4", vec![total, 5]),
-        out_offs.into_pyarray(py),
-    );
+    let (idx, weight, zv, par) = seed_views(g, &seeds, &params, 0, total);
+    let out = (idx, weight, zv, par, out_offs.into_pyarray(py));
     crate::device_prof::step("results as DeviceArrays");
     call.finish()?;
     Ok(Some(out))
