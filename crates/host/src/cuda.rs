@@ -116,6 +116,24 @@ pub fn device_count() -> Result<usize> {
     Ok(n.max(0) as usize)
 }
 
+/// `n` (at least one) zeroed elements of page-locked host memory of `ctx`'s driver, allocated
+/// with the `cuMemHostAlloc` `flags`: the one allocation behind [`GpuContext::pinned`]
+/// (staging) and the caller-owned [`crate::HostBuf`].
+pub(crate) fn zeroed_pinned<T: DeviceRepr + ValidAsZeroBits>(
+    ctx: &Arc<CudaContext>,
+    n: usize,
+    flags: std::ffi::c_uint,
+) -> Result<cudarc::driver::PinnedHostSlice<T>> {
+    // SAFETY: the memory is zeroed below before any slice of it is made.
+    let mut p = unsafe { ctx.alloc_pinned_with_flags::<T>(n.max(1), flags) }
+        .ctx("allocating pinned host memory")?;
+    let ptr = p.as_mut_ptr().ctx("mapping pinned host memory")?;
+    // SAFETY: `ptr` addresses `n.max(1)` elements of this allocation; all-zero bytes are a
+    // valid `T` (`ValidAsZeroBits`).
+    unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
+    Ok(p)
+}
+
 /// A CUDA device with its stream and the detkit kernels.
 pub struct GpuContext {
     ctx: Arc<CudaContext>,
@@ -281,14 +299,8 @@ impl GpuContext {
         } else {
             0
         };
-        // SAFETY: the memory is zeroed below before any slice of it is made.
-        let mut p = unsafe { self.ctx.alloc_pinned_with_flags::<T>(n.max(1), flags) }
-            .ctx("allocating pinned host memory")?;
+        let p = zeroed_pinned(&self.ctx, n, flags)?;
         self.count_allocation();
-        let ptr = p.as_mut_ptr().ctx("mapping pinned host memory")?;
-        // SAFETY: `ptr` addresses `n.max(1)` elements of this allocation; all-zero bytes are a
-        // valid `T` (`ValidAsZeroBits`).
-        unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
         Ok(p)
     }
 

@@ -120,13 +120,8 @@ impl<T: DeviceRepr + ValidAsZeroBits + Copy + Default> HostBuf<T> {
     /// [`HostBuf::pinned`] of the context `ctx`.
     fn pinned_in(ctx: &Arc<cudarc::driver::CudaContext>, n: usize) -> Result<Self> {
         let flags = cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: the memory is zeroed below before any slice of it is made.
-        let mut p = unsafe { ctx.alloc_pinned_with_flags::<T>(n.max(1), flags) }
-            .ctx("allocating pinned host memory")?;
+        let mut p = crate::cuda::zeroed_pinned::<T>(ctx, n, flags)?;
         let ptr = p.as_mut_ptr().ctx("mapping pinned host memory")?;
-        // SAFETY: `ptr` addresses `n.max(1)` elements of this allocation; all-zero bytes are a
-        // valid `T` (`ValidAsZeroBits`).
-        unsafe { std::ptr::write_bytes(ptr, 0, n.max(1)) };
         let start = ptr as usize;
         register(start, start + n.max(1) * std::mem::size_of::<T>());
         Ok(Self {

@@ -1052,14 +1052,8 @@ impl PetStreamBuffers {
             self.pinned.clear();
             self.dframes.clear();
             for _ in 0..2 {
-                // SAFETY: the frames are written by the source before any copy reads them
-                // (flags 0: cached host memory, since the host also reads the frames).
-                let mut pb = unsafe { g.context().alloc_pinned_with_flags::<u8>(fbytes, 0) }
-                    .ctx("allocating pinned memory")?;
-                let ptr = pb.as_mut_ptr().ctx("mapping pinned memory")?;
-                // SAFETY: `ptr` addresses `fbytes` bytes of this allocation; zeroing them
-                // initialises the memory before any slice of it is made.
-                unsafe { std::ptr::write_bytes(ptr, 0, fbytes) };
+                // Flags 0: cached host memory, since the host also reads the frames.
+                let pb = crate::cuda::zeroed_pinned::<u8>(g.context(), fbytes, 0)?;
                 self.pinned.push(pb);
                 self.dframes.push(g.zeros::<u8>(fbytes)?);
             }
@@ -1100,13 +1094,7 @@ fn download_pairs_pinned<'p>(
     let words = total;
     if slot.as_ref().is_none_or(|p| p.len() < words) {
         let len = words.max(slot.as_ref().map_or(0, |p| p.len() * 3 / 2));
-        // SAFETY: only the first `total` pairs, written by the copy below, are read.
-        let mut p: PinnedPairs = unsafe { g.context().alloc_pinned_with_flags(len, 0) }
-            .ctx("allocating pinned memory for the pairs")?;
-        let ptr = p.as_mut_ptr().ctx("mapping pinned memory")?;
-        // SAFETY: `ptr` addresses `len` pairs of this allocation; all-zero bytes are a
-        // valid pair.
-        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        let p: PinnedPairs = crate::cuda::zeroed_pinned(g.context(), len, 0)?;
         *slot = Some(p);
     }
     let src = scratch
