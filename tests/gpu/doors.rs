@@ -46,6 +46,27 @@ fn backends(_c: &Ctx) -> Result<Vec<(&'static str, Backend)>, String> {
     ])
 }
 
+/// Run-3-like batches of `(events, digis per event at most)` shapes, batch `i` from the seed
+/// `seed(i)`, with the oracle's clusters of each.
+#[allow(clippy::type_complexity)]
+fn run3_cases(
+    seed: impl Fn(u64) -> u64,
+    shapes: &[(usize, usize)],
+    g: &Geometry,
+    cut: Option<ChargeCut>,
+) -> (Vec<(Digis, Vec<u32>)>, Vec<Clusters>) {
+    let inputs: Vec<_> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(ev, n))| run3_batch(seed(i as u64), ev, n))
+        .collect();
+    let wants = inputs
+        .iter()
+        .map(|(d, o)| cl::cpu::cluster(d, o, g, cut))
+        .collect();
+    (inputs, wants)
+}
+
 fn test_cluster_reuse(c: &Ctx) -> R {
     let g = Geometry::phase1();
     let cut = Some(g.default_cut);
@@ -76,15 +97,7 @@ fn test_cluster_reuse(c: &Ctx) -> R {
             (16, 60_000),
         ]
     };
-    let inputs: Vec<_> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &(ev, n))| run3_batch(c.seed ^ (i as u64) << 20, ev, n))
-        .collect();
-    let wants: Vec<_> = inputs
-        .iter()
-        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
-        .collect();
+    let (inputs, wants) = run3_cases(|i| c.seed ^ i << 20, shapes, &g, cut);
     // And a backend with another clustering tuning (`Backend::with_cluster_tuning`): a
     // small grid cap, the resident grids and another warp-pass capacity reach every
     // clusterer and queue the door makes, with the same results.
@@ -1166,15 +1179,7 @@ fn test_cluster_pinned(c: &Ctx) -> R {
             (16, 60_000),
         ]
     };
-    let inputs: Vec<_> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &(ev, n))| run3_batch(c.seed ^ 0x91 ^ (i as u64) << 24, ev, n))
-        .collect();
-    let wants: Vec<Clusters> = inputs
-        .iter()
-        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
-        .collect();
+    let (inputs, wants) = run3_cases(|i| c.seed ^ 0x91 ^ i << 24, shapes, &g, cut);
     let b = Backend::cuda(0).map_err(e)?;
     let nmax = inputs.iter().map(|(d, _)| d.len()).max().unwrap_or(0);
     let smax = inputs
@@ -1383,15 +1388,7 @@ fn test_cluster_result_pool(c: &Ctx) -> R {
             (16, 60_000),
         ]
     };
-    let inputs: Vec<_> = shapes
-        .iter()
-        .enumerate()
-        .map(|(i, &(ev, n))| run3_batch(c.seed ^ 0x5A ^ (i as u64) << 24, ev, n))
-        .collect();
-    let wants: Vec<Clusters> = inputs
-        .iter()
-        .map(|(d, o)| cl::cpu::cluster(d, o, &g, cut))
-        .collect();
+    let (inputs, wants) = run3_cases(|i| c.seed ^ 0x5A ^ i << 24, shapes, &g, cut);
     let b = Backend::cuda(0).map_err(e)?;
     let nmax = inputs.iter().map(|(d, _)| d.len()).max().unwrap_or(0);
     let mut pd = b.pinned_digis(nmax).map_err(e)?;

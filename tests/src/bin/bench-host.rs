@@ -369,12 +369,7 @@ fn cluster_rows(
         let mut out = Clusters::default();
         for b in bs.iter() {
             b.cluster_events_into(&d, &offs, &geo, cut, &mut out)?;
-            check("cluster clus", &out.clus, &want.clus)?;
-            check(
-                "cluster clus_in_module",
-                &out.clus_in_module,
-                &want.clus_in_module,
-            )?;
+            detkit_tests::exact_clusters("cluster", &out, &want).map_err(anyhow::Error::msg)?;
         }
         let (pinned_ms, pageable_ms, allocations) = both(bs, o, |b| {
             b.cluster_events_into(&d, &offs, &geo, cut, &mut out)?;
@@ -414,17 +409,8 @@ fn cluster_rows(
         let got = b0
             .cluster_events_device(view, &offs, &geo, cut)?
             .to_host(g)?;
-        check("cluster_events_device clus", &got.clus, &want.clus)?;
-        check(
-            "cluster_events_device clus_in_module",
-            &got.clus_in_module,
-            &want.clus_in_module,
-        )?;
-        check(
-            "cluster_events_device module_first",
-            &got.module_first,
-            &want.module_first,
-        )?;
+        detkit_tests::exact_clusters("cluster_events_device", &got, &want)
+            .map_err(anyhow::Error::msg)?;
         let dev_call = || -> Result<()> {
             drop(b0.cluster_events_device(view, &offs, &geo, cut)?);
             Ok(())

@@ -42,12 +42,7 @@ pub(super) fn rows(
         let got = b
             .cluster_events_device(view, &offs, &geo, cut)?
             .to_host(g)?;
-        check("devview clus", &got.clus, &want.clus)?;
-        check(
-            "devview clus_in_module",
-            &got.clus_in_module,
-            &want.clus_in_module,
-        )?;
+        detkit_tests::exact_clusters("devview", &got, &want).map_err(anyhow::Error::msg)?;
         let call = || -> Result<()> {
             drop(b.cluster_events_device(view, &offs, &geo, cut)?);
             Ok(())
